@@ -1,0 +1,151 @@
+# tesserad — the one build.
+#
+#   make              libtessera, tesserad, libtessera-client, tessera-cli
+#   make test         build and run every Criterion suite (unit, e2e, gpu: skipped without one)
+#   make run          build, start tesserad on its default endpoint, run examples through the CLI
+#   make bench        build and run the benchmarks (results go into docs/benchmarks.md by hand)
+#   make install PREFIX=/usr/local DESTDIR=
+#   make format       clang-format every C file;  make format-check  fails on a difference
+#
+# Switches: SANITIZE=address,undefined   STATIC=1   CUDA_HOME=/usr/local/cuda   BUILD=build
+# Source lists are the folders' contents: a new module is a new file, picked up here.
+
+BUILD ?= build
+PREFIX ?= /usr/local
+DESTDIR ?=
+CUDA_HOME ?= /usr/local/cuda
+CC ?= cc
+CLANG_FORMAT ?= clang-format
+
+CPPFLAGS += -D_GNU_SOURCE -Ilib/include -Iclient/include -I$(BUILD)/gen -Idaemon \
+            -I$(CUDA_HOME)/include -MMD -MP
+CFLAGS ?= -O2 -g
+CFLAGS += -std=c11 -Wall -Wextra -Werror -pthread -fPIC
+LDLIBS += -lnng -lmbedtls -lmbedx509 -lmbedcrypto -luv -lprotobuf-c -lcjson -ldl -lm -pthread
+
+ifneq ($(SANITIZE),)
+CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+ifeq ($(STATIC),1)
+LDFLAGS += -static
+endif
+
+PROTO_C := $(BUILD)/gen/tessera.pb-c.c
+PROTO_H := $(BUILD)/gen/tessera.pb-c.h
+
+LIB_SRC := $(wildcard lib/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/tessera.pb-c.o
+LIB_A := $(BUILD)/lib/libtessera.a
+
+DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
+DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
+DAEMON_A := $(BUILD)/daemon/libtesserad.a
+TESSERAD := $(BUILD)/bin/tesserad
+
+CLIENT_SRC := $(wildcard client/*.c)
+CLIENT_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/%.o)
+CLIENT_A := $(BUILD)/client/libtessera-client.a
+CLIENT_SO := $(BUILD)/client/libtessera-client.so
+CLI_SRC := $(wildcard client/cli/*.c)
+CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
+CLI := $(BUILD)/bin/tessera-cli
+
+UNIT_SRC := $(wildcard tests/unit/*_test.c)
+E2E_SRC := $(wildcard tests/e2e/*_test.c)
+GPU_SRC := $(wildcard tests/gpu/*_test.c)
+TEST_SUPPORT_SRC := $(wildcard tests/support/*.c)
+TEST_SUPPORT_OBJ := $(TEST_SUPPORT_SRC:%.c=$(BUILD)/%.o)
+TEST_BIN := $(UNIT_SRC:%.c=$(BUILD)/%) $(E2E_SRC:%.c=$(BUILD)/%) $(GPU_SRC:%.c=$(BUILD)/%)
+
+BENCH_SRC := $(wildcard tests/bench/*.c)
+BENCH_BIN := $(BENCH_SRC:%.c=$(BUILD)/%)
+
+ALL_LIBS := $(DAEMON_A) $(CLIENT_A) $(LIB_A)
+
+.PHONY: all test unit e2e gpu run bench install format format-check clean
+all: $(TESSERAD) $(CLI) $(CLIENT_SO)
+
+# ---- generated protobuf code ----
+$(PROTO_C) $(PROTO_H): proto/tessera.proto
+	@mkdir -p $(BUILD)/gen
+	protoc-c --c_out=$(BUILD)/gen -Iproto $<
+
+$(BUILD)/gen/tessera.pb-c.o: $(PROTO_C)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(filter-out -Werror,$(CFLAGS)) -c $< -o $@
+
+# Every object may include the generated header.
+$(BUILD)/%.o: %.c | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(LIB_A): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(DAEMON_A): $(DAEMON_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^ $(if $(DAEMON_OBJ),,)
+
+$(CLIENT_A): $(CLIENT_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(CLIENT_SO): $(CLIENT_OBJ) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) -shared $(LDFLAGS) -o $@ $(CLIENT_OBJ) $(LIB_A) $(LDLIBS)
+
+$(TESSERAD): $(BUILD)/daemon/main.o $(DAEMON_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(CLI): $(CLI_OBJ) $(CLIENT_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Tests link everything: static archives pull in only what a suite uses.
+$(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_SUPPORT_OBJ) $(ALL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(ALL_LIBS) $(LDLIBS) -lcriterion
+
+$(BUILD)/tests/bench/%: $(BUILD)/tests/bench/%.o $(ALL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
+
+test: all $(TEST_BIN)
+	BUILD=$(BUILD) tests/run-tests.sh $(TEST_BIN)
+
+unit: all $(UNIT_SRC:%.c=$(BUILD)/%)
+	BUILD=$(BUILD) tests/run-tests.sh $(UNIT_SRC:%.c=$(BUILD)/%)
+
+e2e: all $(E2E_SRC:%.c=$(BUILD)/%)
+	BUILD=$(BUILD) tests/run-tests.sh $(E2E_SRC:%.c=$(BUILD)/%)
+
+gpu: all $(GPU_SRC:%.c=$(BUILD)/%)
+	BUILD=$(BUILD) tests/run-tests.sh $(GPU_SRC:%.c=$(BUILD)/%)
+
+run: all
+	BUILD=$(BUILD) tools/run-demo.sh
+
+bench: all $(BENCH_BIN)
+	BUILD=$(BUILD) tools/run-bench.sh $(BENCH_BIN)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/tessera
+	install -m 0755 $(TESSERAD) $(CLI) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 $(CLIENT_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 0755 $(CLIENT_SO) $(DESTDIR)$(PREFIX)/lib/
+	install -m 0644 client/include/tessera/client.h lib/include/tessera/status.h \
+		$(DESTDIR)$(PREFIX)/include/tessera/
+
+FORMAT_FILES = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh')
+format:
+	$(CLANG_FORMAT) -i $(FORMAT_FILES)
+format-check:
+	$(CLANG_FORMAT) --dry-run --Werror $(FORMAT_FILES)
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

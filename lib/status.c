@@ -97,7 +97,10 @@ tsr_status tsr_error_prefix(tsr_error *err, const char *fmt, ...)
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, err->message, sizeof old);
-    snprintf(err->message, sizeof err->message, "%s%s%s", prefix, old[0] ? ": " : "", old);
+    /* The message is cut at the buffer's end, by design: the prefix matters most. */
+    int n = snprintf(err->message, sizeof err->message, "%s", prefix);
+    if (old[0] != '\0' && n >= 0 && (size_t)n < sizeof err->message)
+        snprintf(err->message + n, sizeof err->message - (size_t)n, ": %s", old);
     return err->code;
 }
 

@@ -73,7 +73,7 @@ $(PROTO_C) $(PROTO_H): proto/tessera.proto
 
 $(BUILD)/gen/tessera.pb-c.o: $(PROTO_C)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS) $(filter-out -Werror,$(CFLAGS)) -c $< -o $@
+	$(CC) $(CPPFLAGS) $(filter-out -Werror,$(CFLAGS)) -w -c $< -o $@
 
 # Every object may include the generated header.
 $(BUILD)/%.o: %.c | $(PROTO_H)

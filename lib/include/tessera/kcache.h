@@ -1,0 +1,130 @@
+/*
+ * tessera/kcache.h — the compiled-kernel cache (DESIGN §3).
+ *
+ * Maps a kernel key (tsr_kernel_key: region fingerprint + candidate + arch +
+ * compiler/driver versions + options + codegen version) to an immutable binary
+ * blob (a cubin for the CUDA backend, a prepared plan for the CPU backend).
+ *
+ * Two levels: an in-memory LRU bounded in bytes, and an optional on-disk
+ * directory bounded in bytes with least-recently-used eviction. Disk entries are
+ * written to a temporary file, fsynced and renamed into place, and carry a
+ * header with a magic, a format version, the key and a SHA-256 checksum of the
+ * payload; an entry that fails any check when read is deleted and rebuilt, never
+ * served. Two processes may share one directory: writes are atomic renames and
+ * a reader never sees a partial file.
+ *
+ * Concurrent requests for one key wait on a single build (single flight).
+ *
+ * Threading: every function is thread-safe. tsr_kcache_get_or_build blocks while
+ * a build (its own or another thread's for the same key) runs, and while it
+ * reads or writes the disk; call it from worker threads, never from an event
+ * loop thread. Ownership: blobs are reference-counted; each blob a function hands
+ * out must be released exactly once.
+ */
+#ifndef TESSERA_KCACHE_H
+#define TESSERA_KCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessera/fingerprint.h"
+#include "tessera/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tsr_kcache tsr_kcache;
+
+typedef struct tsr_kcache_options {
+    const char *dir;       /* on-disk directory, created if missing; NULL = memory only */
+    uint64_t memory_bytes; /* in-memory bound; 0 picks 256 MiB */
+    uint64_t disk_bytes;   /* on-disk bound; 0 picks 4 GiB */
+} tsr_kcache_options;
+
+/* Descriptive fields stored with an entry, shown by `cache ls`. */
+typedef struct tsr_kcache_meta {
+    char candidate[64];
+    char kind[16];
+    char arch[16];
+} tsr_kcache_meta;
+
+/* An immutable cached binary. data stays valid until the last release. */
+typedef struct tsr_kcache_blob {
+    const uint8_t *data;
+    size_t len;
+    tsr_kcache_meta meta;
+} tsr_kcache_blob;
+
+typedef enum tsr_kcache_level {
+    TSR_KCACHE_MISS = 0,   /* built by this call */
+    TSR_KCACHE_MEMORY = 1, /* found in memory */
+    TSR_KCACHE_DISK = 2,   /* read (and checked) from disk */
+    TSR_KCACHE_SHARED = 3, /* another thread's build of the same key, waited for */
+} tsr_kcache_level;
+
+/* "miss", "memory", "disk", "shared". */
+const char *tsr_kcache_level_name(tsr_kcache_level level);
+
+/* Opens the cache; with a directory, removes stale temporary files left by a
+ * crashed writer. TSR_IO_ERROR when the directory cannot be created or used. */
+tsr_status tsr_kcache_open(const tsr_kcache_options *opts, tsr_kcache **out, tsr_error *err);
+
+/* Releases the cache. Blobs still held stay valid until released. */
+void tsr_kcache_close(tsr_kcache *c);
+
+/* Builds the binary for a key: on success *data is malloc'd (the cache takes it)
+ * and *len its size. Runs on the calling thread, outside the cache's locks. */
+typedef tsr_status (*tsr_kcache_build_fn)(void *ctx, uint8_t **data, size_t *len,
+                                          tsr_error *err);
+
+/* Returns the blob for key, from memory, from disk, or by calling build (once
+ * for all concurrent callers of the key). *level says where it came from. A
+ * failed build is not cached: each waiter gets the builder's error. A disk write
+ * failure (full disk, ...) is logged in the stats and does not fail the call. */
+tsr_status tsr_kcache_get_or_build(tsr_kcache *c, const tsr_fingerprint *key,
+                                   const tsr_kcache_meta *meta, tsr_kcache_build_fn build,
+                                   void *ctx, const tsr_kcache_blob **out,
+                                   tsr_kcache_level *level, tsr_error *err);
+
+/* Looks a key up in memory and on disk without building. TSR_NOT_FOUND when
+ * absent. */
+tsr_status tsr_kcache_lookup(tsr_kcache *c, const tsr_fingerprint *key,
+                             const tsr_kcache_blob **out, tsr_kcache_level *level,
+                             tsr_error *err);
+
+void tsr_kcache_blob_retain(const tsr_kcache_blob *blob);
+void tsr_kcache_blob_release(const tsr_kcache_blob *blob);
+
+typedef struct tsr_kcache_entry_info {
+    tsr_fingerprint key;
+    tsr_kcache_meta meta;
+    uint64_t bytes;
+    int in_memory;
+    int on_disk;
+    int64_t last_used_unix_ms;
+    uint64_t hits;
+} tsr_kcache_entry_info;
+
+/* Snapshot of all entries (memory and disk, merged by key). *entries is malloc'd;
+ * the caller frees it. */
+tsr_status tsr_kcache_list(tsr_kcache *c, tsr_kcache_entry_info **entries, size_t *count,
+                           tsr_error *err);
+
+/* Removes one key from both levels (key NULL: every entry). *evicted gets the
+ * number of keys removed; TSR_NOT_FOUND when a named key is absent. */
+tsr_status tsr_kcache_evict(tsr_kcache *c, const tsr_fingerprint *key, uint32_t *evicted,
+                            tsr_error *err);
+
+typedef struct tsr_kcache_stats {
+    uint64_t memory_hits, disk_hits, shared_waits, misses, builds, build_failures;
+    uint64_t memory_evictions, disk_evictions, corrupt_discarded, disk_write_failures;
+    uint64_t memory_bytes, disk_bytes, memory_entries, disk_entries;
+} tsr_kcache_stats;
+
+void tsr_kcache_get_stats(tsr_kcache *c, tsr_kcache_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,169 @@
+/*
+ * tessera/arbiter.h — candidate registry and selection policy (DESIGN §5).
+ *
+ * Candidates are registered per backend with a name, a tier (0 the CPU
+ * reference, 1 Tier-1 generated code, 2 emitted tensor-core variants, 3
+ * hand-tuned kernels shipped in kernels/), a version, the region kinds they
+ * serve and an `applies` predicate. The arbiter picks one per request:
+ *
+ *   1. A forced candidate (request->force) is the only one considered. An
+ *      unknown name, or one that does not apply, is TSR_ARBITER with a message
+ *      listing the registered candidates for the kind; never a silent
+ *      substitute. A forced candidate that fails verification is
+ *      TSR_VERIFY_FAILED unless request->verify is false.
+ *   2. Otherwise the candidates that apply and pass verification: policy TIER
+ *      takes the highest tier (ties go to registration order), policy MEASURE
+ *      times them through request->measure and keeps the fastest; the winner is
+ *      remembered per (arch, kind, dtype, shape bucket) and, with a store
+ *      directory, persisted so that it is reused after a restart.
+ *   3. Nothing left: the tier-0 reference when request->allow_reference,
+ *      otherwise TSR_ARBITER.
+ *
+ * Tier-0 candidates are the reference itself and are never verified against
+ * it. Verdicts are cached per (candidate name, version, region fingerprint,
+ * arch), so a candidate is verified once per region and device kind.
+ *
+ * The arbiter holds no device state: verification and timing are callbacks the
+ * backend supplies.
+ *
+ * Threading: all functions are thread-safe (one internal mutex); callbacks are
+ * called without it held and may run concurrently. Blocking: select and explain
+ * block for as long as the verify / measure callbacks do.
+ */
+#ifndef TESSERA_ARBITER_H
+#define TESSERA_ARBITER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessera/fingerprint.h"
+#include "tessera/oracle.h"
+#include "tessera/region.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TSR_CANDIDATE_NAME_MAX 48
+
+typedef struct tsr_candidate tsr_candidate;
+
+struct tsr_candidate {
+    char name[TSR_CANDIDATE_NAME_MAX]; /* unique within a kind: "reference", "tier1", ... */
+    int tier;                          /* 0..3 */
+    uint32_t version;                  /* bump when its output can change */
+    unsigned kinds;                    /* bit (1u << tsr_region_kind) per kind served */
+    double tolerance;                  /* documented relative bound; 0 = dtype default */
+    /* True when the candidate can serve r on arch ("sm_90a", "cpu"). When it
+     * declines, it writes a short reason into why. NULL means "applies to every
+     * region of its kinds". */
+    bool (*applies)(const tsr_candidate *c, const tsr_region *r, const char *arch, char *why,
+                    size_t why_len);
+    void *impl; /* the backend's own data (code generator, kernel entry, ...) */
+};
+
+typedef struct tsr_arbiter tsr_arbiter;
+
+typedef enum tsr_policy {
+    TSR_POLICY_TIER = 0,
+    TSR_POLICY_MEASURE = 1,
+} tsr_policy;
+
+typedef enum tsr_decision_reason {
+    TSR_REASON_FORCED = 0,
+    TSR_REASON_TIER = 1,
+    TSR_REASON_MEASURED = 2,
+    TSR_REASON_FALLBACK = 3,
+} tsr_decision_reason;
+
+/* "forced", "tier", "measured", "fallback". */
+const char *tsr_decision_reason_name(tsr_decision_reason reason);
+
+/* store_dir: where measured winners persist (a file inside it); NULL keeps them
+ * in memory only. TSR_IO_ERROR when the store exists but cannot be read. */
+tsr_status tsr_arbiter_create(const char *store_dir, tsr_arbiter **out, tsr_error *err);
+void tsr_arbiter_destroy(tsr_arbiter *a);
+
+/* Copies *c into the registry. TSR_CONFLICT when a candidate of the same name
+ * already serves one of the same kinds; TSR_INVALID_ARGUMENT for a bad tier or
+ * an empty name. Registration order matters for tier ties. */
+tsr_status tsr_arbiter_register(tsr_arbiter *a, const tsr_candidate *c, tsr_error *err);
+
+/* Runs candidate c on probes and fills *v (see oracle.h); returns non-OK only
+ * when verification could not run. */
+typedef tsr_status (*tsr_arbiter_verify_fn)(void *ctx, const tsr_candidate *c,
+                                            const tsr_region *r, tsr_verdict *v,
+                                            tsr_error *err);
+/* Times candidate c on the device: median milliseconds of repeated runs, warm-up
+ * excluded. */
+typedef tsr_status (*tsr_arbiter_measure_fn)(void *ctx, const tsr_candidate *c,
+                                             const tsr_region *r, double *median_ms,
+                                             tsr_error *err);
+
+typedef struct tsr_select_request {
+    const tsr_region *region;
+    const tsr_fingerprint *fingerprint; /* of region */
+    const char *arch;                   /* "sm_90a", "cpu" */
+    const char *force;                  /* NULL or "" = no forced candidate */
+    tsr_policy policy;
+    bool verify;          /* false: a forced candidate is not verified (verify=false) */
+    bool allow_reference; /* rule 3 may fall back to tier 0 */
+    tsr_arbiter_verify_fn verify_fn;   /* NULL: candidates are taken as verified */
+    tsr_arbiter_measure_fn measure_fn; /* needed for TSR_POLICY_MEASURE */
+    void *ctx;                         /* passed to both callbacks */
+} tsr_select_request;
+
+typedef struct tsr_decision {
+    tsr_candidate candidate; /* a copy of the chosen candidate */
+    tsr_decision_reason reason;
+    bool verified;          /* verdict holds a real verification */
+    bool verdict_cached;    /* verdict came from the verdict cache */
+    tsr_verdict verdict;
+} tsr_decision;
+
+tsr_status tsr_arbiter_select(tsr_arbiter *a, const tsr_select_request *req, tsr_decision *out,
+                              tsr_error *err);
+
+/* One row per registered candidate of the region's kind, for `candidates`. */
+typedef struct tsr_candidate_report {
+    tsr_candidate candidate;
+    bool applies;
+    bool selected;
+    bool verified;
+    tsr_verdict verdict;
+    char why[160]; /* "declines: K not a multiple of 8", "selected: highest tier", ... */
+} tsr_candidate_report;
+
+/* Runs the same selection as tsr_arbiter_select and reports every candidate.
+ * *rows is malloc'd (caller frees); *count its length. A selection failure is
+ * not an error here: no row is marked selected and *select_status/select_err
+ * say why. */
+tsr_status tsr_arbiter_explain(tsr_arbiter *a, const tsr_select_request *req,
+                               tsr_candidate_report **rows, size_t *count,
+                               tsr_status *select_status, tsr_error *select_err,
+                               tsr_error *err);
+
+/* Looks a registered candidate up by kind and name; NULL when absent. The
+ * pointer stays valid until tsr_arbiter_destroy. */
+const tsr_candidate *tsr_arbiter_find(tsr_arbiter *a, tsr_region_kind kind, const char *name);
+
+/* Dispatch statistics per (kind, candidate). */
+typedef struct tsr_candidate_stats {
+    tsr_region_kind kind;
+    char name[TSR_CANDIDATE_NAME_MAX];
+    uint64_t won, forced, declined, failed_verification;
+} tsr_candidate_stats;
+
+/* *rows is malloc'd (caller frees). One row per (kind served, candidate). */
+tsr_status tsr_arbiter_stats(tsr_arbiter *a, tsr_candidate_stats **rows, size_t *count,
+                             tsr_error *err);
+
+/* Shape bucket used to key measured winners: each dimension rounded up to a
+ * power of two. Written as "m4096n4096k4096"-style text into buf. */
+void tsr_arbiter_shape_bucket(const tsr_region *r, char *buf, size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,554 @@
+/*
+ * calls.c — one function per request of the protocol.
+ *
+ * Each call fills a Request on the stack (strings and arrays borrowed from the
+ * caller, the region encoded by tsr_region_to_pb), hands it to tsri_client_call
+ * and copies the reply into the caller's plain C structs, so no protobuf type
+ * leaks through client.h.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_int.h"
+#include "tessera/region_pb.h"
+
+#define CALL_ARG_CHECK(cond, err, what)                                                            \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            return tsr_error_set((err), TSR_INVALID_ARGUMENT, "%s", (what));                       \
+    } while (0)
+
+static void call_verdict_copy(tsr_client_verdict *dst, const Tessera__V1__Verdict *v)
+{
+    memset(dst, 0, sizeof *dst);
+    dst->first_bad_index = -1;
+    dst->first_bad_probe = -1;
+    if (!v)
+        return;
+    dst->state = (tsr_client_verdict_state)v->state;
+    dst->elements = v->elements;
+    dst->probes = v->probes;
+    dst->max_abs_error = v->max_abs_error;
+    dst->rel_error = v->rel_error;
+    dst->bound = v->bound;
+    dst->nan_mismatches = v->nan_mismatches;
+    dst->inf_mismatches = v->inf_mismatches;
+    dst->first_bad_index = v->first_bad_index;
+    dst->first_bad_probe = v->first_bad_probe;
+    dst->first_bad_got = v->first_bad_got;
+    dst->first_bad_want = v->first_bad_want;
+    tsri_client_strcpy(dst->reason, sizeof dst->reason, v->reason);
+    dst->cached = v->cached;
+}
+
+static void call_decision_copy(tsr_client_decision *dst, const Tessera__V1__Decision *d)
+{
+    memset(dst, 0, sizeof *dst);
+    if (!d) {
+        call_verdict_copy(&dst->verdict, NULL);
+        return;
+    }
+    tsri_client_strcpy(dst->candidate, sizeof dst->candidate, d->candidate);
+    dst->tier = d->tier;
+    dst->version = d->version;
+    tsri_client_strcpy(dst->reason, sizeof dst->reason, d->reason);
+    call_verdict_copy(&dst->verdict, d->verdict);
+    dst->cache_hit = d->cache_hit;
+    tsri_client_strcpy(dst->cache_level, sizeof dst->cache_level, d->cache_level);
+}
+
+/* Fills the wire options from the caller's, applying TESSERA_FORCE for the
+ * region's kind when the caller forces nothing itself. */
+static void call_options_fill(const tsr_client *c, const tsr_region *r,
+                              const tsr_client_compile_opts *opts, Tessera__V1__CompileOptions *pb)
+{
+    static const tsr_client_compile_opts none;
+    if (!opts)
+        opts = &none;
+    pb->arch = (char *)(opts->arch ? opts->arch : "");
+    const char *force = opts->force;
+    if (!force || !*force)
+        force = tsri_client_forced(c, r->kind);
+    pb->force = (char *)(force ? force : "");
+    pb->policy = opts->policy == TSR_CLIENT_POLICY_MEASURE ? TESSERA__V1__POLICY__POLICY_MEASURE
+                                                           : TESSERA__V1__POLICY__POLICY_TIER;
+    pb->skip_verify = opts->skip_verify;
+    pb->no_reference = opts->no_reference;
+}
+
+tsr_status tsr_client_hello(tsr_client *c, tsr_client_info *info, int timeout_ms, tsr_error *err)
+{
+    CALL_ARG_CHECK(c, err, "client is NULL");
+    Tessera__V1__HelloRequest body = TESSERA__V1__HELLO_REQUEST__INIT;
+    body.client_version = (char *)TSR_CLIENT_VERSION;
+    body.protocol_version = TSR_CLIENT_PROTOCOL_VERSION;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_HELLO;
+    req.hello = &body;
+    Tessera__V1__Reply *reply;
+    tsr_status st =
+        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_HELLO, &reply, timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
+    if (info) {
+        const Tessera__V1__HelloReply *h = reply->hello;
+        memset(info, 0, sizeof *info);
+        tsri_client_strcpy(info->daemon_version, sizeof info->daemon_version, h->daemon_version);
+        info->protocol_version = h->protocol_version;
+        tsri_client_strcpy(info->backend, sizeof info->backend, h->backend);
+        for (size_t i = 0; i < h->n_devices && i < TSR_CLIENT_MAX_DEVICES; i++) {
+            const Tessera__V1__Device *d = h->devices[i];
+            tsr_client_device *o = &info->devices[info->n_devices++];
+            o->index = d->index;
+            tsri_client_strcpy(o->name, sizeof o->name, d->name);
+            tsri_client_strcpy(o->arch, sizeof o->arch, d->arch);
+            o->memory_bytes = d->memory_bytes;
+            o->multiprocessors = d->multiprocessors;
+        }
+        tsri_client_strcpy(info->driver_version, sizeof info->driver_version, h->driver_version);
+        tsri_client_strcpy(info->compiler_version, sizeof info->compiler_version,
+                           h->compiler_version);
+        tsri_client_strcpy(info->tenant, sizeof info->tenant, h->tenant);
+        info->max_message_bytes = h->max_message_bytes;
+    }
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return TSR_OK;
+}
+
+tsr_status tsr_client_compile(tsr_client *c, const tsr_region *r,
+                              const tsr_client_compile_opts *opts, tsr_client_compiled *out,
+                              int timeout_ms, tsr_error *err)
+{
+    CALL_ARG_CHECK(c && r && out, err, "client, region and out must not be NULL");
+    Tessera__V1__Region *region = NULL;
+    tsr_status st = tsr_region_to_pb(r, &region, err);
+    if (st != TSR_OK)
+        return st;
+    Tessera__V1__CompileOptions options = TESSERA__V1__COMPILE_OPTIONS__INIT;
+    call_options_fill(c, r, opts, &options);
+    Tessera__V1__CompileRequest body = TESSERA__V1__COMPILE_REQUEST__INIT;
+    body.region = region;
+    body.options = &options;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_COMPILE;
+    req.compile = &body;
+    Tessera__V1__Reply *reply;
+    st = tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_COMPILE, &reply, timeout_ms, err);
+    tsr_region_pb_free(region);
+    if (st != TSR_OK)
+        return st;
+    const Tessera__V1__CompileReply *cr = reply->compile;
+    memset(out, 0, sizeof *out);
+    out->kernel = cr->kernel;
+    tsri_client_strcpy(out->key, sizeof out->key, cr->key);
+    tsri_client_strcpy(out->fingerprint, sizeof out->fingerprint, cr->fingerprint);
+    call_decision_copy(&out->decision, cr->decision);
+    out->binary_bytes = cr->binary_bytes;
+    out->compile_ms = cr->compile_ms;
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return TSR_OK;
+}
+
+tsr_status tsr_client_launch(tsr_client *c, tsr_kernel kernel, const tsr_buffer *inputs,
+                             int n_inputs, tsr_buffer output, double *device_ms, int timeout_ms,
+                             tsr_error *err)
+{
+    CALL_ARG_CHECK(c && n_inputs >= 0 && (inputs || n_inputs == 0), err,
+                   "client or inputs invalid");
+    Tessera__V1__LaunchRequest body = TESSERA__V1__LAUNCH_REQUEST__INIT;
+    body.kernel = kernel;
+    body.n_inputs = (size_t)n_inputs;
+    body.inputs = (uint64_t *)inputs;
+    body.output = output;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_LAUNCH;
+    req.launch = &body;
+    Tessera__V1__Reply *reply;
+    tsr_status st =
+        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_LAUNCH, &reply, timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
+    if (device_ms)
+        *device_ms = reply->launch->device_ms;
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return TSR_OK;
+}
+
+tsr_status tsr_client_run(tsr_client *c, const tsr_region *r, const tsr_client_compile_opts *opts,
+                          const void *const *inputs, void *output, tsr_client_decision *decision,
+                          int timeout_ms, tsr_error *err)
+{
+    CALL_ARG_CHECK(c && r && output, err, "client, region and output must not be NULL");
+    tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], out_desc;
+    int n = tsr_region_signature(r, in, &out_desc);
+    CALL_ARG_CHECK(n == 0 || inputs, err, "inputs is NULL");
+    for (int i = 0; i < n; i++)
+        CALL_ARG_CHECK(inputs[i], err, "an input pointer is NULL");
+
+    Tessera__V1__Region *region = NULL;
+    tsr_status st = tsr_region_to_pb(r, &region, err);
+    if (st != TSR_OK)
+        return st;
+    Tessera__V1__CompileOptions options = TESSERA__V1__COMPILE_OPTIONS__INIT;
+    call_options_fill(c, r, opts, &options);
+
+    Tessera__V1__Tensor tensors[TSR_MAX_REGION_INPUTS];
+    Tessera__V1__Tensor *tensor_ptrs[TSR_MAX_REGION_INPUTS];
+    for (int i = 0; i < n; i++) {
+        Tessera__V1__Tensor t;
+        tessera__v1__tensor__init(&t);
+        t.dtype = (Tessera__V1__DType)(in[i].dtype + 1);
+        t.n_shape = (size_t)in[i].rank;
+        t.shape = in[i].shape;
+        t.data_case = TESSERA__V1__TENSOR__DATA_INLINE_DATA;
+        t.inline_data.len = tsr_tensor_desc_bytes(&in[i]);
+        t.inline_data.data = (uint8_t *)inputs[i];
+        tensors[i] = t;
+        tensor_ptrs[i] = &tensors[i];
+    }
+    Tessera__V1__RunRequest body = TESSERA__V1__RUN_REQUEST__INIT;
+    body.region = region;
+    body.options = &options;
+    body.n_inputs = (size_t)n;
+    body.inputs = tensor_ptrs;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_RUN;
+    req.run = &body;
+    Tessera__V1__Reply *reply;
+    st = tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_RUN, &reply, timeout_ms, err);
+    tsr_region_pb_free(region);
+    if (st != TSR_OK)
+        return st;
+
+    const Tessera__V1__RunReply *rr = reply->run;
+    uint64_t want = tsr_tensor_desc_bytes(&out_desc);
+    const Tessera__V1__Tensor *o = rr->output;
+    if (!o || o->data_case != TESSERA__V1__TENSOR__DATA_INLINE_DATA || o->inline_data.len != want ||
+        o->dtype != (Tessera__V1__DType)(out_desc.dtype + 1)) {
+        st = tsr_error_set(err, TSR_BUFFER_MISMATCH,
+                           "run reply: output is not %llu inline bytes of %s",
+                           (unsigned long long)want, tsr_dtype_name(out_desc.dtype));
+        tessera__v1__reply__free_unpacked(reply, NULL);
+        return st;
+    }
+    if (want)
+        memcpy(output, o->inline_data.data, want);
+    if (decision)
+        call_decision_copy(decision, rr->decision);
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return TSR_OK;
+}
+
+tsr_status tsr_client_verify(tsr_client *c, const tsr_region *r, const tsr_client_verify_opts *opts,
+                             tsr_client_verified *out, int timeout_ms, tsr_error *err)
+{
+    CALL_ARG_CHECK(c && r && out, err, "client, region and out must not be NULL");
+    static const tsr_client_verify_opts none;
+    if (!opts)
+        opts = &none;
+    Tessera__V1__Region *region = NULL;
+    tsr_status st = tsr_region_to_pb(r, &region, err);
+    if (st != TSR_OK)
+        return st;
+    Tessera__V1__CompileOptions options = TESSERA__V1__COMPILE_OPTIONS__INIT;
+    call_options_fill(c, r, &opts->compile, &options);
+    const char *candidate = opts->candidate;
+    if (!candidate || !*candidate)
+        candidate = tsri_client_forced(c, r->kind);
+    Tessera__V1__VerifyRequest body = TESSERA__V1__VERIFY_REQUEST__INIT;
+    body.region = region;
+    body.candidate = (char *)(candidate ? candidate : "");
+    body.seed = opts->seed;
+    body.random_probes = opts->random_probes;
+    body.options = &options;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_VERIFY;
+    req.verify = &body;
+    Tessera__V1__Reply *reply;
+    st = tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_VERIFY, &reply, timeout_ms, err);
+    tsr_region_pb_free(region);
+    if (st != TSR_OK)
+        return st;
+    memset(out, 0, sizeof *out);
+    tsri_client_strcpy(out->candidate, sizeof out->candidate, reply->verify->candidate);
+    out->tier = reply->verify->tier;
+    call_verdict_copy(&out->verdict, reply->verify->verdict);
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return TSR_OK;
+}
+
+tsr_status tsr_client_candidates(tsr_client *c, const tsr_region *r,
+                                 const tsr_client_compile_opts *opts, tsr_client_candidate **rows,
+                                 size_t *count, int timeout_ms, tsr_error *err)
+{
+    CALL_ARG_CHECK(c && r && rows && count, err, "client, region, rows and count must be set");
+    *rows = NULL;
+    *count = 0;
+    Tessera__V1__Region *region = NULL;
+    tsr_status st = tsr_region_to_pb(r, &region, err);
+    if (st != TSR_OK)
+        return st;
+    Tessera__V1__CompileOptions options = TESSERA__V1__COMPILE_OPTIONS__INIT;
+    call_options_fill(c, r, opts, &options);
+    Tessera__V1__CandidatesRequest body = TESSERA__V1__CANDIDATES_REQUEST__INIT;
+    body.region = region;
+    body.options = &options;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_CANDIDATES;
+    req.candidates = &body;
+    Tessera__V1__Reply *reply;
+    st = tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_CANDIDATES, &reply, timeout_ms, err);
+    tsr_region_pb_free(region);
+    if (st != TSR_OK)
+        return st;
+    const Tessera__V1__CandidatesReply *cr = reply->candidates;
+    tsr_client_candidate *out = calloc(cr->n_candidates ? cr->n_candidates : 1, sizeof *out);
+    if (!out) {
+        tessera__v1__reply__free_unpacked(reply, NULL);
+        return tsr_error_set(err, TSR_NO_MEMORY, "candidates: out of memory");
+    }
+    for (size_t i = 0; i < cr->n_candidates; i++) {
+        const Tessera__V1__CandidateInfo *ci = cr->candidates[i];
+        tsri_client_strcpy(out[i].name, sizeof out[i].name, ci->name);
+        out[i].tier = ci->tier;
+        out[i].version = ci->version;
+        out[i].applies = ci->applies;
+        tsri_client_strcpy(out[i].why, sizeof out[i].why, ci->why);
+        call_verdict_copy(&out[i].verdict, ci->verdict);
+        out[i].selected = ci->selected;
+    }
+    *rows = out;
+    *count = cr->n_candidates;
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return TSR_OK;
+}
+
+void tsr_client_candidates_free(tsr_client_candidate *rows)
+{
+    free(rows);
+}
+
+tsr_status tsr_client_buffer_alloc(tsr_client *c, tsr_client_dtype dtype, int rank,
+                                   const int64_t *shape, tsr_buffer *out, uint64_t *bytes,
+                                   int timeout_ms, tsr_error *err)
+{
+    CALL_ARG_CHECK(c && out && rank >= 0 && (shape || rank == 0), err,
+                   "client, shape or out invalid");
+    Tessera__V1__BufferAllocRequest body = TESSERA__V1__BUFFER_ALLOC_REQUEST__INIT;
+    body.dtype = (Tessera__V1__DType)(dtype + 1);
+    body.n_shape = (size_t)rank;
+    body.shape = (int64_t *)shape;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC;
+    req.buffer_alloc = &body;
+    Tessera__V1__Reply *reply;
+    tsr_status st =
+        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_BUFFER_ALLOC, &reply, timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
+    *out = reply->buffer_alloc->buffer;
+    if (bytes)
+        *bytes = reply->buffer_alloc->bytes;
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return TSR_OK;
+}
+
+tsr_status tsr_client_buffer_write(tsr_client *c, tsr_buffer buf, uint64_t offset, const void *data,
+                                   size_t len, int timeout_ms, tsr_error *err)
+{
+    CALL_ARG_CHECK(c && (data || len == 0), err, "client or data is NULL");
+    Tessera__V1__BufferWriteRequest body = TESSERA__V1__BUFFER_WRITE_REQUEST__INIT;
+    body.buffer = buf;
+    body.offset = offset;
+    body.data.len = len;
+    body.data.data = (uint8_t *)data;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_WRITE;
+    req.buffer_write = &body;
+    Tessera__V1__Reply *reply;
+    tsr_status st =
+        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_BUFFER_WRITE, &reply, timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return TSR_OK;
+}
+
+tsr_status tsr_client_buffer_read(tsr_client *c, tsr_buffer buf, uint64_t offset, void *data,
+                                  size_t len, size_t *got, int timeout_ms, tsr_error *err)
+{
+    CALL_ARG_CHECK(c && data && len > 0, err, "client, data or len invalid");
+    Tessera__V1__BufferReadRequest body = TESSERA__V1__BUFFER_READ_REQUEST__INIT;
+    body.buffer = buf;
+    body.offset = offset;
+    body.length = len;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_READ;
+    req.buffer_read = &body;
+    Tessera__V1__Reply *reply;
+    tsr_status st =
+        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_BUFFER_READ, &reply, timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
+    size_t n = reply->buffer_read->data.len;
+    if (n > len) {
+        tessera__v1__reply__free_unpacked(reply, NULL);
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH, "read returned %zu bytes, asked for %zu", n,
+                             len);
+    }
+    if (n)
+        memcpy(data, reply->buffer_read->data.data, n);
+    if (got)
+        *got = n;
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return TSR_OK;
+}
+
+tsr_status tsr_client_buffer_free(tsr_client *c, tsr_buffer buf, int timeout_ms, tsr_error *err)
+{
+    CALL_ARG_CHECK(c, err, "client is NULL");
+    Tessera__V1__BufferFreeRequest body = TESSERA__V1__BUFFER_FREE_REQUEST__INIT;
+    body.buffer = buf;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_FREE;
+    req.buffer_free = &body;
+    Tessera__V1__Reply *reply;
+    tsr_status st =
+        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_BUFFER_FREE, &reply, timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return TSR_OK;
+}
+
+tsr_status tsr_client_stats_get(tsr_client *c, bool prometheus, tsr_client_stats **out,
+                                int timeout_ms, tsr_error *err)
+{
+    CALL_ARG_CHECK(c && out, err, "client or out is NULL");
+    *out = NULL;
+    Tessera__V1__StatsRequest body = TESSERA__V1__STATS_REQUEST__INIT;
+    body.prometheus = prometheus;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_STATS;
+    req.stats = &body;
+    Tessera__V1__Reply *reply;
+    tsr_status st =
+        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_STATS, &reply, timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
+    const Tessera__V1__StatsReply *sr = reply->stats;
+    tsr_client_stats *s = calloc(1, sizeof *s);
+    if (s) {
+        s->counters = calloc(sr->n_counters + 1, sizeof *s->counters);
+        s->candidates = calloc(sr->n_candidates + 1, sizeof *s->candidates);
+        s->prometheus_text = strdup(sr->prometheus_text ? sr->prometheus_text : "");
+    }
+    if (!s || !s->counters || !s->candidates || !s->prometheus_text) {
+        tsr_client_stats_free(s);
+        tessera__v1__reply__free_unpacked(reply, NULL);
+        return tsr_error_set(err, TSR_NO_MEMORY, "stats: out of memory");
+    }
+    s->n_counters = sr->n_counters;
+    for (size_t i = 0; i < sr->n_counters; i++) {
+        tsri_client_strcpy(s->counters[i].name, sizeof s->counters[i].name, sr->counters[i]->name);
+        s->counters[i].value = sr->counters[i]->value;
+    }
+    s->n_candidates = sr->n_candidates;
+    for (size_t i = 0; i < sr->n_candidates; i++) {
+        const Tessera__V1__CandidateStats *cs = sr->candidates[i];
+        tsr_client_candidate_stats *o = &s->candidates[i];
+        tsri_client_strcpy(o->kind, sizeof o->kind, cs->kind);
+        tsri_client_strcpy(o->name, sizeof o->name, cs->name);
+        o->won = cs->won;
+        o->forced = cs->forced;
+        o->declined = cs->declined;
+        o->failed_verification = cs->failed_verification;
+    }
+    *out = s;
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return TSR_OK;
+}
+
+void tsr_client_stats_free(tsr_client_stats *s)
+{
+    if (!s)
+        return;
+    free(s->counters);
+    free(s->candidates);
+    free(s->prometheus_text);
+    free(s);
+}
+
+double tsr_client_stats_counter(const tsr_client_stats *s, const char *name, double def)
+{
+    if (!s || !name)
+        return def;
+    for (size_t i = 0; i < s->n_counters; i++)
+        if (strcmp(s->counters[i].name, name) == 0)
+            return s->counters[i].value;
+    return def;
+}
+
+tsr_status tsr_client_cache_list(tsr_client *c, tsr_client_cache_entry **rows, size_t *count,
+                                 int timeout_ms, tsr_error *err)
+{
+    CALL_ARG_CHECK(c && rows && count, err, "client, rows or count is NULL");
+    *rows = NULL;
+    *count = 0;
+    Tessera__V1__CacheListRequest body = TESSERA__V1__CACHE_LIST_REQUEST__INIT;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_CACHE_LIST;
+    req.cache_list = &body;
+    Tessera__V1__Reply *reply;
+    tsr_status st =
+        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_CACHE_LIST, &reply, timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
+    const Tessera__V1__CacheListReply *cl = reply->cache_list;
+    tsr_client_cache_entry *out = calloc(cl->n_entries + 1, sizeof *out);
+    if (!out) {
+        tessera__v1__reply__free_unpacked(reply, NULL);
+        return tsr_error_set(err, TSR_NO_MEMORY, "cache list: out of memory");
+    }
+    for (size_t i = 0; i < cl->n_entries; i++) {
+        const Tessera__V1__CacheEntry *e = cl->entries[i];
+        tsri_client_strcpy(out[i].key, sizeof out[i].key, e->key);
+        tsri_client_strcpy(out[i].candidate, sizeof out[i].candidate, e->candidate);
+        tsri_client_strcpy(out[i].kind, sizeof out[i].kind, e->kind);
+        tsri_client_strcpy(out[i].arch, sizeof out[i].arch, e->arch);
+        out[i].bytes = e->bytes;
+        out[i].in_memory = e->in_memory;
+        out[i].on_disk = e->on_disk;
+        out[i].last_used_unix_ms = e->last_used_unix_ms;
+        out[i].hits = e->hits;
+    }
+    *rows = out;
+    *count = cl->n_entries;
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return TSR_OK;
+}
+
+void tsr_client_cache_free(tsr_client_cache_entry *rows)
+{
+    free(rows);
+}
+
+tsr_status tsr_client_cache_evict(tsr_client *c, const char *key, uint32_t *evicted, int timeout_ms,
+                                  tsr_error *err)
+{
+    CALL_ARG_CHECK(c && key && *key, err, "client or key missing");
+    Tessera__V1__CacheEvictRequest body = TESSERA__V1__CACHE_EVICT_REQUEST__INIT;
+    body.key = (char *)key;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_CACHE_EVICT;
+    req.cache_evict = &body;
+    Tessera__V1__Reply *reply;
+    tsr_status st =
+        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_CACHE_EVICT, &reply, timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
+    if (evicted)
+        *evicted = reply->cache_evict->evicted;
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return TSR_OK;
+}

@@ -1,0 +1,330 @@
+/*
+ * conn.c — the client's connection to tesserad and its one round trip.
+ *
+ * A tsr_client holds one nng REQ socket dialed to the daemon. Every call opens
+ * its own REQ context for the round trip, so many threads can wait on replies on
+ * the same socket at once, each matched to its own request by nng. Request ids are
+ * a random 64-bit base plus a counter: unique per call without coordination
+ * between clients, and stable across nng's own resends, which is what lets the
+ * daemon answer a resent request from memory instead of running it twice.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "client_int.h"
+
+#define CONN_DEFAULT_TIMEOUT_MS 30000
+#define CONN_DEFAULT_RESEND_MS 60000
+#define CONN_DEFAULT_MAX_MESSAGE ((size_t)1 << 30)
+
+struct tsr_client {
+    nng_socket sock;
+    nng_dialer dialer;
+    char *url;
+    char *auth;
+    int timeout_ms;
+    nng_duration resend;
+    uint64_t id_base;
+    atomic_uint_fast64_t id_next;
+    /* TESSERA_FORCE, one entry per region kind ("" = none). */
+    char force[TSR_KIND_COUNT][TSR_CLIENT_NAME_MAX];
+};
+
+void tsri_client_strcpy(char *dst, size_t n, const char *src)
+{
+    if (n == 0)
+        return;
+    snprintf(dst, n, "%s", src ? src : "");
+}
+
+void tsr_client_options_init(tsr_client_options *opts)
+{
+    if (opts)
+        memset(opts, 0, sizeof *opts);
+}
+
+/* Maps an nng error to the client's status: a daemon that is not there or went
+ * away is UNAVAILABLE, a deadline is TIMEOUT. */
+static tsr_status conn_status_from_nng(int rv)
+{
+    switch (rv) {
+    case NNG_ETIMEDOUT:
+        return TSR_TIMEOUT;
+    case NNG_ENOMEM:
+        return TSR_NO_MEMORY;
+    case NNG_EMSGSIZE:
+        return TSR_MESSAGE_TOO_LARGE;
+    case NNG_EADDRINVAL:
+    case NNG_ENOTSUP:
+    case NNG_EINVAL:
+        return TSR_INVALID_ARGUMENT;
+    default:
+        return TSR_UNAVAILABLE;
+    }
+}
+
+/* Parses "kind=name,kind=name" into c->force. Spaces around items are allowed. */
+static tsr_status conn_force_parse(tsr_client *c, const char *spec, tsr_error *err)
+{
+    const char *p = spec;
+    while (*p) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        if (!*p)
+            break;
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char item[2 * TSR_CLIENT_NAME_MAX];
+        if (len >= sizeof item)
+            return tsr_error_set(err, TSR_INVALID_ARGUMENT, "TESSERA_FORCE: entry too long");
+        memcpy(item, p, len);
+        item[len] = '\0';
+        while (len > 0 && item[len - 1] == ' ')
+            item[--len] = '\0';
+        char *eq = strchr(item, '=');
+        if (!eq || eq == item || eq[1] == '\0')
+            return tsr_error_set(err, TSR_INVALID_ARGUMENT, "TESSERA_FORCE: '%s' is not kind=name",
+                                 item);
+        *eq = '\0';
+        tsr_region_kind kind;
+        if (!tsr_region_kind_parse(item, &kind))
+            return tsr_error_set(err, TSR_INVALID_ARGUMENT, "TESSERA_FORCE: unknown kind '%s'",
+                                 item);
+        if (strlen(eq + 1) >= TSR_CLIENT_NAME_MAX)
+            return tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                                 "TESSERA_FORCE: candidate name too long");
+        tsri_client_strcpy(c->force[kind], TSR_CLIENT_NAME_MAX, eq + 1);
+        p = end ? end + 1 : p + len;
+    }
+    return TSR_OK;
+}
+
+const char *tsri_client_forced(const tsr_client *c, tsr_region_kind kind)
+{
+    if ((unsigned)kind >= TSR_KIND_COUNT || c->force[kind][0] == '\0')
+        return NULL;
+    return c->force[kind];
+}
+
+const char *tsr_client_url(const tsr_client *c)
+{
+    return c ? c->url : "";
+}
+
+static uint64_t conn_random64(void)
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) {
+        /* No entropy source: fall back to time and address, still unique per
+         * process in practice. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        v = ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)ts.tv_nsec ^ (uint64_t)(uintptr_t)&v;
+    }
+    return v;
+}
+
+tsr_status tsr_client_connect(const tsr_client_options *opts, tsr_client **out, tsr_error *err)
+{
+    tsr_client_options defaults;
+    if (!out)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "out is NULL");
+    *out = NULL;
+    if (!opts) {
+        tsr_client_options_init(&defaults);
+        opts = &defaults;
+    }
+    tsr_client *c = calloc(1, sizeof *c);
+    if (!c)
+        return tsr_error_set(err, TSR_NO_MEMORY, "client: out of memory");
+
+    const char *url = opts->url;
+    if (!url || !*url)
+        url = getenv("TESSERA_URL");
+    if (!url || !*url)
+        url = TSR_CLIENT_DEFAULT_URL;
+    c->url = strdup(url);
+    c->auth = strdup(opts->auth ? opts->auth : "");
+    if (!c->url || !c->auth) {
+        tsr_client_close(c);
+        return tsr_error_set(err, TSR_NO_MEMORY, "client: out of memory");
+    }
+    c->timeout_ms = opts->timeout_ms == 0 ? CONN_DEFAULT_TIMEOUT_MS : opts->timeout_ms;
+    c->resend = opts->resend_ms == 0  ? CONN_DEFAULT_RESEND_MS
+                : opts->resend_ms < 0 ? NNG_DURATION_INFINITE
+                                      : opts->resend_ms;
+    c->id_base = conn_random64();
+    atomic_init(&c->id_next, 1);
+
+    const char *force = opts->force ? opts->force : getenv("TESSERA_FORCE");
+    if (force) {
+        tsr_status st = conn_force_parse(c, force, err);
+        if (st != TSR_OK) {
+            tsr_client_close(c);
+            return st;
+        }
+    }
+
+    int rv = nng_req0_open(&c->sock);
+    if (rv != 0) {
+        free(c->url);
+        free(c->auth);
+        free(c);
+        return tsr_error_set(err, conn_status_from_nng(rv), "client: %s", nng_strerror(rv));
+    }
+    size_t max = opts->max_message_bytes ? opts->max_message_bytes : CONN_DEFAULT_MAX_MESSAGE;
+    nng_socket_set_size(c->sock, NNG_OPT_RECVMAXSZ, max);
+    /* Reconnect quickly after a daemon restart; nng's REQ then resends what was
+     * in flight to the new daemon. */
+    nng_socket_set_ms(c->sock, NNG_OPT_RECONNMINT, 20);
+    nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000);
+    nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, c->resend);
+
+    rv = nng_dial(c->sock, c->url, &c->dialer, opts->lazy ? NNG_FLAG_NONBLOCK : 0);
+    if (rv != 0) {
+        tsr_status st = conn_status_from_nng(rv);
+        tsr_error_set(err, st, "connect %s: %s", c->url, nng_strerror(rv));
+        tsr_client_close(c);
+        return st;
+    }
+    *out = c;
+    return TSR_OK;
+}
+
+void tsr_client_close(tsr_client *c)
+{
+    if (!c)
+        return;
+    if (nng_socket_id(c->sock) > 0)
+        nng_close(c->sock);
+    free(c->url);
+    free(c->auth);
+    free(c);
+}
+
+static int64_t conn_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Waits for one aio operation with what is left of the deadline. */
+static int conn_aio_run(nng_aio *aio, nng_ctx ctx, bool send, int64_t deadline)
+{
+    if (deadline < 0) {
+        nng_aio_set_timeout(aio, NNG_DURATION_INFINITE);
+    } else {
+        int64_t left = deadline - conn_now_ms();
+        if (left <= 0)
+            return NNG_ETIMEDOUT;
+        nng_aio_set_timeout(aio, (nng_duration)left);
+    }
+    if (send)
+        nng_ctx_send(ctx, aio);
+    else
+        nng_ctx_recv(ctx, aio);
+    nng_aio_wait(aio);
+    return nng_aio_result(aio);
+}
+
+/* Turns a failed reply into the call's error: the daemon's code and message. */
+static tsr_status conn_reply_error(const Tessera__V1__Reply *reply, tsr_error *err)
+{
+    tsr_status st = (tsr_status)reply->status;
+    if (reply->message && reply->message[0])
+        return tsr_error_set(err, st, "%s", reply->message);
+    return tsr_error_set(err, st, "%s", tsr_strerror(st));
+}
+
+tsr_status tsri_client_call(tsr_client *c, Tessera__V1__Request *req,
+                            Tessera__V1__Reply__BodyCase want, Tessera__V1__Reply **reply,
+                            int timeout_ms, tsr_error *err)
+{
+    *reply = NULL;
+    uint64_t id = c->id_base + atomic_fetch_add(&c->id_next, 1);
+    if (id == 0)
+        id = c->id_base + atomic_fetch_add(&c->id_next, 1);
+    req->id = id;
+    req->auth = c->auth;
+
+    int timeout = timeout_ms == TSR_CLIENT_TIMEOUT_DEFAULT ? c->timeout_ms : timeout_ms;
+    int64_t deadline = timeout < 0 ? -1 : conn_now_ms() + timeout;
+
+    size_t size = tessera__v1__request__get_packed_size(req);
+    nng_msg *msg = NULL;
+    int rv = nng_msg_alloc(&msg, size);
+    if (rv != 0)
+        return tsr_error_set(err, TSR_NO_MEMORY, "request of %zu bytes: %s", size,
+                             nng_strerror(rv));
+    tessera__v1__request__pack(req, nng_msg_body(msg));
+
+    nng_ctx ctx;
+    rv = nng_ctx_open(&ctx, c->sock);
+    if (rv != 0) {
+        nng_msg_free(msg);
+        return tsr_error_set(err, conn_status_from_nng(rv), "%s: %s", c->url, nng_strerror(rv));
+    }
+    nng_ctx_set_ms(ctx, NNG_OPT_REQ_RESENDTIME, c->resend);
+    nng_aio *aio = NULL;
+    rv = nng_aio_alloc(&aio, NULL, NULL);
+    if (rv != 0) {
+        nng_ctx_close(ctx);
+        nng_msg_free(msg);
+        return tsr_error_set(err, TSR_NO_MEMORY, "%s", nng_strerror(rv));
+    }
+
+    nng_aio_set_msg(aio, msg);
+    rv = conn_aio_run(aio, ctx, true, deadline);
+    if (rv != 0) {
+        /* A failed send leaves the message with the caller. */
+        nng_msg_free(nng_aio_get_msg(aio));
+    } else {
+        rv = conn_aio_run(aio, ctx, false, deadline);
+    }
+    nng_msg *answer = rv == 0 ? nng_aio_get_msg(aio) : NULL;
+    nng_aio_free(aio);
+    nng_ctx_close(ctx);
+    if (rv != 0) {
+        tsr_status st = conn_status_from_nng(rv);
+        if (st == TSR_TIMEOUT)
+            return tsr_error_set(err, st, "no reply from %s within %d ms", c->url, timeout);
+        return tsr_error_set(err, st, "%s: %s", c->url, nng_strerror(rv));
+    }
+
+    Tessera__V1__Reply *r =
+        tessera__v1__reply__unpack(NULL, nng_msg_len(answer), nng_msg_body(answer));
+    nng_msg_free(answer);
+    if (!r)
+        return tsr_error_set(err, TSR_BAD_MESSAGE, "reply from %s does not decode", c->url);
+    if (r->id != id) {
+        tsr_status st =
+            tsr_error_set(err, TSR_BAD_MESSAGE, "reply id %llu does not match request id %llu",
+                          (unsigned long long)r->id, (unsigned long long)id);
+        tessera__v1__reply__free_unpacked(r, NULL);
+        return st;
+    }
+    if (r->status != TESSERA__V1__STATUS__OK) {
+        tsr_status st = conn_reply_error(r, err);
+        tessera__v1__reply__free_unpacked(r, NULL);
+        return st;
+    }
+    if (r->body_case != want) {
+        tsr_status st = tsr_error_set(err, TSR_BAD_MESSAGE, "reply body %d, expected %d",
+                                      (int)r->body_case, (int)want);
+        tessera__v1__reply__free_unpacked(r, NULL);
+        return st;
+    }
+    *reply = r;
+    if (err)
+        tsr_error_clear(err);
+    return TSR_OK;
+}

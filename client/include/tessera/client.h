@@ -1,0 +1,370 @@
+/*
+ * tessera/client.h — libtessera-client, the C API of tesserad.
+ *
+ * This is the one public header of the client library (with tessera/status.h,
+ * which it includes). A tsr_client is a connection to one daemon over nng
+ * (REQ/REP); every call builds one protobuf Request, waits for its Reply and turns
+ * the reply's status into a tsr_status plus the daemon's message.
+ *
+ * Conventions that hold for every call below unless its comment says otherwise:
+ *
+ * - Blocking: each call blocks until the daemon answers, the deadline passes
+ *   (TSR_TIMEOUT) or the client is closed (TSR_UNAVAILABLE). timeout_ms bounds the
+ *   whole call; 0 (TSR_CLIENT_TIMEOUT_DEFAULT) takes the client's default, which is
+ *   30 s unless the options say otherwise; a negative value waits forever.
+ * - Threading: one tsr_client may be used from many threads at once. Each call runs
+ *   on its own nng REQ context, so calls do not wait for each other's replies.
+ *   tsr_client_close must not race with calls on the same client.
+ * - Errors: every call returns a tsr_status and, when err is not NULL, fills *err
+ *   with the same code and a message: the daemon's message for a status it
+ *   answered with, or a local one ("connect ipc:///...: Connection refused").
+ *   TSR_UNAVAILABLE and TSR_TIMEOUT mean the daemon could not be reached or did not
+ *   answer in time; every other non-OK code was either reported by the daemon or
+ *   found locally before sending (TSR_INVALID_ARGUMENT for a NULL argument, the
+ *   region's own code for an invalid region).
+ * - Ownership: pointers passed in are borrowed for the duration of the call. Results
+ *   are written into caller-provided structs with fixed-size strings, except where
+ *   a call returns an array; those are malloc'd and freed with the matching _free.
+ * - Retries: each call carries a fresh 64-bit request id. Lost messages are resent
+ *   by nng's REQ protocol with the same id (resend_ms), and the daemon answers a
+ *   repeated id from memory, so a retried compile or buffer_alloc happens once.
+ *
+ * Environment: TESSERA_URL sets the endpoint when the options give none (default
+ * ipc:///run/tesserad/tesserad.sock). TESSERA_FORCE="kind=name,kind=name" forces a
+ * candidate for every compile, run, verify and candidates request whose region has
+ * one of those kinds, unless the call names a candidate itself.
+ */
+#ifndef TESSERA_CLIENT_H
+#define TESSERA_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessera/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The protocol version this client speaks (HelloRequest.protocol_version). */
+#define TSR_CLIENT_PROTOCOL_VERSION 1
+/* The library's version text, sent as HelloRequest.client_version. */
+#define TSR_CLIENT_VERSION "0.1.0"
+/* Where a client connects when neither the options nor TESSERA_URL say. */
+#define TSR_CLIENT_DEFAULT_URL "ipc:///run/tesserad/tesserad.sock"
+/* timeout_ms value meaning "the client's default". */
+#define TSR_CLIENT_TIMEOUT_DEFAULT 0
+#define TSR_CLIENT_TIMEOUT_INFINITE (-1)
+
+/* Sizes of the fixed strings in result structs, terminator included. Longer text
+ * from the daemon is cut. */
+#define TSR_CLIENT_NAME_MAX 64
+#define TSR_CLIENT_TEXT_MAX 256
+#define TSR_CLIENT_KEY_MAX 80
+#define TSR_CLIENT_MAX_DEVICES 16
+#define TSR_CLIENT_MAX_RANK 8
+#define TSR_CLIENT_MAX_INPUTS 16
+
+/* A connection to one daemon. Opaque. */
+typedef struct tsr_client tsr_client;
+
+/* A region (DESIGN §2). Opaque to users of this header alone: make one with
+ * tsr_client_region_load and free it with tsr_client_region_free. Code that also
+ * includes tessera/region.h may pass any validated tsr_region it built itself. */
+typedef struct tsr_region tsr_region;
+
+/* Handles issued by the daemon. 0 is never a valid handle. */
+typedef uint64_t tsr_kernel;
+typedef uint64_t tsr_buffer;
+
+/* Storage dtypes; the same numbers as tsr_dtype in tessera/dtype.h. */
+typedef enum tsr_client_dtype {
+    TSR_CLIENT_F32 = 0,
+    TSR_CLIENT_F16 = 1,
+    TSR_CLIENT_BF16 = 2,
+} tsr_client_dtype;
+
+/* ---- connection ---- */
+
+typedef struct tsr_client_options {
+    const char *url;          /* NULL: $TESSERA_URL, else TSR_CLIENT_DEFAULT_URL */
+    int timeout_ms;           /* default per-call timeout; 0: 30000; < 0: none */
+    int resend_ms;            /* REQ resend interval; 0: 60000 (nng's default); < 0: never */
+    const char *auth;         /* bearer token sent with every request, NULL: none */
+    const char *force;        /* "kind=name,..."; NULL: $TESSERA_FORCE; "": none */
+    size_t max_message_bytes; /* largest reply accepted; 0: 1 GiB */
+    bool lazy;                /* true: do not fail when the daemon is not up yet; calls
+                               * wait (up to their timeout) for it to appear */
+} tsr_client_options;
+
+/* Fills *opts with the defaults (all zero / NULL). Never fails. */
+void tsr_client_options_init(tsr_client_options *opts);
+
+/* Opens a client and dials the daemon. opts may be NULL for the defaults. The
+ * strings in opts are copied. Blocks only for the dial itself (a local connect).
+ * On success *out is a new client, closed with tsr_client_close. Errors:
+ * TSR_UNAVAILABLE when nothing listens at the URL (unless opts->lazy),
+ * TSR_INVALID_ARGUMENT for a malformed URL or TESSERA_FORCE, TSR_NO_MEMORY.
+ * Thread-safe. */
+tsr_status tsr_client_connect(const tsr_client_options *opts, tsr_client **out, tsr_error *err);
+
+/* Closes the connection and frees the client. Calls still blocked on it fail with
+ * TSR_UNAVAILABLE, but the caller must make sure no new call starts and none is
+ * still using the pointer when this returns; in practice, close only after the
+ * threads using it are done. NULL is ignored. */
+void tsr_client_close(tsr_client *c);
+
+/* The URL this client dials (owned by the client). */
+const char *tsr_client_url(const tsr_client *c);
+
+/* ---- hello ---- */
+
+typedef struct tsr_client_device {
+    int index;
+    char name[TSR_CLIENT_NAME_MAX];
+    char arch[TSR_CLIENT_NAME_MAX]; /* "sm_90a"; "cpu" for the CPU backend */
+    uint64_t memory_bytes;
+    int multiprocessors;
+} tsr_client_device;
+
+typedef struct tsr_client_info {
+    char daemon_version[TSR_CLIENT_NAME_MAX];
+    uint32_t protocol_version;
+    char backend[TSR_CLIENT_NAME_MAX]; /* "cpu", "cuda" */
+    int n_devices;                     /* entries used in devices (at most 16) */
+    tsr_client_device devices[TSR_CLIENT_MAX_DEVICES];
+    char driver_version[TSR_CLIENT_NAME_MAX];
+    char compiler_version[TSR_CLIENT_NAME_MAX];
+    char tenant[TSR_CLIENT_NAME_MAX];
+    uint64_t max_message_bytes;
+} tsr_client_info;
+
+/* Sends a hello and fills *info (may be NULL for a plain liveness check). */
+tsr_status tsr_client_hello(tsr_client *c, tsr_client_info *info, int timeout_ms, tsr_error *err);
+
+/* ---- regions (local; no request is sent) ---- */
+
+/* Parses a region from JSON text (len bytes, no terminator needed) or from a file,
+ * and validates it. *out is malloc'd; free with tsr_client_region_free. Errors are
+ * the region's codes (TSR_BAD_JSON, TSR_BAD_DIMENSION, ...) and TSR_IO_ERROR for an
+ * unreadable file. Reentrant. */
+tsr_status tsr_client_region_load(const char *json, size_t len, tsr_region **out, tsr_error *err);
+tsr_status tsr_client_region_load_file(const char *path, tsr_region **out, tsr_error *err);
+/* Frees a region from tsr_client_region_load*. NULL is ignored. */
+void tsr_client_region_free(tsr_region *r);
+
+/* A tensor a region reads or writes. */
+typedef struct tsr_client_tensor {
+    char name[TSR_CLIENT_NAME_MAX];
+    tsr_client_dtype dtype;
+    int rank;
+    int64_t shape[TSR_CLIENT_MAX_RANK];
+    uint64_t bytes; /* dense size */
+} tsr_client_tensor;
+
+/* The region's inputs in the order calls expect them (inputs must hold
+ * TSR_CLIENT_MAX_INPUTS entries) and its output. Returns the input count.
+ * Reentrant; r must be valid. */
+int tsr_client_region_signature(const tsr_region *r, tsr_client_tensor *inputs,
+                                tsr_client_tensor *output);
+
+/* ---- compile, launch, run ---- */
+
+typedef enum tsr_client_policy {
+    TSR_CLIENT_POLICY_TIER = 0,    /* highest tier that applies and verifies */
+    TSR_CLIENT_POLICY_MEASURE = 1, /* time the applicable candidates on the device */
+} tsr_client_policy;
+
+typedef struct tsr_client_compile_opts {
+    const char *arch;  /* NULL/"": the serving device's; "sm_90a": compile for it */
+    const char *force; /* forced candidate; NULL/"": TESSERA_FORCE's entry, if any */
+    tsr_client_policy policy;
+    bool skip_verify;  /* a forced candidate is not verified */
+    bool no_reference; /* forbid falling back to the tier-0 reference */
+} tsr_client_compile_opts;
+
+typedef enum tsr_client_verdict_state {
+    TSR_CLIENT_VERDICT_NOT_RUN = 0,
+    TSR_CLIENT_VERDICT_PASS = 1,
+    TSR_CLIENT_VERDICT_FAIL = 2,
+} tsr_client_verdict_state;
+
+typedef struct tsr_client_verdict {
+    tsr_client_verdict_state state;
+    uint64_t elements;
+    int probes;
+    double max_abs_error;
+    double rel_error;
+    double bound;
+    uint64_t nan_mismatches;
+    uint64_t inf_mismatches;
+    int64_t first_bad_index;
+    int first_bad_probe;
+    double first_bad_got;
+    double first_bad_want;
+    char reason[TSR_CLIENT_TEXT_MAX];
+    bool cached; /* came from the daemon's verdict cache */
+} tsr_client_verdict;
+
+/* Why a candidate serves a region. */
+typedef struct tsr_client_decision {
+    char candidate[TSR_CLIENT_NAME_MAX];
+    int tier;
+    uint32_t version;
+    char reason[TSR_CLIENT_NAME_MAX]; /* "forced", "tier", "measured", "fallback" */
+    tsr_client_verdict verdict;
+    bool cache_hit;                        /* kernel came from the kernel cache */
+    char cache_level[TSR_CLIENT_NAME_MAX]; /* "memory", "disk", "" on a miss */
+} tsr_client_decision;
+
+typedef struct tsr_client_compiled {
+    tsr_kernel kernel;            /* for tsr_client_launch; 0 when compiled for another arch */
+    char key[TSR_CLIENT_KEY_MAX]; /* kernel cache key, hex */
+    char fingerprint[TSR_CLIENT_KEY_MAX]; /* region fingerprint, hex */
+    tsr_client_decision decision;
+    uint64_t binary_bytes;
+    double compile_ms; /* 0 on a cache hit */
+} tsr_client_compiled;
+
+/* Compiles (or finds in the cache) the kernel the arbiter picks for r. opts may be
+ * NULL for the defaults. Fills *out (required). Errors from the daemon include
+ * TSR_ARBITER (forced candidate unknown or inapplicable), TSR_VERIFY_FAILED,
+ * TSR_COMPILE_FAILED and the region's codes. */
+tsr_status tsr_client_compile(tsr_client *c, const tsr_region *r,
+                              const tsr_client_compile_opts *opts, tsr_client_compiled *out,
+                              int timeout_ms, tsr_error *err);
+
+/* Launches a compiled kernel on buffers: inputs in signature order (n_inputs of
+ * them) and one output buffer. Blocks until the kernel finished. *device_ms (may be
+ * NULL) receives the device time. TSR_NOT_FOUND for an unknown kernel or buffer,
+ * TSR_BUFFER_MISMATCH for a buffer of the wrong size or dtype. */
+tsr_status tsr_client_launch(tsr_client *c, tsr_kernel kernel, const tsr_buffer *inputs,
+                             int n_inputs, tsr_buffer output, double *device_ms, int timeout_ms,
+                             tsr_error *err);
+
+/* Compile + launch on host data: inputs[i] points to the dense bytes of signature
+ * input i in the region's dtype; the result is written to output, dense in the
+ * region's out_dtype (tsr_client_region_signature gives its size). decision may
+ * be NULL. The data travels inline in the messages. */
+tsr_status tsr_client_run(tsr_client *c, const tsr_region *r, const tsr_client_compile_opts *opts,
+                          const void *const *inputs, void *output, tsr_client_decision *decision,
+                          int timeout_ms, tsr_error *err);
+
+/* ---- verify, candidates ---- */
+
+typedef struct tsr_client_verify_opts {
+    const char *candidate;           /* NULL/"": TESSERA_FORCE's entry, else the arbiter's pick */
+    uint64_t seed;                   /* 0: the daemon's default */
+    int random_probes;               /* 0: the daemon's default */
+    tsr_client_compile_opts compile; /* arch, policy, no_reference for the pick */
+} tsr_client_verify_opts;
+
+typedef struct tsr_client_verified {
+    char candidate[TSR_CLIENT_NAME_MAX];
+    int tier;
+    tsr_client_verdict verdict;
+} tsr_client_verified;
+
+/* Runs the oracle on a candidate for r. A failing verdict is a successful call
+ * (TSR_OK, verdict.state FAIL). opts may be NULL. */
+tsr_status tsr_client_verify(tsr_client *c, const tsr_region *r, const tsr_client_verify_opts *opts,
+                             tsr_client_verified *out, int timeout_ms, tsr_error *err);
+
+typedef struct tsr_client_candidate {
+    char name[TSR_CLIENT_NAME_MAX];
+    int tier;
+    uint32_t version;
+    bool applies;
+    char why[TSR_CLIENT_TEXT_MAX];
+    tsr_client_verdict verdict;
+    bool selected;
+} tsr_client_candidate;
+
+/* Lists every candidate registered for r's kind and what the arbiter thinks of
+ * it. *rows is malloc'd (free with tsr_client_candidates_free), *count its
+ * length. opts may be NULL. */
+tsr_status tsr_client_candidates(tsr_client *c, const tsr_region *r,
+                                 const tsr_client_compile_opts *opts, tsr_client_candidate **rows,
+                                 size_t *count, int timeout_ms, tsr_error *err);
+void tsr_client_candidates_free(tsr_client_candidate *rows);
+
+/* ---- buffers ---- */
+
+/* Allocates a device (or, on the CPU backend, host) buffer owned by this
+ * connection's tenant. *bytes (may be NULL) receives its size.
+ * TSR_RESOURCE_EXHAUSTED past a quota, TSR_BAD_DIMENSION for a bad shape. */
+tsr_status tsr_client_buffer_alloc(tsr_client *c, tsr_client_dtype dtype, int rank,
+                                   const int64_t *shape, tsr_buffer *out, uint64_t *bytes,
+                                   int timeout_ms, tsr_error *err);
+
+/* Copies len bytes from data into the buffer at byte offset. TSR_NOT_FOUND for an
+ * unknown buffer, TSR_BUFFER_MISMATCH when the range is past its end. */
+tsr_status tsr_client_buffer_write(tsr_client *c, tsr_buffer buf, uint64_t offset, const void *data,
+                                   size_t len, int timeout_ms, tsr_error *err);
+
+/* Reads up to len bytes at offset into data (len 0 is not allowed: pass the
+ * size). *got (may be NULL) receives the count read. TSR_BUFFER_MISMATCH when the
+ * daemon returns more than len bytes. */
+tsr_status tsr_client_buffer_read(tsr_client *c, tsr_buffer buf, uint64_t offset, void *data,
+                                  size_t len, size_t *got, int timeout_ms, tsr_error *err);
+
+/* Frees a buffer. TSR_NOT_FOUND when it does not exist (or was freed already). */
+tsr_status tsr_client_buffer_free(tsr_client *c, tsr_buffer buf, int timeout_ms, tsr_error *err);
+
+/* ---- stats and cache ---- */
+
+typedef struct tsr_client_counter {
+    char name[TSR_CLIENT_NAME_MAX];
+    double value;
+} tsr_client_counter;
+
+typedef struct tsr_client_candidate_stats {
+    char kind[TSR_CLIENT_NAME_MAX];
+    char name[TSR_CLIENT_NAME_MAX];
+    uint64_t won, forced, declined, failed_verification;
+} tsr_client_candidate_stats;
+
+typedef struct tsr_client_stats {
+    size_t n_counters;
+    tsr_client_counter *counters;
+    size_t n_candidates;
+    tsr_client_candidate_stats *candidates;
+    char *prometheus_text; /* NUL-terminated; "" unless asked for */
+} tsr_client_stats;
+
+/* Fetches the daemon's counters. *out is malloc'd with everything it points to;
+ * free with tsr_client_stats_free. */
+tsr_status tsr_client_stats_get(tsr_client *c, bool prometheus, tsr_client_stats **out,
+                                int timeout_ms, tsr_error *err);
+void tsr_client_stats_free(tsr_client_stats *s);
+
+/* The value of the counter called name, or def when the daemon sent none. */
+double tsr_client_stats_counter(const tsr_client_stats *s, const char *name, double def);
+
+typedef struct tsr_client_cache_entry {
+    char key[TSR_CLIENT_KEY_MAX];
+    char candidate[TSR_CLIENT_NAME_MAX];
+    char kind[TSR_CLIENT_NAME_MAX];
+    char arch[TSR_CLIENT_NAME_MAX];
+    uint64_t bytes;
+    bool in_memory;
+    bool on_disk;
+    int64_t last_used_unix_ms;
+    uint64_t hits;
+} tsr_client_cache_entry;
+
+/* Lists the kernel cache. *rows is malloc'd (free with tsr_client_cache_free). */
+tsr_status tsr_client_cache_list(tsr_client *c, tsr_client_cache_entry **rows, size_t *count,
+                                 int timeout_ms, tsr_error *err);
+void tsr_client_cache_free(tsr_client_cache_entry *rows);
+
+/* Evicts one entry by hex key, or every entry with key "all". *evicted (may be
+ * NULL) receives the count. TSR_NOT_FOUND for an unknown key. */
+tsr_status tsr_client_cache_evict(tsr_client *c, const char *key, uint32_t *evicted, int timeout_ms,
+                                  tsr_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

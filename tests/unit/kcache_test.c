@@ -1,0 +1,863 @@
+/*
+ * kcache_test.c — the compiled-kernel cache through its public API.
+ *
+ * Every test that touches the disk works in its own directory made by mkdtemp
+ * under /tmp and removes it afterwards. The on-disk layout (DIR/ab/<64 hex>, a
+ * 184-byte header, then the payload) is documented in docs/cache.md; tests that
+ * damage entries rely on it. Concurrency tests never sleep for a fixed time to
+ * line threads up: the build waits until the cache reports the expected number
+ * of waiting callers, so the outcome does not depend on scheduling.
+ */
+#include "tessera/kcache.h"
+
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define HEADER_BYTES 184
+
+/* ---- fixtures ---- */
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void tree_remove(const char *dir)
+{
+    nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static char *dir_make(void)
+{
+    char *d = strdup("/tmp/kcache-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(d));
+    return d;
+}
+
+static tsr_fingerprint key_of(int n)
+{
+    tsr_fingerprint k;
+    for (int i = 0; i < TSR_FINGERPRINT_BYTES; i++)
+        k.bytes[i] = (uint8_t)(n * 37 + i * 11 + 1);
+    return k;
+}
+
+static void entry_path(const char *dir, const tsr_fingerprint *k, char *path, size_t cap)
+{
+    char hex[TSR_FINGERPRINT_HEX];
+    for (int i = 0; i < TSR_FINGERPRINT_BYTES; i++)
+        snprintf(hex + 2 * i, 3, "%02x", k->bytes[i]);
+    snprintf(path, cap, "%s/%.2s/%s", dir, hex, hex);
+}
+
+static bool file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static tsr_kcache *cache_open(const char *dir, uint64_t memory_bytes, uint64_t disk_bytes)
+{
+    tsr_kcache_options o = {.dir = dir, .memory_bytes = memory_bytes, .disk_bytes = disk_bytes};
+    tsr_kcache *c = NULL;
+    tsr_error err;
+    tsr_status st = tsr_kcache_open(&o, &c, &err);
+    cr_assert_eq(st, TSR_OK, "open: %s", err.message);
+    return c;
+}
+
+/* What a build makes and how it behaves. */
+struct builder {
+    atomic_int calls;
+    size_t len;
+    uint8_t fill;
+    tsr_status fail; /* TSR_OK: succeed */
+    tsr_kcache *cache;
+    uint64_t wait_shared; /* hold the build until this many callers wait on it */
+};
+
+static void payload_fill(uint8_t *p, size_t len, uint8_t fill)
+{
+    for (size_t i = 0; i < len; i++)
+        p[i] = (uint8_t)(fill + i * 3);
+}
+
+static bool payload_is(const tsr_kcache_blob *b, size_t len, uint8_t fill)
+{
+    if (b == NULL || b->len != len)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (b->data[i] != (uint8_t)(fill + i * 3))
+            return false;
+    return true;
+}
+
+static tsr_status build_fn(void *ctx, uint8_t **data, size_t *len, tsr_error *err)
+{
+    struct builder *b = ctx;
+    atomic_fetch_add(&b->calls, 1);
+    if (b->wait_shared > 0) {
+        /* The deadline only keeps a broken cache from hanging the suite; the
+         * assertions on levels then fail. */
+        for (int i = 0; i < 10000; i++) {
+            tsr_kcache_stats s;
+            tsr_kcache_get_stats(b->cache, &s);
+            if (s.shared_waits >= b->wait_shared)
+                break;
+            usleep(1000);
+        }
+    }
+    if (b->fail != TSR_OK)
+        return tsr_error_set(err, b->fail, "nvrtc: expected ';' at line %d", 7);
+    *data = malloc(b->len);
+    payload_fill(*data, b->len, b->fill);
+    *len = b->len;
+    return TSR_OK;
+}
+
+static const tsr_kcache_meta meta_tier1 = {"tier1", "matmul", "sm_90a"};
+
+/* Gets key through the cache and checks the bytes; returns the level. */
+static tsr_kcache_level get_checked(tsr_kcache *c, int n, struct builder *b)
+{
+    tsr_fingerprint k = key_of(n);
+    const tsr_kcache_blob *blob = NULL;
+    tsr_kcache_level level = -1;
+    tsr_error err;
+    tsr_status st = tsr_kcache_get_or_build(c, &k, &meta_tier1, build_fn, b, &blob, &level, &err);
+    cr_assert_eq(st, TSR_OK, "get_or_build: %s", err.message);
+    cr_assert(payload_is(blob, b->len, b->fill));
+    tsr_kcache_blob_release(blob);
+    return level;
+}
+
+/* ---- tests ---- */
+
+Test(kcache, names_its_levels)
+{
+    cr_expect_str_eq(tsr_kcache_level_name(TSR_KCACHE_MISS), "miss");
+    cr_expect_str_eq(tsr_kcache_level_name(TSR_KCACHE_MEMORY), "memory");
+    cr_expect_str_eq(tsr_kcache_level_name(TSR_KCACHE_DISK), "disk");
+    cr_expect_str_eq(tsr_kcache_level_name(TSR_KCACHE_SHARED), "shared");
+}
+
+Test(kcache, builds_on_a_miss_then_serves_from_memory)
+{
+    tsr_kcache *c = cache_open(NULL, 0, 0);
+    struct builder b = {.len = 100, .fill = 5};
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MEMORY);
+    cr_expect_eq(atomic_load(&b.calls), 1);
+
+    tsr_fingerprint k = key_of(1);
+    const tsr_kcache_blob *blob;
+    tsr_kcache_level level;
+    cr_assert_eq(tsr_kcache_lookup(c, &k, &blob, &level, NULL), TSR_OK);
+    cr_expect_eq(level, TSR_KCACHE_MEMORY);
+    cr_expect_str_eq(blob->meta.candidate, "tier1");
+    cr_expect_str_eq(blob->meta.kind, "matmul");
+    cr_expect_str_eq(blob->meta.arch, "sm_90a");
+    tsr_kcache_blob_release(blob);
+
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(c, &s);
+    cr_expect_eq(s.misses, 1);
+    cr_expect_eq(s.builds, 1);
+    cr_expect_eq(s.memory_hits, 2);
+    cr_expect_eq(s.memory_entries, 1);
+    cr_expect_eq(s.memory_bytes, 100);
+    cr_expect_eq(s.disk_entries, 0);
+    tsr_kcache_close(c);
+}
+
+Test(kcache, lookup_of_an_absent_key_is_not_found)
+{
+    tsr_kcache *c = cache_open(NULL, 0, 0);
+    tsr_fingerprint k = key_of(9);
+    const tsr_kcache_blob *blob = (const void *)1;
+    tsr_error err;
+    cr_expect_eq(tsr_kcache_lookup(c, &k, &blob, NULL, &err), TSR_NOT_FOUND);
+    cr_expect_eq(err.code, TSR_NOT_FOUND);
+    cr_expect_null(blob);
+    tsr_kcache_close(c);
+}
+
+Test(kcache, open_fails_when_the_directory_is_a_file)
+{
+    char *d = dir_make();
+    char path[512];
+    snprintf(path, sizeof path, "%s/plain", d);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    tsr_kcache_options o = {.dir = path};
+    tsr_kcache *c = (void *)1;
+    tsr_error err;
+    cr_expect_eq(tsr_kcache_open(&o, &c, &err), TSR_IO_ERROR);
+    cr_expect_eq(err.code, TSR_IO_ERROR);
+    cr_expect_null(c);
+    tree_remove(d);
+    free(d);
+}
+
+Test(kcache, creates_missing_directories)
+{
+    char *d = dir_make();
+    char path[512];
+    snprintf(path, sizeof path, "%s/a/b/c", d);
+    tsr_kcache *c = cache_open(path, 0, 0);
+    struct builder b = {.len = 10, .fill = 1};
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
+    tsr_fingerprint k = key_of(1);
+    char file[600];
+    entry_path(path, &k, file, sizeof file);
+    cr_expect(file_exists(file));
+    tsr_kcache_close(c);
+    tree_remove(d);
+    free(d);
+}
+
+Test(kcache, reopened_directory_serves_from_disk_without_building)
+{
+    char *d = dir_make();
+    tsr_kcache *c = cache_open(d, 0, 0);
+    struct builder b = {.len = 300, .fill = 9};
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
+    tsr_kcache_close(c);
+
+    c = cache_open(d, 0, 0);
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(c, &s);
+    cr_expect_eq(s.disk_entries, 1);
+    cr_expect_eq(s.disk_bytes, HEADER_BYTES + 300);
+
+    struct builder never = {.len = 300, .fill = 9, .fail = TSR_INTERNAL};
+    tsr_fingerprint k = key_of(1);
+    const tsr_kcache_blob *blob;
+    tsr_kcache_level level;
+    tsr_kcache_meta other = {"other", "fused", "sm_80"};
+    cr_assert_eq(tsr_kcache_get_or_build(c, &k, &other, build_fn, &never, &blob, &level, NULL),
+                 TSR_OK);
+    cr_expect_eq(level, TSR_KCACHE_DISK);
+    cr_expect_eq(atomic_load(&never.calls), 0);
+    cr_expect(payload_is(blob, 300, 9));
+    /* The meta comes from the file, written with the first build. */
+    cr_expect_str_eq(blob->meta.candidate, "tier1");
+    cr_expect_str_eq(blob->meta.arch, "sm_90a");
+    tsr_kcache_blob_release(blob);
+    cr_expect_eq(get_checked(c, 1, &never), TSR_KCACHE_MEMORY);
+
+    tsr_kcache_get_stats(c, &s);
+    cr_expect_eq(s.disk_hits, 1);
+    cr_expect_eq(s.memory_hits, 1);
+    cr_expect_eq(s.builds, 0);
+    cr_expect_eq(s.corrupt_discarded, 0);
+    tsr_kcache_close(c);
+    tree_remove(d);
+    free(d);
+}
+
+/* Damages key 1's file between two runs and checks that the second run discards
+ * it, rebuilds, and leaves a good file behind. */
+enum damage { FLIP_PAYLOAD, FLIP_META, TRUNCATE_PAYLOAD, TRUNCATE_HEADER, BAD_MAGIC, BAD_VERSION };
+
+static void damage_file(const char *path, enum damage how)
+{
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f);
+    long off = 0;
+    switch (how) {
+    case FLIP_PAYLOAD:
+        off = HEADER_BYTES + 17;
+        break;
+    case FLIP_META:
+        off = 50; /* inside the candidate name */
+        break;
+    case BAD_MAGIC:
+        off = 0;
+        break;
+    case BAD_VERSION:
+        off = 4;
+        break;
+    case TRUNCATE_PAYLOAD:
+    case TRUNCATE_HEADER:
+        break;
+    }
+    if (how == TRUNCATE_PAYLOAD || how == TRUNCATE_HEADER) {
+        fclose(f);
+        cr_assert_eq(truncate(path, how == TRUNCATE_PAYLOAD ? HEADER_BYTES + 100 : 90), 0);
+        return;
+    }
+    cr_assert_eq(fseek(f, off, SEEK_SET), 0);
+    int ch = fgetc(f);
+    cr_assert_eq(fseek(f, off, SEEK_SET), 0);
+    fputc(ch ^ 0x20, f);
+    fclose(f);
+}
+
+static void check_discarded_and_rebuilt(enum damage how)
+{
+    char *d = dir_make();
+    struct builder b = {.len = 256, .fill = 3};
+    tsr_kcache *c = cache_open(d, 0, 0);
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
+    tsr_kcache_close(c);
+
+    tsr_fingerprint k = key_of(1);
+    char path[512];
+    entry_path(d, &k, path, sizeof path);
+    damage_file(path, how);
+
+    c = cache_open(d, 0, 0);
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
+    cr_expect_eq(atomic_load(&b.calls), 2);
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(c, &s);
+    cr_expect_eq(s.corrupt_discarded, 1);
+    cr_expect_eq(s.disk_hits, 0);
+    cr_expect_eq(s.disk_entries, 1);
+    cr_expect_eq(s.disk_bytes, HEADER_BYTES + 256);
+    tsr_kcache_close(c);
+
+    /* The rebuilt file is whole again. */
+    c = cache_open(d, 0, 0);
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_DISK);
+    cr_expect_eq(atomic_load(&b.calls), 2);
+    tsr_kcache_close(c);
+    tree_remove(d);
+    free(d);
+}
+
+Test(kcache, discards_an_entry_with_a_flipped_payload_byte)
+{
+    check_discarded_and_rebuilt(FLIP_PAYLOAD);
+}
+
+Test(kcache, discards_an_entry_with_a_flipped_meta_byte)
+{
+    check_discarded_and_rebuilt(FLIP_META);
+}
+
+Test(kcache, discards_a_truncated_payload)
+{
+    check_discarded_and_rebuilt(TRUNCATE_PAYLOAD);
+}
+
+Test(kcache, discards_a_truncated_header)
+{
+    check_discarded_and_rebuilt(TRUNCATE_HEADER);
+}
+
+Test(kcache, discards_a_wrong_magic)
+{
+    check_discarded_and_rebuilt(BAD_MAGIC);
+}
+
+Test(kcache, discards_an_unknown_format_version)
+{
+    check_discarded_and_rebuilt(BAD_VERSION);
+}
+
+Test(kcache, discards_a_file_renamed_to_another_keys_name)
+{
+    char *d = dir_make();
+    struct builder b1 = {.len = 64, .fill = 1};
+    tsr_kcache *c = cache_open(d, 0, 0);
+    cr_expect_eq(get_checked(c, 1, &b1), TSR_KCACHE_MISS);
+    tsr_kcache_close(c);
+
+    tsr_fingerprint k1 = key_of(1), k2 = key_of(2);
+    char p1[512], p2[512], sub2[512];
+    entry_path(d, &k1, p1, sizeof p1);
+    entry_path(d, &k2, p2, sizeof p2);
+    snprintf(sub2, sizeof sub2, "%.*s", (int)(strrchr(p2, '/') - p2), p2);
+    mkdir(sub2, 0755);
+    cr_assert_eq(rename(p1, p2), 0);
+
+    c = cache_open(d, 0, 0);
+    struct builder b2 = {.len = 80, .fill = 2};
+    cr_expect_eq(get_checked(c, 2, &b2), TSR_KCACHE_MISS);
+    cr_expect_eq(atomic_load(&b2.calls), 1);
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(c, &s);
+    cr_expect_eq(s.corrupt_discarded, 1);
+    const tsr_kcache_blob *blob;
+    cr_expect_eq(tsr_kcache_lookup(c, &k1, &blob, NULL, NULL), TSR_NOT_FOUND);
+    tsr_kcache_close(c);
+
+    c = cache_open(d, 0, 0);
+    cr_expect_eq(get_checked(c, 2, &b2), TSR_KCACHE_DISK);
+    tsr_kcache_close(c);
+    tree_remove(d);
+    free(d);
+}
+
+Test(kcache, memory_eviction_keeps_the_most_recently_used)
+{
+    tsr_kcache *c = cache_open(NULL, 3000, 0);
+    struct builder b = {.len = 1000, .fill = 4};
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
+    cr_expect_eq(get_checked(c, 2, &b), TSR_KCACHE_MISS);
+    cr_expect_eq(get_checked(c, 3, &b), TSR_KCACHE_MISS);
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MEMORY);
+    cr_expect_eq(get_checked(c, 4, &b), TSR_KCACHE_MISS); /* 4000 bytes: evicts 2 */
+
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(c, &s);
+    cr_expect_eq(s.memory_evictions, 1);
+    cr_expect_eq(s.memory_entries, 3);
+    cr_expect_eq(s.memory_bytes, 3000);
+
+    const int present[] = {1, 3, 4};
+    for (size_t i = 0; i < 3; i++) {
+        tsr_fingerprint k = key_of(present[i]);
+        const tsr_kcache_blob *blob;
+        cr_expect_eq(tsr_kcache_lookup(c, &k, &blob, NULL, NULL), TSR_OK, "key %d", present[i]);
+        tsr_kcache_blob_release(blob);
+    }
+    tsr_fingerprint k2 = key_of(2);
+    const tsr_kcache_blob *blob;
+    cr_expect_eq(tsr_kcache_lookup(c, &k2, &blob, NULL, NULL), TSR_NOT_FOUND);
+    cr_expect_eq(get_checked(c, 2, &b), TSR_KCACHE_MISS);
+    cr_expect_eq(atomic_load(&b.calls), 5);
+    tsr_kcache_close(c);
+}
+
+Test(kcache, disk_eviction_removes_the_least_recently_used_file)
+{
+    char *d = dir_make();
+    /* A one-byte memory bound keeps nothing in memory, so every hit reads the
+     * disk and refreshes the file's last use. Files are 1184 bytes: three fit in
+     * 4000, a fourth trims back to 90% of the bound (one file goes). */
+    tsr_kcache *c = cache_open(d, 1, 4000);
+    struct builder b = {.len = 1000, .fill = 6};
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
+    cr_expect_eq(get_checked(c, 2, &b), TSR_KCACHE_MISS);
+    cr_expect_eq(get_checked(c, 3, &b), TSR_KCACHE_MISS);
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_DISK);
+    cr_expect_eq(get_checked(c, 4, &b), TSR_KCACHE_MISS);
+
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(c, &s);
+    cr_expect_eq(s.disk_evictions, 1);
+    cr_expect_eq(s.disk_entries, 3);
+    cr_expect_eq(s.disk_bytes, 3 * (HEADER_BYTES + 1000));
+    cr_expect_eq(s.memory_entries, 0);
+
+    for (int n = 1; n <= 4; n++) {
+        tsr_fingerprint k = key_of(n);
+        char path[512];
+        entry_path(d, &k, path, sizeof path);
+        cr_expect_eq(file_exists(path), n != 2, "key %d", n);
+    }
+    tsr_kcache_close(c);
+    tree_remove(d);
+    free(d);
+}
+
+Test(kcache, open_trims_a_directory_over_a_smaller_bound)
+{
+    char *d = dir_make();
+    tsr_kcache *c = cache_open(d, 0, 0);
+    struct builder b = {.len = 1000, .fill = 6};
+    for (int n = 1; n <= 4; n++)
+        cr_expect_eq(get_checked(c, n, &b), TSR_KCACHE_MISS);
+    tsr_kcache_close(c);
+
+    c = cache_open(d, 0, 2500); /* trims to 2250: keeps the newest one */
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(c, &s);
+    cr_expect_eq(s.disk_evictions, 3);
+    cr_expect_eq(s.disk_entries, 1);
+    cr_expect_eq(s.disk_bytes, HEADER_BYTES + 1000);
+    cr_expect_eq(get_checked(c, 4, &b), TSR_KCACHE_DISK);
+    tsr_kcache_close(c);
+    tree_remove(d);
+    free(d);
+}
+
+struct racer {
+    tsr_kcache *cache;
+    struct builder *builder;
+    tsr_status status;
+    tsr_error err;
+    tsr_kcache_level level;
+    const tsr_kcache_blob *blob;
+};
+
+static void *race_one(void *arg)
+{
+    struct racer *r = arg;
+    tsr_fingerprint k = key_of(1);
+    r->status = tsr_kcache_get_or_build(r->cache, &k, &meta_tier1, build_fn, r->builder, &r->blob,
+                                        &r->level, &r->err);
+    return NULL;
+}
+
+static void race(tsr_kcache *c, struct builder *b, struct racer *r, int n)
+{
+    pthread_t t[16];
+    for (int i = 0; i < n; i++) {
+        r[i] = (struct racer){.cache = c, .builder = b, .level = -1};
+        cr_assert_eq(pthread_create(&t[i], NULL, race_one, &r[i]), 0);
+    }
+    for (int i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
+}
+
+Test(kcache, concurrent_requests_share_one_build)
+{
+    char *d = dir_make();
+    tsr_kcache *c = cache_open(d, 0, 0);
+    struct builder b = {.len = 4096, .fill = 8, .cache = c, .wait_shared = 7};
+    struct racer r[8];
+    race(c, &b, r, 8);
+
+    cr_expect_eq(atomic_load(&b.calls), 1);
+    int misses = 0, shared = 0;
+    for (int i = 0; i < 8; i++) {
+        cr_assert_eq(r[i].status, TSR_OK);
+        cr_expect(payload_is(r[i].blob, 4096, 8));
+        cr_expect_eq(r[i].blob, r[0].blob);
+        misses += r[i].level == TSR_KCACHE_MISS;
+        shared += r[i].level == TSR_KCACHE_SHARED;
+        tsr_kcache_blob_release(r[i].blob);
+    }
+    cr_expect_eq(misses, 1);
+    cr_expect_eq(shared, 7);
+
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(c, &s);
+    cr_expect_eq(s.builds, 1);
+    cr_expect_eq(s.shared_waits, 7);
+    cr_expect_eq(s.disk_entries, 1);
+
+    tsr_kcache_entry_info *infos;
+    size_t count;
+    cr_assert_eq(tsr_kcache_list(c, &infos, &count, NULL), TSR_OK);
+    cr_assert_eq(count, 1);
+    cr_expect_eq(infos[0].hits, 7);
+    free(infos);
+    tsr_kcache_close(c);
+    tree_remove(d);
+    free(d);
+}
+
+Test(kcache, a_failed_build_reaches_every_waiter_and_is_not_cached)
+{
+    tsr_kcache *c = cache_open(NULL, 0, 0);
+    struct builder b = {
+        .len = 16, .fill = 2, .cache = c, .wait_shared = 3, .fail = TSR_COMPILE_FAILED};
+    struct racer r[4];
+    race(c, &b, r, 4);
+
+    cr_expect_eq(atomic_load(&b.calls), 1);
+    for (int i = 0; i < 4; i++) {
+        cr_expect_eq(r[i].status, TSR_COMPILE_FAILED);
+        cr_expect_eq(r[i].err.code, TSR_COMPILE_FAILED);
+        cr_expect_str_eq(r[i].err.message, "nvrtc: expected ';' at line 7");
+        cr_expect_null(r[i].blob);
+    }
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(c, &s);
+    cr_expect_eq(s.builds, 1);
+    cr_expect_eq(s.build_failures, 1);
+    cr_expect_eq(s.memory_entries, 0);
+
+    /* The next request builds again. */
+    b.fail = TSR_OK;
+    b.wait_shared = 0;
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
+    cr_expect_eq(atomic_load(&b.calls), 2);
+    tsr_kcache_close(c);
+}
+
+/* A build that returns a code without filling err. */
+static tsr_status build_quietly_failing(void *ctx, uint8_t **data, size_t *len, tsr_error *err)
+{
+    (void)ctx;
+    (void)data;
+    (void)len;
+    (void)err;
+    return TSR_UNSUPPORTED;
+}
+
+Test(kcache, a_failing_build_without_a_message_still_explains)
+{
+    tsr_kcache *c = cache_open(NULL, 0, 0);
+    tsr_fingerprint k = key_of(1);
+    const tsr_kcache_blob *blob;
+    tsr_error err;
+    cr_expect_eq(
+        tsr_kcache_get_or_build(c, &k, NULL, build_quietly_failing, NULL, &blob, NULL, &err),
+        TSR_UNSUPPORTED);
+    cr_expect_eq(err.code, TSR_UNSUPPORTED);
+    cr_expect_str_eq(err.message, "kernel build for "
+                                  "26313c47525d68737e89949faab5c0cbd6e1ecf7020d18232e39444f5a65707b"
+                                  " failed: not supported here");
+    tsr_kcache_close(c);
+}
+
+Test(kcache, open_removes_stale_temporary_files)
+{
+    char *d = dir_make();
+    char sub[512], old_tmp[600], new_tmp[600];
+    snprintf(sub, sizeof sub, "%s/ab", d);
+    cr_assert_eq(mkdir(sub, 0755), 0);
+    snprintf(old_tmp, sizeof old_tmp, "%s/.tmp-123-00000000deadbeef", sub);
+    snprintf(new_tmp, sizeof new_tmp, "%s/.tmp-124-00000000feedface", sub);
+    fclose(fopen(old_tmp, "w"));
+    fclose(fopen(new_tmp, "w"));
+    struct timespec two_minutes_ago[2];
+    clock_gettime(CLOCK_REALTIME, &two_minutes_ago[0]);
+    two_minutes_ago[0].tv_sec -= 120;
+    two_minutes_ago[1] = two_minutes_ago[0];
+    cr_assert_eq(utimensat(AT_FDCWD, old_tmp, two_minutes_ago, 0), 0);
+
+    tsr_kcache *c = cache_open(d, 0, 0);
+    cr_expect_not(file_exists(old_tmp));
+    cr_expect(file_exists(new_tmp)); /* may belong to a live writer */
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(c, &s);
+    cr_expect_eq(s.disk_entries, 0);
+    cr_expect_eq(s.disk_bytes, 0);
+    tsr_kcache_close(c);
+    tree_remove(d);
+    free(d);
+}
+
+Test(kcache, evicts_one_key_or_all)
+{
+    char *d = dir_make();
+    tsr_kcache *c = cache_open(d, 0, 0);
+    struct builder b = {.len = 50, .fill = 1};
+    for (int n = 1; n <= 3; n++)
+        cr_expect_eq(get_checked(c, n, &b), TSR_KCACHE_MISS);
+
+    tsr_fingerprint k1 = key_of(1);
+    char p1[512];
+    entry_path(d, &k1, p1, sizeof p1);
+    uint32_t evicted = 99;
+    cr_expect_eq(tsr_kcache_evict(c, &k1, &evicted, NULL), TSR_OK);
+    cr_expect_eq(evicted, 1);
+    cr_expect_not(file_exists(p1));
+    const tsr_kcache_blob *blob;
+    cr_expect_eq(tsr_kcache_lookup(c, &k1, &blob, NULL, NULL), TSR_NOT_FOUND);
+    tsr_error err;
+    cr_expect_eq(tsr_kcache_evict(c, &k1, &evicted, &err), TSR_NOT_FOUND);
+    cr_expect_eq(err.code, TSR_NOT_FOUND);
+    cr_expect_eq(evicted, 0);
+
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(c, &s);
+    cr_expect_eq(s.memory_entries, 2);
+    cr_expect_eq(s.disk_entries, 2);
+    cr_expect_eq(s.disk_bytes, 2 * (HEADER_BYTES + 50));
+
+    /* A key only on disk (written by another cache) counts once too. */
+    tsr_kcache *other = cache_open(d, 0, 0);
+    cr_expect_eq(get_checked(other, 4, &b), TSR_KCACHE_MISS);
+    tsr_kcache_close(other);
+
+    cr_expect_eq(tsr_kcache_evict(c, NULL, &evicted, NULL), TSR_OK);
+    cr_expect_eq(evicted, 3);
+    tsr_kcache_get_stats(c, &s);
+    cr_expect_eq(s.memory_entries, 0);
+    cr_expect_eq(s.memory_bytes, 0);
+    cr_expect_eq(s.disk_entries, 0);
+    cr_expect_eq(s.disk_bytes, 0);
+    for (int n = 1; n <= 4; n++) {
+        tsr_fingerprint k = key_of(n);
+        char path[512];
+        entry_path(d, &k, path, sizeof path);
+        cr_expect_not(file_exists(path), "key %d", n);
+    }
+    cr_expect_eq(get_checked(c, 2, &b), TSR_KCACHE_MISS);
+    tsr_kcache_close(c);
+    tree_remove(d);
+    free(d);
+}
+
+Test(kcache, evict_all_of_a_memory_cache_counts_its_entries)
+{
+    tsr_kcache *c = cache_open(NULL, 0, 0);
+    struct builder b = {.len = 8, .fill = 1};
+    for (int n = 1; n <= 3; n++)
+        get_checked(c, n, &b);
+    uint32_t evicted = 0;
+    cr_expect_eq(tsr_kcache_evict(c, NULL, &evicted, NULL), TSR_OK);
+    cr_expect_eq(evicted, 3);
+    cr_expect_eq(tsr_kcache_evict(c, NULL, &evicted, NULL), TSR_OK);
+    cr_expect_eq(evicted, 0);
+    tsr_kcache_close(c);
+}
+
+static const tsr_kcache_entry_info *info_of(const tsr_kcache_entry_info *infos, size_t count, int n)
+{
+    tsr_fingerprint k = key_of(n);
+    for (size_t i = 0; i < count; i++)
+        if (memcmp(infos[i].key.bytes, k.bytes, sizeof k.bytes) == 0)
+            return &infos[i];
+    return NULL;
+}
+
+Test(kcache, lists_entries_of_both_levels)
+{
+    char *d = dir_make();
+    tsr_kcache *c = cache_open(d, 0, 0);
+    struct builder b100 = {.len = 100, .fill = 1}, b200 = {.len = 200, .fill = 2};
+    get_checked(c, 1, &b100);
+    get_checked(c, 2, &b200);
+    get_checked(c, 1, &b100);
+    get_checked(c, 1, &b100);
+
+    int64_t before_ms = (int64_t)time(NULL) * 1000 - 5000;
+    tsr_kcache_entry_info *infos;
+    size_t count;
+    cr_assert_eq(tsr_kcache_list(c, &infos, &count, NULL), TSR_OK);
+    cr_assert_eq(count, 2);
+    const tsr_kcache_entry_info *e1 = info_of(infos, count, 1), *e2 = info_of(infos, count, 2);
+    cr_assert(e1 && e2);
+    cr_expect_eq(e1->bytes, 100);
+    cr_expect_eq(e1->hits, 2);
+    cr_expect_eq(e1->in_memory, 1);
+    cr_expect_eq(e1->on_disk, 1);
+    cr_expect_str_eq(e1->meta.candidate, "tier1");
+    cr_expect_str_eq(e1->meta.kind, "matmul");
+    cr_expect_str_eq(e1->meta.arch, "sm_90a");
+    cr_expect_eq(e2->bytes, 200);
+    cr_expect_eq(e2->hits, 0);
+    cr_expect_gt(e2->last_used_unix_ms, before_ms);
+    free(infos);
+
+    /* A second cache on the directory sees the files only. */
+    tsr_kcache *other = cache_open(d, 0, 0);
+    cr_assert_eq(tsr_kcache_list(other, &infos, &count, NULL), TSR_OK);
+    cr_assert_eq(count, 2);
+    e1 = info_of(infos, count, 1);
+    e2 = info_of(infos, count, 2);
+    cr_assert(e1 && e2);
+    cr_expect_eq(e1->in_memory, 0);
+    cr_expect_eq(e1->on_disk, 1);
+    cr_expect_eq(e1->hits, 0);
+    cr_expect_eq(e1->bytes, 100);
+    cr_expect_str_eq(e1->meta.candidate, "tier1");
+    cr_expect_eq(e2->bytes, 200);
+    cr_expect_gt(e2->last_used_unix_ms, before_ms);
+    free(infos);
+    tsr_kcache_close(other);
+
+    tsr_kcache *empty = cache_open(NULL, 0, 0);
+    cr_assert_eq(tsr_kcache_list(empty, &infos, &count, NULL), TSR_OK);
+    cr_expect_eq(count, 0);
+    free(infos);
+    tsr_kcache_close(empty);
+    tsr_kcache_close(c);
+    tree_remove(d);
+    free(d);
+}
+
+Test(kcache, a_held_blob_outlives_eviction_and_close)
+{
+    tsr_kcache *c = cache_open(NULL, 1500, 0);
+    struct builder ba = {.len = 1000, .fill = 1}, bb = {.len = 1000, .fill = 2};
+    tsr_fingerprint ka = key_of(1), kb = key_of(2);
+    const tsr_kcache_blob *a, *b;
+    cr_assert_eq(tsr_kcache_get_or_build(c, &ka, NULL, build_fn, &ba, &a, NULL, NULL), TSR_OK);
+    cr_assert_eq(tsr_kcache_get_or_build(c, &kb, NULL, build_fn, &bb, &b, NULL, NULL), TSR_OK);
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(c, &s);
+    cr_expect_eq(s.memory_evictions, 1); /* a went */
+    cr_expect(payload_is(a, 1000, 1));
+
+    tsr_kcache_blob_retain(b);
+    uint32_t evicted;
+    cr_expect_eq(tsr_kcache_evict(c, NULL, &evicted, NULL), TSR_OK);
+    cr_expect_eq(evicted, 1);
+    cr_expect(payload_is(b, 1000, 2));
+    tsr_kcache_blob_release(b);
+
+    const tsr_kcache_blob *c2;
+    cr_assert_eq(tsr_kcache_get_or_build(c, &ka, NULL, build_fn, &ba, &c2, NULL, NULL), TSR_OK);
+    tsr_kcache_close(c);
+    cr_expect(payload_is(a, 1000, 1));
+    cr_expect(payload_is(b, 1000, 2));
+    cr_expect(payload_is(c2, 1000, 1));
+    tsr_kcache_blob_release(a);
+    tsr_kcache_blob_release(b);
+    tsr_kcache_blob_release(c2);
+}
+
+Test(kcache, two_caches_on_one_directory_see_each_others_entries)
+{
+    char *d = dir_make();
+    tsr_kcache *c1 = cache_open(d, 0, 0), *c2 = cache_open(d, 0, 0);
+    struct builder b1 = {.len = 500, .fill = 1}, b2 = {.len = 700, .fill = 2};
+    cr_expect_eq(get_checked(c1, 1, &b1), TSR_KCACHE_MISS);
+    cr_expect_eq(get_checked(c2, 1, &b1), TSR_KCACHE_DISK);
+    cr_expect_eq(get_checked(c2, 2, &b2), TSR_KCACHE_MISS);
+    tsr_fingerprint k2 = key_of(2);
+    const tsr_kcache_blob *blob;
+    tsr_kcache_level level;
+    cr_expect_eq(tsr_kcache_lookup(c1, &k2, &blob, &level, NULL), TSR_OK);
+    cr_expect_eq(level, TSR_KCACHE_DISK);
+    cr_expect(payload_is(blob, 700, 2));
+    tsr_kcache_blob_release(blob);
+    cr_expect_eq(atomic_load(&b1.calls), 1);
+    cr_expect_eq(atomic_load(&b2.calls), 1);
+
+    /* An eviction by one is a miss for the other, never a bad read. */
+    uint32_t evicted;
+    cr_expect_eq(tsr_kcache_evict(c1, &k2, &evicted, NULL), TSR_OK);
+    tsr_kcache_close(c2);
+    c2 = cache_open(d, 0, 0);
+    cr_expect_eq(tsr_kcache_lookup(c2, &k2, &blob, NULL, NULL), TSR_NOT_FOUND);
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(c2, &s);
+    cr_expect_eq(s.corrupt_discarded, 0);
+    tsr_kcache_close(c1);
+    tsr_kcache_close(c2);
+    tree_remove(d);
+    free(d);
+}
+
+Test(kcache, a_failed_disk_write_keeps_serving_from_memory)
+{
+    char *d = dir_make();
+    char moved[512];
+    snprintf(moved, sizeof moved, "%s.moved", d);
+    tsr_kcache *c = cache_open(d, 0, 0);
+    /* Running as root defeats permission bits, so the directory is replaced by a
+     * plain file: creating the entry's subdirectory then fails with ENOTDIR. */
+    cr_assert_eq(rename(d, moved), 0);
+    FILE *f = fopen(d, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+
+    struct builder b = {.len = 128, .fill = 7};
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MEMORY);
+    cr_expect_eq(atomic_load(&b.calls), 1);
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(c, &s);
+    cr_expect_eq(s.disk_write_failures, 1);
+    cr_expect_eq(s.disk_entries, 0);
+    cr_expect_eq(s.memory_entries, 1);
+    tsr_kcache_close(c);
+
+    unlink(d);
+    tree_remove(moved);
+    free(d);
+}

@@ -1,0 +1,45 @@
+/*
+ * gemm_params.h — the launch contract between the daemon and the tier-3 GEMM
+ * kernels in kernels/ (shared by host C and device CUDA code).
+ *
+ * Every tier-3 GEMM kernel takes three CUtensorMap parameters by value (A, B and
+ * — for the gated kernels — the second weight matrix; unused ones may repeat B)
+ * and one tsr_gemm_params. Tensors are dense row-major: A (M,K), B (K,N), the
+ * output (M,N); bias (N,) and residual (M,N) are in the input dtype. The
+ * epilogue ops use the tsr_op numbers of lib/include/tessera/ops.h.
+ *
+ * Requirements checked by the host before launch (the candidate declines
+ * otherwise): K and N multiples of 8 (16-byte global strides for the tensor
+ * maps), device pointers 16-byte aligned. M, N and K need not be multiples of
+ * the tile: the tensor-map loads fill out-of-range elements with zeros and the
+ * stores are predicated.
+ */
+#ifndef TSR_GEMM_PARAMS_H
+#define TSR_GEMM_PARAMS_H
+
+#define TSR_GEMM_MAX_EPILOGUE 16
+
+/* Tile geometry, fixed at build time. */
+#define TSR_GEMM_BM 128
+#define TSR_GEMM_BN 256       /* plain kernels: one 256-wide B tile */
+#define TSR_GEMM_BN_GATED 128 /* gated kernels: two 128-wide B tiles */
+#define TSR_GEMM_BK 64
+#define TSR_GEMM_STAGES 4
+#define TSR_GEMM_THREADS 384 /* one producer and two consumer warpgroups */
+/* Four stages of A (16 KiB) + B (32 KiB), 1 KiB of alignment slack, barriers. */
+#define TSR_GEMM_SMEM_BYTES (TSR_GEMM_STAGES * (16384 + 32768) + 1024 + 256)
+
+typedef struct tsr_gemm_params {
+    int m, n, k;
+    int n_ops;                    /* epilogue chain length */
+    int ops[TSR_GEMM_MAX_EPILOGUE]; /* tsr_op numbers: bias, relu, gelu, silu, sigmoid, tanh */
+    int gate_act;                 /* gated kernels: the activation applied to A@Wg */
+    const void *bias;             /* (N,) or NULL */
+    const void *residual;         /* (M,N) or NULL */
+    void *out;                    /* (M,N) in the output dtype */
+    /* Shared-memory descriptor strides of the MN-major B tiles, in bytes:
+     * lbo between 64-column chunks, sbo between groups of 8 K rows. */
+    unsigned b_lbo, b_sbo;
+} tsr_gemm_params;
+
+#endif

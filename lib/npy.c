@@ -1,0 +1,389 @@
+/*
+ * npy.c — NumPy .npy files (npy.h): a strict parser for the header dictionary,
+ * the three float element types, and an atomic writer.
+ *
+ * The header is a Python dict literal. Rather than a general Python parser, this
+ * reads exactly the grammar numpy writes (keys 'descr', 'fortran_order' and
+ * 'shape', any order, single or double quotes, optional trailing comma, spaces)
+ * and rejects everything else: a file from an untrusted caller must fail with a
+ * message, never be guessed at. Every size is checked for overflow before it is
+ * used.
+ */
+#include "tessera/npy.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tessera/dtype.h"
+
+static const uint8_t npy_magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+
+struct npy_cursor {
+    const char *p;
+    const char *end;
+};
+
+static void npy_skip_space(struct npy_cursor *c)
+{
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n'))
+        c->p++;
+}
+
+static bool npy_accept(struct npy_cursor *c, char ch)
+{
+    npy_skip_space(c);
+    if (c->p < c->end && *c->p == ch) {
+        c->p++;
+        return true;
+    }
+    return false;
+}
+
+/* A quoted string into buf; false when malformed or longer than cap - 1. */
+static bool npy_string(struct npy_cursor *c, char *buf, size_t cap)
+{
+    npy_skip_space(c);
+    if (c->p >= c->end || (*c->p != '\'' && *c->p != '"'))
+        return false;
+    char q = *c->p++;
+    size_t n = 0;
+    while (c->p < c->end && *c->p != q) {
+        if (n + 1 >= cap)
+            return false;
+        buf[n++] = *c->p++;
+    }
+    if (c->p >= c->end)
+        return false;
+    c->p++;
+    buf[n] = '\0';
+    return true;
+}
+
+static bool npy_word(struct npy_cursor *c, const char *word)
+{
+    npy_skip_space(c);
+    size_t n = strlen(word);
+    if ((size_t)(c->end - c->p) >= n && memcmp(c->p, word, n) == 0) {
+        c->p += n;
+        return true;
+    }
+    return false;
+}
+
+static tsr_status npy_shape(struct npy_cursor *c, tsr_npy *out, tsr_error *err)
+{
+    if (!npy_accept(c, '('))
+        return tsr_error_set(err, TSR_CORRUPT, "npy header: 'shape' is not a tuple");
+    out->rank = 0;
+    for (;;) {
+        if (npy_accept(c, ')'))
+            return TSR_OK;
+        npy_skip_space(c);
+        if (c->p >= c->end || *c->p < '0' || *c->p > '9')
+            return tsr_error_set(err, TSR_CORRUPT, "npy header: bad 'shape' entry");
+        int64_t v = 0;
+        while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
+            if (v > (INT64_MAX - 9) / 10)
+                return tsr_error_set(err, TSR_CORRUPT, "npy header: 'shape' entry overflows");
+            v = v * 10 + (*c->p++ - '0');
+        }
+        (void)npy_accept(c, 'L'); /* Python 2 long suffix */
+        if (out->rank >= TSR_MAX_RANK)
+            return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "npy: rank above %d unsupported",
+                                 TSR_MAX_RANK);
+        out->shape[out->rank++] = v;
+        if (!npy_accept(c, ',')) {
+            if (!npy_accept(c, ')'))
+                return tsr_error_set(err, TSR_CORRUPT, "npy header: unterminated 'shape'");
+            return TSR_OK;
+        }
+    }
+}
+
+static tsr_status npy_header(const char *text, size_t len, tsr_npy *out, tsr_error *err)
+{
+    struct npy_cursor c = {text, text + len};
+    bool seen_descr = false, seen_order = false, seen_shape = false;
+    if (!npy_accept(&c, '{'))
+        return tsr_error_set(err, TSR_CORRUPT, "npy header: not a dictionary");
+    while (!npy_accept(&c, '}')) {
+        char key[32];
+        if (!npy_string(&c, key, sizeof key) || !npy_accept(&c, ':'))
+            return tsr_error_set(err, TSR_CORRUPT, "npy header: malformed key");
+        if (strcmp(key, "descr") == 0 && !seen_descr) {
+            char descr[32];
+            seen_descr = true;
+            if (!npy_string(&c, descr, sizeof descr))
+                return tsr_error_set(err, TSR_CORRUPT, "npy header: 'descr' is not a string");
+            if (strcmp(descr, "<f4") == 0)
+                out->type = TSR_NPY_F32;
+            else if (strcmp(descr, "<f2") == 0)
+                out->type = TSR_NPY_F16;
+            else if (strcmp(descr, "<f8") == 0)
+                out->type = TSR_NPY_F64;
+            else
+                return tsr_error_set(err, TSR_BAD_ATTRIBUTE,
+                                     "npy: element type '%s' unsupported (need <f4, <f2, <f8)",
+                                     descr);
+        } else if (strcmp(key, "fortran_order") == 0 && !seen_order) {
+            seen_order = true;
+            if (npy_word(&c, "True"))
+                return tsr_error_set(err, TSR_BAD_ATTRIBUTE,
+                                     "npy: fortran_order True unsupported (C order only)");
+            if (!npy_word(&c, "False"))
+                return tsr_error_set(err, TSR_CORRUPT, "npy header: bad 'fortran_order'");
+        } else if (strcmp(key, "shape") == 0 && !seen_shape) {
+            seen_shape = true;
+            tsr_status st = npy_shape(&c, out, err);
+            if (st != TSR_OK)
+                return st;
+        } else {
+            return tsr_error_set(err, TSR_CORRUPT, "npy header: unexpected key '%s'", key);
+        }
+        if (!npy_accept(&c, ',')) {
+            if (!npy_accept(&c, '}'))
+                return tsr_error_set(err, TSR_CORRUPT, "npy header: expected ',' or '}'");
+            break;
+        }
+    }
+    if (!seen_descr || !seen_order || !seen_shape)
+        return tsr_error_set(err, TSR_CORRUPT, "npy header: missing '%s'",
+                             !seen_descr   ? "descr"
+                             : !seen_order ? "fortran_order"
+                                           : "shape");
+    npy_skip_space(&c);
+    if (c.p != c.end)
+        return tsr_error_set(err, TSR_CORRUPT, "npy header: text after the dictionary");
+    return TSR_OK;
+}
+
+static size_t npy_type_size(tsr_npy_type type)
+{
+    switch (type) {
+    case TSR_NPY_F16:
+        return 2;
+    case TSR_NPY_F64:
+        return 8;
+    case TSR_NPY_F32:
+    default:
+        return 4;
+    }
+}
+
+tsr_status tsr_npy_parse(const uint8_t *bytes, size_t len, tsr_npy *out, tsr_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (bytes == NULL || len < 10 || memcmp(bytes, npy_magic, sizeof npy_magic) != 0)
+        return tsr_error_set(err, TSR_CORRUPT, "npy: bad magic (not a .npy file)");
+    uint8_t major = bytes[6];
+    size_t hlen, off;
+    if (major == 1) {
+        hlen = (size_t)bytes[8] | (size_t)bytes[9] << 8;
+        off = 10;
+    } else if (major == 2 || major == 3) {
+        if (len < 12)
+            return tsr_error_set(err, TSR_CORRUPT, "npy: truncated header");
+        hlen = (size_t)bytes[8] | (size_t)bytes[9] << 8 | (size_t)bytes[10] << 16 |
+               (size_t)bytes[11] << 24;
+        off = 12;
+    } else {
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "npy: format version %u.%u unsupported", major,
+                             bytes[7]);
+    }
+    if (hlen > len - off)
+        return tsr_error_set(err, TSR_CORRUPT, "npy: truncated header");
+    for (size_t i = 0; i < hlen; i++) {
+        uint8_t ch = bytes[off + i];
+        if (ch == 0 || ch >= 0x80)
+            return tsr_error_set(err, TSR_CORRUPT, "npy header: non-ASCII byte");
+    }
+    tsr_npy meta = {0};
+    tsr_status st = npy_header((const char *)bytes + off, hlen, &meta, err);
+    if (st != TSR_OK)
+        return st;
+    size_t esize = npy_type_size(meta.type);
+    size_t count = 1;
+    for (int i = 0; i < meta.rank; i++) {
+        uint64_t d = (uint64_t)meta.shape[i];
+        if (d != 0 && count > (SIZE_MAX / esize) / d)
+            return tsr_error_set(err, TSR_CORRUPT, "npy: shape overflows the address space");
+        count *= (size_t)d;
+    }
+    size_t body = len - off - hlen;
+    if (body < count * esize)
+        return tsr_error_set(err, TSR_CORRUPT, "npy: truncated data (%zu of %zu bytes)", body,
+                             count * esize);
+    if (body > count * esize)
+        return tsr_error_set(err, TSR_CORRUPT, "npy: %zu bytes past the data",
+                             body - count * esize);
+    meta.count = count;
+    meta.data = malloc(count * esize > 0 ? count * esize : 1);
+    if (meta.data == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "npy: %zu bytes of data", count * esize);
+    memcpy(meta.data, bytes + off + hlen, count * esize);
+    *out = meta;
+    return TSR_OK;
+}
+
+tsr_status tsr_npy_read(const char *path, tsr_npy *out, tsr_error *err)
+{
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return tsr_error_set(err, TSR_IO_ERROR, "%s: %s", path, strerror(errno));
+    uint8_t *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len == cap) {
+            size_t ncap = cap ? cap * 2 : 1 << 16;
+            uint8_t *nb = realloc(buf, ncap);
+            if (nb == NULL) {
+                free(buf);
+                fclose(f);
+                return tsr_error_set(err, TSR_NO_MEMORY, "%s: file too large", path);
+            }
+            buf = nb;
+            cap = ncap;
+        }
+        size_t got = fread(buf + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    int failed = ferror(f);
+    fclose(f);
+    if (failed) {
+        free(buf);
+        return tsr_error_set(err, TSR_IO_ERROR, "%s: read error", path);
+    }
+    tsr_status st = tsr_npy_parse(buf, len, out, err);
+    free(buf);
+    if (st != TSR_OK && err != NULL)
+        tsr_error_prefix(err, "%s", path);
+    return st;
+}
+
+tsr_status tsr_npy_write(const char *path, tsr_npy_type type, int rank, const int64_t *shape,
+                         const void *data, tsr_error *err)
+{
+    if (rank < 0 || rank > TSR_MAX_RANK || (unsigned)type > TSR_NPY_F64)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "npy write: bad rank or type");
+    static const char *const descrs[] = {"<f4", "<f2", "<f8"};
+    char dict[400];
+    int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (",
+                     descrs[type]);
+    size_t count = 1;
+    for (int i = 0; i < rank; i++) {
+        if (shape[i] < 0)
+            return tsr_error_set(err, TSR_INVALID_ARGUMENT, "npy write: negative dimension");
+        count *= (size_t)shape[i];
+        n += snprintf(dict + n, sizeof dict - (size_t)n, "%lld%s", (long long)shape[i],
+                      rank == 1 ? "," : (i + 1 < rank ? ", " : ""));
+    }
+    n += snprintf(dict + n, sizeof dict - (size_t)n, "), }");
+    /* Pad with spaces so that the data starts on a 64-byte boundary. */
+    size_t total = 10 + (size_t)n + 1;
+    size_t padded = (total + 63) / 64 * 64;
+    uint8_t head[512];
+    memcpy(head, npy_magic, 6);
+    head[6] = 1;
+    head[7] = 0;
+    size_t hlen = padded - 10;
+    head[8] = (uint8_t)(hlen & 0xff);
+    head[9] = (uint8_t)(hlen >> 8);
+    memcpy(head + 10, dict, (size_t)n);
+    memset(head + 10 + n, ' ', padded - total);
+    head[padded - 1] = '\n';
+
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 16);
+    if (tmp == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "npy write: path");
+    snprintf(tmp, plen + 16, "%s.tmpXXXXXX", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        tsr_status st = tsr_error_set(err, TSR_IO_ERROR, "%s: %s", path, strerror(errno));
+        free(tmp);
+        return st;
+    }
+    FILE *f = fdopen(fd, "wb");
+    bool ok = f != NULL;
+    if (ok) {
+        size_t bytes = count * npy_type_size(type);
+        ok = fwrite(head, 1, padded, f) == padded &&
+             (bytes == 0 || fwrite(data, 1, bytes, f) == bytes);
+        ok = fflush(f) == 0 && ok;
+        ok = fsync(fd) == 0 && ok;
+        ok = fclose(f) == 0 && ok;
+    } else {
+        close(fd);
+    }
+    int saved = errno;
+    if (!ok || rename(tmp, path) != 0) {
+        if (ok)
+            saved = errno;
+        unlink(tmp);
+        free(tmp);
+        return tsr_error_set(err, TSR_IO_ERROR, "%s: %s", path, strerror(saved));
+    }
+    free(tmp);
+    return TSR_OK;
+}
+
+void tsr_npy_free(tsr_npy *npy)
+{
+    if (npy != NULL) {
+        free(npy->data);
+        memset(npy, 0, sizeof *npy);
+    }
+}
+
+tsr_status tsr_npy_to_tensor(const tsr_npy *npy, const tsr_tensor_desc *want, void **out,
+                             tsr_error *err)
+{
+    *out = NULL;
+    bool same = npy->rank == want->rank;
+    for (int i = 0; same && i < want->rank; i++)
+        same = npy->shape[i] == want->shape[i];
+    if (!same) {
+        char got[160], exp[160];
+        int g = snprintf(got, sizeof got, "(");
+        for (int i = 0; i < npy->rank; i++)
+            g += snprintf(got + g, sizeof got - (size_t)g, "%s%lld", i ? "," : "",
+                          (long long)npy->shape[i]);
+        snprintf(got + g, sizeof got - (size_t)g, ")");
+        int e = snprintf(exp, sizeof exp, "(");
+        for (int i = 0; i < want->rank; i++)
+            e += snprintf(exp + e, sizeof exp - (size_t)e, "%s%lld", i ? "," : "",
+                          (long long)want->shape[i]);
+        snprintf(exp + e, sizeof exp - (size_t)e, ")");
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH, "%s: shape %s, expected %s", want->name, got,
+                             exp);
+    }
+    size_t count = npy->count;
+    size_t esize = tsr_dtype_size(want->dtype);
+    if (esize == 0)
+        return tsr_error_set(err, TSR_BAD_DTYPE, "%s: bad dtype", want->name);
+    void *buf = malloc(count * esize > 0 ? count * esize : 1);
+    if (buf == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "%s: %zu bytes", want->name, count * esize);
+    switch (npy->type) {
+    case TSR_NPY_F32:
+        tsr_dtype_convert(want->dtype, buf, TSR_F32, npy->data, count);
+        break;
+    case TSR_NPY_F16:
+        tsr_dtype_convert(want->dtype, buf, TSR_F16, npy->data, count);
+        break;
+    case TSR_NPY_F64:
+        /* One rounding straight from f64, never two through f32. */
+        for (size_t i = 0; i < count; i++)
+            tsr_dtype_store(want->dtype, buf, i, ((const double *)npy->data)[i]);
+        break;
+    }
+    *out = buf;
+    return TSR_OK;
+}

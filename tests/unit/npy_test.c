@@ -1,0 +1,231 @@
+/*
+ * npy_test.c — .npy reading and writing: round trips, files written by numpy
+ * (built here byte for byte), and malformed input of every kind giving a clear
+ * status instead of a crash.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tessera/npy.h"
+
+/* Builds a version-1.0 image with the given header dict and data bytes. */
+static size_t make_npy(uint8_t *buf, const char *dict, const void *data, size_t data_len)
+{
+    size_t n = strlen(dict);
+    size_t total = (10 + n + 1 + 63) / 64 * 64;
+    memcpy(buf, "\x93NUMPY\x01\x00", 8);
+    buf[8] = (uint8_t)((total - 10) & 0xff);
+    buf[9] = (uint8_t)((total - 10) >> 8);
+    memcpy(buf + 10, dict, n);
+    memset(buf + 10 + n, ' ', total - 10 - n);
+    buf[total - 1] = '\n';
+    memcpy(buf + total, data, data_len);
+    return total + data_len;
+}
+
+static tsr_status parse_dict(const char *dict, size_t data_len, tsr_error *err)
+{
+    uint8_t buf[1024];
+    static const uint8_t zeros[256];
+    size_t len = make_npy(buf, dict, zeros, data_len);
+    tsr_npy npy;
+    tsr_status st = tsr_npy_parse(buf, len, &npy, err);
+    tsr_npy_free(&npy);
+    return st;
+}
+
+Test(npy, parses_a_numpy_written_header)
+{
+    float data[6] = {1, 2, 3, 4, 5, 6.5f};
+    uint8_t buf[512];
+    size_t len =
+        make_npy(buf, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", data, 24);
+    tsr_npy npy;
+    tsr_error err;
+    cr_assert_eq(tsr_npy_parse(buf, len, &npy, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(npy.type, TSR_NPY_F32);
+    cr_assert_eq(npy.rank, 2);
+    cr_assert_eq(npy.shape[0], 2);
+    cr_assert_eq(npy.shape[1], 3);
+    cr_assert_eq(npy.count, 6);
+    cr_assert_eq(((float *)npy.data)[5], 6.5f);
+    tsr_npy_free(&npy);
+    cr_assert_null(npy.data);
+}
+
+Test(npy, accepts_key_order_quotes_and_scalars)
+{
+    tsr_error err;
+    cr_assert_eq(
+        parse_dict("{\"shape\": (), \"fortran_order\": False, \"descr\": \"<f8\"}", 8, &err),
+        TSR_OK, "%s", err.message);
+    cr_assert_eq(parse_dict("{'descr':'<f2','fortran_order':False,'shape':(5,)}", 10, &err), TSR_OK,
+                 "%s", err.message);
+}
+
+Test(npy, round_trips_every_type_through_a_file)
+{
+    char path[] = "/tmp/npy_testXXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    double d[4] = {1.0 / 3.0, -0.0, INFINITY, 1e-300};
+    int64_t shape[3] = {2, 1, 2};
+    tsr_error err;
+    cr_assert_eq(tsr_npy_write(path, TSR_NPY_F64, 3, shape, d, &err), TSR_OK, "%s", err.message);
+    tsr_npy npy;
+    cr_assert_eq(tsr_npy_read(path, &npy, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(npy.type, TSR_NPY_F64);
+    cr_assert_eq(npy.rank, 3);
+    cr_assert_eq(npy.shape[2], 2);
+    cr_assert_eq(memcmp(npy.data, d, sizeof d), 0);
+    tsr_npy_free(&npy);
+
+    uint16_t h[3] = {0x3c00, 0x7c00, 0x0001};
+    int64_t s1 = 3;
+    cr_assert_eq(tsr_npy_write(path, TSR_NPY_F16, 1, &s1, h, &err), TSR_OK);
+    cr_assert_eq(tsr_npy_read(path, &npy, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(npy.type, TSR_NPY_F16);
+    cr_assert_eq(memcmp(npy.data, h, sizeof h), 0);
+    tsr_npy_free(&npy);
+
+    float f = 2.5f;
+    cr_assert_eq(tsr_npy_write(path, TSR_NPY_F32, 0, NULL, &f, &err), TSR_OK);
+    cr_assert_eq(tsr_npy_read(path, &npy, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(npy.rank, 0);
+    cr_assert_eq(npy.count, 1);
+    cr_assert_eq(((float *)npy.data)[0], 2.5f);
+    tsr_npy_free(&npy);
+    unlink(path);
+}
+
+Test(npy, missing_file_is_an_io_error)
+{
+    tsr_npy npy;
+    tsr_error err;
+    cr_assert_eq(tsr_npy_read("/nonexistent/x.npy", &npy, &err), TSR_IO_ERROR);
+    cr_assert_not_null(strstr(err.message, "/nonexistent/x.npy"));
+}
+
+Test(npy, rejects_bad_magic_and_truncation)
+{
+    uint8_t buf[512];
+    float data[2] = {1, 2};
+    size_t len =
+        make_npy(buf, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", data, 8);
+    tsr_npy npy;
+    tsr_error err;
+    for (size_t cut = 0; cut < len; cut++)
+        cr_assert_eq(tsr_npy_parse(buf, cut, &npy, &err), TSR_CORRUPT, "cut %zu", cut);
+    cr_assert_eq(tsr_npy_parse(buf, len, &npy, &err), TSR_OK);
+    tsr_npy_free(&npy);
+    buf[1] = 'X';
+    cr_assert_eq(tsr_npy_parse(buf, len, &npy, &err), TSR_CORRUPT);
+    cr_assert_not_null(strstr(err.message, "magic"));
+    buf[1] = 'N';
+    buf[6] = 9;
+    cr_assert_eq(tsr_npy_parse(buf, len, &npy, &err), TSR_BAD_ATTRIBUTE);
+    cr_assert_eq(tsr_npy_parse(NULL, 0, &npy, &err), TSR_CORRUPT);
+}
+
+Test(npy, rejects_unsupported_layouts_and_types)
+{
+    tsr_error err;
+    cr_assert_eq(parse_dict("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", 8, &err),
+                 TSR_BAD_ATTRIBUTE);
+    cr_assert_not_null(strstr(err.message, "fortran_order"));
+    cr_assert_eq(parse_dict("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", 8, &err),
+                 TSR_BAD_ATTRIBUTE);
+    cr_assert_not_null(strstr(err.message, ">f4"));
+    cr_assert_eq(parse_dict("{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }", 8, &err),
+                 TSR_BAD_ATTRIBUTE);
+    cr_assert_eq(parse_dict("{'descr': '<f4', 'fortran_order': False, 'shape': "
+                            "(1,1,1,1,1,1,1,1,1), }",
+                            4, &err),
+                 TSR_BAD_ATTRIBUTE);
+}
+
+Test(npy, rejects_malformed_headers)
+{
+    static const char *const bad[] = {
+        "",
+        "[]",
+        "{'descr': '<f4', 'fortran_order': False}",
+        "{'descr': '<f4', 'shape': (2,)}",
+        "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (2,)}",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'extra': 1}",
+        "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2,)}",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': [2]}",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (-2,)}",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2,}",
+        "{'descr': <f4, 'fortran_order': False, 'shape': (2,)}",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2,)",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2,)} x",
+        "{'descr': '<f4' 'fortran_order': False, 'shape': (2,)}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tsr_error err;
+        cr_assert_eq(parse_dict(bad[i], 8, &err), TSR_CORRUPT, "%s -> %s", bad[i], err.message);
+        cr_assert_neq(err.message[0], '\0');
+    }
+}
+
+Test(npy, rejects_shape_overflow_and_wrong_data_length)
+{
+    tsr_error err;
+    cr_assert_eq(parse_dict("{'descr': '<f4', 'fortran_order': False, 'shape': "
+                            "(99999999999999999999,)}",
+                            8, &err),
+                 TSR_CORRUPT);
+    cr_assert_eq(parse_dict("{'descr': '<f4', 'fortran_order': False, 'shape': "
+                            "(4294967296, 4294967296, 4294967296)}",
+                            8, &err),
+                 TSR_CORRUPT);
+    cr_assert_not_null(strstr(err.message, "overflow"));
+    cr_assert_eq(parse_dict("{'descr': '<f4', 'fortran_order': False, 'shape': (3,)}", 8, &err),
+                 TSR_CORRUPT);
+    cr_assert_not_null(strstr(err.message, "truncated"));
+    cr_assert_eq(parse_dict("{'descr': '<f4', 'fortran_order': False, 'shape': (1,)}", 8, &err),
+                 TSR_CORRUPT);
+}
+
+Test(npy, to_tensor_rounds_and_checks_the_shape)
+{
+    float f[3] = {1.0f, 1.0f + 0x1p-8f, 65520.0f};
+    tsr_npy npy = {.type = TSR_NPY_F32, .rank = 1, .shape = {3}, .count = 3, .data = f};
+    tsr_tensor_desc want = {.name = "a", .dtype = TSR_BF16, .rank = 1, .shape = {3}};
+    void *out;
+    tsr_error err;
+    cr_assert_eq(tsr_npy_to_tensor(&npy, &want, &out, &err), TSR_OK);
+    cr_assert_eq(((uint16_t *)out)[1], 0x3f80);
+    free(out);
+    want.dtype = TSR_F16;
+    cr_assert_eq(tsr_npy_to_tensor(&npy, &want, &out, &err), TSR_OK);
+    cr_assert_eq(((uint16_t *)out)[2], 0x7c00);
+    free(out);
+
+    double d[3] = {1.0 + 0x1p-11 + 0x1p-40, 0, 0};
+    tsr_npy nd = {.type = TSR_NPY_F64, .rank = 1, .shape = {3}, .count = 3, .data = d};
+    cr_assert_eq(tsr_npy_to_tensor(&nd, &want, &out, &err), TSR_OK);
+    cr_assert_eq(((uint16_t *)out)[0], 0x3c01); /* one rounding from f64 */
+    free(out);
+
+    uint16_t h[3] = {0x3c00, 0x7e00, 0x0001};
+    tsr_npy nh = {.type = TSR_NPY_F16, .rank = 1, .shape = {3}, .count = 3, .data = h};
+    cr_assert_eq(tsr_npy_to_tensor(&nh, &want, &out, &err), TSR_OK);
+    cr_assert_eq(memcmp(out, h, sizeof h), 0);
+    free(out);
+
+    want.shape[0] = 4;
+    cr_assert_eq(tsr_npy_to_tensor(&npy, &want, &out, &err), TSR_BUFFER_MISMATCH);
+    cr_assert_null(out);
+    cr_assert_not_null(strstr(err.message, "(3)"));
+    want.rank = 2;
+    want.shape[0] = 3;
+    want.shape[1] = 1;
+    cr_assert_eq(tsr_npy_to_tensor(&npy, &want, &out, &err), TSR_BUFFER_MISMATCH);
+}

@@ -1,0 +1,62 @@
+/*
+ * cli.h — what the files of tessera-cli share.
+ *
+ * main.c parses the global options, finds the command in the table and maps
+ * failures to exit codes; commands.c holds one function per command. Every
+ * command prints either short lines for a person or, with --json, one JSON
+ * document on stdout; errors always go to stderr as
+ * "tessera-cli: STATUS_NAME: message".
+ */
+#ifndef TESSERA_CLI_H
+#define TESSERA_CLI_H
+
+#include <stdbool.h>
+
+#include <cjson/cJSON.h>
+
+#include "tessera/client.h"
+
+/* Exit codes (the CLI's contract, documented in README.md). */
+enum cli_exit {
+    CLI_EXIT_OK = 0,
+    CLI_EXIT_USAGE = 2,       /* bad command line */
+    CLI_EXIT_UNREACHABLE = 3, /* the daemon could not be reached or did not answer */
+    CLI_EXIT_DAEMON = 4,      /* the daemon answered with an error status */
+    CLI_EXIT_FILE = 5,        /* a local file: region JSON invalid, .npy unreadable */
+};
+
+typedef struct cli {
+    const char *url; /* NULL: TESSERA_URL or the default */
+    bool json;
+    int timeout_ms;     /* 0: the client's default */
+    tsr_client *client; /* connected on first use by cli_connect */
+} cli;
+
+typedef struct cli_command {
+    const char *name;
+    int (*run)(cli *c, int argc, char **argv); /* argv[0] is the command name */
+    const char *usage;                         /* the --help text */
+} cli_command;
+
+/* The command table, terminated by a row with a NULL name. */
+extern const cli_command cli_commands[];
+
+/* Connects c->client if not yet connected. Returns CLI_EXIT_OK or an exit code
+ * after printing the error. */
+int cli_connect(cli *c);
+
+/* Prints "tessera-cli: NAME: message" and returns the exit code for a failed
+ * client call: UNREACHABLE for UNAVAILABLE and TIMEOUT, DAEMON otherwise. */
+int cli_fail_call(const tsr_error *err);
+/* Same for a local file failure (exit 5). */
+int cli_fail_file(const tsr_error *err);
+/* Prints "tessera-cli: COMMAND: message" plus a hint and returns CLI_EXIT_USAGE. */
+int cli_fail_usage(const char *command, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Prints a JSON document on stdout and deletes it. */
+void cli_json_print(cJSON *doc);
+
+/* True when argv[i] is "--help" or "-h". */
+bool cli_is_help(const char *arg);
+
+#endif

@@ -1,0 +1,749 @@
+/*
+ * commands.c — the commands of tessera-cli, one function each.
+ *
+ * Each command parses its own arguments (usage errors exit 2 before anything is
+ * sent), loads local files (failures exit 5), then makes its client calls and
+ * prints the result. Regions are parsed and validated locally first, so a broken
+ * region file is reported without a daemon round trip.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "tessera/dtype.h"
+#include "tessera/npy.h"
+#include "tessera/region.h"
+
+/* ---- shared helpers ---- */
+
+static const char *cmd_verdict_state(tsr_client_verdict_state s)
+{
+    switch (s) {
+    case TSR_CLIENT_VERDICT_PASS:
+        return "pass";
+    case TSR_CLIENT_VERDICT_FAIL:
+        return "fail";
+    default:
+        return "not run";
+    }
+}
+
+static void cmd_verdict_text(const tsr_client_verdict *v, char *buf, size_t size)
+{
+    if (v->state == TSR_CLIENT_VERDICT_NOT_RUN) {
+        snprintf(buf, size, "not run");
+        return;
+    }
+    snprintf(buf, size, "%s rel %.3g (bound %.3g, %" PRIu64 " elements, %d probes%s)%s%s",
+             v->state == TSR_CLIENT_VERDICT_PASS ? "PASS" : "FAIL", v->rel_error, v->bound,
+             v->elements, v->probes, v->cached ? ", cached" : "", v->reason[0] ? ": " : "",
+             v->reason);
+}
+
+static cJSON *cmd_verdict_json(const tsr_client_verdict *v)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "state", cmd_verdict_state(v->state));
+    cJSON_AddNumberToObject(o, "elements", (double)v->elements);
+    cJSON_AddNumberToObject(o, "probes", v->probes);
+    cJSON_AddNumberToObject(o, "max_abs_error", v->max_abs_error);
+    cJSON_AddNumberToObject(o, "rel_error", v->rel_error);
+    cJSON_AddNumberToObject(o, "bound", v->bound);
+    cJSON_AddNumberToObject(o, "nan_mismatches", (double)v->nan_mismatches);
+    cJSON_AddNumberToObject(o, "inf_mismatches", (double)v->inf_mismatches);
+    cJSON_AddNumberToObject(o, "first_bad_index", (double)v->first_bad_index);
+    cJSON_AddNumberToObject(o, "first_bad_probe", v->first_bad_probe);
+    cJSON_AddStringToObject(o, "reason", v->reason);
+    cJSON_AddBoolToObject(o, "cached", v->cached);
+    return o;
+}
+
+static cJSON *cmd_decision_json(const tsr_client_decision *d)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "candidate", d->candidate);
+    cJSON_AddNumberToObject(o, "tier", d->tier);
+    cJSON_AddNumberToObject(o, "version", d->version);
+    cJSON_AddStringToObject(o, "reason", d->reason);
+    cJSON_AddItemToObject(o, "verdict", cmd_verdict_json(&d->verdict));
+    cJSON_AddBoolToObject(o, "cache_hit", d->cache_hit);
+    cJSON_AddStringToObject(o, "cache_level", d->cache_level);
+    return o;
+}
+
+static void cmd_decision_print(const tsr_client_decision *d)
+{
+    char verdict[512];
+    cmd_verdict_text(&d->verdict, verdict, sizeof verdict);
+    printf("candidate  %s (tier %d, version %u)\n", d->candidate, d->tier, d->version);
+    printf("reason     %s\n", d->reason);
+    printf("verdict    %s\n", verdict);
+    if (d->cache_hit)
+        printf("cache      hit (%s)\n", d->cache_level[0] ? d->cache_level : "?");
+    else
+        printf("cache      miss\n");
+}
+
+static cJSON *cmd_shape_json(int rank, const int64_t *shape)
+{
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < rank; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber((double)shape[i]));
+    return a;
+}
+
+static void cmd_shape_text(int rank, const int64_t *shape, char *buf, size_t size)
+{
+    size_t used = (size_t)snprintf(buf, size, "(");
+    for (int i = 0; i < rank && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, "%s%" PRId64, i ? ", " : "", shape[i]);
+    if (used < size)
+        snprintf(buf + used, size - used, rank == 1 ? ",)" : ")");
+}
+
+static int cmd_region_load(const char *path, tsr_region **out)
+{
+    tsr_error err;
+    if (tsr_client_region_load_file(path, out, &err) != TSR_OK) {
+        tsr_error_prefix(&err, "%s", path);
+        return cli_fail_file(&err);
+    }
+    return CLI_EXIT_OK;
+}
+
+static bool cmd_parse_policy(const char *s, tsr_client_policy *out)
+{
+    if (strcmp(s, "tier") == 0)
+        *out = TSR_CLIENT_POLICY_TIER;
+    else if (strcmp(s, "measure") == 0)
+        *out = TSR_CLIENT_POLICY_MEASURE;
+    else
+        return false;
+    return true;
+}
+
+static double cmd_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Takes the value of option argv[*i] ("--force NAME"), or fails with usage. */
+static const char *cmd_value(int argc, char **argv, int *i)
+{
+    if (*i + 1 >= argc)
+        return NULL;
+    return argv[++*i];
+}
+
+/* ---- ping, info ---- */
+
+static int cmd_ping(cli *c, int argc, char **argv)
+{
+    if (argc > 1)
+        return cli_fail_usage("ping", "unexpected argument '%s'", argv[1]);
+    int rc = cli_connect(c);
+    if (rc)
+        return rc;
+    tsr_client_info info;
+    tsr_error err;
+    double t0 = cmd_now_ms();
+    if (tsr_client_hello(c->client, &info, c->timeout_ms, &err) != TSR_OK)
+        return cli_fail_call(&err);
+    double ms = cmd_now_ms() - t0;
+    if (c->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddBoolToObject(o, "ok", 1);
+        cJSON_AddStringToObject(o, "url", tsr_client_url(c->client));
+        cJSON_AddStringToObject(o, "daemon_version", info.daemon_version);
+        cJSON_AddStringToObject(o, "backend", info.backend);
+        cJSON_AddNumberToObject(o, "ms", ms);
+        cli_json_print(o);
+    } else {
+        printf("ok %s: tesserad %s, %s backend, %.3f ms\n", tsr_client_url(c->client),
+               info.daemon_version, info.backend, ms);
+    }
+    return CLI_EXIT_OK;
+}
+
+static int cmd_info(cli *c, int argc, char **argv)
+{
+    if (argc > 1)
+        return cli_fail_usage("info", "unexpected argument '%s'", argv[1]);
+    int rc = cli_connect(c);
+    if (rc)
+        return rc;
+    tsr_client_info info;
+    tsr_error err;
+    if (tsr_client_hello(c->client, &info, c->timeout_ms, &err) != TSR_OK)
+        return cli_fail_call(&err);
+    if (c->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "url", tsr_client_url(c->client));
+        cJSON_AddStringToObject(o, "daemon_version", info.daemon_version);
+        cJSON_AddNumberToObject(o, "protocol_version", info.protocol_version);
+        cJSON_AddStringToObject(o, "backend", info.backend);
+        cJSON_AddStringToObject(o, "driver_version", info.driver_version);
+        cJSON_AddStringToObject(o, "compiler_version", info.compiler_version);
+        cJSON_AddStringToObject(o, "tenant", info.tenant);
+        cJSON_AddNumberToObject(o, "max_message_bytes", (double)info.max_message_bytes);
+        cJSON *devs = cJSON_AddArrayToObject(o, "devices");
+        for (int i = 0; i < info.n_devices; i++) {
+            const tsr_client_device *d = &info.devices[i];
+            cJSON *jd = cJSON_CreateObject();
+            cJSON_AddNumberToObject(jd, "index", d->index);
+            cJSON_AddStringToObject(jd, "name", d->name);
+            cJSON_AddStringToObject(jd, "arch", d->arch);
+            cJSON_AddNumberToObject(jd, "memory_bytes", (double)d->memory_bytes);
+            cJSON_AddNumberToObject(jd, "multiprocessors", d->multiprocessors);
+            cJSON_AddItemToArray(devs, jd);
+        }
+        cli_json_print(o);
+        return CLI_EXIT_OK;
+    }
+    printf("url        %s\n", tsr_client_url(c->client));
+    printf("daemon     %s (protocol %u)\n", info.daemon_version, info.protocol_version);
+    printf("backend    %s\n", info.backend);
+    printf("driver     %s\n", info.driver_version[0] ? info.driver_version : "-");
+    printf("compiler   %s\n", info.compiler_version[0] ? info.compiler_version : "-");
+    printf("tenant     %s\n", info.tenant[0] ? info.tenant : "-");
+    printf("max msg    %" PRIu64 " bytes\n", info.max_message_bytes);
+    for (int i = 0; i < info.n_devices; i++) {
+        const tsr_client_device *d = &info.devices[i];
+        printf("device %d   %s, %s, %" PRIu64 " MiB, %d SMs\n", d->index, d->name, d->arch,
+               d->memory_bytes >> 20, d->multiprocessors);
+    }
+    return CLI_EXIT_OK;
+}
+
+/* ---- stats, cache ---- */
+
+static int cmd_stats(cli *c, int argc, char **argv)
+{
+    bool prometheus = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--prometheus") == 0)
+            prometheus = true;
+        else
+            return cli_fail_usage("stats", "unexpected argument '%s'", argv[i]);
+    }
+    int rc = cli_connect(c);
+    if (rc)
+        return rc;
+    tsr_client_stats *s;
+    tsr_error err;
+    if (tsr_client_stats_get(c->client, prometheus, &s, c->timeout_ms, &err) != TSR_OK)
+        return cli_fail_call(&err);
+    if (c->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON *counters = cJSON_AddObjectToObject(o, "counters");
+        for (size_t i = 0; i < s->n_counters; i++)
+            cJSON_AddNumberToObject(counters, s->counters[i].name, s->counters[i].value);
+        cJSON *cands = cJSON_AddArrayToObject(o, "candidates");
+        for (size_t i = 0; i < s->n_candidates; i++) {
+            const tsr_client_candidate_stats *cs = &s->candidates[i];
+            cJSON *jc = cJSON_CreateObject();
+            cJSON_AddStringToObject(jc, "kind", cs->kind);
+            cJSON_AddStringToObject(jc, "name", cs->name);
+            cJSON_AddNumberToObject(jc, "won", (double)cs->won);
+            cJSON_AddNumberToObject(jc, "forced", (double)cs->forced);
+            cJSON_AddNumberToObject(jc, "declined", (double)cs->declined);
+            cJSON_AddNumberToObject(jc, "failed_verification", (double)cs->failed_verification);
+            cJSON_AddItemToArray(cands, jc);
+        }
+        if (prometheus)
+            cJSON_AddStringToObject(o, "prometheus", s->prometheus_text);
+        cli_json_print(o);
+    } else if (prometheus) {
+        fputs(s->prometheus_text, stdout);
+    } else {
+        for (size_t i = 0; i < s->n_counters; i++)
+            printf("%-40s %.17g\n", s->counters[i].name, s->counters[i].value);
+        if (s->n_candidates)
+            printf("\n%-10s %-24s %8s %8s %8s %8s\n", "kind", "candidate", "won", "forced",
+                   "declined", "failed");
+        for (size_t i = 0; i < s->n_candidates; i++) {
+            const tsr_client_candidate_stats *cs = &s->candidates[i];
+            printf("%-10s %-24s %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %8" PRIu64 "\n", cs->kind,
+                   cs->name, cs->won, cs->forced, cs->declined, cs->failed_verification);
+        }
+    }
+    tsr_client_stats_free(s);
+    return CLI_EXIT_OK;
+}
+
+static int cmd_cache_ls(cli *c)
+{
+    tsr_client_cache_entry *rows;
+    size_t n;
+    tsr_error err;
+    if (tsr_client_cache_list(c->client, &rows, &n, c->timeout_ms, &err) != TSR_OK)
+        return cli_fail_call(&err);
+    if (c->json) {
+        cJSON *a = cJSON_CreateArray();
+        for (size_t i = 0; i < n; i++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "key", rows[i].key);
+            cJSON_AddStringToObject(o, "candidate", rows[i].candidate);
+            cJSON_AddStringToObject(o, "kind", rows[i].kind);
+            cJSON_AddStringToObject(o, "arch", rows[i].arch);
+            cJSON_AddNumberToObject(o, "bytes", (double)rows[i].bytes);
+            cJSON_AddBoolToObject(o, "in_memory", rows[i].in_memory);
+            cJSON_AddBoolToObject(o, "on_disk", rows[i].on_disk);
+            cJSON_AddNumberToObject(o, "last_used_unix_ms", (double)rows[i].last_used_unix_ms);
+            cJSON_AddNumberToObject(o, "hits", (double)rows[i].hits);
+            cJSON_AddItemToArray(a, o);
+        }
+        cJSON *doc = cJSON_CreateObject();
+        cJSON_AddItemToObject(doc, "entries", a);
+        cli_json_print(doc);
+    } else {
+        printf("%-64s  %-20s %-10s %-8s %10s %-9s %6s\n", "key", "candidate", "kind", "arch",
+               "bytes", "where", "hits");
+        for (size_t i = 0; i < n; i++) {
+            const char *where = rows[i].in_memory && rows[i].on_disk ? "mem+disk"
+                                : rows[i].in_memory                  ? "mem"
+                                                                     : "disk";
+            printf("%-64s  %-20s %-10s %-8s %10" PRIu64 " %-9s %6" PRIu64 "\n", rows[i].key,
+                   rows[i].candidate, rows[i].kind, rows[i].arch, rows[i].bytes, where,
+                   rows[i].hits);
+        }
+    }
+    tsr_client_cache_free(rows);
+    return CLI_EXIT_OK;
+}
+
+static int cmd_cache(cli *c, int argc, char **argv)
+{
+    if (argc < 2)
+        return cli_fail_usage("cache", "missing 'ls' or 'evict KEY'");
+    bool ls = strcmp(argv[1], "ls") == 0;
+    bool evict = strcmp(argv[1], "evict") == 0;
+    if (!ls && !evict)
+        return cli_fail_usage("cache", "unknown subcommand '%s'", argv[1]);
+    if (ls && argc != 2)
+        return cli_fail_usage("cache", "unexpected argument '%s'", argv[2]);
+    if (evict && argc != 3)
+        return cli_fail_usage("cache", "evict takes exactly one KEY (or 'all')");
+    int rc = cli_connect(c);
+    if (rc)
+        return rc;
+    if (ls)
+        return cmd_cache_ls(c);
+    uint32_t evicted = 0;
+    tsr_error err;
+    if (tsr_client_cache_evict(c->client, argv[2], &evicted, c->timeout_ms, &err) != TSR_OK)
+        return cli_fail_call(&err);
+    if (c->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "evicted", evicted);
+        cli_json_print(o);
+    } else {
+        printf("evicted %u\n", evicted);
+    }
+    return CLI_EXIT_OK;
+}
+
+/* ---- compile ---- */
+
+static int cmd_compile(cli *c, int argc, char **argv)
+{
+    const char *path = NULL;
+    tsr_client_compile_opts opts = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--arch") == 0 || strcmp(a, "--force") == 0 || strcmp(a, "--policy") == 0) {
+            const char *v = cmd_value(argc, argv, &i);
+            if (!v)
+                return cli_fail_usage("compile", "%s needs a value", a);
+            if (a[2] == 'a')
+                opts.arch = v;
+            else if (a[2] == 'f')
+                opts.force = v;
+            else if (!cmd_parse_policy(v, &opts.policy))
+                return cli_fail_usage("compile", "--policy is tier or measure, not '%s'", v);
+        } else if (strcmp(a, "--no-verify") == 0) {
+            opts.skip_verify = true;
+        } else if (a[0] == '-' || path) {
+            return cli_fail_usage("compile", "unexpected argument '%s'", a);
+        } else {
+            path = a;
+        }
+    }
+    if (!path)
+        return cli_fail_usage("compile", "missing REGION.json");
+    tsr_region *r;
+    int rc = cmd_region_load(path, &r);
+    if (rc)
+        return rc;
+    rc = cli_connect(c);
+    if (rc) {
+        tsr_client_region_free(r);
+        return rc;
+    }
+    tsr_client_compiled out;
+    tsr_error err;
+    tsr_status st = tsr_client_compile(c->client, r, &opts, &out, c->timeout_ms, &err);
+    tsr_client_region_free(r);
+    if (st != TSR_OK)
+        return cli_fail_call(&err);
+    if (c->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "kernel", (double)out.kernel);
+        cJSON_AddStringToObject(o, "key", out.key);
+        cJSON_AddStringToObject(o, "fingerprint", out.fingerprint);
+        cJSON_AddItemToObject(o, "decision", cmd_decision_json(&out.decision));
+        cJSON_AddNumberToObject(o, "binary_bytes", (double)out.binary_bytes);
+        cJSON_AddNumberToObject(o, "compile_ms", out.compile_ms);
+        cli_json_print(o);
+        return CLI_EXIT_OK;
+    }
+    cmd_decision_print(&out.decision);
+    printf("key        %s\n", out.key);
+    printf("region     %s\n", out.fingerprint);
+    printf("kernel     %016" PRIx64 "\n", out.kernel);
+    printf("binary     %" PRIu64 " bytes, compiled in %.3f ms\n", out.binary_bytes, out.compile_ms);
+    return CLI_EXIT_OK;
+}
+
+/* ---- run ---- */
+
+typedef struct cmd_run_input {
+    const char *name;
+    const char *path;
+} cmd_run_input;
+
+/* Loads each -i file into the dense tensor of its signature slot. */
+static int cmd_run_load(const tsr_tensor_desc *sig, int n, const cmd_run_input *given, int n_given,
+                        void **data)
+{
+    for (int s = 0; s < n; s++) {
+        const cmd_run_input *in = NULL;
+        for (int g = 0; g < n_given; g++)
+            if (strcmp(given[g].name, sig[s].name) == 0)
+                in = &given[g];
+        tsr_npy npy;
+        memset(&npy, 0, sizeof npy);
+        tsr_error err;
+        if (tsr_npy_read(in->path, &npy, &err) != TSR_OK ||
+            tsr_npy_to_tensor(&npy, &sig[s], &data[s], &err) != TSR_OK) {
+            tsr_npy_free(&npy);
+            tsr_error_prefix(&err, "%s (input %s)", in->path, in->name);
+            return cli_fail_file(&err);
+        }
+        tsr_npy_free(&npy);
+    }
+    return CLI_EXIT_OK;
+}
+
+/* Checks the -i names against the signature: each given once, each known. */
+static int cmd_run_check_names(const tsr_tensor_desc *sig, int n, const cmd_run_input *given,
+                               int n_given)
+{
+    for (int g = 0; g < n_given; g++) {
+        bool known = false;
+        for (int s = 0; s < n; s++)
+            known |= strcmp(given[g].name, sig[s].name) == 0;
+        if (!known) {
+            char names[TSR_MAX_REGION_INPUTS * (TSR_MAX_NAME + 2)] = "";
+            size_t used = 0;
+            for (int s = 0; s < n; s++) {
+                size_t len = strlen(sig[s].name);
+                if (used + len + 3 > sizeof names)
+                    break;
+                if (s) {
+                    memcpy(names + used, ", ", 2);
+                    used += 2;
+                }
+                memcpy(names + used, sig[s].name, len + 1);
+                used += len;
+            }
+            return cli_fail_usage("run", "unknown input '%s' (the region reads: %s)", given[g].name,
+                                  names);
+        }
+        for (int h = 0; h < g; h++)
+            if (strcmp(given[g].name, given[h].name) == 0)
+                return cli_fail_usage("run", "input '%s' given twice", given[g].name);
+    }
+    for (int s = 0; s < n; s++) {
+        bool found = false;
+        for (int g = 0; g < n_given; g++)
+            found |= strcmp(given[g].name, sig[s].name) == 0;
+        if (!found)
+            return cli_fail_usage("run", "missing input '%s': give -i %s=FILE.npy", sig[s].name,
+                                  sig[s].name);
+    }
+    return CLI_EXIT_OK;
+}
+
+static int cmd_run_execute(cli *c, const tsr_region *r, const tsr_client_compile_opts *opts,
+                           const tsr_tensor_desc *out_desc, void **data, const char *out_path)
+{
+    int64_t count = tsr_tensor_desc_elements(out_desc);
+    void *out = malloc(tsr_tensor_desc_bytes(out_desc) + 1);
+    float *f32 = malloc((size_t)count * sizeof(float) + 1);
+    if (!out || !f32) {
+        free(out);
+        free(f32);
+        tsr_error err;
+        tsr_error_set(&err, TSR_NO_MEMORY, "output of %" PRId64 " elements", count);
+        return cli_fail_file(&err);
+    }
+    int rc = cli_connect(c);
+    tsr_client_decision d;
+    tsr_error err;
+    if (rc == CLI_EXIT_OK && tsr_client_run(c->client, r, opts, (const void *const *)data, out, &d,
+                                            c->timeout_ms, &err) != TSR_OK)
+        rc = cli_fail_call(&err);
+    if (rc == CLI_EXIT_OK) {
+        tsr_dtype_convert(TSR_F32, f32, out_desc->dtype, out, (size_t)count);
+        if (tsr_npy_write(out_path, TSR_NPY_F32, out_desc->rank, out_desc->shape, f32, &err) !=
+            TSR_OK) {
+            tsr_error_prefix(&err, "%s", out_path);
+            rc = cli_fail_file(&err);
+        }
+    }
+    if (rc == CLI_EXIT_OK && c->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "output", out_path);
+        cJSON_AddItemToObject(o, "shape", cmd_shape_json(out_desc->rank, out_desc->shape));
+        cJSON_AddStringToObject(o, "dtype", "f32");
+        cJSON_AddStringToObject(o, "region_out_dtype", tsr_dtype_name(out_desc->dtype));
+        cJSON_AddItemToObject(o, "decision", cmd_decision_json(&d));
+        cli_json_print(o);
+    } else if (rc == CLI_EXIT_OK) {
+        double sum = 0, lo = count ? f32[0] : 0, hi = count ? f32[0] : 0;
+        for (int64_t i = 0; i < count; i++) {
+            sum += f32[i];
+            lo = f32[i] < lo ? f32[i] : lo;
+            hi = f32[i] > hi ? f32[i] : hi;
+        }
+        char shape[256];
+        cmd_shape_text(out_desc->rank, out_desc->shape, shape, sizeof shape);
+        cmd_decision_print(&d);
+        printf("output     %s: %s float32 (region %s), min %.6g max %.6g mean %.6g\n", out_path,
+               shape, tsr_dtype_name(out_desc->dtype), lo, hi, count ? sum / (double)count : 0);
+    }
+    free(out);
+    free(f32);
+    return rc;
+}
+
+static int cmd_run(cli *c, int argc, char **argv)
+{
+    const char *path = NULL, *out_path = NULL;
+    tsr_client_compile_opts opts = {0};
+    cmd_run_input given[TSR_MAX_REGION_INPUTS];
+    int n_given = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "-i") == 0 || strcmp(a, "-o") == 0 || strcmp(a, "--force") == 0 ||
+            strcmp(a, "--policy") == 0) {
+            const char *v = cmd_value(argc, argv, &i);
+            if (!v)
+                return cli_fail_usage("run", "%s needs a value", a);
+            if (strcmp(a, "-o") == 0) {
+                out_path = v;
+            } else if (strcmp(a, "--force") == 0) {
+                opts.force = v;
+            } else if (strcmp(a, "--policy") == 0) {
+                if (!cmd_parse_policy(v, &opts.policy))
+                    return cli_fail_usage("run", "--policy is tier or measure, not '%s'", v);
+            } else {
+                const char *eq = strchr(v, '=');
+                if (!eq || eq == v || eq[1] == '\0')
+                    return cli_fail_usage("run", "-i wants NAME=FILE.npy, not '%s'", v);
+                if (n_given == TSR_MAX_REGION_INPUTS)
+                    return cli_fail_usage("run", "more than %d inputs", TSR_MAX_REGION_INPUTS);
+                /* Split in place: argv strings are ours to modify. */
+                argv[i][eq - v] = '\0';
+                given[n_given++] = (cmd_run_input){v, eq + 1};
+            }
+        } else if (a[0] == '-' || path) {
+            return cli_fail_usage("run", "unexpected argument '%s'", a);
+        } else {
+            path = a;
+        }
+    }
+    if (!path)
+        return cli_fail_usage("run", "missing REGION.json");
+    if (!out_path)
+        return cli_fail_usage("run", "missing -o OUT.npy");
+    tsr_region *r;
+    int rc = cmd_region_load(path, &r);
+    if (rc)
+        return rc;
+    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out_desc;
+    int n = tsr_region_signature(r, sig, &out_desc);
+    void *data[TSR_MAX_REGION_INPUTS] = {0};
+    rc = cmd_run_check_names(sig, n, given, n_given);
+    if (rc == CLI_EXIT_OK)
+        rc = cmd_run_load(sig, n, given, n_given, data);
+    if (rc == CLI_EXIT_OK)
+        rc = cmd_run_execute(c, r, &opts, &out_desc, data, out_path);
+    for (int i = 0; i < n; i++)
+        free(data[i]);
+    tsr_client_region_free(r);
+    return rc;
+}
+
+/* ---- verify, candidates ---- */
+
+static int cmd_verify(cli *c, int argc, char **argv)
+{
+    const char *path = NULL;
+    tsr_client_verify_opts opts = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--candidate") == 0 || strcmp(a, "--seed") == 0) {
+            const char *v = cmd_value(argc, argv, &i);
+            if (!v)
+                return cli_fail_usage("verify", "%s needs a value", a);
+            if (a[2] == 'c') {
+                opts.candidate = v;
+            } else {
+                char *end;
+                opts.seed = strtoull(v, &end, 10);
+                if (*v == '\0' || *end != '\0' || *v == '-')
+                    return cli_fail_usage("verify", "--seed wants a number, not '%s'", v);
+            }
+        } else if (a[0] == '-' || path) {
+            return cli_fail_usage("verify", "unexpected argument '%s'", a);
+        } else {
+            path = a;
+        }
+    }
+    if (!path)
+        return cli_fail_usage("verify", "missing REGION.json");
+    tsr_region *r;
+    int rc = cmd_region_load(path, &r);
+    if (rc)
+        return rc;
+    rc = cli_connect(c);
+    if (rc) {
+        tsr_client_region_free(r);
+        return rc;
+    }
+    tsr_client_verified out;
+    tsr_error err;
+    tsr_status st = tsr_client_verify(c->client, r, &opts, &out, c->timeout_ms, &err);
+    tsr_client_region_free(r);
+    if (st != TSR_OK)
+        return cli_fail_call(&err);
+    if (c->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "candidate", out.candidate);
+        cJSON_AddNumberToObject(o, "tier", out.tier);
+        cJSON_AddItemToObject(o, "verdict", cmd_verdict_json(&out.verdict));
+        cli_json_print(o);
+    } else {
+        char verdict[512];
+        cmd_verdict_text(&out.verdict, verdict, sizeof verdict);
+        printf("candidate  %s (tier %d)\n", out.candidate, out.tier);
+        printf("verdict    %s\n", verdict);
+    }
+    if (out.verdict.state == TSR_CLIENT_VERDICT_FAIL) {
+        fprintf(stderr, "tessera-cli: %s: %s fails verification: %s\n",
+                tsr_status_name(TSR_VERIFY_FAILED), out.candidate, out.verdict.reason);
+        return CLI_EXIT_DAEMON;
+    }
+    return CLI_EXIT_OK;
+}
+
+static int cmd_candidates(cli *c, int argc, char **argv)
+{
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '-' || path)
+            return cli_fail_usage("candidates", "unexpected argument '%s'", argv[i]);
+        path = argv[i];
+    }
+    if (!path)
+        return cli_fail_usage("candidates", "missing REGION.json");
+    tsr_region *r;
+    int rc = cmd_region_load(path, &r);
+    if (rc)
+        return rc;
+    rc = cli_connect(c);
+    if (rc) {
+        tsr_client_region_free(r);
+        return rc;
+    }
+    tsr_client_candidate *rows;
+    size_t n;
+    tsr_error err;
+    tsr_status st = tsr_client_candidates(c->client, r, NULL, &rows, &n, c->timeout_ms, &err);
+    tsr_client_region_free(r);
+    if (st != TSR_OK)
+        return cli_fail_call(&err);
+    if (c->json) {
+        cJSON *a = cJSON_CreateArray();
+        for (size_t i = 0; i < n; i++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "name", rows[i].name);
+            cJSON_AddNumberToObject(o, "tier", rows[i].tier);
+            cJSON_AddNumberToObject(o, "version", rows[i].version);
+            cJSON_AddBoolToObject(o, "applies", rows[i].applies);
+            cJSON_AddBoolToObject(o, "selected", rows[i].selected);
+            cJSON_AddStringToObject(o, "why", rows[i].why);
+            cJSON_AddItemToObject(o, "verdict", cmd_verdict_json(&rows[i].verdict));
+            cJSON_AddItemToArray(a, o);
+        }
+        cJSON *doc = cJSON_CreateObject();
+        cJSON_AddItemToObject(doc, "candidates", a);
+        cli_json_print(doc);
+    } else {
+        printf("%-3s %-24s %4s %7s %-8s %-8s %s\n", "", "candidate", "tier", "version", "applies",
+               "verdict", "why");
+        for (size_t i = 0; i < n; i++)
+            printf("%-3s %-24s %4d %7u %-8s %-8s %s\n", rows[i].selected ? "*" : "", rows[i].name,
+                   rows[i].tier, rows[i].version, rows[i].applies ? "yes" : "no",
+                   cmd_verdict_state(rows[i].verdict.state), rows[i].why);
+    }
+    tsr_client_candidates_free(rows);
+    return CLI_EXIT_OK;
+}
+
+const cli_command cli_commands[] = {
+    {"ping", cmd_ping,
+     "usage: tessera-cli ping\n"
+     "Sends a hello and prints the round trip time.\n"},
+    {"info", cmd_info,
+     "usage: tessera-cli info\n"
+     "Prints the daemon's version, backend, devices and limits.\n"},
+    {"stats", cmd_stats,
+     "usage: tessera-cli stats [--prometheus]\n"
+     "Prints the daemon's counters and per-candidate dispatch statistics;\n"
+     "--prometheus prints the Prometheus text form instead.\n"},
+    {"cache", cmd_cache,
+     "usage: tessera-cli cache ls\n"
+     "       tessera-cli cache evict KEY|all\n"
+     "Lists the compiled-kernel cache, or evicts one entry (or every entry).\n"},
+    {"compile", cmd_compile,
+     "usage: tessera-cli compile REGION.json [--arch sm_90a] [--force NAME]\n"
+     "                           [--policy tier|measure] [--no-verify]\n"
+     "Compiles the kernel the arbiter picks for the region (or NAME with --force)\n"
+     "and prints the decision: candidate, tier, reason, verdict, cache hit or miss\n"
+     "and the cache key. --arch compiles for an architecture without its device;\n"
+     "--no-verify skips verifying a forced candidate.\n"},
+    {"run", cmd_run,
+     "usage: tessera-cli run REGION.json -i NAME=FILE.npy ... -o OUT.npy\n"
+     "                       [--force NAME] [--policy tier|measure]\n"
+     "Runs the region on the given inputs, one -i per input the region reads.\n"
+     "Inputs are .npy files of float32, float64, or float16 for an f16 region;\n"
+     "bf16 regions take float32 data, rounded to nearest even. The output is\n"
+     "written as float32.\n"},
+    {"verify", cmd_verify,
+     "usage: tessera-cli verify REGION.json [--candidate NAME] [--seed N]\n"
+     "Checks a candidate (default: the arbiter's pick) against the CPU reference\n"
+     "on probe inputs. Exits 4 when the candidate fails.\n"},
+    {"candidates", cmd_candidates,
+     "usage: tessera-cli candidates REGION.json\n"
+     "Lists every candidate for the region's kind: tier, version, whether it\n"
+     "applies, its verdict and why it was or was not selected (* = selected).\n"},
+    {NULL, NULL, NULL},
+};

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Baselines measured with torch on the same GPU, in the same run as tesserad's
+benchmarks, so that ratios compare like with like.
+
+Prints one line per case: name, median milliseconds, and TFLOP/s or GB/s.
+Timing: CUDA events around each call after warm-up, median of many repeats.
+"""
+import sys
+
+import torch
+
+
+def median_ms(fn, warmup=5, reps=30):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def report(name, ms, flop=None, nbytes=None):
+    extra = ""
+    if flop is not None:
+        extra = f"{flop / (ms * 1e-3) / 1e12:.1f} TFLOP/s"
+    if nbytes is not None:
+        extra = f"{nbytes / (ms * 1e-3) / 1e9:.1f} GB/s"
+    print(f"torch {name:<40} {ms:9.3f} ms  {extra}", flush=True)
+
+
+def main():
+    which = set(sys.argv[1:])
+    dev = "cuda"
+    bf = torch.bfloat16
+    print("device:", torch.cuda.get_device_name(0), "torch", torch.__version__)
+
+    if not which or "gemm" in which:
+        for n in (4096, 8192):
+            a = torch.randn(n, n, device=dev, dtype=bf)
+            b = torch.randn(n, n, device=dev, dtype=bf)
+            report(f"matmul bf16 {n}^3", median_ms(lambda: a @ b), flop=2 * n ** 3)
+        m, k, h = 8192, 4096, 14336
+        a = torch.randn(m, k, device=dev, dtype=bf)
+        w = torch.randn(k, h, device=dev, dtype=bf)
+        wu = torch.randn(k, h, device=dev, dtype=bf)
+        bias = torch.randn(h, device=dev, dtype=bf)
+        res = torch.randn(m, h, device=dev, dtype=bf)
+        gelu = torch.nn.functional.gelu
+        report("fused bias+gelu+residual eager 8192x14336x4096",
+               median_ms(lambda: gelu(a @ w + bias, approximate="tanh") + res), flop=2 * m * h * k)
+        report("matmul only 8192x14336x4096", median_ms(lambda: a @ w), flop=2 * m * h * k)
+        silu = torch.nn.functional.silu
+        report("swiglu eager 8192x14336x4096",
+               median_ms(lambda: silu(a @ w) * (a @ wu)), flop=4 * m * h * k)
+
+    if not which or "pointwise" in which:
+        n = 1 << 28
+        x = torch.randn(n, device=dev)
+        y = torch.randn(n, device=dev)
+        z = torch.randn(n, device=dev)
+        out = torch.empty_like(x)
+        report("device copy f32 2^28", median_ms(lambda: out.copy_(x)), nbytes=2 * 4 * n)
+        f = lambda: torch.relu(x + y) * torch.sigmoid(z)
+        report("relu(a+b)*sigmoid(c) eager f32 2^28", median_ms(f), nbytes=4 * 4 * n)
+        try:
+            g = torch.compile(lambda p, q, r: torch.relu(p + q) * torch.sigmoid(r))
+            report("relu(a+b)*sigmoid(c) compiled f32 2^28", median_ms(lambda: g(x, y, z)),
+                   nbytes=4 * 4 * n)
+        except Exception as exc:  # torch.compile needs a working toolchain there
+            print("torch.compile unavailable:", exc)
+
+    if not which or "attention" in which:
+        q = torch.randn(4, 32, 4096, 128, device=dev, dtype=bf)
+        k = torch.randn(4, 32, 4096, 128, device=dev, dtype=bf)
+        v = torch.randn(4, 32, 4096, 128, device=dev, dtype=bf)
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        flop = 4 * 4 * 32 * 4096 * 4096 * 128
+        report("sdpa bf16 B4 H32 S4096 D128", median_ms(lambda: sdpa(q, k, v)), flop=flop)
+        report("sdpa causal bf16 B4 H32 S4096 D128",
+               median_ms(lambda: sdpa(q, k, v, is_causal=True)), flop=flop / 2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1296,13 +1296,15 @@ tsr_status tsr_kcache_evict(tsr_kcache *c, const tsr_fingerprint *key, uint32_t 
     for (size_t i = 0; i < nfiles; i++)
         if (kcache_disk_remove(c, &files[i].key, &bytes))
             files[nremoved++] = files[i];
-    qsort(files, nremoved, sizeof *files, kcache_disk_file_by_key);
+    if (nremoved > 0)
+        qsort(files, nremoved, sizeof *files, kcache_disk_file_by_key);
     uint32_t removed = (uint32_t)nremoved;
     pthread_mutex_lock(&c->lock);
     while (c->lru_head != NULL) {
         struct kcache_entry *e = c->lru_head;
         struct kcache_disk_file probe = {.key = e->key};
-        if (bsearch(&probe, files, nremoved, sizeof *files, kcache_disk_file_by_key) == NULL)
+        if (nremoved == 0 ||
+            bsearch(&probe, files, nremoved, sizeof *files, kcache_disk_file_by_key) == NULL)
             removed++;
         kcache_memory_remove(c, e);
     }

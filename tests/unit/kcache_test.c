@@ -39,12 +39,29 @@ static void tree_remove(const char *dir)
     nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static char *dir_make(void)
+/* The test's directory. Each test runs in its own process, so one slot per
+ * process suffices; the suite's fini removes it even after a failed assertion,
+ * together with the ".moved" name a test may park it under. */
+static char test_dir[64];
+
+static const char *dir_make(void)
 {
-    char *d = strdup("/tmp/kcache-test-XXXXXX");
-    cr_assert_not_null(mkdtemp(d));
-    return d;
+    snprintf(test_dir, sizeof test_dir, "/tmp/kcache-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(test_dir));
+    return test_dir;
 }
+
+static void dir_cleanup(void)
+{
+    if (test_dir[0] == '\0')
+        return;
+    char moved[128];
+    snprintf(moved, sizeof moved, "%s.moved", test_dir);
+    tree_remove(test_dir);
+    tree_remove(moved);
+}
+
+TestSuite(kcache, .fini = dir_cleanup);
 
 static tsr_fingerprint key_of(int n)
 {
@@ -196,7 +213,7 @@ Test(kcache, lookup_of_an_absent_key_is_not_found)
 
 Test(kcache, open_fails_when_the_directory_is_a_file)
 {
-    char *d = dir_make();
+    const char *d = dir_make();
     char path[512];
     snprintf(path, sizeof path, "%s/plain", d);
     FILE *f = fopen(path, "w");
@@ -208,13 +225,11 @@ Test(kcache, open_fails_when_the_directory_is_a_file)
     cr_expect_eq(tsr_kcache_open(&o, &c, &err), TSR_IO_ERROR);
     cr_expect_eq(err.code, TSR_IO_ERROR);
     cr_expect_null(c);
-    tree_remove(d);
-    free(d);
 }
 
 Test(kcache, creates_missing_directories)
 {
-    char *d = dir_make();
+    const char *d = dir_make();
     char path[512];
     snprintf(path, sizeof path, "%s/a/b/c", d);
     tsr_kcache *c = cache_open(path, 0, 0);
@@ -225,13 +240,11 @@ Test(kcache, creates_missing_directories)
     entry_path(path, &k, file, sizeof file);
     cr_expect(file_exists(file));
     tsr_kcache_close(c);
-    tree_remove(d);
-    free(d);
 }
 
 Test(kcache, reopened_directory_serves_from_disk_without_building)
 {
-    char *d = dir_make();
+    const char *d = dir_make();
     tsr_kcache *c = cache_open(d, 0, 0);
     struct builder b = {.len = 300, .fill = 9};
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
@@ -265,8 +278,6 @@ Test(kcache, reopened_directory_serves_from_disk_without_building)
     cr_expect_eq(s.builds, 0);
     cr_expect_eq(s.corrupt_discarded, 0);
     tsr_kcache_close(c);
-    tree_remove(d);
-    free(d);
 }
 
 /* Damages key 1's file between two runs and checks that the second run discards
@@ -309,7 +320,7 @@ static void damage_file(const char *path, enum damage how)
 
 static void check_discarded_and_rebuilt(enum damage how)
 {
-    char *d = dir_make();
+    const char *d = dir_make();
     struct builder b = {.len = 256, .fill = 3};
     tsr_kcache *c = cache_open(d, 0, 0);
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
@@ -336,8 +347,6 @@ static void check_discarded_and_rebuilt(enum damage how)
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_DISK);
     cr_expect_eq(atomic_load(&b.calls), 2);
     tsr_kcache_close(c);
-    tree_remove(d);
-    free(d);
 }
 
 Test(kcache, discards_an_entry_with_a_flipped_payload_byte)
@@ -372,7 +381,7 @@ Test(kcache, discards_an_unknown_format_version)
 
 Test(kcache, discards_a_file_renamed_to_another_keys_name)
 {
-    char *d = dir_make();
+    const char *d = dir_make();
     struct builder b1 = {.len = 64, .fill = 1};
     tsr_kcache *c = cache_open(d, 0, 0);
     cr_expect_eq(get_checked(c, 1, &b1), TSR_KCACHE_MISS);
@@ -400,8 +409,6 @@ Test(kcache, discards_a_file_renamed_to_another_keys_name)
     c = cache_open(d, 0, 0);
     cr_expect_eq(get_checked(c, 2, &b2), TSR_KCACHE_DISK);
     tsr_kcache_close(c);
-    tree_remove(d);
-    free(d);
 }
 
 Test(kcache, memory_eviction_keeps_the_most_recently_used)
@@ -437,7 +444,7 @@ Test(kcache, memory_eviction_keeps_the_most_recently_used)
 
 Test(kcache, disk_eviction_removes_the_least_recently_used_file)
 {
-    char *d = dir_make();
+    const char *d = dir_make();
     /* A one-byte memory bound keeps nothing in memory, so every hit reads the
      * disk and refreshes the file's last use. Files are 1184 bytes: three fit in
      * 4000, a fourth trims back to 90% of the bound (one file goes). */
@@ -463,13 +470,11 @@ Test(kcache, disk_eviction_removes_the_least_recently_used_file)
         cr_expect_eq(file_exists(path), n != 2, "key %d", n);
     }
     tsr_kcache_close(c);
-    tree_remove(d);
-    free(d);
 }
 
 Test(kcache, open_trims_a_directory_over_a_smaller_bound)
 {
-    char *d = dir_make();
+    const char *d = dir_make();
     tsr_kcache *c = cache_open(d, 0, 0);
     struct builder b = {.len = 1000, .fill = 6};
     for (int n = 1; n <= 4; n++)
@@ -484,8 +489,6 @@ Test(kcache, open_trims_a_directory_over_a_smaller_bound)
     cr_expect_eq(s.disk_bytes, HEADER_BYTES + 1000);
     cr_expect_eq(get_checked(c, 4, &b), TSR_KCACHE_DISK);
     tsr_kcache_close(c);
-    tree_remove(d);
-    free(d);
 }
 
 struct racer {
@@ -519,7 +522,7 @@ static void race(tsr_kcache *c, struct builder *b, struct racer *r, int n)
 
 Test(kcache, concurrent_requests_share_one_build)
 {
-    char *d = dir_make();
+    const char *d = dir_make();
     tsr_kcache *c = cache_open(d, 0, 0);
     struct builder b = {.len = 4096, .fill = 8, .cache = c, .wait_shared = 7};
     struct racer r[8];
@@ -551,8 +554,6 @@ Test(kcache, concurrent_requests_share_one_build)
     cr_expect_eq(infos[0].hits, 7);
     free(infos);
     tsr_kcache_close(c);
-    tree_remove(d);
-    free(d);
 }
 
 Test(kcache, a_failed_build_reaches_every_waiter_and_is_not_cached)
@@ -612,7 +613,7 @@ Test(kcache, a_failing_build_without_a_message_still_explains)
 
 Test(kcache, open_removes_stale_temporary_files)
 {
-    char *d = dir_make();
+    const char *d = dir_make();
     char sub[512], old_tmp[600], new_tmp[600];
     snprintf(sub, sizeof sub, "%s/ab", d);
     cr_assert_eq(mkdir(sub, 0755), 0);
@@ -634,13 +635,11 @@ Test(kcache, open_removes_stale_temporary_files)
     cr_expect_eq(s.disk_entries, 0);
     cr_expect_eq(s.disk_bytes, 0);
     tsr_kcache_close(c);
-    tree_remove(d);
-    free(d);
 }
 
 Test(kcache, evicts_one_key_or_all)
 {
-    char *d = dir_make();
+    const char *d = dir_make();
     tsr_kcache *c = cache_open(d, 0, 0);
     struct builder b = {.len = 50, .fill = 1};
     for (int n = 1; n <= 3; n++)
@@ -686,8 +685,6 @@ Test(kcache, evicts_one_key_or_all)
     }
     cr_expect_eq(get_checked(c, 2, &b), TSR_KCACHE_MISS);
     tsr_kcache_close(c);
-    tree_remove(d);
-    free(d);
 }
 
 Test(kcache, evict_all_of_a_memory_cache_counts_its_entries)
@@ -715,7 +712,7 @@ static const tsr_kcache_entry_info *info_of(const tsr_kcache_entry_info *infos, 
 
 Test(kcache, lists_entries_of_both_levels)
 {
-    char *d = dir_make();
+    const char *d = dir_make();
     tsr_kcache *c = cache_open(d, 0, 0);
     struct builder b100 = {.len = 100, .fill = 1}, b200 = {.len = 200, .fill = 2};
     get_checked(c, 1, &b100);
@@ -765,8 +762,6 @@ Test(kcache, lists_entries_of_both_levels)
     free(infos);
     tsr_kcache_close(empty);
     tsr_kcache_close(c);
-    tree_remove(d);
-    free(d);
 }
 
 Test(kcache, a_held_blob_outlives_eviction_and_close)
@@ -802,7 +797,7 @@ Test(kcache, a_held_blob_outlives_eviction_and_close)
 
 Test(kcache, two_caches_on_one_directory_see_each_others_entries)
 {
-    char *d = dir_make();
+    const char *d = dir_make();
     tsr_kcache *c1 = cache_open(d, 0, 0), *c2 = cache_open(d, 0, 0);
     struct builder b1 = {.len = 500, .fill = 1}, b2 = {.len = 700, .fill = 2};
     cr_expect_eq(get_checked(c1, 1, &b1), TSR_KCACHE_MISS);
@@ -829,13 +824,11 @@ Test(kcache, two_caches_on_one_directory_see_each_others_entries)
     cr_expect_eq(s.corrupt_discarded, 0);
     tsr_kcache_close(c1);
     tsr_kcache_close(c2);
-    tree_remove(d);
-    free(d);
 }
 
 Test(kcache, a_failed_disk_write_keeps_serving_from_memory)
 {
-    char *d = dir_make();
+    const char *d = dir_make();
     char moved[512];
     snprintf(moved, sizeof moved, "%s.moved", d);
     tsr_kcache *c = cache_open(d, 0, 0);
@@ -856,8 +849,4 @@ Test(kcache, a_failed_disk_write_keeps_serving_from_memory)
     cr_expect_eq(s.disk_entries, 0);
     cr_expect_eq(s.memory_entries, 1);
     tsr_kcache_close(c);
-
-    unlink(d);
-    tree_remove(moved);
-    free(d);
 }

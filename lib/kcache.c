@@ -1010,7 +1010,7 @@ static tsr_status kcache_flight_wait(tsr_kcache *c, struct kcache_flight *f,
 /* Finishes a flight: caches a successful result, hands one reference to each
  * waiter and wakes them. Called with c->lock held. */
 static void kcache_flight_finish(tsr_kcache *c, struct kcache_flight *f, tsr_status st,
-                                 const tsr_error *berr, struct kcache_blob *b)
+                                 const tsr_error *berr, struct kcache_blob *b, bool leader_hit)
 {
     struct kcache_flight **pp = &c->flights;
     while (*pp != f)
@@ -1025,7 +1025,7 @@ static void kcache_flight_finish(tsr_kcache *c, struct kcache_flight *f, tsr_sta
             tsr_kcache_blob_retain(&b->pub);
         struct kcache_entry *e = kcache_memory_insert(c, &f->key, b, kcache_now_ms());
         if (e != NULL)
-            e->hits += f->waiters;
+            e->hits += f->waiters + (leader_hit ? 1 : 0);
     } else {
         f->err = *berr;
     }
@@ -1126,7 +1126,7 @@ tsr_status tsr_kcache_get_or_build(tsr_kcache *c, const tsr_fingerprint *key,
         if (st != TSR_OK)
             c->stats.build_failures++;
     }
-    kcache_flight_finish(c, f, st, &berr, b);
+    kcache_flight_finish(c, f, st, &berr, b, got == TSR_KCACHE_DISK);
     pthread_mutex_unlock(&c->lock);
 
     if (st != TSR_OK) {

@@ -277,6 +277,15 @@ Test(kcache, reopened_directory_serves_from_disk_without_building)
     cr_expect_eq(s.memory_hits, 1);
     cr_expect_eq(s.builds, 0);
     cr_expect_eq(s.corrupt_discarded, 0);
+
+    tsr_kcache_entry_info *infos;
+    size_t count;
+    cr_assert_eq(tsr_kcache_list(c, &infos, &count, NULL), TSR_OK);
+    cr_assert_eq(count, 1);
+    cr_expect_eq(infos[0].hits, 2); /* the disk hit and the memory hit */
+    cr_expect_eq(infos[0].in_memory, 1);
+    cr_expect_eq(infos[0].on_disk, 1);
+    free(infos);
     tsr_kcache_close(c);
 }
 

@@ -67,6 +67,8 @@ typedef enum tsr_reduction {
 
 /* "none" (JSON null), "rmsnorm", "softmax", "layer_norm". */
 const char *tsr_reduction_name(tsr_reduction reduction);
+/* Exact-name lookup of the names above ("none" included); false when unknown. */
+bool tsr_reduction_parse(const char *name, tsr_reduction *out);
 
 typedef struct tsr_matmul_desc {
     int64_t m, n, k;

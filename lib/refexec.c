@@ -1,0 +1,518 @@
+/*
+ * refexec.c — the CPU reference executor (refexec.h), also the daemon's CPU
+ * backend.
+ *
+ * Correctness comes first: every kind is computed in f64 from the stored input
+ * values and rounded once to the output dtype, except pointwise DAGs, which round
+ * each op's result to f32 as an f32 kernel (and numpy on float32) would. Speed
+ * comes second but matters, because the oracle runs this on every verification:
+ * matmul-like kinds convert A (with its prologue) and a transposed copy of B to
+ * f64 once, then compute row panels with a 4x4 register block, panels shared out
+ * over threads. The summation order over k is fixed (ascending), so results do
+ * not depend on the thread count.
+ */
+#include "tessera/refexec.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tessera/dtype.h"
+#include "tessera/ops.h"
+
+/* ---- a parallel for over [0, n) ---- */
+
+typedef tsr_status (*refexec_range_fn)(void *ctx, int64_t lo, int64_t hi);
+
+struct refexec_task {
+    refexec_range_fn fn;
+    void *ctx;
+    int64_t lo, hi;
+    tsr_status status;
+};
+
+static void *refexec_worker(void *arg)
+{
+    struct refexec_task *t = arg;
+    t->status = t->fn(t->ctx, t->lo, t->hi);
+    return NULL;
+}
+
+static int refexec_thread_count(int threads)
+{
+    if (threads > 0)
+        return threads;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)(n < 256 ? n : 256) : 1;
+}
+
+/* Splits [0, n) into up to `threads` contiguous ranges. A thread that cannot be
+ * started has its range run on the calling thread, so this never fails for lack
+ * of threads; the first non-OK status of any range is returned. */
+static tsr_status refexec_parallel(int threads, int64_t n, refexec_range_fn fn, void *ctx)
+{
+    if (n <= 0)
+        return TSR_OK;
+    if (threads > n)
+        threads = (int)n;
+    if (threads <= 1)
+        return fn(ctx, 0, n);
+    struct refexec_task *tasks = calloc((size_t)threads, sizeof *tasks);
+    pthread_t *ids = calloc((size_t)threads, sizeof *ids);
+    bool *started = calloc((size_t)threads, sizeof *started);
+    if (tasks == NULL || ids == NULL || started == NULL) {
+        free(tasks);
+        free(ids);
+        free(started);
+        return fn(ctx, 0, n);
+    }
+    for (int i = 0; i < threads; i++) {
+        tasks[i] = (struct refexec_task){fn, ctx, n * i / threads, n * (i + 1) / threads, TSR_OK};
+        if (i > 0)
+            started[i] = pthread_create(&ids[i], NULL, refexec_worker, &tasks[i]) == 0;
+    }
+    refexec_worker(&tasks[0]);
+    tsr_status st = tasks[0].status;
+    for (int i = 1; i < threads; i++) {
+        if (started[i])
+            pthread_join(ids[i], NULL);
+        else
+            refexec_worker(&tasks[i]);
+        if (st == TSR_OK)
+            st = tasks[i].status;
+    }
+    free(tasks);
+    free(ids);
+    free(started);
+    return st;
+}
+
+/* ---- pointwise ---- */
+
+struct pw_ctx {
+    const tsr_region *r;
+    const void *const *inputs;
+    void *output;
+    int rank;
+    const int64_t *shape;
+    int64_t strides[TSR_MAX_PW_INPUTS][TSR_MAX_RANK]; /* 0 on broadcast dimensions */
+};
+
+static tsr_status pw_range(void *arg, int64_t lo, int64_t hi)
+{
+    struct pw_ctx *c = arg;
+    const tsr_pointwise_desc *pw = &c->r->u.pointwise;
+    int nvals = pw->n_inputs + pw->n_nodes;
+    double *vals = malloc((size_t)nvals * sizeof *vals);
+    if (vals == NULL)
+        return TSR_NO_MEMORY;
+    int64_t idx[TSR_MAX_RANK];
+    int64_t off[TSR_MAX_PW_INPUTS];
+    int64_t rem = lo;
+    for (int d = c->rank - 1; d >= 0; d--) {
+        idx[d] = rem % c->shape[d];
+        rem /= c->shape[d];
+    }
+    for (int i = 0; i < pw->n_inputs; i++) {
+        off[i] = 0;
+        for (int d = 0; d < c->rank; d++)
+            off[i] += idx[d] * c->strides[i][d];
+    }
+    for (int64_t e = lo; e < hi; e++) {
+        for (int i = 0; i < pw->n_inputs; i++)
+            vals[i] = tsr_dtype_load(c->r->dtype, c->inputs[i], (size_t)off[i]);
+        for (int n = 0; n < pw->n_nodes; n++) {
+            const tsr_pw_node *node = &pw->nodes[n];
+            const tsr_op_info *info = tsr_op_info_get(node->op);
+            double a = info->arity >= 1 ? vals[node->arg_index[0]] : 0.0;
+            double b = info->arity >= 2 ? vals[node->arg_index[1]] : 0.0;
+            /* Round to f32 before the next op reads it, as an f32 kernel does. */
+            vals[pw->n_inputs + n] = (double)(float)info->reference(a, b, &node->attrs);
+        }
+        tsr_dtype_store(c->r->out_dtype, c->output, (size_t)e, vals[pw->output_index]);
+        /* Advance the multi-index and every input's offset. */
+        for (int d = c->rank - 1; d >= 0; d--) {
+            idx[d]++;
+            for (int i = 0; i < pw->n_inputs; i++)
+                off[i] += c->strides[i][d];
+            if (idx[d] < c->shape[d])
+                break;
+            for (int i = 0; i < pw->n_inputs; i++)
+                off[i] -= c->strides[i][d] * c->shape[d];
+            idx[d] = 0;
+        }
+    }
+    free(vals);
+    return TSR_OK;
+}
+
+static tsr_status pw_run(const tsr_region *r, const void *const *inputs, void *output, int threads)
+{
+    const tsr_pointwise_desc *pw = &r->u.pointwise;
+    struct pw_ctx c = {.r = r, .inputs = inputs, .output = output};
+    c.rank = pw->out_rank;
+    c.shape = pw->out_shape;
+    int64_t total = 1;
+    for (int d = 0; d < c.rank; d++)
+        total *= pw->out_shape[d];
+    /* numpy broadcasting: shapes aligned at the right, size-1 or absent
+     * dimensions repeat (stride 0). */
+    for (int i = 0; i < pw->n_inputs; i++) {
+        const tsr_pw_input *in = &pw->inputs[i];
+        int64_t stride = 1;
+        for (int d = c.rank - 1; d >= 0; d--) {
+            int id = in->rank - (c.rank - d);
+            if (id < 0 || in->shape[id] == 1) {
+                c.strides[i][d] = 0;
+            } else {
+                c.strides[i][d] = stride;
+            }
+            if (id >= 0)
+                stride *= in->shape[id];
+        }
+    }
+    /* Small outputs are not worth a thread each. */
+    int64_t units = total / 4096 + 1;
+    return refexec_parallel(threads < units ? threads : (int)units, total, pw_range, &c);
+}
+
+/* ---- matmul, fused, gated ---- */
+
+#define MM_PANEL 32 /* rows of C per work unit */
+
+struct mm_ctx {
+    const tsr_region *r;
+    int64_t m, n, k;
+    const double *a;   /* (M, K), prologue applied */
+    const double *bt;  /* (N, K): B transposed */
+    const double *bt2; /* gated: Wu transposed, else NULL */
+    const void *bias;  /* fused: (N,) in r->dtype, or NULL */
+    const void *residual;
+    void *output;
+};
+
+/* C[0..rows) x [0..N) = A[row0..] @ Bt^T, with a 4x4 register block. */
+static void mm_panel(const double *a, const double *bt, int64_t rows, int64_t n, int64_t k,
+                     double *c)
+{
+    int64_t i = 0;
+    for (; i + 4 <= rows; i += 4) {
+        const double *a0 = a + i * k, *a1 = a0 + k, *a2 = a1 + k, *a3 = a2 + k;
+        int64_t j = 0;
+        for (; j + 4 <= n; j += 4) {
+            const double *b0 = bt + j * k, *b1 = b0 + k, *b2 = b1 + k, *b3 = b2 + k;
+            double s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0;
+            double s20 = 0, s21 = 0, s22 = 0, s23 = 0, s30 = 0, s31 = 0, s32 = 0, s33 = 0;
+            for (int64_t p = 0; p < k; p++) {
+                double x0 = a0[p], x1 = a1[p], x2 = a2[p], x3 = a3[p];
+                double y0 = b0[p], y1 = b1[p], y2 = b2[p], y3 = b3[p];
+                s00 += x0 * y0, s01 += x0 * y1, s02 += x0 * y2, s03 += x0 * y3;
+                s10 += x1 * y0, s11 += x1 * y1, s12 += x1 * y2, s13 += x1 * y3;
+                s20 += x2 * y0, s21 += x2 * y1, s22 += x2 * y2, s23 += x2 * y3;
+                s30 += x3 * y0, s31 += x3 * y1, s32 += x3 * y2, s33 += x3 * y3;
+            }
+            double *c0 = c + i * n + j, *c1 = c0 + n, *c2 = c1 + n, *c3 = c2 + n;
+            c0[0] = s00, c0[1] = s01, c0[2] = s02, c0[3] = s03;
+            c1[0] = s10, c1[1] = s11, c1[2] = s12, c1[3] = s13;
+            c2[0] = s20, c2[1] = s21, c2[2] = s22, c2[3] = s23;
+            c3[0] = s30, c3[1] = s31, c3[2] = s32, c3[3] = s33;
+        }
+        for (; j < n; j++) {
+            const double *b0 = bt + j * k;
+            double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            for (int64_t p = 0; p < k; p++) {
+                s0 += a0[p] * b0[p], s1 += a1[p] * b0[p];
+                s2 += a2[p] * b0[p], s3 += a3[p] * b0[p];
+            }
+            c[i * n + j] = s0, c[(i + 1) * n + j] = s1;
+            c[(i + 2) * n + j] = s2, c[(i + 3) * n + j] = s3;
+        }
+    }
+    for (; i < rows; i++) {
+        const double *a0 = a + i * k;
+        for (int64_t j = 0; j < n; j++) {
+            const double *b0 = bt + j * k;
+            double s = 0;
+            for (int64_t p = 0; p < k; p++)
+                s += a0[p] * b0[p];
+            c[i * n + j] = s;
+        }
+    }
+}
+
+static double mm_apply(tsr_op op, double x)
+{
+    tsr_op_attrs none = {0};
+    return tsr_op_info_get(op)->reference(x, 0.0, &none);
+}
+
+static void mm_reduce_row(tsr_reduction red, double eps, double *x, int64_t n)
+{
+    if (red == TSR_REDUCTION_RMSNORM) {
+        double ss = 0;
+        for (int64_t j = 0; j < n; j++)
+            ss += x[j] * x[j];
+        double inv = 1.0 / sqrt(ss / (double)n + eps);
+        for (int64_t j = 0; j < n; j++)
+            x[j] *= inv;
+    } else if (red == TSR_REDUCTION_LAYER_NORM) {
+        double mean = 0, var = 0;
+        for (int64_t j = 0; j < n; j++)
+            mean += x[j];
+        mean /= (double)n;
+        for (int64_t j = 0; j < n; j++)
+            var += (x[j] - mean) * (x[j] - mean);
+        var /= (double)n; /* biased, as layer norm defines it */
+        double inv = 1.0 / sqrt(var + eps);
+        for (int64_t j = 0; j < n; j++)
+            x[j] = (x[j] - mean) * inv;
+    } else if (red == TSR_REDUCTION_SOFTMAX) {
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < n; j++)
+            mx = x[j] > mx || isnan(x[j]) ? x[j] : mx;
+        double sum = 0;
+        for (int64_t j = 0; j < n; j++) {
+            x[j] = exp(x[j] - mx);
+            sum += x[j];
+        }
+        for (int64_t j = 0; j < n; j++)
+            x[j] /= sum;
+    }
+}
+
+static tsr_status mm_range(void *arg, int64_t lo, int64_t hi)
+{
+    struct mm_ctx *c = arg;
+    const tsr_region *r = c->r;
+    int64_t n = c->n;
+    double *acc = malloc((size_t)MM_PANEL * (size_t)n * sizeof *acc);
+    double *acc2 = c->bt2 != NULL ? malloc((size_t)MM_PANEL * (size_t)n * sizeof *acc2) : NULL;
+    if (acc == NULL || (c->bt2 != NULL && acc2 == NULL)) {
+        free(acc);
+        free(acc2);
+        return TSR_NO_MEMORY;
+    }
+    for (int64_t panel = lo; panel < hi; panel++) {
+        int64_t row0 = panel * MM_PANEL;
+        int64_t rows = c->m - row0 < MM_PANEL ? c->m - row0 : MM_PANEL;
+        mm_panel(c->a + row0 * c->k, c->bt, rows, n, c->k, acc);
+        if (acc2 != NULL)
+            mm_panel(c->a + row0 * c->k, c->bt2, rows, n, c->k, acc2);
+        for (int64_t i = 0; i < rows; i++) {
+            double *x = acc + i * n;
+            int64_t row = row0 + i;
+            if (r->kind == TSR_KIND_GATED) {
+                for (int64_t j = 0; j < n; j++)
+                    x[j] = mm_apply(r->u.gated.gate_act, x[j]) * acc2[i * n + j];
+            } else if (r->kind == TSR_KIND_FUSED) {
+                const tsr_fused_desc *f = &r->u.fused;
+                for (int e = 0; e < f->n_epilogue; e++) {
+                    tsr_op op = f->epilogue[e];
+                    for (int64_t j = 0; j < n; j++)
+                        x[j] = op == TSR_OP_BIAS
+                                   ? x[j] + tsr_dtype_load(r->dtype, c->bias, (size_t)j)
+                                   : mm_apply(op, x[j]);
+                }
+                if (f->residual) {
+                    for (int64_t j = 0; j < n; j++)
+                        x[j] += tsr_dtype_load(r->dtype, c->residual, (size_t)(row * n + j));
+                }
+                mm_reduce_row(f->reduction, f->eps, x, n);
+            }
+            for (int64_t j = 0; j < n; j++)
+                tsr_dtype_store(r->out_dtype, c->output, (size_t)(row * n + j), x[j]);
+        }
+    }
+    free(acc);
+    free(acc2);
+    return TSR_OK;
+}
+
+/* Loads a (rows, cols) matrix into f64, transposed when `transpose`. */
+static double *mm_load(tsr_dtype dtype, const void *src, int64_t rows, int64_t cols, bool transpose)
+{
+    double *d = malloc((size_t)rows * (size_t)cols * sizeof *d);
+    if (d == NULL)
+        return NULL;
+    for (int64_t i = 0; i < rows; i++) {
+        for (int64_t j = 0; j < cols; j++) {
+            double v = tsr_dtype_load(dtype, src, (size_t)(i * cols + j));
+            if (transpose)
+                d[j * rows + i] = v;
+            else
+                d[i * cols + j] = v;
+        }
+    }
+    return d;
+}
+
+static tsr_status mm_run(const tsr_region *r, const void *const *inputs, void *output, int threads)
+{
+    struct mm_ctx c = {.r = r, .output = output};
+    const void *b = inputs[1];
+    const void *b2 = NULL;
+    switch (r->kind) {
+    case TSR_KIND_MATMUL:
+        c.m = r->u.matmul.m, c.n = r->u.matmul.n, c.k = r->u.matmul.k;
+        break;
+    case TSR_KIND_FUSED: {
+        const tsr_fused_desc *f = &r->u.fused;
+        c.m = f->m, c.n = f->n, c.k = f->k;
+        int next = 2;
+        for (int e = 0; e < f->n_epilogue; e++) {
+            if (f->epilogue[e] == TSR_OP_BIAS) {
+                c.bias = inputs[next++];
+                break;
+            }
+        }
+        if (f->residual)
+            c.residual = inputs[next];
+        break;
+    }
+    case TSR_KIND_GATED:
+    default:
+        c.m = r->u.gated.m, c.n = r->u.gated.h, c.k = r->u.gated.k;
+        b2 = inputs[2];
+        break;
+    }
+    double *a = mm_load(r->dtype, inputs[0], c.m, c.k, false);
+    double *bt = mm_load(r->dtype, b, c.k, c.n, true);
+    double *bt2 = b2 != NULL ? mm_load(r->dtype, b2, c.k, c.n, true) : NULL;
+    tsr_status st = TSR_NO_MEMORY;
+    if (a != NULL && bt != NULL && (b2 == NULL || bt2 != NULL)) {
+        if (r->kind == TSR_KIND_FUSED && r->u.fused.n_prologue > 0) {
+            /* The prologue works on A's stored values, in f64. */
+            size_t count = (size_t)(c.m * c.k);
+            for (size_t i = 0; i < count; i++) {
+                for (int p = 0; p < r->u.fused.n_prologue; p++)
+                    a[i] = mm_apply(r->u.fused.prologue[p], a[i]);
+            }
+        }
+        c.a = a, c.bt = bt, c.bt2 = bt2;
+        st = refexec_parallel(threads, (c.m + MM_PANEL - 1) / MM_PANEL, mm_range, &c);
+    }
+    free(a);
+    free(bt);
+    free(bt2);
+    return st;
+}
+
+/* ---- attention ---- */
+
+struct att_ctx {
+    const tsr_attention_desc *d;
+    tsr_dtype dtype, out_dtype;
+    const void *q;
+    const double *k; /* (B, Hkv, N, D) in f64 */
+    const double *v; /* (B, Hkv, N, Dv) in f64 */
+    void *output;
+};
+
+static tsr_status att_range(void *arg, int64_t lo, int64_t hi)
+{
+    struct att_ctx *c = arg;
+    const tsr_attention_desc *d = c->d;
+    int64_t M = d->seq_q, N = d->seq_k, D = d->head_dim, Dv = d->head_dim_v;
+    int64_t group = d->heads / d->heads_kv;
+    double *q = malloc((size_t)D * sizeof *q);
+    double *p = malloc((size_t)N * sizeof *p);
+    double *o = malloc((size_t)Dv * sizeof *o);
+    if (q == NULL || p == NULL || o == NULL) {
+        free(q);
+        free(p);
+        free(o);
+        return TSR_NO_MEMORY;
+    }
+    /* One unit is one query row of one (batch, head). */
+    for (int64_t row = lo; row < hi; row++) {
+        int64_t m = row % M;
+        int64_t bh = row / M;
+        int64_t b = bh / d->heads, h = bh % d->heads;
+        int64_t kvh = h / group;
+        const double *kb = c->k + ((b * d->heads_kv + kvh) * N) * D;
+        const double *vb = c->v + ((b * d->heads_kv + kvh) * N) * Dv;
+        for (int64_t x = 0; x < D; x++)
+            q[x] = tsr_dtype_load(c->dtype, c->q, (size_t)(row * D + x));
+        /* Bottom-right causal: key n is visible to query m when n <= m + (N - M). */
+        int64_t visible = d->causal ? m + (N - M) + 1 : N;
+        if (visible > N)
+            visible = N;
+        for (int64_t x = 0; x < Dv; x++)
+            o[x] = 0.0;
+        if (visible > 0) {
+            double mx = -INFINITY;
+            for (int64_t n = 0; n < visible; n++) {
+                double s = 0;
+                for (int64_t x = 0; x < D; x++)
+                    s += q[x] * kb[n * D + x];
+                p[n] = d->scale * s;
+                mx = p[n] > mx || isnan(p[n]) ? p[n] : mx;
+            }
+            double sum = 0;
+            for (int64_t n = 0; n < visible; n++) {
+                p[n] = exp(p[n] - mx);
+                sum += p[n];
+            }
+            for (int64_t n = 0; n < visible; n++) {
+                double w = p[n] / sum;
+                for (int64_t x = 0; x < Dv; x++)
+                    o[x] += w * vb[n * Dv + x];
+            }
+        }
+        for (int64_t x = 0; x < Dv; x++)
+            tsr_dtype_store(c->out_dtype, c->output, (size_t)(row * Dv + x), o[x]);
+    }
+    free(q);
+    free(p);
+    free(o);
+    return TSR_OK;
+}
+
+static tsr_status att_run(const tsr_region *r, const void *const *inputs, void *output, int threads)
+{
+    const tsr_attention_desc *d = &r->u.attention;
+    int64_t kv = d->batch * d->heads_kv * d->seq_k;
+    double *k = mm_load(r->dtype, inputs[1], kv, d->head_dim, false);
+    double *v = mm_load(r->dtype, inputs[2], kv, d->head_dim_v, false);
+    tsr_status st = TSR_NO_MEMORY;
+    if (k != NULL && v != NULL) {
+        struct att_ctx c = {d, r->dtype, r->out_dtype, inputs[0], k, v, output};
+        st = refexec_parallel(threads, d->batch * d->heads * d->seq_q, att_range, &c);
+    }
+    free(k);
+    free(v);
+    return st;
+}
+
+tsr_status tsr_ref_run(const tsr_region *r, const void *const *inputs, void *output, int threads,
+                       tsr_error *err)
+{
+    if (r == NULL || inputs == NULL || output == NULL)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "reference: NULL region or buffer");
+    int nthreads = refexec_thread_count(threads);
+    tsr_status st;
+    switch (r->kind) {
+    case TSR_KIND_POINTWISE:
+        st = pw_run(r, inputs, output, nthreads);
+        break;
+    case TSR_KIND_MATMUL:
+    case TSR_KIND_FUSED:
+    case TSR_KIND_GATED:
+        st = mm_run(r, inputs, output, nthreads);
+        break;
+    case TSR_KIND_ATTENTION:
+        st = att_run(r, inputs, output, nthreads);
+        break;
+    default:
+        return tsr_error_set(err, TSR_UNKNOWN_KIND, "reference: unknown region kind %d",
+                             (int)r->kind);
+    }
+    if (st == TSR_NO_MEMORY)
+        return tsr_error_set(err, st, "reference: scratch memory for a %s region",
+                             tsr_region_kind_name(r->kind));
+    if (st == TSR_OK)
+        tsr_error_clear(err);
+    return st;
+}

@@ -654,8 +654,7 @@ typedef struct arbiter_slot {
     tsr_status verify_status; /* verify_fn's status for ARBITER_CHECK_ERROR */
     bool cached;
     tsr_verdict verdict;
-    bool timed;
-    double median_ms;
+    double median_ms; /* when timed */
     char why[160];
 } arbiter_slot;
 
@@ -889,7 +888,6 @@ static void arbiter_run_measure(tsr_arbiter *a, const tsr_select_request *req,
                     slot_why(s, "timing failed: median %g ms", ms);
                 continue;
             }
-            s->timed = true;
             s->median_ms = ms;
             slot_why(s, "passed, measured %.4g ms", ms);
             if (best == NULL || ms < best->median_ms)

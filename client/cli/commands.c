@@ -107,10 +107,8 @@ static void cmd_shape_text(int rank, const int64_t *shape, char *buf, size_t siz
 static int cmd_region_load(const char *path, tsr_region **out)
 {
     tsr_error err;
-    if (tsr_client_region_load_file(path, out, &err) != TSR_OK) {
-        tsr_error_prefix(&err, "%s", path);
+    if (tsr_client_region_load_file(path, out, &err) != TSR_OK)
         return cli_fail_file(&err);
-    }
     return CLI_EXIT_OK;
 }
 

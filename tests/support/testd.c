@@ -1,0 +1,244 @@
+/*
+ * testd.c — starting, stopping and talking raw to a real tesserad in tests.
+ *
+ * Each daemon gets its own temporary directory so suites that run in parallel
+ * never share an endpoint or a cache; stop checks the exit status because a
+ * daemon that does not exit 0 on SIGTERM (or that a sanitizer flags at exit) is
+ * a failure of the test that started it.
+ */
+#include <errno.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+
+#include "testd.h"
+
+static void testd_sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+void testd_bin(const testd *d, const char *name, char *buf, size_t size)
+{
+    snprintf(buf, size, "%s/bin/%s", d->build, name);
+}
+
+/* Waits up to TESTD_WAIT_MS for a hello answer; fails early when the daemon
+ * process has exited. */
+static int testd_wait_ready(testd *d)
+{
+    for (int waited = 0; waited < TESTD_WAIT_MS; waited += 20) {
+        int status;
+        if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
+            fprintf(stderr, "testd: tesserad exited during start-up (status 0x%x)\n", status);
+            d->pid = 0;
+            return -1;
+        }
+        tsr_client_options opts;
+        tsr_client_options_init(&opts);
+        opts.url = d->url;
+        opts.timeout_ms = 1000;
+        opts.force = "";
+        tsr_client *c;
+        if (tsr_client_connect(&opts, &c, NULL) == TSR_OK) {
+            tsr_status st = tsr_client_hello(c, NULL, 1000, NULL);
+            tsr_client_close(c);
+            if (st == TSR_OK)
+                return 0;
+        }
+        testd_sleep_ms(20);
+    }
+    fprintf(stderr, "testd: tesserad did not answer hello on %s\n", d->url);
+    return -1;
+}
+
+static int testd_spawn(testd *d, const char *const *extra)
+{
+    char bin[320];
+    testd_bin(d, "tesserad", bin, sizeof bin);
+    if (access(bin, X_OK) != 0) {
+        fprintf(stderr, "testd: %s: %s\n", bin, strerror(errno));
+        return -1;
+    }
+    const char *argv[64];
+    int n = 0;
+    argv[n++] = bin;
+    argv[n++] = "--listen";
+    argv[n++] = d->url;
+    argv[n++] = "--cache-dir";
+    argv[n++] = d->cache_dir;
+    argv[n++] = "--backend";
+    argv[n++] = "cpu";
+    argv[n++] = "--log-level";
+    argv[n++] = "warn";
+    for (int i = 0; extra && extra[i] && n < 63; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "testd: fork: %s\n", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        execv(bin, (char *const *)argv);
+        fprintf(stderr, "testd: exec %s: %s\n", bin, strerror(errno));
+        _exit(127);
+    }
+    d->pid = pid;
+    return testd_wait_ready(d);
+}
+
+int testd_start(testd *d, const char *const *extra)
+{
+    memset(d, 0, sizeof *d);
+    const char *build = getenv("BUILD");
+    snprintf(d->build, sizeof d->build, "%s", build && *build ? build : "build");
+    snprintf(d->dir, sizeof d->dir, "/tmp/tsr-e2e-XXXXXX");
+    if (!mkdtemp(d->dir)) {
+        fprintf(stderr, "testd: mkdtemp: %s\n", strerror(errno));
+        return -1;
+    }
+    snprintf(d->url, sizeof d->url, "ipc://%s/sock", d->dir);
+    snprintf(d->cache_dir, sizeof d->cache_dir, "%s/cache", d->dir);
+    return testd_spawn(d, extra);
+}
+
+int testd_restart(testd *d, const char *const *extra)
+{
+    if (d->pid)
+        testd_stop(d);
+    return testd_spawn(d, extra);
+}
+
+int testd_stop(testd *d)
+{
+    if (d->pid <= 0)
+        return 0;
+    kill(d->pid, SIGTERM);
+    int status = 0;
+    for (int waited = 0;; waited += 10) {
+        pid_t r = waitpid(d->pid, &status, WNOHANG);
+        if (r == d->pid)
+            break;
+        if (r < 0 && errno != EINTR) {
+            d->pid = 0;
+            return -1;
+        }
+        if (waited >= TESTD_WAIT_MS) {
+            fprintf(stderr, "testd: tesserad did not exit after SIGTERM; killing it\n");
+            kill(d->pid, SIGKILL);
+            waitpid(d->pid, &status, 0);
+            d->pid = 0;
+            return -1;
+        }
+        testd_sleep_ms(10);
+    }
+    d->pid = 0;
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    if (WIFSIGNALED(status))
+        return 128 + WTERMSIG(status);
+    return -1;
+}
+
+static int testd_remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+void testd_remove(testd *d)
+{
+    if (d->dir[0])
+        nftw(d->dir, testd_remove_one, 16, FTW_DEPTH | FTW_PHYS);
+    d->dir[0] = '\0';
+}
+
+tsr_client *testd_client(const testd *d, int timeout_ms)
+{
+    tsr_client_options opts;
+    tsr_client_options_init(&opts);
+    opts.url = d->url;
+    opts.timeout_ms = timeout_ms;
+    opts.force = "";
+    tsr_client *c = NULL;
+    tsr_error err;
+    if (tsr_client_connect(&opts, &c, &err) != TSR_OK) {
+        fprintf(stderr, "testd: connect %s: %s: %s\n", d->url, tsr_status_name(err.code),
+                err.message);
+        return NULL;
+    }
+    return c;
+}
+
+int testd_raw_open(const testd *d, uint32_t *sock_id)
+{
+    nng_socket s;
+    int rv = nng_req0_open(&s);
+    if (rv != 0)
+        return rv;
+    nng_socket_set_size(s, NNG_OPT_RECVMAXSZ, (size_t)1 << 30);
+    /* No resend: a test that sends a request twice does it on purpose. */
+    nng_socket_set_ms(s, NNG_OPT_REQ_RESENDTIME, NNG_DURATION_INFINITE);
+    rv = nng_dial(s, d->url, NULL, 0);
+    if (rv != 0) {
+        nng_close(s);
+        return rv;
+    }
+    *sock_id = (uint32_t)nng_socket_id(s);
+    return 0;
+}
+
+void testd_raw_close(uint32_t sock_id)
+{
+    nng_socket s = {sock_id};
+    nng_close(s);
+}
+
+int testd_raw_send(uint32_t sock_id, const void *bytes, size_t len, int timeout_ms,
+                   Tessera__V1__Reply **reply)
+{
+    nng_socket s = {sock_id};
+    *reply = NULL;
+    nng_socket_set_ms(s, NNG_OPT_SENDTIMEO, timeout_ms);
+    nng_socket_set_ms(s, NNG_OPT_RECVTIMEO, timeout_ms);
+    int rv = nng_send(s, (void *)bytes, len, 0);
+    if (rv != 0)
+        return rv;
+    void *buf = NULL;
+    size_t got = 0;
+    rv = nng_recv(s, &buf, &got, NNG_FLAG_ALLOC);
+    if (rv != 0)
+        return rv;
+    *reply = tessera__v1__reply__unpack(NULL, got, buf);
+    nng_free(buf, got);
+    return *reply ? 0 : -1;
+}
+
+int testd_raw_request(uint32_t sock_id, const Tessera__V1__Request *req, int timeout_ms,
+                      Tessera__V1__Reply **reply)
+{
+    size_t len = tessera__v1__request__get_packed_size(req);
+    uint8_t *buf = malloc(len + 1);
+    if (!buf)
+        return NNG_ENOMEM;
+    tessera__v1__request__pack(req, buf);
+    int rv = testd_raw_send(sock_id, buf, len, timeout_ms, reply);
+    free(buf);
+    return rv;
+}

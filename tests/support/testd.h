@@ -1,0 +1,74 @@
+/*
+ * testd.h — a real tesserad for end-to-end tests.
+ *
+ * testd_start runs $BUILD/bin/tesserad (BUILD defaults to "build") on a private
+ * ipc endpoint inside a fresh /tmp/tsr-e2e-XXXXXX directory, with its cache in
+ * that directory, the CPU backend and warn-level logging, and returns once the
+ * daemon answers a hello. testd_stop sends SIGTERM and reaps it; testd_remove
+ * deletes the directory. testd_raw_* talk to the daemon with a plain nng REQ
+ * socket, below the client library, for tests that need to send what the
+ * library never would (garbage bytes, a repeated request id).
+ *
+ * Threading: a testd belongs to one test thread. Blocking: start and stop wait
+ * for the daemon (at most TESTD_WAIT_MS each).
+ */
+#ifndef TESSERA_TESTD_H
+#define TESSERA_TESTD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "tessera.pb-c.h"
+#include "tessera/client.h"
+
+#define TESTD_WAIT_MS 30000
+
+typedef struct testd {
+    pid_t pid;          /* 0 when not running */
+    char dir[64];       /* /tmp/tsr-e2e-XXXXXX */
+    char url[128];      /* ipc://<dir>/sock */
+    char cache_dir[96]; /* <dir>/cache */
+    char build[256];    /* $BUILD or "build" */
+} testd;
+
+/* Creates the directory and starts the daemon with the standard flags plus
+ * extra (NULL-terminated, may be NULL). Returns 0 when it answers hello, -1
+ * (with a line on stderr) when it could not be started or did not answer. */
+int testd_start(testd *d, const char *const *extra);
+
+/* Starts the daemon again in the same directory (same cache, same endpoint)
+ * after testd_stop. Same results as testd_start. */
+int testd_restart(testd *d, const char *const *extra);
+
+/* Sends SIGTERM and waits for the exit. Returns the exit status (0 for a clean
+ * exit), 128 + the signal when it died of one, or -1 when it had to be killed
+ * after TESTD_WAIT_MS. Safe when not running (returns 0). */
+int testd_stop(testd *d);
+
+/* Deletes the directory and everything in it. */
+void testd_remove(testd *d);
+
+/* A client connected to the daemon with timeout_ms as its default (0: 30 s)
+ * and TESSERA_FORCE ignored. NULL on failure (printed). */
+tsr_client *testd_client(const testd *d, int timeout_ms);
+
+/* Path of a built program: "<build>/bin/<name>" into buf. */
+void testd_bin(const testd *d, const char *name, char *buf, size_t size);
+
+/* Opens a REQ socket dialed to the daemon. Returns 0 or an nng error. */
+int testd_raw_open(const testd *d, uint32_t *sock_id);
+void testd_raw_close(uint32_t sock_id);
+
+/* Sends len raw bytes and waits up to timeout_ms for the reply, which is decoded
+ * into *reply (free with tessera__v1__reply__free_unpacked). Returns 0, an nng
+ * error, or -1 when the reply does not decode. */
+int testd_raw_send(uint32_t sock_id, const void *bytes, size_t len, int timeout_ms,
+                   Tessera__V1__Reply **reply);
+
+/* Packs req as it is (id included) and sends it as testd_raw_send does. */
+int testd_raw_request(uint32_t sock_id, const Tessera__V1__Request *req, int timeout_ms,
+                      Tessera__V1__Reply **reply);
+
+#endif

@@ -1,0 +1,287 @@
+/*
+ * codegen_pointwise.c — the Tier-1 kernel of a pointwise region.
+ *
+ * One kernel evaluates the whole DAG per output element: tsr_pw_eval takes the
+ * inputs as floats and runs the ops in topological order through the op
+ * table's expressions, so the DAG's intermediates live in registers and only
+ * the inputs and the output touch memory. The kernel is a grid-stride loop with
+ * blocks of 256 threads and at most 8 blocks per multiprocessor, enough to keep
+ * the memory system busy while every thread streams many elements.
+ *
+ * Inputs fall in three classes, decided at generation time: full (the output's
+ * shape: indexed by the element index itself), scalar (one element: loaded once
+ * before the loop) and broadcast (any other shape). When no input broadcasts,
+ * the kernel moves 16-byte vectors (float4, or eight 16-bit values in a uint4)
+ * whenever every pointer is 16-byte aligned, with a scalar tail; only a
+ * broadcast input pays for index decomposition, over the output dims merged
+ * where the broadcast pattern allows, with divisions by constants.
+ */
+#include "codegen_internal.h"
+
+#include <stdio.h>
+
+enum { PW_THREADS = 256, PW_BLOCKS_PER_SM = 8 };
+
+typedef enum pw_class { PW_FULL, PW_SCALAR, PW_BCAST } pw_class;
+
+/* A run of output dims merged into one for index decomposition. */
+typedef struct pw_dim {
+    int64_t size;
+    int64_t stride[TSR_MAX_PW_INPUTS]; /* per input; 0 where it broadcasts */
+    unsigned bcast_mask;               /* inputs broadcasting along this run */
+} pw_dim;
+
+static int64_t pw_product(const int64_t *shape, int rank)
+{
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++)
+        n *= shape[i];
+    return n;
+}
+
+/* The merged dims of the output, outermost first; returns their count. */
+static int pw_dims(const tsr_pointwise_desc *pw, const pw_class *cls, pw_dim *dims)
+{
+    int n_dims = 0;
+    for (int d = 0; d < pw->out_rank; d++) {
+        int64_t size = pw->out_shape[d];
+        if (size == 1)
+            continue;
+        pw_dim cur = {.size = size};
+        for (int k = 0; k < pw->n_inputs; k++) {
+            if (cls[k] != PW_BCAST)
+                continue;
+            const tsr_pw_input *in = &pw->inputs[k];
+            int id = d - (pw->out_rank - in->rank);
+            if (id < 0 || in->shape[id] == 1) {
+                cur.bcast_mask |= 1u << k;
+                continue;
+            }
+            cur.stride[k] = pw_product(in->shape + id + 1, in->rank - id - 1);
+        }
+        /* Merging with the run outside keeps the inner dim's strides: along
+         * non-broadcast dims the input is as dense as the output. */
+        if (n_dims > 0 && dims[n_dims - 1].bcast_mask == cur.bcast_mask) {
+            cur.size *= dims[n_dims - 1].size;
+            dims[n_dims - 1] = cur;
+        } else {
+            dims[n_dims++] = cur;
+        }
+    }
+    return n_dims;
+}
+
+static void pw_emit_eval(tsri_cg_buf *b, const tsr_pointwise_desc *pw)
+{
+    tsri_cg_puts(b, "/* The DAG, in topological order: v<i> is value i. */\n"
+                    "__device__ __forceinline__ float tsr_pw_eval(");
+    for (int k = 0; k < pw->n_inputs; k++)
+        tsri_cg_printf(b, "%sfloat v%d", k ? ", " : "", k);
+    if (pw->n_inputs == 0)
+        tsri_cg_puts(b, "void");
+    tsri_cg_puts(b, ")\n{\n");
+    for (int i = 0; i < pw->n_nodes; i++) {
+        const tsr_pw_node *node = &pw->nodes[i];
+        char a0[16] = "0.0f", a1[16] = "0.0f";
+        if (node->n_args > 0)
+            snprintf(a0, sizeof a0, "v%d", node->arg_index[0]);
+        if (node->n_args > 1)
+            snprintf(a1, sizeof a1, "v%d", node->arg_index[1]);
+        tsri_cg_printf(b, "    const float v%d = ", pw->n_inputs + i);
+        tsri_cg_op_expr(b, node->op, &node->attrs, a0, a1);
+        tsri_cg_printf(b, "; /* %s */\n", tsr_op_name(node->op));
+    }
+    tsri_cg_printf(b, "    return v%d;\n}\n\n", pw->output_index);
+}
+
+/* tsr_loadv / tsr_storev: VW consecutive elements of vector v. */
+static void pw_emit_vector_io(tsri_cg_buf *b, const tsr_region *r, int vw)
+{
+    if (r->dtype == TSR_F32) {
+        tsri_cg_printf(b,
+                       "__device__ __forceinline__ void tsr_loadv(const tsr_in_t *__restrict__ p, "
+                       "tsr_idx_t v, float (&x)[%d])\n{\n",
+                       vw);
+        for (int q = 0; q < vw / 4; q++)
+            tsri_cg_printf(b,
+                           "    const float4 q%d = reinterpret_cast<const float4 *>(p)[%d * v + "
+                           "%d];\n"
+                           "    x[%d] = q%d.x; x[%d] = q%d.y; x[%d] = q%d.z; x[%d] = q%d.w;\n",
+                           q, vw / 4, q, 4 * q, q, 4 * q + 1, q, 4 * q + 2, q, 4 * q + 3, q);
+        tsri_cg_puts(b, "}\n");
+    } else {
+        tsri_cg_puts(b, "__device__ __forceinline__ void tsr_loadv(const tsr_in_t *__restrict__ p, "
+                        "tsr_idx_t v, float (&x)[8])\n{\n"
+                        "    const uint4 q = reinterpret_cast<const uint4 *>(p)[v];\n"
+                        "    const unsigned int w[4] = {q.x, q.y, q.z, q.w};\n"
+                        "#pragma unroll\n"
+                        "    for (int t = 0; t < 4; t++) {\n"
+                        "        x[2 * t] = tsr_in_to_f32((unsigned short)(w[t] & 0xffffu));\n"
+                        "        x[2 * t + 1] = tsr_in_to_f32((unsigned short)(w[t] >> 16));\n"
+                        "    }\n}\n");
+    }
+    if (r->out_dtype == TSR_F32) {
+        tsri_cg_printf(b,
+                       "__device__ __forceinline__ void tsr_storev(tsr_out_t *__restrict__ p, "
+                       "tsr_idx_t v, const float (&y)[%d])\n{\n",
+                       vw);
+        for (int q = 0; q < vw / 4; q++)
+            tsri_cg_printf(b,
+                           "    reinterpret_cast<float4 *>(p)[%d * v + %d] = "
+                           "make_float4(y[%d], y[%d], y[%d], y[%d]);\n",
+                           vw / 4, q, 4 * q, 4 * q + 1, 4 * q + 2, 4 * q + 3);
+        tsri_cg_puts(b, "}\n\n");
+    } else {
+        tsri_cg_puts(b,
+                     "__device__ __forceinline__ void tsr_storev(tsr_out_t *__restrict__ p, "
+                     "tsr_idx_t v, const float (&y)[8])\n{\n"
+                     "    unsigned int w[4];\n"
+                     "#pragma unroll\n"
+                     "    for (int t = 0; t < 4; t++)\n"
+                     "        w[t] = (unsigned int)tsr_f32_to_out(y[2 * t]) |\n"
+                     "               ((unsigned int)tsr_f32_to_out(y[2 * t + 1]) << 16);\n"
+                     "    reinterpret_cast<uint4 *>(p)[v] = make_uint4(w[0], w[1], w[2], w[3]);\n"
+                     "}\n\n");
+    }
+}
+
+/* One element e: out[e] = eval(inputs at e). Broadcast offsets o<k> must be set. */
+static void pw_emit_scalar_store(tsri_cg_buf *b, const tsr_pointwise_desc *pw, const pw_class *cls,
+                                 const char *indent)
+{
+    tsri_cg_printf(b, "%sout[e] = tsr_f32_to_out(tsr_pw_eval(", indent);
+    for (int k = 0; k < pw->n_inputs; k++) {
+        const char *sep = k ? ", " : "";
+        if (cls[k] == PW_FULL)
+            tsri_cg_printf(b, "%stsr_in_to_f32(in%d[e])", sep, k);
+        else if (cls[k] == PW_SCALAR)
+            tsri_cg_printf(b, "%ss%d", sep, k);
+        else
+            tsri_cg_printf(b, "%stsr_in_to_f32(in%d[o%d])", sep, k, k);
+    }
+    tsri_cg_puts(b, "));\n");
+}
+
+static void pw_emit_decompose(tsri_cg_buf *b, const tsr_pointwise_desc *pw, const pw_class *cls,
+                              const pw_dim *dims, int n_dims)
+{
+    tsri_cg_puts(b, "        tsr_idx_t rest = e;\n");
+    for (int k = 0; k < pw->n_inputs; k++) {
+        if (cls[k] == PW_BCAST)
+            tsri_cg_printf(b, "        tsr_idx_t o%d = 0;\n", k);
+    }
+    for (int d = n_dims - 1; d >= 0; d--) {
+        if (d > 0)
+            tsri_cg_printf(b,
+                           "        {\n            const tsr_idx_t c = rest %% %lldu;\n"
+                           "            rest /= %lldu;\n",
+                           (long long)dims[d].size, (long long)dims[d].size);
+        else
+            tsri_cg_puts(b, "        {\n            const tsr_idx_t c = rest;\n");
+        for (int k = 0; k < pw->n_inputs; k++) {
+            if (cls[k] == PW_BCAST && !(dims[d].bcast_mask & (1u << k)))
+                tsri_cg_printf(b, "            o%d += c * %lldu;\n", k,
+                               (long long)dims[d].stride[k]);
+        }
+        tsri_cg_puts(b, "        }\n");
+    }
+}
+
+tsr_status tsri_cg_pointwise(tsri_cg_buf *b, const tsr_region *r, const tsri_cg_target *t,
+                             tsr_codegen_launch *l, tsr_error *err)
+{
+    const tsr_pointwise_desc *pw = &r->u.pointwise;
+    const int64_t elems = pw_product(pw->out_shape, pw->out_rank);
+    pw_class cls[TSR_MAX_PW_INPUTS];
+    bool any_bcast = false;
+    for (int k = 0; k < pw->n_inputs; k++) {
+        int64_t n = pw_product(pw->inputs[k].shape, pw->inputs[k].rank);
+        cls[k] = n == elems ? PW_FULL : n == 1 ? PW_SCALAR : PW_BCAST;
+        any_bcast |= cls[k] == PW_BCAST;
+    }
+    /* 16 bytes of the narrower side per vector: four f32, or eight 16-bit
+     * values (with an f32 side moving two float4). */
+    const int vw = r->dtype == TSR_F32 && r->out_dtype == TSR_F32 ? 4 : 8;
+    const bool vector = !any_bcast && elems >= vw;
+    const int64_t nvec = elems / vw;
+    const int64_t items = vector ? nvec : elems;
+    int64_t blocks = (items + PW_THREADS - 1) / PW_THREADS;
+    if (blocks > (int64_t)t->sm_count * PW_BLOCKS_PER_SM)
+        blocks = (int64_t)t->sm_count * PW_BLOCKS_PER_SM;
+    tsr_status st = tsri_cg_geometry(l, blocks, PW_THREADS, err);
+    if (st != TSR_OK)
+        return st;
+    l->shared_bytes = 0;
+
+    /* 32-bit indices when no index (plus one grid stride) can pass 2^32. */
+    const bool narrow =
+        (uint64_t)elems + (uint64_t)blocks * PW_THREADS * (uint64_t)vw < (1ull << 32);
+    const char *suffix = narrow ? "u" : "ull";
+    tsri_cg_printf(b, "typedef %s tsr_idx_t;\n", narrow ? "unsigned int" : "unsigned long long");
+    tsri_cg_printf(b, "#define TSR_ELEMS %lld%s\n", (long long)elems, suffix);
+    if (vector)
+        tsri_cg_printf(b, "#define TSR_VW %d\n#define TSR_NVEC %lld%s\n", vw, (long long)nvec,
+                       suffix);
+    tsri_cg_puts(b, "\n");
+    pw_emit_eval(b, pw);
+    if (vector)
+        pw_emit_vector_io(b, r, vw);
+
+    tsri_cg_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", PW_THREADS,
+                   l->entry);
+    for (int k = 0; k < pw->n_inputs; k++)
+        tsri_cg_printf(b, "const tsr_in_t *__restrict__ in%d, ", k);
+    tsri_cg_puts(b,
+                 "tsr_out_t *__restrict__ out)\n{\n"
+                 "    const tsr_idx_t start = (tsr_idx_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
+                 "    const tsr_idx_t step = (tsr_idx_t)gridDim.x * blockDim.x;\n");
+    for (int k = 0; k < pw->n_inputs; k++) {
+        if (cls[k] == PW_SCALAR)
+            tsri_cg_printf(b, "    const float s%d = tsr_in_to_f32(in%d[0]);\n", k, k);
+    }
+
+    if (!vector) {
+        tsri_cg_puts(b, "    for (tsr_idx_t e = start; e < TSR_ELEMS; e += step) {\n");
+        if (any_bcast) {
+            pw_dim dims[TSR_MAX_RANK];
+            int n_dims = pw_dims(pw, cls, dims);
+            pw_emit_decompose(b, pw, cls, dims, n_dims);
+        }
+        pw_emit_scalar_store(b, pw, cls, "        ");
+        tsri_cg_puts(b, "    }\n}\n");
+        return TSR_OK;
+    }
+
+    tsri_cg_puts(b, "    const unsigned long long addresses = 0");
+    for (int k = 0; k < pw->n_inputs; k++) {
+        if (cls[k] == PW_FULL)
+            tsri_cg_printf(b, " | (unsigned long long)in%d", k);
+    }
+    tsri_cg_puts(b, " | (unsigned long long)out;\n"
+                    "    tsr_idx_t first_scalar = 0;\n"
+                    "    if ((addresses & 15u) == 0) {\n"
+                    "        for (tsr_idx_t v = start; v < TSR_NVEC; v += step) {\n");
+    for (int k = 0; k < pw->n_inputs; k++) {
+        if (cls[k] == PW_FULL)
+            tsri_cg_printf(b,
+                           "            float x%d[TSR_VW];\n"
+                           "            tsr_loadv(in%d, v, x%d);\n",
+                           k, k, k);
+    }
+    tsri_cg_puts(b, "            float y[TSR_VW];\n"
+                    "#pragma unroll\n"
+                    "            for (int t = 0; t < TSR_VW; t++)\n"
+                    "                y[t] = tsr_pw_eval(");
+    for (int k = 0; k < pw->n_inputs; k++)
+        tsri_cg_printf(b, cls[k] == PW_FULL ? "%sx%d[t]" : "%ss%d", k ? ", " : "", k);
+    tsri_cg_puts(b, ");\n"
+                    "            tsr_storev(out, v, y);\n"
+                    "        }\n"
+                    "        first_scalar = TSR_NVEC * TSR_VW;\n"
+                    "    }\n"
+                    "    /* The tail past the last whole vector, or everything when unaligned. */\n"
+                    "    for (tsr_idx_t e = first_scalar + start; e < TSR_ELEMS; e += step)\n");
+    pw_emit_scalar_store(b, pw, cls, "        ");
+    tsri_cg_puts(b, "}\n");
+    return TSR_OK;
+}

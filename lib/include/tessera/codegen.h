@@ -1,0 +1,93 @@
+/*
+ * tessera/codegen.h — Tier-1 code generation: CUDA C source emitted from the IR.
+ *
+ * tsr_codegen_emit turns one validated region into one complete CUDA C
+ * translation unit holding one kernel, plus the description a launcher needs.
+ * Each region is compiled for its exact shape: every dimension, stride and
+ * attribute is baked into the source as a constant, so the kernel takes nothing
+ * but tensor pointers.
+ *
+ * Parameter convention (every kind): the kernel's parameters are device
+ * pointers (8 bytes each, CUdeviceptr), first the inputs in tsr_region_signature
+ * order, then the output; nothing else. Tensors are dense row-major in the
+ * signature's dtypes. Every pointer must be aligned to its element size; the
+ * pointwise kernel checks at run time whether all of them are 16-byte aligned
+ * and takes its vectorized path only then.
+ *
+ * The source includes no header at all: 16-bit storage is handled as raw
+ * unsigned short bits (f16 through the PTX cvt instructions, bf16 by bit
+ * arithmetic rounding to nearest even), so it compiles under NVRTC with no -I
+ * option for any sm_70 or newer architecture. Loads widen to f32, all arithmetic
+ * runs in f32, stores round to nearest even; NaN stays NaN. The op helpers come
+ * from tsr_ops_cuda_prelude() (ops.h). docs/kernels.md describes each kernel's
+ * tiling, launch geometry and limits.
+ *
+ * TSR_CODEGEN_VERSION enters the kernel cache key (fingerprint.h); it changes
+ * whenever the emitted code for any region changes.
+ *
+ * Threading: pure functions of their arguments; reentrant.
+ */
+#ifndef TESSERA_CODEGEN_H
+#define TESSERA_CODEGEN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessera/region.h"
+#include "tessera/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TSR_CODEGEN_VERSION 1
+
+/* Default multiprocessor count (H100 SXM / H200) when the target gives none. */
+#define TSR_CODEGEN_DEFAULT_SM_COUNT 132
+
+typedef struct tsr_codegen_target {
+    const char *arch; /* "sm_90a", "sm_80", ...; NULL means "sm_90a" */
+    int sm_count;     /* multiprocessors of the device; 0 means the default */
+} tsr_codegen_target;
+
+/* How to launch the emitted kernel. */
+typedef struct tsr_codegen_launch {
+    char entry[64];    /* extern "C" name of the kernel in the source */
+    uint32_t grid[3];  /* blocks; only grid[0] is ever above 1 */
+    uint32_t block[3]; /* threads per block; only block[0] is ever above 1 */
+    /* Dynamic shared memory in bytes, passed to cuLaunchKernel. Above 48 KiB the
+     * launcher must first raise CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+     * to this value (the attention kernel needs it for large head dims). */
+    uint32_t shared_bytes;
+    int n_inputs; /* pointer parameters before the output */
+    int n_params; /* n_inputs + 1 */
+} tsr_codegen_launch;
+
+typedef struct tsr_codegen_kernel {
+    char *source;      /* malloc'd, NUL-terminated CUDA C */
+    size_t source_len; /* strlen(source) */
+    tsr_codegen_launch launch;
+} tsr_codegen_kernel;
+
+/* Emits the kernel for r (validated) on target (NULL: defaults). On success
+ * *out owns a malloc'd source; release it with tsr_codegen_kernel_free.
+ * Errors: TSR_INVALID_ARGUMENT for a NULL argument or a misspelt arch;
+ * TSR_UNSUPPORTED when the region is valid but past this generator's limits
+ * (attention head dims whose tiles do not fit the arch's shared memory, grids
+ * past 2^31 - 1 blocks), naming the limit; TSR_NO_MEMORY. *out is zeroed on
+ * failure. */
+tsr_status tsr_codegen_emit(const tsr_region *r, const tsr_codegen_target *target,
+                            tsr_codegen_kernel *out, tsr_error *err);
+
+/* Frees the source and zeroes *k. Safe on a zeroed kernel and safe to repeat. */
+void tsr_codegen_kernel_free(tsr_codegen_kernel *k);
+
+/* Most dynamic shared memory one block may use on arch, in bytes (227 KiB on
+ * sm_90, 163 KiB on sm_80, ...); 48 KiB for an architecture it does not know.
+ * 0 for a misspelt arch. */
+uint32_t tsr_codegen_max_shared_bytes(const char *arch);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

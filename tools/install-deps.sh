@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs the Debian packages tesserad needs to build, run and test, and only
+# those that are missing (checked with dpkg -s), so a ready machine does nothing
+# and needs no network. Run as root. With --ci it also installs what the CI
+# script needs besides (clang-format for `make format-check`, git).
+set -euo pipefail
+
+packages=(build-essential pkg-config libcjson-dev libuv1-dev libprotobuf-c-dev
+          protobuf-c-compiler libnng-dev libcriterion-dev libmbedtls-dev python3-numpy)
+if [ "${1:-}" = "--ci" ]; then
+    packages+=(clang-format git)
+elif [ $# -gt 0 ]; then
+    echo "usage: tools/install-deps.sh [--ci]" >&2
+    exit 2
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+    if ! dpkg -s "$p" >/dev/null 2>&1; then
+        missing+=("$p")
+    fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+    echo "tools/install-deps.sh: missing packages: ${missing[*]}; run as root to install them" >&2
+    exit 1
+fi
+echo "installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+apt-get install -y --no-install-recommends "${missing[@]}"

@@ -466,29 +466,36 @@ Test(fingerprint, pointwise_changes_with_each_attribute_bit)
     assert_all_distinct(texts, N_OF(texts));
 }
 
-Test(fingerprint, eps_of_minus_zero_and_zero_differ_where_accepted)
+Test(fingerprint, eps_of_minus_zero_and_zero_differ)
 {
-    /* A region validator may refuse eps <= 0; when it accepts both zeros they
-     * must not share a fingerprint. */
-    const char *pos = "{\"kind\":\"fused\",\"dtype\":\"f32\",\"m\":2,\"n\":2,\"k\":2,"
-                      "\"reduction\":\"rmsnorm\",\"eps\":0.0}";
-    const char *neg = "{\"kind\":\"fused\",\"dtype\":\"f32\",\"m\":2,\"n\":2,\"k\":2,"
-                      "\"reduction\":\"rmsnorm\",\"eps\":-0.0}";
-    tsr_region a, b;
-    tsr_status sa = tsr_region_from_json(pos, strlen(pos), &a, NULL);
-    tsr_status sb = tsr_region_from_json(neg, strlen(neg), &b, NULL);
-    if (sa == TSR_OK && sb == TSR_OK) {
-        tsr_fingerprint fa, fb;
-        cr_assert_eq(tsr_region_fingerprint(&a, &fa, NULL), TSR_OK);
-        cr_assert_eq(tsr_region_fingerprint(&b, &fb, NULL), TSR_OK);
-        cr_assert_not(fp_equal(fa, fb));
-    } else {
-        cr_assert_eq(sa, sb, "only one of eps 0.0 / -0.0 accepted");
-    }
-    if (sa == TSR_OK)
-        tsr_region_free(&a);
-    if (sb == TSR_OK)
-        tsr_region_free(&b);
+    const char *texts[] = {
+        "{\"kind\":\"fused\",\"dtype\":\"f32\",\"m\":2,\"n\":2,\"k\":2,"
+        "\"reduction\":\"rmsnorm\",\"eps\":0.0}",
+        "{\"kind\":\"fused\",\"dtype\":\"f32\",\"m\":2,\"n\":2,\"k\":2,"
+        "\"reduction\":\"rmsnorm\",\"eps\":-0.0}",
+    };
+    assert_all_distinct(texts, N_OF(texts));
+}
+
+Test(fingerprint, canonical_refuses_a_region_that_was_never_validated)
+{
+    tsr_region r;
+    memset(&r, 0, sizeof r);
+    r.kind = TSR_KIND_POINTWISE;
+    r.u.pointwise.n_inputs = TSR_MAX_PW_INPUTS + 1;
+    uint8_t *buf;
+    size_t len;
+    tsr_error err;
+    cr_assert_eq(tsr_region_canonical(&r, &buf, &len, &err), TSR_INVALID_ARGUMENT);
+    cr_assert_str_eq(err.message, "canonical: region not validated");
+    r.u.pointwise.n_inputs = 0;
+    r.u.pointwise.n_nodes = 1; /* and no node array */
+    cr_assert_eq(tsr_region_canonical(&r, &buf, &len, NULL), TSR_INVALID_ARGUMENT);
+    memset(&r, 0, sizeof r);
+    r.kind = TSR_KIND_FUSED;
+    r.u.fused.n_epilogue = TSR_MAX_CHAIN + 1;
+    cr_assert_eq(tsr_region_canonical(&r, &buf, &len, NULL), TSR_INVALID_ARGUMENT);
+    cr_assert_eq(tsr_region_canonical(NULL, &buf, &len, NULL), TSR_INVALID_ARGUMENT);
 }
 
 Test(fingerprint, unused_attribute_fields_do_not_reach_the_encoding)
@@ -580,8 +587,12 @@ Test(fingerprint, kernel_key_parts_do_not_collide_by_concatenation)
     tsr_fingerprint fp;
     tsr_sha256("region", 6, fp.bytes);
     tsr_kernel_key_parts a = key_parts_base(), b = key_parts_base();
-    a.candidate = "ab", a.arch = "c";
-    b.candidate = "a", b.arch = "bc";
+    a.compiler_version = "ab", a.driver_version = "c";
+    b.compiler_version = "a", b.driver_version = "bc";
+    cr_assert_not(fp_equal(key_of(&fp, a), key_of(&fp, b)));
+    a = key_parts_base(), b = key_parts_base();
+    a.arch = "ab", a.compiler_version = "c";
+    b.arch = "a", b.compiler_version = "bc";
     cr_assert_not(fp_equal(key_of(&fp, a), key_of(&fp, b)));
     a = key_parts_base(), b = key_parts_base();
     a.driver_version = "x", a.options = "";

@@ -44,6 +44,12 @@ constexpr int kStages = TSR_GEMM_STAGES;
 constexpr int kABytes = kBM * kBK * 2;   /* 16 KiB */
 constexpr int kBBytes = kBK * 256 * 2;   /* 32 KiB: 256 columns of B, or 2 x 128 */
 constexpr int kChunkBytes = kBK * 64 * 2; /* one 64 x 64 tensor-map box */
+/* Row stride of the f32 epilogue tile: 8 floats of padding spread the rows of
+ * a fragment store over the banks. */
+constexpr int kEpilogueStride = 256 + 8;
+constexpr int kEpilogueStrideGated = 128 + 8;
+static_assert(2 * kBM * kEpilogueStrideGated * 4 <= kStages * (kABytes + kBBytes), "gated tile fits");
+static_assert(kBM * kEpilogueStride * 4 <= kStages * (kABytes + kBBytes), "tile fits");
 
 /* ---- PTX wrappers ---- */
 
@@ -98,9 +104,9 @@ __device__ __forceinline__ void wgmma_commit()
 {
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
-__device__ __forceinline__ void wgmma_wait_all()
+template <int Pending> __device__ __forceinline__ void wgmma_wait()
 {
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(Pending) : "memory");
 }
 
 template <unsigned Regs> __device__ __forceinline__ void regs_grow()
@@ -313,18 +319,6 @@ __device__ __forceinline__ float act_apply(int op, float x)
     }
 }
 
-template <typename TIn>
-__device__ __forceinline__ float epilogue_apply(const tsr_gemm_params &p, float v, int row, int col)
-{
-    for (int i = 0; i < p.n_ops; i++) {
-        int op = p.ops[i];
-        v = op == GEMM_OP_BIAS ? v + elem<TIn>::load(p.bias, col) : act_apply(op, v);
-    }
-    if (p.residual != nullptr)
-        v += elem<TIn>::load(p.residual, static_cast<size_t>(row) * p.n + col);
-    return v;
-}
-
 /* Tile order: groups of 8 M-tiles walk N together, so B tiles stay in L2. */
 __device__ __forceinline__ void tile_coords(int tiles_m, int tiles_n, int &tm, int &tn)
 {
@@ -416,38 +410,116 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtens
             }
         }
         wgmma_commit();
-        wgmma_wait_all();
-        if (threadIdx.x % 128 == 0)
-            mbar_arrive(&empty[s]);
+        /* Keep this slice's products in flight and retire the previous slice's:
+         * its stage can then be refilled while the tensor cores work. */
+        wgmma_wait<1>();
+        if (kt > 0 && threadIdx.x % 128 == 0)
+            mbar_arrive(&empty[(kt - 1) % kStages]);
     }
+    wgmma_wait<0>();
+
+    /* Epilogue through shared memory: the fragments go to a row-major f32 tile
+     * so that the chain runs in a short rolled loop (an unrolled op switch per
+     * register would overflow the instruction cache) and the residual loads and
+     * output stores are coalesced. Both consumers must be done reading the
+     * pipeline stages before either overwrites them. */
+    asm volatile("bar.sync 1, 256;" ::: "memory");
 
     /* Accumulator fragment layout of wgmma m64nN: register 4j + r of a thread
      * holds row 16 * warp + lane / 4 (+ 8 when r >= 2), column 8j + 2 * (lane % 4)
      * (+ 1 when r is odd). */
-    const int lane = threadIdx.x % 32;
-    const int warp = (threadIdx.x % 128) / 32;
-    const int row_base = m0 + consumer * 64 + warp * 16 + lane / 4;
-    const int col_base = n0 + 2 * (lane % 4);
-    TOut *out = static_cast<TOut *>(p.out);
-    constexpr int chunks = Gated ? 16 : 32;
+    constexpr int stride = Gated ? kEpilogueStrideGated : kEpilogueStride;
+    float *tile = reinterpret_cast<float *>(smem);
+    float *tile_u = tile + kBM * stride; /* gated: the up products */
+    {
+        const int lane = threadIdx.x % 32;
+        const int warp = (threadIdx.x % 128) / 32;
+        const int r0 = consumer * 64 + warp * 16 + lane / 4;
+        const int c0 = 2 * (lane % 4);
+        constexpr int chunks = Gated ? 16 : 32;
 #pragma unroll
-    for (int j = 0; j < chunks; j++) {
-        int col = col_base + 8 * j;
+        for (int j = 0; j < chunks; j++) {
 #pragma unroll
-        for (int half = 0; half < 2; half++) {
-            int row = row_base + 8 * half;
-            if (row >= p.m || col >= p.n)
-                continue;
-            float v0, v1;
-            if (Gated) {
-                v0 = act_apply(p.gate_act, acc[4 * j + 2 * half]) * acc[64 + 4 * j + 2 * half];
-                v1 = act_apply(p.gate_act, acc[4 * j + 2 * half + 1]) *
-                     acc[64 + 4 * j + 2 * half + 1];
-            } else {
-                v0 = epilogue_apply<TIn>(p, acc[4 * j + 2 * half], row, col);
-                v1 = epilogue_apply<TIn>(p, acc[4 * j + 2 * half + 1], row, col + 1);
+            for (int half = 0; half < 2; half++) {
+                int at = (r0 + 8 * half) * stride + c0 + 8 * j;
+                *reinterpret_cast<float2 *>(tile + at) =
+                    make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+                if (Gated)
+                    *reinterpret_cast<float2 *>(tile_u + at) =
+                        make_float2(acc[64 + 4 * j + 2 * half], acc[64 + 4 * j + 2 * half + 1]);
             }
-            store_pair(out, static_cast<size_t>(row) * p.n + col, v0, v1);
+        }
+    }
+    asm volatile("bar.sync %0, 128;" ::"r"(2 + consumer) : "memory");
+
+    /* Each consumer stores its 64 rows; thread t owns columns 2t and 2t + 1. */
+    const int t = threadIdx.x % 128;
+    const int col = n0 + 2 * t;
+    if (2 * t >= bn || col >= p.n)
+        return;
+    float bias0 = 0.0f, bias1 = 0.0f;
+    if (p.bias != nullptr) {
+        bias0 = elem<TIn>::load(p.bias, col);
+        bias1 = elem<TIn>::load(p.bias, col + 1);
+    }
+    TOut *out = static_cast<TOut *>(p.out);
+    const int row_end = min(64, p.m - m0 - consumer * 64);
+    /* Rows go in groups of 16 whose residual loads are all issued before the
+     * first is used: with one CTA per SM there are too few warps to hide
+     * global-memory latency one row at a time. */
+    constexpr int kGroup = 16;
+    for (int r0 = 0; r0 < row_end; r0 += kGroup) {
+        float2 v[kGroup];
+        float2 res[kGroup];
+#pragma unroll
+        for (int i = 0; i < kGroup; i++) {
+            const int lr = consumer * 64 + r0 + i;
+            v[i] = *reinterpret_cast<const float2 *>(tile + lr * stride + 2 * t);
+            res[i] = make_float2(0.0f, 0.0f);
+            if (Gated) {
+                float2 u = *reinterpret_cast<const float2 *>(tile_u + lr * stride + 2 * t);
+                res[i] = u;
+            } else if (p.residual != nullptr && r0 + i < row_end) {
+                const size_t at = static_cast<size_t>(m0 + lr) * p.n + col;
+                res[i] = make_float2(elem<TIn>::load(p.residual, at),
+                                     elem<TIn>::load(p.residual, at + 1));
+            }
+        }
+        if (Gated) {
+#pragma unroll
+            for (int i = 0; i < kGroup; i++) {
+                v[i].x = act_apply(p.gate_act, v[i].x) * res[i].x;
+                v[i].y = act_apply(p.gate_act, v[i].y) * res[i].y;
+            }
+        } else {
+            for (int o = 0; o < p.n_ops; o++) {
+                const int op = p.ops[o];
+                if (op == GEMM_OP_BIAS) {
+#pragma unroll
+                    for (int i = 0; i < kGroup; i++) {
+                        v[i].x += bias0;
+                        v[i].y += bias1;
+                    }
+                } else {
+#pragma unroll
+                    for (int i = 0; i < kGroup; i++) {
+                        v[i].x = act_apply(op, v[i].x);
+                        v[i].y = act_apply(op, v[i].y);
+                    }
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < kGroup; i++) {
+                v[i].x += res[i].x;
+                v[i].y += res[i].y;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < kGroup; i++) {
+            if (r0 + i < row_end) {
+                const size_t at = static_cast<size_t>(m0 + consumer * 64 + r0 + i) * p.n + col;
+                store_pair(out, at, v[i].x, v[i].y);
+            }
         }
     }
 }
@@ -459,7 +531,8 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtens
 #define TSR_GEMM_ENTRY(name, tin, tout, gated)                                                   \
     extern "C" __global__ void __launch_bounds__(TSR_GEMM_THREADS, 1)                            \
         name(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b, \
-             const __grid_constant__ CUtensorMap map_b2, const tsr_gemm_params p)                \
+             const __grid_constant__ CUtensorMap map_b2,                  \
+             const __grid_constant__ tsr_gemm_params p)                \
     {                                                                                            \
         gemm_body<tin, tout, gated>(&map_a, &map_b, &map_b2, p);                                 \
     }

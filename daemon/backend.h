@@ -1,0 +1,124 @@
+/*
+ * backend.h — the interface between tesserad's serving code and a device.
+ *
+ * A backend is one const struct of function pointers (tsrd_backend_ops), one per
+ * file: backend_cpu.c runs kernels with the reference executor, backend_cuda.c
+ * drives the CUDA driver API and NVRTC. The serving code never knows which one
+ * it holds; backends.c lists the compiled-in ones and picks one by name.
+ *
+ * The life of a kernel: compile (region + candidate + target arch -> a binary
+ * blob, which the kernel cache stores under the kernel key) -> load (blob ->
+ * kernel object on a device) -> launch (kernel + input buffers + output buffer on
+ * a stream) -> synchronize (wait for the stream) -> unload.
+ *
+ * Errors: every function that can fail returns a tsr_status and fills err; the
+ * backend's own error name goes into the message ("cuMemAlloc:
+ * CUDA_ERROR_OUT_OF_MEMORY"). A backend whose device died reports
+ * TSR_DEVICE_LOST.
+ *
+ * Threading: open and close are called on the loop thread while nothing else
+ * runs. Every other function may be called from any worker thread, concurrently,
+ * except that the calls on one stream are serialized by the caller (one session's
+ * stream operations never overlap). Buffer writes and reads are synchronous on
+ * the caller's thread. Blocking: compile, launch, synchronize and buffer copies
+ * block; none is ever called on the loop thread.
+ */
+#ifndef TESSERAD_BACKEND_H
+#define TESSERAD_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessera/arbiter.h"
+#include "tessera/region.h"
+#include "tessera/status.h"
+
+typedef struct tsrd_backend tsrd_backend; /* a backend's open state */
+typedef struct tsrd_dbuf tsrd_dbuf;       /* device memory */
+typedef struct tsrd_kobj tsrd_kobj;       /* a loaded kernel */
+typedef struct tsrd_stream tsrd_stream;   /* an ordered queue of device work */
+
+typedef struct tsrd_device_info {
+    int index;
+    char name[128];
+    char arch[32]; /* "sm_90a"; "cpu" */
+    uint64_t memory_bytes;
+    int multiprocessors; /* SMs; online CPUs for the CPU backend */
+} tsrd_device_info;
+
+typedef struct tsrd_backend_options {
+    int threads; /* host threads a CPU launch may use; <= 0 = online CPUs */
+} tsrd_backend_options;
+
+typedef struct tsrd_backend_ops {
+    const char *name;         /* "cpu", "cuda" */
+    uint32_t codegen_version; /* goes into every kernel key this backend compiles */
+
+    /* Opens the backend. TSR_UNAVAILABLE when its driver cannot be loaded or has no
+     * device (so `--backend auto` can try the next one), with the reason. */
+    tsr_status (*open)(const tsrd_backend_options *opts, tsrd_backend **out, tsr_error *err);
+    /* Releases everything, including buffers and kernels still alive. */
+    void (*close)(tsrd_backend *b);
+
+    /* ---- devices and versions ---- */
+    int (*device_count)(tsrd_backend *b);
+    tsr_status (*device_info)(tsrd_backend *b, int index, tsrd_device_info *out, tsr_error *err);
+    /* Driver and compiler versions as text ("13.0"); "" when not applicable. */
+    const char *(*driver_version)(tsrd_backend *b);
+    const char *(*compiler_version)(tsrd_backend *b);
+    /* Nonzero when the backend compiles and runs for arch ("cpu", "sm_90a"). */
+    int (*serves_arch)(tsrd_backend *b, const char *arch);
+
+    /* Registers this backend's candidates (with their `applies` predicates and
+     * impl pointers) in the arbiter. */
+    tsr_status (*register_candidates)(tsrd_backend *b, tsr_arbiter *arbiter, tsr_error *err);
+
+    /* ---- memory ---- */
+    tsr_status (*buffer_alloc)(tsrd_backend *b, int device, uint64_t bytes, tsrd_dbuf **out,
+                               tsr_error *err);
+    void (*buffer_free)(tsrd_backend *b, tsrd_dbuf *buf);
+    /* Host <-> device copies of len bytes at a byte offset; the caller has checked
+     * the bounds. Synchronous. */
+    tsr_status (*buffer_write)(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset, const void *data,
+                               uint64_t len, tsr_error *err);
+    tsr_status (*buffer_read)(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset, void *data,
+                              uint64_t len, tsr_error *err);
+
+    /* ---- kernels ---- */
+    /* Produces the binary of candidate c for region r on arch. *bin is malloc'd
+     * (the kernel cache takes it). TSR_COMPILE_FAILED with the compiler log. */
+    tsr_status (*compile)(tsrd_backend *b, const tsr_region *r, const tsr_candidate *c,
+                          const char *arch, uint8_t **bin, size_t *len, tsr_error *err);
+    /* Makes a launchable kernel of a binary on a device. The blob is not kept. */
+    tsr_status (*load)(tsrd_backend *b, int device, const tsr_region *r, const tsr_candidate *c,
+                       const uint8_t *bin, size_t len, tsrd_kobj **out, tsr_error *err);
+    void (*unload)(tsrd_backend *b, tsrd_kobj *k);
+
+    /* ---- execution ---- */
+    tsr_status (*stream_create)(tsrd_backend *b, int device, tsrd_stream **out, tsr_error *err);
+    void (*stream_destroy)(tsrd_backend *b, tsrd_stream *s);
+    /* Enqueues k on s. inputs follow tsr_region_signature order and their sizes
+     * have been checked by the caller. */
+    tsr_status (*launch)(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s, tsrd_dbuf *const *inputs,
+                         int n_inputs, tsrd_dbuf *output, tsr_error *err);
+    /* Waits for everything enqueued on s; *device_ms gets the device time of the
+     * work since the last synchronize when the backend measures it, else 0. */
+    tsr_status (*synchronize)(tsrd_backend *b, tsrd_stream *s, double *device_ms, tsr_error *err);
+} tsrd_backend_ops;
+
+/* ---- the table of compiled-in backends (backends.c) ---- */
+
+/* The backend named name ("cpu", "cuda"), or NULL when it is not compiled in. */
+const tsrd_backend_ops *tsrd_backend_find(const char *name);
+
+/* Opens the backend the configuration asks for: "auto" tries every compiled-in
+ * backend in preference order (cuda before cpu) and takes the first that opens;
+ * a named backend must be compiled in and open, else TSR_UNAVAILABLE says why. */
+tsr_status tsrd_backend_choose(const char *name, const tsrd_backend_options *opts,
+                               const tsrd_backend_ops **ops, tsrd_backend **backend,
+                               tsr_error *err);
+
+/* The CPU backend (backend_cpu.c). */
+extern const tsrd_backend_ops tsrd_backend_cpu;
+
+#endif

@@ -1,0 +1,386 @@
+/*
+ * config.c — defaults, the JSON config file and the command-line flags.
+ *
+ * Each config key has one row in config_keys with its JSON type and a setter, so
+ * the "unknown key" check and the set of accepted keys cannot drift apart. The
+ * command line is read in two passes because --config must be applied before
+ * the flags that override it, wherever it appears.
+ */
+#include "config.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static tsr_status config_set_string(char **slot, const char *value, tsr_error *err)
+{
+    char *copy = strdup(value);
+    if (copy == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "out of memory");
+    free(*slot);
+    *slot = copy;
+    return TSR_OK;
+}
+
+static void config_clear_listen(tsrd_config *c)
+{
+    for (int i = 0; i < c->n_listen; i++)
+        free(c->listen[i]);
+    c->n_listen = 0;
+}
+
+static tsr_status config_add_listen(tsrd_config *c, const char *url, tsr_error *err)
+{
+    if (c->n_listen >= TSRD_MAX_LISTEN)
+        return tsr_error_set(err, TSR_TOO_LARGE, "at most %d listen URLs", TSRD_MAX_LISTEN);
+    if (strncmp(url, "ipc://", 6) != 0 && strncmp(url, "tcp://", 6) != 0 &&
+        strncmp(url, "tls+tcp://", 10) != 0)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                             "listen URL '%s': must start with ipc://, tcp:// or tls+tcp://", url);
+    c->listen[c->n_listen] = strdup(url);
+    if (c->listen[c->n_listen] == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "out of memory");
+    c->n_listen++;
+    return TSR_OK;
+}
+
+static bool config_backend_valid(const char *name)
+{
+    return strcmp(name, "auto") == 0 || strcmp(name, "cpu") == 0 || strcmp(name, "cuda") == 0;
+}
+
+tsr_status tsrd_config_defaults(tsrd_config *c, tsr_error *err)
+{
+    memset(c, 0, sizeof *c);
+    c->log_level = TSRD_LOG_INFO;
+    c->max_message_bytes = TSRD_DEFAULT_MAX_MESSAGE;
+    tsr_status st = config_add_listen(c, TSRD_DEFAULT_LISTEN, err);
+    if (st == TSR_OK)
+        st = config_set_string(&c->cache_dir, TSRD_DEFAULT_CACHE_DIR, err);
+    if (st == TSR_OK)
+        st = config_set_string(&c->backend, "auto", err);
+    return st;
+}
+
+void tsrd_config_free(tsrd_config *c)
+{
+    config_clear_listen(c);
+    free(c->cache_dir);
+    free(c->backend);
+    c->cache_dir = c->backend = NULL;
+}
+
+tsr_status tsrd_config_copy(tsrd_config *dst, const tsrd_config *src, tsr_error *err)
+{
+    *dst = *src;
+    dst->n_listen = 0;
+    dst->cache_dir = dst->backend = NULL;
+    tsr_status st = TSR_OK;
+    for (int i = 0; st == TSR_OK && i < src->n_listen; i++)
+        st = config_add_listen(dst, src->listen[i], err);
+    if (st == TSR_OK)
+        st = config_set_string(&dst->cache_dir, src->cache_dir, err);
+    if (st == TSR_OK)
+        st = config_set_string(&dst->backend, src->backend, err);
+    if (st != TSR_OK)
+        tsrd_config_free(dst);
+    return st;
+}
+
+/* ---- the JSON file ---- */
+
+/* A non-negative integer that a double holds exactly (cJSON keeps numbers as
+ * doubles, so anything past 2^53 could not be told apart). */
+static tsr_status config_json_u64(const cJSON *v, const char *key, uint64_t min, uint64_t max,
+                                  uint64_t *out, tsr_error *err)
+{
+    if (!cJSON_IsNumber(v))
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "%s: must be a number", key);
+    double d = v->valuedouble;
+    if (d != (double)(uint64_t)d || d < (double)min || d > (double)max || d > 9007199254740992.0)
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE,
+                             "%s: must be an integer in [%llu, %llu], got %g", key,
+                             (unsigned long long)min, (unsigned long long)max, d);
+    *out = (uint64_t)d;
+    return TSR_OK;
+}
+
+static tsr_status config_json_string(const cJSON *v, const char *key, const char **out,
+                                     tsr_error *err)
+{
+    if (!cJSON_IsString(v) || v->valuestring == NULL)
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "%s: must be a string", key);
+    if (v->valuestring[0] == '\0')
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "%s: must not be empty", key);
+    *out = v->valuestring;
+    return TSR_OK;
+}
+
+static tsr_status key_listen(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) == 0)
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "listen: must be a non-empty array of URLs");
+    config_clear_listen(c);
+    int i = 0;
+    for (const cJSON *item = v->child; item != NULL; item = item->next, i++) {
+        const char *url;
+        tsr_status st = config_json_string(item, "listen", &url, err);
+        if (st == TSR_OK)
+            st = config_add_listen(c, url, err);
+        if (st != TSR_OK)
+            return tsr_error_prefix(err, "listen[%d]", i);
+    }
+    return TSR_OK;
+}
+
+static tsr_status key_cache_dir(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    const char *s = NULL;
+    tsr_status st = config_json_string(v, "cache_dir", &s, err);
+    return st != TSR_OK ? st : config_set_string(&c->cache_dir, s, err);
+}
+
+static tsr_status key_backend(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    const char *s = NULL;
+    tsr_status st = config_json_string(v, "backend", &s, err);
+    if (st != TSR_OK)
+        return st;
+    if (!config_backend_valid(s))
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "backend: '%s' is not one of auto, cpu, cuda",
+                             s);
+    return config_set_string(&c->backend, s, err);
+}
+
+static tsr_status key_log_level(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    const char *s = NULL;
+    tsr_status st = config_json_string(v, "log_level", &s, err);
+    if (st == TSR_OK && !tsrd_log_level_parse(s, &c->log_level))
+        st = tsr_error_set(err, TSR_BAD_ATTRIBUTE,
+                           "log_level: '%s' is not one of error, warn, info, debug", s);
+    return st;
+}
+
+static tsr_status key_max_message(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    return config_json_u64(v, "max_message_bytes", 4096, UINT64_C(1) << 40, &c->max_message_bytes,
+                           err);
+}
+
+static tsr_status key_workers(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    uint64_t n = 0;
+    tsr_status st = config_json_u64(v, "workers", 0, TSRD_MAX_WORKERS, &n, err);
+    if (st == TSR_OK)
+        c->workers = (int)n;
+    return st;
+}
+
+static tsr_status key_cache_memory(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    return config_json_u64(v, "cache_memory_bytes", 0, UINT64_C(1) << 50, &c->cache_memory_bytes,
+                           err);
+}
+
+static tsr_status key_cache_disk(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    return config_json_u64(v, "cache_disk_bytes", 0, UINT64_C(1) << 50, &c->cache_disk_bytes, err);
+}
+
+static const struct config_key {
+    const char *name;
+    tsr_status (*set)(tsrd_config *c, const cJSON *v, tsr_error *err);
+} config_keys[] = {
+    {"listen", key_listen},
+    {"cache_dir", key_cache_dir},
+    {"backend", key_backend},
+    {"log_level", key_log_level},
+    {"max_message_bytes", key_max_message},
+    {"workers", key_workers},
+    {"cache_memory_bytes", key_cache_memory},
+    {"cache_disk_bytes", key_cache_disk},
+};
+
+static const struct config_key *config_key_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof config_keys / sizeof config_keys[0]; i++)
+        if (strcmp(config_keys[i].name, name) == 0)
+            return &config_keys[i];
+    return NULL;
+}
+
+tsr_status tsrd_config_parse_json(tsrd_config *c, const char *text, size_t len, tsr_error *err)
+{
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (root == NULL)
+        return tsr_error_set(err, TSR_BAD_JSON, "config: malformed JSON near byte %ld",
+                             end != NULL ? (long)(end - text) : 0L);
+    tsr_status st = TSR_OK;
+    if (!cJSON_IsObject(root))
+        st = tsr_error_set(err, TSR_BAD_JSON, "config: must be a JSON object");
+    for (const cJSON *item = root->child; st == TSR_OK && item != NULL; item = item->next) {
+        const struct config_key *key = config_key_find(item->string);
+        if (key == NULL)
+            st = tsr_error_set(err, TSR_BAD_ATTRIBUTE, "config: unknown key '%s'", item->string);
+        else
+            st = key->set(c, item, err);
+    }
+    cJSON_Delete(root);
+    return st;
+}
+
+tsr_status tsrd_config_load_file(tsrd_config *c, const char *path, tsr_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return tsr_error_set(err, TSR_IO_ERROR, "config %s: %s", path, strerror(errno));
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    tsr_status st = TSR_OK;
+    for (;;) {
+        if (len == cap) {
+            cap = cap ? cap * 2 : 4096;
+            char *grown = cap <= (1u << 24) ? realloc(text, cap) : NULL;
+            if (grown == NULL) {
+                st = tsr_error_set(err, TSR_TOO_LARGE, "config %s: too large", path);
+                break;
+            }
+            text = grown;
+        }
+        size_t n = fread(text + len, 1, cap - len, f);
+        len += n;
+        if (n == 0) {
+            if (ferror(f))
+                st = tsr_error_set(err, TSR_IO_ERROR, "config %s: read failed", path);
+            break;
+        }
+    }
+    fclose(f);
+    if (st == TSR_OK) {
+        st = tsrd_config_parse_json(c, text, len, err);
+        if (st != TSR_OK)
+            tsr_error_prefix(err, "%s", path);
+    }
+    free(text);
+    return st;
+}
+
+/* ---- the command line ---- */
+
+const char *tsrd_config_usage(void)
+{
+    return "usage: tesserad [--config FILE] [--listen URL]... [--cache-dir DIR]\n"
+           "                [--backend auto|cpu|cuda] [--log-level error|warn|info|debug]\n"
+           "                [--max-message-bytes N] [--workers N] [--help] [--version]\n"
+           "\n"
+           "  --config FILE           JSON config file; flags override its values\n"
+           "  --listen URL            ipc://PATH or tcp://HOST:PORT; repeatable\n"
+           "                          (default " TSRD_DEFAULT_LISTEN ")\n"
+           "  --cache-dir DIR         kernel cache directory (default " TSRD_DEFAULT_CACHE_DIR ")\n"
+           "  --backend NAME          auto (cuda when a driver loads, else cpu), cpu, cuda\n"
+           "  --log-level LEVEL       error, warn, info (default) or debug (one line per "
+           "request)\n"
+           "  --max-message-bytes N   largest request accepted (default 67108864)\n"
+           "  --workers N             worker threads for compiles and launches (default: "
+           "CPUs)\n";
+}
+
+static tsr_status config_arg_u64(const char *flag, const char *text, uint64_t min, uint64_t max,
+                                 uint64_t *out, tsr_error *err)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (text[0] == '\0' || text[0] == '-' || *end != '\0' || errno != 0 || v < min || v > max)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                             "%s: '%s' is not an integer in [%llu, %llu]", flag, text,
+                             (unsigned long long)min, (unsigned long long)max);
+    *out = v;
+    return TSR_OK;
+}
+
+/* Applies one flag that takes a value. */
+static tsr_status config_apply_flag(tsrd_config *c, const char *flag, const char *value,
+                                    bool *listen_from_args, tsr_error *err)
+{
+    uint64_t n = 0;
+    tsr_status st;
+    if (strcmp(flag, "--listen") == 0) {
+        if (!*listen_from_args)
+            config_clear_listen(c);
+        *listen_from_args = true;
+        return config_add_listen(c, value, err);
+    }
+    if (strcmp(flag, "--cache-dir") == 0)
+        return config_set_string(&c->cache_dir, value, err);
+    if (strcmp(flag, "--backend") == 0) {
+        if (!config_backend_valid(value))
+            return tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                                 "--backend: '%s' is not one of auto, cpu, cuda", value);
+        return config_set_string(&c->backend, value, err);
+    }
+    if (strcmp(flag, "--log-level") == 0) {
+        if (!tsrd_log_level_parse(value, &c->log_level))
+            return tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                                 "--log-level: '%s' is not one of error, warn, info, debug", value);
+        return TSR_OK;
+    }
+    if (strcmp(flag, "--max-message-bytes") == 0)
+        return config_arg_u64(flag, value, 4096, UINT64_C(1) << 40, &c->max_message_bytes, err);
+    if (strcmp(flag, "--workers") == 0) {
+        st = config_arg_u64(flag, value, 0, TSRD_MAX_WORKERS, &n, err);
+        if (st == TSR_OK)
+            c->workers = (int)n;
+        return st;
+    }
+    return tsr_error_set(err, TSR_INVALID_ARGUMENT, "unknown option '%s'", flag);
+}
+
+static bool config_flag_takes_value(const char *flag)
+{
+    static const char *const with_value[] = {"--config",  "--listen",    "--cache-dir",
+                                             "--backend", "--log-level", "--max-message-bytes",
+                                             "--workers"};
+    for (size_t i = 0; i < sizeof with_value / sizeof with_value[0]; i++)
+        if (strcmp(flag, with_value[i]) == 0)
+            return true;
+    return false;
+}
+
+tsr_status tsrd_config_from_args(tsrd_config *c, int argc, char **argv, tsrd_config_action *action,
+                                 tsr_error *err)
+{
+    *action = TSRD_CONFIG_SERVE;
+    tsr_status st = tsrd_config_defaults(c, err);
+    /* Pass 1: help, version, argument shape and the config file. */
+    const char *config_path = NULL;
+    for (int i = 1; st == TSR_OK && i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            *action = TSRD_CONFIG_HELP;
+            return TSR_OK;
+        }
+        if (strcmp(argv[i], "--version") == 0) {
+            *action = TSRD_CONFIG_VERSION;
+            return TSR_OK;
+        }
+        if (!config_flag_takes_value(argv[i]))
+            return tsr_error_set(err, TSR_INVALID_ARGUMENT, "unknown option '%s'", argv[i]);
+        if (i + 1 >= argc)
+            return tsr_error_set(err, TSR_INVALID_ARGUMENT, "%s: missing value", argv[i]);
+        if (strcmp(argv[i], "--config") == 0)
+            config_path = argv[i + 1];
+        i++;
+    }
+    if (st == TSR_OK && config_path != NULL)
+        st = tsrd_config_load_file(c, config_path, err);
+    /* Pass 2: every other flag overrides the file. */
+    bool listen_from_args = false;
+    for (int i = 1; st == TSR_OK && i + 1 < argc; i += 2)
+        if (strcmp(argv[i], "--config") != 0)
+            st = config_apply_flag(c, argv[i], argv[i + 1], &listen_from_args, err);
+    return st;
+}

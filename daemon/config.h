@@ -1,0 +1,81 @@
+/*
+ * config.h — tesserad's settings: defaults, the JSON config file, the flags.
+ *
+ * Precedence: built-in defaults, then the file named by --config, then the
+ * other flags (a --listen on the command line replaces the file's list rather
+ * than adding to it). The file is one JSON object whose keys are exactly
+ *
+ *   listen (array of URLs), cache_dir, backend, log_level, max_message_bytes,
+ *   workers, cache_memory_bytes, cache_disk_bytes
+ *
+ * An unknown key, a wrong JSON type or a value out of range is an error whose
+ * message names the key. Nothing here touches the file system beyond reading
+ * the config file.
+ *
+ * Ownership: a tsrd_config owns its strings; tsrd_config_free releases them.
+ * Threading: plain values, used by the loop thread at start-up.
+ */
+#ifndef TESSERAD_CONFIG_H
+#define TESSERAD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "log.h"
+#include "tessera/status.h"
+
+#define TSRD_VERSION "0.1.0"
+#define TSRD_PROTOCOL_VERSION 1
+#define TSRD_DEFAULT_LISTEN "ipc:///run/tesserad/tesserad.sock"
+#define TSRD_DEFAULT_CACHE_DIR "/var/cache/tesserad"
+#define TSRD_DEFAULT_MAX_MESSAGE (UINT64_C(64) << 20)
+#define TSRD_MAX_LISTEN 16
+#define TSRD_MAX_WORKERS 1024 /* libuv's own ceiling for UV_THREADPOOL_SIZE */
+
+typedef struct tsrd_config {
+    int n_listen;
+    char *listen[TSRD_MAX_LISTEN];
+    char *cache_dir;
+    char *backend; /* "auto", "cpu" or "cuda" */
+    tsrd_log_level log_level;
+    uint64_t max_message_bytes;
+    int workers;                 /* worker threads; 0 = one per online CPU */
+    uint64_t cache_memory_bytes; /* 0 = the kernel cache's default */
+    uint64_t cache_disk_bytes;   /* 0 = the kernel cache's default */
+} tsrd_config;
+
+/* What the command line asked for besides settings. */
+typedef enum tsrd_config_action {
+    TSRD_CONFIG_SERVE = 0,
+    TSRD_CONFIG_HELP = 1,
+    TSRD_CONFIG_VERSION = 2,
+} tsrd_config_action;
+
+/* Fills the built-in defaults (one listen URL, the default cache dir, backend
+ * "auto", log level info, 64 MiB messages, workers 0). TSR_NO_MEMORY on failure. */
+tsr_status tsrd_config_defaults(tsrd_config *c, tsr_error *err);
+
+/* Applies a JSON config text on top of *c. TSR_BAD_JSON for malformed text or a
+ * non-object; TSR_BAD_ATTRIBUTE naming the key for an unknown key, a wrong type
+ * or an out-of-range value. On failure *c may be partly updated. */
+tsr_status tsrd_config_parse_json(tsrd_config *c, const char *text, size_t len, tsr_error *err);
+
+/* Reads a file and applies it; TSR_IO_ERROR when it cannot be read. */
+tsr_status tsrd_config_load_file(tsrd_config *c, const char *path, tsr_error *err);
+
+/* The whole command line: defaults, then --config FILE, then the other flags.
+ * TSR_INVALID_ARGUMENT for an unknown flag, a missing or bad value. *action says
+ * whether to serve or print help / version. */
+tsr_status tsrd_config_from_args(tsrd_config *c, int argc, char **argv, tsrd_config_action *action,
+                                 tsr_error *err);
+
+/* The usage text printed by --help. */
+const char *tsrd_config_usage(void);
+
+/* Deep copy of src into *dst (dst is overwritten). TSR_NO_MEMORY on failure,
+ * then dst owns nothing. */
+tsr_status tsrd_config_copy(tsrd_config *dst, const tsrd_config *src, tsr_error *err);
+
+void tsrd_config_free(tsrd_config *c);
+
+#endif

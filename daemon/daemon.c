@@ -1,0 +1,105 @@
+/*
+ * daemon.c — opening and closing the daemon context.
+ *
+ * The order matters: the backend first (its devices decide the default arch),
+ * then the kernel cache and the arbiter, then the backend's candidates into the
+ * arbiter. Closing runs in reverse, after every session has dropped its
+ * buffers and kernels, so the backend outlives everything allocated on it.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "daemon.h"
+
+tsr_status tsrd_mkdirs(const char *path, unsigned mode, tsr_error *err)
+{
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return tsr_error_set(err, TSR_IO_ERROR, "%s: path too long", path);
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char saved = *p;
+        *p = '\0';
+        if (mkdir(buf, (mode_t)mode) != 0 && errno != EEXIST)
+            return tsr_error_set(err, TSR_IO_ERROR, "mkdir %s: %s", buf, strerror(errno));
+        *p = saved;
+        if (saved == '\0')
+            break;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return tsr_error_set(err, TSR_IO_ERROR, "%s: not a directory", path);
+    return TSR_OK;
+}
+
+static tsr_status daemon_open_backend(tsrd_daemon *d, tsr_error *err)
+{
+    tsrd_backend_options opts = {.threads = 0};
+    tsr_status st = tsrd_backend_choose(d->config.backend, &opts, &d->bops, &d->backend, err);
+    if (st != TSR_OK)
+        return st;
+    int n = d->bops->device_count(d->backend);
+    d->n_devices = n > TSRD_MAX_DEVICES ? TSRD_MAX_DEVICES : n;
+    for (int i = 0; st == TSR_OK && i < d->n_devices; i++)
+        st = d->bops->device_info(d->backend, i, &d->devices[i], err);
+    if (st == TSR_OK && d->n_devices == 0)
+        st = tsr_error_set(err, TSR_UNAVAILABLE, "backend %s: no devices", d->bops->name);
+    snprintf(d->driver_version, sizeof d->driver_version, "%s",
+             d->bops->driver_version(d->backend));
+    snprintf(d->compiler_version, sizeof d->compiler_version, "%s",
+             d->bops->compiler_version(d->backend));
+    return st;
+}
+
+tsr_status tsrd_daemon_init(tsrd_daemon *d, const tsrd_config *config, uv_loop_t *loop,
+                            tsr_error *err)
+{
+    memset(d, 0, sizeof *d);
+    tsr_status st = tsrd_config_copy(&d->config, config, err);
+    if (st != TSR_OK)
+        return st;
+    d->log.level = config->log_level;
+    d->loop = loop;
+    snprintf(d->default_tenant.name, sizeof d->default_tenant.name, "default");
+    tsrd_handles_init(&d->handles);
+    st = daemon_open_backend(d, err);
+    if (st == TSR_OK)
+        st = tsrd_mkdirs(d->config.cache_dir, 0755, err);
+    if (st == TSR_OK) {
+        tsr_kcache_options kopts = {.dir = d->config.cache_dir,
+                                    .memory_bytes = d->config.cache_memory_bytes,
+                                    .disk_bytes = d->config.cache_disk_bytes};
+        st = tsr_kcache_open(&kopts, &d->kcache, err);
+    }
+    if (st == TSR_OK)
+        st = tsr_arbiter_create(d->config.cache_dir, &d->arbiter, err);
+    if (st == TSR_OK)
+        st = d->bops->register_candidates(d->backend, d->arbiter, err);
+    if (st != TSR_OK) {
+        tsrd_daemon_fini(d);
+        return st;
+    }
+    tsrd_log_info(&d->log, "backend %s, device 0: %s (%s), cache %s", d->bops->name,
+                  d->devices[0].name, d->devices[0].arch, d->config.cache_dir);
+    return TSR_OK;
+}
+
+void tsrd_daemon_fini(tsrd_daemon *d)
+{
+    tsrd_session_close_all(d);
+    tsrd_handles_fini(&d->handles);
+    if (d->arbiter != NULL)
+        tsr_arbiter_destroy(d->arbiter);
+    if (d->kcache != NULL)
+        tsr_kcache_close(d->kcache);
+    if (d->backend != NULL)
+        d->bops->close(d->backend);
+    d->arbiter = NULL;
+    d->kcache = NULL;
+    d->backend = NULL;
+    tsrd_config_free(&d->config);
+}

@@ -1,0 +1,182 @@
+/*
+ * daemon.h — the daemon context and the objects it owns.
+ *
+ * One tsrd_daemon holds everything tesserad serves from: the configuration, the
+ * backend, the kernel cache, the arbiter, the handle table, the sessions and
+ * tenants, and the counters. It is passed explicitly; there are no globals.
+ *
+ * Threading: the daemon belongs to the libuv loop thread. Worker threads (the
+ * libuv threadpool) may use only what is thread-safe by its own contract — the
+ * backend, the kernel cache, the arbiter, the log and the read-only config —
+ * and hand their results back to the loop through uv_queue_work's completion
+ * callback. nng's threads never touch the daemon: server.c queues what they
+ * receive and wakes the loop with uv_async_send.
+ *
+ * Lifetime: buffers, kernels and sessions are reference-counted on the loop
+ * thread. The handle table holds one reference; every request that uses an
+ * object pins it for its duration, so a buffer freed (or a session closed) while
+ * a launch still reads it lives until that launch completes.
+ */
+#ifndef TESSERAD_DAEMON_H
+#define TESSERAD_DAEMON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "backend.h"
+#include "config.h"
+#include "handles.h"
+#include "log.h"
+#include "replay.h"
+#include "tessera.pb-c.h"
+#include "tessera/arbiter.h"
+#include "tessera/kcache.h"
+
+#define TSRD_MAX_DEVICES 16
+/* Room a reply's envelope needs beyond its payload bytes. */
+#define TSRD_REPLY_OVERHEAD 4096
+/* Highest request body number plus one: the handler table's length. */
+#define TSRD_BODY_CASES 23
+
+/* Who a request is attributed to. A single tenant, "default", exists until
+ * tenant identities and quotas come from the config; the accounting below is
+ * what the quotas will check. */
+typedef struct tsrd_tenant {
+    char name[64];
+    uint64_t buffers;
+    uint64_t buffer_bytes;
+    uint64_t kernels;
+} tsrd_tenant;
+
+typedef struct tsrd_job tsrd_job;
+
+/* One connection (one nng pipe). Its buffers and kernels die with it. */
+typedef struct tsrd_session {
+    uint32_t pipe_id;
+    tsrd_tenant *tenant;
+    tsrd_replay replay;
+    int refs; /* the session table's, plus one per job */
+    bool closed;
+    /* The session's stream: device work runs one job at a time, in arrival
+     * order, so a write, a launch and a read are never reordered or overlapped. */
+    tsrd_stream *stream; /* created by the first stream job, on its worker thread */
+    bool stream_busy;
+    tsrd_job *stream_head, *stream_tail;
+    struct tsrd_session *next;
+} tsrd_session;
+
+typedef struct tsrd_buffer {
+    int refs;
+    tsrd_dbuf *dbuf;
+    tsr_dtype dtype;
+    int rank;
+    int64_t shape[TSR_MAX_RANK];
+    uint64_t bytes;
+    tsrd_tenant *tenant;
+} tsrd_buffer;
+
+typedef struct tsrd_kernel {
+    int refs;
+    tsrd_kobj *kobj;
+    tsr_region region; /* validated; the signature launches are checked against */
+    char candidate[TSR_CANDIDATE_NAME_MAX];
+    tsrd_tenant *tenant;
+} tsrd_kernel;
+
+/* Request counters, by body case and status (the loop's own). */
+typedef struct tsrd_metrics {
+    uint64_t requests[TSRD_BODY_CASES][TSR_STATUS_COUNT];
+    uint64_t replays;         /* answered from the request-id memory */
+    uint64_t sessions_opened; /* ever */
+    uint64_t bytes_in, bytes_out;
+} tsrd_metrics;
+
+typedef struct tsrd_daemon tsrd_daemon;
+
+/* Where replies go: server.c sends them on the nng context the request came in
+ * on (origin); tests capture them. Called on the loop thread, exactly once per
+ * origin handed to tsrd_dispatch. data is only valid during the call. */
+typedef void (*tsrd_reply_fn)(void *sink, void *origin, const uint8_t *data, size_t len);
+
+struct tsrd_daemon {
+    tsrd_config config;
+    tsrd_log log;
+    uv_loop_t *loop;
+
+    const tsrd_backend_ops *bops;
+    tsrd_backend *backend;
+    int n_devices;
+    tsrd_device_info devices[TSRD_MAX_DEVICES];
+    char driver_version[64];
+    char compiler_version[64];
+
+    tsr_kcache *kcache;
+    tsr_arbiter *arbiter;
+    tsrd_handles handles;
+    tsrd_tenant default_tenant;
+    tsrd_session *sessions;
+    size_t n_sessions;
+    /* Pipes already gone, so that a message that raced its pipe's removal does
+     * not open a session nobody would close. */
+    uint32_t removed_pipes[64];
+    unsigned removed_next;
+
+    tsrd_metrics metrics;
+    tsrd_reply_fn reply_fn;
+    void *reply_sink;
+
+    int inflight; /* jobs not yet answered */
+    bool draining;
+    void (*idle_fn)(tsrd_daemon *d); /* called when draining and inflight hits 0 */
+};
+
+/* ---- daemon.c ---- */
+
+/* Opens the backend, kernel cache and arbiter for config (copied; the caller
+ * keeps its own). Creates the cache directory. On failure err says what, and
+ * nothing is left open. The loop is borrowed. */
+tsr_status tsrd_daemon_init(tsrd_daemon *d, const tsrd_config *config, uv_loop_t *loop,
+                            tsr_error *err);
+/* Closes every session and releases everything. No job may be in flight. */
+void tsrd_daemon_fini(tsrd_daemon *d);
+
+/* mkdir -p with mode for the directories it creates. TSR_IO_ERROR naming the
+ * path that failed. */
+tsr_status tsrd_mkdirs(const char *path, unsigned mode, tsr_error *err);
+
+/* ---- session.c ---- */
+
+/* The session of a pipe, opened on first use. NULL when the pipe is already
+ * known to be gone (or out of memory): the request is then not served. */
+tsrd_session *tsrd_session_get(tsrd_daemon *d, uint32_t pipe_id);
+/* The pipe went away: drop the session's handles and its table reference. */
+void tsrd_session_close(tsrd_daemon *d, uint32_t pipe_id);
+void tsrd_session_ref(tsrd_session *s);
+void tsrd_session_unref(tsrd_daemon *d, tsrd_session *s);
+/* Closes every session (shutdown). */
+void tsrd_session_close_all(tsrd_daemon *d);
+
+/* Handle lookups for a session: NULL for unknown, freed or foreign handles. */
+tsrd_buffer *tsrd_buffer_lookup(tsrd_daemon *d, tsrd_session *s, uint64_t handle);
+tsrd_kernel *tsrd_kernel_lookup(tsrd_daemon *d, tsrd_session *s, uint64_t handle);
+/* Registers a new object (refs 1, held by the table) and returns its handle. */
+tsr_status tsrd_buffer_register(tsrd_daemon *d, tsrd_session *s, tsrd_buffer *b, uint64_t *handle,
+                                tsr_error *err);
+tsr_status tsrd_kernel_register(tsrd_daemon *d, tsrd_session *s, tsrd_kernel *k, uint64_t *handle,
+                                tsr_error *err);
+/* Removes a buffer handle; false when it is not the session's. */
+bool tsrd_buffer_release_handle(tsrd_daemon *d, tsrd_session *s, uint64_t handle);
+void tsrd_buffer_ref(tsrd_buffer *b);
+void tsrd_buffer_unref(tsrd_daemon *d, tsrd_buffer *b);
+void tsrd_kernel_ref(tsrd_kernel *k);
+void tsrd_kernel_unref(tsrd_daemon *d, tsrd_kernel *k);
+
+/* ---- metrics.c ---- */
+
+void tsrd_metrics_count(tsrd_daemon *d, int body_case, tsr_status status);
+/* Fills a StatsReply (memory from the job's arena). */
+tsr_status tsrd_metrics_fill(tsrd_daemon *d, tsrd_job *job, Tessera__V1__StatsReply *out,
+                             bool prometheus);
+
+#endif

@@ -1,0 +1,66 @@
+/*
+ * engine.h — the compile pipeline: arbiter, kernel cache, backend.
+ *
+ * tsrd_engine_compile takes a validated region and the request's options to a
+ * decision (which candidate, why, verified or not), a kernel key, the binary
+ * from the kernel cache (built by the backend on a miss) and, when asked, a
+ * loaded kernel. Verification runs the oracle with the candidate executed
+ * through the backend exactly as a client's launch would be: probes uploaded to
+ * device buffers, launched on a stream, the output downloaded.
+ *
+ * Threading: worker threads only. Uses only the thread-safe parts of the daemon
+ * (backend, kernel cache, arbiter, config, log). Blocking: compiles, verifies,
+ * measures.
+ */
+#ifndef TESSERAD_ENGINE_H
+#define TESSERAD_ENGINE_H
+
+#include "daemon.h"
+
+typedef struct tsrd_compiled {
+    tsr_fingerprint fingerprint;
+    tsr_fingerprint key;
+    char arch[32];
+    tsr_decision decision;
+    const tsr_kcache_blob *blob; /* held; tsrd_compiled_release drops it */
+    tsr_kcache_level level;
+    double compile_ms; /* time the backend spent compiling; 0 on a hit */
+    tsrd_kobj *kobj;   /* loaded when asked; NULL otherwise or once taken */
+} tsrd_compiled;
+
+/* The arch a request names, or the serving device's for "". TSR_UNSUPPORTED when
+ * the backend does not serve it. */
+tsr_status tsrd_engine_arch(tsrd_daemon *d, const char *requested, char *arch, size_t size,
+                            tsr_error *err);
+
+/* Selects, compiles (through the kernel cache) and, with load, loads. opts may
+ * be NULL (all defaults). On failure nothing is held. */
+tsr_status tsrd_engine_compile(tsrd_daemon *d, const tsr_region *r,
+                               const Tessera__V1__CompileOptions *opts, bool load,
+                               tsrd_compiled *out, tsr_error *err);
+void tsrd_compiled_release(tsrd_daemon *d, tsrd_compiled *c);
+
+/* Runs the oracle on candidate c through the backend. */
+tsr_status tsrd_engine_verify(tsrd_daemon *d, const tsr_candidate *c, const tsr_region *r,
+                              const char *arch, uint64_t seed, int random_probes, tsr_verdict *v,
+                              tsr_error *err);
+
+/* Runs a loaded kernel once on host inputs (signature order) into a host
+ * output, through temporary device buffers on a temporary stream. */
+tsr_status tsrd_engine_run_host(tsrd_daemon *d, tsrd_kobj *k, const tsr_region *r,
+                                const void *const *inputs, void *output, double *device_ms,
+                                tsr_error *err);
+
+/* What the arbiter's callbacks need; lives as long as the select call. */
+typedef struct tsrd_engine_ctx {
+    tsrd_daemon *d;
+    const char *arch;
+} tsrd_engine_ctx;
+
+/* The arbiter's select request for r with the request's options (opts may be
+ * NULL); its callbacks verify and measure through the backend with ctx. */
+void tsrd_engine_select_request(tsrd_engine_ctx *ctx, const tsr_region *r,
+                                const tsr_fingerprint *fp, const Tessera__V1__CompileOptions *opts,
+                                tsr_select_request *out);
+
+#endif

@@ -1,0 +1,45 @@
+/*
+ * log.h — tesserad's log lines on stderr.
+ *
+ * One line per event: an ISO-8601 UTC timestamp with milliseconds, the level and
+ * the text ("2026-12-01T10:20:30.123Z info listening on ipc:///run/..."). The
+ * logger is a small value the daemon context owns; it holds no file of its own
+ * and writes each line with one fprintf, so lines from worker threads do not
+ * interleave.
+ *
+ * Threading: tsrd_log_write may be called from any thread; the level is set once
+ * at start-up, before other threads exist. Blocking: writes to stderr.
+ */
+#ifndef TESSERAD_LOG_H
+#define TESSERAD_LOG_H
+
+#include <stdbool.h>
+
+typedef enum tsrd_log_level {
+    TSRD_LOG_ERROR = 0,
+    TSRD_LOG_WARN = 1,
+    TSRD_LOG_INFO = 2,
+    TSRD_LOG_DEBUG = 3,
+} tsrd_log_level;
+
+typedef struct tsrd_log {
+    tsrd_log_level level; /* lines above this level are dropped; errors always pass */
+} tsrd_log;
+
+/* "error", "warn", "info", "debug". */
+const char *tsrd_log_level_name(tsrd_log_level level);
+/* Exact lower-case names; false (and *out untouched) for anything else. */
+bool tsrd_log_level_parse(const char *name, tsrd_log_level *out);
+
+/* True when a line at this level would be written (to skip formatting work). */
+bool tsrd_log_enabled(const tsrd_log *log, tsrd_log_level level);
+
+void tsrd_log_write(const tsrd_log *log, tsrd_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define tsrd_log_error(log, ...) tsrd_log_write((log), TSRD_LOG_ERROR, __VA_ARGS__)
+#define tsrd_log_warn(log, ...) tsrd_log_write((log), TSRD_LOG_WARN, __VA_ARGS__)
+#define tsrd_log_info(log, ...) tsrd_log_write((log), TSRD_LOG_INFO, __VA_ARGS__)
+#define tsrd_log_debug(log, ...) tsrd_log_write((log), TSRD_LOG_DEBUG, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,44 @@
+/*
+ * main.c — tesserad's entry point: the command line, the worker pool size,
+ * then the service.
+ *
+ * UV_THREADPOOL_SIZE is read by libuv when the first work item is queued, so
+ * it is set here, before any loop exists; it is the one process-wide setting
+ * tesserad makes.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "service.h"
+
+int main(int argc, char **argv)
+{
+    tsrd_config config;
+    tsrd_config_action action;
+    tsr_error err;
+    if (tsrd_config_from_args(&config, argc, argv, &action, &err) != TSR_OK) {
+        fprintf(stderr, "tesserad: %s\n(see tesserad --help)\n", err.message);
+        tsrd_config_free(&config);
+        return 2;
+    }
+    if (action != TSRD_CONFIG_SERVE) {
+        if (action == TSRD_CONFIG_HELP)
+            fputs(tsrd_config_usage(), stdout);
+        else
+            printf("tesserad %s (protocol %d)\n", TSRD_VERSION, TSRD_PROTOCOL_VERSION);
+        tsrd_config_free(&config);
+        return 0;
+    }
+    if (config.workers <= 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        config.workers = cpus > 0 ? (int)(cpus < TSRD_MAX_WORKERS ? cpus : TSRD_MAX_WORKERS) : 4;
+    }
+    char workers[16];
+    snprintf(workers, sizeof workers, "%d", config.workers);
+    setenv("UV_THREADPOOL_SIZE", workers, 1);
+    int status = tsrd_service_run(&config);
+    tsrd_config_free(&config);
+    return status;
+}

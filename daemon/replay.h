@@ -1,0 +1,71 @@
+/*
+ * replay.h — the memory of recent request ids, per session.
+ *
+ * nng's REQ side resends a request it got no answer to, and clients retry; a
+ * request id seen again must be answered, not executed twice. Each session keeps
+ * the last TSRD_REPLAY_ENTRIES ids with their encoded replies. An id that is
+ * still executing collects the later arrivals as waiters, who get the same reply
+ * when it finishes. Id 0 means "no id" and is never remembered.
+ *
+ * Replies are kept within a byte budget; the oldest finished entries go first,
+ * and a reply larger than the whole budget is not kept at all (a resend then
+ * executes again, which is harmless for the only requests with large replies:
+ * buffer reads and inline runs). When every entry is still executing, a new id
+ * is executed without being remembered.
+ *
+ * Ownership: stored replies are copies owned by the table. Waiters are opaque
+ * pointers the table hands back. Threading: not thread-safe; loop thread only.
+ */
+#ifndef TESSERAD_REPLAY_H
+#define TESSERAD_REPLAY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TSRD_REPLAY_ENTRIES 64
+#define TSRD_REPLAY_BUDGET (UINT64_C(16) << 20)
+
+typedef struct tsrd_replay_entry {
+    uint64_t id; /* 0: free */
+    bool done;
+    uint64_t age; /* larger is newer */
+    uint8_t *reply;
+    size_t len;
+    void **waiters;
+    size_t n_waiters;
+} tsrd_replay_entry;
+
+typedef struct tsrd_replay {
+    tsrd_replay_entry entries[TSRD_REPLAY_ENTRIES];
+    uint64_t clock;
+    size_t bytes;  /* reply bytes held */
+    size_t budget; /* TSRD_REPLAY_BUDGET unless set otherwise */
+} tsrd_replay;
+
+typedef enum tsrd_replay_result {
+    TSRD_REPLAY_NEW = 0,     /* execute it; call tsrd_replay_finish afterwards */
+    TSRD_REPLAY_DONE = 1,    /* answered before: *reply / *len are the stored bytes */
+    TSRD_REPLAY_PENDING = 2, /* still executing: waiter was added */
+} tsrd_replay_result;
+
+void tsrd_replay_init(tsrd_replay *r, size_t budget);
+/* Frees stored replies and waiter lists (not the waiters). */
+void tsrd_replay_fini(tsrd_replay *r);
+
+/* Looks id up. For DONE, *reply stays valid until the next call on r. For
+ * PENDING, waiter is recorded (false returned through *ok when out of memory,
+ * then the caller should answer on its own). */
+tsrd_replay_result tsrd_replay_begin(tsrd_replay *r, uint64_t id, void *waiter,
+                                     const uint8_t **reply, size_t *len, bool *ok);
+
+/* Records the reply of an executing id (copied when it fits the budget) and
+ * hands back its waiters: *waiters is malloc'd (caller frees), *n_waiters its
+ * length; both are NULL/0 when none. Unknown ids are ignored. */
+void tsrd_replay_finish(tsrd_replay *r, uint64_t id, const uint8_t *reply, size_t len,
+                        void ***waiters, size_t *n_waiters);
+
+/* Entries currently held (executing or answered). */
+size_t tsrd_replay_count(const tsrd_replay *r);
+
+#endif

@@ -1,0 +1,301 @@
+/*
+ * server.c — nng contexts feeding the libuv loop.
+ *
+ * nng calls the aio and pipe callbacks on its own threads. Those callbacks
+ * never look at the daemon: they put an event on a mutex-protected queue and
+ * call uv_async_send. Several sends may fold into one async callback, so the
+ * loop takes the whole queue at once and serves every event on it.
+ */
+#include "server.h"
+
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/rep.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch.h"
+
+typedef struct server_slot {
+    tsrd_server *srv;
+    nng_ctx ctx;
+    nng_aio *recv_aio;
+    nng_aio *send_aio;
+} server_slot;
+
+/* A received message (slot set) or a pipe removal (slot NULL). */
+typedef struct server_event {
+    struct server_event *next;
+    server_slot *slot;
+    nng_msg *msg;
+    uint32_t pipe_id;
+} server_event;
+
+struct tsrd_server {
+    tsrd_daemon *d;
+    nng_socket sock;
+    server_slot slots[TSRD_SERVER_CONTEXTS];
+    int n_slots;
+    uv_async_t async;
+    pthread_mutex_t mu; /* guards head and tail */
+    server_event *head, *tail;
+    atomic_bool stopping;
+};
+
+static void server_push(tsrd_server *s, server_event *ev)
+{
+    ev->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (s->tail != NULL)
+        s->tail->next = ev;
+    else
+        s->head = ev;
+    s->tail = ev;
+    pthread_mutex_unlock(&s->mu);
+    uv_async_send(&s->async);
+}
+
+static server_event *server_take_all(tsrd_server *s)
+{
+    pthread_mutex_lock(&s->mu);
+    server_event *all = s->head;
+    s->head = s->tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    return all;
+}
+
+/* ---- nng threads ---- */
+
+static void server_recv_cb(void *arg)
+{
+    server_slot *slot = arg;
+    tsrd_server *s = slot->srv;
+    int rv = nng_aio_result(slot->recv_aio);
+    if (atomic_load(&s->stopping) || rv == NNG_ECLOSED) {
+        if (rv == 0)
+            nng_msg_free(nng_aio_get_msg(slot->recv_aio));
+        return;
+    }
+    server_event *ev = rv == 0 ? malloc(sizeof *ev) : NULL;
+    if (ev == NULL) {
+        /* A transport error, or no memory to queue: forget this one (its sender
+         * times out and retries) and keep the context receiving. */
+        if (rv == 0)
+            nng_msg_free(nng_aio_get_msg(slot->recv_aio));
+        nng_ctx_recv(slot->ctx, slot->recv_aio);
+        return;
+    }
+    ev->slot = slot;
+    ev->msg = nng_aio_get_msg(slot->recv_aio);
+    ev->pipe_id = (uint32_t)nng_pipe_id(nng_msg_get_pipe(ev->msg));
+    server_push(s, ev);
+}
+
+static void server_send_cb(void *arg)
+{
+    server_slot *slot = arg;
+    if (nng_aio_result(slot->send_aio) != 0)
+        nng_msg_free(nng_aio_get_msg(slot->send_aio));
+    if (!atomic_load(&slot->srv->stopping))
+        nng_ctx_recv(slot->ctx, slot->recv_aio);
+}
+
+static void server_pipe_cb(nng_pipe pipe, nng_pipe_ev event, void *arg)
+{
+    tsrd_server *s = arg;
+    (void)event;
+    server_event *ev = calloc(1, sizeof *ev);
+    if (ev == NULL)
+        return; /* the session then lives until shutdown: a leak, not a fault */
+    ev->pipe_id = (uint32_t)nng_pipe_id(pipe);
+    server_push(s, ev);
+}
+
+/* ---- the loop thread ---- */
+
+static void server_reply(void *sink, void *origin, const uint8_t *data, size_t len)
+{
+    (void)sink;
+    server_slot *slot = origin;
+    nng_msg *msg = NULL;
+    if (nng_msg_alloc(&msg, len) != 0) {
+        /* No reply possible: the client times out. Keep the context serving. */
+        tsrd_log_error(&slot->srv->d->log, "no memory for a %zu-byte reply", len);
+        if (!atomic_load(&slot->srv->stopping))
+            nng_ctx_recv(slot->ctx, slot->recv_aio);
+        return;
+    }
+    if (len > 0)
+        memcpy(nng_msg_body(msg), data, len);
+    nng_aio_set_msg(slot->send_aio, msg);
+    nng_ctx_send(slot->ctx, slot->send_aio);
+}
+
+static void server_async_cb(uv_async_t *handle)
+{
+    tsrd_server *s = handle->data;
+    server_event *ev = server_take_all(s);
+    while (ev != NULL) {
+        server_event *next = ev->next;
+        if (ev->slot == NULL) {
+            tsrd_session_close(s->d, ev->pipe_id);
+        } else {
+            tsrd_dispatch(s->d, ev->pipe_id, ev->slot, nng_msg_body(ev->msg), nng_msg_len(ev->msg));
+            nng_msg_free(ev->msg);
+        }
+        free(ev);
+        ev = next;
+    }
+}
+
+static tsr_status server_nng_error(tsr_error *err, int rv, const char *what, const char *url)
+{
+    return tsr_error_set(err, TSR_IO_ERROR, "%s %s: %s", what, url ? url : "", nng_strerror(rv));
+}
+
+static tsr_status server_listen(tsrd_server *s, const char *url, tsr_error *err)
+{
+    if (strncmp(url, "tls+tcp://", 10) == 0)
+        return tsr_error_set(err, TSR_UNSUPPORTED,
+                             "listen %s: TLS settings (certificate, key) are not supported yet",
+                             url);
+    if (strncmp(url, "ipc://", 6) == 0) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s", url + 6);
+        char *slash = strrchr(dir, '/');
+        if (slash != NULL && slash != dir) {
+            *slash = '\0';
+            tsr_status st = tsrd_mkdirs(dir, 0755, err);
+            if (st != TSR_OK)
+                return tsr_error_prefix(err, "listen %s", url);
+        }
+    }
+    nng_listener l;
+    int rv = nng_listener_create(&l, s->sock, url);
+    if (rv != 0)
+        return server_nng_error(err, rv, "listen", url);
+    if (strncmp(url, "ipc://", 6) == 0 &&
+        (rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0660)) != 0)
+        return server_nng_error(err, rv, "ipc permissions", url);
+    rv = nng_listener_set_size(l, NNG_OPT_RECVMAXSZ, (size_t)s->d->config.max_message_bytes);
+    if (rv == 0)
+        rv = nng_listener_start(l, 0);
+    if (rv != 0)
+        return server_nng_error(err, rv, "listen", url);
+    tsrd_log_info(&s->d->log, "listening on %s", url);
+    return TSR_OK;
+}
+
+static tsr_status server_open_slots(tsrd_server *s, tsr_error *err)
+{
+    for (int i = 0; i < TSRD_SERVER_CONTEXTS; i++) {
+        server_slot *slot = &s->slots[i];
+        slot->srv = s;
+        int rv = nng_ctx_open(&slot->ctx, s->sock);
+        if (rv == 0)
+            rv = nng_aio_alloc(&slot->recv_aio, server_recv_cb, slot);
+        if (rv == 0)
+            rv = nng_aio_alloc(&slot->send_aio, server_send_cb, slot);
+        if (rv != 0)
+            return server_nng_error(err, rv, "context", NULL);
+        nng_aio_set_timeout(slot->send_aio, TSRD_SERVER_SEND_TIMEOUT_MS);
+        s->n_slots = i + 1;
+    }
+    return TSR_OK;
+}
+
+static void server_free_slots(tsrd_server *s)
+{
+    for (int i = 0; i < s->n_slots; i++) {
+        if (s->slots[i].recv_aio != NULL)
+            nng_aio_free(s->slots[i].recv_aio);
+        if (s->slots[i].send_aio != NULL)
+            nng_aio_free(s->slots[i].send_aio);
+    }
+    s->n_slots = 0;
+}
+
+static void server_free(uv_handle_t *handle)
+{
+    tsrd_server *s = handle->data;
+    server_event *ev = server_take_all(s);
+    while (ev != NULL) {
+        server_event *next = ev->next;
+        if (ev->msg != NULL)
+            nng_msg_free(ev->msg);
+        free(ev);
+        ev = next;
+    }
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+tsr_status tsrd_server_start(tsrd_daemon *d, tsrd_server **out, tsr_error *err)
+{
+    tsrd_server *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "server: out of memory");
+    s->d = d;
+    pthread_mutex_init(&s->mu, NULL);
+    atomic_init(&s->stopping, false);
+    s->async.data = s;
+    int rv = uv_async_init(d->loop, &s->async, server_async_cb);
+    if (rv != 0) {
+        pthread_mutex_destroy(&s->mu);
+        free(s);
+        return tsr_error_set(err, TSR_INTERNAL, "uv_async_init: %s", uv_strerror(rv));
+    }
+    tsr_status st = TSR_OK;
+    if ((rv = nng_rep0_open(&s->sock)) != 0) {
+        st = server_nng_error(err, rv, "socket", NULL);
+        uv_close((uv_handle_t *)&s->async, server_free);
+        return st;
+    }
+    rv = nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, (size_t)d->config.max_message_bytes);
+    if (rv != 0)
+        st = server_nng_error(err, rv, "recv-size-max", NULL);
+    if (st == TSR_OK)
+        st = server_open_slots(s, err);
+    if (st == TSR_OK && (rv = nng_pipe_notify(s->sock, NNG_PIPE_EV_REM_POST, server_pipe_cb, s)))
+        st = server_nng_error(err, rv, "pipe notify", NULL);
+    for (int i = 0; st == TSR_OK && i < d->config.n_listen; i++)
+        st = server_listen(s, d->config.listen[i], err);
+    if (st != TSR_OK) {
+        atomic_store(&s->stopping, true);
+        nng_close(s->sock);
+        server_free_slots(s);
+        uv_close((uv_handle_t *)&s->async, server_free);
+        return st;
+    }
+    d->reply_fn = server_reply;
+    d->reply_sink = s;
+    for (int i = 0; i < s->n_slots; i++)
+        nng_ctx_recv(s->slots[i].ctx, s->slots[i].recv_aio);
+    *out = s;
+    return TSR_OK;
+}
+
+void tsrd_server_stop_accepting(tsrd_server *s)
+{
+    atomic_store(&s->stopping, true);
+    for (int i = 0; i < s->n_slots; i++)
+        nng_aio_cancel(s->slots[i].recv_aio);
+}
+
+void tsrd_server_close(tsrd_server *s)
+{
+    atomic_store(&s->stopping, true);
+    /* Replies handed to nng must reach their pipes before the socket closes. */
+    for (int i = 0; i < s->n_slots; i++)
+        nng_aio_wait(s->slots[i].send_aio);
+    nng_close(s->sock);
+    for (int i = 0; i < s->n_slots; i++) {
+        nng_aio_stop(s->slots[i].recv_aio);
+        nng_aio_stop(s->slots[i].send_aio);
+    }
+    server_free_slots(s);
+    s->d->reply_fn = NULL;
+    uv_close((uv_handle_t *)&s->async, server_free);
+}

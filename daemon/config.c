@@ -129,6 +129,11 @@ static tsr_status key_listen(tsrd_config *c, const cJSON *v, tsr_error *err)
         tsr_status st = config_json_string(item, "listen", &url, err);
         if (st == TSR_OK)
             st = config_add_listen(c, url, err);
+        if (st == TSR_INVALID_ARGUMENT) { /* in a file, a bad value is a bad attribute */
+            st = TSR_BAD_ATTRIBUTE;
+            if (err != NULL)
+                err->code = st;
+        }
         if (st != TSR_OK)
             return tsr_error_prefix(err, "listen[%d]", i);
     }

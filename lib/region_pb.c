@@ -455,6 +455,30 @@ static bool pb_encode(const tsr_region *r, Tessera__V1__Region *pb)
     return false;
 }
 
+/* The encoder indexes fixed arrays by the region's counts; a region that skipped
+ * validation must not make it read past them. */
+static bool pb_counts_fit(const tsr_region *r)
+{
+    if (r->kind == TSR_KIND_FUSED)
+        return r->u.fused.n_prologue >= 0 && r->u.fused.n_prologue <= TSR_MAX_CHAIN &&
+               r->u.fused.n_epilogue >= 0 && r->u.fused.n_epilogue <= TSR_MAX_CHAIN;
+    if (r->kind != TSR_KIND_POINTWISE)
+        return true;
+    const tsr_pointwise_desc *pw = &r->u.pointwise;
+    if (pw->n_inputs < 0 || pw->n_inputs > TSR_MAX_PW_INPUTS || pw->n_nodes < 0 ||
+        (pw->n_nodes > 0 && pw->nodes == NULL))
+        return false;
+    for (int i = 0; i < pw->n_inputs; i++) {
+        if (pw->inputs[i].rank < 0 || pw->inputs[i].rank > TSR_MAX_RANK)
+            return false;
+    }
+    for (int i = 0; i < pw->n_nodes; i++) {
+        if (pw->nodes[i].n_args < 0 || pw->nodes[i].n_args > 2)
+            return false;
+    }
+    return true;
+}
+
 tsr_status tsr_region_to_pb(const tsr_region *r, Tessera__V1__Region **out, tsr_error *err)
 {
     if (r == NULL || out == NULL)
@@ -462,6 +486,9 @@ tsr_status tsr_region_to_pb(const tsr_region *r, Tessera__V1__Region **out, tsr_
     *out = NULL;
     if ((unsigned)r->kind >= TSR_KIND_COUNT)
         return tsr_error_set(err, TSR_UNKNOWN_KIND, "kind: unknown kind %d", (int)r->kind);
+    if (!pb_counts_fit(r))
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                             "region: counts out of range (not a validated region)");
     Tessera__V1__Region *pb = malloc(sizeof *pb);
     if (pb == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "region: no memory for the message");

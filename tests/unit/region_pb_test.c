@@ -440,3 +440,21 @@ Test(region_pb, mutated_bytes_never_crash)
     cr_assert_gt(decoded, 0);
     cr_assert_gt(rejected, 0);
 }
+
+Test(region_pb, to_pb_refuses_regions_it_cannot_encode)
+{
+    tsr_region r;
+    tsr_error e;
+    Tessera__V1__Region *pb = (Tessera__V1__Region *)1;
+    memset(&r, 0, sizeof r);
+    r.kind = (tsr_region_kind)9;
+    cr_assert_eq(tsr_region_to_pb(&r, &pb, &e), TSR_UNKNOWN_KIND);
+    cr_assert_null(pb);
+    r.kind = TSR_KIND_POINTWISE;
+    r.u.pointwise.n_inputs = TSR_MAX_PW_INPUTS + 1;
+    cr_assert_eq(tsr_region_to_pb(&r, &pb, &e), TSR_INVALID_ARGUMENT);
+    r.kind = TSR_KIND_FUSED;
+    r.u.fused.n_epilogue = -1;
+    cr_assert_eq(tsr_region_to_pb(&r, &pb, &e), TSR_INVALID_ARGUMENT);
+    cr_assert_eq(tsr_region_to_pb(NULL, &pb, &e), TSR_INVALID_ARGUMENT);
+}

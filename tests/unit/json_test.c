@@ -631,3 +631,45 @@ Test(json, to_json_rejects_a_bad_kind)
     cr_assert_null(text);
     cr_assert_eq(tsr_region_to_json(NULL, 0, &text, &e), TSR_INVALID_ARGUMENT);
 }
+
+/* Mutated examples: whatever parses must be a valid region that round trips;
+ * everything else fails with a status and a message. A fixed LCG makes any
+ * failure replay. */
+Test(json, mutated_text_never_crashes)
+{
+    static const char alphabet[] = "{}[]\",:0123456789.-eE+ \\u\0tfnaxyz";
+    uint64_t seed = 0x2545F4914F6CDD1Du;
+    int parsed = 0, rejected = 0;
+    for (int i = 0; i < N_EXAMPLES; i++) {
+        char *text = read_text(examples[i]);
+        size_t len = strlen(text);
+        char *buf = malloc(len);
+        for (int round = 0; round < 1500; round++) {
+            memcpy(buf, text, len);
+            for (int f = 0; f <= round % 3; f++) {
+                seed = seed * 6364136223846793005u + 1442695040888963407u;
+                buf[(seed >> 33) % len] = alphabet[(seed >> 17) % (sizeof alphabet - 1)];
+            }
+            tsr_region r, back;
+            tsr_error e;
+            if (tsr_region_from_json(buf, len, &r, &e) != TSR_OK) {
+                rejected++;
+                cr_assert_neq(e.code, TSR_OK);
+                cr_assert_neq(e.message[0], '\0');
+                continue;
+            }
+            parsed++;
+            char *out;
+            cr_assert_eq(tsr_region_to_json(&r, 0, &out, &e), TSR_OK);
+            cr_assert_eq(tsr_region_from_json(out, strlen(out), &back, &e), TSR_OK, "%s", out);
+            cr_assert(tsr_region_equal(&r, &back), "%s", out);
+            free(out);
+            tsr_region_free(&r);
+            tsr_region_free(&back);
+        }
+        free(buf);
+        free(text);
+    }
+    cr_assert_gt(parsed, 0);
+    cr_assert_gt(rejected, 0);
+}

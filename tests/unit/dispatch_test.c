@@ -1,0 +1,415 @@
+/*
+ * dispatch_test.c — the request path without sockets: hand-built protobuf
+ * requests go through tsrd_dispatch on a real daemon context (CPU backend,
+ * kernel cache in a temporary directory) and the replies are captured.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dispatch.h"
+#include "tessera/region_pb.h"
+
+#define ORIGINS 8
+
+typedef struct harness {
+    uv_loop_t loop;
+    tsrd_daemon d;
+    char dir[64];
+    /* the last reply each origin received, and how many it received */
+    Tessera__V1__Reply *last[ORIGINS];
+    int count[ORIGINS];
+} harness;
+
+static harness *h;
+
+static void capture(void *sink, void *origin, const uint8_t *data, size_t len)
+{
+    harness *hh = sink;
+    int slot = (int)(intptr_t)origin;
+    if (hh->last[slot] != NULL)
+        tessera__v1__reply__free_unpacked(hh->last[slot], NULL);
+    hh->last[slot] = tessera__v1__reply__unpack(NULL, len, data);
+    cr_assert_not_null(hh->last[slot], "reply does not decode");
+    hh->count[slot]++;
+}
+
+static void setup(void)
+{
+    h = calloc(1, sizeof *h);
+    snprintf(h->dir, sizeof h->dir, "/tmp/tesserad-dispatch-XXXXXX");
+    cr_assert_not_null(mkdtemp(h->dir));
+    uv_loop_init(&h->loop);
+    tsrd_config c;
+    tsr_error err;
+    tsrd_config_defaults(&c, &err);
+    free(c.cache_dir);
+    c.cache_dir = strdup(h->dir);
+    free(c.backend);
+    c.backend = strdup("cpu");
+    c.log_level = TSRD_LOG_ERROR;
+    c.max_message_bytes = 1 << 20;
+    cr_assert_eq(tsrd_daemon_init(&h->d, &c, &h->loop, &err), TSR_OK, "%s", err.message);
+    tsrd_config_free(&c);
+    h->d.reply_fn = capture;
+    h->d.reply_sink = h;
+}
+
+static void teardown(void)
+{
+    uv_run(&h->loop, UV_RUN_DEFAULT);
+    tsrd_daemon_fini(&h->d);
+    uv_loop_close(&h->loop);
+    for (int i = 0; i < ORIGINS; i++)
+        if (h->last[i] != NULL)
+            tessera__v1__reply__free_unpacked(h->last[i], NULL);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", h->dir);
+    cr_assert_eq(system(cmd), 0);
+    free(h);
+}
+
+/* Sends req from origin on pipe 1 and runs the loop until all work is done. */
+static Tessera__V1__Reply *send_on(Tessera__V1__Request *req, int origin, uint32_t pipe)
+{
+    size_t len = tessera__v1__request__get_packed_size(req);
+    uint8_t *buf = malloc(len + 1);
+    tessera__v1__request__pack(req, buf);
+    tsrd_dispatch(&h->d, pipe, (void *)(intptr_t)origin, buf, len);
+    free(buf);
+    uv_run(&h->loop, UV_RUN_DEFAULT);
+    return h->last[origin];
+}
+
+static Tessera__V1__Reply *request(Tessera__V1__Request *req)
+{
+    return send_on(req, 0, 1);
+}
+
+static uint64_t alloc_buffer(Tessera__V1__DType dtype, int64_t d0, int64_t d1)
+{
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__BufferAllocRequest alloc = TESSERA__V1__BUFFER_ALLOC_REQUEST__INIT;
+    int64_t shape[2] = {d0, d1};
+    alloc.dtype = dtype;
+    alloc.shape = shape;
+    alloc.n_shape = 2;
+    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC;
+    req.buffer_alloc = &alloc;
+    Tessera__V1__Reply *r = request(&req);
+    cr_assert_eq(r->status, TSR_OK, "%s", r->message);
+    return r->buffer_alloc->buffer;
+}
+
+static Tessera__V1__Reply *write_buffer(uint64_t buffer, uint64_t offset, const void *data,
+                                        size_t len)
+{
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__BufferWriteRequest w = TESSERA__V1__BUFFER_WRITE_REQUEST__INIT;
+    w.buffer = buffer;
+    w.offset = offset;
+    w.data.data = (uint8_t *)data;
+    w.data.len = len;
+    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_WRITE;
+    req.buffer_write = &w;
+    return request(&req);
+}
+
+static Tessera__V1__Region *matmul_pb(int64_t m, int64_t n, int64_t k)
+{
+    tsr_region r;
+    Tessera__V1__Region *pb;
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_F32, m, n, k, NULL), TSR_OK);
+    cr_assert_eq(tsr_region_to_pb(&r, &pb, NULL), TSR_OK);
+    tsr_region_free(&r);
+    return pb;
+}
+
+TestSuite(dispatch, .init = setup, .fini = teardown);
+
+Test(dispatch, garbage_bytes_get_bad_message_with_id_zero)
+{
+    const uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x99};
+    tsrd_dispatch(&h->d, 1, (void *)0, garbage, sizeof garbage);
+    cr_assert_eq(h->count[0], 1);
+    cr_assert_eq(h->last[0]->status, TSR_BAD_MESSAGE);
+    cr_assert_eq(h->last[0]->id, 0);
+    cr_assert_str_eq(h->last[0]->message, "7 bytes do not decode as a tessera.v1.Request");
+}
+
+Test(dispatch, unset_body_is_unknown_request)
+{
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.id = 42;
+    Tessera__V1__Reply *r = request(&req);
+    cr_assert_eq(r->status, TSR_UNKNOWN_REQUEST);
+    cr_assert_eq(r->id, 42);
+    cr_assert_eq(r->body_case, TESSERA__V1__REPLY__BODY__NOT_SET);
+}
+
+Test(dispatch, hello_reports_backend_and_limits)
+{
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__HelloRequest hello = TESSERA__V1__HELLO_REQUEST__INIT;
+    req.id = 1;
+    req.body_case = TESSERA__V1__REQUEST__BODY_HELLO;
+    req.hello = &hello;
+    Tessera__V1__Reply *r = request(&req);
+    cr_assert_eq(r->status, TSR_OK);
+    cr_assert_eq(r->body_case, TESSERA__V1__REPLY__BODY_HELLO);
+    cr_assert_str_eq(r->hello->backend, "cpu");
+    cr_assert_eq(r->hello->protocol_version, 1);
+    cr_assert_str_eq(r->hello->tenant, "default");
+    cr_assert_eq(r->hello->max_message_bytes, 1 << 20);
+    cr_assert_eq(r->hello->n_devices, 1);
+    cr_assert_str_eq(r->hello->devices[0]->arch, "cpu");
+    cr_assert_str_eq(r->hello->driver_version, "");
+}
+
+Test(dispatch, buffers_round_trip_and_are_bounds_checked)
+{
+    uint64_t b = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 2, 3);
+    cr_assert_eq(h->last[0]->buffer_alloc->bytes, 24);
+    float data[6] = {1, 2, 3, 4, 5, 6};
+    cr_assert_eq(write_buffer(b, 0, data, sizeof data)->status, TSR_OK);
+    Tessera__V1__Reply *r = write_buffer(b, 8, data, 20);
+    cr_assert_eq(r->status, TSR_BUFFER_MISMATCH);
+    cr_assert_str_eq(r->message,
+                     "buffer_write: 20 bytes at offset 8 pass the end of the 24-byte buffer");
+
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__BufferReadRequest rd = TESSERA__V1__BUFFER_READ_REQUEST__INIT;
+    rd.buffer = b;
+    rd.offset = 4;
+    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_READ;
+    req.buffer_read = &rd;
+    r = request(&req);
+    cr_assert_eq(r->status, TSR_OK, "%s", r->message);
+    cr_assert_eq(r->buffer_read->data.len, 20);
+    cr_assert_eq(memcmp(r->buffer_read->data.data, data + 1, 20), 0);
+    rd.offset = 25;
+    cr_assert_eq(request(&req)->status, TSR_BUFFER_MISMATCH);
+
+    Tessera__V1__BufferFreeRequest fr = TESSERA__V1__BUFFER_FREE_REQUEST__INIT;
+    fr.buffer = b;
+    Tessera__V1__Request freq = TESSERA__V1__REQUEST__INIT;
+    freq.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_FREE;
+    freq.buffer_free = &fr;
+    cr_assert_eq(request(&freq)->status, TSR_OK);
+    cr_assert_eq(request(&freq)->status, TSR_NOT_FOUND);
+    rd.offset = 0;
+    cr_assert_eq(request(&req)->status, TSR_NOT_FOUND);
+}
+
+Test(dispatch, bad_alloc_shapes_and_dtypes_are_named)
+{
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__BufferAllocRequest alloc = TESSERA__V1__BUFFER_ALLOC_REQUEST__INIT;
+    int64_t shape[2] = {4, 0};
+    alloc.shape = shape;
+    alloc.n_shape = 2;
+    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC;
+    req.buffer_alloc = &alloc;
+    cr_assert_eq(request(&req)->status, TSR_BAD_DTYPE);
+    alloc.dtype = TESSERA__V1__DTYPE__DTYPE_BF16;
+    Tessera__V1__Reply *r = request(&req);
+    cr_assert_eq(r->status, TSR_BAD_DIMENSION);
+    cr_assert_str_eq(r->message, "buffer_alloc.shape[1]: must be > 0, got 0");
+}
+
+Test(dispatch, foreign_handles_are_not_found)
+{
+    uint64_t b = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 1, 1);
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__BufferReadRequest rd = TESSERA__V1__BUFFER_READ_REQUEST__INIT;
+    rd.buffer = b;
+    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_READ;
+    req.buffer_read = &rd;
+    cr_assert_eq(send_on(&req, 1, 2)->status, TSR_NOT_FOUND);
+    cr_assert_eq(send_on(&req, 1, 1)->status, TSR_OK);
+    /* The owner's pipe goes away: its buffers go with it. */
+    tsrd_session_close(&h->d, 1);
+    cr_assert_eq(h->d.default_tenant.buffers, 0);
+    cr_assert_eq(send_on(&req, 1, 3)->status, TSR_NOT_FOUND);
+}
+
+Test(dispatch, a_resent_id_is_answered_from_memory)
+{
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__BufferAllocRequest alloc = TESSERA__V1__BUFFER_ALLOC_REQUEST__INIT;
+    int64_t shape[1] = {16};
+    alloc.dtype = TESSERA__V1__DTYPE__DTYPE_F16;
+    alloc.shape = shape;
+    alloc.n_shape = 1;
+    req.id = 99;
+    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC;
+    req.buffer_alloc = &alloc;
+    /* The resend arrives while the first copy is still queued. */
+    size_t len = tessera__v1__request__get_packed_size(&req);
+    uint8_t buf[256];
+    tessera__v1__request__pack(&req, buf);
+    tsrd_dispatch(&h->d, 1, (void *)0, buf, len);
+    tsrd_dispatch(&h->d, 1, (void *)1, buf, len);
+    uv_run(&h->loop, UV_RUN_DEFAULT);
+    cr_assert_eq(h->count[0], 1);
+    cr_assert_eq(h->count[1], 1);
+    cr_assert_eq(h->last[0]->buffer_alloc->buffer, h->last[1]->buffer_alloc->buffer);
+    /* And once more after it finished. */
+    tsrd_dispatch(&h->d, 1, (void *)2, buf, len);
+    cr_assert_eq(h->count[2], 1);
+    cr_assert_eq(h->last[2]->buffer_alloc->buffer, h->last[0]->buffer_alloc->buffer);
+    cr_assert_eq(h->d.default_tenant.buffers, 1, "executed once");
+    cr_assert_eq(h->d.metrics.replays, 2);
+}
+
+Test(dispatch, compile_then_launch_checks_every_buffer)
+{
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__CompileRequest comp = TESSERA__V1__COMPILE_REQUEST__INIT;
+    comp.region = matmul_pb(2, 2, 2);
+    req.body_case = TESSERA__V1__REQUEST__BODY_COMPILE;
+    req.compile = &comp;
+    Tessera__V1__Reply *r = request(&req);
+    cr_assert_eq(r->status, TSR_OK, "%s", r->message);
+    cr_assert_str_eq(r->compile->decision->candidate, "reference");
+    cr_assert_eq(r->compile->decision->cache_hit, false);
+    cr_assert_eq(strlen(r->compile->key), 64);
+    uint64_t kernel = r->compile->kernel;
+    r = request(&req);
+    cr_assert_eq(r->compile->decision->cache_hit, true);
+    cr_assert_str_eq(r->compile->decision->cache_level, "memory");
+    tsr_region_pb_free(comp.region);
+
+    uint64_t a = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 2, 2);
+    uint64_t b = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 2, 2);
+    uint64_t small = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 1, 2);
+    uint64_t out = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 2, 2);
+    float av[4] = {1, 2, 3, 4}, bv[4] = {1, 0, 0, 1};
+    write_buffer(a, 0, av, sizeof av);
+    write_buffer(b, 0, bv, sizeof bv);
+
+    Tessera__V1__LaunchRequest launch = TESSERA__V1__LAUNCH_REQUEST__INIT;
+    uint64_t inputs[2] = {a, small};
+    launch.kernel = kernel;
+    launch.inputs = inputs;
+    launch.n_inputs = 2;
+    launch.output = out;
+    Tessera__V1__Request lreq = TESSERA__V1__REQUEST__INIT;
+    lreq.body_case = TESSERA__V1__REQUEST__BODY_LAUNCH;
+    lreq.launch = &launch;
+    r = request(&lreq);
+    cr_assert_eq(r->status, TSR_BUFFER_MISMATCH);
+    cr_assert_str_eq(r->message, "launch.inputs[1] (b): buffer holds 8 bytes of f32, the region "
+                                 "needs 16 bytes of f32");
+    launch.n_inputs = 1;
+    r = request(&lreq);
+    cr_assert_eq(r->status, TSR_BUFFER_MISMATCH);
+    cr_assert_str_eq(r->message, "launch.inputs: 1 inputs given, the matmul region takes 2 (a, b)");
+    launch.n_inputs = 2;
+    inputs[1] = b;
+    r = request(&lreq);
+    cr_assert_eq(r->status, TSR_OK, "%s", r->message);
+
+    Tessera__V1__Request rreq = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__BufferReadRequest rd = TESSERA__V1__BUFFER_READ_REQUEST__INIT;
+    rd.buffer = out;
+    rreq.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_READ;
+    rreq.buffer_read = &rd;
+    r = request(&rreq);
+    cr_assert_eq(r->buffer_read->data.len, 16);
+    cr_assert_eq(memcmp(r->buffer_read->data.data, av, 16), 0);
+}
+
+Test(dispatch, run_with_inline_tensors_and_mismatches)
+{
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__RunRequest run = TESSERA__V1__RUN_REQUEST__INIT;
+    Tessera__V1__Tensor ta, tb;
+    tessera__v1__tensor__init(&ta);
+    tessera__v1__tensor__init(&tb);
+    Tessera__V1__Tensor *tensors[2] = {&ta, &tb};
+    int64_t shape[2] = {2, 2};
+    float av[4] = {1, 2, 3, 4}, bv[4] = {2, 0, 0, 2};
+    ta.dtype = tb.dtype = TESSERA__V1__DTYPE__DTYPE_F32;
+    ta.shape = tb.shape = shape;
+    ta.n_shape = tb.n_shape = 2;
+    ta.data_case = tb.data_case = TESSERA__V1__TENSOR__DATA_INLINE_DATA;
+    ta.inline_data.data = (uint8_t *)av;
+    ta.inline_data.len = 16;
+    tb.inline_data.data = (uint8_t *)bv;
+    tb.inline_data.len = 12;
+    run.region = matmul_pb(2, 2, 2);
+    run.inputs = tensors;
+    run.n_inputs = 2;
+    req.body_case = TESSERA__V1__REQUEST__BODY_RUN;
+    req.run = &run;
+    Tessera__V1__Reply *r = request(&req);
+    cr_assert_eq(r->status, TSR_BUFFER_MISMATCH);
+    cr_assert_str_eq(r->message, "run.inputs[1] (b): 12 inline bytes, the region needs 16");
+    tb.inline_data.len = 16;
+    r = request(&req);
+    cr_assert_eq(r->status, TSR_OK, "%s", r->message);
+    cr_assert_eq(r->run->output->data_case, TESSERA__V1__TENSOR__DATA_INLINE_DATA);
+    const float want[4] = {2, 4, 6, 8};
+    cr_assert_eq(r->run->output->inline_data.len, 16);
+    cr_assert_eq(memcmp(r->run->output->inline_data.data, want, 16), 0);
+    tsr_region_pb_free(run.region);
+}
+
+Test(dispatch, inline_tensors_past_the_limit_are_too_large)
+{
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__RunRequest run = TESSERA__V1__RUN_REQUEST__INIT;
+    Tessera__V1__Tensor ta;
+    tessera__v1__tensor__init(&ta);
+    Tessera__V1__Tensor *tensors[1] = {&ta};
+    static uint8_t big[1 << 20];
+    ta.dtype = TESSERA__V1__DTYPE__DTYPE_F32;
+    ta.data_case = TESSERA__V1__TENSOR__DATA_INLINE_DATA;
+    ta.inline_data.data = big;
+    ta.inline_data.len = sizeof big;
+    run.inputs = tensors;
+    run.n_inputs = 1;
+    req.body_case = TESSERA__V1__REQUEST__BODY_RUN;
+    req.run = &run;
+    cr_assert_eq(request(&req)->status, TSR_MESSAGE_TOO_LARGE);
+}
+
+Test(dispatch, cache_evict_checks_its_key)
+{
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__CacheEvictRequest ev = TESSERA__V1__CACHE_EVICT_REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_CACHE_EVICT;
+    req.cache_evict = &ev;
+    ev.key = "xyz";
+    cr_assert_eq(request(&req)->status, TSR_INVALID_ARGUMENT);
+    ev.key = "00000000000000000000000000000000000000000000000000000000000000ff";
+    cr_assert_eq(request(&req)->status, TSR_NOT_FOUND);
+    ev.key = "all";
+    Tessera__V1__Reply *r = request(&req);
+    cr_assert_eq(r->status, TSR_OK);
+    cr_assert_eq(r->cache_evict->evicted, 0);
+}
+
+Test(dispatch, stats_count_requests_and_render_prometheus)
+{
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__StatsRequest st = TESSERA__V1__STATS_REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_STATS;
+    req.stats = &st;
+    Tessera__V1__Request empty = TESSERA__V1__REQUEST__INIT;
+    request(&empty);
+    st.prometheus = true;
+    Tessera__V1__Reply *r = request(&req);
+    cr_assert_eq(r->status, TSR_OK);
+    cr_assert(strstr(r->stats->prometheus_text,
+                     "# TYPE tesserad_requests_total counter\n"
+                     "tesserad_requests_total{type=\"none\",status=\"UNKNOWN_REQUEST\"} 1\n") !=
+              NULL);
+    bool found = false;
+    for (size_t i = 0; i < r->stats->n_counters; i++)
+        if (strcmp(r->stats->counters[i]->name, "sessions") == 0)
+            found = r->stats->counters[i]->value == 1;
+    cr_assert(found);
+}

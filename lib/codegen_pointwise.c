@@ -71,6 +71,28 @@ static int pw_dims(const tsr_pointwise_desc *pw, const pw_class *cls, pw_dim *di
     return n_dims;
 }
 
+/* The reference rounds every op's result to f32 before the next op reads it.
+ * NVRTC contracts a multiply feeding an add into one fma, which skips that
+ * rounding: a product that overflows to inf in f32 stays finite inside the fma
+ * and turns the reference's inf - inf = NaN into an infinity. The four basic
+ * operators are therefore written with the _rn intrinsics, which are never
+ * contracted; everything else uses the op table's expression. */
+static const char *pw_rounded_arithmetic(tsr_op op)
+{
+    switch (op) {
+    case TSR_OP_ADD:
+        return "__fadd_rn";
+    case TSR_OP_SUB:
+        return "__fsub_rn";
+    case TSR_OP_MUL:
+        return "__fmul_rn";
+    case TSR_OP_DIV:
+        return "__fdiv_rn";
+    default:
+        return NULL;
+    }
+}
+
 static void pw_emit_eval(tsri_cg_buf *b, const tsr_pointwise_desc *pw)
 {
     tsri_cg_puts(b, "/* The DAG, in topological order: v<i> is value i. */\n"
@@ -88,7 +110,11 @@ static void pw_emit_eval(tsri_cg_buf *b, const tsr_pointwise_desc *pw)
         if (node->n_args > 1)
             snprintf(a1, sizeof a1, "v%d", node->arg_index[1]);
         tsri_cg_printf(b, "    const float v%d = ", pw->n_inputs + i);
-        tsri_cg_op_expr(b, node->op, &node->attrs, a0, a1);
+        const char *rounded = pw_rounded_arithmetic(node->op);
+        if (rounded != NULL)
+            tsri_cg_printf(b, "%s(%s, %s)", rounded, a0, a1);
+        else
+            tsri_cg_op_expr(b, node->op, &node->attrs, a0, a1);
         tsri_cg_printf(b, "; /* %s */\n", tsr_op_name(node->op));
     }
     tsri_cg_printf(b, "    return v%d;\n}\n\n", pw->output_index);

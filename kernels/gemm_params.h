@@ -13,6 +13,9 @@
  * maps), device pointers 16-byte aligned. M, N and K need not be multiples of
  * the tile: the tensor-map loads fill out-of-range elements with zeros and the
  * stores are predicated.
+ *
+ * The kernels are persistent: any grid size is correct (each CTA walks tiles
+ * blockIdx.x, + gridDim.x, ...); min(tiles, multiprocessors) is the fast one.
  */
 #ifndef TSR_GEMM_PARAMS_H
 #define TSR_GEMM_PARAMS_H
@@ -26,8 +29,9 @@
 #define TSR_GEMM_BK 64
 #define TSR_GEMM_STAGES 4
 #define TSR_GEMM_THREADS 384 /* one producer and two consumer warpgroups */
-/* Four stages of A (16 KiB) + B (32 KiB), 1 KiB of alignment slack, barriers. */
-#define TSR_GEMM_SMEM_BYTES (TSR_GEMM_STAGES * (16384 + 32768) + 1024 + 256)
+/* Four stages of A (16 KiB) + B (32 KiB), eight warps' 16 x 36 f32 epilogue
+ * scratch, 1 KiB of alignment slack, barriers. */
+#define TSR_GEMM_SMEM_BYTES (TSR_GEMM_STAGES * (16384 + 32768) + 8 * 16 * 36 * 4 + 1024 + 256)
 
 typedef struct tsr_gemm_params {
     int m, n, k;

@@ -44,12 +44,9 @@ constexpr int kStages = TSR_GEMM_STAGES;
 constexpr int kABytes = kBM * kBK * 2;   /* 16 KiB */
 constexpr int kBBytes = kBK * 256 * 2;   /* 32 KiB: 256 columns of B, or 2 x 128 */
 constexpr int kChunkBytes = kBK * 64 * 2; /* one 64 x 64 tensor-map box */
-/* Row stride of the f32 epilogue tile: 8 floats of padding spread the rows of
- * a fragment store over the banks. */
-constexpr int kEpilogueStride = 256 + 8;
-constexpr int kEpilogueStrideGated = 128 + 8;
-static_assert(2 * kBM * kEpilogueStrideGated * 4 <= kStages * (kABytes + kBBytes), "gated tile fits");
-static_assert(kBM * kEpilogueStride * 4 <= kStages * (kABytes + kBBytes), "tile fits");
+/* Per-warp epilogue scratch: 16 rows of 32 f32 columns. */
+constexpr int kScratchStride = 32 + 4; /* floats; the padding spreads rows over banks */
+constexpr int kScratchFloats = 16 * kScratchStride; /* one warp's 16 x 32 block */
 
 /* ---- PTX wrappers ---- */
 
@@ -259,6 +256,11 @@ template <> struct elem<__nv_bfloat16> {
     {
         return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
     }
+    static __device__ __forceinline__ float2 load_pair(const void *p, size_t i)
+    {
+        return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(
+            static_cast<const __nv_bfloat16 *>(p) + i));
+    }
     static __device__ __forceinline__ void mma256(float *d, uint64_t a, uint64_t b)
     {
         wgmma_m64n256k16_bf16(d, a, b);
@@ -272,6 +274,10 @@ template <> struct elem<__half> {
     static __device__ __forceinline__ float load(const void *p, size_t i)
     {
         return __half2float(static_cast<const __half *>(p)[i]);
+    }
+    static __device__ __forceinline__ float2 load_pair(const void *p, size_t i)
+    {
+        return __half22float2(*reinterpret_cast<const __half2 *>(static_cast<const __half *>(p) + i));
     }
     static __device__ __forceinline__ void mma256(float *d, uint64_t a, uint64_t b)
     {
@@ -320,15 +326,85 @@ __device__ __forceinline__ float act_apply(int op, float x)
 }
 
 /* Tile order: groups of 8 M-tiles walk N together, so B tiles stay in L2. */
-__device__ __forceinline__ void tile_coords(int tiles_m, int tiles_n, int &tm, int &tn)
+__device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, int &tm, int &tn)
 {
     const int group = 8;
-    int id = blockIdx.x;
     int per_group = group * tiles_n;
-    int first_m = (id / per_group) * group;
+    int first_m = (tile / per_group) * group;
     int rows = min(tiles_m - first_m, group);
-    tm = first_m + (id % per_group) % rows;
-    tn = (id % per_group) / rows;
+    tm = first_m + (tile % per_group) % rows;
+    tn = (tile % per_group) / rows;
+}
+
+/* Stores one warp's 16 x 32 block (gated: 16 x 16 gate products beside 16 x 16
+ * up products) from its scratch tile to the output, applying the epilogue.
+ * Not inlined: the fragment passes that call it are unrolled, and one copy of
+ * the op switch keeps the instruction cache warm. */
+template <typename TIn, typename TOut, bool Gated>
+__device__ __noinline__ void epilogue_block(const tsr_gemm_params &p, const float *scratch,
+                                            int row0, int col0)
+{
+    constexpr int cols = Gated ? 16 : 32;
+    constexpr int lanes_per_row = cols / 2;
+    constexpr int rows_per_step = 32 / lanes_per_row;
+    constexpr int steps = 16 / rows_per_step;
+    const int lane = threadIdx.x % 32;
+    const int sub_row = lane / lanes_per_row;
+    const int c = 2 * (lane % lanes_per_row);
+    const int col = col0 + c;
+    if (col >= p.n)
+        return;
+    float2 v[steps], extra[steps];
+#pragma unroll
+    for (int i = 0; i < steps; i++) {
+        const int r = sub_row + i * rows_per_step;
+        v[i] = *reinterpret_cast<const float2 *>(scratch + r * kScratchStride + c);
+        extra[i] = make_float2(0.0f, 0.0f);
+        if (Gated)
+            extra[i] = *reinterpret_cast<const float2 *>(scratch + r * kScratchStride + 16 + c);
+        else if (p.residual != nullptr && row0 + r < p.m) {
+            const size_t at = static_cast<size_t>(row0 + r) * p.n + col;
+            extra[i] = elem<TIn>::load_pair(p.residual, at);
+        }
+    }
+    if (Gated) {
+#pragma unroll
+        for (int i = 0; i < steps; i++) {
+            v[i].x = act_apply(p.gate_act, v[i].x) * extra[i].x;
+            v[i].y = act_apply(p.gate_act, v[i].y) * extra[i].y;
+        }
+    } else {
+        for (int o = 0; o < p.n_ops; o++) {
+            const int op = p.ops[o];
+            if (op == GEMM_OP_BIAS) {
+                const float b0 = elem<TIn>::load(p.bias, col);
+                const float b1 = elem<TIn>::load(p.bias, col + 1);
+#pragma unroll
+                for (int i = 0; i < steps; i++) {
+                    v[i].x += b0;
+                    v[i].y += b1;
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < steps; i++) {
+                    v[i].x = act_apply(op, v[i].x);
+                    v[i].y = act_apply(op, v[i].y);
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < steps; i++) {
+            v[i].x += extra[i].x;
+            v[i].y += extra[i].y;
+        }
+    }
+    TOut *out = static_cast<TOut *>(p.out);
+#pragma unroll
+    for (int i = 0; i < steps; i++) {
+        const int row = row0 + sub_row + i * rows_per_step;
+        if (row < p.m)
+            store_pair(out, static_cast<size_t>(row) * p.n + col, v[i].x, v[i].y);
+    }
 }
 
 template <typename TIn, typename TOut, bool Gated>
@@ -340,16 +416,14 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtens
         (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
     unsigned char *smem_a = smem;
     unsigned char *smem_b = smem + kStages * kABytes;
-    uint64_t *full = reinterpret_cast<uint64_t *>(smem_b + kStages * kBBytes);
+    float *scratch_all = reinterpret_cast<float *>(smem_b + kStages * kBBytes);
+    uint64_t *full = reinterpret_cast<uint64_t *>(scratch_all + 8 * kScratchFloats);
     uint64_t *empty = full + kStages;
 
     constexpr int bn = Gated ? TSR_GEMM_BN_GATED : TSR_GEMM_BN;
     const int tiles_m = (p.m + kBM - 1) / kBM;
     const int tiles_n = (p.n + bn - 1) / bn;
-    int tm, tn;
-    tile_coords(tiles_m, tiles_n, tm, tn);
-    const int m0 = tm * kBM;
-    const int n0 = tn * bn;
+    const int tiles = tiles_m * tiles_n;
     const int k_tiles = (p.k + kBK - 1) / kBK;
     const int warpgroup = threadIdx.x / 128;
 
@@ -362,23 +436,33 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtens
     }
     __syncthreads();
 
+    /* Persistent: each CTA walks tiles blockIdx.x, + gridDim.x, ... The stage
+     * ring runs on across tiles, so the producer fills the next tile's stages
+     * while the consumers are still storing the last one. */
     if (warpgroup == 0) {
         regs_shrink<40>();
         if (threadIdx.x == 0) {
-            for (int kt = 0; kt < k_tiles; kt++) {
-                int s = kt % kStages;
-                mbar_wait(&empty[s], ((kt / kStages) & 1) ^ 1);
-                mbar_expect_tx(&full[s], kABytes + kBBytes);
-                tma_load_2d(smem_a + s * kABytes, map_a, &full[s], kt * kBK, m0);
-                unsigned char *b = smem_b + s * kBBytes;
-                if (Gated) {
-                    tma_load_2d(b, map_b, &full[s], n0, kt * kBK);
-                    tma_load_2d(b + kChunkBytes, map_b, &full[s], n0 + 64, kt * kBK);
-                    tma_load_2d(b + 2 * kChunkBytes, map_b2, &full[s], n0, kt * kBK);
-                    tma_load_2d(b + 3 * kChunkBytes, map_b2, &full[s], n0 + 64, kt * kBK);
-                } else {
-                    for (int c = 0; c < 4; c++)
-                        tma_load_2d(b + c * kChunkBytes, map_b, &full[s], n0 + 64 * c, kt * kBK);
+            int it = 0;
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                int tm, tn;
+                tile_coords(tile, tiles_m, tiles_n, tm, tn);
+                const int m0 = tm * kBM, n0 = tn * bn;
+                for (int kt = 0; kt < k_tiles; kt++, it++) {
+                    int s = it % kStages;
+                    mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+                    mbar_expect_tx(&full[s], kABytes + kBBytes);
+                    tma_load_2d(smem_a + s * kABytes, map_a, &full[s], kt * kBK, m0);
+                    unsigned char *b = smem_b + s * kBBytes;
+                    if (Gated) {
+                        tma_load_2d(b, map_b, &full[s], n0, kt * kBK);
+                        tma_load_2d(b + kChunkBytes, map_b, &full[s], n0 + 64, kt * kBK);
+                        tma_load_2d(b + 2 * kChunkBytes, map_b2, &full[s], n0, kt * kBK);
+                        tma_load_2d(b + 3 * kChunkBytes, map_b2, &full[s], n0 + 64, kt * kBK);
+                    } else {
+                        for (int c = 0; c < 4; c++)
+                            tma_load_2d(b + c * kChunkBytes, map_b, &full[s], n0 + 64 * c,
+                                        kt * kBK);
+                    }
                 }
             }
         }
@@ -386,140 +470,88 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtens
     }
 
     regs_grow<232>();
+    const int consumer = warpgroup - 1; /* rows 64 * consumer .. + 63 of each tile */
+    const int lane = threadIdx.x % 32;
+    const int warp = (threadIdx.x % 128) / 32;
+    float *scratch = scratch_all + (consumer * 4 + warp) * kScratchFloats;
     float acc[128];
+    int it = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int tm, tn;
+        tile_coords(tile, tiles_m, tiles_n, tm, tn);
+        const int m0 = tm * kBM, n0 = tn * bn;
 #pragma unroll
-    for (int i = 0; i < 128; i++)
-        acc[i] = 0.0f;
-
-    const int consumer = warpgroup - 1; /* rows 64 * consumer .. + 63 of the tile */
-    for (int kt = 0; kt < k_tiles; kt++) {
-        int s = kt % kStages;
-        mbar_wait(&full[s], (kt / kStages) & 1);
-        uint32_t a_base = smem_addr(smem_a + s * kABytes) + consumer * 64 * 128;
-        uint32_t b_base = smem_addr(smem_b + s * kBBytes);
-        wgmma_fence();
+        for (int i = 0; i < 128; i++)
+            acc[i] = 0.0f;
+        if (!Gated && p.residual != nullptr) {
+            /* Pull this tile's residual into L2 now, so that the epilogue's
+             * loads, which the tensor cores wait for, hit it. 128-byte lines:
+             * four per tile row, two per consumer thread. */
+            const int t = threadIdx.x - 128;
 #pragma unroll
-        for (int kk = 0; kk < kBK / 16; kk++) {
-            uint64_t da = smem_desc(a_base + kk * 32, 16, 1024);
-            if (Gated) {
-                elem<TIn>::mma128(acc, da, smem_desc(b_base + kk * 2048, p.b_lbo, p.b_sbo));
-                elem<TIn>::mma128(acc + 64, da,
-                                  smem_desc(b_base + 2 * kChunkBytes + kk * 2048, p.b_lbo, p.b_sbo));
-            } else {
-                elem<TIn>::mma256(acc, da, smem_desc(b_base + kk * 2048, p.b_lbo, p.b_sbo));
-            }
-        }
-        wgmma_commit();
-        /* Keep this slice's products in flight and retire the previous slice's:
-         * its stage can then be refilled while the tensor cores work. */
-        wgmma_wait<1>();
-        if (kt > 0 && threadIdx.x % 128 == 0)
-            mbar_arrive(&empty[(kt - 1) % kStages]);
-    }
-    wgmma_wait<0>();
-
-    /* Epilogue through shared memory: the fragments go to a row-major f32 tile
-     * so that the chain runs in a short rolled loop (an unrolled op switch per
-     * register would overflow the instruction cache) and the residual loads and
-     * output stores are coalesced. Both consumers must be done reading the
-     * pipeline stages before either overwrites them. */
-    asm volatile("bar.sync 1, 256;" ::: "memory");
-
-    /* Accumulator fragment layout of wgmma m64nN: register 4j + r of a thread
-     * holds row 16 * warp + lane / 4 (+ 8 when r >= 2), column 8j + 2 * (lane % 4)
-     * (+ 1 when r is odd). */
-    constexpr int stride = Gated ? kEpilogueStrideGated : kEpilogueStride;
-    float *tile = reinterpret_cast<float *>(smem);
-    float *tile_u = tile + kBM * stride; /* gated: the up products */
-    {
-        const int lane = threadIdx.x % 32;
-        const int warp = (threadIdx.x % 128) / 32;
-        const int r0 = consumer * 64 + warp * 16 + lane / 4;
-        const int c0 = 2 * (lane % 4);
-        constexpr int chunks = Gated ? 16 : 32;
-#pragma unroll
-        for (int j = 0; j < chunks; j++) {
-#pragma unroll
-            for (int half = 0; half < 2; half++) {
-                int at = (r0 + 8 * half) * stride + c0 + 8 * j;
-                *reinterpret_cast<float2 *>(tile + at) =
-                    make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
-                if (Gated)
-                    *reinterpret_cast<float2 *>(tile_u + at) =
-                        make_float2(acc[64 + 4 * j + 2 * half], acc[64 + 4 * j + 2 * half + 1]);
-            }
-        }
-    }
-    asm volatile("bar.sync %0, 128;" ::"r"(2 + consumer) : "memory");
-
-    /* Each consumer stores its 64 rows; thread t owns columns 2t and 2t + 1. */
-    const int t = threadIdx.x % 128;
-    const int col = n0 + 2 * t;
-    if (2 * t >= bn || col >= p.n)
-        return;
-    float bias0 = 0.0f, bias1 = 0.0f;
-    if (p.bias != nullptr) {
-        bias0 = elem<TIn>::load(p.bias, col);
-        bias1 = elem<TIn>::load(p.bias, col + 1);
-    }
-    TOut *out = static_cast<TOut *>(p.out);
-    const int row_end = min(64, p.m - m0 - consumer * 64);
-    /* Rows go in groups of 16 whose residual loads are all issued before the
-     * first is used: with one CTA per SM there are too few warps to hide
-     * global-memory latency one row at a time. */
-    constexpr int kGroup = 16;
-    for (int r0 = 0; r0 < row_end; r0 += kGroup) {
-        float2 v[kGroup];
-        float2 res[kGroup];
-#pragma unroll
-        for (int i = 0; i < kGroup; i++) {
-            const int lr = consumer * 64 + r0 + i;
-            v[i] = *reinterpret_cast<const float2 *>(tile + lr * stride + 2 * t);
-            res[i] = make_float2(0.0f, 0.0f);
-            if (Gated) {
-                float2 u = *reinterpret_cast<const float2 *>(tile_u + lr * stride + 2 * t);
-                res[i] = u;
-            } else if (p.residual != nullptr && r0 + i < row_end) {
-                const size_t at = static_cast<size_t>(m0 + lr) * p.n + col;
-                res[i] = make_float2(elem<TIn>::load(p.residual, at),
-                                     elem<TIn>::load(p.residual, at + 1));
-            }
-        }
-        if (Gated) {
-#pragma unroll
-            for (int i = 0; i < kGroup; i++) {
-                v[i].x = act_apply(p.gate_act, v[i].x) * res[i].x;
-                v[i].y = act_apply(p.gate_act, v[i].y) * res[i].y;
-            }
-        } else {
-            for (int o = 0; o < p.n_ops; o++) {
-                const int op = p.ops[o];
-                if (op == GEMM_OP_BIAS) {
-#pragma unroll
-                    for (int i = 0; i < kGroup; i++) {
-                        v[i].x += bias0;
-                        v[i].y += bias1;
-                    }
-                } else {
-#pragma unroll
-                    for (int i = 0; i < kGroup; i++) {
-                        v[i].x = act_apply(op, v[i].x);
-                        v[i].y = act_apply(op, v[i].y);
-                    }
+            for (int l = 0; l < 2; l++) {
+                const int line = 2 * t + l;
+                const int row = m0 + line / 4, col = n0 + (line % 4) * 64;
+                if (row < p.m && col < p.n) {
+                    const TIn *addr = static_cast<const TIn *>(p.residual) +
+                                      static_cast<size_t>(row) * p.n + col;
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(addr));
                 }
             }
-#pragma unroll
-            for (int i = 0; i < kGroup; i++) {
-                v[i].x += res[i].x;
-                v[i].y += res[i].y;
-            }
         }
+        for (int kt = 0; kt < k_tiles; kt++, it++) {
+            int s = it % kStages;
+            mbar_wait(&full[s], (it / kStages) & 1);
+            uint32_t a_base = smem_addr(smem_a + s * kABytes) + consumer * 64 * 128;
+            uint32_t b_base = smem_addr(smem_b + s * kBBytes);
+            wgmma_fence();
 #pragma unroll
-        for (int i = 0; i < kGroup; i++) {
-            if (r0 + i < row_end) {
-                const size_t at = static_cast<size_t>(m0 + consumer * 64 + r0 + i) * p.n + col;
-                store_pair(out, at, v[i].x, v[i].y);
+            for (int kk = 0; kk < kBK / 16; kk++) {
+                uint64_t da = smem_desc(a_base + kk * 32, 16, 1024);
+                if (Gated) {
+                    elem<TIn>::mma128(acc, da, smem_desc(b_base + kk * 2048, p.b_lbo, p.b_sbo));
+                    elem<TIn>::mma128(acc + 64, da,
+                                      smem_desc(b_base + 2 * kChunkBytes + kk * 2048, p.b_lbo,
+                                                p.b_sbo));
+                } else {
+                    elem<TIn>::mma256(acc, da, smem_desc(b_base + kk * 2048, p.b_lbo, p.b_sbo));
+                }
             }
+            wgmma_commit();
+            /* Keep this slice's products in flight and retire the previous
+             * slice's, whose stage can then be refilled. */
+            wgmma_wait<1>();
+            if (kt > 0 && threadIdx.x % 128 == 0)
+                mbar_arrive(&empty[(it - 1) % kStages]);
+        }
+        wgmma_wait<0>();
+        if (threadIdx.x % 128 == 0)
+            mbar_arrive(&empty[(it - 1) % kStages]);
+
+        /* Epilogue, one warp at a time through its own scratch: accumulator
+         * register 4j + r holds row lane / 4 (+ 8 when r >= 2) of the warp's 16
+         * rows and column 8j + 2 * (lane % 4) (+ 1 when r is odd). */
+        const int row0 = m0 + consumer * 64 + warp * 16;
+        const int fr = lane / 4, fc = 2 * (lane % 4);
+        constexpr int passes = Gated ? 8 : 8;
+#pragma unroll
+        for (int pass = 0; pass < passes; pass++) {
+#pragma unroll
+            for (int jj = 0; jj < (Gated ? 2 : 4); jj++) {
+                const int j = pass * (Gated ? 2 : 4) + jj;
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    float *at = scratch + (fr + 8 * half) * kScratchStride + 8 * jj + fc;
+                    *reinterpret_cast<float2 *>(at) =
+                        make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+                    if (Gated)
+                        *reinterpret_cast<float2 *>(at + 16) =
+                            make_float2(acc[64 + 4 * j + 2 * half], acc[64 + 4 * j + 2 * half + 1]);
+                }
+            }
+            __syncwarp();
+            epilogue_block<TIn, TOut, Gated>(p, scratch, row0, n0 + pass * (Gated ? 16 : 32));
+            __syncwarp();
         }
     }
 }

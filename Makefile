@@ -41,6 +41,20 @@ LIB_A := $(BUILD)/lib/libtessera.a
 DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
 DAEMON_A := $(BUILD)/daemon/libtesserad.a
+
+# Tier-3 kernels: kernels/*.cu built by nvcc into a cubin that is embedded into
+# the daemon as a C array. Without nvcc the daemon is built with an empty image
+# (kernels/embedded_none.c) and its tier-3 candidates decline. NVCC=false forces that.
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+NVCCFLAGS ?= -gencode=arch=compute_90a,code=sm_90a -cubin -O3 -std=c++17
+HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && $(NVCC) --version >/dev/null 2>&1 && echo 1)
+KERNEL_CUBIN := $(BUILD)/kernels/gemm_sm90.cubin
+ifeq ($(HAVE_NVCC),1)
+KERNEL_OBJ := $(BUILD)/gen/kernels_embedded.o
+else
+KERNEL_OBJ := $(BUILD)/kernels/embedded_none.o
+endif
+DAEMON_OBJ += $(KERNEL_OBJ)
 TESSERAD := $(BUILD)/bin/tesserad
 
 CLIENT_SRC := $(wildcard client/*.c)
@@ -78,6 +92,21 @@ $(BUILD)/gen/tessera.pb-c.o: $(PROTO_C)
 # Every object may include the generated header.
 $(BUILD)/%.o: %.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(KERNEL_CUBIN): kernels/gemm_sm90.cu kernels/gemm_params.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) kernels/gemm_sm90.cu -o $@
+
+$(BUILD)/gen/kernels_embedded.c: $(KERNEL_CUBIN)
+	@mkdir -p $(dir $@)
+	{ echo '/* Generated from $< by the Makefile. */'; echo '#include <stddef.h>'; \
+	  echo '__attribute__((aligned(64))) const unsigned char tsri_gemm_sm90_cubin[] = {'; \
+	  xxd -i < $<; echo '};'; \
+	  echo 'const size_t tsri_gemm_sm90_cubin_len = sizeof tsri_gemm_sm90_cubin;'; } > $@.tmp
+	mv $@.tmp $@
+
+$(BUILD)/gen/kernels_embedded.o: $(BUILD)/gen/kernels_embedded.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 $(LIB_A): $(LIB_OBJ)

@@ -120,5 +120,7 @@ tsr_status tsrd_backend_choose(const char *name, const tsrd_backend_options *opt
 
 /* The CPU backend (backend_cpu.c). */
 extern const tsrd_backend_ops tsrd_backend_cpu;
+/* The CUDA backend (backend_cuda.c). */
+extern const tsrd_backend_ops tsrd_backend_cuda;
 
 #endif

@@ -11,6 +11,7 @@
 #include <string.h>
 
 static const tsrd_backend_ops *const backends_table[] = {
+    &tsrd_backend_cuda,
     &tsrd_backend_cpu,
 };
 

@@ -40,10 +40,12 @@
     X(primary_ctx_reset, "cuDevicePrimaryCtxReset_v2", CUresult, (CUdevice))                       \
     X(ctx_set_current, "cuCtxSetCurrent", CUresult, (CUcontext))                                   \
     X(ctx_synchronize, "cuCtxSynchronize", CUresult, (void))                                       \
+    X(ctx_get_current, "cuCtxGetCurrent", CUresult, (CUcontext *))                                 \
     X(mem_alloc, "cuMemAlloc_v2", CUresult, (CUdeviceptr *, size_t))                               \
     X(mem_free, "cuMemFree_v2", CUresult, (CUdeviceptr))                                           \
     X(mem_get_info, "cuMemGetInfo_v2", CUresult, (size_t *, size_t *))                             \
     X(mem_alloc_host, "cuMemAllocHost_v2", CUresult, (void **, size_t))                            \
+    X(mem_host_alloc, "cuMemHostAlloc", CUresult, (void **, size_t, unsigned int))                 \
     X(mem_free_host, "cuMemFreeHost", CUresult, (void *))                                          \
     X(mem_host_register, "cuMemHostRegister_v2", CUresult, (void *, size_t, unsigned int))         \
     X(mem_host_unregister, "cuMemHostUnregister", CUresult, (void *))                              \
@@ -55,6 +57,8 @@
       (void *, CUdeviceptr, size_t, CUstream))                                                     \
     X(memset_d8_async, "cuMemsetD8Async", CUresult,                                                \
       (CUdeviceptr, unsigned char, size_t, CUstream))                                              \
+    X(memset_d32_async, "cuMemsetD32Async", CUresult,                                              \
+      (CUdeviceptr, unsigned int, size_t, CUstream))                                               \
     X(stream_create, "cuStreamCreate", CUresult, (CUstream *, unsigned int))                       \
     X(stream_destroy, "cuStreamDestroy_v2", CUresult, (CUstream))                                  \
     X(stream_synchronize, "cuStreamSynchronize", CUresult, (CUstream))                             \
@@ -70,7 +74,11 @@
     X(func_set_attribute, "cuFuncSetAttribute", CUresult, (CUfunction, CUfunction_attribute, int)) \
     X(launch_kernel, "cuLaunchKernel", CUresult,                                                   \
       (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,           \
-       unsigned int, unsigned int, CUstream, void **, void **))
+       unsigned int, unsigned int, CUstream, void **, void **))                                    \
+    X(tensor_map_encode_tiled, "cuTensorMapEncodeTiled", CUresult,                                 \
+      (CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,                 \
+       const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,          \
+       CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill))
 
 #define TSRD_CUDA_FIELD(field, symbol, ret, params) ret(*field) params;
 

@@ -1,0 +1,635 @@
+/*
+ * backend_cuda.c — the CUDA backend: the driver API (dlopen'd) and NVRTC.
+ *
+ * open loads libcuda and NVRTC and retains the primary context of every device;
+ * without a driver, NVRTC or a device it reports TSR_UNAVAILABLE so that
+ * `--backend auto` falls back to the CPU. Every entry point makes the device's
+ * context current on the calling thread first (worker threads come and go, and
+ * cuCtxSetCurrent is cheap).
+ *
+ * Candidates and their binaries come from cuda_kernels.c: "tier1" kernels are
+ * cubins from NVRTC inside a self-describing blob; the tier-3 kernels are
+ * entries of the cubin embedded at build time, loaded once per device and
+ * shared by every kernel object that uses them.
+ *
+ * Ordering: session streams are created blocking (flags 0), and buffer copies
+ * are the driver's synchronous copies, which run on the legacy default stream.
+ * The legacy stream waits for the work already queued on every blocking stream
+ * of the context and holds back work queued after it, so a read never sees a
+ * launch half done and a write never races a launch that still reads the buffer.
+ * Large copies go through pinned staging chunks (cuda_staging_*): a copy from
+ * page-locked memory runs at the link's speed, where pageable memory goes
+ * through the driver's own small bounce buffers.
+ *
+ * A sticky error (illegal address, launch failure, ...) poisons the context;
+ * the device is then marked lost and every later call on it reports
+ * TSR_DEVICE_LOST. Rebuilding the context is not done here yet.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cuda_driver.h"
+#include "cuda_kernels.h"
+#include "cuda_nvrtc.h"
+#include "tessera/codegen.h"
+
+/* Pinned staging: chunks of this size, at most this many alive. */
+#define CUDA_STAGING_CHUNK (8u << 20)
+#define CUDA_STAGING_MAX 8
+/* Below this a copy goes straight from the caller's memory. */
+#define CUDA_STAGING_MIN (256u << 10)
+#define CUDA_DEFAULT_SHARED_LIMIT (48u << 10)
+
+typedef struct cuda_device {
+    CUdevice dev;
+    CUcontext ctx;
+    tsrd_device_info info;
+    atomic_int lost;
+    pthread_mutex_t module_lock; /* guards the lazy load of the tier-3 module */
+    CUmodule tier3_module;
+} cuda_device;
+
+typedef struct cuda_staging {
+    void *host;
+    struct cuda_staging *next;
+} cuda_staging;
+
+struct tsrd_backend {
+    tsrd_cuda_driver *drv;
+    tsrd_nvrtc *nv;
+    int n_devices;
+    cuda_device *devices;
+    char driver_version[16];
+    pthread_mutex_t staging_lock;
+    pthread_cond_t staging_free;
+    cuda_staging *staging_idle;
+    int staging_count;
+};
+
+struct tsrd_dbuf {
+    int device;
+    CUdeviceptr ptr;
+    uint64_t bytes;
+};
+
+struct tsrd_kobj {
+    int device;
+    CUmodule module; /* owned; NULL for the shared tier-3 module */
+    CUfunction function;
+    tsri_cuda_launch_desc desc;
+    int tier3;
+    tsri_gemm_plan plan;
+};
+
+struct tsrd_stream {
+    int device;
+    CUstream stream;
+    CUevent start, stop;
+    int timing; /* start recorded since the last synchronize */
+};
+
+/* ---- helpers ---- */
+
+/* Checks rc; a sticky error marks the device lost. */
+static tsr_status cuda_check(tsrd_backend *b, int device, CUresult rc, const char *what,
+                             tsr_error *err)
+{
+    tsr_status st = tsrd_cuda_check(b->drv, rc, what, err);
+    if (st == TSR_DEVICE_LOST && device >= 0 && device < b->n_devices)
+        atomic_store(&b->devices[device].lost, 1);
+    return st;
+}
+
+/* Makes device's context current on this thread; DEVICE_LOST once it died. */
+static tsr_status cuda_enter(tsrd_backend *b, int device, tsr_error *err)
+{
+    if (device < 0 || device >= b->n_devices)
+        return tsr_error_set(err, TSR_NOT_FOUND, "cuda backend: no device %d", device);
+    if (atomic_load(&b->devices[device].lost))
+        return tsr_error_set(err, TSR_DEVICE_LOST,
+                             "cuda backend: device %d lost its context after a fault", device);
+    return cuda_check(b, device, b->drv->ctx_set_current(b->devices[device].ctx), "cuCtxSetCurrent",
+                      err);
+}
+
+/* ---- open / close ---- */
+
+static tsr_status cuda_device_open(tsrd_backend *b, int index, tsr_error *err)
+{
+    const tsrd_cuda_driver *drv = b->drv;
+    cuda_device *d = &b->devices[index];
+    pthread_mutex_init(&d->module_lock, NULL);
+    d->info.index = index;
+    tsr_status st = tsrd_cuda_check(drv, drv->device_get(&d->dev, index), "cuDeviceGet", err);
+    int major = 0, minor = 0, sms = 0;
+    size_t mem = 0;
+    if (st == TSR_OK)
+        st = tsrd_cuda_check(drv, drv->device_get_name(d->info.name, sizeof d->info.name, d->dev),
+                             "cuDeviceGetName", err);
+    if (st == TSR_OK)
+        st = tsrd_cuda_check(
+            drv,
+            drv->device_get_attribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d->dev),
+            "cuDeviceGetAttribute", err);
+    if (st == TSR_OK)
+        st = tsrd_cuda_check(
+            drv,
+            drv->device_get_attribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d->dev),
+            "cuDeviceGetAttribute", err);
+    if (st == TSR_OK)
+        st = tsrd_cuda_check(
+            drv, drv->device_get_attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d->dev),
+            "cuDeviceGetAttribute", err);
+    if (st == TSR_OK)
+        st = tsrd_cuda_check(drv, drv->device_total_mem(&mem, d->dev), "cuDeviceTotalMem", err);
+    if (st == TSR_OK)
+        st = tsrd_cuda_check(drv, drv->primary_ctx_retain(&d->ctx, d->dev),
+                             "cuDevicePrimaryCtxRetain", err);
+    if (st != TSR_OK)
+        return tsr_error_prefix(err, "device %d", index);
+    tsri_cuda_arch_name(major, minor, d->info.arch, sizeof d->info.arch);
+    d->info.memory_bytes = mem;
+    d->info.multiprocessors = sms;
+    return TSR_OK;
+}
+
+static void cuda_close(tsrd_backend *b)
+{
+    if (b == NULL)
+        return;
+    for (int i = 0; i < b->n_devices; i++) {
+        cuda_device *d = &b->devices[i];
+        pthread_mutex_destroy(&d->module_lock);
+        if (d->ctx == NULL)
+            continue;
+        if (d->tier3_module != NULL && b->drv->ctx_set_current(d->ctx) == CUDA_SUCCESS)
+            b->drv->module_unload(d->tier3_module);
+        b->drv->primary_ctx_release(d->dev);
+    }
+    while (b->staging_idle != NULL) {
+        cuda_staging *s = b->staging_idle;
+        b->staging_idle = s->next;
+        b->drv->mem_free_host(s->host);
+        free(s);
+    }
+    pthread_mutex_destroy(&b->staging_lock);
+    pthread_cond_destroy(&b->staging_free);
+    free(b->devices);
+    tsrd_nvrtc_close(b->nv);
+    tsrd_cuda_driver_unload(b->drv);
+    free(b);
+}
+
+static tsr_status cuda_open(const tsrd_backend_options *opts, tsrd_backend **out, tsr_error *err)
+{
+    (void)opts;
+    *out = NULL;
+    tsrd_backend *b = calloc(1, sizeof *b);
+    if (b == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
+    pthread_mutex_init(&b->staging_lock, NULL);
+    pthread_cond_init(&b->staging_free, NULL);
+    tsr_status st = tsrd_cuda_driver_load(&b->drv, err);
+    if (st == TSR_OK) {
+        tsrd_cuda_version_string(b->drv->version, b->driver_version, sizeof b->driver_version);
+        tsrd_nvrtc_options nvo = {.library_path = NULL, .include_dir = NULL};
+        st = tsrd_nvrtc_open(&nvo, &b->nv, err);
+    }
+    int count = 0;
+    if (st == TSR_OK)
+        st = tsrd_cuda_check(b->drv, b->drv->device_get_count(&count), "cuDeviceGetCount", err);
+    if (st == TSR_OK && count <= 0)
+        st = tsr_error_set(err, TSR_UNAVAILABLE, "no CUDA device");
+    if (st == TSR_OK && (b->devices = calloc((size_t)count, sizeof *b->devices)) == NULL)
+        st = tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
+    for (int i = 0; st == TSR_OK && i < count; i++) {
+        st = cuda_device_open(b, i, err);
+        b->n_devices = i + 1;
+    }
+    if (st != TSR_OK) {
+        cuda_close(b);
+        /* Whatever stopped it, this backend is not there: auto tries the next. */
+        if (err == NULL)
+            return TSR_UNAVAILABLE;
+        err->code = TSR_UNAVAILABLE;
+        return tsr_error_prefix(err, "cuda backend unavailable");
+    }
+    *out = b;
+    return TSR_OK;
+}
+
+/* ---- devices ---- */
+
+static int cuda_device_count(tsrd_backend *b)
+{
+    return b->n_devices;
+}
+
+static tsr_status cuda_device_info(tsrd_backend *b, int index, tsrd_device_info *out,
+                                   tsr_error *err)
+{
+    if (index < 0 || index >= b->n_devices)
+        return tsr_error_set(err, TSR_NOT_FOUND, "cuda backend: no device %d", index);
+    *out = b->devices[index].info;
+    return TSR_OK;
+}
+
+static const char *cuda_driver_version(tsrd_backend *b)
+{
+    return b->driver_version;
+}
+
+static const char *cuda_compiler_version(tsrd_backend *b)
+{
+    return tsrd_nvrtc_version(b->nv);
+}
+
+static int cuda_serves_arch(tsrd_backend *b, const char *arch)
+{
+    for (int i = 0; i < b->n_devices; i++)
+        if (strcmp(b->devices[i].info.arch, arch) == 0)
+            return 1;
+    return 0;
+}
+
+static tsr_status cuda_register_candidates(tsrd_backend *b, tsr_arbiter *arbiter, tsr_error *err)
+{
+    (void)b;
+    return tsri_cuda_register_candidates(arbiter, err);
+}
+
+/* ---- memory ---- */
+
+static tsr_status cuda_buffer_alloc(tsrd_backend *b, int device, uint64_t bytes, tsrd_dbuf **out,
+                                    tsr_error *err)
+{
+    tsr_status st = cuda_enter(b, device, err);
+    if (st != TSR_OK)
+        return st;
+    tsrd_dbuf *buf = calloc(1, sizeof *buf);
+    if (buf == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
+    buf->device = device;
+    buf->bytes = bytes;
+    st = cuda_check(b, device, b->drv->mem_alloc(&buf->ptr, bytes ? (size_t)bytes : 1),
+                    "cuMemAlloc", err);
+    /* Zeroed like the CPU backend's: a read before any write never shows another
+     * tenant's leftovers. The legacy stream orders it before any later use. */
+    if (st == TSR_OK && bytes > 0)
+        st = cuda_check(b, device, b->drv->memset_d8_async(buf->ptr, 0, (size_t)bytes, NULL),
+                        "cuMemsetD8Async", err);
+    if (st != TSR_OK) {
+        if (buf->ptr != 0)
+            b->drv->mem_free(buf->ptr);
+        free(buf);
+        return st;
+    }
+    *out = buf;
+    return TSR_OK;
+}
+
+static void cuda_buffer_free(tsrd_backend *b, tsrd_dbuf *buf)
+{
+    if (buf == NULL)
+        return;
+    /* Even on a lost device the memory is returned as far as the driver lets us. */
+    if (b->drv->ctx_set_current(b->devices[buf->device].ctx) == CUDA_SUCCESS)
+        b->drv->mem_free(buf->ptr);
+    free(buf);
+}
+
+/* Takes an idle staging chunk, allocating one while fewer than
+ * CUDA_STAGING_MAX exist, else waits for one. NULL when pinned memory cannot be
+ * had (the copy then goes from pageable memory). */
+static cuda_staging *cuda_staging_take(tsrd_backend *b)
+{
+    pthread_mutex_lock(&b->staging_lock);
+    while (b->staging_idle == NULL && b->staging_count >= CUDA_STAGING_MAX)
+        pthread_cond_wait(&b->staging_free, &b->staging_lock);
+    cuda_staging *s = b->staging_idle;
+    if (s != NULL) {
+        b->staging_idle = s->next;
+    } else {
+        b->staging_count++;
+    }
+    pthread_mutex_unlock(&b->staging_lock);
+    if (s != NULL)
+        return s;
+    s = calloc(1, sizeof *s);
+    if (s != NULL && b->drv->mem_host_alloc(&s->host, CUDA_STAGING_CHUNK,
+                                            CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS) {
+        free(s);
+        s = NULL;
+    }
+    if (s == NULL) {
+        pthread_mutex_lock(&b->staging_lock);
+        b->staging_count--;
+        pthread_cond_signal(&b->staging_free);
+        pthread_mutex_unlock(&b->staging_lock);
+    }
+    return s;
+}
+
+static void cuda_staging_give(tsrd_backend *b, cuda_staging *s)
+{
+    pthread_mutex_lock(&b->staging_lock);
+    s->next = b->staging_idle;
+    b->staging_idle = s;
+    pthread_cond_signal(&b->staging_free);
+    pthread_mutex_unlock(&b->staging_lock);
+}
+
+static tsr_status cuda_buffer_copy(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset, void *host,
+                                   uint64_t len, int to_device, tsr_error *err)
+{
+    if (offset > buf->bytes || len > buf->bytes - offset)
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH, "cuda backend: copy out of bounds");
+    tsr_status st = cuda_enter(b, buf->device, err);
+    if (st != TSR_OK || len == 0)
+        return st;
+    const tsrd_cuda_driver *drv = b->drv;
+    CUdeviceptr dev = buf->ptr + offset;
+    cuda_staging *s = len >= CUDA_STAGING_MIN ? cuda_staging_take(b) : NULL;
+    if (s == NULL) {
+        CUresult rc = to_device ? drv->memcpy_htod(dev, host, (size_t)len)
+                                : drv->memcpy_dtoh(host, dev, (size_t)len);
+        return cuda_check(b, buf->device, rc, to_device ? "cuMemcpyHtoD" : "cuMemcpyDtoH", err);
+    }
+    uint8_t *p = host;
+    for (uint64_t done = 0; st == TSR_OK && done < len; done += CUDA_STAGING_CHUNK) {
+        size_t n = (size_t)(len - done < CUDA_STAGING_CHUNK ? len - done : CUDA_STAGING_CHUNK);
+        if (to_device) {
+            memcpy(s->host, p + done, n);
+            st = cuda_check(b, buf->device, drv->memcpy_htod(dev + done, s->host, n),
+                            "cuMemcpyHtoD", err);
+        } else {
+            st = cuda_check(b, buf->device, drv->memcpy_dtoh(s->host, dev + done, n),
+                            "cuMemcpyDtoH", err);
+            if (st == TSR_OK)
+                memcpy(p + done, s->host, n);
+        }
+    }
+    cuda_staging_give(b, s);
+    return st;
+}
+
+static tsr_status cuda_buffer_write(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset,
+                                    const void *data, uint64_t len, tsr_error *err)
+{
+    return cuda_buffer_copy(b, buf, offset, (void *)data, len, 1, err);
+}
+
+static tsr_status cuda_buffer_read(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset, void *data,
+                                   uint64_t len, tsr_error *err)
+{
+    return cuda_buffer_copy(b, buf, offset, data, len, 0, err);
+}
+
+/* ---- kernels ---- */
+
+static tsr_status cuda_compile(tsrd_backend *b, const tsr_region *r, const tsr_candidate *c,
+                               const char *arch, uint8_t **bin, size_t *len, tsr_error *err)
+{
+    int sms = 0;
+    for (int i = 0; i < b->n_devices && sms == 0; i++)
+        if (strcmp(b->devices[i].info.arch, arch) == 0)
+            sms = b->devices[i].info.multiprocessors;
+    return tsri_cuda_compile(b->nv, sms, r, c, arch, bin, len, err);
+}
+
+/* The embedded tier-3 module of a device, loaded on first use. */
+static tsr_status cuda_tier3_module(tsrd_backend *b, int device, CUmodule *out, tsr_error *err)
+{
+    cuda_device *d = &b->devices[device];
+    tsr_status st = TSR_OK;
+    pthread_mutex_lock(&d->module_lock);
+    if (d->tier3_module == NULL) {
+        if (tsri_gemm_sm90_cubin_len == 0)
+            st = tsr_error_set(err, TSR_UNSUPPORTED, "built without the tier-3 kernels");
+        else
+            st = cuda_check(b, device,
+                            b->drv->module_load_data(&d->tier3_module, tsri_gemm_sm90_cubin),
+                            "cuModuleLoadData (tier-3 kernels)", err);
+    }
+    *out = d->tier3_module;
+    pthread_mutex_unlock(&d->module_lock);
+    return st;
+}
+
+static tsr_status cuda_load(tsrd_backend *b, int device, const tsr_region *r,
+                            const tsr_candidate *c, const uint8_t *bin, size_t len, tsrd_kobj **out,
+                            tsr_error *err)
+{
+    tsr_status st = cuda_enter(b, device, err);
+    if (st != TSR_OK)
+        return st;
+    tsrd_kobj *k = calloc(1, sizeof *k);
+    if (k == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
+    k->device = device;
+    const uint8_t *payload = NULL;
+    size_t payload_len = 0;
+    st = tsri_cuda_blob_decode(bin, len, &k->desc, &payload, &payload_len, err);
+    CUmodule module = NULL;
+    if (st == TSR_OK && k->desc.image == TSRI_CUDA_IMAGE_EMBEDDED) {
+        k->tier3 = 1;
+        st = tsri_gemm_plan_make(r, &k->plan, err);
+        if (st == TSR_OK && strcmp(k->plan.entry, k->desc.entry) != 0)
+            st = tsr_error_set(err, TSR_CORRUPT, "stored entry %s does not serve this region",
+                               k->desc.entry);
+        if (st == TSR_OK)
+            st = cuda_tier3_module(b, device, &module, err);
+    } else if (st == TSR_OK) {
+        /* The blob may sit at any offset in the cache's memory; the driver reads
+         * the ELF image with its natural alignment, so give it a malloc'd copy. */
+        void *image = malloc(payload_len);
+        if (image == NULL)
+            st = tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
+        if (st == TSR_OK) {
+            memcpy(image, payload, payload_len);
+            st = cuda_check(b, device, b->drv->module_load_data(&k->module, image),
+                            "cuModuleLoadData", err);
+        }
+        free(image);
+        module = k->module;
+    }
+    if (st == TSR_OK)
+        st = cuda_check(b, device, b->drv->module_get_function(&k->function, module, k->desc.entry),
+                        "cuModuleGetFunction", err);
+    if (st == TSR_OK && k->desc.shared_bytes > CUDA_DEFAULT_SHARED_LIMIT)
+        st = cuda_check(b, device,
+                        b->drv->func_set_attribute(k->function,
+                                                   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                   (int)k->desc.shared_bytes),
+                        "cuFuncSetAttribute", err);
+    if (st != TSR_OK) {
+        if (k->module != NULL)
+            b->drv->module_unload(k->module);
+        free(k);
+        return tsr_error_prefix(err, "load %s", c->name);
+    }
+    *out = k;
+    return TSR_OK;
+}
+
+static void cuda_unload(tsrd_backend *b, tsrd_kobj *k)
+{
+    if (k == NULL)
+        return;
+    if (k->module != NULL && b->drv->ctx_set_current(b->devices[k->device].ctx) == CUDA_SUCCESS)
+        b->drv->module_unload(k->module);
+    free(k);
+}
+
+/* ---- execution ---- */
+
+static tsr_status cuda_stream_create(tsrd_backend *b, int device, tsrd_stream **out, tsr_error *err)
+{
+    tsr_status st = cuda_enter(b, device, err);
+    if (st != TSR_OK)
+        return st;
+    tsrd_stream *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
+    s->device = device;
+    st = cuda_check(b, device, b->drv->stream_create(&s->stream, CU_STREAM_DEFAULT),
+                    "cuStreamCreate", err);
+    if (st == TSR_OK)
+        st = cuda_check(b, device, b->drv->event_create(&s->start, CU_EVENT_DEFAULT),
+                        "cuEventCreate", err);
+    if (st == TSR_OK)
+        st = cuda_check(b, device, b->drv->event_create(&s->stop, CU_EVENT_DEFAULT),
+                        "cuEventCreate", err);
+    if (st != TSR_OK) {
+        if (s->start != NULL)
+            b->drv->event_destroy(s->start);
+        if (s->stream != NULL)
+            b->drv->stream_destroy(s->stream);
+        free(s);
+        return st;
+    }
+    *out = s;
+    return TSR_OK;
+}
+
+static void cuda_stream_destroy(tsrd_backend *b, tsrd_stream *s)
+{
+    if (s == NULL)
+        return;
+    if (b->drv->ctx_set_current(b->devices[s->device].ctx) == CUDA_SUCCESS) {
+        b->drv->event_destroy(s->start);
+        b->drv->event_destroy(s->stop);
+        b->drv->stream_destroy(s->stream);
+    }
+    free(s);
+}
+
+static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
+                              tsrd_dbuf *const *inputs, int n_inputs, tsrd_dbuf *output,
+                              tsr_error *err)
+{
+    if (n_inputs < 0 || n_inputs > TSR_MAX_REGION_INPUTS)
+        return tsr_error_set(err, TSR_INTERNAL, "cuda backend: %d inputs", n_inputs);
+    if (k->device != s->device || output->device != s->device)
+        return tsr_error_set(err, TSR_INTERNAL,
+                             "cuda backend: kernel, stream and buffers on "
+                             "different devices");
+    tsr_status st = cuda_enter(b, s->device, err);
+    if (st != TSR_OK)
+        return st;
+    CUdeviceptr ptrs[TSR_MAX_REGION_INPUTS + 1];
+    for (int i = 0; i < n_inputs; i++)
+        ptrs[i] = inputs[i]->ptr;
+    ptrs[n_inputs] = output->ptr;
+    void *args[TSR_MAX_REGION_INPUTS + 1];
+    CUtensorMap maps[3];
+    tsr_gemm_params params;
+    if (k->tier3) {
+        tsri_tmap_args ta[3];
+        st = tsri_gemm_launch_args(&k->plan, ptrs, n_inputs, output->ptr, ta, &params, err);
+        for (int i = 0; st == TSR_OK && i < 3; i++)
+            st = cuda_check(b, s->device,
+                            b->drv->tensor_map_encode_tiled(
+                                &maps[i], ta[i].dtype, ta[i].rank, ta[i].address, ta[i].dims,
+                                ta[i].strides, ta[i].box, ta[i].element_strides, ta[i].interleave,
+                                ta[i].swizzle, ta[i].l2_promotion, ta[i].oob_fill),
+                            "cuTensorMapEncodeTiled", err);
+        if (st != TSR_OK)
+            return st;
+        args[0] = &maps[0];
+        args[1] = &maps[1];
+        args[2] = &maps[2];
+        args[3] = &params;
+    } else {
+        if (n_inputs + 1 != k->desc.n_params)
+            return tsr_error_set(err, TSR_INTERNAL, "cuda backend: %d buffers for %d parameters",
+                                 n_inputs + 1, k->desc.n_params);
+        for (int i = 0; i <= n_inputs; i++)
+            args[i] = &ptrs[i];
+    }
+    if (!s->timing) {
+        st = cuda_check(b, s->device, b->drv->event_record(s->start, s->stream), "cuEventRecord",
+                        err);
+        if (st != TSR_OK)
+            return st;
+        s->timing = 1;
+    }
+    const tsri_cuda_launch_desc *d = &k->desc;
+    st = cuda_check(b, s->device,
+                    b->drv->launch_kernel(k->function, d->grid[0], d->grid[1], d->grid[2],
+                                          d->block[0], d->block[1], d->block[2], d->shared_bytes,
+                                          s->stream, args, NULL),
+                    "cuLaunchKernel", err);
+    if (st == TSR_OK)
+        st = cuda_check(b, s->device, b->drv->event_record(s->stop, s->stream), "cuEventRecord",
+                        err);
+    return st;
+}
+
+static tsr_status cuda_synchronize(tsrd_backend *b, tsrd_stream *s, double *device_ms,
+                                   tsr_error *err)
+{
+    if (device_ms != NULL)
+        *device_ms = 0;
+    tsr_status st = cuda_enter(b, s->device, err);
+    if (st == TSR_OK)
+        st = cuda_check(b, s->device, b->drv->stream_synchronize(s->stream), "cuStreamSynchronize",
+                        err);
+    if (st == TSR_OK && s->timing) {
+        float ms = 0;
+        st = cuda_check(b, s->device, b->drv->event_elapsed_time(&ms, s->start, s->stop),
+                        "cuEventElapsedTime", err);
+        if (st == TSR_OK && device_ms != NULL)
+            *device_ms = ms;
+    }
+    s->timing = 0;
+    return st;
+}
+
+const tsrd_backend_ops tsrd_backend_cuda = {
+    .name = "cuda",
+    .codegen_version = TSRI_CUDA_CODEGEN_VERSION,
+    .open = cuda_open,
+    .close = cuda_close,
+    .device_count = cuda_device_count,
+    .device_info = cuda_device_info,
+    .driver_version = cuda_driver_version,
+    .compiler_version = cuda_compiler_version,
+    .serves_arch = cuda_serves_arch,
+    .register_candidates = cuda_register_candidates,
+    .buffer_alloc = cuda_buffer_alloc,
+    .buffer_free = cuda_buffer_free,
+    .buffer_write = cuda_buffer_write,
+    .buffer_read = cuda_buffer_read,
+    .compile = cuda_compile,
+    .load = cuda_load,
+    .unload = cuda_unload,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .launch = cuda_launch,
+    .synchronize = cuda_synchronize,
+};

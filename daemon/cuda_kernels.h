@@ -1,0 +1,149 @@
+/*
+ * cuda_kernels.h — what the CUDA backend compiles and how it launches it,
+ * without touching a device.
+ *
+ * Everything here is host-only and needs no driver, so the compile-only path
+ * (offline_compile.c) and the unit tests share it with backend_cuda.c:
+ *
+ *  - The candidates: "tier1" (tier 1, every kind: Tier-1 code generation +
+ *    NVRTC), "gemm_wgmma" (tier 3, matmul and fused) and "swiglu_wgmma" (tier 3,
+ *    gated), the last two served by the hand-written Hopper kernels of
+ *    kernels/gemm_sm90.cu, which the build embeds into the daemon as a cubin.
+ *  - The compiled blob the kernel cache stores: a fixed 128-byte header with the
+ *    launch description (entry, grid, block, dynamic shared bytes, parameter
+ *    count, image kind) followed by the cubin. A disk-cache hit after a restart
+ *    can therefore load and launch without running code generation again. A
+ *    tier-3 blob names an entry of the embedded module and carries no cubin.
+ *  - The tier-3 launch plan: the kernel entry and grid for a region, the
+ *    tsr_gemm_params and the three tensor-map descriptions, as pure functions of
+ *    the region and the buffers' device addresses.
+ *
+ * Threading: pure functions, reentrant; tsri_cuda_compile blocks while NVRTC
+ * runs (call it from a worker thread).
+ */
+#ifndef TSRD_CUDA_KERNELS_H
+#define TSRD_CUDA_KERNELS_H
+
+#include <cuda.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../kernels/gemm_params.h"
+#include "tessera/codegen.h"
+#include "cuda_nvrtc.h"
+#include "tessera/arbiter.h"
+#include "tessera/region.h"
+#include "tessera/status.h"
+
+/* Version of the CUDA backend's binaries: the blob format and the tier-3 launch
+ * contract. Enters every kernel key the backend compiles (with the codegen
+ * version folded in, see TSRI_CUDA_CODEGEN_VERSION). */
+#define TSRI_CUDA_BLOB_VERSION 1
+#define TSRI_CUDA_CODEGEN_VERSION (TSR_CODEGEN_VERSION * 100 + TSRI_CUDA_BLOB_VERSION)
+#define TSRI_CUDA_BLOB_HEADER 128
+
+/* Candidate names and versions. A tier-3 version changes with its kernel. */
+#define TSRI_CUDA_TIER1 "tier1"
+#define TSRI_CUDA_GEMM "gemm_wgmma"
+#define TSRI_CUDA_SWIGLU "swiglu_wgmma"
+#define TSRI_CUDA_TIER1_VERSION 1
+#define TSRI_CUDA_TIER3_VERSION 1
+
+/* The only architecture the tier-3 kernels are built for. */
+#define TSRI_CUDA_TIER3_ARCH "sm_90a"
+
+/* The cubin of kernels/gemm_sm90.cu embedded at build time; length 0 when the
+ * build had no nvcc (the tier-3 candidates then decline everything). */
+extern const unsigned char tsri_gemm_sm90_cubin[];
+extern const size_t tsri_gemm_sm90_cubin_len;
+
+typedef enum tsri_cuda_image {
+    TSRI_CUDA_IMAGE_CUBIN = 1,    /* the blob's payload is a cubin */
+    TSRI_CUDA_IMAGE_EMBEDDED = 2, /* the entry lives in the embedded tier-3 module */
+} tsri_cuda_image;
+
+typedef struct tsri_cuda_launch_desc {
+    tsri_cuda_image image;
+    char entry[64];
+    uint32_t grid[3];
+    uint32_t block[3];
+    uint32_t shared_bytes; /* dynamic shared memory per block */
+    int32_t n_params;      /* kernel parameters */
+} tsri_cuda_launch_desc;
+
+/* Header + payload into one malloc'd blob (*out, the caller frees). */
+tsr_status tsri_cuda_blob_encode(const tsri_cuda_launch_desc *desc, const uint8_t *payload,
+                                 size_t payload_len, uint8_t **out, size_t *out_len,
+                                 tsr_error *err);
+
+/* Checks and reads a blob; *payload points into bin. TSR_CORRUPT for a short,
+ * foreign or inconsistent blob. */
+tsr_status tsri_cuda_blob_decode(const uint8_t *bin, size_t len, tsri_cuda_launch_desc *desc,
+                                 const uint8_t **payload, size_t *payload_len, tsr_error *err);
+
+/* The "sm_90a"-style name of a compute capability: "a" is added for 9.0 so that
+ * Hopper compiles for its architecture-specific features. */
+void tsri_cuda_arch_name(int major, int minor, char *buf, size_t size);
+
+/* Registers tier1, gemm_wgmma and swiglu_wgmma, in that order. */
+tsr_status tsri_cuda_register_candidates(tsr_arbiter *arbiter, tsr_error *err);
+
+/* The candidate descriptions (the same values registration uses). */
+void tsri_cuda_candidate_tier1(tsr_candidate *out);
+void tsri_cuda_candidate_gemm(tsr_candidate *out);
+void tsri_cuda_candidate_swiglu(tsr_candidate *out);
+
+/* True for the two tier-3 candidates. */
+int tsri_cuda_candidate_is_tier3(const tsr_candidate *c);
+
+/* Builds candidate c for r on arch. tier1: code generation for {arch, sm_count}
+ * and NVRTC (nv required); tier-3: a blob naming the embedded entry (nv may be
+ * NULL). TSR_COMPILE_FAILED with the NVRTC log; TSR_UNSUPPORTED when c does not
+ * apply. */
+tsr_status tsri_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_region *r,
+                             const tsr_candidate *c, const char *arch, uint8_t **bin, size_t *len,
+                             tsr_error *err);
+
+/* ---- the tier-3 launch plan ---- */
+
+typedef struct tsri_gemm_plan {
+    char entry[64]; /* tsr_gemm_<in>_<out>[_gated] */
+    int gated;
+    int m, n, k; /* n is H for a gated region */
+    uint32_t grid, block, shared_bytes;
+    CUtensorMapDataType map_dtype;
+    int n_ops;
+    int ops[TSR_GEMM_MAX_EPILOGUE];
+    int gate_act;
+    int bias_input;     /* signature index of bias, or -1 */
+    int residual_input; /* signature index of residual, or -1 */
+} tsri_gemm_plan;
+
+/* Plans r (matmul, fused or gated). TSR_UNSUPPORTED naming the rule when the
+ * tier-3 kernels cannot serve it (the same rules as the candidates' applies). */
+tsr_status tsri_gemm_plan_make(const tsr_region *r, tsri_gemm_plan *out, tsr_error *err);
+
+/* The arguments of one cuTensorMapEncodeTiled call. */
+typedef struct tsri_tmap_args {
+    CUtensorMapDataType dtype;
+    cuuint32_t rank;
+    void *address;
+    cuuint64_t dims[2];
+    cuuint64_t strides[1];
+    cuuint32_t box[2];
+    cuuint32_t element_strides[2];
+    CUtensorMapInterleave interleave;
+    CUtensorMapSwizzle swizzle;
+    CUtensorMapL2promotion l2_promotion;
+    CUtensorMapFloatOOBfill oob_fill;
+} tsri_tmap_args;
+
+/* Fills the three tensor maps' arguments (A, B, B2: B2 repeats B for the plain
+ * kernels) and the kernel parameters from the device addresses of the inputs
+ * (signature order) and the output. TSR_BUFFER_MISMATCH when an address is not
+ * 16-byte aligned. */
+tsr_status tsri_gemm_launch_args(const tsri_gemm_plan *plan, const CUdeviceptr *inputs,
+                                 int n_inputs, CUdeviceptr output, tsri_tmap_args maps[3],
+                                 tsr_gemm_params *params, tsr_error *err);
+
+#endif

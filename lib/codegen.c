@@ -10,6 +10,7 @@
  */
 #include "codegen_internal.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,9 +128,9 @@ static const char *cg_attr_text(char *buf, const char *name, const tsr_op_attrs 
     if (strcmp(name, "value") == 0)
         v = attrs != NULL ? attrs->value : 0.0;
     else if (strcmp(name, "min") == 0)
-        v = attrs != NULL && attrs->has_min ? attrs->min : -__builtin_inf();
+        v = attrs != NULL && attrs->has_min ? attrs->min : -INFINITY;
     else
-        v = attrs != NULL && attrs->has_max ? attrs->max : __builtin_inf();
+        v = attrs != NULL && attrs->has_max ? attrs->max : INFINITY;
     return tsri_cg_float(buf, v);
 }
 

@@ -579,10 +579,16 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
         s->timing = 1;
     }
     const tsri_cuda_launch_desc *d = &k->desc;
+    uint32_t grid0 = d->grid[0];
+    /* The tier-3 kernels are persistent: one CTA per multiprocessor walks the
+     * tiles; the blob holds the tile count, valid for any device. */
+    uint32_t sms = (uint32_t)b->devices[s->device].info.multiprocessors;
+    if (k->tier3 && sms > 0 && grid0 > sms)
+        grid0 = sms;
     st = cuda_check(b, s->device,
-                    b->drv->launch_kernel(k->function, d->grid[0], d->grid[1], d->grid[2],
-                                          d->block[0], d->block[1], d->block[2], d->shared_bytes,
-                                          s->stream, args, NULL),
+                    b->drv->launch_kernel(k->function, grid0, d->grid[1], d->grid[2], d->block[0],
+                                          d->block[1], d->block[2], d->shared_bytes, s->stream,
+                                          args, NULL),
                     "cuLaunchKernel", err);
     if (st == TSR_OK)
         st = cuda_check(b, s->device, b->drv->event_record(s->stop, s->stream), "cuEventRecord",

@@ -1,0 +1,352 @@
+/*
+ * backend_cuda_test.c — the CUDA backend where no GPU is needed: opening
+ * without a driver, the candidates' decisions, the compiled blob, the tier-3
+ * launch plan and tensor-map arguments, the embedded cubin, and Tier-1 code
+ * for every example region in every dtype compiled by NVRTC for sm_90a.
+ * Tests that need the absence of a driver skip on a machine that has one.
+ */
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cuda_kernels.h"
+#include "cuda_nvrtc.h"
+#include "tessera/json.h"
+
+static const char *const examples[] = {"examples/matmul.json", "examples/fused.json",
+                                       "examples/gated.json", "examples/attention.json",
+                                       "examples/pointwise.json"};
+#define N_EXAMPLES (sizeof examples / sizeof examples[0])
+
+static int driver_present(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib != NULL)
+        dlclose(lib);
+    return lib != NULL;
+}
+
+static void load_example(const char *path, tsr_dtype dtype, tsr_region *r)
+{
+    tsr_error e;
+    cr_assert_eq(tsr_region_from_file(path, r, &e), TSR_OK, "%s: %s", path, e.message);
+    r->dtype = dtype;
+    r->out_dtype = dtype;
+    cr_assert_eq(tsr_region_validate(r, &e), TSR_OK, "%s: %s", path, e.message);
+}
+
+static bool applies(const tsr_candidate *c, const tsr_region *r, const char *arch, char *why)
+{
+    return c->applies(c, r, arch, why, 160);
+}
+
+Test(backend_cuda, open_reports_unavailable_without_a_driver)
+{
+    if (driver_present())
+        cr_skip_test("a CUDA driver is installed here");
+    tsrd_backend *b = (tsrd_backend *)0x1;
+    tsr_error e;
+    cr_assert_eq(tsrd_backend_cuda.open(NULL, &b, &e), TSR_UNAVAILABLE);
+    cr_assert_null(b);
+    cr_assert_not_null(strstr(e.message, "no CUDA driver"), "%s", e.message);
+}
+
+Test(backend_cuda, auto_falls_back_to_the_cpu_without_a_driver)
+{
+    if (driver_present())
+        cr_skip_test("a CUDA driver is installed here");
+    const tsrd_backend_ops *ops = NULL;
+    tsrd_backend *b = NULL;
+    tsr_error e;
+    cr_assert_eq(tsrd_backend_choose("auto", NULL, &ops, &b, &e), TSR_OK, "%s", e.message);
+    cr_assert_str_eq(ops->name, "cpu");
+    ops->close(b);
+    cr_assert_eq(tsrd_backend_find("cuda"), &tsrd_backend_cuda);
+    cr_assert_eq(tsrd_backend_choose("cuda", NULL, &ops, &b, &e), TSR_UNAVAILABLE);
+}
+
+Test(backend_cuda, names_architectures_with_the_hopper_suffix)
+{
+    char arch[16];
+    tsri_cuda_arch_name(9, 0, arch, sizeof arch);
+    cr_assert_str_eq(arch, "sm_90a");
+    tsri_cuda_arch_name(8, 0, arch, sizeof arch);
+    cr_assert_str_eq(arch, "sm_80");
+    tsri_cuda_arch_name(8, 9, arch, sizeof arch);
+    cr_assert_str_eq(arch, "sm_89");
+    tsri_cuda_arch_name(10, 0, arch, sizeof arch);
+    cr_assert_str_eq(arch, "sm_100");
+}
+
+Test(backend_cuda, blob_round_trips_and_rejects_damage)
+{
+    tsri_cuda_launch_desc d = {.image = TSRI_CUDA_IMAGE_CUBIN,
+                               .entry = "tsr_k",
+                               .grid = {7, 1, 1},
+                               .block = {256, 1, 1},
+                               .shared_bytes = 65536,
+                               .n_params = 3};
+    const uint8_t payload[5] = {0x7f, 'E', 'L', 'F', 2};
+    uint8_t *blob = NULL;
+    size_t len = 0;
+    cr_assert_eq(tsri_cuda_blob_encode(&d, payload, sizeof payload, &blob, &len, NULL), TSR_OK);
+    cr_assert_eq(len, TSRI_CUDA_BLOB_HEADER + 5);
+    tsri_cuda_launch_desc got;
+    const uint8_t *p = NULL;
+    size_t plen = 0;
+    tsr_error e;
+    cr_assert_eq(tsri_cuda_blob_decode(blob, len, &got, &p, &plen, &e), TSR_OK, "%s", e.message);
+    cr_assert_eq(memcmp(&got, &d, sizeof d), 0);
+    cr_assert_eq(plen, 5);
+    cr_assert_eq(memcmp(p, payload, 5), 0);
+
+    cr_assert_eq(tsri_cuda_blob_decode(blob, len - 1, &got, &p, &plen, NULL), TSR_CORRUPT);
+    cr_assert_eq(tsri_cuda_blob_decode(blob, 16, &got, &p, &plen, NULL), TSR_CORRUPT);
+    blob[0] ^= 1;
+    cr_assert_eq(tsri_cuda_blob_decode(blob, len, &got, &p, &plen, NULL), TSR_CORRUPT);
+    blob[0] ^= 1;
+    blob[8] = 9; /* format version */
+    cr_assert_eq(tsri_cuda_blob_decode(blob, len, &got, &p, &plen, &e), TSR_CORRUPT);
+    cr_assert_not_null(strstr(e.message, "format version 9"), "%s", e.message);
+    free(blob);
+
+    /* An embedded-image blob carries no payload; a cubin blob must carry one. */
+    d.image = TSRI_CUDA_IMAGE_EMBEDDED;
+    cr_assert_eq(tsri_cuda_blob_encode(&d, NULL, 0, &blob, &len, NULL), TSR_OK);
+    cr_assert_eq(tsri_cuda_blob_decode(blob, len, &got, &p, &plen, NULL), TSR_OK);
+    cr_assert_eq(plen, 0);
+    free(blob);
+    d.image = TSRI_CUDA_IMAGE_CUBIN;
+    cr_assert_eq(tsri_cuda_blob_encode(&d, NULL, 0, &blob, &len, NULL), TSR_OK);
+    cr_assert_eq(tsri_cuda_blob_decode(blob, len, &got, &p, &plen, NULL), TSR_CORRUPT);
+    free(blob);
+}
+
+Test(backend_cuda, tier3_applies_only_where_its_rules_hold)
+{
+    if (tsri_gemm_sm90_cubin_len == 0)
+        cr_skip_test("built without nvcc");
+    tsr_candidate gemm, swiglu, tier1;
+    tsri_cuda_candidate_gemm(&gemm);
+    tsri_cuda_candidate_swiglu(&swiglu);
+    tsri_cuda_candidate_tier1(&tier1);
+    cr_assert_eq(gemm.tier, 3);
+    cr_assert_eq(gemm.kinds, 1u << TSR_KIND_MATMUL | 1u << TSR_KIND_FUSED);
+    cr_assert_eq(swiglu.kinds, 1u << TSR_KIND_GATED);
+    cr_assert_eq(tier1.kinds, 31u);
+    char why[160];
+    tsr_region r;
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 100, 96, 64, NULL), TSR_OK);
+    cr_assert(applies(&gemm, &r, "sm_90a", why));
+    cr_assert_not(applies(&gemm, &r, "sm_80", why));
+    cr_assert_str_eq(why, "built for sm_90a only, not sm_80");
+    cr_assert(applies(&tier1, &r, "sm_80", why));
+    cr_assert_not(applies(&tier1, &r, "cpu", why));
+
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_F32, 128, 128, 128, NULL), TSR_OK);
+    cr_assert_not(applies(&gemm, &r, "sm_90a", why));
+    cr_assert_str_eq(why, "dtype f32 (needs bf16 or f16)");
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_F16, 128, 128, 60, NULL), TSR_OK);
+    cr_assert_not(applies(&gemm, &r, "sm_90a", why));
+    cr_assert_str_eq(why, "K not a multiple of 8");
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_F16, 128, 100, 64, NULL), TSR_OK);
+    cr_assert_not(applies(&gemm, &r, "sm_90a", why));
+    cr_assert_str_eq(why, "N not a multiple of 8");
+
+    cr_assert_eq(tsr_region_init_gated(&r, TSR_BF16, 64, 128, 100, TSR_OP_SILU, NULL), TSR_OK);
+    cr_assert_not(applies(&swiglu, &r, "sm_90a", why));
+    cr_assert_str_eq(why, "H not a multiple of 8");
+    cr_assert_eq(tsr_region_init_gated(&r, TSR_BF16, 64, 128, 96, TSR_OP_GELU, NULL), TSR_OK);
+    cr_assert(applies(&swiglu, &r, "sm_90a", why));
+
+    load_example("examples/fused.json", TSR_BF16, &r);
+    cr_assert(applies(&gemm, &r, "sm_90a", why));
+    r.u.fused.n_prologue = 1;
+    r.u.fused.prologue[0] = TSR_OP_EXP;
+    cr_assert_not(applies(&gemm, &r, "sm_90a", why));
+    cr_assert_str_eq(why, "has a prologue");
+    load_example("examples/fused.json", TSR_BF16, &r);
+    r.u.fused.residual = false;
+    r.u.fused.reduction = TSR_REDUCTION_RMSNORM;
+    cr_assert_not(applies(&gemm, &r, "sm_90a", why));
+    cr_assert_str_eq(why, "has a row reduction");
+}
+
+Test(backend_cuda, gemm_plan_names_the_entry_and_counts_tiles)
+{
+    tsr_region r;
+    tsri_gemm_plan plan;
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 1000, 1000, 1024, NULL), TSR_OK);
+    r.out_dtype = TSR_F32;
+    cr_assert_eq(tsri_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_f32");
+    cr_assert_eq(plan.grid, 8 * 4); /* ceil(1000/128) x ceil(1000/256) */
+    cr_assert_eq(plan.block, 384);
+    cr_assert_eq(plan.shared_bytes, TSR_GEMM_SMEM_BYTES);
+    cr_assert_eq(plan.map_dtype, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+    cr_assert_eq(plan.bias_input, -1);
+    cr_assert_eq(plan.residual_input, -1);
+
+    cr_assert_eq(tsr_region_init_gated(&r, TSR_F16, 300, 256, 264, TSR_OP_SILU, NULL), TSR_OK);
+    cr_assert_eq(tsri_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f16_gated");
+    cr_assert_eq(plan.grid, 3 * 3); /* ceil(300/128) x ceil(264/128) */
+    cr_assert_eq(plan.gate_act, TSR_OP_SILU);
+    cr_assert_eq(plan.map_dtype, CU_TENSOR_MAP_DATA_TYPE_FLOAT16);
+}
+
+Test(backend_cuda, launch_arguments_follow_the_kernel_contract)
+{
+    tsr_region r;
+    load_example("examples/fused.json", TSR_BF16, &r); /* 128x96x64, bias, gelu, residual */
+    r.out_dtype = TSR_F32;
+    tsri_gemm_plan plan;
+    cr_assert_eq(tsri_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_f32");
+    cr_assert_eq(plan.n_ops, 2);
+    cr_assert_eq(plan.ops[0], TSR_OP_BIAS);
+    cr_assert_eq(plan.ops[1], TSR_OP_GELU);
+    cr_assert_eq(plan.bias_input, 2);
+    cr_assert_eq(plan.residual_input, 3);
+
+    CUdeviceptr in[4] = {0x10000, 0x20000, 0x30000, 0x40000};
+    tsri_tmap_args maps[3];
+    tsr_gemm_params p;
+    cr_assert_eq(tsri_gemm_launch_args(&plan, in, 4, 0x50000, maps, &p, NULL), TSR_OK);
+    cr_assert_eq(maps[0].address, (void *)0x10000);
+    cr_assert_eq(maps[0].dims[0], 64);  /* K */
+    cr_assert_eq(maps[0].dims[1], 128); /* M */
+    cr_assert_eq(maps[0].strides[0], 64 * 2);
+    cr_assert_eq(maps[0].box[0], 64);
+    cr_assert_eq(maps[0].box[1], 128);
+    cr_assert_eq(maps[1].address, (void *)0x20000);
+    cr_assert_eq(maps[1].dims[0], 96); /* N */
+    cr_assert_eq(maps[1].dims[1], 64); /* K */
+    cr_assert_eq(maps[1].strides[0], 96 * 2);
+    cr_assert_eq(maps[1].box[0], 64);
+    cr_assert_eq(maps[1].box[1], 64);
+    cr_assert_eq(maps[2].address, (void *)0x20000); /* B repeated for the plain kernel */
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(maps[i].rank, 2);
+        cr_assert_eq(maps[i].dtype, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+        cr_assert_eq(maps[i].swizzle, CU_TENSOR_MAP_SWIZZLE_128B);
+        cr_assert_eq(maps[i].l2_promotion, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+        cr_assert_eq(maps[i].oob_fill, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+        cr_assert_eq(maps[i].interleave, CU_TENSOR_MAP_INTERLEAVE_NONE);
+        cr_assert_eq(maps[i].element_strides[0], 1);
+        cr_assert_eq(maps[i].element_strides[1], 1);
+    }
+    cr_assert_eq(p.m, 128);
+    cr_assert_eq(p.n, 96);
+    cr_assert_eq(p.k, 64);
+    cr_assert_eq(p.bias, (const void *)0x30000);
+    cr_assert_eq(p.residual, (const void *)0x40000);
+    cr_assert_eq(p.out, (void *)0x50000);
+    cr_assert_eq(p.b_lbo, 8192);
+    cr_assert_eq(p.b_sbo, 1024);
+
+    in[3] = 0x40008;
+    tsr_error e;
+    cr_assert_eq(tsri_gemm_launch_args(&plan, in, 4, 0x50000, maps, &p, &e), TSR_BUFFER_MISMATCH);
+    cr_assert_str_eq(e.message, "gemm launch: input 3 is not 16-byte aligned");
+    cr_assert_eq(tsri_gemm_launch_args(&plan, in, 3, 0x50000, maps, &p, NULL), TSR_INTERNAL);
+
+    load_example("examples/gated.json", TSR_F16, &r);
+    cr_assert_eq(tsri_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    CUdeviceptr g[3] = {0x1000, 0x2000, 0x3000};
+    cr_assert_eq(tsri_gemm_launch_args(&plan, g, 3, 0x4000, maps, &p, NULL), TSR_OK);
+    cr_assert_eq(maps[2].address, (void *)0x3000);
+    cr_assert_eq(maps[2].dims[0], 96); /* H */
+    cr_assert_null(p.bias);
+    cr_assert_null(p.residual);
+    cr_assert_eq(p.gate_act, TSR_OP_SILU);
+}
+
+Test(backend_cuda, embeds_the_tier3_cubin)
+{
+    if (tsri_gemm_sm90_cubin_len == 0)
+        cr_skip_test("built without nvcc");
+    cr_assert_gt(tsri_gemm_sm90_cubin_len, 4096);
+    cr_assert_eq(memcmp(tsri_gemm_sm90_cubin,
+                        "\x7f"
+                        "ELF",
+                        4),
+                 0);
+    /* Every entry the planner can name is in the image's string table. */
+    const char *entries[] = {"tsr_gemm_bf16_f32", "tsr_gemm_f16_bf16", "tsr_gemm_bf16_bf16_gated",
+                             "tsr_gemm_f16_f16_gated"};
+    for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++)
+        cr_assert_not_null(memmem(tsri_gemm_sm90_cubin, tsri_gemm_sm90_cubin_len, entries[i],
+                                  strlen(entries[i]) + 1),
+                           "%s", entries[i]);
+}
+
+Test(backend_cuda, tier3_compile_names_the_embedded_entry)
+{
+    if (tsri_gemm_sm90_cubin_len == 0)
+        cr_skip_test("built without nvcc");
+    tsr_region r;
+    load_example("examples/matmul.json", TSR_BF16, &r);
+    tsr_candidate gemm, swiglu;
+    tsri_cuda_candidate_gemm(&gemm);
+    tsri_cuda_candidate_swiglu(&swiglu);
+    uint8_t *bin = NULL;
+    size_t len = 0;
+    tsr_error e;
+    cr_assert_eq(tsri_cuda_compile(NULL, 0, &r, &gemm, "sm_90a", &bin, &len, &e), TSR_OK, "%s",
+                 e.message);
+    tsri_cuda_launch_desc d;
+    const uint8_t *p;
+    size_t plen;
+    cr_assert_eq(tsri_cuda_blob_decode(bin, len, &d, &p, &plen, NULL), TSR_OK);
+    cr_assert_eq(d.image, TSRI_CUDA_IMAGE_EMBEDDED);
+    cr_assert_str_eq(d.entry, "tsr_gemm_bf16_bf16");
+    cr_assert_eq(d.grid[0], 1);
+    cr_assert_eq(d.block[0], 384);
+    cr_assert_eq(d.shared_bytes, TSR_GEMM_SMEM_BYTES);
+    cr_assert_eq(d.n_params, 4);
+    free(bin);
+    cr_assert_eq(tsri_cuda_compile(NULL, 0, &r, &swiglu, "sm_90a", &bin, &len, &e),
+                 TSR_UNSUPPORTED);
+    cr_assert_eq(tsri_cuda_compile(NULL, 0, &r, &gemm, "sm_80", &bin, &len, &e), TSR_UNSUPPORTED);
+}
+
+/* Tier-1 code for every example region in every dtype goes through NVRTC. */
+Test(backend_cuda, tier1_compiles_every_example_in_every_dtype, .timeout = 120)
+{
+    tsrd_nvrtc *nv = NULL;
+    tsr_error e;
+    if (tsrd_nvrtc_open(NULL, &nv, &e) != TSR_OK)
+        cr_skip_test("no NVRTC: %s", e.message);
+    tsr_candidate tier1;
+    tsri_cuda_candidate_tier1(&tier1);
+    const tsr_dtype dtypes[] = {TSR_F32, TSR_F16, TSR_BF16};
+    for (size_t i = 0; i < N_EXAMPLES; i++) {
+        for (int j = 0; j < 3; j++) {
+            tsr_region r;
+            load_example(examples[i], dtypes[j], &r);
+            uint8_t *bin = NULL;
+            size_t len = 0;
+            tsr_status st = tsri_cuda_compile(nv, 132, &r, &tier1, "sm_90a", &bin, &len, &e);
+            cr_assert_eq(st, TSR_OK, "%s %s: %s", examples[i], tsr_dtype_name(dtypes[j]),
+                         e.message);
+            tsri_cuda_launch_desc d;
+            const uint8_t *p;
+            size_t plen;
+            cr_assert_eq(tsri_cuda_blob_decode(bin, len, &d, &p, &plen, NULL), TSR_OK);
+            cr_assert_eq(d.image, TSRI_CUDA_IMAGE_CUBIN);
+            cr_assert_eq(memcmp(p,
+                                "\x7f"
+                                "ELF",
+                                4),
+                         0);
+            tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out;
+            cr_assert_eq(d.n_params, tsr_region_signature(&r, sig, &out) + 1);
+            free(bin);
+            tsr_region_free(&r);
+        }
+    }
+    tsrd_nvrtc_close(nv);
+}

@@ -4,9 +4,9 @@
  * call, and the kernel cache under the CUDA backend's key.
  *
  * The key parts are the ones engine.c uses for a served architecture, with the
- * CUDA backend's code-generation version and the NVRTC option string, so an
- * entry built here is the entry a GPU daemon with the same NVRTC and no driver
- * version in its key would find.
+ * CUDA backend's code-generation version, the NVRTC option string and an empty
+ * driver version, so an entry built here never passes for one built against a
+ * driver.
  */
 #include "offline_compile.h"
 

@@ -10,8 +10,9 @@
  * the decision says "not verified" and the reference is never a fallback),
  * builds the binary exactly as the CUDA backend would (Tier-1 code generation
  * and NVRTC, or the embedded tier-3 entry) and stores it in the kernel cache
- * under the key a GPU daemon with the same NVRTC would compute, apart from the
- * driver version, which is "" here. Nothing is loaded: the kernel handle of the
+ * under a key of the region fingerprint, candidate and version, arch, NVRTC
+ * version, NVRTC option string, driver version "" (there is none) and the CUDA
+ * backend's code-generation version. Nothing is loaded: the kernel handle of the
  * reply is 0.
  *
  * NVRTC is loaded for the call and unloaded after it: this path is for

@@ -303,6 +303,17 @@ __device__ __forceinline__ void store_pair(__half *out, size_t i, float a, float
     *reinterpret_cast<__half2 *>(out + i) = __floats2half2_rn(a, b);
 }
 
+/* The op table's sigmoid: e / (1 + e) below 0 keeps the tiny results that
+ * 1 / (1 + inf) would flush to 0. */
+__device__ __forceinline__ float sigmoid(float x)
+{
+    if (x < 0.0f) {
+        float e = expf(x);
+        return e / (1.0f + e);
+    }
+    return 1.0f / (1.0f + expf(-x));
+}
+
 /* Activations with the op table's semantics: NaN propagates (no bare fmaxf). */
 __device__ __forceinline__ float act_apply(int op, float x)
 {
@@ -310,11 +321,11 @@ __device__ __forceinline__ float act_apply(int op, float x)
     case GEMM_OP_RELU:
         return x > 0.0f ? x : (x != x ? x : 0.0f);
     case GEMM_OP_SIGMOID:
-        return 1.0f / (1.0f + expf(-x));
+        return sigmoid(x);
     case GEMM_OP_TANH:
         return tanhf(x);
     case GEMM_OP_SILU:
-        return x / (1.0f + expf(-x));
+        return x * sigmoid(x);
     case GEMM_OP_GELU: {
         float t = 0.7978845608028654f * (x + 0.044715f * x * x * x);
         t = t > 30.0f ? 30.0f : (t < -30.0f ? -30.0f : t);

@@ -235,8 +235,16 @@ static const char ops_cuda_prelude[] =
     "__device__ __forceinline__ float tsr_expm1(float a) { return expm1f(a); }\n"
     "__device__ __forceinline__ float tsr_reciprocal(float a) { return 1.0f / a; }\n"
     "__device__ __forceinline__ float tsr_relu(float a) { return tsr_maximum(a, 0.0f); }\n"
+    /* For a < 0 the e / (1 + e) form keeps the tiny results that 1 / (1 + inf)
+     * would flush to 0 (below about -88.7), so inf * sigmoid(a) stays inf. */
     "__device__ __forceinline__ float tsr_sigmoid(float a)\n"
-    "{ return 1.0f / (1.0f + expf(-a)); }\n"
+    "{\n"
+    "    if (a < 0.0f) {\n"
+    "        float e = expf(a);\n"
+    "        return e / (1.0f + e);\n"
+    "    }\n"
+    "    return 1.0f / (1.0f + expf(-a));\n"
+    "}\n"
     "__device__ __forceinline__ float tsr_tanh(float a) { return tanhf(a); }\n"
     "__device__ __forceinline__ float tsr_silu(float a) { return a * tsr_sigmoid(a); }\n"
     "__device__ __forceinline__ float tsr_softplus(float a)\n"

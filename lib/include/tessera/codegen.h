@@ -40,7 +40,7 @@
 extern "C" {
 #endif
 
-#define TSR_CODEGEN_VERSION 1
+#define TSR_CODEGEN_VERSION 2
 
 /* Default multiprocessor count (H100 SXM / H200) when the target gives none. */
 #define TSR_CODEGEN_DEFAULT_SM_COUNT 132

@@ -47,7 +47,7 @@
 #define TSRI_CUDA_GEMM "gemm_wgmma"
 #define TSRI_CUDA_SWIGLU "swiglu_wgmma"
 #define TSRI_CUDA_TIER1_VERSION 1
-#define TSRI_CUDA_TIER3_VERSION 1
+#define TSRI_CUDA_TIER3_VERSION 2
 
 /* The only architecture the tier-3 kernels are built for. */
 #define TSRI_CUDA_TIER3_ARCH "sm_90a"

@@ -19,6 +19,7 @@
  * has to be trimmed.
  */
 #include "tessera/kcache.h"
+#include "kcache_internal.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -79,6 +80,7 @@
 #define KCACHE_OFF_PAYLOAD_LEN 144
 #define KCACHE_OFF_CHECKSUM 152
 #define KCACHE_HEADER_BYTES 184u
+_Static_assert(KCACHE_HEADER_BYTES == TSRI_KCACHE_HEADER_BYTES, "one header size");
 
 struct kcache_blob {
     tsr_kcache_blob pub; /* first, so a public pointer converts back by a cast */
@@ -513,6 +515,21 @@ static void kcache_header_meta(const uint8_t *h, tsr_kcache_meta *meta)
     memcpy(meta->arch, h + KCACHE_OFF_ARCH, sizeof meta->arch);
 }
 
+tsr_status tsri_kcache_entry_parse(const uint8_t *header, const uint8_t *payload,
+                                   size_t payload_len, const tsr_fingerprint *key,
+                                   tsr_kcache_meta *meta)
+{
+    if (!kcache_header_check(header, key, (uint64_t)payload_len + KCACHE_HEADER_BYTES))
+        return TSR_CORRUPT;
+    static const uint8_t empty[1] = {0};
+    uint8_t sum[32];
+    kcache_checksum(header, payload != NULL ? payload : empty, payload_len, sum);
+    if (memcmp(sum, header + KCACHE_OFF_CHECKSUM, sizeof sum) != 0)
+        return TSR_CORRUPT;
+    kcache_header_meta(header, meta);
+    return TSR_OK;
+}
+
 /* Deletes a file that failed its checks. The file is unlinked only while the
  * name still points at the inode that was read: another process may have just
  * renamed a good entry over it. */
@@ -564,13 +581,10 @@ static tsr_status kcache_disk_read(tsr_kcache *c, const tsr_fingerprint *key,
     r = kcache_read_at(fd, payload, len, KCACHE_HEADER_BYTES);
     if (r < 0)
         goto unusable;
-    uint8_t sum[32];
-    kcache_checksum(header, payload, len, sum);
-    if (r == 0 || memcmp(sum, header + KCACHE_OFF_CHECKSUM, sizeof sum) != 0)
+    tsr_kcache_meta meta;
+    if (r == 0 || tsri_kcache_entry_parse(header, payload, len, key, &meta) != TSR_OK)
         goto corrupt;
 
-    tsr_kcache_meta meta;
-    kcache_header_meta(header, &meta);
     struct kcache_blob *b = kcache_blob_new(payload, len, &meta);
     if (b == NULL)
         goto unusable;

@@ -9,6 +9,7 @@
  * of waiting callers, so the outcome does not depend on scheduling.
  */
 #include "tessera/kcache.h"
+#include "../../lib/kcache_internal.h"
 
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -858,4 +859,53 @@ Test(kcache, a_failed_disk_write_keeps_serving_from_memory)
     cr_expect_eq(s.disk_entries, 0);
     cr_expect_eq(s.memory_entries, 1);
     tsr_kcache_close(c);
+}
+
+/* Reads a whole file into a malloc'd buffer; *len its size. */
+static uint8_t *file_slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    cr_assert_eq(fseek(f, 0, SEEK_SET), 0);
+    uint8_t *p = malloc((size_t)n);
+    cr_assert_eq(fread(p, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return p;
+}
+
+Test(kcache, entry_parse_accepts_a_written_entry_and_rejects_any_changed_byte)
+{
+    const char *d = dir_make();
+    struct builder b = {.len = 40, .fill = 9};
+    tsr_kcache *c = cache_open(d, 0, 0);
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
+    tsr_kcache_close(c);
+
+    tsr_fingerprint k = key_of(1), other = key_of(2);
+    char path[512];
+    entry_path(d, &k, path, sizeof path);
+    size_t len;
+    uint8_t *img = file_slurp(path, &len);
+    cr_assert_eq(len, TSRI_KCACHE_HEADER_BYTES + 40);
+    uint8_t *payload = img + TSRI_KCACHE_HEADER_BYTES;
+
+    tsr_kcache_meta meta;
+    memset(&meta, 0, sizeof meta);
+    cr_assert_eq(tsri_kcache_entry_parse(img, payload, 40, &k, &meta), TSR_OK);
+    cr_expect_str_eq(meta.candidate, "tier1");
+    cr_expect_str_eq(meta.kind, "matmul");
+    cr_expect_str_eq(meta.arch, "sm_90a");
+
+    cr_expect_eq(tsri_kcache_entry_parse(img, payload, 40, &other, &meta), TSR_CORRUPT);
+    cr_expect_eq(tsri_kcache_entry_parse(img, payload, 39, &k, &meta), TSR_CORRUPT);
+    for (size_t i = 0; i < len; i++) {
+        img[i] ^= 0x01;
+        cr_expect_eq(tsri_kcache_entry_parse(img, payload, 40, &k, &meta), TSR_CORRUPT,
+                     "byte %zu changed", i);
+        img[i] ^= 0x01;
+    }
+    free(img);
 }

@@ -7,6 +7,7 @@
  * a binary built from different inputs.
  */
 #include "engine.h"
+#include "offline_compile.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,8 +246,14 @@ tsr_status tsrd_engine_compile(tsrd_daemon *d, const tsr_region *r,
                                tsrd_compiled *out, tsr_error *err)
 {
     memset(out, 0, sizeof *out);
-    tsr_status st =
-        tsrd_engine_arch(d, opts != NULL ? opts->arch : NULL, out->arch, sizeof out->arch, err);
+    /* A compile for a CUDA architecture that the serving backend has no device
+     * for (a build machine, CI) produces and caches the binary without loading
+     * it; a run needs a device and gets UNSUPPORTED below. */
+    const char *want = opts != NULL ? opts->arch : NULL;
+    if (!load && want != NULL && want[0] != '\0' && !d->bops->serves_arch(d->backend, want) &&
+        tsrd_offline_arch_supported(want))
+        return tsrd_offline_compile(d->kcache, r, want, opts->force, out, err);
+    tsr_status st = tsrd_engine_arch(d, want, out->arch, sizeof out->arch, err);
     if (st == TSR_OK)
         st = tsr_region_fingerprint(r, &out->fingerprint, err);
     if (st != TSR_OK)

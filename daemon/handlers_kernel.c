@@ -13,6 +13,7 @@
 #include "dispatch.h"
 #include "engine.h"
 #include "handlers.h"
+#include "offline_compile.h"
 #include "tessera/region_pb.h"
 
 /* ---- shared with handlers_launch.c ---- */
@@ -91,6 +92,15 @@ typedef struct compile_state {
     tsrd_compiled compiled;
 } compile_state;
 
+/* True when the request names a CUDA architecture that the serving backend
+ * has no device for: the kernel is compiled and cached but not loaded. */
+static bool compile_is_offline(tsrd_job *job, const Tessera__V1__CompileRequest *req)
+{
+    const char *arch = req->options != NULL ? req->options->arch : NULL;
+    return arch != NULL && arch[0] != '\0' &&
+           !job->d->bops->serves_arch(job->d->backend, arch) && tsrd_offline_arch_supported(arch);
+}
+
 static tsr_status compile_execute(tsrd_job *job)
 {
     const Tessera__V1__CompileRequest *req = job->req->compile;
@@ -99,7 +109,8 @@ static tsr_status compile_execute(tsrd_job *job)
         return tsr_error_set(&job->err, TSR_NO_MEMORY, "compile: out of memory");
     tsr_status st = tsrd_job_region(job, req->region, "compile.region", &s->region);
     if (st == TSR_OK)
-        st = tsrd_engine_compile(job->d, &s->region, req->options, true, &s->compiled, &job->err);
+        st = tsrd_engine_compile(job->d, &s->region, req->options, !compile_is_offline(job, req),
+                                 &s->compiled, &job->err);
     if (st != TSR_OK)
         return st;
     Tessera__V1__CompileReply *r = &job->body.compile;
@@ -119,6 +130,15 @@ static tsr_status compile_execute(tsrd_job *job)
 static tsr_status compile_complete(tsrd_job *job, tsr_status status)
 {
     compile_state *s = job->state;
+    if (status == TSR_OK && s->compiled.kobj == NULL) {
+        /* Compiled for an architecture without a local device: cached, not
+         * loaded, so there is no kernel handle (0 in the reply). */
+        job->reply.body_case = TESSERA__V1__REPLY__BODY_COMPILE;
+        job->reply.compile = &job->body.compile;
+        tsrd_compiled_release(job->d, &s->compiled);
+        tsr_region_free(&s->region);
+        return status;
+    }
     tsrd_kernel *k = status == TSR_OK ? calloc(1, sizeof *k) : NULL;
     if (status == TSR_OK && k == NULL)
         status = tsr_error_set(&job->err, TSR_NO_MEMORY, "compile: out of memory");

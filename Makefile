@@ -77,7 +77,8 @@ BENCH_BIN := $(BENCH_SRC:%.c=$(BUILD)/%)
 
 ALL_LIBS := $(DAEMON_A) $(CLIENT_A) $(LIB_A)
 
-.PHONY: all test unit e2e gpu run bench install format format-check clean
+.PHONY: all test unit e2e gpu run bench install format format-check clean fuzz fuzz-smoke \
+        fuzz-build fuzz-seeds soak
 all: $(TESSERAD) $(CLI) $(CLIENT_SO)
 
 # ---- generated protobuf code ----
@@ -167,6 +168,53 @@ install: all
 	install -m 0755 $(CLIENT_SO) $(DESTDIR)$(PREFIX)/lib/
 	install -m 0644 client/include/tessera/client.h lib/include/tessera/status.h \
 		$(DESTDIR)$(PREFIX)/include/tessera/
+
+# ---- fuzzing: libFuzzer targets tests/fuzz/fuzz_<name>.c (tests/fuzz/README.md) ----
+# A separate clang build under $(FUZZ_BUILD): the lib/ and daemon/ sources are
+# compiled again with coverage and ASan+UBSan, so the normal build is untouched.
+FUZZ_CC ?= clang-14
+FUZZ_BUILD ?= $(BUILD)/fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_SMOKE_SECONDS ?= 20
+FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BIN := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
+FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_CFLAGS := -g -O1 -std=c11 -pthread $(FUZZ_SAN) -fsanitize=fuzzer-no-link
+FUZZ_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(DAEMON_SRC:%.c=$(FUZZ_BUILD)/%.o) \
+            $(FUZZ_BUILD)/kernels/embedded_none.o $(FUZZ_BUILD)/gen/tessera.pb-c.o
+
+# Sources not owned by the fuzz targets are built without -Werror: a warning
+# only clang gives must not stop fuzzing.
+$(FUZZ_BUILD)/gen/tessera.pb-c.o: $(PROTO_C)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -w -c $< -o $@
+$(FUZZ_BUILD)/%.o: %.c | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -Wall -c $< -o $@
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJ) | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -Wall -Wextra -Werror -fsanitize=fuzzer \
+		-o $@ $< $(FUZZ_OBJ) $(LDLIBS)
+
+# Regenerates the binary seed corpora (request, kcache_entry); deterministic.
+$(FUZZ_BUILD)/gen_seeds: tests/fuzz/gen_seeds.c $(LIB_A)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Wno-missing-braces -o $@ $< $(LIB_A) $(LDLIBS)
+fuzz-seeds: $(FUZZ_BUILD)/gen_seeds
+	mkdir -p tests/fuzz/corpus/request tests/fuzz/corpus/kcache_entry
+	$(FUZZ_BUILD)/gen_seeds tests/fuzz/corpus
+
+fuzz-build: $(FUZZ_BIN)
+fuzz: $(FUZZ_BIN)
+	tests/fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_BUILD) $(FUZZ_TARGETS)
+fuzz-smoke: $(FUZZ_BIN)
+	tests/fuzz/run.sh $(FUZZ_SMOKE_SECONDS) $(FUZZ_BUILD) $(FUZZ_TARGETS)
+
+# ---- load and soak: tests/bench/loadgen against a real tesserad ----
+SOAK_SECONDS ?= 600
+SOAK_CLIENTS ?= 32
+soak: all $(BUILD)/tests/bench/loadgen
+	BUILD=$(BUILD) tools/soak.sh $(SOAK_SECONDS) $(SOAK_CLIENTS)
 
 FORMAT_FILES = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh')
 format:

@@ -6,7 +6,8 @@
 set -euo pipefail
 
 packages=(build-essential pkg-config libcjson-dev libuv1-dev libprotobuf-c-dev
-          protobuf-c-compiler libnng-dev libcriterion-dev libmbedtls-dev python3-numpy)
+          protobuf-c-compiler libnng-dev libcriterion-dev libmbedtls-dev python3-numpy
+          python3-pytest)
 if [ "${1:-}" = "--ci" ]; then
     packages+=(clang-format git)
 elif [ $# -gt 0 ]; then

@@ -1,0 +1,185 @@
+"""ctypes declarations of libtessera-client (client/include/tessera/client.h).
+
+Only this module knows the C layout. The structs below mirror the header field
+for field; a change there needs the same change here. The library is found, in
+order, at $TESSERA_CLIENT_LIB, in the source tree's build/client/ (relative to
+this package), next to this package (lib/ beside it) and then through the
+dynamic loader's ordinary search (an installed libtessera-client.so).
+"""
+import ctypes
+import os
+from ctypes import (POINTER, Structure, c_bool, c_char, c_char_p, c_double, c_int,
+                    c_int64, c_size_t, c_uint32, c_uint64, c_void_p)
+
+NAME_MAX = 64
+TEXT_MAX = 256
+KEY_MAX = 80
+MAX_DEVICES = 16
+MAX_RANK = 8
+MAX_INPUTS = 16
+ERROR_MESSAGE_MAX = 512
+LIB_NAME = "libtessera-client.so"
+
+
+class Error(Structure):
+    _fields_ = [("code", c_int), ("message", c_char * ERROR_MESSAGE_MAX)]
+
+
+class Options(Structure):
+    _fields_ = [("url", c_char_p), ("timeout_ms", c_int), ("resend_ms", c_int),
+                ("auth", c_char_p), ("force", c_char_p), ("max_message_bytes", c_size_t),
+                ("lazy", c_bool)]
+
+
+class Device(Structure):
+    _fields_ = [("index", c_int), ("name", c_char * NAME_MAX), ("arch", c_char * NAME_MAX),
+                ("memory_bytes", c_uint64), ("multiprocessors", c_int)]
+
+
+class Info(Structure):
+    _fields_ = [("daemon_version", c_char * NAME_MAX), ("protocol_version", c_uint32),
+                ("backend", c_char * NAME_MAX), ("n_devices", c_int),
+                ("devices", Device * MAX_DEVICES), ("driver_version", c_char * NAME_MAX),
+                ("compiler_version", c_char * NAME_MAX), ("tenant", c_char * NAME_MAX),
+                ("max_message_bytes", c_uint64)]
+
+
+class Tensor(Structure):
+    _fields_ = [("name", c_char * NAME_MAX), ("dtype", c_int), ("rank", c_int),
+                ("shape", c_int64 * MAX_RANK), ("bytes", c_uint64)]
+
+
+class CompileOpts(Structure):
+    _fields_ = [("arch", c_char_p), ("force", c_char_p), ("policy", c_int),
+                ("skip_verify", c_bool), ("no_reference", c_bool)]
+
+
+class Verdict(Structure):
+    _fields_ = [("state", c_int), ("elements", c_uint64), ("probes", c_int),
+                ("max_abs_error", c_double), ("rel_error", c_double), ("bound", c_double),
+                ("nan_mismatches", c_uint64), ("inf_mismatches", c_uint64),
+                ("first_bad_index", c_int64), ("first_bad_probe", c_int),
+                ("first_bad_got", c_double), ("first_bad_want", c_double),
+                ("reason", c_char * TEXT_MAX), ("cached", c_bool)]
+
+
+class Decision(Structure):
+    _fields_ = [("candidate", c_char * NAME_MAX), ("tier", c_int), ("version", c_uint32),
+                ("reason", c_char * NAME_MAX), ("verdict", Verdict), ("cache_hit", c_bool),
+                ("cache_level", c_char * NAME_MAX)]
+
+
+class Compiled(Structure):
+    _fields_ = [("kernel", c_uint64), ("key", c_char * KEY_MAX),
+                ("fingerprint", c_char * KEY_MAX), ("decision", Decision),
+                ("binary_bytes", c_uint64), ("compile_ms", c_double)]
+
+
+class VerifyOpts(Structure):
+    _fields_ = [("candidate", c_char_p), ("seed", c_uint64), ("random_probes", c_int),
+                ("compile", CompileOpts)]
+
+
+class Verified(Structure):
+    _fields_ = [("candidate", c_char * NAME_MAX), ("tier", c_int), ("verdict", Verdict)]
+
+
+class Candidate(Structure):
+    _fields_ = [("name", c_char * NAME_MAX), ("tier", c_int), ("version", c_uint32),
+                ("applies", c_bool), ("why", c_char * TEXT_MAX), ("verdict", Verdict),
+                ("selected", c_bool)]
+
+
+class Counter(Structure):
+    _fields_ = [("name", c_char * NAME_MAX), ("value", c_double)]
+
+
+class CandidateStats(Structure):
+    _fields_ = [("kind", c_char * NAME_MAX), ("name", c_char * NAME_MAX), ("won", c_uint64),
+                ("forced", c_uint64), ("declined", c_uint64),
+                ("failed_verification", c_uint64)]
+
+
+class Stats(Structure):
+    _fields_ = [("n_counters", c_size_t), ("counters", POINTER(Counter)),
+                ("n_candidates", c_size_t), ("candidates", POINTER(CandidateStats)),
+                ("prometheus_text", c_char_p)]
+
+
+class CacheEntry(Structure):
+    _fields_ = [("key", c_char * KEY_MAX), ("candidate", c_char * NAME_MAX),
+                ("kind", c_char * NAME_MAX), ("arch", c_char * NAME_MAX), ("bytes", c_uint64),
+                ("in_memory", c_bool), ("on_disk", c_bool), ("last_used_unix_ms", c_int64),
+                ("hits", c_uint64)]
+
+
+def _candidates():
+    env = os.environ.get("TESSERA_CLIENT_LIB")
+    if env:
+        yield env
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.join(here, "..", "..", "..", os.environ.get("BUILD", "build"), "client",
+                       LIB_NAME)
+    yield os.path.join(here, "lib", LIB_NAME)
+    yield LIB_NAME
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            tried.append(path + " (missing)")
+            continue
+        try:
+            return ctypes.CDLL(path)
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+    raise ImportError("tessera: cannot load %s; set TESSERA_CLIENT_LIB. Tried: %s"
+                      % (LIB_NAME, "; ".join(tried)))
+
+
+def _declare(lib):
+    P = c_void_p
+    E = POINTER(Error)
+    sig = {
+        "tsr_status_name": (c_char_p, [c_int]),
+        "tsr_strerror": (c_char_p, [c_int]),
+        "tsr_client_options_init": (None, [POINTER(Options)]),
+        "tsr_client_connect": (c_int, [POINTER(Options), POINTER(P), E]),
+        "tsr_client_close": (None, [P]),
+        "tsr_client_url": (c_char_p, [P]),
+        "tsr_client_hello": (c_int, [P, POINTER(Info), c_int, E]),
+        "tsr_client_region_load": (c_int, [c_char_p, c_size_t, POINTER(P), E]),
+        "tsr_client_region_free": (None, [P]),
+        "tsr_client_region_signature": (c_int, [P, POINTER(Tensor), POINTER(Tensor)]),
+        "tsr_client_compile": (c_int, [P, P, POINTER(CompileOpts), POINTER(Compiled), c_int, E]),
+        "tsr_client_launch": (c_int, [P, c_uint64, POINTER(c_uint64), c_int, c_uint64,
+                                      POINTER(c_double), c_int, E]),
+        "tsr_client_run": (c_int, [P, P, POINTER(CompileOpts), POINTER(c_void_p), c_void_p,
+                                   POINTER(Decision), c_int, E]),
+        "tsr_client_verify": (c_int, [P, P, POINTER(VerifyOpts), POINTER(Verified), c_int, E]),
+        "tsr_client_candidates": (c_int, [P, P, POINTER(CompileOpts), POINTER(POINTER(Candidate)),
+                                          POINTER(c_size_t), c_int, E]),
+        "tsr_client_candidates_free": (None, [POINTER(Candidate)]),
+        "tsr_client_buffer_alloc": (c_int, [P, c_int, c_int, POINTER(c_int64), POINTER(c_uint64),
+                                            POINTER(c_uint64), c_int, E]),
+        "tsr_client_buffer_write": (c_int, [P, c_uint64, c_uint64, c_void_p, c_size_t, c_int, E]),
+        "tsr_client_buffer_read": (c_int, [P, c_uint64, c_uint64, c_void_p, c_size_t,
+                                           POINTER(c_size_t), c_int, E]),
+        "tsr_client_buffer_free": (c_int, [P, c_uint64, c_int, E]),
+        "tsr_client_stats_get": (c_int, [P, c_bool, POINTER(POINTER(Stats)), c_int, E]),
+        "tsr_client_stats_free": (None, [POINTER(Stats)]),
+        "tsr_client_cache_list": (c_int, [P, POINTER(POINTER(CacheEntry)), POINTER(c_size_t),
+                                          c_int, E]),
+        "tsr_client_cache_free": (None, [POINTER(CacheEntry)]),
+        "tsr_client_cache_evict": (c_int, [P, c_char_p, POINTER(c_uint32), c_int, E]),
+    }
+    for name, (res, args) in sig.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+    return lib
+
+
+lib = _declare(_load())

@@ -21,7 +21,7 @@ CPPFLAGS += -D_GNU_SOURCE -Ilib/include -Iclient/include -I$(BUILD)/gen -Idaemon
             -I$(CUDA_HOME)/include -MMD -MP
 CFLAGS ?= -O2 -g
 CFLAGS += -std=c11 -Wall -Wextra -Werror -pthread -fPIC
-LDLIBS += -lnng -lmbedtls -lmbedx509 -lmbedcrypto -luv -lprotobuf-c -lcjson -ldl -lm -pthread
+LDLIBS += -lnng -lmbedtls -lmbedx509 -lmbedcrypto -luv -lprotobuf-c -lcjson -lsystemd -ldl -lm -pthread
 
 ifneq ($(SANITIZE),)
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -180,8 +180,9 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_BIN := $(FUZZ_TARGETS:%=$(FUZZ_BUILD)/fuzz_%)
 FUZZ_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS := -g -O1 -std=c11 -pthread $(FUZZ_SAN) -fsanitize=fuzzer-no-link
-FUZZ_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(DAEMON_SRC:%.c=$(FUZZ_BUILD)/%.o) \
-            $(FUZZ_BUILD)/kernels/embedded_none.o $(FUZZ_BUILD)/gen/tessera.pb-c.o
+FUZZ_OBJ := $(LIB_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/gen/tessera.pb-c.o
+# Only the request target needs the daemon.
+FUZZ_DAEMON_OBJ := $(DAEMON_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/kernels/embedded_none.o
 
 # Sources not owned by the fuzz targets are built without -Werror: a warning
 # only clang gives must not stop fuzzing.
@@ -194,7 +195,8 @@ $(FUZZ_BUILD)/%.o: %.c | $(PROTO_H)
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJ) | $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -Wall -Wextra -Werror -fsanitize=fuzzer \
-		-o $@ $< $(FUZZ_OBJ) $(LDLIBS)
+		-o $@ $< $(filter %.o,$^) $(LDLIBS)
+$(FUZZ_BUILD)/fuzz_request: $(FUZZ_DAEMON_OBJ)
 
 # Regenerates the binary seed corpora (request, kcache_entry); deterministic.
 $(FUZZ_BUILD)/gen_seeds: tests/fuzz/gen_seeds.c $(LIB_A)

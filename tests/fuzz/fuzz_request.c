@@ -21,6 +21,10 @@
 #include <unistd.h>
 
 #include "dispatch.h"
+#include "tessera/region_pb.h"
+
+#define FUZZ_MAX_ELEMENTS (1 << 20)
+#define FUZZ_MAX_FLOPS 2e7
 
 typedef struct fuzz_harness {
     uv_loop_t loop;
@@ -97,8 +101,62 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
+/* True when the region is small enough to execute quickly on the CPU. */
+static bool fuzz_region_small(const Tessera__V1__Region *pb)
+{
+    if (pb == NULL)
+        return true;
+    tsr_region r;
+    if (tsr_region_from_pb(pb, &r, NULL) != TSR_OK)
+        return true; /* rejected by validation: cheap */
+    tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], out;
+    int n = tsr_region_signature(&r, in, &out);
+    int64_t elements = tsr_tensor_desc_elements(&out);
+    for (int i = 0; i < n; i++)
+        elements += tsr_tensor_desc_elements(&in[i]);
+    bool small = elements <= FUZZ_MAX_ELEMENTS && tsr_region_flops(&r) <= FUZZ_MAX_FLOPS;
+    tsr_region_free(&r);
+    return small;
+}
+
+/* True when a request that decodes asks for work beyond the bounds above. */
+static bool fuzz_too_expensive(const uint8_t *data, size_t size)
+{
+    Tessera__V1__Request *req = tessera__v1__request__unpack(NULL, size, data);
+    if (req == NULL)
+        return false;
+    bool expensive = false;
+    switch (req->body_case) {
+    case TESSERA__V1__REQUEST__BODY_COMPILE:
+        expensive = !fuzz_region_small(req->compile->region);
+        break;
+    case TESSERA__V1__REQUEST__BODY_RUN:
+        expensive = !fuzz_region_small(req->run->region);
+        break;
+    case TESSERA__V1__REQUEST__BODY_VERIFY:
+        expensive = !fuzz_region_small(req->verify->region) || req->verify->random_probes > 4;
+        break;
+    case TESSERA__V1__REQUEST__BODY_CANDIDATES:
+        expensive = !fuzz_region_small(req->candidates->region);
+        break;
+    case TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC: {
+        double elements = 1;
+        for (size_t i = 0; i < req->buffer_alloc->n_shape; i++)
+            elements *= (double)req->buffer_alloc->shape[i];
+        expensive = elements > FUZZ_MAX_ELEMENTS;
+        break;
+    }
+    default:
+        break;
+    }
+    tessera__v1__request__free_unpacked(req, NULL);
+    return expensive;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    if (fuzz_too_expensive(data, size))
+        return 0;
     fuzz_harness *h = fuzz_h;
     uint32_t pipe = ++h->next_pipe;
     h->replies = 0;

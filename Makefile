@@ -42,15 +42,20 @@ DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
 DAEMON_A := $(BUILD)/daemon/libtesserad.a
 
-# Tier-3 kernels: kernels/*.cu built by nvcc into a cubin that is embedded into
-# the daemon as a C array. Without nvcc the daemon is built with an empty image
+# Tier-3 kernels: kernels/*.cu built by nvcc into images that are embedded into
+# the daemon as C arrays: gemm_sm90.cu as an sm_90a cubin, gemm_sm80.cu as a
+# fatbin with sm_80 code (every sm_8x), sm_90 code (Hopper runs no sm_8x code)
+# and compute_80 PTX. Without nvcc the daemon is built with empty images
 # (kernels/embedded_none.c) and its tier-3 candidates decline. NVCC=false forces that.
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 NVCCFLAGS ?= -gencode=arch=compute_90a,code=sm_90a -cubin -O3 -std=c++17
+NVCC80FLAGS ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=sm_90 \
+               -gencode=arch=compute_80,code=compute_80 -fatbin -O3 -std=c++17
 HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && $(NVCC) --version >/dev/null 2>&1 && echo 1)
 KERNEL_CUBIN := $(BUILD)/kernels/gemm_sm90.cubin
+KERNEL80_IMAGE := $(BUILD)/kernels/gemm_sm80.fatbin
 ifeq ($(HAVE_NVCC),1)
-KERNEL_OBJ := $(BUILD)/gen/kernels_embedded.o
+KERNEL_OBJ := $(BUILD)/gen/kernels_embedded.o $(BUILD)/gen/kernels80_embedded.o
 else
 KERNEL_OBJ := $(BUILD)/kernels/embedded_none.o
 endif
@@ -78,7 +83,7 @@ BENCH_BIN := $(BENCH_SRC:%.c=$(BUILD)/%)
 ALL_LIBS := $(DAEMON_A) $(CLIENT_A) $(LIB_A)
 
 .PHONY: all test unit e2e gpu run bench install format format-check clean fuzz fuzz-smoke \
-        fuzz-build fuzz-seeds soak
+        fuzz-build fuzz-seeds soak gemm80-check
 all: $(TESSERAD) $(CLI) $(CLIENT_SO)
 
 # ---- generated protobuf code ----
@@ -109,6 +114,30 @@ $(BUILD)/gen/kernels_embedded.c: $(KERNEL_CUBIN)
 
 $(BUILD)/gen/kernels_embedded.o: $(BUILD)/gen/kernels_embedded.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(KERNEL80_IMAGE): kernels/gemm_sm80.cu kernels/gemm80_params.h kernels/gemm_params.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC80FLAGS) kernels/gemm_sm80.cu -o $@
+
+$(BUILD)/gen/kernels80_embedded.c: $(KERNEL80_IMAGE)
+	@mkdir -p $(dir $@)
+	{ echo '/* Generated from $< by the Makefile. */'; echo '#include <stddef.h>'; \
+	  echo '__attribute__((aligned(64))) const unsigned char tsri_gemm_sm80_image[] = {'; \
+	  xxd -i < $<; echo '};'; \
+	  echo 'const size_t tsri_gemm_sm80_image_len = sizeof tsri_gemm_sm80_image;'; } > $@.tmp
+	mv $@.tmp $@
+
+$(BUILD)/gen/kernels80_embedded.o: $(BUILD)/gen/kernels80_embedded.c
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+# The stand-alone check of the sm_80 family (kernels/gemm80_check.cu); it needs a GPU to run.
+GEMM80_CHECK := $(BUILD)/gpu/bin/gemm80_check
+gemm80-check: $(GEMM80_CHECK)
+$(GEMM80_CHECK): kernels/gemm80_check.cu kernels/gemm_sm80.cu kernels/gemm80_params.h \
+                 kernels/gemm_params.h
+	@mkdir -p $(dir $@)
+	$(NVCC) -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=sm_90 -O3 \
+		-std=c++17 -o $@ kernels/gemm80_check.cu kernels/gemm_sm80.cu -lcuda
 
 $(LIB_A): $(LIB_OBJ)
 	@mkdir -p $(dir $@)

@@ -5,9 +5,10 @@
  * The blob header is written field by field in little-endian order rather than
  * as a struct image, so a cache directory stays readable by any build of the
  * daemon with the same TSRI_CUDA_BLOB_VERSION. The tier-3 rules live in one
- * place, tsri_gemm_plan_make: the candidates' applies predicates, compile and
- * the launch all ask it, so a region is never accepted by one and refused by
- * another.
+ * place, kernels_plan_rules behind tsri_gemm_plan_make (Hopper) and
+ * tsri_gemm80_plan_make (Ampere): the candidates' applies predicates, compile
+ * and the launch all ask them, so a region is never accepted by one and refused
+ * by another.
  */
 #include "cuda_kernels.h"
 
@@ -118,7 +119,9 @@ static const char *kernels_dtype_tag(tsr_dtype dtype)
     return dtype == TSR_F32 ? "f32" : dtype == TSR_F16 ? "f16" : "bf16";
 }
 
-tsr_status tsri_gemm_plan_make(const tsr_region *r, tsri_gemm_plan *out, tsr_error *err)
+/* The rules both families share and the plan fields that follow from the
+ * region alone; the caller adds the family's geometry and entry name. */
+static tsr_status kernels_plan_rules(const tsr_region *r, tsri_gemm_plan *out, tsr_error *err)
 {
     memset(out, 0, sizeof *out);
     out->bias_input = -1;
@@ -169,19 +172,67 @@ tsr_status tsri_gemm_plan_make(const tsr_region *r, tsri_gemm_plan *out, tsr_err
         return tsr_error_set(err, TSR_UNSUPPORTED, "%s not a multiple of 8", n_name);
     if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
         return tsr_error_set(err, TSR_UNSUPPORTED, "a dimension past 2^31 - 1");
-    int bn = out->gated ? TSR_GEMM_BN_GATED : TSR_GEMM_BN;
-    int64_t tiles = ((m + TSR_GEMM_BM - 1) / TSR_GEMM_BM) * ((n + bn - 1) / bn);
-    if (tiles > INT32_MAX)
-        return tsr_error_set(err, TSR_UNSUPPORTED, "more than 2^31 - 1 tiles");
     out->m = (int)m, out->n = (int)n, out->k = (int)k;
-    out->grid = (uint32_t)tiles;
-    out->block = TSR_GEMM_THREADS;
-    out->shared_bytes = TSR_GEMM_SMEM_BYTES;
     out->map_dtype =
         r->dtype == TSR_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    return TSR_OK;
+}
+
+/* Tile count of a bm x bn tiling, which is also each family's grid size before
+ * the launch clamps a persistent one. */
+static tsr_status kernels_plan_tiles(tsri_gemm_plan *out, int bm, int bn, tsr_error *err)
+{
+    int64_t tiles = (((int64_t)out->m + bm - 1) / bm) * (((int64_t)out->n + bn - 1) / bn);
+    if (tiles > INT32_MAX)
+        return tsr_error_set(err, TSR_UNSUPPORTED, "more than 2^31 - 1 tiles");
+    out->grid = (uint32_t)tiles;
+    return TSR_OK;
+}
+
+tsr_status tsri_gemm_plan_make(const tsr_region *r, tsri_gemm_plan *out, tsr_error *err)
+{
+    tsr_status st = kernels_plan_rules(r, out, err);
+    if (st == TSR_OK)
+        st =
+            kernels_plan_tiles(out, TSR_GEMM_BM, out->gated ? TSR_GEMM_BN_GATED : TSR_GEMM_BN, err);
+    if (st != TSR_OK)
+        return st;
+    out->family = TSRI_GEMM_WGMMA;
+    out->block = TSR_GEMM_THREADS;
+    out->shared_bytes = TSR_GEMM_SMEM_BYTES;
     snprintf(out->entry, sizeof out->entry, "tsr_gemm_%s_%s%s", kernels_dtype_tag(r->dtype),
              kernels_dtype_tag(r->out_dtype), out->gated ? "_gated" : "");
     return TSR_OK;
+}
+
+tsr_status tsri_gemm80_plan_make(const tsr_region *r, tsri_gemm_plan *out, tsr_error *err)
+{
+    tsr_status st = kernels_plan_rules(r, out, err);
+    if (st == TSR_OK)
+        st = kernels_plan_tiles(out, TSR_GEMM80_BM,
+                                out->gated ? TSR_GEMM80_BN_GATED : TSR_GEMM80_BN, err);
+    if (st != TSR_OK)
+        return st;
+    out->family = TSRI_GEMM_MMA80;
+    out->block = TSR_GEMM80_THREADS;
+    out->shared_bytes = TSR_GEMM80_SMEM_BYTES;
+    snprintf(out->entry, sizeof out->entry, "tsr_gemm80_%s_%s%s", kernels_dtype_tag(r->dtype),
+             kernels_dtype_tag(r->out_dtype), out->gated ? "_gated" : "");
+    return TSR_OK;
+}
+
+static int kernels_is_mma80(const tsr_candidate *c)
+{
+    return strcmp(c->name, TSRI_CUDA_GEMM80) == 0 || strcmp(c->name, TSRI_CUDA_SWIGLU80) == 0;
+}
+
+tsr_status tsri_gemm_plan_for(const tsr_candidate *c, const tsr_region *r, tsri_gemm_plan *out,
+                              tsr_error *err)
+{
+    if (!tsri_cuda_candidate_is_tier3(c))
+        return tsr_error_set(err, TSR_UNSUPPORTED, "%s is not a tier-3 GEMM", c->name);
+    return kernels_is_mma80(c) ? tsri_gemm80_plan_make(r, out, err)
+                               : tsri_gemm_plan_make(r, out, err);
 }
 
 static void kernels_tmap(tsri_tmap_args *t, CUtensorMapDataType dtype, CUdeviceptr address,
@@ -204,9 +255,10 @@ static void kernels_tmap(tsri_tmap_args *t, CUtensorMapDataType dtype, CUdevicep
     t->oob_fill = CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE;
 }
 
-tsr_status tsri_gemm_launch_args(const tsri_gemm_plan *plan, const CUdeviceptr *inputs,
-                                 int n_inputs, CUdeviceptr output, tsri_tmap_args maps[3],
-                                 tsr_gemm_params *params, tsr_error *err)
+/* The checks both families' launches make, then the shared kernel parameters. */
+static tsr_status kernels_launch_params(const tsri_gemm_plan *plan, const CUdeviceptr *inputs,
+                                        int n_inputs, CUdeviceptr output, tsr_gemm_params *params,
+                                        tsr_error *err)
 {
     int want = plan->gated ? 3 : 2 + (plan->bias_input >= 0) + (plan->residual_input >= 0);
     if (n_inputs != want)
@@ -219,12 +271,6 @@ tsr_status tsri_gemm_launch_args(const tsri_gemm_plan *plan, const CUdeviceptr *
     if (output % 16 != 0)
         return tsr_error_set(err, TSR_BUFFER_MISMATCH,
                              "gemm launch: the output is not 16-byte aligned");
-    /* A (M,K) is K-contiguous: dims {K, M}, 64 x 128 boxes. B (K,N) is
-     * N-contiguous: dims {N, K}, 64 x 64 boxes (the kernel loads four per stage). */
-    kernels_tmap(&maps[0], plan->map_dtype, inputs[0], plan->m, plan->k, TSR_GEMM_BK, TSR_GEMM_BM);
-    kernels_tmap(&maps[1], plan->map_dtype, inputs[1], plan->k, plan->n, 64, TSR_GEMM_BK);
-    kernels_tmap(&maps[2], plan->map_dtype, plan->gated ? inputs[2] : inputs[1], plan->k, plan->n,
-                 64, TSR_GEMM_BK);
     memset(params, 0, sizeof *params);
     params->m = plan->m;
     params->n = plan->n;
@@ -236,10 +282,39 @@ tsr_status tsri_gemm_launch_args(const tsri_gemm_plan *plan, const CUdeviceptr *
     params->residual =
         plan->residual_input >= 0 ? (const void *)(uintptr_t)inputs[plan->residual_input] : NULL;
     params->out = (void *)(uintptr_t)output;
+    return TSR_OK;
+}
+
+tsr_status tsri_gemm_launch_args(const tsri_gemm_plan *plan, const CUdeviceptr *inputs,
+                                 int n_inputs, CUdeviceptr output, tsri_tmap_args maps[3],
+                                 tsr_gemm_params *params, tsr_error *err)
+{
+    tsr_status st = kernels_launch_params(plan, inputs, n_inputs, output, params, err);
+    if (st != TSR_OK)
+        return st;
+    /* A (M,K) is K-contiguous: dims {K, M}, 64 x 128 boxes. B (K,N) is
+     * N-contiguous: dims {N, K}, 64 x 64 boxes (the kernel loads four per stage). */
+    kernels_tmap(&maps[0], plan->map_dtype, inputs[0], plan->m, plan->k, TSR_GEMM_BK, TSR_GEMM_BM);
+    kernels_tmap(&maps[1], plan->map_dtype, inputs[1], plan->k, plan->n, 64, TSR_GEMM_BK);
+    kernels_tmap(&maps[2], plan->map_dtype, plan->gated ? inputs[2] : inputs[1], plan->k, plan->n,
+                 64, TSR_GEMM_BK);
     /* MN-major B tiles: 64-column chunks of 64 K rows x 128 bytes lie 8 KiB
      * apart; groups of 8 K rows are 1 KiB apart (128-byte swizzle). */
     params->b_lbo = 8192;
     params->b_sbo = 1024;
+    return TSR_OK;
+}
+
+tsr_status tsri_gemm80_launch_args(const tsri_gemm_plan *plan, const CUdeviceptr *inputs,
+                                   int n_inputs, CUdeviceptr output, CUdeviceptr operands[3],
+                                   tsr_gemm_params *params, tsr_error *err)
+{
+    tsr_status st = kernels_launch_params(plan, inputs, n_inputs, output, params, err);
+    if (st != TSR_OK)
+        return st;
+    operands[0] = inputs[0];
+    operands[1] = inputs[1];
+    operands[2] = plan->gated ? inputs[2] : inputs[1];
     return TSR_OK;
 }
 
@@ -277,6 +352,35 @@ static bool kernels_tier3_applies(const tsr_candidate *c, const tsr_region *r, c
     return true;
 }
 
+/* sm_80 .. sm_89 run the image's sm_80 code, Hopper its sm_90 code. */
+static bool kernels_mma80_arch(const char *arch)
+{
+    if (strcmp(arch, "sm_90") == 0 || strcmp(arch, "sm_90a") == 0)
+        return true;
+    return strncmp(arch, "sm_8", 4) == 0 && arch[4] >= '0' && arch[4] <= '9' && arch[5] == '\0';
+}
+
+static bool kernels_mma80_applies(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                                  char *why, size_t why_len)
+{
+    (void)c;
+    if (!kernels_mma80_arch(arch)) {
+        snprintf(why, why_len, "built for sm_80 .. sm_89 and sm_90, not %s", arch);
+        return false;
+    }
+    if (tsri_gemm_sm80_image_len == 0) {
+        snprintf(why, why_len, "this tesserad was built without nvcc (no tier-3 kernels)");
+        return false;
+    }
+    tsri_gemm_plan plan;
+    tsr_error err;
+    if (tsri_gemm80_plan_make(r, &plan, &err) != TSR_OK) {
+        snprintf(why, why_len, "%s", err.message);
+        return false;
+    }
+    return true;
+}
+
 void tsri_cuda_candidate_tier1(tsr_candidate *out)
 {
     memset(out, 0, sizeof *out);
@@ -307,9 +411,30 @@ void tsri_cuda_candidate_swiglu(tsr_candidate *out)
     out->applies = kernels_tier3_applies;
 }
 
+void tsri_cuda_candidate_gemm80(tsr_candidate *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_GEMM80);
+    out->tier = 3;
+    out->version = TSRI_CUDA_MMA80_VERSION;
+    out->kinds = 1u << TSR_KIND_MATMUL | 1u << TSR_KIND_FUSED;
+    out->applies = kernels_mma80_applies;
+}
+
+void tsri_cuda_candidate_swiglu80(tsr_candidate *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_SWIGLU80);
+    out->tier = 3;
+    out->version = TSRI_CUDA_MMA80_VERSION;
+    out->kinds = 1u << TSR_KIND_GATED;
+    out->applies = kernels_mma80_applies;
+}
+
 int tsri_cuda_candidate_is_tier3(const tsr_candidate *c)
 {
-    return strcmp(c->name, TSRI_CUDA_GEMM) == 0 || strcmp(c->name, TSRI_CUDA_SWIGLU) == 0;
+    return strcmp(c->name, TSRI_CUDA_GEMM) == 0 || strcmp(c->name, TSRI_CUDA_SWIGLU) == 0 ||
+           kernels_is_mma80(c);
 }
 
 tsr_status tsri_cuda_register_candidates(tsr_arbiter *arbiter, tsr_error *err)
@@ -321,6 +446,13 @@ tsr_status tsri_cuda_register_candidates(tsr_arbiter *arbiter, tsr_error *err)
     if (st == TSR_OK)
         st = tsr_arbiter_register(arbiter, &c, err);
     tsri_cuda_candidate_swiglu(&c);
+    if (st == TSR_OK)
+        st = tsr_arbiter_register(arbiter, &c, err);
+    /* After the wgmma pair: equal tier, so on Hopper the tie goes to those. */
+    tsri_cuda_candidate_gemm80(&c);
+    if (st == TSR_OK)
+        st = tsr_arbiter_register(arbiter, &c, err);
+    tsri_cuda_candidate_swiglu80(&c);
     if (st == TSR_OK)
         st = tsr_arbiter_register(arbiter, &c, err);
     return st;
@@ -373,10 +505,12 @@ tsr_status tsri_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_regio
     if ((c->kinds & (1u << r->kind)) == 0)
         return tsr_error_set(err, TSR_UNSUPPORTED, "%s: does not serve %s regions", c->name,
                              tsr_region_kind_name(r->kind));
-    if (!kernels_tier3_applies(c, r, arch, why, sizeof why))
+    bool ok = kernels_is_mma80(c) ? kernels_mma80_applies(c, r, arch, why, sizeof why)
+                                  : kernels_tier3_applies(c, r, arch, why, sizeof why);
+    if (!ok)
         return tsr_error_set(err, TSR_UNSUPPORTED, "%s: %s", c->name, why);
     tsri_gemm_plan plan;
-    tsr_status st = tsri_gemm_plan_make(r, &plan, err);
+    tsr_status st = tsri_gemm_plan_for(c, r, &plan, err);
     if (st != TSR_OK)
         return st;
     tsri_cuda_launch_desc desc = {.image = TSRI_CUDA_IMAGE_EMBEDDED,

@@ -7,8 +7,10 @@
  *
  *  - The candidates: "tier1" (tier 1, every kind: Tier-1 code generation +
  *    NVRTC), "gemm_wgmma" (tier 3, matmul and fused) and "swiglu_wgmma" (tier 3,
- *    gated), the last two served by the hand-written Hopper kernels of
- *    kernels/gemm_sm90.cu, which the build embeds into the daemon as a cubin.
+ *    gated), served by the hand-written Hopper kernels of kernels/gemm_sm90.cu,
+ *    and "gemm_mma80" / "swiglu_mma80" (tier 3, the same kinds), served by the
+ *    Ampere kernels of kernels/gemm_sm80.cu for sm_80 .. sm_89 and, behind the
+ *    wgmma pair, on Hopper. The build embeds both families into the daemon.
  *  - The compiled blob the kernel cache stores: a fixed 128-byte header with the
  *    launch description (entry, grid, block, dynamic shared bytes, parameter
  *    count, image kind) followed by the cubin. A disk-cache hit after a restart
@@ -28,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../kernels/gemm80_params.h"
 #include "../kernels/gemm_params.h"
 #include "tessera/codegen.h"
 #include "cuda_nvrtc.h"
@@ -48,14 +51,23 @@
 #define TSRI_CUDA_SWIGLU "swiglu_wgmma"
 #define TSRI_CUDA_TIER1_VERSION 1
 #define TSRI_CUDA_TIER3_VERSION 2
+#define TSRI_CUDA_GEMM80 "gemm_mma80"
+#define TSRI_CUDA_SWIGLU80 "swiglu_mma80"
+#define TSRI_CUDA_MMA80_VERSION 1
 
-/* The only architecture the tier-3 kernels are built for. */
+/* The only architecture the wgmma tier-3 kernels are built for. */
 #define TSRI_CUDA_TIER3_ARCH "sm_90a"
 
 /* The cubin of kernels/gemm_sm90.cu embedded at build time; length 0 when the
  * build had no nvcc (the tier-3 candidates then decline everything). */
 extern const unsigned char tsri_gemm_sm90_cubin[];
 extern const size_t tsri_gemm_sm90_cubin_len;
+
+/* The image of kernels/gemm_sm80.cu embedded at build time: a fatbin holding
+ * sm_80 code (which every sm_8x runs), sm_90 code from the same source (Hopper
+ * does not run sm_8x code) and compute_80 PTX. Length 0 without nvcc. */
+extern const unsigned char tsri_gemm_sm80_image[];
+extern const size_t tsri_gemm_sm80_image_len;
 
 typedef enum tsri_cuda_image {
     TSRI_CUDA_IMAGE_CUBIN = 1,    /* the blob's payload is a cubin */
@@ -85,15 +97,19 @@ tsr_status tsri_cuda_blob_decode(const uint8_t *bin, size_t len, tsri_cuda_launc
  * Hopper compiles for its architecture-specific features. */
 void tsri_cuda_arch_name(int major, int minor, char *buf, size_t size);
 
-/* Registers tier1, gemm_wgmma and swiglu_wgmma, in that order. */
+/* Registers tier1, gemm_wgmma, swiglu_wgmma, gemm_mma80 and swiglu_mma80, in
+ * that order: on Hopper both tier-3 pairs apply and the tie goes to the wgmma
+ * kernels, while the mma80 ones stay forceable. */
 tsr_status tsri_cuda_register_candidates(tsr_arbiter *arbiter, tsr_error *err);
 
 /* The candidate descriptions (the same values registration uses). */
 void tsri_cuda_candidate_tier1(tsr_candidate *out);
 void tsri_cuda_candidate_gemm(tsr_candidate *out);
 void tsri_cuda_candidate_swiglu(tsr_candidate *out);
+void tsri_cuda_candidate_gemm80(tsr_candidate *out);
+void tsri_cuda_candidate_swiglu80(tsr_candidate *out);
 
-/* True for the two tier-3 candidates. */
+/* True for the four tier-3 candidates. */
 int tsri_cuda_candidate_is_tier3(const tsr_candidate *c);
 
 /* Builds candidate c for r on arch. tier1: code generation for {arch, sm_count}
@@ -106,8 +122,14 @@ tsr_status tsri_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_regio
 
 /* ---- the tier-3 launch plan ---- */
 
+typedef enum tsri_gemm_family {
+    TSRI_GEMM_WGMMA = 0, /* kernels/gemm_sm90.cu: tensor maps, persistent grid */
+    TSRI_GEMM_MMA80 = 1, /* kernels/gemm_sm80.cu: plain pointers, one block per tile */
+} tsri_gemm_family;
+
 typedef struct tsri_gemm_plan {
-    char entry[64]; /* tsr_gemm_<in>_<out>[_gated] */
+    tsri_gemm_family family;
+    char entry[64]; /* tsr_gemm_<in>_<out>[_gated] or tsr_gemm80_<in>_<out>[_gated] */
     int gated;
     int m, n, k; /* n is H for a gated region */
     uint32_t grid, block, shared_bytes;
@@ -122,6 +144,15 @@ typedef struct tsri_gemm_plan {
 /* Plans r (matmul, fused or gated). TSR_UNSUPPORTED naming the rule when the
  * tier-3 kernels cannot serve it (the same rules as the candidates' applies). */
 tsr_status tsri_gemm_plan_make(const tsr_region *r, tsri_gemm_plan *out, tsr_error *err);
+
+/* The same for the Ampere family (same rules, its own entry names and geometry:
+ * grid is the tile count, launched as is). */
+tsr_status tsri_gemm80_plan_make(const tsr_region *r, tsri_gemm_plan *out, tsr_error *err);
+
+/* The plan of tier-3 candidate c (either family) for r; TSR_UNSUPPORTED for a
+ * candidate that is not tier 3. */
+tsr_status tsri_gemm_plan_for(const tsr_candidate *c, const tsr_region *r, tsri_gemm_plan *out,
+                              tsr_error *err);
 
 /* The arguments of one cuTensorMapEncodeTiled call. */
 typedef struct tsri_tmap_args {
@@ -145,5 +176,12 @@ typedef struct tsri_tmap_args {
 tsr_status tsri_gemm_launch_args(const tsri_gemm_plan *plan, const CUdeviceptr *inputs,
                                  int n_inputs, CUdeviceptr output, tsri_tmap_args maps[3],
                                  tsr_gemm_params *params, tsr_error *err);
+
+/* The Ampere family's launch arguments (gemm80_params.h): operands[0..2] are A,
+ * B and B2 (B2 repeats B for the plain kernels) and params as above (b_lbo and
+ * b_sbo 0). Same alignment and input-count checks as tsri_gemm_launch_args. */
+tsr_status tsri_gemm80_launch_args(const tsri_gemm_plan *plan, const CUdeviceptr *inputs,
+                                   int n_inputs, CUdeviceptr output, CUdeviceptr operands[3],
+                                   tsr_gemm_params *params, tsr_error *err);
 
 #endif

@@ -1,0 +1,326 @@
+/*
+ * cuda_kernels80_test.c — the Ampere tier-3 GEMM family in cuda_kernels.c,
+ * where no GPU is needed: the gemm_mma80 / swiglu_mma80 candidates' decisions
+ * on every architecture they serve or decline, their place behind the wgmma
+ * pair, the launch plan and arguments, the compiled blob, and the embedded
+ * kernels/gemm_sm80.cu image with every entry point the planner can name.
+ * Decisions past the architecture check need the image and skip on a build
+ * without nvcc.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_kernels.h"
+#include "tessera/arbiter.h"
+#include "tessera/fingerprint.h"
+#include "tessera/json.h"
+
+static void load_example(const char *path, tsr_dtype dtype, tsr_region *r)
+{
+    tsr_error e;
+    cr_assert_eq(tsr_region_from_file(path, r, &e), TSR_OK, "%s: %s", path, e.message);
+    r->dtype = dtype;
+    r->out_dtype = dtype;
+    cr_assert_eq(tsr_region_validate(r, &e), TSR_OK, "%s: %s", path, e.message);
+}
+
+static bool applies(const tsr_candidate *c, const tsr_region *r, const char *arch, char *why)
+{
+    why[0] = '\0';
+    return c->applies(c, r, arch, why, 160);
+}
+
+static void skip_without_image(void)
+{
+    if (tsri_gemm_sm80_image_len == 0)
+        cr_skip_test("built without nvcc");
+}
+
+Test(cuda_kernels80, candidates_are_tier3_for_the_gemm_kinds)
+{
+    tsr_candidate gemm, swiglu;
+    tsri_cuda_candidate_gemm80(&gemm);
+    tsri_cuda_candidate_swiglu80(&swiglu);
+    cr_assert_str_eq(gemm.name, "gemm_mma80");
+    cr_assert_str_eq(swiglu.name, "swiglu_mma80");
+    cr_assert_eq(gemm.tier, 3);
+    cr_assert_eq(swiglu.tier, 3);
+    cr_assert_eq(gemm.version, 1);
+    cr_assert_eq(swiglu.version, 1);
+    cr_assert_eq(gemm.kinds, 1u << TSR_KIND_MATMUL | 1u << TSR_KIND_FUSED);
+    cr_assert_eq(swiglu.kinds, 1u << TSR_KIND_GATED);
+    cr_assert(tsri_cuda_candidate_is_tier3(&gemm));
+    cr_assert(tsri_cuda_candidate_is_tier3(&swiglu));
+}
+
+Test(cuda_kernels80, declines_architectures_outside_sm80_to_sm90)
+{
+    tsr_candidate gemm;
+    tsri_cuda_candidate_gemm80(&gemm);
+    tsr_region r;
+    char why[160];
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 100, 96, 64, NULL), TSR_OK);
+    const char *no[] = {"sm_75", "sm_100", "sm_120", "sm_8", "sm_800", "sm_90b", "cpu"};
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        cr_assert_not(applies(&gemm, &r, no[i], why), "%s", no[i]);
+        char want[160];
+        snprintf(want, sizeof want, "built for sm_80 .. sm_89 and sm_90, not %s", no[i]);
+        cr_assert_str_eq(why, want);
+    }
+}
+
+Test(cuda_kernels80, applies_on_ampere_ada_and_hopper)
+{
+    skip_without_image();
+    tsr_candidate gemm, swiglu;
+    tsri_cuda_candidate_gemm80(&gemm);
+    tsri_cuda_candidate_swiglu80(&swiglu);
+    tsr_region r, g;
+    char why[160];
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 100, 96, 64, NULL), TSR_OK);
+    cr_assert_eq(tsr_region_init_gated(&g, TSR_F16, 64, 128, 96, TSR_OP_SILU, NULL), TSR_OK);
+    const char *yes[] = {"sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a"};
+    for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+        cr_assert(applies(&gemm, &r, yes[i], why), "%s: %s", yes[i], why);
+        cr_assert(applies(&swiglu, &g, yes[i], why), "%s: %s", yes[i], why);
+    }
+}
+
+Test(cuda_kernels80, declines_with_the_rule_it_breaks)
+{
+    skip_without_image();
+    tsr_candidate gemm, swiglu;
+    tsri_cuda_candidate_gemm80(&gemm);
+    tsri_cuda_candidate_swiglu80(&swiglu);
+    char why[160];
+    tsr_region r;
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_F32, 128, 128, 128, NULL), TSR_OK);
+    cr_assert_not(applies(&gemm, &r, "sm_80", why));
+    cr_assert_str_eq(why, "dtype f32 (needs bf16 or f16)");
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_F16, 128, 128, 60, NULL), TSR_OK);
+    cr_assert_not(applies(&gemm, &r, "sm_86", why));
+    cr_assert_str_eq(why, "K not a multiple of 8");
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 128, 100, 64, NULL), TSR_OK);
+    cr_assert_not(applies(&gemm, &r, "sm_90a", why));
+    cr_assert_str_eq(why, "N not a multiple of 8");
+    cr_assert_eq(tsr_region_init_gated(&r, TSR_BF16, 64, 128, 100, TSR_OP_SILU, NULL), TSR_OK);
+    cr_assert_not(applies(&swiglu, &r, "sm_89", why));
+    cr_assert_str_eq(why, "H not a multiple of 8");
+    cr_assert_eq(tsr_region_init_gated(&r, TSR_BF16, 64, 124, 96, TSR_OP_GELU, NULL), TSR_OK);
+    cr_assert_not(applies(&swiglu, &r, "sm_80", why));
+    cr_assert_str_eq(why, "K not a multiple of 8");
+
+    load_example("examples/fused.json", TSR_BF16, &r);
+    cr_assert(applies(&gemm, &r, "sm_80", why), "%s", why);
+    r.u.fused.n_prologue = 1;
+    r.u.fused.prologue[0] = TSR_OP_EXP;
+    cr_assert_not(applies(&gemm, &r, "sm_80", why));
+    cr_assert_str_eq(why, "has a prologue");
+    load_example("examples/fused.json", TSR_BF16, &r);
+    r.u.fused.residual = false;
+    r.u.fused.reduction = TSR_REDUCTION_RMSNORM;
+    cr_assert_not(applies(&gemm, &r, "sm_80", why));
+    cr_assert_str_eq(why, "has a row reduction");
+}
+
+/* Registration order decides the tier tie on Hopper; on Ampere only mma80 is left. */
+static const char *select_on(tsr_arbiter *a, const tsr_region *r, const char *arch,
+                             const char *force)
+{
+    static char name[TSR_CANDIDATE_NAME_MAX];
+    tsr_fingerprint fp;
+    tsr_error e;
+    cr_assert_eq(tsr_region_fingerprint(r, &fp, &e), TSR_OK, "%s", e.message);
+    tsr_select_request req = {.region = r,
+                              .fingerprint = &fp,
+                              .arch = arch,
+                              .force = force,
+                              .policy = TSR_POLICY_TIER,
+                              .verify = false};
+    tsr_decision d;
+    cr_assert_eq(tsr_arbiter_select(a, &req, &d, &e), TSR_OK, "%s: %s", arch, e.message);
+    snprintf(name, sizeof name, "%s", d.candidate.name);
+    return name;
+}
+
+Test(cuda_kernels80, wgmma_wins_the_tie_on_hopper_and_mma80_serves_ampere)
+{
+    skip_without_image();
+    tsr_arbiter *a = NULL;
+    tsr_error e;
+    cr_assert_eq(tsr_arbiter_create(NULL, &a, &e), TSR_OK, "%s", e.message);
+    cr_assert_eq(tsri_cuda_register_candidates(a, &e), TSR_OK, "%s", e.message);
+    tsr_region r, g;
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 256, 256, 256, NULL), TSR_OK);
+    cr_assert_eq(tsr_region_init_gated(&g, TSR_BF16, 256, 256, 256, TSR_OP_SILU, NULL), TSR_OK);
+    const char *want_gemm = tsri_gemm_sm90_cubin_len > 0 ? "gemm_wgmma" : "gemm_mma80";
+    const char *want_swiglu = tsri_gemm_sm90_cubin_len > 0 ? "swiglu_wgmma" : "swiglu_mma80";
+    cr_assert_str_eq(select_on(a, &r, "sm_90a", NULL), want_gemm);
+    cr_assert_str_eq(select_on(a, &g, "sm_90a", NULL), want_swiglu);
+    cr_assert_str_eq(select_on(a, &r, "sm_90a", "gemm_mma80"), "gemm_mma80");
+    cr_assert_str_eq(select_on(a, &g, "sm_90a", "swiglu_mma80"), "swiglu_mma80");
+    cr_assert_str_eq(select_on(a, &r, "sm_80", NULL), "gemm_mma80");
+    cr_assert_str_eq(select_on(a, &g, "sm_86", NULL), "swiglu_mma80");
+    cr_assert_str_eq(select_on(a, &r, "sm_75", NULL), "tier1");
+    tsr_arbiter_destroy(a);
+}
+
+Test(cuda_kernels80, plan_names_the_entry_and_counts_tiles)
+{
+    tsr_region r;
+    tsri_gemm_plan plan;
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 1000, 1000, 1024, NULL), TSR_OK);
+    r.out_dtype = TSR_F32;
+    cr_assert_eq(tsri_gemm80_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_eq(plan.family, TSRI_GEMM_MMA80);
+    cr_assert_str_eq(plan.entry, "tsr_gemm80_bf16_f32");
+    cr_assert_eq(plan.grid, 8 * 8); /* ceil(1000/128) x ceil(1000/128) */
+    cr_assert_eq(plan.block, 256);
+    cr_assert_eq(plan.shared_bytes, 4 * (2 * (128 * 40 + 32 * 136)));
+    cr_assert_eq(plan.shared_bytes, TSR_GEMM80_SMEM_BYTES);
+    cr_assert_eq(plan.bias_input, -1);
+    cr_assert_eq(plan.residual_input, -1);
+
+    cr_assert_eq(tsr_region_init_gated(&r, TSR_F16, 300, 256, 264, TSR_OP_SILU, NULL), TSR_OK);
+    r.out_dtype = TSR_BF16;
+    cr_assert_eq(tsri_gemm80_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm80_f16_bf16_gated");
+    cr_assert_eq(plan.grid, 3 * 5); /* ceil(300/128) x ceil(264/64) */
+    cr_assert_eq(plan.gate_act, TSR_OP_SILU);
+
+    /* The Hopper plan of the same region keeps its own family and geometry. */
+    cr_assert_eq(tsri_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_eq(plan.family, TSRI_GEMM_WGMMA);
+    cr_assert_str_eq(plan.entry, "tsr_gemm_f16_bf16_gated");
+    cr_assert_eq(plan.block, 384);
+}
+
+Test(cuda_kernels80, plan_for_picks_the_family_of_the_candidate)
+{
+    tsr_region r;
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_F16, 64, 64, 64, NULL), TSR_OK);
+    tsr_candidate c;
+    tsri_gemm_plan plan;
+    tsri_cuda_candidate_gemm80(&c);
+    cr_assert_eq(tsri_gemm_plan_for(&c, &r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm80_f16_f16");
+    tsri_cuda_candidate_gemm(&c);
+    cr_assert_eq(tsri_gemm_plan_for(&c, &r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f16");
+    tsri_cuda_candidate_tier1(&c);
+    cr_assert_eq(tsri_gemm_plan_for(&c, &r, &plan, NULL), TSR_UNSUPPORTED);
+}
+
+Test(cuda_kernels80, launch_arguments_follow_the_kernel_contract)
+{
+    tsr_region r;
+    load_example("examples/fused.json", TSR_BF16, &r); /* 128x96x64, bias, gelu, residual */
+    tsri_gemm_plan plan;
+    cr_assert_eq(tsri_gemm80_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm80_bf16_bf16");
+    CUdeviceptr in[4] = {0x10000, 0x20000, 0x30000, 0x40000};
+    CUdeviceptr ops[3];
+    tsr_gemm_params p;
+    cr_assert_eq(tsri_gemm80_launch_args(&plan, in, 4, 0x50000, ops, &p, NULL), TSR_OK);
+    cr_assert_eq(ops[0], 0x10000);
+    cr_assert_eq(ops[1], 0x20000);
+    cr_assert_eq(ops[2], 0x20000); /* B repeated for the plain kernel */
+    cr_assert_eq(p.m, 128);
+    cr_assert_eq(p.n, 96);
+    cr_assert_eq(p.k, 64);
+    cr_assert_eq(p.n_ops, 2);
+    cr_assert_eq(p.ops[0], TSR_OP_BIAS);
+    cr_assert_eq(p.ops[1], TSR_OP_GELU);
+    cr_assert_eq(p.bias, (const void *)0x30000);
+    cr_assert_eq(p.residual, (const void *)0x40000);
+    cr_assert_eq(p.out, (void *)0x50000);
+    cr_assert_eq(p.b_lbo, 0);
+    cr_assert_eq(p.b_sbo, 0);
+
+    tsr_error e;
+    in[1] = 0x20008;
+    cr_assert_eq(tsri_gemm80_launch_args(&plan, in, 4, 0x50000, ops, &p, &e), TSR_BUFFER_MISMATCH);
+    cr_assert_str_eq(e.message, "gemm launch: input 1 is not 16-byte aligned");
+    in[1] = 0x20000;
+    cr_assert_eq(tsri_gemm80_launch_args(&plan, in, 4, 0x50004, ops, &p, &e), TSR_BUFFER_MISMATCH);
+    cr_assert_str_eq(e.message, "gemm launch: the output is not 16-byte aligned");
+    cr_assert_eq(tsri_gemm80_launch_args(&plan, in, 3, 0x50000, ops, &p, NULL), TSR_INTERNAL);
+
+    load_example("examples/gated.json", TSR_F16, &r);
+    cr_assert_eq(tsri_gemm80_plan_make(&r, &plan, NULL), TSR_OK);
+    CUdeviceptr g[3] = {0x1000, 0x2000, 0x3000};
+    cr_assert_eq(tsri_gemm80_launch_args(&plan, g, 3, 0x4000, ops, &p, NULL), TSR_OK);
+    cr_assert_eq(ops[1], 0x2000);
+    cr_assert_eq(ops[2], 0x3000);
+    cr_assert_null(p.bias);
+    cr_assert_null(p.residual);
+    cr_assert_eq(p.gate_act, TSR_OP_SILU);
+}
+
+Test(cuda_kernels80, compile_names_the_embedded_entry)
+{
+    skip_without_image();
+    tsr_region r;
+    load_example("examples/matmul.json", TSR_BF16, &r);
+    tsr_candidate gemm, swiglu;
+    tsri_cuda_candidate_gemm80(&gemm);
+    tsri_cuda_candidate_swiglu80(&swiglu);
+    const char *archs[] = {"sm_86", "sm_90a"};
+    for (int i = 0; i < 2; i++) {
+        uint8_t *bin = NULL;
+        size_t len = 0;
+        tsr_error e;
+        cr_assert_eq(tsri_cuda_compile(NULL, 0, &r, &gemm, archs[i], &bin, &len, &e), TSR_OK, "%s",
+                     e.message);
+        tsri_cuda_launch_desc d;
+        const uint8_t *p;
+        size_t plen;
+        cr_assert_eq(tsri_cuda_blob_decode(bin, len, &d, &p, &plen, NULL), TSR_OK);
+        cr_assert_eq(d.image, TSRI_CUDA_IMAGE_EMBEDDED);
+        cr_assert_str_eq(d.entry, "tsr_gemm80_bf16_bf16");
+        cr_assert_eq(d.grid[0], 1);
+        cr_assert_eq(d.block[0], 256);
+        cr_assert_eq(d.shared_bytes, TSR_GEMM80_SMEM_BYTES);
+        cr_assert_eq(d.n_params, 4);
+        cr_assert_eq(plen, 0);
+        free(bin);
+    }
+    uint8_t *bin = NULL;
+    size_t len = 0;
+    tsr_error e;
+    cr_assert_eq(tsri_cuda_compile(NULL, 0, &r, &swiglu, "sm_80", &bin, &len, &e), TSR_UNSUPPORTED);
+    cr_assert_str_eq(e.message, "swiglu_mma80: does not serve matmul regions");
+    cr_assert_eq(tsri_cuda_compile(NULL, 0, &r, &gemm, "sm_75", &bin, &len, &e), TSR_UNSUPPORTED);
+    cr_assert_str_eq(e.message, "gemm_mma80: built for sm_80 .. sm_89 and sm_90, not sm_75");
+}
+
+Test(cuda_kernels80, embeds_the_sm80_image_with_every_entry)
+{
+    skip_without_image();
+    const uint8_t *img = tsri_gemm_sm80_image;
+    size_t len = tsri_gemm_sm80_image_len;
+    cr_assert_gt(len, 4096);
+    /* A fatbin (magic 0xBA55ED50, little-endian) holding at least the sm_80 and
+     * the sm_90 ELF images. */
+    cr_assert_eq(memcmp(img, "\x50\xed\x55\xba", 4), 0);
+    size_t elves = 0;
+    for (const uint8_t *at = img; (at = memmem(at, len - (size_t)(at - img),
+                                               "\x7f"
+                                               "ELF",
+                                               4)) != NULL;
+         at += 4)
+        elves++;
+    cr_assert_geq(elves, 2);
+    const char *in[] = {"bf16", "f16"};
+    const char *out[] = {"f32", "bf16", "f16"};
+    for (int i = 0; i < 2; i++)
+        for (int o = 0; o < 3; o++)
+            for (int gated = 0; gated < 2; gated++) {
+                char name[64];
+                snprintf(name, sizeof name, "tsr_gemm80_%s_%s%s", in[i], out[o],
+                         gated ? "_gated" : "");
+                cr_assert_not_null(memmem(img, len, name, strlen(name) + 1), "%s", name);
+            }
+}

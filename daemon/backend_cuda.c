@@ -9,8 +9,9 @@
  *
  * Candidates and their binaries come from cuda_kernels.c: "tier1" kernels are
  * cubins from NVRTC inside a self-describing blob; the tier-3 kernels are
- * entries of the cubin embedded at build time, loaded once per device and
- * shared by every kernel object that uses them.
+ * entries of the images embedded at build time (the Hopper cubin and the Ampere
+ * fatbin), each loaded once per device and shared by every kernel object that
+ * uses it.
  *
  * Ordering: session streams are created blocking (flags 0), and buffer copies
  * are the driver's synchronous copies, which run on the legacy default stream.
@@ -49,8 +50,9 @@ typedef struct cuda_device {
     CUcontext ctx;
     tsrd_device_info info;
     atomic_int lost;
-    pthread_mutex_t module_lock; /* guards the lazy load of the tier-3 module */
-    CUmodule tier3_module;
+    pthread_mutex_t module_lock; /* guards the lazy load of the tier-3 modules */
+    CUmodule tier3_module;       /* kernels/gemm_sm90.cu */
+    CUmodule mma80_module;       /* kernels/gemm_sm80.cu */
 } cuda_device;
 
 typedef struct cuda_staging {
@@ -166,8 +168,13 @@ static void cuda_close(tsrd_backend *b)
         pthread_mutex_destroy(&d->module_lock);
         if (d->ctx == NULL)
             continue;
-        if (d->tier3_module != NULL && b->drv->ctx_set_current(d->ctx) == CUDA_SUCCESS)
-            b->drv->module_unload(d->tier3_module);
+        if ((d->tier3_module != NULL || d->mma80_module != NULL) &&
+            b->drv->ctx_set_current(d->ctx) == CUDA_SUCCESS) {
+            if (d->tier3_module != NULL)
+                b->drv->module_unload(d->tier3_module);
+            if (d->mma80_module != NULL)
+                b->drv->module_unload(d->mma80_module);
+        }
         b->drv->primary_ctx_release(d->dev);
     }
     while (b->staging_idle != NULL) {
@@ -401,21 +408,27 @@ static tsr_status cuda_compile(tsrd_backend *b, const tsr_region *r, const tsr_c
     return tsri_cuda_compile(b->nv, sms, r, c, arch, bin, len, err);
 }
 
-/* The embedded tier-3 module of a device, loaded on first use. */
-static tsr_status cuda_tier3_module(tsrd_backend *b, int device, CUmodule *out, tsr_error *err)
+/* The embedded tier-3 module of a family on a device, loaded on first use. */
+static tsr_status cuda_tier3_module(tsrd_backend *b, int device, tsri_gemm_family family,
+                                    CUmodule *out, tsr_error *err)
 {
     cuda_device *d = &b->devices[device];
+    const int mma80 = family == TSRI_GEMM_MMA80;
+    CUmodule *module = mma80 ? &d->mma80_module : &d->tier3_module;
+    const unsigned char *image = mma80 ? tsri_gemm_sm80_image : tsri_gemm_sm90_cubin;
+    size_t image_len = mma80 ? tsri_gemm_sm80_image_len : tsri_gemm_sm90_cubin_len;
     tsr_status st = TSR_OK;
     pthread_mutex_lock(&d->module_lock);
-    if (d->tier3_module == NULL) {
-        if (tsri_gemm_sm90_cubin_len == 0)
+    if (*module == NULL) {
+        if (image_len == 0)
             st = tsr_error_set(err, TSR_UNSUPPORTED, "built without the tier-3 kernels");
         else
-            st = cuda_check(b, device,
-                            b->drv->module_load_data(&d->tier3_module, tsri_gemm_sm90_cubin),
-                            "cuModuleLoadData (tier-3 kernels)", err);
+            st = cuda_check(b, device, b->drv->module_load_data(module, image),
+                            mma80 ? "cuModuleLoadData (sm_80 tier-3 kernels)"
+                                  : "cuModuleLoadData (tier-3 kernels)",
+                            err);
     }
-    *out = d->tier3_module;
+    *out = *module;
     pthread_mutex_unlock(&d->module_lock);
     return st;
 }
@@ -437,12 +450,12 @@ static tsr_status cuda_load(tsrd_backend *b, int device, const tsr_region *r,
     CUmodule module = NULL;
     if (st == TSR_OK && k->desc.image == TSRI_CUDA_IMAGE_EMBEDDED) {
         k->tier3 = 1;
-        st = tsri_gemm_plan_make(r, &k->plan, err);
+        st = tsri_gemm_plan_for(c, r, &k->plan, err);
         if (st == TSR_OK && strcmp(k->plan.entry, k->desc.entry) != 0)
             st = tsr_error_set(err, TSR_CORRUPT, "stored entry %s does not serve this region",
                                k->desc.entry);
         if (st == TSR_OK)
-            st = cuda_tier3_module(b, device, &module, err);
+            st = cuda_tier3_module(b, device, k->plan.family, &module, err);
     } else if (st == TSR_OK) {
         /* The blob may sit at any offset in the cache's memory; the driver reads
          * the ELF image with its natural alignment, so give it a malloc'd copy. */
@@ -547,8 +560,17 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
     ptrs[n_inputs] = output->ptr;
     void *args[TSR_MAX_REGION_INPUTS + 1];
     CUtensorMap maps[3];
+    CUdeviceptr operands[3];
     tsr_gemm_params params;
-    if (k->tier3) {
+    if (k->tier3 && k->plan.family == TSRI_GEMM_MMA80) {
+        st = tsri_gemm80_launch_args(&k->plan, ptrs, n_inputs, output->ptr, operands, &params, err);
+        if (st != TSR_OK)
+            return st;
+        args[0] = &operands[0];
+        args[1] = &operands[1];
+        args[2] = &operands[2];
+        args[3] = &params;
+    } else if (k->tier3) {
         tsri_tmap_args ta[3];
         st = tsri_gemm_launch_args(&k->plan, ptrs, n_inputs, output->ptr, ta, &params, err);
         for (int i = 0; st == TSR_OK && i < 3; i++)
@@ -580,10 +602,12 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
     }
     const tsri_cuda_launch_desc *d = &k->desc;
     uint32_t grid0 = d->grid[0];
-    /* The tier-3 kernels are persistent: one CTA per multiprocessor walks the
-     * tiles; the blob holds the tile count, valid for any device. */
+    /* The wgmma kernels are persistent: one CTA per multiprocessor walks the
+     * tiles; the blob holds the tile count, valid for any device. The mma80
+     * kernels run one block per tile (two share a multiprocessor, and the
+     * hardware scheduler balances the tail better than a fixed walk). */
     uint32_t sms = (uint32_t)b->devices[s->device].info.multiprocessors;
-    if (k->tier3 && sms > 0 && grid0 > sms)
+    if (k->tier3 && k->plan.family == TSRI_GEMM_WGMMA && sms > 0 && grid0 > sms)
         grid0 = sms;
     st = cuda_check(b, s->device,
                     b->drv->launch_kernel(k->function, grid0, d->grid[1], d->grid[2], d->block[0],

@@ -23,8 +23,8 @@
 #include "dispatch.h"
 #include "tessera/region_pb.h"
 
-#define FUZZ_MAX_ELEMENTS (1 << 20)
-#define FUZZ_MAX_FLOPS 2e7
+#define FUZZ_MAX_ELEMENTS (1 << 16)
+#define FUZZ_MAX_FLOPS 1e6
 
 typedef struct fuzz_harness {
     uv_loop_t loop;

@@ -2,8 +2,8 @@
  * cuda_backend_test.c — a real tesserad on the CUDA backend, checked against
  * the CPU reference: every example region in every dtype, random ragged and
  * broadcasting regions (pointwise with NaN / inf probes), verification of the
- * tier1 and tier-3 candidates, the default choice of the tier-3 GEMM and its
- * escape hatch, and a kernel served from the disk cache after a restart.
+ * tier1 and tier-3 candidates (both tier-3 families), the default choice of the
+ * tier-3 GEMM and its escape hatches, and a kernel served from the disk cache after a restart.
  *
  * Without a CUDA driver every test skips; with one, a daemon that does not come
  * up on --backend cuda is a failure.
@@ -210,12 +210,15 @@ Test(cuda_backend, tier1_and_tier3_candidates_verify)
         load_example("examples/matmul.json", dtypes[j], &r);
         expect_verified(&r, "tier1");
         expect_verified(&r, "gemm_wgmma");
+        expect_verified(&r, "gemm_mma80");
         load_example("examples/fused.json", dtypes[j], &r);
         expect_verified(&r, "tier1");
         expect_verified(&r, "gemm_wgmma");
+        expect_verified(&r, "gemm_mma80");
         load_example("examples/gated.json", dtypes[j], &r);
         expect_verified(&r, "tier1");
         expect_verified(&r, "swiglu_wgmma");
+        expect_verified(&r, "swiglu_mma80");
     }
     load_example("examples/attention.json", TSR_F32, &r);
     expect_verified(&r, "tier1");
@@ -251,6 +254,9 @@ Test(cuda_backend, tier3_wins_bf16_gemm_by_default_and_tier1_is_forceable)
     cr_assert_str_eq(cand, "gemm_wgmma");
     check_region(&r, "tier1", "bf16 1024^3 forced tier1", cand);
     cr_assert_str_eq(cand, "tier1");
+    /* The sm_80 family runs on Hopper too, behind the wgmma kernels. */
+    check_region(&r, "gemm_mma80", "bf16 1024^3 forced gemm_mma80", cand);
+    cr_assert_str_eq(cand, "gemm_mma80");
 }
 
 Test(cuda_backend, kernels_from_the_disk_cache_launch_after_a_restart)

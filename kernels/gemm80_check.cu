@@ -2,7 +2,7 @@
  * gemm80_check.cu — stand-alone correctness and speed check of the tier-3 GEMM
  * kernels for Ampere-class GPUs (kernels/gemm_sm80.cu), outside the daemon.
  *
- *   nvcc -gencode=arch=compute_80,code=[sm_80,sm_90,compute_80] -O3 -std=c++17 \
+ *   nvcc -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=sm_90 -O3 -std=c++17 \
  *        -o build/gpu/bin/gemm80_check kernels/gemm80_check.cu kernels/gemm_sm80.cu -lcuda
  *   gemm80_check          runs the built-in case list and prints one line per case
  *   gemm80_check N        runs case N only

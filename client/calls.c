@@ -76,6 +76,17 @@ static void call_options_fill(const tsr_client *c, const tsr_region *r,
     pb->no_reference = opts->no_reference;
 }
 
+void tsri_client_decision_copy(tsr_client_decision *dst, const Tessera__V1__Decision *d)
+{
+    call_decision_copy(dst, d);
+}
+
+void tsri_client_options_fill(const tsr_client *c, const tsr_region *r,
+                              const tsr_client_compile_opts *opts, Tessera__V1__CompileOptions *pb)
+{
+    call_options_fill(c, r, opts, pb);
+}
+
 tsr_status tsr_client_hello(tsr_client *c, tsr_client_info *info, int timeout_ms, tsr_error *err)
 {
     CALL_ARG_CHECK(c, err, "client is NULL");

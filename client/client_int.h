@@ -26,6 +26,11 @@ const char *tsri_client_forced(const tsr_client *c, tsr_region_kind kind);
  * tessera__v1__reply__free_unpacked); otherwise *reply is NULL and err holds the
  * daemon's status and message, or the transport's failure. timeout_ms as in
  * client.h. */
+/* calls.c's reply and option converters, shared with dataplane.c. */
+void tsri_client_decision_copy(tsr_client_decision *dst, const Tessera__V1__Decision *d);
+void tsri_client_options_fill(const tsr_client *c, const tsr_region *r,
+                              const tsr_client_compile_opts *opts, Tessera__V1__CompileOptions *pb);
+
 tsr_status tsri_client_call(tsr_client *c, Tessera__V1__Request *req,
                             Tessera__V1__Reply__BodyCase want, Tessera__V1__Reply **reply,
                             int timeout_ms, tsr_error *err);

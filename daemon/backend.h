@@ -37,6 +37,7 @@ typedef struct tsrd_backend tsrd_backend; /* a backend's open state */
 typedef struct tsrd_dbuf tsrd_dbuf;       /* device memory */
 typedef struct tsrd_kobj tsrd_kobj;       /* a loaded kernel */
 typedef struct tsrd_stream tsrd_stream;   /* an ordered queue of device work */
+typedef struct tsrd_graph tsrd_graph;     /* a captured sequence of launches */
 
 typedef struct tsrd_device_info {
     int index;
@@ -104,6 +105,35 @@ typedef struct tsrd_backend_ops {
     /* Waits for everything enqueued on s; *device_ms gets the device time of the
      * work since the last synchronize when the backend measures it, else 0. */
     tsr_status (*synchronize)(tsrd_backend *b, tsrd_stream *s, double *device_ms, tsr_error *err);
+
+    /* ---- the data plane: registered host memory, imported device memory,
+     * captured launch sequences ---- */
+    /* Registers len bytes of host memory (a mapped shared-memory segment) so
+     * that copies to and from it need no staging: CUDA pins it with
+     * cuMemHostRegister; the CPU backend has nothing to do. *token goes back to
+     * host_unregister. Worker thread; may take milliseconds per GiB. */
+    tsr_status (*host_register)(tsrd_backend *b, void *host, uint64_t len, void **token,
+                                tsr_error *err);
+    void (*host_unregister)(tsrd_backend *b, void *token);
+    /* buffer_write (to_device) or buffer_read from host memory that lies inside
+     * a host_register'ed range: one direct copy at DMA speed. */
+    tsr_status (*buffer_copy_registered)(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset,
+                                         void *host, uint64_t len, int to_device, tsr_error *err);
+    /* Opens another local process's device allocation from its CUDA IPC handle
+     * (handle_len bytes, 64 for CUDA) as a buffer of bytes bytes; launches use
+     * it in place and buffer_free closes it (the exporter still owns the
+     * memory). TSR_UNSUPPORTED on a backend without device IPC. */
+    tsr_status (*buffer_import)(tsrd_backend *b, int device, const uint8_t *handle,
+                                size_t handle_len, uint64_t bytes, tsrd_dbuf **out, tsr_error *err);
+    /* Graph capture: graph_begin starts capturing s, the launches that follow
+     * are recorded instead of run, graph_end makes them one replayable graph
+     * (*out) and ends the capture whatever happened. graph_launch replays it on
+     * s (synchronize waits for it). TSR_UNSUPPORTED from graph_begin where the
+     * backend cannot capture: callers then launch one by one. */
+    tsr_status (*graph_begin)(tsrd_backend *b, tsrd_stream *s, tsr_error *err);
+    tsr_status (*graph_end)(tsrd_backend *b, tsrd_stream *s, tsrd_graph **out, tsr_error *err);
+    tsr_status (*graph_launch)(tsrd_backend *b, tsrd_graph *g, tsrd_stream *s, tsr_error *err);
+    void (*graph_destroy)(tsrd_backend *b, tsrd_graph *g);
 } tsrd_backend_ops;
 
 /* ---- the table of compiled-in backends (backends.c) ---- */

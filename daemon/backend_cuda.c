@@ -76,6 +76,13 @@ struct tsrd_dbuf {
     int device;
     CUdeviceptr ptr;
     uint64_t bytes;
+    int imported; /* opened from a CUDA IPC handle: closed, never freed */
+};
+
+struct tsrd_graph {
+    int device;
+    CUgraph graph;
+    CUgraphExec exec;
 };
 
 struct tsrd_kobj {
@@ -91,7 +98,8 @@ struct tsrd_stream {
     int device;
     CUstream stream;
     CUevent start, stop;
-    int timing; /* start recorded since the last synchronize */
+    int timing;    /* start recorded since the last synchronize */
+    int capturing; /* between graph_begin and graph_end: no timing events */
 };
 
 /* ---- helpers ---- */
@@ -304,8 +312,12 @@ static void cuda_buffer_free(tsrd_backend *b, tsrd_dbuf *buf)
     if (buf == NULL)
         return;
     /* Even on a lost device the memory is returned as far as the driver lets us. */
-    if (b->drv->ctx_set_current(b->devices[buf->device].ctx) == CUDA_SUCCESS)
-        b->drv->mem_free(buf->ptr);
+    if (b->drv->ctx_set_current(b->devices[buf->device].ctx) == CUDA_SUCCESS) {
+        if (buf->imported)
+            b->drv->ipc_close_mem_handle(buf->ptr);
+        else
+            b->drv->mem_free(buf->ptr);
+    }
     free(buf);
 }
 
@@ -394,6 +406,144 @@ static tsr_status cuda_buffer_read(tsrd_backend *b, tsrd_dbuf *buf, uint64_t off
                                    uint64_t len, tsr_error *err)
 {
     return cuda_buffer_copy(b, buf, offset, data, len, 0, err);
+}
+
+/* ---- the data plane ---- */
+
+static tsr_status cuda_host_register(tsrd_backend *b, void *host, uint64_t len, void **token,
+                                     tsr_error *err)
+{
+    *token = NULL;
+    /* Pinned for every context (PORTABLE), so any device's copies use it. */
+    tsr_status st = cuda_enter(b, 0, err);
+    if (st == TSR_OK && len > 0)
+        st = cuda_check(b, 0,
+                        b->drv->mem_host_register(host, (size_t)len, CU_MEMHOSTREGISTER_PORTABLE),
+                        "cuMemHostRegister", err);
+    if (st == TSR_OK)
+        *token = host;
+    return st;
+}
+
+static void cuda_host_unregister(tsrd_backend *b, void *token)
+{
+    if (token != NULL && b->drv->ctx_set_current(b->devices[0].ctx) == CUDA_SUCCESS)
+        b->drv->mem_host_unregister(token);
+}
+
+static tsr_status cuda_buffer_copy_registered(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset,
+                                              void *host, uint64_t len, int to_device,
+                                              tsr_error *err)
+{
+    if (offset > buf->bytes || len > buf->bytes - offset)
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH, "cuda backend: copy out of bounds");
+    tsr_status st = cuda_enter(b, buf->device, err);
+    if (st != TSR_OK || len == 0)
+        return st;
+    CUresult rc = to_device ? b->drv->memcpy_htod(buf->ptr + offset, host, (size_t)len)
+                            : b->drv->memcpy_dtoh(host, buf->ptr + offset, (size_t)len);
+    return cuda_check(b, buf->device, rc, to_device ? "cuMemcpyHtoD" : "cuMemcpyDtoH", err);
+}
+
+static tsr_status cuda_buffer_import(tsrd_backend *b, int device, const uint8_t *handle,
+                                     size_t handle_len, uint64_t bytes, tsrd_dbuf **out,
+                                     tsr_error *err)
+{
+    CUipcMemHandle h;
+    if (handle_len != sizeof h.reserved)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                             "cuda backend: an IPC handle has %zu bytes, got %zu",
+                             sizeof h.reserved, handle_len);
+    memcpy(h.reserved, handle, sizeof h.reserved);
+    tsr_status st = cuda_enter(b, device, err);
+    if (st != TSR_OK)
+        return st;
+    tsrd_dbuf *buf = calloc(1, sizeof *buf);
+    if (buf == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
+    buf->device = device;
+    buf->bytes = bytes;
+    buf->imported = 1;
+    st = cuda_check(b, device,
+                    b->drv->ipc_open_mem_handle(&buf->ptr, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+                    "cuIpcOpenMemHandle", err);
+    if (st != TSR_OK) {
+        free(buf);
+        return st;
+    }
+    *out = buf;
+    return TSR_OK;
+}
+
+static tsr_status cuda_graph_begin(tsrd_backend *b, tsrd_stream *s, tsr_error *err)
+{
+    tsr_status st = cuda_enter(b, s->device, err);
+    /* Relaxed: the worker thread may touch unrelated driver state meanwhile. */
+    if (st == TSR_OK)
+        st = cuda_check(b, s->device,
+                        b->drv->stream_begin_capture(s->stream, CU_STREAM_CAPTURE_MODE_RELAXED),
+                        "cuStreamBeginCapture", err);
+    if (st == TSR_OK)
+        s->capturing = 1;
+    return st;
+}
+
+static tsr_status cuda_graph_end(tsrd_backend *b, tsrd_stream *s, tsrd_graph **out, tsr_error *err)
+{
+    *out = NULL;
+    s->capturing = 0;
+    tsr_status st = cuda_enter(b, s->device, err);
+    if (st != TSR_OK)
+        return st;
+    CUgraph graph = NULL;
+    st = cuda_check(b, s->device, b->drv->stream_end_capture(s->stream, &graph),
+                    "cuStreamEndCapture", err);
+    if (st != TSR_OK)
+        return st;
+    tsrd_graph *g = calloc(1, sizeof *g);
+    if (g == NULL) {
+        b->drv->graph_destroy(graph);
+        return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
+    }
+    g->device = s->device;
+    g->graph = graph;
+    st = cuda_check(b, s->device, b->drv->graph_instantiate(&g->exec, graph, 0),
+                    "cuGraphInstantiate", err);
+    if (st != TSR_OK) {
+        b->drv->graph_destroy(graph);
+        free(g);
+        return st;
+    }
+    *out = g;
+    return TSR_OK;
+}
+
+static tsr_status cuda_graph_launch(tsrd_backend *b, tsrd_graph *g, tsrd_stream *s, tsr_error *err)
+{
+    tsr_status st = cuda_enter(b, s->device, err);
+    if (st == TSR_OK && !s->timing) {
+        st = cuda_check(b, s->device, b->drv->event_record(s->start, s->stream), "cuEventRecord",
+                        err);
+        s->timing = st == TSR_OK;
+    }
+    if (st == TSR_OK)
+        st = cuda_check(b, s->device, b->drv->graph_launch(g->exec, s->stream), "cuGraphLaunch",
+                        err);
+    if (st == TSR_OK)
+        st = cuda_check(b, s->device, b->drv->event_record(s->stop, s->stream), "cuEventRecord",
+                        err);
+    return st;
+}
+
+static void cuda_graph_destroy(tsrd_backend *b, tsrd_graph *g)
+{
+    if (g == NULL)
+        return;
+    if (b->drv->ctx_set_current(b->devices[g->device].ctx) == CUDA_SUCCESS) {
+        b->drv->graph_exec_destroy(g->exec);
+        b->drv->graph_destroy(g->graph);
+    }
+    free(g);
 }
 
 /* ---- kernels ---- */
@@ -593,7 +743,9 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
         for (int i = 0; i <= n_inputs; i++)
             args[i] = &ptrs[i];
     }
-    if (!s->timing) {
+    /* While capturing, timing events would become graph nodes: graph_launch
+     * records them around the whole replay instead. */
+    if (!s->timing && !s->capturing) {
         st = cuda_check(b, s->device, b->drv->event_record(s->start, s->stream), "cuEventRecord",
                         err);
         if (st != TSR_OK)
@@ -614,7 +766,7 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
                                           d->block[1], d->block[2], d->shared_bytes, s->stream,
                                           args, NULL),
                     "cuLaunchKernel", err);
-    if (st == TSR_OK)
+    if (st == TSR_OK && !s->capturing)
         st = cuda_check(b, s->device, b->drv->event_record(s->stop, s->stream), "cuEventRecord",
                         err);
     return st;
@@ -662,4 +814,12 @@ const tsrd_backend_ops tsrd_backend_cuda = {
     .stream_destroy = cuda_stream_destroy,
     .launch = cuda_launch,
     .synchronize = cuda_synchronize,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
+    .buffer_copy_registered = cuda_buffer_copy_registered,
+    .buffer_import = cuda_buffer_import,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_destroy = cuda_graph_destroy,
 };

@@ -49,6 +49,16 @@
     X(mem_free_host, "cuMemFreeHost", CUresult, (void *))                                          \
     X(mem_host_register, "cuMemHostRegister_v2", CUresult, (void *, size_t, unsigned int))         \
     X(mem_host_unregister, "cuMemHostUnregister", CUresult, (void *))                              \
+    X(ipc_open_mem_handle, "cuIpcOpenMemHandle_v2", CUresult,                                      \
+      (CUdeviceptr *, CUipcMemHandle, unsigned int))                                               \
+    X(ipc_close_mem_handle, "cuIpcCloseMemHandle", CUresult, (CUdeviceptr))                        \
+    X(stream_begin_capture, "cuStreamBeginCapture_v2", CUresult, (CUstream, CUstreamCaptureMode))  \
+    X(stream_end_capture, "cuStreamEndCapture", CUresult, (CUstream, CUgraph *))                   \
+    X(graph_instantiate, "cuGraphInstantiateWithFlags", CUresult,                                  \
+      (CUgraphExec *, CUgraph, unsigned long long))                                                \
+    X(graph_launch, "cuGraphLaunch", CUresult, (CUgraphExec, CUstream))                            \
+    X(graph_exec_destroy, "cuGraphExecDestroy", CUresult, (CUgraphExec))                           \
+    X(graph_destroy, "cuGraphDestroy", CUresult, (CUgraph))                                        \
     X(memcpy_htod, "cuMemcpyHtoD_v2", CUresult, (CUdeviceptr, const void *, size_t))               \
     X(memcpy_dtoh, "cuMemcpyDtoH_v2", CUresult, (void *, CUdeviceptr, size_t))                     \
     X(memcpy_htod_async, "cuMemcpyHtoDAsync_v2", CUresult,                                         \

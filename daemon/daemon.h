@@ -37,7 +37,7 @@
 /* Room a reply's envelope needs beyond its payload bytes. */
 #define TSRD_REPLY_OVERHEAD 4096
 /* Highest request body number plus one: the handler table's length. */
-#define TSRD_BODY_CASES 23
+#define TSRD_BODY_CASES 60
 
 /* Who a request is attributed to. A single tenant, "default", exists until
  * tenant identities and quotas come from the config; the accounting below is
@@ -60,7 +60,9 @@ typedef struct tsrd_session {
     bool closed;
     /* The session's stream: device work runs one job at a time, in arrival
      * order, so a write, a launch and a read are never reordered or overlapped. */
-    tsrd_stream *stream; /* created by the first stream job, on its worker thread */
+    tsrd_stream *stream;             /* created by the first stream job, on its worker thread */
+    struct tsrd_shm_map *shm_maps;   /* shm.c: segments mapped for this session */
+    struct tsrd_graph_cache *graphs; /* handlers_batch.c: captured launch sequences */
     bool stream_busy;
     tsrd_job *stream_head, *stream_tail;
     struct tsrd_session *next;

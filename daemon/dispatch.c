@@ -27,6 +27,8 @@ static const tsrd_handler *const dispatch_table[TSRD_BODY_CASES] = {
     [TESSERA__V1__REQUEST__BODY_STATS] = &tsrd_handler_stats,
     [TESSERA__V1__REQUEST__BODY_CACHE_LIST] = &tsrd_handler_cache_list,
     [TESSERA__V1__REQUEST__BODY_CACHE_EVICT] = &tsrd_handler_cache_evict,
+    [TESSERA__V1__REQUEST__BODY_BATCH] = &tsrd_handler_batch,
+    [TESSERA__V1__REQUEST__BODY_BUFFER_IMPORT] = &tsrd_handler_buffer_import,
 };
 
 const tsrd_handler *tsrd_handler_find(int body_case)

@@ -68,6 +68,8 @@ struct tsrd_job {
         Tessera__V1__StatsReply stats;
         Tessera__V1__CacheListReply cache_list;
         Tessera__V1__CacheEvictReply cache_evict;
+        Tessera__V1__BatchReply batch;
+        Tessera__V1__BufferImportReply buffer_import;
     } body;
     tsrd_arena_block *arena;
     void *state; /* the handler's own, released by its complete step */
@@ -98,6 +100,8 @@ extern const tsrd_handler tsrd_handler_buffer_alloc, tsrd_handler_buffer_write,
     tsrd_handler_buffer_read, tsrd_handler_buffer_free;
 extern const tsrd_handler tsrd_handler_compile, tsrd_handler_launch, tsrd_handler_run,
     tsrd_handler_verify, tsrd_handler_candidates;
+/* The data plane (handlers_batch.c). */
+extern const tsrd_handler tsrd_handler_batch, tsrd_handler_buffer_import;
 
 /* Looks a buffer handle up for the job's session and pins it (the caller
  * unpins with tsrd_buffer_unref in its complete step). TSR_NOT_FOUND naming

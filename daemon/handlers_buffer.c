@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "dispatch.h"
+#include "shm.h"
 
 tsr_status tsrd_job_buffer(tsrd_job *job, uint64_t handle, const char *field, tsrd_buffer **out)
 {
@@ -32,10 +33,43 @@ tsr_status tsrd_dtype_from_pb(tsrd_job *job, int pb_dtype, const char *field, ts
     return TSR_OK;
 }
 
-/* Pinned-buffer completion shared by write and read: unpin whatever happened. */
+/* What a write or read holds: the pinned buffer and, for shared-memory data,
+ * the mapping and the first byte of the range. */
+typedef struct buffer_io {
+    tsrd_buffer *buf;
+    tsrd_shm_map *map;
+    uint8_t *host;
+} buffer_io;
+
+static tsr_status buffer_io_begin(tsrd_job *job, uint64_t handle, const char *field,
+                                  tsrd_buffer **out)
+{
+    buffer_io *io = tsrd_job_alloc(job, sizeof *io);
+    if (io == NULL)
+        return tsr_error_set(&job->err, TSR_NO_MEMORY, "%s: out of memory", field);
+    job->state = io;
+    tsr_status st = tsrd_job_buffer(job, handle, field, &io->buf);
+    *out = st == TSR_OK ? io->buf : NULL;
+    return st;
+}
+
+/* Registers the segment on first use, then one direct copy. */
+static tsr_status buffer_io_shm_copy(tsrd_job *job, uint64_t offset, uint64_t len, int to_device)
+{
+    buffer_io *io = job->state;
+    tsr_status st = tsrd_shm_register(job, io->map);
+    if (st == TSR_OK)
+        st = job->d->bops->buffer_copy_registered(job->d->backend, io->buf->dbuf, offset, io->host,
+                                                  len, to_device, &job->err);
+    return st;
+}
+
+/* Completion shared by write and read: unpin whatever happened. */
 static tsr_status buffer_unpin_complete(tsrd_job *job, tsr_status status)
 {
-    tsrd_buffer_unref(job->d, job->state);
+    buffer_io *io = job->state;
+    if (io != NULL && io->buf != NULL)
+        tsrd_buffer_unref(job->d, io->buf);
     job->state = NULL;
     return status;
 }
@@ -109,26 +143,34 @@ const tsrd_handler tsrd_handler_buffer_alloc = {
 static tsr_status buffer_write_prepare(tsrd_job *job)
 {
     const Tessera__V1__BufferWriteRequest *req = job->req->buffer_write;
-    tsrd_buffer *b;
-    tsr_status st = tsrd_job_buffer(job, req->buffer, "buffer_write.buffer", &b);
+    tsrd_buffer *b = NULL;
+    tsr_status st = buffer_io_begin(job, req->buffer, "buffer_write.buffer", &b);
     if (st != TSR_OK)
         return st;
-    job->state = b;
-    if (req->offset > b->bytes || req->data.len > b->bytes - req->offset)
+    uint64_t len = req->shm != NULL ? req->shm->length : req->data.len;
+    if (req->shm != NULL && req->data.len != 0)
+        return tsr_error_set(&job->err, TSR_CONFLICT, "buffer_write: data and shm both given");
+    if (req->offset > b->bytes || len > b->bytes - req->offset)
         return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
-                             "buffer_write: %zu bytes at offset %llu pass the end of the "
+                             "buffer_write: %llu bytes at offset %llu pass the end of the "
                              "%llu-byte buffer",
-                             req->data.len, (unsigned long long)req->offset,
+                             (unsigned long long)len, (unsigned long long)req->offset,
                              (unsigned long long)b->bytes);
+    if (req->shm != NULL) {
+        buffer_io *io = job->state;
+        return tsrd_shm_resolve(job, req->shm, "buffer_write.shm", 0, &io->map, &io->host);
+    }
     return TSR_OK;
 }
 
 static tsr_status buffer_write_execute(tsrd_job *job)
 {
     const Tessera__V1__BufferWriteRequest *req = job->req->buffer_write;
-    tsrd_buffer *b = job->state;
-    tsr_status st = job->d->bops->buffer_write(job->d->backend, b->dbuf, req->offset,
-                                               req->data.data, req->data.len, &job->err);
+    buffer_io *io = job->state;
+    tsr_status st = req->shm != NULL
+                        ? buffer_io_shm_copy(job, req->offset, req->shm->length, 1)
+                        : job->d->bops->buffer_write(job->d->backend, io->buf->dbuf, req->offset,
+                                                     req->data.data, req->data.len, &job->err);
     Tessera__V1__BufferWriteReply init = TESSERA__V1__BUFFER_WRITE_REPLY__INIT;
     job->body.buffer_write = init;
     job->reply.body_case = TESSERA__V1__REPLY__BODY_BUFFER_WRITE;
@@ -149,30 +191,40 @@ const tsrd_handler tsrd_handler_buffer_write = {
 static tsr_status buffer_read_prepare(tsrd_job *job)
 {
     const Tessera__V1__BufferReadRequest *req = job->req->buffer_read;
-    tsrd_buffer *b;
-    tsr_status st = tsrd_job_buffer(job, req->buffer, "buffer_read.buffer", &b);
+    tsrd_buffer *b = NULL;
+    tsr_status st = buffer_io_begin(job, req->buffer, "buffer_read.buffer", &b);
     if (st != TSR_OK)
         return st;
-    job->state = b;
     if (req->offset > b->bytes)
         return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
                              "buffer_read: offset %llu is past the end of the %llu-byte buffer",
                              (unsigned long long)req->offset, (unsigned long long)b->bytes);
     uint64_t len = req->length ? req->length : b->bytes - req->offset;
+    if (req->shm != NULL) {
+        if (req->length != 0 && req->length != req->shm->length)
+            return tsr_error_set(
+                &job->err, TSR_CONFLICT, "buffer_read: length %llu and shm.length %llu differ",
+                (unsigned long long)req->length, (unsigned long long)req->shm->length);
+        len = req->shm->length;
+    }
     if (len > b->bytes - req->offset)
         return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
                              "buffer_read: %llu bytes at offset %llu pass the end of the "
                              "%llu-byte buffer",
                              (unsigned long long)len, (unsigned long long)req->offset,
                              (unsigned long long)b->bytes);
+    Tessera__V1__BufferReadReply init = TESSERA__V1__BUFFER_READ_REPLY__INIT;
+    job->body.buffer_read = init;
+    if (req->shm != NULL) {
+        buffer_io *io = job->state;
+        return tsrd_shm_resolve(job, req->shm, "buffer_read.shm", 0, &io->map, &io->host);
+    }
     if (len > tsrd_reply_payload_max(job->d))
         return tsr_error_set(&job->err, TSR_MESSAGE_TOO_LARGE,
                              "buffer_read: %llu bytes do not fit one reply (limit %llu); read "
                              "in pieces",
                              (unsigned long long)len,
                              (unsigned long long)tsrd_reply_payload_max(job->d));
-    Tessera__V1__BufferReadReply init = TESSERA__V1__BUFFER_READ_REPLY__INIT;
-    job->body.buffer_read = init;
     job->body.buffer_read.data.len = (size_t)len;
     return TSR_OK;
 }
@@ -180,8 +232,14 @@ static tsr_status buffer_read_prepare(tsrd_job *job)
 static tsr_status buffer_read_execute(tsrd_job *job)
 {
     const Tessera__V1__BufferReadRequest *req = job->req->buffer_read;
-    tsrd_buffer *b = job->state;
+    buffer_io *io = job->state;
+    tsrd_buffer *b = io->buf;
     Tessera__V1__BufferReadReply *r = &job->body.buffer_read;
+    if (req->shm != NULL) {
+        job->reply.body_case = TESSERA__V1__REPLY__BODY_BUFFER_READ;
+        job->reply.buffer_read = r;
+        return buffer_io_shm_copy(job, req->offset, req->shm->length, 0);
+    }
     r->data.data = tsrd_job_alloc(job, r->data.len);
     if (r->data.data == NULL)
         return tsr_error_set(&job->err, TSR_NO_MEMORY, "buffer_read: out of memory");

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "handlers.h"
+#include "shm.h"
 
 typedef struct launch_state {
     tsrd_kernel *kernel;
@@ -22,7 +23,12 @@ typedef struct launch_state {
     tsr_region region;
     tsrd_compiled compiled;
     tsrd_dbuf *temps[TSR_MAX_REGION_INPUTS + 1];
+    /* Shared-memory tensors: inputs by index, the output at the last slot. */
+    tsrd_shm_map *maps[TSR_MAX_REGION_INPUTS + 1];
+    uint8_t *host[TSR_MAX_REGION_INPUTS + 1];
 } launch_state;
+
+#define LAUNCH_SHM_OUT TSR_MAX_REGION_INPUTS
 
 static void launch_shape_text(const int64_t *shape, int rank, char *buf, size_t size)
 {
@@ -164,6 +170,19 @@ static tsr_status run_prepare(tsrd_job *job)
             if (st != TSR_OK)
                 return st;
         }
+        if (t->data_case == TESSERA__V1__TENSOR__DATA_SHM && i < TSR_MAX_REGION_INPUTS) {
+            strncat(field, ".shm", sizeof field - strlen(field) - 1);
+            tsr_status st = tsrd_shm_resolve(job, t->shm, field, 0, &s->maps[i], &s->host[i]);
+            if (st != TSR_OK)
+                return st;
+        }
+    }
+    if (req->output_shm != NULL) {
+        if (req->output_buffer != 0)
+            return tsr_error_set(&job->err, TSR_CONFLICT,
+                                 "run: output_buffer and output_shm both given");
+        return tsrd_shm_resolve(job, req->output_shm, "run.output_shm", 0, &s->maps[LAUNCH_SHM_OUT],
+                                &s->host[LAUNCH_SHM_OUT]);
     }
     if (req->output_buffer != 0)
         return tsrd_job_buffer(job, req->output_buffer, "run.output_buffer", &s->output);
@@ -177,7 +196,8 @@ static tsr_status run_check_input(tsrd_job *job, size_t i, const tsr_tensor_desc
     launch_state *s = job->state;
     char field[48], got[160], need[160];
     snprintf(field, sizeof field, "run.inputs[%zu]", i);
-    bool inline_data = t->data_case == TESSERA__V1__TENSOR__DATA_INLINE_DATA;
+    bool shm = t->data_case == TESSERA__V1__TENSOR__DATA_SHM;
+    bool inline_data = t->data_case == TESSERA__V1__TENSOR__DATA_INLINE_DATA || shm;
     /* A buffer input's dtype and shape may be left out: the buffer has its own. */
     if (inline_data || t->dtype != TESSERA__V1__DTYPE__DTYPE_UNSPECIFIED) {
         tsr_dtype dtype;
@@ -203,7 +223,11 @@ static tsr_status run_check_input(tsrd_job *job, size_t i, const tsr_tensor_desc
     if (!inline_data)
         return launch_check_buffer(job, s->inputs[i], want, field);
     uint64_t bytes = tsr_tensor_desc_bytes(want);
-    if (t->inline_data.len != bytes)
+    if (shm && t->shm->length != bytes)
+        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                             "%s.shm (%s): %llu bytes, the region needs %llu", field, want->name,
+                             (unsigned long long)t->shm->length, (unsigned long long)bytes);
+    if (!shm && t->inline_data.len != bytes)
         return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
                              "%s (%s): %zu inline bytes, the region needs %llu", field, want->name,
                              t->inline_data.len, (unsigned long long)bytes);
@@ -221,7 +245,13 @@ static tsr_status run_check(tsrd_job *job, const tsr_tensor_desc *sig, int n,
     if (st == TSR_OK && s->output != NULL)
         st = launch_check_buffer(job, s->output, out, "run.output_buffer");
     uint64_t out_bytes = tsr_tensor_desc_bytes(out);
-    if (st == TSR_OK && s->output == NULL && out_bytes > tsrd_reply_payload_max(job->d))
+    const Tessera__V1__SharedMemory *out_shm = job->req->run->output_shm;
+    if (st == TSR_OK && out_shm != NULL && out_shm->length != out_bytes)
+        st = tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                           "run.output_shm: %llu bytes, the output needs %llu",
+                           (unsigned long long)out_shm->length, (unsigned long long)out_bytes);
+    if (st == TSR_OK && s->output == NULL && out_shm == NULL &&
+        out_bytes > tsrd_reply_payload_max(job->d))
         st = tsr_error_set(&job->err, TSR_MESSAGE_TOO_LARGE,
                            "run: the %llu-byte output does not fit a reply (limit %llu); give "
                            "output_buffer",
@@ -242,6 +272,17 @@ static tsr_status run_device_buffers(tsrd_job *job, int n, const tsr_tensor_desc
         const Tessera__V1__Tensor *t = job->req->run->inputs[i];
         if (s->inputs[i] != NULL) {
             inputs[i] = s->inputs[i]->dbuf;
+            continue;
+        }
+        if (s->host[i] != NULL) {
+            /* Shared memory: registered once, then one direct copy. */
+            st = ops->buffer_alloc(job->d->backend, 0, t->shm->length, &s->temps[i], &job->err);
+            if (st == TSR_OK)
+                st = tsrd_shm_register(job, s->maps[i]);
+            if (st == TSR_OK)
+                st = ops->buffer_copy_registered(job->d->backend, s->temps[i], 0, s->host[i],
+                                                 t->shm->length, 1, &job->err);
+            inputs[i] = s->temps[i];
             continue;
         }
         st = ops->buffer_alloc(job->d->backend, 0, t->inline_data.len, &s->temps[i], &job->err);
@@ -280,6 +321,16 @@ static tsr_status run_reply(tsrd_job *job, const tsr_tensor_desc *out, tsrd_dbuf
     if (s->output != NULL) {
         r->output->data_case = TESSERA__V1__TENSOR__DATA_BUFFER;
         r->output->buffer = job->req->run->output_buffer;
+    } else if (s->host[LAUNCH_SHM_OUT] != NULL) {
+        r->output->data_case = TESSERA__V1__TENSOR__DATA_SHM;
+        r->output->shm = job->req->run->output_shm;
+        tsr_status st = tsrd_shm_register(job, s->maps[LAUNCH_SHM_OUT]);
+        if (st == TSR_OK)
+            st = job->d->bops->buffer_copy_registered(job->d->backend, out_buf, 0,
+                                                      s->host[LAUNCH_SHM_OUT],
+                                                      tsr_tensor_desc_bytes(out), 0, &job->err);
+        if (st != TSR_OK)
+            return st;
     } else {
         uint64_t bytes = tsr_tensor_desc_bytes(out);
         r->output->data_case = TESSERA__V1__TENSOR__DATA_INLINE_DATA;

@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "daemon.h"
+#include "batch.h"
+#include "shm.h"
 
 static bool session_pipe_removed(const tsrd_daemon *d, uint32_t pipe_id)
 {
@@ -61,8 +63,10 @@ void tsrd_session_unref(tsrd_daemon *d, tsrd_session *s)
 {
     if (--s->refs > 0)
         return;
+    tsrd_batch_graphs_release(d, s);
     if (s->stream != NULL)
         d->bops->stream_destroy(d->backend, s->stream);
+    tsrd_shm_release_all(d, s);
     tsrd_replay_fini(&s->replay);
     free(s);
 }

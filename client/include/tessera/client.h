@@ -364,6 +364,92 @@ void tsr_client_cache_free(tsr_client_cache_entry *rows);
 tsr_status tsr_client_cache_evict(tsr_client *c, const char *key, uint32_t *evicted, int timeout_ms,
                                   tsr_error *err);
 
+/* ---- the data plane: shared memory, batches, CUDA IPC (dataplane.c) ----
+ *
+ * Large host tensors need not travel inside messages. A tsr_client_shm is a
+ * POSIX shared-memory segment this process creates (shm_open + mmap, mode
+ * 0600); requests name it with an offset and a length and the daemon, on the
+ * same node (ipc:// URLs), maps it, pins it for the device and copies straight
+ * from or into it. Ownership and lifetime: the segment belongs to the process
+ * that created it; the name is unlinked by tsr_client_shm_free, after which the
+ * daemon keeps its mapping only until the connection closes, so free a segment
+ * only when no call naming it is in flight. A daemon maps at most 32 segments
+ * per connection: reuse a few large ones. Errors from the daemon: NOT_FOUND (no
+ * such segment), UNAUTHENTICATED (owned by another uid), BUFFER_MISMATCH (a
+ * range outside the segment or of the wrong size). Thread-safety: a segment's
+ * bytes are the caller's to coordinate; the calls below are as thread-safe as
+ * the rest of this header. Below TSR_CLIENT_SHM_THRESHOLD_DEFAULT bytes inline
+ * data is as fast; the Python binding switches there (TESSERA_SHM_THRESHOLD). */
+#define TSR_CLIENT_SHM_THRESHOLD_DEFAULT (256u << 10)
+
+typedef struct tsr_client_shm tsr_client_shm;
+
+/* Creates a segment of size bytes under a fresh name ("/tsr-<pid>-<random>").
+ * TSR_IO_ERROR with the errno text when shm_open, ftruncate or mmap fail. */
+tsr_status tsr_client_shm_create(size_t size, tsr_client_shm **out, tsr_error *err);
+/* Unmaps and unlinks. NULL is ignored. */
+void tsr_client_shm_free(tsr_client_shm *shm);
+/* The mapped bytes, the size and the name (all owned by the segment). */
+void *tsr_client_shm_data(const tsr_client_shm *shm);
+size_t tsr_client_shm_size(const tsr_client_shm *shm);
+const char *tsr_client_shm_name(const tsr_client_shm *shm);
+
+/* buffer_write / buffer_read with the bytes in shm at shm_offset: len bytes go
+ * between the segment and the buffer at offset, and no data is in the
+ * messages. */
+tsr_status tsr_client_buffer_write_shm(tsr_client *c, tsr_buffer buf, uint64_t offset,
+                                       const tsr_client_shm *shm, uint64_t shm_offset, size_t len,
+                                       int timeout_ms, tsr_error *err);
+tsr_status tsr_client_buffer_read_shm(tsr_client *c, tsr_buffer buf, uint64_t offset,
+                                      const tsr_client_shm *shm, uint64_t shm_offset, size_t len,
+                                      int timeout_ms, tsr_error *err);
+
+/* tsr_client_run with every input and the output in shm: input i's dense
+ * bytes at in_offsets[i], the output written at out_offset. */
+tsr_status tsr_client_run_shm(tsr_client *c, const tsr_region *r,
+                              const tsr_client_compile_opts *opts, const tsr_client_shm *shm,
+                              const uint64_t *in_offsets, uint64_t out_offset,
+                              tsr_client_decision *decision, int timeout_ms, tsr_error *err);
+
+/* One launch of a batch: a compiled kernel, its input buffers in signature
+ * order and its output buffer. */
+typedef struct tsr_client_launch_desc {
+    tsr_kernel kernel;
+    int n_inputs;
+    const tsr_buffer *inputs;
+    tsr_buffer output;
+} tsr_client_launch_desc;
+
+typedef struct tsr_client_batch_result {
+    double device_ms;
+    uint32_t launched;
+    bool graph_replayed; /* served by a captured CUDA graph */
+} tsr_client_batch_result;
+
+/* Runs n launches in order on the connection's stream with one round trip and
+ * waits for all of them. Every launch is checked before any runs; a bad one
+ * fails the call with its index in the message (TSR_NOT_FOUND,
+ * TSR_BUFFER_MISMATCH). graph=true lets a CUDA daemon capture the sequence and
+ * replay it when the same kernels and buffers come again (the CPU backend
+ * launches one by one). out may be NULL. */
+tsr_status tsr_client_batch(tsr_client *c, const tsr_client_launch_desc *launches, size_t n,
+                            bool graph, tsr_client_batch_result *out, int timeout_ms,
+                            tsr_error *err);
+
+/* Imports a device allocation of this (or another local) process as a buffer:
+ * ipc_handle is the 64-byte CUipcMemHandle from cuIpcGetMemHandle (torch:
+ * storage._share_cuda_()), bytes the allocation's size from its base, dtype and
+ * shape what launches see (dense, at the allocation's start). Launches read and
+ * write that memory in place, with no copy. Lifetime: the exporter keeps the
+ * allocation alive and unmodified by others while any launch on it is in flight,
+ * and until tsr_client_buffer_free on the handle (or the connection's close)
+ * has returned; the daemon then closes its mapping and never frees the memory.
+ * CUDA IPC works only within one node and for memory from cuMemAlloc (not
+ * cuMemAllocAsync pools). TSR_UNSUPPORTED on a CPU daemon. */
+tsr_status tsr_client_buffer_import(tsr_client *c, const void *ipc_handle, uint64_t bytes,
+                                    tsr_client_dtype dtype, int rank, const int64_t *shape,
+                                    tsr_buffer *out, int timeout_ms, tsr_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,307 @@
+/*
+ * dataplane.c — the client's side of the data plane: shared-memory segments
+ * for host tensors, batched launches and CUDA IPC imports (client.h, "the
+ * data plane").
+ *
+ * A segment is created here with a name nobody can guess (pid plus 64 random
+ * bits) and mode 0600, so only this user's processes, the daemon among them
+ * when it runs as the same uid, can open it; the daemon checks the owner
+ * itself too.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "client_int.h"
+#include "tessera/region_pb.h"
+
+struct tsr_client_shm {
+    char name[64];
+    void *data;
+    size_t size;
+};
+
+tsr_status tsr_client_shm_create(size_t size, tsr_client_shm **out, tsr_error *err)
+{
+    if (out == NULL || size == 0)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "shm: out is NULL or size is 0");
+    tsr_client_shm *shm = calloc(1, sizeof *shm);
+    if (shm == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "shm: out of memory");
+    uint64_t nonce = 0;
+    if (getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce) {
+        free(shm);
+        return tsr_error_set(err, TSR_IO_ERROR, "shm: getrandom: %s", strerror(errno));
+    }
+    snprintf(shm->name, sizeof shm->name, "/tsr-%ld-%016llx", (long)getpid(),
+             (unsigned long long)nonce);
+    int fd = shm_open(shm->name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) {
+        tsr_status st =
+            tsr_error_set(err, TSR_IO_ERROR, "shm_open %s: %s", shm->name, strerror(errno));
+        free(shm);
+        return st;
+    }
+    tsr_status st = TSR_OK;
+    if (ftruncate(fd, (off_t)size) != 0) {
+        st = tsr_error_set(err, TSR_IO_ERROR, "ftruncate %s to %zu: %s", shm->name, size,
+                           strerror(errno));
+    } else {
+        shm->data = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (shm->data == MAP_FAILED)
+            st = tsr_error_set(err, TSR_IO_ERROR, "mmap %s: %s", shm->name, strerror(errno));
+    }
+    close(fd);
+    if (st != TSR_OK) {
+        shm_unlink(shm->name);
+        free(shm);
+        return st;
+    }
+    shm->size = size;
+    *out = shm;
+    return TSR_OK;
+}
+
+void tsr_client_shm_free(tsr_client_shm *shm)
+{
+    if (shm == NULL)
+        return;
+    munmap(shm->data, shm->size);
+    shm_unlink(shm->name);
+    free(shm);
+}
+
+void *tsr_client_shm_data(const tsr_client_shm *shm)
+{
+    return shm->data;
+}
+
+size_t tsr_client_shm_size(const tsr_client_shm *shm)
+{
+    return shm->size;
+}
+
+const char *tsr_client_shm_name(const tsr_client_shm *shm)
+{
+    return shm->name;
+}
+
+static tsr_status dataplane_range_check(const tsr_client_shm *shm, uint64_t offset, uint64_t len,
+                                        tsr_error *err)
+{
+    if (offset > shm->size || len > shm->size - offset)
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH,
+                             "shm: %llu bytes at offset %llu pass the end of %s (%zu bytes)",
+                             (unsigned long long)len, (unsigned long long)offset, shm->name,
+                             shm->size);
+    return TSR_OK;
+}
+
+static void dataplane_shm_ref(Tessera__V1__SharedMemory *ref, const tsr_client_shm *shm,
+                              uint64_t offset, uint64_t len)
+{
+    tessera__v1__shared_memory__init(ref);
+    ref->name = (char *)shm->name;
+    ref->offset = offset;
+    ref->length = len;
+}
+
+tsr_status tsr_client_buffer_write_shm(tsr_client *c, tsr_buffer buf, uint64_t offset,
+                                       const tsr_client_shm *shm, uint64_t shm_offset, size_t len,
+                                       int timeout_ms, tsr_error *err)
+{
+    if (c == NULL || shm == NULL)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "client and shm must not be NULL");
+    tsr_status st = dataplane_range_check(shm, shm_offset, len, err);
+    if (st != TSR_OK)
+        return st;
+    Tessera__V1__SharedMemory ref;
+    dataplane_shm_ref(&ref, shm, shm_offset, len);
+    Tessera__V1__BufferWriteRequest body = TESSERA__V1__BUFFER_WRITE_REQUEST__INIT;
+    body.buffer = buf;
+    body.offset = offset;
+    body.shm = &ref;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_WRITE;
+    req.buffer_write = &body;
+    Tessera__V1__Reply *reply;
+    st = tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_BUFFER_WRITE, &reply, timeout_ms, err);
+    if (st == TSR_OK)
+        tessera__v1__reply__free_unpacked(reply, NULL);
+    return st;
+}
+
+tsr_status tsr_client_buffer_read_shm(tsr_client *c, tsr_buffer buf, uint64_t offset,
+                                      const tsr_client_shm *shm, uint64_t shm_offset, size_t len,
+                                      int timeout_ms, tsr_error *err)
+{
+    if (c == NULL || shm == NULL || len == 0)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                             "client and shm must not be NULL, len not 0");
+    tsr_status st = dataplane_range_check(shm, shm_offset, len, err);
+    if (st != TSR_OK)
+        return st;
+    Tessera__V1__SharedMemory ref;
+    dataplane_shm_ref(&ref, shm, shm_offset, len);
+    Tessera__V1__BufferReadRequest body = TESSERA__V1__BUFFER_READ_REQUEST__INIT;
+    body.buffer = buf;
+    body.offset = offset;
+    body.length = len;
+    body.shm = &ref;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_READ;
+    req.buffer_read = &body;
+    Tessera__V1__Reply *reply;
+    st = tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_BUFFER_READ, &reply, timeout_ms, err);
+    if (st == TSR_OK)
+        tessera__v1__reply__free_unpacked(reply, NULL);
+    return st;
+}
+
+tsr_status tsr_client_run_shm(tsr_client *c, const tsr_region *r,
+                              const tsr_client_compile_opts *opts, const tsr_client_shm *shm,
+                              const uint64_t *in_offsets, uint64_t out_offset,
+                              tsr_client_decision *decision, int timeout_ms, tsr_error *err)
+{
+    if (c == NULL || r == NULL || shm == NULL)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "client, region and shm must not be NULL");
+    tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], out_desc;
+    int n = tsr_region_signature(r, in, &out_desc);
+    if (n > 0 && in_offsets == NULL)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "in_offsets is NULL");
+    Tessera__V1__SharedMemory refs[TSR_MAX_REGION_INPUTS + 1];
+    Tessera__V1__Tensor tensors[TSR_MAX_REGION_INPUTS];
+    Tessera__V1__Tensor *tensor_ptrs[TSR_MAX_REGION_INPUTS];
+    tsr_status st = TSR_OK;
+    for (int i = 0; st == TSR_OK && i < n; i++) {
+        uint64_t bytes = tsr_tensor_desc_bytes(&in[i]);
+        st = dataplane_range_check(shm, in_offsets[i], bytes, err);
+        dataplane_shm_ref(&refs[i], shm, in_offsets[i], bytes);
+        tessera__v1__tensor__init(&tensors[i]);
+        tensors[i].dtype = (Tessera__V1__DType)(in[i].dtype + 1);
+        tensors[i].n_shape = (size_t)in[i].rank;
+        tensors[i].shape = in[i].shape;
+        tensors[i].data_case = TESSERA__V1__TENSOR__DATA_SHM;
+        tensors[i].shm = &refs[i];
+        tensor_ptrs[i] = &tensors[i];
+    }
+    uint64_t out_bytes = tsr_tensor_desc_bytes(&out_desc);
+    if (st == TSR_OK)
+        st = dataplane_range_check(shm, out_offset, out_bytes, err);
+    if (st != TSR_OK)
+        return st;
+    dataplane_shm_ref(&refs[n], shm, out_offset, out_bytes);
+
+    Tessera__V1__Region *region = NULL;
+    st = tsr_region_to_pb(r, &region, err);
+    if (st != TSR_OK)
+        return st;
+    Tessera__V1__CompileOptions options = TESSERA__V1__COMPILE_OPTIONS__INIT;
+    tsri_client_options_fill(c, r, opts, &options);
+    Tessera__V1__RunRequest body = TESSERA__V1__RUN_REQUEST__INIT;
+    body.region = region;
+    body.options = &options;
+    body.n_inputs = (size_t)n;
+    body.inputs = tensor_ptrs;
+    body.output_shm = &refs[n];
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_RUN;
+    req.run = &body;
+    Tessera__V1__Reply *reply;
+    st = tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_RUN, &reply, timeout_ms, err);
+    tsr_region_pb_free(region);
+    if (st != TSR_OK)
+        return st;
+    const Tessera__V1__Tensor *o = reply->run->output;
+    if (o == NULL || o->data_case != TESSERA__V1__TENSOR__DATA_SHM)
+        st = tsr_error_set(err, TSR_BUFFER_MISMATCH,
+                           "run reply: the output was not written to shared memory");
+    else if (decision != NULL)
+        tsri_client_decision_copy(decision, reply->run->decision);
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return st;
+}
+
+tsr_status tsr_client_batch(tsr_client *c, const tsr_client_launch_desc *launches, size_t n,
+                            bool graph, tsr_client_batch_result *out, int timeout_ms,
+                            tsr_error *err)
+{
+    if (c == NULL || (n > 0 && launches == NULL))
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "client and launches must not be NULL");
+    Tessera__V1__BatchLaunch *items = calloc(n ? n : 1, sizeof *items);
+    Tessera__V1__BatchLaunch **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+    if (items == NULL || ptrs == NULL) {
+        free(items);
+        free(ptrs);
+        return tsr_error_set(err, TSR_NO_MEMORY, "batch: out of memory");
+    }
+    tsr_status st = TSR_OK;
+    for (size_t i = 0; i < n; i++) {
+        tessera__v1__batch_launch__init(&items[i]);
+        if (launches[i].n_inputs < 0 || (launches[i].n_inputs > 0 && !launches[i].inputs)) {
+            st = tsr_error_set(err, TSR_INVALID_ARGUMENT, "batch: launch %zu has bad inputs", i);
+            break;
+        }
+        items[i].kernel = launches[i].kernel;
+        items[i].n_inputs = (size_t)launches[i].n_inputs;
+        items[i].inputs = (uint64_t *)launches[i].inputs;
+        items[i].output = launches[i].output;
+        ptrs[i] = &items[i];
+    }
+    Tessera__V1__BatchRequest body = TESSERA__V1__BATCH_REQUEST__INIT;
+    body.n_launches = n;
+    body.launches = ptrs;
+    body.graph = graph;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_BATCH;
+    req.batch = &body;
+    Tessera__V1__Reply *reply = NULL;
+    if (st == TSR_OK)
+        st = tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_BATCH, &reply, timeout_ms, err);
+    free(items);
+    free(ptrs);
+    if (st != TSR_OK)
+        return st;
+    if (out != NULL) {
+        out->device_ms = reply->batch->device_ms;
+        out->launched = reply->batch->launched;
+        out->graph_replayed = reply->batch->graph_replayed;
+    }
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return TSR_OK;
+}
+
+tsr_status tsr_client_buffer_import(tsr_client *c, const void *ipc_handle, uint64_t bytes,
+                                    tsr_client_dtype dtype, int rank, const int64_t *shape,
+                                    tsr_buffer *out, int timeout_ms, tsr_error *err)
+{
+    if (c == NULL || ipc_handle == NULL || out == NULL || rank < 0 || rank > TSR_CLIENT_MAX_RANK ||
+        (rank > 0 && shape == NULL))
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                             "client, ipc_handle, out and shape must be given, rank 0..%d",
+                             TSR_CLIENT_MAX_RANK);
+    Tessera__V1__BufferImportRequest body = TESSERA__V1__BUFFER_IMPORT_REQUEST__INIT;
+    body.ipc_handle.data = (uint8_t *)ipc_handle;
+    body.ipc_handle.len = 64;
+    body.bytes = bytes;
+    body.dtype = (Tessera__V1__DType)(dtype + 1);
+    body.n_shape = (size_t)rank;
+    body.shape = (int64_t *)shape;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_IMPORT;
+    req.buffer_import = &body;
+    Tessera__V1__Reply *reply;
+    tsr_status st =
+        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_BUFFER_IMPORT, &reply, timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
+    *out = reply->buffer_import->buffer;
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return TSR_OK;
+}

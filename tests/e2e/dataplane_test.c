@@ -1,0 +1,251 @@
+/*
+ * dataplane_test.c — shared-memory tensors, batched launches and CUDA IPC
+ * imports against a real tesserad on the CPU backend.
+ *
+ * The shared-memory path must give the same bytes as the inline one and refuse
+ * bad names, ranges and sizes with exact codes; a batch must run its launches
+ * in order (each reads the previous output) and fail whole, naming the entry,
+ * when any entry is bad; an import is UNSUPPORTED without a GPU.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "tessera/region.h"
+#include "../support/testd.h"
+
+static testd dataplane_d;
+static tsr_client *dataplane_c;
+
+static void dataplane_setup(void)
+{
+    cr_assert_eq(testd_start(&dataplane_d, NULL), 0);
+    dataplane_c = testd_client(&dataplane_d, 30000);
+    cr_assert_not_null(dataplane_c);
+}
+
+static void dataplane_teardown(void)
+{
+    tsr_client_close(dataplane_c);
+    cr_expect_eq(testd_stop(&dataplane_d), 0);
+    testd_remove(&dataplane_d);
+}
+
+TestSuite(dataplane, .init = dataplane_setup, .fini = dataplane_teardown);
+
+/* y = x * 2 + 1 on n floats. */
+static tsr_region *dataplane_affine(int n)
+{
+    char json[512];
+    snprintf(
+        json, sizeof json,
+        "{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"x\",\"shape\":[%d]}],"
+        "\"ops\":[{\"op\":\"const\",\"value\":2,\"out\":\"two\"},"
+        "{\"op\":\"const\",\"value\":1,\"out\":\"one\"},"
+        "{\"op\":\"mul\",\"args\":[\"x\",\"two\"],\"out\":\"t\"},"
+        "{\"op\":\"add\",\"args\":[\"t\",\"one\"],\"out\":\"y\"}],\"output\":\"y\"}",
+        n);
+    tsr_region *r = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_region_load(json, strlen(json), &r, &err), TSR_OK, "%s", err.message);
+    return r;
+}
+
+Test(dataplane, shm_buffer_write_then_read_round_trips)
+{
+    tsr_client_shm *shm;
+    tsr_error err;
+    cr_assert_eq(tsr_client_shm_create(1 << 20, &shm, &err), TSR_OK, "%s", err.message);
+    float *p = tsr_client_shm_data(shm);
+    for (int i = 0; i < 1000; i++)
+        p[i] = (float)i * 0.5f;
+    int64_t shape[] = {1000};
+    tsr_buffer b;
+    cr_assert_eq(tsr_client_buffer_alloc(dataplane_c, TSR_CLIENT_F32, 1, shape, &b, NULL, 0, &err),
+                 TSR_OK);
+    cr_assert_eq(tsr_client_buffer_write_shm(dataplane_c, b, 0, shm, 0, 4000, 0, &err), TSR_OK,
+                 "%s", err.message);
+    float back[1000];
+    size_t got = 0;
+    cr_assert_eq(tsr_client_buffer_read(dataplane_c, b, 0, back, sizeof back, &got, 0, &err),
+                 TSR_OK);
+    cr_assert_eq(got, 4000);
+    cr_expect_eq(memcmp(back, p, 4000), 0);
+    /* And out again, into another place of the segment. */
+    cr_assert_eq(tsr_client_buffer_read_shm(dataplane_c, b, 400, shm, 8192, 400, 0, &err), TSR_OK,
+                 "%s", err.message);
+    cr_expect_eq(memcmp((char *)p + 8192, (char *)p + 400, 400), 0);
+    tsr_client_shm_free(shm);
+}
+
+Test(dataplane, run_shm_matches_inline)
+{
+    tsr_region *r = dataplane_affine(4096);
+    tsr_client_shm *shm;
+    tsr_error err;
+    cr_assert_eq(tsr_client_shm_create(64 << 10, &shm, &err), TSR_OK);
+    float *p = tsr_client_shm_data(shm);
+    for (int i = 0; i < 4096; i++)
+        p[i] = (float)(i - 2000) / 7.0f;
+    uint64_t in_off[] = {0};
+    tsr_client_decision dec;
+    cr_assert_eq(tsr_client_run_shm(dataplane_c, r, NULL, shm, in_off, 16384, &dec, 0, &err),
+                 TSR_OK, "%s", err.message);
+    static float inline_out[4096];
+    const void *inputs[] = {p};
+    cr_assert_eq(tsr_client_run(dataplane_c, r, NULL, inputs, inline_out, NULL, 0, &err), TSR_OK);
+    cr_expect_eq(memcmp(p + 4096, inline_out, sizeof inline_out), 0);
+    cr_expect_eq(p[4096], (float)(-2000) / 7.0f * 2.0f + 1.0f);
+    tsr_client_shm_free(shm);
+    tsr_client_region_free(r);
+}
+
+/* Sends a buffer_write naming a segment with a raw request, for what the library
+ * never sends (bad names, ranges outside the segment). */
+static tsr_status dataplane_raw_write(const char *name, uint64_t offset, uint64_t length, char *msg,
+                                      size_t msg_size)
+{
+    uint32_t sock;
+    cr_assert_eq(testd_raw_open(&dataplane_d, &sock), 0);
+    Tessera__V1__BufferAllocRequest alloc = TESSERA__V1__BUFFER_ALLOC_REQUEST__INIT;
+    int64_t shape[] = {1024};
+    alloc.dtype = TESSERA__V1__DTYPE__DTYPE_F32;
+    alloc.n_shape = 1;
+    alloc.shape = shape;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.id = 101;
+    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC;
+    req.buffer_alloc = &alloc;
+    Tessera__V1__Reply *reply = NULL;
+    cr_assert_eq(testd_raw_request(sock, &req, 10000, &reply), 0);
+    cr_assert_eq(reply->status, TESSERA__V1__STATUS__OK);
+    uint64_t buf = reply->buffer_alloc->buffer;
+    tessera__v1__reply__free_unpacked(reply, NULL);
+
+    Tessera__V1__SharedMemory ref = TESSERA__V1__SHARED_MEMORY__INIT;
+    ref.name = (char *)name;
+    ref.offset = offset;
+    ref.length = length;
+    Tessera__V1__BufferWriteRequest w = TESSERA__V1__BUFFER_WRITE_REQUEST__INIT;
+    w.buffer = buf;
+    w.shm = &ref;
+    req.id = 102;
+    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_WRITE;
+    req.buffer_write = &w;
+    cr_assert_eq(testd_raw_request(sock, &req, 10000, &reply), 0);
+    tsr_status st = (tsr_status)reply->status;
+    snprintf(msg, msg_size, "%s", reply->message ? reply->message : "");
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    testd_raw_close(sock);
+    return st;
+}
+
+Test(dataplane, shm_bad_names_and_ranges_are_refused)
+{
+    tsr_client_shm *shm;
+    tsr_error err;
+    cr_assert_eq(tsr_client_shm_create(8192, &shm, &err), TSR_OK);
+    const char *name = tsr_client_shm_name(shm);
+    char msg[512];
+    cr_expect_eq(dataplane_raw_write("/tsr-no-such-segment", 0, 16, msg, sizeof msg), TSR_NOT_FOUND,
+                 "%s", msg);
+    cr_expect_eq(dataplane_raw_write("relative", 0, 16, msg, sizeof msg), TSR_INVALID_ARGUMENT);
+    cr_expect_eq(dataplane_raw_write("/a/b", 0, 16, msg, sizeof msg), TSR_INVALID_ARGUMENT);
+    cr_expect_eq(dataplane_raw_write(name, 8190, 16, msg, sizeof msg), TSR_BUFFER_MISMATCH);
+    cr_expect(strstr(msg, "pass the end") != NULL, "%s", msg);
+    cr_expect_eq(dataplane_raw_write(name, 1ull << 62, 16, msg, sizeof msg), TSR_BUFFER_MISMATCH);
+    /* Inside the segment but past the 4096-byte buffer. */
+    cr_expect_eq(dataplane_raw_write(name, 0, 8192, msg, sizeof msg), TSR_BUFFER_MISMATCH);
+    cr_expect_eq(dataplane_raw_write(name, 0, 4096, msg, sizeof msg), TSR_OK, "%s", msg);
+    tsr_client_shm_free(shm);
+}
+
+Test(dataplane, run_shm_wrong_output_size_is_mismatch)
+{
+    tsr_region *r = dataplane_affine(1024);
+    tsr_client_shm *shm;
+    tsr_error err;
+    cr_assert_eq(tsr_client_shm_create(6000, &shm, &err), TSR_OK);
+    uint64_t in_off[] = {0};
+    /* The output would end past the segment: refused before sending. */
+    cr_expect_eq(tsr_client_run_shm(dataplane_c, r, NULL, shm, in_off, 4096, NULL, 0, &err),
+                 TSR_BUFFER_MISMATCH);
+    tsr_client_shm_free(shm);
+    tsr_client_region_free(r);
+}
+
+Test(dataplane, batch_runs_launches_in_order)
+{
+    tsr_region *r = dataplane_affine(256);
+    tsr_client_compiled k;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(dataplane_c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    int64_t shape[] = {256};
+    tsr_buffer b[2];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(
+            tsr_client_buffer_alloc(dataplane_c, TSR_CLIENT_F32, 1, shape, &b[i], NULL, 0, &err),
+            TSR_OK);
+    float x[256];
+    for (int i = 0; i < 256; i++)
+        x[i] = (float)i;
+    cr_assert_eq(tsr_client_buffer_write(dataplane_c, b[0], 0, x, sizeof x, 0, &err), TSR_OK);
+    /* Ping-pong 100 times: each launch reads the previous one's output. */
+    tsr_client_launch_desc l[100];
+    for (int i = 0; i < 100; i++)
+        l[i] = (tsr_client_launch_desc){k.kernel, 1, &b[i % 2], b[(i + 1) % 2]};
+    tsr_client_batch_result res;
+    cr_assert_eq(tsr_client_batch(dataplane_c, l, 100, true, &res, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_expect_eq(res.launched, 100);
+    cr_expect_eq(res.graph_replayed, false, "the CPU backend launches one by one");
+    float y[256];
+    cr_assert_eq(tsr_client_buffer_read(dataplane_c, b[0], 0, y, sizeof y, NULL, 0, &err), TSR_OK);
+    /* 100 steps of 2x+1 from 0 give 2^100 - 1, which rounds to 2^100 in f32; a
+     * lost or reordered launch would give another power of two. */
+    cr_expect_eq(y[0], 0x1p100f);
+    tsr_client_region_free(r);
+}
+
+Test(dataplane, batch_with_a_bad_entry_runs_nothing)
+{
+    tsr_region *r = dataplane_affine(8);
+    tsr_client_compiled k;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(dataplane_c, r, NULL, &k, 0, &err), TSR_OK);
+    int64_t shape[] = {8}, small[] = {4};
+    tsr_buffer a, y, bad;
+    cr_assert_eq(tsr_client_buffer_alloc(dataplane_c, TSR_CLIENT_F32, 1, shape, &a, NULL, 0, &err),
+                 TSR_OK);
+    cr_assert_eq(tsr_client_buffer_alloc(dataplane_c, TSR_CLIENT_F32, 1, shape, &y, NULL, 0, &err),
+                 TSR_OK);
+    cr_assert_eq(
+        tsr_client_buffer_alloc(dataplane_c, TSR_CLIENT_F32, 1, small, &bad, NULL, 0, &err),
+        TSR_OK);
+    tsr_client_launch_desc l[3] = {
+        {k.kernel, 1, &a, y}, {k.kernel, 1, &a, y}, {k.kernel, 1, &bad, y}};
+    cr_expect_eq(tsr_client_batch(dataplane_c, l, 3, false, NULL, 0, &err), TSR_BUFFER_MISMATCH);
+    cr_expect(strstr(err.message, "batch.launches[2].inputs[0]") != NULL, "%s", err.message);
+    float out[8];
+    cr_assert_eq(tsr_client_buffer_read(dataplane_c, y, 0, out, sizeof out, NULL, 0, &err), TSR_OK);
+    cr_expect_eq(out[0], 0.0f, "nothing ran: the output is still the zeroed allocation");
+    l[1].kernel = 12345;
+    cr_expect_eq(tsr_client_batch(dataplane_c, l, 2, false, NULL, 0, &err), TSR_NOT_FOUND);
+    cr_expect(strstr(err.message, "batch.launches[1].kernel") != NULL, "%s", err.message);
+    cr_expect_eq(tsr_client_batch(dataplane_c, l, 0, false, NULL, 0, &err), TSR_INVALID_ARGUMENT);
+    tsr_client_region_free(r);
+}
+
+Test(dataplane, import_is_unsupported_on_the_cpu_backend)
+{
+    unsigned char handle[64] = {1};
+    int64_t shape[] = {16};
+    tsr_buffer b;
+    tsr_error err;
+    cr_expect_eq(
+        tsr_client_buffer_import(dataplane_c, handle, 64, TSR_CLIENT_F32, 1, shape, &b, 0, &err),
+        TSR_UNSUPPORTED);
+    cr_expect_eq(
+        tsr_client_buffer_import(dataplane_c, handle, 32, TSR_CLIENT_F32, 1, shape, &b, 0, &err),
+        TSR_BUFFER_MISMATCH, "%s", err.message);
+}

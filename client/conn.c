@@ -34,6 +34,8 @@ struct tsr_client {
     nng_duration resend;
     uint64_t id_base;
     atomic_uint_fast64_t id_next;
+    /* The daemon's max_message_bytes from a hello; 0 until a large request needs it. */
+    atomic_uint_fast64_t daemon_max;
     /* TESSERA_FORCE, one entry per region kind ("" = none). */
     char force[TSR_KIND_COUNT][TSR_CLIENT_NAME_MAX];
 };
@@ -152,7 +154,8 @@ tsr_status tsr_client_connect(const tsr_client_options *opts, tsr_client **out, 
     if (!url || !*url)
         url = TSR_CLIENT_DEFAULT_URL;
     c->url = strdup(url);
-    c->auth = strdup(opts->auth ? opts->auth : "");
+    const char *auth = opts->auth ? opts->auth : getenv("TESSERA_TOKEN");
+    c->auth = strdup(auth ? auth : "");
     if (!c->url || !c->auth) {
         tsr_client_close(c);
         return tsr_error_set(err, TSR_NO_MEMORY, "client: out of memory");
@@ -163,6 +166,7 @@ tsr_status tsr_client_connect(const tsr_client_options *opts, tsr_client **out, 
                                       : opts->resend_ms;
     c->id_base = conn_random64();
     atomic_init(&c->id_next, 1);
+    atomic_init(&c->daemon_max, 0);
 
     const char *force = opts->force ? opts->force : getenv("TESSERA_FORCE");
     if (force) {
@@ -245,11 +249,42 @@ static tsr_status conn_reply_error(const Tessera__V1__Reply *reply, tsr_error *e
     return tsr_error_set(err, st, "%s", tsr_strerror(st));
 }
 
+/* Requests above this size are checked against the daemon's limit first. */
+#define CONN_CHECK_ABOVE ((size_t)64 << 10)
+
+/* Refuses a request the daemon would drop for its size. The daemon closes the
+ * connection on such a message without an answer, and a REQ pipe cut off in the
+ * middle of a large send can stall until the socket is closed, so the limit
+ * (learnt once with a hello) is enforced here instead. */
+static tsr_status conn_size_check(tsr_client *c, size_t size, int timeout_ms, tsr_error *err)
+{
+    uint64_t max = atomic_load(&c->daemon_max);
+    if (max == 0) {
+        tsr_client_info info;
+        tsr_status st = tsr_client_hello(c, &info, timeout_ms, err);
+        if (st != TSR_OK)
+            return st;
+        max = info.max_message_bytes ? info.max_message_bytes : UINT64_MAX;
+        atomic_store(&c->daemon_max, max);
+    }
+    if (size > max)
+        return tsr_error_set(err, TSR_MESSAGE_TOO_LARGE,
+                             "request of %zu bytes exceeds the daemon's limit of %llu bytes", size,
+                             (unsigned long long)max);
+    return TSR_OK;
+}
+
 tsr_status tsri_client_call(tsr_client *c, Tessera__V1__Request *req,
                             Tessera__V1__Reply__BodyCase want, Tessera__V1__Reply **reply,
                             int timeout_ms, tsr_error *err)
 {
     *reply = NULL;
+    size_t size = tessera__v1__request__get_packed_size(req);
+    if (size > CONN_CHECK_ABOVE) {
+        tsr_status st = conn_size_check(c, size, timeout_ms, err);
+        if (st != TSR_OK)
+            return st;
+    }
     uint64_t id = c->id_base + atomic_fetch_add(&c->id_next, 1);
     if (id == 0)
         id = c->id_base + atomic_fetch_add(&c->id_next, 1);
@@ -259,7 +294,6 @@ tsr_status tsri_client_call(tsr_client *c, Tessera__V1__Request *req,
     int timeout = timeout_ms == TSR_CLIENT_TIMEOUT_DEFAULT ? c->timeout_ms : timeout_ms;
     int64_t deadline = timeout < 0 ? -1 : conn_now_ms() + timeout;
 
-    size_t size = tessera__v1__request__get_packed_size(req);
     nng_msg *msg = NULL;
     int rv = nng_msg_alloc(&msg, size);
     if (rv != 0)

@@ -243,9 +243,9 @@ Test(dataplane, import_is_unsupported_on_the_cpu_backend)
     tsr_buffer b;
     tsr_error err;
     cr_expect_eq(
-        tsr_client_buffer_import(dataplane_c, handle, 64, TSR_CLIENT_F32, 1, shape, &b, 0, &err),
+        tsr_client_buffer_import(dataplane_c, handle, 64, 0, TSR_CLIENT_F32, 1, shape, &b, 0, &err),
         TSR_UNSUPPORTED);
-    cr_expect_eq(
-        tsr_client_buffer_import(dataplane_c, handle, 32, TSR_CLIENT_F32, 1, shape, &b, 0, &err),
-        TSR_BUFFER_MISMATCH, "%s", err.message);
+    cr_expect_eq(tsr_client_buffer_import(dataplane_c, handle, 96, 64, TSR_CLIENT_F32, 1, shape, &b,
+                                          0, &err),
+                 TSR_BUFFER_MISMATCH, "%s", err.message);
 }

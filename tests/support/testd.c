@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -92,6 +93,8 @@ static int testd_spawn(testd *d, const char *const *extra)
         return -1;
     }
     if (pid == 0) {
+        /* A test process killed by its timeout must not leave a daemon behind. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         execv(bin, (char *const *)argv);
         fprintf(stderr, "testd: exec %s: %s\n", bin, strerror(errno));
         _exit(127);

@@ -1,0 +1,59 @@
+/*
+ * cache_test.c — the kernel cache seen from outside: a second compile is a memory
+ * hit, and a daemon restarted on the same cache directory finds the kernel on
+ * disk.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "tessera/client.h"
+#include "../support/testd.h"
+
+TestSuite(cache, .timeout = 120);
+
+static void cache_compile(const testd *d, const char *path, tsr_client_compiled *out)
+{
+    tsr_client *c = testd_client(d, 30000);
+    cr_assert_not_null(c);
+    tsr_region *r;
+    tsr_error err;
+    cr_assert_eq(tsr_client_region_load_file(path, &r, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_compile(c, r, NULL, out, 0, &err), TSR_OK, "%s", err.message);
+    tsr_client_region_free(r);
+    tsr_client_close(c);
+}
+
+Test(cache, second_compile_is_a_memory_hit)
+{
+    testd d;
+    cr_assert_eq(testd_start(&d, NULL), 0);
+    tsr_client_compiled first, second;
+    cache_compile(&d, "examples/matmul.json", &first);
+    cache_compile(&d, "examples/matmul.json", &second);
+    cr_expect_eq(first.decision.cache_hit, false);
+    cr_expect_eq(second.decision.cache_hit, true);
+    cr_expect_str_eq(second.decision.cache_level, "memory");
+    cr_expect_str_eq(first.key, second.key);
+    cr_expect_eq(second.compile_ms, 0.0);
+    int rc = testd_stop(&d);
+    testd_remove(&d);
+    cr_expect_eq(rc, 0);
+}
+
+Test(cache, restart_on_the_same_directory_is_a_disk_hit)
+{
+    testd d;
+    cr_assert_eq(testd_start(&d, NULL), 0);
+    tsr_client_compiled first, again;
+    cache_compile(&d, "examples/fused.json", &first);
+    cr_expect_eq(first.decision.cache_hit, false);
+    cr_assert_eq(testd_stop(&d), 0);
+    cr_assert_eq(testd_restart(&d, NULL), 0);
+    cache_compile(&d, "examples/fused.json", &again);
+    cr_expect_eq(again.decision.cache_hit, true);
+    cr_expect_str_eq(again.decision.cache_level, "disk");
+    cr_expect_str_eq(first.key, again.key);
+    int rc = testd_stop(&d);
+    testd_remove(&d);
+    cr_expect_eq(rc, 0);
+}

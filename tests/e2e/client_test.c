@@ -1,0 +1,285 @@
+/*
+ * client_test.c — every request type through libtessera-client against a real
+ * tesserad on the CPU backend.
+ *
+ * Each test starts its own daemon (fixture), so tests are independent and can
+ * run in parallel. Results of run and launch are compared bit for bit with the
+ * CPU reference, which is exactly what the cpu backend executes.
+ */
+#include <criterion/criterion.h>
+#include <glob.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tessera/client.h"
+#include "tessera/json.h"
+#include "../support/testd.h"
+#include "../support/testdata.h"
+
+static testd daemon_;
+static tsr_client *client_;
+
+static void client_setup(void)
+{
+    cr_assert_eq(testd_start(&daemon_, NULL), 0, "tesserad did not start");
+    client_ = testd_client(&daemon_, 30000);
+    cr_assert_not_null(client_);
+}
+
+static void client_teardown(void)
+{
+    tsr_client_close(client_);
+    int rc = testd_stop(&daemon_);
+    testd_remove(&daemon_);
+    cr_assert_eq(rc, 0, "tesserad exit status %d", rc);
+}
+
+TestSuite(client, .init = client_setup, .fini = client_teardown, .timeout = 120);
+
+static tsr_region *region_load(const char *path)
+{
+    tsr_region *r = NULL;
+    tsr_error err;
+    tsr_status st = tsr_client_region_load_file(path, &r, &err);
+    cr_assert_eq(st, TSR_OK, "%s: %s", path, err.message);
+    return r;
+}
+
+Test(client, hello_reports_the_cpu_backend)
+{
+    tsr_client_info info;
+    tsr_error err;
+    cr_assert_eq(tsr_client_hello(client_, &info, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_str_eq(info.backend, "cpu");
+    cr_expect_eq(info.protocol_version, 1);
+    cr_expect_str_eq(info.daemon_version, "0.1.0");
+    cr_expect_gt(info.max_message_bytes, 0);
+    cr_expect_eq(err.code, TSR_OK);
+}
+
+Test(client, compile_returns_a_kernel_and_its_decision)
+{
+    tsr_region *r = region_load("examples/matmul.json");
+    tsr_client_compiled out;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(client_, r, NULL, &out, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_neq(out.kernel, 0);
+    cr_expect_eq(strlen(out.key), 64);
+    cr_expect_eq(strlen(out.fingerprint), 64);
+    cr_expect_neq(out.decision.candidate[0], '\0');
+    cr_expect_eq(out.decision.cache_hit, false);
+    cr_expect_str_eq(out.decision.cache_level, "");
+    tsr_client_region_free(r);
+}
+
+/* Every example region, run with inline data, equals the reference exactly. */
+Test(client, run_matches_the_reference_for_every_example)
+{
+    glob_t g;
+    cr_assert_eq(glob("examples/*.json", 0, NULL, &g), 0, "no examples/*.json");
+    cr_assert_geq(g.gl_pathc, 5);
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        tsr_region *r = region_load(g.gl_pathv[i]);
+        testdata t;
+        cr_assert_eq(testdata_make(r, 1000 + i, &t), 0);
+        void *got = calloc(1, t.out_bytes + 1);
+        tsr_client_decision d;
+        tsr_error err;
+        tsr_status st =
+            tsr_client_run(client_, r, NULL, (const void *const *)t.inputs, got, &d, 0, &err);
+        cr_assert_eq(st, TSR_OK, "%s: %s: %s", g.gl_pathv[i], tsr_status_name(st), err.message);
+        cr_expect_eq(memcmp(got, t.want, t.out_bytes), 0, "%s: output differs from reference",
+                     g.gl_pathv[i]);
+        cr_expect_neq(d.candidate[0], '\0');
+        free(got);
+        testdata_free(&t);
+        tsr_client_region_free(r);
+    }
+    globfree(&g);
+}
+
+Test(client, buffers_round_trip_and_launch_matches_the_reference)
+{
+    tsr_region *r = region_load("examples/pointwise.json");
+    testdata t;
+    cr_assert_eq(testdata_make(r, 7, &t), 0);
+    tsr_client_compiled k;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(client_, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+
+    tsr_buffer in[TSR_MAX_REGION_INPUTS], out;
+    for (int i = 0; i < t.n_inputs; i++) {
+        uint64_t bytes = 0;
+        cr_assert_eq(tsr_client_buffer_alloc(client_, (tsr_client_dtype)t.in[i].dtype, t.in[i].rank,
+                                             t.in[i].shape, &in[i], &bytes, 0, &err),
+                     TSR_OK, "%s", err.message);
+        cr_expect_eq(bytes, tsr_tensor_desc_bytes(&t.in[i]));
+        cr_assert_eq(tsr_client_buffer_write(client_, in[i], 0, t.inputs[i], bytes, 0, &err),
+                     TSR_OK, "%s", err.message);
+        /* Read back what was written. */
+        void *back = malloc(bytes);
+        size_t got = 0;
+        cr_assert_eq(tsr_client_buffer_read(client_, in[i], 0, back, bytes, &got, 0, &err), TSR_OK,
+                     "%s", err.message);
+        cr_expect_eq(got, bytes);
+        cr_expect_eq(memcmp(back, t.inputs[i], bytes), 0);
+        free(back);
+    }
+    cr_assert_eq(tsr_client_buffer_alloc(client_, (tsr_client_dtype)t.out.dtype, t.out.rank,
+                                         t.out.shape, &out, NULL, 0, &err),
+                 TSR_OK, "%s", err.message);
+    double ms = -1;
+    cr_assert_eq(tsr_client_launch(client_, k.kernel, in, t.n_inputs, out, &ms, 0, &err), TSR_OK,
+                 "%s", err.message);
+    cr_expect_geq(ms, 0);
+    void *result = malloc(t.out_bytes);
+    size_t got = 0;
+    cr_assert_eq(tsr_client_buffer_read(client_, out, 0, result, t.out_bytes, &got, 0, &err),
+                 TSR_OK, "%s", err.message);
+    cr_expect_eq(got, t.out_bytes);
+    cr_expect_eq(memcmp(result, t.want, t.out_bytes), 0, "launch output differs");
+    free(result);
+
+    for (int i = 0; i < t.n_inputs; i++)
+        cr_expect_eq(tsr_client_buffer_free(client_, in[i], 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(tsr_client_buffer_free(client_, out, 0, &err), TSR_OK, "%s", err.message);
+    testdata_free(&t);
+    tsr_client_region_free(r);
+}
+
+Test(client, verify_passes_the_selected_candidate)
+{
+    tsr_region *r = region_load("examples/fused.json");
+    tsr_client_verified v;
+    tsr_client_verify_opts opts = {.seed = 42};
+    tsr_error err;
+    cr_assert_eq(tsr_client_verify(client_, r, &opts, &v, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_neq(v.candidate[0], '\0');
+    cr_expect_eq(v.verdict.state, TSR_CLIENT_VERDICT_PASS, "verdict: %s", v.verdict.reason);
+    cr_expect_gt(v.verdict.elements, 0);
+    tsr_client_region_free(r);
+}
+
+Test(client, candidates_mark_exactly_one_selected)
+{
+    tsr_region *r = region_load("examples/matmul.json");
+    tsr_client_candidate *rows;
+    size_t n = 0;
+    tsr_error err;
+    cr_assert_eq(tsr_client_candidates(client_, r, NULL, &rows, &n, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_assert_geq(n, 1);
+    int selected = 0;
+    bool reference = false;
+    for (size_t i = 0; i < n; i++) {
+        selected += rows[i].selected;
+        reference |= strcmp(rows[i].name, "reference") == 0 && rows[i].tier == 0;
+    }
+    cr_expect_eq(selected, 1);
+    cr_expect(reference, "the tier-0 reference is listed");
+    tsr_client_candidates_free(rows);
+    tsr_client_region_free(r);
+}
+
+Test(client, stats_counts_and_renders_prometheus_on_request)
+{
+    tsr_client_stats *s;
+    tsr_error err;
+    cr_assert_eq(tsr_client_stats_get(client_, false, &s, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_gt(s->n_counters, 0);
+    cr_expect_str_empty(s->prometheus_text);
+    tsr_client_stats_free(s);
+    cr_assert_eq(tsr_client_stats_get(client_, true, &s, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_str_not_empty(s->prometheus_text);
+    cr_expect_not_null(strstr(s->prometheus_text, "tesserad_"));
+    tsr_client_stats_free(s);
+}
+
+Test(client, cache_lists_and_evicts_a_compiled_kernel)
+{
+    tsr_region *r = region_load("examples/gated.json");
+    tsr_client_compiled k;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(client_, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    tsr_client_cache_entry *rows;
+    size_t n;
+    cr_assert_eq(tsr_client_cache_list(client_, &rows, &n, 0, &err), TSR_OK, "%s", err.message);
+    bool found = false;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(rows[i].key, k.key) == 0) {
+            found = true;
+            cr_expect_str_eq(rows[i].kind, "gated");
+            cr_expect_str_eq(rows[i].candidate, k.decision.candidate);
+        }
+    cr_expect(found, "compiled key %s listed", k.key);
+    tsr_client_cache_free(rows);
+
+    uint32_t evicted = 0;
+    cr_assert_eq(tsr_client_cache_evict(client_, k.key, &evicted, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_expect_eq(evicted, 1);
+    cr_assert_eq(tsr_client_cache_list(client_, &rows, &n, 0, &err), TSR_OK, "%s", err.message);
+    for (size_t i = 0; i < n; i++)
+        cr_expect_str_neq(rows[i].key, k.key);
+    tsr_client_cache_free(rows);
+    cr_expect_eq(tsr_client_cache_evict(client_, k.key, &evicted, 0, &err), TSR_NOT_FOUND);
+    cr_expect_eq(err.code, TSR_NOT_FOUND);
+    tsr_client_region_free(r);
+}
+
+Test(client, forced_candidate_from_the_environment_applies_to_its_kind)
+{
+    tsr_client_options opts;
+    tsr_client_options_init(&opts);
+    opts.url = daemon_.url;
+    opts.force = "matmul=reference";
+    tsr_client *forced;
+    tsr_error err;
+    cr_assert_eq(tsr_client_connect(&opts, &forced, &err), TSR_OK, "%s", err.message);
+    tsr_region *mm = region_load("examples/matmul.json");
+    tsr_client_compiled k;
+    cr_assert_eq(tsr_client_compile(forced, mm, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_str_eq(k.decision.candidate, "reference");
+    cr_expect_str_eq(k.decision.reason, "forced");
+    /* Another kind is not affected. */
+    tsr_region *pw = region_load("examples/pointwise.json");
+    cr_assert_eq(tsr_client_compile(forced, pw, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_str_neq(k.decision.reason, "forced");
+    /* An explicit force on the call wins over the environment. */
+    tsr_client_compile_opts copts = {.force = "no-such-candidate"};
+    cr_expect_eq(tsr_client_compile(forced, mm, &copts, &k, 0, &err), TSR_ARBITER);
+    tsr_client_region_free(mm);
+    tsr_client_region_free(pw);
+    tsr_client_close(forced);
+}
+
+Test(client, malformed_force_is_rejected_at_connect)
+{
+    tsr_client_options opts;
+    tsr_client_options_init(&opts);
+    opts.url = daemon_.url;
+    opts.force = "matmul";
+    tsr_client *c = NULL;
+    tsr_error err;
+    cr_expect_eq(tsr_client_connect(&opts, &c, &err), TSR_INVALID_ARGUMENT);
+    cr_expect_null(c);
+    opts.force = "convolution=x";
+    cr_expect_eq(tsr_client_connect(&opts, &c, &err), TSR_INVALID_ARGUMENT);
+    cr_expect_null(c);
+}
+
+Test(client, connect_to_nothing_is_unavailable)
+{
+    tsr_client_options opts;
+    tsr_client_options_init(&opts);
+    opts.url = "ipc:///tmp/tsr-e2e-nonexistent/sock";
+    tsr_client *c = NULL;
+    tsr_error err;
+    cr_expect_eq(tsr_client_connect(&opts, &c, &err), TSR_UNAVAILABLE);
+    cr_expect_null(c);
+    opts.lazy = true;
+    cr_assert_eq(tsr_client_connect(&opts, &c, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(tsr_client_hello(c, NULL, 200, &err), TSR_TIMEOUT);
+    cr_expect_eq(err.code, TSR_TIMEOUT);
+    tsr_client_close(c);
+}

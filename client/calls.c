@@ -76,6 +76,30 @@ static void call_options_fill(const tsr_client *c, const tsr_region *r,
     pb->no_reference = opts->no_reference;
 }
 
+tsr_status tsr_client_health_get(tsr_client *c, tsr_client_health *out, int timeout_ms,
+                                 tsr_error *err)
+{
+    CALL_ARG_CHECK(c, err, "client is NULL");
+    CALL_ARG_CHECK(out, err, "health: out is NULL");
+    Tessera__V1__HealthRequest body = TESSERA__V1__HEALTH_REQUEST__INIT;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_HEALTH;
+    req.health = &body;
+    Tessera__V1__Reply *reply;
+    tsr_status st =
+        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_HEALTH, &reply, timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
+    const Tessera__V1__HealthReply *h = reply->health;
+    out->state = h->state >= 1 && h->state <= 3 ? (tsr_client_health_state)h->state
+                                                : TSR_CLIENT_HEALTH_UNKNOWN;
+    out->uptime_ms = h->uptime_ms;
+    out->sessions = h->sessions;
+    out->recoveries = h->recoveries;
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return TSR_OK;
+}
+
 void tsri_client_decision_copy(tsr_client_decision *dst, const Tessera__V1__Decision *d)
 {
     call_decision_copy(dst, d);

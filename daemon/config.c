@@ -10,9 +10,12 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "tessera/fingerprint.h"
 
 static tsr_status config_set_string(char **slot, const char *value, tsr_error *err)
 {
@@ -56,6 +59,7 @@ tsr_status tsrd_config_defaults(tsrd_config *c, tsr_error *err)
     memset(c, 0, sizeof *c);
     c->log_level = TSRD_LOG_INFO;
     c->max_message_bytes = TSRD_DEFAULT_MAX_MESSAGE;
+    c->ipc_mode = TSRD_DEFAULT_IPC_MODE;
     tsr_status st = config_add_listen(c, TSRD_DEFAULT_LISTEN, err);
     if (st == TSR_OK)
         st = config_set_string(&c->cache_dir, TSRD_DEFAULT_CACHE_DIR, err);
@@ -69,15 +73,60 @@ void tsrd_config_free(tsrd_config *c)
     config_clear_listen(c);
     free(c->cache_dir);
     free(c->backend);
-    c->cache_dir = c->backend = NULL;
+    free(c->config_path);
+    free(c->tenants);
+    free(c->tls_cert_file);
+    free(c->tls_key_file);
+    free(c->tls_ca_file);
+    c->cache_dir = c->backend = c->config_path = NULL;
+    c->tls_cert_file = c->tls_key_file = c->tls_ca_file = NULL;
+    c->tenants = NULL;
+    c->n_tenants = 0;
+}
+
+void tsrd_token_hash(const char *token, size_t len, char hex[65])
+{
+    while (len > 0 && (token[len - 1] == '\n' || token[len - 1] == '\r'))
+        len--;
+    uint8_t digest[32];
+    tsr_sha256(token, len, digest);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+}
+
+/* Copies an optional string (NULL stays NULL). */
+static tsr_status config_copy_opt(char **dst, const char *src, tsr_error *err)
+{
+    *dst = NULL;
+    return src != NULL ? config_set_string(dst, src, err) : TSR_OK;
 }
 
 tsr_status tsrd_config_copy(tsrd_config *dst, const tsrd_config *src, tsr_error *err)
 {
     *dst = *src;
     dst->n_listen = 0;
-    dst->cache_dir = dst->backend = NULL;
+    dst->cache_dir = dst->backend = dst->config_path = NULL;
+    dst->tls_cert_file = dst->tls_key_file = dst->tls_ca_file = NULL;
+    dst->tenants = NULL;
+    dst->n_tenants = 0;
     tsr_status st = TSR_OK;
+    if (src->n_tenants > 0) {
+        dst->tenants = malloc((size_t)src->n_tenants * sizeof *dst->tenants);
+        if (dst->tenants == NULL)
+            st = tsr_error_set(err, TSR_NO_MEMORY, "out of memory");
+        else {
+            memcpy(dst->tenants, src->tenants, (size_t)src->n_tenants * sizeof *dst->tenants);
+            dst->n_tenants = src->n_tenants;
+        }
+    }
+    if (st == TSR_OK)
+        st = config_copy_opt(&dst->config_path, src->config_path, err);
+    if (st == TSR_OK)
+        st = config_copy_opt(&dst->tls_cert_file, src->tls_cert_file, err);
+    if (st == TSR_OK)
+        st = config_copy_opt(&dst->tls_key_file, src->tls_key_file, err);
+    if (st == TSR_OK)
+        st = config_copy_opt(&dst->tls_ca_file, src->tls_ca_file, err);
     for (int i = 0; st == TSR_OK && i < src->n_listen; i++)
         st = config_add_listen(dst, src->listen[i], err);
     if (st == TSR_OK)
@@ -195,6 +244,194 @@ static tsr_status key_cache_disk(tsrd_config *c, const cJSON *v, tsr_error *err)
     return config_json_u64(v, "cache_disk_bytes", 0, UINT64_C(1) << 50, &c->cache_disk_bytes, err);
 }
 
+static tsr_status key_ipc_mode(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    /* JSON has no octal: the mode is a string of octal digits ("0660"). */
+    const char *s = NULL;
+    tsr_status st = config_json_string(v, "ipc_mode", &s, err);
+    if (st != TSR_OK)
+        return st;
+    char *end;
+    unsigned long mode = strtoul(s, &end, 8);
+    if (*end != '\0' || mode > 0777 || (mode & 0600) != 0600)
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE,
+                             "ipc_mode: '%s' is not an octal file mode that lets the owner read "
+                             "and write",
+                             s);
+    c->ipc_mode = (unsigned)mode;
+    return TSR_OK;
+}
+
+static tsr_status config_json_bool(const cJSON *v, const char *key, bool *out, tsr_error *err)
+{
+    if (!cJSON_IsBool(v))
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "%s: must be true or false", key);
+    *out = cJSON_IsTrue(v);
+    return TSR_OK;
+}
+
+static tsr_status key_allow_plain_tcp(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    return config_json_bool(v, "allow_plain_tcp", &c->allow_plain_tcp, err);
+}
+
+static tsr_status key_test_faults(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    return config_json_bool(v, "test_faults", &c->test_faults, err);
+}
+
+static tsr_status key_tls(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    if (!cJSON_IsObject(v))
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "tls: must be an object");
+    tsr_status st = TSR_OK;
+    for (const cJSON *item = v->child; st == TSR_OK && item != NULL; item = item->next) {
+        const char *s = NULL;
+        char **slot = NULL;
+        if (strcmp(item->string, "cert_file") == 0)
+            slot = &c->tls_cert_file;
+        else if (strcmp(item->string, "key_file") == 0)
+            slot = &c->tls_key_file;
+        else if (strcmp(item->string, "ca_file") == 0)
+            slot = &c->tls_ca_file;
+        else if (strcmp(item->string, "verify_clients") == 0)
+            st = config_json_bool(item, "tls.verify_clients", &c->tls_verify_clients, err);
+        else
+            st = tsr_error_set(err, TSR_BAD_ATTRIBUTE, "tls: unknown key '%s'", item->string);
+        if (slot != NULL && (st = config_json_string(item, item->string, &s, err)) == TSR_OK)
+            st = config_set_string(slot, s, err);
+        if (slot != NULL && st == TSR_BAD_ATTRIBUTE)
+            tsr_error_prefix(err, "tls");
+    }
+    if (st == TSR_OK && (c->tls_cert_file == NULL) != (c->tls_key_file == NULL))
+        st = tsr_error_set(err, TSR_BAD_ATTRIBUTE, "tls: cert_file and key_file go together");
+    if (st == TSR_OK && c->tls_verify_clients && c->tls_ca_file == NULL)
+        st = tsr_error_set(err, TSR_BAD_ATTRIBUTE, "tls: verify_clients needs ca_file");
+    return st;
+}
+
+static tsr_status config_json_ids(const cJSON *v, const char *key, uint32_t *ids, int *n,
+                                  tsr_error *err)
+{
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) > TSRD_MAX_TENANT_IDS)
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "%s: must be an array of at most %d ids", key,
+                             TSRD_MAX_TENANT_IDS);
+    *n = 0;
+    for (const cJSON *item = v->child; item != NULL; item = item->next) {
+        uint64_t id = 0;
+        tsr_status st = config_json_u64(item, key, 0, UINT32_MAX - 1, &id, err);
+        if (st != TSR_OK)
+            return st;
+        ids[(*n)++] = (uint32_t)id;
+    }
+    return TSR_OK;
+}
+
+static tsr_status config_json_quotas(const cJSON *v, tsrd_quota *q, tsr_error *err)
+{
+    if (!cJSON_IsObject(v))
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "quotas: must be an object");
+    for (const cJSON *item = v->child; item != NULL; item = item->next) {
+        uint64_t *slot = strcmp(item->string, "device_memory_bytes") == 0 ? &q->device_memory_bytes
+                         : strcmp(item->string, "buffers") == 0           ? &q->buffers
+                         : strcmp(item->string, "in_flight") == 0         ? &q->in_flight
+                         : strcmp(item->string, "compiles") == 0          ? &q->compiles
+                                                                          : NULL;
+        if (slot == NULL)
+            return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "quotas: unknown key '%s'", item->string);
+        tsr_status st = config_json_u64(item, item->string, 0, UINT64_C(1) << 52, slot, err);
+        if (st != TSR_OK)
+            return tsr_error_prefix(err, "quotas");
+    }
+    return TSR_OK;
+}
+
+static bool config_hex64(const char *s)
+{
+    if (strlen(s) != 64)
+        return false;
+    for (int i = 0; i < 64; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f') ||
+              (s[i] >= 'A' && s[i] <= 'F')))
+            return false;
+    return true;
+}
+
+static tsr_status config_json_tenant(const cJSON *v, tsrd_tenant_config *t, tsr_error *err)
+{
+    memset(t, 0, sizeof *t);
+    if (!cJSON_IsObject(v))
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "must be an object");
+    tsr_status st = TSR_OK;
+    for (const cJSON *item = v->child; st == TSR_OK && item != NULL; item = item->next) {
+        const char *k = item->string;
+        if (strcmp(k, "name") == 0) {
+            const char *s = NULL;
+            st = config_json_string(item, "name", &s, err);
+            if (st == TSR_OK && strlen(s) >= sizeof t->name)
+                st = tsr_error_set(err, TSR_BAD_ATTRIBUTE, "name: longer than %zu bytes",
+                                   sizeof t->name - 1);
+            if (st == TSR_OK)
+                snprintf(t->name, sizeof t->name, "%s", s);
+        } else if (strcmp(k, "token_sha256") == 0) {
+            if (!cJSON_IsArray(item) || cJSON_GetArraySize(item) > TSRD_MAX_TENANT_IDS)
+                return tsr_error_set(err, TSR_BAD_ATTRIBUTE,
+                                     "token_sha256: must be an array of at most %d hashes",
+                                     TSRD_MAX_TENANT_IDS);
+            for (const cJSON *h = item->child; h != NULL; h = h->next) {
+                if (!cJSON_IsString(h) || !config_hex64(h->valuestring))
+                    return tsr_error_set(err, TSR_BAD_ATTRIBUTE,
+                                         "token_sha256: each entry must be 64 hex digits "
+                                         "(tesserad --hash-token prints one)");
+                char *out = t->token_sha256[t->n_tokens++];
+                for (int i = 0; i < 64; i++)
+                    out[i] = (char)(h->valuestring[i] | 0x20); /* lower case */
+                out[64] = '\0';
+            }
+        } else if (strcmp(k, "uids") == 0) {
+            st = config_json_ids(item, "uids", t->uids, &t->n_uids, err);
+        } else if (strcmp(k, "gids") == 0) {
+            st = config_json_ids(item, "gids", t->gids, &t->n_gids, err);
+        } else if (strcmp(k, "quotas") == 0) {
+            st = config_json_quotas(item, &t->quota, err);
+        } else {
+            st = tsr_error_set(err, TSR_BAD_ATTRIBUTE, "unknown key '%s'", k);
+        }
+    }
+    if (st == TSR_OK && t->name[0] == '\0')
+        st = tsr_error_set(err, TSR_BAD_ATTRIBUTE, "name: missing");
+    if (st == TSR_OK && t->n_tokens + t->n_uids + t->n_gids == 0)
+        st = tsr_error_set(err, TSR_BAD_ATTRIBUTE,
+                           "tenant '%s' has no identity (token_sha256, uids or gids)", t->name);
+    return st;
+}
+
+static tsr_status key_tenants(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    int n = cJSON_IsArray(v) ? cJSON_GetArraySize(v) : -1;
+    if (n < 0 || n > TSRD_MAX_TENANTS)
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "tenants: must be an array of at most %d",
+                             TSRD_MAX_TENANTS);
+    tsrd_tenant_config *list = n > 0 ? calloc((size_t)n, sizeof *list) : NULL;
+    if (n > 0 && list == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "out of memory");
+    int i = 0;
+    for (const cJSON *item = v->child; item != NULL; item = item->next, i++) {
+        tsr_status st = config_json_tenant(item, &list[i], err);
+        for (int j = 0; st == TSR_OK && j < i; j++)
+            if (strcmp(list[j].name, list[i].name) == 0)
+                st = tsr_error_set(err, TSR_BAD_ATTRIBUTE, "name '%s' appears twice", list[i].name);
+        if (st != TSR_OK) {
+            free(list);
+            return tsr_error_prefix(err, "tenants[%d]", i);
+        }
+    }
+    free(c->tenants);
+    c->tenants = list;
+    c->n_tenants = n;
+    return TSR_OK;
+}
+
 static const struct config_key {
     const char *name;
     tsr_status (*set)(tsrd_config *c, const cJSON *v, tsr_error *err);
@@ -207,6 +444,11 @@ static const struct config_key {
     {"workers", key_workers},
     {"cache_memory_bytes", key_cache_memory},
     {"cache_disk_bytes", key_cache_disk},
+    {"tenants", key_tenants},
+    {"ipc_mode", key_ipc_mode},
+    {"allow_plain_tcp", key_allow_plain_tcp},
+    {"tls", key_tls},
+    {"test_faults", key_test_faults},
 };
 
 static const struct config_key *config_key_find(const char *name)
@@ -281,6 +523,7 @@ const char *tsrd_config_usage(void)
     return "usage: tesserad [--config FILE] [--listen URL]... [--cache-dir DIR]\n"
            "                [--backend auto|cpu|cuda] [--log-level error|warn|info|debug]\n"
            "                [--max-message-bytes N] [--workers N] [--help] [--version]\n"
+           "       tesserad --hash-token < token-file\n"
            "\n"
            "  --config FILE           JSON config file; flags override its values\n"
            "  --listen URL            ipc://PATH or tcp://HOST:PORT; repeatable\n"
@@ -291,7 +534,12 @@ const char *tsrd_config_usage(void)
            "request)\n"
            "  --max-message-bytes N   largest request accepted (default 67108864)\n"
            "  --workers N             worker threads for compiles and launches (default: "
-           "CPUs)\n";
+           "CPUs)\n"
+           "  --hash-token            print the SHA-256 of the token on stdin, for the\n"
+           "                          token_sha256 list of a tenant in the config file\n"
+           "\n"
+           "Signals: SIGTERM/SIGINT drain and exit; SIGHUP reloads tenants and quotas from\n"
+           "the config file without dropping connections.\n";
 }
 
 static tsr_status config_arg_u64(const char *flag, const char *text, uint64_t min, uint64_t max,
@@ -372,6 +620,10 @@ tsr_status tsrd_config_from_args(tsrd_config *c, int argc, char **argv, tsrd_con
             *action = TSRD_CONFIG_VERSION;
             return TSR_OK;
         }
+        if (strcmp(argv[i], "--hash-token") == 0) {
+            *action = TSRD_CONFIG_HASH_TOKEN;
+            return TSR_OK;
+        }
         if (!config_flag_takes_value(argv[i]))
             return tsr_error_set(err, TSR_INVALID_ARGUMENT, "unknown option '%s'", argv[i]);
         if (i + 1 >= argc)
@@ -382,6 +634,8 @@ tsr_status tsrd_config_from_args(tsrd_config *c, int argc, char **argv, tsrd_con
     }
     if (st == TSR_OK && config_path != NULL)
         st = tsrd_config_load_file(c, config_path, err);
+    if (st == TSR_OK && config_path != NULL)
+        st = config_set_string(&c->config_path, config_path, err);
     /* Pass 2: every other flag overrides the file. */
     bool listen_from_args = false;
     for (int i = 1; st == TSR_OK && i + 1 < argc; i += 2)

@@ -6,7 +6,14 @@
  * than adding to it). The file is one JSON object whose keys are exactly
  *
  *   listen (array of URLs), cache_dir, backend, log_level, max_message_bytes,
- *   workers, cache_memory_bytes, cache_disk_bytes
+ *   workers, cache_memory_bytes, cache_disk_bytes, tenants, ipc_mode,
+ *   allow_plain_tcp, tls, test_faults
+ *
+ * tenants is an array of objects {name, token_sha256 [hex], uids [n], gids [n],
+ * quotas {device_memory_bytes, buffers, in_flight, compiles}}; tokens are kept
+ * only as SHA-256 hashes (tesserad --hash-token prints one). tls is an object
+ * {cert_file, key_file, ca_file, verify_clients}. A tcp:// listen URL is refused
+ * unless allow_plain_tcp is true.
  *
  * An unknown key, a wrong JSON type or a value out of range is an error whose
  * message names the key. Nothing here touches the file system beyond reading
@@ -18,6 +25,7 @@
 #ifndef TESSERAD_CONFIG_H
 #define TESSERAD_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,6 +40,28 @@
 #define TSRD_MAX_LISTEN 16
 #define TSRD_MAX_WORKERS 1024 /* libuv's own ceiling for UV_THREADPOOL_SIZE */
 
+#define TSRD_MAX_TENANTS 64
+#define TSRD_MAX_TENANT_IDS 8 /* tokens, uids and gids per tenant, each */
+#define TSRD_TENANT_NAME_MAX 64
+#define TSRD_DEFAULT_IPC_MODE 0660
+
+/* Per-tenant limits; 0 means unlimited. */
+typedef struct tsrd_quota {
+    uint64_t device_memory_bytes; /* bytes of live buffers */
+    uint64_t buffers;             /* live buffers */
+    uint64_t in_flight;           /* requests executing or queued */
+    uint64_t compiles;            /* compile, run, verify, candidates at once */
+} tsrd_quota;
+
+typedef struct tsrd_tenant_config {
+    char name[TSRD_TENANT_NAME_MAX];
+    int n_tokens, n_uids, n_gids;
+    char token_sha256[TSRD_MAX_TENANT_IDS][65]; /* lower-case hex */
+    uint32_t uids[TSRD_MAX_TENANT_IDS];
+    uint32_t gids[TSRD_MAX_TENANT_IDS];
+    tsrd_quota quota;
+} tsrd_tenant_config;
+
 typedef struct tsrd_config {
     int n_listen;
     char *listen[TSRD_MAX_LISTEN];
@@ -42,6 +72,14 @@ typedef struct tsrd_config {
     int workers;                 /* worker threads; 0 = one per online CPU */
     uint64_t cache_memory_bytes; /* 0 = the kernel cache's default */
     uint64_t cache_disk_bytes;   /* 0 = the kernel cache's default */
+    char *config_path;           /* the --config file, read again on SIGHUP; NULL: none */
+    int n_tenants;               /* 0: every request is the tenant "default" */
+    tsrd_tenant_config *tenants; /* n_tenants entries */
+    unsigned ipc_mode;           /* ipc socket file mode (default 0660) */
+    bool allow_plain_tcp;        /* tcp:// listeners are refused unless set */
+    char *tls_cert_file, *tls_key_file, *tls_ca_file; /* PEM; NULL: unset */
+    bool tls_verify_clients; /* require a client certificate signed by ca_file */
+    bool test_faults;        /* registers the faulting test candidate (tests only) */
 } tsrd_config;
 
 /* What the command line asked for besides settings. */
@@ -49,6 +87,7 @@ typedef enum tsrd_config_action {
     TSRD_CONFIG_SERVE = 0,
     TSRD_CONFIG_HELP = 1,
     TSRD_CONFIG_VERSION = 2,
+    TSRD_CONFIG_HASH_TOKEN = 3, /* --hash-token: print SHA-256 of stdin's token */
 } tsrd_config_action;
 
 /* Fills the built-in defaults (one listen URL, the default cache dir, backend
@@ -77,5 +116,9 @@ const char *tsrd_config_usage(void);
 tsr_status tsrd_config_copy(tsrd_config *dst, const tsrd_config *src, tsr_error *err);
 
 void tsrd_config_free(tsrd_config *c);
+
+/* The lower-case hex SHA-256 of a token (its trailing newline, if any, is not
+ * part of it). */
+void tsrd_token_hash(const char *token, size_t len, char hex[65]);
 
 #endif

@@ -64,9 +64,13 @@ tsr_status tsrd_daemon_init(tsrd_daemon *d, const tsrd_config *config, uv_loop_t
         return st;
     d->log.level = config->log_level;
     d->loop = loop;
+    d->start_ns = uv_hrtime();
+    d->work_slots = config->workers;
     snprintf(d->default_tenant.name, sizeof d->default_tenant.name, "default");
     tsrd_handles_init(&d->handles);
-    st = daemon_open_backend(d, err);
+    st = tsrd_tenants_apply(d, config, err);
+    if (st == TSR_OK)
+        st = daemon_open_backend(d, err);
     if (st == TSR_OK)
         st = tsrd_mkdirs(d->config.cache_dir, 0755, err);
     if (st == TSR_OK) {
@@ -92,6 +96,7 @@ void tsrd_daemon_fini(tsrd_daemon *d)
 {
     tsrd_session_close_all(d);
     tsrd_handles_fini(&d->handles);
+    tsrd_tenants_fini(d);
     if (d->arbiter != NULL)
         tsr_arbiter_destroy(d->arbiter);
     if (d->kcache != NULL)

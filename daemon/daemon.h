@@ -39,22 +39,39 @@
 /* Highest request body number plus one: the handler table's length. */
 #define TSRD_BODY_CASES 60
 
-/* Who a request is attributed to. A single tenant, "default", exists until
- * tenant identities and quotas come from the config; the accounting below is
- * what the quotas will check. */
+typedef struct tsrd_job tsrd_job;
+
+/* Who a request is attributed to (tenant.c). Without tenants in the config
+ * there is one, "default", and every request is its. Tenants live until the
+ * daemon closes: a reload updates them in place by name and marks the ones no
+ * longer configured as removed, so objects that point at them stay valid. */
 typedef struct tsrd_tenant {
-    char name[64];
+    char name[TSRD_TENANT_NAME_MAX];
+    tsrd_tenant_config conf; /* identities and quotas, replaced on reload */
+    bool removed;            /* gone from the config: attributes nothing */
+    /* Accounting, checked against conf.quota. */
     uint64_t buffers;
     uint64_t buffer_bytes;
     uint64_t kernels;
+    uint64_t in_flight;        /* requests admitted, not yet answered */
+    uint64_t compiles;         /* compile-class requests admitted */
+    uint64_t reserved_buffers; /* buffer_alloc admitted, not yet registered */
+    uint64_t reserved_bytes;
+    uint64_t refused_quota; /* RESOURCE_EXHAUSTED answers */
+    /* Fair service: heavy work waits in its tenant's queue, and the tenants
+     * with queued work take turns for the worker pool. */
+    tsrd_job *work_head, *work_tail;
+    bool work_ready; /* on the daemon's ready ring */
+    struct tsrd_tenant *ready_next;
+    struct tsrd_tenant *next;
 } tsrd_tenant;
-
-typedef struct tsrd_job tsrd_job;
 
 /* One connection (one nng pipe). Its buffers and kernels die with it. */
 typedef struct tsrd_session {
     uint32_t pipe_id;
-    tsrd_tenant *tenant;
+    tsrd_tenant *tenant; /* bound by the first attributed request */
+    bool peer_known;     /* ipc peers: the credentials below are the pipe's */
+    uint32_t peer_uid, peer_gid;
     tsrd_replay replay;
     int refs; /* the session table's, plus one per job */
     bool closed;
@@ -117,6 +134,15 @@ struct tsrd_daemon {
     tsr_arbiter *arbiter;
     tsrd_handles handles;
     tsrd_tenant default_tenant;
+    tsrd_tenant *tenants; /* from the config; NULL: everything is default_tenant */
+    /* Fair service (dispatch.c): tenants with queued heavy work, served in
+     * turn, and how many jobs the worker pool holds of at most work_slots. */
+    tsrd_tenant *ready_head, *ready_tail;
+    int work_running, work_slots;
+    /* Health: the backend is rebuilding its device context. */
+    bool recovering;
+    uint64_t recoveries;
+    uint64_t start_ns;
     tsrd_session *sessions;
     size_t n_sessions;
     /* Pipes already gone, so that a message that raced its pipe's removal does
@@ -173,6 +199,26 @@ void tsrd_buffer_ref(tsrd_buffer *b);
 void tsrd_buffer_unref(tsrd_daemon *d, tsrd_buffer *b);
 void tsrd_kernel_ref(tsrd_kernel *k);
 void tsrd_kernel_unref(tsrd_daemon *d, tsrd_kernel *k);
+
+/* Records an ipc peer's credentials on its session (server.c, before the
+ * session's first dispatch). */
+void tsrd_session_set_peer(tsrd_session *s, uint32_t uid, uint32_t gid);
+
+/* ---- tenant.c ---- */
+
+/* Creates or updates the tenants from config->tenants (start-up and SIGHUP):
+ * matched by name, updated in place; those no longer listed are marked removed.
+ * Accounting is kept. TSR_NO_MEMORY on failure (then nothing changed). */
+tsr_status tsrd_tenants_apply(tsrd_daemon *d, const tsrd_config *config, tsr_error *err);
+void tsrd_tenants_fini(tsrd_daemon *d);
+
+/* The tenant a request belongs to: with tenants configured, a non-empty auth
+ * must be a configured token; without one the session's ipc peer uid, then gid,
+ * must be listed. A session keeps the tenant of its first request; a later one
+ * attributed elsewhere is refused. TSR_UNAUTHENTICATED (in err) when no tenant
+ * matches. */
+tsr_status tsrd_tenant_attribute(tsrd_daemon *d, tsrd_session *s, const char *auth,
+                                 tsrd_tenant **out, tsr_error *err);
 
 /* ---- metrics.c ---- */
 

@@ -29,6 +29,7 @@ static const tsrd_handler *const dispatch_table[TSRD_BODY_CASES] = {
     [TESSERA__V1__REQUEST__BODY_CACHE_EVICT] = &tsrd_handler_cache_evict,
     [TESSERA__V1__REQUEST__BODY_BATCH] = &tsrd_handler_batch,
     [TESSERA__V1__REQUEST__BODY_BUFFER_IMPORT] = &tsrd_handler_buffer_import,
+    [TESSERA__V1__REQUEST__BODY_HEALTH] = &tsrd_handler_health,
 };
 
 const tsrd_handler *tsrd_handler_find(int body_case)
@@ -134,6 +135,24 @@ static void dispatch_log(tsrd_job *job, tsr_status status)
                        (unsigned long long)us);
 }
 
+/* Gives back what the job held of its tenant's quotas. By now a buffer_alloc
+ * that succeeded has registered its buffer, which the tenant's own counts
+ * carry from here on. */
+static void dispatch_release(tsrd_job *job)
+{
+    tsrd_tenant *t = job->tenant;
+    if (t == NULL)
+        return;
+    t->in_flight--;
+    if (job->holds_compile)
+        t->compiles--;
+    if (job->holds_buffer) {
+        t->reserved_buffers--;
+        t->reserved_bytes -= job->holds_bytes;
+    }
+    job->tenant = NULL;
+}
+
 /* The end of every job that got as far as having one: encode, remember,
  * answer the origin and any waiters, count, release. */
 static void dispatch_complete(tsrd_job *job, tsr_status status)
@@ -157,6 +176,7 @@ static void dispatch_complete(tsrd_job *job, tsr_status status)
         free(bytes);
     tsrd_metrics_count(d, job->body_case, status);
     dispatch_log(job, status);
+    dispatch_release(job);
     if (job->session != NULL)
         tsrd_session_unref(d, job->session);
     dispatch_job_free(job);
@@ -194,6 +214,7 @@ static void dispatch_work(uv_work_t *w)
 }
 
 static void dispatch_stream_next(tsrd_daemon *d, tsrd_session *s);
+static void dispatch_pump(tsrd_daemon *d);
 
 static void dispatch_after_work(uv_work_t *w, int uv_status)
 {
@@ -204,6 +225,7 @@ static void dispatch_after_work(uv_work_t *w, int uv_status)
     tsr_status st = job->err.code;
     if (uv_status == UV_ECANCELED)
         st = tsr_error_set(&job->err, TSR_CANCELLED, "%s: cancelled", job->handler->name);
+    d->work_running--;
     tsrd_session_ref(s);
     dispatch_complete(job, st);
     if (stream) {
@@ -211,17 +233,63 @@ static void dispatch_after_work(uv_work_t *w, int uv_status)
         dispatch_stream_next(d, s);
     }
     tsrd_session_unref(d, s);
+    dispatch_pump(d);
+}
+
+/* Hands queued heavy work to the worker pool while it has free slots, one job
+ * per tenant in turn: the tenant served goes to the back of the ring. */
+static void dispatch_pump(tsrd_daemon *d)
+{
+    int slots = d->work_slots > 0 ? d->work_slots : 4;
+    while (d->work_running < slots && d->ready_head != NULL) {
+        tsrd_tenant *t = d->ready_head;
+        d->ready_head = t->ready_next;
+        if (d->ready_head == NULL)
+            d->ready_tail = NULL;
+        tsrd_job *job = t->work_head;
+        t->work_head = job->work_next;
+        if (t->work_head == NULL) {
+            t->work_tail = NULL;
+            t->work_ready = false;
+        } else {
+            t->ready_next = NULL;
+            if (d->ready_tail != NULL)
+                d->ready_tail->ready_next = t;
+            else
+                d->ready_head = t;
+            d->ready_tail = t;
+        }
+        d->work_running++;
+        job->work.data = job;
+        job->err.code = TSR_OK;
+        int rc = uv_queue_work(d->loop, &job->work, dispatch_work, dispatch_after_work);
+        if (rc != 0) {
+            tsr_error_set(&job->err, TSR_INTERNAL, "uv_queue_work: %s", uv_strerror(rc));
+            dispatch_after_work(&job->work, 0);
+        }
+    }
 }
 
 static void dispatch_queue_work(tsrd_job *job)
 {
-    job->work.data = job;
-    job->err.code = TSR_OK;
-    int rc = uv_queue_work(job->d->loop, &job->work, dispatch_work, dispatch_after_work);
-    if (rc != 0) {
-        tsr_error_set(&job->err, TSR_INTERNAL, "uv_queue_work: %s", uv_strerror(rc));
-        dispatch_after_work(&job->work, 0);
+    tsrd_daemon *d = job->d;
+    tsrd_tenant *t = job->tenant != NULL ? job->tenant : &d->default_tenant;
+    job->work_next = NULL;
+    if (t->work_tail != NULL)
+        t->work_tail->work_next = job;
+    else
+        t->work_head = job;
+    t->work_tail = job;
+    if (!t->work_ready) {
+        t->work_ready = true;
+        t->ready_next = NULL;
+        if (d->ready_tail != NULL)
+            d->ready_tail->ready_next = t;
+        else
+            d->ready_head = t;
+        d->ready_tail = t;
     }
+    dispatch_pump(d);
 }
 
 static void dispatch_stream_next(tsrd_daemon *d, tsrd_session *s)
@@ -284,6 +352,77 @@ static tsr_status dispatch_check_tensors(tsrd_job *job, Tessera__V1__Tensor **te
     return TSR_OK;
 }
 
+static bool dispatch_is_compile(int body_case)
+{
+    return body_case == TESSERA__V1__REQUEST__BODY_COMPILE ||
+           body_case == TESSERA__V1__REQUEST__BODY_RUN ||
+           body_case == TESSERA__V1__REQUEST__BODY_VERIFY ||
+           body_case == TESSERA__V1__REQUEST__BODY_CANDIDATES;
+}
+
+/* The bytes a buffer_alloc asks for, or 0 when its dtype or shape is bad (its
+ * handler then refuses it with the precise reason). */
+static uint64_t dispatch_alloc_bytes(const Tessera__V1__BufferAllocRequest *r)
+{
+    int dt = (int)r->dtype - 1;
+    if (dt < 0 || dt >= TSR_DTYPE_COUNT)
+        return 0;
+    uint64_t n = 1;
+    for (size_t i = 0; i < r->n_shape; i++) {
+        if (r->shape[i] <= 0 || (uint64_t)r->shape[i] > (UINT64_C(1) << 40) / n)
+            return 0;
+        n *= (uint64_t)r->shape[i];
+    }
+    return n * tsr_dtype_size((tsr_dtype)dt);
+}
+
+static tsr_status dispatch_exhausted(tsrd_job *job, const char *quota, uint64_t used,
+                                     uint64_t asked, uint64_t limit)
+{
+    job->tenant->refused_quota++;
+    return tsr_error_set(&job->err, TSR_RESOURCE_EXHAUSTED,
+                         "quota %s of tenant %s: %llu in use, %llu asked, the quota is %llu", quota,
+                         job->tenant->name, (unsigned long long)used, (unsigned long long)asked,
+                         (unsigned long long)limit);
+}
+
+/* Admits the job against its tenant's quotas and takes its share of them
+ * (given back by dispatch_release when it is answered). A refused request
+ * changes nothing, so the tenant's other work is untouched. */
+static tsr_status dispatch_admit(tsrd_job *job)
+{
+    tsrd_tenant *t = job->tenant;
+    const tsrd_quota *q = &t->conf.quota;
+    bool compile = dispatch_is_compile(job->body_case);
+    uint64_t bytes = 0;
+    bool alloc = job->body_case == TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC;
+    if (q->in_flight != 0 && t->in_flight >= q->in_flight)
+        return dispatch_exhausted(job, "in_flight", t->in_flight, 1, q->in_flight);
+    if (compile && q->compiles != 0 && t->compiles >= q->compiles)
+        return dispatch_exhausted(job, "compiles", t->compiles, 1, q->compiles);
+    if (alloc) {
+        bytes = dispatch_alloc_bytes(job->req->buffer_alloc);
+        uint64_t n = t->buffers + t->reserved_buffers;
+        uint64_t held = t->buffer_bytes + t->reserved_bytes;
+        if (q->buffers != 0 && n >= q->buffers)
+            return dispatch_exhausted(job, "buffers", n, 1, q->buffers);
+        if (q->device_memory_bytes != 0 && held + bytes > q->device_memory_bytes)
+            return dispatch_exhausted(job, "device_memory_bytes", held, bytes,
+                                      q->device_memory_bytes);
+    }
+    t->in_flight++;
+    job->holds_compile = compile;
+    if (compile)
+        t->compiles++;
+    job->holds_buffer = alloc;
+    job->holds_bytes = bytes;
+    if (alloc) {
+        t->reserved_buffers++;
+        t->reserved_bytes += bytes;
+    }
+    return TSR_OK;
+}
+
 /* The one validation step every request passes before its handler. */
 static tsr_status dispatch_validate(tsrd_job *job)
 {
@@ -295,10 +434,18 @@ static tsr_status dispatch_validate(tsrd_job *job)
     if (job->handler == NULL)
         return tsr_error_set(&job->err, TSR_UNKNOWN_REQUEST, "request body %d is not known",
                              (int)req->body_case);
-    /* Tenant identity: every connection is the default tenant until tenants with
-     * tokens or peer credentials come from the config; auth is not checked yet. */
-    if (job->session->tenant == NULL)
-        return tsr_error_set(&job->err, TSR_UNAUTHENTICATED, "no tenant for this connection");
+    /* health is for probes, which carry no token; it tells only the state. */
+    if (req->body_case == TESSERA__V1__REQUEST__BODY_HEALTH)
+        return TSR_OK;
+    tsrd_tenant *tenant = NULL;
+    tsr_status st = tsrd_tenant_attribute(job->d, job->session, req->auth, &tenant, &job->err);
+    if (st != TSR_OK)
+        return st;
+    job->tenant = tenant;
+    if ((st = dispatch_admit(job)) != TSR_OK) {
+        job->tenant = NULL; /* nothing taken, nothing to give back */
+        return st;
+    }
     if (req->body_case == TESSERA__V1__REQUEST__BODY_RUN)
         return dispatch_check_tensors(job, req->run->inputs, req->run->n_inputs, "run.inputs");
     if (req->body_case == TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC &&

@@ -4,7 +4,8 @@
  * Every request takes the same path: decode (a message that does not decode is
  * answered BAD_MESSAGE with id 0) -> the request-id memory (a resent id is
  * answered from memory, or waits for the first copy) -> one central validation
- * step (body present and known, tenant, payload sizes) -> the handler for the
+ * step (body present and known, tenant and its quotas, payload sizes) -> the
+ * handler for the
  * body from a table -> encode -> reply. A handler has up to three steps:
  *
  *   prepare   on the loop: resolve handles, pin objects, check what the loop owns
@@ -14,6 +15,10 @@
  * Rows flagged TSRD_STREAM also run in order on the session's stream: one such
  * job per session at a time, so a client's writes, launches and reads neither
  * overlap nor pass each other.
+ *
+ * Heavy work is queued per tenant and handed to the worker pool (at most
+ * work_slots jobs at once) by taking the tenants with queued work in turn, so a
+ * tenant that floods the daemon delays only its own requests.
  *
  * Threading: tsrd_dispatch and everything it calls run on the loop thread;
  * execute runs where the row says. Memory: a reply is built in the job, its
@@ -70,7 +75,15 @@ struct tsrd_job {
         Tessera__V1__CacheEvictReply cache_evict;
         Tessera__V1__BatchReply batch;
         Tessera__V1__BufferImportReply buffer_import;
+        Tessera__V1__HealthReply health;
     } body;
+    /* The tenant the request is attributed to and what it holds of the
+     * tenant's quotas until it is answered (dispatch.c). */
+    tsrd_tenant *tenant;
+    bool holds_compile;
+    bool holds_buffer;
+    uint64_t holds_bytes;
+    tsrd_job *work_next; /* in the tenant's work queue */
     tsrd_arena_block *arena;
     void *state; /* the handler's own, released by its complete step */
     uv_work_t work;
@@ -102,6 +115,7 @@ extern const tsrd_handler tsrd_handler_compile, tsrd_handler_launch, tsrd_handle
     tsrd_handler_verify, tsrd_handler_candidates;
 /* The data plane (handlers_batch.c). */
 extern const tsrd_handler tsrd_handler_batch, tsrd_handler_buffer_import;
+extern const tsrd_handler tsrd_handler_health;
 
 /* Looks a buffer handle up for the job's session and pins it (the caller
  * unpins with tsrd_buffer_unref in its complete step). TSR_NOT_FOUND naming

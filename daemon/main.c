@@ -23,6 +23,20 @@ int main(int argc, char **argv)
         tsrd_config_free(&config);
         return 2;
     }
+    if (action == TSRD_CONFIG_HASH_TOKEN) {
+        /* The token comes on stdin so that it never shows in ps or a shell history. */
+        char token[4096];
+        size_t len = fread(token, 1, sizeof token, stdin);
+        tsrd_config_free(&config);
+        if (len == 0 || len == sizeof token) {
+            fprintf(stderr, "tesserad: --hash-token: give a token of 1 to 4095 bytes on stdin\n");
+            return 2;
+        }
+        char hex[65];
+        tsrd_token_hash(token, len, hex);
+        printf("%s\n", hex);
+        return 0;
+    }
     if (action != TSRD_CONFIG_SERVE) {
         if (action == TSRD_CONFIG_HELP)
             fputs(tsrd_config_usage(), stdout);

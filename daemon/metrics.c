@@ -113,8 +113,48 @@ static void metrics_cache(tsrd_daemon *d, metrics_list *l)
     metrics_plain(l, "kcache_disk_entries", gauge, "Entries on disk.", (double)cs.disk_entries);
 }
 
+/* One family per quantity, one sample per tenant ({tenant="name"}). */
+static void metrics_tenants(tsrd_daemon *d, metrics_list *l)
+{
+    static const struct {
+        const char *family, *type, *help;
+    } fams[] = {
+        {"tenant_buffers", "gauge", "Live buffers per tenant."},
+        {"tenant_buffer_bytes", "gauge", "Device memory in live buffers per tenant."},
+        {"tenant_kernels", "gauge", "Live kernel handles per tenant."},
+        {"tenant_inflight_requests", "gauge", "Requests admitted and not yet answered."},
+        {"tenant_queued_jobs", "gauge", "Heavy jobs waiting for a worker, per tenant."},
+        {"tenant_quota_refusals_total", "counter", "Requests refused RESOURCE_EXHAUSTED."},
+    };
+    for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
+        const char *family = fams[f].family;
+        for (tsrd_tenant *t = d->tenants != NULL ? d->tenants : &d->default_tenant; t != NULL;
+             t = t == &d->default_tenant ? NULL : t->next) {
+            uint64_t queued = 0;
+            for (tsrd_job *j = t->work_head; j != NULL; j = j->work_next)
+                queued++;
+            const uint64_t v[] = {t->buffers,   t->buffer_bytes, t->kernels,
+                                  t->in_flight, queued,          t->refused_quota};
+            metrics_row *row = metrics_add(l, family, fams[f].type, fams[f].help, (double)v[f]);
+            if (row != NULL)
+                snprintf(row->name, sizeof row->name, "%s{tenant=\"%s\"}", fams[f].family, t->name);
+            family = NULL;
+        }
+    }
+}
+
 static void metrics_collect(tsrd_daemon *d, metrics_list *l)
 {
+    tsrd_tenant all = d->default_tenant;
+    uint64_t queued = 0;
+    for (tsrd_tenant *t = d->tenants; t != NULL; t = t->next) {
+        all.buffers += t->buffers;
+        all.buffer_bytes += t->buffer_bytes;
+        all.kernels += t->kernels;
+    }
+    for (tsrd_tenant *t = d->ready_head; t != NULL; t = t->ready_next)
+        for (tsrd_job *j = t->work_head; j != NULL; j = j->work_next)
+            queued++;
     metrics_requests(d, l);
     metrics_plain(l, "replays_total", "counter", "Requests answered from the request-id memory.",
                   (double)d->metrics.replays);
@@ -122,15 +162,22 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l)
     metrics_plain(l, "sessions_opened_total", "counter", "Sessions ever opened.",
                   (double)d->metrics.sessions_opened);
     metrics_plain(l, "inflight_requests", "gauge", "Requests being executed.", (double)d->inflight);
-    metrics_plain(l, "buffers", "gauge", "Live buffers.", (double)d->default_tenant.buffers);
-    metrics_plain(l, "buffer_bytes", "gauge", "Bytes in live buffers.",
-                  (double)d->default_tenant.buffer_bytes);
-    metrics_plain(l, "kernels", "gauge", "Live kernel handles.", (double)d->default_tenant.kernels);
+    metrics_plain(l, "buffers", "gauge", "Live buffers.", (double)all.buffers);
+    metrics_plain(l, "buffer_bytes", "gauge", "Bytes in live buffers.", (double)all.buffer_bytes);
+    metrics_plain(l, "kernels", "gauge", "Live kernel handles.", (double)all.kernels);
+    metrics_plain(l, "work_queued", "gauge",
+                  "Heavy jobs (compiles, launches, copies) waiting for a worker.", (double)queued);
+    metrics_plain(l, "work_running", "gauge", "Jobs on the worker pool.", (double)d->work_running);
+    metrics_plain(l, "recovering", "gauge", "1 while the device context is being rebuilt.",
+                  d->recovering ? 1.0 : 0.0);
+    metrics_plain(l, "device_recoveries_total", "counter", "Device context rebuilds.",
+                  (double)d->recoveries);
     metrics_plain(l, "received_bytes_total", "counter", "Request bytes received.",
                   (double)d->metrics.bytes_in);
     metrics_plain(l, "sent_bytes_total", "counter", "Reply bytes sent.",
                   (double)d->metrics.bytes_out);
     metrics_cache(d, l);
+    metrics_tenants(d, l);
 }
 
 static void metrics_candidate_rows(metrics_list *l, const tsr_candidate_stats *rows, size_t n)

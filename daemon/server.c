@@ -10,6 +10,7 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/rep.h>
+#include <nng/supplemental/tls/tls.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -31,6 +32,8 @@ typedef struct server_event {
     server_slot *slot;
     nng_msg *msg;
     uint32_t pipe_id;
+    bool has_peer; /* an ipc pipe: its peer's credentials */
+    uint32_t peer_uid, peer_gid;
 } server_event;
 
 struct tsrd_server {
@@ -42,6 +45,7 @@ struct tsrd_server {
     pthread_mutex_t mu; /* guards head and tail */
     server_event *head, *tail;
     atomic_bool stopping;
+    nng_tls_config *tls; /* shared by the tls+tcp:// listeners; NULL: none */
 };
 
 static void server_push(tsrd_server *s, server_event *ev)
@@ -89,7 +93,14 @@ static void server_recv_cb(void *arg)
     }
     ev->slot = slot;
     ev->msg = nng_aio_get_msg(slot->recv_aio);
-    ev->pipe_id = (uint32_t)nng_pipe_id(nng_msg_get_pipe(ev->msg));
+    nng_pipe pipe = nng_msg_get_pipe(ev->msg);
+    ev->pipe_id = (uint32_t)nng_pipe_id(pipe);
+    /* Only ipc pipes have peer credentials; other transports answer ENOTSUP. */
+    uint64_t uid = 0, gid = 0;
+    ev->has_peer = nng_pipe_get_uint64(pipe, NNG_OPT_IPC_PEER_UID, &uid) == 0 &&
+                   nng_pipe_get_uint64(pipe, NNG_OPT_IPC_PEER_GID, &gid) == 0;
+    ev->peer_uid = (uint32_t)uid;
+    ev->peer_gid = (uint32_t)gid;
     server_push(s, ev);
 }
 
@@ -142,6 +153,11 @@ static void server_async_cb(uv_async_t *handle)
         if (ev->slot == NULL) {
             tsrd_session_close(s->d, ev->pipe_id);
         } else {
+            if (ev->has_peer) {
+                tsrd_session *sess = tsrd_session_get(s->d, ev->pipe_id);
+                if (sess != NULL && !sess->peer_known)
+                    tsrd_session_set_peer(sess, ev->peer_uid, ev->peer_gid);
+            }
             tsrd_dispatch(s->d, ev->pipe_id, ev->slot, nng_msg_body(ev->msg), nng_msg_len(ev->msg));
             nng_msg_free(ev->msg);
         }
@@ -155,18 +171,82 @@ static tsr_status server_nng_error(tsr_error *err, int rv, const char *what, con
     return tsr_error_set(err, TSR_IO_ERROR, "%s %s: %s", what, url ? url : "", nng_strerror(rv));
 }
 
+/* Reads a whole PEM file into a terminated string (mbedTLS wants the NUL). */
+static char *server_read_pem(const char *path, tsr_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        tsr_error_set(err, TSR_IO_ERROR, "tls: %s: cannot be read", path);
+        return NULL;
+    }
+    char *text = malloc(1 << 20);
+    size_t n = text != NULL ? fread(text, 1, (1 << 20) - 1, f) : 0;
+    fclose(f);
+    if (text == NULL || n == 0 || n == (1 << 20) - 1) {
+        free(text);
+        tsr_error_set(err, TSR_IO_ERROR, "tls: %s: empty, unreadable or over 1 MiB", path);
+        return NULL;
+    }
+    text[n] = '\0';
+    return text;
+}
+
+/* The server side TLS configuration from the config's tls object, made once
+ * for every tls+tcp:// listener. */
+static tsr_status server_tls_config(tsrd_server *s, tsr_error *err)
+{
+    const tsrd_config *c = &s->d->config;
+    if (s->tls != NULL)
+        return TSR_OK;
+    if (c->tls_cert_file == NULL || c->tls_key_file == NULL)
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE,
+                             "tls+tcp:// needs tls.cert_file and tls.key_file in the config");
+    char *cert = server_read_pem(c->tls_cert_file, err);
+    char *key = cert != NULL ? server_read_pem(c->tls_key_file, err) : NULL;
+    if (key == NULL) {
+        free(cert);
+        return err != NULL ? err->code : TSR_IO_ERROR;
+    }
+    int rv = nng_tls_config_alloc(&s->tls, NNG_TLS_MODE_SERVER);
+    if (rv == 0)
+        rv = nng_tls_config_own_cert(s->tls, cert, key, NULL);
+    free(cert);
+    free(key);
+    if (rv != 0)
+        return server_nng_error(err, rv, "tls certificate and key", c->tls_cert_file);
+    if (c->tls_ca_file != NULL && (rv = nng_tls_config_ca_file(s->tls, c->tls_ca_file)) != 0)
+        return server_nng_error(err, rv, "tls ca_file", c->tls_ca_file);
+    rv = nng_tls_config_auth_mode(s->tls, c->tls_verify_clients ? NNG_TLS_AUTH_MODE_REQUIRED
+                                                                : NNG_TLS_AUTH_MODE_NONE);
+    if (rv != 0)
+        return server_nng_error(err, rv, "tls auth mode", NULL);
+    return TSR_OK;
+}
+
 static tsr_status server_listen(tsrd_server *s, const char *url, tsr_error *err)
 {
-    if (strncmp(url, "tls+tcp://", 10) == 0)
-        return tsr_error_set(err, TSR_UNSUPPORTED,
-                             "listen %s: TLS settings (certificate, key) are not supported yet",
-                             url);
+    bool tls = strncmp(url, "tls+tcp://", 10) == 0;
+    if (tls) {
+        tsr_status st = server_tls_config(s, err);
+        if (st != TSR_OK)
+            return tsr_error_prefix(err, "listen %s", url);
+    }
+    if (strncmp(url, "tcp://", 6) == 0) {
+        if (!s->d->config.allow_plain_tcp)
+            return tsr_error_set(err, TSR_BAD_ATTRIBUTE,
+                                 "listen %s: plain tcp carries tokens and data in the clear; use "
+                                 "tls+tcp://, or set \"allow_plain_tcp\": true in the config",
+                                 url);
+        tsrd_log_warn(&s->d->log,
+                      "listening on plain %s: requests, tokens and data travel unencrypted", url);
+    }
     if (strncmp(url, "ipc://", 6) == 0) {
         char dir[4096];
         snprintf(dir, sizeof dir, "%s", url + 6);
         char *slash = strrchr(dir, '/');
         if (slash != NULL && slash != dir) {
             *slash = '\0';
+            /* Only the service may create files where its socket lives. */
             tsr_status st = tsrd_mkdirs(dir, 0755, err);
             if (st != TSR_OK)
                 return tsr_error_prefix(err, "listen %s", url);
@@ -177,8 +257,10 @@ static tsr_status server_listen(tsrd_server *s, const char *url, tsr_error *err)
     if (rv != 0)
         return server_nng_error(err, rv, "listen", url);
     if (strncmp(url, "ipc://", 6) == 0 &&
-        (rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, 0660)) != 0)
+        (rv = nng_listener_set_int(l, NNG_OPT_IPC_PERMISSIONS, (int)s->d->config.ipc_mode)) != 0)
         return server_nng_error(err, rv, "ipc permissions", url);
+    if (tls && (rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, s->tls)) != 0)
+        return server_nng_error(err, rv, "tls config", url);
     rv = nng_listener_set_size(l, NNG_OPT_RECVMAXSZ, (size_t)s->d->config.max_message_bytes);
     if (rv == 0)
         rv = nng_listener_start(l, 0);
@@ -228,6 +310,8 @@ static void server_free(uv_handle_t *handle)
         free(ev);
         ev = next;
     }
+    if (s->tls != NULL)
+        nng_tls_config_free(s->tls);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }

@@ -4,10 +4,17 @@
  * The daemon context is the first member of the service so that the daemon's
  * idle callback (called when draining and the last request completes) can find
  * the service that has to close the server and the signal handles.
+ *
+ * systemd: READY=1 goes out only once the backend, the kernel cache and every
+ * listener are up and the signal handlers are installed; the watchdog is fed
+ * from a loop timer, so a stuck loop stops feeding it, and only while the
+ * daemon is ready (not while recovering a device or draining). Without
+ * NOTIFY_SOCKET (not under systemd) sd_notify does nothing.
  */
 #include "service.h"
 
 #include <signal.h>
+#include <systemd/sd-daemon.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,10 +26,21 @@
 typedef struct service {
     tsrd_daemon d; /* first: see service_idle */
     tsrd_server *server;
-    uv_signal_t sigterm, sigint;
+    uv_signal_t sigterm, sigint, sighup;
+    uv_timer_t watchdog;
+    bool watchdog_on;
     int signals;
     bool closed;
 } service;
+
+static void service_close_handles(service *svc)
+{
+    uv_close((uv_handle_t *)&svc->sigterm, NULL);
+    uv_close((uv_handle_t *)&svc->sigint, NULL);
+    uv_close((uv_handle_t *)&svc->sighup, NULL);
+    if (svc->watchdog_on)
+        uv_close((uv_handle_t *)&svc->watchdog, NULL);
+}
 
 static void service_shutdown(service *svc)
 {
@@ -31,8 +49,7 @@ static void service_shutdown(service *svc)
     svc->closed = true;
     tsrd_log_info(&svc->d.log, "drained; shutting down");
     tsrd_server_close(svc->server);
-    uv_close((uv_handle_t *)&svc->sigterm, NULL);
-    uv_close((uv_handle_t *)&svc->sigint, NULL);
+    service_close_handles(svc);
 }
 
 static void service_idle(tsrd_daemon *d)
@@ -51,19 +68,78 @@ static void service_signal(uv_signal_t *handle, int signum)
                   svc->d.inflight);
     svc->d.draining = true;
     svc->d.idle_fn = service_idle;
+    sd_notify(0, "STOPPING=1");
     tsrd_server_stop_accepting(svc->server);
     if (svc->d.inflight == 0)
         service_shutdown(svc);
+}
+
+/* SIGHUP: the config file again, of which tenants and quotas take effect at
+ * once; connections, sessions and their objects stay. Everything else in the
+ * file needs a restart. A file that does not load changes nothing. */
+static void service_reload(uv_signal_t *handle, int signum)
+{
+    service *svc = handle->data;
+    tsrd_daemon *d = &svc->d;
+    (void)signum;
+    if (d->config.config_path == NULL) {
+        tsrd_log_warn(&d->log, "SIGHUP: no --config file to reload");
+        return;
+    }
+    sd_notify(0, "RELOADING=1");
+    tsrd_config fresh;
+    tsr_error err;
+    tsr_status st = tsrd_config_defaults(&fresh, &err);
+    if (st == TSR_OK)
+        st = tsrd_config_load_file(&fresh, d->config.config_path, &err);
+    if (st == TSR_OK && (d->tenants == NULL) != (fresh.n_tenants == 0))
+        st = tsr_error_set(&err, TSR_CONFLICT,
+                           "turning tenants on or off needs a restart (connections are bound "
+                           "to the default tenant or to configured ones)");
+    if (st == TSR_OK)
+        st = tsrd_tenants_apply(d, &fresh, &err);
+    if (st == TSR_OK) {
+        tsrd_tenant_config *keep = d->config.tenants;
+        d->config.tenants = fresh.tenants;
+        d->config.n_tenants = fresh.n_tenants;
+        fresh.tenants = keep; /* freed with fresh */
+        tsrd_log_info(&d->log, "SIGHUP: reloaded %s: %d tenant(s)", d->config.config_path,
+                      d->config.n_tenants);
+    } else {
+        tsrd_log_error(&d->log, "SIGHUP: %s: %s; keeping the running configuration",
+                       tsr_status_name(err.code), err.message);
+    }
+    tsrd_config_free(&fresh);
+    sd_notify(0, "READY=1");
+}
+
+static void service_watchdog(uv_timer_t *timer)
+{
+    service *svc = timer->data;
+    if (!svc->d.draining && !svc->d.recovering)
+        sd_notify(0, "WATCHDOG=1");
 }
 
 static int service_start_signals(service *svc, uv_loop_t *loop)
 {
     uv_signal_init(loop, &svc->sigterm);
     uv_signal_init(loop, &svc->sigint);
-    svc->sigterm.data = svc->sigint.data = svc;
+    uv_signal_init(loop, &svc->sighup);
+    svc->sigterm.data = svc->sigint.data = svc->sighup.data = svc;
     int rc = uv_signal_start(&svc->sigterm, service_signal, SIGTERM);
     if (rc == 0)
         rc = uv_signal_start(&svc->sigint, service_signal, SIGINT);
+    if (rc == 0)
+        rc = uv_signal_start(&svc->sighup, service_reload, SIGHUP);
+    uint64_t usec = 0;
+    if (rc == 0 && sd_watchdog_enabled(0, &usec) > 0 && usec > 0) {
+        /* Twice per period, as sd_watchdog_enabled(3) advises. */
+        uint64_t ms = usec / 2000 > 0 ? usec / 2000 : 1;
+        uv_timer_init(loop, &svc->watchdog);
+        svc->watchdog.data = svc;
+        svc->watchdog_on = true;
+        rc = uv_timer_start(&svc->watchdog, service_watchdog, ms, ms);
+    }
     return rc;
 }
 
@@ -93,11 +169,11 @@ int tsrd_service_run(const tsrd_config *config)
         tsrd_log_error(&log, "cannot install signal handlers");
         status = 1;
         tsrd_server_close(svc->server);
-        uv_close((uv_handle_t *)&svc->sigterm, NULL);
-        uv_close((uv_handle_t *)&svc->sigint, NULL);
+        service_close_handles(svc);
     } else {
-        tsrd_log_info(&log, "tesserad %s ready (protocol %d, %d worker threads)", TSRD_VERSION,
-                      TSRD_PROTOCOL_VERSION, config->workers);
+        tsrd_log_info(&log, "tesserad %s ready (protocol %d, %d worker threads, %d tenant(s))",
+                      TSRD_VERSION, TSRD_PROTOCOL_VERSION, config->workers, config->n_tenants);
+        sd_notifyf(0, "READY=1\nSTATUS=serving\nMAINPID=%lu", (unsigned long)getpid());
     }
     uv_run(&loop, UV_RUN_DEFAULT);
     tsrd_daemon_fini(&svc->d);

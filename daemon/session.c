@@ -43,15 +43,23 @@ tsrd_session *tsrd_session_get(tsrd_daemon *d, uint32_t pipe_id)
     if (s == NULL)
         return NULL;
     s->pipe_id = pipe_id;
-    s->tenant = &d->default_tenant;
+    /* With tenants configured, the first attributed request binds the session. */
+    s->tenant = d->tenants == NULL ? &d->default_tenant : NULL;
     s->refs = 1;
     tsrd_replay_init(&s->replay, 0);
     s->next = d->sessions;
     d->sessions = s;
     d->n_sessions++;
     d->metrics.sessions_opened++;
-    tsrd_log_debug(&d->log, "session %u opened (tenant %s)", pipe_id, s->tenant->name);
+    tsrd_log_debug(&d->log, "session %u opened", pipe_id);
     return s;
+}
+
+void tsrd_session_set_peer(tsrd_session *s, uint32_t uid, uint32_t gid)
+{
+    s->peer_known = true;
+    s->peer_uid = uid;
+    s->peer_gid = gid;
 }
 
 void tsrd_session_ref(tsrd_session *s)

@@ -6,10 +6,10 @@
 set -euo pipefail
 
 packages=(build-essential pkg-config libcjson-dev libuv1-dev libprotobuf-c-dev
-          protobuf-c-compiler libnng-dev libcriterion-dev libmbedtls-dev python3-numpy
+          protobuf-c-compiler libnng-dev libcriterion-dev libmbedtls-dev libsystemd-dev python3-numpy
           python3-pytest)
 if [ "${1:-}" = "--ci" ]; then
-    packages+=(clang-format git)
+    packages+=(clang-format git systemd)
 elif [ $# -gt 0 ]; then
     echo "usage: tools/install-deps.sh [--ci]" >&2
     exit 2

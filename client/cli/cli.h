@@ -29,6 +29,7 @@ typedef struct cli {
     const char *url; /* NULL: TESSERA_URL or the default */
     bool json;
     int timeout_ms;     /* 0: the client's default */
+    const char *token;  /* --token; NULL: $TESSERA_TOKEN */
     tsr_client *client; /* connected on first use by cli_connect */
 } cli;
 

@@ -140,6 +140,34 @@ static const char *cmd_value(int argc, char **argv, int *i)
 
 /* ---- ping, info ---- */
 
+static int cmd_health(cli *c, int argc, char **argv)
+{
+    if (argc > 1)
+        return cli_fail_usage("health", "unexpected argument '%s'", argv[1]);
+    int rc = cli_connect(c);
+    if (rc)
+        return rc;
+    tsr_client_health h;
+    tsr_error err;
+    if (tsr_client_health_get(c->client, &h, c->timeout_ms, &err) != TSR_OK)
+        return cli_fail_call(&err);
+    static const char *const names[] = {"unknown", "ready", "recovering", "draining"};
+    const char *state = names[h.state];
+    if (c->json) {
+        cJSON *doc = cJSON_CreateObject();
+        cJSON_AddStringToObject(doc, "state", state);
+        cJSON_AddNumberToObject(doc, "uptime_ms", (double)h.uptime_ms);
+        cJSON_AddNumberToObject(doc, "sessions", h.sessions);
+        cJSON_AddNumberToObject(doc, "recoveries", (double)h.recoveries);
+        cli_json_print(doc);
+    } else {
+        printf("%s (up %.1f s, %u sessions, %llu recoveries)\n", state, h.uptime_ms / 1000.0,
+               h.sessions, (unsigned long long)h.recoveries);
+    }
+    /* Probes read the exit status: only a ready daemon is healthy. */
+    return h.state == TSR_CLIENT_HEALTH_READY ? CLI_EXIT_OK : CLI_EXIT_DAEMON;
+}
+
 static int cmd_ping(cli *c, int argc, char **argv)
 {
     if (argc > 1)
@@ -710,6 +738,10 @@ const cli_command cli_commands[] = {
     {"ping", cmd_ping,
      "usage: tessera-cli ping\n"
      "Sends a hello and prints the round trip time.\n"},
+    {"health", cmd_health,
+     "usage: tessera-cli health\n"
+     "Prints ready, recovering or draining; exits 0 only when ready (4 otherwise).\n"
+     "Needs no token.\n"},
     {"info", cmd_info,
      "usage: tessera-cli info\n"
      "Prints the daemon's version, backend, devices and limits.\n"},

@@ -15,10 +15,11 @@
 #include "cli.h"
 
 static const char main_usage[] =
-    "usage: tessera-cli [--url URL] [--json] [--timeout MS] COMMAND ...\n"
+    "usage: tessera-cli [--url URL] [--token TOKEN] [--json] [--timeout MS] COMMAND ...\n"
     "\n"
     "commands:\n"
     "  ping                      check that the daemon answers\n"
+    "  health                    ready, recovering or draining (exit 0 only when ready)\n"
     "  info                      daemon version, backend and devices\n"
     "  stats [--prometheus]      counters and candidate statistics\n"
     "  cache ls | cache evict KEY\n"
@@ -31,6 +32,7 @@ static const char main_usage[] =
     "\n"
     "options:\n"
     "  --url URL      daemon endpoint (default $TESSERA_URL, else " TSR_CLIENT_DEFAULT_URL ")\n"
+    "  --token TOKEN  bearer token of a tenant (default $TESSERA_TOKEN)\n"
     "  --json         print machine-readable JSON on stdout\n"
     "  --timeout MS   per-request timeout in milliseconds (default 30000)\n"
     "\n"
@@ -76,6 +78,7 @@ int cli_connect(cli *c)
     tsr_client_options_init(&opts);
     opts.url = c->url;
     opts.timeout_ms = c->timeout_ms;
+    opts.auth = c->token;
     tsr_error err;
     tsr_status st = tsr_client_connect(&opts, &c->client, &err);
     if (st == TSR_OK)
@@ -119,6 +122,8 @@ int main(int argc, char **argv)
             return CLI_EXIT_OK;
         } else if (strcmp(a, "--json") == 0) {
             c.json = true;
+        } else if (strcmp(a, "--token") == 0 && i + 1 < argc) {
+            c.token = argv[++i];
         } else if (strcmp(a, "--url") == 0 && i + 1 < argc) {
             c.url = argv[++i];
         } else if (strcmp(a, "--timeout") == 0 && i + 1 < argc) {

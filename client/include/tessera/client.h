@@ -30,7 +30,8 @@
  *   repeated id from memory, so a retried compile or buffer_alloc happens once.
  *
  * Environment: TESSERA_URL sets the endpoint when the options give none (default
- * ipc:///run/tesserad/tesserad.sock). TESSERA_FORCE="kind=name,kind=name" forces a
+ * ipc:///run/tesserad/tesserad.sock); TESSERA_TOKEN is the bearer token when the
+ * options give none. TESSERA_FORCE="kind=name,kind=name" forces a
  * candidate for every compile, run, verify and candidates request whose region has
  * one of those kinds, unless the call names a candidate itself.
  */
@@ -91,7 +92,8 @@ typedef struct tsr_client_options {
     const char *url;          /* NULL: $TESSERA_URL, else TSR_CLIENT_DEFAULT_URL */
     int timeout_ms;           /* default per-call timeout; 0: 30000; < 0: none */
     int resend_ms;            /* REQ resend interval; 0: 60000 (nng's default); < 0: never */
-    const char *auth;         /* bearer token sent with every request, NULL: none */
+    const char *auth;         /* bearer token sent with every request, NULL: $TESSERA_TOKEN,
+                               * else none; "": none */
     const char *force;        /* "kind=name,..."; NULL: $TESSERA_FORCE; "": none */
     size_t max_message_bytes; /* largest reply accepted; 0: 1 GiB */
     bool lazy;                /* true: do not fail when the daemon is not up yet; calls
@@ -142,6 +144,26 @@ typedef struct tsr_client_info {
 
 /* Sends a hello and fills *info (may be NULL for a plain liveness check). */
 tsr_status tsr_client_hello(tsr_client *c, tsr_client_info *info, int timeout_ms, tsr_error *err);
+
+/* ---- health ---- */
+
+typedef enum tsr_client_health_state {
+    TSR_CLIENT_HEALTH_UNKNOWN = 0,
+    TSR_CLIENT_HEALTH_READY = 1,      /* serving */
+    TSR_CLIENT_HEALTH_RECOVERING = 2, /* rebuilding its device context after a fault */
+    TSR_CLIENT_HEALTH_DRAINING = 3,   /* shutting down */
+} tsr_client_health_state;
+
+typedef struct tsr_client_health {
+    tsr_client_health_state state;
+    uint64_t uptime_ms;
+    uint32_t sessions;
+    uint64_t recoveries; /* device recoveries since the daemon started */
+} tsr_client_health;
+
+/* Asks the daemon for its health; needs no token. Fills *out on TSR_OK. */
+tsr_status tsr_client_health_get(tsr_client *c, tsr_client_health *out, int timeout_ms,
+                                 tsr_error *err);
 
 /* ---- regions (local; no request is sent) ---- */
 

@@ -290,6 +290,8 @@ tsr_status tsri_client_call(tsr_client *c, Tessera__V1__Request *req,
         id = c->id_base + atomic_fetch_add(&c->id_next, 1);
     req->id = id;
     req->auth = c->auth;
+    /* The id and token are part of the message: size it with them. */
+    size = tessera__v1__request__get_packed_size(req);
 
     int timeout = timeout_ms == TSR_CLIENT_TIMEOUT_DEFAULT ? c->timeout_ms : timeout_ms;
     int64_t deadline = timeout < 0 ? -1 : conn_now_ms() + timeout;

@@ -278,8 +278,9 @@ tsr_status tsr_client_batch(tsr_client *c, const tsr_client_launch_desc *launche
 }
 
 tsr_status tsr_client_buffer_import(tsr_client *c, const void *ipc_handle, uint64_t bytes,
-                                    tsr_client_dtype dtype, int rank, const int64_t *shape,
-                                    tsr_buffer *out, int timeout_ms, tsr_error *err)
+                                    uint64_t offset, tsr_client_dtype dtype, int rank,
+                                    const int64_t *shape, tsr_buffer *out, int timeout_ms,
+                                    tsr_error *err)
 {
     if (c == NULL || ipc_handle == NULL || out == NULL || rank < 0 || rank > TSR_CLIENT_MAX_RANK ||
         (rank > 0 && shape == NULL))
@@ -290,6 +291,7 @@ tsr_status tsr_client_buffer_import(tsr_client *c, const void *ipc_handle, uint6
     body.ipc_handle.data = (uint8_t *)ipc_handle;
     body.ipc_handle.len = 64;
     body.bytes = bytes;
+    body.offset = offset;
     body.dtype = (Tessera__V1__DType)(dtype + 1);
     body.n_shape = (size_t)rank;
     body.shape = (int64_t *)shape;

@@ -120,11 +120,14 @@ typedef struct tsrd_backend_ops {
     tsr_status (*buffer_copy_registered)(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset,
                                          void *host, uint64_t len, int to_device, tsr_error *err);
     /* Opens another local process's device allocation from its CUDA IPC handle
-     * (handle_len bytes, 64 for CUDA) as a buffer of bytes bytes; launches use
-     * it in place and buffer_free closes it (the exporter still owns the
-     * memory). TSR_UNSUPPORTED on a backend without device IPC. */
+     * (handle_len bytes, 64 for CUDA) as a buffer of bytes bytes starting offset
+     * bytes into it; launches use it in place and buffer_free closes it (the
+     * exporter still owns the memory). One allocation imported several times
+     * is opened once and closed with its last buffer. TSR_UNSUPPORTED on a
+     * backend without device IPC. */
     tsr_status (*buffer_import)(tsrd_backend *b, int device, const uint8_t *handle,
-                                size_t handle_len, uint64_t bytes, tsrd_dbuf **out, tsr_error *err);
+                                size_t handle_len, uint64_t offset, uint64_t bytes, tsrd_dbuf **out,
+                                tsr_error *err);
     /* Graph capture: graph_begin starts capturing s, the launches that follow
      * are recorded instead of run, graph_end makes them one replayable graph
      * (*out) and ends the capture whatever happened. graph_launch replays it on

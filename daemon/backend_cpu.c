@@ -285,10 +285,10 @@ static tsr_status cpu_buffer_copy_registered(tsrd_backend *b, tsrd_dbuf *buf, ui
 }
 
 static tsr_status cpu_buffer_import(tsrd_backend *b, int device, const uint8_t *handle,
-                                    size_t handle_len, uint64_t bytes, tsrd_dbuf **out,
-                                    tsr_error *err)
+                                    size_t handle_len, uint64_t offset, uint64_t bytes,
+                                    tsrd_dbuf **out, tsr_error *err)
 {
-    (void)b, (void)device, (void)handle, (void)handle_len, (void)bytes, (void)out;
+    (void)b, (void)device, (void)handle, (void)handle_len, (void)offset, (void)bytes, (void)out;
     return tsr_error_set(err, TSR_UNSUPPORTED,
                          "cpu backend: no device memory to import (CUDA IPC "
                          "needs the cuda backend)");

@@ -70,13 +70,25 @@ struct tsrd_backend {
     pthread_cond_t staging_free;
     cuda_staging *staging_idle;
     int staging_count;
+    /* Allocations of other processes opened by CUDA IPC, each once: the
+     * driver maps a handle only once per context. */
+    pthread_mutex_t ipc_lock;
+    struct cuda_ipc_block *ipc_open;
 };
+
+typedef struct cuda_ipc_block {
+    uint8_t handle[64];
+    int device;
+    CUdeviceptr base;
+    int refs; /* imported buffers using it */
+    struct cuda_ipc_block *next;
+} cuda_ipc_block;
 
 struct tsrd_dbuf {
     int device;
     CUdeviceptr ptr;
     uint64_t bytes;
-    int imported; /* opened from a CUDA IPC handle: closed, never freed */
+    cuda_ipc_block *ipc; /* imported by CUDA IPC: closed with the block's last buffer */
 };
 
 struct tsrd_graph {
@@ -193,6 +205,7 @@ static void cuda_close(tsrd_backend *b)
     }
     pthread_mutex_destroy(&b->staging_lock);
     pthread_cond_destroy(&b->staging_free);
+    pthread_mutex_destroy(&b->ipc_lock);
     free(b->devices);
     tsrd_nvrtc_close(b->nv);
     tsrd_cuda_driver_unload(b->drv);
@@ -208,6 +221,7 @@ static tsr_status cuda_open(const tsrd_backend_options *opts, tsrd_backend **out
         return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
     pthread_mutex_init(&b->staging_lock, NULL);
     pthread_cond_init(&b->staging_free, NULL);
+    pthread_mutex_init(&b->ipc_lock, NULL);
     tsr_status st = tsrd_cuda_driver_load(&b->drv, err);
     if (st == TSR_OK) {
         tsrd_cuda_version_string(b->drv->version, b->driver_version, sizeof b->driver_version);
@@ -312,11 +326,22 @@ static void cuda_buffer_free(tsrd_backend *b, tsrd_dbuf *buf)
     if (buf == NULL)
         return;
     /* Even on a lost device the memory is returned as far as the driver lets us. */
-    if (b->drv->ctx_set_current(b->devices[buf->device].ctx) == CUDA_SUCCESS) {
-        if (buf->imported)
-            b->drv->ipc_close_mem_handle(buf->ptr);
-        else
-            b->drv->mem_free(buf->ptr);
+    if (buf->ipc != NULL) {
+        pthread_mutex_lock(&b->ipc_lock);
+        cuda_ipc_block *blk = buf->ipc;
+        if (--blk->refs == 0) {
+            for (cuda_ipc_block **p = &b->ipc_open; *p != NULL; p = &(*p)->next)
+                if (*p == blk) {
+                    *p = blk->next;
+                    break;
+                }
+            if (b->drv->ctx_set_current(b->devices[blk->device].ctx) == CUDA_SUCCESS)
+                b->drv->ipc_close_mem_handle(blk->base);
+            free(blk);
+        }
+        pthread_mutex_unlock(&b->ipc_lock);
+    } else if (b->drv->ctx_set_current(b->devices[buf->device].ctx) == CUDA_SUCCESS) {
+        b->drv->mem_free(buf->ptr);
     }
     free(buf);
 }
@@ -446,8 +471,8 @@ static tsr_status cuda_buffer_copy_registered(tsrd_backend *b, tsrd_dbuf *buf, u
 }
 
 static tsr_status cuda_buffer_import(tsrd_backend *b, int device, const uint8_t *handle,
-                                     size_t handle_len, uint64_t bytes, tsrd_dbuf **out,
-                                     tsr_error *err)
+                                     size_t handle_len, uint64_t offset, uint64_t bytes,
+                                     tsrd_dbuf **out, tsr_error *err)
 {
     CUipcMemHandle h;
     if (handle_len != sizeof h.reserved)
@@ -463,14 +488,38 @@ static tsr_status cuda_buffer_import(tsrd_backend *b, int device, const uint8_t 
         return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
     buf->device = device;
     buf->bytes = bytes;
-    buf->imported = 1;
-    st = cuda_check(b, device,
-                    b->drv->ipc_open_mem_handle(&buf->ptr, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
-                    "cuIpcOpenMemHandle", err);
+    pthread_mutex_lock(&b->ipc_lock);
+    cuda_ipc_block *blk = b->ipc_open;
+    while (blk != NULL && (blk->device != device || memcmp(blk->handle, handle, 64) != 0))
+        blk = blk->next;
+    if (blk == NULL) {
+        blk = calloc(1, sizeof *blk);
+        if (blk == NULL)
+            st = tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
+        if (st == TSR_OK)
+            st = cuda_check(
+                b, device,
+                b->drv->ipc_open_mem_handle(&blk->base, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
+                "cuIpcOpenMemHandle", err);
+        if (st == TSR_OK) {
+            memcpy(blk->handle, handle, 64);
+            blk->device = device;
+            blk->next = b->ipc_open;
+            b->ipc_open = blk;
+        } else {
+            free(blk);
+            blk = NULL;
+        }
+    }
+    if (blk != NULL)
+        blk->refs++;
+    pthread_mutex_unlock(&b->ipc_lock);
     if (st != TSR_OK) {
         free(buf);
         return st;
     }
+    buf->ipc = blk;
+    buf->ptr = blk->base + offset;
     *out = buf;
     return TSR_OK;
 }

@@ -52,6 +52,7 @@
     X(ipc_open_mem_handle, "cuIpcOpenMemHandle_v2", CUresult,                                      \
       (CUdeviceptr *, CUipcMemHandle, unsigned int))                                               \
     X(ipc_close_mem_handle, "cuIpcCloseMemHandle", CUresult, (CUdeviceptr))                        \
+    X(ipc_get_mem_handle, "cuIpcGetMemHandle", CUresult, (CUipcMemHandle *, CUdeviceptr))          \
     X(stream_begin_capture, "cuStreamBeginCapture_v2", CUresult, (CUstream, CUstreamCaptureMode))  \
     X(stream_end_capture, "cuStreamEndCapture", CUresult, (CUstream, CUgraph *))                   \
     X(graph_instantiate, "cuGraphInstantiateWithFlags", CUresult,                                  \

@@ -331,10 +331,12 @@ static tsr_status import_prepare(tsrd_job *job)
     }
     b->bytes = elements * tsr_dtype_size(b->dtype);
     /* The allocation may be larger than the tensor, never smaller. */
-    if (req->bytes < b->bytes)
+    if (req->offset > req->bytes || req->bytes - req->offset < b->bytes)
         return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
-                             "buffer_import.bytes: %llu, the shape needs %llu",
-                             (unsigned long long)req->bytes, (unsigned long long)b->bytes);
+                             "buffer_import: %llu bytes at offset %llu pass the end of the "
+                             "%llu-byte allocation",
+                             (unsigned long long)b->bytes, (unsigned long long)req->offset,
+                             (unsigned long long)req->bytes);
     if (req->ipc_handle.len != 64)
         return tsr_error_set(&job->err, TSR_INVALID_ARGUMENT,
                              "buffer_import.ipc_handle: %zu bytes, a CUDA IPC handle has 64",
@@ -347,7 +349,8 @@ static tsr_status import_execute(tsrd_job *job)
     const Tessera__V1__BufferImportRequest *req = job->req->buffer_import;
     tsrd_buffer *b = job->state;
     return job->d->bops->buffer_import(job->d->backend, 0, req->ipc_handle.data,
-                                       req->ipc_handle.len, b->bytes, &b->dbuf, &job->err);
+                                       req->ipc_handle.len, req->offset, b->bytes, &b->dbuf,
+                                       &job->err);
 }
 
 static tsr_status import_complete(tsrd_job *job, tsr_status status)

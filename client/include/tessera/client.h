@@ -460,8 +460,9 @@ tsr_status tsr_client_batch(tsr_client *c, const tsr_client_launch_desc *launche
 
 /* Imports a device allocation of this (or another local) process as a buffer:
  * ipc_handle is the 64-byte CUipcMemHandle from cuIpcGetMemHandle (torch:
- * storage._share_cuda_()), bytes the allocation's size from its base, dtype and
- * shape what launches see (dense, at the allocation's start). Launches read and
+ * storage._share_cuda_()), bytes the allocation's size from its base, offset
+ * where the tensor starts inside it, dtype and shape what launches see (dense).
+ * One allocation may back several imports (they share one mapping). Launches read and
  * write that memory in place, with no copy. Lifetime: the exporter keeps the
  * allocation alive and unmodified by others while any launch on it is in flight,
  * and until tsr_client_buffer_free on the handle (or the connection's close)
@@ -469,8 +470,9 @@ tsr_status tsr_client_batch(tsr_client *c, const tsr_client_launch_desc *launche
  * CUDA IPC works only within one node and for memory from cuMemAlloc (not
  * cuMemAllocAsync pools). TSR_UNSUPPORTED on a CPU daemon. */
 tsr_status tsr_client_buffer_import(tsr_client *c, const void *ipc_handle, uint64_t bytes,
-                                    tsr_client_dtype dtype, int rank, const int64_t *shape,
-                                    tsr_buffer *out, int timeout_ms, tsr_error *err);
+                                    uint64_t offset, tsr_client_dtype dtype, int rank,
+                                    const int64_t *shape, tsr_buffer *out, int timeout_ms,
+                                    tsr_error *err);
 
 #ifdef __cplusplus
 }

@@ -26,7 +26,11 @@ from . import _lib
 from ._lib import lib
 
 __all__ = ["Status", "TesseraError", "Region", "Client", "Buffer", "Decision", "Verdict",
-           "connect", "run", "default_client"]
+           "SharedMemory", "connect", "run", "default_client"]
+
+# Host tensors at least this large go through a shared-memory segment instead of
+# the message, on ipc:// connections ($TESSERA_SHM_THRESHOLD overrides; 0 = never).
+SHM_THRESHOLD_DEFAULT = 256 << 10
 
 Status = enum.IntEnum("Status", {lib.tsr_status_name(i).decode(): i for i in range(36)})
 
@@ -226,6 +230,50 @@ def _compile_opts(arch=None, force=None, policy="tier", skip_verify=False, no_re
                             skip_verify, no_reference)
 
 
+# ---- shared memory ----
+
+class SharedMemory:
+    """A POSIX shared-memory segment of this process (tsr_client_shm): the daemon
+    on the same node reads and writes it directly. array(dtype, shape, offset)
+    views its bytes as a numpy array. Freed (unlinked) by free() or collection."""
+
+    def __init__(self, size):
+        h = c_void_p()
+        err = _lib.Error()
+        _check(lib.tsr_client_shm_create(size, byref(h), byref(err)), err)
+        self._h = h
+        self.size = lib.tsr_client_shm_size(h)
+        self.name = _s(lib.tsr_client_shm_name(h))
+        addr = lib.tsr_client_shm_data(h)
+        self._mem = (ctypes.c_uint8 * self.size).from_address(addr)
+
+    def array(self, dtype, shape, offset=0):
+        dt = np.dtype(dtype)
+        n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        if offset < 0 or offset + n > self.size:
+            raise TesseraError(Status.BUFFER_MISMATCH, "%d bytes at %d pass the end of %s"
+                               % (n, offset, self.name))
+        return np.frombuffer(self._mem, dtype=dt, count=n // dt.itemsize,
+                             offset=offset).reshape(shape)
+
+    @property
+    def handle(self):
+        return self._h
+
+    def free(self):
+        if getattr(self, "_h", None) and lib is not None:
+            self._mem = None
+            lib.tsr_client_shm_free(self._h)
+            self._h = None
+
+    def __del__(self):
+        self.free()
+
+
+def _align(n, a=256):
+    return (n + a - 1) // a * a
+
+
 # ---- buffers ----
 
 class Buffer:
@@ -242,6 +290,14 @@ class Buffer:
     def write(self, array, offset=0):
         data = _to_wire(array, self.dtype)
         err = _lib.Error()
+        shm = self.client._staging(data.nbytes)
+        if shm is not None:
+            with self.client._staging_lock:
+                shm.array(np.uint8, (data.nbytes,))[:] = data.reshape(-1).view(np.uint8)
+                _check(lib.tsr_client_buffer_write_shm(self.client._c, self.handle, offset,
+                                                       shm.handle, 0, data.nbytes,
+                                                       self.client.timeout_ms, byref(err)), err)
+            return
         _check(lib.tsr_client_buffer_write(self.client._c, self.handle, offset,
                                            data.ctypes.data, data.nbytes,
                                            self.client.timeout_ms, byref(err)), err)
@@ -250,6 +306,14 @@ class Buffer:
         raw = np.empty(self.shape, dtype=_NUMPY_DTYPES[self.dtype])
         got = c_size_t()
         err = _lib.Error()
+        shm = self.client._staging(raw.nbytes)
+        if shm is not None:
+            with self.client._staging_lock:
+                _check(lib.tsr_client_buffer_read_shm(self.client._c, self.handle, 0, shm.handle,
+                                                      0, raw.nbytes, self.client.timeout_ms,
+                                                      byref(err)), err)
+                raw.reshape(-1).view(np.uint8)[:] = shm.array(np.uint8, (raw.nbytes,))
+            return _from_wire(raw, self.dtype)
         _check(lib.tsr_client_buffer_read(self.client._c, self.handle, 0, raw.ctypes.data,
                                           raw.nbytes, byref(got), self.client.timeout_ms,
                                           byref(err)), err)
@@ -286,7 +350,8 @@ class Client:
     """A connection to one tesserad. url: None means $TESSERA_URL, else the
     default ipc socket. timeout_ms: per-call default (0 = the library's 30 s)."""
 
-    def __init__(self, url=None, timeout_ms=0, auth=None, force=None, lazy=False):
+    def __init__(self, url=None, timeout_ms=0, auth=None, force=None, lazy=False,
+                 shm_threshold=None):
         opts = _lib.Options()
         lib.tsr_client_options_init(byref(opts))
         self._keep = [_b(url), _b(auth), _b(force)]
@@ -299,11 +364,31 @@ class Client:
         self._c = handle
         self.timeout_ms = 0
         self.url = _s(lib.tsr_client_url(handle))
+        if shm_threshold is None:
+            shm_threshold = int(os.environ.get("TESSERA_SHM_THRESHOLD", SHM_THRESHOLD_DEFAULT))
+        # Shared memory needs the daemon on this node: ipc:// only.
+        self.shm_threshold = shm_threshold if self.url.startswith("ipc://") else 0
+        self._shm = None
+        self._staging_lock = threading.Lock()
+
+    def _staging(self, nbytes):
+        """The client's staging segment when nbytes should travel by shared
+        memory, grown to fit (callers hold _staging_lock while using it)."""
+        if self.shm_threshold <= 0 or nbytes < self.shm_threshold:
+            return None
+        with self._staging_lock:
+            if self._shm is None or self._shm.size < nbytes:
+                size = 1 << max(20, (nbytes - 1).bit_length())
+                self._shm = SharedMemory(size)
+            return self._shm
 
     def close(self):
         if self._c:
             lib.tsr_client_close(self._c)
             self._c = None
+        if getattr(self, "_shm", None) is not None:
+            self._shm.free()
+            self._shm = None
 
     def __enter__(self):
         return self
@@ -374,11 +459,27 @@ class Client:
                 raise TesseraError(Status.BUFFER_MISMATCH, "input %s: %d elements, want shape %r"
                                    % (spec.name, a.size, spec.shape))
             wire.append(_to_wire(a, spec.dtype))
-        ptrs = (c_void_p * max(1, len(wire)))(*[w.ctypes.data for w in wire])
         out = np.empty(r.output.shape, dtype=_NUMPY_DTYPES[r.output.dtype])
         o = _compile_opts(**opts)
         d = _lib.Decision()
         err = _lib.Error()
+        offsets, at = [], 0
+        for w in wire:
+            offsets.append(at)
+            at = _align(at + w.nbytes)
+        total = at + out.nbytes
+        shm = self._staging(total)
+        if shm is not None:
+            with self._staging_lock:
+                for w, off in zip(wire, offsets):
+                    shm.array(np.uint8, (w.nbytes,), off)[:] = w.reshape(-1).view(np.uint8)
+                offs = (c_uint64 * max(1, len(offsets)))(*offsets)
+                _check(lib.tsr_client_run_shm(self._c, r.handle, byref(o), shm.handle, offs, at,
+                                              byref(d), self.timeout_ms, byref(err)), err)
+                out.reshape(-1).view(np.uint8)[:] = shm.array(np.uint8, (out.nbytes,), at)
+            y = _from_wire(out, r.output.dtype)
+            return (y, Decision(d)) if with_decision else y
+        ptrs = (c_void_p * max(1, len(wire)))(*[w.ctypes.data for w in wire])
         _check(lib.tsr_client_run(self._c, r.handle, byref(o), ptrs, out.ctypes.data, byref(d),
                                   self.timeout_ms, byref(err)), err)
         y = _from_wire(out, r.output.dtype)
@@ -420,6 +521,43 @@ class Client:
                                            byref(h), byref(nbytes), self.timeout_ms,
                                            byref(err)), err)
         return Buffer(self, h.value, dtype, shape, nbytes.value)
+
+    def batch(self, launches, graph=False):
+        """Runs launches — (kernel, [input Buffers], output Buffer) tuples — in order
+        with one round trip. graph=True lets a CUDA daemon capture and replay the
+        sequence. Returns {"device_ms", "launched", "graph_replayed"}."""
+        descs = (_lib.LaunchDesc * max(1, len(launches)))()
+        keep = []
+        for i, (k, ins, out) in enumerate(launches):
+            hs = (c_uint64 * max(1, len(ins)))(*[b.handle for b in ins])
+            keep.append(hs)
+            kern = k.kernel if isinstance(k, Compiled) else int(k)
+            descs[i] = _lib.LaunchDesc(kern, len(ins), hs, out.handle)
+        res = _lib.BatchResult()
+        err = _lib.Error()
+        _check(lib.tsr_client_batch(self._c, descs, len(launches), graph, byref(res),
+                                    self.timeout_ms, byref(err)), err)
+        return {"device_ms": res.device_ms, "launched": res.launched,
+                "graph_replayed": res.graph_replayed}
+
+    def import_cuda(self, ipc_handle, nbytes, dtype, shape, offset=0):
+        """A Buffer over another process's device allocation (CUDA IPC): the
+        64-byte cudaIpcMemHandle, the allocation's size, where the tensor starts
+        in it. Launches use that memory in place; free() closes the mapping and
+        leaves the memory to its owner, who must keep it alive until then."""
+        if len(ipc_handle) != 64:
+            raise TesseraError(Status.INVALID_ARGUMENT, "a CUDA IPC handle has 64 bytes, got %d"
+                               % len(ipc_handle))
+        if dtype not in DTYPES:
+            raise TesseraError(Status.BAD_DTYPE, "unknown dtype %r" % (dtype,))
+        dims = (ctypes.c_int64 * max(1, len(shape)))(*shape)
+        h = c_uint64()
+        err = _lib.Error()
+        _check(lib.tsr_client_buffer_import(self._c, bytes(ipc_handle), nbytes, offset,
+                                            DTYPES.index(dtype), len(shape), dims, byref(h),
+                                            self.timeout_ms, byref(err)), err)
+        return Buffer(self, h.value, dtype, shape,
+                      int(np.prod(shape, dtype=np.int64)) * (2 if dtype != "f32" else 4))
 
     def stats(self):
         """The daemon's counters as a dict name -> value."""

@@ -113,6 +113,15 @@ class CacheEntry(Structure):
                 ("hits", c_uint64)]
 
 
+class LaunchDesc(Structure):
+    _fields_ = [("kernel", c_uint64), ("n_inputs", c_int), ("inputs", POINTER(c_uint64)),
+                ("output", c_uint64)]
+
+
+class BatchResult(Structure):
+    _fields_ = [("device_ms", c_double), ("launched", c_uint32), ("graph_replayed", c_bool)]
+
+
 def _candidates():
     env = os.environ.get("TESSERA_CLIENT_LIB")
     if env:
@@ -175,6 +184,24 @@ def _declare(lib):
         "tsr_client_cache_free": (None, [POINTER(CacheEntry)]),
         "tsr_client_cache_evict": (c_int, [P, c_char_p, POINTER(c_uint32), c_int, E]),
     }
+    # The data plane (client/dataplane.c).
+    sig.update({
+        "tsr_client_shm_create": (c_int, [c_size_t, POINTER(P), E]),
+        "tsr_client_shm_free": (None, [P]),
+        "tsr_client_shm_data": (c_void_p, [P]),
+        "tsr_client_shm_size": (c_size_t, [P]),
+        "tsr_client_shm_name": (c_char_p, [P]),
+        "tsr_client_buffer_write_shm": (c_int, [P, c_uint64, c_uint64, P, c_uint64, c_size_t,
+                                                c_int, E]),
+        "tsr_client_buffer_read_shm": (c_int, [P, c_uint64, c_uint64, P, c_uint64, c_size_t,
+                                               c_int, E]),
+        "tsr_client_run_shm": (c_int, [P, P, POINTER(CompileOpts), P, POINTER(c_uint64),
+                                       c_uint64, POINTER(Decision), c_int, E]),
+        "tsr_client_batch": (c_int, [P, POINTER(LaunchDesc), c_size_t, c_bool,
+                                     POINTER(BatchResult), c_int, E]),
+        "tsr_client_buffer_import": (c_int, [P, c_char_p, c_uint64, c_uint64, c_int, c_int,
+                                             POINTER(c_int64), POINTER(c_uint64), c_int, E]),
+    })
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)
         fn.restype = res

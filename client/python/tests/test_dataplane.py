@@ -1,0 +1,80 @@
+"""Shared memory, batches and CUDA IPC from Python against a CPU tesserad."""
+import numpy as np
+import pytest
+
+import tessera
+
+AFFINE = {"kind": "pointwise", "dtype": "f32",
+          "inputs": [{"name": "x", "shape": [65536]}],
+          "ops": [{"op": "const", "value": 2, "out": "two"},
+                  {"op": "mul", "args": ["x", "two"], "out": "y"}],
+          "output": "y"}
+
+
+@pytest.fixture
+def shm_client(daemon):
+    # Threshold 1 byte: every tensor goes through shared memory.
+    with tessera.connect(daemon.url, force="", shm_threshold=1) as c:
+        yield c
+
+
+def test_run_through_shared_memory_matches_numpy(shm_client):
+    x = np.random.default_rng(3).standard_normal(65536, dtype=np.float32)
+    np.testing.assert_array_equal(shm_client.run(AFFINE, [x]), x * 2)
+    assert shm_client._shm is not None and shm_client._shm.size >= 2 * x.nbytes
+
+
+def test_buffer_write_read_through_shared_memory(shm_client):
+    x = np.arange(1 << 18, dtype=np.float32)
+    with shm_client.buffer("f32", x.shape) as b:
+        b.write(x)
+        np.testing.assert_array_equal(b.read(), x)
+
+
+def test_threshold_zero_keeps_data_inline(daemon):
+    with tessera.connect(daemon.url, shm_threshold=0) as c:
+        y = c.run(AFFINE, [np.ones(65536, np.float32)])
+        assert c._shm is None
+        assert y[0] == 2.0
+
+
+def test_shared_memory_array_bounds():
+    shm = tessera.SharedMemory(4096)
+    assert shm.name.startswith("/tsr-")
+    a = shm.array(np.float32, (1024,))
+    a[:] = 7
+    assert shm.array(np.float32, (1,), 4092)[0] == 7
+    with pytest.raises(tessera.TesseraError) as e:
+        shm.array(np.float32, (2,), 4092)
+    assert e.value.code == tessera.Status.BUFFER_MISMATCH
+    shm.free()
+
+
+def test_batch_ping_pong(client):
+    small = dict(AFFINE, inputs=[{"name": "x", "shape": [4]}])
+    k = client.compile(small)
+    a, b = client.buffer("f32", (4,)), client.buffer("f32", (4,))
+    a.write(np.array([1, 2, 3, 4], np.float32))
+    bufs = [a, b]
+    res = client.batch([(k, [bufs[i % 2]], bufs[(i + 1) % 2]) for i in range(10)], graph=True)
+    assert res["launched"] == 10 and res["graph_replayed"] is False
+    np.testing.assert_array_equal(a.read(), np.array([1, 2, 3, 4], np.float32) * 1024)
+
+
+def test_batch_error_names_the_entry(client):
+    small = dict(AFFINE, inputs=[{"name": "x", "shape": [4]}])
+    k = client.compile(small)
+    a, wrong = client.buffer("f32", (4,)), client.buffer("f32", (5,))
+    with pytest.raises(tessera.TesseraError) as e:
+        client.batch([(k, [a], a), (k, [wrong], a)])
+    assert e.value.code == tessera.Status.BUFFER_MISMATCH
+    assert "batch.launches[1]" in e.value.message
+
+
+def test_import_cuda_is_unsupported_on_cpu(client):
+    with pytest.raises(tessera.TesseraError) as e:
+        client.import_cuda(b"\0" * 64, 1024, "f32", (16,))
+    assert e.value.code == tessera.Status.UNSUPPORTED
+    with pytest.raises(tessera.TesseraError) as e:
+        client.import_cuda(b"\0" * 10, 1024, "f32", (16,))
+    assert e.value.code == tessera.Status.INVALID_ARGUMENT

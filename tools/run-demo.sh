@@ -45,13 +45,27 @@ for _ in $(seq 200); do
     sleep 0.05
 done
 
+# The interpreter for the input generator and the check: the first with numpy
+# (Debian's /usr/bin/python3 has python3-numpy from tools/install-deps.sh).
+py=
+for cand in ${PYTHON:-} /usr/bin/python3 python3; do
+    if "$cand" -c 'import numpy' >/dev/null 2>&1; then
+        py=$cand
+        break
+    fi
+done
+if [ -z "$py" ]; then
+    echo "run-demo: no python3 with numpy (tools/install-deps.sh installs python3-numpy)" >&2
+    exit 1
+fi
+
 set -x
 "$cli" ping
 "$cli" info
 "$cli" compile examples/matmul.json
 { set +x; } 2>/dev/null
 
-python3 - "$work" <<'PY'
+"$py" - "$work" <<'PY'
 import sys
 import numpy as np
 rng = np.random.default_rng(0)
@@ -66,7 +80,7 @@ set -x
     -o /tmp/out.npy
 { set +x; } 2>/dev/null
 
-python3 - "$work" <<'PY'
+"$py" - "$work" <<'PY'
 import sys
 import numpy as np
 d = sys.argv[1]

@@ -101,34 +101,36 @@ static void *echo_nng_main(void *arg)
     }
 }
 
-static void echo_nng_measure(const char *url, int iters, double *p50, double *p99)
-{
-    echo_server s;
+typedef struct echo_client {
+    echo_server server;
     nng_socket req;
-    if (nng_rep0_open(&s.sock) != 0 || nng_listen(s.sock, url, NULL, 0) != 0 ||
-        nng_req0_open(&req) != 0 || nng_dial(req, url, NULL, 0) != 0) {
+} echo_client;
+
+static void echo_nng_open(echo_client *e, const char *url)
+{
+    if (nng_rep0_open(&e->server.sock) != 0 || nng_listen(e->server.sock, url, NULL, 0) != 0 ||
+        nng_req0_open(&e->req) != 0 || nng_dial(e->req, url, NULL, 0) != 0) {
         fprintf(stderr, "dataplane_bench: nng echo on %s failed\n", url);
         exit(1);
     }
-    pthread_create(&s.thread, NULL, echo_nng_main, &s);
-    double *t = calloc((size_t)iters, sizeof *t);
+    pthread_create(&e->server.thread, NULL, echo_nng_main, &e->server);
+}
+
+static void echo_nng_once(echo_client *e)
+{
     char buf[64] = {0};
-    for (int i = -iters / 10; i < iters; i++) {
-        double t0 = bench_now_us();
-        nng_send(req, buf, sizeof buf, 0);
-        char *reply;
-        size_t len;
-        nng_recv(req, &reply, &len, NNG_FLAG_ALLOC);
-        nng_free(reply, len);
-        if (i >= 0)
-            t[i] = bench_now_us() - t0;
-    }
-    *p50 = bench_pct(t, iters, 0.5);
-    *p99 = bench_pct(t, iters, 0.99);
-    nng_close(req);
-    nng_close(s.sock);
-    pthread_join(s.thread, NULL);
-    free(t);
+    nng_send(e->req, buf, sizeof buf, 0);
+    char *reply;
+    size_t len;
+    nng_recv(e->req, &reply, &len, NNG_FLAG_ALLOC);
+    nng_free(reply, len);
+}
+
+static void echo_nng_close(echo_client *e)
+{
+    nng_close(e->req);
+    nng_close(e->server.sock);
+    pthread_join(e->server.thread, NULL);
 }
 
 static void *echo_unix_main(void *arg)
@@ -261,25 +263,37 @@ static void tiny_make(tsr_client *c, tiny *t)
     tsr_client_region_free(r);
 }
 
-static void latency_measure(tsr_client *c, int launch, int iters, double *p50, double *p99)
+/* One round of each path per iteration, so that the three see the same load on
+ * the machine: the bare echo, an empty request and a tiny launch. */
+static void latency_measure(tsr_client *c, echo_client *echo, int iters, double p[3][2])
 {
     tiny t = {0};
-    if (launch)
-        tiny_make(c, &t);
-    double *v = calloc((size_t)iters, sizeof *v);
+    tiny_make(c, &t);
+    double *v[3];
+    for (int k = 0; k < 3; k++)
+        v[k] = calloc((size_t)iters, sizeof *v[k]);
     tsr_error e;
     for (int i = -iters / 10; i < iters; i++) {
         double t0 = bench_now_us();
-        tsr_status st = launch ? tsr_client_launch(c, t.k, &t.in, 1, t.out, NULL, 0, &e)
-                               : tsr_client_hello(c, NULL, 0, &e);
-        if (st != TSR_OK)
-            bench_die(launch ? "launch" : "hello", &e);
-        if (i >= 0)
-            v[i] = bench_now_us() - t0;
+        echo_nng_once(echo);
+        double t1 = bench_now_us();
+        if (tsr_client_hello(c, NULL, 0, &e) != TSR_OK)
+            bench_die("hello", &e);
+        double t2 = bench_now_us();
+        if (tsr_client_launch(c, t.k, &t.in, 1, t.out, NULL, 0, &e) != TSR_OK)
+            bench_die("launch", &e);
+        double t3 = bench_now_us();
+        if (i >= 0) {
+            v[0][i] = t1 - t0;
+            v[1][i] = t2 - t1;
+            v[2][i] = t3 - t2;
+        }
     }
-    *p50 = bench_pct(v, iters, 0.5);
-    *p99 = bench_pct(v, iters, 0.99);
-    free(v);
+    for (int k = 0; k < 3; k++) {
+        p[k][0] = bench_pct(v[k], iters, 0.5);
+        p[k][1] = bench_pct(v[k], iters, 0.99);
+        free(v[k]);
+    }
 }
 
 static void section_latency(const bench_daemon *d, const bench_opts *o)
@@ -300,17 +314,19 @@ static void section_latency(const bench_daemon *d, const bench_opts *o)
         else
             snprintf(echo_url, sizeof echo_url, "tcp://127.0.0.1:%d",
                      40000 + (int)(getpid() % 20000));
-        double e50, e99, h50, h99, l50, l99;
-        echo_nng_measure(echo_url, o->iters, &e50, &e99);
+        echo_client echo;
+        echo_nng_open(&echo, echo_url);
         tsr_client *c = bench_connect(urls[tr]);
-        latency_measure(c, 0, o->iters, &h50, &h99);
-        latency_measure(c, 1, o->iters, &l50, &l99);
+        double p[3][2];
+        latency_measure(c, &echo, o->iters, p);
         tsr_client_close(c);
-        printf("| bare nng req/rep echo, 64 B | %s | %.1f | %.1f | |\n", names[tr], e50, e99);
-        printf("| tesserad empty request (hello) | %s | %.1f | %.1f | +%.1f |\n", names[tr], h50,
-               h99, h50 - e50);
-        printf("| tesserad tiny launch (4 floats) | %s | %.1f | %.1f | +%.1f |\n", names[tr], l50,
-               l99, l50 - e50);
+        echo_nng_close(&echo);
+        printf("| bare nng req/rep echo, 64 B | %s | %.1f | %.1f | |\n", names[tr], p[0][0],
+               p[0][1]);
+        printf("| tesserad empty request (hello) | %s | %.1f | %.1f | %+.1f |\n", names[tr],
+               p[1][0], p[1][1], p[1][0] - p[0][0]);
+        printf("| tesserad tiny launch (4 floats) | %s | %.1f | %.1f | %+.1f |\n", names[tr],
+               p[2][0], p[2][1], p[2][0] - p[0][0]);
     }
 }
 

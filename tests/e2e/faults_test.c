@@ -544,3 +544,75 @@ Test(faults, a_request_storm_is_answered_in_full)
     cr_expect_eq(right, STORM_THREADS * STORM_REQUESTS);
     faults_still_serving();
 }
+
+/* A storm past a tenant's in_flight quota: every request is answered, either
+ * served right or refused with RESOURCE_EXHAUSTED naming the quota, never
+ * dropped, and the daemon serves normally afterwards. */
+typedef struct faults_quota_stormer {
+    pthread_t thread;
+    int answered, served, refused, other;
+} faults_quota_stormer;
+
+static void *faults_quota_storm_one(void *arg)
+{
+    faults_quota_stormer *s = arg;
+    tsr_client *c = testd_client(&daemon_, 60000);
+    if (c == NULL)
+        return NULL;
+    tsr_region *r = faults_matmul(48);
+    float a[48 * 5], b[5 * 3], got[48 * 3];
+    memset(a, 0, sizeof a);
+    memset(b, 0, sizeof b);
+    const void *in[2] = {a, b};
+    for (int i = 0; i < 10; i++) {
+        tsr_error err;
+        tsr_status st = tsr_client_run(c, r, NULL, in, got, NULL, 60000, &err);
+        if (st == TSR_TIMEOUT || st == TSR_UNAVAILABLE)
+            continue;
+        s->answered++;
+        if (st == TSR_OK)
+            s->served++;
+        else if (st == TSR_RESOURCE_EXHAUSTED && strstr(err.message, "in_flight") != NULL)
+            s->refused++;
+        else
+            s->other++;
+    }
+    tsr_client_region_free(r);
+    tsr_client_close(c);
+    return NULL;
+}
+
+Test(faults, a_storm_past_the_in_flight_quota_is_answered_or_refused)
+{
+    cr_assert_eq(testd_stop(&daemon_), 0);
+    char conf[160];
+    snprintf(conf, sizeof conf, "%s/quota.json", daemon_.dir);
+    FILE *f = fopen(conf, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "{\"tenants\": [{\"name\": \"storm\", \"uids\": [%u], "
+            "\"quotas\": {\"in_flight\": 2}}]}\n",
+            (unsigned)getuid());
+    fclose(f);
+    const char *const extra[] = {"--config", conf, NULL};
+    cr_assert_eq(testd_restart(&daemon_, extra), 0, "tesserad did not start with a quota");
+
+    faults_quota_stormer s[STORM_THREADS];
+    memset(s, 0, sizeof s);
+    for (int i = 0; i < STORM_THREADS; i++)
+        pthread_create(&s[i].thread, NULL, faults_quota_storm_one, &s[i]);
+    int answered = 0, served = 0, refused = 0, other = 0;
+    for (int i = 0; i < STORM_THREADS; i++) {
+        pthread_join(s[i].thread, NULL);
+        answered += s[i].answered;
+        served += s[i].served;
+        refused += s[i].refused;
+        other += s[i].other;
+    }
+    cr_expect_eq(answered, STORM_THREADS * 10);
+    cr_expect_eq(served + refused, STORM_THREADS * 10);
+    cr_expect_eq(other, 0);
+    cr_expect_gt(served, 0);
+    cr_log_info("in_flight storm: %d served, %d refused", served, refused);
+    faults_still_serving();
+}

@@ -13,6 +13,7 @@ daemon's status code and message.
 Threading: a Client may be used from several threads at once (the C library runs
 each call on its own request context); close it only when no call is running.
 """
+import collections
 import ctypes
 import enum
 import json
@@ -370,6 +371,10 @@ class Client:
         self.shm_threshold = shm_threshold if self.url.startswith("ipc://") else 0
         self._shm = None
         self._staging_lock = threading.Lock()
+        # CUDA IPC imports and compiled kernels kept for reuse (torch_support).
+        self._imports = collections.OrderedDict()
+        self._kernels = {}
+        self._cache_lock = threading.Lock()
 
     def _staging(self, nbytes):
         """The client's staging segment when nbytes should travel by shared
@@ -381,6 +386,51 @@ class Client:
                 size = 1 << max(20, (nbytes - 1).bit_length())
                 self._shm = SharedMemory(size)
             return self._shm
+
+    IMPORTS_MAX = 256
+
+    def compiled(self, region, **opts):
+        """compile(), remembered per region and options for this connection."""
+        r = _region(region)
+        key = (r.json, tuple(sorted(opts.items())))
+        with self._cache_lock:
+            k = self._kernels.get(key)
+        if k is None:
+            k = self.compile(r, **opts)
+            with self._cache_lock:
+                self._kernels[key] = k
+        return k
+
+    def imported(self, ipc_handle, nbytes, dtype, shape, offset=0):
+        """import_cuda(), remembered: the same allocation, offset, dtype and shape
+        give the same Buffer (an IPC handle names one allocation for its whole
+        life, so a remembered import never points at other memory). At most
+        IMPORTS_MAX are kept; release_imports() frees them all, and must be called
+        before the exporter returns the memory to the driver
+        (torch.cuda.empty_cache())."""
+        key = (bytes(ipc_handle), nbytes, offset, dtype, tuple(shape))
+        with self._cache_lock:
+            b = self._imports.get(key)
+            if b is not None:
+                self._imports.move_to_end(key)
+                return b
+        b = self.import_cuda(ipc_handle, nbytes, dtype, shape, offset=offset)
+        old = None
+        with self._cache_lock:
+            self._imports[key] = b
+            if len(self._imports) > self.IMPORTS_MAX:
+                old = self._imports.popitem(last=False)[1]
+        if old is not None:
+            old.free()
+        return b
+
+    def release_imports(self):
+        """Frees every remembered CUDA IPC import (the daemon closes its mappings)."""
+        with self._cache_lock:
+            bufs = list(self._imports.values())
+            self._imports.clear()
+        for b in bufs:
+            b.free()
 
     def close(self):
         if self._c:

@@ -1,12 +1,16 @@
 """torch tensors through tesserad.
 
 CPU tensors travel as numpy arrays (shared memory above the client's threshold).
-CUDA tensors never leave the GPU: each is exported with CUDA IPC (the storage's
-cudaIpcMemHandle from torch's own _share_cuda_, the same handle torch.multiprocessing
-uses), imported by the daemon as a buffer, and the kernel reads the inputs and
+CUDA tensors never leave the GPU: the allocation each lies in is exported with
+CUDA IPC (cuIpcGetMemHandle on the caching allocator's block, found with
+cuMemGetAddressRange), imported by the daemon as a buffer at the tensor's offset, and the kernel reads the inputs and
 writes the output in place; the output is a fresh torch tensor on the inputs'
-device. Lifetime: the tensors are held by this call until the daemon has
-finished and closed its mappings, so no copy and no dangling handle survive it.
+device. Lifetime: the daemon has finished with the tensors when the call
+returns. The imports are remembered per client (Client.imported), so a tensor's
+allocation is opened by the daemon once and later calls cost one launch round
+trip; an IPC handle names one allocation for its whole life, so a remembered
+import never points at other memory. Call client.release_imports() before
+torch.cuda.empty_cache(), so the daemon lets go of blocks torch gives back.
 
 Requirements for the CUDA path: the daemon runs the cuda backend on the same
 node and GPU, torch's allocator is the default caching allocator (not
@@ -14,6 +18,8 @@ expandable segments, whose memory has no IPC handle), and the tensors are on one
 device. Work queued on torch's current stream is synchronized before the daemon
 reads the inputs.
 """
+import ctypes
+
 import numpy as np
 
 import tessera
@@ -32,13 +38,43 @@ def _to_numpy(torch, t, spec):
     return t.numpy()
 
 
+_driver = {}
+
+
+def _cuda_driver():
+    """libcuda through ctypes, for cuMemGetAddressRange and cuIpcGetMemHandle."""
+    if "lib" not in _driver:
+        lib = ctypes.CDLL("libcuda.so.1")
+        lib.cuMemGetAddressRange_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64),
+                                                ctypes.POINTER(ctypes.c_size_t), ctypes.c_uint64]
+        lib.cuIpcGetMemHandle.argtypes = [ctypes.c_char_p, ctypes.c_uint64]
+        _driver["lib"] = lib
+    return _driver["lib"]
+
+
+def _export(torch, t):
+    """(handle, allocation bytes, offset of t in it): the allocation torch's
+    caching allocator carved t from, exported with the driver's own
+    cuIpcGetMemHandle (the context torch made current on this thread)."""
+    lib = _cuda_driver()
+    torch.cuda.set_device(t.device)
+    base, size = ctypes.c_uint64(), ctypes.c_size_t()
+    rc = lib.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), t.data_ptr())
+    if rc != 0:
+        raise tessera.TesseraError(tessera.Status.CUDA_ERROR, "cuMemGetAddressRange: error %d" % rc)
+    handle = ctypes.create_string_buffer(64)
+    rc = lib.cuIpcGetMemHandle(handle, base.value)
+    if rc != 0:
+        raise tessera.TesseraError(tessera.Status.CUDA_ERROR, "cuIpcGetMemHandle: error %d (memory "
+                                   "from expandable segments or cudaMallocAsync has no IPC "
+                                   "handle)" % rc)
+    return handle.raw, size.value, t.data_ptr() - base.value
+
+
 def _import(client, torch, t, spec):
     """A daemon buffer over t's device memory (CUDA IPC)."""
-    share = t.untyped_storage()._share_cuda_()
-    handle, storage_bytes, storage_offset = share[1], share[2], share[3]
-    offset = storage_offset + t.storage_offset() * t.element_size()
-    return client.import_cuda(handle, storage_offset + storage_bytes, spec.dtype, spec.shape,
-                              offset=offset)
+    handle, nbytes, offset = _export(torch, t)
+    return client.imported(handle, nbytes, spec.dtype, spec.shape, offset=offset)
 
 
 def run(client, region, inputs, with_decision=False, **opts):
@@ -69,16 +105,9 @@ def run(client, region, inputs, with_decision=False, **opts):
         staged.append(t.to(_torch_dtype(torch, spec.dtype)).contiguous())
     out = torch.empty(region.output.shape, dtype=_torch_dtype(torch, region.output.dtype),
                       device=device)
-    compiled = client.compile(region, **opts)
+    compiled = client.compiled(region, **opts)
     torch.cuda.current_stream(device).synchronize()
-    buffers = []
-    try:
-        for t, spec in zip(staged, region.inputs):
-            buffers.append(_import(client, torch, t, spec))
-        out_buf = _import(client, torch, out, region.output)
-        buffers.append(out_buf)
-        client.launch(compiled, buffers[:-1], out_buf)
-    finally:
-        for b in buffers:
-            b.free()
+    buffers = [_import(client, torch, t, spec) for t, spec in zip(staged, region.inputs)]
+    out_buf = _import(client, torch, out, region.output)
+    client.launch(compiled, buffers, out_buf)
     return (out, compiled.decision) if with_decision else out

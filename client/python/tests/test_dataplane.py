@@ -78,3 +78,18 @@ def test_import_cuda_is_unsupported_on_cpu(client):
     with pytest.raises(tessera.TesseraError) as e:
         client.import_cuda(b"\0" * 10, 1024, "f32", (16,))
     assert e.value.code == tessera.Status.INVALID_ARGUMENT
+
+
+def test_compiled_is_remembered_per_region(client):
+    k1 = client.compiled(AFFINE)
+    k2 = client.compiled(tessera.Region(AFFINE))
+    assert k1 is k2
+    assert client.compiled(AFFINE, policy="measure") is not k1
+
+
+def test_imported_failure_is_not_remembered(client):
+    for _ in range(2):
+        with pytest.raises(tessera.TesseraError) as e:
+            client.imported(b"\1" * 64, 1024, "f32", (16,))
+        assert e.value.code == tessera.Status.UNSUPPORTED
+    assert len(client._imports) == 0

@@ -190,13 +190,32 @@ run: all
 bench: all $(BENCH_BIN)
 	BUILD=$(BUILD) tools/run-bench.sh $(BENCH_BIN)
 
+# Binaries, the client library with headers and a pkg-config file, the systemd
+# unit (its ExecStart follows PREFIX), an example config and the man pages.
+# The config goes to $(SYSCONFDIR)/tesserad, never over an existing one.
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+UNITDIR ?= $(PREFIX)/lib/systemd/system
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include/tessera
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+		$(DESTDIR)$(PREFIX)/include/tessera $(DESTDIR)$(UNITDIR) \
+		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8 \
+		$(DESTDIR)$(PREFIX)/share/doc/tesserad $(DESTDIR)$(SYSCONFDIR)/tesserad
 	install -m 0755 $(TESSERAD) $(CLI) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0644 $(CLIENT_A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 0755 $(CLIENT_SO) $(DESTDIR)$(PREFIX)/lib/
 	install -m 0644 client/include/tessera/client.h lib/include/tessera/status.h \
 		$(DESTDIR)$(PREFIX)/include/tessera/
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|'"$$(sed -n 's/^#define TSRD_VERSION "\(.*\)"/\1/p' daemon/config.h)"'|' \
+		deploy/tessera-client.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/tessera-client.pc
+	sed -e 's|/usr/bin/tesserad|$(PREFIX)/bin/tesserad|' -e 's|/etc/tesserad/|$(SYSCONFDIR)/tesserad/|' \
+		deploy/tesserad.service > $(DESTDIR)$(UNITDIR)/tesserad.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/tesserad.service
+	install -m 0644 deploy/man/tessera-cli.1 $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 0644 deploy/man/tesserad.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	install -m 0644 deploy/tesserad.json deploy/tesserad.example.json \
+		$(DESTDIR)$(PREFIX)/share/doc/tesserad/
+	test -e $(DESTDIR)$(SYSCONFDIR)/tesserad/tesserad.json || \
+		install -m 0640 deploy/tesserad.json $(DESTDIR)$(SYSCONFDIR)/tesserad/tesserad.json
 
 # ---- fuzzing: libFuzzer targets tests/fuzz/fuzz_<name>.c (tests/fuzz/README.md) ----
 # A separate clang build under $(FUZZ_BUILD): the lib/ and daemon/ sources are
@@ -242,10 +261,12 @@ fuzz-smoke: $(FUZZ_BIN)
 	tests/fuzz/run.sh $(FUZZ_SMOKE_SECONDS) $(FUZZ_BUILD) $(FUZZ_TARGETS)
 
 # ---- load and soak: tests/bench/loadgen against a real tesserad ----
+# SOAK_ARGS adds loadgen options, e.g. SOAK_ARGS="--reconnect-every 500" (docs/reliability.md).
 SOAK_SECONDS ?= 600
 SOAK_CLIENTS ?= 32
+SOAK_ARGS ?=
 soak: all $(BUILD)/tests/bench/loadgen
-	BUILD=$(BUILD) tools/soak.sh $(SOAK_SECONDS) $(SOAK_CLIENTS)
+	BUILD=$(BUILD) SOAK_LOADGEN_ARGS="$(SOAK_ARGS)" tools/soak.sh $(SOAK_SECONDS) $(SOAK_CLIENTS)
 
 FORMAT_FILES = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh')
 format:

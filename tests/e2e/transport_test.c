@@ -1,0 +1,200 @@
+/*
+ * transport_test.c — tls+tcp:// with a CA made at test time, and plain tcp://
+ * only on the config's say-so.
+ *
+ * openssl(1) makes a CA, a server certificate for 127.0.0.1 and a client
+ * certificate, all signed by the CA. The test speaks to the daemon over a raw
+ * nng REQ socket with its own TLS configuration: with the client certificate
+ * the hello round trip works; without one, a daemon that verifies clients
+ * never answers.
+ */
+#include <criterion/criterion.h>
+#include <nng/nng.h>
+#include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/tls/tls.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../support/testd.h"
+
+typedef struct tls_env {
+    char dir[64];
+    char config[128];
+    char listen[64];
+    testd d;
+} tls_env;
+
+static int tls_port(void)
+{
+    /* A port of this process's own; collisions between suites are unlikely. */
+    return 20000 + (int)(getpid() % 20000);
+}
+
+static int tls_sh(const char *dir, const char *cmd)
+{
+    char line[2048];
+    snprintf(line, sizeof line, "cd '%s' && { %s ; } >/dev/null 2>&1", dir, cmd);
+    return system(line);
+}
+
+/* CA, server (SAN IP 127.0.0.1) and client certificates with openssl. */
+static void tls_make_certs(const char *dir)
+{
+    cr_assert_eq(tls_sh(dir, "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test-ca "
+                             "-keyout ca.key -out ca.pem"),
+                 0);
+    cr_assert_eq(
+        tls_sh(dir, "openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key "
+                    "-out server.csr && printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && "
+                    "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial "
+                    "-days 1 -extfile san.ext -out server.pem"),
+        0);
+    cr_assert_eq(tls_sh(dir, "openssl req -newkey rsa:2048 -nodes -subj /CN=client -keyout "
+                             "client.key -out client.csr && openssl x509 -req -in client.csr -CA "
+                             "ca.pem -CAkey ca.key -CAcreateserial -days 1 -out client.pem"),
+                 0);
+}
+
+static void tls_start(tls_env *e, bool verify_clients)
+{
+    snprintf(e->dir, sizeof e->dir, "/tmp/tsr-tls-XXXXXX");
+    cr_assert_not_null(mkdtemp(e->dir));
+    tls_make_certs(e->dir);
+    snprintf(e->config, sizeof e->config, "%s/tesserad.json", e->dir);
+    FILE *f = fopen(e->config, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "{\"tls\": {\"cert_file\": \"%s/server.pem\", \"key_file\": \"%s/server.key\","
+            " \"ca_file\": \"%s/ca.pem\", \"verify_clients\": %s}}\n",
+            e->dir, e->dir, e->dir, verify_clients ? "true" : "false");
+    fclose(f);
+    snprintf(e->listen, sizeof e->listen, "tls+tcp://127.0.0.1:%d", tls_port());
+    const char *extra[] = {"--config", e->config, "--listen", e->listen, NULL};
+    cr_assert_eq(testd_start(&e->d, extra), 0);
+}
+
+static void tls_stop(tls_env *e)
+{
+    cr_expect_eq(testd_stop(&e->d), 0);
+    testd_remove(&e->d);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+static char *tls_read(const char *dir, const char *name)
+{
+    char path[160];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    char *text = calloc(1, 65536);
+    size_t n = fread(text, 1, 65535, f);
+    fclose(f);
+    cr_assert_gt(n, 0);
+    return text;
+}
+
+/* Dials url over TLS trusting the test CA (and presenting the client
+ * certificate when with_cert), sends a hello, returns 0 and the reply or an
+ * nng error. */
+static int tls_hello(const tls_env *e, bool with_cert, Tessera__V1__Reply **reply)
+{
+    nng_socket s;
+    nng_dialer dialer;
+    nng_tls_config *cfg;
+    cr_assert_eq(nng_req0_open(&s), 0);
+    cr_assert_eq(nng_tls_config_alloc(&cfg, NNG_TLS_MODE_CLIENT), 0);
+    char ca[128];
+    snprintf(ca, sizeof ca, "%s/ca.pem", e->dir);
+    cr_assert_eq(nng_tls_config_ca_file(cfg, ca), 0);
+    cr_assert_eq(nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED), 0);
+    if (with_cert) {
+        char *cert = tls_read(e->dir, "client.pem"), *key = tls_read(e->dir, "client.key");
+        cr_assert_eq(nng_tls_config_own_cert(cfg, cert, key, NULL), 0);
+        free(cert);
+        free(key);
+    }
+    cr_assert_eq(nng_dialer_create(&dialer, s, e->listen), 0);
+    cr_assert_eq(nng_dialer_set_ptr(dialer, NNG_OPT_TLS_CONFIG, cfg), 0);
+    nng_tls_config_free(cfg); /* the dialer holds its own reference */
+    int rv = nng_dialer_start(dialer, 0);
+    if (rv == 0) {
+        Tessera__V1__HelloRequest hello = TESSERA__V1__HELLO_REQUEST__INIT;
+        Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+        req.id = 7;
+        req.body_case = TESSERA__V1__REQUEST__BODY_HELLO;
+        req.hello = &hello;
+        rv = testd_raw_request(nng_socket_id(s), &req, 3000, reply);
+    }
+    nng_close(s);
+    return rv;
+}
+
+Test(transport, tls_round_trip_with_a_test_ca)
+{
+    tls_env e;
+    tls_start(&e, false);
+    Tessera__V1__Reply *reply = NULL;
+    cr_assert_eq(tls_hello(&e, false, &reply), 0);
+    cr_expect_eq(reply->status, TESSERA__V1__STATUS__OK);
+    cr_expect_eq(reply->id, 7);
+    cr_assert_eq(reply->body_case, TESSERA__V1__REPLY__BODY_HELLO);
+    cr_expect_str_eq(reply->hello->tenant, "default");
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    tls_stop(&e);
+}
+
+Test(transport, tls_client_certificate_is_required_when_configured)
+{
+    tls_env e;
+    tls_start(&e, true);
+    Tessera__V1__Reply *reply = NULL;
+    cr_expect_neq(tls_hello(&e, false, &reply), 0);
+    cr_assert_eq(tls_hello(&e, true, &reply), 0);
+    cr_expect_eq(reply->status, TESSERA__V1__STATUS__OK);
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    tls_stop(&e);
+}
+
+Test(transport, plain_tcp_needs_allow_plain_tcp)
+{
+    char listen[64];
+    snprintf(listen, sizeof listen, "tcp://127.0.0.1:%d", tls_port() + 1);
+    testd d;
+    const char *extra[] = {"--listen", listen, NULL};
+    cr_expect_eq(testd_start(&d, extra), -1); /* refused: exits at start-up */
+    testd_stop(&d);
+    testd_remove(&d);
+
+    char dir[] = "/tmp/tsr-tcp-XXXXXX", config[64];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(config, sizeof config, "%s/tesserad.json", dir);
+    FILE *f = fopen(config, "w");
+    cr_assert_not_null(f);
+    fputs("{\"allow_plain_tcp\": true}\n", f);
+    fclose(f);
+    const char *allowed[] = {"--config", config, "--listen", listen, NULL};
+    cr_assert_eq(testd_start(&d, allowed), 0);
+    uint32_t sock;
+    nng_socket s;
+    cr_assert_eq(nng_req0_open(&s), 0);
+    cr_assert_eq(nng_dial(s, listen, NULL, 0), 0);
+    sock = (uint32_t)nng_socket_id(s);
+    Tessera__V1__HelloRequest hello = TESSERA__V1__HELLO_REQUEST__INIT;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.id = 9;
+    req.body_case = TESSERA__V1__REQUEST__BODY_HELLO;
+    req.hello = &hello;
+    Tessera__V1__Reply *reply = NULL;
+    cr_assert_eq(testd_raw_request(sock, &req, 3000, &reply), 0);
+    cr_expect_eq(reply->status, TESSERA__V1__STATUS__OK);
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    nng_close(s);
+    cr_expect_eq(testd_stop(&d), 0);
+    testd_remove(&d);
+    unlink(config);
+    rmdir(dir);
+}

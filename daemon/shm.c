@@ -35,9 +35,10 @@ static tsr_status shm_map_open(tsrd_job *job, const char *name, const char *fiel
     }
     struct stat st;
     tsr_status status = TSR_OK;
-    /* Only segments of the daemon's own uid are mapped: a caller of another
-     * user cannot hand over a segment it does not own, nor one of someone else. */
-    uid_t owner = geteuid();
+    /* The caller's own segment only: the ipc peer's uid when the transport
+     * reports it, else the daemon's (a tcp caller on this node). A segment of
+     * someone else is never mapped on the caller's behalf. */
+    uid_t owner = job->session->peer_known ? (uid_t)job->session->peer_uid : geteuid();
     if (fstat(fd, &st) != 0)
         status = tsr_error_set(&job->err, TSR_IO_ERROR, "%s.name: fstat %s: %s", field, name,
                                strerror(errno));
@@ -46,7 +47,7 @@ static tsr_status shm_map_open(tsrd_job *job, const char *name, const char *fiel
                                "%s.name: %s is not a shared-memory object", field, name);
     else if (st.st_uid != owner)
         status = tsr_error_set(&job->err, TSR_UNAUTHENTICATED,
-                               "%s.name: %s belongs to uid %u, not the daemon's %u", field, name,
+                               "%s.name: %s belongs to uid %u, not the caller's %u", field, name,
                                (unsigned)st.st_uid, (unsigned)owner);
     else if (st.st_size <= 0)
         status = tsr_error_set(&job->err, TSR_BUFFER_MISMATCH, "%s.name: %s is empty", field, name);

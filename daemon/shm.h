@@ -5,8 +5,8 @@
  * shm_open and names it (with an offset and a length) in a request instead of
  * sending the bytes. The daemon maps a segment once per session, on the first
  * request that names it, after checking that it is a regular object owned by
- * the daemon's own uid (callers of that uid, or ones it was handed to) and
- * that every range lies inside it. The first copy through
+ * the caller (the ipc peer's uid; the daemon's own where the transport gives
+ * no credentials) and that every range lies inside it. The first copy through
  * a mapping registers it with the backend (CUDA pins it), so copies then run
  * at DMA speed without staging. Mappings go when the session ends.
  *

@@ -9,7 +9,10 @@
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <fcntl.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "tessera/region.h"
 #include "../support/testd.h"
@@ -158,6 +161,23 @@ Test(dataplane, shm_bad_names_and_ranges_are_refused)
     cr_expect_eq(dataplane_raw_write(name, 0, 8192, msg, sizeof msg), TSR_BUFFER_MISMATCH);
     cr_expect_eq(dataplane_raw_write(name, 0, 4096, msg, sizeof msg), TSR_OK, "%s", msg);
     tsr_client_shm_free(shm);
+}
+
+Test(dataplane, shm_of_another_user_is_refused)
+{
+    if (geteuid() != 0)
+        cr_skip_test("giving a segment to another uid needs root");
+    char name[64];
+    snprintf(name, sizeof name, "/tsr-test-foreign-%ld", (long)getpid());
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(ftruncate(fd, 8192), 0);
+    cr_assert_eq(fchown(fd, 12345, 12345), 0);
+    close(fd);
+    char msg[512];
+    cr_expect_eq(dataplane_raw_write(name, 0, 16, msg, sizeof msg), TSR_UNAUTHENTICATED, "%s", msg);
+    cr_expect(strstr(msg, "uid 12345") != NULL, "%s", msg);
+    shm_unlink(name);
 }
 
 Test(dataplane, run_shm_wrong_output_size_is_mismatch)

@@ -25,31 +25,30 @@
 
 #include "gemm_params.h"
 
-#define CHECK_RT(x)                                                                              \
-    do {                                                                                         \
-        cudaError_t e_ = (x);                                                                    \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
-            exit(1);                                                                             \
-        }                                                                                        \
+#define CHECK_RT(x)                                                                                \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
-#define CHECK_DRV(x)                                                                             \
-    do {                                                                                         \
-        CUresult r_ = (x);                                                                       \
-        if (r_ != CUDA_SUCCESS) {                                                                \
-            const char *n_ = "?";                                                                \
-            cuGetErrorName(r_, &n_);                                                             \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, n_);                       \
-            exit(1);                                                                             \
-        }                                                                                        \
+#define CHECK_DRV(x)                                                                               \
+    do {                                                                                           \
+        CUresult r_ = (x);                                                                         \
+        if (r_ != CUDA_SUCCESS) {                                                                  \
+            const char *n_ = "?";                                                                  \
+            cuGetErrorName(r_, &n_);                                                               \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, n_);                         \
+            exit(1);                                                                               \
+        }                                                                                          \
     } while (0)
 
 extern "C" __global__ void tsr_gemm_bf16_f32(CUtensorMap, CUtensorMap, CUtensorMap,
                                              tsr_gemm_params);
 extern "C" __global__ void tsr_gemm_bf16_bf16(CUtensorMap, CUtensorMap, CUtensorMap,
                                               tsr_gemm_params);
-extern "C" __global__ void tsr_gemm_f16_f16(CUtensorMap, CUtensorMap, CUtensorMap,
-                                            tsr_gemm_params);
+extern "C" __global__ void tsr_gemm_f16_f16(CUtensorMap, CUtensorMap, CUtensorMap, tsr_gemm_params);
 extern "C" __global__ void tsr_gemm_bf16_bf16_gated(CUtensorMap, CUtensorMap, CUtensorMap,
                                                     tsr_gemm_params);
 
@@ -116,8 +115,7 @@ static CUtensorMap make_map(const void *ptr, CUtensorMapDataType type, int rows,
     cuuint32_t estr[2] = {1, 1};
     CHECK_DRV(cuTensorMapEncodeTiled(&map, type, 2, const_cast<void *>(ptr), dims, strides, box,
                                      estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                     CU_TENSOR_MAP_SWIZZLE_128B,
-                                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                     CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
     return map;
 }
@@ -134,8 +132,8 @@ struct gemm_case {
 static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quiet)
 {
     const bool f16 = c.out_kind == 2;
-    const CUtensorMapDataType dt = f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                       : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    const CUtensorMapDataType dt =
+        f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     size_t na = (size_t)c.m * c.k, nb = (size_t)c.k * c.n, nc = (size_t)c.m * c.n;
     void *a, *b, *b2, *bias, *res, *out;
     float *ref, *outf;
@@ -183,9 +181,10 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
     }
     if (c.epi == 1 || c.epi == 3)
         p.residual = res;
-    gemm_fn fn = c.gated ? tsr_gemm_bf16_bf16_gated
-                         : (c.out_kind == 0 ? tsr_gemm_bf16_f32
-                                            : (c.out_kind == 1 ? tsr_gemm_bf16_bf16 : tsr_gemm_f16_f16));
+    gemm_fn fn =
+        c.gated ? tsr_gemm_bf16_bf16_gated
+                : (c.out_kind == 0 ? tsr_gemm_bf16_f32
+                                   : (c.out_kind == 1 ? tsr_gemm_bf16_bf16 : tsr_gemm_f16_f16));
     CHECK_RT(cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   TSR_GEMM_SMEM_BYTES));
     int bn = c.gated ? TSR_GEMM_BN_GATED : TSR_GEMM_BN;

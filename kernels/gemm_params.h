@@ -35,12 +35,12 @@
 
 typedef struct tsr_gemm_params {
     int m, n, k;
-    int n_ops;                    /* epilogue chain length */
+    int n_ops;                      /* epilogue chain length */
     int ops[TSR_GEMM_MAX_EPILOGUE]; /* tsr_op numbers: bias, relu, gelu, silu, sigmoid, tanh */
-    int gate_act;                 /* gated kernels: the activation applied to A@Wg */
-    const void *bias;             /* (N,) or NULL */
-    const void *residual;         /* (M,N) or NULL */
-    void *out;                    /* (M,N) in the output dtype */
+    int gate_act;                   /* gated kernels: the activation applied to A@Wg */
+    const void *bias;               /* (N,) or NULL */
+    const void *residual;           /* (M,N) or NULL */
+    void *out;                      /* (M,N) in the output dtype */
     /* Shared-memory descriptor strides of the MN-major B tiles, in bytes:
      * lbo between 64-column chunks, sbo between groups of 8 K rows. */
     unsigned b_lbo, b_sbo;

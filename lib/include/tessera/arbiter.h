@@ -92,14 +92,12 @@ tsr_status tsr_arbiter_register(tsr_arbiter *a, const tsr_candidate *c, tsr_erro
 
 /* Runs candidate c on probes and fills *v (see oracle.h); returns non-OK only
  * when verification could not run. */
-typedef tsr_status (*tsr_arbiter_verify_fn)(void *ctx, const tsr_candidate *c,
-                                            const tsr_region *r, tsr_verdict *v,
-                                            tsr_error *err);
+typedef tsr_status (*tsr_arbiter_verify_fn)(void *ctx, const tsr_candidate *c, const tsr_region *r,
+                                            tsr_verdict *v, tsr_error *err);
 /* Times candidate c on the device: median milliseconds of repeated runs, warm-up
  * excluded. */
-typedef tsr_status (*tsr_arbiter_measure_fn)(void *ctx, const tsr_candidate *c,
-                                             const tsr_region *r, double *median_ms,
-                                             tsr_error *err);
+typedef tsr_status (*tsr_arbiter_measure_fn)(void *ctx, const tsr_candidate *c, const tsr_region *r,
+                                             double *median_ms, tsr_error *err);
 
 typedef struct tsr_select_request {
     const tsr_region *region;
@@ -107,9 +105,9 @@ typedef struct tsr_select_request {
     const char *arch;                   /* "sm_90a", "cpu" */
     const char *force;                  /* NULL or "" = no forced candidate */
     tsr_policy policy;
-    bool verify;          /* false: a forced candidate is not verified (verify=false) */
-    bool allow_reference; /* rule 3 may fall back to tier 0 */
-    tsr_arbiter_verify_fn verify_fn;   /* NULL: candidates are taken as verified */
+    bool verify;                     /* false: a forced candidate is not verified (verify=false) */
+    bool allow_reference;            /* rule 3 may fall back to tier 0 */
+    tsr_arbiter_verify_fn verify_fn; /* NULL: candidates are taken as verified */
     tsr_arbiter_measure_fn measure_fn; /* needed for TSR_POLICY_MEASURE */
     void *ctx;                         /* passed to both callbacks */
 } tsr_select_request;
@@ -117,8 +115,8 @@ typedef struct tsr_select_request {
 typedef struct tsr_decision {
     tsr_candidate candidate; /* a copy of the chosen candidate */
     tsr_decision_reason reason;
-    bool verified;          /* verdict holds a real verification */
-    bool verdict_cached;    /* verdict came from the verdict cache */
+    bool verified;       /* verdict holds a real verification */
+    bool verdict_cached; /* verdict came from the verdict cache */
     tsr_verdict verdict;
 } tsr_decision;
 
@@ -141,8 +139,7 @@ typedef struct tsr_candidate_report {
  * say why. */
 tsr_status tsr_arbiter_explain(tsr_arbiter *a, const tsr_select_request *req,
                                tsr_candidate_report **rows, size_t *count,
-                               tsr_status *select_status, tsr_error *select_err,
-                               tsr_error *err);
+                               tsr_status *select_status, tsr_error *select_err, tsr_error *err);
 
 /* Looks a registered candidate up by kind and name; NULL when absent. The
  * pointer stays valid until tsr_arbiter_destroy. */

@@ -34,8 +34,7 @@ typedef struct tsr_fingerprint {
 } tsr_fingerprint;
 
 /* Canonical encoding of a validated region. *buf is malloc'd; caller frees. */
-tsr_status tsr_region_canonical(const tsr_region *r, uint8_t **buf, size_t *len,
-                                tsr_error *err);
+tsr_status tsr_region_canonical(const tsr_region *r, uint8_t **buf, size_t *len, tsr_error *err);
 
 /* SHA-256 of the canonical encoding. */
 tsr_status tsr_region_fingerprint(const tsr_region *r, tsr_fingerprint *out, tsr_error *err);
@@ -49,13 +48,13 @@ bool tsr_fingerprint_parse(const char *hex, tsr_fingerprint *out);
 /* Everything besides the region that decides a compiled binary. Strings may be
  * empty but not NULL. */
 typedef struct tsr_kernel_key_parts {
-    const char *candidate;         /* "tier1", "gemm_wgmma", ... */
+    const char *candidate; /* "tier1", "gemm_wgmma", ... */
     uint32_t candidate_version;
-    const char *arch;              /* "sm_90a"; "cpu" for the reference backend */
-    const char *compiler_version;  /* NVRTC version, "" for the CPU backend */
-    const char *driver_version;    /* CUDA driver version, "" when none */
-    const char *options;           /* compile options joined by spaces */
-    uint32_t codegen_version;      /* TSR_CODEGEN_VERSION of the generator */
+    const char *arch;             /* "sm_90a"; "cpu" for the reference backend */
+    const char *compiler_version; /* NVRTC version, "" for the CPU backend */
+    const char *driver_version;   /* CUDA driver version, "" when none */
+    const char *options;          /* compile options joined by spaces */
+    uint32_t codegen_version;     /* TSR_CODEGEN_VERSION of the generator */
 } tsr_kernel_key_parts;
 
 /* SHA-256 over the fingerprint and every part, each length-prefixed so that no

@@ -75,8 +75,7 @@ void tsr_kcache_close(tsr_kcache *c);
 
 /* Builds the binary for a key: on success *data is malloc'd (the cache takes it)
  * and *len its size. Runs on the calling thread, outside the cache's locks. */
-typedef tsr_status (*tsr_kcache_build_fn)(void *ctx, uint8_t **data, size_t *len,
-                                          tsr_error *err);
+typedef tsr_status (*tsr_kcache_build_fn)(void *ctx, uint8_t **data, size_t *len, tsr_error *err);
 
 /* Returns the blob for key, from memory, from disk, or by calling build (once
  * for all concurrent callers of the key). *level says where it came from. A
@@ -84,14 +83,13 @@ typedef tsr_status (*tsr_kcache_build_fn)(void *ctx, uint8_t **data, size_t *len
  * failure (full disk, ...) is logged in the stats and does not fail the call. */
 tsr_status tsr_kcache_get_or_build(tsr_kcache *c, const tsr_fingerprint *key,
                                    const tsr_kcache_meta *meta, tsr_kcache_build_fn build,
-                                   void *ctx, const tsr_kcache_blob **out,
-                                   tsr_kcache_level *level, tsr_error *err);
+                                   void *ctx, const tsr_kcache_blob **out, tsr_kcache_level *level,
+                                   tsr_error *err);
 
 /* Looks a key up in memory and on disk without building. TSR_NOT_FOUND when
  * absent. */
-tsr_status tsr_kcache_lookup(tsr_kcache *c, const tsr_fingerprint *key,
-                             const tsr_kcache_blob **out, tsr_kcache_level *level,
-                             tsr_error *err);
+tsr_status tsr_kcache_lookup(tsr_kcache *c, const tsr_fingerprint *key, const tsr_kcache_blob **out,
+                             tsr_kcache_level *level, tsr_error *err);
 
 void tsr_kcache_blob_retain(const tsr_kcache_blob *blob);
 void tsr_kcache_blob_release(const tsr_kcache_blob *blob);

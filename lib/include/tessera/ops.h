@@ -59,9 +59,9 @@ typedef enum tsr_op {
 
 /* Where an op may appear. */
 enum tsr_op_flags {
-    TSR_OPF_POINTWISE = 1u << 0, /* in a pointwise DAG */
-    TSR_OPF_PROLOGUE = 1u << 1,  /* in a fused region's prologue (unary, on A) */
-    TSR_OPF_EPILOGUE = 1u << 2,  /* in a fused epilogue and as a gated gate_act */
+    TSR_OPF_POINTWISE = 1u << 0,  /* in a pointwise DAG */
+    TSR_OPF_PROLOGUE = 1u << 1,   /* in a fused region's prologue (unary, on A) */
+    TSR_OPF_EPILOGUE = 1u << 2,   /* in a fused epilogue and as a gated gate_act */
     TSR_OPF_HAS_BOUNDS = 1u << 3, /* takes "min"/"max" (clamp) */
     TSR_OPF_HAS_VALUE = 1u << 4,  /* takes "value" (const) */
 };

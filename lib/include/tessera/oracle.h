@@ -27,18 +27,18 @@ extern "C" {
 
 typedef struct tsr_verdict {
     bool pass;
-    uint64_t elements;        /* elements compared, over all probes */
-    int probes;               /* probe sets run */
-    double max_abs_error;     /* over entries finite in both */
-    double rel_error;         /* worst probe's ||out-ref|| / ||ref|| */
-    double bound;             /* the relative bound applied */
-    uint64_t nan_mismatches;  /* positions where exactly one side is NaN */
-    uint64_t inf_mismatches;  /* positions where the infinities differ */
-    int64_t first_bad_index;  /* flat output index of the first mismatch, -1 if none */
-    int first_bad_probe;      /* which probe set, -1 if none */
+    uint64_t elements;       /* elements compared, over all probes */
+    int probes;              /* probe sets run */
+    double max_abs_error;    /* over entries finite in both */
+    double rel_error;        /* worst probe's ||out-ref|| / ||ref|| */
+    double bound;            /* the relative bound applied */
+    uint64_t nan_mismatches; /* positions where exactly one side is NaN */
+    uint64_t inf_mismatches; /* positions where the infinities differ */
+    int64_t first_bad_index; /* flat output index of the first mismatch, -1 if none */
+    int first_bad_probe;     /* which probe set, -1 if none */
     double first_bad_got;
     double first_bad_want;
-    char reason[160];         /* "pass", "NaN mismatch at [3]: got 1 want nan", ... */
+    char reason[160]; /* "pass", "NaN mismatch at [3]: got 1 want nan", ... */
 } tsr_verdict;
 
 /* Compares count elements of got with want, both dense in dtype. bound <= 0
@@ -53,21 +53,20 @@ void tsr_oracle_compare(tsr_verdict *v, int probe, tsr_dtype dtype, const void *
  * fills probe set `index` for seed into arrays it allocates (*inputs[i], one per
  * signature input, malloc'd; free with tsr_oracle_free_probe). */
 int tsr_oracle_probe_count(const tsr_region *r, int random_probes);
-tsr_status tsr_oracle_make_probe(const tsr_region *r, uint64_t seed, int index,
-                                 int random_probes, void **inputs, tsr_error *err);
+tsr_status tsr_oracle_make_probe(const tsr_region *r, uint64_t seed, int index, int random_probes,
+                                 void **inputs, tsr_error *err);
 void tsr_oracle_free_probe(const tsr_region *r, void **inputs);
 
 /* Runs the candidate: inputs per tsr_region_signature, output dense in
  * r->out_dtype. Returns non-OK if the candidate could not run. */
 typedef tsr_status (*tsr_candidate_run_fn)(void *ctx, const tsr_region *r,
-                                           const void *const *inputs, void *output,
-                                           tsr_error *err);
+                                           const void *const *inputs, void *output, tsr_error *err);
 
 typedef struct tsr_oracle_options {
-    uint64_t seed;        /* 0 picks a fixed default */
-    int random_probes;    /* <= 0 picks 2 */
-    double bound;         /* <= 0: tsr_dtype_tolerance(out_dtype) */
-    int ref_threads;      /* threads for the reference; <= 0 all CPUs */
+    uint64_t seed;     /* 0 picks a fixed default */
+    int random_probes; /* <= 0 picks 2 */
+    double bound;      /* <= 0: tsr_dtype_tolerance(out_dtype) */
+    int ref_threads;   /* threads for the reference; <= 0 all CPUs */
 } tsr_oracle_options;
 
 /* Verifies a candidate. Returns TSR_OK when the check ran (the verdict says pass

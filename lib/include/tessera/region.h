@@ -51,11 +51,11 @@ bool tsr_region_kind_parse(const char *name, tsr_region_kind *out);
 
 /* Limits. Past them a region is rejected with TSR_TOO_LARGE (or BAD_DIMENSION
  * for rank). */
-#define TSR_MAX_RANK 8          /* pointwise input rank */
-#define TSR_MAX_PW_INPUTS 16    /* pointwise inputs (DESIGN §2) */
-#define TSR_MAX_PW_NODES 1024   /* pointwise ops */
-#define TSR_MAX_NAME 64         /* value name, terminator included */
-#define TSR_MAX_CHAIN 16        /* fused prologue / epilogue length */
+#define TSR_MAX_RANK 8                      /* pointwise input rank */
+#define TSR_MAX_PW_INPUTS 16                /* pointwise inputs (DESIGN §2) */
+#define TSR_MAX_PW_NODES 1024               /* pointwise ops */
+#define TSR_MAX_NAME 64                     /* value name, terminator included */
+#define TSR_MAX_CHAIN 16                    /* fused prologue / epilogue length */
 #define TSR_MAX_ELEMENTS (INT64_C(1) << 40) /* any one tensor */
 
 typedef enum tsr_reduction {
@@ -108,9 +108,9 @@ typedef struct tsr_pw_input {
 /* Value indices: 0 .. n_inputs-1 are the inputs, n_inputs + i is node i's result. */
 typedef struct tsr_pw_node {
     tsr_op op;
-    int n_args;                          /* as written; validation checks the arity */
-    char args[2][TSR_MAX_NAME];          /* argument names as written */
-    int arg_index[2];                    /* resolved by validation */
+    int n_args;                 /* as written; validation checks the arity */
+    char args[2][TSR_MAX_NAME]; /* argument names as written */
+    int arg_index[2];           /* resolved by validation */
     char out[TSR_MAX_NAME];
     tsr_op_attrs attrs;
 } tsr_pw_node;
@@ -160,12 +160,12 @@ tsr_status tsr_region_validate(tsr_region *r, tsr_error *err);
 /* Constructors: zero *r, set the fields, apply defaults, validate. On failure *r
  * owns nothing. The optional attention fields take 0 for "default"
  * (heads_kv = heads, head_dim_v = head_dim) and scale NaN for 1/sqrt(head_dim). */
-tsr_status tsr_region_init_matmul(tsr_region *r, tsr_dtype dtype, int64_t m, int64_t n,
-                                  int64_t k, tsr_error *err);
-tsr_status tsr_region_init_gated(tsr_region *r, tsr_dtype dtype, int64_t m, int64_t k,
-                                 int64_t h, tsr_op gate_act, tsr_error *err);
-tsr_status tsr_region_init_attention(tsr_region *r, tsr_dtype dtype,
-                                     const tsr_attention_desc *desc, tsr_error *err);
+tsr_status tsr_region_init_matmul(tsr_region *r, tsr_dtype dtype, int64_t m, int64_t n, int64_t k,
+                                  tsr_error *err);
+tsr_status tsr_region_init_gated(tsr_region *r, tsr_dtype dtype, int64_t m, int64_t k, int64_t h,
+                                 tsr_op gate_act, tsr_error *err);
+tsr_status tsr_region_init_attention(tsr_region *r, tsr_dtype dtype, const tsr_attention_desc *desc,
+                                     tsr_error *err);
 /* fused and pointwise are built field by field: zero the region, set kind, dtype,
  * out_dtype and the desc (for pointwise, nodes from malloc, owned by r once
  * validation passes or fails — tsr_region_free releases them either way), then

@@ -261,6 +261,11 @@ static tsr_status server_listen(tsrd_server *s, const char *url, tsr_error *err)
         return server_nng_error(err, rv, "ipc permissions", url);
     if (tls && (rv = nng_listener_set_ptr(l, NNG_OPT_TLS_CONFIG, s->tls)) != 0)
         return server_nng_error(err, rv, "tls config", url);
+    /* A peer host that dies without closing its connections is noticed only by
+     * keepalive probes; without them its session and buffers would live on. */
+    if (strncmp(url, "ipc://", 6) != 0 &&
+        (rv = nng_listener_set_bool(l, NNG_OPT_TCP_KEEPALIVE, true)) != 0)
+        return server_nng_error(err, rv, "tcp keepalive", url);
     rv = nng_listener_set_size(l, NNG_OPT_RECVMAXSZ, (size_t)s->d->config.max_message_bytes);
     if (rv == 0)
         rv = nng_listener_start(l, 0);

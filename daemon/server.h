@@ -2,7 +2,8 @@
  * server.h — the nng side of tesserad: one REP socket, many contexts.
  *
  * The socket listens on every configured URL (ipc:// paths get their directory
- * created and the socket file mode 0660; NNG_OPT_RECVMAXSZ is the configured
+ * created and the socket file the config's ipc_mode; tls+tcp:// uses one TLS
+ * configuration from the config's tls object; tcp and tls turn keepalive on; NNG_OPT_RECVMAXSZ is the configured
  * message limit, so nng drops a larger message at the transport and its sender
  * sees a timeout or a closed pipe). TSRD_SERVER_CONTEXTS contexts each keep a
  * receive pending; a completed receive (an nng thread) only queues the message
@@ -25,7 +26,8 @@ typedef struct tsrd_server tsrd_server;
 
 /* Opens the socket and listeners and starts receiving; sets d->reply_fn.
  * TSR_IO_ERROR (with nng's error text) when a URL cannot be listened on,
- * TSR_UNSUPPORTED for tls+tcp:// until TLS settings exist. */
+ * TSR_BAD_ATTRIBUTE for tls+tcp:// without the config's tls settings and for
+ * tcp:// without allow_plain_tcp. */
 tsr_status tsrd_server_start(tsrd_daemon *d, tsrd_server **out, tsr_error *err);
 
 /* Stops receiving new requests; replies to requests in flight still go out. */

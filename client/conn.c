@@ -18,12 +18,15 @@
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/tls/tls.h>
 
 #include "client_int.h"
 
 #define CONN_DEFAULT_TIMEOUT_MS 30000
 #define CONN_DEFAULT_RESEND_MS 60000
 #define CONN_DEFAULT_MAX_MESSAGE ((size_t)1 << 30)
+
+static int conn_dial_tls(tsr_client *c, int flags, const char **what);
 
 struct tsr_client {
     nng_socket sock;
@@ -192,15 +195,71 @@ tsr_status tsr_client_connect(const tsr_client_options *opts, tsr_client **out, 
     nng_socket_set_ms(c->sock, NNG_OPT_RECONNMAXT, 1000);
     nng_socket_set_ms(c->sock, NNG_OPT_REQ_RESENDTIME, c->resend);
 
-    rv = nng_dial(c->sock, c->url, &c->dialer, opts->lazy ? NNG_FLAG_NONBLOCK : 0);
+    const char *what = "connect";
+    int flags = opts->lazy ? NNG_FLAG_NONBLOCK : 0;
+    if (strncmp(c->url, "tls+tcp://", 10) == 0)
+        rv = conn_dial_tls(c, flags, &what);
+    else
+        rv = nng_dial(c->sock, c->url, &c->dialer, flags);
     if (rv != 0) {
         tsr_status st = conn_status_from_nng(rv);
-        tsr_error_set(err, st, "connect %s: %s", c->url, nng_strerror(rv));
+        tsr_error_set(err, st, "%s %s: %s", what, c->url, nng_strerror(rv));
         tsr_client_close(c);
         return st;
     }
     *out = c;
     return TSR_OK;
+}
+
+/* Reads a PEM file into a terminated string; NULL when it cannot be read. */
+static char *conn_read_pem(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *text = malloc(1 << 20);
+    size_t n = text ? fread(text, 1, (1 << 20) - 1, f) : 0;
+    fclose(f);
+    if (!text || n == 0) {
+        free(text);
+        return NULL;
+    }
+    text[n] = '\0';
+    return text;
+}
+
+/* A tls+tcp:// dialer trusting $TESSERA_TLS_CA and presenting
+ * $TESSERA_TLS_CERT/$TESSERA_TLS_KEY when set. Returns an nng error. */
+static int conn_dial_tls(tsr_client *c, int flags, const char **what)
+{
+    const char *ca = getenv("TESSERA_TLS_CA"), *cert = getenv("TESSERA_TLS_CERT"),
+               *key = getenv("TESSERA_TLS_KEY");
+    nng_tls_config *cfg = NULL;
+    int rv = nng_dialer_create(&c->dialer, c->sock, c->url);
+    if (rv == 0)
+        rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_CLIENT);
+    *what = "tls";
+    if (rv == 0 && ca && *ca) {
+        *what = "TESSERA_TLS_CA";
+        rv = nng_tls_config_ca_file(cfg, ca);
+    }
+    if (rv == 0 && cert && *cert) {
+        *what = "TESSERA_TLS_CERT/TESSERA_TLS_KEY";
+        char *cert_pem = conn_read_pem(cert), *key_pem = conn_read_pem(key ? key : cert);
+        rv = cert_pem && key_pem ? nng_tls_config_own_cert(cfg, cert_pem, key_pem, NULL)
+                                 : NNG_ENOENT;
+        free(cert_pem);
+        free(key_pem);
+    }
+    if (rv == 0)
+        rv = nng_dialer_set_ptr(c->dialer, NNG_OPT_TLS_CONFIG, cfg);
+    if (cfg)
+        nng_tls_config_free(cfg); /* the dialer keeps its own reference */
+    if (rv == 0) {
+        *what = "connect";
+        rv = nng_dialer_start(c->dialer, flags);
+    }
+    return rv;
 }
 
 void tsr_client_close(tsr_client *c)

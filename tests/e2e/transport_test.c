@@ -198,3 +198,28 @@ Test(transport, plain_tcp_needs_allow_plain_tcp)
     unlink(config);
     rmdir(dir);
 }
+
+Test(transport, client_library_dials_tls_with_its_environment)
+{
+    tls_env e;
+    tls_start(&e, true);
+    char ca[128], cert[128], key[128];
+    snprintf(ca, sizeof ca, "%s/ca.pem", e.dir);
+    snprintf(cert, sizeof cert, "%s/client.pem", e.dir);
+    snprintf(key, sizeof key, "%s/client.key", e.dir);
+    setenv("TESSERA_TLS_CA", ca, 1);
+    setenv("TESSERA_TLS_CERT", cert, 1);
+    setenv("TESSERA_TLS_KEY", key, 1);
+    tsr_client_options opts;
+    tsr_client_options_init(&opts);
+    opts.url = e.listen;
+    opts.force = "";
+    tsr_client *c = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_connect(&opts, &c, &err), TSR_OK, "%s", err.message);
+    tsr_client_info info;
+    cr_expect_eq(tsr_client_hello(c, &info, 5000, &err), TSR_OK, "%s", err.message);
+    cr_expect_str_eq(info.tenant, "default");
+    tsr_client_close(c);
+    tls_stop(&e);
+}

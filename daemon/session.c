@@ -129,6 +129,10 @@ tsrd_kernel *tsrd_kernel_lookup(tsrd_daemon *d, tsrd_session *s, uint64_t handle
 tsr_status tsrd_buffer_register(tsrd_daemon *d, tsrd_session *s, tsrd_buffer *b, uint64_t *handle,
                                 tsr_error *err)
 {
+    /* The client left while the work ran: nobody can ever free this handle, so
+     * refuse it and let the caller's completion step release the object. */
+    if (s->closed)
+        return tsr_error_set(err, TSR_CANCELLED, "the connection closed before the reply");
     tsr_status st = tsrd_handles_add(&d->handles, TSRD_HANDLE_BUFFER, s, b, handle, err);
     if (st != TSR_OK)
         return st;
@@ -142,6 +146,8 @@ tsr_status tsrd_buffer_register(tsrd_daemon *d, tsrd_session *s, tsrd_buffer *b,
 tsr_status tsrd_kernel_register(tsrd_daemon *d, tsrd_session *s, tsrd_kernel *k, uint64_t *handle,
                                 tsr_error *err)
 {
+    if (s->closed)
+        return tsr_error_set(err, TSR_CANCELLED, "the connection closed before the reply");
     tsr_status st = tsrd_handles_add(&d->handles, TSRD_HANDLE_KERNEL, s, k, handle, err);
     if (st != TSR_OK)
         return st;

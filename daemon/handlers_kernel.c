@@ -97,8 +97,8 @@ typedef struct compile_state {
 static bool compile_is_offline(tsrd_job *job, const Tessera__V1__CompileRequest *req)
 {
     const char *arch = req->options != NULL ? req->options->arch : NULL;
-    return arch != NULL && arch[0] != '\0' &&
-           !job->d->bops->serves_arch(job->d->backend, arch) && tsrd_offline_arch_supported(arch);
+    return arch != NULL && arch[0] != '\0' && !job->d->bops->serves_arch(job->d->backend, arch) &&
+           tsrd_offline_arch_supported(arch);
 }
 
 static tsr_status compile_execute(tsrd_job *job)

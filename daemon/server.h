@@ -3,13 +3,12 @@
  *
  * The socket listens on every configured URL (ipc:// paths get their directory
  * created and the socket file the config's ipc_mode; tls+tcp:// uses one TLS
- * configuration from the config's tls object; tcp and tls turn keepalive on; NNG_OPT_RECVMAXSZ is the configured
- * message limit, so nng drops a larger message at the transport and its sender
- * sees a timeout or a closed pipe). TSRD_SERVER_CONTEXTS contexts each keep a
- * receive pending; a completed receive (an nng thread) only queues the message
- * and wakes the loop with uv_async_send, and the loop drains the whole queue per
- * wake-up, dispatching each message. Pipe removals travel the same queue and
- * close their sessions. Replies go out on the context the request came in on.
+ * configuration from the config's tls object; tcp and tls turn keepalive on; NNG_OPT_RECVMAXSZ is
+ * the configured message limit, so nng drops a larger message at the transport and its sender sees
+ * a timeout or a closed pipe). TSRD_SERVER_CONTEXTS contexts each keep a receive pending; a
+ * completed receive (an nng thread) only queues the message and wakes the loop with uv_async_send,
+ * and the loop drains the whole queue per wake-up, dispatching each message. Pipe removals travel
+ * the same queue and close their sessions. Replies go out on the context the request came in on.
  *
  * Threading: start, stop_accepting and close run on the loop thread. Blocking:
  * close waits (bounded by the send timeout) for replies still being sent.

@@ -33,9 +33,9 @@
  * ipc:///run/tesserad/tesserad.sock); TESSERA_TOKEN is the bearer token when the
  * options give none. For tls+tcp:// URLs, TESSERA_TLS_CA names the PEM file of the
  * CA that signed the daemon's certificate, and TESSERA_TLS_CERT / TESSERA_TLS_KEY
- * the client certificate and key for daemons that verify clients. TESSERA_FORCE="kind=name,kind=name" forces a
- * candidate for every compile, run, verify and candidates request whose region has
- * one of those kinds, unless the call names a candidate itself.
+ * the client certificate and key for daemons that verify clients.
+ * TESSERA_FORCE="kind=name,kind=name" forces a candidate for every compile, run, verify and
+ * candidates request whose region has one of those kinds, unless the call names a candidate itself.
  */
 #ifndef TESSERA_CLIENT_H
 #define TESSERA_CLIENT_H

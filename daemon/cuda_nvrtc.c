@@ -90,13 +90,17 @@ tsr_status tsrd_nvrtc_open(const tsrd_nvrtc_options *opts, tsrd_nvrtc **out, tsr
         return tsr_error_set(err, TSR_NO_MEMORY, "NVRTC handle");
 
     char last_error[256] = "no candidate path";
+    /* RTLD_NODELETE: NVRTC keeps process-lifetime allocations of its own, and
+     * unmapping it on close would only turn them into dangling blocks (and make
+     * leak reports unreadable); reopening after a close is then free. */
+    const int flags = RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE;
     if (opts != NULL && opts->library_path != NULL) {
-        nv->library = dlopen(opts->library_path, RTLD_NOW | RTLD_LOCAL);
+        nv->library = dlopen(opts->library_path, flags);
         if (nv->library == NULL)
             snprintf(last_error, sizeof last_error, "%s", dlerror());
     } else {
         for (size_t i = 0; i < sizeof nvrtc_default_paths / sizeof nvrtc_default_paths[0]; i++) {
-            nv->library = dlopen(nvrtc_default_paths[i], RTLD_NOW | RTLD_LOCAL);
+            nv->library = dlopen(nvrtc_default_paths[i], flags);
             if (nv->library != NULL)
                 break;
             snprintf(last_error, sizeof last_error, "%s", dlerror());

@@ -80,6 +80,9 @@ typedef struct tsrd_session {
     tsrd_stream *stream;             /* created by the first stream job, on its worker thread */
     struct tsrd_shm_map *shm_maps;   /* shm.c: segments mapped for this session */
     struct tsrd_graph_cache *graphs; /* handlers_batch.c: captured launch sequences */
+    /* Kernel keys this session holds a handle for: compiling a key again returns
+     * the same handle instead of loading (and holding) another copy. */
+    struct tsrd_session_kernel *kernels;
     bool stream_busy;
     tsrd_job *stream_head, *stream_tail;
     struct tsrd_session *next;
@@ -98,7 +101,8 @@ typedef struct tsrd_buffer {
 typedef struct tsrd_kernel {
     int refs;
     tsrd_kobj *kobj;
-    tsr_region region; /* validated; the signature launches are checked against */
+    tsr_fingerprint key; /* kernel cache key of the loaded binary */
+    tsr_region region;   /* validated; the signature launches are checked against */
     char candidate[TSR_CANDIDATE_NAME_MAX];
     tsrd_tenant *tenant;
 } tsrd_kernel;
@@ -193,6 +197,9 @@ tsr_status tsrd_buffer_register(tsrd_daemon *d, tsrd_session *s, tsrd_buffer *b,
                                 tsr_error *err);
 tsr_status tsrd_kernel_register(tsrd_daemon *d, tsrd_session *s, tsrd_kernel *k, uint64_t *handle,
                                 tsr_error *err);
+/* The handle of a kernel with this cache key that the session already holds,
+ * or 0. Kernel handles live until the session closes. */
+uint64_t tsrd_session_kernel_find(const tsrd_session *s, const tsr_fingerprint *key);
 /* Removes a buffer handle; false when it is not the session's. */
 bool tsrd_buffer_release_handle(tsrd_daemon *d, tsrd_session *s, uint64_t handle);
 void tsrd_buffer_ref(tsrd_buffer *b);

@@ -139,11 +139,23 @@ static tsr_status compile_complete(tsrd_job *job, tsr_status status)
         tsr_region_free(&s->region);
         return status;
     }
+    uint64_t held = status == TSR_OK ? tsrd_session_kernel_find(job->session, &s->compiled.key) : 0;
+    if (held != 0 && tsrd_kernel_lookup(job->d, job->session, held) != NULL) {
+        /* The session compiled this key before: the same handle again, so a
+         * framework that recompiles in a loop does not pile up loaded copies. */
+        job->body.compile.kernel = held;
+        job->reply.body_case = TESSERA__V1__REPLY__BODY_COMPILE;
+        job->reply.compile = &job->body.compile;
+        tsrd_compiled_release(job->d, &s->compiled);
+        tsr_region_free(&s->region);
+        return status;
+    }
     tsrd_kernel *k = status == TSR_OK ? calloc(1, sizeof *k) : NULL;
     if (status == TSR_OK && k == NULL)
         status = tsr_error_set(&job->err, TSR_NO_MEMORY, "compile: out of memory");
     if (status == TSR_OK) {
         k->kobj = s->compiled.kobj;
+        k->key = s->compiled.key;
         k->region = s->region;
         snprintf(k->candidate, sizeof k->candidate, "%s", s->compiled.decision.candidate.name);
         status =

@@ -67,10 +67,29 @@ void tsrd_session_ref(tsrd_session *s)
     s->refs++;
 }
 
+typedef struct tsrd_session_kernel {
+    tsr_fingerprint key;
+    uint64_t handle;
+    struct tsrd_session_kernel *next;
+} tsrd_session_kernel;
+
+uint64_t tsrd_session_kernel_find(const tsrd_session *s, const tsr_fingerprint *key)
+{
+    for (const tsrd_session_kernel *e = s->kernels; e != NULL; e = e->next)
+        if (memcmp(e->key.bytes, key->bytes, sizeof key->bytes) == 0)
+            return e->handle;
+    return 0;
+}
+
 void tsrd_session_unref(tsrd_daemon *d, tsrd_session *s)
 {
     if (--s->refs > 0)
         return;
+    while (s->kernels != NULL) {
+        tsrd_session_kernel *e = s->kernels;
+        s->kernels = e->next;
+        free(e);
+    }
     tsrd_batch_graphs_release(d, s);
     if (s->stream != NULL)
         d->bops->stream_destroy(d->backend, s->stream);
@@ -151,6 +170,15 @@ tsr_status tsrd_kernel_register(tsrd_daemon *d, tsrd_session *s, tsrd_kernel *k,
     tsr_status st = tsrd_handles_add(&d->handles, TSRD_HANDLE_KERNEL, s, k, handle, err);
     if (st != TSR_OK)
         return st;
+    /* Remembered for tsrd_session_kernel_find; without the note a recompile
+     * only loads another copy, so an allocation failure here is not an error. */
+    tsrd_session_kernel *e = malloc(sizeof *e);
+    if (e != NULL) {
+        e->key = k->key;
+        e->handle = *handle;
+        e->next = s->kernels;
+        s->kernels = e;
+    }
     k->refs = 1;
     k->tenant = s->tenant;
     k->tenant->kernels++;

@@ -57,3 +57,32 @@ Test(cache, restart_on_the_same_directory_is_a_disk_hit)
     testd_remove(&d);
     cr_expect_eq(rc, 0);
 }
+
+/* One connection compiling the same region again gets the same kernel handle
+ * back (no second loaded copy); another region gets its own. */
+Test(cache, recompiling_on_one_connection_returns_the_same_handle)
+{
+    testd d;
+    cr_assert_eq(testd_start(&d, NULL), 0);
+    tsr_client *c = testd_client(&d, 0);
+    cr_assert_not_null(c);
+    tsr_region *mm, *pw;
+    tsr_error err;
+    cr_assert_eq(tsr_client_region_load_file("examples/matmul.json", &mm, &err), TSR_OK);
+    cr_assert_eq(tsr_client_region_load_file("examples/pointwise.json", &pw, &err), TSR_OK);
+    tsr_client_compiled first, again, other;
+    cr_assert_eq(tsr_client_compile(c, mm, NULL, &first, 0, &err), TSR_OK, "%s", err.message);
+    for (int i = 0; i < 5; i++) {
+        cr_assert_eq(tsr_client_compile(c, mm, NULL, &again, 0, &err), TSR_OK, "%s", err.message);
+        cr_expect_eq(again.kernel, first.kernel, "recompile %d", i);
+    }
+    cr_assert_eq(tsr_client_compile(c, pw, NULL, &other, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_neq(other.kernel, first.kernel);
+    cr_expect_neq(other.kernel, 0);
+    tsr_client_region_free(mm);
+    tsr_client_region_free(pw);
+    tsr_client_close(c);
+    int rc = testd_stop(&d);
+    testd_remove(&d);
+    cr_expect_eq(rc, 0);
+}

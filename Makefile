@@ -100,7 +100,7 @@ $(BUILD)/%.o: %.c | $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-$(KERNEL_CUBIN): kernels/gemm_sm90.cu kernels/gemm_params.h
+$(KERNEL_CUBIN): kernels/gemm_sm90.cu kernels/gemm_params.h kernels/gemm_common.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) kernels/gemm_sm90.cu -o $@
 
@@ -115,7 +115,7 @@ $(BUILD)/gen/kernels_embedded.c: $(KERNEL_CUBIN)
 $(BUILD)/gen/kernels_embedded.o: $(BUILD)/gen/kernels_embedded.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-$(KERNEL80_IMAGE): kernels/gemm_sm80.cu kernels/gemm80_params.h kernels/gemm_params.h
+$(KERNEL80_IMAGE): kernels/gemm_sm80.cu kernels/gemm80_params.h kernels/gemm_params.h kernels/gemm_common.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC80FLAGS) kernels/gemm_sm80.cu -o $@
 
@@ -133,7 +133,7 @@ $(BUILD)/gen/kernels80_embedded.o: $(BUILD)/gen/kernels80_embedded.c
 # The stand-alone check of the sm_80 family (kernels/gemm80_check.cu); it needs a GPU to run.
 GEMM80_CHECK := $(BUILD)/gpu/bin/gemm80_check
 gemm80-check: $(GEMM80_CHECK)
-$(GEMM80_CHECK): kernels/gemm80_check.cu kernels/gemm_sm80.cu kernels/gemm80_params.h \
+$(GEMM80_CHECK): kernels/gemm80_check.cu kernels/gemm_sm80.cu kernels/gemm80_params.h kernels/gemm_common.cuh \
                  kernels/gemm_params.h
 	@mkdir -p $(dir $@)
 	$(NVCC) -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=sm_90 -O3 \

@@ -1,0 +1,82 @@
+/*
+ * gemm_common.cuh — device code shared by the tier-3 GEMM families
+ * (gemm_sm90.cu, gemm_sm80.cu): the epilogue's activations with the op table's
+ * exact semantics, the paired output stores and the tile order. One copy, so the
+ * two families cannot drift apart in what a fused region means.
+ */
+#ifndef TSR_GEMM_COMMON_CUH
+#define TSR_GEMM_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stddef.h>
+
+/* tsr_op numbers used by the epilogue (lib/include/tessera/ops.h). */
+enum {
+    GEMM_OP_RELU = 16,
+    GEMM_OP_SIGMOID = 17,
+    GEMM_OP_TANH = 18,
+    GEMM_OP_SILU = 19,
+    GEMM_OP_GELU = 22,
+    GEMM_OP_BIAS = 25,
+};
+
+/* Stores a pair of adjacent outputs (col, col + 1), both in range. */
+__device__ __forceinline__ void store_pair(float *out, size_t i, float a, float b)
+{
+    *reinterpret_cast<float2 *>(out + i) = make_float2(a, b);
+}
+__device__ __forceinline__ void store_pair(__nv_bfloat16 *out, size_t i, float a, float b)
+{
+    *reinterpret_cast<__nv_bfloat162 *>(out + i) = __floats2bfloat162_rn(a, b);
+}
+__device__ __forceinline__ void store_pair(__half *out, size_t i, float a, float b)
+{
+    *reinterpret_cast<__half2 *>(out + i) = __floats2half2_rn(a, b);
+}
+
+/* The op table's sigmoid: e / (1 + e) below 0 keeps the tiny results that
+ * 1 / (1 + inf) would flush to 0. */
+__device__ __forceinline__ float sigmoid(float x)
+{
+    if (x < 0.0f) {
+        float e = expf(x);
+        return e / (1.0f + e);
+    }
+    return 1.0f / (1.0f + expf(-x));
+}
+
+/* Activations with the op table's semantics: NaN propagates (no bare fmaxf). */
+__device__ __forceinline__ float act_apply(int op, float x)
+{
+    switch (op) {
+    case GEMM_OP_RELU:
+        return x > 0.0f ? x : (x != x ? x : 0.0f);
+    case GEMM_OP_SIGMOID:
+        return sigmoid(x);
+    case GEMM_OP_TANH:
+        return tanhf(x);
+    case GEMM_OP_SILU:
+        return x * sigmoid(x);
+    case GEMM_OP_GELU: {
+        float t = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+        t = t > 30.0f ? 30.0f : (t < -30.0f ? -30.0f : t);
+        return 0.5f * x * (1.0f + tanhf(t));
+    }
+    default:
+        return x;
+    }
+}
+
+/* Tile order: groups of 8 M-tiles walk N together, so B tiles stay in L2. */
+__device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, int &tm, int &tn)
+{
+    const int group = 8;
+    int per_group = group * tiles_n;
+    int first_m = (tile / per_group) * group;
+    int rows = min(tiles_m - first_m, group);
+    tm = first_m + (tile % per_group) % rows;
+    tn = (tile % per_group) / rows;
+}
+
+#endif

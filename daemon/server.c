@@ -13,9 +13,11 @@
 #include <nng/supplemental/tls/tls.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dispatch.h"
 
@@ -46,6 +48,8 @@ struct tsrd_server {
     server_event *head, *tail;
     atomic_bool stopping;
     nng_tls_config *tls; /* shared by the tls+tcp:// listeners; NULL: none */
+    nng_listener listeners[TSRD_MAX_LISTEN];
+    int n_listeners;
 };
 
 static void server_push(tsrd_server *s, server_event *ev)
@@ -117,6 +121,10 @@ static void server_pipe_cb(nng_pipe pipe, nng_pipe_ev event, void *arg)
 {
     tsrd_server *s = arg;
     (void)event;
+    /* Closing: the sessions go with the daemon, and the loop's async handle may
+     * already be closed. */
+    if (atomic_load(&s->stopping))
+        return;
     server_event *ev = calloc(1, sizeof *ev);
     if (ev == NULL)
         return; /* the session then lives until shutdown: a leak, not a fault */
@@ -271,6 +279,8 @@ static tsr_status server_listen(tsrd_server *s, const char *url, tsr_error *err)
         rv = nng_listener_start(l, 0);
     if (rv != 0)
         return server_nng_error(err, rv, "listen", url);
+    if (s->n_listeners < TSRD_MAX_LISTEN)
+        s->listeners[s->n_listeners++] = l;
     tsrd_log_info(&s->d->log, "listening on %s", url);
     return TSR_OK;
 }
@@ -373,18 +383,104 @@ void tsrd_server_stop_accepting(tsrd_server *s)
         nng_aio_cancel(s->slots[i].recv_aio);
 }
 
+/* nng 1.5.2's nng_close can wait forever for a pipe when clients are still
+ * connected and redialing at shutdown (seen about once in ten SIGTERM-under-load
+ * runs). By then every reply has been sent, so the close gets a bounded wait on
+ * a helper thread instead of holding the exit hostage. */
+#define SERVER_CLOSE_WAIT_MS 3000
+
+typedef struct server_closer {
+    nng_socket sock;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+} server_closer;
+
+static void *server_closer_main(void *arg)
+{
+    server_closer *c = arg;
+    nng_close(c->sock);
+    pthread_mutex_lock(&c->mu);
+    c->done = true;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* Closes the socket; false when it had not finished within the wait (the
+ * closer thread and its state are then left to the process exit). */
+static bool server_close_socket(tsrd_server *s)
+{
+    server_closer *c = calloc(1, sizeof *c);
+    pthread_t th;
+    if (c == NULL) {
+        nng_close(s->sock);
+        return true;
+    }
+    c->sock = s->sock;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &attr);
+    pthread_condattr_destroy(&attr);
+    if (pthread_create(&th, NULL, server_closer_main, c) != 0) {
+        nng_close(s->sock);
+        c->done = true;
+    } else {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += SERVER_CLOSE_WAIT_MS / 1000;
+        until.tv_nsec += (long)(SERVER_CLOSE_WAIT_MS % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&c->mu);
+        while (!c->done && pthread_cond_timedwait(&c->cv, &c->mu, &until) == 0)
+            ;
+        bool done = c->done;
+        pthread_mutex_unlock(&c->mu);
+        if (!done) {
+            pthread_detach(th);
+            return false;
+        }
+        pthread_join(th, NULL);
+    }
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+    return true;
+}
+
 void tsrd_server_close(tsrd_server *s)
 {
     atomic_store(&s->stopping, true);
     /* Replies handed to nng must reach their pipes before the socket closes. */
     for (int i = 0; i < s->n_slots; i++)
         nng_aio_wait(s->slots[i].send_aio);
-    nng_close(s->sock);
+    /* Then stop every operation and close the contexts before the socket: a
+     * receive re-armed by a send callback that raced with stop_accepting would
+     * otherwise keep its context open, and nng_close waits for every context. */
     for (int i = 0; i < s->n_slots; i++) {
         nng_aio_stop(s->slots[i].recv_aio);
         nng_aio_stop(s->slots[i].send_aio);
+        nng_ctx_close(s->slots[i].ctx);
+    }
+    /* No new connections while the socket closes. */
+    for (int i = 0; i < s->n_listeners; i++)
+        nng_listener_close(s->listeners[i]);
+    s->d->reply_fn = NULL;
+    if (!server_close_socket(s)) {
+        /* nng is still closing: its threads may yet touch the slots, so they
+         * and the server stay allocated; the process is about to exit. */
+        tsrd_log_warn(&s->d->log,
+                      "the nng socket did not close within %d ms; exiting with it "
+                      "still closing (every reply was already sent)",
+                      SERVER_CLOSE_WAIT_MS);
+        uv_close((uv_handle_t *)&s->async, NULL);
+        return;
     }
     server_free_slots(s);
-    s->d->reply_fn = NULL;
     uv_close((uv_handle_t *)&s->async, server_free);
 }

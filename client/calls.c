@@ -41,7 +41,7 @@ static void call_verdict_copy(tsr_client_verdict *dst, const Tessera__V1__Verdic
     dst->cached = v->cached;
 }
 
-static void call_decision_copy(tsr_client_decision *dst, const Tessera__V1__Decision *d)
+void tsri_client_decision_copy(tsr_client_decision *dst, const Tessera__V1__Decision *d)
 {
     memset(dst, 0, sizeof *dst);
     if (!d) {
@@ -59,7 +59,7 @@ static void call_decision_copy(tsr_client_decision *dst, const Tessera__V1__Deci
 
 /* Fills the wire options from the caller's, applying TESSERA_FORCE for the
  * region's kind when the caller forces nothing itself. */
-static void call_options_fill(const tsr_client *c, const tsr_region *r,
+void tsri_client_options_fill(const tsr_client *c, const tsr_region *r,
                               const tsr_client_compile_opts *opts, Tessera__V1__CompileOptions *pb)
 {
     static const tsr_client_compile_opts none;
@@ -98,17 +98,6 @@ tsr_status tsr_client_health_get(tsr_client *c, tsr_client_health *out, int time
     out->recoveries = h->recoveries;
     tessera__v1__reply__free_unpacked(reply, NULL);
     return TSR_OK;
-}
-
-void tsri_client_decision_copy(tsr_client_decision *dst, const Tessera__V1__Decision *d)
-{
-    call_decision_copy(dst, d);
-}
-
-void tsri_client_options_fill(const tsr_client *c, const tsr_region *r,
-                              const tsr_client_compile_opts *opts, Tessera__V1__CompileOptions *pb)
-{
-    call_options_fill(c, r, opts, pb);
 }
 
 tsr_status tsr_client_hello(tsr_client *c, tsr_client_info *info, int timeout_ms, tsr_error *err)
@@ -160,7 +149,7 @@ tsr_status tsr_client_compile(tsr_client *c, const tsr_region *r,
     if (st != TSR_OK)
         return st;
     Tessera__V1__CompileOptions options = TESSERA__V1__COMPILE_OPTIONS__INIT;
-    call_options_fill(c, r, opts, &options);
+    tsri_client_options_fill(c, r, opts, &options);
     Tessera__V1__CompileRequest body = TESSERA__V1__COMPILE_REQUEST__INIT;
     body.region = region;
     body.options = &options;
@@ -177,7 +166,7 @@ tsr_status tsr_client_compile(tsr_client *c, const tsr_region *r,
     out->kernel = cr->kernel;
     tsri_client_strcpy(out->key, sizeof out->key, cr->key);
     tsri_client_strcpy(out->fingerprint, sizeof out->fingerprint, cr->fingerprint);
-    call_decision_copy(&out->decision, cr->decision);
+    tsri_client_decision_copy(&out->decision, cr->decision);
     out->binary_bytes = cr->binary_bytes;
     out->compile_ms = cr->compile_ms;
     tessera__v1__reply__free_unpacked(reply, NULL);
@@ -225,7 +214,7 @@ tsr_status tsr_client_run(tsr_client *c, const tsr_region *r, const tsr_client_c
     if (st != TSR_OK)
         return st;
     Tessera__V1__CompileOptions options = TESSERA__V1__COMPILE_OPTIONS__INIT;
-    call_options_fill(c, r, opts, &options);
+    tsri_client_options_fill(c, r, opts, &options);
 
     Tessera__V1__Tensor tensors[TSR_MAX_REGION_INPUTS];
     Tessera__V1__Tensor *tensor_ptrs[TSR_MAX_REGION_INPUTS];
@@ -269,7 +258,7 @@ tsr_status tsr_client_run(tsr_client *c, const tsr_region *r, const tsr_client_c
     if (want)
         memcpy(output, o->inline_data.data, want);
     if (decision)
-        call_decision_copy(decision, rr->decision);
+        tsri_client_decision_copy(decision, rr->decision);
     tessera__v1__reply__free_unpacked(reply, NULL);
     return TSR_OK;
 }
@@ -286,7 +275,7 @@ tsr_status tsr_client_verify(tsr_client *c, const tsr_region *r, const tsr_clien
     if (st != TSR_OK)
         return st;
     Tessera__V1__CompileOptions options = TESSERA__V1__COMPILE_OPTIONS__INIT;
-    call_options_fill(c, r, &opts->compile, &options);
+    tsri_client_options_fill(c, r, &opts->compile, &options);
     const char *candidate = opts->candidate;
     if (!candidate || !*candidate)
         candidate = tsri_client_forced(c, r->kind);
@@ -324,7 +313,7 @@ tsr_status tsr_client_candidates(tsr_client *c, const tsr_region *r,
     if (st != TSR_OK)
         return st;
     Tessera__V1__CompileOptions options = TESSERA__V1__COMPILE_OPTIONS__INIT;
-    call_options_fill(c, r, opts, &options);
+    tsri_client_options_fill(c, r, opts, &options);
     Tessera__V1__CandidatesRequest body = TESSERA__V1__CANDIDATES_REQUEST__INIT;
     body.region = region;
     body.options = &options;

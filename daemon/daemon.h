@@ -195,6 +195,11 @@ tsrd_kernel *tsrd_kernel_lookup(tsrd_daemon *d, tsrd_session *s, uint64_t handle
 /* Registers a new object (refs 1, held by the table) and returns its handle. */
 tsr_status tsrd_buffer_register(tsrd_daemon *d, tsrd_session *s, tsrd_buffer *b, uint64_t *handle,
                                 tsr_error *err);
+/* The completion of a job that made a buffer (alloc, import): registers b when
+ * status is OK, and otherwise, or when registration fails, frees its device
+ * memory and b itself. Returns the final status. */
+tsr_status tsrd_buffer_adopt(tsrd_daemon *d, tsrd_session *s, tsr_status status, tsrd_buffer *b,
+                             uint64_t *handle, tsr_error *err);
 tsr_status tsrd_kernel_register(tsrd_daemon *d, tsrd_session *s, tsrd_kernel *k, uint64_t *handle,
                                 tsr_error *err);
 /* The handle of a kernel with this cache key that the session already holds,

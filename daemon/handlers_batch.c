@@ -359,14 +359,9 @@ static tsr_status import_complete(tsrd_job *job, tsr_status status)
     Tessera__V1__BufferImportReply *r = &job->body.buffer_import;
     Tessera__V1__BufferImportReply init = TESSERA__V1__BUFFER_IMPORT_REPLY__INIT;
     *r = init;
-    if (status == TSR_OK)
-        status = tsrd_buffer_register(job->d, job->session, b, &r->buffer, &job->err);
-    if (status != TSR_OK) {
-        if (b != NULL && b->dbuf != NULL)
-            job->d->bops->buffer_free(job->d->backend, b->dbuf);
-        free(b);
+    status = tsrd_buffer_adopt(job->d, job->session, status, b, &r->buffer, &job->err);
+    if (status != TSR_OK)
         return status;
-    }
     r->bytes = b->bytes;
     job->reply.body_case = TESSERA__V1__REPLY__BODY_BUFFER_IMPORT;
     job->reply.buffer_import = r;

@@ -162,6 +162,19 @@ tsr_status tsrd_buffer_register(tsrd_daemon *d, tsrd_session *s, tsrd_buffer *b,
     return TSR_OK;
 }
 
+tsr_status tsrd_buffer_adopt(tsrd_daemon *d, tsrd_session *s, tsr_status status, tsrd_buffer *b,
+                             uint64_t *handle, tsr_error *err)
+{
+    if (status == TSR_OK)
+        status = tsrd_buffer_register(d, s, b, handle, err);
+    if (status != TSR_OK && b != NULL) {
+        if (b->dbuf != NULL)
+            d->bops->buffer_free(d->backend, b->dbuf);
+        free(b);
+    }
+    return status;
+}
+
 tsr_status tsrd_kernel_register(tsrd_daemon *d, tsrd_session *s, tsrd_kernel *k, uint64_t *handle,
                                 tsr_error *err)
 {

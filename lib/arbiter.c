@@ -701,6 +701,12 @@ static void arbiter_ask_applies(const tsr_select_request *req, arbiter_slot *s)
     const tsr_candidate *c = slot_cand(s);
     char why[sizeof s->why - 16] = "";
     s->asked = true;
+    bool forced = req->force != NULL && strcmp(req->force, c->name) == 0;
+    if (c->forced_only && !forced) {
+        s->applies = false;
+        slot_why(s, "%sconsidered only when forced", ARBITER_DECLINES);
+        return;
+    }
     s->applies = c->applies == NULL || c->applies(c, req->region, req->arch, why, sizeof why);
     if (!s->applies)
         slot_why(s, "%s%s", ARBITER_DECLINES, why[0] ? why : "no reason given");

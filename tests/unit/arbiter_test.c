@@ -1238,3 +1238,39 @@ Test(arbiter, shape_bucket_rounds_each_dimension_up_to_a_power_of_two)
     tsr_arbiter_shape_bucket(&r, small, sizeof small);
     cr_expect_str_eq(small, "m4096");
 }
+
+Test(arbiter, a_forced_only_candidate_is_never_chosen_unless_forced)
+{
+    fixture fx;
+    fixture_init(&fx, 64);
+    fx.req.allow_reference = true;
+    tsr_arbiter *a = arbiter_new(NULL);
+    reg(a, fake_candidate("reference", 0, 1, NULL));
+    tsr_candidate trap = fake_candidate("trap", 3, 1, NULL);
+    trap.forced_only = true;
+    reg(a, trap);
+    tsr_decision d;
+    tsr_error err;
+    /* Highest tier, applies to everything, yet not taken: the fallback is. */
+    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_OK, "%s", err.message);
+    cr_expect_str_eq(d.candidate.name, "reference");
+    cr_expect_eq(d.reason, TSR_REASON_FALLBACK);
+    cr_expect_eq(fake_calls(fx.ctx.verified, "trap"), 0);
+
+    tsr_candidate_report *rows = NULL;
+    size_t n = 0;
+    tsr_status sel;
+    tsr_error sel_err;
+    cr_assert_eq(tsr_arbiter_explain(a, &fx.req, &rows, &n, &sel, &sel_err, &err), TSR_OK);
+    cr_assert_eq(n, 2);
+    cr_expect_not(rows[1].applies);
+    cr_expect_str_eq(rows[1].why, "declines: considered only when forced");
+    free(rows);
+
+    /* Forced by name, it is the one served. */
+    fx.req.force = "trap";
+    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_OK, "%s", err.message);
+    cr_expect_str_eq(d.candidate.name, "trap");
+    cr_expect_eq(d.reason, TSR_REASON_FORCED);
+    tsr_arbiter_destroy(a);
+}

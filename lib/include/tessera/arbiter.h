@@ -61,6 +61,9 @@ struct tsr_candidate {
     bool (*applies)(const tsr_candidate *c, const tsr_region *r, const char *arch, char *why,
                     size_t why_len);
     void *impl; /* the backend's own data (code generator, kernel entry, ...) */
+    /* Considered only when forced by name (a test candidate that must never
+     * be chosen on its own); declines every other selection. */
+    bool forced_only;
 };
 
 typedef struct tsr_arbiter tsr_arbiter;

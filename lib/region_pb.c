@@ -9,6 +9,11 @@
  * stray value is rejected (as the JSON form rejects an unknown key) rather than
  * ignored, since it most likely means the sender mixed up kinds.
  *
+ * The doubles of a pointwise op sit in one-field oneofs, which have presence:
+ * the encoder sets every one whose bits are not +0.0, so -0.0 (a const, a clamp
+ * bound) keeps its sign on the wire; an unset one decodes as +0.0. A plain
+ * proto3 double is left out when it compares equal to 0, sign and all.
+ *
  * proto3 cannot tell an absent scalar from a zero one, so the wire form carries
  * explicit values: out_dtype UNSPECIFIED means "same as dtype", reduction "" means
  * none, gate_act "" means silu, and attention heads_kv / head_dim_v 0 and scale NaN
@@ -222,11 +227,17 @@ static tsr_status pb_decode_pointwise(const Tessera__V1__Region *pb, tsr_pointwi
         snprintf(field, sizeof field, "ops[%zu].out", i);
         if ((st = pb_copy_name(op->out, field, node->out, err)))
             return st;
-        node->attrs.value = op->value;
+        /* An unset oneof is the proto3 default, +0.0, whatever its union
+         * member holds in a hand-built message. */
+        node->attrs.value = op->value_present_case == TESSERA__V1__POINTWISE_OP__VALUE_PRESENT_VALUE
+                                ? op->value
+                                : 0.0;
         node->attrs.has_min = op->has_min;
-        node->attrs.min = op->min;
+        node->attrs.min =
+            op->min_present_case == TESSERA__V1__POINTWISE_OP__MIN_PRESENT_MIN ? op->min : 0.0;
         node->attrs.has_max = op->has_max;
-        node->attrs.max = op->max;
+        node->attrs.max =
+            op->max_present_case == TESSERA__V1__POINTWISE_OP__MAX_PRESENT_MAX ? op->max : 0.0;
     }
     return pb_copy_name(pb->output, "output", pw->output, err);
 }
@@ -335,6 +346,15 @@ static char *pb_strdup(const char *s)
     return p;
 }
 
+/* True for +0.0 exactly (by bits; -0.0 is not): the one value that an unset
+ * oneof already stands for, so it need not be sent. */
+static bool pb_is_plus_zero(double v)
+{
+    uint64_t bits;
+    memcpy(&bits, &v, sizeof bits);
+    return bits == 0;
+}
+
 static bool pb_encode_op_list(const tsr_op *ops, int n, char ***names, size_t *count)
 {
     if (n <= 0)
@@ -397,11 +417,20 @@ static bool pb_encode_pointwise(const tsr_pointwise_desc *pw, Tessera__V1__Regio
                         return false;
                 }
             }
-            op->value = node->attrs.value;
+            if (!pb_is_plus_zero(node->attrs.value)) {
+                op->value_present_case = TESSERA__V1__POINTWISE_OP__VALUE_PRESENT_VALUE;
+                op->value = node->attrs.value;
+            }
             op->has_min = node->attrs.has_min;
-            op->min = node->attrs.min;
+            if (!pb_is_plus_zero(node->attrs.min)) {
+                op->min_present_case = TESSERA__V1__POINTWISE_OP__MIN_PRESENT_MIN;
+                op->min = node->attrs.min;
+            }
             op->has_max = node->attrs.has_max;
-            op->max = node->attrs.max;
+            if (!pb_is_plus_zero(node->attrs.max)) {
+                op->max_present_case = TESSERA__V1__POINTWISE_OP__MAX_PRESENT_MAX;
+                op->max = node->attrs.max;
+            }
         }
     }
     return (pb->output = pb_strdup(pw->output)) != NULL;

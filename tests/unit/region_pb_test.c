@@ -2,14 +2,15 @@
  * region_pb_test.c — the protobuf form of a region: every example survives
  * region -> message -> packed bytes -> unpacked message -> region, the wire
  * defaults (UNSPECIFIED out_dtype, empty gate_act and reduction) mean what the
- * proto says, bad fields are rejected with the right code and field name, and
- * mutated bytes never crash the decoder.
+ * proto says, -0.0 keeps its sign, bytes of the plain-field form still decode, bad fields are
+ * rejected with the right code and field name, and mutated bytes never crash the decoder.
  */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "tessera/fingerprint.h"
 #include "tessera/json.h"
 #include "tessera/region_pb.h"
 
@@ -88,22 +89,69 @@ Test(region_pb, non_finite_attributes_survive)
     tsr_region_free(&b);
 }
 
-/* protobuf-c 1.4 leaves a proto3 double out of the encoding when it compares
- * equal to 0, so -0.0 arrives as +0.0 (docs/regions.md, "Wire form"). This pins
- * the behaviour: if it changes, the documentation must change with it. */
-Test(region_pb, negative_zero_arrives_as_positive_zero)
+static bool fingerprints_equal(const tsr_region *a, const tsr_region *b)
 {
-    const char *text = "{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[],\"ops\":[{"
-                       "\"op\":\"const\",\"value\":-0.0,\"out\":\"z\"}],\"output\":\"z\"}";
+    tsr_fingerprint fa, fb;
+    cr_assert_eq(tsr_region_fingerprint(a, &fa, NULL), TSR_OK);
+    cr_assert_eq(tsr_region_fingerprint(b, &fb, NULL), TSR_OK);
+    return memcmp(fa.bytes, fb.bytes, sizeof fa.bytes) == 0;
+}
+
+/* A plain proto3 double equal to 0 is left out of the encoding, sign and all;
+ * the oneofs around the pointwise doubles carry -0.0 exactly. */
+Test(region_pb, negative_zero_keeps_its_sign)
+{
+    const char *text =
+        "{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"a\",\"shape\":[3]}],"
+        "\"ops\":[{\"op\":\"const\",\"value\":-0.0,\"out\":\"z\"},"
+        "{\"op\":\"clamp\",\"args\":[\"a\"],\"min\":-0.0,\"max\":-0.0,\"out\":\"c\"},"
+        "{\"op\":\"add\",\"args\":[\"z\",\"c\"],\"out\":\"y\"}],\"output\":\"y\"}";
     tsr_region a, b;
     tsr_error e;
     cr_assert_eq(tsr_region_from_json(text, strlen(text), &a, &e), TSR_OK, "%s", e.message);
     cr_assert(signbit(a.u.pointwise.nodes[0].attrs.value));
+    cr_assert(signbit(a.u.pointwise.nodes[1].attrs.min));
+    cr_assert(signbit(a.u.pointwise.nodes[1].attrs.max));
     cr_assert_eq(through_wire(&a, &b, &e), TSR_OK, "%s", e.message);
-    cr_assert_not(signbit(b.u.pointwise.nodes[0].attrs.value));
-    cr_assert_not(tsr_region_equal(&a, &b));
+    cr_assert(signbit(b.u.pointwise.nodes[0].attrs.value));
+    cr_assert_eq(b.u.pointwise.nodes[0].attrs.value, 0.0);
+    cr_assert(b.u.pointwise.nodes[1].attrs.has_min);
+    cr_assert(signbit(b.u.pointwise.nodes[1].attrs.min));
+    cr_assert(b.u.pointwise.nodes[1].attrs.has_max);
+    cr_assert(signbit(b.u.pointwise.nodes[1].attrs.max));
+    cr_assert(tsr_region_equal(&a, &b));
+    cr_assert(fingerprints_equal(&a, &b));
     tsr_region_free(&a);
     tsr_region_free(&b);
+}
+
+/* +0.0 is not sent (an unset oneof means it) and decodes as +0.0; the
+ * fingerprint tells the two zeros apart, so the wire must too. */
+Test(region_pb, positive_zero_is_left_out_and_comes_back_positive)
+{
+    const char *text =
+        "{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"a\",\"shape\":[3]}],"
+        "\"ops\":[{\"op\":\"clamp\",\"args\":[\"a\"],\"min\":0.0,\"max\":-0.0,\"out\":\"y\"}],"
+        "\"output\":\"y\"}";
+    tsr_region a, b, neg;
+    tsr_error e;
+    Tessera__V1__Region *pb;
+    cr_assert_eq(tsr_region_from_json(text, strlen(text), &a, &e), TSR_OK, "%s", e.message);
+    cr_assert_eq(tsr_region_to_pb(&a, &pb, &e), TSR_OK);
+    cr_assert_eq(pb->ops[0]->min_present_case, TESSERA__V1__POINTWISE_OP__MIN_PRESENT__NOT_SET);
+    cr_assert_eq(pb->ops[0]->max_present_case, TESSERA__V1__POINTWISE_OP__MAX_PRESENT_MAX);
+    cr_assert_eq(pb->ops[0]->value_present_case, TESSERA__V1__POINTWISE_OP__VALUE_PRESENT__NOT_SET);
+    tsr_region_pb_free(pb);
+    cr_assert_eq(through_wire(&a, &b, &e), TSR_OK, "%s", e.message);
+    cr_assert_not(signbit(b.u.pointwise.nodes[0].attrs.min));
+    cr_assert(signbit(b.u.pointwise.nodes[0].attrs.max));
+    cr_assert(fingerprints_equal(&a, &b));
+    cr_assert_eq(tsr_region_copy(&neg, &a, &e), TSR_OK);
+    neg.u.pointwise.nodes[0].attrs.min = -0.0;
+    cr_assert_not(fingerprints_equal(&a, &neg));
+    tsr_region_free(&a);
+    tsr_region_free(&b);
+    tsr_region_free(&neg);
 }
 
 Test(region_pb, encodes_numbers_plus_one_and_names_as_strings)
@@ -334,14 +382,26 @@ Test(region_pb, pointwise_fields_are_checked)
     m.op.op = "bias";
     assert_pb_fails(&m.pb, TSR_UNKNOWN_OP, "ops[0].op: 'bias' is not a pointwise op");
     pw_msg_init(&m);
+    m.op.value_present_case = TESSERA__V1__POINTWISE_OP__VALUE_PRESENT_VALUE;
     m.op.value = 1.5;
     assert_pb_fails(&m.pb, TSR_BAD_ATTRIBUTE, "ops[0].value: 'neg' takes no value");
     pw_msg_init(&m);
+    m.op.min_present_case = TESSERA__V1__POINTWISE_OP__MIN_PRESENT_MIN;
     m.op.min = 1.0; /* a min without has_min */
     assert_pb_fails(&m.pb, TSR_BAD_ATTRIBUTE, "ops[0].min: 'neg' takes no min");
     pw_msg_init(&m);
+    m.op.min_present_case = TESSERA__V1__POINTWISE_OP__MIN_PRESENT_MIN;
+    m.op.min = -0.0; /* -0.0 is a value too */
+    assert_pb_fails(&m.pb, TSR_BAD_ATTRIBUTE, "ops[0].min: 'neg' takes no min");
+    pw_msg_init(&m);
+    m.op.min = 1.0; /* the union member of an unset oneof is not read */
+    cr_assert_eq(tsr_region_from_pb(&m.pb, &r, &e), TSR_OK, "%s", e.message);
+    cr_assert_eq(r.u.pointwise.nodes[0].attrs.min, 0.0);
+    tsr_region_free(&r);
+    pw_msg_init(&m);
     m.op.op = "clamp";
     m.op.has_max = true;
+    m.op.max_present_case = TESSERA__V1__POINTWISE_OP__MAX_PRESENT_MAX;
     m.op.max = NAN;
     assert_pb_fails(&m.pb, TSR_BAD_ATTRIBUTE, "ops[0].max: must not be NaN");
     pw_msg_init(&m);
@@ -394,6 +454,54 @@ Test(region_pb, pointwise_fields_are_checked)
 /* Mutated encodings of every example: whatever unpacks must decode to a valid
  * region or fail with a status, and a region that decodes must survive the
  * wire again unchanged. The generator is a fixed LCG, so failures replay. */
+/* The bytes an encoder of the plain-field form made decode as they always did:
+ * field numbers and types are unchanged, and such an encoder left a 0 bound out. */
+Test(region_pb, bytes_of_the_plain_field_form_still_decode)
+{
+    /* PointwiseOp{op:"clamp", args:["a"], out:"y", has_min:true, has_max:true,
+     * max:2.5}: min = 0 was left out. */
+    static const uint8_t op_bytes[] = {0x0a, 0x05, 'c',  'l',  'a',  'm',  'p',  0x12, 0x01,
+                                       'a',  0x1a, 0x01, 'y',  0x28, 0x01, 0x38, 0x01, 0x41,
+                                       0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x04, 0x40};
+    Tessera__V1__PointwiseOp *op =
+        tessera__v1__pointwise_op__unpack(NULL, sizeof op_bytes, op_bytes);
+    cr_assert_not_null(op);
+    cr_assert(op->has_min);
+    cr_assert_eq(op->min_present_case, TESSERA__V1__POINTWISE_OP__MIN_PRESENT__NOT_SET);
+    cr_assert_eq(op->max_present_case, TESSERA__V1__POINTWISE_OP__MAX_PRESENT_MAX);
+    cr_assert_eq(op->max, 2.5);
+    struct pw_msg m;
+    pw_msg_init(&m);
+    m.ops[0] = op;
+    tsr_region r;
+    tsr_error e;
+    cr_assert_eq(tsr_region_from_pb(&m.pb, &r, &e), TSR_OK, "%s", e.message);
+    const tsr_op_attrs *at = &r.u.pointwise.nodes[0].attrs;
+    cr_assert(at->has_min && at->has_max);
+    cr_assert_eq(at->min, 0.0);
+    cr_assert_not(signbit(at->min));
+    cr_assert_eq(at->max, 2.5);
+    tsr_region_free(&r);
+    tessera__v1__pointwise_op__free_unpacked(op, NULL);
+
+    /* A -0.0 max now goes out as field 8 with the sign bit set, which a
+     * plain-field decoder reads bit for bit. */
+    pw_msg_init(&m);
+    m.op.op = "clamp";
+    m.op.has_max = true;
+    m.op.max_present_case = TESSERA__V1__POINTWISE_OP__MAX_PRESENT_MAX;
+    m.op.max = -0.0;
+    m.op.args = NULL;
+    m.op.n_args = 0;
+    m.op.out = "";
+    uint8_t buf[32];
+    size_t len = tessera__v1__pointwise_op__pack(&m.op, buf);
+    static const uint8_t want[] = {0x0a, 0x05, 'c',  'l',  'a',  'm',  'p',  0x38, 0x01,
+                                   0x41, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x80};
+    cr_assert_eq(len, sizeof want);
+    cr_assert_arr_eq(buf, want, sizeof want);
+}
+
 Test(region_pb, mutated_bytes_never_crash)
 {
     uint64_t seed = 0x9E3779B97F4A7C15u;

@@ -445,6 +445,23 @@ tsr_status tsr_client_buffer_free(tsr_client *c, tsr_buffer buf, int timeout_ms,
     return TSR_OK;
 }
 
+tsr_status tsr_client_kernel_free(tsr_client *c, tsr_kernel kernel, int timeout_ms, tsr_error *err)
+{
+    CALL_ARG_CHECK(c, err, "client is NULL");
+    Tessera__V1__KernelFreeRequest body = TESSERA__V1__KERNEL_FREE_REQUEST__INIT;
+    body.kernel = kernel;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_KERNEL_FREE;
+    req.kernel_free = &body;
+    Tessera__V1__Reply *reply;
+    tsr_status st =
+        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_KERNEL_FREE, &reply, timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return TSR_OK;
+}
+
 tsr_status tsr_client_stats_get(tsr_client *c, bool prometheus, tsr_client_stats **out,
                                 int timeout_ms, tsr_error *err)
 {

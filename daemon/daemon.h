@@ -203,10 +203,14 @@ tsr_status tsrd_buffer_adopt(tsrd_daemon *d, tsrd_session *s, tsr_status status,
 tsr_status tsrd_kernel_register(tsrd_daemon *d, tsrd_session *s, tsrd_kernel *k, uint64_t *handle,
                                 tsr_error *err);
 /* The handle of a kernel with this cache key that the session already holds,
- * or 0. Kernel handles live until the session closes. */
+ * or 0. Kernel handles live until kernel_free or the session's close. */
 uint64_t tsrd_session_kernel_find(const tsrd_session *s, const tsr_fingerprint *key);
 /* Removes a buffer handle; false when it is not the session's. */
 bool tsrd_buffer_release_handle(tsrd_daemon *d, tsrd_session *s, uint64_t handle);
+/* Removes a kernel handle and the session's note of its key (a later compile of
+ * the key loads a new kernel); false when it is not the session's. A launch
+ * that pinned the kernel keeps it loaded until it completes. */
+bool tsrd_kernel_release_handle(tsrd_daemon *d, tsrd_session *s, uint64_t handle);
 void tsrd_buffer_ref(tsrd_buffer *b);
 void tsrd_buffer_unref(tsrd_daemon *d, tsrd_buffer *b);
 void tsrd_kernel_ref(tsrd_kernel *k);

@@ -30,6 +30,7 @@ static const tsrd_handler *const dispatch_table[TSRD_BODY_CASES] = {
     [TESSERA__V1__REQUEST__BODY_BATCH] = &tsrd_handler_batch,
     [TESSERA__V1__REQUEST__BODY_BUFFER_IMPORT] = &tsrd_handler_buffer_import,
     [TESSERA__V1__REQUEST__BODY_HEALTH] = &tsrd_handler_health,
+    [TESSERA__V1__REQUEST__BODY_KERNEL_FREE] = &tsrd_handler_kernel_free,
 };
 
 const tsrd_handler *tsrd_handler_find(int body_case)

@@ -112,7 +112,7 @@ extern const tsrd_handler tsrd_handler_hello, tsrd_handler_stats, tsrd_handler_c
 extern const tsrd_handler tsrd_handler_buffer_alloc, tsrd_handler_buffer_write,
     tsrd_handler_buffer_read, tsrd_handler_buffer_free;
 extern const tsrd_handler tsrd_handler_compile, tsrd_handler_launch, tsrd_handler_run,
-    tsrd_handler_verify, tsrd_handler_candidates;
+    tsrd_handler_verify, tsrd_handler_candidates, tsrd_handler_kernel_free;
 /* The data plane (handlers_batch.c). */
 extern const tsrd_handler tsrd_handler_batch, tsrd_handler_buffer_import;
 extern const tsrd_handler tsrd_handler_health;

@@ -1,10 +1,11 @@
 /*
- * handlers_kernel.c — compile, verify and candidates.
+ * handlers_kernel.c — compile, verify, candidates and kernel_free.
  *
- * All three decode and validate the region on a worker thread (a pointwise
- * region can be a thousand nodes) and run the arbiter there, since selection
- * may verify candidates. Only compile's complete step touches the loop's
- * state: it turns the loaded kernel into a handle of the session.
+ * The first three decode and validate the region on a worker thread (a
+ * pointwise region can be a thousand nodes) and run the arbiter there, since
+ * selection may verify candidates. Only compile's complete step touches the
+ * loop's state: it turns the loaded kernel into a handle of the session.
+ * kernel_free is the way back, answered on the loop.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -329,3 +330,31 @@ static tsr_status candidates_execute(tsrd_job *job)
 
 const tsrd_handler tsrd_handler_candidates = {
     .name = "candidates", .flags = TSRD_HEAVY, .execute = candidates_execute};
+
+/* ---- kernel_free ---- */
+
+/* Like buffer_free: an unknown, foreign or already freed handle is NOT_FOUND,
+ * the same answer for each so that a client cannot probe another's handles. A
+ * launch in flight holds its own reference, so the kernel is unloaded when the
+ * last of them completes. */
+static tsr_status kernel_free_execute(tsrd_job *job)
+{
+    uint64_t handle = job->req->kernel_free->kernel;
+    /* The reply body comes from the job's arena (the body union in dispatch.h
+     * need not grow for an empty message), allocated first so that an answer
+     * of NO_MEMORY never follows a free that happened. */
+    Tessera__V1__KernelFreeReply *r = tsrd_job_alloc(job, sizeof *r);
+    if (r == NULL)
+        return tsr_error_set(&job->err, TSR_NO_MEMORY, "kernel_free: out of memory");
+    if (!tsrd_kernel_release_handle(job->d, job->session, handle))
+        return tsr_error_set(&job->err, TSR_NOT_FOUND, "kernel_free.kernel: no kernel %#llx",
+                             (unsigned long long)handle);
+    Tessera__V1__KernelFreeReply init = TESSERA__V1__KERNEL_FREE_REPLY__INIT;
+    *r = init;
+    job->reply.body_case = TESSERA__V1__REPLY__BODY_KERNEL_FREE;
+    job->reply.kernel_free = r;
+    return TSR_OK;
+}
+
+const tsrd_handler tsrd_handler_kernel_free = {.name = "kernel_free",
+                                               .execute = kernel_free_execute};

@@ -207,6 +207,25 @@ bool tsrd_buffer_release_handle(tsrd_daemon *d, tsrd_session *s, uint64_t handle
     return true;
 }
 
+bool tsrd_kernel_release_handle(tsrd_daemon *d, tsrd_session *s, uint64_t handle)
+{
+    tsrd_kernel *k = tsrd_handles_remove(&d->handles, handle, TSRD_HANDLE_KERNEL, s);
+    if (k == NULL)
+        return false;
+    /* Forget the key too: a recompile must load a new kernel, not answer with
+     * the handle just dropped. */
+    for (tsrd_session_kernel **p = &s->kernels; *p != NULL; p = &(*p)->next) {
+        if ((*p)->handle == handle) {
+            tsrd_session_kernel *e = *p;
+            *p = e->next;
+            free(e);
+            break;
+        }
+    }
+    tsrd_kernel_unref(d, k);
+    return true;
+}
+
 void tsrd_buffer_ref(tsrd_buffer *b)
 {
     b->refs++;

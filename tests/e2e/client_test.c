@@ -8,6 +8,7 @@
  */
 #include <criterion/criterion.h>
 #include <glob.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,6 +144,80 @@ Test(client, buffers_round_trip_and_launch_matches_the_reference)
     for (int i = 0; i < t.n_inputs; i++)
         cr_expect_eq(tsr_client_buffer_free(client_, in[i], 0, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(tsr_client_buffer_free(client_, out, 0, &err), TSR_OK, "%s", err.message);
+    testdata_free(&t);
+    tsr_client_region_free(r);
+}
+
+static double client_counter(const char *name)
+{
+    tsr_client_stats *s = NULL;
+    cr_assert_eq(tsr_client_stats_get(client_, false, &s, 0, NULL), TSR_OK);
+    double v = tsr_client_stats_counter(s, name, -1);
+    tsr_client_stats_free(s);
+    return v;
+}
+
+Test(client, kernel_free_drops_the_handle_and_a_recompile_gets_a_new_one)
+{
+    tsr_region *r = region_load("examples/pointwise.json");
+    testdata t;
+    cr_assert_eq(testdata_make(r, 11, &t), 0);
+    tsr_client_compiled k;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(client_, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(client_counter("kernels"), 1.0);
+    tsr_buffer in[TSR_MAX_REGION_INPUTS], out;
+    for (int i = 0; i < t.n_inputs; i++) {
+        cr_assert_eq(tsr_client_buffer_alloc(client_, (tsr_client_dtype)t.in[i].dtype, t.in[i].rank,
+                                             t.in[i].shape, &in[i], NULL, 0, &err),
+                     TSR_OK, "%s", err.message);
+        cr_assert_eq(tsr_client_buffer_write(client_, in[i], 0, t.inputs[i],
+                                             tsr_tensor_desc_bytes(&t.in[i]), 0, &err),
+                     TSR_OK, "%s", err.message);
+    }
+    cr_assert_eq(tsr_client_buffer_alloc(client_, (tsr_client_dtype)t.out.dtype, t.out.rank,
+                                         t.out.shape, &out, NULL, 0, &err),
+                 TSR_OK, "%s", err.message);
+
+    cr_assert_eq(tsr_client_kernel_free(client_, k.kernel, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(client_counter("kernels"), 0.0);
+    cr_expect_eq(tsr_client_launch(client_, k.kernel, in, t.n_inputs, out, NULL, 0, &err),
+                 TSR_NOT_FOUND);
+    char want[96];
+    snprintf(want, sizeof want, "launch.kernel: no kernel %#llx", (unsigned long long)k.kernel);
+    cr_expect_str_eq(err.message, want);
+    /* A second free of the same handle, and a handle that never existed. */
+    cr_expect_eq(tsr_client_kernel_free(client_, k.kernel, 0, &err), TSR_NOT_FOUND);
+    snprintf(want, sizeof want, "kernel_free.kernel: no kernel %#llx",
+             (unsigned long long)k.kernel);
+    cr_expect_str_eq(err.message, want);
+    cr_expect_eq(tsr_client_kernel_free(client_, k.kernel ^ 0x5a5a, 0, &err), TSR_NOT_FOUND);
+    cr_expect_eq(tsr_client_kernel_free(client_, 0, 0, &err), TSR_NOT_FOUND);
+
+    /* The session forgot the key with the handle: the same region compiles to a
+     * new handle (from the kernel cache) that launches right. */
+    tsr_client_compiled k2;
+    cr_assert_eq(tsr_client_compile(client_, r, NULL, &k2, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_neq(k2.kernel, 0);
+    cr_expect_neq(k2.kernel, k.kernel);
+    cr_expect_str_eq(k2.key, k.key);
+    cr_expect_eq(k2.decision.cache_hit, true);
+    cr_expect_eq(client_counter("kernels"), 1.0);
+    cr_assert_eq(tsr_client_launch(client_, k2.kernel, in, t.n_inputs, out, NULL, 0, &err), TSR_OK,
+                 "%s", err.message);
+    void *result = malloc(t.out_bytes);
+    size_t got = 0;
+    cr_assert_eq(tsr_client_buffer_read(client_, out, 0, result, t.out_bytes, &got, 0, &err),
+                 TSR_OK, "%s", err.message);
+    cr_expect_eq(got, t.out_bytes);
+    cr_expect_eq(memcmp(result, t.want, t.out_bytes), 0, "launch output differs");
+    free(result);
+    /* And the new handle is the one a further compile returns. */
+    tsr_client_compiled k3;
+    cr_assert_eq(tsr_client_compile(client_, r, NULL, &k3, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(k3.kernel, k2.kernel);
+    cr_expect_eq(tsr_client_kernel_free(client_, k2.kernel, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(client_counter("kernels"), 0.0);
     testdata_free(&t);
     tsr_client_region_free(r);
 }

@@ -191,6 +191,40 @@ Test(tenants, foreign_handle_answers_like_an_unknown_one)
     tenants_stop(&e);
 }
 
+Test(tenants, kernel_free_of_a_foreign_kernel_is_not_found)
+{
+    tenants_env e;
+    tenants_start(&e, "2");
+    tsr_client *a = tenants_client(&e, TOKEN_ALICE);
+    tsr_client *b = tenants_client(&e, TOKEN_BOB);
+    static const char matmul[] = "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":2,\"n\":2,\"k\":2}";
+    tsr_region *r = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_region_load(matmul, strlen(matmul), &r, &err), TSR_OK, "%s",
+                 err.message);
+    tsr_client_compiled k;
+    cr_assert_eq(tsr_client_compile(a, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tenants_counter(a, "tenant_kernels{tenant=\"alice\"}"), 1.0);
+    tsr_error foreign, unknown;
+    cr_expect_eq(tsr_client_kernel_free(b, k.kernel, 0, &foreign), TSR_NOT_FOUND);
+    tsr_kernel never = k.kernel ^ UINT64_C(0x5a5a000000000001);
+    cr_expect_eq(tsr_client_kernel_free(b, never, 0, &unknown), TSR_NOT_FOUND);
+    char m1[TSR_ERROR_MESSAGE_MAX + 8], m2[TSR_ERROR_MESSAGE_MAX + 8];
+    tenants_mask(foreign.message, k.kernel, m1, sizeof m1);
+    tenants_mask(unknown.message, never, m2, sizeof m2);
+    cr_expect_str_eq(m1, m2);
+    cr_expect_str_eq(m1, "kernel_free.kernel: no kernel H");
+    /* Bob's attempt left alice's kernel alone; her own free drops it. */
+    cr_expect_eq(tenants_counter(a, "tenant_kernels{tenant=\"alice\"}"), 1.0);
+    cr_expect_eq(tsr_client_kernel_free(a, k.kernel, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(tenants_counter(a, "tenant_kernels{tenant=\"alice\"}"), 0.0);
+    cr_expect_eq(tsr_client_kernel_free(a, k.kernel, 0, &err), TSR_NOT_FOUND);
+    tsr_client_region_free(r);
+    tsr_client_close(b);
+    tsr_client_close(a);
+    tenants_stop(&e);
+}
+
 Test(tenants, quota_refusal_names_the_quota_and_spares_other_work)
 {
     tenants_env e;

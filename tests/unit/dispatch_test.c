@@ -321,6 +321,87 @@ Test(dispatch, compile_then_launch_checks_every_buffer)
     cr_assert_eq(memcmp(r->buffer_read->data.data, av, 16), 0);
 }
 
+/* A launch pins its kernel when it is dispatched: a kernel_free that arrives
+ * while the launch is still queued drops the handle at once, and the kernel
+ * itself stays loaded until the launch completes. */
+Test(dispatch, a_freed_kernel_lives_until_the_launch_holding_it_completes)
+{
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__CompileRequest comp = TESSERA__V1__COMPILE_REQUEST__INIT;
+    comp.region = matmul_pb(2, 2, 2);
+    req.body_case = TESSERA__V1__REQUEST__BODY_COMPILE;
+    req.compile = &comp;
+    Tessera__V1__Reply *r = request(&req);
+    cr_assert_eq(r->status, TSR_OK, "%s", r->message);
+    uint64_t kernel = r->compile->kernel;
+    cr_assert_eq(h->d.default_tenant.kernels, 1);
+
+    uint64_t a = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 2, 2);
+    uint64_t b = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 2, 2);
+    uint64_t out = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 2, 2);
+    float av[4] = {1, 2, 3, 4}, bv[4] = {0, 1, 1, 0}, want[4] = {2, 1, 4, 3};
+    write_buffer(a, 0, av, sizeof av);
+    write_buffer(b, 0, bv, sizeof bv);
+
+    Tessera__V1__LaunchRequest launch = TESSERA__V1__LAUNCH_REQUEST__INIT;
+    uint64_t inputs[2] = {a, b};
+    launch.kernel = kernel;
+    launch.inputs = inputs;
+    launch.n_inputs = 2;
+    launch.output = out;
+    Tessera__V1__Request lreq = TESSERA__V1__REQUEST__INIT;
+    lreq.id = 7;
+    lreq.body_case = TESSERA__V1__REQUEST__BODY_LAUNCH;
+    lreq.launch = &launch;
+    Tessera__V1__KernelFreeRequest kf = TESSERA__V1__KERNEL_FREE_REQUEST__INIT;
+    kf.kernel = kernel;
+    Tessera__V1__Request freq = TESSERA__V1__REQUEST__INIT;
+    freq.id = 8;
+    freq.body_case = TESSERA__V1__REQUEST__BODY_KERNEL_FREE;
+    freq.kernel_free = &kf;
+    uint8_t lbuf[256], fbuf[64];
+    size_t llen = tessera__v1__request__pack(&lreq, lbuf);
+    size_t flen = tessera__v1__request__pack(&freq, fbuf);
+    tsrd_dispatch(&h->d, 1, (void *)1, lbuf, llen);
+    tsrd_dispatch(&h->d, 1, (void *)2, fbuf, flen);
+    /* The free is answered on the loop, before the launch has run. */
+    cr_assert_eq(h->count[1], 0);
+    cr_assert_eq(h->count[2], 1);
+    cr_assert_eq(h->last[2]->status, TSR_OK, "%s", h->last[2]->message);
+    cr_assert_eq(h->last[2]->body_case, TESSERA__V1__REPLY__BODY_KERNEL_FREE);
+    cr_assert_eq(h->d.default_tenant.kernels, 1, "the queued launch still holds the kernel");
+    uv_run(&h->loop, UV_RUN_DEFAULT);
+    cr_assert_eq(h->count[1], 1);
+    cr_assert_eq(h->last[1]->status, TSR_OK, "%s", h->last[1]->message);
+    cr_assert_eq(h->d.default_tenant.kernels, 0);
+
+    Tessera__V1__Request rreq = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__BufferReadRequest rd = TESSERA__V1__BUFFER_READ_REQUEST__INIT;
+    rd.buffer = out;
+    rreq.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_READ;
+    rreq.buffer_read = &rd;
+    r = request(&rreq);
+    cr_assert_eq(r->buffer_read->data.len, 16);
+    cr_assert_eq(memcmp(r->buffer_read->data.data, want, 16), 0);
+
+    /* The handle is gone for good; a recompile loads a new kernel. */
+    lreq.id = 9;
+    r = request(&lreq);
+    cr_assert_eq(r->status, TSR_NOT_FOUND);
+    freq.id = 10;
+    r = request(&freq);
+    cr_assert_eq(r->status, TSR_NOT_FOUND);
+    char msg[96];
+    snprintf(msg, sizeof msg, "kernel_free.kernel: no kernel %#llx", (unsigned long long)kernel);
+    cr_assert_str_eq(r->message, msg);
+    r = request(&req);
+    cr_assert_eq(r->status, TSR_OK, "%s", r->message);
+    cr_assert_neq(r->compile->kernel, kernel);
+    cr_assert_neq(r->compile->kernel, 0);
+    cr_assert_eq(h->d.default_tenant.kernels, 1);
+    tsr_region_pb_free(comp.region);
+}
+
 Test(dispatch, run_with_inline_tensors_and_mismatches)
 {
     Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;

@@ -267,6 +267,14 @@ tsr_status tsr_client_launch(tsr_client *c, tsr_kernel kernel, const tsr_buffer 
                              int n_inputs, tsr_buffer output, double *device_ms, int timeout_ms,
                              tsr_error *err);
 
+/* Drops a kernel handle: the daemon unloads the kernel once no launch still
+ * uses it (a launch already sent completes normally). A later compile of the
+ * same region returns a new handle. Kernel handles otherwise live until the
+ * connection closes, so a long-lived connection that compiles many distinct
+ * regions should free those it is done with. TSR_NOT_FOUND when the handle is
+ * unknown, another connection's, or freed already. */
+tsr_status tsr_client_kernel_free(tsr_client *c, tsr_kernel kernel, int timeout_ms, tsr_error *err);
+
 /* Compile + launch on host data: inputs[i] points to the dense bytes of signature
  * input i in the region's dtype; the result is written to output, dense in the
  * region's out_dtype (tsr_client_region_signature gives its size). decision may

@@ -490,6 +490,17 @@ class Client:
                                      self.timeout_ms, byref(err)), err)
         return ms.value
 
+    def kernel_free(self, kernel):
+        """Drops a compiled kernel (a Compiled or its handle); the daemon unloads
+        it once no launch still uses it, and compiled() forgets it. Raises
+        TesseraError NOT_FOUND for an unknown, foreign or already freed handle."""
+        k = kernel.kernel if isinstance(kernel, Compiled) else int(kernel)
+        with self._cache_lock:
+            for key in [key for key, v in self._kernels.items() if v.kernel == k]:
+                del self._kernels[key]
+        err = _lib.Error()
+        _check(lib.tsr_client_kernel_free(self._c, k, self.timeout_ms, byref(err)), err)
+
     def run(self, region, inputs, with_decision=False, **opts):
         """Compiles and runs region on inputs (numpy arrays or anything
         np.asarray takes, in signature order; bf16 inputs as float32). Returns the

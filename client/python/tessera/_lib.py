@@ -177,6 +177,7 @@ def _declare(lib):
         "tsr_client_buffer_read": (c_int, [P, c_uint64, c_uint64, c_void_p, c_size_t,
                                            POINTER(c_size_t), c_int, E]),
         "tsr_client_buffer_free": (c_int, [P, c_uint64, c_int, E]),
+        "tsr_client_kernel_free": (c_int, [P, c_uint64, c_int, E]),
         "tsr_client_stats_get": (c_int, [P, c_bool, POINTER(POINTER(Stats)), c_int, E]),
         "tsr_client_stats_free": (None, [POINTER(Stats)]),
         "tsr_client_cache_list": (c_int, [P, POINTER(POINTER(CacheEntry)), POINTER(c_size_t),

@@ -105,6 +105,29 @@ def test_launch_on_freed_buffer_is_not_found(client):
     assert e.value.code == tessera.Status.NOT_FOUND
 
 
+def test_kernel_free_then_launch_is_not_found_and_recompile_works(client):
+    k = client.compiled(ADD)
+    a = np.arange(12, dtype=np.float32).reshape(4, 3) - 6
+    b = np.array([1, 2, 3], dtype=np.float32)
+    with client.buffer("f32", (4, 3)) as ba, client.buffer("f32", (3,)) as bb, \
+            client.buffer("f32", (4, 3)) as by:
+        ba.write(a)
+        bb.write(b)
+        client.kernel_free(k)
+        with pytest.raises(tessera.TesseraError) as e:
+            client.launch(k, [ba, bb], by)
+        assert e.value.code == tessera.Status.NOT_FOUND
+        with pytest.raises(tessera.TesseraError) as e:
+            client.kernel_free(k.kernel)
+        assert e.value.code == tessera.Status.NOT_FOUND
+        assert "kernel_free.kernel" in str(e.value)
+        k2 = client.compiled(ADD)
+        assert k2.kernel not in (0, k.kernel)
+        assert k2.key == k.key
+        client.launch(k2, [ba, bb], by)
+        np.testing.assert_array_equal(by.read(), np.maximum(a + b, 0))
+
+
 def test_launch_with_wrong_sized_buffer_is_mismatch(client):
     k = client.compile(ADD)
     ba = client.buffer("f32", (4, 3))

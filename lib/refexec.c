@@ -516,3 +516,62 @@ tsr_status tsr_ref_run(const tsr_region *r, const void *const *inputs, void *out
         tsr_error_clear(err);
     return st;
 }
+
+/* ---- work ---- */
+
+/* (query, key) pairs att_range visits: query m sees keys 0 .. m + (N - M),
+ * clipped to [0, N), as an arithmetic series over the rows that see any. */
+static double ref_attention_pairs(const tsr_attention_desc *d)
+{
+    double M = (double)d->seq_q, N = (double)d->seq_k;
+    if (!d->causal)
+        return M * N;
+    double off = N - M;
+    double first_m = off < 0 ? -off : 0;
+    if (first_m >= M)
+        return 0;
+    return (M - first_m) * (first_m + off + 1 + N) / 2;
+}
+
+double tsr_ref_work(const tsr_region *r)
+{
+    if (r == NULL || (unsigned)r->kind >= TSR_KIND_COUNT)
+        return 0;
+    const double e = TSR_REF_WORK_ELEMENT;
+    tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], out;
+    int n = tsr_region_signature(r, in, &out);
+    double out_elements = (double)tsr_tensor_desc_elements(&out);
+    if (r->kind == TSR_KIND_POINTWISE) {
+        const tsr_pointwise_desc *pw = &r->u.pointwise;
+        return e * out_elements * (double)(pw->n_inputs + pw->n_nodes + 1);
+    }
+    double io = out_elements;
+    for (int i = 0; i < n; i++)
+        io += (double)tsr_tensor_desc_elements(&in[i]);
+    switch (r->kind) {
+    case TSR_KIND_MATMUL: {
+        const tsr_matmul_desc *d = &r->u.matmul;
+        return 2.0 * (double)d->m * (double)d->n * (double)d->k + e * io;
+    }
+    case TSR_KIND_FUSED: {
+        const tsr_fused_desc *d = &r->u.fused;
+        double mn = (double)d->m * (double)d->n;
+        double steps = (double)d->m * (double)d->k * d->n_prologue +
+                       mn * (d->n_epilogue + (d->reduction != TSR_REDUCTION_NONE ? 4 : 0));
+        return 2.0 * mn * (double)d->k + e * (io + steps);
+    }
+    case TSR_KIND_GATED: {
+        const tsr_gated_desc *d = &r->u.gated;
+        double mh = (double)d->m * (double)d->h;
+        return 4.0 * mh * (double)d->k + e * (io + 2.0 * mh);
+    }
+    case TSR_KIND_ATTENTION: {
+        const tsr_attention_desc *d = &r->u.attention;
+        double bhp = (double)d->batch * (double)d->heads * ref_attention_pairs(d);
+        return 2.0 * bhp * (double)(d->head_dim + d->head_dim_v) + e * (io + bhp);
+    }
+    case TSR_KIND_POINTWISE:
+        break;
+    }
+    return 0;
+}

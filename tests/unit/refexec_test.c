@@ -209,3 +209,99 @@ Test(refexec, null_arguments_are_rejected)
     cr_assert_eq(tsr_ref_run(&r, in, NULL, 1, &err), TSR_INVALID_ARGUMENT);
     cr_assert_eq(tsr_ref_run(NULL, in, &x, 1, &err), TSR_INVALID_ARGUMENT);
 }
+
+static void work_region(const char *json, tsr_region *r)
+{
+    tsr_error err;
+    cr_assert_eq(tsr_region_from_json(json, strlen(json), r, &err), TSR_OK, "%s", err.message);
+}
+
+Test(refexec, work_of_matmul_like_kinds)
+{
+    tsr_region r;
+    tsr_error err;
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 128, 96, 64, &err), TSR_OK);
+    /* 2·M·N·K + 32·(a + b + c) */
+    cr_assert_eq(tsr_ref_work(&r), 1572864.0 + 32.0 * (8192 + 6144 + 12288));
+
+    /* examples/fused.json: bias and gelu, residual; M 128, N 96, K 64. io = a
+     * 8192 + b 6144 + bias 96 + residual 12288 + out 12288 = 38 1008. */
+    cr_assert_eq(tsr_region_from_file("examples/fused.json", &r, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_ref_work(&r), 1572864.0 + 32.0 * (39008 + 12288 * 2));
+    r.u.fused.n_prologue = 1;
+    r.u.fused.prologue[0] = TSR_OP_EXP;
+    r.u.fused.residual = false;
+    r.u.fused.reduction = TSR_REDUCTION_SOFTMAX;
+    cr_assert_eq(tsr_region_validate(&r, &err), TSR_OK, "%s", err.message);
+    /* io 26720; prologue M·K; epilogue 2 + reduction 4 per output element */
+    cr_assert_eq(tsr_ref_work(&r), 1572864.0 + 32.0 * (26720 + 8192 + 12288 * 6));
+
+    cr_assert_eq(tsr_region_init_gated(&r, TSR_F32, 4, 8, 16, TSR_OP_SILU, &err), TSR_OK);
+    /* 4·M·K·H + 32·(a 32 + wg 128 + wu 128 + out 64 + 2·64) */
+    cr_assert_eq(tsr_ref_work(&r), 2048.0 + 32.0 * 480);
+}
+
+Test(refexec, work_of_attention_counts_the_pairs_the_mask_keeps)
+{
+    tsr_region r;
+    tsr_error err;
+    tsr_attention_desc d = {.batch = 2,
+                            .heads = 4,
+                            .heads_kv = 2,
+                            .seq_q = 4,
+                            .seq_k = 4,
+                            .head_dim = 8,
+                            .head_dim_v = 16,
+                            .scale = NAN};
+    cr_assert_eq(tsr_region_init_attention(&r, TSR_F32, &d, &err), TSR_OK, "%s", err.message);
+    /* io: q 2·4·4·8 = 256, k 2·2·4·8 = 128, v 2·2·4·16 = 256, out 2·4·4·16 = 512 */
+    double io = 256 + 128 + 256 + 512;
+    /* B·H·P = 2·4·16 = 128 pairs: 2·128·(8 + 16) + 32·(io + 128) */
+    cr_assert_eq(tsr_ref_work(&r), 6144.0 + 32.0 * (io + 128));
+    r.u.attention.causal = true; /* 1 + 2 + 3 + 4 = 10 pairs per (b, h) */
+    cr_assert_eq(tsr_ref_work(&r), 2.0 * 80 * 24 + 32.0 * (io + 80));
+    r.u.attention.seq_k = 2; /* rows see 0, 0, 1, 2 keys */
+    io = 256 + 64 + 128 + 512;
+    cr_assert_eq(tsr_ref_work(&r), 2.0 * 24 * 24 + 32.0 * (io + 24));
+    r.u.attention.seq_q = 2;
+    r.u.attention.seq_k = 4; /* bottom-right: rows see 3 and 4 keys */
+    io = 128 + 128 + 256 + 256;
+    cr_assert_eq(tsr_ref_work(&r), 2.0 * 56 * 24 + 32.0 * (io + 56));
+}
+
+Test(refexec, work_of_pointwise_reads_broadcast_inputs_per_output_element)
+{
+    tsr_region r;
+    /* (16, 32) output, 3 inputs, 7 ops: 512 · (3 + 7 + 1) steps */
+    cr_assert_eq(tsr_region_from_file("examples/pointwise.json", &r, NULL), TSR_OK);
+    cr_assert_eq(r.u.pointwise.n_nodes, 7);
+    cr_assert_eq(tsr_ref_work(&r), 32.0 * 512 * 11);
+    tsr_region_free(&r);
+    /* The output takes the broadcast shape of every input, (1000, 1000); a const
+     * counts as an op, and an output that names an input still reads and writes. */
+    work_region("{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"a\",\"shape\":"
+                "[1000,1]},{\"name\":\"b\",\"shape\":[1000]}],\"ops\":[{\"op\":\"const\",\"value\":"
+                "2,\"out\":\"c\"},{\"op\":\"pow\",\"args\":[\"a\",\"c\"],\"out\":\"y\"}],"
+                "\"output\":\"b\"}",
+                &r);
+    cr_assert_eq(tsr_ref_work(&r), 32.0 * 1000000 * 5);
+    tsr_region_free(&r);
+    work_region("{\"kind\":\"pointwise\",\"dtype\":\"bf16\",\"inputs\":[{\"name\":\"a\",\"shape\":"
+                "[]}],\"ops\":[],\"output\":\"a\"}",
+                &r);
+    cr_assert_eq(tsr_ref_work(&r), 64.0);
+    tsr_region_free(&r);
+}
+
+Test(refexec, work_of_the_largest_regions_is_finite_and_ordered)
+{
+    tsr_region r;
+    tsr_error err;
+    int64_t big = INT64_C(1) << 20; /* M·N = 2^40, the element limit */
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_F32, big, big, big, &err), TSR_OK, "%s",
+                 err.message);
+    double w = tsr_ref_work(&r);
+    cr_assert(isfinite(w));
+    cr_assert_eq(w, 0x1p61 + 32.0 * 3 * 0x1p40);
+    cr_assert_eq(tsr_ref_work(NULL), 0.0);
+}

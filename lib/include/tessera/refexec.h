@@ -32,6 +32,31 @@ extern "C" {
 tsr_status tsr_ref_run(const tsr_region *r, const void *const *inputs, void *output, int threads,
                        tsr_error *err);
 
+/* ---- work: what one run costs the CPU ---- */
+
+/* What one element-wise step costs next to a multiply or an add (see below). */
+#define TSR_REF_WORK_ELEMENT 32
+
+/* The work of one tsr_ref_run of r in work units, the measure of CPU time that
+ * the daemon bounds per request. A multiply or an add counts 1; every
+ * element-wise step counts TSR_REF_WORK_ELEMENT: reading or writing one element
+ * (a broadcast pointwise input is read once per output element), one pointwise
+ * op, an activation, a softmax exponent, a row reduction's work per element
+ * (4). The weight is what such a step costs the reference next to a
+ * multiply-add, so that a unit costs about the same time whatever the kind
+ * (measured on one core: 0.04 to 0.3 ns per unit for every kind). Exactly, with
+ * E = TSR_REF_WORK_ELEMENT, "io" the elements of every input and the output,
+ * and P the (query, key) pairs the causal mask keeps (M·N without it):
+ *
+ *   matmul     2·M·N·K + E·io
+ *   fused      2·M·N·K + E·(io + M·K·prologue + M·N·(epilogue + 4·[reduction]))
+ *   gated      4·M·K·H + E·(io + 2·M·H)
+ *   attention  2·B·H·P·(D + Dv) + E·(io + B·H·P)
+ *   pointwise  E·elements(output)·(inputs + ops + 1)
+ *
+ * r must be validated. Exact for results below 2^53; never negative. Reentrant. */
+double tsr_ref_work(const tsr_region *r);
+
 #ifdef __cplusplus
 }
 #endif

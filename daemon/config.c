@@ -78,6 +78,8 @@ void tsrd_config_free(tsrd_config *c)
     free(c->tls_cert_file);
     free(c->tls_key_file);
     free(c->tls_ca_file);
+    free(c->metrics_listen);
+    c->metrics_listen = NULL;
     c->cache_dir = c->backend = c->config_path = NULL;
     c->tls_cert_file = c->tls_key_file = c->tls_ca_file = NULL;
     c->tenants = NULL;
@@ -107,6 +109,7 @@ tsr_status tsrd_config_copy(tsrd_config *dst, const tsrd_config *src, tsr_error 
     dst->n_listen = 0;
     dst->cache_dir = dst->backend = dst->config_path = NULL;
     dst->tls_cert_file = dst->tls_key_file = dst->tls_ca_file = NULL;
+    dst->metrics_listen = NULL;
     dst->tenants = NULL;
     dst->n_tenants = 0;
     tsr_status st = TSR_OK;
@@ -127,6 +130,8 @@ tsr_status tsrd_config_copy(tsrd_config *dst, const tsrd_config *src, tsr_error 
         st = config_copy_opt(&dst->tls_key_file, src->tls_key_file, err);
     if (st == TSR_OK)
         st = config_copy_opt(&dst->tls_ca_file, src->tls_ca_file, err);
+    if (st == TSR_OK)
+        st = config_copy_opt(&dst->metrics_listen, src->metrics_listen, err);
     for (int i = 0; st == TSR_OK && i < src->n_listen; i++)
         st = config_add_listen(dst, src->listen[i], err);
     if (st == TSR_OK)
@@ -432,6 +437,28 @@ static tsr_status key_tenants(tsrd_config *c, const cJSON *v, tsr_error *err)
     return TSR_OK;
 }
 
+/* Only the shape is checked here (http://, a host, a port, no path); whether
+ * the address can be bound is found at start-up (metrics_http.c). */
+static tsr_status key_metrics_listen(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    const char *s = NULL;
+    tsr_status st = config_json_string(v, "metrics_listen", &s, err);
+    if (st != TSR_OK)
+        return st;
+    const char *host = strncmp(s, "http://", 7) == 0 ? s + 7 : NULL;
+    const char *colon = host != NULL ? strrchr(host, ':') : NULL;
+    const char *port = colon != NULL ? colon + 1 : NULL;
+    size_t digits = port != NULL ? strspn(port, "0123456789") : 0;
+    bool trailing_slash = port != NULL && port[digits] == '/' && port[digits + 1] == '\0';
+    if (host == NULL || colon == host || digits == 0 || digits > 5 ||
+        (port[digits] != '\0' && !trailing_slash) || strtoul(port, NULL, 10) > 65535)
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE,
+                             "metrics_listen: '%s' is not http://HOST:PORT (e.g. "
+                             "http://127.0.0.1:9464)",
+                             s);
+    return config_set_string(&c->metrics_listen, s, err);
+}
+
 static const struct config_key {
     const char *name;
     tsr_status (*set)(tsrd_config *c, const cJSON *v, tsr_error *err);
@@ -448,6 +475,7 @@ static const struct config_key {
     {"ipc_mode", key_ipc_mode},
     {"allow_plain_tcp", key_allow_plain_tcp},
     {"tls", key_tls},
+    {"metrics_listen", key_metrics_listen},
     {"test_faults", key_test_faults},
 };
 

@@ -7,13 +7,15 @@
  *
  *   listen (array of URLs), cache_dir, backend, log_level, max_message_bytes,
  *   workers, cache_memory_bytes, cache_disk_bytes, tenants, ipc_mode,
- *   allow_plain_tcp, tls, test_faults
+ *   allow_plain_tcp, tls, metrics_listen, test_faults
  *
  * tenants is an array of objects {name, token_sha256 [hex], uids [n], gids [n],
  * quotas {device_memory_bytes, buffers, in_flight, compiles}}; tokens are kept
  * only as SHA-256 hashes (tesserad --hash-token prints one). tls is an object
  * {cert_file, key_file, ca_file, verify_clients}. A tcp:// listen URL is refused
- * unless allow_plain_tcp is true.
+ * unless allow_plain_tcp is true. metrics_listen is an http://HOST:PORT URL on
+ * which GET /metrics serves the Prometheus text; without it (the default) there
+ * is no HTTP listener.
  *
  * An unknown key, a wrong JSON type or a value out of range is an error whose
  * message names the key. Nothing here touches the file system beyond reading
@@ -79,6 +81,7 @@ typedef struct tsrd_config {
     bool allow_plain_tcp;        /* tcp:// listeners are refused unless set */
     char *tls_cert_file, *tls_key_file, *tls_ca_file; /* PEM; NULL: unset */
     bool tls_verify_clients; /* require a client certificate signed by ca_file */
+    char *metrics_listen;    /* http://HOST:PORT for GET /metrics; NULL: none */
     bool test_faults;        /* registers the faulting test candidate (tests only) */
 } tsrd_config;
 

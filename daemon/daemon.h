@@ -107,9 +107,24 @@ typedef struct tsrd_kernel {
     tsrd_tenant *tenant;
 } tsrd_kernel;
 
-/* Request counters, by body case and status (the loop's own). */
+/* Fixed latency buckets (metrics.c holds the bounds, 50 us to 60 s) plus the
+ * overflow bucket, +Inf. */
+#define TSRD_LATENCY_BUCKETS 20
+
+/* One latency histogram: counts per bucket (not cumulative: an observation
+ * lands in the first bucket whose bound it does not exceed, or in the last,
+ * +Inf), their number and their sum. */
+typedef struct tsrd_latency {
+    uint64_t buckets[TSRD_LATENCY_BUCKETS + 1];
+    uint64_t count;
+    uint64_t sum_ns;
+} tsrd_latency;
+
+/* Request counters, by body case and status, and request latency (arrival to
+ * reply) by body case (the loop's own). */
 typedef struct tsrd_metrics {
     uint64_t requests[TSRD_BODY_CASES][TSR_STATUS_COUNT];
+    tsrd_latency latency[TSRD_BODY_CASES];
     uint64_t replays;         /* answered from the request-id memory */
     uint64_t sessions_opened; /* ever */
     uint64_t bytes_in, bytes_out;
@@ -238,7 +253,20 @@ tsr_status tsrd_tenant_attribute(tsrd_daemon *d, tsrd_session *s, const char *au
 
 /* ---- metrics.c ---- */
 
+/* Counts an answer that had no job (body_case 0: an undecodable request). */
 void tsrd_metrics_count(tsrd_daemon *d, int body_case, tsr_status status);
+/* Counts a job's answer and records its latency, elapsed_ns from arrival. */
+void tsrd_metrics_record(tsrd_daemon *d, int body_case, tsr_status status, uint64_t elapsed_ns);
+/* Adds one observation to a histogram. */
+void tsrd_latency_observe(tsrd_latency *h, uint64_t elapsed_ns);
+/* The upper bound of bucket i in nanoseconds (UINT64_MAX for i =
+ * TSRD_LATENCY_BUCKETS, the +Inf bucket) and its Prometheus "le" text. */
+uint64_t tsrd_latency_bound_ns(int i);
+const char *tsrd_latency_bound_text(int i);
+/* The Prometheus text (exposition format 0.0.4) of every metric, in *text
+ * (malloc'd, NUL-terminated; the caller frees it) of *len bytes. Loop thread.
+ * TSR_NO_MEMORY on failure. */
+tsr_status tsrd_metrics_render(tsrd_daemon *d, char **text, size_t *len, tsr_error *err);
 /* Fills a StatsReply (memory from the job's arena). */
 tsr_status tsrd_metrics_fill(tsrd_daemon *d, tsrd_job *job, Tessera__V1__StatsReply *out,
                              bool prometheus);

@@ -175,7 +175,7 @@ static void dispatch_complete(tsrd_job *job, tsr_status status)
     free(waiters);
     if (bytes != small)
         free(bytes);
-    tsrd_metrics_count(d, job->body_case, status);
+    tsrd_metrics_record(d, job->body_case, status, uv_hrtime() - job->start_ns);
     dispatch_log(job, status);
     dispatch_release(job);
     if (job->session != NULL)

@@ -10,6 +10,10 @@
  * from a loop timer, so a stuck loop stops feeding it, and only while the
  * daemon is ready (not while recovering a device or draining). Without
  * NOTIFY_SOCKET (not under systemd) sd_notify does nothing.
+ *
+ * The metrics listener (metrics_listen) starts after the nng listeners and
+ * stops before them: scrapes are answered while the daemon drains, and a
+ * metrics address that cannot be bound fails start-up like any listener.
  */
 #include "service.h"
 
@@ -21,11 +25,13 @@
 #include <unistd.h>
 
 #include "daemon.h"
+#include "metrics_http.h"
 #include "server.h"
 
 typedef struct service {
     tsrd_daemon d; /* first: see service_idle */
     tsrd_server *server;
+    tsrd_metrics_http *metrics_http; /* NULL without metrics_listen */
     uv_signal_t sigterm, sigint, sighup;
     uv_timer_t watchdog;
     bool watchdog_on;
@@ -48,6 +54,7 @@ static void service_shutdown(service *svc)
         return;
     svc->closed = true;
     tsrd_log_info(&svc->d.log, "drained; shutting down");
+    tsrd_metrics_http_close(svc->metrics_http);
     tsrd_server_close(svc->server);
     service_close_handles(svc);
 }
@@ -165,9 +172,14 @@ int tsrd_service_run(const tsrd_config *config)
     if (tsrd_server_start(&svc->d, &svc->server, &err) != TSR_OK) {
         tsrd_log_error(&log, "start-up failed: %s: %s", tsr_status_name(err.code), err.message);
         status = 1;
+    } else if (tsrd_metrics_http_start(&svc->d, &svc->metrics_http, &err) != TSR_OK) {
+        tsrd_log_error(&log, "start-up failed: %s: %s", tsr_status_name(err.code), err.message);
+        status = 1;
+        tsrd_server_close(svc->server);
     } else if (service_start_signals(svc, &loop) != 0) {
         tsrd_log_error(&log, "cannot install signal handlers");
         status = 1;
+        tsrd_metrics_http_close(svc->metrics_http);
         tsrd_server_close(svc->server);
         service_close_handles(svc);
     } else {

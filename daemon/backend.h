@@ -16,6 +16,13 @@
  * CUDA_ERROR_OUT_OF_MEMORY"). A backend whose device died reports
  * TSR_DEVICE_LOST.
  *
+ * Faults: a sticky device error (an illegal address in one launch) poisons the
+ * whole device context. The backend then reports lost() and answers every call
+ * with TSR_DEVICE_LOST until recover() has rebuilt the context. Objects made
+ * before a recovery (buffers, kernels, streams, graphs, host registrations)
+ * belong to the old context: their device memory is gone, using one answers
+ * TSR_DEVICE_LOST saying so, and freeing one releases only its host side.
+ *
  * Threading: open and close are called on the loop thread while nothing else
  * runs. Every other function may be called from any worker thread, concurrently,
  * except that the calls on one stream are serialized by the caller (one session's
@@ -26,6 +33,7 @@
 #ifndef TESSERAD_BACKEND_H
 #define TESSERAD_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,8 +56,14 @@ typedef struct tsrd_device_info {
 } tsrd_device_info;
 
 typedef struct tsrd_backend_options {
-    int threads; /* host threads a CPU launch may use; <= 0 = online CPUs */
+    int threads;      /* host threads a CPU launch may use; <= 0 = online CPUs */
+    bool test_faults; /* register the "test_fault" candidate (forced only): its
+                       * launch faults the device, for recovery tests */
 } tsrd_backend_options;
+
+/* The candidate registered with test_faults: forced, its launch faults the
+ * device like an out-of-bounds store would. */
+#define TSRD_TEST_FAULT_CANDIDATE "test_fault"
 
 typedef struct tsrd_backend_ops {
     const char *name;         /* "cpu", "cuda" */
@@ -137,6 +151,20 @@ typedef struct tsrd_backend_ops {
     tsr_status (*graph_end)(tsrd_backend *b, tsrd_stream *s, tsrd_graph **out, tsr_error *err);
     tsr_status (*graph_launch)(tsrd_backend *b, tsrd_graph *g, tsrd_stream *s, tsr_error *err);
     void (*graph_destroy)(tsrd_backend *b, tsrd_graph *g);
+
+    /* ---- faults ---- */
+    /* Nonzero once a sticky error has poisoned a device context; stays so until
+     * recover succeeds. Any thread, lock-free. */
+    int (*lost)(tsrd_backend *b);
+    /* Rebuilds the context of every lost device: the old context and everything
+     * in it are destroyed, a fresh one is made, and the backend's own modules
+     * come back. Kernels the caller holds are not reloaded here (the caller
+     * loads them again from their binaries). The caller guarantees that only
+     * release calls (buffer_free, unload, stream_destroy, graph_destroy,
+     * host_unregister) may run meanwhile; those wait for the reset. Worker
+     * thread; takes a few hundred milliseconds on a GPU. TSR_DEVICE_LOST when
+     * the device cannot be brought back. */
+    tsr_status (*recover)(tsrd_backend *b, tsr_error *err);
 } tsrd_backend_ops;
 
 /* ---- the table of compiled-in backends (backends.c) ---- */

@@ -8,7 +8,15 @@
  * cache hit or miss is real. Launches run synchronously on the calling worker
  * thread; the stream only carries the time of the work since the last
  * synchronize.
+ *
+ * With test_faults it also registers "test_fault" (forced only), whose launch
+ * plays a device fault: the backend turns lost, answers DEVICE_LOST to every
+ * call, and recover() brings it back with every older buffer, kernel and stream
+ * marked as belonging to the lost context, exactly as the CUDA backend behaves
+ * after an illegal address. That lets the daemon's recovery be tested without a
+ * GPU.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,21 +32,49 @@
 
 struct tsrd_backend {
     int threads;
+    bool test_faults;
     tsrd_device_info device;
+    atomic_int lost;
+    /* Bumped by every recovery; objects remember the one they were made in. */
+    atomic_uint generation;
 };
 
 struct tsrd_dbuf {
     uint64_t bytes;
     uint8_t *data;
+    unsigned generation;
 };
 
 struct tsrd_kobj {
     tsr_region region;
+    bool faults; /* the test_fault candidate */
+    unsigned generation;
 };
 
 struct tsrd_stream {
     double pending_ms;
+    unsigned generation;
 };
+
+/* DEVICE_LOST while the simulated device is down. */
+static tsr_status cpu_alive(tsrd_backend *b, tsr_error *err)
+{
+    if (atomic_load(&b->lost))
+        return tsr_error_set(err, TSR_DEVICE_LOST,
+                             "cpu backend: the device faulted and is being recovered");
+    return TSR_OK;
+}
+
+/* DEVICE_LOST for an object made before the last recovery. */
+static tsr_status cpu_current(tsrd_backend *b, unsigned generation, const char *what,
+                              tsr_error *err)
+{
+    tsr_status st = cpu_alive(b, err);
+    if (st == TSR_OK && generation != atomic_load(&b->generation))
+        st = tsr_error_set(err, TSR_DEVICE_LOST,
+                           "%s was lost when the device was recovered after a fault", what);
+    return st;
+}
 
 static void cpu_model_name(char *buf, size_t size)
 {
@@ -66,6 +102,9 @@ static tsr_status cpu_open(const tsrd_backend_options *opts, tsrd_backend **out,
         return tsr_error_set(err, TSR_NO_MEMORY, "cpu backend: out of memory");
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     b->threads = opts != NULL && opts->threads > 0 ? opts->threads : 0;
+    b->test_faults = opts != NULL && opts->test_faults;
+    atomic_init(&b->lost, 0);
+    atomic_init(&b->generation, 1);
     b->device.index = 0;
     cpu_model_name(b->device.name, sizeof b->device.name);
     snprintf(b->device.arch, sizeof b->device.arch, "cpu");
@@ -108,21 +147,32 @@ static int cpu_serves_arch(tsrd_backend *b, const char *arch)
 
 static tsr_status cpu_register_candidates(tsrd_backend *b, tsr_arbiter *arbiter, tsr_error *err)
 {
-    (void)b;
     tsr_candidate reference = {
         .name = "reference",
         .tier = 0,
         .version = CPU_PLAN_VERSION,
         .kinds = (1u << TSR_KIND_COUNT) - 1,
     };
-    return tsr_arbiter_register(arbiter, &reference, err);
+    tsr_status st = tsr_arbiter_register(arbiter, &reference, err);
+    if (st != TSR_OK || !b->test_faults)
+        return st;
+    tsr_candidate fault = {
+        .name = TSRD_TEST_FAULT_CANDIDATE,
+        .tier = 1,
+        .version = CPU_PLAN_VERSION,
+        .kinds = (1u << TSR_KIND_COUNT) - 1,
+        .forced_only = true,
+    };
+    return tsr_arbiter_register(arbiter, &fault, err);
 }
 
 static tsr_status cpu_buffer_alloc(tsrd_backend *b, int device, uint64_t bytes, tsrd_dbuf **out,
                                    tsr_error *err)
 {
-    (void)b;
     (void)device;
+    tsr_status st = cpu_alive(b, err);
+    if (st != TSR_OK)
+        return st;
     tsrd_dbuf *buf = calloc(1, sizeof *buf);
     /* calloc of the data too: a buffer read before any write reads zeros, never
      * another tenant's leftovers. */
@@ -135,6 +185,7 @@ static tsr_status cpu_buffer_alloc(tsrd_backend *b, int device, uint64_t bytes, 
     }
     buf->bytes = bytes;
     buf->data = data;
+    buf->generation = atomic_load(&b->generation);
     *out = buf;
     return TSR_OK;
 }
@@ -150,7 +201,9 @@ static void cpu_buffer_free(tsrd_backend *b, tsrd_dbuf *buf)
 static tsr_status cpu_buffer_write(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset,
                                    const void *data, uint64_t len, tsr_error *err)
 {
-    (void)b;
+    tsr_status st = cpu_current(b, buf->generation, "the buffer's device memory", err);
+    if (st != TSR_OK)
+        return st;
     if (offset > buf->bytes || len > buf->bytes - offset)
         return tsr_error_set(err, TSR_BUFFER_MISMATCH, "cpu backend: write out of bounds");
     if (len > 0)
@@ -161,7 +214,9 @@ static tsr_status cpu_buffer_write(tsrd_backend *b, tsrd_dbuf *buf, uint64_t off
 static tsr_status cpu_buffer_read(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset, void *data,
                                   uint64_t len, tsr_error *err)
 {
-    (void)b;
+    tsr_status st = cpu_current(b, buf->generation, "the buffer's device memory", err);
+    if (st != TSR_OK)
+        return st;
     if (offset > buf->bytes || len > buf->bytes - offset)
         return tsr_error_set(err, TSR_BUFFER_MISMATCH, "cpu backend: read out of bounds");
     if (len > 0)
@@ -172,8 +227,9 @@ static tsr_status cpu_buffer_read(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offs
 static tsr_status cpu_compile(tsrd_backend *b, const tsr_region *r, const tsr_candidate *c,
                               const char *arch, uint8_t **bin, size_t *len, tsr_error *err)
 {
-    (void)b;
-    if (strcmp(c->name, "reference") != 0 || strcmp(arch, "cpu") != 0)
+    bool known = strcmp(c->name, "reference") == 0 ||
+                 (b->test_faults && strcmp(c->name, TSRD_TEST_FAULT_CANDIDATE) == 0);
+    if (!known || strcmp(arch, "cpu") != 0)
         return tsr_error_set(err, TSR_UNSUPPORTED,
                              "cpu backend: cannot compile candidate '%s' for arch '%s'", c->name,
                              arch);
@@ -189,14 +245,17 @@ static tsr_status cpu_compile(tsrd_backend *b, const tsr_region *r, const tsr_ca
 static tsr_status cpu_load(tsrd_backend *b, int device, const tsr_region *r, const tsr_candidate *c,
                            const uint8_t *bin, size_t len, tsrd_kobj **out, tsr_error *err)
 {
-    (void)b;
     (void)device;
     (void)r;
-    (void)c;
+    tsr_status st = cpu_alive(b, err);
+    if (st != TSR_OK)
+        return st;
     tsrd_kobj *k = calloc(1, sizeof *k);
     if (k == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "cpu backend: out of memory");
-    tsr_status st = tsr_region_from_json((const char *)bin, len, &k->region, err);
+    k->faults = strcmp(c->name, TSRD_TEST_FAULT_CANDIDATE) == 0;
+    k->generation = atomic_load(&b->generation);
+    st = tsr_region_from_json((const char *)bin, len, &k->region, err);
     if (st != TSR_OK) {
         free(k);
         return tsr_error_prefix(err, "cpu backend: stored plan does not load");
@@ -215,10 +274,15 @@ static void cpu_unload(tsrd_backend *b, tsrd_kobj *k)
 
 static tsr_status cpu_stream_create(tsrd_backend *b, int device, tsrd_stream **out, tsr_error *err)
 {
-    (void)b;
     (void)device;
+    tsr_status st = cpu_alive(b, err);
+    if (st != TSR_OK)
+        return st;
     *out = calloc(1, sizeof **out);
-    return *out != NULL ? TSR_OK : tsr_error_set(err, TSR_NO_MEMORY, "cpu backend: out of memory");
+    if (*out == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "cpu backend: out of memory");
+    (*out)->generation = atomic_load(&b->generation);
+    return TSR_OK;
 }
 
 static void cpu_stream_destroy(tsrd_backend *b, tsrd_stream *s)
@@ -241,10 +305,25 @@ static tsr_status cpu_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
     const void *in[TSR_MAX_REGION_INPUTS];
     if (n_inputs < 0 || n_inputs > TSR_MAX_REGION_INPUTS)
         return tsr_error_set(err, TSR_INTERNAL, "cpu backend: %d inputs", n_inputs);
-    for (int i = 0; i < n_inputs; i++)
+    tsr_status st = cpu_current(b, s->generation, "the session's stream", err);
+    if (st == TSR_OK)
+        st = cpu_current(b, k->generation, "the loaded kernel", err);
+    for (int i = 0; st == TSR_OK && i < n_inputs; i++) {
+        st = cpu_current(b, inputs[i]->generation, "an input buffer's device memory", err);
         in[i] = inputs[i]->data;
+    }
+    if (st == TSR_OK)
+        st = cpu_current(b, output->generation, "the output buffer's device memory", err);
+    if (st != TSR_OK)
+        return st;
+    if (k->faults) {
+        atomic_store(&b->lost, 1);
+        return tsr_error_set(err, TSR_DEVICE_LOST,
+                             "cpu backend: %s faulted the device (simulated illegal address)",
+                             TSRD_TEST_FAULT_CANDIDATE);
+    }
     double start = cpu_now_ms();
-    tsr_status st = tsr_ref_run(&k->region, in, output->data, b->threads, err);
+    st = tsr_ref_run(&k->region, in, output->data, b->threads, err);
     s->pending_ms += cpu_now_ms() - start;
     return st;
 }
@@ -252,12 +331,10 @@ static tsr_status cpu_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
 static tsr_status cpu_synchronize(tsrd_backend *b, tsrd_stream *s, double *device_ms,
                                   tsr_error *err)
 {
-    (void)b;
-    (void)err;
     if (device_ms != NULL)
         *device_ms = s->pending_ms;
     s->pending_ms = 0;
-    return TSR_OK;
+    return cpu_current(b, s->generation, "the session's stream", err);
 }
 
 /* ---- the data plane: host memory needs no registration; no device IPC or
@@ -317,6 +394,19 @@ static void cpu_graph_destroy(tsrd_backend *b, tsrd_graph *g)
     (void)b, (void)g;
 }
 
+static int cpu_lost(tsrd_backend *b)
+{
+    return atomic_load(&b->lost);
+}
+
+static tsr_status cpu_recover(tsrd_backend *b, tsr_error *err)
+{
+    (void)err;
+    atomic_fetch_add(&b->generation, 1);
+    atomic_store(&b->lost, 0);
+    return TSR_OK;
+}
+
 const tsrd_backend_ops tsrd_backend_cpu = {
     .name = "cpu",
     .codegen_version = CPU_PLAN_VERSION,
@@ -347,4 +437,6 @@ const tsrd_backend_ops tsrd_backend_cpu = {
     .graph_end = cpu_graph_end,
     .graph_launch = cpu_graph_launch,
     .graph_destroy = cpu_graph_destroy,
+    .lost = cpu_lost,
+    .recover = cpu_recover,
 };

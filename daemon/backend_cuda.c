@@ -24,7 +24,11 @@
  *
  * A sticky error (illegal address, launch failure, ...) poisons the context;
  * the device is then marked lost and every later call on it reports
- * TSR_DEVICE_LOST. Rebuilding the context is not done here yet.
+ * TSR_DEVICE_LOST. recover() resets the primary context (which frees every
+ * allocation, module, stream and pinned page of the old one) and bumps the
+ * device's generation. Every object records the generation it was made in: an
+ * older one is reported lost when used and is freed without touching the
+ * driver, since its handles now mean nothing (or, worse, something else).
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -50,6 +54,7 @@ typedef struct cuda_device {
     CUcontext ctx;
     tsrd_device_info info;
     atomic_int lost;
+    atomic_uint generation;      /* bumped by each recovery */
     pthread_mutex_t module_lock; /* guards the lazy load of the tier-3 modules */
     CUmodule tier3_module;       /* kernels/gemm_sm90.cu */
     CUmodule mma80_module;       /* kernels/gemm_sm80.cu */
@@ -62,6 +67,11 @@ typedef struct cuda_staging {
 
 struct tsrd_backend {
     tsrd_cuda_driver *drv;
+    bool test_faults;
+    /* Held shared by the release functions (which the loop may call while a
+     * recovery runs on a worker) and exclusively by recover, so that no
+     * release reaches the driver while a context is being reset. */
+    pthread_rwlock_t reset_lock;
     tsrd_nvrtc *nv;
     int n_devices;
     cuda_device *devices;
@@ -79,6 +89,7 @@ struct tsrd_backend {
 typedef struct cuda_ipc_block {
     uint8_t handle[64];
     int device;
+    unsigned generation;
     CUdeviceptr base;
     int refs; /* imported buffers using it */
     struct cuda_ipc_block *next;
@@ -86,6 +97,7 @@ typedef struct cuda_ipc_block {
 
 struct tsrd_dbuf {
     int device;
+    unsigned generation;
     CUdeviceptr ptr;
     uint64_t bytes;
     cuda_ipc_block *ipc; /* imported by CUDA IPC: closed with the block's last buffer */
@@ -93,12 +105,14 @@ struct tsrd_dbuf {
 
 struct tsrd_graph {
     int device;
+    unsigned generation;
     CUgraph graph;
     CUgraphExec exec;
 };
 
 struct tsrd_kobj {
     int device;
+    unsigned generation;
     CUmodule module; /* owned; NULL for the shared tier-3 module */
     CUfunction function;
     tsri_cuda_launch_desc desc;
@@ -108,6 +122,7 @@ struct tsrd_kobj {
 
 struct tsrd_stream {
     int device;
+    unsigned generation;
     CUstream stream;
     CUevent start, stop;
     int timing;    /* start recorded since the last synchronize */
@@ -138,6 +153,30 @@ static tsr_status cuda_enter(tsrd_backend *b, int device, tsr_error *err)
                       err);
 }
 
+static unsigned cuda_generation(tsrd_backend *b, int device)
+{
+    return atomic_load(&b->devices[device].generation);
+}
+
+/* cuda_enter for an object made in generation: DEVICE_LOST naming what when
+ * it belongs to a context that a recovery has replaced. */
+static tsr_status cuda_enter_object(tsrd_backend *b, int device, unsigned generation,
+                                    const char *what, tsr_error *err)
+{
+    tsr_status st = cuda_enter(b, device, err);
+    if (st == TSR_OK && generation != cuda_generation(b, device))
+        st = tsr_error_set(err, TSR_DEVICE_LOST,
+                           "%s was lost when device %d was recovered after a fault", what, device);
+    return st;
+}
+
+/* True when an object of generation may still be handed to the driver. */
+static bool cuda_object_live(tsrd_backend *b, int device, unsigned generation)
+{
+    return generation == cuda_generation(b, device) &&
+           b->drv->ctx_set_current(b->devices[device].ctx) == CUDA_SUCCESS;
+}
+
 /* ---- open / close ---- */
 
 static tsr_status cuda_device_open(tsrd_backend *b, int index, tsr_error *err)
@@ -145,6 +184,7 @@ static tsr_status cuda_device_open(tsrd_backend *b, int index, tsr_error *err)
     const tsrd_cuda_driver *drv = b->drv;
     cuda_device *d = &b->devices[index];
     pthread_mutex_init(&d->module_lock, NULL);
+    atomic_init(&d->generation, 1);
     d->info.index = index;
     tsr_status st = tsrd_cuda_check(drv, drv->device_get(&d->dev, index), "cuDeviceGet", err);
     int major = 0, minor = 0, sms = 0;
@@ -206,6 +246,7 @@ static void cuda_close(tsrd_backend *b)
     pthread_mutex_destroy(&b->staging_lock);
     pthread_cond_destroy(&b->staging_free);
     pthread_mutex_destroy(&b->ipc_lock);
+    pthread_rwlock_destroy(&b->reset_lock);
     free(b->devices);
     tsrd_nvrtc_close(b->nv);
     tsrd_cuda_driver_unload(b->drv);
@@ -214,11 +255,12 @@ static void cuda_close(tsrd_backend *b)
 
 static tsr_status cuda_open(const tsrd_backend_options *opts, tsrd_backend **out, tsr_error *err)
 {
-    (void)opts;
     *out = NULL;
     tsrd_backend *b = calloc(1, sizeof *b);
     if (b == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
+    b->test_faults = opts != NULL && opts->test_faults;
+    pthread_rwlock_init(&b->reset_lock, NULL);
     pthread_mutex_init(&b->staging_lock, NULL);
     pthread_cond_init(&b->staging_free, NULL);
     pthread_mutex_init(&b->ipc_lock, NULL);
@@ -287,8 +329,13 @@ static int cuda_serves_arch(tsrd_backend *b, const char *arch)
 
 static tsr_status cuda_register_candidates(tsrd_backend *b, tsr_arbiter *arbiter, tsr_error *err)
 {
-    (void)b;
-    return tsri_cuda_register_candidates(arbiter, err);
+    tsr_status st = tsri_cuda_register_candidates(arbiter, err);
+    if (st == TSR_OK && b->test_faults) {
+        tsr_candidate c;
+        tsri_cuda_candidate_test_fault(&c);
+        st = tsr_arbiter_register(arbiter, &c, err);
+    }
+    return st;
 }
 
 /* ---- memory ---- */
@@ -303,6 +350,7 @@ static tsr_status cuda_buffer_alloc(tsrd_backend *b, int device, uint64_t bytes,
     if (buf == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
     buf->device = device;
+    buf->generation = cuda_generation(b, device);
     buf->bytes = bytes;
     st = cuda_check(b, device, b->drv->mem_alloc(&buf->ptr, bytes ? (size_t)bytes : 1),
                     "cuMemAlloc", err);
@@ -325,7 +373,9 @@ static void cuda_buffer_free(tsrd_backend *b, tsrd_dbuf *buf)
 {
     if (buf == NULL)
         return;
-    /* Even on a lost device the memory is returned as far as the driver lets us. */
+    /* Even on a lost device the memory is returned as far as the driver lets
+     * us; memory of a replaced context went with it. */
+    pthread_rwlock_rdlock(&b->reset_lock);
     if (buf->ipc != NULL) {
         pthread_mutex_lock(&b->ipc_lock);
         cuda_ipc_block *blk = buf->ipc;
@@ -335,14 +385,15 @@ static void cuda_buffer_free(tsrd_backend *b, tsrd_dbuf *buf)
                     *p = blk->next;
                     break;
                 }
-            if (b->drv->ctx_set_current(b->devices[blk->device].ctx) == CUDA_SUCCESS)
+            if (cuda_object_live(b, blk->device, blk->generation))
                 b->drv->ipc_close_mem_handle(blk->base);
             free(blk);
         }
         pthread_mutex_unlock(&b->ipc_lock);
-    } else if (b->drv->ctx_set_current(b->devices[buf->device].ctx) == CUDA_SUCCESS) {
+    } else if (cuda_object_live(b, buf->device, buf->generation)) {
         b->drv->mem_free(buf->ptr);
     }
+    pthread_rwlock_unlock(&b->reset_lock);
     free(buf);
 }
 
@@ -392,7 +443,8 @@ static tsr_status cuda_buffer_copy(tsrd_backend *b, tsrd_dbuf *buf, uint64_t off
 {
     if (offset > buf->bytes || len > buf->bytes - offset)
         return tsr_error_set(err, TSR_BUFFER_MISMATCH, "cuda backend: copy out of bounds");
-    tsr_status st = cuda_enter(b, buf->device, err);
+    tsr_status st =
+        cuda_enter_object(b, buf->device, buf->generation, "the buffer's device memory", err);
     if (st != TSR_OK || len == 0)
         return st;
     const tsrd_cuda_driver *drv = b->drv;
@@ -435,25 +487,48 @@ static tsr_status cuda_buffer_read(tsrd_backend *b, tsrd_dbuf *buf, uint64_t off
 
 /* ---- the data plane ---- */
 
+/* A host registration: the range and the context generation it was pinned in. */
+typedef struct cuda_host_pin {
+    void *host;
+    unsigned generation;
+} cuda_host_pin;
+
 static tsr_status cuda_host_register(tsrd_backend *b, void *host, uint64_t len, void **token,
                                      tsr_error *err)
 {
     *token = NULL;
+    cuda_host_pin *pin = calloc(1, sizeof *pin);
+    if (pin == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
+    pin->generation = cuda_generation(b, 0);
     /* Pinned for every context (PORTABLE), so any device's copies use it. */
     tsr_status st = cuda_enter(b, 0, err);
-    if (st == TSR_OK && len > 0)
+    if (st == TSR_OK && len > 0) {
         st = cuda_check(b, 0,
                         b->drv->mem_host_register(host, (size_t)len, CU_MEMHOSTREGISTER_PORTABLE),
                         "cuMemHostRegister", err);
-    if (st == TSR_OK)
-        *token = host;
-    return st;
+        pin->host = host;
+    }
+    if (st != TSR_OK) {
+        free(pin);
+        return st;
+    }
+    *token = pin;
+    return TSR_OK;
 }
 
 static void cuda_host_unregister(tsrd_backend *b, void *token)
 {
-    if (token != NULL && b->drv->ctx_set_current(b->devices[0].ctx) == CUDA_SUCCESS)
-        b->drv->mem_host_unregister(token);
+    cuda_host_pin *pin = token;
+    if (pin == NULL)
+        return;
+    /* A pin of a replaced context went with it; the copies still work from the
+     * then pageable range. */
+    pthread_rwlock_rdlock(&b->reset_lock);
+    if (pin->host != NULL && cuda_object_live(b, 0, pin->generation))
+        b->drv->mem_host_unregister(pin->host);
+    pthread_rwlock_unlock(&b->reset_lock);
+    free(pin);
 }
 
 static tsr_status cuda_buffer_copy_registered(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset,
@@ -462,7 +537,8 @@ static tsr_status cuda_buffer_copy_registered(tsrd_backend *b, tsrd_dbuf *buf, u
 {
     if (offset > buf->bytes || len > buf->bytes - offset)
         return tsr_error_set(err, TSR_BUFFER_MISMATCH, "cuda backend: copy out of bounds");
-    tsr_status st = cuda_enter(b, buf->device, err);
+    tsr_status st =
+        cuda_enter_object(b, buf->device, buf->generation, "the buffer's device memory", err);
     if (st != TSR_OK || len == 0)
         return st;
     CUresult rc = to_device ? b->drv->memcpy_htod(buf->ptr + offset, host, (size_t)len)
@@ -487,10 +563,12 @@ static tsr_status cuda_buffer_import(tsrd_backend *b, int device, const uint8_t 
     if (buf == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
     buf->device = device;
+    buf->generation = cuda_generation(b, device);
     buf->bytes = bytes;
     pthread_mutex_lock(&b->ipc_lock);
     cuda_ipc_block *blk = b->ipc_open;
-    while (blk != NULL && (blk->device != device || memcmp(blk->handle, handle, 64) != 0))
+    while (blk != NULL && (blk->device != device || blk->generation != buf->generation ||
+                           memcmp(blk->handle, handle, 64) != 0))
         blk = blk->next;
     if (blk == NULL) {
         blk = calloc(1, sizeof *blk);
@@ -504,6 +582,7 @@ static tsr_status cuda_buffer_import(tsrd_backend *b, int device, const uint8_t 
         if (st == TSR_OK) {
             memcpy(blk->handle, handle, 64);
             blk->device = device;
+            blk->generation = buf->generation;
             blk->next = b->ipc_open;
             b->ipc_open = blk;
         } else {
@@ -526,7 +605,7 @@ static tsr_status cuda_buffer_import(tsrd_backend *b, int device, const uint8_t 
 
 static tsr_status cuda_graph_begin(tsrd_backend *b, tsrd_stream *s, tsr_error *err)
 {
-    tsr_status st = cuda_enter(b, s->device, err);
+    tsr_status st = cuda_enter_object(b, s->device, s->generation, "the session's stream", err);
     /* Relaxed: the worker thread may touch unrelated driver state meanwhile. */
     if (st == TSR_OK)
         st = cuda_check(b, s->device,
@@ -541,7 +620,7 @@ static tsr_status cuda_graph_end(tsrd_backend *b, tsrd_stream *s, tsrd_graph **o
 {
     *out = NULL;
     s->capturing = 0;
-    tsr_status st = cuda_enter(b, s->device, err);
+    tsr_status st = cuda_enter_object(b, s->device, s->generation, "the session's stream", err);
     if (st != TSR_OK)
         return st;
     CUgraph graph = NULL;
@@ -555,6 +634,7 @@ static tsr_status cuda_graph_end(tsrd_backend *b, tsrd_stream *s, tsrd_graph **o
         return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
     }
     g->device = s->device;
+    g->generation = s->generation;
     g->graph = graph;
     st = cuda_check(b, s->device, b->drv->graph_instantiate(&g->exec, graph, 0),
                     "cuGraphInstantiate", err);
@@ -569,7 +649,11 @@ static tsr_status cuda_graph_end(tsrd_backend *b, tsrd_stream *s, tsrd_graph **o
 
 static tsr_status cuda_graph_launch(tsrd_backend *b, tsrd_graph *g, tsrd_stream *s, tsr_error *err)
 {
-    tsr_status st = cuda_enter(b, s->device, err);
+    tsr_status st = cuda_enter_object(b, s->device, s->generation, "the session's stream", err);
+    if (st == TSR_OK && g->generation != s->generation)
+        st = tsr_error_set(err, TSR_DEVICE_LOST,
+                           "the captured graph was lost when device %d was recovered after a fault",
+                           s->device);
     if (st == TSR_OK && !s->timing) {
         st = cuda_check(b, s->device, b->drv->event_record(s->start, s->stream), "cuEventRecord",
                         err);
@@ -588,10 +672,12 @@ static void cuda_graph_destroy(tsrd_backend *b, tsrd_graph *g)
 {
     if (g == NULL)
         return;
-    if (b->drv->ctx_set_current(b->devices[g->device].ctx) == CUDA_SUCCESS) {
+    pthread_rwlock_rdlock(&b->reset_lock);
+    if (cuda_object_live(b, g->device, g->generation)) {
         b->drv->graph_exec_destroy(g->exec);
         b->drv->graph_destroy(g->graph);
     }
+    pthread_rwlock_unlock(&b->reset_lock);
     free(g);
 }
 
@@ -643,6 +729,7 @@ static tsr_status cuda_load(tsrd_backend *b, int device, const tsr_region *r,
     if (k == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
     k->device = device;
+    k->generation = cuda_generation(b, device);
     const uint8_t *payload = NULL;
     size_t payload_len = 0;
     st = tsri_cuda_blob_decode(bin, len, &k->desc, &payload, &payload_len, err);
@@ -692,8 +779,10 @@ static void cuda_unload(tsrd_backend *b, tsrd_kobj *k)
 {
     if (k == NULL)
         return;
-    if (k->module != NULL && b->drv->ctx_set_current(b->devices[k->device].ctx) == CUDA_SUCCESS)
+    pthread_rwlock_rdlock(&b->reset_lock);
+    if (k->module != NULL && cuda_object_live(b, k->device, k->generation))
         b->drv->module_unload(k->module);
+    pthread_rwlock_unlock(&b->reset_lock);
     free(k);
 }
 
@@ -708,6 +797,7 @@ static tsr_status cuda_stream_create(tsrd_backend *b, int device, tsrd_stream **
     if (s == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
     s->device = device;
+    s->generation = cuda_generation(b, device);
     st = cuda_check(b, device, b->drv->stream_create(&s->stream, CU_STREAM_DEFAULT),
                     "cuStreamCreate", err);
     if (st == TSR_OK)
@@ -732,11 +822,13 @@ static void cuda_stream_destroy(tsrd_backend *b, tsrd_stream *s)
 {
     if (s == NULL)
         return;
-    if (b->drv->ctx_set_current(b->devices[s->device].ctx) == CUDA_SUCCESS) {
+    pthread_rwlock_rdlock(&b->reset_lock);
+    if (cuda_object_live(b, s->device, s->generation)) {
         b->drv->event_destroy(s->start);
         b->drv->event_destroy(s->stop);
         b->drv->stream_destroy(s->stream);
     }
+    pthread_rwlock_unlock(&b->reset_lock);
     free(s);
 }
 
@@ -750,7 +842,19 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
         return tsr_error_set(err, TSR_INTERNAL,
                              "cuda backend: kernel, stream and buffers on "
                              "different devices");
-    tsr_status st = cuda_enter(b, s->device, err);
+    tsr_status st = cuda_enter_object(b, s->device, s->generation, "the session's stream", err);
+    if (st == TSR_OK && k->generation != s->generation)
+        st = tsr_error_set(err, TSR_DEVICE_LOST,
+                           "the loaded kernel was lost when device %d was recovered after a fault",
+                           s->device);
+    for (int i = 0; st == TSR_OK && i <= n_inputs; i++) {
+        const tsrd_dbuf *buf = i < n_inputs ? inputs[i] : output;
+        if (buf->generation != s->generation)
+            st = tsr_error_set(err, TSR_DEVICE_LOST,
+                               "%s %d's device memory was lost when device %d was recovered "
+                               "after a fault; free it and allocate it again",
+                               i < n_inputs ? "input buffer" : "the output buffer", i, s->device);
+    }
     if (st != TSR_OK)
         return st;
     CUdeviceptr ptrs[TSR_MAX_REGION_INPUTS + 1];
@@ -826,7 +930,7 @@ static tsr_status cuda_synchronize(tsrd_backend *b, tsrd_stream *s, double *devi
 {
     if (device_ms != NULL)
         *device_ms = 0;
-    tsr_status st = cuda_enter(b, s->device, err);
+    tsr_status st = cuda_enter_object(b, s->device, s->generation, "the session's stream", err);
     if (st == TSR_OK)
         st = cuda_check(b, s->device, b->drv->stream_synchronize(s->stream), "cuStreamSynchronize",
                         err);
@@ -838,6 +942,75 @@ static tsr_status cuda_synchronize(tsrd_backend *b, tsrd_stream *s, double *devi
             *device_ms = ms;
     }
     s->timing = 0;
+    return st;
+}
+
+/* ---- faults ---- */
+
+static int cuda_lost(tsrd_backend *b)
+{
+    for (int i = 0; i < b->n_devices; i++)
+        if (atomic_load(&b->devices[i].lost))
+            return 1;
+    return 0;
+}
+
+/* Resets a lost device's primary context and takes a fresh reference to it.
+ * Nothing else runs on the backend meanwhile (the caller's promise). */
+static tsr_status cuda_device_recover(tsrd_backend *b, int index, tsr_error *err)
+{
+    const tsrd_cuda_driver *drv = b->drv;
+    cuda_device *d = &b->devices[index];
+    /* The reset frees every allocation, module, stream and pinned page of the
+     * old context: forget the handles to them without calling the driver. */
+    d->tier3_module = NULL;
+    d->mma80_module = NULL;
+    tsr_status st =
+        tsrd_cuda_check(drv, drv->primary_ctx_reset(d->dev), "cuDevicePrimaryCtxReset", err);
+    CUcontext ctx = NULL;
+    if (st == TSR_OK)
+        st = tsrd_cuda_check(drv, drv->primary_ctx_retain(&ctx, d->dev), "cuDevicePrimaryCtxRetain",
+                             err);
+    if (st != TSR_OK)
+        return tsr_error_prefix(err, "recover device %d", index);
+    /* Keep one reference, as open did: the reset did not drop ours. */
+    drv->primary_ctx_release(d->dev);
+    d->ctx = ctx;
+    st = tsrd_cuda_check(drv, drv->ctx_set_current(ctx), "cuCtxSetCurrent", err);
+    if (st == TSR_OK)
+        st = tsrd_cuda_check(drv, drv->ctx_synchronize(), "cuCtxSynchronize", err);
+    if (st != TSR_OK)
+        return tsr_error_prefix(err, "recover device %d", index);
+    atomic_fetch_add(&d->generation, 1);
+    atomic_store(&d->lost, 0);
+    return TSR_OK;
+}
+
+static tsr_status cuda_recover(tsrd_backend *b, tsr_error *err)
+{
+    /* Pinned staging chunks belong to the context that was current when they
+     * were made, which may be the lost one: return them all before the reset
+     * (no copy runs now) and let later copies make new ones. */
+    bool any = false;
+    for (int i = 0; i < b->n_devices; i++)
+        any = any || atomic_load(&b->devices[i].lost);
+    if (!any)
+        return TSR_OK;
+    pthread_rwlock_wrlock(&b->reset_lock);
+    pthread_mutex_lock(&b->staging_lock);
+    while (b->staging_idle != NULL) {
+        cuda_staging *s = b->staging_idle;
+        b->staging_idle = s->next;
+        b->drv->mem_free_host(s->host); /* fails harmlessly where the context died */
+        free(s);
+        b->staging_count--;
+    }
+    pthread_mutex_unlock(&b->staging_lock);
+    tsr_status st = TSR_OK;
+    for (int i = 0; st == TSR_OK && i < b->n_devices; i++)
+        if (atomic_load(&b->devices[i].lost))
+            st = cuda_device_recover(b, i, err);
+    pthread_rwlock_unlock(&b->reset_lock);
     return st;
 }
 
@@ -871,4 +1044,6 @@ const tsrd_backend_ops tsrd_backend_cuda = {
     .graph_end = cuda_graph_end,
     .graph_launch = cuda_graph_launch,
     .graph_destroy = cuda_graph_destroy,
+    .lost = cuda_lost,
+    .recover = cuda_recover,
 };

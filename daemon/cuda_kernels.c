@@ -431,6 +431,16 @@ void tsri_cuda_candidate_swiglu80(tsr_candidate *out)
     out->applies = kernels_mma80_applies;
 }
 
+void tsri_cuda_candidate_test_fault(tsr_candidate *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_TEST_FAULT);
+    out->tier = 1;
+    out->version = TSRI_CUDA_TEST_FAULT_VERSION;
+    out->kinds = (1u << TSR_KIND_COUNT) - 1;
+    out->forced_only = true;
+}
+
 int tsri_cuda_candidate_is_tier3(const tsr_candidate *c)
 {
     return strcmp(c->name, TSRI_CUDA_GEMM) == 0 || strcmp(c->name, TSRI_CUDA_SWIGLU) == 0 ||
@@ -490,11 +500,53 @@ static tsr_status kernels_compile_tier1(const tsrd_nvrtc *nv, int sm_count, cons
     return st;
 }
 
+/* The test_fault kernel: the region's parameters (so that launches pass the
+ * usual checks) and one store through an index no allocation reaches. */
+static tsr_status kernels_compile_test_fault(const tsrd_nvrtc *nv, const tsr_region *r,
+                                             const char *arch, uint8_t **bin, size_t *len,
+                                             tsr_error *err)
+{
+    if (nv == NULL)
+        return tsr_error_set(err, TSR_UNSUPPORTED, "%s: NVRTC is not available",
+                             TSRI_CUDA_TEST_FAULT);
+    tsr_tensor_desc inputs[TSR_MAX_REGION_INPUTS], output;
+    int n_params = tsr_region_signature(r, inputs, &output) + 1;
+    char source[1024];
+    int at = snprintf(source, sizeof source, "extern \"C\" __global__ void tsr_test_fault(");
+    for (int i = 0; i < n_params; i++)
+        at += snprintf(source + at, sizeof source - (size_t)at, "%sfloat *p%d", i ? ", " : "", i);
+    snprintf(source + at, sizeof source - (size_t)at,
+             ")\n{\n"
+             "    /* 2^40 elements past the output: no allocation is there. */\n"
+             "    if (blockIdx.x == 0 && threadIdx.x == 0)\n"
+             "        ((volatile float *)p%d)[1ull << 40] = 1.0f;\n"
+             "}\n",
+             n_params - 1);
+    uint8_t *cubin = NULL;
+    size_t cubin_len = 0;
+    tsr_status st =
+        tsrd_nvrtc_compile(nv, source, "test_fault.cu", arch, &cubin, &cubin_len, NULL, err);
+    if (st == TSR_OK) {
+        tsri_cuda_launch_desc desc = {.image = TSRI_CUDA_IMAGE_CUBIN,
+                                      .grid = {1, 1, 1},
+                                      .block = {32, 1, 1},
+                                      .n_params = n_params};
+        snprintf(desc.entry, sizeof desc.entry, "tsr_test_fault");
+        st = tsri_cuda_blob_encode(&desc, cubin, cubin_len, bin, len, err);
+    } else {
+        tsr_error_prefix(err, "%s", TSRI_CUDA_TEST_FAULT);
+    }
+    free(cubin);
+    return st;
+}
+
 tsr_status tsri_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_region *r,
                              const tsr_candidate *c, const char *arch, uint8_t **bin, size_t *len,
                              tsr_error *err)
 {
     char why[160] = "";
+    if (strcmp(c->name, TSRI_CUDA_TEST_FAULT) == 0)
+        return kernels_compile_test_fault(nv, r, arch, bin, len, err);
     if (strcmp(c->name, TSRI_CUDA_TIER1) == 0) {
         if (!kernels_tier1_applies(c, r, arch, why, sizeof why))
             return tsr_error_set(err, TSR_UNSUPPORTED, "tier1: %s", why);

@@ -55,6 +55,13 @@
 #define TSRI_CUDA_SWIGLU80 "swiglu_mma80"
 #define TSRI_CUDA_MMA80_VERSION 1
 
+/* The fault-injection candidate registered when the daemon runs with
+ * test_faults (TSRD_TEST_FAULT_CANDIDATE in backend.h): forced only; its kernel
+ * stores far outside any allocation, so its launch ends in
+ * CUDA_ERROR_ILLEGAL_ADDRESS and poisons the context. */
+#define TSRI_CUDA_TEST_FAULT "test_fault"
+#define TSRI_CUDA_TEST_FAULT_VERSION 1
+
 /* The only architecture the wgmma tier-3 kernels are built for. */
 #define TSRI_CUDA_TIER3_ARCH "sm_90a"
 
@@ -108,6 +115,8 @@ void tsri_cuda_candidate_gemm(tsr_candidate *out);
 void tsri_cuda_candidate_swiglu(tsr_candidate *out);
 void tsri_cuda_candidate_gemm80(tsr_candidate *out);
 void tsri_cuda_candidate_swiglu80(tsr_candidate *out);
+/* The test_fault candidate (registered by the backend only with test_faults). */
+void tsri_cuda_candidate_test_fault(tsr_candidate *out);
 
 /* True for the four tier-3 candidates. */
 int tsri_cuda_candidate_is_tier3(const tsr_candidate *c);

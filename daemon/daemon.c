@@ -38,7 +38,7 @@ tsr_status tsrd_mkdirs(const char *path, unsigned mode, tsr_error *err)
 
 static tsr_status daemon_open_backend(tsrd_daemon *d, tsr_error *err)
 {
-    tsrd_backend_options opts = {.threads = 0};
+    tsrd_backend_options opts = {.threads = 0, .test_faults = d->config.test_faults};
     tsr_status st = tsrd_backend_choose(d->config.backend, &opts, &d->bops, &d->backend, err);
     if (st != TSR_OK)
         return st;
@@ -95,6 +95,7 @@ tsr_status tsrd_daemon_init(tsrd_daemon *d, const tsrd_config *config, uv_loop_t
 void tsrd_daemon_fini(tsrd_daemon *d)
 {
     tsrd_session_close_all(d);
+    tsrd_recovery_fini(d);
     tsrd_handles_fini(&d->handles);
     tsrd_tenants_fini(d);
     if (d->arbiter != NULL)

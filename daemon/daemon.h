@@ -158,9 +158,16 @@ struct tsrd_daemon {
      * turn, and how many jobs the worker pool holds of at most work_slots. */
     tsrd_tenant *ready_head, *ready_tail;
     int work_running, work_slots;
-    /* Health: the backend is rebuilding its device context. */
+    /* Health: the backend is rebuilding its device context (recovery.c). While
+     * work_paused the dispatch pump hands out no heavy work. */
     bool recovering;
-    uint64_t recoveries;
+    bool work_paused;
+    uint64_t recoveries;       /* completed */
+    uint64_t device_faults;    /* sticky faults noticed */
+    uint64_t buffers_lost;     /* buffer handles whose memory a fault took */
+    uint64_t recovery_last_ms; /* fault noticed -> serving again, last recovery */
+    uint64_t recovery_started_ns;
+    struct tsrd_recovery *recovery;
     uint64_t start_ns;
     tsrd_session *sessions;
     size_t n_sessions;
@@ -234,6 +241,14 @@ void tsrd_kernel_unref(tsrd_daemon *d, tsrd_kernel *k);
 /* Records an ipc peer's credentials on its session (server.c, before the
  * session's first dispatch). */
 void tsrd_session_set_peer(tsrd_session *s, uint32_t uid, uint32_t gid);
+
+/* ---- recovery.c ---- */
+
+/* After each job: starts a recovery when the backend reports a lost device,
+ * and moves a running one on once no job runs. Loop thread. */
+void tsrd_recovery_poll(tsrd_daemon *d);
+/* Frees the recovery state (daemon fini; no recovery may be running). */
+void tsrd_recovery_fini(tsrd_daemon *d);
 
 /* ---- tenant.c ---- */
 

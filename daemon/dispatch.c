@@ -215,7 +215,6 @@ static void dispatch_work(uv_work_t *w)
 }
 
 static void dispatch_stream_next(tsrd_daemon *d, tsrd_session *s);
-static void dispatch_pump(tsrd_daemon *d);
 
 static void dispatch_after_work(uv_work_t *w, int uv_status)
 {
@@ -234,13 +233,17 @@ static void dispatch_after_work(uv_work_t *w, int uv_status)
         dispatch_stream_next(d, s);
     }
     tsrd_session_unref(d, s);
-    dispatch_pump(d);
+    /* A sticky device fault shows first as a job's DEVICE_LOST. */
+    tsrd_recovery_poll(d);
+    tsrd_dispatch_pump(d);
 }
 
 /* Hands queued heavy work to the worker pool while it has free slots, one job
  * per tenant in turn: the tenant served goes to the back of the ring. */
-static void dispatch_pump(tsrd_daemon *d)
+void tsrd_dispatch_pump(tsrd_daemon *d)
 {
+    if (d->work_paused)
+        return;
     int slots = d->work_slots > 0 ? d->work_slots : 4;
     while (d->work_running < slots && d->ready_head != NULL) {
         tsrd_tenant *t = d->ready_head;
@@ -290,7 +293,7 @@ static void dispatch_queue_work(tsrd_job *job)
             d->ready_head = t;
         d->ready_tail = t;
     }
-    dispatch_pump(d);
+    tsrd_dispatch_pump(d);
 }
 
 static void dispatch_stream_next(tsrd_daemon *d, tsrd_session *s)

@@ -94,6 +94,10 @@ struct tsrd_job {
  * once (possibly later, when the work completes). pipe_id names the session. */
 void tsrd_dispatch(tsrd_daemon *d, uint32_t pipe_id, void *origin, const uint8_t *data, size_t len);
 
+/* Hands queued heavy work to the worker pool while slots are free (and work is
+ * not paused by a device recovery). Loop thread. */
+void tsrd_dispatch_pump(tsrd_daemon *d);
+
 /* The handler row of a request body case; NULL for an unknown case. */
 const tsrd_handler *tsrd_handler_find(int body_case);
 /* The row's name, or "unknown". */

@@ -151,6 +151,16 @@ size_t tsrd_handles_remove_owner(tsrd_handles *t, const void *owner,
     return removed;
 }
 
+void tsrd_handles_each(const tsrd_handles *t, tsrd_handle_type type,
+                       void (*fn)(void *obj, void *arg), void *arg)
+{
+    for (size_t i = 0; i < t->cap; i++) {
+        const tsrd_handle_slot *s = &t->slots[i];
+        if (s->id != 0 && !handles_slot_is_tombstone(s) && s->type == (int)type)
+            fn(s->obj, arg);
+    }
+}
+
 size_t tsrd_handles_count(const tsrd_handles *t, int type)
 {
     if (type == 0)

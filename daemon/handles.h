@@ -60,6 +60,11 @@ size_t tsrd_handles_remove_owner(tsrd_handles *t, const void *owner,
                                  void (*fn)(void *obj, tsrd_handle_type type, void *arg),
                                  void *arg);
 
+/* Calls fn(obj, arg) for every live entry of type, in table order. fn must not
+ * add or remove entries. */
+void tsrd_handles_each(const tsrd_handles *t, tsrd_handle_type type,
+                       void (*fn)(void *obj, void *arg), void *arg);
+
 /* Live entries of a type (0 = all types). */
 size_t tsrd_handles_count(const tsrd_handles *t, int type);
 

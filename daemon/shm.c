@@ -119,6 +119,16 @@ tsr_status tsrd_shm_register(tsrd_job *job, tsrd_shm_map *map)
     return st;
 }
 
+void tsrd_shm_unpin_all(tsrd_daemon *d, tsrd_session *s)
+{
+    for (tsrd_shm_map *m = s->shm_maps; m != NULL; m = m->next) {
+        if (m->registered)
+            d->bops->host_unregister(d->backend, m->token);
+        m->registered = false;
+        m->token = NULL;
+    }
+}
+
 void tsrd_shm_release_all(tsrd_daemon *d, tsrd_session *s)
 {
     while (s->shm_maps != NULL) {

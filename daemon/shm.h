@@ -47,6 +47,11 @@ tsr_status tsrd_shm_resolve(tsrd_job *job, const Tessera__V1__SharedMemory *ref,
 /* Registers map with the backend unless done already (stream jobs). */
 tsr_status tsrd_shm_register(tsrd_job *job, tsrd_shm_map *map);
 
+/* Unregisters every segment of s but keeps it mapped: after a device recovery
+ * the pins of the old context are void, and the next stream job pins the
+ * segment again. Loop thread, while no job of s runs. */
+void tsrd_shm_unpin_all(tsrd_daemon *d, tsrd_session *s);
+
 /* Unregisters and unmaps every segment of s (session teardown). */
 void tsrd_shm_release_all(tsrd_daemon *d, tsrd_session *s);
 

@@ -1,0 +1,276 @@
+/*
+ * recovery.c — the device-fault scenario (see recovery.h).
+ */
+#include "recovery.h"
+
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "testd.h"
+
+#define RECOVERY_TOKEN_ALICE "alice-fault-token"
+#define RECOVERY_TOKEN_BOB "bob-steady-token"
+#define RECOVERY_TIMEOUT_MS 120000
+#define RECOVERY_MAX_N (1 << 20)
+
+static double recovery_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* y = 2x + 1 over n f32 elements. */
+static tsr_region *recovery_affine(int n)
+{
+    char json[512];
+    snprintf(
+        json, sizeof json,
+        "{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"x\",\"shape\":[%d]}],"
+        "\"ops\":[{\"op\":\"const\",\"value\":2,\"out\":\"two\"},"
+        "{\"op\":\"const\",\"value\":1,\"out\":\"one\"},"
+        "{\"op\":\"mul\",\"args\":[\"x\",\"two\"],\"out\":\"t\"},"
+        "{\"op\":\"add\",\"args\":[\"t\",\"one\"],\"out\":\"y\"}],\"output\":\"y\"}",
+        n);
+    tsr_region *r = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_region_load(json, strlen(json), &r, &err), TSR_OK, "%s", err.message);
+    return r;
+}
+
+static void recovery_fill(float *x, int n, int seed)
+{
+    for (int i = 0; i < n; i++)
+        x[i] = (float)((i * 7 + seed * 13) % 2001 - 1000) * 0.125f;
+}
+
+/* Exact: 2x + 1 of these values is representable in f32. */
+static bool recovery_right(const float *x, const float *y, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (y[i] != 2.0f * x[i] + 1.0f)
+            return false;
+    return true;
+}
+
+static tsr_client *recovery_client(const testd *d, const char *token)
+{
+    tsr_client_options opts;
+    tsr_client_options_init(&opts);
+    opts.url = d->url;
+    opts.auth = token;
+    opts.force = "";
+    opts.timeout_ms = RECOVERY_TIMEOUT_MS;
+    tsr_client *c = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_connect(&opts, &c, &err), TSR_OK, "%s", err.message);
+    return c;
+}
+
+/* Bob's second connection: runs the region until told to stop. */
+typedef struct recovery_runner {
+    const testd *d;
+    int n;
+    atomic_bool stop;
+    atomic_bool recovered; /* set by the main thread once health is READY again */
+    atomic_ulong ok, lost, after, wrong, other;
+    tsr_status other_status;
+    char other_message[TSR_ERROR_MESSAGE_MAX];
+} recovery_runner;
+
+static void *recovery_run_loop(void *arg)
+{
+    recovery_runner *rr = arg;
+    tsr_client *c = recovery_client(rr->d, RECOVERY_TOKEN_BOB);
+    tsr_region *r = recovery_affine(rr->n);
+    float *x = malloc((size_t)rr->n * sizeof *x), *y = malloc((size_t)rr->n * sizeof *y);
+    for (int round = 0; !atomic_load(&rr->stop); round++) {
+        recovery_fill(x, rr->n, round);
+        const void *in[] = {x};
+        bool after = atomic_load(&rr->recovered);
+        tsr_error err;
+        tsr_status st = tsr_client_run(c, r, NULL, in, y, NULL, 0, &err);
+        if (st == TSR_OK && recovery_right(x, y, rr->n)) {
+            atomic_fetch_add(&rr->ok, 1);
+            if (after)
+                atomic_fetch_add(&rr->after, 1);
+        } else if (st == TSR_OK) {
+            atomic_fetch_add(&rr->wrong, 1);
+        } else if (st == TSR_DEVICE_LOST && !after) {
+            atomic_fetch_add(&rr->lost, 1);
+        } else if (atomic_fetch_add(&rr->other, 1) == 0) {
+            rr->other_status = st;
+            snprintf(rr->other_message, sizeof rr->other_message, "%s", err.message);
+        }
+    }
+    free(x);
+    free(y);
+    tsr_client_region_free(r);
+    tsr_client_close(c);
+    return NULL;
+}
+
+static void recovery_write_config(const char *path)
+{
+    char ha[65], hb[65];
+    tsrd_token_hash(RECOVERY_TOKEN_ALICE, strlen(RECOVERY_TOKEN_ALICE), ha);
+    tsrd_token_hash(RECOVERY_TOKEN_BOB, strlen(RECOVERY_TOKEN_BOB), hb);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "{\"test_faults\": true, \"tenants\": ["
+            "{\"name\": \"alice\", \"token_sha256\": [\"%s\"]},"
+            "{\"name\": \"bob\", \"token_sha256\": [\"%s\"]}]}\n",
+            ha, hb);
+    fclose(f);
+}
+
+static tsr_buffer recovery_alloc(tsr_client *c, int n)
+{
+    int64_t shape[] = {n};
+    tsr_buffer b = 0;
+    tsr_error err;
+    cr_assert_eq(tsr_client_buffer_alloc(c, TSR_CLIENT_F32, 1, shape, &b, NULL, 0, &err), TSR_OK,
+                 "%s", err.message);
+    return b;
+}
+
+static double recovery_counter(tsr_client *c, const char *name)
+{
+    tsr_client_stats *s = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_stats_get(c, false, &s, 0, &err), TSR_OK, "%s", err.message);
+    double v = tsr_client_stats_counter(s, name, -1);
+    tsr_client_stats_free(s);
+    return v;
+}
+
+void recovery_scenario(const char *backend, int n, recovery_figures *out)
+{
+    cr_assert(n > 0 && n <= RECOVERY_MAX_N);
+    memset(out, 0, sizeof *out);
+    char cfg_dir[] = "/tmp/tsr-rec-XXXXXX";
+    cr_assert_not_null(mkdtemp(cfg_dir));
+    char cfg[96];
+    snprintf(cfg, sizeof cfg, "%s/tesserad.json", cfg_dir);
+    recovery_write_config(cfg);
+    setenv("TESSERA_TOKEN", RECOVERY_TOKEN_ALICE, 1); /* testd's hello goes as alice */
+    testd d;
+    const char *extra[] = {"--config", cfg, "--backend", backend, NULL};
+    cr_assert_eq(testd_start(&d, extra), 0, "tesserad --backend %s did not start", backend);
+
+    tsr_client *alice = recovery_client(&d, RECOVERY_TOKEN_ALICE);
+    tsr_client *bob = recovery_client(&d, RECOVERY_TOKEN_BOB);
+    tsr_region *r = recovery_affine(n);
+    float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+    cr_assert(x != NULL && y != NULL);
+    tsr_error err;
+
+    /* Bob's state before the fault: a kernel and two buffers that work. */
+    tsr_client_compiled k;
+    cr_assert_eq(tsr_client_compile(bob, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    tsr_buffer bx = recovery_alloc(bob, n), by = recovery_alloc(bob, n);
+    recovery_fill(x, n, 1);
+    cr_assert_eq(tsr_client_buffer_write(bob, bx, 0, x, (size_t)n * sizeof *x, 0, &err), TSR_OK,
+                 "%s", err.message);
+    cr_assert_eq(tsr_client_launch(bob, k.kernel, &bx, 1, by, NULL, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_assert_eq(tsr_client_buffer_read(bob, by, 0, y, (size_t)n * sizeof *y, NULL, 0, &err),
+                 TSR_OK, "%s", err.message);
+    cr_assert(recovery_right(x, y, n));
+
+    recovery_runner rr = {.d = &d, .n = n};
+    pthread_t runner;
+    cr_assert_eq(pthread_create(&runner, NULL, recovery_run_loop, &rr), 0);
+    while (atomic_load(&rr.ok) < 3 && atomic_load(&rr.other) == 0)
+        usleep(1000);
+
+    /* Alice faults the device. */
+    tsr_client_compile_opts fault = {.force = "test_fault", .skip_verify = true};
+    const void *in[] = {x};
+    tsr_status st = tsr_client_run(alice, r, &fault, in, y, NULL, 0, &err);
+    double t_fault = recovery_now_ms();
+    cr_assert_eq(st, TSR_DEVICE_LOST, "the faulting run answered %s: %s", tsr_status_name(st),
+                 err.message);
+
+    /* The daemon recovers by itself; health says so. */
+    tsr_client_health h;
+    for (;;) {
+        cr_assert_eq(tsr_client_health_get(alice, &h, 0, &err), TSR_OK, "%s", err.message);
+        if (h.state == TSR_CLIENT_HEALTH_READY && h.recoveries >= 1)
+            break;
+        cr_assert_eq(h.state, TSR_CLIENT_HEALTH_RECOVERING);
+        cr_assert_lt(recovery_now_ms() - t_fault, 60000.0, "no recovery within 60 s");
+        usleep(200);
+    }
+    out->fault_to_ready_ms = recovery_now_ms() - t_fault;
+    cr_expect_eq(h.recoveries, 1);
+    atomic_store(&rr.recovered, true);
+
+    /* Bob's old buffers are gone, and say so; freeing them works. */
+    st = tsr_client_launch(bob, k.kernel, &bx, 1, by, NULL, 0, &err);
+    cr_expect_eq(st, TSR_DEVICE_LOST, "launch on old buffers: %s", tsr_status_name(st));
+    cr_expect(strstr(err.message, "lost when the device") != NULL ||
+                  strstr(err.message, "lost when device") != NULL,
+              "%s", err.message);
+    st = tsr_client_buffer_read(bob, by, 0, y, (size_t)n * sizeof *y, NULL, 0, &err);
+    cr_expect_eq(st, TSR_DEVICE_LOST, "read of an old buffer: %s", tsr_status_name(st));
+    cr_expect_eq(tsr_client_buffer_free(bob, bx, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(tsr_client_buffer_free(bob, by, 0, &err), TSR_OK, "%s", err.message);
+
+    /* Bob's kernel handle was reloaded: it works on new buffers. */
+    bx = recovery_alloc(bob, n);
+    by = recovery_alloc(bob, n);
+    recovery_fill(x, n, 2);
+    cr_assert_eq(tsr_client_buffer_write(bob, bx, 0, x, (size_t)n * sizeof *x, 0, &err), TSR_OK,
+                 "%s", err.message);
+    cr_assert_eq(tsr_client_launch(bob, k.kernel, &bx, 1, by, NULL, 0, &err), TSR_OK, "%s",
+                 err.message);
+    memset(y, 0, (size_t)n * sizeof *y);
+    cr_assert_eq(tsr_client_buffer_read(bob, by, 0, y, (size_t)n * sizeof *y, NULL, 0, &err),
+                 TSR_OK, "%s", err.message);
+    cr_expect(recovery_right(x, y, n), "bob's reloaded kernel computed wrong values");
+
+    /* Alice is served again too. */
+    recovery_fill(x, n, 3);
+    cr_assert_eq(tsr_client_run(alice, r, NULL, in, y, NULL, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect(recovery_right(x, y, n));
+
+    /* Bob's other connection kept going: right answers, or DEVICE_LOST for
+     * what was in flight at the fault, nothing else. */
+    double t_wait = recovery_now_ms();
+    while (atomic_load(&rr.after) < 3 && recovery_now_ms() - t_wait < 60000.0)
+        usleep(1000);
+    atomic_store(&rr.stop, true);
+    pthread_join(runner, NULL);
+    cr_expect_eq(atomic_load(&rr.wrong), 0);
+    cr_expect_eq(atomic_load(&rr.other), 0, "bob's run answered %s: %s",
+                 tsr_status_name(rr.other_status), rr.other_message);
+    cr_expect_geq(atomic_load(&rr.after), 3);
+    out->bob_runs_ok = atomic_load(&rr.ok);
+    out->bob_runs_lost = atomic_load(&rr.lost);
+    out->bob_runs_after = atomic_load(&rr.after);
+
+    cr_expect_eq(recovery_counter(alice, "device_faults_total"), 1.0);
+    cr_expect_eq(recovery_counter(alice, "device_recoveries_total"), 1.0);
+    cr_expect_geq(recovery_counter(alice, "device_buffers_lost_total"), 2.0);
+    out->daemon_recovery_ms = recovery_counter(alice, "device_recovery_last_ms");
+
+    free(x);
+    free(y);
+    tsr_client_region_free(r);
+    tsr_client_close(alice);
+    tsr_client_close(bob);
+    cr_expect_eq(testd_stop(&d), 0, "tesserad did not exit cleanly");
+    testd_remove(&d);
+    unlink(cfg);
+    rmdir(cfg_dir);
+    unsetenv("TESSERA_TOKEN");
+}

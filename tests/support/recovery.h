@@ -1,0 +1,31 @@
+/*
+ * recovery.h — the device-fault scenario, shared by the CPU end-to-end test
+ * (tests/e2e/recovery_test.c, where the fault is simulated) and the GPU test
+ * (tests/gpu/recovery_test.c, a real illegal address on the device).
+ *
+ * Two tenants share one tesserad started with test_faults. Bob holds a kernel
+ * and buffers and keeps running regions on a second connection; alice forces
+ * the faulting candidate. The scenario asserts, with Criterion, that alice
+ * gets DEVICE_LOST, the daemon recovers on its own, bob's old buffers answer
+ * DEVICE_LOST (and can be freed), bob's kernel handle works on new buffers,
+ * bob's concurrent runs only ever succeed with the right values or fail with
+ * DEVICE_LOST, and everyone is served after the recovery.
+ */
+#ifndef TESSERA_TEST_RECOVERY_H
+#define TESSERA_TEST_RECOVERY_H
+
+#include <stdint.h>
+
+typedef struct recovery_figures {
+    double fault_to_ready_ms;  /* the faulting reply -> health READY, seen by a client */
+    double daemon_recovery_ms; /* the daemon's own figure (device_recovery_last_ms) */
+    uint64_t bob_runs_ok;      /* bob's concurrent runs: right answers */
+    uint64_t bob_runs_lost;    /* ... DEVICE_LOST (they were in flight) */
+    uint64_t bob_runs_after;   /* right answers after the recovery */
+} recovery_figures;
+
+/* Runs the scenario on backend ("cpu" or "cuda"); n is the element count of
+ * the regions. Fills *out. */
+void recovery_scenario(const char *backend, int n, recovery_figures *out);
+
+#endif

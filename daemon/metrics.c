@@ -310,6 +310,14 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l)
                   d->recovering ? 1.0 : 0.0);
     metrics_plain(l, "device_recoveries_total", "counter", "Device context rebuilds.",
                   (double)d->recoveries);
+    metrics_plain(l, "device_faults_total", "counter",
+                  "Sticky device faults noticed (each starts a recovery).",
+                  (double)d->device_faults);
+    metrics_plain(l, "device_buffers_lost_total", "counter",
+                  "Buffer handles whose device memory a fault took.", (double)d->buffers_lost);
+    metrics_plain(l, "device_recovery_last_ms", "gauge",
+                  "Fault noticed to serving again, in the last recovery (ms).",
+                  (double)d->recovery_last_ms);
     metrics_plain(l, "received_bytes_total", "counter", "Request bytes received.",
                   (double)d->metrics.bytes_in);
     metrics_plain(l, "sent_bytes_total", "counter", "Reply bytes sent.",

@@ -350,3 +350,36 @@ Test(backend_cuda, tier1_compiles_every_example_in_every_dtype, .timeout = 120)
     }
     tsrd_nvrtc_close(nv);
 }
+
+/* The fault-injection kernel: forced only, one parameter per region tensor,
+ * compiled by NVRTC like tier 1. */
+Test(backend_cuda, test_fault_compiles_with_the_region_signature, .timeout = 60)
+{
+    tsr_candidate fault;
+    tsri_cuda_candidate_test_fault(&fault);
+    cr_assert_str_eq(fault.name, "test_fault");
+    cr_assert(fault.forced_only);
+    tsrd_nvrtc *nv = NULL;
+    tsr_error e;
+    if (tsrd_nvrtc_open(NULL, &nv, &e) != TSR_OK)
+        cr_skip_test("no NVRTC: %s", e.message);
+    tsr_region r;
+    load_example("examples/fused.json", TSR_BF16, &r);
+    tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], out;
+    int n_inputs = tsr_region_signature(&r, in, &out);
+    uint8_t *bin = NULL;
+    size_t len = 0;
+    cr_assert_eq(tsri_cuda_compile(nv, 132, &r, &fault, "sm_90a", &bin, &len, &e), TSR_OK, "%s",
+                 e.message);
+    tsri_cuda_launch_desc d;
+    const uint8_t *p;
+    size_t plen;
+    cr_assert_eq(tsri_cuda_blob_decode(bin, len, &d, &p, &plen, NULL), TSR_OK);
+    cr_expect_eq(d.image, TSRI_CUDA_IMAGE_CUBIN);
+    cr_expect_str_eq(d.entry, "tsr_test_fault");
+    cr_expect_eq(d.n_params, n_inputs + 1);
+    cr_expect_gt(plen, 0);
+    free(bin);
+    tsr_region_free(&r);
+    tsrd_nvrtc_close(nv);
+}

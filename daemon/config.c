@@ -60,6 +60,7 @@ tsr_status tsrd_config_defaults(tsrd_config *c, tsr_error *err)
     c->log_level = TSRD_LOG_INFO;
     c->max_message_bytes = TSRD_DEFAULT_MAX_MESSAGE;
     c->ipc_mode = TSRD_DEFAULT_IPC_MODE;
+    c->max_request_work = TSRD_DEFAULT_MAX_REQUEST_WORK;
     tsr_status st = config_add_listen(c, TSRD_DEFAULT_LISTEN, err);
     if (st == TSR_OK)
         st = config_set_string(&c->cache_dir, TSRD_DEFAULT_CACHE_DIR, err);
@@ -459,6 +460,13 @@ static tsr_status key_metrics_listen(tsrd_config *c, const cJSON *v, tsr_error *
     return config_set_string(&c->metrics_listen, s, err);
 }
 
+/* 0 turns the bound off; JSON integers stop at 2^53, and so does the key. */
+static tsr_status key_max_request_work(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    uint64_t max = UINT64_C(1) << 53;
+    return config_json_u64(v, "max_request_work", 0, max, &c->max_request_work, err);
+}
+
 static const struct config_key {
     const char *name;
     tsr_status (*set)(tsrd_config *c, const cJSON *v, tsr_error *err);
@@ -476,6 +484,7 @@ static const struct config_key {
     {"allow_plain_tcp", key_allow_plain_tcp},
     {"tls", key_tls},
     {"metrics_listen", key_metrics_listen},
+    {"max_request_work", key_max_request_work},
     {"test_faults", key_test_faults},
 };
 

@@ -7,7 +7,7 @@
  *
  *   listen (array of URLs), cache_dir, backend, log_level, max_message_bytes,
  *   workers, cache_memory_bytes, cache_disk_bytes, tenants, ipc_mode,
- *   allow_plain_tcp, tls, metrics_listen, test_faults
+ *   allow_plain_tcp, tls, metrics_listen, max_request_work, test_faults
  *
  * tenants is an array of objects {name, token_sha256 [hex], uids [n], gids [n],
  * quotas {device_memory_bytes, buffers, in_flight, compiles}}; tokens are kept
@@ -46,6 +46,9 @@
 #define TSRD_MAX_TENANT_IDS 8 /* tokens, uids and gids per tenant, each */
 #define TSRD_TENANT_NAME_MAX 64
 #define TSRD_DEFAULT_IPC_MODE 0660
+/* Work units (tsr_ref_work) one request may cause on the CPU: about 4 to 15 s
+ * of one core for any region kind. */
+#define TSRD_DEFAULT_MAX_REQUEST_WORK UINT64_C(40000000000)
 
 /* Per-tenant limits; 0 means unlimited. */
 typedef struct tsrd_quota {
@@ -74,6 +77,7 @@ typedef struct tsrd_config {
     int workers;                 /* worker threads; 0 = one per online CPU */
     uint64_t cache_memory_bytes; /* 0 = the kernel cache's default */
     uint64_t cache_disk_bytes;   /* 0 = the kernel cache's default */
+    uint64_t max_request_work;   /* CPU work units per request (tsr_ref_work); 0 = no limit */
     char *config_path;           /* the --config file, read again on SIGHUP; NULL: none */
     int n_tenants;               /* 0: every request is the tenant "default" */
     tsrd_tenant_config *tenants; /* n_tenants entries */

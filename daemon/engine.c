@@ -5,6 +5,10 @@
  * of a build (candidate and version, arch, compiler and driver versions,
  * options, the backend's code-generation version), so a cache hit can never be
  * a binary built from different inputs.
+ *
+ * The work bound (max_request_work) is checked at the top of each entry point
+ * that makes the CPU work: a refusal costs the worker a few arithmetic
+ * operations, never a compile, a probe or a reference run.
  */
 #include "engine.h"
 #include "offline_compile.h"
@@ -15,8 +19,14 @@
 #include <time.h>
 
 #include "tessera/oracle.h"
+#include "tessera/refexec.h"
 
 #define ENGINE_MEASURE_REPEATS 5
+
+/* Work units a probe costs beyond the runs themselves: making it, temporary
+ * buffers, a stream, copies and the comparison, tens of microseconds. Without
+ * it, a tiny region with a million probes would look free. */
+#define ENGINE_PROBE_WORK 1048576.0
 
 static double engine_now_ms(void)
 {
@@ -37,6 +47,36 @@ tsr_status tsrd_engine_arch(tsrd_daemon *d, const char *requested, char *arch, s
                              requested, d->bops->name, d->devices[0].arch);
     snprintf(arch, size, "%s", requested);
     return TSR_OK;
+}
+
+/* ---- the work bound ---- */
+
+/* The CPU backend serves the arch "cpu": there a candidate runs on the host. */
+static bool engine_arch_is_host(const char *arch)
+{
+    return arch != NULL && strcmp(arch, "cpu") == 0;
+}
+
+double tsrd_engine_verify_work(const tsr_region *r, const char *arch, int random_probes)
+{
+    /* In double: random_probes plus the special probes can pass INT_MAX. */
+    int special = tsr_oracle_probe_count(r, 1) - 1;
+    double probes =
+        random_probes > 0 ? (double)random_probes + special : tsr_oracle_probe_count(r, 0);
+    double run = tsr_ref_work(r);
+    return probes * (run * (engine_arch_is_host(arch) ? 2 : 1) + ENGINE_PROBE_WORK);
+}
+
+tsr_status tsrd_engine_check_work(const tsrd_daemon *d, const tsr_region *r, const char *what,
+                                  double work, tsr_error *err)
+{
+    uint64_t limit = d->config.max_request_work;
+    if (limit == 0 || work <= (double)limit)
+        return TSR_OK;
+    return tsr_error_set(err, TSR_RESOURCE_EXHAUSTED,
+                         "max_request_work: %s of this %s region is estimated at %.0f units of "
+                         "CPU work, over the limit of %llu",
+                         what, tsr_region_kind_name(r->kind), work, (unsigned long long)limit);
 }
 
 /* ---- binaries through the kernel cache ---- */
@@ -158,7 +198,15 @@ tsr_status tsrd_engine_verify(tsrd_daemon *d, const tsr_candidate *c, const tsr_
                               tsr_error *err)
 {
     engine_loaded loaded;
-    tsr_status st = engine_load(d, c, r, arch, &loaded, err);
+    tsr_status st = tsrd_engine_check_work(d, r, "the verification",
+                                           tsrd_engine_verify_work(r, arch, random_probes), err);
+    if (st != TSR_OK) {
+        tsr_verdict_init(v, c->tolerance, r->out_dtype);
+        v->pass = false;
+        snprintf(v->reason, sizeof v->reason, "not run: over max_request_work");
+        return st;
+    }
+    st = engine_load(d, c, r, arch, &loaded, err);
     if (st != TSR_OK) {
         tsr_verdict_init(v, c->tolerance, r->out_dtype);
         v->pass = false;
@@ -176,7 +224,12 @@ static tsr_status engine_verify_cb(void *ctx, const tsr_candidate *c, const tsr_
                                    tsr_verdict *v, tsr_error *err)
 {
     tsrd_engine_ctx *e = ctx;
-    return tsrd_engine_verify(e->d, c, r, e->arch, 0, 0, v, err);
+    tsr_status st = tsrd_engine_verify(e->d, c, r, e->arch, 0, 0, v, err);
+    if (st == TSR_RESOURCE_EXHAUSTED && !e->refused && err != NULL) {
+        e->refused = true;
+        e->refusal = *err;
+    }
+    return st;
 }
 
 static int engine_cmp_double(const void *a, const void *b)
@@ -192,7 +245,13 @@ static tsr_status engine_measure_cb(void *ctx, const tsr_candidate *c, const tsr
 {
     tsrd_engine_ctx *e = ctx;
     engine_loaded loaded;
-    tsr_status st = engine_load(e->d, c, r, e->arch, &loaded, err);
+    /* One probe made, and the runs on the host when the device is the CPU. */
+    double work =
+        ENGINE_PROBE_WORK +
+        (engine_arch_is_host(e->arch) ? (ENGINE_MEASURE_REPEATS + 1) * tsr_ref_work(r) : 0);
+    tsr_status st = tsrd_engine_check_work(e->d, r, "the timing", work, err);
+    if (st == TSR_OK)
+        st = engine_load(e->d, c, r, e->arch, &loaded, err);
     if (st != TSR_OK)
         return st;
     void *inputs[TSR_MAX_REGION_INPUTS] = {0};
@@ -254,6 +313,9 @@ tsr_status tsrd_engine_compile(tsrd_daemon *d, const tsr_region *r,
         tsrd_offline_arch_supported(want))
         return tsrd_offline_compile(d->kcache, r, want, opts->force, out, err);
     tsr_status st = tsrd_engine_arch(d, want, out->arch, sizeof out->arch, err);
+    /* A kernel loaded on the CPU backend runs on the host at every launch. */
+    if (st == TSR_OK && load && engine_arch_is_host(out->arch))
+        st = tsrd_engine_check_work(d, r, "a launch", tsr_ref_work(r), err);
     if (st == TSR_OK)
         st = tsr_region_fingerprint(r, &out->fingerprint, err);
     if (st != TSR_OK)
@@ -262,6 +324,11 @@ tsr_status tsrd_engine_compile(tsrd_daemon *d, const tsr_region *r,
     tsr_select_request req;
     tsrd_engine_select_request(&ctx, r, &out->fingerprint, opts, &req);
     st = tsr_arbiter_select(d->arbiter, &req, &out->decision, err);
+    if (st != TSR_OK && ctx.refused && err != NULL) {
+        /* Every candidate left was refused by the bound: say so, not "none". */
+        *err = ctx.refusal;
+        st = ctx.refusal.code;
+    }
     if (st == TSR_OK)
         st = engine_binary(d, r, &out->fingerprint, &out->decision.candidate, out->arch, out, err);
     if (st == TSR_OK && load)

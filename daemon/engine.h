@@ -8,6 +8,15 @@
  * through the backend exactly as a client's launch would be: probes uploaded to
  * device buffers, launched on a stream, the output downloaded.
  *
+ * Every entry point that makes the CPU work checks the estimate first and
+ * refuses, before any compile, probe or reference run, what would exceed the
+ * config's max_request_work: RESOURCE_EXHAUSTED with a message naming the
+ * estimate and the limit. The estimate is tsr_ref_work of the region, times
+ * the probe count (plus a fixed cost per probe) for a verification, doubled
+ * there when the candidate runs on the CPU too, and tsr_ref_work for a launch
+ * on the CPU backend (checked when its kernel is compiled, since the key is
+ * read only at start-up).
+ *
  * Threading: worker threads only. Uses only the thread-safe parts of the daemon
  * (backend, kernel cache, arbiter, config, log). Blocking: compiles, verifies,
  * measures.
@@ -40,7 +49,9 @@ tsr_status tsrd_engine_compile(tsrd_daemon *d, const tsr_region *r,
                                tsrd_compiled *out, tsr_error *err);
 void tsrd_compiled_release(tsrd_daemon *d, tsrd_compiled *c);
 
-/* Runs the oracle on candidate c through the backend. */
+/* Runs the oracle on candidate c through the backend. random_probes <= 0 picks
+ * the oracle's default. RESOURCE_EXHAUSTED, before anything runs, when the
+ * verification's work exceeds max_request_work. */
 tsr_status tsrd_engine_verify(tsrd_daemon *d, const tsr_candidate *c, const tsr_region *r,
                               const char *arch, uint64_t seed, int random_probes, tsr_verdict *v,
                               tsr_error *err);
@@ -51,10 +62,25 @@ tsr_status tsrd_engine_run_host(tsrd_daemon *d, tsrd_kobj *k, const tsr_region *
                                 const void *const *inputs, void *output, double *device_ms,
                                 tsr_error *err);
 
-/* What the arbiter's callbacks need; lives as long as the select call. */
+/* The estimated CPU work of verifying one candidate on r with random_probes
+ * (<= 0: the oracle's default) on arch, in tsr_ref_work units. */
+double tsrd_engine_verify_work(const tsr_region *r, const char *arch, int random_probes);
+
+/* RESOURCE_EXHAUSTED naming what ("the verification", "a launch"), the
+ * region's kind, work and the limit when work exceeds max_request_work (0: no
+ * bound); TSR_OK otherwise. Reads only the config: any thread. */
+tsr_status tsrd_engine_check_work(const tsrd_daemon *d, const tsr_region *r, const char *what,
+                                  double work, tsr_error *err);
+
+/* What the arbiter's callbacks need; lives as long as the select call. A
+ * verification the work bound refused is recorded in refused / refusal, so
+ * that a selection that fails for it reports the bound rather than "no
+ * candidate". */
 typedef struct tsrd_engine_ctx {
     tsrd_daemon *d;
     const char *arch;
+    bool refused;
+    tsr_error refusal;
 } tsrd_engine_ctx;
 
 /* The arbiter's select request for r with the request's options (opts may be

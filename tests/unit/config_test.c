@@ -155,3 +155,26 @@ Test(config, help_and_version_are_actions)
     cr_assert_eq(action, TSRD_CONFIG_VERSION);
     tsrd_config_free(&c);
 }
+
+Test(config, max_request_work_defaults_to_the_documented_bound_and_0_turns_it_off)
+{
+    tsrd_config c;
+    tsr_error err;
+    cr_assert_eq(tsrd_config_defaults(&c, &err), TSR_OK);
+    cr_assert_eq(c.max_request_work, UINT64_C(40000000000));
+    tsrd_config_free(&c);
+    cr_assert_eq(parse(&c, "{\"max_request_work\":0}", &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(c.max_request_work, 0);
+    tsrd_config_free(&c);
+    cr_assert_eq(parse(&c, "{\"max_request_work\":9007199254740992}", &err), TSR_OK, "%s",
+                 err.message);
+    cr_assert_eq(c.max_request_work, UINT64_C(1) << 53);
+    tsrd_config_free(&c);
+    cr_assert_eq(parse(&c, "{\"max_request_work\":-1}", &err), TSR_BAD_ATTRIBUTE);
+    cr_assert_str_eq(err.message, "max_request_work: must be an integer in [0, "
+                                  "9007199254740992], got -1");
+    tsrd_config_free(&c);
+    cr_assert_eq(parse(&c, "{\"max_request_work\":\"1e9\"}", &err), TSR_BAD_ATTRIBUTE);
+    cr_assert_str_eq(err.message, "max_request_work: must be a number");
+    tsrd_config_free(&c);
+}

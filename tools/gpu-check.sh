@@ -18,6 +18,7 @@
 #   3. gpu_bench (compile latency, pointwise GB/s, tier-3 GEMM TFLOP/s);
 #   4. python3 tests/bench/torch_baselines.py (torch on the same card);
 # and prints a summary table last. Exit status: 0 when steps 1 and 2 pass.
+# GPU_CHECK_STEPS (default "tests examples bench torch") picks the steps to run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +30,8 @@ export LD_LIBRARY_PATH="$bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export BUILD="$bundle"
 unset TESSERA_FORCE
 python=${PYTHON:-python3}
+steps=" ${GPU_CHECK_STEPS:-tests examples bench torch} "
+step() { [[ "$steps" == *" $1 "* ]]; }
 
 declare -a summary=()
 status=0
@@ -41,7 +44,7 @@ fi
 { nvidia-smi || true; } >"$out/nvidia-smi.log" 2>&1
 
 # ---- 1. GPU test suites ----
-for t in "$bundle"/bin/*_test; do
+step tests && for t in "$bundle"/bin/*_test; do
     [ -x "$t" ] || continue
     name=$(basename "$t")
     "$t" --jobs 1 --verbose >"$out/$name.log" 2>&1
@@ -52,6 +55,7 @@ for t in "$bundle"/bin/*_test; do
 done
 
 # ---- 2. examples through the CLI, GPU against CPU ----
+if step examples; then
 work="$out/examples"
 mkdir -p "$work"
 cpu_url="ipc://$work/cpu.sock"
@@ -166,9 +170,12 @@ done
 note "examples x dtypes via tessera-cli run" "$examples_ok passed, $examples_bad failed"
 stop_daemons
 trap - EXIT
+fi
 
 # ---- 3. gpu_bench ----
-if [ -x "$bundle/bin/gpu_bench" ]; then
+if ! step bench; then
+    :
+elif [ -x "$bundle/bin/gpu_bench" ]; then
     "$bundle/bin/gpu_bench" >"$out/gpu_bench.log" 2>&1
     note "gpu_bench" "exit $? (table in gpu_bench.log)"
 else
@@ -176,8 +183,10 @@ else
 fi
 
 # ---- 4. torch baselines ----
-"$python" tests/bench/torch_baselines.py >"$out/torch_baselines.log" 2>&1
-note "torch_baselines.py" "exit $? (torch_baselines.log)"
+if step torch; then
+    "$python" tests/bench/torch_baselines.py >"$out/torch_baselines.log" 2>&1
+    note "torch_baselines.py" "exit $? (torch_baselines.log)"
+fi
 
 echo
 echo "logs: $out"

@@ -103,14 +103,14 @@ Test(work_bound, the_default_refuses_a_huge_verify_run_and_compile_at_once)
     tsr_error err;
 
     /* Verification on the CPU backend: 2 probes, each the candidate's run and
-     * the reference's (2·154627211264) and 2^20 for the probe itself. */
+     * the reference's (2·154627211264) and 2^16 for the probe itself. */
     tsr_client_verify_opts vopts = {.candidate = "reference"};
     tsr_client_verified verified;
     cr_assert_eq(tsr_client_verify(client_, r, &vopts, &verified, WORK_REFUSE_MS, &err),
                  TSR_RESOURCE_EXHAUSTED, "%s: %s", tsr_status_name(err.code), err.message);
     cr_expect_str_eq(err.message,
                      "max_request_work: the verification of this attention region is estimated "
-                     "at 618510942208 units of CPU work, over the limit of 40000000000");
+                     "at 618508976128 units of CPU work, over the limit of 40000000000");
     /* The same without naming the candidate: the arbiter's pick is refused alike. */
     cr_assert_eq(tsr_client_verify(client_, r, NULL, &verified, WORK_REFUSE_MS, &err),
                  TSR_RESOURCE_EXHAUSTED, "%s: %s", tsr_status_name(err.code), err.message);
@@ -138,11 +138,11 @@ Test(work_bound, the_default_refuses_a_huge_verify_run_and_compile_at_once)
 }
 
 /* examples/matmul.json: tsr_ref_work = 2·128·96·64 + 32·(8192 + 6144 + 12288)
- * = 2424832; its verification on the CPU backend 2·(2·2424832 + 2^20) =
- * 11796480, the limit here. */
+ * = 2424832; its verification on the CPU backend 2·(2·2424832 + 2^16) =
+ * 9830400, the limit here. */
 Test(work_bound, work_up_to_the_limit_is_served_and_one_probe_more_is_not)
 {
-    work_start(11796480);
+    work_start(9830400);
     tsr_region *r = NULL;
     tsr_error err;
     cr_assert_eq(tsr_client_region_load_file("examples/matmul.json", &r, &err), TSR_OK);
@@ -158,7 +158,7 @@ Test(work_bound, work_up_to_the_limit_is_served_and_one_probe_more_is_not)
                  TSR_RESOURCE_EXHAUSTED, "%s: %s", tsr_status_name(err.code), err.message);
     cr_expect_str_eq(err.message,
                      "max_request_work: the verification of this matmul region is estimated at "
-                     "17694720 units of CPU work, over the limit of 11796480");
+                     "14745600 units of CPU work, over the limit of 9830400");
 
     /* The run itself, 2424832, is well inside. */
     float a[128 * 64], b[64 * 96], c[128 * 96];
@@ -177,7 +177,7 @@ Test(work_bound, work_up_to_the_limit_is_served_and_one_probe_more_is_not)
     tsr_client_region_free(r);
 
     /* A pointwise region's verification has 25 probes (the special values):
-     * examples/pointwise.json is 25·(2·180224 + 2^20) = 35225600. */
+     * examples/pointwise.json is 25·(2·180224 + 2^16) = 10649600. */
     cr_assert_eq(tsr_client_region_load_file("examples/pointwise.json", &r, &err), TSR_OK);
     cr_assert_eq(tsr_client_verify(client_, r, &vopts, &verified, WORK_REFUSE_MS, &err),
                  TSR_RESOURCE_EXHAUSTED, "%s: %s", tsr_status_name(err.code), err.message);
@@ -186,7 +186,7 @@ Test(work_bound, work_up_to_the_limit_is_served_and_one_probe_more_is_not)
                  TSR_RESOURCE_EXHAUSTED, "%s: %s", tsr_status_name(err.code), err.message);
     cr_expect_str_eq(err.message,
                      "max_request_work: the verification of this pointwise region is estimated "
-                     "at 35225600 units of CPU work, over the limit of 11796480");
+                     "at 10649600 units of CPU work, over the limit of 9830400");
     tsr_client_region_free(r);
     work_still_serving();
 }

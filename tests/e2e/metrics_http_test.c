@@ -1,0 +1,293 @@
+/*
+ * metrics_http_test.c — GET /metrics from a real tesserad started with
+ * "metrics_listen" on a free 127.0.0.1 port.
+ *
+ * Requests go through the client library; the metrics come back over a plain
+ * TCP socket speaking HTTP/1.1, as a Prometheus scraper would fetch them. The
+ * listener must answer exact counts, 404 and 405 where nng's server says so,
+ * shrug off a client that sends nothing and one that sends an endless request
+ * line, and let the daemon exit 0; an address already taken must stop start-up
+ * with a message naming it.
+ */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../support/testd.h"
+
+typedef struct metrics_env {
+    char dir[64];
+    char config[128];
+    int port;
+    testd d;
+} metrics_env;
+
+/* A port nobody listens on right now: bind port 0, read it, close. With
+ * hold set the socket stays open and listening, and *held is its descriptor. */
+static int metrics_free_port(bool hold, int *held)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    socklen_t len = sizeof sa;
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    if (hold) {
+        cr_assert_eq(listen(fd, 4), 0);
+        *held = fd;
+    } else {
+        close(fd);
+    }
+    return ntohs(sa.sin_port);
+}
+
+static void metrics_write_config(metrics_env *e)
+{
+    snprintf(e->dir, sizeof e->dir, "/tmp/tsr-metrics-XXXXXX");
+    cr_assert_not_null(mkdtemp(e->dir));
+    snprintf(e->config, sizeof e->config, "%s/tesserad.json", e->dir);
+    FILE *f = fopen(e->config, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "{\"metrics_listen\": \"http://127.0.0.1:%d\"}\n", e->port);
+    fclose(f);
+}
+
+static void metrics_start(metrics_env *e)
+{
+    e->port = metrics_free_port(false, NULL);
+    metrics_write_config(e);
+    const char *extra[] = {"--config", e->config, NULL};
+    cr_assert_eq(testd_start(&e->d, extra), 0);
+}
+
+static void metrics_stop(metrics_env *e)
+{
+    cr_expect_eq(testd_stop(&e->d), 0);
+    testd_remove(&e->d);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+static int metrics_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    struct timeval tv = {.tv_sec = 10};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+/* Everything the server sends until it closes (or 10 s pass), as a string. */
+static char *metrics_read_all(int fd)
+{
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    cr_assert_not_null(buf);
+    for (;;) {
+        if (len + 1 == cap) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            cr_assert_not_null(buf);
+        }
+        ssize_t n = read(fd, buf + len, cap - len - 1);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+    }
+    buf[len] = '\0';
+    return buf;
+}
+
+/* One request on its own connection; returns the whole response and its
+ * status code in *status (0 when there was no status line). */
+static char *metrics_http(int port, const char *method, const char *path, int *status)
+{
+    int fd = metrics_connect(port);
+    char req[256];
+    int n = snprintf(req, sizeof req,
+                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n", method,
+                     path, port);
+    cr_assert_eq(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
+    char *res = metrics_read_all(fd);
+    close(fd);
+    *status = 0;
+    sscanf(res, "HTTP/1.1 %d ", status);
+    return res;
+}
+
+/* The body of a 200 answer to GET /metrics. */
+static char *metrics_scrape(int port)
+{
+    int status;
+    char *res = metrics_http(port, "GET", "/metrics", &status);
+    cr_assert_eq(status, 200, "%.200s", res);
+    cr_assert_not_null(strstr(res, "\r\nContent-Type: text/plain; version=0.0.4\r\n"), "%.300s",
+                       res);
+    char *body = strstr(res, "\r\n\r\n");
+    cr_assert_not_null(body);
+    char *copy = strdup(body + 4);
+    free(res);
+    return copy;
+}
+
+static void expect_line(const char *text, const char *line)
+{
+    char want[512];
+    snprintf(want, sizeof want, "\n%s\n", line);
+    cr_expect_not_null(strstr(text, want), "missing line: %s", line);
+}
+
+Test(metrics_http, get_metrics_counts_requests_by_type_and_status, .timeout = 120)
+{
+    metrics_env e;
+    metrics_start(&e);
+    tsr_client *c = testd_client(&e.d, 10000);
+    cr_assert_not_null(c);
+    tsr_error err;
+    int64_t shape[2] = {4, 8};
+    tsr_buffer bufs[2];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(
+            tsr_client_buffer_alloc(c, TSR_CLIENT_F32, 2, shape, &bufs[i], NULL, 10000, &err),
+            TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_buffer_free(c, bufs[0], 10000, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_buffer_free(c, bufs[0], 10000, &err), TSR_NOT_FOUND);
+
+    char *text = metrics_scrape(e.port);
+    expect_line(text, "# TYPE tesserad_requests_total counter");
+    expect_line(text, "tesserad_requests_total{type=\"buffer_alloc\",status=\"OK\"} 2");
+    expect_line(text, "tesserad_requests_total{type=\"buffer_free\",status=\"OK\"} 1");
+    expect_line(text, "tesserad_requests_total{type=\"buffer_free\",status=\"NOT_FOUND\"} 1");
+    expect_line(text, "# TYPE tesserad_request_duration_seconds histogram");
+    expect_line(text,
+                "tesserad_request_duration_seconds_bucket{type=\"buffer_alloc\",le=\"+Inf\"} 2");
+    expect_line(text, "tesserad_request_duration_seconds_count{type=\"buffer_alloc\"} 2");
+    expect_line(text, "tesserad_request_duration_seconds_count{type=\"buffer_free\"} 2");
+    /* One live 4x8 f32 buffer: 128 bytes, the default tenant's. */
+    expect_line(text, "tesserad_tenant_buffer_bytes{tenant=\"default\"} 128");
+    expect_line(text, "tesserad_buffer_bytes 128");
+    expect_line(text, "tesserad_work_queued 0");
+    /* Every bucket of buffer_alloc is there, in order, never falling. */
+    const char *p = text;
+    unsigned long prev = 0;
+    int buckets = 0;
+    while ((p = strstr(p, "\ntesserad_request_duration_seconds_bucket{type=\"buffer_alloc\","))) {
+        p++;
+        unsigned long v = strtoul(strchr(p, ' ') + 1, NULL, 10);
+        cr_assert_geq(v, prev);
+        prev = v;
+        buckets++;
+    }
+    cr_expect_eq(buckets, 21);
+    cr_expect_eq(prev, 2);
+    free(text);
+
+    /* A second scrape sees the client's session and nothing new for the types above. */
+    text = metrics_scrape(e.port);
+    expect_line(text, "tesserad_requests_total{type=\"buffer_alloc\",status=\"OK\"} 2");
+    expect_line(text, "tesserad_sessions 1");
+    free(text);
+    tsr_client_close(c);
+    metrics_stop(&e);
+}
+
+Test(metrics_http, other_paths_are_404_and_other_methods_405, .timeout = 120)
+{
+    metrics_env e;
+    metrics_start(&e);
+    int status;
+    char *res = metrics_http(e.port, "GET", "/other", &status);
+    cr_expect_eq(status, 404, "%.200s", res);
+    free(res);
+    res = metrics_http(e.port, "GET", "/", &status);
+    cr_expect_eq(status, 404, "%.200s", res);
+    free(res);
+    res = metrics_http(e.port, "POST", "/metrics", &status);
+    cr_expect_eq(status, 405, "%.200s", res);
+    free(res);
+    res = metrics_http(e.port, "DELETE", "/metrics", &status);
+    cr_expect_eq(status, 405, "%.200s", res);
+    free(res);
+    /* HEAD is GET without the body. */
+    res = metrics_http(e.port, "HEAD", "/metrics", &status);
+    cr_expect_eq(status, 200, "%.200s", res);
+    cr_expect_null(strstr(res, "tesserad_"));
+    free(res);
+    metrics_stop(&e);
+}
+
+Test(metrics_http, silent_and_endless_clients_do_not_stall_it, .timeout = 120)
+{
+    metrics_env e;
+    metrics_start(&e);
+    /* Connects and sends nothing, and stays connected until the daemon exits. */
+    int idle = metrics_connect(e.port);
+    /* A request line of 4 MiB with no end: nng drops the connection. */
+    int endless = metrics_connect(e.port);
+    size_t chunk = 1 << 16;
+    char *junk = malloc(chunk);
+    memset(junk, 'a', chunk);
+    cr_assert_eq(send(endless, "GET /", 5, MSG_NOSIGNAL), 5);
+    for (int i = 0; i < 64; i++)
+        if (send(endless, junk, chunk, MSG_NOSIGNAL) <= 0)
+            break; /* the server closed it: what it should do */
+    free(junk);
+    char *res = metrics_read_all(endless);
+    cr_expect_null(strstr(res, "HTTP/1.1 200"));
+    free(res);
+    close(endless);
+    /* The listener and the daemon still answer. */
+    char *text = metrics_scrape(e.port);
+    cr_expect_not_null(strstr(text, "\ntesserad_sessions "));
+    free(text);
+    tsr_client *c = testd_client(&e.d, 10000);
+    cr_assert_not_null(c);
+    cr_expect_eq(tsr_client_hello(c, NULL, 10000, NULL), TSR_OK);
+    tsr_client_close(c);
+    /* The silent client is still connected: SIGTERM still exits 0. */
+    metrics_stop(&e);
+    close(idle);
+}
+
+Test(metrics_http, an_address_in_use_stops_start_up, .timeout = 120)
+{
+    metrics_env e;
+    int held = -1;
+    e.port = metrics_free_port(true, &held);
+    metrics_write_config(&e);
+    char bin[320], cmd[1024], log[128];
+    const char *build = getenv("BUILD");
+    snprintf(bin, sizeof bin, "%s/bin/tesserad", build && *build ? build : "build");
+    snprintf(log, sizeof log, "%s/stderr", e.dir);
+    snprintf(cmd, sizeof cmd,
+             "'%s' --config '%s' --listen 'ipc://%s/sock' --cache-dir '%s/cache' --backend cpu "
+             "2> '%s'",
+             bin, e.config, e.dir, e.dir, log);
+    int rc = system(cmd);
+    cr_assert(WIFEXITED(rc));
+    cr_expect_eq(WEXITSTATUS(rc), 1);
+    FILE *f = fopen(log, "r");
+    cr_assert_not_null(f);
+    char text[4096] = {0};
+    cr_assert_gt(fread(text, 1, sizeof text - 1, f), 0);
+    fclose(f);
+    char want[128];
+    snprintf(want, sizeof want,
+             "start-up failed: IO_ERROR: metrics_listen http://127.0.0.1:%d: ", e.port);
+    cr_expect_not_null(strstr(text, want), "%s", text);
+    close(held);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", e.dir);
+    cr_expect_eq(system(cmd), 0);
+}

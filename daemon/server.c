@@ -5,6 +5,18 @@
  * never look at the daemon: they put an event on a mutex-protected queue and
  * call uv_async_send. Several sends may fold into one async callback, so the
  * loop takes the whole queue at once and serves every event on it.
+ *
+ * A context stays busy until its reply has been handed to the pipe, and nng's
+ * REP hands a pipe one reply at a time: the others wait in the context that
+ * made them. A peer that stops reading would so hold a context per reply until
+ * the send timeout, and one that pipelines more requests than there are
+ * contexts would hold them all. The server therefore counts, per pipe, the
+ * replies waiting in nng (under load_mu, since the send callbacks run on nng's
+ * threads), and a pipe with SERVER_STUCK_REPLIES or more of them that has taken
+ * none for SERVER_STALL_MS is closed: its contexts come back at once and its
+ * session is reclaimed like any disconnect. A peer that reads, however many
+ * requests it pipelines, takes a reply every few microseconds to milliseconds
+ * and is never closed (docs/reliability.md, "stalled clients").
  */
 #include "server.h"
 
@@ -21,12 +33,31 @@
 
 #include "dispatch.h"
 
+/* A stalled pipe: this many replies waiting in nng for it ... */
+#define SERVER_STUCK_REPLIES 8
+/* ... and not one taken by the pipe for this long. */
+#define SERVER_STALL_MS 2000
+/* How often the loop looks for stalled pipes while some pipe has that many. */
+#define SERVER_STALL_CHECK_MS 250
+
 typedef struct server_slot {
     tsrd_server *srv;
     nng_ctx ctx;
     nng_aio *recv_aio;
     nng_aio *send_aio;
+    nng_pipe pipe; /* of the request being served; set by the receive */
 } server_slot;
+
+/* The replies of one pipe that nng holds in contexts until the pipe takes
+ * them. Only a pipe with a reply waiting has an entry, and every waiting reply
+ * holds a context, so TSRD_SERVER_CONTEXTS entries always suffice. */
+typedef struct server_pipe_load {
+    uint32_t pipe_id; /* 0: a free entry */
+    nng_pipe pipe;
+    int waiting;       /* sends started and not yet completed */
+    uint64_t since_ns; /* the last reply the pipe took, or the first wait */
+    bool closing;      /* closed as stalled; its sends are completing */
+} server_pipe_load;
 
 /* A received message (slot set) or a pipe removal (slot NULL). */
 typedef struct server_event {
@@ -50,6 +81,10 @@ struct tsrd_server {
     nng_tls_config *tls; /* shared by the tls+tcp:// listeners; NULL: none */
     nng_listener listeners[TSRD_MAX_LISTEN];
     int n_listeners;
+    pthread_mutex_t load_mu; /* guards loads */
+    server_pipe_load loads[TSRD_SERVER_CONTEXTS];
+    uv_timer_t stall_timer; /* runs while some pipe has SERVER_STUCK_REPLIES waiting */
+    int open_handles;       /* async and stall_timer until their close callbacks */
 };
 
 static void server_push(tsrd_server *s, server_event *ev)
@@ -72,6 +107,65 @@ static server_event *server_take_all(tsrd_server *s)
     s->head = s->tail = NULL;
     pthread_mutex_unlock(&s->mu);
     return all;
+}
+
+/* ---- replies waiting for their pipe (any thread, under load_mu) ---- */
+
+/* The entry of a pipe; with add, a new one when it has none. NULL when it has
+ * none (or, with add, cannot: never while every waiting reply holds a context). */
+static server_pipe_load *server_load_find(tsrd_server *s, uint32_t pipe_id, bool add)
+{
+    server_pipe_load *spare = NULL;
+    for (int i = 0; i < TSRD_SERVER_CONTEXTS; i++) {
+        server_pipe_load *l = &s->loads[i];
+        if (l->pipe_id == pipe_id)
+            return l;
+        if (l->pipe_id == 0 && spare == NULL)
+            spare = l;
+    }
+    if (add && spare != NULL)
+        spare->pipe_id = pipe_id;
+    return add ? spare : NULL;
+}
+
+/* A reply for slot's pipe is about to be handed to nng. Returns how many of the
+ * pipe's replies are then waiting. Loop thread. */
+static int server_load_begin(tsrd_server *s, server_slot *slot)
+{
+    int id = nng_pipe_id(slot->pipe);
+    int waiting = 0;
+    if (id <= 0)
+        return 0;
+    pthread_mutex_lock(&s->load_mu);
+    server_pipe_load *l = server_load_find(s, (uint32_t)id, true);
+    if (l != NULL) {
+        if (l->waiting == 0) {
+            l->pipe = slot->pipe;
+            l->since_ns = uv_hrtime();
+            l->closing = false;
+        }
+        waiting = ++l->waiting;
+    }
+    pthread_mutex_unlock(&s->load_mu);
+    return waiting;
+}
+
+/* A send for pipe completed; taken: the pipe took the reply (or is gone), not
+ * a timeout or an error. nng thread. */
+static void server_load_end(tsrd_server *s, nng_pipe pipe, bool taken)
+{
+    int id = nng_pipe_id(pipe);
+    if (id <= 0)
+        return;
+    pthread_mutex_lock(&s->load_mu);
+    server_pipe_load *l = server_load_find(s, (uint32_t)id, false);
+    if (l != NULL) {
+        if (taken)
+            l->since_ns = uv_hrtime();
+        if (--l->waiting <= 0)
+            memset(l, 0, sizeof *l);
+    }
+    pthread_mutex_unlock(&s->load_mu);
 }
 
 /* ---- nng threads ---- */
@@ -98,6 +192,7 @@ static void server_recv_cb(void *arg)
     ev->slot = slot;
     ev->msg = nng_aio_get_msg(slot->recv_aio);
     nng_pipe pipe = nng_msg_get_pipe(ev->msg);
+    slot->pipe = pipe;
     ev->pipe_id = (uint32_t)nng_pipe_id(pipe);
     /* Only ipc pipes have peer credentials; other transports answer ENOTSUP. */
     uint64_t uid = 0, gid = 0;
@@ -111,8 +206,11 @@ static void server_recv_cb(void *arg)
 static void server_send_cb(void *arg)
 {
     server_slot *slot = arg;
-    if (nng_aio_result(slot->send_aio) != 0)
+    int rv = nng_aio_result(slot->send_aio);
+    if (rv != 0)
         nng_msg_free(nng_aio_get_msg(slot->send_aio));
+    /* Read before the receive below: it may set the slot's next pipe. */
+    server_load_end(slot->srv, slot->pipe, rv == 0);
     if (!atomic_load(&slot->srv->stopping))
         nng_ctx_recv(slot->ctx, slot->recv_aio);
 }
@@ -134,10 +232,48 @@ static void server_pipe_cb(nng_pipe pipe, nng_pipe_ev event, void *arg)
 
 /* ---- the loop thread ---- */
 
+/* Closes the pipes that have SERVER_STUCK_REPLIES or more replies waiting and
+ * have taken none for SERVER_STALL_MS; stops itself when no pipe has that many
+ * waiting. Closing a pipe completes its waiting sends at once (nng drops the
+ * replies), which frees their contexts, and removes the pipe, which closes its
+ * session through the pipe event. */
+static void server_stall_check(uv_timer_t *timer)
+{
+    tsrd_server *s = timer->data;
+    uint64_t now = uv_hrtime();
+    server_pipe_load stalled[TSRD_SERVER_CONTEXTS];
+    int n_stalled = 0;
+    bool watch = false;
+    pthread_mutex_lock(&s->load_mu);
+    for (int i = 0; i < TSRD_SERVER_CONTEXTS; i++) {
+        server_pipe_load *l = &s->loads[i];
+        if (l->pipe_id == 0 || l->closing || l->waiting < SERVER_STUCK_REPLIES)
+            continue;
+        if (now - l->since_ns >= (uint64_t)SERVER_STALL_MS * 1000000u) {
+            l->closing = true;
+            stalled[n_stalled++] = *l;
+        } else {
+            watch = true;
+        }
+    }
+    pthread_mutex_unlock(&s->load_mu);
+    if (!watch)
+        uv_timer_stop(timer);
+    /* Outside the lock: closing completes the pipe's sends, whose callbacks
+     * take it. */
+    for (int i = 0; i < n_stalled; i++) {
+        tsrd_log_warn(&s->d->log,
+                      "session %u: closing its connection: %d replies waited, none taken for "
+                      "%d ms (a peer that does not read)",
+                      stalled[i].pipe_id, stalled[i].waiting, SERVER_STALL_MS);
+        nng_pipe_close(stalled[i].pipe);
+    }
+}
+
 static void server_reply(void *sink, void *origin, const uint8_t *data, size_t len)
 {
-    (void)sink;
     server_slot *slot = origin;
+    tsrd_server *s = sink;
     nng_msg *msg = NULL;
     if (nng_msg_alloc(&msg, len) != 0) {
         /* No reply possible: the client times out. Keep the context serving. */
@@ -149,6 +285,11 @@ static void server_reply(void *sink, void *origin, const uint8_t *data, size_t l
     if (len > 0)
         memcpy(nng_msg_body(msg), data, len);
     nng_aio_set_msg(slot->send_aio, msg);
+    uv_handle_t *timer = (uv_handle_t *)&s->stall_timer;
+    if (server_load_begin(s, slot) >= SERVER_STUCK_REPLIES && !uv_is_active(timer) &&
+        !uv_is_closing(timer))
+        uv_timer_start(&s->stall_timer, server_stall_check, SERVER_STALL_CHECK_MS,
+                       SERVER_STALL_CHECK_MS);
     nng_ctx_send(slot->ctx, slot->send_aio);
 }
 
@@ -314,9 +455,8 @@ static void server_free_slots(tsrd_server *s)
     s->n_slots = 0;
 }
 
-static void server_free(uv_handle_t *handle)
+static void server_free(tsrd_server *s)
 {
-    tsrd_server *s = handle->data;
     server_event *ev = server_take_all(s);
     while (ev != NULL) {
         server_event *next = ev->next;
@@ -327,8 +467,24 @@ static void server_free(uv_handle_t *handle)
     }
     if (s->tls != NULL)
         nng_tls_config_free(s->tls);
+    pthread_mutex_destroy(&s->load_mu);
     pthread_mutex_destroy(&s->mu);
     free(s);
+}
+
+/* The server is freed once both of its loop handles are closed. */
+static void server_handle_closed(uv_handle_t *handle)
+{
+    tsrd_server *s = handle->data;
+    if (--s->open_handles == 0)
+        server_free(s);
+}
+
+static void server_close_handles(tsrd_server *s, uv_close_cb cb)
+{
+    uv_timer_stop(&s->stall_timer);
+    uv_close((uv_handle_t *)&s->stall_timer, cb);
+    uv_close((uv_handle_t *)&s->async, cb);
 }
 
 tsr_status tsrd_server_start(tsrd_daemon *d, tsrd_server **out, tsr_error *err)
@@ -338,18 +494,23 @@ tsr_status tsrd_server_start(tsrd_daemon *d, tsrd_server **out, tsr_error *err)
         return tsr_error_set(err, TSR_NO_MEMORY, "server: out of memory");
     s->d = d;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->load_mu, NULL);
     atomic_init(&s->stopping, false);
     s->async.data = s;
     int rv = uv_async_init(d->loop, &s->async, server_async_cb);
     if (rv != 0) {
+        pthread_mutex_destroy(&s->load_mu);
         pthread_mutex_destroy(&s->mu);
         free(s);
         return tsr_error_set(err, TSR_INTERNAL, "uv_async_init: %s", uv_strerror(rv));
     }
+    uv_timer_init(d->loop, &s->stall_timer); /* cannot fail on unix */
+    s->stall_timer.data = s;
+    s->open_handles = 2;
     tsr_status st = TSR_OK;
     if ((rv = nng_rep0_open(&s->sock)) != 0) {
         st = server_nng_error(err, rv, "socket", NULL);
-        uv_close((uv_handle_t *)&s->async, server_free);
+        server_close_handles(s, server_handle_closed);
         return st;
     }
     rv = nng_socket_set_size(s->sock, NNG_OPT_RECVMAXSZ, (size_t)d->config.max_message_bytes);
@@ -365,7 +526,7 @@ tsr_status tsrd_server_start(tsrd_daemon *d, tsrd_server **out, tsr_error *err)
         atomic_store(&s->stopping, true);
         nng_close(s->sock);
         server_free_slots(s);
-        uv_close((uv_handle_t *)&s->async, server_free);
+        server_close_handles(s, server_handle_closed);
         return st;
     }
     d->reply_fn = server_reply;
@@ -478,9 +639,9 @@ void tsrd_server_close(tsrd_server *s)
                       "the nng socket did not close within %d ms; exiting with it "
                       "still closing (every reply was already sent)",
                       SERVER_CLOSE_WAIT_MS);
-        uv_close((uv_handle_t *)&s->async, NULL);
+        server_close_handles(s, NULL);
         return;
     }
     server_free_slots(s);
-    uv_close((uv_handle_t *)&s->async, server_free);
+    server_close_handles(s, server_handle_closed);
 }

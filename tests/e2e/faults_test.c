@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -461,33 +462,210 @@ Test(faults, clients_vanishing_mid_alloc_leave_nothing_behind)
     faults_vanish(true);
 }
 
-/* Disabled while it fails: tesserad serves from TSRD_SERVER_CONTEXTS (64) nng
- * contexts, and a reply to a peer that does not read keeps its context busy
- * until the 10 s send timeout. One client that pipelines more than 64 requests
- * and never reads occupies every context, wave after wave, and the others get
- * no answer (docs/reliability.md, "stalled client"). Enable it with the fix: a
- * per-pipe bound on contexts in use, or replies that do not hold a context. */
-Test(faults, a_client_that_never_reads_its_replies_does_not_block_the_others, .disabled = true)
+/* The daemon's context count (daemon/server.h): a stalled client pipelines
+ * well past it. */
+#define FAULTS_SERVER_CONTEXTS 64
+
+/* The gauge or counter name from a stats reply fetched on c. */
+static double faults_stat(tsr_client *c, const char *name)
+{
+    tsr_client_stats *stats = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_stats_get(c, false, &stats, 10000, &err), TSR_OK, "stats: %s",
+                 err.message);
+    double v = tsr_client_stats_counter(stats, name, -1);
+    tsr_client_stats_free(stats);
+    return v;
+}
+
+/* Reads what the daemon sends on fd until it closes the connection (read
+ * returns 0, or ECONNRESET since requests it never read were left behind), for
+ * at most wait_ms without a byte. Returns the bytes (malloc'd) and their count
+ * in *len; *closed says whether the connection ended. */
+static uint8_t *faults_read_until_closed(int fd, int wait_ms, size_t *len, bool *closed)
+{
+    size_t cap = 1 << 20, n = 0;
+    uint8_t *buf = malloc(cap);
+    cr_assert_not_null(buf);
+    *closed = false;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, wait_ms) <= 0)
+            break;
+        if (n == cap) {
+            cap *= 2;
+            buf = realloc(buf, cap);
+            cr_assert_not_null(buf);
+        }
+        ssize_t got = read(fd, buf + n, cap - n);
+        if (got == 0 || (got < 0 && errno == ECONNRESET)) {
+            *closed = true;
+            break;
+        }
+        cr_assert_gt(got, 0, "read: %s", strerror(errno));
+        n += (size_t)got;
+    }
+    *len = n;
+    return buf;
+}
+
+/* A client that pipelines far more requests than the daemon has contexts and
+ * never reads a reply: its replies wait in the daemon's contexts. The daemon
+ * closes its connection once it has SERVER_STUCK_REPLIES replies waiting and
+ * takes none for SERVER_STALL_MS (daemon/server.c), so every context comes back
+ * and another client's hello and run are answered within their usual timeout.
+ * The stalled client gets the replies its socket had room for, whole and in
+ * its own ids, then the end of the connection; its session and its buffer are
+ * reclaimed. */
+Test(faults, a_client_that_never_reads_its_replies_does_not_block_the_others)
 {
     int fd = faults_stalled_open();
-    /* Requests whose replies are large (the Prometheus text), sent until the
-     * socket pushes back: replies pile up unread on the daemon's side. */
+    /* A buffer first, so that the session holds something to reclaim. */
     Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__BufferAllocRequest balloc = TESSERA__V1__BUFFER_ALLOC_REQUEST__INIT;
+    int64_t shape[1] = {1024};
+    balloc.dtype = TESSERA__V1__DTYPE__DTYPE_F32;
+    balloc.shape = shape;
+    balloc.n_shape = 1;
+    req.id = 1;
+    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC;
+    req.buffer_alloc = &balloc;
+    cr_assert(faults_stalled_send(fd, 1, &req));
+    /* Then requests whose replies are large (the Prometheus text), sent until
+     * the socket pushes back: replies pile up unread on the daemon's side. */
     Tessera__V1__StatsRequest stats = TESSERA__V1__STATS_REQUEST__INIT;
     stats.prometheus = 1;
     req.body_case = TESSERA__V1__REQUEST__BODY_STATS;
     req.stats = &stats;
-    int sent = 0;
-    for (uint32_t i = 1; i <= 2000; i++) {
+    uint32_t sent = 1;
+    for (uint32_t i = 2; i <= 2000; i++) {
         req.id = i;
         if (!faults_stalled_send(fd, i, &req))
             break;
-        sent++;
+        sent = i;
     }
-    cr_assert_gt(sent, 100);
+    cr_assert_gt(sent, 2 * FAULTS_SERVER_CONTEXTS);
     usleep(200000);
-    faults_still_serving();
+
+    /* Another client is served, right, within its normal per-call timeout. */
+    tsr_client *c = testd_client(&daemon_, 10000);
+    cr_assert_not_null(c);
+    tsr_error err;
+    cr_assert_eq(tsr_client_hello(c, NULL, 10000, &err), TSR_OK, "hello: %s", err.message);
+    faults_run_is_right(c, 7);
+
+    /* What the stalled client sees: some replies, then the end. */
+    size_t len = 0;
+    bool closed = false;
+    uint8_t *got = faults_read_until_closed(fd, 30000, &len, &closed);
+    cr_assert(closed, "the daemon kept the stalled connection (%zu bytes read)", len);
+    uint32_t replies = 0;
+    bool *seen = calloc(sent + 1, sizeof *seen);
+    size_t at = 0;
+    while (len - at >= 9) {
+        cr_assert_eq(got[at], 1, "message type %u at byte %zu", got[at], at);
+        uint64_t size = 0;
+        for (int i = 0; i < 8; i++)
+            size = size << 8 | got[at + 1 + i];
+        if (len - at - 9 < size)
+            break; /* the last reply was cut by the close */
+        cr_assert_geq(size, 4);
+        const uint8_t *m = got + at + 9;
+        uint32_t rid = (uint32_t)m[0] << 24 | (uint32_t)m[1] << 16 | (uint32_t)m[2] << 8 | m[3];
+        Tessera__V1__Reply *reply = tessera__v1__reply__unpack(NULL, size - 4, m + 4);
+        cr_assert_not_null(reply, "reply %u does not decode", replies);
+        cr_expect_eq(reply->status, TESSERA__V1__STATUS__OK, "reply id %llu: %s",
+                     (unsigned long long)reply->id, reply->message);
+        cr_assert_eq(rid, (uint32_t)reply->id | 0x80000000u);
+        cr_assert(reply->id >= 1 && reply->id <= sent, "reply id %llu",
+                  (unsigned long long)reply->id);
+        cr_expect(!seen[reply->id], "reply id %llu twice", (unsigned long long)reply->id);
+        seen[reply->id] = true;
+        cr_expect_eq(reply->body_case, reply->id == 1 ? TESSERA__V1__REPLY__BODY_BUFFER_ALLOC
+                                                      : TESSERA__V1__REPLY__BODY_STATS);
+        tessera__v1__reply__free_unpacked(reply, NULL);
+        replies++;
+        at += 9 + size;
+    }
+    cr_log_info("stalled client: %u requests sent, %u replies read before the close", sent,
+                replies);
+    cr_expect_lt(replies, sent, "every reply reached a client that never read");
+    free(seen);
+    free(got);
     close(fd);
+
+    /* Its session and buffer are gone: only c is connected, and holds none. */
+    double sessions = -1;
+    for (int tries = 0; tries < 100 && (sessions = faults_stat(c, "sessions")) != 1; tries++)
+        usleep(50000);
+    cr_expect_eq(sessions, 1);
+    cr_expect_eq(faults_stat(c, "buffers"), 0);
+    tsr_client_close(c);
+    faults_still_serving();
+}
+
+/* A client that reads, however hard it pipelines, is never taken for a stalled
+ * one: many threads on one connection (a REQ context each) keep large replies
+ * coming in bursts the daemon hands out faster than the pipe takes them. Every
+ * call succeeds, and the connection is the same at the end: no session was
+ * opened again, and its buffer is still there with its bytes. */
+#define PIPELINE_THREADS 48
+#define PIPELINE_CALLS 25
+
+typedef struct faults_pipeliner {
+    pthread_t thread;
+    tsr_client *c;
+    int ok;
+} faults_pipeliner;
+
+static void *faults_pipeline_one(void *arg)
+{
+    faults_pipeliner *p = arg;
+    for (int i = 0; i < PIPELINE_CALLS; i++) {
+        tsr_client_stats *stats = NULL;
+        if (tsr_client_stats_get(p->c, true, &stats, 10000, NULL) == TSR_OK &&
+            stats->prometheus_text[0] != '\0')
+            p->ok++;
+        tsr_client_stats_free(stats);
+    }
+    return NULL;
+}
+
+Test(faults, a_reading_client_that_pipelines_heavily_is_never_disconnected)
+{
+    tsr_client *c = testd_client(&daemon_, 10000);
+    cr_assert_not_null(c);
+    int64_t shape[1] = {4096};
+    float data[4096], back[4096];
+    for (int i = 0; i < 4096; i++)
+        data[i] = (float)i * 0.5f;
+    tsr_buffer b;
+    tsr_error err;
+    cr_assert_eq(tsr_client_buffer_alloc(c, TSR_CLIENT_F32, 1, shape, &b, NULL, 10000, &err),
+                 TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_buffer_write(c, b, 0, data, sizeof data, 10000, &err), TSR_OK, "%s",
+                 err.message);
+    double opened = faults_stat(c, "sessions_opened_total");
+
+    faults_pipeliner p[PIPELINE_THREADS];
+    memset(p, 0, sizeof p);
+    for (int i = 0; i < PIPELINE_THREADS; i++) {
+        p[i].c = c;
+        pthread_create(&p[i].thread, NULL, faults_pipeline_one, &p[i]);
+    }
+    int ok = 0;
+    for (int i = 0; i < PIPELINE_THREADS; i++) {
+        pthread_join(p[i].thread, NULL);
+        ok += p[i].ok;
+    }
+    cr_expect_eq(ok, PIPELINE_THREADS * PIPELINE_CALLS);
+    cr_expect_eq(faults_stat(c, "sessions_opened_total"), opened, "the connection was reopened");
+    size_t n = 0;
+    cr_assert_eq(tsr_client_buffer_read(c, b, 0, back, sizeof back, &n, 10000, &err), TSR_OK,
+                 "the session lost its buffer: %s", err.message);
+    cr_expect_eq(n, sizeof back);
+    cr_expect_arr_eq(back, data, sizeof back);
+    tsr_client_close(c);
     faults_still_serving();
 }
 

@@ -178,3 +178,39 @@ Test(config, max_request_work_defaults_to_the_documented_bound_and_0_turns_it_of
     cr_assert_str_eq(err.message, "max_request_work: must be a number");
     tsrd_config_free(&c);
 }
+
+Test(config, metrics_listen_is_off_by_default_and_takes_http_host_port)
+{
+    tsrd_config c;
+    tsr_error err;
+    cr_assert_eq(tsrd_config_defaults(&c, &err), TSR_OK);
+    cr_assert_null(c.metrics_listen);
+    tsrd_config_free(&c);
+    cr_assert_eq(parse(&c, "{\"metrics_listen\":\"http://127.0.0.1:9464\"}", &err), TSR_OK, "%s",
+                 err.message);
+    cr_assert_str_eq(c.metrics_listen, "http://127.0.0.1:9464");
+    tsrd_config copy;
+    cr_assert_eq(tsrd_config_copy(&copy, &c, &err), TSR_OK);
+    cr_assert_str_eq(copy.metrics_listen, "http://127.0.0.1:9464");
+    tsrd_config_free(&copy);
+    tsrd_config_free(&c);
+    cr_assert_eq(parse(&c, "{\"metrics_listen\":\"http://[::1]:9464/\"}", &err), TSR_OK, "%s",
+                 err.message);
+    tsrd_config_free(&c);
+    static const char *const bad[] = {"tcp://127.0.0.1:9464", "http://127.0.0.1", "http://:9464",
+                                      "http://127.0.0.1:9464/metrics", "http://127.0.0.1:70000"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char text[128];
+        snprintf(text, sizeof text, "{\"metrics_listen\":\"%s\"}", bad[i]);
+        cr_assert_eq(parse(&c, text, &err), TSR_BAD_ATTRIBUTE, "%s", bad[i]);
+        char want[160];
+        snprintf(want, sizeof want,
+                 "metrics_listen: '%s' is not http://HOST:PORT (e.g. http://127.0.0.1:9464)",
+                 bad[i]);
+        cr_assert_str_eq(err.message, want);
+        tsrd_config_free(&c);
+    }
+    cr_assert_eq(parse(&c, "{\"metrics_listen\":9464}", &err), TSR_BAD_ATTRIBUTE);
+    cr_assert_str_eq(err.message, "metrics_listen: must be a string");
+    tsrd_config_free(&c);
+}

@@ -965,16 +965,31 @@ static tsr_status cuda_device_recover(tsrd_backend *b, int index, tsr_error *err
      * old context: forget the handles to them without calling the driver. */
     d->tier3_module = NULL;
     d->mma80_module = NULL;
+    /* The poisoned context must not stay current here: calls made with it
+     * current report its sticky error instead of doing their work. */
+    drv->ctx_set_current(NULL);
     tsr_status st =
         tsrd_cuda_check(drv, drv->primary_ctx_reset(d->dev), "cuDevicePrimaryCtxReset", err);
     CUcontext ctx = NULL;
     if (st == TSR_OK)
         st = tsrd_cuda_check(drv, drv->primary_ctx_retain(&ctx, d->dev), "cuDevicePrimaryCtxRetain",
                              err);
-    if (st != TSR_OK)
-        return tsr_error_prefix(err, "recover device %d", index);
-    /* Keep one reference, as open did: the reset did not drop ours. */
-    drv->primary_ctx_release(d->dev);
+    if (st == TSR_OK) {
+        /* Keep one reference, as open did: the reset did not drop ours. */
+        drv->primary_ctx_release(d->dev);
+    } else {
+        /* Drop our reference, which destroys the context outright, and retain
+         * a new one. */
+        drv->primary_ctx_release(d->dev);
+        drv->ctx_set_current(NULL);
+        st = tsrd_cuda_check(drv, drv->primary_ctx_retain(&ctx, d->dev),
+                             "cuDevicePrimaryCtxRetain after release", err);
+        if (st != TSR_OK) {
+            /* Nothing is retained now: take the reference back for close. */
+            drv->primary_ctx_retain(&d->ctx, d->dev);
+            return tsr_error_prefix(err, "recover device %d", index);
+        }
+    }
     d->ctx = ctx;
     st = tsrd_cuda_check(drv, drv->ctx_set_current(ctx), "cuCtxSetCurrent", err);
     if (st == TSR_OK)

@@ -111,6 +111,13 @@ struct kcache_flight {
     struct kcache_blob *blob; /* holds one reference per waiter once done */
 };
 
+/* The charge covers both records and two hash slots (the table doubles when
+ * entries outnumber buckets); what is left is for the allocator's headers. */
+_Static_assert(sizeof(struct kcache_entry) + sizeof(struct kcache_blob) +
+                       2 * sizeof(struct kcache_entry *) <=
+                   TSRI_KCACHE_ENTRY_COST,
+               "TSRI_KCACHE_ENTRY_COST covers an entry's records");
+
 struct kcache_disk_file {
     tsr_fingerprint key;
     uint64_t bytes;
@@ -119,8 +126,9 @@ struct kcache_disk_file {
 
 struct tsr_kcache {
     pthread_mutex_t lock;
-    char *dir; /* NULL: memory only */
-    uint64_t memory_limit;
+    char *dir;               /* NULL: memory only */
+    uint64_t memory_limit;   /* on memory_charged */
+    uint64_t memory_charged; /* payload plus TSRI_KCACHE_ENTRY_COST per entry */
     uint64_t disk_limit;
     struct kcache_entry **buckets;
     size_t bucket_count;
@@ -373,15 +381,17 @@ static void kcache_memory_remove(tsr_kcache *c, struct kcache_entry *e)
     kcache_lru_unlink(c, e);
     c->stats.memory_entries--;
     c->stats.memory_bytes -= e->blob->pub.len;
+    c->memory_charged -= e->blob->pub.len + TSRI_KCACHE_ENTRY_COST;
     tsr_kcache_blob_release(&e->blob->pub);
     free(e);
 }
 
-/* Evicts from the cold end until the payload bytes fit the bound. An entry larger
- * than the whole bound is evicted at once; its holder keeps its reference. */
+/* Evicts from the cold end until the charged bytes (payload plus the per-entry
+ * bookkeeping) fit the bound. An entry larger than the whole bound is evicted
+ * at once; its holder keeps its reference. */
 static void kcache_memory_trim(tsr_kcache *c)
 {
-    while (c->stats.memory_bytes > c->memory_limit && c->lru_tail != NULL) {
+    while (c->memory_charged > c->memory_limit && c->lru_tail != NULL) {
         kcache_memory_remove(c, c->lru_tail);
         c->stats.memory_evictions++;
     }
@@ -410,6 +420,7 @@ static struct kcache_entry *kcache_memory_insert(tsr_kcache *c, const tsr_finger
     kcache_lru_push_front(c, e);
     c->stats.memory_entries++;
     c->stats.memory_bytes += blob->pub.len;
+    c->memory_charged += blob->pub.len + TSRI_KCACHE_ENTRY_COST;
     kcache_memory_trim(c);
     e = kcache_memory_find(c, key);
     kcache_memory_grow(c);

@@ -20,6 +20,13 @@
 /* Size of the fixed header that starts every on-disk entry (docs/cache.md). */
 #define TSRI_KCACHE_HEADER_BYTES 184u
 
+/* What the memory level charges each entry against its bound on top of the
+ * payload: the entry and blob records (with the metadata), their hash slots
+ * and the allocator's headers, rounded up. Without it a cache of small blobs
+ * (the CPU backend's plans are under 100 bytes) holds several times its bound
+ * in bookkeeping. */
+#define TSRI_KCACHE_ENTRY_COST 256u
+
 /* Checks an entry whose first TSRI_KCACHE_HEADER_BYTES bytes are header and
  * whose remaining payload_len bytes are payload, as stored under key. TSR_OK
  * with *meta filled when magic, format version, header length, reserved field,

@@ -12,7 +12,10 @@
  * churn (alloc, write, read back, free), launches on buffers, verify, stats, and
  * bad requests that must fail with one exact status (--mix changes the
  * weights; --reconnect-every makes each client open a fresh connection every
- * OPS operations, as short-lived callers do). Every result is checked:
+ * OPS operations, as short-lived callers do). A compile miss and a launch free
+ * their kernel handle when done with it (kernel_free), as a long-lived caller
+ * must: a connection's handles otherwise live as long as it does, and one
+ * handle per never-seen region would grow without bound. Every result is checked:
  * run and launch outputs against the CPU reference computed here
  * (tsr_ref_run), read-backs byte for byte, compile keys against the first key
  * seen for the region, verdicts PASS, bad requests their exact code.
@@ -242,6 +245,19 @@ static void lg_compile_hit(lg_thread *t, tsr_client *c)
     t->counts[LG_COMPILE_HIT].ok++;
 }
 
+/* Frees a kernel handle the operation is done with; a refusal is unexpected. */
+static void lg_kernel_free(lg_thread *t, enum lg_op op, tsr_client *c, tsr_kernel kernel)
+{
+    if (kernel == 0)
+        return;
+    tsr_error err;
+    tsr_status st = tsr_client_kernel_free(c, kernel, t->shared->timeout_ms, &err);
+    if (st != TSR_OK && lg_answered(t, op, st, &err)) {
+        t->counts[op].unexpected++;
+        lg_note(t, op, "kernel_free", &err);
+    }
+}
+
 static void lg_compile_miss(lg_thread *t, tsr_client *c)
 {
     lg_shared *s = t->shared;
@@ -262,9 +278,10 @@ static void lg_compile_miss(lg_thread *t, tsr_client *c)
     if (out.decision.cache_hit || out.kernel == 0) {
         t->counts[LG_COMPILE_MISS].wrong++;
         lg_note(t, LG_COMPILE_MISS, "a never-seen key was a cache hit", NULL);
-        return;
+    } else {
+        t->counts[LG_COMPILE_MISS].ok++;
     }
-    t->counts[LG_COMPILE_MISS].ok++;
+    lg_kernel_free(t, LG_COMPILE_MISS, c, out.kernel);
 }
 
 static void lg_run(lg_thread *t, tsr_client *c)
@@ -342,10 +359,13 @@ static void lg_launch(lg_thread *t, tsr_client *c)
     size_t out_bytes = tsr_tensor_desc_bytes(&out);
     void *got = malloc(out_bytes), *want = malloc(out_bytes);
     tsr_client_compiled k;
+    k.kernel = 0;
     tsr_error err;
     bool fine = true;
     tsr_status st = tsr_client_compile(c, r, NULL, &k, s->timeout_ms, &err);
     fine = lg_expect_ok(t, LG_LAUNCH, st, &err);
+    if (!fine)
+        k.kernel = 0;
     for (int i = 0; i <= n && fine; i++) {
         const tsr_tensor_desc *d = i < n ? &in[i] : &out;
         st = tsr_client_buffer_alloc(c, (tsr_client_dtype)d->dtype, d->rank, d->shape, &bufs[i],
@@ -378,6 +398,9 @@ static void lg_launch(lg_thread *t, tsr_client *c)
     for (int i = 0; i <= n; i++)
         if (bufs[i] != 0)
             tsr_client_buffer_free(c, bufs[i], s->timeout_ms, NULL);
+    /* The next compile of this region on the connection gets a new handle,
+     * which the compile_hit check accepts: it compares keys, not handles. */
+    lg_kernel_free(t, LG_LAUNCH, c, k.kernel);
     lg_inputs_free(inputs, n);
     free(got);
     free(want);
@@ -431,10 +454,14 @@ static void lg_bad(lg_thread *t, tsr_client *c)
     uint8_t bytes[64] = {0};
     tsr_buffer buf = 0;
     int64_t shape[1] = {4};
-    switch (lg_rand(t) % 6) {
+    switch (lg_rand(t) % 7) {
     case 0: /* a handle that never existed */
         want = TSR_NOT_FOUND;
         st = tsr_client_buffer_read(c, lg_rand(t) | 1, 0, bytes, sizeof bytes, NULL, tmo, &err);
+        break;
+    case 6: /* freeing a kernel handle that never existed */
+        want = TSR_NOT_FOUND;
+        st = tsr_client_kernel_free(c, lg_rand(t) | 1, tmo, &err);
         break;
     case 1:
         want = TSR_NOT_FOUND;

@@ -423,13 +423,14 @@ Test(kcache, discards_a_file_renamed_to_another_keys_name)
 
 Test(kcache, memory_eviction_keeps_the_most_recently_used)
 {
-    tsr_kcache *c = cache_open(NULL, 3000, 0);
+    /* Room for three 1000-byte entries with their bookkeeping. */
+    tsr_kcache *c = cache_open(NULL, 3 * (1000 + TSRI_KCACHE_ENTRY_COST), 0);
     struct builder b = {.len = 1000, .fill = 4};
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
     cr_expect_eq(get_checked(c, 2, &b), TSR_KCACHE_MISS);
     cr_expect_eq(get_checked(c, 3, &b), TSR_KCACHE_MISS);
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MEMORY);
-    cr_expect_eq(get_checked(c, 4, &b), TSR_KCACHE_MISS); /* 4000 bytes: evicts 2 */
+    cr_expect_eq(get_checked(c, 4, &b), TSR_KCACHE_MISS); /* a fourth: evicts 2 */
 
     tsr_kcache_stats s;
     tsr_kcache_get_stats(c, &s);
@@ -449,6 +450,23 @@ Test(kcache, memory_eviction_keeps_the_most_recently_used)
     cr_expect_eq(tsr_kcache_lookup(c, &k2, &blob, NULL, NULL), TSR_NOT_FOUND);
     cr_expect_eq(get_checked(c, 2, &b), TSR_KCACHE_MISS);
     cr_expect_eq(atomic_load(&b.calls), 5);
+    tsr_kcache_close(c);
+}
+
+/* Small blobs are bounded by their bookkeeping, not only their payload: 1000
+ * bytes of bound hold 100 ten-byte payloads by payload alone, but 3 entries
+ * once each is charged TSRI_KCACHE_ENTRY_COST (256) on top. */
+Test(kcache, memory_bound_counts_each_entrys_bookkeeping)
+{
+    tsr_kcache *c = cache_open(NULL, 1000, 0);
+    struct builder b = {.len = 10, .fill = 9};
+    for (int i = 1; i <= 50; i++)
+        cr_expect_eq(get_checked(c, i, &b), TSR_KCACHE_MISS);
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(c, &s);
+    cr_expect_eq(s.memory_entries, 3);
+    cr_expect_eq(s.memory_bytes, 30, "the counter stays payload bytes");
+    cr_expect_eq(s.memory_evictions, 47);
     tsr_kcache_close(c);
 }
 

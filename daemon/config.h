@@ -46,8 +46,8 @@
 #define TSRD_MAX_TENANT_IDS 8 /* tokens, uids and gids per tenant, each */
 #define TSRD_TENANT_NAME_MAX 64
 #define TSRD_DEFAULT_IPC_MODE 0660
-/* Work units (tsr_ref_work) one request may cause on the CPU: about 4 to 15 s
- * of one core for any region kind. */
+/* Work units (tsr_ref_work) one request may cause on the CPU: about 2 to 16 s
+ * of one core, whatever the region kind. */
 #define TSRD_DEFAULT_MAX_REQUEST_WORK UINT64_C(40000000000)
 
 /* Per-tenant limits; 0 means unlimited. */

@@ -546,7 +546,10 @@ void tsrd_server_stop_accepting(tsrd_server *s)
 
 /* nng 1.5.2's nng_close can wait forever for a pipe when clients are still
  * connected and redialing at shutdown (seen about once in ten SIGTERM-under-load
- * runs). By then every reply has been sent, so the close gets a bounded wait on
+ * runs): nng's reaper stops the REP pipe's own aio and waits for a task that was
+ * prepared and never runs (nng issue #1543, fixed upstream long after 1.5.2;
+ * docs/reliability.md, "Shutdown under load"). The daemon cannot reach that
+ * aio. By then every reply has been sent, so the close gets a bounded wait on
  * a helper thread instead of holding the exit hostage. */
 #define SERVER_CLOSE_WAIT_MS 3000
 

@@ -2,9 +2,10 @@
  * faults_test.c — a real tesserad under faults: killed with SIGKILL in the
  * middle of compiles and cache writes, restarted on a cache directory holding
  * partial files and garbage, given a full disk, and served by clients that
- * vanish mid-request, never read their replies, or arrive all at once. In every
- * case the daemon keeps answering the other clients with right answers, never
- * serves a damaged cache entry, and exits cleanly on SIGTERM.
+ * vanish mid-request, never read their replies, pipeline hard while reading, or
+ * arrive all at once. In every case the daemon keeps answering the other
+ * clients with right answers, never serves a damaged cache entry, and exits
+ * cleanly on SIGTERM.
  *
  * The stalled client speaks nng's IPC framing on a bare Unix socket, because
  * an nng REQ socket always reads what arrives. The full-disk case mounts a

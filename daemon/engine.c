@@ -193,19 +193,29 @@ static tsr_status engine_candidate_run(void *ctx, const tsr_region *r, const voi
     return tsrd_engine_run_host(l->d, l->compiled.kobj, r, inputs, output, NULL, err);
 }
 
-tsr_status tsrd_engine_verify(tsrd_daemon *d, const tsr_candidate *c, const tsr_region *r,
-                              const char *arch, uint64_t seed, int random_probes, tsr_verdict *v,
-                              tsr_error *err)
+/* The work check of a verification; a refusal leaves a failed verdict saying so. */
+static tsr_status engine_verify_admit(tsrd_daemon *d, const tsr_candidate *c, const tsr_region *r,
+                                      const char *arch, int random_probes, tsr_verdict *v,
+                                      tsr_error *err)
 {
-    engine_loaded loaded;
     tsr_status st = tsrd_engine_check_work(d, r, "the verification",
                                            tsrd_engine_verify_work(r, arch, random_probes), err);
     if (st != TSR_OK) {
         tsr_verdict_init(v, c->tolerance, r->out_dtype);
         v->pass = false;
         snprintf(v->reason, sizeof v->reason, "not run: over max_request_work");
-        return st;
     }
+    return st;
+}
+
+tsr_status tsrd_engine_verify(tsrd_daemon *d, const tsr_candidate *c, const tsr_region *r,
+                              const char *arch, uint64_t seed, int random_probes, tsr_verdict *v,
+                              tsr_error *err)
+{
+    engine_loaded loaded;
+    tsr_status st = engine_verify_admit(d, c, r, arch, random_probes, v, err);
+    if (st != TSR_OK)
+        return st;
     st = engine_load(d, c, r, arch, &loaded, err);
     if (st != TSR_OK) {
         tsr_verdict_init(v, c->tolerance, r->out_dtype);
@@ -224,12 +234,15 @@ static tsr_status engine_verify_cb(void *ctx, const tsr_candidate *c, const tsr_
                                    tsr_verdict *v, tsr_error *err)
 {
     tsrd_engine_ctx *e = ctx;
-    tsr_status st = tsrd_engine_verify(e->d, c, r, e->arch, 0, 0, v, err);
-    if (st == TSR_RESOURCE_EXHAUSTED && !e->refused && err != NULL) {
-        e->refused = true;
-        e->refusal = *err;
+    tsr_status st = engine_verify_admit(e->d, c, r, e->arch, 0, v, err);
+    if (st != TSR_OK) {
+        if (!e->refused && err != NULL) {
+            e->refused = true;
+            e->refusal = *err;
+        }
+        return st;
     }
-    return st;
+    return tsrd_engine_verify(e->d, c, r, e->arch, 0, 0, v, err);
 }
 
 static int engine_cmp_double(const void *a, const void *b)

@@ -59,6 +59,9 @@ typedef struct tsrd_backend_options {
     int threads;      /* host threads a CPU launch may use; <= 0 = online CPUs */
     bool test_faults; /* register the "test_fault" candidate (forced only): its
                        * launch faults the device, for recovery tests */
+    /* The isolated CUDA backend's worker program (tesserad itself); NULL:
+     * /proc/self/exe. */
+    const char *worker_exe;
 } tsrd_backend_options;
 
 /* The candidate registered with test_faults: forced, its launch faults the
@@ -181,7 +184,15 @@ tsr_status tsrd_backend_choose(const char *name, const tsrd_backend_options *opt
 
 /* The CPU backend (backend_cpu.c). */
 extern const tsrd_backend_ops tsrd_backend_cpu;
-/* The CUDA backend (backend_cuda.c). */
+/* The CUDA backend in this process, "cuda-inprocess" (backend_cuda.c): the
+ * lowest latency, but a sticky fault poisons the process, so the daemon can
+ * only report it and be restarted. */
 extern const tsrd_backend_ops tsrd_backend_cuda;
+/* The CUDA backend in a worker process, "cuda" (backend_isolated.c): a fault
+ * costs the worker, which is restarted, and the daemon keeps serving. */
+extern const tsrd_backend_ops tsrd_backend_cuda_isolated;
+/* The CPU backend in a worker process, "cpu-isolated" (backend_isolated.c):
+ * for testing the isolation and recovery without a GPU. */
+extern const tsrd_backend_ops tsrd_backend_cpu_isolated;
 
 #endif

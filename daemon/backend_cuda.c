@@ -1030,7 +1030,7 @@ static tsr_status cuda_recover(tsrd_backend *b, tsr_error *err)
 }
 
 const tsrd_backend_ops tsrd_backend_cuda = {
-    .name = "cuda",
+    .name = "cuda-inprocess",
     .codegen_version = TSRI_CUDA_CODEGEN_VERSION,
     .open = cuda_open,
     .close = cuda_close,

@@ -11,8 +11,9 @@
 #include <string.h>
 
 static const tsrd_backend_ops *const backends_table[] = {
-    &tsrd_backend_cuda,
-    &tsrd_backend_cpu,
+    &tsrd_backend_cuda_isolated, &tsrd_backend_cpu,
+    &tsrd_backend_cuda,         /* only by name: auto prefers the isolated one */
+    &tsrd_backend_cpu_isolated, /* only by name */
 };
 
 #define BACKENDS_COUNT (sizeof backends_table / sizeof backends_table[0])

@@ -51,7 +51,8 @@ static tsr_status config_add_listen(tsrd_config *c, const char *url, tsr_error *
 
 static bool config_backend_valid(const char *name)
 {
-    return strcmp(name, "auto") == 0 || strcmp(name, "cpu") == 0 || strcmp(name, "cuda") == 0;
+    return strcmp(name, "auto") == 0 || strcmp(name, "cpu") == 0 || strcmp(name, "cuda") == 0 ||
+           strcmp(name, "cuda-inprocess") == 0 || strcmp(name, "cpu-isolated") == 0;
 }
 
 tsr_status tsrd_config_defaults(tsrd_config *c, tsr_error *err)
@@ -209,7 +210,7 @@ static tsr_status key_backend(tsrd_config *c, const cJSON *v, tsr_error *err)
     if (st != TSR_OK)
         return st;
     if (!config_backend_valid(s))
-        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "backend: '%s' is not one of auto, cpu, cuda",
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "backend: '%s' is not one of auto, cpu, cuda, cuda-inprocess",
                              s);
     return config_set_string(&c->backend, s, err);
 }
@@ -558,7 +559,7 @@ tsr_status tsrd_config_load_file(tsrd_config *c, const char *path, tsr_error *er
 const char *tsrd_config_usage(void)
 {
     return "usage: tesserad [--config FILE] [--listen URL]... [--cache-dir DIR]\n"
-           "                [--backend auto|cpu|cuda] [--log-level error|warn|info|debug]\n"
+           "                [--backend auto|cpu|cuda|cuda-inprocess] [--log-level error|warn|info|debug]\n"
            "                [--max-message-bytes N] [--workers N] [--help] [--version]\n"
            "       tesserad --hash-token < token-file\n"
            "\n"
@@ -610,7 +611,7 @@ static tsr_status config_apply_flag(tsrd_config *c, const char *flag, const char
     if (strcmp(flag, "--backend") == 0) {
         if (!config_backend_valid(value))
             return tsr_error_set(err, TSR_INVALID_ARGUMENT,
-                                 "--backend: '%s' is not one of auto, cpu, cuda", value);
+                                 "--backend: '%s' is not one of auto, cpu, cuda, cuda-inprocess", value);
         return config_set_string(&c->backend, value, err);
     }
     if (strcmp(flag, "--log-level") == 0) {

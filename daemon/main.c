@@ -8,13 +8,18 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "config.h"
+#include "device_wire.h"
 #include "service.h"
 
 int main(int argc, char **argv)
 {
+    /* The isolated CUDA backend's worker is this program, started by itself. */
+    if (argc > 1 && strcmp(argv[1], TSRD_DEVICE_WORKER_ARG) == 0)
+        return tsrd_device_worker_main(argc, argv);
     tsrd_config config;
     tsrd_config_action action;
     tsr_error err;

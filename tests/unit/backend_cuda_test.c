@@ -63,7 +63,9 @@ Test(backend_cuda, auto_falls_back_to_the_cpu_without_a_driver)
     cr_assert_eq(tsrd_backend_choose("auto", NULL, &ops, &b, &e), TSR_OK, "%s", e.message);
     cr_assert_str_eq(ops->name, "cpu");
     ops->close(b);
-    cr_assert_eq(tsrd_backend_find("cuda"), &tsrd_backend_cuda);
+    cr_assert_eq(tsrd_backend_find("cuda"), &tsrd_backend_cuda_isolated);
+    cr_assert_eq(tsrd_backend_find("cuda-inprocess"), &tsrd_backend_cuda);
+    cr_assert_eq(tsrd_backend_find("cpu-isolated"), &tsrd_backend_cpu_isolated);
     cr_assert_eq(tsrd_backend_choose("cuda", NULL, &ops, &b, &e), TSR_UNAVAILABLE);
 }
 

@@ -1,0 +1,87 @@
+/*
+ * device_wire.h — the protocol between tesserad and its device worker process.
+ *
+ * With the isolated CUDA backend (backend_isolated.c) the CUDA context lives in
+ * a child process, `tesserad --device-worker`, so that a sticky fault (an
+ * illegal address in one tenant's kernel), which poisons not just the context
+ * but the whole process on current drivers, costs a process and not the
+ * daemon. The two talk over channels: each channel is a Unix stream socket
+ * pair plus a shared-memory window (a memfd mapped by both) through which
+ * buffer bytes travel without passing the socket. One call is one request and
+ * one reply on one channel; the daemon's threads take a free channel for each
+ * call, and the worker serves each channel on its own thread, so calls run as
+ * concurrently as they would in process.
+ *
+ * A request is a dw_request header followed by payload_len bytes; a reply is a
+ * dw_reply header, message_len bytes of error text, then payload_len bytes.
+ * Objects in the worker (buffers, kernels, streams, graphs) are named by
+ * opaque 64-bit ids the worker hands out. Both ends are the same build of the
+ * same binary, so the headers are sent in host layout.
+ */
+#ifndef TESSERAD_DEVICE_WIRE_H
+#define TESSERAD_DEVICE_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The first argument that makes tesserad a device worker. */
+#define TSRD_DEVICE_WORKER_ARG "--device-worker"
+/* Channels per worker, and the shared window of each. */
+#define TSRD_DW_CHANNELS 16
+#define TSRD_DW_WINDOW (4u << 20)
+/* The worker's descriptors: channel i's socket is fd FIRST + 2i, its window
+ * FIRST + 2i + 1. */
+#define TSRD_DW_FD_FIRST 3
+
+typedef enum tsrd_dw_op {
+    TSRD_DW_HELLO = 1,    /* reply payload: tsrd_dw_hello, then device infos */
+    TSRD_DW_ALLOC,        /* a0 device, a1 bytes -> r0 id */
+    TSRD_DW_FREE,         /* a0 id */
+    TSRD_DW_WRITE,        /* a0 id, a1 offset, a2 len <= window: window -> buffer */
+    TSRD_DW_READ,         /* a0 id, a1 offset, a2 len <= window: buffer -> window */
+    TSRD_DW_LOAD,         /* a0 device, a1 region JSON bytes, a2 blob bytes; payload: candidate
+                           * name (TSR_CANDIDATE_NAME_MAX), JSON, blob -> r0 id */
+    TSRD_DW_UNLOAD,       /* a0 id */
+    TSRD_DW_STREAM_NEW,   /* a0 device -> r0 id */
+    TSRD_DW_STREAM_FREE,  /* a0 id */
+    TSRD_DW_LAUNCH,       /* a0 kernel, a1 stream, a2 n_inputs, a3 output; payload: input ids */
+    TSRD_DW_SYNC,         /* a0 stream -> r0 device time as double bits */
+    TSRD_DW_IMPORT,       /* a0 device, a1 offset, a2 bytes; payload: the IPC handle -> r0 id */
+    TSRD_DW_GRAPH_BEGIN,  /* a0 stream */
+    TSRD_DW_GRAPH_END,    /* a0 stream -> r0 graph id */
+    TSRD_DW_GRAPH_LAUNCH, /* a0 graph, a1 stream */
+    TSRD_DW_GRAPH_FREE,   /* a0 id */
+} tsrd_dw_op;
+
+typedef struct tsrd_dw_request {
+    uint32_t op;
+    uint32_t payload_len;
+    uint64_t a[6];
+} tsrd_dw_request;
+
+typedef struct tsrd_dw_reply {
+    int32_t status; /* tsr_status */
+    uint32_t lost;  /* the worker's device is lost (a sticky fault) */
+    uint32_t message_len;
+    uint32_t payload_len;
+    uint64_t r[2];
+} tsrd_dw_reply;
+
+typedef struct tsrd_dw_hello {
+    int32_t status; /* TSR_OK, or why the backend did not open (text follows) */
+    int32_t n_devices;
+    char driver_version[64];
+    char compiler_version[64];
+} tsrd_dw_hello;
+
+/* Whole reads and writes on a blocking socket: 0, or -1 on EOF or error (a
+ * dead peer never raises SIGPIPE: writes use MSG_NOSIGNAL). */
+int tsrd_dw_write_all(int fd, const void *buf, size_t len);
+int tsrd_dw_read_all(int fd, void *buf, size_t len);
+
+/* The device worker's main (device_worker.c): argv is
+ * tesserad --device-worker BACKEND TEST_FAULTS(0|1) CHANNELS. Returns the exit
+ * status. */
+int tsrd_device_worker_main(int argc, char **argv);
+
+#endif

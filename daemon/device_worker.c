@@ -1,0 +1,317 @@
+/*
+ * device_worker.c — `tesserad --device-worker`: the process that owns the
+ * device context for the isolated CUDA backend (device_wire.h has the
+ * protocol, backend_isolated.c the other end).
+ *
+ * It opens the in-process backend it is told to, registers that backend's
+ * candidates in a private arbiter (to find a candidate by name when loading),
+ * pins each channel's shared window with the backend so buffer copies run at
+ * DMA speed, sends a hello on channel 0, and serves every channel on its own
+ * thread. It trusts its parent: ids it receives are the pointers it handed
+ * out. When the parent closes a channel, or dies (PR_SET_PDEATHSIG), the worker
+ * exits; exiting is also how its device context is destroyed.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "device_wire.h"
+#include "tessera/json.h"
+
+/* The largest request payload accepted (a kernel binary and its region). */
+#define WORKER_PAYLOAD_MAX (256u << 20)
+
+typedef struct worker {
+    const tsrd_backend_ops *ops;
+    tsrd_backend *b;
+    tsr_arbiter *arbiter;
+} worker;
+
+typedef struct worker_channel {
+    worker *w;
+    int fd;
+    uint8_t *window;
+    bool pinned; /* the window is registered with the backend */
+    pthread_t thread;
+} worker_channel;
+
+int tsrd_dw_write_all(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int tsrd_dw_read_all(int fd, void *buf, size_t len)
+{
+    uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = read(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int worker_reply(worker *w, int fd, tsr_status st, const tsr_error *err, const uint64_t r[2],
+                        const void *payload, uint32_t payload_len)
+{
+    tsrd_dw_reply rep = {.status = st, .lost = (uint32_t)w->ops->lost(w->b)};
+    if (r != NULL)
+        memcpy(rep.r, r, sizeof rep.r);
+    const char *msg = st != TSR_OK && err != NULL ? err->message : "";
+    rep.message_len = (uint32_t)strlen(msg);
+    rep.payload_len = payload_len;
+    if (tsrd_dw_write_all(fd, &rep, sizeof rep) != 0 ||
+        tsrd_dw_write_all(fd, msg, rep.message_len) != 0 ||
+        tsrd_dw_write_all(fd, payload, payload_len) != 0)
+        return -1;
+    return 0;
+}
+
+static tsr_status worker_load(worker *w, const tsrd_dw_request *q, const uint8_t *payload,
+                              uint64_t *id, tsr_error *err)
+{
+    size_t json_len = (size_t)q->a[1], blob_len = (size_t)q->a[2];
+    if (TSR_CANDIDATE_NAME_MAX + json_len + blob_len != q->payload_len)
+        return tsr_error_set(err, TSR_INTERNAL, "device worker: malformed load");
+    char name[TSR_CANDIDATE_NAME_MAX];
+    memcpy(name, payload, sizeof name);
+    name[sizeof name - 1] = '\0';
+    tsr_region r;
+    tsr_status st =
+        tsr_region_from_json((const char *)payload + TSR_CANDIDATE_NAME_MAX, json_len, &r, err);
+    if (st != TSR_OK)
+        return st;
+    const tsr_candidate *c = tsr_arbiter_find(w->arbiter, r.kind, name);
+    tsrd_kobj *k = NULL;
+    if (c == NULL)
+        st = tsr_error_set(err, TSR_INTERNAL, "device worker: no candidate %s", name);
+    else
+        st = w->ops->load(w->b, (int)q->a[0], &r, c, payload + TSR_CANDIDATE_NAME_MAX + json_len,
+                          blob_len, &k, err);
+    tsr_region_free(&r);
+    *id = (uint64_t)(uintptr_t)k;
+    return st;
+}
+
+/* Serves one request; -1 when the channel is gone. */
+static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint8_t *payload)
+{
+    worker *w = ch->w;
+    const tsrd_backend_ops *ops = w->ops;
+    tsrd_backend *b = w->b;
+    tsr_error err;
+    tsr_status st = TSR_OK;
+    uint64_t r[2] = {0, 0};
+    switch (q->op) {
+    case TSRD_DW_ALLOC: {
+        tsrd_dbuf *buf = NULL;
+        st = ops->buffer_alloc(b, (int)q->a[0], q->a[1], &buf, &err);
+        r[0] = (uint64_t)(uintptr_t)buf;
+        break;
+    }
+    case TSRD_DW_FREE:
+        ops->buffer_free(b, (tsrd_dbuf *)(uintptr_t)q->a[0]);
+        break;
+    case TSRD_DW_WRITE:
+    case TSRD_DW_READ: {
+        tsrd_dbuf *buf = (tsrd_dbuf *)(uintptr_t)q->a[0];
+        int to_device = q->op == TSRD_DW_WRITE;
+        if (q->a[2] > TSRD_DW_WINDOW)
+            st = tsr_error_set(&err, TSR_INTERNAL, "device worker: copy larger than the window");
+        else if (ch->pinned)
+            st = ops->buffer_copy_registered(b, buf, q->a[1], ch->window, q->a[2], to_device, &err);
+        else if (to_device)
+            st = ops->buffer_write(b, buf, q->a[1], ch->window, q->a[2], &err);
+        else
+            st = ops->buffer_read(b, buf, q->a[1], ch->window, q->a[2], &err);
+        break;
+    }
+    case TSRD_DW_LOAD:
+        st = worker_load(w, q, payload, &r[0], &err);
+        break;
+    case TSRD_DW_UNLOAD:
+        ops->unload(b, (tsrd_kobj *)(uintptr_t)q->a[0]);
+        break;
+    case TSRD_DW_STREAM_NEW: {
+        tsrd_stream *s = NULL;
+        st = ops->stream_create(b, (int)q->a[0], &s, &err);
+        r[0] = (uint64_t)(uintptr_t)s;
+        break;
+    }
+    case TSRD_DW_STREAM_FREE:
+        ops->stream_destroy(b, (tsrd_stream *)(uintptr_t)q->a[0]);
+        break;
+    case TSRD_DW_LAUNCH: {
+        int n = (int)q->a[2];
+        tsrd_dbuf *inputs[TSR_MAX_REGION_INPUTS];
+        if (n < 0 || n > TSR_MAX_REGION_INPUTS || q->payload_len != (size_t)n * sizeof(uint64_t)) {
+            st = tsr_error_set(&err, TSR_INTERNAL, "device worker: malformed launch");
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            uint64_t id;
+            memcpy(&id, payload + (size_t)i * sizeof id, sizeof id);
+            inputs[i] = (tsrd_dbuf *)(uintptr_t)id;
+        }
+        st = ops->launch(b, (tsrd_kobj *)(uintptr_t)q->a[0], (tsrd_stream *)(uintptr_t)q->a[1],
+                         inputs, n, (tsrd_dbuf *)(uintptr_t)q->a[3], &err);
+        break;
+    }
+    case TSRD_DW_SYNC: {
+        double ms = 0;
+        st = ops->synchronize(b, (tsrd_stream *)(uintptr_t)q->a[0], &ms, &err);
+        memcpy(&r[0], &ms, sizeof ms);
+        break;
+    }
+    case TSRD_DW_IMPORT: {
+        tsrd_dbuf *buf = NULL;
+        st = ops->buffer_import(b, (int)q->a[0], payload, q->payload_len, q->a[1], q->a[2], &buf,
+                                &err);
+        r[0] = (uint64_t)(uintptr_t)buf;
+        break;
+    }
+    case TSRD_DW_GRAPH_BEGIN:
+        st = ops->graph_begin(b, (tsrd_stream *)(uintptr_t)q->a[0], &err);
+        break;
+    case TSRD_DW_GRAPH_END: {
+        tsrd_graph *g = NULL;
+        st = ops->graph_end(b, (tsrd_stream *)(uintptr_t)q->a[0], &g, &err);
+        r[0] = (uint64_t)(uintptr_t)g;
+        break;
+    }
+    case TSRD_DW_GRAPH_LAUNCH:
+        st = ops->graph_launch(b, (tsrd_graph *)(uintptr_t)q->a[0],
+                               (tsrd_stream *)(uintptr_t)q->a[1], &err);
+        break;
+    case TSRD_DW_GRAPH_FREE:
+        ops->graph_destroy(b, (tsrd_graph *)(uintptr_t)q->a[0]);
+        break;
+    default:
+        st = tsr_error_set(&err, TSR_INTERNAL, "device worker: unknown operation %u", q->op);
+        break;
+    }
+    return worker_reply(w, ch->fd, st, &err, r, NULL, 0);
+}
+
+static void *worker_channel_run(void *arg)
+{
+    worker_channel *ch = arg;
+    uint8_t *payload = NULL;
+    size_t cap = 0;
+    for (;;) {
+        tsrd_dw_request q;
+        if (tsrd_dw_read_all(ch->fd, &q, sizeof q) != 0 || q.payload_len > WORKER_PAYLOAD_MAX)
+            break;
+        if (q.payload_len > cap) {
+            uint8_t *p = realloc(payload, q.payload_len);
+            if (p == NULL)
+                break;
+            payload = p;
+            cap = q.payload_len;
+        }
+        if (tsrd_dw_read_all(ch->fd, payload, q.payload_len) != 0 ||
+            worker_serve(ch, &q, payload) != 0)
+            break;
+    }
+    /* The daemon closed the channel or is gone: the worker's life is over. */
+    _exit(0);
+    return NULL;
+}
+
+int tsrd_device_worker_main(int argc, char **argv)
+{
+    if (argc != 5 || strcmp(argv[1], TSRD_DEVICE_WORKER_ARG) != 0) {
+        fprintf(stderr, "tesserad: %s is started by tesserad itself\n", TSRD_DEVICE_WORKER_ARG);
+        return 2;
+    }
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() == 1)
+        return 1;
+    signal(SIGPIPE, SIG_IGN);
+    int n = atoi(argv[4]);
+    if (n < 1 || n > TSRD_DW_CHANNELS)
+        return 2;
+    static worker w;
+    static worker_channel channels[TSRD_DW_CHANNELS];
+    tsrd_backend_options opts = {.test_faults = strcmp(argv[3], "1") == 0};
+    tsr_error err;
+    tsr_status st = TSR_UNAVAILABLE;
+    w.ops = tsrd_backend_find(argv[2]);
+    if (w.ops == NULL)
+        tsr_error_set(&err, TSR_UNAVAILABLE, "device worker: no backend %s", argv[2]);
+    else
+        st = w.ops->open(&opts, &w.b, &err);
+    if (st == TSR_OK)
+        st = tsr_arbiter_create(NULL, &w.arbiter, &err);
+    if (st == TSR_OK)
+        st = w.ops->register_candidates(w.b, w.arbiter, &err);
+    for (int i = 0; i < n; i++) {
+        worker_channel *ch = &channels[i];
+        ch->w = &w;
+        ch->fd = TSRD_DW_FD_FIRST + 2 * i;
+        void *win = mmap(NULL, TSRD_DW_WINDOW, PROT_READ | PROT_WRITE, MAP_SHARED,
+                         TSRD_DW_FD_FIRST + 2 * i + 1, 0);
+        if (win == MAP_FAILED && st == TSR_OK)
+            st = tsr_error_set(&err, TSR_IO_ERROR, "device worker: mmap window %d: %s", i,
+                               strerror(errno));
+        ch->window = win == MAP_FAILED ? NULL : win;
+        void *token = NULL;
+        tsr_error pin_err;
+        /* Unpinned windows still work, through the backend's staging. */
+        if (st == TSR_OK &&
+            w.ops->host_register(w.b, ch->window, TSRD_DW_WINDOW, &token, &pin_err) == TSR_OK)
+            ch->pinned = true;
+    }
+
+    /* The hello: status, versions, devices. */
+    tsrd_dw_hello hello = {.status = st};
+    tsrd_device_info infos[16];
+    if (st == TSR_OK) {
+        hello.n_devices = w.ops->device_count(w.b);
+        if (hello.n_devices > 16)
+            hello.n_devices = 16;
+        snprintf(hello.driver_version, sizeof hello.driver_version, "%s",
+                 w.ops->driver_version(w.b));
+        snprintf(hello.compiler_version, sizeof hello.compiler_version, "%s",
+                 w.ops->compiler_version(w.b));
+        for (int i = 0; i < hello.n_devices; i++)
+            w.ops->device_info(w.b, i, &infos[i], &err);
+    }
+    const char *msg = st == TSR_OK ? "" : err.message;
+    uint32_t msg_len = (uint32_t)strlen(msg);
+    if (tsrd_dw_write_all(channels[0].fd, &hello, sizeof hello) != 0 ||
+        tsrd_dw_write_all(channels[0].fd, &msg_len, sizeof msg_len) != 0 ||
+        tsrd_dw_write_all(channels[0].fd, msg, msg_len) != 0 ||
+        tsrd_dw_write_all(channels[0].fd, infos,
+                          (size_t)(st == TSR_OK ? hello.n_devices : 0) * sizeof infos[0]) != 0 ||
+        st != TSR_OK)
+        return 1;
+
+    for (int i = 1; i < n; i++)
+        if (pthread_create(&channels[i].thread, NULL, worker_channel_run, &channels[i]) != 0)
+            return 1;
+    worker_channel_run(&channels[0]);
+    return 0;
+}

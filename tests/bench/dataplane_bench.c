@@ -1,7 +1,8 @@
 /*
  * dataplane_bench.c — the data plane measured against its floors, in one run.
  *
- *   dataplane_bench [--daemon PATH] [--backend auto|cpu|cuda] [--iters N] [--max-mb M]
+ *   dataplane_bench [--daemon PATH] [--backend auto|cpu|cuda|cuda-inprocess] [--iters N] [--max-mb
+ * M]
  *
  * Starts its own tesserad (PATH, default $BUILD/bin/tesserad) listening on ipc
  * and tcp, and measures, with every floor in the same program:
@@ -330,6 +331,13 @@ static void section_latency(const bench_daemon *d, const bench_opts *o)
     }
 }
 
+/* The floors run in this process: for the daemon's "cuda" (the device in a
+ * worker process) that is the in-process CUDA backend. */
+static const char *bench_inprocess(const char *backend)
+{
+    return strcmp(backend, "cuda") == 0 ? "cuda-inprocess" : backend;
+}
+
 /* ---- 100 launches ---- */
 
 static double inproc_100(const bench_opts *o, int repeats)
@@ -338,7 +346,7 @@ static double inproc_100(const bench_opts *o, int repeats)
     tsrd_backend *b;
     tsr_error e;
     tsrd_backend_options bo = {0};
-    if (tsrd_backend_choose(o->backend, &bo, &ops, &b, &e) != TSR_OK)
+    if (tsrd_backend_choose(bench_inprocess(o->backend), &bo, &ops, &b, &e) != TSR_OK)
         bench_die("backend", &e);
     tsr_arbiter *a;
     char dir[] = "/tmp/tsr-bench-arb-XXXXXX";
@@ -350,7 +358,7 @@ static double inproc_100(const bench_opts *o, int repeats)
     if (tsr_region_from_json(BENCH_TINY, strlen(BENCH_TINY), &r, &e) != TSR_OK)
         bench_die("region", &e);
     const tsr_candidate *cand = tsr_arbiter_find(
-        a, TSR_KIND_POINTWISE, strcmp(ops->name, "cuda") == 0 ? "tier1" : "reference");
+        a, TSR_KIND_POINTWISE, strncmp(ops->name, "cuda", 4) == 0 ? "tier1" : "reference");
     tsrd_device_info dev;
     ops->device_info(b, 0, &dev, &e);
     uint8_t *bin = NULL;
@@ -447,9 +455,9 @@ static void section_throughput(const bench_daemon *d, const bench_opts *o)
     tsrd_backend *b;
     tsr_error e;
     tsrd_backend_options bo = {0};
-    if (tsrd_backend_choose(o->backend, &bo, &ops, &b, &e) != TSR_OK)
+    if (tsrd_backend_choose(bench_inprocess(o->backend), &bo, &ops, &b, &e) != TSR_OK)
         bench_die("backend", &e);
-    int cuda = strcmp(ops->name, "cuda") == 0;
+    int cuda = strncmp(ops->name, "cuda", 4) == 0;
     tsrd_cuda_driver *drv = NULL;
     if (cuda && tsrd_cuda_driver_load(&drv, &e) != TSR_OK)
         drv = NULL;
@@ -569,8 +577,10 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "--max-mb") == 0)
             o.max_mb = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: dataplane_bench [--daemon PATH] [--backend auto|cpu|cuda] "
-                            "[--iters N] [--max-mb M]\n");
+            fprintf(
+                stderr,
+                "usage: dataplane_bench [--daemon PATH] [--backend auto|cpu|cuda|cuda-inprocess] "
+                "[--iters N] [--max-mb M]\n");
             return 2;
         }
     }

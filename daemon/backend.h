@@ -64,6 +64,10 @@ typedef struct tsrd_backend_options {
     const char *worker_exe;
 } tsrd_backend_options;
 
+/* The CPU backend's plan format (its codegen version): bump when the meaning
+ * of a stored plan changes. Shared by "cpu" and "cpu-isolated". */
+#define TSRD_CPU_PLAN_VERSION 1
+
 /* The candidate registered with test_faults: forced, its launch faults the
  * device like an out-of-bounds store would. */
 #define TSRD_TEST_FAULT_CANDIDATE "test_fault"

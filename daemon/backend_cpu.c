@@ -28,7 +28,7 @@
 #include "tessera/refexec.h"
 
 /* The plan format: bump when the meaning of a stored plan changes. */
-#define CPU_PLAN_VERSION 1
+#define CPU_PLAN_VERSION TSRD_CPU_PLAN_VERSION
 
 struct tsrd_backend {
     int threads;

@@ -830,7 +830,7 @@ const tsrd_backend_ops tsrd_backend_cuda_isolated = {
 
 const tsrd_backend_ops tsrd_backend_cpu_isolated = {
     .name = "cpu-isolated",
-    .codegen_version = 1, /* the CPU backend's plan format */
+    .codegen_version = TSRD_CPU_PLAN_VERSION,
     .open = iso_open_cpu,
     .close = iso_close,
     .device_count = iso_device_count,

@@ -132,8 +132,12 @@ typedef struct tsrd_backend_ops {
     /* Registers len bytes of host memory (a mapped shared-memory segment) so
      * that copies to and from it need no staging: CUDA pins it with
      * cuMemHostRegister; the CPU backend has nothing to do. *token goes back to
-     * host_unregister. Worker thread; may take milliseconds per GiB. */
-    tsr_status (*host_register)(tsrd_backend *b, void *host, uint64_t len, void **token,
+     * host_unregister. fd, when not -1, is a descriptor of the memory object
+     * that host maps from its offset 0 (the segment): a backend whose device
+     * lives in another process maps the object there through it. The
+     * descriptor stays the caller's. Worker thread; may take milliseconds per
+     * GiB. */
+    tsr_status (*host_register)(tsrd_backend *b, void *host, uint64_t len, int fd, void **token,
                                 tsr_error *err);
     void (*host_unregister)(tsrd_backend *b, void *token);
     /* buffer_write (to_device) or buffer_read from host memory that lies inside

@@ -340,10 +340,10 @@ static tsr_status cpu_synchronize(tsrd_backend *b, tsrd_stream *s, double *devic
 /* ---- the data plane: host memory needs no registration; no device IPC or
  * graphs (a batch runs its launches one by one) ---- */
 
-static tsr_status cpu_host_register(tsrd_backend *b, void *host, uint64_t len, void **token,
+static tsr_status cpu_host_register(tsrd_backend *b, void *host, uint64_t len, int fd, void **token,
                                     tsr_error *err)
 {
-    (void)b, (void)host, (void)len, (void)err;
+    (void)b, (void)host, (void)len, (void)fd, (void)err;
     *token = NULL;
     return TSR_OK;
 }

@@ -493,9 +493,10 @@ typedef struct cuda_host_pin {
     unsigned generation;
 } cuda_host_pin;
 
-static tsr_status cuda_host_register(tsrd_backend *b, void *host, uint64_t len, void **token,
-                                     tsr_error *err)
+static tsr_status cuda_host_register(tsrd_backend *b, void *host, uint64_t len, int fd,
+                                     void **token, tsr_error *err)
 {
+    (void)fd; /* the memory is mapped in this process already */
     *token = NULL;
     cuda_host_pin *pin = calloc(1, sizeof *pin);
     if (pin == NULL)

@@ -19,10 +19,13 @@
  * generation; objects of the old worker answer DEVICE_LOST when used and are
  * freed here without a word to the new worker.
  *
+ * Client shared-memory segments: host_register passes the segment's
+ * descriptor to the worker (SCM_RIGHTS), which maps and pins it there, so a
+ * copy to or from a segment is still one DMA, with no window in between.
+ *
  * Costs: a call is one round trip on a Unix socket (a few microseconds), so a
- * launch and its synchronize take two more than in process; host memory
- * registered by clients (shared-memory segments) is not pinned in the worker,
- * so those copies pass through the window too.
+ * launch and its synchronize take two more than in process, and other buffer
+ * copies pass through a window (one host memcpy more).
  *
  * "cpu-isolated" is the same with the CPU backend in the worker: it exists so
  * that the isolation and the worker restart are tested where no GPU is.
@@ -60,6 +63,15 @@ extern char **environ;
 #define ISO_FD_HIGH 200
 #define ISO_CLOSE_WAIT_MS 2000
 
+/* A client segment pinned in the worker (host_register with a descriptor). */
+typedef struct iso_pin {
+    uint8_t *host; /* where the segment is mapped here */
+    uint64_t len;
+    uint64_t id; /* the worker's pin */
+    unsigned generation;
+    struct iso_pin *next;
+} iso_pin;
+
 typedef struct iso_channel {
     int fd; /* our end of the socket pair */
     int window_fd;
@@ -82,6 +94,8 @@ struct tsrd_backend {
     pthread_cond_t channel_free;
     iso_channel *free_list;
     pthread_rwlock_t reset_lock;
+    pthread_mutex_t pins_lock;
+    iso_pin *pins;
     atomic_int lost;
     atomic_uint generation;
     int n_devices;
@@ -139,26 +153,27 @@ static void iso_give(tsrd_backend *b, iso_channel *c)
 static tsr_status iso_lost_error(tsr_error *err)
 {
     return tsr_error_set(err, TSR_DEVICE_LOST,
-                         "cuda backend: the device faulted and is being recovered");
+                         "device worker: the device faulted and is being recovered");
 }
 
 /* One request and its reply on c. *out_payload (when not NULL) gets the reply
  * payload, malloc'd. A broken channel means the worker died: the device is
  * then lost. */
-static tsr_status iso_exchange(tsrd_backend *b, iso_channel *c, const tsrd_dw_request *q,
-                               const void *payload, tsrd_dw_reply *rep, tsr_error *err)
+static tsr_status iso_exchange_fd(tsrd_backend *b, iso_channel *c, const tsrd_dw_request *q,
+                                  const void *payload, int send_fd, tsrd_dw_reply *rep,
+                                  tsr_error *err)
 {
     if (atomic_load(&b->lost))
         return iso_lost_error(err);
     char message[TSR_ERROR_MESSAGE_MAX];
-    if (tsrd_dw_write_all(c->fd, q, sizeof *q) != 0 ||
+    if (tsrd_dw_write_all_fd(c->fd, q, sizeof *q, send_fd) != 0 ||
         tsrd_dw_write_all(c->fd, payload, q->payload_len) != 0 ||
         tsrd_dw_read_all(c->fd, rep, sizeof *rep) != 0 || rep->payload_len != 0 ||
         rep->message_len >= sizeof message ||
         tsrd_dw_read_all(c->fd, message, rep->message_len) != 0) {
         atomic_store(&b->lost, 1);
         return tsr_error_set(err, TSR_DEVICE_LOST,
-                             "cuda backend: the device worker process ended (a fault in a "
+                             "device worker: the device worker process ended (a fault in a "
                              "kernel, or it was killed)");
     }
     if (rep->lost)
@@ -169,19 +184,31 @@ static tsr_status iso_exchange(tsrd_backend *b, iso_channel *c, const tsrd_dw_re
     return TSR_OK;
 }
 
-/* A call with no window traffic. */
-static tsr_status iso_call(tsrd_backend *b, const tsrd_dw_request *q, const void *payload,
-                           uint64_t r[2], tsr_error *err)
+static tsr_status iso_exchange(tsrd_backend *b, iso_channel *c, const tsrd_dw_request *q,
+                               const void *payload, tsrd_dw_reply *rep, tsr_error *err)
+{
+    return iso_exchange_fd(b, c, q, payload, -1, rep, err);
+}
+
+/* A call with no window traffic; send_fd (or -1) rides along. */
+static tsr_status iso_call_fd(tsrd_backend *b, const tsrd_dw_request *q, const void *payload,
+                              int send_fd, uint64_t r[2], tsr_error *err)
 {
     pthread_rwlock_rdlock(&b->reset_lock);
     iso_channel *c = iso_take(b);
     tsrd_dw_reply rep;
-    tsr_status st = iso_exchange(b, c, q, payload, &rep, err);
+    tsr_status st = iso_exchange_fd(b, c, q, payload, send_fd, &rep, err);
     if (st == TSR_OK && r != NULL)
         memcpy(r, rep.r, sizeof rep.r);
     iso_give(b, c);
     pthread_rwlock_unlock(&b->reset_lock);
     return st;
+}
+
+static tsr_status iso_call(tsrd_backend *b, const tsrd_dw_request *q, const void *payload,
+                           uint64_t r[2], tsr_error *err)
+{
+    return iso_call_fd(b, q, payload, -1, r, err);
 }
 
 /* DEVICE_LOST for an object of an earlier worker. */
@@ -251,7 +278,7 @@ static tsr_status iso_spawn(tsrd_backend *b, tsr_error *err)
     for (int i = 0; st == TSR_OK && i < TSRD_DW_CHANNELS; i++) {
         int sv[2];
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
-            st = tsr_error_set(err, TSR_UNAVAILABLE, "cuda backend: socketpair: %s",
+            st = tsr_error_set(err, TSR_UNAVAILABLE, "device worker: socketpair: %s",
                                strerror(errno));
             break;
         }
@@ -260,7 +287,7 @@ static tsr_status iso_spawn(tsrd_backend *b, tsr_error *err)
         high[2 * i] = fcntl(sv[1], F_DUPFD_CLOEXEC, ISO_FD_HIGH);
         high[2 * i + 1] = fcntl(b->channels[i].window_fd, F_DUPFD_CLOEXEC, ISO_FD_HIGH);
         if (high[2 * i] < 0 || high[2 * i + 1] < 0)
-            st = tsr_error_set(err, TSR_UNAVAILABLE, "cuda backend: fcntl: %s", strerror(errno));
+            st = tsr_error_set(err, TSR_UNAVAILABLE, "device worker: fcntl: %s", strerror(errno));
     }
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -278,7 +305,7 @@ static tsr_status iso_spawn(tsrd_backend *b, tsr_error *err)
         int rc = posix_spawn(&b->pid, b->worker_exe, &fa, NULL, argv, environ);
         if (rc != 0) {
             b->pid = 0;
-            st = tsr_error_set(err, TSR_UNAVAILABLE, "cuda backend: start %s: %s", b->worker_exe,
+            st = tsr_error_set(err, TSR_UNAVAILABLE, "device worker: start %s: %s", b->worker_exe,
                                strerror(rc));
         }
     }
@@ -298,7 +325,7 @@ static tsr_status iso_spawn(tsrd_backend *b, tsr_error *err)
     if (st == TSR_OK && (tsrd_dw_read_all(fd, &hello, sizeof hello) != 0 ||
                          tsrd_dw_read_all(fd, &msg_len, sizeof msg_len) != 0 ||
                          msg_len >= sizeof msg || tsrd_dw_read_all(fd, msg, msg_len) != 0))
-        st = tsr_error_set(err, TSR_UNAVAILABLE, "cuda backend: the device worker did not start");
+        st = tsr_error_set(err, TSR_UNAVAILABLE, "device worker: the device worker did not start");
     if (st == TSR_OK && hello.status != TSR_OK) {
         msg[msg_len] = '\0';
         st = tsr_error_set(err, TSR_UNAVAILABLE, "%s", msg);
@@ -306,7 +333,7 @@ static tsr_status iso_spawn(tsrd_backend *b, tsr_error *err)
     if (st == TSR_OK &&
         (hello.n_devices < 1 || hello.n_devices > ISO_MAX_DEVICES ||
          tsrd_dw_read_all(fd, b->devices, (size_t)hello.n_devices * sizeof b->devices[0]) != 0))
-        st = tsr_error_set(err, TSR_UNAVAILABLE, "cuda backend: bad hello from the device worker");
+        st = tsr_error_set(err, TSR_UNAVAILABLE, "device worker: bad hello from the device worker");
     if (st != TSR_OK) {
         iso_close_channels(b);
         iso_reap(b, true);
@@ -343,6 +370,12 @@ static void iso_close(tsrd_backend *b)
     pthread_mutex_destroy(&b->lock);
     pthread_cond_destroy(&b->channel_free);
     pthread_rwlock_destroy(&b->reset_lock);
+    while (b->pins != NULL) {
+        iso_pin *p = b->pins;
+        b->pins = p->next;
+        free(p);
+    }
+    pthread_mutex_destroy(&b->pins_lock);
     free(b);
 }
 
@@ -352,12 +385,13 @@ static tsr_status iso_open(const tsrd_backend_options *opts, const tsrd_backend_
     *out = NULL;
     tsrd_backend *b = calloc(1, sizeof *b);
     if (b == NULL)
-        return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
+        return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
     b->host_ops = host_ops;
     b->worker_backend = host_ops != NULL ? host_ops->name : "cuda-inprocess";
     pthread_mutex_init(&b->lock, NULL);
     pthread_cond_init(&b->channel_free, NULL);
     pthread_rwlock_init(&b->reset_lock, NULL);
+    pthread_mutex_init(&b->pins_lock, NULL);
     atomic_init(&b->lost, 0);
     atomic_init(&b->generation, 1);
     b->test_faults = opts != NULL && opts->test_faults;
@@ -378,12 +412,12 @@ static tsr_status iso_open(const tsrd_backend_options *opts, const tsrd_backend_
         iso_channel *c = &b->channels[i];
         c->window_fd = memfd_create("tesserad-device-window", MFD_CLOEXEC);
         if (c->window_fd < 0 || ftruncate(c->window_fd, TSRD_DW_WINDOW) != 0) {
-            st = tsr_error_set(err, TSR_UNAVAILABLE, "cuda backend: memfd: %s", strerror(errno));
+            st = tsr_error_set(err, TSR_UNAVAILABLE, "device worker: memfd: %s", strerror(errno));
             break;
         }
         void *w = mmap(NULL, TSRD_DW_WINDOW, PROT_READ | PROT_WRITE, MAP_SHARED, c->window_fd, 0);
         if (w == MAP_FAILED) {
-            st = tsr_error_set(err, TSR_UNAVAILABLE, "cuda backend: mmap: %s", strerror(errno));
+            st = tsr_error_set(err, TSR_UNAVAILABLE, "device worker: mmap: %s", strerror(errno));
             break;
         }
         c->window = w;
@@ -436,7 +470,7 @@ static int iso_device_count(tsrd_backend *b)
 static tsr_status iso_device_info(tsrd_backend *b, int index, tsrd_device_info *out, tsr_error *err)
 {
     if (index < 0 || index >= b->n_devices)
-        return tsr_error_set(err, TSR_NOT_FOUND, "cuda backend: no device %d", index);
+        return tsr_error_set(err, TSR_NOT_FOUND, "device worker: no device %d", index);
     *out = b->devices[index];
     return TSR_OK;
 }
@@ -491,7 +525,7 @@ static tsr_status iso_buffer_alloc(tsrd_backend *b, int device, uint64_t bytes, 
 {
     tsrd_dbuf *buf = calloc(1, sizeof *buf);
     if (buf == NULL)
-        return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
+        return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
     buf->generation = atomic_load(&b->generation);
     buf->device = device;
     buf->bytes = bytes;
@@ -521,7 +555,7 @@ static tsr_status iso_copy(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset, voi
                            uint64_t len, int to_device, tsr_error *err)
 {
     if (offset > buf->bytes || len > buf->bytes - offset)
-        return tsr_error_set(err, TSR_BUFFER_MISMATCH, "cuda backend: copy out of bounds");
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH, "device worker: copy out of bounds");
     tsr_status st = iso_current(b, buf->generation, "the buffer's device memory", err);
     if (st != TSR_OK || len == 0)
         return st;
@@ -556,25 +590,79 @@ static tsr_status iso_buffer_read(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offs
     return iso_copy(b, buf, offset, data, len, 0, err);
 }
 
-/* Client shared memory is mapped here, not in the worker: nothing to pin. */
-static tsr_status iso_host_register(tsrd_backend *b, void *host, uint64_t len, void **token,
+/* The worker maps the segment through fd and pins it; without a descriptor
+ * there is nothing to pin and copies go through the windows. */
+static tsr_status iso_host_register(tsrd_backend *b, void *host, uint64_t len, int fd, void **token,
                                     tsr_error *err)
 {
-    (void)b, (void)host, (void)len, (void)err;
     *token = NULL;
+    if (fd < 0 || len == 0)
+        return TSR_OK;
+    iso_pin *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
+    p->host = host;
+    p->len = len;
+    p->generation = atomic_load(&b->generation);
+    tsrd_dw_request q = {.op = TSRD_DW_PIN, .a = {len}};
+    uint64_t r[2];
+    tsr_status st = iso_call_fd(b, &q, NULL, fd, r, err);
+    if (st != TSR_OK) {
+        free(p);
+        return st;
+    }
+    p->id = r[0];
+    pthread_mutex_lock(&b->pins_lock);
+    p->next = b->pins;
+    b->pins = p;
+    pthread_mutex_unlock(&b->pins_lock);
+    *token = p;
     return TSR_OK;
 }
 
 static void iso_host_unregister(tsrd_backend *b, void *token)
 {
-    (void)b, (void)token;
+    iso_pin *p = token;
+    if (p == NULL)
+        return;
+    pthread_mutex_lock(&b->pins_lock);
+    for (iso_pin **it = &b->pins; *it != NULL; it = &(*it)->next)
+        if (*it == p) {
+            *it = p->next;
+            break;
+        }
+    pthread_mutex_unlock(&b->pins_lock);
+    iso_release(b, TSRD_DW_UNPIN, p->id, p->generation);
+    free(p);
 }
 
 static tsr_status iso_buffer_copy_registered(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset,
                                              void *host, uint64_t len, int to_device,
                                              tsr_error *err)
 {
-    return iso_copy(b, buf, offset, host, len, to_device, err);
+    /* The pin of this worker that holds the range, if any. A pin goes only
+     * when no copy can use it (the session's jobs are done). */
+    uint8_t *h = host;
+    uint64_t pin_id = 0, pin_offset = 0;
+    unsigned generation = atomic_load(&b->generation);
+    pthread_mutex_lock(&b->pins_lock);
+    for (iso_pin *p = b->pins; p != NULL && pin_id == 0; p = p->next)
+        if (p->generation == generation && h >= p->host && len <= p->len &&
+            (uint64_t)(h - p->host) <= p->len - len) {
+            pin_id = p->id;
+            pin_offset = (uint64_t)(h - p->host);
+        }
+    pthread_mutex_unlock(&b->pins_lock);
+    if (pin_id == 0)
+        return iso_copy(b, buf, offset, host, len, to_device, err);
+    if (offset > buf->bytes || len > buf->bytes - offset)
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH, "device worker: copy out of bounds");
+    tsr_status st = iso_current(b, buf->generation, "the buffer's device memory", err);
+    if (st != TSR_OK || len == 0)
+        return st;
+    tsrd_dw_request q = {.op = TSRD_DW_COPY_PINNED,
+                         .a = {buf->id, offset, pin_id, pin_offset, len, (uint64_t)to_device}};
+    return iso_call(b, &q, NULL, NULL, err);
 }
 
 static tsr_status iso_buffer_import(tsrd_backend *b, int device, const uint8_t *handle,
@@ -582,11 +670,11 @@ static tsr_status iso_buffer_import(tsrd_backend *b, int device, const uint8_t *
                                     tsrd_dbuf **out, tsr_error *err)
 {
     if (handle_len == 0 || handle_len > 256)
-        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "cuda backend: an IPC handle of %zu bytes",
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "device worker: an IPC handle of %zu bytes",
                              handle_len);
     tsrd_dbuf *buf = calloc(1, sizeof *buf);
     if (buf == NULL)
-        return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
+        return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
     buf->generation = atomic_load(&b->generation);
     buf->device = device;
     buf->bytes = bytes;
@@ -621,7 +709,7 @@ static tsr_status iso_load(tsrd_backend *b, int device, const tsr_region *r, con
         free(json);
         free(payload);
         free(k);
-        return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
+        return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
     }
     snprintf((char *)payload, TSR_CANDIDATE_NAME_MAX, "%s", c->name);
     memcpy(payload + TSR_CANDIDATE_NAME_MAX, json, json_len);
@@ -657,7 +745,7 @@ static tsr_status iso_stream_create(tsrd_backend *b, int device, tsrd_stream **o
 {
     tsrd_stream *s = calloc(1, sizeof *s);
     if (s == NULL)
-        return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
+        return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
     s->generation = atomic_load(&b->generation);
     s->device = device;
     tsrd_dw_request q = {.op = TSRD_DW_STREAM_NEW, .a = {(uint64_t)device}};
@@ -685,7 +773,7 @@ static tsr_status iso_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
                              tsr_error *err)
 {
     if (n_inputs < 0 || n_inputs > TSR_MAX_REGION_INPUTS)
-        return tsr_error_set(err, TSR_INTERNAL, "cuda backend: %d inputs", n_inputs);
+        return tsr_error_set(err, TSR_INTERNAL, "device worker: %d inputs", n_inputs);
     tsr_status st = iso_current(b, s->generation, "the session's stream", err);
     if (st == TSR_OK)
         st = iso_current(b, k->generation, "the loaded kernel", err);
@@ -739,7 +827,7 @@ static tsr_status iso_graph_end(tsrd_backend *b, tsrd_stream *s, tsrd_graph **ou
         return st;
     tsrd_graph *g = calloc(1, sizeof *g);
     if (g == NULL)
-        return tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
+        return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
     g->generation = s->generation;
     tsrd_dw_request q = {.op = TSRD_DW_GRAPH_END, .a = {s->id}};
     uint64_t r[2];

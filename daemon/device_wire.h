@@ -51,6 +51,11 @@ typedef enum tsrd_dw_op {
     TSRD_DW_GRAPH_END,    /* a0 stream -> r0 graph id */
     TSRD_DW_GRAPH_LAUNCH, /* a0 graph, a1 stream */
     TSRD_DW_GRAPH_FREE,   /* a0 id */
+    TSRD_DW_PIN,          /* a0 bytes; the segment's descriptor rides along (SCM_RIGHTS):
+                           * the worker maps and pins it -> r0 pin id */
+    TSRD_DW_UNPIN,        /* a0 pin id */
+    TSRD_DW_COPY_PINNED,  /* a0 buffer, a1 its offset, a2 pin, a3 pin offset, a4 len,
+                           * a5 1 = to the device */
 } tsrd_dw_op;
 
 typedef struct tsrd_dw_request {
@@ -78,6 +83,10 @@ typedef struct tsrd_dw_hello {
  * dead peer never raises SIGPIPE: writes use MSG_NOSIGNAL). */
 int tsrd_dw_write_all(int fd, const void *buf, size_t len);
 int tsrd_dw_read_all(int fd, void *buf, size_t len);
+/* The same, passing one descriptor (SCM_RIGHTS) with the first byte:
+ * send_fd -1 sends none; *recv_fd gets a received one, else -1. */
+int tsrd_dw_write_all_fd(int fd, const void *buf, size_t len, int send_fd);
+int tsrd_dw_read_all_fd(int fd, void *buf, size_t len, int *recv_fd);
 
 /* The device worker's main (device_worker.c): argv is
  * tesserad --device-worker BACKEND TEST_FAULTS(0|1) CHANNELS. Returns the exit

@@ -9,7 +9,9 @@
  * DMA speed, sends a hello on channel 0, and serves every channel on its own
  * thread. It trusts its parent: ids it receives are the pointers it handed
  * out. When the parent closes a channel, or dies (PR_SET_PDEATHSIG), the worker
- * exits; exiting is also how its device context is destroyed.
+ * exits; exiting is also how its device context is destroyed. (The death
+ * signal follows the thread that started the worker: the daemon's loop or a
+ * libuv pool thread, both of which live as long as the daemon.)
  */
 #include <errno.h>
 #include <pthread.h>
@@ -35,6 +37,13 @@ typedef struct worker {
     tsr_arbiter *arbiter;
 } worker;
 
+/* A client segment mapped and pinned here (TSRD_DW_PIN). */
+typedef struct worker_pin {
+    uint8_t *base;
+    uint64_t len;
+    void *token;
+} worker_pin;
+
 typedef struct worker_channel {
     worker *w;
     int fd;
@@ -56,6 +65,61 @@ int tsrd_dw_write_all(int fd, const void *buf, size_t len)
         len -= (size_t)n;
     }
     return 0;
+}
+
+int tsrd_dw_write_all_fd(int fd, const void *buf, size_t len, int send_fd)
+{
+    if (send_fd < 0 || len == 0)
+        return tsrd_dw_write_all(fd, buf, len);
+    union {
+        struct cmsghdr h;
+        char space[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+    struct msghdr msg = {.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = ctl.space,
+                         .msg_controllen = sizeof ctl.space};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &send_fd, sizeof send_fd);
+    ssize_t n;
+    do
+        n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n <= 0)
+        return -1;
+    return tsrd_dw_write_all(fd, (const uint8_t *)buf + n, len - (size_t)n);
+}
+
+int tsrd_dw_read_all_fd(int fd, void *buf, size_t len, int *recv_fd)
+{
+    *recv_fd = -1;
+    if (len == 0)
+        return 0;
+    union {
+        struct cmsghdr h;
+        char space[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    struct msghdr msg = {.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = ctl.space,
+                         .msg_controllen = sizeof ctl.space};
+    ssize_t n;
+    do
+        n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n <= 0)
+        return -1;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+            c->cmsg_len == CMSG_LEN(sizeof(int)))
+            memcpy(recv_fd, CMSG_DATA(c), sizeof *recv_fd);
+    return tsrd_dw_read_all(fd, (uint8_t *)buf + n, len - (size_t)n);
 }
 
 int tsrd_dw_read_all(int fd, void *buf, size_t len)
@@ -115,8 +179,42 @@ static tsr_status worker_load(worker *w, const tsrd_dw_request *q, const uint8_t
     return st;
 }
 
+static tsr_status worker_pin_make(worker *w, int fd, uint64_t len, uint64_t *id, tsr_error *err)
+{
+    if (fd < 0)
+        return tsr_error_set(err, TSR_INTERNAL, "device worker: pin without a descriptor");
+    worker_pin *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
+    void *base = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        free(p);
+        return tsr_error_set(err, TSR_IO_ERROR, "device worker: mmap segment: %s", strerror(errno));
+    }
+    p->base = base;
+    p->len = len;
+    tsr_status st = w->ops->host_register(w->b, base, len, -1, &p->token, err);
+    if (st != TSR_OK) {
+        munmap(base, (size_t)len);
+        free(p);
+        return st;
+    }
+    *id = (uint64_t)(uintptr_t)p;
+    return TSR_OK;
+}
+
+static void worker_pin_free(worker *w, worker_pin *p)
+{
+    if (p == NULL)
+        return;
+    w->ops->host_unregister(w->b, p->token);
+    munmap(p->base, (size_t)p->len);
+    free(p);
+}
+
 /* Serves one request; -1 when the channel is gone. */
-static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint8_t *payload)
+static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint8_t *payload,
+                        int passed_fd)
 {
     worker *w = ch->w;
     const tsrd_backend_ops *ops = w->ops;
@@ -208,6 +306,21 @@ static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint
     case TSRD_DW_GRAPH_FREE:
         ops->graph_destroy(b, (tsrd_graph *)(uintptr_t)q->a[0]);
         break;
+    case TSRD_DW_PIN:
+        st = worker_pin_make(w, passed_fd, q->a[0], &r[0], &err);
+        break;
+    case TSRD_DW_UNPIN:
+        worker_pin_free(w, (worker_pin *)(uintptr_t)q->a[0]);
+        break;
+    case TSRD_DW_COPY_PINNED: {
+        worker_pin *p = (worker_pin *)(uintptr_t)q->a[2];
+        if (q->a[3] > p->len || q->a[4] > p->len - q->a[3])
+            st = tsr_error_set(&err, TSR_INTERNAL, "device worker: copy outside the pin");
+        else
+            st = ops->buffer_copy_registered(b, (tsrd_dbuf *)(uintptr_t)q->a[0], q->a[1],
+                                             p->base + q->a[3], q->a[4], (int)q->a[5], &err);
+        break;
+    }
     default:
         st = tsr_error_set(&err, TSR_INTERNAL, "device worker: unknown operation %u", q->op);
         break;
@@ -222,7 +335,9 @@ static void *worker_channel_run(void *arg)
     size_t cap = 0;
     for (;;) {
         tsrd_dw_request q;
-        if (tsrd_dw_read_all(ch->fd, &q, sizeof q) != 0 || q.payload_len > WORKER_PAYLOAD_MAX)
+        int passed_fd = -1;
+        if (tsrd_dw_read_all_fd(ch->fd, &q, sizeof q, &passed_fd) != 0 ||
+            q.payload_len > WORKER_PAYLOAD_MAX)
             break;
         if (q.payload_len > cap) {
             uint8_t *p = realloc(payload, q.payload_len);
@@ -231,8 +346,12 @@ static void *worker_channel_run(void *arg)
             payload = p;
             cap = q.payload_len;
         }
-        if (tsrd_dw_read_all(ch->fd, payload, q.payload_len) != 0 ||
-            worker_serve(ch, &q, payload) != 0)
+        int rc = tsrd_dw_read_all(ch->fd, payload, q.payload_len);
+        if (rc == 0)
+            rc = worker_serve(ch, &q, payload, passed_fd);
+        if (passed_fd >= 0)
+            close(passed_fd); /* a pin keeps its own mapping */
+        if (rc != 0)
             break;
     }
     /* The daemon closed the channel or is gone: the worker's life is over. */
@@ -281,7 +400,7 @@ int tsrd_device_worker_main(int argc, char **argv)
         tsr_error pin_err;
         /* Unpinned windows still work, through the backend's staging. */
         if (st == TSR_OK &&
-            w.ops->host_register(w.b, ch->window, TSRD_DW_WINDOW, &token, &pin_err) == TSR_OK)
+            w.ops->host_register(w.b, ch->window, TSRD_DW_WINDOW, -1, &token, &pin_err) == TSR_OK)
             ch->pinned = true;
     }
 

@@ -224,8 +224,9 @@ void tsrd_recovery_poll(tsrd_daemon *d)
         d->device_faults++;
         d->recovery_started_ns = uv_hrtime();
         tsrd_log_warn(&d->log,
-                      "device fault: a sticky error poisoned the device context; failing the "
-                      "work in flight with DEVICE_LOST and rebuilding the context");
+                      "device fault: a sticky error poisoned the device context (or its worker "
+                      "process died); failing the work in flight with DEVICE_LOST and rebuilding "
+                      "the context");
     }
     if (!r->rebuilding && d->work_running == 0 && d->work_paused)
         recovery_start_rebuild(d);

@@ -63,11 +63,13 @@ static tsr_status shm_map_open(tsrd_job *job, const char *name, const char *fiel
         } else {
             m->base = p;
             m->size = (uint64_t)st.st_size;
+            m->fd = fd;
             strcpy(m->name, name);
             *out = m;
         }
     }
-    close(fd);
+    if (status != TSR_OK)
+        close(fd);
     return status;
 }
 
@@ -112,8 +114,8 @@ tsr_status tsrd_shm_register(tsrd_job *job, tsrd_shm_map *map)
 {
     if (map == NULL || map->registered)
         return TSR_OK;
-    tsr_status st =
-        job->d->bops->host_register(job->d->backend, map->base, map->size, &map->token, &job->err);
+    tsr_status st = job->d->bops->host_register(job->d->backend, map->base, map->size, map->fd,
+                                                &map->token, &job->err);
     if (st == TSR_OK)
         map->registered = true;
     return st;
@@ -137,6 +139,7 @@ void tsrd_shm_release_all(tsrd_daemon *d, tsrd_session *s)
         if (m->registered)
             d->bops->host_unregister(d->backend, m->token);
         munmap(m->base, (size_t)m->size);
+        close(m->fd);
         free(m);
     }
 }

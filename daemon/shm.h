@@ -34,6 +34,7 @@ typedef struct tsrd_shm_map {
     char name[TSRD_SHM_NAME_MAX + 1];
     uint8_t *base;
     uint64_t size;
+    int fd;          /* the segment, kept open for backends that map it elsewhere */
     void *token;     /* the backend's registration */
     bool registered; /* stream jobs only */
 } tsrd_shm_map;

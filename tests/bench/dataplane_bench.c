@@ -485,7 +485,7 @@ static void section_throughput(const bench_daemon *d, const bench_opts *o)
         tsrd_dbuf *local;
         void *token;
         if (ops->buffer_alloc(b, 0, bytes, &local, &e) != TSR_OK ||
-            ops->host_register(b, host, bytes, &token, &e) != TSR_OK)
+            ops->host_register(b, host, bytes, -1, &token, &e) != TSR_OK)
             bench_die("in-process buffer", &e);
         double v[6][5];
         for (int rep = -1; rep < 5; rep++) {

@@ -1,0 +1,206 @@
+/*
+ * isolated_test.c — the device in a worker process (backend_isolated.c),
+ * end to end with "cpu-isolated", which runs the CPU backend in the worker:
+ * the same forwarding, windows, descriptor passing and restart that carry the
+ * "cuda" backend on a GPU node.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../support/testd.h"
+
+static testd iso_d;
+static tsr_client *iso_c;
+
+static void iso_setup(void)
+{
+    const char *flags[] = {"--backend", "cpu-isolated", NULL};
+    cr_assert_eq(testd_start(&iso_d, flags), 0, "tesserad --backend cpu-isolated did not start");
+    iso_c = testd_client(&iso_d, 60000);
+    cr_assert_not_null(iso_c);
+}
+
+static void iso_teardown(void)
+{
+    tsr_client_close(iso_c);
+    cr_expect_eq(testd_stop(&iso_d), 0, "tesserad did not exit cleanly");
+    testd_remove(&iso_d);
+}
+
+TestSuite(isolated, .init = iso_setup, .fini = iso_teardown, .timeout = 120);
+
+/* y = 2x + 1 over n f32 elements. */
+static tsr_region *iso_affine(int64_t n)
+{
+    char json[512];
+    snprintf(
+        json, sizeof json,
+        "{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"x\",\"shape\":[%lld]}],"
+        "\"ops\":[{\"op\":\"const\",\"value\":2,\"out\":\"two\"},"
+        "{\"op\":\"const\",\"value\":1,\"out\":\"one\"},"
+        "{\"op\":\"mul\",\"args\":[\"x\",\"two\"],\"out\":\"t\"},"
+        "{\"op\":\"add\",\"args\":[\"t\",\"one\"],\"out\":\"y\"}],\"output\":\"y\"}",
+        (long long)n);
+    tsr_region *r = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_region_load(json, strlen(json), &r, &err), TSR_OK, "%s", err.message);
+    return r;
+}
+
+static tsr_buffer iso_alloc(int64_t n)
+{
+    tsr_buffer b = 0;
+    tsr_error err;
+    cr_assert_eq(tsr_client_buffer_alloc(iso_c, TSR_CLIENT_F32, 1, &n, &b, NULL, 0, &err), TSR_OK,
+                 "%s", err.message);
+    return b;
+}
+
+static void iso_fill(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)(i % 4093) * 0.25f - 300.0f;
+}
+
+Test(isolated, launches_and_copies_larger_than_a_window_are_exact)
+{
+    const int64_t n = 3 << 20; /* 12 MiB: three windows */
+    float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+    cr_assert(x != NULL && y != NULL);
+    iso_fill(x, n);
+    tsr_region *r = iso_affine(n);
+    tsr_client_compiled k;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(iso_c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    tsr_buffer bx = iso_alloc(n), by = iso_alloc(n);
+    cr_assert_eq(tsr_client_buffer_write(iso_c, bx, 0, x, (size_t)n * sizeof *x, 0, &err), TSR_OK,
+                 "%s", err.message);
+    cr_assert_eq(tsr_client_launch(iso_c, k.kernel, &bx, 1, by, NULL, 0, &err), TSR_OK, "%s",
+                 err.message);
+    size_t got = 0;
+    cr_assert_eq(tsr_client_buffer_read(iso_c, by, 0, y, (size_t)n * sizeof *y, &got, 0, &err),
+                 TSR_OK, "%s", err.message);
+    cr_assert_eq(got, (size_t)n * sizeof *y);
+    for (int64_t i = 0; i < n; i++)
+        cr_assert_eq(y[i], 2.0f * x[i] + 1.0f, "element %lld", (long long)i);
+    /* A copy that starts inside one window and ends in the next. */
+    float part[1000];
+    cr_assert_eq(tsr_client_buffer_read(iso_c, bx, (1u << 20) * sizeof(float) - 2000, part,
+                                        sizeof part, NULL, 0, &err),
+                 TSR_OK);
+    cr_assert_eq(memcmp(part, x + (1 << 20) - 500, sizeof part), 0);
+    tsr_client_region_free(r);
+    free(x);
+    free(y);
+}
+
+Test(isolated, shared_memory_is_pinned_in_the_worker_and_copied_exactly)
+{
+    const int64_t n = 65536;
+    tsr_client_shm *shm = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_shm_create(1 << 20, &shm, &err), TSR_OK, "%s", err.message);
+    float *base = tsr_client_shm_data(shm);
+    iso_fill(base + 1024, n);
+    tsr_buffer bx = iso_alloc(n);
+    cr_assert_eq(tsr_client_buffer_write_shm(iso_c, bx, 0, shm, 1024 * sizeof(float),
+                                             (size_t)n * sizeof(float), 0, &err),
+                 TSR_OK, "%s", err.message);
+    float *back = malloc((size_t)n * sizeof *back);
+    cr_assert_eq(
+        tsr_client_buffer_read(iso_c, bx, 0, back, (size_t)n * sizeof *back, NULL, 0, &err), TSR_OK,
+        "%s", err.message);
+    cr_assert_eq(memcmp(back, base + 1024, (size_t)n * sizeof *back), 0);
+    /* Back out into another place of the segment. */
+    cr_assert_eq(tsr_client_buffer_read_shm(iso_c, bx, 0, shm, 128 * 1024 * sizeof(float),
+                                            (size_t)n * sizeof(float), 0, &err),
+                 TSR_OK, "%s", err.message);
+    cr_assert_eq(memcmp(base + 128 * 1024, base + 1024, (size_t)n * sizeof(float)), 0);
+    /* A run whose input and output live in the segment. */
+    tsr_region *r = iso_affine(n);
+    uint64_t in_off[] = {1024 * sizeof(float)};
+    cr_assert_eq(
+        tsr_client_run_shm(iso_c, r, NULL, shm, in_off, 192 * 1024 * sizeof(float), NULL, 0, &err),
+        TSR_OK, "%s", err.message);
+    for (int64_t i = 0; i < n; i++)
+        cr_assert_eq(base[192 * 1024 + i], 2.0f * base[1024 + i] + 1.0f, "element %lld",
+                     (long long)i);
+    tsr_client_region_free(r);
+    free(back);
+    tsr_client_shm_free(shm);
+}
+
+/* The daemon's child, the device worker: a child of whichever of its
+ * threads started it. */
+static pid_t iso_worker_pid(pid_t daemon)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)daemon);
+    DIR *tasks = opendir(dir);
+    cr_assert_not_null(tasks, "%s", dir);
+    int pid = 0;
+    for (struct dirent *e; pid == 0 && (e = readdir(tasks)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[400];
+        snprintf(path, sizeof path, "%s/%s/children", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        if (fscanf(f, "%d", &pid) != 1)
+            pid = 0;
+        fclose(f);
+    }
+    closedir(tasks);
+    cr_assert_gt(pid, 0, "tesserad has no child process");
+    return (pid_t)pid;
+}
+
+Test(isolated, a_killed_worker_is_replaced_and_serving_resumes)
+{
+    const int64_t n = 4096;
+    tsr_region *r = iso_affine(n);
+    tsr_client_compiled k;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(iso_c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    tsr_buffer bx = iso_alloc(n), by = iso_alloc(n);
+
+    pid_t worker = iso_worker_pid(iso_d.pid);
+    cr_assert_eq(kill(worker, SIGKILL), 0);
+    /* The first device call after the crash answers DEVICE_LOST and starts
+     * the recovery. */
+    tsr_status st = tsr_client_launch(iso_c, k.kernel, &bx, 1, by, NULL, 0, &err);
+    cr_assert_eq(st, TSR_DEVICE_LOST, "%s: %s", tsr_status_name(st), err.message);
+    tsr_client_health h;
+    for (int i = 0; i < 2000; i++) {
+        cr_assert_eq(tsr_client_health_get(iso_c, &h, 0, &err), TSR_OK);
+        if (h.state == TSR_CLIENT_HEALTH_READY && h.recoveries == 1)
+            break;
+        usleep(5000);
+    }
+    cr_assert_eq(h.state, TSR_CLIENT_HEALTH_READY);
+    cr_assert_eq(h.recoveries, 1);
+    cr_assert_neq(iso_worker_pid(iso_d.pid), worker, "the worker was not replaced");
+
+    /* Old buffers are gone; the kernel handle was reloaded into the new worker. */
+    st = tsr_client_launch(iso_c, k.kernel, &bx, 1, by, NULL, 0, &err);
+    cr_expect_eq(st, TSR_DEVICE_LOST, "%s: %s", tsr_status_name(st), err.message);
+    bx = iso_alloc(n);
+    by = iso_alloc(n);
+    float x[4096], y[4096];
+    iso_fill(x, n);
+    cr_assert_eq(tsr_client_buffer_write(iso_c, bx, 0, x, sizeof x, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_assert_eq(tsr_client_launch(iso_c, k.kernel, &bx, 1, by, NULL, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_assert_eq(tsr_client_buffer_read(iso_c, by, 0, y, sizeof y, NULL, 0, &err), TSR_OK);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(y[i], 2.0f * x[i] + 1.0f);
+    tsr_client_region_free(r);
+}

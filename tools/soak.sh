@@ -11,7 +11,9 @@
 # exit: any leak makes the exit status non-zero and fails the soak);
 # SOAK_RSS_SLACK_MB (default 16) is the growth allowed after warm-up;
 # SOAK_LOG names a file that receives the summary as well; SOAK_LOADGEN_ARGS
-# adds loadgen options (--mix, --reconnect-every, --seed).
+# adds loadgen options (--mix, --reconnect-every, --seed). Without
+# --reconnect-every each client keeps one connection for the whole run, as a
+# framework does, and frees the kernels it compiles (kernel_free).
 #
 # The daemon runs the CPU backend with a small kernel cache (8 MiB in memory,
 # 64 MiB on disk) so that the compile misses in the mix reach the bounds within

@@ -21,12 +21,13 @@
  * seen for the region, verdicts PASS, bad requests their exact code.
  *
  * With --pid the daemon's resident set (VmRSS) is sampled once a second. The
- * first half of the run is warm-up: the daemon's bounded structures (the kernel
- * cache's memory level, the arbiter's verdict cache of 65536 entries, which the
- * compile misses fill at a few hundred a second) are allowed to reach their
- * bounds. Memory counts as flat when the last sample is within --rss-slack-mb
- * (default 16) or 10% of the sample taken at half time, whichever is larger;
- * rss_trace_kib shows one sample per tenth of the run.
+ * first half of the run is warm-up: the daemon's bounded structures (chiefly
+ * the kernel cache's memory level, which the compile misses fill at a few
+ * hundred entries a second; on a CUDA daemon also the arbiter's verdict cache
+ * of 65536 entries) are allowed to reach their bounds. Memory counts as flat
+ * when the last sample is within --rss-slack-mb (default 16) or 10% of the
+ * sample taken at half time, whichever is larger; rss_trace_kib shows one
+ * sample per tenth of the run.
  *
  * Exit status 0 when every request was answered, every answer was right and
  * memory stayed flat; 1 otherwise; 2 for bad usage or a failed connect. The

@@ -72,6 +72,14 @@ typedef struct tsrd_backend_options {
  * device like an out-of-bounds store would. */
 #define TSRD_TEST_FAULT_CANDIDATE "test_fault"
 
+/* One launch of a sequence (launch_many). */
+typedef struct tsrd_launch_desc {
+    tsrd_kobj *kernel;
+    tsrd_dbuf *const *inputs; /* signature order */
+    int n_inputs;
+    tsrd_dbuf *output;
+} tsrd_launch_desc;
+
 typedef struct tsrd_backend_ops {
     const char *name;         /* "cpu", "cuda" */
     uint32_t codegen_version; /* goes into every kernel key this backend compiles */
@@ -123,6 +131,12 @@ typedef struct tsrd_backend_ops {
      * have been checked by the caller. */
     tsr_status (*launch)(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s, tsrd_dbuf *const *inputs,
                          int n_inputs, tsrd_dbuf *output, tsr_error *err);
+    /* Optional (NULL: callers launch one by one): enqueues n launches on s in
+     * order, stopping at the first that fails; *launched gets how many were
+     * enqueued. A backend whose every call costs a round trip (the isolated
+     * one) pays one for the whole sequence. */
+    tsr_status (*launch_many)(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n,
+                              tsrd_stream *s, size_t *launched, tsr_error *err);
     /* Waits for everything enqueued on s; *device_ms gets the device time of the
      * work since the last synchronize when the backend measures it, else 0. */
     tsr_status (*synchronize)(tsrd_backend *b, tsrd_stream *s, double *device_ms, tsr_error *err);

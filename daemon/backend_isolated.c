@@ -197,8 +197,10 @@ static tsr_status iso_call_fd(tsrd_backend *b, const tsrd_dw_request *q, const v
     pthread_rwlock_rdlock(&b->reset_lock);
     iso_channel *c = iso_take(b);
     tsrd_dw_reply rep;
+    memset(&rep, 0, sizeof rep);
     tsr_status st = iso_exchange_fd(b, c, q, payload, send_fd, &rep, err);
-    if (st == TSR_OK && r != NULL)
+    /* Results also come with a failure (launch_many's count). */
+    if (r != NULL)
         memcpy(r, rep.r, sizeof rep.r);
     iso_give(b, c);
     pthread_rwlock_unlock(&b->reset_lock);
@@ -796,6 +798,75 @@ static tsr_status iso_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
     return iso_call(b, &q, ids, NULL, err);
 }
 
+static tsr_status iso_launch_many(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n,
+                                  tsrd_stream *s, size_t *launched, tsr_error *err)
+{
+    *launched = 0;
+    tsr_status st = iso_current(b, s->generation, "the session's stream", err);
+    if (st != TSR_OK)
+        return st;
+    /* Checked here as iso_launch does, so the worker only sees its own ids;
+     * the launches before a stale one still go. */
+    size_t valid = n;
+    for (size_t i = 0; i < n && valid == n; i++) {
+        const tsrd_launch_desc *l = &launches[i];
+        if (l->n_inputs < 0 || l->n_inputs > TSR_MAX_REGION_INPUTS) {
+            valid = i;
+            st = tsr_error_set(err, TSR_INTERNAL, "device worker: %d inputs", l->n_inputs);
+        } else if (l->kernel->generation != s->generation) {
+            valid = i;
+            st = tsr_error_set(err, TSR_DEVICE_LOST,
+                               "the loaded kernel was lost when device %d was recovered after a "
+                               "fault",
+                               s->device);
+        }
+        for (int k = 0; valid == n && k <= l->n_inputs; k++) {
+            const tsrd_dbuf *buf = k < l->n_inputs ? l->inputs[k] : l->output;
+            if (buf->generation != s->generation) {
+                valid = i;
+                st = tsr_error_set(err, TSR_DEVICE_LOST,
+                                   "%s %d's device memory was lost when device %d was recovered "
+                                   "after a fault; free it and allocate it again",
+                                   k < l->n_inputs ? "input buffer" : "the output buffer", k,
+                                   s->device);
+            }
+        }
+    }
+    if (valid == 0)
+        return st;
+    size_t words = 0;
+    for (size_t i = 0; i < valid; i++)
+        words += 3 + (size_t)launches[i].n_inputs;
+    if (words * sizeof(uint64_t) > UINT32_MAX)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "device worker: batch too large");
+    uint64_t *payload = malloc(words * sizeof *payload);
+    if (payload == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
+    size_t at = 0;
+    for (size_t i = 0; i < valid; i++) {
+        const tsrd_launch_desc *l = &launches[i];
+        payload[at++] = l->kernel->id;
+        payload[at++] = (uint64_t)l->n_inputs;
+        payload[at++] = l->output->id;
+        for (int k = 0; k < l->n_inputs; k++)
+            payload[at++] = l->inputs[k]->id;
+    }
+    tsrd_dw_request q = {.op = TSRD_DW_LAUNCH_MANY,
+                         .payload_len = (uint32_t)(words * sizeof *payload),
+                         .a = {s->id, valid}};
+    uint64_t r[2];
+    tsr_error call_err;
+    tsr_status call = iso_call(b, &q, payload, r, &call_err);
+    free(payload);
+    *launched = (size_t)r[0];
+    if (call != TSR_OK) {
+        if (err != NULL)
+            *err = call_err;
+        return call;
+    }
+    return st; /* OK, or the stale launch that ended the sequence */
+}
+
 static tsr_status iso_synchronize(tsrd_backend *b, tsrd_stream *s, double *device_ms,
                                   tsr_error *err)
 {
@@ -903,6 +974,7 @@ const tsrd_backend_ops tsrd_backend_cuda_isolated = {
     .stream_create = iso_stream_create,
     .stream_destroy = iso_stream_destroy,
     .launch = iso_launch,
+    .launch_many = iso_launch_many,
     .synchronize = iso_synchronize,
     .host_register = iso_host_register,
     .host_unregister = iso_host_unregister,
@@ -937,6 +1009,7 @@ const tsrd_backend_ops tsrd_backend_cpu_isolated = {
     .stream_create = iso_stream_create,
     .stream_destroy = iso_stream_destroy,
     .launch = iso_launch,
+    .launch_many = iso_launch_many,
     .synchronize = iso_synchronize,
     .host_register = iso_host_register,
     .host_unregister = iso_host_unregister,

@@ -56,6 +56,8 @@ typedef enum tsrd_dw_op {
     TSRD_DW_UNPIN,        /* a0 pin id */
     TSRD_DW_COPY_PINNED,  /* a0 buffer, a1 its offset, a2 pin, a3 pin offset, a4 len,
                            * a5 1 = to the device */
+    TSRD_DW_LAUNCH_MANY,  /* a0 stream, a1 count; payload per launch: kernel, n_inputs,
+                           * output, then n_inputs input ids -> r0 launched */
 } tsrd_dw_op;
 
 typedef struct tsrd_dw_request {

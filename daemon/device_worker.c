@@ -277,6 +277,39 @@ static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint
                          inputs, n, (tsrd_dbuf *)(uintptr_t)q->a[3], &err);
         break;
     }
+    case TSRD_DW_LAUNCH_MANY: {
+        /* Each launch: kernel, input count, output, inputs (u64 each). */
+        size_t words = q->payload_len / sizeof(uint64_t), at = 0;
+        const uint8_t *pp = payload;
+        uint64_t launched = 0;
+        for (uint64_t i = 0; st == TSR_OK && i < q->a[1]; i++) {
+            uint64_t head[3];
+            if (at + 3 > words) {
+                st = tsr_error_set(&err, TSR_INTERNAL, "device worker: malformed batch");
+                break;
+            }
+            memcpy(head, pp + at * sizeof(uint64_t), sizeof head);
+            at += 3;
+            int n = (int)head[1];
+            if (n < 0 || n > TSR_MAX_REGION_INPUTS || at + (size_t)n > words) {
+                st = tsr_error_set(&err, TSR_INTERNAL, "device worker: malformed batch");
+                break;
+            }
+            tsrd_dbuf *inputs[TSR_MAX_REGION_INPUTS];
+            for (int k = 0; k < n; k++) {
+                uint64_t id;
+                memcpy(&id, pp + (at + (size_t)k) * sizeof id, sizeof id);
+                inputs[k] = (tsrd_dbuf *)(uintptr_t)id;
+            }
+            at += (size_t)n;
+            st = ops->launch(b, (tsrd_kobj *)(uintptr_t)head[0], (tsrd_stream *)(uintptr_t)q->a[0],
+                             inputs, n, (tsrd_dbuf *)(uintptr_t)head[2], &err);
+            if (st == TSR_OK)
+                launched++;
+        }
+        r[0] = launched;
+        break;
+    }
     case TSRD_DW_SYNC: {
         double ms = 0;
         st = ops->synchronize(b, (tsrd_stream *)(uintptr_t)q->a[0], &ms, &err);

@@ -105,9 +105,43 @@ static tsr_status batch_prepare(tsrd_job *job)
     return st;
 }
 
+/* The whole sequence in one backend call, where the backend offers one. */
+static tsr_status batch_run_many(tsrd_job *job, tsrd_stream *stream)
+{
+    batch_state *s = job->state;
+    tsrd_launch_desc *descs = calloc(s->n ? s->n : 1, sizeof *descs);
+    tsrd_dbuf **bufs = calloc(s->n ? s->n * TSR_MAX_REGION_INPUTS : 1, sizeof *bufs);
+    if (descs == NULL || bufs == NULL) {
+        free(descs);
+        free(bufs);
+        return tsr_error_set(&job->err, TSR_NO_MEMORY, "batch: out of memory");
+    }
+    for (size_t i = 0; i < s->n; i++) {
+        batch_entry *e = &s->entries[i];
+        tsrd_dbuf **in = bufs + i * TSR_MAX_REGION_INPUTS;
+        for (int k = 0; k < e->n_inputs; k++)
+            in[k] = e->inputs[k]->dbuf;
+        descs[i] = (tsrd_launch_desc){.kernel = e->kernel->kobj,
+                                      .inputs = in,
+                                      .n_inputs = e->n_inputs,
+                                      .output = e->output->dbuf};
+    }
+    size_t launched = 0;
+    tsr_status st =
+        job->d->bops->launch_many(job->d->backend, descs, s->n, stream, &launched, &job->err);
+    job->body.batch.launched += (uint32_t)launched;
+    if (st != TSR_OK)
+        tsr_error_prefix(&job->err, "batch.launches[%zu]", launched);
+    free(descs);
+    free(bufs);
+    return st;
+}
+
 static tsr_status batch_run_all(tsrd_job *job, tsrd_stream *stream)
 {
     batch_state *s = job->state;
+    if (job->d->bops->launch_many != NULL)
+        return batch_run_many(job, stream);
     tsr_status st = TSR_OK;
     for (size_t i = 0; st == TSR_OK && i < s->n; i++) {
         batch_entry *e = &s->entries[i];

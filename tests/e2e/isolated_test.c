@@ -136,6 +136,41 @@ Test(isolated, shared_memory_is_pinned_in_the_worker_and_copied_exactly)
     tsr_client_shm_free(shm);
 }
 
+/* A chain through the worker in one request: each launch reads the previous
+ * one's output, so the order is checked too. */
+Test(isolated, a_batch_runs_in_the_worker_in_order)
+{
+    const int64_t n = 1024;
+    tsr_region *r = iso_affine(n);
+    tsr_client_compiled k;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(iso_c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    enum { LINKS = 12 };
+    tsr_buffer b[LINKS + 1];
+    for (int i = 0; i <= LINKS; i++)
+        b[i] = iso_alloc(n);
+    float x[1024], y[1024];
+    for (int i = 0; i < n; i++)
+        x[i] = (float)(i % 7) - 3.0f;
+    cr_assert_eq(tsr_client_buffer_write(iso_c, b[0], 0, x, sizeof x, 0, &err), TSR_OK);
+    tsr_client_launch_desc l[LINKS];
+    for (int i = 0; i < LINKS; i++)
+        l[i] = (tsr_client_launch_desc){
+            .kernel = k.kernel, .n_inputs = 1, .inputs = &b[i], .output = b[i + 1]};
+    tsr_client_batch_result res;
+    cr_assert_eq(tsr_client_batch(iso_c, l, LINKS, false, &res, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_expect_eq(res.launched, LINKS);
+    cr_assert_eq(tsr_client_buffer_read(iso_c, b[LINKS], 0, y, sizeof y, NULL, 0, &err), TSR_OK);
+    for (int i = 0; i < n; i++) {
+        float want = x[i];
+        for (int j = 0; j < LINKS; j++)
+            want = 2.0f * want + 1.0f;
+        cr_assert_eq(y[i], want, "element %d", i);
+    }
+    tsr_client_region_free(r);
+}
+
 /* The daemon's child, the device worker: a child of whichever of its
  * threads started it. */
 static pid_t iso_worker_pid(pid_t daemon)
@@ -191,6 +226,7 @@ Test(isolated, a_killed_worker_is_replaced_and_serving_resumes)
     /* Old buffers are gone; the kernel handle was reloaded into the new worker. */
     st = tsr_client_launch(iso_c, k.kernel, &bx, 1, by, NULL, 0, &err);
     cr_expect_eq(st, TSR_DEVICE_LOST, "%s: %s", tsr_status_name(st), err.message);
+    tsr_buffer old_x = bx;
     bx = iso_alloc(n);
     by = iso_alloc(n);
     float x[4096], y[4096];
@@ -202,5 +238,16 @@ Test(isolated, a_killed_worker_is_replaced_and_serving_resumes)
     cr_assert_eq(tsr_client_buffer_read(iso_c, by, 0, y, sizeof y, NULL, 0, &err), TSR_OK);
     for (int i = 0; i < n; i++)
         cr_assert_eq(y[i], 2.0f * x[i] + 1.0f);
+    /* A batch whose second launch names a buffer of the old worker runs the
+     * first and stops there. */
+    tsr_buffer bz = iso_alloc(n);
+    tsr_client_launch_desc l[3] = {
+        {.kernel = k.kernel, .n_inputs = 1, .inputs = &bx, .output = by},
+        {.kernel = k.kernel, .n_inputs = 1, .inputs = &old_x, .output = bz},
+        {.kernel = k.kernel, .n_inputs = 1, .inputs = &by, .output = bz},
+    };
+    st = tsr_client_batch(iso_c, l, 3, false, NULL, 0, &err);
+    cr_expect_eq(st, TSR_DEVICE_LOST, "%s: %s", tsr_status_name(st), err.message);
+    cr_expect(strstr(err.message, "batch.launches[1]") != NULL, "%s", err.message);
     tsr_client_region_free(r);
 }

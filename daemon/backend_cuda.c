@@ -22,13 +22,20 @@
  * page-locked memory runs at the link's speed, where pageable memory goes
  * through the driver's own small bounce buffers.
  *
+ * This is the "cuda-inprocess" backend; the default "cuda" runs it in a worker
+ * process (backend_isolated.c, device_worker.c).
+ *
  * A sticky error (illegal address, launch failure, ...) poisons the context;
  * the device is then marked lost and every later call on it reports
- * TSR_DEVICE_LOST. recover() resets the primary context (which frees every
+ * TSR_DEVICE_LOST. recover() tries to reset the primary context (which frees every
  * allocation, module, stream and pinned page of the old one) and bumps the
  * device's generation. Every object records the generation it was made in: an
  * older one is reported lost when used and is freed without touching the
  * driver, since its handles now mean nothing (or, worse, something else).
+ * On current drivers (580, CUDA 13.0, seen on an H200) that reset does not
+ * help after an illegal address: the retain that follows answers the same
+ * error, as NVIDIA documents that the process must end. That is why the
+ * default backend keeps this one in a worker process it can replace.
  */
 #include <pthread.h>
 #include <stdatomic.h>

@@ -210,8 +210,9 @@ static tsr_status key_backend(tsrd_config *c, const cJSON *v, tsr_error *err)
     if (st != TSR_OK)
         return st;
     if (!config_backend_valid(s))
-        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "backend: '%s' is not one of auto, cpu, cuda, cuda-inprocess",
-                             s);
+        return tsr_error_set(
+            err, TSR_BAD_ATTRIBUTE,
+            "backend: '%s' is not one of auto, cpu, cuda, cuda-inprocess, cpu-isolated", s);
     return config_set_string(&c->backend, s, err);
 }
 
@@ -559,7 +560,7 @@ tsr_status tsrd_config_load_file(tsrd_config *c, const char *path, tsr_error *er
 const char *tsrd_config_usage(void)
 {
     return "usage: tesserad [--config FILE] [--listen URL]... [--cache-dir DIR]\n"
-           "                [--backend auto|cpu|cuda|cuda-inprocess] [--log-level error|warn|info|debug]\n"
+           "                [--backend auto|cpu|cuda|...] [--log-level error|warn|info|debug]\n"
            "                [--max-message-bytes N] [--workers N] [--help] [--version]\n"
            "       tesserad --hash-token < token-file\n"
            "\n"
@@ -567,7 +568,9 @@ const char *tsrd_config_usage(void)
            "  --listen URL            ipc://PATH or tcp://HOST:PORT; repeatable\n"
            "                          (default " TSRD_DEFAULT_LISTEN ")\n"
            "  --cache-dir DIR         kernel cache directory (default " TSRD_DEFAULT_CACHE_DIR ")\n"
-           "  --backend NAME          auto (cuda when a driver loads, else cpu), cpu, cuda\n"
+           "  --backend NAME          auto (cuda when a driver loads, else cpu), cpu, cuda (device "
+           "in\n"
+           "                          a worker process), cuda-inprocess, cpu-isolated\n"
            "  --log-level LEVEL       error, warn, info (default) or debug (one line per "
            "request)\n"
            "  --max-message-bytes N   largest request accepted (default 67108864)\n"
@@ -610,8 +613,10 @@ static tsr_status config_apply_flag(tsrd_config *c, const char *flag, const char
         return config_set_string(&c->cache_dir, value, err);
     if (strcmp(flag, "--backend") == 0) {
         if (!config_backend_valid(value))
-            return tsr_error_set(err, TSR_INVALID_ARGUMENT,
-                                 "--backend: '%s' is not one of auto, cpu, cuda, cuda-inprocess", value);
+            return tsr_error_set(
+                err, TSR_INVALID_ARGUMENT,
+                "--backend: '%s' is not one of auto, cpu, cuda, cuda-inprocess, cpu-isolated",
+                value);
         return config_set_string(&c->backend, value, err);
     }
     if (strcmp(flag, "--log-level") == 0) {

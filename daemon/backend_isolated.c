@@ -35,6 +35,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
@@ -62,6 +63,7 @@ extern char **environ;
  * the dup2 steps cannot overwrite one another. */
 #define ISO_FD_HIGH 200
 #define ISO_CLOSE_WAIT_MS 2000
+#define ISO_HELLO_WAIT_MS 60000
 
 /* A client segment pinned in the worker (host_register with a descriptor). */
 typedef struct iso_pin {
@@ -295,6 +297,8 @@ static tsr_status iso_spawn(tsrd_backend *b, tsr_error *err)
     posix_spawn_file_actions_init(&fa);
     for (int i = 0; st == TSR_OK && i < 2 * TSRD_DW_CHANNELS; i++)
         posix_spawn_file_actions_adddup2(&fa, high[i], TSRD_DW_FD_FIRST + i);
+    /* Nothing else of the daemon's (listening sockets, segments) goes along. */
+    posix_spawn_file_actions_addclosefrom_np(&fa, TSRD_DW_FD_FIRST + 2 * TSRD_DW_CHANNELS);
     char channels[16];
     snprintf(channels, sizeof channels, "%d", TSRD_DW_CHANNELS);
     char *argv[] = {b->worker_exe,
@@ -319,11 +323,23 @@ static tsr_status iso_spawn(tsrd_backend *b, tsr_error *err)
         if (high[i] >= 0)
             close(high[i]);
 
-    /* The hello, on channel 0. */
+    /* The hello, on channel 0, within ISO_HELLO_WAIT_MS: a worker stuck in
+     * driver initialisation must not hang the daemon's start or recovery. */
     tsrd_dw_hello hello;
     uint32_t msg_len = 0;
     char msg[TSR_ERROR_MESSAGE_MAX] = "";
     int fd = b->channels[0].fd;
+    if (st == TSR_OK) {
+        struct pollfd pfd = {.fd = fd, .events = POLLIN};
+        int rc;
+        do
+            rc = poll(&pfd, 1, ISO_HELLO_WAIT_MS);
+        while (rc < 0 && errno == EINTR);
+        if (rc == 0)
+            st = tsr_error_set(err, TSR_UNAVAILABLE,
+                               "device worker: no hello within %d ms (stuck in the driver?)",
+                               ISO_HELLO_WAIT_MS);
+    }
     if (st == TSR_OK && (tsrd_dw_read_all(fd, &hello, sizeof hello) != 0 ||
                          tsrd_dw_read_all(fd, &msg_len, sizeof msg_len) != 0 ||
                          msg_len >= sizeof msg || tsrd_dw_read_all(fd, msg, msg_len) != 0))

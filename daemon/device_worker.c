@@ -402,6 +402,13 @@ int tsrd_device_worker_main(int argc, char **argv)
     if (getppid() == 1)
         return 1;
     signal(SIGPIPE, SIG_IGN);
+    /* Stop signals are for the daemon: systemd sends SIGTERM to the whole
+     * unit, a terminal sends SIGINT to the whole group, and the daemon still
+     * needs its device to finish the work it drains. The worker ends when the
+     * daemon closes its channels or dies. */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
     int n = atoi(argv[4]);
     if (n < 1 || n > TSRD_DW_CHANNELS)
         return 2;

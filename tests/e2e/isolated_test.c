@@ -251,3 +251,20 @@ Test(isolated, a_killed_worker_is_replaced_and_serving_resumes)
     cr_expect(strstr(err.message, "batch.launches[1]") != NULL, "%s", err.message);
     tsr_client_region_free(r);
 }
+
+/* systemd sends SIGTERM to every process of the unit, and the daemon still
+ * needs its worker while it drains: the worker leaves stop signals alone. */
+Test(isolated, the_worker_ignores_stop_signals_meant_for_the_daemon)
+{
+    pid_t worker = iso_worker_pid(iso_d.pid);
+    cr_assert_eq(kill(worker, SIGTERM), 0);
+    cr_assert_eq(kill(worker, SIGINT), 0);
+    usleep(200000);
+    cr_assert_eq(kill(worker, 0), 0, "the worker died of a stop signal");
+    cr_assert_eq(iso_worker_pid(iso_d.pid), worker);
+    tsr_buffer b = iso_alloc(16);
+    float v[16] = {1, 2, 3};
+    tsr_error err;
+    cr_assert_eq(tsr_client_buffer_write(iso_c, b, 0, v, sizeof v, 0, &err), TSR_OK, "%s",
+                 err.message);
+}

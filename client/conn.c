@@ -37,8 +37,10 @@ struct tsr_client {
     nng_duration resend;
     uint64_t id_base;
     atomic_uint_fast64_t id_next;
-    /* The daemon's max_message_bytes from a hello; 0 until a large request needs it. */
+    /* From one hello, when first needed: the daemon's max_message_bytes (0:
+     * not learnt yet) and its uid plus one (0: not learnt yet). */
     atomic_uint_fast64_t daemon_max;
+    atomic_uint_fast64_t daemon_uid1;
     /* TESSERA_FORCE, one entry per region kind ("" = none). */
     char force[TSR_KIND_COUNT][TSR_CLIENT_NAME_MAX];
 };
@@ -170,6 +172,7 @@ tsr_status tsr_client_connect(const tsr_client_options *opts, tsr_client **out, 
     c->id_base = conn_random64();
     atomic_init(&c->id_next, 1);
     atomic_init(&c->daemon_max, 0);
+    atomic_init(&c->daemon_uid1, 0);
 
     const char *force = opts->force ? opts->force : getenv("TESSERA_FORCE");
     if (force) {
@@ -315,17 +318,37 @@ static tsr_status conn_reply_error(const Tessera__V1__Reply *reply, tsr_error *e
  * connection on such a message without an answer, and a REQ pipe cut off in the
  * middle of a large send can stall until the socket is closed, so the limit
  * (learnt once with a hello) is enforced here instead. */
-static tsr_status conn_size_check(tsr_client *c, size_t size, int timeout_ms, tsr_error *err)
+/* Learns the daemon's limits and uid with one hello. */
+static tsr_status conn_learn(tsr_client *c, int timeout_ms, tsr_error *err)
 {
-    uint64_t max = atomic_load(&c->daemon_max);
-    if (max == 0) {
-        tsr_client_info info;
-        tsr_status st = tsr_client_hello(c, &info, timeout_ms, err);
+    tsr_client_info info;
+    tsr_status st = tsr_client_hello(c, &info, timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
+    atomic_store(&c->daemon_uid1, (uint64_t)info.daemon_uid + 1);
+    atomic_store(&c->daemon_max, info.max_message_bytes ? info.max_message_bytes : UINT64_MAX);
+    return TSR_OK;
+}
+
+tsr_status tsri_client_daemon_uid(tsr_client *c, uint32_t *uid, int timeout_ms, tsr_error *err)
+{
+    if (atomic_load(&c->daemon_uid1) == 0) {
+        tsr_status st = conn_learn(c, timeout_ms, err);
         if (st != TSR_OK)
             return st;
-        max = info.max_message_bytes ? info.max_message_bytes : UINT64_MAX;
-        atomic_store(&c->daemon_max, max);
     }
+    *uid = (uint32_t)(atomic_load(&c->daemon_uid1) - 1);
+    return TSR_OK;
+}
+
+static tsr_status conn_size_check(tsr_client *c, size_t size, int timeout_ms, tsr_error *err)
+{
+    if (atomic_load(&c->daemon_max) == 0) {
+        tsr_status st = conn_learn(c, timeout_ms, err);
+        if (st != TSR_OK)
+            return st;
+    }
+    uint64_t max = atomic_load(&c->daemon_max);
     if (size > max)
         return tsr_error_set(err, TSR_MESSAGE_TOO_LARGE,
                              "request of %zu bytes exceeds the daemon's limit of %llu bytes", size,

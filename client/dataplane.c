@@ -4,9 +4,11 @@
  * data plane").
  *
  * A segment is created here with a name nobody can guess (pid plus 64 random
- * bits) and mode 0600, so only this user's processes, the daemon among them
- * when it runs as the same uid, can open it; the daemon checks the owner
- * itself too.
+ * bits) and mode 0600, so only this user's processes can open it; the daemon
+ * checks the owner itself too. When the daemon runs as another user (the
+ * systemd unit's own), the first request that names a segment grants that
+ * one user read and write access with a POSIX ACL entry: other users, other
+ * tenants in the daemon's group included, still cannot open it.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,7 +17,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "client_int.h"
@@ -25,6 +29,7 @@ struct tsr_client_shm {
     char name[64];
     void *data;
     size_t size;
+    atomic_uint_fast64_t granted_uid1; /* the uid granted access, plus one; 0: none */
 };
 
 tsr_status tsr_client_shm_create(size_t size, tsr_client_shm **out, tsr_error *err)
@@ -103,6 +108,63 @@ static tsr_status dataplane_range_check(const tsr_client_shm *shm, uint64_t offs
     return TSR_OK;
 }
 
+/* The Linux POSIX ACL extended attribute (linux/posix_acl_xattr.h). */
+#define DATAPLANE_ACL_VERSION 2
+enum {
+    ACL_TAG_USER_OBJ = 0x01,
+    ACL_TAG_USER = 0x02,
+    ACL_TAG_GROUP_OBJ = 0x04,
+    ACL_TAG_MASK = 0x10,
+    ACL_TAG_OTHER = 0x20
+};
+#define DATAPLANE_ACL_NO_ID 0xffffffffu
+
+static void dataplane_acl_entry(uint8_t *p, uint16_t tag, uint16_t perm, uint32_t id)
+{
+    memcpy(p, &tag, 2);
+    memcpy(p + 2, &perm, 2);
+    memcpy(p + 4, &id, 4);
+}
+
+/* Lets the daemon's user (uid) read and write the segment, and nobody else
+ * beyond its owner: owner rw, that user rw, group and others nothing. */
+static tsr_status dataplane_grant(tsr_client *c, const tsr_client_shm *shm, int timeout_ms,
+                                  tsr_error *err)
+{
+    uint32_t uid;
+    tsr_status st = tsri_client_daemon_uid(c, &uid, timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
+    tsr_client_shm *s = (tsr_client_shm *)shm; /* the grant is a cache, not a change */
+    if (uid == 0 || uid == (uint32_t)geteuid() || atomic_load(&s->granted_uid1) == uid + 1ull)
+        return TSR_OK;
+    uint8_t acl[4 + 5 * 8];
+    uint32_t version = DATAPLANE_ACL_VERSION;
+    memcpy(acl, &version, 4);
+    dataplane_acl_entry(acl + 4, ACL_TAG_USER_OBJ, 6, DATAPLANE_ACL_NO_ID);
+    dataplane_acl_entry(acl + 12, ACL_TAG_USER, 6, uid);
+    dataplane_acl_entry(acl + 20, ACL_TAG_GROUP_OBJ, 0, DATAPLANE_ACL_NO_ID);
+    dataplane_acl_entry(acl + 28, ACL_TAG_MASK, 6, DATAPLANE_ACL_NO_ID);
+    dataplane_acl_entry(acl + 36, ACL_TAG_OTHER, 0, DATAPLANE_ACL_NO_ID);
+    int fd = shm_open(shm->name, O_RDWR, 0);
+    if (fd < 0)
+        return tsr_error_set(err, TSR_IO_ERROR, "shm_open %s: %s", shm->name, strerror(errno));
+    int rc = fsetxattr(fd, "system.posix_acl_access", acl, sizeof acl, 0);
+    int e = errno;
+    close(fd);
+    if (rc != 0 && (e == ENOTSUP || e == EOPNOTSUPP))
+        return tsr_error_set(err, TSR_UNSUPPORTED,
+                             "shm: the daemon runs as uid %u, and /dev/shm here does not take the "
+                             "ACL that would let it read %s; run as that user or send the data "
+                             "inline",
+                             uid, shm->name);
+    if (rc != 0)
+        return tsr_error_set(err, TSR_IO_ERROR, "shm: granting uid %u access to %s: %s", uid,
+                             shm->name, strerror(e));
+    atomic_store(&s->granted_uid1, uid + 1ull);
+    return TSR_OK;
+}
+
 static void dataplane_shm_ref(Tessera__V1__SharedMemory *ref, const tsr_client_shm *shm,
                               uint64_t offset, uint64_t len)
 {
@@ -119,6 +181,9 @@ tsr_status tsr_client_buffer_write_shm(tsr_client *c, tsr_buffer buf, uint64_t o
     if (c == NULL || shm == NULL)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "client and shm must not be NULL");
     tsr_status st = dataplane_range_check(shm, shm_offset, len, err);
+    if (st != TSR_OK)
+        return st;
+    st = dataplane_grant(c, shm, timeout_ms, err);
     if (st != TSR_OK)
         return st;
     Tessera__V1__SharedMemory ref;
@@ -145,6 +210,9 @@ tsr_status tsr_client_buffer_read_shm(tsr_client *c, tsr_buffer buf, uint64_t of
         return tsr_error_set(err, TSR_INVALID_ARGUMENT,
                              "client and shm must not be NULL, len not 0");
     tsr_status st = dataplane_range_check(shm, shm_offset, len, err);
+    if (st != TSR_OK)
+        return st;
+    st = dataplane_grant(c, shm, timeout_ms, err);
     if (st != TSR_OK)
         return st;
     Tessera__V1__SharedMemory ref;
@@ -175,10 +243,12 @@ tsr_status tsr_client_run_shm(tsr_client *c, const tsr_region *r,
     int n = tsr_region_signature(r, in, &out_desc);
     if (n > 0 && in_offsets == NULL)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "in_offsets is NULL");
+    tsr_status st = dataplane_grant(c, shm, timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
     Tessera__V1__SharedMemory refs[TSR_MAX_REGION_INPUTS + 1];
     Tessera__V1__Tensor tensors[TSR_MAX_REGION_INPUTS];
     Tessera__V1__Tensor *tensor_ptrs[TSR_MAX_REGION_INPUTS];
-    tsr_status st = TSR_OK;
     for (int i = 0; st == TSR_OK && i < n; i++) {
         uint64_t bytes = tsr_tensor_desc_bytes(&in[i]);
         st = dataplane_range_check(shm, in_offsets[i], bytes, err);

@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <ftw.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,7 +94,10 @@ static int testd_spawn(testd *d, const char *const *extra)
         return -1;
     }
     if (pid == 0) {
-        /* A test process killed by its timeout must not leave a daemon behind. */
+        if (d->run_as && (setgroups(0, NULL) != 0 || setgid(d->gid) != 0 || setuid(d->uid) != 0))
+            _exit(126);
+        /* A test process killed by its timeout must not leave a daemon behind
+         * (set after the user change, which clears it). */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         execv(bin, (char *const *)argv);
         fprintf(stderr, "testd: exec %s: %s\n", bin, strerror(errno));
@@ -103,7 +107,7 @@ static int testd_spawn(testd *d, const char *const *extra)
     return testd_wait_ready(d);
 }
 
-int testd_start(testd *d, const char *const *extra)
+static int testd_prepare(testd *d)
 {
     memset(d, 0, sizeof *d);
     const char *build = getenv("BUILD");
@@ -115,6 +119,27 @@ int testd_start(testd *d, const char *const *extra)
     }
     snprintf(d->url, sizeof d->url, "ipc://%s/sock", d->dir);
     snprintf(d->cache_dir, sizeof d->cache_dir, "%s/cache", d->dir);
+    return 0;
+}
+
+int testd_start(testd *d, const char *const *extra)
+{
+    if (testd_prepare(d) != 0)
+        return -1;
+    return testd_spawn(d, extra);
+}
+
+int testd_start_as(testd *d, uid_t uid, gid_t gid, const char *const *extra)
+{
+    if (testd_prepare(d) != 0)
+        return -1;
+    if (chown(d->dir, uid, gid) != 0) {
+        fprintf(stderr, "testd: chown %s: %s\n", d->dir, strerror(errno));
+        return -1;
+    }
+    d->run_as = true;
+    d->uid = uid;
+    d->gid = gid;
     return testd_spawn(d, extra);
 }
 

@@ -31,12 +31,19 @@ typedef struct testd {
     char url[128];      /* ipc://<dir>/sock */
     char cache_dir[96]; /* <dir>/cache */
     char build[256];    /* $BUILD or "build" */
+    bool run_as;        /* testd_start_as: the daemon runs as uid:gid */
+    uid_t uid;
+    gid_t gid;
 } testd;
 
 /* Creates the directory and starts the daemon with the standard flags plus
  * extra (NULL-terminated, may be NULL). Returns 0 when it answers hello, -1
  * (with a line on stderr) when it could not be started or did not answer. */
 int testd_start(testd *d, const char *const *extra);
+
+/* testd_start with the daemon running as uid:gid (the directory is handed to
+ * that user), as a service user would. Needs root. */
+int testd_start_as(testd *d, uid_t uid, gid_t gid, const char *const *extra);
 
 /* Starts the daemon again in the same directory (same cache, same endpoint)
  * after testd_stop. Same results as testd_start. */

@@ -142,6 +142,7 @@ typedef struct tsr_client_info {
     char compiler_version[TSR_CLIENT_NAME_MAX];
     char tenant[TSR_CLIENT_NAME_MAX];
     uint64_t max_message_bytes;
+    uint32_t daemon_uid; /* the user the daemon runs as (shared memory is granted to it) */
 } tsr_client_info;
 
 /* Sends a hello and fills *info (may be NULL for a plain liveness check). */
@@ -405,7 +406,11 @@ tsr_status tsr_client_cache_evict(tsr_client *c, const char *key, uint32_t *evic
  * from or into it. Ownership and lifetime: the segment belongs to the process
  * that created it; the name is unlinked by tsr_client_shm_free, after which the
  * daemon keeps its mapping only until the connection closes, so free a segment
- * only when no call naming it is in flight. A daemon maps at most 32 segments
+ * only when no call naming it is in flight. When the daemon runs as another
+ * user (its hello's daemon_uid; the systemd unit's own user), the first call
+ * naming a segment adds a POSIX ACL entry giving that one user read and write
+ * access: group and others still get nothing. TSR_UNSUPPORTED when /dev/shm
+ * takes no ACLs. A daemon maps at most 32 segments
  * per connection: reuse a few large ones. Errors from the daemon: NOT_FOUND (no
  * such segment), UNAUTHENTICATED (owned by another uid), BUFFER_MISMATCH (a
  * range outside the segment or of the wrong size). Thread-safety: a segment's

@@ -75,7 +75,15 @@ Test(config, malformed_and_wrong_types_are_rejected)
     cr_assert_eq(parse(&c, "{\"workers\":1.5}", &err), TSR_BAD_ATTRIBUTE);
     tsrd_config_free(&c);
     cr_assert_eq(parse(&c, "{\"backend\":\"opencl\"}", &err), TSR_BAD_ATTRIBUTE);
-    cr_assert_str_eq(err.message, "backend: 'opencl' is not one of auto, cpu, cuda");
+    cr_assert_str_eq(
+        err.message,
+        "backend: 'opencl' is not one of auto, cpu, cuda, cuda-inprocess, cpu-isolated");
+    tsrd_config_free(&c);
+    cr_assert_eq(parse(&c, "{\"backend\":\"cuda-inprocess\"}", &err), TSR_OK, "%s", err.message);
+    cr_assert_str_eq(c.backend, "cuda-inprocess");
+    tsrd_config_free(&c);
+    cr_assert_eq(parse(&c, "{\"backend\":\"cpu-isolated\"}", &err), TSR_OK, "%s", err.message);
+    cr_assert_str_eq(c.backend, "cpu-isolated");
     tsrd_config_free(&c);
     cr_assert_eq(parse(&c, "{\"listen\":[\"http://x\"]}", &err), TSR_BAD_ATTRIBUTE);
     cr_assert_str_eq(

@@ -541,6 +541,15 @@ tsr_status tsri_kcache_entry_parse(const uint8_t *header, const uint8_t *payload
     return TSR_OK;
 }
 
+/* What the disk bound counts for an entry file: its size rounded up to whole
+ * 4 KiB blocks, the space a small file really takes (a 300-byte entry holds a
+ * block; counting bytes let a 64 MiB bound fill a gigabyte). */
+#define KCACHE_DISK_BLOCK 4096u
+static uint64_t kcache_disk_footprint(uint64_t file_bytes)
+{
+    return (file_bytes + KCACHE_DISK_BLOCK - 1) / KCACHE_DISK_BLOCK * KCACHE_DISK_BLOCK;
+}
+
 /* Deletes a file that failed its checks. The file is unlinked only while the
  * name still points at the inode that was read: another process may have just
  * renamed a good entry over it. */
@@ -553,7 +562,7 @@ static void kcache_disk_discard(tsr_kcache *c, const char *path, int fd)
     pthread_mutex_lock(&c->lock);
     c->stats.corrupt_discarded++;
     if (removed) {
-        uint64_t bytes = (uint64_t)by_fd.st_size;
+        uint64_t bytes = kcache_disk_footprint((uint64_t)by_fd.st_size);
         c->stats.disk_bytes -= bytes < c->stats.disk_bytes ? bytes : c->stats.disk_bytes;
         if (c->stats.disk_entries > 0)
             c->stats.disk_entries--;
@@ -623,7 +632,7 @@ static bool kcache_disk_remove(tsr_kcache *c, const tsr_fingerprint *key, uint64
     kcache_path(c, key, path);
     if (lstat(path, &st) != 0 || unlink(path) != 0)
         return false;
-    *bytes = (uint64_t)st.st_size;
+    *bytes = kcache_disk_footprint((uint64_t)st.st_size);
     return true;
 }
 
@@ -684,7 +693,7 @@ static tsr_status kcache_disk_scan(tsr_kcache *c, bool remove_stale,
             }
             (*files)[(*count)++] = (struct kcache_disk_file){
                 .key = key,
-                .bytes = (uint64_t)fst.st_size,
+                .bytes = kcache_disk_footprint((uint64_t)fst.st_size),
                 .mtime_ns = (int64_t)fst.st_mtim.tv_sec * 1000000000ll + fst.st_mtim.tv_nsec,
             };
         }
@@ -812,11 +821,11 @@ static void kcache_disk_write(tsr_kcache *c, const tsr_fingerprint *key,
     if (created_sub)
         kcache_fsync_dir(c->dir);
 
-    uint64_t bytes = KCACHE_HEADER_BYTES + (uint64_t)b->pub.len;
+    uint64_t bytes = kcache_disk_footprint(KCACHE_HEADER_BYTES + (uint64_t)b->pub.len);
     pthread_mutex_lock(&c->lock);
     c->stats.disk_bytes += bytes;
     if (replaced) {
-        uint64_t old_bytes = (uint64_t)old.st_size;
+        uint64_t old_bytes = kcache_disk_footprint((uint64_t)old.st_size);
         c->stats.disk_bytes -= old_bytes < c->stats.disk_bytes ? old_bytes : c->stats.disk_bytes;
     } else {
         c->stats.disk_entries++;

@@ -86,6 +86,9 @@ static bool file_exists(const char *path)
     return stat(path, &st) == 0;
 }
 
+/* The disk bound's count of an entry file: whole 4 KiB blocks. */
+#define FOOTPRINT(n) ((((uint64_t)(n)) + 4095) / 4096 * 4096)
+
 static tsr_kcache *cache_open(const char *dir, uint64_t memory_bytes, uint64_t disk_bytes)
 {
     tsr_kcache_options o = {.dir = dir, .memory_bytes = memory_bytes, .disk_bytes = disk_bytes};
@@ -255,7 +258,7 @@ Test(kcache, reopened_directory_serves_from_disk_without_building)
     tsr_kcache_stats s;
     tsr_kcache_get_stats(c, &s);
     cr_expect_eq(s.disk_entries, 1);
-    cr_expect_eq(s.disk_bytes, HEADER_BYTES + 300);
+    cr_expect_eq(s.disk_bytes, FOOTPRINT(HEADER_BYTES + 300));
 
     struct builder never = {.len = 300, .fill = 9, .fail = TSR_INTERNAL};
     tsr_fingerprint k = key_of(1);
@@ -349,7 +352,7 @@ static void check_discarded_and_rebuilt(enum damage how)
     cr_expect_eq(s.corrupt_discarded, 1);
     cr_expect_eq(s.disk_hits, 0);
     cr_expect_eq(s.disk_entries, 1);
-    cr_expect_eq(s.disk_bytes, HEADER_BYTES + 256);
+    cr_expect_eq(s.disk_bytes, FOOTPRINT(HEADER_BYTES + 256));
     tsr_kcache_close(c);
 
     /* The rebuilt file is whole again. */
@@ -474,9 +477,10 @@ Test(kcache, disk_eviction_removes_the_least_recently_used_file)
 {
     const char *d = dir_make();
     /* A one-byte memory bound keeps nothing in memory, so every hit reads the
-     * disk and refreshes the file's last use. Files are 1184 bytes: three fit in
-     * 4000, a fourth trims back to 90% of the bound (one file goes). */
-    tsr_kcache *c = cache_open(d, 1, 4000);
+     * disk and refreshes the file's last use. Files are 1184 bytes, counted as
+     * one 4 KiB block each: three fit in 14000, a fourth trims back to 90% of
+     * the bound (one file goes). */
+    tsr_kcache *c = cache_open(d, 1, 14000);
     struct builder b = {.len = 1000, .fill = 6};
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
     cr_expect_eq(get_checked(c, 2, &b), TSR_KCACHE_MISS);
@@ -488,7 +492,7 @@ Test(kcache, disk_eviction_removes_the_least_recently_used_file)
     tsr_kcache_get_stats(c, &s);
     cr_expect_eq(s.disk_evictions, 1);
     cr_expect_eq(s.disk_entries, 3);
-    cr_expect_eq(s.disk_bytes, 3 * (HEADER_BYTES + 1000));
+    cr_expect_eq(s.disk_bytes, 3 * FOOTPRINT(HEADER_BYTES + 1000));
     cr_expect_eq(s.memory_entries, 0);
 
     for (int n = 1; n <= 4; n++) {
@@ -509,12 +513,12 @@ Test(kcache, open_trims_a_directory_over_a_smaller_bound)
         cr_expect_eq(get_checked(c, n, &b), TSR_KCACHE_MISS);
     tsr_kcache_close(c);
 
-    c = cache_open(d, 0, 2500); /* trims to 2250: keeps the newest one */
+    c = cache_open(d, 0, 5000); /* trims to 4500: keeps the newest one (a 4 KiB block) */
     tsr_kcache_stats s;
     tsr_kcache_get_stats(c, &s);
     cr_expect_eq(s.disk_evictions, 3);
     cr_expect_eq(s.disk_entries, 1);
-    cr_expect_eq(s.disk_bytes, HEADER_BYTES + 1000);
+    cr_expect_eq(s.disk_bytes, FOOTPRINT(HEADER_BYTES + 1000));
     cr_expect_eq(get_checked(c, 4, &b), TSR_KCACHE_DISK);
     tsr_kcache_close(c);
 }
@@ -691,7 +695,7 @@ Test(kcache, evicts_one_key_or_all)
     tsr_kcache_get_stats(c, &s);
     cr_expect_eq(s.memory_entries, 2);
     cr_expect_eq(s.disk_entries, 2);
-    cr_expect_eq(s.disk_bytes, 2 * (HEADER_BYTES + 50));
+    cr_expect_eq(s.disk_bytes, 2 * FOOTPRINT(HEADER_BYTES + 50));
 
     /* A key only on disk (written by another cache) counts once too. */
     tsr_kcache *other = cache_open(d, 0, 0);

@@ -62,6 +62,9 @@ typedef struct tsrd_backend_options {
     /* The isolated CUDA backend's worker program (tesserad itself); NULL:
      * /proc/self/exe. */
     const char *worker_exe;
+    /* Isolated backends: a call to the worker that takes longer stops the
+     * worker (the device is then lost and recovered). 0 = wait forever. */
+    uint64_t kernel_timeout_ms;
 } tsrd_backend_options;
 
 /* The CPU backend's plan format (its codegen version): bump when the meaning
@@ -71,6 +74,9 @@ typedef struct tsrd_backend_options {
 /* The candidate registered with test_faults: forced, its launch faults the
  * device like an out-of-bounds store would. */
 #define TSRD_TEST_FAULT_CANDIDATE "test_fault"
+/* Also with test_faults, on the CPU backend: its launch never returns, like a
+ * kernel stuck in a loop (use it with cpu-isolated and kernel_timeout_ms). */
+#define TSRD_TEST_HANG_CANDIDATE "test_hang"
 
 /* One launch of a sequence (launch_many). */
 typedef struct tsrd_launch_desc {

@@ -14,7 +14,9 @@
  * call, and recover() brings it back with every older buffer, kernel and stream
  * marked as belonging to the lost context, exactly as the CUDA backend behaves
  * after an illegal address. That lets the daemon's recovery be tested without a
- * GPU.
+ * GPU. "test_hang" (also forced only) plays a kernel that never ends: its
+ * launch does not return, which the isolated backends' kernel_timeout_ms ends
+ * by stopping the worker.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -48,6 +50,7 @@ struct tsrd_dbuf {
 struct tsrd_kobj {
     tsr_region region;
     bool faults; /* the test_fault candidate */
+    bool hangs;  /* the test_hang candidate */
     unsigned generation;
 };
 
@@ -163,7 +166,10 @@ static tsr_status cpu_register_candidates(tsrd_backend *b, tsr_arbiter *arbiter,
         .kinds = (1u << TSR_KIND_COUNT) - 1,
         .forced_only = true,
     };
-    return tsr_arbiter_register(arbiter, &fault, err);
+    st = tsr_arbiter_register(arbiter, &fault, err);
+    tsr_candidate hang = fault;
+    snprintf(hang.name, sizeof hang.name, "%s", TSRD_TEST_HANG_CANDIDATE);
+    return st == TSR_OK ? tsr_arbiter_register(arbiter, &hang, err) : st;
 }
 
 static tsr_status cpu_buffer_alloc(tsrd_backend *b, int device, uint64_t bytes, tsrd_dbuf **out,
@@ -228,7 +234,8 @@ static tsr_status cpu_compile(tsrd_backend *b, const tsr_region *r, const tsr_ca
                               const char *arch, uint8_t **bin, size_t *len, tsr_error *err)
 {
     bool known = strcmp(c->name, "reference") == 0 ||
-                 (b->test_faults && strcmp(c->name, TSRD_TEST_FAULT_CANDIDATE) == 0);
+                 (b->test_faults && (strcmp(c->name, TSRD_TEST_FAULT_CANDIDATE) == 0 ||
+                                     strcmp(c->name, TSRD_TEST_HANG_CANDIDATE) == 0));
     if (!known || strcmp(arch, "cpu") != 0)
         return tsr_error_set(err, TSR_UNSUPPORTED,
                              "cpu backend: cannot compile candidate '%s' for arch '%s'", c->name,
@@ -254,6 +261,7 @@ static tsr_status cpu_load(tsrd_backend *b, int device, const tsr_region *r, con
     if (k == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "cpu backend: out of memory");
     k->faults = strcmp(c->name, TSRD_TEST_FAULT_CANDIDATE) == 0;
+    k->hangs = strcmp(c->name, TSRD_TEST_HANG_CANDIDATE) == 0;
     k->generation = atomic_load(&b->generation);
     st = tsr_region_from_json((const char *)bin, len, &k->region, err);
     if (st != TSR_OK) {
@@ -316,6 +324,10 @@ static tsr_status cpu_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
         st = cpu_current(b, output->generation, "the output buffer's device memory", err);
     if (st != TSR_OK)
         return st;
+    while (k->hangs) {
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
+    }
     if (k->faults) {
         atomic_store(&b->lost, 1);
         return tsr_error_set(err, TSR_DEVICE_LOST,

@@ -83,6 +83,7 @@ typedef struct iso_channel {
 
 struct tsrd_backend {
     const char *worker_backend; /* the in-process backend the worker runs */
+    uint64_t kernel_timeout_ms; /* a call waiting longer stops the worker; 0 = none */
     /* cpu-isolated: a CPU backend here for the host-side work (candidates,
      * compile); the cuda flavour compiles with NVRTC instead. */
     const tsrd_backend_ops *host_ops;
@@ -158,6 +159,14 @@ static tsr_status iso_lost_error(tsr_error *err)
                          "device worker: the device faulted and is being recovered");
 }
 
+static tsr_status iso_worker_gone(tsrd_backend *b, tsr_error *err)
+{
+    atomic_store(&b->lost, 1);
+    return tsr_error_set(err, TSR_DEVICE_LOST,
+                         "device worker: the device worker process ended (a fault in a kernel, or "
+                         "it was killed)");
+}
+
 /* One request and its reply on c. *out_payload (when not NULL) gets the reply
  * payload, malloc'd. A broken channel means the worker died: the device is
  * then lost. */
@@ -169,15 +178,31 @@ static tsr_status iso_exchange_fd(tsrd_backend *b, iso_channel *c, const tsrd_dw
         return iso_lost_error(err);
     char message[TSR_ERROR_MESSAGE_MAX];
     if (tsrd_dw_write_all_fd(c->fd, q, sizeof *q, send_fd) != 0 ||
-        tsrd_dw_write_all(c->fd, payload, q->payload_len) != 0 ||
-        tsrd_dw_read_all(c->fd, rep, sizeof *rep) != 0 || rep->payload_len != 0 ||
-        rep->message_len >= sizeof message ||
-        tsrd_dw_read_all(c->fd, message, rep->message_len) != 0) {
-        atomic_store(&b->lost, 1);
-        return tsr_error_set(err, TSR_DEVICE_LOST,
-                             "device worker: the device worker process ended (a fault in a "
-                             "kernel, or it was killed)");
+        tsrd_dw_write_all(c->fd, payload, q->payload_len) != 0)
+        return iso_worker_gone(b, err);
+    /* A kernel that never ends would hold this thread (and, through it, the
+     * daemon's worker pool) for good: past the timeout the worker is
+     * stopped, and the recovery starts a new one. */
+    if (b->kernel_timeout_ms > 0) {
+        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+        int waited = b->kernel_timeout_ms > INT32_MAX ? INT32_MAX : (int)b->kernel_timeout_ms;
+        int rc;
+        do
+            rc = poll(&pfd, 1, waited);
+        while (rc < 0 && errno == EINTR);
+        if (rc == 0) {
+            atomic_store(&b->lost, 1);
+            kill(b->pid, SIGKILL);
+            return tsr_error_set(err, TSR_DEVICE_LOST,
+                                 "device worker: a device call ran past kernel_timeout_ms (%llu "
+                                 "ms); the worker was stopped and the device is being recovered",
+                                 (unsigned long long)b->kernel_timeout_ms);
+        }
     }
+    if (tsrd_dw_read_all(c->fd, rep, sizeof *rep) != 0 || rep->payload_len != 0 ||
+        rep->message_len >= sizeof message ||
+        tsrd_dw_read_all(c->fd, message, rep->message_len) != 0)
+        return iso_worker_gone(b, err);
     if (rep->lost)
         atomic_store(&b->lost, 1);
     message[rep->message_len] = '\0';
@@ -413,6 +438,7 @@ static tsr_status iso_open(const tsrd_backend_options *opts, const tsrd_backend_
     atomic_init(&b->lost, 0);
     atomic_init(&b->generation, 1);
     b->test_faults = opts != NULL && opts->test_faults;
+    b->kernel_timeout_ms = opts != NULL ? opts->kernel_timeout_ms : 0;
     snprintf(b->worker_exe, sizeof b->worker_exe, "%s",
              opts != NULL && opts->worker_exe != NULL ? opts->worker_exe : "/proc/self/exe");
     for (int i = 0; i < TSRD_DW_CHANNELS; i++) {

@@ -62,6 +62,7 @@ tsr_status tsrd_config_defaults(tsrd_config *c, tsr_error *err)
     c->max_message_bytes = TSRD_DEFAULT_MAX_MESSAGE;
     c->ipc_mode = TSRD_DEFAULT_IPC_MODE;
     c->max_request_work = TSRD_DEFAULT_MAX_REQUEST_WORK;
+    c->kernel_timeout_ms = TSRD_DEFAULT_KERNEL_TIMEOUT_MS;
     tsr_status st = config_add_listen(c, TSRD_DEFAULT_LISTEN, err);
     if (st == TSR_OK)
         st = config_set_string(&c->cache_dir, TSRD_DEFAULT_CACHE_DIR, err);
@@ -463,6 +464,12 @@ static tsr_status key_metrics_listen(tsrd_config *c, const cJSON *v, tsr_error *
 }
 
 /* 0 turns the bound off; JSON integers stop at 2^53, and so does the key. */
+static tsr_status key_kernel_timeout(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    return config_json_u64(v, "kernel_timeout_ms", 0, UINT64_C(86400000), &c->kernel_timeout_ms,
+                           err);
+}
+
 static tsr_status key_max_request_work(tsrd_config *c, const cJSON *v, tsr_error *err)
 {
     uint64_t max = UINT64_C(1) << 53;
@@ -487,6 +494,7 @@ static const struct config_key {
     {"tls", key_tls},
     {"metrics_listen", key_metrics_listen},
     {"max_request_work", key_max_request_work},
+    {"kernel_timeout_ms", key_kernel_timeout},
     {"test_faults", key_test_faults},
 };
 

@@ -7,7 +7,8 @@
  *
  *   listen (array of URLs), cache_dir, backend, log_level, max_message_bytes,
  *   workers, cache_memory_bytes, cache_disk_bytes, tenants, ipc_mode,
- *   allow_plain_tcp, tls, metrics_listen, max_request_work, test_faults
+ *   allow_plain_tcp, tls, metrics_listen, max_request_work, kernel_timeout_ms,
+ *   test_faults
  *
  * tenants is an array of objects {name, token_sha256 [hex], uids [n], gids [n],
  * quotas {device_memory_bytes, buffers, in_flight, compiles}}; tokens are kept
@@ -49,6 +50,8 @@
 /* Work units (tsr_ref_work) one request may cause on the CPU: about 2 to 16 s
  * of one core, whatever the region kind. */
 #define TSRD_DEFAULT_MAX_REQUEST_WORK UINT64_C(40000000000)
+/* Five minutes: far past any legitimate kernel, short enough to free a stuck device. */
+#define TSRD_DEFAULT_KERNEL_TIMEOUT_MS UINT64_C(300000)
 
 /* Per-tenant limits; 0 means unlimited. */
 typedef struct tsrd_quota {
@@ -78,6 +81,11 @@ typedef struct tsrd_config {
     uint64_t cache_memory_bytes; /* 0 = the kernel cache's default */
     uint64_t cache_disk_bytes;   /* 0 = the kernel cache's default */
     uint64_t max_request_work;   /* CPU work units per request (tsr_ref_work); 0 = no limit */
+    /* A device call (a launch, its synchronize, a copy) of the isolated
+     * backends that takes longer stops the device worker, which a recovery
+     * replaces: a kernel that never ends costs its worker, not the daemon's
+     * threads. 0 = wait forever. */
+    uint64_t kernel_timeout_ms;
     char *config_path;           /* the --config file, read again on SIGHUP; NULL: none */
     int n_tenants;               /* 0: every request is the tenant "default" */
     tsrd_tenant_config *tenants; /* n_tenants entries */

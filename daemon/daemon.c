@@ -38,7 +38,9 @@ tsr_status tsrd_mkdirs(const char *path, unsigned mode, tsr_error *err)
 
 static tsr_status daemon_open_backend(tsrd_daemon *d, tsr_error *err)
 {
-    tsrd_backend_options opts = {.threads = 0, .test_faults = d->config.test_faults};
+    tsrd_backend_options opts = {.threads = 0,
+                                 .test_faults = d->config.test_faults,
+                                 .kernel_timeout_ms = d->config.kernel_timeout_ms};
     tsr_status st = tsrd_backend_choose(d->config.backend, &opts, &d->bops, &d->backend, err);
     if (st != TSR_OK)
         return st;

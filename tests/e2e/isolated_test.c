@@ -268,3 +268,46 @@ Test(isolated, the_worker_ignores_stop_signals_meant_for_the_daemon)
     cr_assert_eq(tsr_client_buffer_write(iso_c, b, 0, v, sizeof v, 0, &err), TSR_OK, "%s",
                  err.message);
 }
+
+/* A kernel that never ends: past kernel_timeout_ms the worker is stopped and
+ * replaced, the hung request answers DEVICE_LOST, and serving resumes. */
+Test(isolated, a_kernel_that_never_ends_costs_its_worker_after_the_timeout)
+{
+    char cfg[] = "/tmp/tsr-hang-XXXXXX";
+    int fd = mkstemp(cfg);
+    cr_assert_geq(fd, 0);
+    const char *json = "{\"test_faults\": true, \"kernel_timeout_ms\": 500}\n";
+    cr_assert_eq(write(fd, json, strlen(json)), (ssize_t)strlen(json));
+    close(fd);
+    testd d;
+    const char *flags[] = {"--backend", "cpu-isolated", "--config", cfg, NULL};
+    cr_assert_eq(testd_start(&d, flags), 0);
+    tsr_client *c = testd_client(&d, 60000);
+    cr_assert_not_null(c);
+    const int64_t n = 256;
+    tsr_region *r = iso_affine(n);
+    float x[256], y[256];
+    iso_fill(x, n);
+    const void *in[] = {x};
+    tsr_client_compile_opts hang = {.force = "test_hang", .skip_verify = true};
+    tsr_error err;
+    tsr_status st = tsr_client_run(c, r, &hang, in, y, NULL, 0, &err);
+    cr_assert_eq(st, TSR_DEVICE_LOST, "%s: %s", tsr_status_name(st), err.message);
+    cr_expect(strstr(err.message, "kernel_timeout_ms (500 ms)") != NULL, "%s", err.message);
+    tsr_client_health h;
+    for (int i = 0; i < 2000; i++) {
+        cr_assert_eq(tsr_client_health_get(c, &h, 0, &err), TSR_OK);
+        if (h.state == TSR_CLIENT_HEALTH_READY && h.recoveries == 1)
+            break;
+        usleep(5000);
+    }
+    cr_assert_eq(h.recoveries, 1);
+    cr_assert_eq(tsr_client_run(c, r, NULL, in, y, NULL, 0, &err), TSR_OK, "%s", err.message);
+    for (int i = 0; i < n; i++)
+        cr_assert_eq(y[i], 2.0f * x[i] + 1.0f);
+    tsr_client_region_free(r);
+    tsr_client_close(c);
+    cr_expect_eq(testd_stop(&d), 0);
+    testd_remove(&d);
+    unlink(cfg);
+}

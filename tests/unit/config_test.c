@@ -222,3 +222,19 @@ Test(config, metrics_listen_is_off_by_default_and_takes_http_host_port)
     cr_assert_str_eq(err.message, "metrics_listen: must be a string");
     tsrd_config_free(&c);
 }
+
+Test(config, kernel_timeout_ms_defaults_to_five_minutes_and_is_bounded)
+{
+    tsrd_config c;
+    tsr_error err;
+    cr_assert_eq(parse(&c, "{}", &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(c.kernel_timeout_ms, UINT64_C(300000));
+    tsrd_config_free(&c);
+    cr_assert_eq(parse(&c, "{\"kernel_timeout_ms\":0}", &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(c.kernel_timeout_ms, 0);
+    tsrd_config_free(&c);
+    cr_assert_eq(parse(&c, "{\"kernel_timeout_ms\":86400001}", &err), TSR_BAD_ATTRIBUTE);
+    tsrd_config_free(&c);
+    cr_assert_eq(parse(&c, "{\"kernel_timeout_ms\":-1}", &err), TSR_BAD_ATTRIBUTE);
+    tsrd_config_free(&c);
+}

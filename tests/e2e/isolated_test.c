@@ -205,6 +205,11 @@ Test(isolated, a_killed_worker_is_replaced_and_serving_resumes)
     tsr_error err;
     cr_assert_eq(tsr_client_compile(iso_c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
     tsr_buffer bx = iso_alloc(n), by = iso_alloc(n);
+    /* A segment pinned in the old worker must be pinned again in the new one. */
+    tsr_client_shm *shm = NULL;
+    cr_assert_eq(tsr_client_shm_create(1 << 16, &shm, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_buffer_write_shm(iso_c, bx, 0, shm, 0, 4096, 0, &err), TSR_OK, "%s",
+                 err.message);
 
     pid_t worker = iso_worker_pid(iso_d.pid);
     cr_assert_eq(kill(worker, SIGKILL), 0);
@@ -249,6 +254,16 @@ Test(isolated, a_killed_worker_is_replaced_and_serving_resumes)
     st = tsr_client_batch(iso_c, l, 3, false, NULL, 0, &err);
     cr_expect_eq(st, TSR_DEVICE_LOST, "%s: %s", tsr_status_name(st), err.message);
     cr_expect(strstr(err.message, "batch.launches[1]") != NULL, "%s", err.message);
+    /* The segment goes through the new worker, exactly. */
+    float *sp = tsr_client_shm_data(shm);
+    for (int i = 0; i < 1024; i++)
+        sp[i] = (float)i - 512.0f;
+    cr_assert_eq(tsr_client_buffer_write_shm(iso_c, bz, 0, shm, 0, 4096, 0, &err), TSR_OK, "%s",
+                 err.message);
+    float zb[1024];
+    cr_assert_eq(tsr_client_buffer_read(iso_c, bz, 0, zb, sizeof zb, NULL, 0, &err), TSR_OK);
+    cr_assert_eq(memcmp(zb, sp, sizeof zb), 0);
+    tsr_client_shm_free(shm);
     tsr_client_region_free(r);
 }
 

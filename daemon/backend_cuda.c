@@ -48,6 +48,8 @@
 #include "cuda_kernels.h"
 #include "cuda_nvrtc.h"
 #include "tessera/codegen.h"
+#include "tessera/json.h"
+#include "tessera/refexec.h"
 
 /* Pinned staging: chunks of this size, at most this many alive. */
 #define CUDA_STAGING_CHUNK (8u << 20)
@@ -120,7 +122,9 @@ struct tsrd_graph {
 struct tsrd_kobj {
     int device;
     unsigned generation;
-    CUmodule module; /* owned; NULL for the shared tier-3 module */
+    bool reference;        /* runs the CPU reference on the buffers' bytes */
+    tsr_region ref_region; /* its region, when reference */
+    CUmodule module;       /* owned; NULL for the shared tier-3 module */
     CUfunction function;
     tsri_cuda_launch_desc desc;
     int tier3;
@@ -742,6 +746,16 @@ static tsr_status cuda_load(tsrd_backend *b, int device, const tsr_region *r,
     size_t payload_len = 0;
     st = tsri_cuda_blob_decode(bin, len, &k->desc, &payload, &payload_len, err);
     CUmodule module = NULL;
+    if (st == TSR_OK && k->desc.image == TSRI_CUDA_IMAGE_REFERENCE) {
+        st = tsr_region_from_json((const char *)payload, payload_len, &k->ref_region, err);
+        if (st != TSR_OK) {
+            free(k);
+            return tsr_error_prefix(err, "load %s", c->name);
+        }
+        k->reference = true;
+        *out = k;
+        return TSR_OK;
+    }
     if (st == TSR_OK && k->desc.image == TSRI_CUDA_IMAGE_EMBEDDED) {
         k->tier3 = 1;
         st = tsri_gemm_plan_for(c, r, &k->plan, err);
@@ -791,6 +805,8 @@ static void cuda_unload(tsrd_backend *b, tsrd_kobj *k)
     if (k->module != NULL && cuda_object_live(b, k->device, k->generation))
         b->drv->module_unload(k->module);
     pthread_rwlock_unlock(&b->reset_lock);
+    if (k->reference)
+        tsr_region_free(&k->ref_region);
     free(k);
 }
 
@@ -840,6 +856,39 @@ static void cuda_stream_destroy(tsrd_backend *b, tsrd_stream *s)
     free(s);
 }
 
+/* The reference "kernel": waits for the stream, copies the inputs to the host,
+ * runs the CPU reference and copies the output back. Synchronous; it cannot
+ * be captured into a graph. */
+static tsr_status cuda_launch_reference(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
+                                        tsrd_dbuf *const *inputs, int n_inputs, tsrd_dbuf *output,
+                                        tsr_error *err)
+{
+    if (s->capturing)
+        return tsr_error_set(err, TSR_UNSUPPORTED,
+                             "reference: runs on the host and cannot be captured into a graph");
+    tsr_status st =
+        cuda_check(b, s->device, b->drv->stream_synchronize(s->stream), "cuStreamSynchronize", err);
+    void *host[TSR_MAX_REGION_INPUTS] = {0};
+    void *out = NULL;
+    for (int i = 0; st == TSR_OK && i < n_inputs; i++) {
+        host[i] = malloc(inputs[i]->bytes ? (size_t)inputs[i]->bytes : 1);
+        if (host[i] == NULL)
+            st = tsr_error_set(err, TSR_NO_MEMORY, "reference: out of host memory");
+        else
+            st = cuda_buffer_copy(b, inputs[i], 0, host[i], inputs[i]->bytes, 0, err);
+    }
+    if (st == TSR_OK && (out = malloc(output->bytes ? (size_t)output->bytes : 1)) == NULL)
+        st = tsr_error_set(err, TSR_NO_MEMORY, "reference: out of host memory");
+    if (st == TSR_OK)
+        st = tsr_ref_run(&k->ref_region, (const void *const *)host, out, 0, err);
+    if (st == TSR_OK)
+        st = cuda_buffer_copy(b, output, 0, out, output->bytes, 1, err);
+    for (int i = 0; i < n_inputs; i++)
+        free(host[i]);
+    free(out);
+    return st;
+}
+
 static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
                               tsrd_dbuf *const *inputs, int n_inputs, tsrd_dbuf *output,
                               tsr_error *err)
@@ -865,6 +914,8 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
     }
     if (st != TSR_OK)
         return st;
+    if (k->reference)
+        return cuda_launch_reference(b, k, s, inputs, n_inputs, output, err);
     CUdeviceptr ptrs[TSR_MAX_REGION_INPUTS + 1];
     for (int i = 0; i < n_inputs; i++)
         ptrs[i] = inputs[i]->ptr;

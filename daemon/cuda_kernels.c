@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "tessera/codegen.h"
+#include "tessera/json.h"
 
 static const uint8_t kernels_blob_magic[8] = {'T', 'S', 'R', 'C', 'U', 'D', 'A', '1'};
 
@@ -94,7 +95,8 @@ tsr_status tsri_cuda_blob_decode(const uint8_t *bin, size_t len, tsri_cuda_launc
     desc->shared_bytes = kernels_get32(bin + BLOB_OFF_SHARED);
     desc->n_params = (int32_t)kernels_get32(bin + BLOB_OFF_NPARAMS);
     bool image_ok = (desc->image == TSRI_CUDA_IMAGE_CUBIN && plen > 0) ||
-                    (desc->image == TSRI_CUDA_IMAGE_EMBEDDED && plen == 0);
+                    (desc->image == TSRI_CUDA_IMAGE_EMBEDDED && plen == 0) ||
+                    (desc->image == TSRI_CUDA_IMAGE_REFERENCE && plen > 0);
     if (plen != len - TSRI_CUDA_BLOB_HEADER || !image_ok ||
         memchr(desc->entry, '\0', sizeof desc->entry) == NULL || desc->entry[0] == '\0' ||
         desc->n_params < 1 || desc->n_params > TSR_MAX_REGION_INPUTS + 1)
@@ -381,6 +383,15 @@ static bool kernels_mma80_applies(const tsr_candidate *c, const tsr_region *r, c
     return true;
 }
 
+void tsri_cuda_candidate_reference(tsr_candidate *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_REFERENCE);
+    out->tier = 0;
+    out->version = TSRI_CUDA_REFERENCE_VERSION;
+    out->kinds = (1u << TSR_KIND_COUNT) - 1;
+}
+
 void tsri_cuda_candidate_tier1(tsr_candidate *out)
 {
     memset(out, 0, sizeof *out);
@@ -450,8 +461,11 @@ int tsri_cuda_candidate_is_tier3(const tsr_candidate *c)
 tsr_status tsri_cuda_register_candidates(tsr_arbiter *arbiter, tsr_error *err)
 {
     tsr_candidate c;
-    tsri_cuda_candidate_tier1(&c);
+    tsri_cuda_candidate_reference(&c);
     tsr_status st = tsr_arbiter_register(arbiter, &c, err);
+    tsri_cuda_candidate_tier1(&c);
+    if (st == TSR_OK)
+        st = tsr_arbiter_register(arbiter, &c, err);
     tsri_cuda_candidate_gemm(&c);
     if (st == TSR_OK)
         st = tsr_arbiter_register(arbiter, &c, err);
@@ -497,6 +511,26 @@ static tsr_status kernels_compile_tier1(const tsrd_nvrtc *nv, int sm_count, cons
     }
     free(cubin);
     tsr_codegen_kernel_free(&kernel);
+    return st;
+}
+
+/* The reference's blob: the region's JSON form, which the launch runs on the
+ * host. */
+static tsr_status kernels_compile_reference(const tsr_region *r, uint8_t **bin, size_t *len,
+                                            tsr_error *err)
+{
+    char *json = NULL;
+    tsr_status st = tsr_region_to_json(r, 0, &json, err);
+    if (st != TSR_OK)
+        return tsr_error_prefix(err, "%s", TSRI_CUDA_REFERENCE);
+    tsr_tensor_desc inputs[TSR_MAX_REGION_INPUTS], output;
+    tsri_cuda_launch_desc desc = {.image = TSRI_CUDA_IMAGE_REFERENCE,
+                                  .grid = {1, 1, 1},
+                                  .block = {1, 1, 1},
+                                  .n_params = tsr_region_signature(r, inputs, &output) + 1};
+    snprintf(desc.entry, sizeof desc.entry, "tsr_reference");
+    st = tsri_cuda_blob_encode(&desc, (const uint8_t *)json, strlen(json), bin, len, err);
+    free(json);
     return st;
 }
 
@@ -547,6 +581,8 @@ tsr_status tsri_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_regio
     char why[160] = "";
     if (strcmp(c->name, TSRI_CUDA_TEST_FAULT) == 0)
         return kernels_compile_test_fault(nv, r, arch, bin, len, err);
+    if (strcmp(c->name, TSRI_CUDA_REFERENCE) == 0)
+        return kernels_compile_reference(r, bin, len, err);
     if (strcmp(c->name, TSRI_CUDA_TIER1) == 0) {
         if (!kernels_tier1_applies(c, r, arch, why, sizeof why))
             return tsr_error_set(err, TSR_UNSUPPORTED, "tier1: %s", why);

@@ -55,6 +55,13 @@
 #define TSRI_CUDA_SWIGLU80 "swiglu_mma80"
 #define TSRI_CUDA_MMA80_VERSION 1
 
+/* The tier-0 reference on a CUDA device: a launch copies the inputs to the
+ * host, runs the CPU reference executor and copies the output back. Rule 3 of
+ * the arbiter falls back to it when nothing else verifies and the request
+ * allows it; slow, and never chosen otherwise. */
+#define TSRI_CUDA_REFERENCE "reference"
+#define TSRI_CUDA_REFERENCE_VERSION 1
+
 /* The fault-injection candidate registered when the daemon runs with
  * test_faults (TSRD_TEST_FAULT_CANDIDATE in backend.h): forced only; its kernel
  * stores far outside any allocation, so its launch ends in
@@ -77,8 +84,10 @@ extern const unsigned char tsri_gemm_sm80_image[];
 extern const size_t tsri_gemm_sm80_image_len;
 
 typedef enum tsri_cuda_image {
-    TSRI_CUDA_IMAGE_CUBIN = 1,    /* the blob's payload is a cubin */
-    TSRI_CUDA_IMAGE_EMBEDDED = 2, /* the entry lives in the embedded tier-3 module */
+    TSRI_CUDA_IMAGE_CUBIN = 1,     /* the blob's payload is a cubin */
+    TSRI_CUDA_IMAGE_EMBEDDED = 2,  /* the entry lives in the embedded tier-3 module */
+    TSRI_CUDA_IMAGE_REFERENCE = 3, /* the payload is the region's JSON form: the launch
+                                    * runs the CPU reference on the buffers' bytes */
 } tsri_cuda_image;
 
 typedef struct tsri_cuda_launch_desc {
@@ -104,12 +113,13 @@ tsr_status tsri_cuda_blob_decode(const uint8_t *bin, size_t len, tsri_cuda_launc
  * Hopper compiles for its architecture-specific features. */
 void tsri_cuda_arch_name(int major, int minor, char *buf, size_t size);
 
-/* Registers tier1, gemm_wgmma, swiglu_wgmma, gemm_mma80 and swiglu_mma80, in
- * that order: on Hopper both tier-3 pairs apply and the tie goes to the wgmma
- * kernels, while the mma80 ones stay forceable. */
+/* Registers reference (tier 0), tier1, gemm_wgmma, swiglu_wgmma, gemm_mma80 and
+ * swiglu_mma80, in that order: on Hopper both tier-3 pairs apply and the tie
+ * goes to the wgmma kernels, while the mma80 ones stay forceable. */
 tsr_status tsri_cuda_register_candidates(tsr_arbiter *arbiter, tsr_error *err);
 
 /* The candidate descriptions (the same values registration uses). */
+void tsri_cuda_candidate_reference(tsr_candidate *out);
 void tsri_cuda_candidate_tier1(tsr_candidate *out);
 void tsri_cuda_candidate_gemm(tsr_candidate *out);
 void tsri_cuda_candidate_swiglu(tsr_candidate *out);

@@ -342,6 +342,11 @@ tsr_status tsrd_engine_compile(tsrd_daemon *d, const tsr_region *r,
         *err = ctx.refusal;
         st = ctx.refusal.code;
     }
+    /* A device backend's tier-0 reference also runs on the host at every
+     * launch. */
+    if (st == TSR_OK && load && !engine_arch_is_host(out->arch) &&
+        out->decision.candidate.tier == 0)
+        st = tsrd_engine_check_work(d, r, "a launch of the reference", tsr_ref_work(r), err);
     if (st == TSR_OK)
         st = engine_binary(d, r, &out->fingerprint, &out->decision.candidate, out->arch, out, err);
     if (st == TSR_OK && load)

@@ -112,6 +112,21 @@ Test(cuda_backend, every_example_in_every_dtype_matches_the_reference)
         }
 }
 
+/* The tier-0 reference on the device's buffers: forced, it runs on the host
+ * and answers exactly what the CPU reference does. */
+Test(cuda_backend, the_reference_is_forceable_on_the_gpu)
+{
+    const char *files[] = {"examples/pointwise.json", "examples/gated.json"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        tsr_region r;
+        load_example(files[i], TSR_BF16, &r);
+        char cand[64] = "";
+        check_region(&r, "reference", files[i], cand);
+        cr_expect_str_eq(cand, "reference");
+        tsr_region_free(&r);
+    }
+}
+
 /* splitmix64: reproducible shapes. */
 static uint64_t rng_next(uint64_t *s)
 {

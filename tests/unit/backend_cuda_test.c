@@ -385,3 +385,38 @@ Test(backend_cuda, test_fault_compiles_with_the_region_signature, .timeout = 60)
     tsr_region_free(&r);
     tsrd_nvrtc_close(nv);
 }
+
+/* The tier-0 reference on CUDA: its blob carries the region itself, which a
+ * launch runs on the host. */
+Test(backend_cuda, the_reference_blob_carries_the_region)
+{
+    tsr_candidate ref;
+    tsri_cuda_candidate_reference(&ref);
+    cr_assert_str_eq(ref.name, "reference");
+    cr_assert_eq(ref.tier, 0);
+    tsr_region r;
+    load_example("examples/attention.json", TSR_F16, &r);
+    uint8_t *bin = NULL;
+    size_t len = 0;
+    tsr_error e;
+    cr_assert_eq(tsri_cuda_compile(NULL, 0, &r, &ref, "sm_90a", &bin, &len, &e), TSR_OK, "%s",
+                 e.message);
+    tsri_cuda_launch_desc d;
+    const uint8_t *p;
+    size_t plen;
+    cr_assert_eq(tsri_cuda_blob_decode(bin, len, &d, &p, &plen, &e), TSR_OK, "%s", e.message);
+    cr_expect_eq(d.image, TSRI_CUDA_IMAGE_REFERENCE);
+    cr_expect_str_eq(d.entry, "tsr_reference");
+    cr_expect_eq(d.n_params, 4); /* q, k, v and the output */
+    tsr_region back;
+    cr_assert_eq(tsr_region_from_json((const char *)p, plen, &back, &e), TSR_OK, "%s", e.message);
+    tsr_fingerprint f1, f2;
+    cr_assert_eq(tsr_region_fingerprint(&r, &f1, &e), TSR_OK);
+    cr_assert_eq(tsr_region_fingerprint(&back, &f2, &e), TSR_OK);
+    cr_expect_eq(memcmp(f1.bytes, f2.bytes, sizeof f1.bytes), 0);
+    /* A reference blob without its payload is refused. */
+    cr_expect_eq(tsri_cuda_blob_decode(bin, TSRI_CUDA_BLOB_HEADER, &d, &p, &plen, &e), TSR_CORRUPT);
+    free(bin);
+    tsr_region_free(&back);
+    tsr_region_free(&r);
+}

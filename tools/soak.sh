@@ -10,6 +10,8 @@
 # AddressSanitizer build, build/asan/bin/tesserad, whose leak check then runs at
 # exit: any leak makes the exit status non-zero and fails the soak);
 # SOAK_RSS_SLACK_MB (default 16) is the growth allowed after warm-up;
+# SOAK_BACKEND (default cpu) picks the daemon's backend (cpu-isolated runs the
+# device side in a worker process; its memory is not in the RSS figure);
 # SOAK_LOG names a file that receives the summary as well; SOAK_LOADGEN_ARGS
 # adds loadgen options (--mix, --reconnect-every, --seed). Without
 # --reconnect-every each client keeps one connection for the whole run, as a
@@ -41,7 +43,7 @@ cat >"$dir/tesserad.json" <<CONF
 {
   "listen": ["ipc://$dir/sock"],
   "cache_dir": "$dir/cache",
-  "backend": "cpu",
+  "backend": "${SOAK_BACKEND:-cpu}",
   "log_level": "warn",
   "cache_memory_bytes": 8388608,
   "cache_disk_bytes": 67108864

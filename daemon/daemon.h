@@ -90,6 +90,7 @@ typedef struct tsrd_session {
 
 typedef struct tsrd_buffer {
     int refs;
+    bool lost; /* its device memory went with a recovery: no longer counted against the tenant */
     tsrd_dbuf *dbuf;
     tsr_dtype dtype;
     int rank;

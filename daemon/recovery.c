@@ -20,8 +20,9 @@
  *      READY and the queued work runs.
  *
  * Device buffers cannot come back: their contents died with the context. Their
- * handles stay, and keep counting against the tenant's quota, until freed;
- * every use answers TSR_DEVICE_LOST saying the memory was lost in a recovery.
+ * handles stay until freed, no longer counted against the tenant's quotas,
+ * and every use answers TSR_DEVICE_LOST saying the memory was lost in a
+ * recovery.
  * That is how each tenant learns of it; health and stats count recoveries.
  *
  * A rebuild that fails is tried REBUILD_ATTEMPTS times, a second apart. After
@@ -175,6 +176,20 @@ static void recovery_rebuilt(uv_work_t *w, int uv_status)
         d->idle_fn(d);
 }
 
+static void recovery_forget_buffer(void *obj, void *arg)
+{
+    tsrd_buffer *b = obj;
+    tsrd_daemon *d = arg;
+    if (b->lost)
+        return;
+    b->lost = true;
+    d->buffers_lost++;
+    if (b->tenant != NULL) {
+        b->tenant->buffers--;
+        b->tenant->buffer_bytes -= b->bytes;
+    }
+}
+
 /* Step 2, then step 3 on a worker. */
 static void recovery_start_rebuild(tsrd_daemon *d)
 {
@@ -187,8 +202,10 @@ static void recovery_start_rebuild(tsrd_daemon *d)
         }
         tsrd_shm_unpin_all(d, s);
     }
-    /* Buffers of the old context, counted for the operators. */
-    d->buffers_lost += tsrd_handles_count(&d->handles, TSRD_HANDLE_BUFFER);
+    /* Buffers of the old context: counted for the operators, and no longer
+     * against their tenants' quotas (the memory is gone; the handle stays
+     * only to say so). */
+    tsrd_handles_each(&d->handles, TSRD_HANDLE_BUFFER, recovery_forget_buffer, d);
     tsrd_handles_each(&d->handles, TSRD_HANDLE_KERNEL, recovery_pin_kernel, r);
     r->rebuilding = true;
     r->work.data = r;

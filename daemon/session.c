@@ -235,7 +235,7 @@ void tsrd_buffer_unref(tsrd_daemon *d, tsrd_buffer *b)
 {
     if (b == NULL || --b->refs > 0)
         return;
-    if (b->tenant != NULL) {
+    if (b->tenant != NULL && !b->lost) { /* a lost buffer was uncounted by the recovery */
         b->tenant->buffers--;
         b->tenant->buffer_bytes -= b->bytes;
     }

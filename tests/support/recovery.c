@@ -117,7 +117,7 @@ static void *recovery_run_loop(void *arg)
     return NULL;
 }
 
-static void recovery_write_config(const char *path)
+static void recovery_write_config(const char *path, int n)
 {
     char ha[65], hb[65];
     tsrd_token_hash(RECOVERY_TOKEN_ALICE, strlen(RECOVERY_TOKEN_ALICE), ha);
@@ -127,8 +127,9 @@ static void recovery_write_config(const char *path)
     fprintf(f,
             "{\"test_faults\": true, \"tenants\": ["
             "{\"name\": \"alice\", \"token_sha256\": [\"%s\"]},"
-            "{\"name\": \"bob\", \"token_sha256\": [\"%s\"]}]}\n",
-            ha, hb);
+            "{\"name\": \"bob\", \"token_sha256\": [\"%s\"],"
+            " \"quotas\": {\"device_memory_bytes\": %llu}}]}\n",
+            ha, hb, (unsigned long long)(2ull * (uint64_t)n * sizeof(float) + 1024));
     fclose(f);
 }
 
@@ -160,7 +161,7 @@ void recovery_scenario(const char *backend, int n, recovery_figures *out)
     cr_assert_not_null(mkdtemp(cfg_dir));
     char cfg[96];
     snprintf(cfg, sizeof cfg, "%s/tesserad.json", cfg_dir);
-    recovery_write_config(cfg);
+    recovery_write_config(cfg, n);
     setenv("TESSERA_TOKEN", RECOVERY_TOKEN_ALICE, 1); /* testd's hello goes as alice */
     testd d;
     const char *extra[] = {"--config", cfg, "--backend", backend, NULL};
@@ -222,12 +223,15 @@ void recovery_scenario(const char *backend, int n, recovery_figures *out)
               "%s", err.message);
     st = tsr_client_buffer_read(bob, by, 0, y, (size_t)n * sizeof *y, NULL, 0, &err);
     cr_expect_eq(st, TSR_DEVICE_LOST, "read of an old buffer: %s", tsr_status_name(st));
-    cr_expect_eq(tsr_client_buffer_free(bob, bx, 0, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(tsr_client_buffer_free(bob, by, 0, &err), TSR_OK, "%s", err.message);
-
-    /* Bob's kernel handle was reloaded: it works on new buffers. */
+    /* Lost buffers no longer count against bob's quota (two buffers' worth):
+     * two new ones fit before the old handles are freed. */
+    tsr_buffer old_x = bx, old_y = by;
     bx = recovery_alloc(bob, n);
     by = recovery_alloc(bob, n);
+    cr_expect_eq(tsr_client_buffer_free(bob, old_x, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(tsr_client_buffer_free(bob, old_y, 0, &err), TSR_OK, "%s", err.message);
+
+    /* Bob's kernel handle was reloaded: it works on the new buffers. */
     recovery_fill(x, n, 2);
     cr_assert_eq(tsr_client_buffer_write(bob, bx, 0, x, (size_t)n * sizeof *x, 0, &err), TSR_OK,
                  "%s", err.message);

@@ -812,34 +812,6 @@ static void iso_stream_destroy(tsrd_backend *b, tsrd_stream *s)
     free(s);
 }
 
-static tsr_status iso_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
-                             tsrd_dbuf *const *inputs, int n_inputs, tsrd_dbuf *output,
-                             tsr_error *err)
-{
-    if (n_inputs < 0 || n_inputs > TSR_MAX_REGION_INPUTS)
-        return tsr_error_set(err, TSR_INTERNAL, "device worker: %d inputs", n_inputs);
-    tsr_status st = iso_current(b, s->generation, "the session's stream", err);
-    if (st == TSR_OK)
-        st = iso_current(b, k->generation, "the loaded kernel", err);
-    uint64_t ids[TSR_MAX_REGION_INPUTS];
-    for (int i = 0; st == TSR_OK && i <= n_inputs; i++) {
-        const tsrd_dbuf *buf = i < n_inputs ? inputs[i] : output;
-        if (buf->generation != s->generation)
-            st = tsr_error_set(err, TSR_DEVICE_LOST,
-                               "%s %d's device memory was lost when device %d was recovered "
-                               "after a fault; free it and allocate it again",
-                               i < n_inputs ? "input buffer" : "the output buffer", i, s->device);
-        else if (i < n_inputs)
-            ids[i] = buf->id;
-    }
-    if (st != TSR_OK)
-        return st;
-    tsrd_dw_request q = {.op = TSRD_DW_LAUNCH,
-                         .payload_len = (uint32_t)((size_t)n_inputs * sizeof ids[0]),
-                         .a = {k->id, s->id, (uint64_t)n_inputs, output->id}};
-    return iso_call(b, &q, ids, NULL, err);
-}
-
 static tsr_status iso_launch_many(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n,
                                   tsrd_stream *s, size_t *launched, tsr_error *err)
 {
@@ -907,6 +879,16 @@ static tsr_status iso_launch_many(tsrd_backend *b, const tsrd_launch_desc *launc
         return call;
     }
     return st; /* OK, or the stale launch that ended the sequence */
+}
+
+/* One launch is a sequence of one: the same checks, the same worker call. */
+static tsr_status iso_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
+                             tsrd_dbuf *const *inputs, int n_inputs, tsrd_dbuf *output,
+                             tsr_error *err)
+{
+    tsrd_launch_desc one = {.kernel = k, .inputs = inputs, .n_inputs = n_inputs, .output = output};
+    size_t launched;
+    return iso_launch_many(b, &one, 1, s, &launched, err);
 }
 
 static tsr_status iso_synchronize(tsrd_backend *b, tsrd_stream *s, double *device_ms,
@@ -995,72 +977,32 @@ static tsr_status iso_recover(tsrd_backend *b, tsr_error *err)
     return st;
 }
 
+/* Everything but the name, the codegen version and open: the flavours differ
+ * only in what the worker runs and what compiles here. */
+#define ISO_OPS_SHARED                                                                             \
+    .close = iso_close, .device_count = iso_device_count, .device_info = iso_device_info,          \
+    .driver_version = iso_driver_version, .compiler_version = iso_compiler_version,                \
+    .serves_arch = iso_serves_arch, .register_candidates = iso_register_candidates,                \
+    .buffer_alloc = iso_buffer_alloc, .buffer_free = iso_buffer_free,                              \
+    .buffer_write = iso_buffer_write, .buffer_read = iso_buffer_read, .compile = iso_compile,      \
+    .load = iso_load, .unload = iso_unload, .stream_create = iso_stream_create,                    \
+    .stream_destroy = iso_stream_destroy, .launch = iso_launch, .launch_many = iso_launch_many,    \
+    .synchronize = iso_synchronize, .host_register = iso_host_register,                            \
+    .host_unregister = iso_host_unregister, .buffer_copy_registered = iso_buffer_copy_registered,  \
+    .buffer_import = iso_buffer_import, .graph_begin = iso_graph_begin,                            \
+    .graph_end = iso_graph_end, .graph_launch = iso_graph_launch,                                  \
+    .graph_destroy = iso_graph_destroy, .lost = iso_lost, .recover = iso_recover
+
 const tsrd_backend_ops tsrd_backend_cuda_isolated = {
     .name = "cuda",
     .codegen_version = TSRI_CUDA_CODEGEN_VERSION,
     .open = iso_open_cuda,
-    .close = iso_close,
-    .device_count = iso_device_count,
-    .device_info = iso_device_info,
-    .driver_version = iso_driver_version,
-    .compiler_version = iso_compiler_version,
-    .serves_arch = iso_serves_arch,
-    .register_candidates = iso_register_candidates,
-    .buffer_alloc = iso_buffer_alloc,
-    .buffer_free = iso_buffer_free,
-    .buffer_write = iso_buffer_write,
-    .buffer_read = iso_buffer_read,
-    .compile = iso_compile,
-    .load = iso_load,
-    .unload = iso_unload,
-    .stream_create = iso_stream_create,
-    .stream_destroy = iso_stream_destroy,
-    .launch = iso_launch,
-    .launch_many = iso_launch_many,
-    .synchronize = iso_synchronize,
-    .host_register = iso_host_register,
-    .host_unregister = iso_host_unregister,
-    .buffer_copy_registered = iso_buffer_copy_registered,
-    .buffer_import = iso_buffer_import,
-    .graph_begin = iso_graph_begin,
-    .graph_end = iso_graph_end,
-    .graph_launch = iso_graph_launch,
-    .graph_destroy = iso_graph_destroy,
-    .lost = iso_lost,
-    .recover = iso_recover,
+    ISO_OPS_SHARED,
 };
 
 const tsrd_backend_ops tsrd_backend_cpu_isolated = {
     .name = "cpu-isolated",
     .codegen_version = TSRD_CPU_PLAN_VERSION,
     .open = iso_open_cpu,
-    .close = iso_close,
-    .device_count = iso_device_count,
-    .device_info = iso_device_info,
-    .driver_version = iso_driver_version,
-    .compiler_version = iso_compiler_version,
-    .serves_arch = iso_serves_arch,
-    .register_candidates = iso_register_candidates,
-    .buffer_alloc = iso_buffer_alloc,
-    .buffer_free = iso_buffer_free,
-    .buffer_write = iso_buffer_write,
-    .buffer_read = iso_buffer_read,
-    .compile = iso_compile,
-    .load = iso_load,
-    .unload = iso_unload,
-    .stream_create = iso_stream_create,
-    .stream_destroy = iso_stream_destroy,
-    .launch = iso_launch,
-    .launch_many = iso_launch_many,
-    .synchronize = iso_synchronize,
-    .host_register = iso_host_register,
-    .host_unregister = iso_host_unregister,
-    .buffer_copy_registered = iso_buffer_copy_registered,
-    .buffer_import = iso_buffer_import,
-    .graph_begin = iso_graph_begin,
-    .graph_end = iso_graph_end,
-    .graph_launch = iso_graph_launch,
-    .graph_destroy = iso_graph_destroy,
-    .lost = iso_lost,
-    .recover = iso_recover,
+    ISO_OPS_SHARED,
 };

@@ -44,7 +44,6 @@ typedef enum tsrd_dw_op {
     TSRD_DW_UNLOAD,       /* a0 id */
     TSRD_DW_STREAM_NEW,   /* a0 device -> r0 id */
     TSRD_DW_STREAM_FREE,  /* a0 id */
-    TSRD_DW_LAUNCH,       /* a0 kernel, a1 stream, a2 n_inputs, a3 output; payload: input ids */
     TSRD_DW_SYNC,         /* a0 stream -> r0 device time as double bits */
     TSRD_DW_IMPORT,       /* a0 device, a1 offset, a2 bytes; payload: the IPC handle -> r0 id */
     TSRD_DW_GRAPH_BEGIN,  /* a0 stream */

@@ -261,22 +261,6 @@ static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint
     case TSRD_DW_STREAM_FREE:
         ops->stream_destroy(b, (tsrd_stream *)(uintptr_t)q->a[0]);
         break;
-    case TSRD_DW_LAUNCH: {
-        int n = (int)q->a[2];
-        tsrd_dbuf *inputs[TSR_MAX_REGION_INPUTS];
-        if (n < 0 || n > TSR_MAX_REGION_INPUTS || q->payload_len != (size_t)n * sizeof(uint64_t)) {
-            st = tsr_error_set(&err, TSR_INTERNAL, "device worker: malformed launch");
-            break;
-        }
-        for (int i = 0; i < n; i++) {
-            uint64_t id;
-            memcpy(&id, payload + (size_t)i * sizeof id, sizeof id);
-            inputs[i] = (tsrd_dbuf *)(uintptr_t)id;
-        }
-        st = ops->launch(b, (tsrd_kobj *)(uintptr_t)q->a[0], (tsrd_stream *)(uintptr_t)q->a[1],
-                         inputs, n, (tsrd_dbuf *)(uintptr_t)q->a[3], &err);
-        break;
-    }
     case TSRD_DW_LAUNCH_MANY: {
         /* Each launch: kernel, input count, output, inputs (u64 each). */
         size_t words = q->payload_len / sizeof(uint64_t), at = 0;

@@ -16,6 +16,7 @@
 
 #include "tessera/region.h"
 #include "../support/testd.h"
+#include "../support/testdata.h"
 
 static testd dataplane_d;
 static tsr_client *dataplane_c;
@@ -39,18 +40,8 @@ TestSuite(dataplane, .init = dataplane_setup, .fini = dataplane_teardown);
 /* y = x * 2 + 1 on n floats. */
 static tsr_region *dataplane_affine(int n)
 {
-    char json[512];
-    snprintf(
-        json, sizeof json,
-        "{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"x\",\"shape\":[%d]}],"
-        "\"ops\":[{\"op\":\"const\",\"value\":2,\"out\":\"two\"},"
-        "{\"op\":\"const\",\"value\":1,\"out\":\"one\"},"
-        "{\"op\":\"mul\",\"args\":[\"x\",\"two\"],\"out\":\"t\"},"
-        "{\"op\":\"add\",\"args\":[\"t\",\"one\"],\"out\":\"y\"}],\"output\":\"y\"}",
-        n);
-    tsr_region *r = NULL;
-    tsr_error err;
-    cr_assert_eq(tsr_client_region_load(json, strlen(json), &r, &err), TSR_OK, "%s", err.message);
+    tsr_region *r = testdata_affine(n);
+    cr_assert_not_null(r);
     return r;
 }
 

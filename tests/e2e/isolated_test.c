@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "../support/testd.h"
+#include "../support/testdata.h"
 
 static testd iso_d;
 static tsr_client *iso_c;
@@ -38,18 +39,8 @@ TestSuite(isolated, .init = iso_setup, .fini = iso_teardown, .timeout = 120);
 /* y = 2x + 1 over n f32 elements. */
 static tsr_region *iso_affine(int64_t n)
 {
-    char json[512];
-    snprintf(
-        json, sizeof json,
-        "{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"x\",\"shape\":[%lld]}],"
-        "\"ops\":[{\"op\":\"const\",\"value\":2,\"out\":\"two\"},"
-        "{\"op\":\"const\",\"value\":1,\"out\":\"one\"},"
-        "{\"op\":\"mul\",\"args\":[\"x\",\"two\"],\"out\":\"t\"},"
-        "{\"op\":\"add\",\"args\":[\"t\",\"one\"],\"out\":\"y\"}],\"output\":\"y\"}",
-        (long long)n);
-    tsr_region *r = NULL;
-    tsr_error err;
-    cr_assert_eq(tsr_client_region_load(json, strlen(json), &r, &err), TSR_OK, "%s", err.message);
+    tsr_region *r = testdata_affine(n);
+    cr_assert_not_null(r);
     return r;
 }
 

@@ -14,6 +14,7 @@
 
 #include "cuda_driver.h"
 #include "../support/testd.h"
+#include "../support/testdata.h"
 
 #define IPC_TIMEOUT_MS 120000
 #define IPC_N 4096
@@ -58,18 +59,8 @@ TestSuite(ipc, .init = ipc_setup, .fini = ipc_teardown, .timeout = 600);
 /* y = 2x + 1 */
 static tsr_region *ipc_affine(void)
 {
-    char json[512];
-    snprintf(
-        json, sizeof json,
-        "{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"x\",\"shape\":[%d]}],"
-        "\"ops\":[{\"op\":\"const\",\"value\":2,\"out\":\"two\"},"
-        "{\"op\":\"const\",\"value\":1,\"out\":\"one\"},"
-        "{\"op\":\"mul\",\"args\":[\"x\",\"two\"],\"out\":\"t\"},"
-        "{\"op\":\"add\",\"args\":[\"t\",\"one\"],\"out\":\"y\"}],\"output\":\"y\"}",
-        IPC_N);
-    tsr_region *r = NULL;
-    tsr_error err;
-    cr_assert_eq(tsr_client_region_load(json, strlen(json), &r, &err), TSR_OK, "%s", err.message);
+    tsr_region *r = testdata_affine(IPC_N);
+    cr_assert_not_null(r);
     return r;
 }
 

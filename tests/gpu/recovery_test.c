@@ -23,6 +23,7 @@
 #include "cuda_driver.h"
 #include "tessera/json.h"
 #include "../support/recovery.h"
+#include "../support/testdata.h"
 
 #define BACKEND_N 4096
 
@@ -100,14 +101,7 @@ Test(gpu_recovery, the_isolated_cuda_backend_survives_two_faults, .timeout = 300
     cr_assert_eq(tsr_arbiter_create(NULL, &a, &err), TSR_OK, "%s", err.message);
     cr_assert_eq(ops->register_candidates(e.b, a, &err), TSR_OK, "%s", err.message);
     char json[512];
-    snprintf(
-        json, sizeof json,
-        "{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"x\",\"shape\":[%d]}],"
-        "\"ops\":[{\"op\":\"const\",\"value\":2,\"out\":\"two\"},"
-        "{\"op\":\"const\",\"value\":1,\"out\":\"one\"},"
-        "{\"op\":\"mul\",\"args\":[\"x\",\"two\"],\"out\":\"t\"},"
-        "{\"op\":\"add\",\"args\":[\"t\",\"one\"],\"out\":\"y\"}],\"output\":\"y\"}",
-        BACKEND_N);
+    cr_assert_eq(testdata_affine_json(BACKEND_N, json, sizeof json), 0);
     cr_assert_eq(tsr_region_from_json(json, strlen(json), &e.r, &err), TSR_OK, "%s", err.message);
     tsrd_device_info info;
     cr_assert_eq(ops->device_info(e.b, 0, &info, &err), TSR_OK);

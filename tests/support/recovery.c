@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "testd.h"
+#include "testdata.h"
 
 #define RECOVERY_TOKEN_ALICE "alice-fault-token"
 #define RECOVERY_TOKEN_BOB "bob-steady-token"
@@ -30,18 +31,8 @@ static double recovery_now_ms(void)
 /* y = 2x + 1 over n f32 elements. */
 static tsr_region *recovery_affine(int n)
 {
-    char json[512];
-    snprintf(
-        json, sizeof json,
-        "{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"x\",\"shape\":[%d]}],"
-        "\"ops\":[{\"op\":\"const\",\"value\":2,\"out\":\"two\"},"
-        "{\"op\":\"const\",\"value\":1,\"out\":\"one\"},"
-        "{\"op\":\"mul\",\"args\":[\"x\",\"two\"],\"out\":\"t\"},"
-        "{\"op\":\"add\",\"args\":[\"t\",\"one\"],\"out\":\"y\"}],\"output\":\"y\"}",
-        n);
-    tsr_region *r = NULL;
-    tsr_error err;
-    cr_assert_eq(tsr_client_region_load(json, strlen(json), &r, &err), TSR_OK, "%s", err.message);
+    tsr_region *r = testdata_affine(n);
+    cr_assert_not_null(r);
     return r;
 }
 
@@ -218,8 +209,8 @@ void recovery_scenario(const char *backend, int n, recovery_figures *out)
     /* Bob's old buffers are gone, and say so; freeing them works. */
     st = tsr_client_launch(bob, k.kernel, &bx, 1, by, NULL, 0, &err);
     cr_expect_eq(st, TSR_DEVICE_LOST, "launch on old buffers: %s", tsr_status_name(st));
-    cr_expect(strstr(err.message, "lost when the device") != NULL ||
-                  strstr(err.message, "lost when device") != NULL,
+    cr_expect(strstr(err.message, "device memory was lost when") != NULL &&
+                  strstr(err.message, "was recovered after a fault") != NULL,
               "%s", err.message);
     st = tsr_client_buffer_read(bob, by, 0, y, (size_t)n * sizeof *y, NULL, 0, &err);
     cr_expect_eq(st, TSR_DEVICE_LOST, "read of an old buffer: %s", tsr_status_name(st));

@@ -10,6 +10,8 @@
 #include "tessera/refexec.h"
 #include "testdata.h"
 
+#include "tessera/client.h"
+
 /* splitmix64: a fixed, portable sequence, so a failing case can be replayed. */
 static uint64_t testdata_next(uint64_t *state)
 {
@@ -70,4 +72,27 @@ int testdata_write_npy_f32(const testdata *t, int i, const char *path)
     if (st != TSR_OK)
         fprintf(stderr, "testdata: %s: %s\n", path, err.message);
     return st == TSR_OK ? 0 : -1;
+}
+
+int testdata_affine_json(int64_t n, char *buf, size_t size)
+{
+    int len = snprintf(
+        buf, size,
+        "{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"x\",\"shape\":[%lld]}],"
+        "\"ops\":[{\"op\":\"const\",\"value\":2,\"out\":\"two\"},"
+        "{\"op\":\"const\",\"value\":1,\"out\":\"one\"},"
+        "{\"op\":\"mul\",\"args\":[\"x\",\"two\"],\"out\":\"t\"},"
+        "{\"op\":\"add\",\"args\":[\"t\",\"one\"],\"out\":\"y\"}],\"output\":\"y\"}",
+        (long long)n);
+    return len > 0 && (size_t)len < size ? 0 : -1;
+}
+
+tsr_region *testdata_affine(int64_t n)
+{
+    char json[512];
+    tsr_region *r = NULL;
+    if (testdata_affine_json(n, json, sizeof json) != 0 ||
+        tsr_client_region_load(json, strlen(json), &r, NULL) != TSR_OK)
+        return NULL;
+    return r;
 }

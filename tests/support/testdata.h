@@ -33,4 +33,10 @@ void testdata_free(testdata *t);
 /* Writes input i as a float32 .npy file at path. 0 on success. */
 int testdata_write_npy_f32(const testdata *t, int i, const char *path);
 
+/* The region y = 2x + 1 over n f32 elements (exact in f32 for the values the
+ * tests use), as JSON into buf (0 on success) or loaded (NULL on failure;
+ * free with tsr_client_region_free). */
+int testdata_affine_json(int64_t n, char *buf, size_t size);
+tsr_region *testdata_affine(int64_t n);
+
 #endif

@@ -103,15 +103,8 @@ tsr_status tsr_client_health_get(tsr_client *c, tsr_client_health *out, int time
 tsr_status tsr_client_hello(tsr_client *c, tsr_client_info *info, int timeout_ms, tsr_error *err)
 {
     CALL_ARG_CHECK(c, err, "client is NULL");
-    Tessera__V1__HelloRequest body = TESSERA__V1__HELLO_REQUEST__INIT;
-    body.client_version = (char *)TSR_CLIENT_VERSION;
-    body.protocol_version = TSR_CLIENT_PROTOCOL_VERSION;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_HELLO;
-    req.hello = &body;
     Tessera__V1__Reply *reply;
-    tsr_status st =
-        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_HELLO, &reply, timeout_ms, err);
+    tsr_status st = tsri_client_hello_reply(c, &reply, timeout_ms, err);
     if (st != TSR_OK)
         return st;
     if (info) {

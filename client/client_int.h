@@ -31,6 +31,12 @@ void tsri_client_decision_copy(tsr_client_decision *dst, const Tessera__V1__Deci
 void tsri_client_options_fill(const tsr_client *c, const tsr_region *r,
                               const tsr_client_compile_opts *opts, Tessera__V1__CompileOptions *pb);
 
+/* Sends this client's hello (its version and protocol version) and waits for the
+ * daemon's answer; *reply as for tsri_client_call. conn.c learns the daemon's
+ * limits and uid with it, tsr_client_hello reports it. */
+tsr_status tsri_client_hello_reply(tsr_client *c, Tessera__V1__Reply **reply, int timeout_ms,
+                                   tsr_error *err);
+
 /* The uid the daemon runs as, learnt with one hello per connection. */
 tsr_status tsri_client_daemon_uid(tsr_client *c, uint32_t *uid, int timeout_ms, tsr_error *err);
 

@@ -7,6 +7,9 @@
  * a random 64-bit base plus a counter: unique per call without coordination
  * between clients, and stable across nng's own resends, which is what lets the
  * daemon answer a resent request from memory instead of running it twice.
+ *
+ * The hello is built here too: the connection needs the daemon's message limit
+ * and uid before some requests, so it must not depend on the calls above it.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -311,22 +314,29 @@ static tsr_status conn_reply_error(const Tessera__V1__Reply *reply, tsr_error *e
     return tsr_error_set(err, st, "%s", tsr_strerror(st));
 }
 
-/* Requests above this size are checked against the daemon's limit first. */
-#define CONN_CHECK_ABOVE ((size_t)64 << 10)
+tsr_status tsri_client_hello_reply(tsr_client *c, Tessera__V1__Reply **reply, int timeout_ms,
+                                   tsr_error *err)
+{
+    Tessera__V1__HelloRequest body = TESSERA__V1__HELLO_REQUEST__INIT;
+    body.client_version = (char *)TSR_CLIENT_VERSION;
+    body.protocol_version = TSR_CLIENT_PROTOCOL_VERSION;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = TESSERA__V1__REQUEST__BODY_HELLO;
+    req.hello = &body;
+    return tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_HELLO, reply, timeout_ms, err);
+}
 
-/* Refuses a request the daemon would drop for its size. The daemon closes the
- * connection on such a message without an answer, and a REQ pipe cut off in the
- * middle of a large send can stall until the socket is closed, so the limit
- * (learnt once with a hello) is enforced here instead. */
 /* Learns the daemon's limits and uid with one hello. */
 static tsr_status conn_learn(tsr_client *c, int timeout_ms, tsr_error *err)
 {
-    tsr_client_info info;
-    tsr_status st = tsr_client_hello(c, &info, timeout_ms, err);
+    Tessera__V1__Reply *reply;
+    tsr_status st = tsri_client_hello_reply(c, &reply, timeout_ms, err);
     if (st != TSR_OK)
         return st;
-    atomic_store(&c->daemon_uid1, (uint64_t)info.daemon_uid + 1);
-    atomic_store(&c->daemon_max, info.max_message_bytes ? info.max_message_bytes : UINT64_MAX);
+    const Tessera__V1__HelloReply *hello = reply->hello;
+    atomic_store(&c->daemon_uid1, (uint64_t)hello->daemon_uid + 1);
+    atomic_store(&c->daemon_max, hello->max_message_bytes ? hello->max_message_bytes : UINT64_MAX);
+    tessera__v1__reply__free_unpacked(reply, NULL);
     return TSR_OK;
 }
 
@@ -341,6 +351,13 @@ tsr_status tsri_client_daemon_uid(tsr_client *c, uint32_t *uid, int timeout_ms, 
     return TSR_OK;
 }
 
+/* Requests above this size are checked against the daemon's limit first. */
+#define CONN_CHECK_ABOVE ((size_t)64 << 10)
+
+/* Refuses a request the daemon would drop for its size. The daemon closes the
+ * connection on such a message without an answer, and a REQ pipe cut off in the
+ * middle of a large send can stall until the socket is closed, so the limit
+ * (learnt once with a hello) is enforced here instead. */
 static tsr_status conn_size_check(tsr_client *c, size_t size, int timeout_ms, tsr_error *err)
 {
     if (atomic_load(&c->daemon_max) == 0) {

@@ -38,7 +38,8 @@ LIB_SRC := $(wildcard lib/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/tessera.pb-c.o
 LIB_A := $(BUILD)/lib/libtessera.a
 
-DAEMON_SRC := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
+# daemon/ is in folders (docs/architecture.md): every .c below it but main.c.
+DAEMON_SRC := $(filter-out daemon/main.c,$(shell find daemon -name '*.c' | sort))
 DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
 DAEMON_A := $(BUILD)/daemon/libtesserad.a
 

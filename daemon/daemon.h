@@ -24,11 +24,11 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "backend.h"
+#include "backend/backend.h"
 #include "config.h"
-#include "handles.h"
+#include "serve/handles.h"
 #include "log.h"
-#include "replay.h"
+#include "serve/replay.h"
 #include "tessera.pb-c.h"
 #include "tessera/arbiter.h"
 #include "tessera/kcache.h"

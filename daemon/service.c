@@ -25,8 +25,8 @@
 #include <unistd.h>
 
 #include "daemon.h"
-#include "metrics_http.h"
-#include "server.h"
+#include "net/metrics_http.h"
+#include "net/server.h"
 
 typedef struct service {
     tsrd_daemon d; /* first: see service_idle */

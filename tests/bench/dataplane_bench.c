@@ -36,8 +36,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "cuda_driver.h"
+#include "backend/backend.h"
+#include "backend/cuda/driver.h"
 #include "tessera/arbiter.h"
 #include "tessera/client.h"
 #include "tessera/json.h"

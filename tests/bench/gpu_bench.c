@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "cuda_kernels.h"
+#include "backend/backend.h"
+#include "backend/cuda/kernels.h"
 #include "tessera/arbiter.h"
 #include "tessera/fingerprint.h"
 #include "tessera/json.h"

@@ -23,7 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dispatch.h"
+#include "serve/dispatch.h"
 
 /* Buffers past this many elements are skipped: the work bound does not cover
  * memory, and a huge allocation on the CPU backend is load, not a bug. */

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cuda_driver.h"
+#include "backend/cuda/driver.h"
 #include "../support/testd.h"
 #include "../support/testdata.h"
 

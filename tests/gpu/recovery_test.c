@@ -19,8 +19,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
-#include "cuda_driver.h"
+#include "backend/backend.h"
+#include "backend/cuda/driver.h"
 #include "tessera/json.h"
 #include "../support/recovery.h"
 #include "../support/testdata.h"

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "cuda_kernels.h"
-#include "cuda_nvrtc.h"
+#include "backend/backend.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/nvrtc.h"
 #include "tessera/json.h"
 
 static const char *const examples[] = {"examples/matmul.json", "examples/fused.json",

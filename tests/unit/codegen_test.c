@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_nvrtc.h"
+#include "backend/cuda/nvrtc.h"
 #include "tessera/codegen.h"
 #include "tessera/json.h"
 

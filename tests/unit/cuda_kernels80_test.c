@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_kernels.h"
+#include "backend/cuda/kernels.h"
 #include "tessera/arbiter.h"
 #include "tessera/fingerprint.h"
 #include "tessera/json.h"

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_nvrtc.h"
+#include "backend/cuda/nvrtc.h"
 
 static const char nvrtc_good_source[] = "extern \"C\" __global__ void scale(float *x, float s)\n"
                                         "{ x[blockIdx.x * blockDim.x + threadIdx.x] *= s; }\n";

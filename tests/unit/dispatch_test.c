@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dispatch.h"
+#include "serve/dispatch.h"
 #include "tessera/region_pb.h"
 
 #define ORIGINS 8

@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "engine.h"
+#include "serve/engine.h"
 #include "tessera/json.h"
 #include "tessera/refexec.h"
 

@@ -3,7 +3,7 @@
  */
 #include <criterion/criterion.h>
 
-#include "handles.h"
+#include "serve/handles.h"
 
 static int owner_a, owner_b, obj1, obj2;
 

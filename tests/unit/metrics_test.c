@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dispatch.h"
+#include "serve/dispatch.h"
 
 Test(metrics, a_bound_belongs_to_its_own_bucket)
 {

@@ -6,9 +6,9 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "cuda_kernels.h"
-#include "cuda_nvrtc.h"
-#include "offline_compile.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/nvrtc.h"
+#include "serve/offline_compile.h"
 #include "tessera/json.h"
 
 static tsr_kcache *cache;

@@ -4,7 +4,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "replay.h"
+#include "serve/replay.h"
 
 static int waiter_a, waiter_b;
 

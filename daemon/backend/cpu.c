@@ -1,0 +1,454 @@
+/*
+ * backend_cpu.c — the CPU backend: kernels run on the reference executor.
+ *
+ * It serves the architecture "cpu" and registers one candidate, "reference"
+ * (tier 0). Device memory is host memory. A compiled "binary" is the region's
+ * JSON form: loading it parses and validates the region again, so the kernel
+ * cache stores, checks and serves these blobs exactly as it will cubins, and a
+ * cache hit or miss is real. Launches run synchronously on the calling worker
+ * thread; the stream only carries the time of the work since the last
+ * synchronize.
+ *
+ * With test_faults it also registers "test_fault" (forced only), whose launch
+ * plays a device fault: the backend turns lost, answers DEVICE_LOST to every
+ * call, and recover() brings it back with every older buffer, kernel and stream
+ * marked as belonging to the lost context, exactly as the CUDA backend behaves
+ * after an illegal address. That lets the daemon's recovery be tested without a
+ * GPU. "test_hang" (also forced only) plays a kernel that never ends: its
+ * launch does not return, which the isolated backends' kernel_timeout_ms ends
+ * by stopping the worker.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "tessera/json.h"
+#include "tessera/refexec.h"
+
+/* The plan format: bump when the meaning of a stored plan changes. */
+#define CPU_PLAN_VERSION TSRD_CPU_PLAN_VERSION
+
+struct tsrd_backend {
+    int threads;
+    bool test_faults;
+    tsrd_device_info device;
+    atomic_int lost;
+    /* Bumped by every recovery; objects remember the one they were made in. */
+    atomic_uint generation;
+};
+
+struct tsrd_dbuf {
+    uint64_t bytes;
+    uint8_t *data;
+    unsigned generation;
+};
+
+struct tsrd_kobj {
+    tsr_region region;
+    bool faults; /* the test_fault candidate */
+    bool hangs;  /* the test_hang candidate */
+    unsigned generation;
+};
+
+struct tsrd_stream {
+    double pending_ms;
+    unsigned generation;
+};
+
+/* DEVICE_LOST while the simulated device is down. */
+static tsr_status cpu_alive(tsrd_backend *b, tsr_error *err)
+{
+    if (atomic_load(&b->lost))
+        return tsr_error_set(err, TSR_DEVICE_LOST,
+                             "cpu backend: the device faulted and is being recovered");
+    return TSR_OK;
+}
+
+/* DEVICE_LOST for an object made before the last recovery. */
+static tsr_status cpu_current(tsrd_backend *b, unsigned generation, const char *what,
+                              tsr_error *err)
+{
+    tsr_status st = cpu_alive(b, err);
+    if (st == TSR_OK && generation != atomic_load(&b->generation))
+        st = tsr_error_set(err, TSR_DEVICE_LOST,
+                           "%s was lost when the device was recovered after a fault", what);
+    return st;
+}
+
+static void cpu_model_name(char *buf, size_t size)
+{
+    snprintf(buf, size, "cpu");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f == NULL)
+        return;
+    char line[256];
+    while (fgets(line, sizeof line, f) != NULL) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) == 0 && colon != NULL) {
+            colon += 1 + (colon[1] == ' ');
+            colon[strcspn(colon, "\n")] = '\0';
+            snprintf(buf, size, "%s", colon);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static tsr_status cpu_open(const tsrd_backend_options *opts, tsrd_backend **out, tsr_error *err)
+{
+    tsrd_backend *b = calloc(1, sizeof *b);
+    if (b == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "cpu backend: out of memory");
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    b->threads = opts != NULL && opts->threads > 0 ? opts->threads : 0;
+    b->test_faults = opts != NULL && opts->test_faults;
+    atomic_init(&b->lost, 0);
+    atomic_init(&b->generation, 1);
+    b->device.index = 0;
+    cpu_model_name(b->device.name, sizeof b->device.name);
+    snprintf(b->device.arch, sizeof b->device.arch, "cpu");
+    b->device.memory_bytes = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    b->device.multiprocessors = cpus > 0 ? (int)cpus : 1;
+    *out = b;
+    return TSR_OK;
+}
+
+static void cpu_close(tsrd_backend *b)
+{
+    free(b);
+}
+
+static int cpu_device_count(tsrd_backend *b)
+{
+    (void)b;
+    return 1;
+}
+
+static tsr_status cpu_device_info(tsrd_backend *b, int index, tsrd_device_info *out, tsr_error *err)
+{
+    if (index != 0)
+        return tsr_error_set(err, TSR_NOT_FOUND, "cpu backend: no device %d", index);
+    *out = b->device;
+    return TSR_OK;
+}
+
+static const char *cpu_no_version(tsrd_backend *b)
+{
+    (void)b;
+    return "";
+}
+
+static int cpu_serves_arch(tsrd_backend *b, const char *arch)
+{
+    (void)b;
+    return strcmp(arch, "cpu") == 0;
+}
+
+static tsr_status cpu_register_candidates(tsrd_backend *b, tsr_arbiter *arbiter, tsr_error *err)
+{
+    tsr_candidate reference = {
+        .name = "reference",
+        .tier = 0,
+        .version = CPU_PLAN_VERSION,
+        .kinds = (1u << TSR_KIND_COUNT) - 1,
+    };
+    tsr_status st = tsr_arbiter_register(arbiter, &reference, err);
+    if (st != TSR_OK || !b->test_faults)
+        return st;
+    tsr_candidate fault = {
+        .name = TSRD_TEST_FAULT_CANDIDATE,
+        .tier = 1,
+        .version = CPU_PLAN_VERSION,
+        .kinds = (1u << TSR_KIND_COUNT) - 1,
+        .forced_only = true,
+    };
+    st = tsr_arbiter_register(arbiter, &fault, err);
+    tsr_candidate hang = fault;
+    snprintf(hang.name, sizeof hang.name, "%s", TSRD_TEST_HANG_CANDIDATE);
+    return st == TSR_OK ? tsr_arbiter_register(arbiter, &hang, err) : st;
+}
+
+static tsr_status cpu_buffer_alloc(tsrd_backend *b, int device, uint64_t bytes, tsrd_dbuf **out,
+                                   tsr_error *err)
+{
+    (void)device;
+    tsr_status st = cpu_alive(b, err);
+    if (st != TSR_OK)
+        return st;
+    tsrd_dbuf *buf = calloc(1, sizeof *buf);
+    /* calloc of the data too: a buffer read before any write reads zeros, never
+     * another tenant's leftovers. */
+    uint8_t *data = bytes <= SIZE_MAX ? calloc(1, bytes ? (size_t)bytes : 1) : NULL;
+    if (buf == NULL || data == NULL) {
+        free(buf);
+        free(data);
+        return tsr_error_set(err, TSR_RESOURCE_EXHAUSTED, "cpu backend: cannot allocate %llu bytes",
+                             (unsigned long long)bytes);
+    }
+    buf->bytes = bytes;
+    buf->data = data;
+    buf->generation = atomic_load(&b->generation);
+    *out = buf;
+    return TSR_OK;
+}
+
+static void cpu_buffer_free(tsrd_backend *b, tsrd_dbuf *buf)
+{
+    (void)b;
+    if (buf != NULL)
+        free(buf->data);
+    free(buf);
+}
+
+static tsr_status cpu_buffer_write(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset,
+                                   const void *data, uint64_t len, tsr_error *err)
+{
+    tsr_status st = cpu_current(b, buf->generation, "the buffer's device memory", err);
+    if (st != TSR_OK)
+        return st;
+    if (offset > buf->bytes || len > buf->bytes - offset)
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH, "cpu backend: write out of bounds");
+    if (len > 0)
+        memcpy(buf->data + offset, data, (size_t)len);
+    return TSR_OK;
+}
+
+static tsr_status cpu_buffer_read(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset, void *data,
+                                  uint64_t len, tsr_error *err)
+{
+    tsr_status st = cpu_current(b, buf->generation, "the buffer's device memory", err);
+    if (st != TSR_OK)
+        return st;
+    if (offset > buf->bytes || len > buf->bytes - offset)
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH, "cpu backend: read out of bounds");
+    if (len > 0)
+        memcpy(data, buf->data + offset, (size_t)len);
+    return TSR_OK;
+}
+
+static tsr_status cpu_compile(tsrd_backend *b, const tsr_region *r, const tsr_candidate *c,
+                              const char *arch, uint8_t **bin, size_t *len, tsr_error *err)
+{
+    bool known = strcmp(c->name, "reference") == 0 ||
+                 (b->test_faults && (strcmp(c->name, TSRD_TEST_FAULT_CANDIDATE) == 0 ||
+                                     strcmp(c->name, TSRD_TEST_HANG_CANDIDATE) == 0));
+    if (!known || strcmp(arch, "cpu") != 0)
+        return tsr_error_set(err, TSR_UNSUPPORTED,
+                             "cpu backend: cannot compile candidate '%s' for arch '%s'", c->name,
+                             arch);
+    char *text = NULL;
+    tsr_status st = tsr_region_to_json(r, 0, &text, err);
+    if (st != TSR_OK)
+        return tsr_error_prefix(err, "cpu backend: plan");
+    *bin = (uint8_t *)text;
+    *len = strlen(text);
+    return TSR_OK;
+}
+
+static tsr_status cpu_load(tsrd_backend *b, int device, const tsr_region *r, const tsr_candidate *c,
+                           const uint8_t *bin, size_t len, tsrd_kobj **out, tsr_error *err)
+{
+    (void)device;
+    (void)r;
+    tsr_status st = cpu_alive(b, err);
+    if (st != TSR_OK)
+        return st;
+    tsrd_kobj *k = calloc(1, sizeof *k);
+    if (k == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "cpu backend: out of memory");
+    k->faults = strcmp(c->name, TSRD_TEST_FAULT_CANDIDATE) == 0;
+    k->hangs = strcmp(c->name, TSRD_TEST_HANG_CANDIDATE) == 0;
+    k->generation = atomic_load(&b->generation);
+    st = tsr_region_from_json((const char *)bin, len, &k->region, err);
+    if (st != TSR_OK) {
+        free(k);
+        return tsr_error_prefix(err, "cpu backend: stored plan does not load");
+    }
+    *out = k;
+    return TSR_OK;
+}
+
+static void cpu_unload(tsrd_backend *b, tsrd_kobj *k)
+{
+    (void)b;
+    if (k != NULL)
+        tsr_region_free(&k->region);
+    free(k);
+}
+
+static tsr_status cpu_stream_create(tsrd_backend *b, int device, tsrd_stream **out, tsr_error *err)
+{
+    (void)device;
+    tsr_status st = cpu_alive(b, err);
+    if (st != TSR_OK)
+        return st;
+    *out = calloc(1, sizeof **out);
+    if (*out == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "cpu backend: out of memory");
+    (*out)->generation = atomic_load(&b->generation);
+    return TSR_OK;
+}
+
+static void cpu_stream_destroy(tsrd_backend *b, tsrd_stream *s)
+{
+    (void)b;
+    free(s);
+}
+
+static double cpu_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static tsr_status cpu_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
+                             tsrd_dbuf *const *inputs, int n_inputs, tsrd_dbuf *output,
+                             tsr_error *err)
+{
+    const void *in[TSR_MAX_REGION_INPUTS];
+    if (n_inputs < 0 || n_inputs > TSR_MAX_REGION_INPUTS)
+        return tsr_error_set(err, TSR_INTERNAL, "cpu backend: %d inputs", n_inputs);
+    tsr_status st = cpu_current(b, s->generation, "the session's stream", err);
+    if (st == TSR_OK)
+        st = cpu_current(b, k->generation, "the loaded kernel", err);
+    for (int i = 0; st == TSR_OK && i < n_inputs; i++) {
+        st = cpu_current(b, inputs[i]->generation, "an input buffer's device memory", err);
+        in[i] = inputs[i]->data;
+    }
+    if (st == TSR_OK)
+        st = cpu_current(b, output->generation, "the output buffer's device memory", err);
+    if (st != TSR_OK)
+        return st;
+    while (k->hangs) {
+        struct timespec ts = {1, 0};
+        nanosleep(&ts, NULL);
+    }
+    if (k->faults) {
+        atomic_store(&b->lost, 1);
+        return tsr_error_set(err, TSR_DEVICE_LOST,
+                             "cpu backend: %s faulted the device (simulated illegal address)",
+                             TSRD_TEST_FAULT_CANDIDATE);
+    }
+    double start = cpu_now_ms();
+    st = tsr_ref_run(&k->region, in, output->data, b->threads, err);
+    s->pending_ms += cpu_now_ms() - start;
+    return st;
+}
+
+static tsr_status cpu_synchronize(tsrd_backend *b, tsrd_stream *s, double *device_ms,
+                                  tsr_error *err)
+{
+    if (device_ms != NULL)
+        *device_ms = s->pending_ms;
+    s->pending_ms = 0;
+    return cpu_current(b, s->generation, "the session's stream", err);
+}
+
+/* ---- the data plane: host memory needs no registration; no device IPC or
+ * graphs (a batch runs its launches one by one) ---- */
+
+static tsr_status cpu_host_register(tsrd_backend *b, void *host, uint64_t len, int fd, void **token,
+                                    tsr_error *err)
+{
+    (void)b, (void)host, (void)len, (void)fd, (void)err;
+    *token = NULL;
+    return TSR_OK;
+}
+
+static void cpu_host_unregister(tsrd_backend *b, void *token)
+{
+    (void)b, (void)token;
+}
+
+static tsr_status cpu_buffer_copy_registered(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset,
+                                             void *host, uint64_t len, int to_device,
+                                             tsr_error *err)
+{
+    return to_device ? cpu_buffer_write(b, buf, offset, host, len, err)
+                     : cpu_buffer_read(b, buf, offset, host, len, err);
+}
+
+static tsr_status cpu_buffer_import(tsrd_backend *b, int device, const uint8_t *handle,
+                                    size_t handle_len, uint64_t offset, uint64_t bytes,
+                                    tsrd_dbuf **out, tsr_error *err)
+{
+    (void)b, (void)device, (void)handle, (void)handle_len, (void)offset, (void)bytes, (void)out;
+    return tsr_error_set(err, TSR_UNSUPPORTED,
+                         "cpu backend: no device memory to import (CUDA IPC "
+                         "needs the cuda backend)");
+}
+
+static tsr_status cpu_graph_begin(tsrd_backend *b, tsrd_stream *s, tsr_error *err)
+{
+    (void)b, (void)s;
+    return tsr_error_set(err, TSR_UNSUPPORTED, "cpu backend: no graph capture");
+}
+
+static tsr_status cpu_graph_end(tsrd_backend *b, tsrd_stream *s, tsrd_graph **out, tsr_error *err)
+{
+    (void)b, (void)s, (void)out;
+    return tsr_error_set(err, TSR_UNSUPPORTED, "cpu backend: no graph capture");
+}
+
+static tsr_status cpu_graph_launch(tsrd_backend *b, tsrd_graph *g, tsrd_stream *s, tsr_error *err)
+{
+    (void)b, (void)g, (void)s;
+    return tsr_error_set(err, TSR_UNSUPPORTED, "cpu backend: no graph capture");
+}
+
+static void cpu_graph_destroy(tsrd_backend *b, tsrd_graph *g)
+{
+    (void)b, (void)g;
+}
+
+static int cpu_lost(tsrd_backend *b)
+{
+    return atomic_load(&b->lost);
+}
+
+static tsr_status cpu_recover(tsrd_backend *b, tsr_error *err)
+{
+    (void)err;
+    atomic_fetch_add(&b->generation, 1);
+    atomic_store(&b->lost, 0);
+    return TSR_OK;
+}
+
+const tsrd_backend_ops tsrd_backend_cpu = {
+    .name = "cpu",
+    .codegen_version = CPU_PLAN_VERSION,
+    .open = cpu_open,
+    .close = cpu_close,
+    .device_count = cpu_device_count,
+    .device_info = cpu_device_info,
+    .driver_version = cpu_no_version,
+    .compiler_version = cpu_no_version,
+    .serves_arch = cpu_serves_arch,
+    .register_candidates = cpu_register_candidates,
+    .buffer_alloc = cpu_buffer_alloc,
+    .buffer_free = cpu_buffer_free,
+    .buffer_write = cpu_buffer_write,
+    .buffer_read = cpu_buffer_read,
+    .compile = cpu_compile,
+    .load = cpu_load,
+    .unload = cpu_unload,
+    .stream_create = cpu_stream_create,
+    .stream_destroy = cpu_stream_destroy,
+    .launch = cpu_launch,
+    .synchronize = cpu_synchronize,
+    .host_register = cpu_host_register,
+    .host_unregister = cpu_host_unregister,
+    .buffer_copy_registered = cpu_buffer_copy_registered,
+    .buffer_import = cpu_buffer_import,
+    .graph_begin = cpu_graph_begin,
+    .graph_end = cpu_graph_end,
+    .graph_launch = cpu_graph_launch,
+    .graph_destroy = cpu_graph_destroy,
+    .lost = cpu_lost,
+    .recover = cpu_recover,
+};

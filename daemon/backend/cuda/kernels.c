@@ -1,0 +1,611 @@
+/*
+ * cuda_kernels.c — the CUDA backend's candidates, compiled blobs and tier-3
+ * launch plans, as host-only code that runs without a device.
+ *
+ * The blob header is written field by field in little-endian order rather than
+ * as a struct image, so a cache directory stays readable by any build of the
+ * daemon with the same TSRI_CUDA_BLOB_VERSION. The tier-3 rules live in one
+ * place, kernels_plan_rules behind tsri_gemm_plan_make (Hopper) and
+ * tsri_gemm80_plan_make (Ampere): the candidates' applies predicates, compile
+ * and the launch all ask them, so a region is never accepted by one and refused
+ * by another.
+ */
+#include "backend/cuda/kernels.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tessera/codegen.h"
+#include "tessera/json.h"
+
+static const uint8_t kernels_blob_magic[8] = {'T', 'S', 'R', 'C', 'U', 'D', 'A', '1'};
+
+/* ---- blob ---- */
+
+static void kernels_put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t kernels_get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Header layout: magic[8], version, image, entry[64], grid[3], block[3],
+ * shared_bytes, n_params, payload_len (low, high), zero padding to 128. */
+enum {
+    BLOB_OFF_VERSION = 8,
+    BLOB_OFF_IMAGE = 12,
+    BLOB_OFF_ENTRY = 16,
+    BLOB_OFF_GRID = 80,
+    BLOB_OFF_BLOCK = 92,
+    BLOB_OFF_SHARED = 104,
+    BLOB_OFF_NPARAMS = 108,
+    BLOB_OFF_PAYLOAD_LEN = 112,
+};
+
+tsr_status tsri_cuda_blob_encode(const tsri_cuda_launch_desc *desc, const uint8_t *payload,
+                                 size_t payload_len, uint8_t **out, size_t *out_len, tsr_error *err)
+{
+    uint8_t *blob = calloc(1, TSRI_CUDA_BLOB_HEADER + payload_len);
+    if (blob == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "cuda blob: out of memory");
+    memcpy(blob, kernels_blob_magic, sizeof kernels_blob_magic);
+    kernels_put32(blob + BLOB_OFF_VERSION, TSRI_CUDA_BLOB_VERSION);
+    kernels_put32(blob + BLOB_OFF_IMAGE, (uint32_t)desc->image);
+    snprintf((char *)blob + BLOB_OFF_ENTRY, sizeof desc->entry, "%s", desc->entry);
+    for (int i = 0; i < 3; i++) {
+        kernels_put32(blob + BLOB_OFF_GRID + 4 * i, desc->grid[i]);
+        kernels_put32(blob + BLOB_OFF_BLOCK + 4 * i, desc->block[i]);
+    }
+    kernels_put32(blob + BLOB_OFF_SHARED, desc->shared_bytes);
+    kernels_put32(blob + BLOB_OFF_NPARAMS, (uint32_t)desc->n_params);
+    kernels_put32(blob + BLOB_OFF_PAYLOAD_LEN, (uint32_t)payload_len);
+    kernels_put32(blob + BLOB_OFF_PAYLOAD_LEN + 4, (uint32_t)((uint64_t)payload_len >> 32));
+    if (payload_len > 0)
+        memcpy(blob + TSRI_CUDA_BLOB_HEADER, payload, payload_len);
+    *out = blob;
+    *out_len = TSRI_CUDA_BLOB_HEADER + payload_len;
+    return TSR_OK;
+}
+
+tsr_status tsri_cuda_blob_decode(const uint8_t *bin, size_t len, tsri_cuda_launch_desc *desc,
+                                 const uint8_t **payload, size_t *payload_len, tsr_error *err)
+{
+    memset(desc, 0, sizeof *desc);
+    if (bin == NULL || len < TSRI_CUDA_BLOB_HEADER ||
+        memcmp(bin, kernels_blob_magic, sizeof kernels_blob_magic) != 0)
+        return tsr_error_set(err, TSR_CORRUPT, "cuda blob: not a tesserad CUDA kernel");
+    uint32_t version = kernels_get32(bin + BLOB_OFF_VERSION);
+    if (version != TSRI_CUDA_BLOB_VERSION)
+        return tsr_error_set(err, TSR_CORRUPT, "cuda blob: format version %u, expected %u", version,
+                             TSRI_CUDA_BLOB_VERSION);
+    uint64_t plen = (uint64_t)kernels_get32(bin + BLOB_OFF_PAYLOAD_LEN) |
+                    (uint64_t)kernels_get32(bin + BLOB_OFF_PAYLOAD_LEN + 4) << 32;
+    desc->image = (tsri_cuda_image)kernels_get32(bin + BLOB_OFF_IMAGE);
+    memcpy(desc->entry, bin + BLOB_OFF_ENTRY, sizeof desc->entry);
+    for (int i = 0; i < 3; i++) {
+        desc->grid[i] = kernels_get32(bin + BLOB_OFF_GRID + 4 * i);
+        desc->block[i] = kernels_get32(bin + BLOB_OFF_BLOCK + 4 * i);
+    }
+    desc->shared_bytes = kernels_get32(bin + BLOB_OFF_SHARED);
+    desc->n_params = (int32_t)kernels_get32(bin + BLOB_OFF_NPARAMS);
+    bool image_ok = (desc->image == TSRI_CUDA_IMAGE_CUBIN && plen > 0) ||
+                    (desc->image == TSRI_CUDA_IMAGE_EMBEDDED && plen == 0) ||
+                    (desc->image == TSRI_CUDA_IMAGE_REFERENCE && plen > 0);
+    if (plen != len - TSRI_CUDA_BLOB_HEADER || !image_ok ||
+        memchr(desc->entry, '\0', sizeof desc->entry) == NULL || desc->entry[0] == '\0' ||
+        desc->n_params < 1 || desc->n_params > TSR_MAX_REGION_INPUTS + 1)
+        return tsr_error_set(err, TSR_CORRUPT, "cuda blob: inconsistent header");
+    for (int i = 0; i < 3; i++)
+        if (desc->grid[i] == 0 || desc->block[i] == 0)
+            return tsr_error_set(err, TSR_CORRUPT, "cuda blob: empty launch geometry");
+    *payload = bin + TSRI_CUDA_BLOB_HEADER;
+    *payload_len = (size_t)plen;
+    return TSR_OK;
+}
+
+void tsri_cuda_arch_name(int major, int minor, char *buf, size_t size)
+{
+    snprintf(buf, size, "sm_%d%d%s", major, minor, major == 9 && minor == 0 ? "a" : "");
+}
+
+/* ---- tier-3 plan ---- */
+
+static const char *kernels_dtype_tag(tsr_dtype dtype)
+{
+    return dtype == TSR_F32 ? "f32" : dtype == TSR_F16 ? "f16" : "bf16";
+}
+
+/* The rules both families share and the plan fields that follow from the
+ * region alone; the caller adds the family's geometry and entry name. */
+static tsr_status kernels_plan_rules(const tsr_region *r, tsri_gemm_plan *out, tsr_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->bias_input = -1;
+    out->residual_input = -1;
+    int64_t m, n, k;
+    const char *n_name = "N";
+    switch (r->kind) {
+    case TSR_KIND_MATMUL:
+        m = r->u.matmul.m, n = r->u.matmul.n, k = r->u.matmul.k;
+        break;
+    case TSR_KIND_FUSED: {
+        const tsr_fused_desc *f = &r->u.fused;
+        if (f->n_prologue > 0)
+            return tsr_error_set(err, TSR_UNSUPPORTED, "has a prologue");
+        if (f->reduction != TSR_REDUCTION_NONE)
+            return tsr_error_set(err, TSR_UNSUPPORTED, "has a row reduction");
+        if (f->n_epilogue > TSR_GEMM_MAX_EPILOGUE)
+            return tsr_error_set(err, TSR_UNSUPPORTED, "epilogue longer than %d",
+                                 TSR_GEMM_MAX_EPILOGUE);
+        int next = 2;
+        for (int i = 0; i < f->n_epilogue; i++) {
+            out->ops[i] = (int)f->epilogue[i];
+            if (f->epilogue[i] == TSR_OP_BIAS && out->bias_input < 0)
+                out->bias_input = next++;
+        }
+        out->n_ops = f->n_epilogue;
+        if (f->residual)
+            out->residual_input = next;
+        m = f->m, n = f->n, k = f->k;
+        break;
+    }
+    case TSR_KIND_GATED:
+        m = r->u.gated.m, n = r->u.gated.h, k = r->u.gated.k;
+        out->gated = 1;
+        out->gate_act = (int)r->u.gated.gate_act;
+        n_name = "H";
+        break;
+    default:
+        return tsr_error_set(err, TSR_UNSUPPORTED, "%s regions are not GEMMs",
+                             tsr_region_kind_name(r->kind));
+    }
+    if (r->dtype != TSR_BF16 && r->dtype != TSR_F16)
+        return tsr_error_set(err, TSR_UNSUPPORTED, "dtype %s (needs bf16 or f16)",
+                             tsr_dtype_name(r->dtype));
+    if (k % 8 != 0)
+        return tsr_error_set(err, TSR_UNSUPPORTED, "K not a multiple of 8");
+    if (n % 8 != 0)
+        return tsr_error_set(err, TSR_UNSUPPORTED, "%s not a multiple of 8", n_name);
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+        return tsr_error_set(err, TSR_UNSUPPORTED, "a dimension past 2^31 - 1");
+    out->m = (int)m, out->n = (int)n, out->k = (int)k;
+    out->map_dtype =
+        r->dtype == TSR_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    return TSR_OK;
+}
+
+/* Tile count of a bm x bn tiling, which is also each family's grid size before
+ * the launch clamps a persistent one. */
+static tsr_status kernels_plan_tiles(tsri_gemm_plan *out, int bm, int bn, tsr_error *err)
+{
+    int64_t tiles = (((int64_t)out->m + bm - 1) / bm) * (((int64_t)out->n + bn - 1) / bn);
+    if (tiles > INT32_MAX)
+        return tsr_error_set(err, TSR_UNSUPPORTED, "more than 2^31 - 1 tiles");
+    out->grid = (uint32_t)tiles;
+    return TSR_OK;
+}
+
+tsr_status tsri_gemm_plan_make(const tsr_region *r, tsri_gemm_plan *out, tsr_error *err)
+{
+    tsr_status st = kernels_plan_rules(r, out, err);
+    if (st == TSR_OK)
+        st =
+            kernels_plan_tiles(out, TSR_GEMM_BM, out->gated ? TSR_GEMM_BN_GATED : TSR_GEMM_BN, err);
+    if (st != TSR_OK)
+        return st;
+    out->family = TSRI_GEMM_WGMMA;
+    out->block = TSR_GEMM_THREADS;
+    out->shared_bytes = TSR_GEMM_SMEM_BYTES;
+    snprintf(out->entry, sizeof out->entry, "tsr_gemm_%s_%s%s", kernels_dtype_tag(r->dtype),
+             kernels_dtype_tag(r->out_dtype), out->gated ? "_gated" : "");
+    return TSR_OK;
+}
+
+tsr_status tsri_gemm80_plan_make(const tsr_region *r, tsri_gemm_plan *out, tsr_error *err)
+{
+    tsr_status st = kernels_plan_rules(r, out, err);
+    if (st == TSR_OK)
+        st = kernels_plan_tiles(out, TSR_GEMM80_BM,
+                                out->gated ? TSR_GEMM80_BN_GATED : TSR_GEMM80_BN, err);
+    if (st != TSR_OK)
+        return st;
+    out->family = TSRI_GEMM_MMA80;
+    out->block = TSR_GEMM80_THREADS;
+    out->shared_bytes = TSR_GEMM80_SMEM_BYTES;
+    snprintf(out->entry, sizeof out->entry, "tsr_gemm80_%s_%s%s", kernels_dtype_tag(r->dtype),
+             kernels_dtype_tag(r->out_dtype), out->gated ? "_gated" : "");
+    return TSR_OK;
+}
+
+static int kernels_is_mma80(const tsr_candidate *c)
+{
+    return strcmp(c->name, TSRI_CUDA_GEMM80) == 0 || strcmp(c->name, TSRI_CUDA_SWIGLU80) == 0;
+}
+
+tsr_status tsri_gemm_plan_for(const tsr_candidate *c, const tsr_region *r, tsri_gemm_plan *out,
+                              tsr_error *err)
+{
+    if (!tsri_cuda_candidate_is_tier3(c))
+        return tsr_error_set(err, TSR_UNSUPPORTED, "%s is not a tier-3 GEMM", c->name);
+    return kernels_is_mma80(c) ? tsri_gemm80_plan_make(r, out, err)
+                               : tsri_gemm_plan_make(r, out, err);
+}
+
+static void kernels_tmap(tsri_tmap_args *t, CUtensorMapDataType dtype, CUdeviceptr address,
+                         int rows, int cols, uint32_t box_cols, uint32_t box_rows)
+{
+    memset(t, 0, sizeof *t);
+    t->dtype = dtype;
+    t->rank = 2;
+    t->address = (void *)(uintptr_t)address;
+    t->dims[0] = (cuuint64_t)cols;
+    t->dims[1] = (cuuint64_t)rows;
+    t->strides[0] = (cuuint64_t)cols * 2;
+    t->box[0] = box_cols;
+    t->box[1] = box_rows;
+    t->element_strides[0] = 1;
+    t->element_strides[1] = 1;
+    t->interleave = CU_TENSOR_MAP_INTERLEAVE_NONE;
+    t->swizzle = CU_TENSOR_MAP_SWIZZLE_128B;
+    t->l2_promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+    t->oob_fill = CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE;
+}
+
+/* The checks both families' launches make, then the shared kernel parameters. */
+static tsr_status kernels_launch_params(const tsri_gemm_plan *plan, const CUdeviceptr *inputs,
+                                        int n_inputs, CUdeviceptr output, tsr_gemm_params *params,
+                                        tsr_error *err)
+{
+    int want = plan->gated ? 3 : 2 + (plan->bias_input >= 0) + (plan->residual_input >= 0);
+    if (n_inputs != want)
+        return tsr_error_set(err, TSR_INTERNAL, "gemm launch: %d inputs, expected %d", n_inputs,
+                             want);
+    for (int i = 0; i < n_inputs; i++)
+        if (inputs[i] % 16 != 0)
+            return tsr_error_set(err, TSR_BUFFER_MISMATCH,
+                                 "gemm launch: input %d is not 16-byte aligned", i);
+    if (output % 16 != 0)
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH,
+                             "gemm launch: the output is not 16-byte aligned");
+    memset(params, 0, sizeof *params);
+    params->m = plan->m;
+    params->n = plan->n;
+    params->k = plan->k;
+    params->n_ops = plan->n_ops;
+    memcpy(params->ops, plan->ops, sizeof params->ops);
+    params->gate_act = plan->gate_act;
+    params->bias = plan->bias_input >= 0 ? (const void *)(uintptr_t)inputs[plan->bias_input] : NULL;
+    params->residual =
+        plan->residual_input >= 0 ? (const void *)(uintptr_t)inputs[plan->residual_input] : NULL;
+    params->out = (void *)(uintptr_t)output;
+    return TSR_OK;
+}
+
+tsr_status tsri_gemm_launch_args(const tsri_gemm_plan *plan, const CUdeviceptr *inputs,
+                                 int n_inputs, CUdeviceptr output, tsri_tmap_args maps[3],
+                                 tsr_gemm_params *params, tsr_error *err)
+{
+    tsr_status st = kernels_launch_params(plan, inputs, n_inputs, output, params, err);
+    if (st != TSR_OK)
+        return st;
+    /* A (M,K) is K-contiguous: dims {K, M}, 64 x 128 boxes. B (K,N) is
+     * N-contiguous: dims {N, K}, 64 x 64 boxes (the kernel loads four per stage). */
+    kernels_tmap(&maps[0], plan->map_dtype, inputs[0], plan->m, plan->k, TSR_GEMM_BK, TSR_GEMM_BM);
+    kernels_tmap(&maps[1], plan->map_dtype, inputs[1], plan->k, plan->n, 64, TSR_GEMM_BK);
+    kernels_tmap(&maps[2], plan->map_dtype, plan->gated ? inputs[2] : inputs[1], plan->k, plan->n,
+                 64, TSR_GEMM_BK);
+    /* MN-major B tiles: 64-column chunks of 64 K rows x 128 bytes lie 8 KiB
+     * apart; groups of 8 K rows are 1 KiB apart (128-byte swizzle). */
+    params->b_lbo = 8192;
+    params->b_sbo = 1024;
+    return TSR_OK;
+}
+
+tsr_status tsri_gemm80_launch_args(const tsri_gemm_plan *plan, const CUdeviceptr *inputs,
+                                   int n_inputs, CUdeviceptr output, CUdeviceptr operands[3],
+                                   tsr_gemm_params *params, tsr_error *err)
+{
+    tsr_status st = kernels_launch_params(plan, inputs, n_inputs, output, params, err);
+    if (st != TSR_OK)
+        return st;
+    operands[0] = inputs[0];
+    operands[1] = inputs[1];
+    operands[2] = plan->gated ? inputs[2] : inputs[1];
+    return TSR_OK;
+}
+
+/* ---- candidates ---- */
+
+static bool kernels_tier1_applies(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                                  char *why, size_t why_len)
+{
+    (void)c;
+    (void)r;
+    if (tsrd_nvrtc_arch_valid(arch))
+        return true;
+    snprintf(why, why_len, "arch '%s' is not a CUDA architecture", arch);
+    return false;
+}
+
+static bool kernels_tier3_applies(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                                  char *why, size_t why_len)
+{
+    (void)c;
+    if (strcmp(arch, TSRI_CUDA_TIER3_ARCH) != 0) {
+        snprintf(why, why_len, "built for %s only, not %s", TSRI_CUDA_TIER3_ARCH, arch);
+        return false;
+    }
+    if (tsri_gemm_sm90_cubin_len == 0) {
+        snprintf(why, why_len, "this tesserad was built without nvcc (no tier-3 kernels)");
+        return false;
+    }
+    tsri_gemm_plan plan;
+    tsr_error err;
+    if (tsri_gemm_plan_make(r, &plan, &err) != TSR_OK) {
+        snprintf(why, why_len, "%s", err.message);
+        return false;
+    }
+    return true;
+}
+
+/* sm_80 .. sm_89 run the image's sm_80 code, Hopper its sm_90 code. */
+static bool kernels_mma80_arch(const char *arch)
+{
+    if (strcmp(arch, "sm_90") == 0 || strcmp(arch, "sm_90a") == 0)
+        return true;
+    return strncmp(arch, "sm_8", 4) == 0 && arch[4] >= '0' && arch[4] <= '9' && arch[5] == '\0';
+}
+
+static bool kernels_mma80_applies(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                                  char *why, size_t why_len)
+{
+    (void)c;
+    if (!kernels_mma80_arch(arch)) {
+        snprintf(why, why_len, "built for sm_80 .. sm_89 and sm_90, not %s", arch);
+        return false;
+    }
+    if (tsri_gemm_sm80_image_len == 0) {
+        snprintf(why, why_len, "this tesserad was built without nvcc (no tier-3 kernels)");
+        return false;
+    }
+    tsri_gemm_plan plan;
+    tsr_error err;
+    if (tsri_gemm80_plan_make(r, &plan, &err) != TSR_OK) {
+        snprintf(why, why_len, "%s", err.message);
+        return false;
+    }
+    return true;
+}
+
+void tsri_cuda_candidate_reference(tsr_candidate *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_REFERENCE);
+    out->tier = 0;
+    out->version = TSRI_CUDA_REFERENCE_VERSION;
+    out->kinds = (1u << TSR_KIND_COUNT) - 1;
+}
+
+void tsri_cuda_candidate_tier1(tsr_candidate *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_TIER1);
+    out->tier = 1;
+    out->version = TSRI_CUDA_TIER1_VERSION;
+    out->kinds = (1u << TSR_KIND_COUNT) - 1;
+    out->applies = kernels_tier1_applies;
+}
+
+void tsri_cuda_candidate_gemm(tsr_candidate *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_GEMM);
+    out->tier = 3;
+    out->version = TSRI_CUDA_TIER3_VERSION;
+    out->kinds = 1u << TSR_KIND_MATMUL | 1u << TSR_KIND_FUSED;
+    out->applies = kernels_tier3_applies;
+}
+
+void tsri_cuda_candidate_swiglu(tsr_candidate *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_SWIGLU);
+    out->tier = 3;
+    out->version = TSRI_CUDA_TIER3_VERSION;
+    out->kinds = 1u << TSR_KIND_GATED;
+    out->applies = kernels_tier3_applies;
+}
+
+void tsri_cuda_candidate_gemm80(tsr_candidate *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_GEMM80);
+    out->tier = 3;
+    out->version = TSRI_CUDA_MMA80_VERSION;
+    out->kinds = 1u << TSR_KIND_MATMUL | 1u << TSR_KIND_FUSED;
+    out->applies = kernels_mma80_applies;
+}
+
+void tsri_cuda_candidate_swiglu80(tsr_candidate *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_SWIGLU80);
+    out->tier = 3;
+    out->version = TSRI_CUDA_MMA80_VERSION;
+    out->kinds = 1u << TSR_KIND_GATED;
+    out->applies = kernels_mma80_applies;
+}
+
+void tsri_cuda_candidate_test_fault(tsr_candidate *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_TEST_FAULT);
+    out->tier = 1;
+    out->version = TSRI_CUDA_TEST_FAULT_VERSION;
+    out->kinds = (1u << TSR_KIND_COUNT) - 1;
+    out->forced_only = true;
+}
+
+int tsri_cuda_candidate_is_tier3(const tsr_candidate *c)
+{
+    return strcmp(c->name, TSRI_CUDA_GEMM) == 0 || strcmp(c->name, TSRI_CUDA_SWIGLU) == 0 ||
+           kernels_is_mma80(c);
+}
+
+tsr_status tsri_cuda_register_candidates(tsr_arbiter *arbiter, tsr_error *err)
+{
+    tsr_candidate c;
+    tsri_cuda_candidate_reference(&c);
+    tsr_status st = tsr_arbiter_register(arbiter, &c, err);
+    tsri_cuda_candidate_tier1(&c);
+    if (st == TSR_OK)
+        st = tsr_arbiter_register(arbiter, &c, err);
+    tsri_cuda_candidate_gemm(&c);
+    if (st == TSR_OK)
+        st = tsr_arbiter_register(arbiter, &c, err);
+    tsri_cuda_candidate_swiglu(&c);
+    if (st == TSR_OK)
+        st = tsr_arbiter_register(arbiter, &c, err);
+    /* After the wgmma pair: equal tier, so on Hopper the tie goes to those. */
+    tsri_cuda_candidate_gemm80(&c);
+    if (st == TSR_OK)
+        st = tsr_arbiter_register(arbiter, &c, err);
+    tsri_cuda_candidate_swiglu80(&c);
+    if (st == TSR_OK)
+        st = tsr_arbiter_register(arbiter, &c, err);
+    return st;
+}
+
+/* ---- compile ---- */
+
+static tsr_status kernels_compile_tier1(const tsrd_nvrtc *nv, int sm_count, const tsr_region *r,
+                                        const char *arch, uint8_t **bin, size_t *len,
+                                        tsr_error *err)
+{
+    if (nv == NULL)
+        return tsr_error_set(err, TSR_UNSUPPORTED, "tier1: NVRTC is not available");
+    tsr_codegen_target target = {.arch = arch, .sm_count = sm_count};
+    tsr_codegen_kernel kernel;
+    tsr_status st = tsr_codegen_emit(r, &target, &kernel, err);
+    if (st != TSR_OK)
+        return tsr_error_prefix(err, "tier1: codegen");
+    uint8_t *cubin = NULL;
+    size_t cubin_len = 0;
+    st = tsrd_nvrtc_compile(nv, kernel.source, "tier1.cu", arch, &cubin, &cubin_len, NULL, err);
+    if (st == TSR_OK) {
+        tsri_cuda_launch_desc desc = {.image = TSRI_CUDA_IMAGE_CUBIN,
+                                      .shared_bytes = kernel.launch.shared_bytes,
+                                      .n_params = kernel.launch.n_params};
+        snprintf(desc.entry, sizeof desc.entry, "%s", kernel.launch.entry);
+        memcpy(desc.grid, kernel.launch.grid, sizeof desc.grid);
+        memcpy(desc.block, kernel.launch.block, sizeof desc.block);
+        st = tsri_cuda_blob_encode(&desc, cubin, cubin_len, bin, len, err);
+    } else {
+        tsr_error_prefix(err, "tier1");
+    }
+    free(cubin);
+    tsr_codegen_kernel_free(&kernel);
+    return st;
+}
+
+/* The reference's blob: the region's JSON form, which the launch runs on the
+ * host. */
+static tsr_status kernels_compile_reference(const tsr_region *r, uint8_t **bin, size_t *len,
+                                            tsr_error *err)
+{
+    char *json = NULL;
+    tsr_status st = tsr_region_to_json(r, 0, &json, err);
+    if (st != TSR_OK)
+        return tsr_error_prefix(err, "%s", TSRI_CUDA_REFERENCE);
+    tsr_tensor_desc inputs[TSR_MAX_REGION_INPUTS], output;
+    tsri_cuda_launch_desc desc = {.image = TSRI_CUDA_IMAGE_REFERENCE,
+                                  .grid = {1, 1, 1},
+                                  .block = {1, 1, 1},
+                                  .n_params = tsr_region_signature(r, inputs, &output) + 1};
+    snprintf(desc.entry, sizeof desc.entry, "tsr_reference");
+    st = tsri_cuda_blob_encode(&desc, (const uint8_t *)json, strlen(json), bin, len, err);
+    free(json);
+    return st;
+}
+
+/* The test_fault kernel: the region's parameters (so that launches pass the
+ * usual checks) and one store through an index no allocation reaches. */
+static tsr_status kernels_compile_test_fault(const tsrd_nvrtc *nv, const tsr_region *r,
+                                             const char *arch, uint8_t **bin, size_t *len,
+                                             tsr_error *err)
+{
+    if (nv == NULL)
+        return tsr_error_set(err, TSR_UNSUPPORTED, "%s: NVRTC is not available",
+                             TSRI_CUDA_TEST_FAULT);
+    tsr_tensor_desc inputs[TSR_MAX_REGION_INPUTS], output;
+    int n_params = tsr_region_signature(r, inputs, &output) + 1;
+    char source[1024];
+    int at = snprintf(source, sizeof source, "extern \"C\" __global__ void tsr_test_fault(");
+    for (int i = 0; i < n_params; i++)
+        at += snprintf(source + at, sizeof source - (size_t)at, "%sfloat *p%d", i ? ", " : "", i);
+    snprintf(source + at, sizeof source - (size_t)at,
+             ")\n{\n"
+             "    /* 2^40 elements past the output: no allocation is there. */\n"
+             "    if (blockIdx.x == 0 && threadIdx.x == 0)\n"
+             "        ((volatile float *)p%d)[1ull << 40] = 1.0f;\n"
+             "}\n",
+             n_params - 1);
+    uint8_t *cubin = NULL;
+    size_t cubin_len = 0;
+    tsr_status st =
+        tsrd_nvrtc_compile(nv, source, "test_fault.cu", arch, &cubin, &cubin_len, NULL, err);
+    if (st == TSR_OK) {
+        tsri_cuda_launch_desc desc = {.image = TSRI_CUDA_IMAGE_CUBIN,
+                                      .grid = {1, 1, 1},
+                                      .block = {32, 1, 1},
+                                      .n_params = n_params};
+        snprintf(desc.entry, sizeof desc.entry, "tsr_test_fault");
+        st = tsri_cuda_blob_encode(&desc, cubin, cubin_len, bin, len, err);
+    } else {
+        tsr_error_prefix(err, "%s", TSRI_CUDA_TEST_FAULT);
+    }
+    free(cubin);
+    return st;
+}
+
+tsr_status tsri_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_region *r,
+                             const tsr_candidate *c, const char *arch, uint8_t **bin, size_t *len,
+                             tsr_error *err)
+{
+    char why[160] = "";
+    if (strcmp(c->name, TSRI_CUDA_TEST_FAULT) == 0)
+        return kernels_compile_test_fault(nv, r, arch, bin, len, err);
+    if (strcmp(c->name, TSRI_CUDA_REFERENCE) == 0)
+        return kernels_compile_reference(r, bin, len, err);
+    if (strcmp(c->name, TSRI_CUDA_TIER1) == 0) {
+        if (!kernels_tier1_applies(c, r, arch, why, sizeof why))
+            return tsr_error_set(err, TSR_UNSUPPORTED, "tier1: %s", why);
+        return kernels_compile_tier1(nv, sm_count, r, arch, bin, len, err);
+    }
+    if (!tsri_cuda_candidate_is_tier3(c))
+        return tsr_error_set(err, TSR_UNSUPPORTED, "cuda backend: no candidate '%s'", c->name);
+    if ((c->kinds & (1u << r->kind)) == 0)
+        return tsr_error_set(err, TSR_UNSUPPORTED, "%s: does not serve %s regions", c->name,
+                             tsr_region_kind_name(r->kind));
+    bool ok = kernels_is_mma80(c) ? kernels_mma80_applies(c, r, arch, why, sizeof why)
+                                  : kernels_tier3_applies(c, r, arch, why, sizeof why);
+    if (!ok)
+        return tsr_error_set(err, TSR_UNSUPPORTED, "%s: %s", c->name, why);
+    tsri_gemm_plan plan;
+    tsr_status st = tsri_gemm_plan_for(c, r, &plan, err);
+    if (st != TSR_OK)
+        return st;
+    tsri_cuda_launch_desc desc = {.image = TSRI_CUDA_IMAGE_EMBEDDED,
+                                  .grid = {plan.grid, 1, 1},
+                                  .block = {plan.block, 1, 1},
+                                  .shared_bytes = plan.shared_bytes,
+                                  .n_params = 4};
+    snprintf(desc.entry, sizeof desc.entry, "%s", plan.entry);
+    return tsri_cuda_blob_encode(&desc, NULL, 0, bin, len, err);
+}

@@ -1,0 +1,460 @@
+/*
+ * device_worker.c — `tesserad --device-worker`: the process that owns the
+ * device context for the isolated CUDA backend (device_wire.h has the
+ * protocol, backend_isolated.c the other end).
+ *
+ * It opens the in-process backend it is told to, registers that backend's
+ * candidates in a private arbiter (to find a candidate by name when loading),
+ * pins each channel's shared window with the backend so buffer copies run at
+ * DMA speed, sends a hello on channel 0, and serves every channel on its own
+ * thread. It trusts its parent: ids it receives are the pointers it handed
+ * out. When the parent closes a channel, or dies (PR_SET_PDEATHSIG), the worker
+ * exits; exiting is also how its device context is destroyed. (The death
+ * signal follows the thread that started the worker: the daemon's loop or a
+ * libuv pool thread, both of which live as long as the daemon.)
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "backend/isolated/wire.h"
+#include "tessera/json.h"
+
+/* The largest request payload accepted (a kernel binary and its region). */
+#define WORKER_PAYLOAD_MAX (256u << 20)
+
+typedef struct worker {
+    const tsrd_backend_ops *ops;
+    tsrd_backend *b;
+    tsr_arbiter *arbiter;
+} worker;
+
+/* A client segment mapped and pinned here (TSRD_DW_PIN). */
+typedef struct worker_pin {
+    uint8_t *base;
+    uint64_t len;
+    void *token;
+} worker_pin;
+
+typedef struct worker_channel {
+    worker *w;
+    int fd;
+    uint8_t *window;
+    bool pinned; /* the window is registered with the backend */
+    pthread_t thread;
+} worker_channel;
+
+int tsrd_dw_write_all(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int tsrd_dw_write_all_fd(int fd, const void *buf, size_t len, int send_fd)
+{
+    if (send_fd < 0 || len == 0)
+        return tsrd_dw_write_all(fd, buf, len);
+    union {
+        struct cmsghdr h;
+        char space[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+    struct msghdr msg = {.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = ctl.space,
+                         .msg_controllen = sizeof ctl.space};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &send_fd, sizeof send_fd);
+    ssize_t n;
+    do
+        n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n <= 0)
+        return -1;
+    return tsrd_dw_write_all(fd, (const uint8_t *)buf + n, len - (size_t)n);
+}
+
+int tsrd_dw_read_all_fd(int fd, void *buf, size_t len, int *recv_fd)
+{
+    *recv_fd = -1;
+    if (len == 0)
+        return 0;
+    union {
+        struct cmsghdr h;
+        char space[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    struct msghdr msg = {.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = ctl.space,
+                         .msg_controllen = sizeof ctl.space};
+    ssize_t n;
+    do
+        n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    while (n < 0 && errno == EINTR);
+    if (n <= 0)
+        return -1;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+            c->cmsg_len == CMSG_LEN(sizeof(int)))
+            memcpy(recv_fd, CMSG_DATA(c), sizeof *recv_fd);
+    return tsrd_dw_read_all(fd, (uint8_t *)buf + n, len - (size_t)n);
+}
+
+int tsrd_dw_read_all(int fd, void *buf, size_t len)
+{
+    uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = read(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int worker_reply(worker *w, int fd, tsr_status st, const tsr_error *err, const uint64_t r[2],
+                        const void *payload, uint32_t payload_len)
+{
+    tsrd_dw_reply rep = {.status = st, .lost = (uint32_t)w->ops->lost(w->b)};
+    if (r != NULL)
+        memcpy(rep.r, r, sizeof rep.r);
+    const char *msg = st != TSR_OK && err != NULL ? err->message : "";
+    rep.message_len = (uint32_t)strlen(msg);
+    rep.payload_len = payload_len;
+    if (tsrd_dw_write_all(fd, &rep, sizeof rep) != 0 ||
+        tsrd_dw_write_all(fd, msg, rep.message_len) != 0 ||
+        tsrd_dw_write_all(fd, payload, payload_len) != 0)
+        return -1;
+    return 0;
+}
+
+static tsr_status worker_load(worker *w, const tsrd_dw_request *q, const uint8_t *payload,
+                              uint64_t *id, tsr_error *err)
+{
+    size_t json_len = (size_t)q->a[1], blob_len = (size_t)q->a[2];
+    if (TSR_CANDIDATE_NAME_MAX + json_len + blob_len != q->payload_len)
+        return tsr_error_set(err, TSR_INTERNAL, "device worker: malformed load");
+    char name[TSR_CANDIDATE_NAME_MAX];
+    memcpy(name, payload, sizeof name);
+    name[sizeof name - 1] = '\0';
+    tsr_region r;
+    tsr_status st =
+        tsr_region_from_json((const char *)payload + TSR_CANDIDATE_NAME_MAX, json_len, &r, err);
+    if (st != TSR_OK)
+        return st;
+    const tsr_candidate *c = tsr_arbiter_find(w->arbiter, r.kind, name);
+    tsrd_kobj *k = NULL;
+    if (c == NULL)
+        st = tsr_error_set(err, TSR_INTERNAL, "device worker: no candidate %s", name);
+    else
+        st = w->ops->load(w->b, (int)q->a[0], &r, c, payload + TSR_CANDIDATE_NAME_MAX + json_len,
+                          blob_len, &k, err);
+    tsr_region_free(&r);
+    *id = (uint64_t)(uintptr_t)k;
+    return st;
+}
+
+static tsr_status worker_pin_make(worker *w, int fd, uint64_t len, uint64_t *id, tsr_error *err)
+{
+    if (fd < 0)
+        return tsr_error_set(err, TSR_INTERNAL, "device worker: pin without a descriptor");
+    worker_pin *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
+    void *base = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        free(p);
+        return tsr_error_set(err, TSR_IO_ERROR, "device worker: mmap segment: %s", strerror(errno));
+    }
+    p->base = base;
+    p->len = len;
+    tsr_status st = w->ops->host_register(w->b, base, len, -1, &p->token, err);
+    if (st != TSR_OK) {
+        munmap(base, (size_t)len);
+        free(p);
+        return st;
+    }
+    *id = (uint64_t)(uintptr_t)p;
+    return TSR_OK;
+}
+
+static void worker_pin_free(worker *w, worker_pin *p)
+{
+    if (p == NULL)
+        return;
+    w->ops->host_unregister(w->b, p->token);
+    munmap(p->base, (size_t)p->len);
+    free(p);
+}
+
+/* Serves one request; -1 when the channel is gone. */
+static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint8_t *payload,
+                        int passed_fd)
+{
+    worker *w = ch->w;
+    const tsrd_backend_ops *ops = w->ops;
+    tsrd_backend *b = w->b;
+    tsr_error err;
+    tsr_status st = TSR_OK;
+    uint64_t r[2] = {0, 0};
+    switch (q->op) {
+    case TSRD_DW_ALLOC: {
+        tsrd_dbuf *buf = NULL;
+        st = ops->buffer_alloc(b, (int)q->a[0], q->a[1], &buf, &err);
+        r[0] = (uint64_t)(uintptr_t)buf;
+        break;
+    }
+    case TSRD_DW_FREE:
+        ops->buffer_free(b, (tsrd_dbuf *)(uintptr_t)q->a[0]);
+        break;
+    case TSRD_DW_WRITE:
+    case TSRD_DW_READ: {
+        tsrd_dbuf *buf = (tsrd_dbuf *)(uintptr_t)q->a[0];
+        int to_device = q->op == TSRD_DW_WRITE;
+        if (q->a[2] > TSRD_DW_WINDOW)
+            st = tsr_error_set(&err, TSR_INTERNAL, "device worker: copy larger than the window");
+        else if (ch->pinned)
+            st = ops->buffer_copy_registered(b, buf, q->a[1], ch->window, q->a[2], to_device, &err);
+        else if (to_device)
+            st = ops->buffer_write(b, buf, q->a[1], ch->window, q->a[2], &err);
+        else
+            st = ops->buffer_read(b, buf, q->a[1], ch->window, q->a[2], &err);
+        break;
+    }
+    case TSRD_DW_LOAD:
+        st = worker_load(w, q, payload, &r[0], &err);
+        break;
+    case TSRD_DW_UNLOAD:
+        ops->unload(b, (tsrd_kobj *)(uintptr_t)q->a[0]);
+        break;
+    case TSRD_DW_STREAM_NEW: {
+        tsrd_stream *s = NULL;
+        st = ops->stream_create(b, (int)q->a[0], &s, &err);
+        r[0] = (uint64_t)(uintptr_t)s;
+        break;
+    }
+    case TSRD_DW_STREAM_FREE:
+        ops->stream_destroy(b, (tsrd_stream *)(uintptr_t)q->a[0]);
+        break;
+    case TSRD_DW_LAUNCH_MANY: {
+        /* Each launch: kernel, input count, output, inputs (u64 each). */
+        size_t words = q->payload_len / sizeof(uint64_t), at = 0;
+        const uint8_t *pp = payload;
+        uint64_t launched = 0;
+        for (uint64_t i = 0; st == TSR_OK && i < q->a[1]; i++) {
+            uint64_t head[3];
+            if (at + 3 > words) {
+                st = tsr_error_set(&err, TSR_INTERNAL, "device worker: malformed batch");
+                break;
+            }
+            memcpy(head, pp + at * sizeof(uint64_t), sizeof head);
+            at += 3;
+            int n = (int)head[1];
+            if (n < 0 || n > TSR_MAX_REGION_INPUTS || at + (size_t)n > words) {
+                st = tsr_error_set(&err, TSR_INTERNAL, "device worker: malformed batch");
+                break;
+            }
+            tsrd_dbuf *inputs[TSR_MAX_REGION_INPUTS];
+            for (int k = 0; k < n; k++) {
+                uint64_t id;
+                memcpy(&id, pp + (at + (size_t)k) * sizeof id, sizeof id);
+                inputs[k] = (tsrd_dbuf *)(uintptr_t)id;
+            }
+            at += (size_t)n;
+            st = ops->launch(b, (tsrd_kobj *)(uintptr_t)head[0], (tsrd_stream *)(uintptr_t)q->a[0],
+                             inputs, n, (tsrd_dbuf *)(uintptr_t)head[2], &err);
+            if (st == TSR_OK)
+                launched++;
+        }
+        r[0] = launched;
+        break;
+    }
+    case TSRD_DW_SYNC: {
+        double ms = 0;
+        st = ops->synchronize(b, (tsrd_stream *)(uintptr_t)q->a[0], &ms, &err);
+        memcpy(&r[0], &ms, sizeof ms);
+        break;
+    }
+    case TSRD_DW_IMPORT: {
+        tsrd_dbuf *buf = NULL;
+        st = ops->buffer_import(b, (int)q->a[0], payload, q->payload_len, q->a[1], q->a[2], &buf,
+                                &err);
+        r[0] = (uint64_t)(uintptr_t)buf;
+        break;
+    }
+    case TSRD_DW_GRAPH_BEGIN:
+        st = ops->graph_begin(b, (tsrd_stream *)(uintptr_t)q->a[0], &err);
+        break;
+    case TSRD_DW_GRAPH_END: {
+        tsrd_graph *g = NULL;
+        st = ops->graph_end(b, (tsrd_stream *)(uintptr_t)q->a[0], &g, &err);
+        r[0] = (uint64_t)(uintptr_t)g;
+        break;
+    }
+    case TSRD_DW_GRAPH_LAUNCH:
+        st = ops->graph_launch(b, (tsrd_graph *)(uintptr_t)q->a[0],
+                               (tsrd_stream *)(uintptr_t)q->a[1], &err);
+        break;
+    case TSRD_DW_GRAPH_FREE:
+        ops->graph_destroy(b, (tsrd_graph *)(uintptr_t)q->a[0]);
+        break;
+    case TSRD_DW_PIN:
+        st = worker_pin_make(w, passed_fd, q->a[0], &r[0], &err);
+        break;
+    case TSRD_DW_UNPIN:
+        worker_pin_free(w, (worker_pin *)(uintptr_t)q->a[0]);
+        break;
+    case TSRD_DW_COPY_PINNED: {
+        worker_pin *p = (worker_pin *)(uintptr_t)q->a[2];
+        if (q->a[3] > p->len || q->a[4] > p->len - q->a[3])
+            st = tsr_error_set(&err, TSR_INTERNAL, "device worker: copy outside the pin");
+        else
+            st = ops->buffer_copy_registered(b, (tsrd_dbuf *)(uintptr_t)q->a[0], q->a[1],
+                                             p->base + q->a[3], q->a[4], (int)q->a[5], &err);
+        break;
+    }
+    default:
+        st = tsr_error_set(&err, TSR_INTERNAL, "device worker: unknown operation %u", q->op);
+        break;
+    }
+    return worker_reply(w, ch->fd, st, &err, r, NULL, 0);
+}
+
+static void *worker_channel_run(void *arg)
+{
+    worker_channel *ch = arg;
+    uint8_t *payload = NULL;
+    size_t cap = 0;
+    for (;;) {
+        tsrd_dw_request q;
+        int passed_fd = -1;
+        if (tsrd_dw_read_all_fd(ch->fd, &q, sizeof q, &passed_fd) != 0 ||
+            q.payload_len > WORKER_PAYLOAD_MAX)
+            break;
+        if (q.payload_len > cap) {
+            uint8_t *p = realloc(payload, q.payload_len);
+            if (p == NULL)
+                break;
+            payload = p;
+            cap = q.payload_len;
+        }
+        int rc = tsrd_dw_read_all(ch->fd, payload, q.payload_len);
+        if (rc == 0)
+            rc = worker_serve(ch, &q, payload, passed_fd);
+        if (passed_fd >= 0)
+            close(passed_fd); /* a pin keeps its own mapping */
+        if (rc != 0)
+            break;
+    }
+    /* The daemon closed the channel or is gone: the worker's life is over. */
+    _exit(0);
+    return NULL;
+}
+
+int tsrd_device_worker_main(int argc, char **argv)
+{
+    if (argc != 5 || strcmp(argv[1], TSRD_DEVICE_WORKER_ARG) != 0) {
+        fprintf(stderr, "tesserad: %s is started by tesserad itself\n", TSRD_DEVICE_WORKER_ARG);
+        return 2;
+    }
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() == 1)
+        return 1;
+    signal(SIGPIPE, SIG_IGN);
+    /* Stop signals are for the daemon: systemd sends SIGTERM to the whole
+     * unit, a terminal sends SIGINT to the whole group, and the daemon still
+     * needs its device to finish the work it drains. The worker ends when the
+     * daemon closes its channels or dies. */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+    int n = atoi(argv[4]);
+    if (n < 1 || n > TSRD_DW_CHANNELS)
+        return 2;
+    static worker w;
+    static worker_channel channels[TSRD_DW_CHANNELS];
+    tsrd_backend_options opts = {.test_faults = strcmp(argv[3], "1") == 0};
+    tsr_error err;
+    tsr_status st = TSR_UNAVAILABLE;
+    w.ops = tsrd_backend_find(argv[2]);
+    if (w.ops == NULL)
+        tsr_error_set(&err, TSR_UNAVAILABLE, "device worker: no backend %s", argv[2]);
+    else
+        st = w.ops->open(&opts, &w.b, &err);
+    if (st == TSR_OK)
+        st = tsr_arbiter_create(NULL, &w.arbiter, &err);
+    if (st == TSR_OK)
+        st = w.ops->register_candidates(w.b, w.arbiter, &err);
+    for (int i = 0; i < n; i++) {
+        worker_channel *ch = &channels[i];
+        ch->w = &w;
+        ch->fd = TSRD_DW_FD_FIRST + 2 * i;
+        void *win = mmap(NULL, TSRD_DW_WINDOW, PROT_READ | PROT_WRITE, MAP_SHARED,
+                         TSRD_DW_FD_FIRST + 2 * i + 1, 0);
+        if (win == MAP_FAILED && st == TSR_OK)
+            st = tsr_error_set(&err, TSR_IO_ERROR, "device worker: mmap window %d: %s", i,
+                               strerror(errno));
+        ch->window = win == MAP_FAILED ? NULL : win;
+        void *token = NULL;
+        tsr_error pin_err;
+        /* Unpinned windows still work, through the backend's staging. */
+        if (st == TSR_OK &&
+            w.ops->host_register(w.b, ch->window, TSRD_DW_WINDOW, -1, &token, &pin_err) == TSR_OK)
+            ch->pinned = true;
+    }
+
+    /* The hello: status, versions, devices. */
+    tsrd_dw_hello hello = {.status = st};
+    tsrd_device_info infos[16];
+    if (st == TSR_OK) {
+        hello.n_devices = w.ops->device_count(w.b);
+        if (hello.n_devices > 16)
+            hello.n_devices = 16;
+        snprintf(hello.driver_version, sizeof hello.driver_version, "%s",
+                 w.ops->driver_version(w.b));
+        snprintf(hello.compiler_version, sizeof hello.compiler_version, "%s",
+                 w.ops->compiler_version(w.b));
+        for (int i = 0; i < hello.n_devices; i++)
+            w.ops->device_info(w.b, i, &infos[i], &err);
+    }
+    const char *msg = st == TSR_OK ? "" : err.message;
+    uint32_t msg_len = (uint32_t)strlen(msg);
+    if (tsrd_dw_write_all(channels[0].fd, &hello, sizeof hello) != 0 ||
+        tsrd_dw_write_all(channels[0].fd, &msg_len, sizeof msg_len) != 0 ||
+        tsrd_dw_write_all(channels[0].fd, msg, msg_len) != 0 ||
+        tsrd_dw_write_all(channels[0].fd, infos,
+                          (size_t)(st == TSR_OK ? hello.n_devices : 0) * sizeof infos[0]) != 0 ||
+        st != TSR_OK)
+        return 1;
+
+    for (int i = 1; i < n; i++)
+        if (pthread_create(&channels[i].thread, NULL, worker_channel_run, &channels[i]) != 0)
+            return 1;
+    worker_channel_run(&channels[0]);
+    return 0;
+}

@@ -1,0 +1,272 @@
+/*
+ * handlers_buffer.c — buffer alloc, write, read and free.
+ *
+ * Bounds are checked on the loop before any work is queued, against the size
+ * fixed at allocation, so a write past the end is refused (BUFFER_MISMATCH)
+ * rather than clipped. Copies run on the session's stream, ordered with the
+ * session's launches.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/dispatch.h"
+#include "serve/shm.h"
+
+tsr_status tsrd_job_buffer(tsrd_job *job, uint64_t handle, const char *field, tsrd_buffer **out)
+{
+    tsrd_buffer *b = tsrd_buffer_lookup(job->d, job->session, handle);
+    if (b == NULL)
+        return tsr_error_set(&job->err, TSR_NOT_FOUND, "%s: no buffer %#llx", field,
+                             (unsigned long long)handle);
+    tsrd_buffer_ref(b);
+    *out = b;
+    return TSR_OK;
+}
+
+tsr_status tsrd_dtype_from_pb(tsrd_job *job, int pb_dtype, const char *field, tsr_dtype *out)
+{
+    if (pb_dtype < 1 || pb_dtype > TSR_DTYPE_COUNT)
+        return tsr_error_set(&job->err, TSR_BAD_DTYPE, "%s: %s dtype %d", field,
+                             pb_dtype == 0 ? "unspecified" : "unknown", pb_dtype);
+    *out = (tsr_dtype)(pb_dtype - 1);
+    return TSR_OK;
+}
+
+/* What a write or read holds: the pinned buffer and, for shared-memory data,
+ * the mapping and the first byte of the range. */
+typedef struct buffer_io {
+    tsrd_buffer *buf;
+    tsrd_shm_map *map;
+    uint8_t *host;
+} buffer_io;
+
+static tsr_status buffer_io_begin(tsrd_job *job, uint64_t handle, const char *field,
+                                  tsrd_buffer **out)
+{
+    buffer_io *io = tsrd_job_alloc(job, sizeof *io);
+    if (io == NULL)
+        return tsr_error_set(&job->err, TSR_NO_MEMORY, "%s: out of memory", field);
+    job->state = io;
+    tsr_status st = tsrd_job_buffer(job, handle, field, &io->buf);
+    *out = st == TSR_OK ? io->buf : NULL;
+    return st;
+}
+
+/* Registers the segment on first use, then one direct copy. */
+static tsr_status buffer_io_shm_copy(tsrd_job *job, uint64_t offset, uint64_t len, int to_device)
+{
+    buffer_io *io = job->state;
+    tsr_status st = tsrd_shm_register(job, io->map);
+    if (st == TSR_OK)
+        st = job->d->bops->buffer_copy_registered(job->d->backend, io->buf->dbuf, offset, io->host,
+                                                  len, to_device, &job->err);
+    return st;
+}
+
+/* Completion shared by write and read: unpin whatever happened. */
+static tsr_status buffer_unpin_complete(tsrd_job *job, tsr_status status)
+{
+    buffer_io *io = job->state;
+    if (io != NULL && io->buf != NULL)
+        tsrd_buffer_unref(job->d, io->buf);
+    job->state = NULL;
+    return status;
+}
+
+/* ---- alloc ---- */
+
+static tsr_status buffer_alloc_prepare(tsrd_job *job)
+{
+    const Tessera__V1__BufferAllocRequest *req = job->req->buffer_alloc;
+    tsrd_buffer *b = calloc(1, sizeof *b);
+    if (b == NULL)
+        return tsr_error_set(&job->err, TSR_NO_MEMORY, "buffer_alloc: out of memory");
+    job->state = b;
+    tsr_status st = tsrd_dtype_from_pb(job, req->dtype, "buffer_alloc.dtype", &b->dtype);
+    if (st != TSR_OK)
+        return st;
+    int64_t elements = 1;
+    b->rank = (int)req->n_shape;
+    for (int i = 0; i < b->rank; i++) {
+        int64_t dim = req->shape[i];
+        if (dim <= 0)
+            return tsr_error_set(&job->err, TSR_BAD_DIMENSION,
+                                 "buffer_alloc.shape[%d]: must be > 0, got %lld", i,
+                                 (long long)dim);
+        if (dim > TSR_MAX_ELEMENTS || elements > TSR_MAX_ELEMENTS / dim)
+            return tsr_error_set(&job->err, TSR_TOO_LARGE,
+                                 "buffer_alloc.shape: more than 2^40 elements");
+        elements *= dim;
+        b->shape[i] = dim;
+    }
+    b->bytes = (uint64_t)elements * tsr_dtype_size(b->dtype);
+    return TSR_OK;
+}
+
+static tsr_status buffer_alloc_execute(tsrd_job *job)
+{
+    tsrd_buffer *b = job->state;
+    return job->d->bops->buffer_alloc(job->d->backend, 0, b->bytes, &b->dbuf, &job->err);
+}
+
+static tsr_status buffer_alloc_complete(tsrd_job *job, tsr_status status)
+{
+    tsrd_buffer *b = job->state;
+    Tessera__V1__BufferAllocReply *r = &job->body.buffer_alloc;
+    Tessera__V1__BufferAllocReply init = TESSERA__V1__BUFFER_ALLOC_REPLY__INIT;
+    *r = init;
+    status = tsrd_buffer_adopt(job->d, job->session, status, b, &r->buffer, &job->err);
+    if (status != TSR_OK)
+        return status;
+    r->bytes = b->bytes;
+    job->reply.body_case = TESSERA__V1__REPLY__BODY_BUFFER_ALLOC;
+    job->reply.buffer_alloc = r;
+    return TSR_OK;
+}
+
+const tsrd_handler tsrd_handler_buffer_alloc = {
+    .name = "buffer_alloc",
+    .flags = TSRD_HEAVY,
+    .prepare = buffer_alloc_prepare,
+    .execute = buffer_alloc_execute,
+    .complete = buffer_alloc_complete,
+};
+
+/* ---- write ---- */
+
+static tsr_status buffer_write_prepare(tsrd_job *job)
+{
+    const Tessera__V1__BufferWriteRequest *req = job->req->buffer_write;
+    tsrd_buffer *b = NULL;
+    tsr_status st = buffer_io_begin(job, req->buffer, "buffer_write.buffer", &b);
+    if (st != TSR_OK)
+        return st;
+    uint64_t len = req->shm != NULL ? req->shm->length : req->data.len;
+    if (req->shm != NULL && req->data.len != 0)
+        return tsr_error_set(&job->err, TSR_CONFLICT, "buffer_write: data and shm both given");
+    if (req->offset > b->bytes || len > b->bytes - req->offset)
+        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                             "buffer_write: %llu bytes at offset %llu pass the end of the "
+                             "%llu-byte buffer",
+                             (unsigned long long)len, (unsigned long long)req->offset,
+                             (unsigned long long)b->bytes);
+    if (req->shm != NULL) {
+        buffer_io *io = job->state;
+        return tsrd_shm_resolve(job, req->shm, "buffer_write.shm", 0, &io->map, &io->host);
+    }
+    return TSR_OK;
+}
+
+static tsr_status buffer_write_execute(tsrd_job *job)
+{
+    const Tessera__V1__BufferWriteRequest *req = job->req->buffer_write;
+    buffer_io *io = job->state;
+    tsr_status st = req->shm != NULL
+                        ? buffer_io_shm_copy(job, req->offset, req->shm->length, 1)
+                        : job->d->bops->buffer_write(job->d->backend, io->buf->dbuf, req->offset,
+                                                     req->data.data, req->data.len, &job->err);
+    Tessera__V1__BufferWriteReply init = TESSERA__V1__BUFFER_WRITE_REPLY__INIT;
+    job->body.buffer_write = init;
+    job->reply.body_case = TESSERA__V1__REPLY__BODY_BUFFER_WRITE;
+    job->reply.buffer_write = &job->body.buffer_write;
+    return st;
+}
+
+const tsrd_handler tsrd_handler_buffer_write = {
+    .name = "buffer_write",
+    .flags = TSRD_HEAVY | TSRD_STREAM,
+    .prepare = buffer_write_prepare,
+    .execute = buffer_write_execute,
+    .complete = buffer_unpin_complete,
+};
+
+/* ---- read ---- */
+
+static tsr_status buffer_read_prepare(tsrd_job *job)
+{
+    const Tessera__V1__BufferReadRequest *req = job->req->buffer_read;
+    tsrd_buffer *b = NULL;
+    tsr_status st = buffer_io_begin(job, req->buffer, "buffer_read.buffer", &b);
+    if (st != TSR_OK)
+        return st;
+    if (req->offset > b->bytes)
+        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                             "buffer_read: offset %llu is past the end of the %llu-byte buffer",
+                             (unsigned long long)req->offset, (unsigned long long)b->bytes);
+    uint64_t len = req->length ? req->length : b->bytes - req->offset;
+    if (req->shm != NULL) {
+        if (req->length != 0 && req->length != req->shm->length)
+            return tsr_error_set(
+                &job->err, TSR_CONFLICT, "buffer_read: length %llu and shm.length %llu differ",
+                (unsigned long long)req->length, (unsigned long long)req->shm->length);
+        len = req->shm->length;
+    }
+    if (len > b->bytes - req->offset)
+        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                             "buffer_read: %llu bytes at offset %llu pass the end of the "
+                             "%llu-byte buffer",
+                             (unsigned long long)len, (unsigned long long)req->offset,
+                             (unsigned long long)b->bytes);
+    Tessera__V1__BufferReadReply init = TESSERA__V1__BUFFER_READ_REPLY__INIT;
+    job->body.buffer_read = init;
+    if (req->shm != NULL) {
+        buffer_io *io = job->state;
+        return tsrd_shm_resolve(job, req->shm, "buffer_read.shm", 0, &io->map, &io->host);
+    }
+    if (len > tsrd_reply_payload_max(job->d))
+        return tsr_error_set(&job->err, TSR_MESSAGE_TOO_LARGE,
+                             "buffer_read: %llu bytes do not fit one reply (limit %llu); read "
+                             "in pieces",
+                             (unsigned long long)len,
+                             (unsigned long long)tsrd_reply_payload_max(job->d));
+    job->body.buffer_read.data.len = (size_t)len;
+    return TSR_OK;
+}
+
+static tsr_status buffer_read_execute(tsrd_job *job)
+{
+    const Tessera__V1__BufferReadRequest *req = job->req->buffer_read;
+    buffer_io *io = job->state;
+    tsrd_buffer *b = io->buf;
+    Tessera__V1__BufferReadReply *r = &job->body.buffer_read;
+    if (req->shm != NULL) {
+        job->reply.body_case = TESSERA__V1__REPLY__BODY_BUFFER_READ;
+        job->reply.buffer_read = r;
+        return buffer_io_shm_copy(job, req->offset, req->shm->length, 0);
+    }
+    r->data.data = tsrd_job_alloc(job, r->data.len);
+    if (r->data.data == NULL)
+        return tsr_error_set(&job->err, TSR_NO_MEMORY, "buffer_read: out of memory");
+    tsr_status st = job->d->bops->buffer_read(job->d->backend, b->dbuf, req->offset, r->data.data,
+                                              r->data.len, &job->err);
+    job->reply.body_case = TESSERA__V1__REPLY__BODY_BUFFER_READ;
+    job->reply.buffer_read = r;
+    return st;
+}
+
+const tsrd_handler tsrd_handler_buffer_read = {
+    .name = "buffer_read",
+    .flags = TSRD_HEAVY | TSRD_STREAM,
+    .prepare = buffer_read_prepare,
+    .execute = buffer_read_execute,
+    .complete = buffer_unpin_complete,
+};
+
+/* ---- free ---- */
+
+static tsr_status buffer_free_execute(tsrd_job *job)
+{
+    uint64_t handle = job->req->buffer_free->buffer;
+    if (!tsrd_buffer_release_handle(job->d, job->session, handle))
+        return tsr_error_set(&job->err, TSR_NOT_FOUND, "buffer_free.buffer: no buffer %#llx",
+                             (unsigned long long)handle);
+    Tessera__V1__BufferFreeReply init = TESSERA__V1__BUFFER_FREE_REPLY__INIT;
+    job->body.buffer_free = init;
+    job->reply.body_case = TESSERA__V1__REPLY__BODY_BUFFER_FREE;
+    job->reply.buffer_free = &job->body.buffer_free;
+    return TSR_OK;
+}
+
+const tsrd_handler tsrd_handler_buffer_free = {.name = "buffer_free",
+                                               .execute = buffer_free_execute};

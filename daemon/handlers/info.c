@@ -1,0 +1,134 @@
+/*
+ * handlers_info.c — hello, stats, cache list and cache evict.
+ *
+ * hello and stats answer from what the loop already holds, so they run on the
+ * loop and a client's ping never waits behind a compile. The cache requests
+ * may read or delete files and go to the worker pool.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "serve/dispatch.h"
+
+static tsr_status hello_execute(tsrd_job *job)
+{
+    tsrd_daemon *d = job->d;
+    Tessera__V1__HelloReply *r = &job->body.hello;
+    Tessera__V1__HelloReply init = TESSERA__V1__HELLO_REPLY__INIT;
+    *r = init;
+    r->daemon_version = TSRD_VERSION;
+    r->protocol_version = TSRD_PROTOCOL_VERSION;
+    r->backend = (char *)d->bops->name;
+    r->driver_version = d->driver_version;
+    r->compiler_version = d->compiler_version;
+    r->tenant = job->session->tenant->name;
+    r->max_message_bytes = d->config.max_message_bytes;
+    r->daemon_uid = (uint32_t)geteuid();
+    r->n_devices = (size_t)d->n_devices;
+    r->devices = tsrd_job_alloc(job, (size_t)d->n_devices * sizeof *r->devices);
+    for (int i = 0; i < d->n_devices; i++) {
+        Tessera__V1__Device *dev = tsrd_job_alloc(job, sizeof *dev);
+        if (dev == NULL || r->devices == NULL)
+            return tsr_error_set(&job->err, TSR_NO_MEMORY, "hello: out of memory");
+        Tessera__V1__Device dinit = TESSERA__V1__DEVICE__INIT;
+        *dev = dinit;
+        dev->index = d->devices[i].index;
+        dev->name = d->devices[i].name;
+        dev->arch = d->devices[i].arch;
+        dev->memory_bytes = d->devices[i].memory_bytes;
+        dev->multiprocessors = d->devices[i].multiprocessors;
+        r->devices[i] = dev;
+    }
+    job->reply.body_case = TESSERA__V1__REPLY__BODY_HELLO;
+    job->reply.hello = r;
+    return TSR_OK;
+}
+
+const tsrd_handler tsrd_handler_hello = {.name = "hello", .execute = hello_execute};
+
+static tsr_status stats_execute(tsrd_job *job)
+{
+    Tessera__V1__StatsReply *r = &job->body.stats;
+    Tessera__V1__StatsReply init = TESSERA__V1__STATS_REPLY__INIT;
+    *r = init;
+    tsr_status st = tsrd_metrics_fill(job->d, job, r, job->req->stats->prometheus);
+    job->reply.body_case = TESSERA__V1__REPLY__BODY_STATS;
+    job->reply.stats = r;
+    return st;
+}
+
+const tsrd_handler tsrd_handler_stats = {.name = "stats", .execute = stats_execute};
+
+static tsr_status cache_entry_fill(tsrd_job *job, const tsr_kcache_entry_info *info,
+                                   Tessera__V1__CacheEntry **out)
+{
+    Tessera__V1__CacheEntry *e = tsrd_job_alloc(job, sizeof *e);
+    char *key = tsrd_job_alloc(job, TSR_FINGERPRINT_HEX);
+    char *candidate = tsrd_job_strdup(job, info->meta.candidate);
+    char *kind = tsrd_job_strdup(job, info->meta.kind);
+    char *arch = tsrd_job_strdup(job, info->meta.arch);
+    if (e == NULL || key == NULL || candidate == NULL || kind == NULL || arch == NULL)
+        return tsr_error_set(&job->err, TSR_NO_MEMORY, "cache_list: out of memory");
+    Tessera__V1__CacheEntry init = TESSERA__V1__CACHE_ENTRY__INIT;
+    *e = init;
+    tsr_fingerprint_hex(&info->key, key);
+    e->key = key;
+    e->candidate = candidate;
+    e->kind = kind;
+    e->arch = arch;
+    e->bytes = info->bytes;
+    e->in_memory = info->in_memory != 0;
+    e->on_disk = info->on_disk != 0;
+    e->last_used_unix_ms = info->last_used_unix_ms;
+    e->hits = info->hits;
+    *out = e;
+    return TSR_OK;
+}
+
+static tsr_status cache_list_execute(tsrd_job *job)
+{
+    Tessera__V1__CacheListReply *r = &job->body.cache_list;
+    Tessera__V1__CacheListReply init = TESSERA__V1__CACHE_LIST_REPLY__INIT;
+    *r = init;
+    tsr_kcache_entry_info *entries = NULL;
+    size_t n = 0;
+    tsr_status st = tsr_kcache_list(job->d->kcache, &entries, &n, &job->err);
+    if (st == TSR_OK) {
+        r->entries = tsrd_job_alloc(job, n * sizeof *r->entries);
+        if (r->entries == NULL)
+            st = tsr_error_set(&job->err, TSR_NO_MEMORY, "cache_list: out of memory");
+    }
+    for (size_t i = 0; st == TSR_OK && i < n; i++, r->n_entries++)
+        st = cache_entry_fill(job, &entries[i], &r->entries[i]);
+    free(entries);
+    job->reply.body_case = TESSERA__V1__REPLY__BODY_CACHE_LIST;
+    job->reply.cache_list = r;
+    return st;
+}
+
+const tsrd_handler tsrd_handler_cache_list = {
+    .name = "cache_list", .flags = TSRD_HEAVY, .execute = cache_list_execute};
+
+static tsr_status cache_evict_execute(tsrd_job *job)
+{
+    const char *text = job->req->cache_evict->key;
+    tsr_fingerprint key;
+    bool all = strcmp(text, "all") == 0;
+    if (!all && !tsr_fingerprint_parse(text, &key))
+        return tsr_error_set(&job->err, TSR_INVALID_ARGUMENT,
+                             "cache_evict.key: '%.80s' is neither 'all' nor 64 hex digits", text);
+    Tessera__V1__CacheEvictReply *r = &job->body.cache_evict;
+    Tessera__V1__CacheEvictReply init = TESSERA__V1__CACHE_EVICT_REPLY__INIT;
+    *r = init;
+    tsr_status st = tsr_kcache_evict(job->d->kcache, all ? NULL : &key, &r->evicted, &job->err);
+    if (st == TSR_NOT_FOUND)
+        tsr_error_set(&job->err, TSR_NOT_FOUND, "cache_evict.key: no entry %s", text);
+    job->reply.body_case = TESSERA__V1__REPLY__BODY_CACHE_EVICT;
+    job->reply.cache_evict = r;
+    return st;
+}
+
+const tsrd_handler tsrd_handler_cache_evict = {
+    .name = "cache_evict", .flags = TSRD_HEAVY, .execute = cache_evict_execute};

@@ -1,0 +1,384 @@
+/*
+ * handlers_launch.c — launch (a compiled kernel on buffers) and run (compile
+ * and launch in one request, with inline or buffer tensors).
+ *
+ * Both check every tensor against the region's signature before any device
+ * work — count, dtype, shape and byte size — and name the offending one in a
+ * BUFFER_MISMATCH. Buffers are pinned on the loop in prepare and unpinned in
+ * complete; the device work runs on the session's stream.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "handlers/common.h"
+#include "serve/shm.h"
+
+typedef struct launch_state {
+    tsrd_kernel *kernel;
+    int n_inputs;
+    tsrd_buffer *inputs[TSR_MAX_REGION_INPUTS];
+    tsrd_buffer *output;
+    /* run only */
+    tsr_region region;
+    tsrd_compiled compiled;
+    tsrd_dbuf *temps[TSR_MAX_REGION_INPUTS + 1];
+    /* Shared-memory tensors: inputs by index, the output at the last slot. */
+    tsrd_shm_map *maps[TSR_MAX_REGION_INPUTS + 1];
+    uint8_t *host[TSR_MAX_REGION_INPUTS + 1];
+} launch_state;
+
+#define LAUNCH_SHM_OUT TSR_MAX_REGION_INPUTS
+
+static void launch_shape_text(const int64_t *shape, int rank, char *buf, size_t size)
+{
+    size_t used = (size_t)snprintf(buf, size, "[");
+    for (int i = 0; i < rank && used < size; i++)
+        used +=
+            (size_t)snprintf(buf + used, size - used, "%s%lld", i ? "," : "", (long long)shape[i]);
+    if (used < size)
+        snprintf(buf + used, size - used, "]");
+}
+
+/* A buffer's fit for a signature slot: dtype and byte size. */
+static tsr_status launch_check_buffer(tsrd_job *job, const tsrd_buffer *b,
+                                      const tsr_tensor_desc *want, const char *field)
+{
+    uint64_t bytes = tsr_tensor_desc_bytes(want);
+    if (b->dtype != want->dtype || b->bytes != bytes)
+        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                             "%s (%s): buffer holds %llu bytes of %s, the region needs %llu "
+                             "bytes of %s",
+                             field, want->name, (unsigned long long)b->bytes,
+                             tsr_dtype_name(b->dtype), (unsigned long long)bytes,
+                             tsr_dtype_name(want->dtype));
+    return TSR_OK;
+}
+
+static tsr_status launch_check_count(tsrd_job *job, const char *what, size_t given,
+                                     const tsr_tensor_desc *sig, int n, tsr_region_kind kind)
+{
+    if (given == (size_t)n)
+        return TSR_OK;
+    char names[256];
+    size_t used = 0;
+    names[0] = '\0';
+    for (int i = 0; i < n && used < sizeof names; i++)
+        used +=
+            (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "", sig[i].name);
+    return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                         "%s: %zu inputs given, the %s region takes %d (%s)", what, given,
+                         tsr_region_kind_name(kind), n, names);
+}
+
+static tsr_status launch_unpin_complete(tsrd_job *job, tsr_status status)
+{
+    launch_state *s = job->state;
+    if (s == NULL)
+        return status;
+    tsrd_kernel_unref(job->d, s->kernel);
+    for (int i = 0; i < s->n_inputs; i++)
+        tsrd_buffer_unref(job->d, s->inputs[i]);
+    tsrd_buffer_unref(job->d, s->output);
+    for (int i = 0; i <= TSR_MAX_REGION_INPUTS; i++)
+        if (s->temps[i] != NULL)
+            job->d->bops->buffer_free(job->d->backend, s->temps[i]);
+    tsrd_compiled_release(job->d, &s->compiled);
+    tsr_region_free(&s->region);
+    return status;
+}
+
+/* ---- launch ---- */
+
+static tsr_status launch_prepare(tsrd_job *job)
+{
+    const Tessera__V1__LaunchRequest *req = job->req->launch;
+    launch_state *s = job->state = tsrd_job_alloc(job, sizeof *s);
+    if (s == NULL)
+        return tsr_error_set(&job->err, TSR_NO_MEMORY, "launch: out of memory");
+    s->kernel = tsrd_kernel_lookup(job->d, job->session, req->kernel);
+    if (s->kernel == NULL)
+        return tsr_error_set(&job->err, TSR_NOT_FOUND, "launch.kernel: no kernel %#llx",
+                             (unsigned long long)req->kernel);
+    tsrd_kernel_ref(s->kernel);
+    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out;
+    int n = tsr_region_signature(&s->kernel->region, sig, &out);
+    tsr_status st =
+        launch_check_count(job, "launch.inputs", req->n_inputs, sig, n, s->kernel->region.kind);
+    char field[48];
+    for (int i = 0; st == TSR_OK && i < n; i++) {
+        snprintf(field, sizeof field, "launch.inputs[%d]", i);
+        st = tsrd_job_buffer(job, req->inputs[i], field, &s->inputs[i]);
+        if (st == TSR_OK) {
+            s->n_inputs = i + 1;
+            st = launch_check_buffer(job, s->inputs[i], &sig[i], field);
+        }
+    }
+    if (st == TSR_OK)
+        st = tsrd_job_buffer(job, req->output, "launch.output", &s->output);
+    if (st == TSR_OK)
+        st = launch_check_buffer(job, s->output, &out, "launch.output");
+    return st;
+}
+
+static tsr_status launch_execute(tsrd_job *job)
+{
+    launch_state *s = job->state;
+    tsrd_dbuf *inputs[TSR_MAX_REGION_INPUTS];
+    for (int i = 0; i < s->n_inputs; i++)
+        inputs[i] = s->inputs[i]->dbuf;
+    tsrd_stream *stream;
+    Tessera__V1__LaunchReply init = TESSERA__V1__LAUNCH_REPLY__INIT;
+    job->body.launch = init;
+    tsr_status st = tsrd_job_stream(job, &stream);
+    if (st == TSR_OK)
+        st = job->d->bops->launch(job->d->backend, s->kernel->kobj, stream, inputs, s->n_inputs,
+                                  s->output->dbuf, &job->err);
+    if (st == TSR_OK)
+        st = job->d->bops->synchronize(job->d->backend, stream, &job->body.launch.device_ms,
+                                       &job->err);
+    job->reply.body_case = TESSERA__V1__REPLY__BODY_LAUNCH;
+    job->reply.launch = &job->body.launch;
+    return st;
+}
+
+const tsrd_handler tsrd_handler_launch = {
+    .name = "launch",
+    .flags = TSRD_HEAVY | TSRD_STREAM,
+    .prepare = launch_prepare,
+    .execute = launch_execute,
+    .complete = launch_unpin_complete,
+};
+
+/* ---- run ---- */
+
+static tsr_status run_prepare(tsrd_job *job)
+{
+    const Tessera__V1__RunRequest *req = job->req->run;
+    launch_state *s = job->state = tsrd_job_alloc(job, sizeof *s);
+    if (s == NULL)
+        return tsr_error_set(&job->err, TSR_NO_MEMORY, "run: out of memory");
+    char field[48];
+    for (size_t i = 0; i < req->n_inputs; i++, s->n_inputs++) {
+        snprintf(field, sizeof field, "run.inputs[%zu]", i);
+        const Tessera__V1__Tensor *t = req->inputs[i];
+        if (t->data_case == TESSERA__V1__TENSOR__DATA__NOT_SET)
+            return tsr_error_set(&job->err, TSR_INVALID_ARGUMENT,
+                                 "%s: no data (inline_data or buffer)", field);
+        if (t->data_case == TESSERA__V1__TENSOR__DATA_BUFFER) {
+            tsr_status st = tsrd_job_buffer(job, t->buffer, field, &s->inputs[i]);
+            if (st != TSR_OK)
+                return st;
+        }
+        if (t->data_case == TESSERA__V1__TENSOR__DATA_SHM && i < TSR_MAX_REGION_INPUTS) {
+            strncat(field, ".shm", sizeof field - strlen(field) - 1);
+            tsr_status st = tsrd_shm_resolve(job, t->shm, field, 0, &s->maps[i], &s->host[i]);
+            if (st != TSR_OK)
+                return st;
+        }
+    }
+    if (req->output_shm != NULL) {
+        if (req->output_buffer != 0)
+            return tsr_error_set(&job->err, TSR_CONFLICT,
+                                 "run: output_buffer and output_shm both given");
+        return tsrd_shm_resolve(job, req->output_shm, "run.output_shm", 0, &s->maps[LAUNCH_SHM_OUT],
+                                &s->host[LAUNCH_SHM_OUT]);
+    }
+    if (req->output_buffer != 0)
+        return tsrd_job_buffer(job, req->output_buffer, "run.output_buffer", &s->output);
+    return TSR_OK;
+}
+
+/* One run input against its signature slot. */
+static tsr_status run_check_input(tsrd_job *job, size_t i, const tsr_tensor_desc *want)
+{
+    const Tessera__V1__Tensor *t = job->req->run->inputs[i];
+    launch_state *s = job->state;
+    char field[48], got[160], need[160];
+    snprintf(field, sizeof field, "run.inputs[%zu]", i);
+    bool shm = t->data_case == TESSERA__V1__TENSOR__DATA_SHM;
+    bool inline_data = t->data_case == TESSERA__V1__TENSOR__DATA_INLINE_DATA || shm;
+    /* A buffer input's dtype and shape may be left out: the buffer has its own. */
+    if (inline_data || t->dtype != TESSERA__V1__DTYPE__DTYPE_UNSPECIFIED) {
+        tsr_dtype dtype;
+        tsr_status st = tsrd_dtype_from_pb(job, t->dtype, field, &dtype);
+        if (st != TSR_OK || dtype != want->dtype)
+            return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                                 "%s (%s): dtype %s, the region takes %s", field, want->name,
+                                 st == TSR_OK ? tsr_dtype_name(dtype) : "unset",
+                                 tsr_dtype_name(want->dtype));
+    }
+    if (inline_data || t->n_shape > 0) {
+        bool same = t->n_shape == (size_t)want->rank;
+        for (int d = 0; same && d < want->rank; d++)
+            same = t->shape[d] == want->shape[d];
+        if (!same) {
+            launch_shape_text(t->shape, (int)(t->n_shape < 8 ? t->n_shape : 8), got, sizeof got);
+            launch_shape_text(want->shape, want->rank, need, sizeof need);
+            return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                                 "%s (%s): shape %s, the region takes %s", field, want->name, got,
+                                 need);
+        }
+    }
+    if (!inline_data)
+        return launch_check_buffer(job, s->inputs[i], want, field);
+    uint64_t bytes = tsr_tensor_desc_bytes(want);
+    if (shm && t->shm->length != bytes)
+        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                             "%s.shm (%s): %llu bytes, the region needs %llu", field, want->name,
+                             (unsigned long long)t->shm->length, (unsigned long long)bytes);
+    if (!shm && t->inline_data.len != bytes)
+        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                             "%s (%s): %zu inline bytes, the region needs %llu", field, want->name,
+                             t->inline_data.len, (unsigned long long)bytes);
+    return TSR_OK;
+}
+
+static tsr_status run_check(tsrd_job *job, const tsr_tensor_desc *sig, int n,
+                            const tsr_tensor_desc *out)
+{
+    launch_state *s = job->state;
+    tsr_status st =
+        launch_check_count(job, "run.inputs", job->req->run->n_inputs, sig, n, s->region.kind);
+    for (int i = 0; st == TSR_OK && i < n; i++)
+        st = run_check_input(job, (size_t)i, &sig[i]);
+    if (st == TSR_OK && s->output != NULL)
+        st = launch_check_buffer(job, s->output, out, "run.output_buffer");
+    uint64_t out_bytes = tsr_tensor_desc_bytes(out);
+    const Tessera__V1__SharedMemory *out_shm = job->req->run->output_shm;
+    if (st == TSR_OK && out_shm != NULL && out_shm->length != out_bytes)
+        st = tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                           "run.output_shm: %llu bytes, the output needs %llu",
+                           (unsigned long long)out_shm->length, (unsigned long long)out_bytes);
+    if (st == TSR_OK && s->output == NULL && out_shm == NULL &&
+        out_bytes > tsrd_reply_payload_max(job->d))
+        st = tsr_error_set(&job->err, TSR_MESSAGE_TOO_LARGE,
+                           "run: the %llu-byte output does not fit a reply (limit %llu); give "
+                           "output_buffer",
+                           (unsigned long long)out_bytes,
+                           (unsigned long long)tsrd_reply_payload_max(job->d));
+    return st;
+}
+
+/* Device buffers for every tensor: the client's own, or temporaries holding
+ * the inline data (temps[n] is the inline output). */
+static tsr_status run_device_buffers(tsrd_job *job, int n, const tsr_tensor_desc *out,
+                                     tsrd_dbuf **inputs, tsrd_dbuf **output)
+{
+    launch_state *s = job->state;
+    const tsrd_backend_ops *ops = job->d->bops;
+    tsr_status st = TSR_OK;
+    for (int i = 0; st == TSR_OK && i < n; i++) {
+        const Tessera__V1__Tensor *t = job->req->run->inputs[i];
+        if (s->inputs[i] != NULL) {
+            inputs[i] = s->inputs[i]->dbuf;
+            continue;
+        }
+        if (s->host[i] != NULL) {
+            /* Shared memory: registered once, then one direct copy. */
+            st = ops->buffer_alloc(job->d->backend, 0, t->shm->length, &s->temps[i], &job->err);
+            if (st == TSR_OK)
+                st = tsrd_shm_register(job, s->maps[i]);
+            if (st == TSR_OK)
+                st = ops->buffer_copy_registered(job->d->backend, s->temps[i], 0, s->host[i],
+                                                 t->shm->length, 1, &job->err);
+            inputs[i] = s->temps[i];
+            continue;
+        }
+        st = ops->buffer_alloc(job->d->backend, 0, t->inline_data.len, &s->temps[i], &job->err);
+        if (st == TSR_OK)
+            st = ops->buffer_write(job->d->backend, s->temps[i], 0, t->inline_data.data,
+                                   t->inline_data.len, &job->err);
+        inputs[i] = s->temps[i];
+    }
+    if (st == TSR_OK && s->output != NULL)
+        *output = s->output->dbuf;
+    else if (st == TSR_OK)
+        st = ops->buffer_alloc(job->d->backend, 0, tsr_tensor_desc_bytes(out), &s->temps[n],
+                               &job->err);
+    if (st == TSR_OK && s->output == NULL)
+        *output = s->temps[n];
+    return st;
+}
+
+static tsr_status run_reply(tsrd_job *job, const tsr_tensor_desc *out, tsrd_dbuf *out_buf)
+{
+    launch_state *s = job->state;
+    Tessera__V1__RunReply *r = &job->body.run;
+    Tessera__V1__RunReply init = TESSERA__V1__RUN_REPLY__INIT;
+    *r = init;
+    r->decision = tsrd_decision_pb(job, &s->compiled);
+    r->key = tsrd_job_hex(job, &s->compiled.key);
+    r->output = tsrd_job_alloc(job, sizeof *r->output);
+    int64_t *shape = tsrd_job_alloc(job, sizeof out->shape);
+    if (r->decision == NULL || r->key == NULL || r->output == NULL || shape == NULL)
+        return tsr_error_set(&job->err, TSR_NO_MEMORY, "run: out of memory");
+    tessera__v1__tensor__init(r->output);
+    r->output->dtype = (Tessera__V1__DType)(out->dtype + 1);
+    memcpy(shape, out->shape, sizeof out->shape);
+    r->output->shape = shape;
+    r->output->n_shape = (size_t)out->rank;
+    if (s->output != NULL) {
+        r->output->data_case = TESSERA__V1__TENSOR__DATA_BUFFER;
+        r->output->buffer = job->req->run->output_buffer;
+    } else if (s->host[LAUNCH_SHM_OUT] != NULL) {
+        r->output->data_case = TESSERA__V1__TENSOR__DATA_SHM;
+        r->output->shm = job->req->run->output_shm;
+        tsr_status st = tsrd_shm_register(job, s->maps[LAUNCH_SHM_OUT]);
+        if (st == TSR_OK)
+            st = job->d->bops->buffer_copy_registered(job->d->backend, out_buf, 0,
+                                                      s->host[LAUNCH_SHM_OUT],
+                                                      tsr_tensor_desc_bytes(out), 0, &job->err);
+        if (st != TSR_OK)
+            return st;
+    } else {
+        uint64_t bytes = tsr_tensor_desc_bytes(out);
+        r->output->data_case = TESSERA__V1__TENSOR__DATA_INLINE_DATA;
+        r->output->inline_data.len = (size_t)bytes;
+        r->output->inline_data.data = tsrd_job_alloc(job, (size_t)bytes);
+        if (r->output->inline_data.data == NULL)
+            return tsr_error_set(&job->err, TSR_NO_MEMORY, "run: out of memory");
+        tsr_status st = job->d->bops->buffer_read(job->d->backend, out_buf, 0,
+                                                  r->output->inline_data.data, bytes, &job->err);
+        if (st != TSR_OK)
+            return st;
+    }
+    job->reply.body_case = TESSERA__V1__REPLY__BODY_RUN;
+    job->reply.run = r;
+    return TSR_OK;
+}
+
+static tsr_status run_execute(tsrd_job *job)
+{
+    const Tessera__V1__RunRequest *req = job->req->run;
+    launch_state *s = job->state;
+    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out;
+    tsrd_dbuf *inputs[TSR_MAX_REGION_INPUTS] = {0}, *output = NULL;
+    tsrd_stream *stream = NULL;
+    tsr_status st = tsrd_job_region(job, req->region, "run.region", &s->region);
+    int n = st == TSR_OK ? tsr_region_signature(&s->region, sig, &out) : 0;
+    if (st == TSR_OK)
+        st = run_check(job, sig, n, &out);
+    if (st == TSR_OK)
+        st = tsrd_engine_compile(job->d, &s->region, req->options, true, &s->compiled, &job->err);
+    if (st == TSR_OK)
+        st = run_device_buffers(job, n, &out, inputs, &output);
+    if (st == TSR_OK)
+        st = tsrd_job_stream(job, &stream);
+    if (st == TSR_OK)
+        st = job->d->bops->launch(job->d->backend, s->compiled.kobj, stream, inputs, n, output,
+                                  &job->err);
+    if (st == TSR_OK)
+        st = job->d->bops->synchronize(job->d->backend, stream, NULL, &job->err);
+    if (st == TSR_OK)
+        st = run_reply(job, &out, output);
+    return st;
+}
+
+const tsrd_handler tsrd_handler_run = {
+    .name = "run",
+    .flags = TSRD_HEAVY | TSRD_STREAM,
+    .prepare = run_prepare,
+    .execute = run_execute,
+    .complete = launch_unpin_complete,
+};

@@ -1,0 +1,545 @@
+/*
+ * dispatch.c — decode, validate, dispatch by table, encode, reply.
+ *
+ * The table below is the only place a request body meets its handler; its
+ * flags decide where the work runs. The central validation step sits here too,
+ * so that a handler may assume its body is present, attributed to a tenant and
+ * within the payload limits.
+ */
+#include "serve/dispatch.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const tsrd_handler *const dispatch_table[TSRD_BODY_CASES] = {
+    [TESSERA__V1__REQUEST__BODY_HELLO] = &tsrd_handler_hello,
+    [TESSERA__V1__REQUEST__BODY_COMPILE] = &tsrd_handler_compile,
+    [TESSERA__V1__REQUEST__BODY_LAUNCH] = &tsrd_handler_launch,
+    [TESSERA__V1__REQUEST__BODY_RUN] = &tsrd_handler_run,
+    [TESSERA__V1__REQUEST__BODY_VERIFY] = &tsrd_handler_verify,
+    [TESSERA__V1__REQUEST__BODY_CANDIDATES] = &tsrd_handler_candidates,
+    [TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC] = &tsrd_handler_buffer_alloc,
+    [TESSERA__V1__REQUEST__BODY_BUFFER_WRITE] = &tsrd_handler_buffer_write,
+    [TESSERA__V1__REQUEST__BODY_BUFFER_READ] = &tsrd_handler_buffer_read,
+    [TESSERA__V1__REQUEST__BODY_BUFFER_FREE] = &tsrd_handler_buffer_free,
+    [TESSERA__V1__REQUEST__BODY_STATS] = &tsrd_handler_stats,
+    [TESSERA__V1__REQUEST__BODY_CACHE_LIST] = &tsrd_handler_cache_list,
+    [TESSERA__V1__REQUEST__BODY_CACHE_EVICT] = &tsrd_handler_cache_evict,
+    [TESSERA__V1__REQUEST__BODY_BATCH] = &tsrd_handler_batch,
+    [TESSERA__V1__REQUEST__BODY_BUFFER_IMPORT] = &tsrd_handler_buffer_import,
+    [TESSERA__V1__REQUEST__BODY_HEALTH] = &tsrd_handler_health,
+    [TESSERA__V1__REQUEST__BODY_KERNEL_FREE] = &tsrd_handler_kernel_free,
+};
+
+const tsrd_handler *tsrd_handler_find(int body_case)
+{
+    if (body_case <= 0 || body_case >= TSRD_BODY_CASES)
+        return NULL;
+    return dispatch_table[body_case];
+}
+
+const char *tsrd_body_name(int body_case)
+{
+    const tsrd_handler *h = tsrd_handler_find(body_case);
+    return h != NULL ? h->name : "unknown";
+}
+
+uint64_t tsrd_reply_payload_max(const tsrd_daemon *d)
+{
+    uint64_t max = d->config.max_message_bytes;
+    return max > TSRD_REPLY_OVERHEAD ? max - TSRD_REPLY_OVERHEAD : 0;
+}
+
+/* ---- the job arena ---- */
+
+void *tsrd_job_alloc(tsrd_job *job, size_t size)
+{
+    tsrd_arena_block *b = calloc(1, sizeof *b + (size ? size : 1));
+    if (b == NULL)
+        return NULL;
+    b->next = job->arena;
+    job->arena = b;
+    return b->data;
+}
+
+char *tsrd_job_strdup(tsrd_job *job, const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *copy = tsrd_job_alloc(job, n);
+    if (copy != NULL)
+        memcpy(copy, s, n);
+    return copy;
+}
+
+static void dispatch_job_free(tsrd_job *job)
+{
+    while (job->arena != NULL) {
+        tsrd_arena_block *next = job->arena->next;
+        free(job->arena);
+        job->arena = next;
+    }
+    if (job->req != NULL)
+        tessera__v1__request__free_unpacked(job->req, NULL);
+    free(job);
+}
+
+/* ---- encoding and sending ---- */
+
+/* Encodes the job's reply. Falls back to a body-less NO_MEMORY reply in buf
+ * when the full one cannot be had, so the client always hears back. */
+static uint8_t *dispatch_encode(tsrd_job *job, tsr_status status, uint8_t *buf, size_t buf_len,
+                                size_t *len)
+{
+    Tessera__V1__Reply *reply = &job->reply;
+    reply->id = job->id;
+    reply->status = (Tessera__V1__Status)status;
+    if (status != TSR_OK) {
+        reply->body_case = TESSERA__V1__REPLY__BODY__NOT_SET;
+        if (job->err.code != status || job->err.message[0] == '\0')
+            tsr_error_set(&job->err, status, "%s", tsr_strerror(status));
+        reply->message = job->err.message;
+    }
+    size_t size = tessera__v1__reply__get_packed_size(reply);
+    uint8_t *out = malloc(size ? size : 1);
+    if (out != NULL) {
+        *len = tessera__v1__reply__pack(reply, out);
+        return out;
+    }
+    Tessera__V1__Reply fallback = TESSERA__V1__REPLY__INIT;
+    fallback.id = job->id;
+    fallback.status = TESSERA__V1__STATUS__NO_MEMORY;
+    fallback.message = "out of memory while encoding the reply";
+    if (tessera__v1__reply__get_packed_size(&fallback) > buf_len)
+        abort(); /* cannot happen: the fallback is a few dozen bytes */
+    *len = tessera__v1__reply__pack(&fallback, buf);
+    return buf;
+}
+
+static void dispatch_log(tsrd_job *job, tsr_status status)
+{
+    tsrd_daemon *d = job->d;
+    uint64_t us = (uv_hrtime() - job->start_ns) / 1000;
+    bool daemon_fault = status == TSR_INTERNAL || status == TSR_IO_ERROR ||
+                        status == TSR_DEVICE_LOST || status == TSR_CUDA_ERROR ||
+                        status == TSR_NO_MEMORY;
+    if (daemon_fault)
+        tsrd_log_error(&d->log, "request id=%llu session=%u type=%s status=%s us=%llu: %s",
+                       (unsigned long long)job->id, job->session ? job->session->pipe_id : 0,
+                       tsrd_body_name(job->body_case), tsr_status_name(status),
+                       (unsigned long long)us, job->err.message);
+    else
+        tsrd_log_debug(&d->log, "request id=%llu session=%u type=%s status=%s us=%llu",
+                       (unsigned long long)job->id, job->session ? job->session->pipe_id : 0,
+                       tsrd_body_name(job->body_case), tsr_status_name(status),
+                       (unsigned long long)us);
+}
+
+/* Gives back what the job held of its tenant's quotas. By now a buffer_alloc
+ * that succeeded has registered its buffer, which the tenant's own counts
+ * carry from here on. */
+static void dispatch_release(tsrd_job *job)
+{
+    tsrd_tenant *t = job->tenant;
+    if (t == NULL)
+        return;
+    t->in_flight--;
+    if (job->holds_compile)
+        t->compiles--;
+    if (job->holds_buffer) {
+        t->reserved_buffers--;
+        t->reserved_bytes -= job->holds_bytes;
+    }
+    job->tenant = NULL;
+}
+
+/* The end of every job that got as far as having one: encode, remember,
+ * answer the origin and any waiters, count, release. */
+static void dispatch_complete(tsrd_job *job, tsr_status status)
+{
+    tsrd_daemon *d = job->d;
+    if (job->handler != NULL && job->handler->complete != NULL)
+        status = job->handler->complete(job, status);
+    uint8_t small[256];
+    size_t len = 0;
+    uint8_t *bytes = dispatch_encode(job, status, small, sizeof small, &len);
+    void **waiters = NULL;
+    size_t n_waiters = 0;
+    if (job->session != NULL)
+        tsrd_replay_finish(&job->session->replay, job->id, bytes, len, &waiters, &n_waiters);
+    d->reply_fn(d->reply_sink, job->origin, bytes, len);
+    for (size_t i = 0; i < n_waiters; i++)
+        d->reply_fn(d->reply_sink, waiters[i], bytes, len);
+    d->metrics.bytes_out += len * (1 + n_waiters);
+    free(waiters);
+    if (bytes != small)
+        free(bytes);
+    tsrd_metrics_record(d, job->body_case, status, uv_hrtime() - job->start_ns);
+    dispatch_log(job, status);
+    dispatch_release(job);
+    if (job->session != NULL)
+        tsrd_session_unref(d, job->session);
+    dispatch_job_free(job);
+    d->inflight--;
+    if (d->draining && d->inflight == 0 && d->idle_fn != NULL)
+        d->idle_fn(d);
+}
+
+/* An answer with no job behind it (undecodable bytes, no memory for a job). */
+static void dispatch_reply_bare(tsrd_daemon *d, void *origin, uint64_t id, tsr_status status,
+                                const char *message)
+{
+    Tessera__V1__Reply reply = TESSERA__V1__REPLY__INIT;
+    reply.id = id;
+    reply.status = (Tessera__V1__Status)status;
+    reply.message = (char *)message;
+    uint8_t buf[TSR_ERROR_MESSAGE_MAX + 64];
+    size_t len = tessera__v1__reply__pack(&reply, buf);
+    d->reply_fn(d->reply_sink, origin, buf, len);
+    d->metrics.bytes_out += len;
+    tsrd_metrics_count(d, 0, status);
+    tsrd_log_debug(&d->log, "request id=%llu type=none status=%s: %s", (unsigned long long)id,
+                   tsr_status_name(status), message);
+}
+
+/* ---- the worker pool and the session streams ---- */
+
+static void dispatch_work(uv_work_t *w)
+{
+    tsrd_job *job = w->data;
+    tsr_status st = job->handler->execute(job);
+    if (st != TSR_OK && job->err.code != st)
+        tsr_error_set(&job->err, st, "%s", tsr_strerror(st));
+    job->err.code = st;
+}
+
+static void dispatch_stream_next(tsrd_daemon *d, tsrd_session *s);
+
+static void dispatch_after_work(uv_work_t *w, int uv_status)
+{
+    tsrd_job *job = w->data;
+    tsrd_daemon *d = job->d;
+    tsrd_session *s = job->session;
+    bool stream = (job->handler->flags & TSRD_STREAM) != 0;
+    tsr_status st = job->err.code;
+    if (uv_status == UV_ECANCELED)
+        st = tsr_error_set(&job->err, TSR_CANCELLED, "%s: cancelled", job->handler->name);
+    d->work_running--;
+    tsrd_session_ref(s);
+    dispatch_complete(job, st);
+    if (stream) {
+        s->stream_busy = false;
+        dispatch_stream_next(d, s);
+    }
+    tsrd_session_unref(d, s);
+    /* A sticky device fault shows first as a job's DEVICE_LOST. */
+    tsrd_recovery_poll(d);
+    tsrd_dispatch_pump(d);
+}
+
+/* Hands queued heavy work to the worker pool while it has free slots, one job
+ * per tenant in turn: the tenant served goes to the back of the ring. */
+void tsrd_dispatch_pump(tsrd_daemon *d)
+{
+    if (d->work_paused)
+        return;
+    int slots = d->work_slots > 0 ? d->work_slots : 4;
+    while (d->work_running < slots && d->ready_head != NULL) {
+        tsrd_tenant *t = d->ready_head;
+        d->ready_head = t->ready_next;
+        if (d->ready_head == NULL)
+            d->ready_tail = NULL;
+        tsrd_job *job = t->work_head;
+        t->work_head = job->work_next;
+        if (t->work_head == NULL) {
+            t->work_tail = NULL;
+            t->work_ready = false;
+        } else {
+            t->ready_next = NULL;
+            if (d->ready_tail != NULL)
+                d->ready_tail->ready_next = t;
+            else
+                d->ready_head = t;
+            d->ready_tail = t;
+        }
+        d->work_running++;
+        job->work.data = job;
+        job->err.code = TSR_OK;
+        int rc = uv_queue_work(d->loop, &job->work, dispatch_work, dispatch_after_work);
+        if (rc != 0) {
+            tsr_error_set(&job->err, TSR_INTERNAL, "uv_queue_work: %s", uv_strerror(rc));
+            dispatch_after_work(&job->work, 0);
+        }
+    }
+}
+
+static void dispatch_queue_work(tsrd_job *job)
+{
+    tsrd_daemon *d = job->d;
+    tsrd_tenant *t = job->tenant != NULL ? job->tenant : &d->default_tenant;
+    job->work_next = NULL;
+    if (t->work_tail != NULL)
+        t->work_tail->work_next = job;
+    else
+        t->work_head = job;
+    t->work_tail = job;
+    if (!t->work_ready) {
+        t->work_ready = true;
+        t->ready_next = NULL;
+        if (d->ready_tail != NULL)
+            d->ready_tail->ready_next = t;
+        else
+            d->ready_head = t;
+        d->ready_tail = t;
+    }
+    tsrd_dispatch_pump(d);
+}
+
+static void dispatch_stream_next(tsrd_daemon *d, tsrd_session *s)
+{
+    (void)d;
+    tsrd_job *job = s->stream_head;
+    if (s->stream_busy || job == NULL)
+        return;
+    s->stream_head = job->stream_next;
+    if (s->stream_head == NULL)
+        s->stream_tail = NULL;
+    s->stream_busy = true;
+    dispatch_queue_work(job);
+}
+
+static void dispatch_stream_push(tsrd_job *job)
+{
+    tsrd_session *s = job->session;
+    job->stream_next = NULL;
+    if (s->stream_tail != NULL)
+        s->stream_tail->stream_next = job;
+    else
+        s->stream_head = job;
+    s->stream_tail = job;
+    dispatch_stream_next(job->d, s);
+}
+
+tsr_status tsrd_job_stream(tsrd_job *job, tsrd_stream **out)
+{
+    tsrd_session *s = job->session;
+    if (s->stream == NULL) {
+        tsr_status st = job->d->bops->stream_create(job->d->backend, 0, &s->stream, &job->err);
+        if (st != TSR_OK)
+            return st;
+    }
+    *out = s->stream;
+    return TSR_OK;
+}
+
+/* ---- validation ---- */
+
+static tsr_status dispatch_check_tensors(tsrd_job *job, Tessera__V1__Tensor **tensors, size_t n,
+                                         const char *field)
+{
+    uint64_t max = tsrd_reply_payload_max(job->d);
+    if (n > TSR_MAX_REGION_INPUTS)
+        return tsr_error_set(&job->err, TSR_TOO_LARGE, "%s: %zu tensors, at most %d", field, n,
+                             TSR_MAX_REGION_INPUTS);
+    for (size_t i = 0; i < n; i++) {
+        if (tensors[i]->n_shape > TSR_MAX_RANK)
+            return tsr_error_set(&job->err, TSR_BAD_DIMENSION,
+                                 "%s[%zu].shape: rank %zu, at most %d", field, i,
+                                 tensors[i]->n_shape, TSR_MAX_RANK);
+        if (tensors[i]->data_case == TESSERA__V1__TENSOR__DATA_INLINE_DATA &&
+            tensors[i]->inline_data.len > max)
+            return tsr_error_set(&job->err, TSR_MESSAGE_TOO_LARGE,
+                                 "%s[%zu]: %zu inline bytes, the limit is %llu; use a buffer",
+                                 field, i, tensors[i]->inline_data.len, (unsigned long long)max);
+    }
+    return TSR_OK;
+}
+
+static bool dispatch_is_compile(int body_case)
+{
+    return body_case == TESSERA__V1__REQUEST__BODY_COMPILE ||
+           body_case == TESSERA__V1__REQUEST__BODY_RUN ||
+           body_case == TESSERA__V1__REQUEST__BODY_VERIFY ||
+           body_case == TESSERA__V1__REQUEST__BODY_CANDIDATES;
+}
+
+/* The bytes a buffer_alloc asks for, or 0 when its dtype or shape is bad (its
+ * handler then refuses it with the precise reason). */
+static uint64_t dispatch_alloc_bytes(const Tessera__V1__BufferAllocRequest *r)
+{
+    int dt = (int)r->dtype - 1;
+    if (dt < 0 || dt >= TSR_DTYPE_COUNT)
+        return 0;
+    uint64_t n = 1;
+    for (size_t i = 0; i < r->n_shape; i++) {
+        if (r->shape[i] <= 0 || (uint64_t)r->shape[i] > (UINT64_C(1) << 40) / n)
+            return 0;
+        n *= (uint64_t)r->shape[i];
+    }
+    return n * tsr_dtype_size((tsr_dtype)dt);
+}
+
+static tsr_status dispatch_exhausted(tsrd_job *job, const char *quota, uint64_t used,
+                                     uint64_t asked, uint64_t limit)
+{
+    job->tenant->refused_quota++;
+    return tsr_error_set(&job->err, TSR_RESOURCE_EXHAUSTED,
+                         "quota %s of tenant %s: %llu in use, %llu asked, the quota is %llu", quota,
+                         job->tenant->name, (unsigned long long)used, (unsigned long long)asked,
+                         (unsigned long long)limit);
+}
+
+/* Admits the job against its tenant's quotas and takes its share of them
+ * (given back by dispatch_release when it is answered). A refused request
+ * changes nothing, so the tenant's other work is untouched. */
+static tsr_status dispatch_admit(tsrd_job *job)
+{
+    tsrd_tenant *t = job->tenant;
+    const tsrd_quota *q = &t->conf.quota;
+    bool compile = dispatch_is_compile(job->body_case);
+    uint64_t bytes = 0;
+    bool alloc = job->body_case == TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC;
+    if (q->in_flight != 0 && t->in_flight >= q->in_flight)
+        return dispatch_exhausted(job, "in_flight", t->in_flight, 1, q->in_flight);
+    if (compile && q->compiles != 0 && t->compiles >= q->compiles)
+        return dispatch_exhausted(job, "compiles", t->compiles, 1, q->compiles);
+    if (alloc) {
+        bytes = dispatch_alloc_bytes(job->req->buffer_alloc);
+        uint64_t n = t->buffers + t->reserved_buffers;
+        uint64_t held = t->buffer_bytes + t->reserved_bytes;
+        if (q->buffers != 0 && n >= q->buffers)
+            return dispatch_exhausted(job, "buffers", n, 1, q->buffers);
+        if (q->device_memory_bytes != 0 && held + bytes > q->device_memory_bytes)
+            return dispatch_exhausted(job, "device_memory_bytes", held, bytes,
+                                      q->device_memory_bytes);
+    }
+    t->in_flight++;
+    job->holds_compile = compile;
+    if (compile)
+        t->compiles++;
+    job->holds_buffer = alloc;
+    job->holds_bytes = bytes;
+    if (alloc) {
+        t->reserved_buffers++;
+        t->reserved_bytes += bytes;
+    }
+    return TSR_OK;
+}
+
+/* The one validation step every request passes before its handler. */
+static tsr_status dispatch_validate(tsrd_job *job)
+{
+    const Tessera__V1__Request *req = job->req;
+    if (req->body_case == TESSERA__V1__REQUEST__BODY__NOT_SET)
+        return tsr_error_set(&job->err, TSR_UNKNOWN_REQUEST,
+                             "request %llu has no body this daemon knows (protocol version %d)",
+                             (unsigned long long)req->id, TSRD_PROTOCOL_VERSION);
+    if (job->handler == NULL)
+        return tsr_error_set(&job->err, TSR_UNKNOWN_REQUEST, "request body %d is not known",
+                             (int)req->body_case);
+    /* health is for probes, which carry no token; it tells only the state. */
+    if (req->body_case == TESSERA__V1__REQUEST__BODY_HEALTH)
+        return TSR_OK;
+    tsrd_tenant *tenant = NULL;
+    tsr_status st = tsrd_tenant_attribute(job->d, job->session, req->auth, &tenant, &job->err);
+    if (st != TSR_OK)
+        return st;
+    job->tenant = tenant;
+    if ((st = dispatch_admit(job)) != TSR_OK) {
+        job->tenant = NULL; /* nothing taken, nothing to give back */
+        return st;
+    }
+    if (req->body_case == TESSERA__V1__REQUEST__BODY_RUN)
+        return dispatch_check_tensors(job, req->run->inputs, req->run->n_inputs, "run.inputs");
+    if (req->body_case == TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC &&
+        req->buffer_alloc->n_shape > TSR_MAX_RANK)
+        return tsr_error_set(&job->err, TSR_BAD_DIMENSION,
+                             "buffer_alloc.shape: rank %zu, at most %d", req->buffer_alloc->n_shape,
+                             TSR_MAX_RANK);
+    return TSR_OK;
+}
+
+/* ---- the entry point ---- */
+
+/* Answers from the request-id memory when it can; true when the request is
+ * taken care of (answered or waiting on its first copy). */
+static bool dispatch_replay(tsrd_daemon *d, tsrd_session *s, void *origin, uint64_t id)
+{
+    const uint8_t *stored = NULL;
+    size_t stored_len = 0;
+    bool ok = true;
+    switch (tsrd_replay_begin(&s->replay, id, origin, &stored, &stored_len, &ok)) {
+    case TSRD_REPLAY_DONE:
+        d->metrics.replays++;
+        d->reply_fn(d->reply_sink, origin, stored, stored_len);
+        return true;
+    case TSRD_REPLAY_PENDING:
+        if (!ok)
+            dispatch_reply_bare(d, origin, id, TSR_NO_MEMORY, "out of memory queueing a resend");
+        else
+            d->metrics.replays++;
+        return true;
+    case TSRD_REPLAY_NEW:
+        break;
+    }
+    return false;
+}
+
+void tsrd_dispatch(tsrd_daemon *d, uint32_t pipe_id, void *origin, const uint8_t *data, size_t len)
+{
+    uint64_t start = uv_hrtime();
+    d->metrics.bytes_in += len;
+    Tessera__V1__Request *req = tessera__v1__request__unpack(NULL, len, data);
+    if (req == NULL) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "%zu bytes do not decode as a tessera.v1.Request", len);
+        dispatch_reply_bare(d, origin, 0, TSR_BAD_MESSAGE, msg);
+        return;
+    }
+    tsrd_session *s = tsrd_session_get(d, pipe_id);
+    if (s == NULL || d->draining) {
+        dispatch_reply_bare(d, origin, req->id, TSR_UNAVAILABLE,
+                            s == NULL ? "connection is closing" : "tesserad is shutting down");
+        tessera__v1__request__free_unpacked(req, NULL);
+        return;
+    }
+    tsrd_job *job = calloc(1, sizeof *job);
+    if (job == NULL) {
+        dispatch_reply_bare(d, origin, req->id, TSR_NO_MEMORY, "out of memory");
+        tessera__v1__request__free_unpacked(req, NULL);
+        return;
+    }
+    if (dispatch_replay(d, s, origin, req->id)) {
+        free(job);
+        tessera__v1__request__free_unpacked(req, NULL);
+        return;
+    }
+    Tessera__V1__Reply init = TESSERA__V1__REPLY__INIT;
+    job->reply = init;
+    job->d = d;
+    job->session = s;
+    tsrd_session_ref(s);
+    job->origin = origin;
+    job->req = req;
+    job->id = req->id;
+    job->start_ns = start;
+    job->body_case = req->body_case;
+    job->handler = tsrd_handler_find(req->body_case);
+    d->inflight++;
+
+    tsr_status st = dispatch_validate(job);
+    if (st != TSR_OK) {
+        job->handler = NULL; /* nothing was prepared: no complete step */
+        dispatch_complete(job, st);
+        return;
+    }
+    if (job->handler->prepare != NULL)
+        st = job->handler->prepare(job);
+    if (st == TSR_OK && (job->handler->flags & TSRD_STREAM))
+        dispatch_stream_push(job);
+    else if (st == TSR_OK && (job->handler->flags & TSRD_HEAVY))
+        dispatch_queue_work(job);
+    else
+        dispatch_complete(job, st == TSR_OK ? job->handler->execute(job) : st);
+}

@@ -1,0 +1,368 @@
+/*
+ * engine.c — selection, the kernel cache and the backend, put together.
+ *
+ * Everything here runs on worker threads. The kernel key carries every input
+ * of a build (candidate and version, arch, compiler and driver versions,
+ * options, the backend's code-generation version), so a cache hit can never be
+ * a binary built from different inputs.
+ *
+ * The work bound (max_request_work) is checked at the top of each entry point
+ * that makes the CPU work: a refusal costs the worker a few arithmetic
+ * operations, never a compile, a probe or a reference run.
+ */
+#include "serve/engine.h"
+#include "serve/offline_compile.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tessera/oracle.h"
+#include "tessera/refexec.h"
+
+#define ENGINE_MEASURE_REPEATS 5
+
+/* Work units a probe costs beyond the runs themselves: a stream, temporary
+ * buffers and copies through the backend, the comparison; some microseconds.
+ * Without it, a tiny region with a million probes would look free. */
+#define ENGINE_PROBE_WORK 65536.0
+
+static double engine_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+tsr_status tsrd_engine_arch(tsrd_daemon *d, const char *requested, char *arch, size_t size,
+                            tsr_error *err)
+{
+    if (requested == NULL || requested[0] == '\0')
+        requested = d->devices[0].arch;
+    if (!d->bops->serves_arch(d->backend, requested))
+        return tsr_error_set(err, TSR_UNSUPPORTED,
+                             "arch '%s' is not served by the %s backend (it serves '%s'); "
+                             "compiling for another architecture is not supported yet",
+                             requested, d->bops->name, d->devices[0].arch);
+    snprintf(arch, size, "%s", requested);
+    return TSR_OK;
+}
+
+/* ---- the work bound ---- */
+
+/* The CPU backend serves the arch "cpu": there a candidate runs on the host. */
+static bool engine_arch_is_host(const char *arch)
+{
+    return arch != NULL && strcmp(arch, "cpu") == 0;
+}
+
+double tsrd_engine_verify_work(const tsr_region *r, const char *arch, int random_probes)
+{
+    /* In double: random_probes plus the special probes can pass INT_MAX. */
+    int special = tsr_oracle_probe_count(r, 1) - 1;
+    double probes =
+        random_probes > 0 ? (double)random_probes + special : tsr_oracle_probe_count(r, 0);
+    double run = tsr_ref_work(r);
+    return probes * (run * (engine_arch_is_host(arch) ? 2 : 1) + ENGINE_PROBE_WORK);
+}
+
+tsr_status tsrd_engine_check_work(const tsrd_daemon *d, const tsr_region *r, const char *what,
+                                  double work, tsr_error *err)
+{
+    uint64_t limit = d->config.max_request_work;
+    if (limit == 0 || work <= (double)limit)
+        return TSR_OK;
+    return tsr_error_set(err, TSR_RESOURCE_EXHAUSTED,
+                         "max_request_work: %s of this %s region is estimated at %.0f units of "
+                         "CPU work, over the limit of %llu",
+                         what, tsr_region_kind_name(r->kind), work, (unsigned long long)limit);
+}
+
+/* ---- binaries through the kernel cache ---- */
+
+typedef struct engine_build {
+    tsrd_daemon *d;
+    const tsr_region *r;
+    const tsr_candidate *c;
+    const char *arch;
+    double compile_ms;
+} engine_build;
+
+static tsr_status engine_build_fn(void *ctx, uint8_t **data, size_t *len, tsr_error *err)
+{
+    engine_build *b = ctx;
+    double start = engine_now_ms();
+    tsr_status st = b->d->bops->compile(b->d->backend, b->r, b->c, b->arch, data, len, err);
+    b->compile_ms = engine_now_ms() - start;
+    return st;
+}
+
+static tsr_status engine_binary(tsrd_daemon *d, const tsr_region *r, const tsr_fingerprint *fp,
+                                const tsr_candidate *c, const char *arch, tsrd_compiled *out,
+                                tsr_error *err)
+{
+    tsr_kernel_key_parts parts = {
+        .candidate = c->name,
+        .candidate_version = c->version,
+        .arch = arch,
+        .compiler_version = d->compiler_version,
+        .driver_version = d->driver_version,
+        .options = "",
+        .codegen_version = d->bops->codegen_version,
+    };
+    tsr_kernel_key(fp, &parts, &out->key);
+    tsr_kcache_meta meta;
+    memset(&meta, 0, sizeof meta);
+    snprintf(meta.candidate, sizeof meta.candidate, "%s", c->name);
+    snprintf(meta.kind, sizeof meta.kind, "%s", tsr_region_kind_name(r->kind));
+    snprintf(meta.arch, sizeof meta.arch, "%s", arch);
+    engine_build build = {.d = d, .r = r, .c = c, .arch = arch};
+    tsr_status st = tsr_kcache_get_or_build(d->kcache, &out->key, &meta, engine_build_fn, &build,
+                                            &out->blob, &out->level, err);
+    out->compile_ms = out->level == TSR_KCACHE_MISS ? build.compile_ms : 0;
+    return st;
+}
+
+/* ---- running through the backend ---- */
+
+tsr_status tsrd_engine_run_host(tsrd_daemon *d, tsrd_kobj *k, const tsr_region *r,
+                                const void *const *inputs, void *output, double *device_ms,
+                                tsr_error *err)
+{
+    const tsrd_backend_ops *ops = d->bops;
+    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out_desc;
+    int n = tsr_region_signature(r, sig, &out_desc);
+    tsrd_dbuf *bufs[TSR_MAX_REGION_INPUTS] = {0};
+    tsrd_dbuf *out_buf = NULL;
+    tsrd_stream *stream = NULL;
+    tsr_status st = ops->stream_create(d->backend, 0, &stream, err);
+    for (int i = 0; st == TSR_OK && i < n; i++) {
+        uint64_t bytes = tsr_tensor_desc_bytes(&sig[i]);
+        st = ops->buffer_alloc(d->backend, 0, bytes, &bufs[i], err);
+        if (st == TSR_OK)
+            st = ops->buffer_write(d->backend, bufs[i], 0, inputs[i], bytes, err);
+    }
+    uint64_t out_bytes = tsr_tensor_desc_bytes(&out_desc);
+    if (st == TSR_OK)
+        st = ops->buffer_alloc(d->backend, 0, out_bytes, &out_buf, err);
+    if (st == TSR_OK)
+        st = ops->launch(d->backend, k, stream, bufs, n, out_buf, err);
+    if (st == TSR_OK)
+        st = ops->synchronize(d->backend, stream, device_ms, err);
+    if (st == TSR_OK)
+        st = ops->buffer_read(d->backend, out_buf, 0, output, out_bytes, err);
+    for (int i = 0; i < n; i++)
+        if (bufs[i] != NULL)
+            ops->buffer_free(d->backend, bufs[i]);
+    if (out_buf != NULL)
+        ops->buffer_free(d->backend, out_buf);
+    if (stream != NULL)
+        ops->stream_destroy(d->backend, stream);
+    return st;
+}
+
+typedef struct engine_loaded {
+    tsrd_daemon *d;
+    tsrd_compiled compiled;
+    tsr_candidate candidate;
+} engine_loaded;
+
+/* Compiles (through the cache) and loads candidate c for r on arch. */
+static tsr_status engine_load(tsrd_daemon *d, const tsr_candidate *c, const tsr_region *r,
+                              const char *arch, engine_loaded *out, tsr_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->d = d;
+    out->candidate = *c;
+    tsr_status st = tsr_region_fingerprint(r, &out->compiled.fingerprint, err);
+    if (st == TSR_OK)
+        st = engine_binary(d, r, &out->compiled.fingerprint, c, arch, &out->compiled, err);
+    if (st == TSR_OK)
+        st = d->bops->load(d->backend, 0, r, c, out->compiled.blob->data, out->compiled.blob->len,
+                           &out->compiled.kobj, err);
+    if (st != TSR_OK)
+        tsrd_compiled_release(d, &out->compiled);
+    return st;
+}
+
+static tsr_status engine_candidate_run(void *ctx, const tsr_region *r, const void *const *inputs,
+                                       void *output, tsr_error *err)
+{
+    engine_loaded *l = ctx;
+    return tsrd_engine_run_host(l->d, l->compiled.kobj, r, inputs, output, NULL, err);
+}
+
+/* The work check of a verification; a refusal leaves a failed verdict saying so. */
+static tsr_status engine_verify_admit(tsrd_daemon *d, const tsr_candidate *c, const tsr_region *r,
+                                      const char *arch, int random_probes, tsr_verdict *v,
+                                      tsr_error *err)
+{
+    tsr_status st = tsrd_engine_check_work(d, r, "the verification",
+                                           tsrd_engine_verify_work(r, arch, random_probes), err);
+    if (st != TSR_OK) {
+        tsr_verdict_init(v, c->tolerance, r->out_dtype);
+        v->pass = false;
+        snprintf(v->reason, sizeof v->reason, "not run: over max_request_work");
+    }
+    return st;
+}
+
+tsr_status tsrd_engine_verify(tsrd_daemon *d, const tsr_candidate *c, const tsr_region *r,
+                              const char *arch, uint64_t seed, int random_probes, tsr_verdict *v,
+                              tsr_error *err)
+{
+    engine_loaded loaded;
+    tsr_status st = engine_verify_admit(d, c, r, arch, random_probes, v, err);
+    if (st != TSR_OK)
+        return st;
+    st = engine_load(d, c, r, arch, &loaded, err);
+    if (st != TSR_OK) {
+        tsr_verdict_init(v, c->tolerance, r->out_dtype);
+        v->pass = false;
+        snprintf(v->reason, sizeof v->reason, "could not build: %.120s", err ? err->message : "");
+        return st;
+    }
+    tsr_oracle_options opts = {
+        .seed = seed, .random_probes = random_probes, .bound = c->tolerance, .ref_threads = 0};
+    st = tsr_oracle_verify(r, engine_candidate_run, &loaded, &opts, v, err);
+    tsrd_compiled_release(d, &loaded.compiled);
+    return st;
+}
+
+static tsr_status engine_verify_cb(void *ctx, const tsr_candidate *c, const tsr_region *r,
+                                   tsr_verdict *v, tsr_error *err)
+{
+    tsrd_engine_ctx *e = ctx;
+    tsr_status st = engine_verify_admit(e->d, c, r, e->arch, 0, v, err);
+    if (st != TSR_OK) {
+        if (!e->refused && err != NULL) {
+            e->refused = true;
+            e->refusal = *err;
+        }
+        return st;
+    }
+    return tsrd_engine_verify(e->d, c, r, e->arch, 0, 0, v, err);
+}
+
+static int engine_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median time of ENGINE_MEASURE_REPEATS runs on the first random probe, after
+ * one warm-up run. The device time is used when the backend reports one. */
+static tsr_status engine_measure_cb(void *ctx, const tsr_candidate *c, const tsr_region *r,
+                                    double *median_ms, tsr_error *err)
+{
+    tsrd_engine_ctx *e = ctx;
+    engine_loaded loaded;
+    /* One probe made, and the runs on the host when the device is the CPU. */
+    double work =
+        ENGINE_PROBE_WORK +
+        (engine_arch_is_host(e->arch) ? (ENGINE_MEASURE_REPEATS + 1) * tsr_ref_work(r) : 0);
+    tsr_status st = tsrd_engine_check_work(e->d, r, "the timing", work, err);
+    if (st == TSR_OK)
+        st = engine_load(e->d, c, r, e->arch, &loaded, err);
+    if (st != TSR_OK)
+        return st;
+    void *inputs[TSR_MAX_REGION_INPUTS] = {0};
+    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out_desc;
+    tsr_region_signature(r, sig, &out_desc);
+    void *output = malloc((size_t)tsr_tensor_desc_bytes(&out_desc));
+    st = output != NULL ? tsr_oracle_make_probe(r, 0, 0, 1, inputs, err)
+                        : tsr_error_set(err, TSR_NO_MEMORY, "measure: out of memory");
+    double times[ENGINE_MEASURE_REPEATS];
+    for (int i = -1; st == TSR_OK && i < ENGINE_MEASURE_REPEATS; i++) {
+        double device_ms = 0, start = engine_now_ms();
+        st = tsrd_engine_run_host(e->d, loaded.compiled.kobj, r, (const void *const *)inputs,
+                                  output, &device_ms, err);
+        if (i >= 0)
+            times[i] = device_ms > 0 ? device_ms : engine_now_ms() - start;
+    }
+    if (st == TSR_OK) {
+        qsort(times, ENGINE_MEASURE_REPEATS, sizeof times[0], engine_cmp_double);
+        *median_ms = times[ENGINE_MEASURE_REPEATS / 2];
+    }
+    if (output != NULL && inputs[0] != NULL)
+        tsr_oracle_free_probe(r, inputs);
+    free(output);
+    tsrd_compiled_release(e->d, &loaded.compiled);
+    return st;
+}
+
+/* ---- selection and compilation ---- */
+
+void tsrd_engine_select_request(tsrd_engine_ctx *ctx, const tsr_region *r,
+                                const tsr_fingerprint *fp, const Tessera__V1__CompileOptions *opts,
+                                tsr_select_request *out)
+{
+    memset(out, 0, sizeof *out);
+    out->region = r;
+    out->fingerprint = fp;
+    out->arch = ctx->arch;
+    out->force = opts != NULL ? opts->force : NULL;
+    out->policy = opts != NULL && opts->policy == TESSERA__V1__POLICY__POLICY_MEASURE
+                      ? TSR_POLICY_MEASURE
+                      : TSR_POLICY_TIER;
+    out->verify = opts == NULL || !opts->skip_verify;
+    out->allow_reference = opts == NULL || !opts->no_reference;
+    out->verify_fn = engine_verify_cb;
+    out->measure_fn = engine_measure_cb;
+    out->ctx = ctx;
+}
+
+tsr_status tsrd_engine_compile(tsrd_daemon *d, const tsr_region *r,
+                               const Tessera__V1__CompileOptions *opts, bool load,
+                               tsrd_compiled *out, tsr_error *err)
+{
+    memset(out, 0, sizeof *out);
+    /* A compile for a CUDA architecture that the serving backend has no device
+     * for (a build machine, CI) produces and caches the binary without loading
+     * it; a run needs a device and gets UNSUPPORTED below. */
+    const char *want = opts != NULL ? opts->arch : NULL;
+    if (!load && want != NULL && want[0] != '\0' && !d->bops->serves_arch(d->backend, want) &&
+        tsrd_offline_arch_supported(want))
+        return tsrd_offline_compile(d->kcache, r, want, opts->force, out, err);
+    tsr_status st = tsrd_engine_arch(d, want, out->arch, sizeof out->arch, err);
+    /* A kernel loaded on the CPU backend runs on the host at every launch. */
+    if (st == TSR_OK && load && engine_arch_is_host(out->arch))
+        st = tsrd_engine_check_work(d, r, "a launch", tsr_ref_work(r), err);
+    if (st == TSR_OK)
+        st = tsr_region_fingerprint(r, &out->fingerprint, err);
+    if (st != TSR_OK)
+        return st;
+    tsrd_engine_ctx ctx = {.d = d, .arch = out->arch};
+    tsr_select_request req;
+    tsrd_engine_select_request(&ctx, r, &out->fingerprint, opts, &req);
+    st = tsr_arbiter_select(d->arbiter, &req, &out->decision, err);
+    if (st != TSR_OK && ctx.refused && err != NULL) {
+        /* Every candidate left was refused by the bound: say so, not "none". */
+        *err = ctx.refusal;
+        st = ctx.refusal.code;
+    }
+    /* A device backend's tier-0 reference also runs on the host at every
+     * launch. */
+    if (st == TSR_OK && load && !engine_arch_is_host(out->arch) &&
+        out->decision.candidate.tier == 0)
+        st = tsrd_engine_check_work(d, r, "a launch of the reference", tsr_ref_work(r), err);
+    if (st == TSR_OK)
+        st = engine_binary(d, r, &out->fingerprint, &out->decision.candidate, out->arch, out, err);
+    if (st == TSR_OK && load)
+        st = d->bops->load(d->backend, 0, r, &out->decision.candidate, out->blob->data,
+                           out->blob->len, &out->kobj, err);
+    if (st != TSR_OK)
+        tsrd_compiled_release(d, out);
+    return st;
+}
+
+void tsrd_compiled_release(tsrd_daemon *d, tsrd_compiled *c)
+{
+    if (c->kobj != NULL)
+        d->bops->unload(d->backend, c->kobj);
+    if (c->blob != NULL)
+        tsr_kcache_blob_release(c->blob);
+    c->kobj = NULL;
+    c->blob = NULL;
+}

@@ -1,0 +1,530 @@
+/*
+ * metrics.c — the daemon's counters and latency histograms, as StatsReply rows
+ * and Prometheus text.
+ *
+ * A metric is named once, here, and appears in both forms: the StatsReply
+ * counter is the Prometheus sample without the "tesserad_" prefix
+ * ("requests_total{type=\"hello\",status=\"OK\"}"), so the two never disagree.
+ * The one exception is the histogram buckets: StatsReply carries each request
+ * type's request_duration_seconds_sum and _count, the Prometheus text also its
+ * twenty-one _bucket samples, which would bury the other counters in a plain
+ * `tessera-cli stats`.
+ *
+ * The text follows the exposition format 0.0.4: one HELP and one TYPE line per
+ * family, before its samples; label values and HELP text escaped; numbers in
+ * their shortest exact form.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/dispatch.h"
+
+/* Bucket bounds: from a cached hello (tens of microseconds) to a cold compile
+ * of a large fused region (tens of seconds), about three per decade. The texts
+ * are the "le" labels, written once so that they never depend on printf's
+ * rounding. */
+static const struct {
+    uint64_t ns;
+    const char *text;
+} metrics_bounds[TSRD_LATENCY_BUCKETS] = {
+    {50000, "0.00005"},  {100000, "0.0001"},  {250000, "0.00025"}, {500000, "0.0005"},
+    {1000000, "0.001"},  {2500000, "0.0025"}, {5000000, "0.005"},  {10000000, "0.01"},
+    {25000000, "0.025"}, {50000000, "0.05"},  {100000000, "0.1"},  {250000000, "0.25"},
+    {500000000, "0.5"},  {1000000000, "1"},   {2500000000, "2.5"}, {5000000000, "5"},
+    {10000000000, "10"}, {20000000000, "20"}, {30000000000, "30"}, {60000000000, "60"},
+};
+
+uint64_t tsrd_latency_bound_ns(int i)
+{
+    return i >= 0 && i < TSRD_LATENCY_BUCKETS ? metrics_bounds[i].ns : UINT64_MAX;
+}
+
+const char *tsrd_latency_bound_text(int i)
+{
+    return i >= 0 && i < TSRD_LATENCY_BUCKETS ? metrics_bounds[i].text : "+Inf";
+}
+
+void tsrd_latency_observe(tsrd_latency *h, uint64_t elapsed_ns)
+{
+    /* Prometheus buckets are "less than or equal": a bound belongs to its own
+     * bucket. Twenty rows: a linear scan is as fast as anything cleverer. */
+    int i = 0;
+    while (i < TSRD_LATENCY_BUCKETS && elapsed_ns > metrics_bounds[i].ns)
+        i++;
+    h->buckets[i]++;
+    h->count++;
+    h->sum_ns += elapsed_ns;
+}
+
+void tsrd_metrics_count(tsrd_daemon *d, int body_case, tsr_status status)
+{
+    if (body_case < 0 || body_case >= TSRD_BODY_CASES)
+        body_case = 0;
+    if ((unsigned)status >= TSR_STATUS_COUNT)
+        status = TSR_INTERNAL;
+    d->metrics.requests[body_case][status]++;
+}
+
+void tsrd_metrics_record(tsrd_daemon *d, int body_case, tsr_status status, uint64_t elapsed_ns)
+{
+    if (body_case < 0 || body_case >= TSRD_BODY_CASES)
+        body_case = 0;
+    tsrd_metrics_count(d, body_case, status);
+    tsrd_latency_observe(&d->metrics.latency[body_case], elapsed_ns);
+}
+
+/* ---- rows: one per sample ---- */
+
+/* Room for the longest sample name: a family, and label values that may be
+ * escaped to twice their length (tenant names, candidate names). */
+#define METRICS_NAME_MAX 384
+
+typedef struct metrics_row {
+    char name[METRICS_NAME_MAX]; /* sample name with labels, without the prefix */
+    const char *family;          /* starts a family (HELP, TYPE); NULL continues one */
+    const char *type;            /* "counter", "gauge" or "histogram" */
+    const char *help;
+    double value;
+    bool text_only; /* a histogram bucket: Prometheus text only */
+} metrics_row;
+
+typedef struct metrics_list {
+    metrics_row *rows;
+    size_t n, cap;
+    bool failed;
+} metrics_list;
+
+static metrics_row *metrics_add(metrics_list *l, const char *family, const char *type,
+                                const char *help, double value)
+{
+    if (l->failed)
+        return NULL;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        metrics_row *rows = realloc(l->rows, cap * sizeof *rows);
+        if (rows == NULL) {
+            l->failed = true;
+            return NULL;
+        }
+        l->rows = rows;
+        l->cap = cap;
+    }
+    metrics_row *row = &l->rows[l->n++];
+    memset(row, 0, sizeof *row);
+    row->family = family;
+    row->type = type;
+    row->help = help;
+    row->value = value;
+    return row;
+}
+
+static void metrics_plain(metrics_list *l, const char *name, const char *type, const char *help,
+                          double value)
+{
+    metrics_row *row = metrics_add(l, name, type, help, value);
+    if (row != NULL)
+        snprintf(row->name, sizeof row->name, "%s", name);
+}
+
+/* A label value as the exposition format wants it: backslash, double quote
+ * and newline escaped. out holds at least 2 * strlen(in) + 1 bytes or the value
+ * is cut, never in the middle of an escape. */
+static void metrics_escape(char *out, size_t cap, const char *in)
+{
+    size_t n = 0;
+    for (; *in != '\0'; in++) {
+        const char *rep = *in == '\\' ? "\\\\" : *in == '"' ? "\\\"" : *in == '\n' ? "\\n" : NULL;
+        size_t need = rep != NULL ? 2 : 1;
+        if (n + need + 1 > cap)
+            break;
+        if (rep != NULL)
+            memcpy(out + n, rep, 2);
+        else
+            out[n] = *in;
+        n += need;
+    }
+    out[n] = '\0';
+}
+
+static const char *metrics_type_name(int body_case)
+{
+    return body_case == 0 ? "none" : tsrd_body_name(body_case);
+}
+
+/* Body cases the daemon names: 0 ("none") and those with a handler. */
+static bool metrics_type_known(int body_case)
+{
+    return body_case == 0 || tsrd_handler_find(body_case) != NULL;
+}
+
+static void metrics_requests(tsrd_daemon *d, metrics_list *l)
+{
+    const char *family = "requests_total";
+    for (int c = 0; c < TSRD_BODY_CASES; c++) {
+        for (int s = 0; s < TSR_STATUS_COUNT; s++) {
+            uint64_t v = d->metrics.requests[c][s];
+            if (v == 0 || !metrics_type_known(c))
+                continue;
+            metrics_row *row = metrics_add(
+                l, family, "counter", "Requests answered, by request type and status.", (double)v);
+            if (row != NULL)
+                snprintf(row->name, sizeof row->name, "requests_total{type=\"%s\",status=\"%s\"}",
+                         metrics_type_name(c), tsr_status_name((tsr_status)s));
+            family = NULL;
+        }
+    }
+}
+
+/* One histogram per request type that has been answered at least once. */
+static void metrics_latency(tsrd_daemon *d, metrics_list *l)
+{
+    const char *family = "request_duration_seconds";
+    const char *help = "Time from a request's arrival to its reply, by request type.";
+    for (int c = 0; c < TSRD_BODY_CASES; c++) {
+        const tsrd_latency *h = &d->metrics.latency[c];
+        if (h->count == 0 || !metrics_type_known(c))
+            continue;
+        const char *type = metrics_type_name(c);
+        uint64_t cumulative = 0;
+        for (int i = 0; i <= TSRD_LATENCY_BUCKETS; i++) {
+            cumulative += h->buckets[i];
+            metrics_row *row = metrics_add(l, family, "histogram", help, (double)cumulative);
+            if (row == NULL)
+                return;
+            snprintf(row->name, sizeof row->name,
+                     "request_duration_seconds_bucket{type=\"%s\",le=\"%s\"}", type,
+                     tsrd_latency_bound_text(i));
+            row->text_only = true;
+            family = NULL;
+        }
+        metrics_row *sum = metrics_add(l, NULL, "histogram", help, (double)h->sum_ns / 1e9);
+        if (sum != NULL)
+            snprintf(sum->name, sizeof sum->name, "request_duration_seconds_sum{type=\"%s\"}",
+                     type);
+        metrics_row *count = metrics_add(l, NULL, "histogram", help, (double)h->count);
+        if (count != NULL)
+            snprintf(count->name, sizeof count->name, "request_duration_seconds_count{type=\"%s\"}",
+                     type);
+    }
+}
+
+static void metrics_cache(tsrd_daemon *d, metrics_list *l)
+{
+    tsr_kcache_stats cs;
+    tsr_kcache_get_stats(d->kcache, &cs);
+    static const char *ctr = "counter", *gauge = "gauge";
+    metrics_plain(l, "kcache_memory_hits_total", ctr, "Kernel cache hits in memory.",
+                  (double)cs.memory_hits);
+    metrics_plain(l, "kcache_disk_hits_total", ctr, "Kernel cache hits on disk.",
+                  (double)cs.disk_hits);
+    metrics_plain(l, "kcache_shared_waits_total", ctr, "Waits on another request's build.",
+                  (double)cs.shared_waits);
+    metrics_plain(l, "kcache_misses_total", ctr, "Kernel cache misses.", (double)cs.misses);
+    metrics_plain(l, "kcache_builds_total", ctr, "Kernel builds.", (double)cs.builds);
+    metrics_plain(l, "kcache_build_failures_total", ctr, "Kernel builds that failed.",
+                  (double)cs.build_failures);
+    metrics_plain(l, "kcache_memory_evictions_total", ctr, "Entries evicted from memory.",
+                  (double)cs.memory_evictions);
+    metrics_plain(l, "kcache_disk_evictions_total", ctr, "Entries evicted from disk.",
+                  (double)cs.disk_evictions);
+    metrics_plain(l, "kcache_corrupt_discarded_total", ctr, "Disk entries failing their check.",
+                  (double)cs.corrupt_discarded);
+    metrics_plain(l, "kcache_disk_write_failures_total", ctr, "Disk writes that failed.",
+                  (double)cs.disk_write_failures);
+    metrics_plain(l, "kcache_memory_bytes", gauge, "Bytes held in memory.",
+                  (double)cs.memory_bytes);
+    metrics_plain(l, "kcache_disk_bytes", gauge, "Bytes held on disk.", (double)cs.disk_bytes);
+    metrics_plain(l, "kcache_memory_entries", gauge, "Entries in memory.",
+                  (double)cs.memory_entries);
+    metrics_plain(l, "kcache_disk_entries", gauge, "Entries on disk.", (double)cs.disk_entries);
+}
+
+/* One family per quantity, one sample per tenant ({tenant="name"}). */
+static void metrics_tenants(tsrd_daemon *d, metrics_list *l)
+{
+    static const struct {
+        const char *family, *type, *help;
+    } fams[] = {
+        {"tenant_buffers", "gauge", "Live buffers per tenant."},
+        {"tenant_buffer_bytes", "gauge", "Device memory in live buffers per tenant."},
+        {"tenant_kernels", "gauge", "Live kernel handles per tenant."},
+        {"tenant_inflight_requests", "gauge", "Requests admitted and not yet answered."},
+        {"tenant_compiles", "gauge",
+         "Compile-class requests (compile, run, verify, candidates) admitted and not yet "
+         "answered."},
+        {"tenant_queued_jobs", "gauge", "Heavy jobs waiting for a worker, per tenant."},
+        {"tenant_quota_refusals_total", "counter", "Requests refused RESOURCE_EXHAUSTED."},
+    };
+    for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
+        const char *family = fams[f].family;
+        for (tsrd_tenant *t = d->tenants != NULL ? d->tenants : &d->default_tenant; t != NULL;
+             t = t == &d->default_tenant ? NULL : t->next) {
+            uint64_t queued = 0;
+            for (tsrd_job *j = t->work_head; j != NULL; j = j->work_next)
+                queued++;
+            const uint64_t v[] = {t->buffers,  t->buffer_bytes, t->kernels,      t->in_flight,
+                                  t->compiles, queued,          t->refused_quota};
+            metrics_row *row = metrics_add(l, family, fams[f].type, fams[f].help, (double)v[f]);
+            if (row == NULL)
+                return;
+            char name[2 * TSRD_TENANT_NAME_MAX];
+            metrics_escape(name, sizeof name, t->name);
+            snprintf(row->name, sizeof row->name, "%s{tenant=\"%s\"}", fams[f].family, name);
+            family = NULL;
+        }
+    }
+}
+
+static void metrics_collect(tsrd_daemon *d, metrics_list *l)
+{
+    tsrd_tenant all = d->default_tenant;
+    uint64_t queued = 0;
+    for (tsrd_tenant *t = d->tenants; t != NULL; t = t->next) {
+        all.buffers += t->buffers;
+        all.buffer_bytes += t->buffer_bytes;
+        all.kernels += t->kernels;
+    }
+    for (tsrd_tenant *t = d->ready_head; t != NULL; t = t->ready_next)
+        for (tsrd_job *j = t->work_head; j != NULL; j = j->work_next)
+            queued++;
+    metrics_requests(d, l);
+    metrics_latency(d, l);
+    metrics_plain(l, "replays_total", "counter", "Requests answered from the request-id memory.",
+                  (double)d->metrics.replays);
+    metrics_plain(l, "sessions", "gauge", "Open sessions (connections).", (double)d->n_sessions);
+    metrics_plain(l, "sessions_opened_total", "counter", "Sessions ever opened.",
+                  (double)d->metrics.sessions_opened);
+    metrics_plain(l, "inflight_requests", "gauge", "Requests being executed.", (double)d->inflight);
+    metrics_plain(l, "buffers", "gauge", "Live buffers.", (double)all.buffers);
+    metrics_plain(l, "buffer_bytes", "gauge", "Bytes in live buffers.", (double)all.buffer_bytes);
+    metrics_plain(l, "kernels", "gauge", "Live kernel handles.", (double)all.kernels);
+    metrics_plain(l, "work_queued", "gauge",
+                  "Heavy jobs (compiles, launches, copies) waiting for a worker.", (double)queued);
+    metrics_plain(l, "work_running", "gauge", "Jobs on the worker pool.", (double)d->work_running);
+    /* The same default as the dispatch pump's. */
+    metrics_plain(l, "work_slots", "gauge", "Jobs the worker pool runs at once, at most.",
+                  (double)(d->work_slots > 0 ? d->work_slots : 4));
+    metrics_plain(l, "recovering", "gauge", "1 while the device context is being rebuilt.",
+                  d->recovering ? 1.0 : 0.0);
+    metrics_plain(l, "device_recoveries_total", "counter", "Device context rebuilds.",
+                  (double)d->recoveries);
+    metrics_plain(l, "device_faults_total", "counter",
+                  "Sticky device faults noticed (each starts a recovery).",
+                  (double)d->device_faults);
+    metrics_plain(l, "device_buffers_lost_total", "counter",
+                  "Buffer handles whose device memory a fault took.", (double)d->buffers_lost);
+    metrics_plain(l, "device_recovery_last_ms", "gauge",
+                  "Fault noticed to serving again, in the last recovery (ms).",
+                  (double)d->recovery_last_ms);
+    metrics_plain(l, "received_bytes_total", "counter", "Request bytes received.",
+                  (double)d->metrics.bytes_in);
+    metrics_plain(l, "sent_bytes_total", "counter", "Reply bytes sent.",
+                  (double)d->metrics.bytes_out);
+    metrics_cache(d, l);
+    metrics_tenants(d, l);
+}
+
+static void metrics_candidate_rows(metrics_list *l, const tsr_candidate_stats *rows, size_t n)
+{
+    static const char *const families[] = {"candidate_won_total", "candidate_forced_total",
+                                           "candidate_declined_total",
+                                           "candidate_failed_verification_total"};
+    for (size_t f = 0; f < 4; f++) {
+        for (size_t i = 0; i < n; i++) {
+            const uint64_t values[] = {rows[i].won, rows[i].forced, rows[i].declined,
+                                       rows[i].failed_verification};
+            metrics_row *row = metrics_add(l, i == 0 ? families[f] : NULL, "counter",
+                                           "Arbiter outcomes per candidate.", (double)values[f]);
+            if (row == NULL)
+                return;
+            char name[2 * TSR_CANDIDATE_NAME_MAX];
+            metrics_escape(name, sizeof name, rows[i].name);
+            snprintf(row->name, sizeof row->name, "%s{kind=\"%s\",name=\"%s\"}", families[f],
+                     tsr_region_kind_name(rows[i].kind), name);
+        }
+    }
+}
+
+/* ---- the text ---- */
+
+typedef struct metrics_text {
+    char *buf;
+    size_t len, cap;
+    bool failed;
+} metrics_text;
+
+static void metrics_printf(metrics_text *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void metrics_printf(metrics_text *t, const char *fmt, ...)
+{
+    for (int attempt = 0; !t->failed && attempt < 2; attempt++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            t->failed = true;
+            return;
+        }
+        if ((size_t)n < t->cap - t->len) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = t->cap * 2 > t->len + (size_t)n + 1 ? t->cap * 2 : t->len + (size_t)n + 1;
+        char *buf = realloc(t->buf, cap);
+        if (buf == NULL) {
+            t->failed = true;
+            return;
+        }
+        t->buf = buf;
+        t->cap = cap;
+    }
+}
+
+/* The shortest text that reads back as the same double, as Prometheus'
+ * own clients write values ("3", "0.00125", not "0.0012500000000000000"). */
+static void metrics_number(char *out, size_t cap, double v)
+{
+    for (int digits = 15; digits <= 17; digits++) {
+        snprintf(out, cap, "%.*g", digits, v);
+        if (strtod(out, NULL) == v)
+            return;
+    }
+}
+
+/* HELP text escapes backslash and newline (quotes stay). */
+static void metrics_help(metrics_text *t, const char *help)
+{
+    for (; *help != '\0'; help++) {
+        if (*help == '\\')
+            metrics_printf(t, "\\\\");
+        else if (*help == '\n')
+            metrics_printf(t, "\\n");
+        else
+            metrics_printf(t, "%c", *help);
+    }
+}
+
+static char *metrics_text_of(const metrics_list *l, size_t *len)
+{
+    metrics_text t = {.cap = 4096 + l->n * 96};
+    t.buf = malloc(t.cap);
+    if (t.buf == NULL)
+        return NULL;
+    t.buf[0] = '\0';
+    for (size_t i = 0; i < l->n; i++) {
+        const metrics_row *row = &l->rows[i];
+        if (row->family != NULL) {
+            metrics_printf(&t, "# HELP tesserad_%s ", row->family);
+            metrics_help(&t, row->help);
+            metrics_printf(&t, "\n# TYPE tesserad_%s %s\n", row->family, row->type);
+        }
+        char value[40];
+        metrics_number(value, sizeof value, row->value);
+        metrics_printf(&t, "tesserad_%s %s\n", row->name, value);
+    }
+    if (t.failed) {
+        free(t.buf);
+        return NULL;
+    }
+    *len = t.len;
+    return t.buf;
+}
+
+/* Every row, the candidates' last; *n_plain of them come before those. */
+static tsr_status metrics_gather(tsrd_daemon *d, metrics_list *l, bool candidates,
+                                 tsr_candidate_stats **cand, size_t *n_cand, size_t *n_plain,
+                                 tsr_error *err)
+{
+    metrics_collect(d, l);
+    *n_plain = l->n;
+    tsr_status st = tsr_arbiter_stats(d->arbiter, cand, n_cand, err);
+    if (st == TSR_OK && candidates)
+        metrics_candidate_rows(l, *cand, *n_cand);
+    if (st == TSR_OK && l->failed)
+        st = tsr_error_set(err, TSR_NO_MEMORY, "stats: out of memory");
+    return st;
+}
+
+tsr_status tsrd_metrics_render(tsrd_daemon *d, char **text, size_t *len, tsr_error *err)
+{
+    metrics_list l = {0};
+    tsr_candidate_stats *cand = NULL;
+    size_t n_cand = 0, n_plain = 0;
+    *text = NULL;
+    *len = 0;
+    tsr_status st = metrics_gather(d, &l, true, &cand, &n_cand, &n_plain, err);
+    if (st == TSR_OK && (*text = metrics_text_of(&l, len)) == NULL)
+        st = tsr_error_set(err, TSR_NO_MEMORY, "metrics: out of memory");
+    free(cand);
+    free(l.rows);
+    return st;
+}
+
+tsr_status tsrd_metrics_fill(tsrd_daemon *d, tsrd_job *job, Tessera__V1__StatsReply *out,
+                             bool prometheus)
+{
+    metrics_list l = {0};
+    tsr_candidate_stats *cand = NULL;
+    size_t n_cand = 0, n_plain = 0;
+    tsr_status st = metrics_gather(d, &l, prometheus, &cand, &n_cand, &n_plain, &job->err);
+    size_t n_counters = 0;
+    for (size_t i = 0; i < n_plain; i++)
+        n_counters += l.rows[i].text_only ? 0 : 1;
+    out->n_counters = 0;
+    out->counters = st == TSR_OK ? tsrd_job_alloc(job, n_counters * sizeof *out->counters) : NULL;
+    for (size_t i = 0; st == TSR_OK && i < n_plain; i++) {
+        if (l.rows[i].text_only)
+            continue;
+        Tessera__V1__Counter *c = tsrd_job_alloc(job, sizeof *c);
+        char *name = tsrd_job_strdup(job, l.rows[i].name);
+        if (c == NULL || name == NULL || out->counters == NULL) {
+            st = tsr_error_set(&job->err, TSR_NO_MEMORY, "stats: out of memory");
+            break;
+        }
+        Tessera__V1__Counter init = TESSERA__V1__COUNTER__INIT;
+        *c = init;
+        c->name = name;
+        c->value = l.rows[i].value;
+        out->counters[out->n_counters++] = c;
+    }
+    out->n_candidates = n_cand;
+    out->candidates = st == TSR_OK ? tsrd_job_alloc(job, n_cand * sizeof *out->candidates) : NULL;
+    for (size_t i = 0; st == TSR_OK && i < n_cand; i++) {
+        Tessera__V1__CandidateStats *c = tsrd_job_alloc(job, sizeof *c);
+        char *name = tsrd_job_strdup(job, cand[i].name);
+        if (c == NULL || name == NULL || out->candidates == NULL) {
+            st = tsr_error_set(&job->err, TSR_NO_MEMORY, "stats: out of memory");
+            break;
+        }
+        Tessera__V1__CandidateStats init = TESSERA__V1__CANDIDATE_STATS__INIT;
+        *c = init;
+        c->kind = (char *)tsr_region_kind_name(cand[i].kind);
+        c->name = name;
+        c->won = cand[i].won;
+        c->forced = cand[i].forced;
+        c->declined = cand[i].declined;
+        c->failed_verification = cand[i].failed_verification;
+        out->candidates[i] = c;
+    }
+    if (st == TSR_OK && prometheus) {
+        size_t len = 0;
+        char *text = metrics_text_of(&l, &len);
+        out->prometheus_text = text != NULL ? tsrd_job_alloc(job, len + 1) : NULL;
+        if (out->prometheus_text != NULL)
+            memcpy(out->prometheus_text, text, len + 1);
+        else
+            st = tsr_error_set(&job->err, TSR_NO_MEMORY, "stats: out of memory");
+        free(text);
+    }
+    if (st != TSR_OK) {
+        out->n_counters = 0;
+        out->n_candidates = 0;
+    }
+    free(cand);
+    free(l.rows);
+    return st;
+}

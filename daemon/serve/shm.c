@@ -1,0 +1,145 @@
+/*
+ * shm.c — mapping, checking and registering callers' shared-memory segments
+ * (see shm.h for the rules).
+ */
+#include "serve/shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static tsr_status shm_name_check(tsrd_job *job, const char *name, const char *field)
+{
+    size_t n = strlen(name);
+    if (n < 2 || n > TSRD_SHM_NAME_MAX || name[0] != '/' || strchr(name + 1, '/') != NULL)
+        return tsr_error_set(&job->err, TSR_INVALID_ARGUMENT,
+                             "%s.name: '%.64s' is not a shared-memory name (\"/name\", at most "
+                             "%d bytes, one slash)",
+                             field, name, TSRD_SHM_NAME_MAX);
+    return TSR_OK;
+}
+
+/* Opens, checks and maps a segment for the session. */
+static tsr_status shm_map_open(tsrd_job *job, const char *name, const char *field,
+                               tsrd_shm_map **out)
+{
+    int fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0) {
+        int e = errno;
+        return tsr_error_set(&job->err, e == ENOENT ? TSR_NOT_FOUND : TSR_IO_ERROR,
+                             "%s.name: shm_open %s: %s", field, name, strerror(e));
+    }
+    struct stat st;
+    tsr_status status = TSR_OK;
+    /* The caller's own segment only: the ipc peer's uid when the transport
+     * reports it, else the daemon's (a tcp caller on this node). A segment of
+     * someone else is never mapped on the caller's behalf. */
+    uid_t owner = job->session->peer_known ? (uid_t)job->session->peer_uid : geteuid();
+    if (fstat(fd, &st) != 0)
+        status = tsr_error_set(&job->err, TSR_IO_ERROR, "%s.name: fstat %s: %s", field, name,
+                               strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        status = tsr_error_set(&job->err, TSR_INVALID_ARGUMENT,
+                               "%s.name: %s is not a shared-memory object", field, name);
+    else if (st.st_uid != owner)
+        status = tsr_error_set(&job->err, TSR_UNAUTHENTICATED,
+                               "%s.name: %s belongs to uid %u, not the caller's %u", field, name,
+                               (unsigned)st.st_uid, (unsigned)owner);
+    else if (st.st_size <= 0)
+        status = tsr_error_set(&job->err, TSR_BUFFER_MISMATCH, "%s.name: %s is empty", field, name);
+    tsrd_shm_map *m = NULL;
+    if (status == TSR_OK && (m = calloc(1, sizeof *m)) == NULL)
+        status = tsr_error_set(&job->err, TSR_NO_MEMORY, "%s: out of memory", field);
+    if (status == TSR_OK) {
+        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED) {
+            status = tsr_error_set(&job->err, TSR_IO_ERROR, "%s.name: mmap %s: %s", field, name,
+                                   strerror(errno));
+            free(m);
+        } else {
+            m->base = p;
+            m->size = (uint64_t)st.st_size;
+            m->fd = fd;
+            strcpy(m->name, name);
+            *out = m;
+        }
+    }
+    if (status != TSR_OK)
+        close(fd);
+    return status;
+}
+
+tsr_status tsrd_shm_resolve(tsrd_job *job, const Tessera__V1__SharedMemory *ref, const char *field,
+                            uint64_t want, tsrd_shm_map **map, uint8_t **ptr)
+{
+    const char *name = ref->name != NULL ? ref->name : "";
+    tsr_status st = shm_name_check(job, name, field);
+    if (st != TSR_OK)
+        return st;
+    tsrd_session *s = job->session;
+    tsrd_shm_map *m = NULL;
+    int count = 0;
+    for (tsrd_shm_map *it = s->shm_maps; it != NULL && m == NULL; it = it->next, count++)
+        if (strcmp(it->name, name) == 0)
+            m = it;
+    if (m == NULL) {
+        if (count >= TSRD_SHM_MAX_MAPS)
+            return tsr_error_set(&job->err, TSR_RESOURCE_EXHAUSTED,
+                                 "%s: a session maps at most %d segments", field,
+                                 TSRD_SHM_MAX_MAPS);
+        st = shm_map_open(job, name, field, &m);
+        if (st != TSR_OK)
+            return st;
+        m->next = s->shm_maps;
+        s->shm_maps = m;
+    }
+    if (ref->offset > m->size || ref->length > m->size - ref->offset)
+        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                             "%s: %llu bytes at offset %llu pass the end of %s (%llu bytes)", field,
+                             (unsigned long long)ref->length, (unsigned long long)ref->offset, name,
+                             (unsigned long long)m->size);
+    if (want != 0 && ref->length != want)
+        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH, "%s: %llu bytes, %llu are needed",
+                             field, (unsigned long long)ref->length, (unsigned long long)want);
+    *map = m;
+    *ptr = m->base + ref->offset;
+    return TSR_OK;
+}
+
+tsr_status tsrd_shm_register(tsrd_job *job, tsrd_shm_map *map)
+{
+    if (map == NULL || map->registered)
+        return TSR_OK;
+    tsr_status st = job->d->bops->host_register(job->d->backend, map->base, map->size, map->fd,
+                                                &map->token, &job->err);
+    if (st == TSR_OK)
+        map->registered = true;
+    return st;
+}
+
+void tsrd_shm_unpin_all(tsrd_daemon *d, tsrd_session *s)
+{
+    for (tsrd_shm_map *m = s->shm_maps; m != NULL; m = m->next) {
+        if (m->registered)
+            d->bops->host_unregister(d->backend, m->token);
+        m->registered = false;
+        m->token = NULL;
+    }
+}
+
+void tsrd_shm_release_all(tsrd_daemon *d, tsrd_session *s)
+{
+    while (s->shm_maps != NULL) {
+        tsrd_shm_map *m = s->shm_maps;
+        s->shm_maps = m->next;
+        if (m->registered)
+            d->bops->host_unregister(d->backend, m->token);
+        munmap(m->base, (size_t)m->size);
+        close(m->fd);
+        free(m);
+    }
+}

@@ -1,0 +1,59 @@
+/*
+ * shm.h — host tensors in the caller's POSIX shared-memory segments.
+ *
+ * A local client places large host tensors in a segment it created with
+ * shm_open and names it (with an offset and a length) in a request instead of
+ * sending the bytes. The daemon maps a segment once per session, on the first
+ * request that names it, after checking that it is a regular object owned by
+ * the caller (the ipc peer's uid; the daemon's own where the transport gives
+ * no credentials) and that every range lies inside it. The first copy through
+ * a mapping registers it with the backend (CUDA pins it), so copies then run
+ * at DMA speed without staging. Mappings go when the session ends.
+ *
+ * Threading: tsrd_shm_resolve runs on the loop thread (prepare);
+ * tsrd_shm_register only in the session's stream jobs, which never overlap,
+ * so the registered flag needs no lock; tsrd_shm_release_all on the loop once
+ * no job holds the session. Errors: INVALID_ARGUMENT for a bad name, NOT_FOUND
+ * for a segment that does not exist, UNAUTHENTICATED for one owned by another
+ * user, BUFFER_MISMATCH for a range outside it, RESOURCE_EXHAUSTED past
+ * TSRD_SHM_MAX_MAPS segments in one session.
+ */
+#ifndef TESSERAD_SHM_H
+#define TESSERAD_SHM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "serve/dispatch.h"
+
+#define TSRD_SHM_NAME_MAX 200
+#define TSRD_SHM_MAX_MAPS 32
+
+typedef struct tsrd_shm_map {
+    struct tsrd_shm_map *next;
+    char name[TSRD_SHM_NAME_MAX + 1];
+    uint8_t *base;
+    uint64_t size;
+    int fd;          /* the segment, kept open for backends that map it elsewhere */
+    void *token;     /* the backend's registration */
+    bool registered; /* stream jobs only */
+} tsrd_shm_map;
+
+/* Resolves ref for the job's session: *map is the session's mapping (made on
+ * first use), *ptr the first byte of the range. want, when not 0, is the byte
+ * count the range must have. field names the request field in errors. */
+tsr_status tsrd_shm_resolve(tsrd_job *job, const Tessera__V1__SharedMemory *ref, const char *field,
+                            uint64_t want, tsrd_shm_map **map, uint8_t **ptr);
+
+/* Registers map with the backend unless done already (stream jobs). */
+tsr_status tsrd_shm_register(tsrd_job *job, tsrd_shm_map *map);
+
+/* Unregisters every segment of s but keeps it mapped: after a device recovery
+ * the pins of the old context are void, and the next stream job pins the
+ * segment again. Loop thread, while no job of s runs. */
+void tsrd_shm_unpin_all(tsrd_daemon *d, tsrd_session *s);
+
+/* Unregisters and unmaps every segment of s (session teardown). */
+void tsrd_shm_release_all(tsrd_daemon *d, tsrd_session *s);
+
+#endif

@@ -1,10 +1,10 @@
 /*
  * calls.c — one function per request of the protocol.
  *
- * Each call fills a Request on the stack (strings and arrays borrowed from the
- * caller, the region encoded by tsr_region_to_pb), hands it to tsri_client_call
- * and copies the reply into the caller's plain C structs, so no protobuf type
- * leaks through client.h.
+ * Each call fills its request's body on the stack (strings and arrays borrowed
+ * from the caller, the region encoded by tsr_region_to_pb), hands it to
+ * tsri_client_request and copies the reply into the caller's plain C structs, so
+ * no protobuf type leaks through client.h.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -82,12 +82,9 @@ tsr_status tsr_client_health_get(tsr_client *c, tsr_client_health *out, int time
     CALL_ARG_CHECK(c, err, "client is NULL");
     CALL_ARG_CHECK(out, err, "health: out is NULL");
     Tessera__V1__HealthRequest body = TESSERA__V1__HEALTH_REQUEST__INIT;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_HEALTH;
-    req.health = &body;
     Tessera__V1__Reply *reply;
     tsr_status st =
-        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_HEALTH, &reply, timeout_ms, err);
+        tsri_client_request(c, TESSERA__V1__REQUEST__BODY_HEALTH, &body, &reply, timeout_ms, err);
     if (st != TSR_OK)
         return st;
     const Tessera__V1__HealthReply *h = reply->health;
@@ -147,11 +144,8 @@ tsr_status tsr_client_compile(tsr_client *c, const tsr_region *r,
     Tessera__V1__CompileRequest body = TESSERA__V1__COMPILE_REQUEST__INIT;
     body.region = region;
     body.options = &options;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_COMPILE;
-    req.compile = &body;
     Tessera__V1__Reply *reply;
-    st = tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_COMPILE, &reply, timeout_ms, err);
+    st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_COMPILE, &body, &reply, timeout_ms, err);
     tsr_region_pb_free(region);
     if (st != TSR_OK)
         return st;
@@ -178,12 +172,9 @@ tsr_status tsr_client_launch(tsr_client *c, tsr_kernel kernel, const tsr_buffer 
     body.n_inputs = (size_t)n_inputs;
     body.inputs = (uint64_t *)inputs;
     body.output = output;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_LAUNCH;
-    req.launch = &body;
     Tessera__V1__Reply *reply;
     tsr_status st =
-        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_LAUNCH, &reply, timeout_ms, err);
+        tsri_client_request(c, TESSERA__V1__REQUEST__BODY_LAUNCH, &body, &reply, timeout_ms, err);
     if (st != TSR_OK)
         return st;
     if (device_ms)
@@ -229,11 +220,8 @@ tsr_status tsr_client_run(tsr_client *c, const tsr_region *r, const tsr_client_c
     body.options = &options;
     body.n_inputs = (size_t)n;
     body.inputs = tensor_ptrs;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_RUN;
-    req.run = &body;
     Tessera__V1__Reply *reply;
-    st = tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_RUN, &reply, timeout_ms, err);
+    st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_RUN, &body, &reply, timeout_ms, err);
     tsr_region_pb_free(region);
     if (st != TSR_OK)
         return st;
@@ -279,11 +267,8 @@ tsr_status tsr_client_verify(tsr_client *c, const tsr_region *r, const tsr_clien
     body.seed = opts->seed;
     body.random_probes = opts->random_probes;
     body.options = &options;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_VERIFY;
-    req.verify = &body;
     Tessera__V1__Reply *reply;
-    st = tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_VERIFY, &reply, timeout_ms, err);
+    st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_VERIFY, &body, &reply, timeout_ms, err);
     tsr_region_pb_free(region);
     if (st != TSR_OK)
         return st;
@@ -311,11 +296,9 @@ tsr_status tsr_client_candidates(tsr_client *c, const tsr_region *r,
     Tessera__V1__CandidatesRequest body = TESSERA__V1__CANDIDATES_REQUEST__INIT;
     body.region = region;
     body.options = &options;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_CANDIDATES;
-    req.candidates = &body;
     Tessera__V1__Reply *reply;
-    st = tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_CANDIDATES, &reply, timeout_ms, err);
+    st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_CANDIDATES, &body, &reply, timeout_ms,
+                             err);
     tsr_region_pb_free(region);
     if (st != TSR_OK)
         return st;
@@ -356,12 +339,9 @@ tsr_status tsr_client_buffer_alloc(tsr_client *c, tsr_client_dtype dtype, int ra
     body.dtype = (Tessera__V1__DType)(dtype + 1);
     body.n_shape = (size_t)rank;
     body.shape = (int64_t *)shape;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC;
-    req.buffer_alloc = &body;
     Tessera__V1__Reply *reply;
-    tsr_status st =
-        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_BUFFER_ALLOC, &reply, timeout_ms, err);
+    tsr_status st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC, &body, &reply,
+                                        timeout_ms, err);
     if (st != TSR_OK)
         return st;
     *out = reply->buffer_alloc->buffer;
@@ -380,16 +360,8 @@ tsr_status tsr_client_buffer_write(tsr_client *c, tsr_buffer buf, uint64_t offse
     body.offset = offset;
     body.data.len = len;
     body.data.data = (uint8_t *)data;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_WRITE;
-    req.buffer_write = &body;
-    Tessera__V1__Reply *reply;
-    tsr_status st =
-        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_BUFFER_WRITE, &reply, timeout_ms, err);
-    if (st != TSR_OK)
-        return st;
-    tessera__v1__reply__free_unpacked(reply, NULL);
-    return TSR_OK;
+    return tsri_client_request(c, TESSERA__V1__REQUEST__BODY_BUFFER_WRITE, &body, NULL, timeout_ms,
+                               err);
 }
 
 tsr_status tsr_client_buffer_read(tsr_client *c, tsr_buffer buf, uint64_t offset, void *data,
@@ -400,12 +372,9 @@ tsr_status tsr_client_buffer_read(tsr_client *c, tsr_buffer buf, uint64_t offset
     body.buffer = buf;
     body.offset = offset;
     body.length = len;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_READ;
-    req.buffer_read = &body;
     Tessera__V1__Reply *reply;
-    tsr_status st =
-        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_BUFFER_READ, &reply, timeout_ms, err);
+    tsr_status st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_BUFFER_READ, &body, &reply,
+                                        timeout_ms, err);
     if (st != TSR_OK)
         return st;
     size_t n = reply->buffer_read->data.len;
@@ -427,16 +396,8 @@ tsr_status tsr_client_buffer_free(tsr_client *c, tsr_buffer buf, int timeout_ms,
     CALL_ARG_CHECK(c, err, "client is NULL");
     Tessera__V1__BufferFreeRequest body = TESSERA__V1__BUFFER_FREE_REQUEST__INIT;
     body.buffer = buf;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_FREE;
-    req.buffer_free = &body;
-    Tessera__V1__Reply *reply;
-    tsr_status st =
-        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_BUFFER_FREE, &reply, timeout_ms, err);
-    if (st != TSR_OK)
-        return st;
-    tessera__v1__reply__free_unpacked(reply, NULL);
-    return TSR_OK;
+    return tsri_client_request(c, TESSERA__V1__REQUEST__BODY_BUFFER_FREE, &body, NULL, timeout_ms,
+                               err);
 }
 
 tsr_status tsr_client_kernel_free(tsr_client *c, tsr_kernel kernel, int timeout_ms, tsr_error *err)
@@ -444,16 +405,8 @@ tsr_status tsr_client_kernel_free(tsr_client *c, tsr_kernel kernel, int timeout_
     CALL_ARG_CHECK(c, err, "client is NULL");
     Tessera__V1__KernelFreeRequest body = TESSERA__V1__KERNEL_FREE_REQUEST__INIT;
     body.kernel = kernel;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_KERNEL_FREE;
-    req.kernel_free = &body;
-    Tessera__V1__Reply *reply;
-    tsr_status st =
-        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_KERNEL_FREE, &reply, timeout_ms, err);
-    if (st != TSR_OK)
-        return st;
-    tessera__v1__reply__free_unpacked(reply, NULL);
-    return TSR_OK;
+    return tsri_client_request(c, TESSERA__V1__REQUEST__BODY_KERNEL_FREE, &body, NULL, timeout_ms,
+                               err);
 }
 
 tsr_status tsr_client_stats_get(tsr_client *c, bool prometheus, tsr_client_stats **out,
@@ -463,12 +416,9 @@ tsr_status tsr_client_stats_get(tsr_client *c, bool prometheus, tsr_client_stats
     *out = NULL;
     Tessera__V1__StatsRequest body = TESSERA__V1__STATS_REQUEST__INIT;
     body.prometheus = prometheus;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_STATS;
-    req.stats = &body;
     Tessera__V1__Reply *reply;
     tsr_status st =
-        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_STATS, &reply, timeout_ms, err);
+        tsri_client_request(c, TESSERA__V1__REQUEST__BODY_STATS, &body, &reply, timeout_ms, err);
     if (st != TSR_OK)
         return st;
     const Tessera__V1__StatsReply *sr = reply->stats;
@@ -531,12 +481,9 @@ tsr_status tsr_client_cache_list(tsr_client *c, tsr_client_cache_entry **rows, s
     *rows = NULL;
     *count = 0;
     Tessera__V1__CacheListRequest body = TESSERA__V1__CACHE_LIST_REQUEST__INIT;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_CACHE_LIST;
-    req.cache_list = &body;
     Tessera__V1__Reply *reply;
-    tsr_status st =
-        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_CACHE_LIST, &reply, timeout_ms, err);
+    tsr_status st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_CACHE_LIST, &body, &reply,
+                                        timeout_ms, err);
     if (st != TSR_OK)
         return st;
     const Tessera__V1__CacheListReply *cl = reply->cache_list;
@@ -574,12 +521,9 @@ tsr_status tsr_client_cache_evict(tsr_client *c, const char *key, uint32_t *evic
     CALL_ARG_CHECK(c && key && *key, err, "client or key missing");
     Tessera__V1__CacheEvictRequest body = TESSERA__V1__CACHE_EVICT_REQUEST__INIT;
     body.key = (char *)key;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_CACHE_EVICT;
-    req.cache_evict = &body;
     Tessera__V1__Reply *reply;
-    tsr_status st =
-        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_CACHE_EVICT, &reply, timeout_ms, err);
+    tsr_status st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_CACHE_EVICT, &body, &reply,
+                                        timeout_ms, err);
     if (st != TSR_OK)
         return st;
     if (evicted)

@@ -1,9 +1,11 @@
 /*
  * client_int.h — what the files of libtessera-client share and nobody else sees.
  *
- * conn.c owns the connection and the one request/reply round trip every call goes
- * through (tsri_client_call); calls.c builds each request and converts its reply;
- * regions.c holds the local region helpers.
+ * conn.c owns the connection, the hello and the one request/reply round trip
+ * every call goes through (tsri_client_request); calls.c and dataplane.c fill
+ * each request's body and convert its reply; regions.c holds the local region
+ * helpers. The dependencies run one way: calls.c and dataplane.c use conn.c,
+ * never the reverse.
  */
 #ifndef TESSERA_CLIENT_INT_H
 #define TESSERA_CLIENT_INT_H
@@ -21,27 +23,33 @@ void tsri_client_strcpy(char *dst, size_t n, const char *src);
  * or NULL when none. The string lives as long as the client. */
 const char *tsri_client_forced(const tsr_client *c, tsr_region_kind kind);
 
-/* Sends req (its id and auth are filled in here) and waits for the reply. On
- * TSR_OK *reply is the decoded Reply with body `want` (free it with
- * tessera__v1__reply__free_unpacked); otherwise *reply is NULL and err holds the
- * daemon's status and message, or the transport's failure. timeout_ms as in
- * client.h. */
 /* calls.c's reply and option converters, shared with dataplane.c. */
 void tsri_client_decision_copy(tsr_client_decision *dst, const Tessera__V1__Decision *d);
 void tsri_client_options_fill(const tsr_client *c, const tsr_region *r,
                               const tsr_client_compile_opts *opts, Tessera__V1__CompileOptions *pb);
 
+/* One request to the daemon and its reply: the envelope every call shares.
+ *
+ * body is the request's body for `kind` (the Tessera__V1__*Request of that oneof
+ * case), borrowed for the call; the request id and auth token are filled in
+ * here, and a large request is first checked against the daemon's limit. The
+ * reply is checked (its id, its status, its body answering `kind`); a failed
+ * status becomes err with the daemon's code and message, a transport failure
+ * its own. On TSR_OK with reply set, *reply is the decoded Reply and the caller
+ * owns it (tessera__v1__reply__free_unpacked); with reply NULL it is freed here,
+ * for calls that only need success. On failure *reply is NULL. timeout_ms as in
+ * client.h. Safe from any number of threads on one client at once: each round
+ * trip has its own nng context. */
+tsr_status tsri_client_request(tsr_client *c, Tessera__V1__Request__BodyCase kind, void *body,
+                               Tessera__V1__Reply **reply, int timeout_ms, tsr_error *err);
+
 /* Sends this client's hello (its version and protocol version) and waits for the
- * daemon's answer; *reply as for tsri_client_call. conn.c learns the daemon's
+ * daemon's answer; *reply as for tsri_client_request. conn.c learns the daemon's
  * limits and uid with it, tsr_client_hello reports it. */
 tsr_status tsri_client_hello_reply(tsr_client *c, Tessera__V1__Reply **reply, int timeout_ms,
                                    tsr_error *err);
 
 /* The uid the daemon runs as, learnt with one hello per connection. */
 tsr_status tsri_client_daemon_uid(tsr_client *c, uint32_t *uid, int timeout_ms, tsr_error *err);
-
-tsr_status tsri_client_call(tsr_client *c, Tessera__V1__Request *req,
-                            Tessera__V1__Reply__BodyCase want, Tessera__V1__Reply **reply,
-                            int timeout_ms, tsr_error *err);
 
 #endif

@@ -320,10 +320,7 @@ tsr_status tsri_client_hello_reply(tsr_client *c, Tessera__V1__Reply **reply, in
     Tessera__V1__HelloRequest body = TESSERA__V1__HELLO_REQUEST__INIT;
     body.client_version = (char *)TSR_CLIENT_VERSION;
     body.protocol_version = TSR_CLIENT_PROTOCOL_VERSION;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_HELLO;
-    req.hello = &body;
-    return tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_HELLO, reply, timeout_ms, err);
+    return tsri_client_request(c, TESSERA__V1__REQUEST__BODY_HELLO, &body, reply, timeout_ms, err);
 }
 
 /* Learns the daemon's limits and uid with one hello. */
@@ -373,9 +370,11 @@ static tsr_status conn_size_check(tsr_client *c, size_t size, int timeout_ms, ts
     return TSR_OK;
 }
 
-tsr_status tsri_client_call(tsr_client *c, Tessera__V1__Request *req,
-                            Tessera__V1__Reply__BodyCase want, Tessera__V1__Reply **reply,
-                            int timeout_ms, tsr_error *err)
+/* Sends req (its id and auth are filled in here) and waits for the reply: on TSR_OK
+ * *reply is the decoded Reply with body `want`, otherwise NULL. */
+static tsr_status conn_round_trip(tsr_client *c, Tessera__V1__Request *req,
+                                  Tessera__V1__Reply__BodyCase want, Tessera__V1__Reply **reply,
+                                  int timeout_ms, tsr_error *err)
 {
     *reply = NULL;
     size_t size = tessera__v1__request__get_packed_size(req);
@@ -461,5 +460,35 @@ tsr_status tsri_client_call(tsr_client *c, Tessera__V1__Request *req,
     *reply = r;
     if (err)
         tsr_error_clear(err);
+    return TSR_OK;
+}
+
+tsr_status tsri_client_request(tsr_client *c, Tessera__V1__Request__BodyCase kind, void *body,
+                               Tessera__V1__Reply **reply, int timeout_ms, tsr_error *err)
+{
+    if (reply)
+        *reply = NULL;
+    /* The body goes into the request's oneof through protobuf-c's own field
+     * table, so a new request needs no entry here. */
+    const ProtobufCFieldDescriptor *field =
+        protobuf_c_message_descriptor_get_field(&tessera__v1__request__descriptor, (unsigned)kind);
+    if (!body || !field || field->type != PROTOBUF_C_TYPE_MESSAGE ||
+        !(field->flags & PROTOBUF_C_FIELD_FLAG_ONEOF))
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "request body %d is not in the protocol",
+                             (int)kind);
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.body_case = kind;
+    memcpy((char *)&req + field->offset, &body, sizeof body);
+    /* Each reply body has the field number of its request's (docs/protocol.md,
+     * "Envelope"). */
+    Tessera__V1__Reply *r;
+    tsr_status st =
+        conn_round_trip(c, &req, (Tessera__V1__Reply__BodyCase)kind, &r, timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
+    if (reply)
+        *reply = r;
+    else
+        tessera__v1__reply__free_unpacked(r, NULL);
     return TSR_OK;
 }

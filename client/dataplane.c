@@ -192,14 +192,8 @@ tsr_status tsr_client_buffer_write_shm(tsr_client *c, tsr_buffer buf, uint64_t o
     body.buffer = buf;
     body.offset = offset;
     body.shm = &ref;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_WRITE;
-    req.buffer_write = &body;
-    Tessera__V1__Reply *reply;
-    st = tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_BUFFER_WRITE, &reply, timeout_ms, err);
-    if (st == TSR_OK)
-        tessera__v1__reply__free_unpacked(reply, NULL);
-    return st;
+    return tsri_client_request(c, TESSERA__V1__REQUEST__BODY_BUFFER_WRITE, &body, NULL, timeout_ms,
+                               err);
 }
 
 tsr_status tsr_client_buffer_read_shm(tsr_client *c, tsr_buffer buf, uint64_t offset,
@@ -222,14 +216,8 @@ tsr_status tsr_client_buffer_read_shm(tsr_client *c, tsr_buffer buf, uint64_t of
     body.offset = offset;
     body.length = len;
     body.shm = &ref;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_READ;
-    req.buffer_read = &body;
-    Tessera__V1__Reply *reply;
-    st = tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_BUFFER_READ, &reply, timeout_ms, err);
-    if (st == TSR_OK)
-        tessera__v1__reply__free_unpacked(reply, NULL);
-    return st;
+    return tsri_client_request(c, TESSERA__V1__REQUEST__BODY_BUFFER_READ, &body, NULL, timeout_ms,
+                               err);
 }
 
 tsr_status tsr_client_run_shm(tsr_client *c, const tsr_region *r,
@@ -280,11 +268,8 @@ tsr_status tsr_client_run_shm(tsr_client *c, const tsr_region *r,
     body.n_inputs = (size_t)n;
     body.inputs = tensor_ptrs;
     body.output_shm = &refs[n];
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_RUN;
-    req.run = &body;
     Tessera__V1__Reply *reply;
-    st = tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_RUN, &reply, timeout_ms, err);
+    st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_RUN, &body, &reply, timeout_ms, err);
     tsr_region_pb_free(region);
     if (st != TSR_OK)
         return st;
@@ -328,12 +313,10 @@ tsr_status tsr_client_batch(tsr_client *c, const tsr_client_launch_desc *launche
     body.n_launches = n;
     body.launches = ptrs;
     body.graph = graph;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_BATCH;
-    req.batch = &body;
     Tessera__V1__Reply *reply = NULL;
     if (st == TSR_OK)
-        st = tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_BATCH, &reply, timeout_ms, err);
+        st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_BATCH, &body, &reply, timeout_ms,
+                                 err);
     free(items);
     free(ptrs);
     if (st != TSR_OK)
@@ -365,12 +348,9 @@ tsr_status tsr_client_buffer_import(tsr_client *c, const void *ipc_handle, uint6
     body.dtype = (Tessera__V1__DType)(dtype + 1);
     body.n_shape = (size_t)rank;
     body.shape = (int64_t *)shape;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_IMPORT;
-    req.buffer_import = &body;
     Tessera__V1__Reply *reply;
-    tsr_status st =
-        tsri_client_call(c, &req, TESSERA__V1__REPLY__BODY_BUFFER_IMPORT, &reply, timeout_ms, err);
+    tsr_status st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_BUFFER_IMPORT, &body, &reply,
+                                        timeout_ms, err);
     if (st != TSR_OK)
         return st;
     *out = reply->buffer_import->buffer;

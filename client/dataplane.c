@@ -174,20 +174,30 @@ static void dataplane_shm_ref(Tessera__V1__SharedMemory *ref, const tsr_client_s
     ref->length = len;
 }
 
+/* The one range of a buffer transfer: checks that it lies in the segment, lets
+ * the daemon's user open the segment and describes the range in ref. */
+static tsr_status dataplane_shm_range(tsr_client *c, const tsr_client_shm *shm, uint64_t offset,
+                                      uint64_t len, Tessera__V1__SharedMemory *ref, int timeout_ms,
+                                      tsr_error *err)
+{
+    tsr_status st = dataplane_range_check(shm, offset, len, err);
+    if (st == TSR_OK)
+        st = dataplane_grant(c, shm, timeout_ms, err);
+    if (st == TSR_OK)
+        dataplane_shm_ref(ref, shm, offset, len);
+    return st;
+}
+
 tsr_status tsr_client_buffer_write_shm(tsr_client *c, tsr_buffer buf, uint64_t offset,
                                        const tsr_client_shm *shm, uint64_t shm_offset, size_t len,
                                        int timeout_ms, tsr_error *err)
 {
     if (c == NULL || shm == NULL)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "client and shm must not be NULL");
-    tsr_status st = dataplane_range_check(shm, shm_offset, len, err);
-    if (st != TSR_OK)
-        return st;
-    st = dataplane_grant(c, shm, timeout_ms, err);
-    if (st != TSR_OK)
-        return st;
     Tessera__V1__SharedMemory ref;
-    dataplane_shm_ref(&ref, shm, shm_offset, len);
+    tsr_status st = dataplane_shm_range(c, shm, shm_offset, len, &ref, timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
     Tessera__V1__BufferWriteRequest body = TESSERA__V1__BUFFER_WRITE_REQUEST__INIT;
     body.buffer = buf;
     body.offset = offset;
@@ -203,14 +213,10 @@ tsr_status tsr_client_buffer_read_shm(tsr_client *c, tsr_buffer buf, uint64_t of
     if (c == NULL || shm == NULL || len == 0)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT,
                              "client and shm must not be NULL, len not 0");
-    tsr_status st = dataplane_range_check(shm, shm_offset, len, err);
-    if (st != TSR_OK)
-        return st;
-    st = dataplane_grant(c, shm, timeout_ms, err);
-    if (st != TSR_OK)
-        return st;
     Tessera__V1__SharedMemory ref;
-    dataplane_shm_ref(&ref, shm, shm_offset, len);
+    tsr_status st = dataplane_shm_range(c, shm, shm_offset, len, &ref, timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
     Tessera__V1__BufferReadRequest body = TESSERA__V1__BUFFER_READ_REQUEST__INIT;
     body.buffer = buf;
     body.offset = offset;

@@ -1,11 +1,12 @@
 /*
  * cli.h — what the files of tessera-cli share.
  *
- * main.c parses the global options, finds the command in the table and maps
- * failures to exit codes; commands.c holds one function per command. Every
- * command prints either short lines for a person or, with --json, one JSON
- * document on stdout; errors always go to stderr as
- * "tessera-cli: STATUS_NAME: message".
+ * main.c parses the global options and finds the command in the table;
+ * commands.c holds one function per command; common.c holds what they share
+ * (connecting, mapping failures to exit codes, printing JSON). Every command
+ * prints either short lines for a person or, with --json, one JSON document on
+ * stdout; errors always go to stderr as "tessera-cli: STATUS_NAME: message".
+ * The CLI is single-threaded.
  */
 #ifndef TESSERA_CLI_H
 #define TESSERA_CLI_H
@@ -30,7 +31,7 @@ typedef struct cli {
     bool json;
     int timeout_ms;     /* 0: the client's default */
     const char *token;  /* --token; NULL: $TESSERA_TOKEN */
-    tsr_client *client; /* connected on first use by cli_connect */
+    tsr_client *client; /* connected on first use by cli_connect; main closes it */
 } cli;
 
 typedef struct cli_command {
@@ -39,8 +40,10 @@ typedef struct cli_command {
     const char *usage;                         /* the --help text */
 } cli_command;
 
-/* The command table, terminated by a row with a NULL name. */
+/* The command table (commands.c), terminated by a row with a NULL name. */
 extern const cli_command cli_commands[];
+
+/* The helpers below live in common.c. */
 
 /* Connects c->client if not yet connected. Returns CLI_EXIT_OK or an exit code
  * after printing the error. */

@@ -21,21 +21,19 @@
 #include "tessera/client.h"
 #include "tessera/dtype.h"
 #include "tessera/npy.h"
-#include "../support/testd.h"
+#include "../support/fixture.h"
 #include "../support/testdata.h"
 
 static testd daemon_;
 
 static void cli_setup(void)
 {
-    cr_assert_eq(testd_start(&daemon_, NULL), 0, "tesserad did not start");
+    fixture_start(&daemon_, NULL);
 }
 
 static void cli_teardown(void)
 {
-    int rc = testd_stop(&daemon_);
-    testd_remove(&daemon_);
-    cr_assert_eq(rc, 0, "tesserad exit status %d", rc);
+    fixture_stop(&daemon_, NULL);
 }
 
 TestSuite(cli, .init = cli_setup, .fini = cli_teardown, .timeout = 120);
@@ -138,9 +136,8 @@ Test(cli, run_matches_the_reference_for_every_example)
     glob_t g;
     cr_assert_eq(glob("examples/*.json", 0, NULL, &g), 0);
     for (size_t e = 0; e < g.gl_pathc; e++) {
-        tsr_region *r;
+        tsr_region *r = fixture_region_file(g.gl_pathv[e]);
         tsr_error err;
-        cr_assert_eq(tsr_client_region_load_file(g.gl_pathv[e], &r, &err), TSR_OK);
         testdata t;
         cr_assert_eq(testdata_make(r, 77 + e, &t), 0);
         char args[TSR_MAX_REGION_INPUTS][192];
@@ -189,9 +186,7 @@ Test(cli, run_matches_the_reference_for_every_example)
 Test(cli, run_names_a_missing_or_unknown_input)
 {
     char a[128], out[128];
-    tsr_region *r;
-    tsr_error err;
-    cr_assert_eq(tsr_client_region_load_file("examples/matmul.json", &r, &err), TSR_OK);
+    tsr_region *r = fixture_region_file("examples/matmul.json");
     testdata t;
     cr_assert_eq(testdata_make(r, 1, &t), 0);
     snprintf(a, sizeof a, "%s/a.npy", daemon_.dir);

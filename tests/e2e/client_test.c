@@ -14,7 +14,7 @@
 
 #include "tessera/client.h"
 #include "tessera/json.h"
-#include "../support/testd.h"
+#include "../support/fixture.h"
 #include "../support/testdata.h"
 
 static testd daemon_;
@@ -22,28 +22,51 @@ static tsr_client *client_;
 
 static void client_setup(void)
 {
-    cr_assert_eq(testd_start(&daemon_, NULL), 0, "tesserad did not start");
-    client_ = testd_client(&daemon_, 30000);
-    cr_assert_not_null(client_);
+    client_ = fixture_start_client(&daemon_, NULL, 30000);
 }
 
 static void client_teardown(void)
 {
-    tsr_client_close(client_);
-    int rc = testd_stop(&daemon_);
-    testd_remove(&daemon_);
-    cr_assert_eq(rc, 0, "tesserad exit status %d", rc);
+    fixture_stop(&daemon_, client_);
 }
 
 TestSuite(client, .init = client_setup, .fini = client_teardown, .timeout = 120);
 
-static tsr_region *region_load(const char *path)
+/* Client options for the suite's daemon with force as the forced candidates. */
+static tsr_client_options client_options(const char *force)
 {
-    tsr_region *r = NULL;
+    tsr_client_options opts;
+    tsr_client_options_init(&opts);
+    opts.url = daemon_.url;
+    opts.force = force;
+    return opts;
+}
+
+/* Allocates the region's input buffers, filled with t's inputs, and its output. */
+static void client_upload(const testdata *t, tsr_buffer *in, tsr_buffer *out)
+{
+    for (int i = 0; i < t->n_inputs; i++) {
+        in[i] =
+            fixture_alloc(client_, (tsr_client_dtype)t->in[i].dtype, t->in[i].rank, t->in[i].shape);
+        tsr_error err;
+        cr_assert_eq(tsr_client_buffer_write(client_, in[i], 0, t->inputs[i],
+                                             tsr_tensor_desc_bytes(&t->in[i]), 0, &err),
+                     TSR_OK, "%s", err.message);
+    }
+    *out = fixture_alloc(client_, (tsr_client_dtype)t->out.dtype, t->out.rank, t->out.shape);
+}
+
+/* The output buffer holds exactly the reference output. */
+static void client_expect_output(tsr_buffer out, const testdata *t)
+{
+    void *result = malloc(t->out_bytes);
+    size_t got = 0;
     tsr_error err;
-    tsr_status st = tsr_client_region_load_file(path, &r, &err);
-    cr_assert_eq(st, TSR_OK, "%s: %s", path, err.message);
-    return r;
+    cr_assert_eq(tsr_client_buffer_read(client_, out, 0, result, t->out_bytes, &got, 0, &err),
+                 TSR_OK, "%s", err.message);
+    cr_expect_eq(got, t->out_bytes);
+    cr_expect_eq(memcmp(result, t->want, t->out_bytes), 0, "launch output differs");
+    free(result);
 }
 
 Test(client, hello_reports_the_cpu_backend)
@@ -60,7 +83,7 @@ Test(client, hello_reports_the_cpu_backend)
 
 Test(client, compile_returns_a_kernel_and_its_decision)
 {
-    tsr_region *r = region_load("examples/matmul.json");
+    tsr_region *r = fixture_region_file("examples/matmul.json");
     tsr_client_compiled out;
     tsr_error err;
     cr_assert_eq(tsr_client_compile(client_, r, NULL, &out, 0, &err), TSR_OK, "%s", err.message);
@@ -80,7 +103,7 @@ Test(client, run_matches_the_reference_for_every_example)
     cr_assert_eq(glob("examples/*.json", 0, NULL, &g), 0, "no examples/*.json");
     cr_assert_geq(g.gl_pathc, 5);
     for (size_t i = 0; i < g.gl_pathc; i++) {
-        tsr_region *r = region_load(g.gl_pathv[i]);
+        tsr_region *r = fixture_region_file(g.gl_pathv[i]);
         testdata t;
         cr_assert_eq(testdata_make(r, 1000 + i, &t), 0);
         void *got = calloc(1, t.out_bytes + 1);
@@ -101,7 +124,7 @@ Test(client, run_matches_the_reference_for_every_example)
 
 Test(client, buffers_round_trip_and_launch_matches_the_reference)
 {
-    tsr_region *r = region_load("examples/pointwise.json");
+    tsr_region *r = fixture_region_file("examples/pointwise.json");
     testdata t;
     cr_assert_eq(testdata_make(r, 7, &t), 0);
     tsr_client_compiled k;
@@ -126,20 +149,12 @@ Test(client, buffers_round_trip_and_launch_matches_the_reference)
         cr_expect_eq(memcmp(back, t.inputs[i], bytes), 0);
         free(back);
     }
-    cr_assert_eq(tsr_client_buffer_alloc(client_, (tsr_client_dtype)t.out.dtype, t.out.rank,
-                                         t.out.shape, &out, NULL, 0, &err),
-                 TSR_OK, "%s", err.message);
+    out = fixture_alloc(client_, (tsr_client_dtype)t.out.dtype, t.out.rank, t.out.shape);
     double ms = -1;
     cr_assert_eq(tsr_client_launch(client_, k.kernel, in, t.n_inputs, out, &ms, 0, &err), TSR_OK,
                  "%s", err.message);
     cr_expect_geq(ms, 0);
-    void *result = malloc(t.out_bytes);
-    size_t got = 0;
-    cr_assert_eq(tsr_client_buffer_read(client_, out, 0, result, t.out_bytes, &got, 0, &err),
-                 TSR_OK, "%s", err.message);
-    cr_expect_eq(got, t.out_bytes);
-    cr_expect_eq(memcmp(result, t.want, t.out_bytes), 0, "launch output differs");
-    free(result);
+    client_expect_output(out, &t);
 
     for (int i = 0; i < t.n_inputs; i++)
         cr_expect_eq(tsr_client_buffer_free(client_, in[i], 0, &err), TSR_OK, "%s", err.message);
@@ -148,39 +163,20 @@ Test(client, buffers_round_trip_and_launch_matches_the_reference)
     tsr_client_region_free(r);
 }
 
-static double client_counter(const char *name)
-{
-    tsr_client_stats *s = NULL;
-    cr_assert_eq(tsr_client_stats_get(client_, false, &s, 0, NULL), TSR_OK);
-    double v = tsr_client_stats_counter(s, name, -1);
-    tsr_client_stats_free(s);
-    return v;
-}
-
 Test(client, kernel_free_drops_the_handle_and_a_recompile_gets_a_new_one)
 {
-    tsr_region *r = region_load("examples/pointwise.json");
+    tsr_region *r = fixture_region_file("examples/pointwise.json");
     testdata t;
     cr_assert_eq(testdata_make(r, 11, &t), 0);
     tsr_client_compiled k;
     tsr_error err;
     cr_assert_eq(tsr_client_compile(client_, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(client_counter("kernels"), 1.0);
+    cr_expect_eq(fixture_counter(client_, "kernels"), 1.0);
     tsr_buffer in[TSR_MAX_REGION_INPUTS], out;
-    for (int i = 0; i < t.n_inputs; i++) {
-        cr_assert_eq(tsr_client_buffer_alloc(client_, (tsr_client_dtype)t.in[i].dtype, t.in[i].rank,
-                                             t.in[i].shape, &in[i], NULL, 0, &err),
-                     TSR_OK, "%s", err.message);
-        cr_assert_eq(tsr_client_buffer_write(client_, in[i], 0, t.inputs[i],
-                                             tsr_tensor_desc_bytes(&t.in[i]), 0, &err),
-                     TSR_OK, "%s", err.message);
-    }
-    cr_assert_eq(tsr_client_buffer_alloc(client_, (tsr_client_dtype)t.out.dtype, t.out.rank,
-                                         t.out.shape, &out, NULL, 0, &err),
-                 TSR_OK, "%s", err.message);
+    client_upload(&t, in, &out);
 
     cr_assert_eq(tsr_client_kernel_free(client_, k.kernel, 0, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(client_counter("kernels"), 0.0);
+    cr_expect_eq(fixture_counter(client_, "kernels"), 0.0);
     cr_expect_eq(tsr_client_launch(client_, k.kernel, in, t.n_inputs, out, NULL, 0, &err),
                  TSR_NOT_FOUND);
     char want[96];
@@ -202,29 +198,23 @@ Test(client, kernel_free_drops_the_handle_and_a_recompile_gets_a_new_one)
     cr_expect_neq(k2.kernel, k.kernel);
     cr_expect_str_eq(k2.key, k.key);
     cr_expect_eq(k2.decision.cache_hit, true);
-    cr_expect_eq(client_counter("kernels"), 1.0);
+    cr_expect_eq(fixture_counter(client_, "kernels"), 1.0);
     cr_assert_eq(tsr_client_launch(client_, k2.kernel, in, t.n_inputs, out, NULL, 0, &err), TSR_OK,
                  "%s", err.message);
-    void *result = malloc(t.out_bytes);
-    size_t got = 0;
-    cr_assert_eq(tsr_client_buffer_read(client_, out, 0, result, t.out_bytes, &got, 0, &err),
-                 TSR_OK, "%s", err.message);
-    cr_expect_eq(got, t.out_bytes);
-    cr_expect_eq(memcmp(result, t.want, t.out_bytes), 0, "launch output differs");
-    free(result);
+    client_expect_output(out, &t);
     /* And the new handle is the one a further compile returns. */
     tsr_client_compiled k3;
     cr_assert_eq(tsr_client_compile(client_, r, NULL, &k3, 0, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(k3.kernel, k2.kernel);
     cr_expect_eq(tsr_client_kernel_free(client_, k2.kernel, 0, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(client_counter("kernels"), 0.0);
+    cr_expect_eq(fixture_counter(client_, "kernels"), 0.0);
     testdata_free(&t);
     tsr_client_region_free(r);
 }
 
 Test(client, verify_passes_the_selected_candidate)
 {
-    tsr_region *r = region_load("examples/fused.json");
+    tsr_region *r = fixture_region_file("examples/fused.json");
     tsr_client_verified v;
     tsr_client_verify_opts opts = {.seed = 42};
     tsr_error err;
@@ -237,7 +227,7 @@ Test(client, verify_passes_the_selected_candidate)
 
 Test(client, candidates_mark_exactly_one_selected)
 {
-    tsr_region *r = region_load("examples/matmul.json");
+    tsr_region *r = fixture_region_file("examples/matmul.json");
     tsr_client_candidate *rows;
     size_t n = 0;
     tsr_error err;
@@ -272,7 +262,7 @@ Test(client, stats_counts_and_renders_prometheus_on_request)
 
 Test(client, cache_lists_and_evicts_a_compiled_kernel)
 {
-    tsr_region *r = region_load("examples/gated.json");
+    tsr_region *r = fixture_region_file("examples/gated.json");
     tsr_client_compiled k;
     tsr_error err;
     cr_assert_eq(tsr_client_compile(client_, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
@@ -304,20 +294,17 @@ Test(client, cache_lists_and_evicts_a_compiled_kernel)
 
 Test(client, forced_candidate_from_the_environment_applies_to_its_kind)
 {
-    tsr_client_options opts;
-    tsr_client_options_init(&opts);
-    opts.url = daemon_.url;
-    opts.force = "matmul=reference";
+    tsr_client_options opts = client_options("matmul=reference");
     tsr_client *forced;
     tsr_error err;
     cr_assert_eq(tsr_client_connect(&opts, &forced, &err), TSR_OK, "%s", err.message);
-    tsr_region *mm = region_load("examples/matmul.json");
+    tsr_region *mm = fixture_region_file("examples/matmul.json");
     tsr_client_compiled k;
     cr_assert_eq(tsr_client_compile(forced, mm, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
     cr_expect_str_eq(k.decision.candidate, "reference");
     cr_expect_str_eq(k.decision.reason, "forced");
     /* Another kind is not affected. */
-    tsr_region *pw = region_load("examples/pointwise.json");
+    tsr_region *pw = fixture_region_file("examples/pointwise.json");
     cr_assert_eq(tsr_client_compile(forced, pw, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
     cr_expect_str_neq(k.decision.reason, "forced");
     /* An explicit force on the call wins over the environment. */
@@ -330,10 +317,7 @@ Test(client, forced_candidate_from_the_environment_applies_to_its_kind)
 
 Test(client, malformed_force_is_rejected_at_connect)
 {
-    tsr_client_options opts;
-    tsr_client_options_init(&opts);
-    opts.url = daemon_.url;
-    opts.force = "matmul";
+    tsr_client_options opts = client_options("matmul");
     tsr_client *c = NULL;
     tsr_error err;
     cr_expect_eq(tsr_client_connect(&opts, &c, &err), TSR_INVALID_ARGUMENT);

@@ -15,35 +15,22 @@
 #include <unistd.h>
 
 #include "tessera/region.h"
-#include "../support/testd.h"
-#include "../support/testdata.h"
+#include "../support/fixture.h"
 
 static testd dataplane_d;
 static tsr_client *dataplane_c;
 
 static void dataplane_setup(void)
 {
-    cr_assert_eq(testd_start(&dataplane_d, NULL), 0);
-    dataplane_c = testd_client(&dataplane_d, 30000);
-    cr_assert_not_null(dataplane_c);
+    dataplane_c = fixture_start_client(&dataplane_d, NULL, 30000);
 }
 
 static void dataplane_teardown(void)
 {
-    tsr_client_close(dataplane_c);
-    cr_expect_eq(testd_stop(&dataplane_d), 0);
-    testd_remove(&dataplane_d);
+    fixture_stop(&dataplane_d, dataplane_c);
 }
 
 TestSuite(dataplane, .init = dataplane_setup, .fini = dataplane_teardown);
-
-/* y = x * 2 + 1 on n floats. */
-static tsr_region *dataplane_affine(int n)
-{
-    tsr_region *r = testdata_affine(n);
-    cr_assert_not_null(r);
-    return r;
-}
 
 Test(dataplane, shm_buffer_write_then_read_round_trips)
 {
@@ -53,10 +40,7 @@ Test(dataplane, shm_buffer_write_then_read_round_trips)
     float *p = tsr_client_shm_data(shm);
     for (int i = 0; i < 1000; i++)
         p[i] = (float)i * 0.5f;
-    int64_t shape[] = {1000};
-    tsr_buffer b;
-    cr_assert_eq(tsr_client_buffer_alloc(dataplane_c, TSR_CLIENT_F32, 1, shape, &b, NULL, 0, &err),
-                 TSR_OK);
+    tsr_buffer b = fixture_alloc_f32(dataplane_c, 1000);
     cr_assert_eq(tsr_client_buffer_write_shm(dataplane_c, b, 0, shm, 0, 4000, 0, &err), TSR_OK,
                  "%s", err.message);
     float back[1000];
@@ -74,7 +58,7 @@ Test(dataplane, shm_buffer_write_then_read_round_trips)
 
 Test(dataplane, run_shm_matches_inline)
 {
-    tsr_region *r = dataplane_affine(4096);
+    tsr_region *r = fixture_affine(4096);
     tsr_client_shm *shm;
     tsr_error err;
     cr_assert_eq(tsr_client_shm_create(64 << 10, &shm, &err), TSR_OK);
@@ -101,15 +85,10 @@ static tsr_status dataplane_raw_write(const char *name, uint64_t offset, uint64_
 {
     uint32_t sock;
     cr_assert_eq(testd_raw_open(&dataplane_d, &sock), 0);
-    Tessera__V1__BufferAllocRequest alloc = TESSERA__V1__BUFFER_ALLOC_REQUEST__INIT;
+    Tessera__V1__BufferAllocRequest alloc;
+    Tessera__V1__Request req;
     int64_t shape[] = {1024};
-    alloc.dtype = TESSERA__V1__DTYPE__DTYPE_F32;
-    alloc.n_shape = 1;
-    alloc.shape = shape;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.id = 101;
-    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC;
-    req.buffer_alloc = &alloc;
+    testd_request_alloc_f32(&req, &alloc, 101, shape, 1);
     Tessera__V1__Reply *reply = NULL;
     cr_assert_eq(testd_raw_request(sock, &req, 10000, &reply), 0);
     cr_assert_eq(reply->status, TESSERA__V1__STATUS__OK);
@@ -173,7 +152,7 @@ Test(dataplane, shm_of_another_user_is_refused)
 
 Test(dataplane, run_shm_wrong_output_size_is_mismatch)
 {
-    tsr_region *r = dataplane_affine(1024);
+    tsr_region *r = fixture_affine(1024);
     tsr_client_shm *shm;
     tsr_error err;
     cr_assert_eq(tsr_client_shm_create(6000, &shm, &err), TSR_OK);
@@ -187,16 +166,13 @@ Test(dataplane, run_shm_wrong_output_size_is_mismatch)
 
 Test(dataplane, batch_runs_launches_in_order)
 {
-    tsr_region *r = dataplane_affine(256);
+    tsr_region *r = fixture_affine(256);
     tsr_client_compiled k;
     tsr_error err;
     cr_assert_eq(tsr_client_compile(dataplane_c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
-    int64_t shape[] = {256};
     tsr_buffer b[2];
     for (int i = 0; i < 2; i++)
-        cr_assert_eq(
-            tsr_client_buffer_alloc(dataplane_c, TSR_CLIENT_F32, 1, shape, &b[i], NULL, 0, &err),
-            TSR_OK);
+        b[i] = fixture_alloc_f32(dataplane_c, 256);
     float x[256];
     for (int i = 0; i < 256; i++)
         x[i] = (float)i;
@@ -220,19 +196,12 @@ Test(dataplane, batch_runs_launches_in_order)
 
 Test(dataplane, batch_with_a_bad_entry_runs_nothing)
 {
-    tsr_region *r = dataplane_affine(8);
+    tsr_region *r = fixture_affine(8);
     tsr_client_compiled k;
     tsr_error err;
     cr_assert_eq(tsr_client_compile(dataplane_c, r, NULL, &k, 0, &err), TSR_OK);
-    int64_t shape[] = {8}, small[] = {4};
-    tsr_buffer a, y, bad;
-    cr_assert_eq(tsr_client_buffer_alloc(dataplane_c, TSR_CLIENT_F32, 1, shape, &a, NULL, 0, &err),
-                 TSR_OK);
-    cr_assert_eq(tsr_client_buffer_alloc(dataplane_c, TSR_CLIENT_F32, 1, shape, &y, NULL, 0, &err),
-                 TSR_OK);
-    cr_assert_eq(
-        tsr_client_buffer_alloc(dataplane_c, TSR_CLIENT_F32, 1, small, &bad, NULL, 0, &err),
-        TSR_OK);
+    tsr_buffer a = fixture_alloc_f32(dataplane_c, 8), y = fixture_alloc_f32(dataplane_c, 8);
+    tsr_buffer bad = fixture_alloc_f32(dataplane_c, 4);
     tsr_client_launch_desc l[3] = {
         {k.kernel, 1, &a, y}, {k.kernel, 1, &a, y}, {k.kernel, 1, &bad, y}};
     cr_expect_eq(tsr_client_batch(dataplane_c, l, 3, false, NULL, 0, &err), TSR_BUFFER_MISMATCH);

@@ -1,6 +1,6 @@
 /*
  * errors_test.c — bad input of every kind gets its exact status, and the daemon
- * keeps serving afterwards.
+ * keeps serving afterwards (the suite's teardown says hello after each test).
  *
  * Requests the client library would never send (garbage bytes, a missing body,
  * an invalid region) go through a raw nng REQ socket.
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "tessera/client.h"
-#include "../support/testd.h"
+#include "../support/fixture.h"
 
 static testd daemon_;
 static tsr_client *client_;
@@ -21,41 +21,47 @@ static tsr_client *client_;
 static void errors_setup(void)
 {
     static const char *const extra[] = {"--max-message-bytes", "1048576", NULL};
-    cr_assert_eq(testd_start(&daemon_, extra), 0, "tesserad did not start");
-    client_ = testd_client(&daemon_, 10000);
-    cr_assert_not_null(client_);
+    client_ = fixture_start_client(&daemon_, extra, 10000);
 }
 
+/* Whatever a test sent, the daemon still answers a plain hello afterwards. */
 static void errors_teardown(void)
-{
-    tsr_client_close(client_);
-    int rc = testd_stop(&daemon_);
-    testd_remove(&daemon_);
-    cr_assert_eq(rc, 0, "tesserad exit status %d", rc);
-}
-
-TestSuite(errors, .init = errors_setup, .fini = errors_teardown, .timeout = 120);
-
-/* The daemon still answers a plain hello. */
-static void errors_still_serving(void)
 {
     tsr_error err;
     cr_expect_eq(tsr_client_hello(client_, NULL, 5000, &err), TSR_OK, "after the bad input: %s",
                  err.message);
+    fixture_stop(&daemon_, client_);
 }
 
-static tsr_region *errors_region(const char *path)
+TestSuite(errors, .init = errors_setup, .fini = errors_teardown, .timeout = 120);
+
+/* A REQ socket of its own, below the client library, for what it never sends. */
+static uint32_t errors_raw_open(void)
 {
-    tsr_region *r = NULL;
-    tsr_error err;
-    cr_assert_eq(tsr_client_region_load_file(path, &r, &err), TSR_OK, "%s", err.message);
-    return r;
+    uint32_t s;
+    cr_assert_eq(testd_raw_open(&daemon_, &s), 0);
+    return s;
+}
+
+/* Sends a compile request for region with id on the raw socket s. */
+static Tessera__V1__Reply *errors_compile(uint32_t s, uint64_t id, Tessera__V1__Region *region)
+{
+    Tessera__V1__CompileOptions opts = TESSERA__V1__COMPILE_OPTIONS__INIT;
+    Tessera__V1__CompileRequest body = TESSERA__V1__COMPILE_REQUEST__INIT;
+    body.region = region;
+    body.options = &opts;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.id = id;
+    req.body_case = TESSERA__V1__REQUEST__BODY_COMPILE;
+    req.compile = &body;
+    Tessera__V1__Reply *reply;
+    cr_assert_eq(testd_raw_request(s, &req, 5000, &reply), 0);
+    return reply;
 }
 
 Test(errors, garbage_bytes_are_bad_message)
 {
-    uint32_t s;
-    cr_assert_eq(testd_raw_open(&daemon_, &s), 0);
+    uint32_t s = errors_raw_open();
     static const uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x34, 0xde, 0xad};
     Tessera__V1__Reply *reply;
     cr_assert_eq(testd_raw_send(s, garbage, sizeof garbage, 5000, &reply), 0);
@@ -63,13 +69,11 @@ Test(errors, garbage_bytes_are_bad_message)
     cr_expect_str_not_empty(reply->message);
     tessera__v1__reply__free_unpacked(reply, NULL);
     testd_raw_close(s);
-    errors_still_serving();
 }
 
 Test(errors, request_without_a_body_is_unknown_request)
 {
-    uint32_t s;
-    cr_assert_eq(testd_raw_open(&daemon_, &s), 0);
+    uint32_t s = errors_raw_open();
     Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
     req.id = 4242;
     Tessera__V1__Reply *reply;
@@ -78,7 +82,6 @@ Test(errors, request_without_a_body_is_unknown_request)
     cr_expect_eq(reply->id, 4242);
     tessera__v1__reply__free_unpacked(reply, NULL);
     testd_raw_close(s);
-    errors_still_serving();
 }
 
 /* The client learns the daemon's limit and refuses the request itself: the
@@ -86,11 +89,8 @@ Test(errors, request_without_a_body_is_unknown_request)
 Test(errors, message_over_the_limit_fails_and_the_next_request_works)
 {
     /* A 2 MiB buffer write against a 1 MiB limit. */
-    int64_t shape[1] = {1 << 19};
-    tsr_buffer b;
+    tsr_buffer b = fixture_alloc_f32(client_, 1 << 19);
     tsr_error err;
-    cr_assert_eq(tsr_client_buffer_alloc(client_, TSR_CLIENT_F32, 1, shape, &b, NULL, 0, &err),
-                 TSR_OK, "%s", err.message);
     size_t len = (size_t)2 << 20;
     void *big = calloc(1, len);
     tsr_status st = tsr_client_buffer_write(client_, b, 0, big, len, 1500, &err);
@@ -99,29 +99,18 @@ Test(errors, message_over_the_limit_fails_and_the_next_request_works)
     cr_expect_eq(tsr_client_buffer_write(client_, b, 0, big, (size_t)1 << 19, 5000, &err), TSR_OK,
                  "%s", err.message);
     free(big);
-    errors_still_serving();
 }
 
 Test(errors, invalid_region_gets_the_region_code)
 {
-    uint32_t s;
-    cr_assert_eq(testd_raw_open(&daemon_, &s), 0);
+    uint32_t s = errors_raw_open();
     Tessera__V1__Region region = TESSERA__V1__REGION__INIT;
     region.kind = TESSERA__V1__REGION_KIND__KIND_MATMUL;
     region.dtype = TESSERA__V1__DTYPE__DTYPE_F32;
     region.m = 0;
     region.n = 4;
     region.k = 4;
-    Tessera__V1__CompileOptions opts = TESSERA__V1__COMPILE_OPTIONS__INIT;
-    Tessera__V1__CompileRequest body = TESSERA__V1__COMPILE_REQUEST__INIT;
-    body.region = &region;
-    body.options = &opts;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.id = 99;
-    req.body_case = TESSERA__V1__REQUEST__BODY_COMPILE;
-    req.compile = &body;
-    Tessera__V1__Reply *reply;
-    cr_assert_eq(testd_raw_request(s, &req, 5000, &reply), 0);
+    Tessera__V1__Reply *reply = errors_compile(s, 99, &region);
     cr_expect_eq(reply->status, TESSERA__V1__STATUS__BAD_DIMENSION, "status %d: %s", reply->status,
                  reply->message);
     cr_expect_not_null(strchr(reply->message, 'm'), "message names the field: %s", reply->message);
@@ -139,14 +128,11 @@ Test(errors, invalid_region_gets_the_region_code)
     att.head_dim = 16;
     att.head_dim_v = 16;
     att.scale = 0.25;
-    body.region = &att;
-    req.id = 100;
-    cr_assert_eq(testd_raw_request(s, &req, 5000, &reply), 0);
+    reply = errors_compile(s, 100, &att);
     cr_expect_eq(reply->status, TESSERA__V1__STATUS__BAD_HEADS, "status %d: %s", reply->status,
                  reply->message);
     tessera__v1__reply__free_unpacked(reply, NULL);
     testd_raw_close(s);
-    errors_still_serving();
 }
 
 Test(errors, unknown_and_freed_buffers_are_not_found)
@@ -156,48 +142,34 @@ Test(errors, unknown_and_freed_buffers_are_not_found)
     cr_expect_eq(tsr_client_buffer_read(client_, 0x1234567890abcdefULL, 0, byte, 4, NULL, 0, &err),
                  TSR_NOT_FOUND);
     cr_expect_eq(err.code, TSR_NOT_FOUND);
-    int64_t shape[1] = {4};
-    tsr_buffer b;
-    cr_assert_eq(tsr_client_buffer_alloc(client_, TSR_CLIENT_F32, 1, shape, &b, NULL, 0, &err),
-                 TSR_OK, "%s", err.message);
+    tsr_buffer b = fixture_alloc_f32(client_, 4);
     cr_expect_eq(tsr_client_buffer_free(client_, b, 0, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(tsr_client_buffer_free(client_, b, 0, &err), TSR_NOT_FOUND);
     cr_expect_eq(tsr_client_buffer_write(client_, b, 0, byte, 4, 0, &err), TSR_NOT_FOUND);
     cr_expect_eq(tsr_client_launch(client_, 0x77, &b, 1, b, NULL, 0, &err), TSR_NOT_FOUND);
-    errors_still_serving();
 }
 
 Test(errors, launch_with_wrong_buffer_size_or_dtype_is_buffer_mismatch)
 {
-    tsr_region *r = errors_region("examples/pointwise.json");
+    tsr_region *r = fixture_region_file("examples/pointwise.json");
     tsr_client_compiled k;
     tsr_error err;
     cr_assert_eq(tsr_client_compile(client_, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
     tsr_client_tensor in[TSR_CLIENT_MAX_INPUTS], out;
     int n = tsr_client_region_signature(r, in, &out);
-    tsr_buffer bufs[TSR_CLIENT_MAX_INPUTS], ob;
+    tsr_buffer bufs[TSR_CLIENT_MAX_INPUTS];
     for (int i = 0; i < n; i++)
-        cr_assert_eq(tsr_client_buffer_alloc(client_, in[i].dtype, in[i].rank, in[i].shape,
-                                             &bufs[i], NULL, 0, &err),
-                     TSR_OK, "%s", err.message);
-    cr_assert_eq(
-        tsr_client_buffer_alloc(client_, out.dtype, out.rank, out.shape, &ob, NULL, 0, &err),
-        TSR_OK, "%s", err.message);
+        bufs[i] = fixture_alloc(client_, in[i].dtype, in[i].rank, in[i].shape);
+    tsr_buffer ob = fixture_alloc(client_, out.dtype, out.rank, out.shape);
     cr_expect_eq(tsr_client_launch(client_, k.kernel, bufs, n, ob, NULL, 0, &err), TSR_OK, "%s",
                  err.message);
 
     /* Too small an output. */
-    int64_t small[1] = {3};
-    tsr_buffer bad;
-    cr_assert_eq(tsr_client_buffer_alloc(client_, TSR_CLIENT_F32, 1, small, &bad, NULL, 0, &err),
-                 TSR_OK, "%s", err.message);
+    tsr_buffer bad = fixture_alloc_f32(client_, 3);
     cr_expect_eq(tsr_client_launch(client_, k.kernel, bufs, n, bad, NULL, 0, &err),
                  TSR_BUFFER_MISMATCH, "%s", err.message);
     /* Right element count, wrong dtype (f16 for an f32 input). */
-    tsr_buffer wrong;
-    cr_assert_eq(tsr_client_buffer_alloc(client_, TSR_CLIENT_F16, in[0].rank, in[0].shape, &wrong,
-                                         NULL, 0, &err),
-                 TSR_OK, "%s", err.message);
+    tsr_buffer wrong = fixture_alloc(client_, TSR_CLIENT_F16, in[0].rank, in[0].shape);
     tsr_buffer swapped[TSR_CLIENT_MAX_INPUTS];
     memcpy(swapped, bufs, sizeof bufs);
     swapped[0] = wrong;
@@ -207,12 +179,11 @@ Test(errors, launch_with_wrong_buffer_size_or_dtype_is_buffer_mismatch)
     cr_expect_eq(tsr_client_launch(client_, k.kernel, bufs, n - 1, ob, NULL, 0, &err),
                  TSR_BUFFER_MISMATCH, "%s", err.message);
     tsr_client_region_free(r);
-    errors_still_serving();
 }
 
 Test(errors, unknown_forced_candidate_is_arbiter)
 {
-    tsr_region *r = errors_region("examples/matmul.json");
+    tsr_region *r = fixture_region_file("examples/matmul.json");
     tsr_client_compile_opts opts = {.force = "no-such-candidate"};
     tsr_client_compiled k;
     tsr_error err;
@@ -221,5 +192,4 @@ Test(errors, unknown_forced_candidate_is_arbiter)
     cr_expect_not_null(strstr(err.message, "reference"), "names the registered candidates: %s",
                        err.message);
     tsr_client_region_free(r);
-    errors_still_serving();
 }

@@ -9,20 +9,18 @@
 #include <string.h>
 
 #include "tessera/client.h"
-#include "../support/testd.h"
+#include "../support/fixture.h"
 
 static testd daemon_;
 
 static void replay_setup(void)
 {
-    cr_assert_eq(testd_start(&daemon_, NULL), 0, "tesserad did not start");
+    fixture_start(&daemon_, NULL);
 }
 
 static void replay_teardown(void)
 {
-    int rc = testd_stop(&daemon_);
-    testd_remove(&daemon_);
-    cr_assert_eq(rc, 0, "tesserad exit status %d", rc);
+    fixture_stop(&daemon_, NULL);
 }
 
 TestSuite(replay, .init = replay_setup, .fini = replay_teardown, .timeout = 60);
@@ -30,14 +28,9 @@ TestSuite(replay, .init = replay_setup, .fini = replay_teardown, .timeout = 60);
 static uint64_t replay_alloc(uint32_t s, uint64_t id)
 {
     int64_t shape[2] = {4, 4};
-    Tessera__V1__BufferAllocRequest body = TESSERA__V1__BUFFER_ALLOC_REQUEST__INIT;
-    body.dtype = TESSERA__V1__DTYPE__DTYPE_F32;
-    body.n_shape = 2;
-    body.shape = shape;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.id = id;
-    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC;
-    req.buffer_alloc = &body;
+    Tessera__V1__BufferAllocRequest body;
+    Tessera__V1__Request req;
+    testd_request_alloc_f32(&req, &body, id, shape, 2);
     Tessera__V1__Reply *reply;
     cr_assert_eq(testd_raw_request(s, &req, 5000, &reply), 0);
     cr_assert_eq(reply->status, TESSERA__V1__STATUS__OK, "%s", reply->message);
@@ -49,16 +42,12 @@ static uint64_t replay_alloc(uint32_t s, uint64_t id)
     return handle;
 }
 
-/* A counter of the daemon's stats, -1 when absent. */
+/* A counter of the daemon's stats, -1 when absent, asked on a connection of
+ * its own (the raw socket's session is left alone). */
 static double replay_counter(const char *name)
 {
-    tsr_client *c = testd_client(&daemon_, 5000);
-    cr_assert_not_null(c);
-    tsr_client_stats *s;
-    tsr_error err;
-    cr_assert_eq(tsr_client_stats_get(c, false, &s, 0, &err), TSR_OK, "%s", err.message);
-    double v = tsr_client_stats_counter(s, name, -1);
-    tsr_client_stats_free(s);
+    tsr_client *c = fixture_client(&daemon_, 5000);
+    double v = fixture_counter(c, name);
     tsr_client_close(c);
     return v;
 }

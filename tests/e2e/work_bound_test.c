@@ -7,77 +7,42 @@
  *
  * Each refused request is given a 20 s client timeout: done instead of
  * refused, any of them would take minutes, and the test would see TIMEOUT in
- * place of the status it asserts.
+ * place of the status it asserts. The suite's teardown checks that a small run
+ * is still served after each test.
  */
 #include <criterion/criterion.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "tessera/client.h"
-#include "../support/testd.h"
+#include "../support/fixture.h"
 
 #define WORK_REFUSE_MS 20000
 
 static testd daemon_;
 static tsr_client *client_;
-static char cfg_dir_[64];
 
 /* Starts tesserad with max_request_work = limit, or with the default when
  * limit is negative. */
 static void work_start(long long limit)
 {
-    if (limit < 0) {
-        cr_assert_eq(testd_start(&daemon_, NULL), 0, "tesserad did not start");
-    } else {
-        char path[128];
-        snprintf(cfg_dir_, sizeof cfg_dir_, "/tmp/tsr-work-XXXXXX");
-        cr_assert_not_null(mkdtemp(cfg_dir_));
-        snprintf(path, sizeof path, "%s/tesserad.json", cfg_dir_);
-        FILE *f = fopen(path, "w");
-        cr_assert_not_null(f);
-        fprintf(f, "{\"max_request_work\": %lld}\n", limit);
-        fclose(f);
-        const char *extra[] = {"--config", path, NULL};
-        cr_assert_eq(testd_start(&daemon_, extra), 0, "tesserad did not start");
-    }
-    client_ = testd_client(&daemon_, 30000);
-    cr_assert_not_null(client_);
+    if (limit < 0)
+        fixture_start(&daemon_, NULL);
+    else
+        cr_assert_eq(testd_start_config(&daemon_, NULL, "{\"max_request_work\": %lld}\n", limit), 0,
+                     "tesserad did not start");
+    client_ = fixture_client(&daemon_, 30000);
 }
 
+/* After the refusals, a small run still gets the right answer. */
 static void work_teardown(void)
-{
-    tsr_client_close(client_);
-    int rc = testd_stop(&daemon_);
-    testd_remove(&daemon_);
-    if (cfg_dir_[0] != '\0') {
-        char path[128];
-        snprintf(path, sizeof path, "%s/tesserad.json", cfg_dir_);
-        unlink(path);
-        rmdir(cfg_dir_);
-    }
-    cr_assert_eq(rc, 0, "tesserad exit status %d", rc);
-}
-
-TestSuite(work_bound, .fini = work_teardown, .timeout = 120);
-
-static tsr_region *work_region(const char *json)
-{
-    tsr_region *r = NULL;
-    tsr_error err;
-    cr_assert_eq(tsr_client_region_load(json, strlen(json), &r, &err), TSR_OK, "%s", err.message);
-    return r;
-}
-
-/* A small run still gets the right answer. */
-static void work_still_serving(void)
 {
     tsr_error err;
     cr_expect_eq(tsr_client_hello(client_, NULL, 5000, &err), TSR_OK, "%s", err.message);
-    tsr_region *r = work_region("{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":"
-                                "\"a\",\"shape\":[4]}],\"ops\":[{\"op\":\"neg\",\"args\":[\"a\"],"
-                                "\"out\":\"y\"}],\"output\":\"y\"}");
+    tsr_region *r =
+        fixture_region_json("{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":"
+                            "\"a\",\"shape\":[4]}],\"ops\":[{\"op\":\"neg\",\"args\":[\"a\"],"
+                            "\"out\":\"y\"}],\"output\":\"y\"}");
     const float a[4] = {1, -2, 3, 0};
     float y[4];
     const void *in[] = {a};
@@ -86,6 +51,26 @@ static void work_still_serving(void)
     cr_expect_eq(y[0], -1.0f);
     cr_expect_eq(y[1], 2.0f);
     tsr_client_region_free(r);
+    fixture_stop(&daemon_, client_);
+}
+
+TestSuite(work_bound, .fini = work_teardown, .timeout = 120);
+
+/* Asserts that a request was refused for its work and, unless want is NULL,
+ * that the message is want. */
+static void work_expect_refused(tsr_status st, const tsr_error *err, const char *want)
+{
+    cr_assert_eq(st, TSR_RESOURCE_EXHAUSTED, "%s: %s", tsr_status_name(err->code), err->message);
+    if (want != NULL)
+        cr_expect_str_eq(err->message, want);
+}
+
+/* A verification of r that would be refused, given WORK_REFUSE_MS. */
+static tsr_status work_verify(const tsr_region *r, const tsr_client_verify_opts *opts,
+                              tsr_error *err)
+{
+    tsr_client_verified verified;
+    return tsr_client_verify(client_, r, opts, &verified, WORK_REFUSE_MS, err);
 }
 
 /* q, k, v and the output are 65536 floats each (a 1 MiB run request), but
@@ -95,46 +80,39 @@ static void work_still_serving(void)
     "{\"kind\":\"attention\",\"dtype\":\"f32\",\"batch\":1,\"heads\":1,\"seq_q\":65536,"           \
     "\"seq_k\":65536,\"head_dim\":1}"
 #define WORK_ATTENTION_ELEMENTS 65536
+#define WORK_ATTENTION_LAUNCH_REFUSED                                                              \
+    "max_request_work: a launch of this attention region is estimated at 154627211264 units of "   \
+    "CPU work, over the limit of 40000000000"
 
 Test(work_bound, the_default_refuses_a_huge_verify_run_and_compile_at_once)
 {
     work_start(-1);
-    tsr_region *r = work_region(WORK_ATTENTION);
+    tsr_region *r = fixture_region_json(WORK_ATTENTION);
     tsr_error err;
 
     /* Verification on the CPU backend: 2 probes, each the candidate's run and
      * the reference's (2·154627211264) and 2^16 for the probe itself. */
     tsr_client_verify_opts vopts = {.candidate = "reference"};
-    tsr_client_verified verified;
-    cr_assert_eq(tsr_client_verify(client_, r, &vopts, &verified, WORK_REFUSE_MS, &err),
-                 TSR_RESOURCE_EXHAUSTED, "%s: %s", tsr_status_name(err.code), err.message);
-    cr_expect_str_eq(err.message,
-                     "max_request_work: the verification of this attention region is estimated "
-                     "at 618508976128 units of CPU work, over the limit of 40000000000");
+    work_expect_refused(work_verify(r, &vopts, &err), &err,
+                        "max_request_work: the verification of this attention region is "
+                        "estimated at 618508976128 units of CPU work, over the limit of "
+                        "40000000000");
     /* The same without naming the candidate: the arbiter's pick is refused alike. */
-    cr_assert_eq(tsr_client_verify(client_, r, NULL, &verified, WORK_REFUSE_MS, &err),
-                 TSR_RESOURCE_EXHAUSTED, "%s: %s", tsr_status_name(err.code), err.message);
+    work_expect_refused(work_verify(r, NULL, &err), &err, NULL);
 
     float *data = calloc(4 * WORK_ATTENTION_ELEMENTS, sizeof *data);
     cr_assert_not_null(data);
     const void *in[] = {data, data + WORK_ATTENTION_ELEMENTS, data + 2 * WORK_ATTENTION_ELEMENTS};
-    cr_assert_eq(tsr_client_run(client_, r, NULL, in, data + 3 * WORK_ATTENTION_ELEMENTS, NULL,
-                                WORK_REFUSE_MS, &err),
-                 TSR_RESOURCE_EXHAUSTED, "%s: %s", tsr_status_name(err.code), err.message);
-    cr_expect_str_eq(err.message,
-                     "max_request_work: a launch of this attention region is estimated at "
-                     "154627211264 units of CPU work, over the limit of 40000000000");
+    tsr_status st = tsr_client_run(client_, r, NULL, in, data + 3 * WORK_ATTENTION_ELEMENTS, NULL,
+                                   WORK_REFUSE_MS, &err);
+    work_expect_refused(st, &err, WORK_ATTENTION_LAUNCH_REFUSED);
     free(data);
 
     /* A kernel compiled on the CPU backend could only be launched past the limit. */
     tsr_client_compiled compiled;
-    cr_assert_eq(tsr_client_compile(client_, r, NULL, &compiled, WORK_REFUSE_MS, &err),
-                 TSR_RESOURCE_EXHAUSTED, "%s: %s", tsr_status_name(err.code), err.message);
-    cr_expect_str_eq(err.message,
-                     "max_request_work: a launch of this attention region is estimated at "
-                     "154627211264 units of CPU work, over the limit of 40000000000");
+    st = tsr_client_compile(client_, r, NULL, &compiled, WORK_REFUSE_MS, &err);
+    work_expect_refused(st, &err, WORK_ATTENTION_LAUNCH_REFUSED);
     tsr_client_region_free(r);
-    work_still_serving();
 }
 
 /* examples/matmul.json: tsr_ref_work = 2·128·96·64 + 32·(8192 + 6144 + 12288)
@@ -143,9 +121,8 @@ Test(work_bound, the_default_refuses_a_huge_verify_run_and_compile_at_once)
 Test(work_bound, work_up_to_the_limit_is_served_and_one_probe_more_is_not)
 {
     work_start(9830400);
-    tsr_region *r = NULL;
+    tsr_region *r = fixture_region_file("examples/matmul.json");
     tsr_error err;
-    cr_assert_eq(tsr_client_region_load_file("examples/matmul.json", &r, &err), TSR_OK);
     tsr_client_verify_opts vopts = {.candidate = "reference"};
     tsr_client_verified verified;
     cr_assert_eq(tsr_client_verify(client_, r, &vopts, &verified, 30000, &err), TSR_OK, "%s",
@@ -154,11 +131,9 @@ Test(work_bound, work_up_to_the_limit_is_served_and_one_probe_more_is_not)
     cr_expect_eq(verified.verdict.probes, 2);
 
     vopts.random_probes = 3;
-    cr_assert_eq(tsr_client_verify(client_, r, &vopts, &verified, WORK_REFUSE_MS, &err),
-                 TSR_RESOURCE_EXHAUSTED, "%s: %s", tsr_status_name(err.code), err.message);
-    cr_expect_str_eq(err.message,
-                     "max_request_work: the verification of this matmul region is estimated at "
-                     "14745600 units of CPU work, over the limit of 9830400");
+    work_expect_refused(work_verify(r, &vopts, &err), &err,
+                        "max_request_work: the verification of this matmul region is estimated "
+                        "at 14745600 units of CPU work, over the limit of 9830400");
 
     /* The run itself, 2424832, is well inside. */
     float a[128 * 64], b[64 * 96], c[128 * 96];
@@ -167,7 +142,7 @@ Test(work_bound, work_up_to_the_limit_is_served_and_one_probe_more_is_not)
     for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
         b[i] = 0.5f;
     tsr_region *rf =
-        work_region("{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":128,\"n\":96,\"k\":64}");
+        fixture_region_json("{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":128,\"n\":96,\"k\":64}");
     const void *in[] = {a, b};
     cr_assert_eq(tsr_client_run(client_, rf, NULL, in, c, NULL, 30000, &err), TSR_OK, "%s",
                  err.message);
@@ -178,15 +153,11 @@ Test(work_bound, work_up_to_the_limit_is_served_and_one_probe_more_is_not)
 
     /* A pointwise region's verification has 25 probes (the special values):
      * examples/pointwise.json is 25·(2·180224 + 2^16) = 10649600. */
-    cr_assert_eq(tsr_client_region_load_file("examples/pointwise.json", &r, &err), TSR_OK);
-    cr_assert_eq(tsr_client_verify(client_, r, &vopts, &verified, WORK_REFUSE_MS, &err),
-                 TSR_RESOURCE_EXHAUSTED, "%s: %s", tsr_status_name(err.code), err.message);
+    r = fixture_region_file("examples/pointwise.json");
+    work_expect_refused(work_verify(r, &vopts, &err), &err, NULL);
     vopts.random_probes = 0;
-    cr_assert_eq(tsr_client_verify(client_, r, &vopts, &verified, WORK_REFUSE_MS, &err),
-                 TSR_RESOURCE_EXHAUSTED, "%s: %s", tsr_status_name(err.code), err.message);
-    cr_expect_str_eq(err.message,
-                     "max_request_work: the verification of this pointwise region is estimated "
-                     "at 10649600 units of CPU work, over the limit of 9830400");
+    work_expect_refused(work_verify(r, &vopts, &err), &err,
+                        "max_request_work: the verification of this pointwise region is "
+                        "estimated at 10649600 units of CPU work, over the limit of 9830400");
     tsr_client_region_free(r);
-    work_still_serving();
 }

@@ -10,6 +10,7 @@
 #include <ftw.h>
 #include <grp.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,7 +65,7 @@ static int testd_wait_ready(testd *d)
     return -1;
 }
 
-static int testd_spawn(testd *d, const char *const *extra)
+int testd_spawn(testd *d, const char *const *extra)
 {
     char bin[320];
     testd_bin(d, "tesserad", bin, sizeof bin);
@@ -83,6 +84,10 @@ static int testd_spawn(testd *d, const char *const *extra)
     argv[n++] = "cpu";
     argv[n++] = "--log-level";
     argv[n++] = "warn";
+    if (d->config[0] != '\0') {
+        argv[n++] = "--config";
+        argv[n++] = d->config;
+    }
     for (int i = 0; extra && extra[i] && n < 63; i++)
         argv[n++] = extra[i];
     argv[n] = NULL;
@@ -107,7 +112,7 @@ static int testd_spawn(testd *d, const char *const *extra)
     return testd_wait_ready(d);
 }
 
-static int testd_prepare(testd *d)
+int testd_prepare(testd *d)
 {
     memset(d, 0, sizeof *d);
     const char *build = getenv("BUILD");
@@ -127,6 +132,42 @@ int testd_start(testd *d, const char *const *extra)
     if (testd_prepare(d) != 0)
         return -1;
     return testd_spawn(d, extra);
+}
+
+static int testd_write_config_v(testd *d, const char *fmt, va_list ap)
+{
+    snprintf(d->config, sizeof d->config, "%s/tesserad.json", d->dir);
+    FILE *f = fopen(d->config, "w");
+    if (!f) {
+        fprintf(stderr, "testd: %s: %s\n", d->config, strerror(errno));
+        return -1;
+    }
+    vfprintf(f, fmt, ap);
+    if (fclose(f) != 0) {
+        fprintf(stderr, "testd: %s: %s\n", d->config, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int testd_write_config(testd *d, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = testd_write_config_v(d, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int testd_start_config(testd *d, const char *const *extra, const char *fmt, ...)
+{
+    if (testd_prepare(d) != 0)
+        return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = testd_write_config_v(d, fmt, ap);
+    va_end(ap);
+    return rc == 0 ? testd_spawn(d, extra) : -1;
 }
 
 int testd_start_as(testd *d, uid_t uid, gid_t gid, const char *const *extra)
@@ -197,21 +238,26 @@ void testd_remove(testd *d)
     d->dir[0] = '\0';
 }
 
-tsr_client *testd_client(const testd *d, int timeout_ms)
+tsr_client *testd_connect(const char *url, const char *token, int timeout_ms)
 {
     tsr_client_options opts;
     tsr_client_options_init(&opts);
-    opts.url = d->url;
+    opts.url = url;
+    opts.auth = token;
     opts.timeout_ms = timeout_ms;
     opts.force = "";
     tsr_client *c = NULL;
     tsr_error err;
     if (tsr_client_connect(&opts, &c, &err) != TSR_OK) {
-        fprintf(stderr, "testd: connect %s: %s: %s\n", d->url, tsr_status_name(err.code),
-                err.message);
+        fprintf(stderr, "testd: connect %s: %s: %s\n", url, tsr_status_name(err.code), err.message);
         return NULL;
     }
     return c;
+}
+
+tsr_client *testd_client(const testd *d, int timeout_ms)
+{
+    return testd_connect(d->url, NULL, timeout_ms);
 }
 
 int testd_raw_open(const testd *d, uint32_t *sock_id)
@@ -256,6 +302,28 @@ int testd_raw_send(uint32_t sock_id, const void *bytes, size_t len, int timeout_
     *reply = tessera__v1__reply__unpack(NULL, got, buf);
     nng_free(buf, got);
     return *reply ? 0 : -1;
+}
+
+void testd_request_hello(Tessera__V1__Request *req, Tessera__V1__HelloRequest *body, uint64_t id)
+{
+    *body = (Tessera__V1__HelloRequest)TESSERA__V1__HELLO_REQUEST__INIT;
+    *req = (Tessera__V1__Request)TESSERA__V1__REQUEST__INIT;
+    req->id = id;
+    req->body_case = TESSERA__V1__REQUEST__BODY_HELLO;
+    req->hello = body;
+}
+
+void testd_request_alloc_f32(Tessera__V1__Request *req, Tessera__V1__BufferAllocRequest *body,
+                             uint64_t id, int64_t *shape, size_t rank)
+{
+    *body = (Tessera__V1__BufferAllocRequest)TESSERA__V1__BUFFER_ALLOC_REQUEST__INIT;
+    body->dtype = TESSERA__V1__DTYPE__DTYPE_F32;
+    body->shape = shape;
+    body->n_shape = rank;
+    *req = (Tessera__V1__Request)TESSERA__V1__REQUEST__INIT;
+    req->id = id;
+    req->body_case = TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC;
+    req->buffer_alloc = body;
 }
 
 int testd_raw_request(uint32_t sock_id, const Tessera__V1__Request *req, int timeout_ms,

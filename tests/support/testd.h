@@ -4,8 +4,10 @@
  * testd_start runs $BUILD/bin/tesserad (BUILD defaults to "build") on a private
  * ipc endpoint inside a fresh /tmp/tsr-e2e-XXXXXX directory, with its cache in
  * that directory, the CPU backend and warn-level logging, and returns once the
- * daemon answers a hello. testd_stop sends SIGTERM and reaps it; testd_remove
- * deletes the directory. testd_raw_* talk to the daemon with a plain nng REQ
+ * daemon answers a hello. A config file, when a test needs one, is written into
+ * the same directory (testd_start_config, testd_write_config) and passed with
+ * --config on every start. testd_stop sends SIGTERM and reaps it; testd_remove
+ * deletes the directory with everything in it. testd_raw_* talk to the daemon with a plain nng REQ
  * socket, below the client library, for tests that need to send what the
  * library never would (garbage bytes, a repeated request id).
  *
@@ -30,6 +32,7 @@ typedef struct testd {
     char dir[64];       /* /tmp/tsr-e2e-XXXXXX */
     char url[128];      /* ipc://<dir>/sock */
     char cache_dir[96]; /* <dir>/cache */
+    char config[96];    /* <dir>/tesserad.json once written, else "" */
     char build[256];    /* $BUILD or "build" */
     bool run_as;        /* testd_start_as: the daemon runs as uid:gid */
     uid_t uid;
@@ -40,6 +43,21 @@ typedef struct testd {
  * extra (NULL-terminated, may be NULL). Returns 0 when it answers hello, -1
  * (with a line on stderr) when it could not be started or did not answer. */
 int testd_start(testd *d, const char *const *extra);
+
+/* testd_start with a config file: fmt and its arguments are written to
+ * <dir>/tesserad.json first. Same results as testd_start. */
+int testd_start_config(testd *d, const char *const *extra, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* testd_start in two steps, for a test that puts files into the directory
+ * before the daemon starts: testd_prepare creates the directory (0, or -1 with
+ * a line on stderr), testd_spawn starts the daemon in it as testd_start does. */
+int testd_prepare(testd *d);
+int testd_spawn(testd *d, const char *const *extra);
+
+/* Writes (or rewrites, for a reload) <dir>/tesserad.json from fmt; every later
+ * start passes it with --config. 0, or -1 with a line on stderr. */
+int testd_write_config(testd *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* testd_start with the daemon running as uid:gid (the directory is handed to
  * that user), as a service user would. Needs root. */
@@ -61,6 +79,9 @@ void testd_remove(testd *d);
  * and TESSERA_FORCE ignored. NULL on failure (printed). */
 tsr_client *testd_client(const testd *d, int timeout_ms);
 
+/* testd_client for any url, sending token (NULL: $TESSERA_TOKEN, "": none). */
+tsr_client *testd_connect(const char *url, const char *token, int timeout_ms);
+
 /* Path of a built program: "<build>/bin/<name>" into buf. */
 void testd_bin(const testd *d, const char *name, char *buf, size_t size);
 
@@ -73,6 +94,12 @@ void testd_raw_close(uint32_t sock_id);
  * error, or -1 when the reply does not decode. */
 int testd_raw_send(uint32_t sock_id, const void *bytes, size_t len, int timeout_ms,
                    Tessera__V1__Reply **reply);
+
+/* Requests built in caller-owned storage (*body and shape must outlive *req):
+ * a hello, and a buffer_alloc of an f32 tensor of shape[0..rank). */
+void testd_request_hello(Tessera__V1__Request *req, Tessera__V1__HelloRequest *body, uint64_t id);
+void testd_request_alloc_f32(Tessera__V1__Request *req, Tessera__V1__BufferAllocRequest *body,
+                             uint64_t id, int64_t *shape, size_t rank);
 
 /* Packs req as it is (id included) and sends it as testd_raw_send does. */
 int testd_raw_request(uint32_t sock_id, const Tessera__V1__Request *req, int timeout_ms,

@@ -1,0 +1,84 @@
+/*
+ * fixture.c — asserted set-up steps for the end-to-end suites (see fixture.h).
+ */
+#include "fixture.h"
+
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "testdata.h"
+
+void fixture_start(testd *d, const char *const *extra)
+{
+    cr_assert_eq(testd_start(d, extra), 0, "tesserad did not start");
+}
+
+tsr_client *fixture_client(const testd *d, int timeout_ms)
+{
+    tsr_client *c = testd_client(d, timeout_ms);
+    cr_assert_not_null(c, "no client for %s", d->url);
+    return c;
+}
+
+tsr_client *fixture_start_client(testd *d, const char *const *extra, int timeout_ms)
+{
+    fixture_start(d, extra);
+    return fixture_client(d, timeout_ms);
+}
+
+void fixture_stop(testd *d, tsr_client *client)
+{
+    if (client != NULL)
+        tsr_client_close(client);
+    int rc = testd_stop(d);
+    testd_remove(d);
+    cr_expect_eq(rc, 0, "tesserad exit status %d", rc);
+}
+
+tsr_region *fixture_region_file(const char *path)
+{
+    tsr_region *r = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_region_load_file(path, &r, &err), TSR_OK, "%s: %s", path, err.message);
+    return r;
+}
+
+tsr_region *fixture_region_json(const char *json)
+{
+    tsr_region *r = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_region_load(json, strlen(json), &r, &err), TSR_OK, "%s: %s", json,
+                 err.message);
+    return r;
+}
+
+tsr_region *fixture_affine(int64_t n)
+{
+    tsr_region *r = testdata_affine(n);
+    cr_assert_not_null(r, "no affine region of %lld elements", (long long)n);
+    return r;
+}
+
+tsr_buffer fixture_alloc(tsr_client *c, tsr_client_dtype dtype, int rank, const int64_t *shape)
+{
+    tsr_buffer b = 0;
+    tsr_error err;
+    cr_assert_eq(tsr_client_buffer_alloc(c, dtype, rank, shape, &b, NULL, 0, &err), TSR_OK, "%s",
+                 err.message);
+    return b;
+}
+
+tsr_buffer fixture_alloc_f32(tsr_client *c, int64_t n)
+{
+    return fixture_alloc(c, TSR_CLIENT_F32, 1, &n);
+}
+
+double fixture_counter(tsr_client *c, const char *name)
+{
+    tsr_client_stats *s = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_stats_get(c, false, &s, 0, &err), TSR_OK, "stats: %s", err.message);
+    double v = tsr_client_stats_counter(s, name, -1);
+    tsr_client_stats_free(s);
+    return v;
+}

@@ -1,0 +1,46 @@
+/*
+ * fixture.h — the asserted steps the end-to-end suites share: starting and
+ * stopping a daemon (for TestSuite .init/.fini or inside a test), connecting,
+ * loading regions, allocating buffers and reading the daemon's counters.
+ *
+ * Each function fails the calling test through Criterion when its step does not
+ * work, so that a test spells out only what it checks. Threading: the calling
+ * test's thread.
+ */
+#ifndef TESSERA_TEST_FIXTURE_H
+#define TESSERA_TEST_FIXTURE_H
+
+#include <stdint.h>
+
+#include "tessera/client.h"
+#include "testd.h"
+
+/* testd_start(d, extra), asserted. */
+void fixture_start(testd *d, const char *const *extra);
+
+/* testd_client(d, timeout_ms), asserted. */
+tsr_client *fixture_client(const testd *d, int timeout_ms);
+
+/* fixture_start, then fixture_client. */
+tsr_client *fixture_start_client(testd *d, const char *const *extra, int timeout_ms);
+
+/* Closes client (NULL: none), stops the daemon, removes its directory and
+ * expects a clean exit (status 0). */
+void fixture_stop(testd *d, tsr_client *client);
+
+/* A region from a JSON file or text; free with tsr_client_region_free. */
+tsr_region *fixture_region_file(const char *path);
+tsr_region *fixture_region_json(const char *json);
+
+/* testdata_affine(n): y = 2x + 1 over n f32 elements. */
+tsr_region *fixture_affine(int64_t n);
+
+/* A buffer of the given dtype and shape, or of n f32 elements. */
+tsr_buffer fixture_alloc(tsr_client *c, tsr_client_dtype dtype, int rank, const int64_t *shape);
+tsr_buffer fixture_alloc_f32(tsr_client *c, int64_t n);
+
+/* The daemon's counter or gauge name (-1 when it has none), fetched on c with
+ * c's default timeout. */
+double fixture_counter(tsr_client *c, const char *name);
+
+#endif

@@ -19,6 +19,7 @@
  * sum and is written as 0. Grouped-query attention reads kv head
  * h / (heads / heads_kv).
  */
+#include "codegen_emit.h"
 #include "codegen_internal.h"
 
 #include <stdio.h>

@@ -24,6 +24,7 @@
  * single rounding on store. A row's 128 columns of a tile belong to one warp
  * (TX = 32), so the row statistics are warp shuffles.
  */
+#include "codegen_emit.h"
 #include "codegen_internal.h"
 
 #include <stdio.h>

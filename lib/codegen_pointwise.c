@@ -16,6 +16,7 @@
  * broadcast input pays for index decomposition, over the output dims merged
  * where the broadcast pattern allows, with divisions by constants.
  */
+#include "codegen_emit.h"
 #include "codegen_internal.h"
 
 #include <stdio.h>

@@ -2,9 +2,11 @@
  * commands.c — the commands of tessera-cli, one function each.
  *
  * Each command parses its own arguments (usage errors exit 2 before anything is
- * sent), loads local files (failures exit 5), then makes its client calls and
+ * sent), loads local files (failures exit 5), then makes its client call and
  * prints the result. Regions are parsed and validated locally first, so a broken
- * region file is reported without a daemon round trip.
+ * region file is reported without a daemon round trip. The steps after parsing
+ * are one skeleton (cmd_with_region, cmd_with_daemon): a command brings only its
+ * call and its printing, as a cmd_call.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -17,7 +19,7 @@
 #include "tessera/npy.h"
 #include "tessera/region.h"
 
-/* ---- shared helpers ---- */
+/* ---- printing and parsing ---- */
 
 static const char *cmd_verdict_state(tsr_client_verdict_state s)
 {
@@ -138,15 +140,49 @@ static const char *cmd_value(int argc, char **argv, int *i)
     return argv[++*i];
 }
 
-/* ---- ping, info ---- */
+/* ---- the command skeleton ---- */
 
-static int cmd_health(cli *c, int argc, char **argv)
+/* What differs between commands once the daemon is reached: the client call on
+ * c->client and the printing of its result. r is the region the command names
+ * (NULL for one that names none), args the command's own. Returns the exit code. */
+typedef int (*cmd_call)(cli *c, const tsr_region *r, void *args);
+
+/* Connects (a failure is reported with its exit code), then runs call. */
+static int cmd_with_daemon(cli *c, cmd_call call, const tsr_region *r, void *args)
 {
-    if (argc > 1)
-        return cli_fail_usage("health", "unexpected argument '%s'", argv[1]);
     int rc = cli_connect(c);
     if (rc)
         return rc;
+    return call(c, r, args);
+}
+
+/* Loads the region at path first, so an invalid one exits 5 before anything is
+ * sent; then as cmd_with_daemon; then frees the region. */
+static int cmd_with_region(cli *c, const char *path, cmd_call call, void *args)
+{
+    tsr_region *r;
+    int rc = cmd_region_load(path, &r);
+    if (rc)
+        return rc;
+    rc = cmd_with_daemon(c, call, r, args);
+    tsr_client_region_free(r);
+    return rc;
+}
+
+/* A command that takes no arguments; argv[0] is its name. */
+static int cmd_without_args(cli *c, int argc, char **argv, cmd_call call)
+{
+    if (argc > 1)
+        return cli_fail_usage(argv[0], "unexpected argument '%s'", argv[1]);
+    return cmd_with_daemon(c, call, NULL, NULL);
+}
+
+/* ---- health, ping, info ---- */
+
+static int cmd_health_call(cli *c, const tsr_region *r, void *args)
+{
+    (void)r;
+    (void)args;
     tsr_client_health h;
     tsr_error err;
     if (tsr_client_health_get(c->client, &h, c->timeout_ms, &err) != TSR_OK)
@@ -168,13 +204,15 @@ static int cmd_health(cli *c, int argc, char **argv)
     return h.state == TSR_CLIENT_HEALTH_READY ? CLI_EXIT_OK : CLI_EXIT_DAEMON;
 }
 
-static int cmd_ping(cli *c, int argc, char **argv)
+static int cmd_health(cli *c, int argc, char **argv)
 {
-    if (argc > 1)
-        return cli_fail_usage("ping", "unexpected argument '%s'", argv[1]);
-    int rc = cli_connect(c);
-    if (rc)
-        return rc;
+    return cmd_without_args(c, argc, argv, cmd_health_call);
+}
+
+static int cmd_ping_call(cli *c, const tsr_region *r, void *args)
+{
+    (void)r;
+    (void)args;
     tsr_client_info info;
     tsr_error err;
     double t0 = cmd_now_ms();
@@ -196,13 +234,15 @@ static int cmd_ping(cli *c, int argc, char **argv)
     return CLI_EXIT_OK;
 }
 
-static int cmd_info(cli *c, int argc, char **argv)
+static int cmd_ping(cli *c, int argc, char **argv)
 {
-    if (argc > 1)
-        return cli_fail_usage("info", "unexpected argument '%s'", argv[1]);
-    int rc = cli_connect(c);
-    if (rc)
-        return rc;
+    return cmd_without_args(c, argc, argv, cmd_ping_call);
+}
+
+static int cmd_info_call(cli *c, const tsr_region *r, void *args)
+{
+    (void)r;
+    (void)args;
     tsr_client_info info;
     tsr_error err;
     if (tsr_client_hello(c->client, &info, c->timeout_ms, &err) != TSR_OK)
@@ -246,20 +286,17 @@ static int cmd_info(cli *c, int argc, char **argv)
     return CLI_EXIT_OK;
 }
 
+static int cmd_info(cli *c, int argc, char **argv)
+{
+    return cmd_without_args(c, argc, argv, cmd_info_call);
+}
+
 /* ---- stats, cache ---- */
 
-static int cmd_stats(cli *c, int argc, char **argv)
+static int cmd_stats_call(cli *c, const tsr_region *r, void *args)
 {
-    bool prometheus = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--prometheus") == 0)
-            prometheus = true;
-        else
-            return cli_fail_usage("stats", "unexpected argument '%s'", argv[i]);
-    }
-    int rc = cli_connect(c);
-    if (rc)
-        return rc;
+    (void)r;
+    bool prometheus = *(const bool *)args;
     tsr_client_stats *s;
     tsr_error err;
     if (tsr_client_stats_get(c->client, prometheus, &s, c->timeout_ms, &err) != TSR_OK)
@@ -302,8 +339,22 @@ static int cmd_stats(cli *c, int argc, char **argv)
     return CLI_EXIT_OK;
 }
 
-static int cmd_cache_ls(cli *c)
+static int cmd_stats(cli *c, int argc, char **argv)
 {
+    bool prometheus = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--prometheus") == 0)
+            prometheus = true;
+        else
+            return cli_fail_usage("stats", "unexpected argument '%s'", argv[i]);
+    }
+    return cmd_with_daemon(c, cmd_stats_call, NULL, &prometheus);
+}
+
+static int cmd_cache_ls_call(cli *c, const tsr_region *r, void *args)
+{
+    (void)r;
+    (void)args;
     tsr_client_cache_entry *rows;
     size_t n;
     tsr_error err;
@@ -343,6 +394,25 @@ static int cmd_cache_ls(cli *c)
     return CLI_EXIT_OK;
 }
 
+/* args: the key to evict, or "all". */
+static int cmd_cache_evict_call(cli *c, const tsr_region *r, void *args)
+{
+    (void)r;
+    const char *key = args;
+    uint32_t evicted = 0;
+    tsr_error err;
+    if (tsr_client_cache_evict(c->client, key, &evicted, c->timeout_ms, &err) != TSR_OK)
+        return cli_fail_call(&err);
+    if (c->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "evicted", evicted);
+        cli_json_print(o);
+    } else {
+        printf("evicted %u\n", evicted);
+    }
+    return CLI_EXIT_OK;
+}
+
 static int cmd_cache(cli *c, int argc, char **argv)
 {
     if (argc < 2)
@@ -355,26 +425,38 @@ static int cmd_cache(cli *c, int argc, char **argv)
         return cli_fail_usage("cache", "unexpected argument '%s'", argv[2]);
     if (evict && argc != 3)
         return cli_fail_usage("cache", "evict takes exactly one KEY (or 'all')");
-    int rc = cli_connect(c);
-    if (rc)
-        return rc;
     if (ls)
-        return cmd_cache_ls(c);
-    uint32_t evicted = 0;
-    tsr_error err;
-    if (tsr_client_cache_evict(c->client, argv[2], &evicted, c->timeout_ms, &err) != TSR_OK)
-        return cli_fail_call(&err);
-    if (c->json) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "evicted", evicted);
-        cli_json_print(o);
-    } else {
-        printf("evicted %u\n", evicted);
-    }
-    return CLI_EXIT_OK;
+        return cmd_with_daemon(c, cmd_cache_ls_call, NULL, NULL);
+    return cmd_with_daemon(c, cmd_cache_evict_call, NULL, argv[2]);
 }
 
 /* ---- compile ---- */
+
+static int cmd_compile_call(cli *c, const tsr_region *r, void *args)
+{
+    const tsr_client_compile_opts *opts = args;
+    tsr_client_compiled out;
+    tsr_error err;
+    if (tsr_client_compile(c->client, r, opts, &out, c->timeout_ms, &err) != TSR_OK)
+        return cli_fail_call(&err);
+    if (c->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "kernel", (double)out.kernel);
+        cJSON_AddStringToObject(o, "key", out.key);
+        cJSON_AddStringToObject(o, "fingerprint", out.fingerprint);
+        cJSON_AddItemToObject(o, "decision", cmd_decision_json(&out.decision));
+        cJSON_AddNumberToObject(o, "binary_bytes", (double)out.binary_bytes);
+        cJSON_AddNumberToObject(o, "compile_ms", out.compile_ms);
+        cli_json_print(o);
+        return CLI_EXIT_OK;
+    }
+    cmd_decision_print(&out.decision);
+    printf("key        %s\n", out.key);
+    printf("region     %s\n", out.fingerprint);
+    printf("kernel     %016" PRIx64 "\n", out.kernel);
+    printf("binary     %" PRIu64 " bytes, compiled in %.3f ms\n", out.binary_bytes, out.compile_ms);
+    return CLI_EXIT_OK;
+}
 
 static int cmd_compile(cli *c, int argc, char **argv)
 {
@@ -402,38 +484,7 @@ static int cmd_compile(cli *c, int argc, char **argv)
     }
     if (!path)
         return cli_fail_usage("compile", "missing REGION.json");
-    tsr_region *r;
-    int rc = cmd_region_load(path, &r);
-    if (rc)
-        return rc;
-    rc = cli_connect(c);
-    if (rc) {
-        tsr_client_region_free(r);
-        return rc;
-    }
-    tsr_client_compiled out;
-    tsr_error err;
-    tsr_status st = tsr_client_compile(c->client, r, &opts, &out, c->timeout_ms, &err);
-    tsr_client_region_free(r);
-    if (st != TSR_OK)
-        return cli_fail_call(&err);
-    if (c->json) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "kernel", (double)out.kernel);
-        cJSON_AddStringToObject(o, "key", out.key);
-        cJSON_AddStringToObject(o, "fingerprint", out.fingerprint);
-        cJSON_AddItemToObject(o, "decision", cmd_decision_json(&out.decision));
-        cJSON_AddNumberToObject(o, "binary_bytes", (double)out.binary_bytes);
-        cJSON_AddNumberToObject(o, "compile_ms", out.compile_ms);
-        cli_json_print(o);
-        return CLI_EXIT_OK;
-    }
-    cmd_decision_print(&out.decision);
-    printf("key        %s\n", out.key);
-    printf("region     %s\n", out.fingerprint);
-    printf("kernel     %016" PRIx64 "\n", out.kernel);
-    printf("binary     %" PRIu64 " bytes, compiled in %.3f ms\n", out.binary_bytes, out.compile_ms);
-    return CLI_EXIT_OK;
+    return cmd_with_region(c, path, cmd_compile_call, &opts);
 }
 
 /* ---- run ---- */
@@ -506,34 +557,35 @@ static int cmd_run_check_names(const tsr_tensor_desc *sig, int n, const cmd_run_
     return CLI_EXIT_OK;
 }
 
-static int cmd_run_execute(cli *c, const tsr_region *r, const tsr_client_compile_opts *opts,
-                           const tsr_tensor_desc *out_desc, void **data, const char *out_path)
+/* What a run sends and where its output goes. */
+typedef struct cmd_run_job {
+    const tsr_client_compile_opts *opts;
+    const tsr_tensor_desc *out_desc;
+    void **data;          /* the inputs, in signature order */
+    const char *out_path; /* the .npy written */
+    void *out;            /* the output as the region stores it */
+    float *f32;           /* the same as float32, for the file */
+} cmd_run_job;
+
+static int cmd_run_call(cli *c, const tsr_region *r, void *args)
 {
+    const cmd_run_job *job = args;
+    const tsr_tensor_desc *out_desc = job->out_desc;
+    const char *out_path = job->out_path;
+    const float *f32 = job->f32;
     int64_t count = tsr_tensor_desc_elements(out_desc);
-    void *out = malloc(tsr_tensor_desc_bytes(out_desc) + 1);
-    float *f32 = malloc((size_t)count * sizeof(float) + 1);
-    if (!out || !f32) {
-        free(out);
-        free(f32);
-        tsr_error err;
-        tsr_error_set(&err, TSR_NO_MEMORY, "output of %" PRId64 " elements", count);
-        return cli_fail_file(&err);
-    }
-    int rc = cli_connect(c);
     tsr_client_decision d;
     tsr_error err;
-    if (rc == CLI_EXIT_OK && tsr_client_run(c->client, r, opts, (const void *const *)data, out, &d,
-                                            c->timeout_ms, &err) != TSR_OK)
-        rc = cli_fail_call(&err);
-    if (rc == CLI_EXIT_OK) {
-        tsr_dtype_convert(TSR_F32, f32, out_desc->dtype, out, (size_t)count);
-        if (tsr_npy_write(out_path, TSR_NPY_F32, out_desc->rank, out_desc->shape, f32, &err) !=
-            TSR_OK) {
-            tsr_error_prefix(&err, "%s", out_path);
-            rc = cli_fail_file(&err);
-        }
+    if (tsr_client_run(c->client, r, job->opts, (const void *const *)job->data, job->out, &d,
+                       c->timeout_ms, &err) != TSR_OK)
+        return cli_fail_call(&err);
+    tsr_dtype_convert(TSR_F32, job->f32, out_desc->dtype, job->out, (size_t)count);
+    if (tsr_npy_write(out_path, TSR_NPY_F32, out_desc->rank, out_desc->shape, f32, &err) !=
+        TSR_OK) {
+        tsr_error_prefix(&err, "%s", out_path);
+        return cli_fail_file(&err);
     }
-    if (rc == CLI_EXIT_OK && c->json) {
+    if (c->json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "output", out_path);
         cJSON_AddItemToObject(o, "shape", cmd_shape_json(out_desc->rank, out_desc->shape));
@@ -541,21 +593,44 @@ static int cmd_run_execute(cli *c, const tsr_region *r, const tsr_client_compile
         cJSON_AddStringToObject(o, "region_out_dtype", tsr_dtype_name(out_desc->dtype));
         cJSON_AddItemToObject(o, "decision", cmd_decision_json(&d));
         cli_json_print(o);
-    } else if (rc == CLI_EXIT_OK) {
-        double sum = 0, lo = count ? f32[0] : 0, hi = count ? f32[0] : 0;
-        for (int64_t i = 0; i < count; i++) {
-            sum += f32[i];
-            lo = f32[i] < lo ? f32[i] : lo;
-            hi = f32[i] > hi ? f32[i] : hi;
-        }
-        char shape[256];
-        cmd_shape_text(out_desc->rank, out_desc->shape, shape, sizeof shape);
-        cmd_decision_print(&d);
-        printf("output     %s: %s float32 (region %s), min %.6g max %.6g mean %.6g\n", out_path,
-               shape, tsr_dtype_name(out_desc->dtype), lo, hi, count ? sum / (double)count : 0);
+        return CLI_EXIT_OK;
     }
-    free(out);
-    free(f32);
+    double sum = 0, lo = count ? f32[0] : 0, hi = count ? f32[0] : 0;
+    for (int64_t i = 0; i < count; i++) {
+        sum += f32[i];
+        lo = f32[i] < lo ? f32[i] : lo;
+        hi = f32[i] > hi ? f32[i] : hi;
+    }
+    char shape[256];
+    cmd_shape_text(out_desc->rank, out_desc->shape, shape, sizeof shape);
+    cmd_decision_print(&d);
+    printf("output     %s: %s float32 (region %s), min %.6g max %.6g mean %.6g\n", out_path, shape,
+           tsr_dtype_name(out_desc->dtype), lo, hi, count ? sum / (double)count : 0);
+    return CLI_EXIT_OK;
+}
+
+/* Allocates the output before connecting, so running out of memory is a local
+ * failure (exit 5), then runs on the daemon. */
+static int cmd_run_execute(cli *c, const tsr_region *r, const tsr_client_compile_opts *opts,
+                           const tsr_tensor_desc *out_desc, void **data, const char *out_path)
+{
+    int64_t count = tsr_tensor_desc_elements(out_desc);
+    cmd_run_job job = {opts,
+                       out_desc,
+                       data,
+                       out_path,
+                       malloc(tsr_tensor_desc_bytes(out_desc) + 1),
+                       malloc((size_t)count * sizeof(float) + 1)};
+    int rc;
+    if (!job.out || !job.f32) {
+        tsr_error err;
+        tsr_error_set(&err, TSR_NO_MEMORY, "output of %" PRId64 " elements", count);
+        rc = cli_fail_file(&err);
+    } else {
+        rc = cmd_with_daemon(c, cmd_run_call, r, &job);
+    }
+    free(job.out);
+    free(job.f32);
     return rc;
 }
 
@@ -619,6 +694,33 @@ static int cmd_run(cli *c, int argc, char **argv)
 
 /* ---- verify, candidates ---- */
 
+static int cmd_verify_call(cli *c, const tsr_region *r, void *args)
+{
+    const tsr_client_verify_opts *opts = args;
+    tsr_client_verified out;
+    tsr_error err;
+    if (tsr_client_verify(c->client, r, opts, &out, c->timeout_ms, &err) != TSR_OK)
+        return cli_fail_call(&err);
+    if (c->json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "candidate", out.candidate);
+        cJSON_AddNumberToObject(o, "tier", out.tier);
+        cJSON_AddItemToObject(o, "verdict", cmd_verdict_json(&out.verdict));
+        cli_json_print(o);
+    } else {
+        char verdict[512];
+        cmd_verdict_text(&out.verdict, verdict, sizeof verdict);
+        printf("candidate  %s (tier %d)\n", out.candidate, out.tier);
+        printf("verdict    %s\n", verdict);
+    }
+    if (out.verdict.state == TSR_CLIENT_VERDICT_FAIL) {
+        fprintf(stderr, "tessera-cli: %s: %s fails verification: %s\n",
+                tsr_status_name(TSR_VERIFY_FAILED), out.candidate, out.verdict.reason);
+        return CLI_EXIT_DAEMON;
+    }
+    return CLI_EXIT_OK;
+}
+
 static int cmd_verify(cli *c, int argc, char **argv)
 {
     const char *path = NULL;
@@ -645,66 +747,16 @@ static int cmd_verify(cli *c, int argc, char **argv)
     }
     if (!path)
         return cli_fail_usage("verify", "missing REGION.json");
-    tsr_region *r;
-    int rc = cmd_region_load(path, &r);
-    if (rc)
-        return rc;
-    rc = cli_connect(c);
-    if (rc) {
-        tsr_client_region_free(r);
-        return rc;
-    }
-    tsr_client_verified out;
-    tsr_error err;
-    tsr_status st = tsr_client_verify(c->client, r, &opts, &out, c->timeout_ms, &err);
-    tsr_client_region_free(r);
-    if (st != TSR_OK)
-        return cli_fail_call(&err);
-    if (c->json) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "candidate", out.candidate);
-        cJSON_AddNumberToObject(o, "tier", out.tier);
-        cJSON_AddItemToObject(o, "verdict", cmd_verdict_json(&out.verdict));
-        cli_json_print(o);
-    } else {
-        char verdict[512];
-        cmd_verdict_text(&out.verdict, verdict, sizeof verdict);
-        printf("candidate  %s (tier %d)\n", out.candidate, out.tier);
-        printf("verdict    %s\n", verdict);
-    }
-    if (out.verdict.state == TSR_CLIENT_VERDICT_FAIL) {
-        fprintf(stderr, "tessera-cli: %s: %s fails verification: %s\n",
-                tsr_status_name(TSR_VERIFY_FAILED), out.candidate, out.verdict.reason);
-        return CLI_EXIT_DAEMON;
-    }
-    return CLI_EXIT_OK;
+    return cmd_with_region(c, path, cmd_verify_call, &opts);
 }
 
-static int cmd_candidates(cli *c, int argc, char **argv)
+static int cmd_candidates_call(cli *c, const tsr_region *r, void *args)
 {
-    const char *path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (argv[i][0] == '-' || path)
-            return cli_fail_usage("candidates", "unexpected argument '%s'", argv[i]);
-        path = argv[i];
-    }
-    if (!path)
-        return cli_fail_usage("candidates", "missing REGION.json");
-    tsr_region *r;
-    int rc = cmd_region_load(path, &r);
-    if (rc)
-        return rc;
-    rc = cli_connect(c);
-    if (rc) {
-        tsr_client_region_free(r);
-        return rc;
-    }
+    (void)args;
     tsr_client_candidate *rows;
     size_t n;
     tsr_error err;
-    tsr_status st = tsr_client_candidates(c->client, r, NULL, &rows, &n, c->timeout_ms, &err);
-    tsr_client_region_free(r);
-    if (st != TSR_OK)
+    if (tsr_client_candidates(c->client, r, NULL, &rows, &n, c->timeout_ms, &err) != TSR_OK)
         return cli_fail_call(&err);
     if (c->json) {
         cJSON *a = cJSON_CreateArray();
@@ -732,6 +784,19 @@ static int cmd_candidates(cli *c, int argc, char **argv)
     }
     tsr_client_candidates_free(rows);
     return CLI_EXIT_OK;
+}
+
+static int cmd_candidates(cli *c, int argc, char **argv)
+{
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '-' || path)
+            return cli_fail_usage("candidates", "unexpected argument '%s'", argv[i]);
+        path = argv[i];
+    }
+    if (!path)
+        return cli_fail_usage("candidates", "missing REGION.json");
+    return cmd_with_region(c, path, cmd_candidates_call, NULL);
 }
 
 const cli_command cli_commands[] = {

@@ -1,5 +1,6 @@
 /*
- * main.c — tessera-cli, the command line of tesserad (DESIGN §6).
+ * main.c — tessera-cli, the command line of tesserad (README.md, "Usage";
+ * man tessera-cli(1) from deploy/man).
  *
  *   tessera-cli [--url URL] [--json] [--timeout MS] COMMAND ...
  *

@@ -72,7 +72,7 @@ extern "C" {
 /* A connection to one daemon. Opaque. */
 typedef struct tsr_client tsr_client;
 
-/* A region (DESIGN §2). Opaque to users of this header alone: make one with
+/* A region (docs/regions.md). Opaque to users of this header alone: make one with
  * tsr_client_region_load and free it with tsr_client_region_free. Code that also
  * includes tessera/region.h may pass any validated tsr_region it built itself. */
 typedef struct tsr_region tsr_region;

@@ -99,7 +99,8 @@ def _from_wire(raw, dtype):
 # ---- results ----
 
 class Verdict:
-    """The oracle's verdict (DESIGN §4). state is "not_run", "pass" or "fail"."""
+    """The oracle's verdict (docs/architecture.md, "Oracle"): state is "not_run",
+    "pass" or "fail"."""
 
     _STATES = ("not_run", "pass", "fail")
 
@@ -167,7 +168,7 @@ class TensorSpec:
 # ---- regions ----
 
 class Region:
-    """A validated region (DESIGN §2), built from a dict, JSON text or a .json file.
+    """A validated region (docs/regions.md), built from a dict, JSON text or a .json file.
 
     The region is parsed and validated by the C library, so an invalid one raises
     TesseraError with the same code and message the daemon would give."""

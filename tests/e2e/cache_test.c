@@ -7,17 +7,15 @@
 #include <string.h>
 
 #include "tessera/client.h"
-#include "../support/testd.h"
+#include "../support/fixture.h"
 
 TestSuite(cache, .timeout = 120);
 
 static void cache_compile(const testd *d, const char *path, tsr_client_compiled *out)
 {
-    tsr_client *c = testd_client(d, 30000);
-    cr_assert_not_null(c);
-    tsr_region *r;
+    tsr_client *c = fixture_client(d, 30000);
+    tsr_region *r = fixture_region_file(path);
     tsr_error err;
-    cr_assert_eq(tsr_client_region_load_file(path, &r, &err), TSR_OK, "%s", err.message);
     cr_assert_eq(tsr_client_compile(c, r, NULL, out, 0, &err), TSR_OK, "%s", err.message);
     tsr_client_region_free(r);
     tsr_client_close(c);
@@ -26,7 +24,7 @@ static void cache_compile(const testd *d, const char *path, tsr_client_compiled 
 Test(cache, second_compile_is_a_memory_hit)
 {
     testd d;
-    cr_assert_eq(testd_start(&d, NULL), 0);
+    fixture_start(&d, NULL);
     tsr_client_compiled first, second;
     cache_compile(&d, "examples/matmul.json", &first);
     cache_compile(&d, "examples/matmul.json", &second);
@@ -35,15 +33,13 @@ Test(cache, second_compile_is_a_memory_hit)
     cr_expect_str_eq(second.decision.cache_level, "memory");
     cr_expect_str_eq(first.key, second.key);
     cr_expect_eq(second.compile_ms, 0.0);
-    int rc = testd_stop(&d);
-    testd_remove(&d);
-    cr_expect_eq(rc, 0);
+    fixture_stop(&d, NULL);
 }
 
 Test(cache, restart_on_the_same_directory_is_a_disk_hit)
 {
     testd d;
-    cr_assert_eq(testd_start(&d, NULL), 0);
+    fixture_start(&d, NULL);
     tsr_client_compiled first, again;
     cache_compile(&d, "examples/fused.json", &first);
     cr_expect_eq(first.decision.cache_hit, false);
@@ -53,9 +49,7 @@ Test(cache, restart_on_the_same_directory_is_a_disk_hit)
     cr_expect_eq(again.decision.cache_hit, true);
     cr_expect_str_eq(again.decision.cache_level, "disk");
     cr_expect_str_eq(first.key, again.key);
-    int rc = testd_stop(&d);
-    testd_remove(&d);
-    cr_expect_eq(rc, 0);
+    fixture_stop(&d, NULL);
 }
 
 /* One connection compiling the same region again gets the same kernel handle
@@ -63,13 +57,10 @@ Test(cache, restart_on_the_same_directory_is_a_disk_hit)
 Test(cache, recompiling_on_one_connection_returns_the_same_handle)
 {
     testd d;
-    cr_assert_eq(testd_start(&d, NULL), 0);
-    tsr_client *c = testd_client(&d, 0);
-    cr_assert_not_null(c);
-    tsr_region *mm, *pw;
+    tsr_client *c = fixture_start_client(&d, NULL, 0);
+    tsr_region *mm = fixture_region_file("examples/matmul.json");
+    tsr_region *pw = fixture_region_file("examples/pointwise.json");
     tsr_error err;
-    cr_assert_eq(tsr_client_region_load_file("examples/matmul.json", &mm, &err), TSR_OK);
-    cr_assert_eq(tsr_client_region_load_file("examples/pointwise.json", &pw, &err), TSR_OK);
     tsr_client_compiled first, again, other;
     cr_assert_eq(tsr_client_compile(c, mm, NULL, &first, 0, &err), TSR_OK, "%s", err.message);
     for (int i = 0; i < 5; i++) {
@@ -81,8 +72,5 @@ Test(cache, recompiling_on_one_connection_returns_the_same_handle)
     cr_expect_neq(other.kernel, 0);
     tsr_client_region_free(mm);
     tsr_client_region_free(pw);
-    tsr_client_close(c);
-    int rc = testd_stop(&d);
-    testd_remove(&d);
-    cr_expect_eq(rc, 0);
+    fixture_stop(&d, c);
 }

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "tessera/client.h"
-#include "../support/testd.h"
+#include "../support/fixture.h"
 #include "../support/testdata.h"
 
 #define CONC_THREADS 8
@@ -58,19 +58,13 @@ static void *conc_worker_main(void *arg)
 Test(concurrency, eight_threads_get_every_answer_right, .timeout = 300)
 {
     testd d;
-    cr_assert_eq(testd_start(&d, NULL), 0);
-    tsr_region *r;
-    tsr_error err;
-    cr_assert_eq(tsr_client_region_load_file("examples/pointwise.json", &r, &err), TSR_OK, "%s",
-                 err.message);
-    tsr_client *shared = testd_client(&d, 60000);
-    cr_assert_not_null(shared);
+    tsr_client *shared = fixture_start_client(&d, NULL, 60000);
+    tsr_region *r = fixture_region_file("examples/pointwise.json");
     conc_worker w[CONC_THREADS];
     pthread_t th[CONC_THREADS];
     memset(w, 0, sizeof w);
     for (int i = 0; i < CONC_THREADS; i++) {
-        w[i].client = i < CONC_THREADS / 2 ? shared : testd_client(&d, 60000);
-        cr_assert_not_null(w[i].client);
+        w[i].client = i < CONC_THREADS / 2 ? shared : fixture_client(&d, 60000);
         w[i].region = r;
         cr_assert_eq(testdata_make(r, 5000 + (uint64_t)i, &w[i].data), 0);
     }
@@ -86,9 +80,6 @@ Test(concurrency, eight_threads_get_every_answer_right, .timeout = 300)
         if (i >= CONC_THREADS / 2)
             tsr_client_close(w[i].client);
     }
-    tsr_client_close(shared);
     tsr_client_region_free(r);
-    int rc = testd_stop(&d);
-    testd_remove(&d);
-    cr_expect_eq(rc, 0);
+    fixture_stop(&d, shared);
 }

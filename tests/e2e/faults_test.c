@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #include "../../lib/kcache_internal.h"
-#include "../support/testd.h"
+#include "../support/fixture.h"
 #include "tessera/client.h"
 #include "tessera/refexec.h"
 #include "tessera/region.h"
@@ -40,7 +40,7 @@ static testd daemon_;
 
 static void faults_setup(void)
 {
-    cr_assert_eq(testd_start(&daemon_, NULL), 0, "tesserad did not start");
+    fixture_start(&daemon_, NULL);
 }
 
 static void faults_teardown(void)
@@ -63,10 +63,7 @@ static tsr_region *faults_matmul(int64_t m)
     static const char fmt[] = "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":%lld,\"n\":3,\"k\":5}";
     char json[128];
     snprintf(json, sizeof json, fmt, (long long)m);
-    tsr_region *r = NULL;
-    tsr_error err;
-    cr_assert_eq(tsr_client_region_load(json, strlen(json), &r, &err), TSR_OK, "%s", err.message);
-    return r;
+    return fixture_region_json(json);
 }
 
 /* Runs a small matmul through the daemon and compares it with the reference:
@@ -91,8 +88,7 @@ static void faults_run_is_right(tsr_client *c, int64_t m)
 
 static void faults_still_serving(void)
 {
-    tsr_client *c = testd_client(&daemon_, 10000);
-    cr_assert_not_null(c);
+    tsr_client *c = fixture_client(&daemon_, 10000);
     tsr_error err;
     cr_expect_eq(tsr_client_hello(c, NULL, 10000, &err), TSR_OK, "hello: %s", err.message);
     faults_run_is_right(c, 7);
@@ -218,8 +214,7 @@ Test(faults, sigkill_during_compiles_leaves_only_whole_entries)
     cr_expect_gt(entries, 0);
 
     cr_assert_eq(testd_restart(&daemon_, NULL), 0, "tesserad did not restart");
-    tsr_client *c = testd_client(&daemon_, 10000);
-    cr_assert_not_null(c);
+    tsr_client *c = fixture_client(&daemon_, 10000);
     /* Every acknowledged compile comes back from the cache, not rebuilt. */
     for (int i = 0; i < KILL_THREADS; i++) {
         for (int j = 0; j < fc[i].n_done; j += 7) {
@@ -249,8 +244,7 @@ static void faults_write_file(const char *path, const void *data, size_t len)
 
 Test(faults, restart_removes_stale_partial_files_and_rebuilds_garbage_entries)
 {
-    tsr_client *c = testd_client(&daemon_, 10000);
-    cr_assert_not_null(c);
+    tsr_client *c = fixture_client(&daemon_, 10000);
     tsr_region *r = faults_matmul(5);
     tsr_client_compiled first;
     tsr_error err;
@@ -301,8 +295,7 @@ Test(faults, restart_removes_stale_partial_files_and_rebuilds_garbage_entries)
     cr_assert_eq(testd_restart(&daemon_, NULL), 0, "tesserad did not start on garbage");
     cr_expect_neq(access(tmp, F_OK), 0, "the stale temporary file is still there");
 
-    c = testd_client(&daemon_, 10000);
-    cr_assert_not_null(c);
+    c = fixture_client(&daemon_, 10000);
     tsr_client_compiled again;
     cr_assert_eq(tsr_client_compile(c, r, NULL, &again, 10000, &err), TSR_OK, "%s", err.message);
     cr_expect(!again.decision.cache_hit, "a garbage entry was served");
@@ -359,8 +352,7 @@ Test(faults, a_full_cache_disk_still_serves_compiles_and_runs)
         cr_skip_test("the full tmpfs has no room for a directory: %s", strerror(errno));
     cr_assert_eq(testd_restart(&daemon_, extra), 0, "tesserad did not start on a full disk");
 
-    tsr_client *c = testd_client(&daemon_, 10000);
-    cr_assert_not_null(c);
+    tsr_client *c = fixture_client(&daemon_, 10000);
     for (int i = 0; i < 40; i++) {
         tsr_region *r = faults_matmul(100 + i);
         tsr_client_compiled out;
@@ -369,11 +361,8 @@ Test(faults, a_full_cache_disk_still_serves_compiles_and_runs)
         tsr_client_region_free(r);
     }
     faults_run_is_right(c, 9);
-    tsr_client_stats *stats = NULL;
-    cr_assert_eq(tsr_client_stats_get(c, false, &stats, 10000, NULL), TSR_OK);
     /* The disk really was full: writes failed and were only counted. */
-    cr_expect_gt(tsr_client_stats_counter(stats, "kcache_disk_write_failures_total", -1), 0);
-    tsr_client_stats_free(stats);
+    cr_expect_gt(fixture_counter(c, "kcache_disk_write_failures_total"), 0);
     tsr_client_close(c);
     faults_still_serving();
 }
@@ -420,6 +409,18 @@ static bool faults_stalled_send(int fd, uint32_t rid, const Tessera__V1__Request
     return ok;
 }
 
+/* A stats request with the Prometheus text: a large reply. */
+static void faults_request_stats(Tessera__V1__Request *req, Tessera__V1__StatsRequest *body,
+                                 uint64_t id)
+{
+    *body = (Tessera__V1__StatsRequest)TESSERA__V1__STATS_REQUEST__INIT;
+    body->prometheus = 1;
+    *req = (Tessera__V1__Request)TESSERA__V1__REQUEST__INIT;
+    req->id = id;
+    req->body_case = TESSERA__V1__REQUEST__BODY_STATS;
+    req->stats = body;
+}
+
 /* Sockets that each send one request and close without reading the reply:
  * buffer_alloc requests when alloc is set (the reply registers a handle for a
  * session that is gone by then), stats requests otherwise. */
@@ -427,22 +428,14 @@ static void faults_vanish(bool alloc)
 {
     for (int i = 0; i < 60; i++) {
         int fd = faults_stalled_open();
-        Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-        Tessera__V1__StatsRequest stats = TESSERA__V1__STATS_REQUEST__INIT;
-        Tessera__V1__BufferAllocRequest balloc = TESSERA__V1__BUFFER_ALLOC_REQUEST__INIT;
+        Tessera__V1__Request req;
+        Tessera__V1__StatsRequest stats;
+        Tessera__V1__BufferAllocRequest balloc;
         int64_t shape[2] = {256, 256};
-        req.id = (uint64_t)i + 1;
-        if (!alloc) {
-            stats.prometheus = 1;
-            req.body_case = TESSERA__V1__REQUEST__BODY_STATS;
-            req.stats = &stats;
-        } else {
-            balloc.dtype = TESSERA__V1__DTYPE__DTYPE_F32;
-            balloc.shape = shape;
-            balloc.n_shape = 2;
-            req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC;
-            req.buffer_alloc = &balloc;
-        }
+        if (alloc)
+            testd_request_alloc_f32(&req, &balloc, (uint64_t)i + 1, shape, 2);
+        else
+            faults_request_stats(&req, &stats, (uint64_t)i + 1);
         cr_assert(faults_stalled_send(fd, (uint32_t)i + 1, &req));
         close(fd); /* gone before the reply, as a killed process would be */
     }
@@ -466,18 +459,6 @@ Test(faults, clients_vanishing_mid_alloc_leave_nothing_behind)
 /* The daemon's context count (daemon/server.h): a stalled client pipelines
  * well past it. */
 #define FAULTS_SERVER_CONTEXTS 64
-
-/* The gauge or counter name from a stats reply fetched on c. */
-static double faults_stat(tsr_client *c, const char *name)
-{
-    tsr_client_stats *stats = NULL;
-    tsr_error err;
-    cr_assert_eq(tsr_client_stats_get(c, false, &stats, 10000, &err), TSR_OK, "stats: %s",
-                 err.message);
-    double v = tsr_client_stats_counter(stats, name, -1);
-    tsr_client_stats_free(stats);
-    return v;
-}
 
 /* Reads what the daemon sends on fd until it closes the connection (read
  * returns 0, or ECONNRESET since requests it never read were left behind), for
@@ -522,22 +503,15 @@ Test(faults, a_client_that_never_reads_its_replies_does_not_block_the_others)
 {
     int fd = faults_stalled_open();
     /* A buffer first, so that the session holds something to reclaim. */
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    Tessera__V1__BufferAllocRequest balloc = TESSERA__V1__BUFFER_ALLOC_REQUEST__INIT;
+    Tessera__V1__Request req;
+    Tessera__V1__BufferAllocRequest balloc;
     int64_t shape[1] = {1024};
-    balloc.dtype = TESSERA__V1__DTYPE__DTYPE_F32;
-    balloc.shape = shape;
-    balloc.n_shape = 1;
-    req.id = 1;
-    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC;
-    req.buffer_alloc = &balloc;
+    testd_request_alloc_f32(&req, &balloc, 1, shape, 1);
     cr_assert(faults_stalled_send(fd, 1, &req));
     /* Then requests whose replies are large (the Prometheus text), sent until
      * the socket pushes back: replies pile up unread on the daemon's side. */
-    Tessera__V1__StatsRequest stats = TESSERA__V1__STATS_REQUEST__INIT;
-    stats.prometheus = 1;
-    req.body_case = TESSERA__V1__REQUEST__BODY_STATS;
-    req.stats = &stats;
+    Tessera__V1__StatsRequest stats;
+    faults_request_stats(&req, &stats, 2);
     uint32_t sent = 1;
     for (uint32_t i = 2; i <= 2000; i++) {
         req.id = i;
@@ -549,8 +523,7 @@ Test(faults, a_client_that_never_reads_its_replies_does_not_block_the_others)
     usleep(200000);
 
     /* Another client is served, right, within its normal per-call timeout. */
-    tsr_client *c = testd_client(&daemon_, 10000);
-    cr_assert_not_null(c);
+    tsr_client *c = fixture_client(&daemon_, 10000);
     tsr_error err;
     cr_assert_eq(tsr_client_hello(c, NULL, 10000, &err), TSR_OK, "hello: %s", err.message);
     faults_run_is_right(c, 7);
@@ -597,10 +570,10 @@ Test(faults, a_client_that_never_reads_its_replies_does_not_block_the_others)
 
     /* Its session and buffer are gone: only c is connected, and holds none. */
     double sessions = -1;
-    for (int tries = 0; tries < 100 && (sessions = faults_stat(c, "sessions")) != 1; tries++)
+    for (int tries = 0; tries < 100 && (sessions = fixture_counter(c, "sessions")) != 1; tries++)
         usleep(50000);
     cr_expect_eq(sessions, 1);
-    cr_expect_eq(faults_stat(c, "buffers"), 0);
+    cr_expect_eq(fixture_counter(c, "buffers"), 0);
     tsr_client_close(c);
     faults_still_serving();
 }
@@ -634,19 +607,15 @@ static void *faults_pipeline_one(void *arg)
 
 Test(faults, a_reading_client_that_pipelines_heavily_is_never_disconnected)
 {
-    tsr_client *c = testd_client(&daemon_, 10000);
-    cr_assert_not_null(c);
-    int64_t shape[1] = {4096};
+    tsr_client *c = fixture_client(&daemon_, 10000);
     float data[4096], back[4096];
     for (int i = 0; i < 4096; i++)
         data[i] = (float)i * 0.5f;
-    tsr_buffer b;
+    tsr_buffer b = fixture_alloc_f32(c, 4096);
     tsr_error err;
-    cr_assert_eq(tsr_client_buffer_alloc(c, TSR_CLIENT_F32, 1, shape, &b, NULL, 10000, &err),
-                 TSR_OK, "%s", err.message);
     cr_assert_eq(tsr_client_buffer_write(c, b, 0, data, sizeof data, 10000, &err), TSR_OK, "%s",
                  err.message);
-    double opened = faults_stat(c, "sessions_opened_total");
+    double opened = fixture_counter(c, "sessions_opened_total");
 
     faults_pipeliner p[PIPELINE_THREADS];
     memset(p, 0, sizeof p);
@@ -660,7 +629,8 @@ Test(faults, a_reading_client_that_pipelines_heavily_is_never_disconnected)
         ok += p[i].ok;
     }
     cr_expect_eq(ok, PIPELINE_THREADS * PIPELINE_CALLS);
-    cr_expect_eq(faults_stat(c, "sessions_opened_total"), opened, "the connection was reopened");
+    cr_expect_eq(fixture_counter(c, "sessions_opened_total"), opened,
+                 "the connection was reopened");
     size_t n = 0;
     cr_assert_eq(tsr_client_buffer_read(c, b, 0, back, sizeof back, &n, 10000, &err), TSR_OK,
                  "the session lost its buffer: %s", err.message);
@@ -673,14 +643,39 @@ Test(faults, a_reading_client_that_pipelines_heavily_is_never_disconnected)
 #define STORM_THREADS 48
 #define STORM_REQUESTS 25
 
+/* What storm threads saw: requests answered, answered right, refused by the
+ * in_flight quota, and answered otherwise. */
+typedef struct faults_storm_counts {
+    int answered, right, refused, other;
+} faults_storm_counts;
+
 typedef struct faults_stormer {
     pthread_t thread;
-    int answered, right;
+    faults_storm_counts counts;
 } faults_stormer;
+
+/* Runs STORM_THREADS threads of one, each on its own faults_stormer, and
+ * returns their counts summed. */
+static faults_storm_counts faults_storm(void *(*one)(void *))
+{
+    faults_stormer s[STORM_THREADS];
+    memset(s, 0, sizeof s);
+    for (int i = 0; i < STORM_THREADS; i++)
+        pthread_create(&s[i].thread, NULL, one, &s[i]);
+    faults_storm_counts total = {0};
+    for (int i = 0; i < STORM_THREADS; i++) {
+        pthread_join(s[i].thread, NULL);
+        total.answered += s[i].counts.answered;
+        total.right += s[i].counts.right;
+        total.refused += s[i].counts.refused;
+        total.other += s[i].counts.other;
+    }
+    return total;
+}
 
 static void *faults_storm_one(void *arg)
 {
-    faults_stormer *s = arg;
+    faults_storm_counts *n = &((faults_stormer *)arg)->counts;
     tsr_client *c = testd_client(&daemon_, 60000);
     if (c == NULL)
         return NULL;
@@ -696,10 +691,10 @@ static void *faults_storm_one(void *arg)
         tsr_status w = tsr_client_buffer_write(c, b, 0, data, sizeof data, 60000, NULL);
         tsr_status r = tsr_client_buffer_read(c, b, 0, back, sizeof back, &got, 60000, NULL);
         tsr_status f = tsr_client_buffer_free(c, b, 60000, NULL);
-        s->answered++;
+        n->answered++;
         if (w == TSR_OK && r == TSR_OK && f == TSR_OK && got == sizeof back &&
             memcmp(data, back, sizeof back) == 0)
-            s->right++;
+            n->right++;
     }
     tsr_client_close(c);
     return NULL;
@@ -707,32 +702,18 @@ static void *faults_storm_one(void *arg)
 
 Test(faults, a_request_storm_is_answered_in_full)
 {
-    faults_stormer s[STORM_THREADS];
-    memset(s, 0, sizeof s);
-    for (int i = 0; i < STORM_THREADS; i++)
-        pthread_create(&s[i].thread, NULL, faults_storm_one, &s[i]);
-    int answered = 0, right = 0;
-    for (int i = 0; i < STORM_THREADS; i++) {
-        pthread_join(s[i].thread, NULL);
-        answered += s[i].answered;
-        right += s[i].right;
-    }
-    cr_expect_eq(answered, STORM_THREADS * STORM_REQUESTS);
-    cr_expect_eq(right, STORM_THREADS * STORM_REQUESTS);
+    faults_storm_counts n = faults_storm(faults_storm_one);
+    cr_expect_eq(n.answered, STORM_THREADS * STORM_REQUESTS);
+    cr_expect_eq(n.right, STORM_THREADS * STORM_REQUESTS);
     faults_still_serving();
 }
 
 /* A storm past a tenant's in_flight quota: every request is answered, either
- * served right or refused with RESOURCE_EXHAUSTED naming the quota, never
- * dropped, and the daemon serves normally afterwards. */
-typedef struct faults_quota_stormer {
-    pthread_t thread;
-    int answered, served, refused, other;
-} faults_quota_stormer;
-
+ * served (right counts those) or refused with RESOURCE_EXHAUSTED naming the
+ * quota, never dropped, and the daemon serves normally afterwards. */
 static void *faults_quota_storm_one(void *arg)
 {
-    faults_quota_stormer *s = arg;
+    faults_storm_counts *n = &((faults_stormer *)arg)->counts;
     tsr_client *c = testd_client(&daemon_, 60000);
     if (c == NULL)
         return NULL;
@@ -746,13 +727,13 @@ static void *faults_quota_storm_one(void *arg)
         tsr_status st = tsr_client_run(c, r, NULL, in, got, NULL, 60000, &err);
         if (st == TSR_TIMEOUT || st == TSR_UNAVAILABLE)
             continue;
-        s->answered++;
+        n->answered++;
         if (st == TSR_OK)
-            s->served++;
+            n->right++;
         else if (st == TSR_RESOURCE_EXHAUSTED && strstr(err.message, "in_flight") != NULL)
-            s->refused++;
+            n->refused++;
         else
-            s->other++;
+            n->other++;
     }
     tsr_client_region_free(r);
     tsr_client_close(c);
@@ -762,34 +743,18 @@ static void *faults_quota_storm_one(void *arg)
 Test(faults, a_storm_past_the_in_flight_quota_is_answered_or_refused)
 {
     cr_assert_eq(testd_stop(&daemon_), 0);
-    char conf[160];
-    snprintf(conf, sizeof conf, "%s/quota.json", daemon_.dir);
-    FILE *f = fopen(conf, "w");
-    cr_assert_not_null(f);
-    fprintf(f,
-            "{\"tenants\": [{\"name\": \"storm\", \"uids\": [%u], "
-            "\"quotas\": {\"in_flight\": 2}}]}\n",
-            (unsigned)getuid());
-    fclose(f);
-    const char *const extra[] = {"--config", conf, NULL};
-    cr_assert_eq(testd_restart(&daemon_, extra), 0, "tesserad did not start with a quota");
+    cr_assert_eq(testd_write_config(&daemon_,
+                                    "{\"tenants\": [{\"name\": \"storm\", \"uids\": [%u], "
+                                    "\"quotas\": {\"in_flight\": 2}}]}\n",
+                                    (unsigned)getuid()),
+                 0);
+    cr_assert_eq(testd_restart(&daemon_, NULL), 0, "tesserad did not start with a quota");
 
-    faults_quota_stormer s[STORM_THREADS];
-    memset(s, 0, sizeof s);
-    for (int i = 0; i < STORM_THREADS; i++)
-        pthread_create(&s[i].thread, NULL, faults_quota_storm_one, &s[i]);
-    int answered = 0, served = 0, refused = 0, other = 0;
-    for (int i = 0; i < STORM_THREADS; i++) {
-        pthread_join(s[i].thread, NULL);
-        answered += s[i].answered;
-        served += s[i].served;
-        refused += s[i].refused;
-        other += s[i].other;
-    }
-    cr_expect_eq(answered, STORM_THREADS * 10);
-    cr_expect_eq(served + refused, STORM_THREADS * 10);
-    cr_expect_eq(other, 0);
-    cr_expect_gt(served, 0);
-    cr_log_info("in_flight storm: %d served, %d refused", served, refused);
+    faults_storm_counts n = faults_storm(faults_quota_storm_one);
+    cr_expect_eq(n.answered, STORM_THREADS * 10);
+    cr_expect_eq(n.right + n.refused, STORM_THREADS * 10);
+    cr_expect_eq(n.other, 0);
+    cr_expect_gt(n.right, 0);
+    cr_log_info("in_flight storm: %d served, %d refused", n.right, n.refused);
     faults_still_serving();
 }

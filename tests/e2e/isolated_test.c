@@ -13,44 +13,59 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../support/testd.h"
-#include "../support/testdata.h"
+#include "../support/fixture.h"
 
 static testd iso_d;
 static tsr_client *iso_c;
 
+static const char *const iso_flags[] = {"--backend", "cpu-isolated", NULL};
+
 static void iso_setup(void)
 {
-    const char *flags[] = {"--backend", "cpu-isolated", NULL};
-    cr_assert_eq(testd_start(&iso_d, flags), 0, "tesserad --backend cpu-isolated did not start");
-    iso_c = testd_client(&iso_d, 60000);
-    cr_assert_not_null(iso_c);
+    iso_c = fixture_start_client(&iso_d, iso_flags, 60000);
 }
 
 static void iso_teardown(void)
 {
-    tsr_client_close(iso_c);
-    cr_expect_eq(testd_stop(&iso_d), 0, "tesserad did not exit cleanly");
-    testd_remove(&iso_d);
+    fixture_stop(&iso_d, iso_c);
 }
 
 TestSuite(isolated, .init = iso_setup, .fini = iso_teardown, .timeout = 120);
 
-/* y = 2x + 1 over n f32 elements. */
-static tsr_region *iso_affine(int64_t n)
+/* y = 2x + 1 over n f32 elements, compiled on iso_c: the kernel handle. */
+static tsr_kernel iso_compile_affine(int64_t n, tsr_region **r)
 {
-    tsr_region *r = testdata_affine(n);
-    cr_assert_not_null(r);
-    return r;
+    *r = fixture_affine(n);
+    tsr_client_compiled k;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(iso_c, *r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    return k.kernel;
 }
 
 static tsr_buffer iso_alloc(int64_t n)
 {
-    tsr_buffer b = 0;
-    tsr_error err;
-    cr_assert_eq(tsr_client_buffer_alloc(iso_c, TSR_CLIENT_F32, 1, &n, &b, NULL, 0, &err), TSR_OK,
-                 "%s", err.message);
-    return b;
+    return fixture_alloc_f32(iso_c, n);
+}
+
+/* Polls c's health until the daemon is ready after its first recovery (at
+ * most 10 s); the last answer. */
+static tsr_client_health iso_wait_recovered(tsr_client *c)
+{
+    tsr_client_health h;
+    for (int i = 0; i < 2000; i++) {
+        cr_assert_eq(tsr_client_health_get(c, &h, 0, NULL), TSR_OK);
+        if (h.state == TSR_CLIENT_HEALTH_READY && h.recoveries == 1)
+            break;
+        usleep(5000);
+    }
+    return h;
+}
+
+/* y[i] == 2 x[i] + 1 for every element. */
+static void iso_assert_affine(const float *x, const float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        cr_assert_eq(y[i], 2.0f * x[i] + 1.0f, "element %lld", (long long)i);
 }
 
 static void iso_fill(float *x, int64_t n)
@@ -65,21 +80,18 @@ Test(isolated, launches_and_copies_larger_than_a_window_are_exact)
     float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
     cr_assert(x != NULL && y != NULL);
     iso_fill(x, n);
-    tsr_region *r = iso_affine(n);
-    tsr_client_compiled k;
-    tsr_error err;
-    cr_assert_eq(tsr_client_compile(iso_c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    tsr_region *r;
+    tsr_kernel k = iso_compile_affine(n, &r);
     tsr_buffer bx = iso_alloc(n), by = iso_alloc(n);
+    tsr_error err;
     cr_assert_eq(tsr_client_buffer_write(iso_c, bx, 0, x, (size_t)n * sizeof *x, 0, &err), TSR_OK,
                  "%s", err.message);
-    cr_assert_eq(tsr_client_launch(iso_c, k.kernel, &bx, 1, by, NULL, 0, &err), TSR_OK, "%s",
-                 err.message);
+    cr_assert_eq(tsr_client_launch(iso_c, k, &bx, 1, by, NULL, 0, &err), TSR_OK, "%s", err.message);
     size_t got = 0;
     cr_assert_eq(tsr_client_buffer_read(iso_c, by, 0, y, (size_t)n * sizeof *y, &got, 0, &err),
                  TSR_OK, "%s", err.message);
     cr_assert_eq(got, (size_t)n * sizeof *y);
-    for (int64_t i = 0; i < n; i++)
-        cr_assert_eq(y[i], 2.0f * x[i] + 1.0f, "element %lld", (long long)i);
+    iso_assert_affine(x, y, n);
     /* A copy that starts inside one window and ends in the next. */
     float part[1000];
     cr_assert_eq(tsr_client_buffer_read(iso_c, bx, (1u << 20) * sizeof(float) - 2000, part,
@@ -114,14 +126,12 @@ Test(isolated, shared_memory_is_pinned_in_the_worker_and_copied_exactly)
                  TSR_OK, "%s", err.message);
     cr_assert_eq(memcmp(base + 128 * 1024, base + 1024, (size_t)n * sizeof(float)), 0);
     /* A run whose input and output live in the segment. */
-    tsr_region *r = iso_affine(n);
+    tsr_region *r = fixture_affine(n);
     uint64_t in_off[] = {1024 * sizeof(float)};
     cr_assert_eq(
         tsr_client_run_shm(iso_c, r, NULL, shm, in_off, 192 * 1024 * sizeof(float), NULL, 0, &err),
         TSR_OK, "%s", err.message);
-    for (int64_t i = 0; i < n; i++)
-        cr_assert_eq(base[192 * 1024 + i], 2.0f * base[1024 + i] + 1.0f, "element %lld",
-                     (long long)i);
+    iso_assert_affine(base + 1024, base + 192 * 1024, n);
     tsr_client_region_free(r);
     free(back);
     tsr_client_shm_free(shm);
@@ -132,10 +142,9 @@ Test(isolated, shared_memory_is_pinned_in_the_worker_and_copied_exactly)
 Test(isolated, a_batch_runs_in_the_worker_in_order)
 {
     const int64_t n = 1024;
-    tsr_region *r = iso_affine(n);
-    tsr_client_compiled k;
+    tsr_region *r;
+    tsr_kernel k = iso_compile_affine(n, &r);
     tsr_error err;
-    cr_assert_eq(tsr_client_compile(iso_c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
     enum { LINKS = 12 };
     tsr_buffer b[LINKS + 1];
     for (int i = 0; i <= LINKS; i++)
@@ -147,7 +156,7 @@ Test(isolated, a_batch_runs_in_the_worker_in_order)
     tsr_client_launch_desc l[LINKS];
     for (int i = 0; i < LINKS; i++)
         l[i] = (tsr_client_launch_desc){
-            .kernel = k.kernel, .n_inputs = 1, .inputs = &b[i], .output = b[i + 1]};
+            .kernel = k, .n_inputs = 1, .inputs = &b[i], .output = b[i + 1]};
     tsr_client_batch_result res;
     cr_assert_eq(tsr_client_batch(iso_c, l, LINKS, false, &res, 0, &err), TSR_OK, "%s",
                  err.message);
@@ -191,12 +200,11 @@ static pid_t iso_worker_pid(pid_t daemon)
 Test(isolated, a_killed_worker_is_replaced_and_serving_resumes)
 {
     const int64_t n = 4096;
-    tsr_region *r = iso_affine(n);
-    tsr_client_compiled k;
-    tsr_error err;
-    cr_assert_eq(tsr_client_compile(iso_c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    tsr_region *r;
+    tsr_kernel k = iso_compile_affine(n, &r);
     tsr_buffer bx = iso_alloc(n), by = iso_alloc(n);
     /* A segment pinned in the old worker must be pinned again in the new one. */
+    tsr_error err;
     tsr_client_shm *shm = NULL;
     cr_assert_eq(tsr_client_shm_create(1 << 16, &shm, &err), TSR_OK, "%s", err.message);
     cr_assert_eq(tsr_client_buffer_write_shm(iso_c, bx, 0, shm, 0, 4096, 0, &err), TSR_OK, "%s",
@@ -206,21 +214,15 @@ Test(isolated, a_killed_worker_is_replaced_and_serving_resumes)
     cr_assert_eq(kill(worker, SIGKILL), 0);
     /* The first device call after the crash answers DEVICE_LOST and starts
      * the recovery. */
-    tsr_status st = tsr_client_launch(iso_c, k.kernel, &bx, 1, by, NULL, 0, &err);
+    tsr_status st = tsr_client_launch(iso_c, k, &bx, 1, by, NULL, 0, &err);
     cr_assert_eq(st, TSR_DEVICE_LOST, "%s: %s", tsr_status_name(st), err.message);
-    tsr_client_health h;
-    for (int i = 0; i < 2000; i++) {
-        cr_assert_eq(tsr_client_health_get(iso_c, &h, 0, &err), TSR_OK);
-        if (h.state == TSR_CLIENT_HEALTH_READY && h.recoveries == 1)
-            break;
-        usleep(5000);
-    }
+    tsr_client_health h = iso_wait_recovered(iso_c);
     cr_assert_eq(h.state, TSR_CLIENT_HEALTH_READY);
     cr_assert_eq(h.recoveries, 1);
     cr_assert_neq(iso_worker_pid(iso_d.pid), worker, "the worker was not replaced");
 
     /* Old buffers are gone; the kernel handle was reloaded into the new worker. */
-    st = tsr_client_launch(iso_c, k.kernel, &bx, 1, by, NULL, 0, &err);
+    st = tsr_client_launch(iso_c, k, &bx, 1, by, NULL, 0, &err);
     cr_expect_eq(st, TSR_DEVICE_LOST, "%s: %s", tsr_status_name(st), err.message);
     tsr_buffer old_x = bx;
     bx = iso_alloc(n);
@@ -229,18 +231,16 @@ Test(isolated, a_killed_worker_is_replaced_and_serving_resumes)
     iso_fill(x, n);
     cr_assert_eq(tsr_client_buffer_write(iso_c, bx, 0, x, sizeof x, 0, &err), TSR_OK, "%s",
                  err.message);
-    cr_assert_eq(tsr_client_launch(iso_c, k.kernel, &bx, 1, by, NULL, 0, &err), TSR_OK, "%s",
-                 err.message);
+    cr_assert_eq(tsr_client_launch(iso_c, k, &bx, 1, by, NULL, 0, &err), TSR_OK, "%s", err.message);
     cr_assert_eq(tsr_client_buffer_read(iso_c, by, 0, y, sizeof y, NULL, 0, &err), TSR_OK);
-    for (int i = 0; i < n; i++)
-        cr_assert_eq(y[i], 2.0f * x[i] + 1.0f);
+    iso_assert_affine(x, y, n);
     /* A batch whose second launch names a buffer of the old worker runs the
      * first and stops there. */
     tsr_buffer bz = iso_alloc(n);
     tsr_client_launch_desc l[3] = {
-        {.kernel = k.kernel, .n_inputs = 1, .inputs = &bx, .output = by},
-        {.kernel = k.kernel, .n_inputs = 1, .inputs = &old_x, .output = bz},
-        {.kernel = k.kernel, .n_inputs = 1, .inputs = &by, .output = bz},
+        {.kernel = k, .n_inputs = 1, .inputs = &bx, .output = by},
+        {.kernel = k, .n_inputs = 1, .inputs = &old_x, .output = bz},
+        {.kernel = k, .n_inputs = 1, .inputs = &by, .output = bz},
     };
     st = tsr_client_batch(iso_c, l, 3, false, NULL, 0, &err);
     cr_expect_eq(st, TSR_DEVICE_LOST, "%s: %s", tsr_status_name(st), err.message);
@@ -279,19 +279,13 @@ Test(isolated, the_worker_ignores_stop_signals_meant_for_the_daemon)
  * replaced, the hung request answers DEVICE_LOST, and serving resumes. */
 Test(isolated, a_kernel_that_never_ends_costs_its_worker_after_the_timeout)
 {
-    char cfg[] = "/tmp/tsr-hang-XXXXXX";
-    int fd = mkstemp(cfg);
-    cr_assert_geq(fd, 0);
-    const char *json = "{\"test_faults\": true, \"kernel_timeout_ms\": 500}\n";
-    cr_assert_eq(write(fd, json, strlen(json)), (ssize_t)strlen(json));
-    close(fd);
     testd d;
-    const char *flags[] = {"--backend", "cpu-isolated", "--config", cfg, NULL};
-    cr_assert_eq(testd_start(&d, flags), 0);
-    tsr_client *c = testd_client(&d, 60000);
-    cr_assert_not_null(c);
+    cr_assert_eq(
+        testd_start_config(&d, iso_flags, "{\"test_faults\": true, \"kernel_timeout_ms\": 500}\n"),
+        0, "tesserad did not start");
+    tsr_client *c = fixture_client(&d, 60000);
     const int64_t n = 256;
-    tsr_region *r = iso_affine(n);
+    tsr_region *r = fixture_affine(n);
     float x[256], y[256];
     iso_fill(x, n);
     const void *in[] = {x};
@@ -300,20 +294,9 @@ Test(isolated, a_kernel_that_never_ends_costs_its_worker_after_the_timeout)
     tsr_status st = tsr_client_run(c, r, &hang, in, y, NULL, 0, &err);
     cr_assert_eq(st, TSR_DEVICE_LOST, "%s: %s", tsr_status_name(st), err.message);
     cr_expect(strstr(err.message, "kernel_timeout_ms (500 ms)") != NULL, "%s", err.message);
-    tsr_client_health h;
-    for (int i = 0; i < 2000; i++) {
-        cr_assert_eq(tsr_client_health_get(c, &h, 0, &err), TSR_OK);
-        if (h.state == TSR_CLIENT_HEALTH_READY && h.recoveries == 1)
-            break;
-        usleep(5000);
-    }
-    cr_assert_eq(h.recoveries, 1);
+    cr_assert_eq(iso_wait_recovered(c).recoveries, 1);
     cr_assert_eq(tsr_client_run(c, r, NULL, in, y, NULL, 0, &err), TSR_OK, "%s", err.message);
-    for (int i = 0; i < n; i++)
-        cr_assert_eq(y[i], 2.0f * x[i] + 1.0f);
+    iso_assert_affine(x, y, n);
     tsr_client_region_free(r);
-    tsr_client_close(c);
-    cr_expect_eq(testd_stop(&d), 0);
-    testd_remove(&d);
-    unlink(cfg);
+    fixture_stop(&d, c);
 }

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "tessera/json.h"
-#include "../support/testd.h"
+#include "../support/fixture.h"
 
 static const char *const offline_examples[] = {
     "examples/matmul.json",    "examples/fused.json",     "examples/gated.json",
@@ -74,21 +74,16 @@ Test(offline_compile, every_example_and_dtype_compiles_for_sm_90a_and_survives_r
     if (!offline_nvrtc_present())
         cr_skip_test("NVRTC cannot be loaded here");
     testd d;
-    cr_assert_eq(testd_start(&d, NULL), 0);
-    tsr_client *c = testd_client(&d, 0);
-    cr_assert_not_null(c);
+    tsr_client *c = fixture_start_client(&d, NULL, 0);
     const char *keys[OFFLINE_EXAMPLES][3];
     offline_compile_all(c, "", keys, 1);
     tsr_client_close(c);
     cr_assert_eq(testd_stop(&d), 0);
 
     cr_assert_eq(testd_restart(&d, NULL), 0);
-    c = testd_client(&d, 0);
-    cr_assert_not_null(c);
+    c = fixture_client(&d, 0);
     offline_compile_all(c, "disk", keys, 0);
-    tsr_client_close(c);
-    cr_assert_eq(testd_stop(&d), 0);
-    testd_remove(&d);
+    fixture_stop(&d, c);
     for (size_t e = 0; e < OFFLINE_EXAMPLES; e++)
         for (int t = 0; t < 3; t++)
             free((void *)keys[e][t]);
@@ -97,9 +92,7 @@ Test(offline_compile, every_example_and_dtype_compiles_for_sm_90a_and_survives_r
 Test(offline_compile, a_run_for_a_foreign_arch_is_unsupported)
 {
     testd d;
-    cr_assert_eq(testd_start(&d, NULL), 0);
-    tsr_client *c = testd_client(&d, 0);
-    cr_assert_not_null(c);
+    tsr_client *c = fixture_start_client(&d, NULL, 0);
     tsr_region r;
     tsr_error err;
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_F32, 2, 2, 2, &err), TSR_OK);
@@ -109,7 +102,5 @@ Test(offline_compile, a_run_for_a_foreign_arch_is_unsupported)
     tsr_client_decision dec;
     tsr_status st = tsr_client_run(c, &r, &opts, inputs, out, &dec, 0, &err);
     cr_expect_eq(st, TSR_UNSUPPORTED, "%s: %s", tsr_status_name(st), err.message);
-    tsr_client_close(c);
-    cr_assert_eq(testd_stop(&d), 0);
-    testd_remove(&d);
+    fixture_stop(&d, c);
 }

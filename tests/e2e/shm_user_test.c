@@ -18,7 +18,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-#include "../support/testd.h"
+#include "../support/fixture.h"
 
 /* True when uid can open fd's file for reading (checked in a child that
  * becomes uid). */
@@ -48,8 +48,7 @@ Test(shm_user, a_daemon_of_another_user_reads_the_segment_and_nobody_else_can, .
         testd_remove(&d);
         cr_skip_test("tesserad cannot run as nobody here (a checkout that user cannot read?)");
     }
-    tsr_client *c = testd_client(&d, 30000);
-    cr_assert_not_null(c);
+    tsr_client *c = fixture_client(&d, 30000);
     tsr_client_info info;
     tsr_error err;
     cr_assert_eq(tsr_client_hello(c, &info, 0, &err), TSR_OK, "%s", err.message);
@@ -60,9 +59,7 @@ Test(shm_user, a_daemon_of_another_user_reads_the_segment_and_nobody_else_can, .
     float *p = tsr_client_shm_data(shm);
     for (int i = 0; i < 1024; i++)
         p[i] = (float)i * 0.5f;
-    int64_t n = 1024;
-    tsr_buffer b;
-    cr_assert_eq(tsr_client_buffer_alloc(c, TSR_CLIENT_F32, 1, &n, &b, NULL, 0, &err), TSR_OK);
+    tsr_buffer b = fixture_alloc_f32(c, 1024);
     tsr_status st = tsr_client_buffer_write_shm(c, b, 0, shm, 0, 4096, 0, &err);
     if (st == TSR_UNSUPPORTED)
         cr_skip_test("%s", err.message);
@@ -85,7 +82,5 @@ Test(shm_user, a_daemon_of_another_user_reads_the_segment_and_nobody_else_can, .
     cr_expect_eq(stt.st_mode & 0007, 0, "others got permissions: %o", stt.st_mode & 0777);
 
     tsr_client_shm_free(shm);
-    tsr_client_close(c);
-    cr_expect_eq(testd_stop(&d), 0);
-    testd_remove(&d);
+    fixture_stop(&d, c);
 }

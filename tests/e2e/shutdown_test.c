@@ -15,7 +15,7 @@
 
 #include "tessera/client.h"
 #include "tessera/json.h"
-#include "../support/testd.h"
+#include "../support/fixture.h"
 #include "../support/testdata.h"
 
 #define SHUT_THREADS 4
@@ -58,12 +58,9 @@ static void *shut_worker_main(void *arg)
 Test(shutdown, sigterm_during_work_exits_zero_and_answers_cleanly, .timeout = 120)
 {
     testd d;
-    cr_assert_eq(testd_start(&d, NULL), 0);
-    static const char json[] =
-        "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":192,\"n\":192,\"k\":192}";
-    tsr_region *r;
-    tsr_error err;
-    cr_assert_eq(tsr_client_region_load(json, strlen(json), &r, &err), TSR_OK, "%s", err.message);
+    fixture_start(&d, NULL);
+    tsr_region *r = fixture_region_json(
+        "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":192,\"n\":192,\"k\":192}");
     testdata t;
     cr_assert_eq(testdata_make(r, 3, &t), 0);
     atomic_int started = 0;
@@ -71,8 +68,7 @@ Test(shutdown, sigterm_during_work_exits_zero_and_answers_cleanly, .timeout = 12
     pthread_t th[SHUT_THREADS];
     memset(w, 0, sizeof w);
     for (int i = 0; i < SHUT_THREADS; i++) {
-        w[i].client = testd_client(&d, 3000);
-        cr_assert_not_null(w[i].client);
+        w[i].client = fixture_client(&d, 3000);
         w[i].region = r;
         w[i].data = &t;
         w[i].started = &started;

@@ -118,145 +118,77 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
     return desc;
 }
 
-/* ---- wgmma instructions (operand lists written out: inline asm has no loops) ---- */
+/* ---- wgmma instructions ----
+ *
+ * wgmma.mma_async m64nNk16 with f32 accumulators: every thread of the
+ * warpgroup holds N / 2 of them, and the instruction names each one. Inline asm
+ * has no loops, so the preprocessor writes the register list ("%0, %1, ...")
+ * and the matching "+f"(d[i]) operands; the two descriptors follow as operands
+ * N / 2 and N / 2 + 1. The trailing immediates: accumulate (scale-d 1), A and B
+ * not negated, A K-major, B MN-major (the transpose bit). */
 
-__device__ __forceinline__ void wgmma_m64n256k16_bf16(float *d, uint64_t desc_a, uint64_t desc_b)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, "
-        "%111, "
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "
-        "%127"
-        "}, %128, %129, p, 1, 1, 0, 1;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-          "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
-          "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
-          "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
-          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
-          "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
-          "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
-          "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
-          "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
-          "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(desc_a), "l"(desc_b));
-}
+/* The register lists are laid out by hand, ten registers a group. */
+/* clang-format off */
+#define WGMMA_REG(tens, unit) "%" #tens #unit
+#define WGMMA_REGS4(tens)                                                                          \
+    WGMMA_REG(tens, 0) ", " WGMMA_REG(tens, 1) ", " WGMMA_REG(tens, 2) ", " WGMMA_REG(tens, 3)
+#define WGMMA_REGS8(tens)                                                                          \
+    WGMMA_REGS4(tens) ", "                                                                         \
+    WGMMA_REG(tens, 4) ", " WGMMA_REG(tens, 5) ", " WGMMA_REG(tens, 6) ", " WGMMA_REG(tens, 7)
+#define WGMMA_REGS10(tens) WGMMA_REGS8(tens) ", " WGMMA_REG(tens, 8) ", " WGMMA_REG(tens, 9)
 
-__device__ __forceinline__ void wgmma_m64n128k16_bf16(float *d, uint64_t desc_a, uint64_t desc_b)
-{
-    asm volatile("{\n"
-                 ".reg .pred p;\n"
-                 "setp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-                 "{"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-                 "}, %64, %65, p, 1, 1, 0, 1;\n"
-                 "}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
-                   "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-                   "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(desc_a), "l"(desc_b));
-}
+/* n128: accumulators %0 .. %63, descriptors %64 and %65. */
+#define WGMMA_N128_REGS                                                                            \
+    WGMMA_REGS10() ", " WGMMA_REGS10(1) ", " WGMMA_REGS10(2) ", "                                  \
+    WGMMA_REGS10(3) ", " WGMMA_REGS10(4) ", " WGMMA_REGS10(5) ", "                                 \
+    WGMMA_REGS4(6)
+#define WGMMA_N128_DESCS "%64, %65"
 
-__device__ __forceinline__ void wgmma_m64n256k16_f16(float *d, uint64_t desc_a, uint64_t desc_b)
-{
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, 1, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, "
-        "%111, "
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "
-        "%127"
-        "}, %128, %129, p, 1, 1, 0, 1;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-          "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
-          "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
-          "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
-          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
-          "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
-          "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
-          "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
-          "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
-          "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(desc_a), "l"(desc_b));
-}
+/* n256: accumulators %0 .. %127, descriptors %128 and %129. */
+#define WGMMA_N256_REGS                                                                            \
+    WGMMA_REGS10() ", " WGMMA_REGS10(1) ", " WGMMA_REGS10(2) ", "                                  \
+    WGMMA_REGS10(3) ", " WGMMA_REGS10(4) ", " WGMMA_REGS10(5) ", "                                 \
+    WGMMA_REGS10(6) ", " WGMMA_REGS10(7) ", " WGMMA_REGS10(8) ", "                                 \
+    WGMMA_REGS10(9) ", " WGMMA_REGS10(10) ", " WGMMA_REGS10(11) ", "                               \
+    WGMMA_REGS8(12)
+#define WGMMA_N256_DESCS "%128, %129"
 
-__device__ __forceinline__ void wgmma_m64n128k16_f16(float *d, uint64_t desc_a, uint64_t desc_b)
-{
-    asm volatile("{\n"
-                 ".reg .pred p;\n"
-                 "setp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-                 "{"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-                 "}, %64, %65, p, 1, 1, 0, 1;\n"
-                 "}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
-                   "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-                   "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "l"(desc_a), "l"(desc_b));
-}
+/* The whole asm text for N columns of PTX input type ab (scale-d p is true). */
+#define WGMMA_ASM(n, ab)                                                                           \
+    "{\n"                                                                                          \
+    ".reg .pred p;\n"                                                                              \
+    "setp.ne.b32 p, 1, 0;\n"                                                                       \
+    "wgmma.mma_async.sync.aligned.m64n" #n "k16.f32." ab "." ab " "                                \
+    "{" WGMMA_N##n##_REGS "}, " WGMMA_N##n##_DESCS ", p, 1, 1, 0, 1;\n"                            \
+    "}\n"
+/* clang-format on */
+
+/* The accumulators as "+f" operands, eight at a time. */
+#define WGMMA_ACC8(i)                                                                              \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),    \
+        "+f"(d[i + 6]), "+f"(d[i + 7])
+#define WGMMA_N128_ACC                                                                             \
+    WGMMA_ACC8(0), WGMMA_ACC8(8), WGMMA_ACC8(16), WGMMA_ACC8(24), WGMMA_ACC8(32), WGMMA_ACC8(40),  \
+        WGMMA_ACC8(48), WGMMA_ACC8(56)
+#define WGMMA_N256_ACC                                                                             \
+    WGMMA_N128_ACC, WGMMA_ACC8(64), WGMMA_ACC8(72), WGMMA_ACC8(80), WGMMA_ACC8(88),                \
+        WGMMA_ACC8(96), WGMMA_ACC8(104), WGMMA_ACC8(112), WGMMA_ACC8(120)
+
+/* d += A (64 x 16, from desc_a) @ B (16 x N, from desc_b) for input type T. */
+template <int N, typename T>
+__device__ __forceinline__ void wgmma(float *d, uint64_t desc_a, uint64_t desc_b);
+
+#define DEFINE_WGMMA(n, type, ab)                                                                  \
+    template <>                                                                                    \
+    __device__ __forceinline__ void wgmma<n, type>(float *d, uint64_t desc_a, uint64_t desc_b)     \
+    {                                                                                              \
+        asm volatile(WGMMA_ASM(n, ab) : WGMMA_N##n##_ACC : "l"(desc_a), "l"(desc_b));              \
+    }
+
+DEFINE_WGMMA(256, __nv_bfloat16, "bf16")
+DEFINE_WGMMA(128, __nv_bfloat16, "bf16")
+DEFINE_WGMMA(256, __half, "f16")
+DEFINE_WGMMA(128, __half, "f16")
 
 /* ---- element types ---- */
 
@@ -271,14 +203,6 @@ template <> struct elem<__nv_bfloat16> {
         return __bfloat1622float2(
             *reinterpret_cast<const __nv_bfloat162 *>(static_cast<const __nv_bfloat16 *>(p) + i));
     }
-    static __device__ __forceinline__ void mma256(float *d, uint64_t a, uint64_t b)
-    {
-        wgmma_m64n256k16_bf16(d, a, b);
-    }
-    static __device__ __forceinline__ void mma128(float *d, uint64_t a, uint64_t b)
-    {
-        wgmma_m64n128k16_bf16(d, a, b);
-    }
 };
 template <> struct elem<__half> {
     static __device__ __forceinline__ float load(const void *p, size_t i)
@@ -289,14 +213,6 @@ template <> struct elem<__half> {
     {
         return __half22float2(
             *reinterpret_cast<const __half2 *>(static_cast<const __half *>(p) + i));
-    }
-    static __device__ __forceinline__ void mma256(float *d, uint64_t a, uint64_t b)
-    {
-        wgmma_m64n256k16_f16(d, a, b);
-    }
-    static __device__ __forceinline__ void mma128(float *d, uint64_t a, uint64_t b)
-    {
-        wgmma_m64n128k16_f16(d, a, b);
     }
 };
 
@@ -473,12 +389,12 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtens
             for (int kk = 0; kk < kBK / 16; kk++) {
                 uint64_t da = smem_desc(a_base + kk * 32, 16, 1024);
                 if (Gated) {
-                    elem<TIn>::mma128(acc, da, smem_desc(b_base + kk * 2048, p.b_lbo, p.b_sbo));
-                    elem<TIn>::mma128(
+                    wgmma<128, TIn>(acc, da, smem_desc(b_base + kk * 2048, p.b_lbo, p.b_sbo));
+                    wgmma<128, TIn>(
                         acc + 64, da,
                         smem_desc(b_base + 2 * kChunkBytes + kk * 2048, p.b_lbo, p.b_sbo));
                 } else {
-                    elem<TIn>::mma256(acc, da, smem_desc(b_base + kk * 2048, p.b_lbo, p.b_sbo));
+                    wgmma<256, TIn>(acc, da, smem_desc(b_base + kk * 2048, p.b_lbo, p.b_sbo));
                 }
             }
             wgmma_commit();

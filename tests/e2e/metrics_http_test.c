@@ -20,14 +20,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../support/testd.h"
+#include "../support/fixture.h"
 
 typedef struct metrics_env {
-    char dir[64];
-    char config[128];
     int port;
     testd d;
 } metrics_env;
+
+#define METRICS_CONFIG "{\"metrics_listen\": \"http://127.0.0.1:%d\"}\n"
 
 /* A port nobody listens on right now: bind port 0, read it, close. With
  * hold set the socket stays open and listening, and *held is its descriptor. */
@@ -48,32 +48,11 @@ static int metrics_free_port(bool hold, int *held)
     return ntohs(sa.sin_port);
 }
 
-static void metrics_write_config(metrics_env *e)
-{
-    snprintf(e->dir, sizeof e->dir, "/tmp/tsr-metrics-XXXXXX");
-    cr_assert_not_null(mkdtemp(e->dir));
-    snprintf(e->config, sizeof e->config, "%s/tesserad.json", e->dir);
-    FILE *f = fopen(e->config, "w");
-    cr_assert_not_null(f);
-    fprintf(f, "{\"metrics_listen\": \"http://127.0.0.1:%d\"}\n", e->port);
-    fclose(f);
-}
-
 static void metrics_start(metrics_env *e)
 {
     e->port = metrics_free_port(false, NULL);
-    metrics_write_config(e);
-    const char *extra[] = {"--config", e->config, NULL};
-    cr_assert_eq(testd_start(&e->d, extra), 0);
-}
-
-static void metrics_stop(metrics_env *e)
-{
-    cr_expect_eq(testd_stop(&e->d), 0);
-    testd_remove(&e->d);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->dir);
-    cr_expect_eq(system(cmd), 0);
+    cr_assert_eq(testd_start_config(&e->d, NULL, METRICS_CONFIG, e->port), 0,
+                 "tesserad did not start");
 }
 
 static int metrics_connect(int port)
@@ -149,19 +128,37 @@ static void expect_line(const char *text, const char *line)
     cr_expect_not_null(strstr(text, want), "missing line: %s", line);
 }
 
+/* The histogram of type has want buckets, in order, none below the one
+ * before, the last (+Inf) at last. */
+static void expect_buckets(const char *text, const char *type, int want, unsigned long last)
+{
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "\ntesserad_request_duration_seconds_bucket{type=\"%s\",",
+             type);
+    const char *p = text;
+    unsigned long prev = 0;
+    int buckets = 0;
+    while ((p = strstr(p, prefix))) {
+        p++;
+        unsigned long v = strtoul(strchr(p, ' ') + 1, NULL, 10);
+        cr_assert_geq(v, prev);
+        prev = v;
+        buckets++;
+    }
+    cr_expect_eq(buckets, want);
+    cr_expect_eq(prev, last);
+}
+
 Test(metrics_http, get_metrics_counts_requests_by_type_and_status, .timeout = 120)
 {
     metrics_env e;
     metrics_start(&e);
-    tsr_client *c = testd_client(&e.d, 10000);
-    cr_assert_not_null(c);
+    tsr_client *c = fixture_client(&e.d, 10000);
     tsr_error err;
     int64_t shape[2] = {4, 8};
     tsr_buffer bufs[2];
     for (int i = 0; i < 2; i++)
-        cr_assert_eq(
-            tsr_client_buffer_alloc(c, TSR_CLIENT_F32, 2, shape, &bufs[i], NULL, 10000, &err),
-            TSR_OK, "%s", err.message);
+        bufs[i] = fixture_alloc(c, TSR_CLIENT_F32, 2, shape);
     cr_assert_eq(tsr_client_buffer_free(c, bufs[0], 10000, &err), TSR_OK, "%s", err.message);
     cr_assert_eq(tsr_client_buffer_free(c, bufs[0], 10000, &err), TSR_NOT_FOUND);
 
@@ -180,18 +177,7 @@ Test(metrics_http, get_metrics_counts_requests_by_type_and_status, .timeout = 12
     expect_line(text, "tesserad_buffer_bytes 128");
     expect_line(text, "tesserad_work_queued 0");
     /* Every bucket of buffer_alloc is there, in order, never falling. */
-    const char *p = text;
-    unsigned long prev = 0;
-    int buckets = 0;
-    while ((p = strstr(p, "\ntesserad_request_duration_seconds_bucket{type=\"buffer_alloc\","))) {
-        p++;
-        unsigned long v = strtoul(strchr(p, ' ') + 1, NULL, 10);
-        cr_assert_geq(v, prev);
-        prev = v;
-        buckets++;
-    }
-    cr_expect_eq(buckets, 21);
-    cr_expect_eq(prev, 2);
+    expect_buckets(text, "buffer_alloc", 21, 2);
     free(text);
 
     /* A second scrape sees the client's session and nothing new for the types above. */
@@ -199,33 +185,36 @@ Test(metrics_http, get_metrics_counts_requests_by_type_and_status, .timeout = 12
     expect_line(text, "tesserad_requests_total{type=\"buffer_alloc\",status=\"OK\"} 2");
     expect_line(text, "tesserad_sessions 1");
     free(text);
-    tsr_client_close(c);
-    metrics_stop(&e);
+    fixture_stop(&e.d, c);
 }
 
 Test(metrics_http, other_paths_are_404_and_other_methods_405, .timeout = 120)
 {
+    static const struct {
+        const char *method, *path;
+        int status;
+    } refused[] = {
+        {"GET", "/other", 404},
+        {"GET", "/", 404},
+        {"POST", "/metrics", 405},
+        {"DELETE", "/metrics", 405},
+    };
     metrics_env e;
     metrics_start(&e);
     int status;
-    char *res = metrics_http(e.port, "GET", "/other", &status);
-    cr_expect_eq(status, 404, "%.200s", res);
-    free(res);
-    res = metrics_http(e.port, "GET", "/", &status);
-    cr_expect_eq(status, 404, "%.200s", res);
-    free(res);
-    res = metrics_http(e.port, "POST", "/metrics", &status);
-    cr_expect_eq(status, 405, "%.200s", res);
-    free(res);
-    res = metrics_http(e.port, "DELETE", "/metrics", &status);
-    cr_expect_eq(status, 405, "%.200s", res);
-    free(res);
+    char *res;
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        res = metrics_http(e.port, refused[i].method, refused[i].path, &status);
+        cr_expect_eq(status, refused[i].status, "%s %s: %.200s", refused[i].method, refused[i].path,
+                     res);
+        free(res);
+    }
     /* HEAD is GET without the body. */
     res = metrics_http(e.port, "HEAD", "/metrics", &status);
     cr_expect_eq(status, 200, "%.200s", res);
     cr_expect_null(strstr(res, "tesserad_"));
     free(res);
-    metrics_stop(&e);
+    fixture_stop(&e.d, NULL);
 }
 
 Test(metrics_http, silent_and_endless_clients_do_not_stall_it, .timeout = 120)
@@ -252,12 +241,10 @@ Test(metrics_http, silent_and_endless_clients_do_not_stall_it, .timeout = 120)
     char *text = metrics_scrape(e.port);
     cr_expect_not_null(strstr(text, "\ntesserad_sessions "));
     free(text);
-    tsr_client *c = testd_client(&e.d, 10000);
-    cr_assert_not_null(c);
+    tsr_client *c = fixture_client(&e.d, 10000);
     cr_expect_eq(tsr_client_hello(c, NULL, 10000, NULL), TSR_OK);
-    tsr_client_close(c);
     /* The silent client is still connected: SIGTERM still exits 0. */
-    metrics_stop(&e);
+    fixture_stop(&e.d, c);
     close(idle);
 }
 
@@ -266,15 +253,15 @@ Test(metrics_http, an_address_in_use_stops_start_up, .timeout = 120)
     metrics_env e;
     int held = -1;
     e.port = metrics_free_port(true, &held);
-    metrics_write_config(&e);
+    /* Run by hand: the exit status and stderr are what this test checks. */
+    cr_assert_eq(testd_prepare(&e.d), 0);
+    cr_assert_eq(testd_write_config(&e.d, METRICS_CONFIG, e.port), 0);
     char bin[320], cmd[1024], log[128];
-    const char *build = getenv("BUILD");
-    snprintf(bin, sizeof bin, "%s/bin/tesserad", build && *build ? build : "build");
-    snprintf(log, sizeof log, "%s/stderr", e.dir);
+    testd_bin(&e.d, "tesserad", bin, sizeof bin);
+    snprintf(log, sizeof log, "%s/stderr", e.d.dir);
     snprintf(cmd, sizeof cmd,
-             "'%s' --config '%s' --listen 'ipc://%s/sock' --cache-dir '%s/cache' --backend cpu "
-             "2> '%s'",
-             bin, e.config, e.dir, e.dir, log);
+             "'%s' --config '%s' --listen '%s' --cache-dir '%s' --backend cpu 2> '%s'", bin,
+             e.d.config, e.d.url, e.d.cache_dir, log);
     int rc = system(cmd);
     cr_assert(WIFEXITED(rc));
     cr_expect_eq(WEXITSTATUS(rc), 1);
@@ -288,6 +275,5 @@ Test(metrics_http, an_address_in_use_stops_start_up, .timeout = 120)
              "start-up failed: IO_ERROR: metrics_listen http://127.0.0.1:%d: ", e.port);
     cr_expect_not_null(strstr(text, want), "%s", text);
     close(held);
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", e.dir);
-    cr_expect_eq(system(cmd), 0);
+    testd_remove(&e.d);
 }

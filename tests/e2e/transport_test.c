@@ -17,11 +17,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../support/testd.h"
+#include "../support/fixture.h"
 
+/* The daemon, its certificates (in its directory) and its tls+tcp:// url. */
 typedef struct tls_env {
-    char dir[64];
-    char config[128];
     char listen[64];
     testd d;
 } tls_env;
@@ -59,35 +58,30 @@ static void tls_make_certs(const char *dir)
 
 static void tls_start(tls_env *e, bool verify_clients)
 {
-    snprintf(e->dir, sizeof e->dir, "/tmp/tsr-tls-XXXXXX");
-    cr_assert_not_null(mkdtemp(e->dir));
-    tls_make_certs(e->dir);
-    snprintf(e->config, sizeof e->config, "%s/tesserad.json", e->dir);
-    FILE *f = fopen(e->config, "w");
-    cr_assert_not_null(f);
-    fprintf(f,
-            "{\"tls\": {\"cert_file\": \"%s/server.pem\", \"key_file\": \"%s/server.key\","
-            " \"ca_file\": \"%s/ca.pem\", \"verify_clients\": %s}}\n",
-            e->dir, e->dir, e->dir, verify_clients ? "true" : "false");
-    fclose(f);
+    cr_assert_eq(testd_prepare(&e->d), 0);
+    const char *dir = e->d.dir;
+    tls_make_certs(dir);
+    cr_assert_eq(testd_write_config(&e->d,
+                                    "{\"tls\": {\"cert_file\": \"%s/server.pem\", \"key_file\": "
+                                    "\"%s/server.key\", \"ca_file\": \"%s/ca.pem\", "
+                                    "\"verify_clients\": %s}}\n",
+                                    dir, dir, dir, verify_clients ? "true" : "false"),
+                 0);
     snprintf(e->listen, sizeof e->listen, "tls+tcp://127.0.0.1:%d", tls_port());
-    const char *extra[] = {"--config", e->config, "--listen", e->listen, NULL};
-    cr_assert_eq(testd_start(&e->d, extra), 0);
+    const char *extra[] = {"--listen", e->listen, NULL};
+    cr_assert_eq(testd_spawn(&e->d, extra), 0, "tesserad did not start");
 }
 
-static void tls_stop(tls_env *e)
+/* The path of one of e's certificate files. */
+static void tls_path(const tls_env *e, const char *name, char *path, size_t size)
 {
-    cr_expect_eq(testd_stop(&e->d), 0);
-    testd_remove(&e->d);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", e->dir);
-    cr_expect_eq(system(cmd), 0);
+    snprintf(path, size, "%s/%s", e->d.dir, name);
 }
 
-static char *tls_read(const char *dir, const char *name)
+static char *tls_read(const tls_env *e, const char *name)
 {
     char path[160];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    tls_path(e, name, path, sizeof path);
     FILE *f = fopen(path, "rb");
     cr_assert_not_null(f, "%s", path);
     char *text = calloc(1, 65536);
@@ -108,11 +102,11 @@ static int tls_hello(const tls_env *e, bool with_cert, Tessera__V1__Reply **repl
     cr_assert_eq(nng_req0_open(&s), 0);
     cr_assert_eq(nng_tls_config_alloc(&cfg, NNG_TLS_MODE_CLIENT), 0);
     char ca[128];
-    snprintf(ca, sizeof ca, "%s/ca.pem", e->dir);
+    tls_path(e, "ca.pem", ca, sizeof ca);
     cr_assert_eq(nng_tls_config_ca_file(cfg, ca), 0);
     cr_assert_eq(nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED), 0);
     if (with_cert) {
-        char *cert = tls_read(e->dir, "client.pem"), *key = tls_read(e->dir, "client.key");
+        char *cert = tls_read(e, "client.pem"), *key = tls_read(e, "client.key");
         cr_assert_eq(nng_tls_config_own_cert(cfg, cert, key, NULL), 0);
         free(cert);
         free(key);
@@ -122,11 +116,9 @@ static int tls_hello(const tls_env *e, bool with_cert, Tessera__V1__Reply **repl
     nng_tls_config_free(cfg); /* the dialer holds its own reference */
     int rv = nng_dialer_start(dialer, 0);
     if (rv == 0) {
-        Tessera__V1__HelloRequest hello = TESSERA__V1__HELLO_REQUEST__INIT;
-        Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-        req.id = 7;
-        req.body_case = TESSERA__V1__REQUEST__BODY_HELLO;
-        req.hello = &hello;
+        Tessera__V1__HelloRequest hello;
+        Tessera__V1__Request req;
+        testd_request_hello(&req, &hello, 7);
         rv = testd_raw_request(nng_socket_id(s), &req, 3000, reply);
     }
     nng_close(s);
@@ -144,7 +136,7 @@ Test(transport, tls_round_trip_with_a_test_ca)
     cr_assert_eq(reply->body_case, TESSERA__V1__REPLY__BODY_HELLO);
     cr_expect_str_eq(reply->hello->tenant, "default");
     tessera__v1__reply__free_unpacked(reply, NULL);
-    tls_stop(&e);
+    fixture_stop(&e.d, NULL);
 }
 
 Test(transport, tls_client_certificate_is_required_when_configured)
@@ -156,7 +148,7 @@ Test(transport, tls_client_certificate_is_required_when_configured)
     cr_assert_eq(tls_hello(&e, true, &reply), 0);
     cr_expect_eq(reply->status, TESSERA__V1__STATUS__OK);
     tessera__v1__reply__free_unpacked(reply, NULL);
-    tls_stop(&e);
+    fixture_stop(&e.d, NULL);
 }
 
 Test(transport, plain_tcp_needs_allow_plain_tcp)
@@ -169,34 +161,19 @@ Test(transport, plain_tcp_needs_allow_plain_tcp)
     testd_stop(&d);
     testd_remove(&d);
 
-    char dir[] = "/tmp/tsr-tcp-XXXXXX", config[64];
-    cr_assert_not_null(mkdtemp(dir));
-    snprintf(config, sizeof config, "%s/tesserad.json", dir);
-    FILE *f = fopen(config, "w");
-    cr_assert_not_null(f);
-    fputs("{\"allow_plain_tcp\": true}\n", f);
-    fclose(f);
-    const char *allowed[] = {"--config", config, "--listen", listen, NULL};
-    cr_assert_eq(testd_start(&d, allowed), 0);
-    uint32_t sock;
+    cr_assert_eq(testd_start_config(&d, extra, "{\"allow_plain_tcp\": true}\n"), 0);
     nng_socket s;
     cr_assert_eq(nng_req0_open(&s), 0);
     cr_assert_eq(nng_dial(s, listen, NULL, 0), 0);
-    sock = (uint32_t)nng_socket_id(s);
-    Tessera__V1__HelloRequest hello = TESSERA__V1__HELLO_REQUEST__INIT;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.id = 9;
-    req.body_case = TESSERA__V1__REQUEST__BODY_HELLO;
-    req.hello = &hello;
+    Tessera__V1__HelloRequest hello;
+    Tessera__V1__Request req;
+    testd_request_hello(&req, &hello, 9);
     Tessera__V1__Reply *reply = NULL;
-    cr_assert_eq(testd_raw_request(sock, &req, 3000, &reply), 0);
+    cr_assert_eq(testd_raw_request((uint32_t)nng_socket_id(s), &req, 3000, &reply), 0);
     cr_expect_eq(reply->status, TESSERA__V1__STATUS__OK);
     tessera__v1__reply__free_unpacked(reply, NULL);
     nng_close(s);
-    cr_expect_eq(testd_stop(&d), 0);
-    testd_remove(&d);
-    unlink(config);
-    rmdir(dir);
+    fixture_stop(&d, NULL);
 }
 
 Test(transport, client_library_dials_tls_with_its_environment)
@@ -204,22 +181,17 @@ Test(transport, client_library_dials_tls_with_its_environment)
     tls_env e;
     tls_start(&e, true);
     char ca[128], cert[128], key[128];
-    snprintf(ca, sizeof ca, "%s/ca.pem", e.dir);
-    snprintf(cert, sizeof cert, "%s/client.pem", e.dir);
-    snprintf(key, sizeof key, "%s/client.key", e.dir);
+    tls_path(&e, "ca.pem", ca, sizeof ca);
+    tls_path(&e, "client.pem", cert, sizeof cert);
+    tls_path(&e, "client.key", key, sizeof key);
     setenv("TESSERA_TLS_CA", ca, 1);
     setenv("TESSERA_TLS_CERT", cert, 1);
     setenv("TESSERA_TLS_KEY", key, 1);
-    tsr_client_options opts;
-    tsr_client_options_init(&opts);
-    opts.url = e.listen;
-    opts.force = "";
-    tsr_client *c = NULL;
-    tsr_error err;
-    cr_assert_eq(tsr_client_connect(&opts, &c, &err), TSR_OK, "%s", err.message);
+    tsr_client *c = testd_connect(e.listen, NULL, 0);
+    cr_assert_not_null(c, "no client for %s", e.listen);
     tsr_client_info info;
+    tsr_error err;
     cr_expect_eq(tsr_client_hello(c, &info, 5000, &err), TSR_OK, "%s", err.message);
     cr_expect_str_eq(info.tenant, "default");
-    tsr_client_close(c);
-    tls_stop(&e);
+    fixture_stop(&e.d, c);
 }

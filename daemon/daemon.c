@@ -14,6 +14,11 @@
 
 #include "daemon.h"
 
+#include "backend/registry.h"
+#include "serve/recovery.h"
+#include "serve/session.h"
+#include "serve/tenant.h"
+
 tsr_status tsrd_mkdirs(const char *path, unsigned mode, tsr_error *err)
 {
     char buf[4096];

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "backend/isolated/wire.h"
+#include "backend/isolated/worker.h"
 #include "service.h"
 
 int main(int argc, char **argv)

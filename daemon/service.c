@@ -27,6 +27,7 @@
 #include "daemon.h"
 #include "net/metrics_http.h"
 #include "net/server.h"
+#include "serve/tenant.h"
 
 typedef struct service {
     tsrd_daemon d; /* first: see service_idle */

@@ -2,9 +2,11 @@
  * backend.h — the interface between tesserad's serving code and a device.
  *
  * A backend is one const struct of function pointers (tsrd_backend_ops), one per
- * file: backend_cpu.c runs kernels with the reference executor, backend_cuda.c
- * drives the CUDA driver API and NVRTC. The serving code never knows which one
- * it holds; backends.c lists the compiled-in ones and picks one by name.
+ * module: cpu.c runs kernels with the reference executor, cuda/cuda.c drives the
+ * CUDA driver API and NVRTC, isolated/isolated.c runs either in a device worker
+ * process. The serving code never knows which one it holds; registry.c lists
+ * the compiled-in ones and picks one by name. Nothing here or below includes
+ * the serving code (serve/, handlers/, net/): `make check-layers` says so.
  *
  * The life of a kernel: compile (region + candidate + target arch -> a binary
  * blob, which the kernel cache stores under the kernel key) -> load (blob ->
@@ -30,8 +32,8 @@
  * the caller's thread. Blocking: compile, launch, synchronize and buffer copies
  * block; none is ever called on the loop thread.
  */
-#ifndef TESSERAD_BACKEND_H
-#define TESSERAD_BACKEND_H
+#ifndef TESSERAD_BACKEND_BACKEND_H
+#define TESSERAD_BACKEND_BACKEND_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -197,30 +199,5 @@ typedef struct tsrd_backend_ops {
      * the device cannot be brought back. */
     tsr_status (*recover)(tsrd_backend *b, tsr_error *err);
 } tsrd_backend_ops;
-
-/* ---- the table of compiled-in backends (backends.c) ---- */
-
-/* The backend named name ("cpu", "cuda"), or NULL when it is not compiled in. */
-const tsrd_backend_ops *tsrd_backend_find(const char *name);
-
-/* Opens the backend the configuration asks for: "auto" tries every compiled-in
- * backend in preference order (cuda before cpu) and takes the first that opens;
- * a named backend must be compiled in and open, else TSR_UNAVAILABLE says why. */
-tsr_status tsrd_backend_choose(const char *name, const tsrd_backend_options *opts,
-                               const tsrd_backend_ops **ops, tsrd_backend **backend,
-                               tsr_error *err);
-
-/* The CPU backend (backend_cpu.c). */
-extern const tsrd_backend_ops tsrd_backend_cpu;
-/* The CUDA backend in this process, "cuda-inprocess" (backend_cuda.c): the
- * lowest latency, but a sticky fault poisons the process, so the daemon can
- * only report it and be restarted. */
-extern const tsrd_backend_ops tsrd_backend_cuda;
-/* The CUDA backend in a worker process, "cuda" (backend_isolated.c): a fault
- * costs the worker, which is restarted, and the daemon keeps serving. */
-extern const tsrd_backend_ops tsrd_backend_cuda_isolated;
-/* The CPU backend in a worker process, "cpu-isolated" (backend_isolated.c):
- * for testing the isolation and recovery without a GPU. */
-extern const tsrd_backend_ops tsrd_backend_cpu_isolated;
 
 #endif

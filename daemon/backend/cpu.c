@@ -25,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/backend.h"
+#include "backend/cpu.h"
 #include "tessera/json.h"
 #include "tessera/refexec.h"
 

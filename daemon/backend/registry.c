@@ -5,7 +5,11 @@
  * and a row here, in preference order for `--backend auto` (the first that
  * opens wins, so a GPU backend goes before the CPU one).
  */
-#include "backend/backend.h"
+#include "backend/registry.h"
+
+#include "backend/cpu.h"
+#include "backend/cuda/cuda.h"
+#include "backend/isolated/isolated.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /*
- * handlers_batch.c — batch (a sequence of launches with one reply) and
+ * batch.c — batch (a sequence of launches with one reply) and
  * buffer_import (a local process's device allocation by CUDA IPC).
  *
  * A batch is checked whole on the loop before any device work: every kernel
@@ -7,15 +7,17 @@
  * the request with its index named and nothing runs. The launches then run in
  * order on the session's stream, followed by one synchronize. With graph=true a
  * backend that can capture records the sequence the first time and replays the
- * graph after (batch.h); one that cannot runs the launches one by one, which
+ * graph after (serve/graphs.h); one that cannot runs the launches one by one, which
  * gives the same results.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "handlers/common.h"
+#include "handlers/handlers.h"
 #include "serve/graphs.h"
-#include "serve/dispatch.h"
+#include "serve/session.h"
 
 typedef struct batch_entry {
     tsrd_kernel *kernel;
@@ -28,13 +30,6 @@ typedef struct batch_state {
     size_t n; /* entries resolved (and pinned) so far */
     batch_entry *entries;
 } batch_state;
-
-typedef struct tsrd_graph_cache {
-    struct tsrd_graph_cache *next;
-    size_t n_key;
-    uint64_t *key; /* per launch: kernel, inputs..., output */
-    tsrd_graph *graph;
-} tsrd_graph_cache;
 
 static tsr_status batch_check_buffer(tsrd_job *job, const tsrd_buffer *b,
                                      const tsr_tensor_desc *want, const char *field)
@@ -178,43 +173,6 @@ static void batch_key_fill(const Tessera__V1__BatchRequest *req, uint64_t *key)
     }
 }
 
-/* Finds the captured graph of this exact sequence, moving it to the front. */
-static tsrd_graph_cache *batch_graph_find(tsrd_session *s, const uint64_t *key, size_t n)
-{
-    for (tsrd_graph_cache **p = &s->graphs; *p != NULL; p = &(*p)->next) {
-        tsrd_graph_cache *g = *p;
-        if (g->n_key == n && memcmp(g->key, key, n * sizeof *key) == 0) {
-            *p = g->next;
-            g->next = s->graphs;
-            s->graphs = g;
-            return g;
-        }
-    }
-    return NULL;
-}
-
-/* Keeps a new graph, dropping the least recently used past TSRD_BATCH_GRAPHS. */
-static void batch_graph_keep(tsrd_daemon *d, tsrd_session *s, tsrd_graph_cache *g)
-{
-    g->next = s->graphs;
-    s->graphs = g;
-    int count = 0;
-    for (tsrd_graph_cache **p = &s->graphs; *p != NULL; p = &(*p)->next) {
-        if (++count > TSRD_BATCH_GRAPHS) {
-            tsrd_graph_cache *old = *p;
-            *p = NULL;
-            while (old != NULL) {
-                tsrd_graph_cache *next = old->next;
-                d->bops->graph_destroy(d->backend, old->graph);
-                free(old->key);
-                free(old);
-                old = next;
-            }
-            break;
-        }
-    }
-}
-
 /* Replays a captured graph or captures one. TSR_UNSUPPORTED (err cleared)
  * when the backend cannot capture: the caller then launches one by one. */
 static tsr_status batch_graph_run(tsrd_job *job, tsrd_stream *stream)
@@ -227,10 +185,10 @@ static tsr_status batch_graph_run(tsrd_job *job, tsrd_stream *stream)
     if (key == NULL)
         return tsr_error_set(&job->err, TSR_NO_MEMORY, "batch: out of memory");
     batch_key_fill(req, key);
-    tsrd_graph_cache *g = batch_graph_find(job->session, key, n);
-    if (g != NULL) {
+    tsrd_graph *cached = tsrd_graphs_find(job->session, key, n);
+    if (cached != NULL) {
         free(key);
-        tsr_status st = d->bops->graph_launch(d->backend, g->graph, stream, &job->err);
+        tsr_status st = d->bops->graph_launch(d->backend, cached, stream, &job->err);
         if (st == TSR_OK) {
             job->body.batch.launched = (uint32_t)s->n;
             job->body.batch.graph_replayed = true;
@@ -255,19 +213,15 @@ static tsr_status batch_graph_run(tsrd_job *job, tsrd_stream *stream)
     }
     /* Captured launches did not run: the replay below is their execution. */
     job->body.batch.launched = 0;
-    g = st == TSR_OK ? calloc(1, sizeof *g) : NULL;
-    if (st == TSR_OK && g == NULL)
-        st = tsr_error_set(&job->err, TSR_NO_MEMORY, "batch: out of memory");
     if (st != TSR_OK) {
         if (graph != NULL)
             d->bops->graph_destroy(d->backend, graph);
         free(key);
         return st;
     }
-    g->key = key;
-    g->n_key = n;
-    g->graph = graph;
-    batch_graph_keep(d, job->session, g);
+    st = tsrd_graphs_keep(d, job->session, key, n, graph, &job->err);
+    if (st != TSR_OK)
+        return tsr_error_prefix(&job->err, "batch");
     st = d->bops->graph_launch(d->backend, graph, stream, &job->err);
     if (st == TSR_OK)
         job->body.batch.launched = (uint32_t)s->n;
@@ -321,17 +275,6 @@ const tsrd_handler tsrd_handler_batch = {
     .execute = batch_execute,
     .complete = batch_complete,
 };
-
-void tsrd_batch_graphs_release(tsrd_daemon *d, tsrd_session *s)
-{
-    while (s->graphs != NULL) {
-        tsrd_graph_cache *g = s->graphs;
-        s->graphs = g->next;
-        d->bops->graph_destroy(d->backend, g->graph);
-        free(g->key);
-        free(g);
-    }
-}
 
 /* ---- buffer_import ---- */
 

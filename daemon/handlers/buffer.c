@@ -10,28 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve/dispatch.h"
+#include "handlers/common.h"
+#include "handlers/handlers.h"
+#include "serve/session.h"
 #include "serve/shm.h"
-
-tsr_status tsrd_job_buffer(tsrd_job *job, uint64_t handle, const char *field, tsrd_buffer **out)
-{
-    tsrd_buffer *b = tsrd_buffer_lookup(job->d, job->session, handle);
-    if (b == NULL)
-        return tsr_error_set(&job->err, TSR_NOT_FOUND, "%s: no buffer %#llx", field,
-                             (unsigned long long)handle);
-    tsrd_buffer_ref(b);
-    *out = b;
-    return TSR_OK;
-}
-
-tsr_status tsrd_dtype_from_pb(tsrd_job *job, int pb_dtype, const char *field, tsr_dtype *out)
-{
-    if (pb_dtype < 1 || pb_dtype > TSR_DTYPE_COUNT)
-        return tsr_error_set(&job->err, TSR_BAD_DTYPE, "%s: %s dtype %d", field,
-                             pb_dtype == 0 ? "unspecified" : "unknown", pb_dtype);
-    *out = (tsr_dtype)(pb_dtype - 1);
-    return TSR_OK;
-}
 
 /* What a write or read holds: the pinned buffer and, for shared-memory data,
  * the mapping and the first byte of the range. */

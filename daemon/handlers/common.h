@@ -1,15 +1,25 @@
 /*
- * handlers.h — helpers the kernel handlers share (handlers_kernel.c,
- * handlers_launch.c): region decoding with the field named, and the protobuf
- * forms of verdicts and decisions, allocated from the job's arena.
+ * common.h — what the handlers share (common.c): a buffer handle pinned for
+ * the job, wire dtypes and regions decoded with the field named, and the
+ * protobuf forms of verdicts and decisions, allocated from the job's arena.
  *
- * Threading: whatever thread runs the job's step; they touch only the job.
+ * Threading: tsrd_job_buffer on the loop thread; the rest on whatever thread
+ * runs the job's step, touching only the job.
  */
-#ifndef TESSERAD_HANDLERS_H
-#define TESSERAD_HANDLERS_H
+#ifndef TESSERAD_HANDLERS_COMMON_H
+#define TESSERAD_HANDLERS_COMMON_H
 
-#include "serve/dispatch.h"
 #include "serve/engine.h"
+#include "serve/job.h"
+
+/* Looks a buffer handle up for the job's session and pins it (the caller
+ * unpins with tsrd_buffer_unref in its complete step). TSR_NOT_FOUND naming
+ * field when the handle is unknown, freed or foreign. Loop thread. */
+tsr_status tsrd_job_buffer(tsrd_job *job, uint64_t handle, const char *field, tsrd_buffer **out);
+
+/* The proto dtype as a tsr_dtype; TSR_BAD_DTYPE naming field when unset or
+ * unknown. */
+tsr_status tsrd_dtype_from_pb(tsrd_job *job, int pb_dtype, const char *field, tsr_dtype *out);
 
 /* Decodes and validates a wire region; on failure err is prefixed with field. */
 tsr_status tsrd_job_region(tsrd_job *job, const Tessera__V1__Region *pb, const char *field,

@@ -5,7 +5,7 @@
  * attribution (see dispatch_validate), so a liveness or readiness probe needs
  * no token and never waits behind work.
  */
-#include "serve/dispatch.h"
+#include "handlers/handlers.h"
 
 static tsr_status health_execute(tsrd_job *job)
 {

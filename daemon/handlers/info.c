@@ -10,7 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "serve/dispatch.h"
+#include "handlers/handlers.h"
+#include "serve/metrics.h"
 
 static tsr_status hello_execute(tsrd_job *job)
 {

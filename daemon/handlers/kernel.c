@@ -1,5 +1,5 @@
 /*
- * handlers_kernel.c — compile, verify, candidates and kernel_free.
+ * kernel.c — compile, verify, candidates and kernel_free.
  *
  * The first three decode and validate the region on a worker thread (a
  * pointwise region can be a thousand nodes) and run the arbiter there, since
@@ -11,80 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve/dispatch.h"
-#include "serve/engine.h"
 #include "handlers/common.h"
+#include "handlers/handlers.h"
 #include "serve/offline_compile.h"
-#include "tessera/region_pb.h"
-
-/* ---- shared with handlers_launch.c ---- */
-
-tsr_status tsrd_job_region(tsrd_job *job, const Tessera__V1__Region *pb, const char *field,
-                           tsr_region *out)
-{
-    tsr_status st = tsr_region_from_pb(pb, out, &job->err);
-    if (st != TSR_OK)
-        tsr_error_prefix(&job->err, "%s", field);
-    return st;
-}
-
-Tessera__V1__Verdict *tsrd_verdict_pb(tsrd_job *job, const tsr_verdict *v, bool ran, bool cached)
-{
-    Tessera__V1__Verdict *pb = tsrd_job_alloc(job, sizeof *pb);
-    char *reason = tsrd_job_strdup(job, ran ? v->reason : "not verified");
-    if (pb == NULL || reason == NULL)
-        return NULL;
-    Tessera__V1__Verdict init = TESSERA__V1__VERDICT__INIT;
-    *pb = init;
-    if (!ran) {
-        pb->reason = reason;
-        return pb;
-    }
-    pb->state = v->pass ? TESSERA__V1__VERDICT_STATE__VERDICT_PASS
-                        : TESSERA__V1__VERDICT_STATE__VERDICT_FAIL;
-    pb->elements = v->elements;
-    pb->probes = v->probes;
-    pb->max_abs_error = v->max_abs_error;
-    pb->rel_error = v->rel_error;
-    pb->bound = v->bound;
-    pb->nan_mismatches = v->nan_mismatches;
-    pb->inf_mismatches = v->inf_mismatches;
-    pb->first_bad_index = v->first_bad_index;
-    pb->first_bad_probe = v->first_bad_probe;
-    pb->first_bad_got = v->first_bad_got;
-    pb->first_bad_want = v->first_bad_want;
-    pb->reason = reason;
-    pb->cached = cached;
-    return pb;
-}
-
-Tessera__V1__Decision *tsrd_decision_pb(tsrd_job *job, const tsrd_compiled *c)
-{
-    Tessera__V1__Decision *pb = tsrd_job_alloc(job, sizeof *pb);
-    char *name = tsrd_job_strdup(job, c->decision.candidate.name);
-    Tessera__V1__Verdict *verdict = tsrd_verdict_pb(job, &c->decision.verdict, c->decision.verified,
-                                                    c->decision.verdict_cached);
-    if (pb == NULL || name == NULL || verdict == NULL)
-        return NULL;
-    Tessera__V1__Decision init = TESSERA__V1__DECISION__INIT;
-    *pb = init;
-    pb->candidate = name;
-    pb->tier = c->decision.candidate.tier;
-    pb->version = c->decision.candidate.version;
-    pb->reason = (char *)tsr_decision_reason_name(c->decision.reason);
-    pb->verdict = verdict;
-    pb->cache_hit = c->level != TSR_KCACHE_MISS;
-    pb->cache_level = c->level == TSR_KCACHE_MISS ? "" : (char *)tsr_kcache_level_name(c->level);
-    return pb;
-}
-
-char *tsrd_job_hex(tsrd_job *job, const tsr_fingerprint *fp)
-{
-    char *hex = tsrd_job_alloc(job, TSR_FINGERPRINT_HEX);
-    if (hex != NULL)
-        tsr_fingerprint_hex(fp, hex);
-    return hex;
-}
+#include "serve/session.h"
 
 /* ---- compile ---- */
 

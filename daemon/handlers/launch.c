@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "handlers/common.h"
+#include "handlers/handlers.h"
+#include "serve/session.h"
 #include "serve/shm.h"
 
 typedef struct launch_state {

@@ -25,6 +25,8 @@
  */
 #include "net/metrics_http.h"
 
+#include "serve/metrics.h"
+
 #include <arpa/inet.h>
 #include <nng/nng.h>
 #include <nng/supplemental/http/http.h>

@@ -16,7 +16,7 @@
 #ifndef TESSERAD_METRICS_HTTP_H
 #define TESSERAD_METRICS_HTTP_H
 
-#include "daemon.h"
+#include "serve/state.h"
 
 typedef struct tsrd_metrics_http tsrd_metrics_http;
 

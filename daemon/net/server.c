@@ -31,7 +31,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "daemon.h"
 #include "serve/dispatch.h"
+#include "serve/session.h"
 
 /* A stalled pipe: this many replies waiting in nng for it ... */
 #define SERVER_STUCK_REPLIES 8
@@ -302,12 +304,10 @@ static void server_async_cb(uv_async_t *handle)
         if (ev->slot == NULL) {
             tsrd_session_close(s->d, ev->pipe_id);
         } else {
-            if (ev->has_peer) {
-                tsrd_session *sess = tsrd_session_get(s->d, ev->pipe_id);
-                if (sess != NULL && !sess->peer_known)
-                    tsrd_session_set_peer(sess, ev->peer_uid, ev->peer_gid);
-            }
-            tsrd_dispatch(s->d, ev->pipe_id, ev->slot, nng_msg_body(ev->msg), nng_msg_len(ev->msg));
+            tsrd_session *sess = tsrd_session_get(s->d, ev->pipe_id);
+            if (ev->has_peer && sess != NULL && !sess->peer_known)
+                tsrd_session_set_peer(sess, ev->peer_uid, ev->peer_gid);
+            tsrd_dispatch(s->d, sess, ev->slot, nng_msg_body(ev->msg), nng_msg_len(ev->msg));
             nng_msg_free(ev->msg);
         }
         free(ev);

@@ -16,7 +16,7 @@
 #ifndef TESSERAD_SERVER_H
 #define TESSERAD_SERVER_H
 
-#include "daemon.h"
+#include "serve/state.h"
 
 #define TSRD_SERVER_CONTEXTS 64
 #define TSRD_SERVER_SEND_TIMEOUT_MS 10000

@@ -1,89 +1,21 @@
 /*
  * dispatch.c — decode, validate, dispatch by table, encode, reply.
  *
- * The table below is the only place a request body meets its handler; its
- * flags decide where the work runs. The central validation step sits here too,
- * so that a handler may assume its body is present, attributed to a tenant and
- * within the payload limits.
+ * The central validation step sits here, so that a handler may assume its body
+ * is present, attributed to a tenant and within the payload limits.
  */
 #include "serve/dispatch.h"
+
+#include "handlers/handlers.h"
+#include "serve/metrics.h"
+#include "serve/recovery.h"
+#include "serve/session.h"
+#include "serve/tenant.h"
 
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const tsrd_handler *const dispatch_table[TSRD_BODY_CASES] = {
-    [TESSERA__V1__REQUEST__BODY_HELLO] = &tsrd_handler_hello,
-    [TESSERA__V1__REQUEST__BODY_COMPILE] = &tsrd_handler_compile,
-    [TESSERA__V1__REQUEST__BODY_LAUNCH] = &tsrd_handler_launch,
-    [TESSERA__V1__REQUEST__BODY_RUN] = &tsrd_handler_run,
-    [TESSERA__V1__REQUEST__BODY_VERIFY] = &tsrd_handler_verify,
-    [TESSERA__V1__REQUEST__BODY_CANDIDATES] = &tsrd_handler_candidates,
-    [TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC] = &tsrd_handler_buffer_alloc,
-    [TESSERA__V1__REQUEST__BODY_BUFFER_WRITE] = &tsrd_handler_buffer_write,
-    [TESSERA__V1__REQUEST__BODY_BUFFER_READ] = &tsrd_handler_buffer_read,
-    [TESSERA__V1__REQUEST__BODY_BUFFER_FREE] = &tsrd_handler_buffer_free,
-    [TESSERA__V1__REQUEST__BODY_STATS] = &tsrd_handler_stats,
-    [TESSERA__V1__REQUEST__BODY_CACHE_LIST] = &tsrd_handler_cache_list,
-    [TESSERA__V1__REQUEST__BODY_CACHE_EVICT] = &tsrd_handler_cache_evict,
-    [TESSERA__V1__REQUEST__BODY_BATCH] = &tsrd_handler_batch,
-    [TESSERA__V1__REQUEST__BODY_BUFFER_IMPORT] = &tsrd_handler_buffer_import,
-    [TESSERA__V1__REQUEST__BODY_HEALTH] = &tsrd_handler_health,
-    [TESSERA__V1__REQUEST__BODY_KERNEL_FREE] = &tsrd_handler_kernel_free,
-};
-
-const tsrd_handler *tsrd_handler_find(int body_case)
-{
-    if (body_case <= 0 || body_case >= TSRD_BODY_CASES)
-        return NULL;
-    return dispatch_table[body_case];
-}
-
-const char *tsrd_body_name(int body_case)
-{
-    const tsrd_handler *h = tsrd_handler_find(body_case);
-    return h != NULL ? h->name : "unknown";
-}
-
-uint64_t tsrd_reply_payload_max(const tsrd_daemon *d)
-{
-    uint64_t max = d->config.max_message_bytes;
-    return max > TSRD_REPLY_OVERHEAD ? max - TSRD_REPLY_OVERHEAD : 0;
-}
-
-/* ---- the job arena ---- */
-
-void *tsrd_job_alloc(tsrd_job *job, size_t size)
-{
-    tsrd_arena_block *b = calloc(1, sizeof *b + (size ? size : 1));
-    if (b == NULL)
-        return NULL;
-    b->next = job->arena;
-    job->arena = b;
-    return b->data;
-}
-
-char *tsrd_job_strdup(tsrd_job *job, const char *s)
-{
-    size_t n = strlen(s) + 1;
-    char *copy = tsrd_job_alloc(job, n);
-    if (copy != NULL)
-        memcpy(copy, s, n);
-    return copy;
-}
-
-static void dispatch_job_free(tsrd_job *job)
-{
-    while (job->arena != NULL) {
-        tsrd_arena_block *next = job->arena->next;
-        free(job->arena);
-        job->arena = next;
-    }
-    if (job->req != NULL)
-        tessera__v1__request__free_unpacked(job->req, NULL);
-    free(job);
-}
 
 /* ---- encoding and sending ---- */
 
@@ -180,7 +112,7 @@ static void dispatch_complete(tsrd_job *job, tsr_status status)
     dispatch_release(job);
     if (job->session != NULL)
         tsrd_session_unref(d, job->session);
-    dispatch_job_free(job);
+    tsrd_job_free(job);
     d->inflight--;
     if (d->draining && d->inflight == 0 && d->idle_fn != NULL)
         d->idle_fn(d);
@@ -234,7 +166,7 @@ static void dispatch_after_work(uv_work_t *w, int uv_status)
     }
     tsrd_session_unref(d, s);
     /* A sticky device fault shows first as a job's DEVICE_LOST. */
-    tsrd_recovery_poll(d);
+    tsrd_recovery_poll(d, tsrd_dispatch_pump);
     tsrd_dispatch_pump(d);
 }
 
@@ -319,18 +251,6 @@ static void dispatch_stream_push(tsrd_job *job)
         s->stream_head = job;
     s->stream_tail = job;
     dispatch_stream_next(job->d, s);
-}
-
-tsr_status tsrd_job_stream(tsrd_job *job, tsrd_stream **out)
-{
-    tsrd_session *s = job->session;
-    if (s->stream == NULL) {
-        tsr_status st = job->d->bops->stream_create(job->d->backend, 0, &s->stream, &job->err);
-        if (st != TSR_OK)
-            return st;
-    }
-    *out = s->stream;
-    return TSR_OK;
 }
 
 /* ---- validation ---- */
@@ -486,7 +406,7 @@ static bool dispatch_replay(tsrd_daemon *d, tsrd_session *s, void *origin, uint6
     return false;
 }
 
-void tsrd_dispatch(tsrd_daemon *d, uint32_t pipe_id, void *origin, const uint8_t *data, size_t len)
+void tsrd_dispatch(tsrd_daemon *d, tsrd_session *s, void *origin, const uint8_t *data, size_t len)
 {
     uint64_t start = uv_hrtime();
     d->metrics.bytes_in += len;
@@ -497,7 +417,6 @@ void tsrd_dispatch(tsrd_daemon *d, uint32_t pipe_id, void *origin, const uint8_t
         dispatch_reply_bare(d, origin, 0, TSR_BAD_MESSAGE, msg);
         return;
     }
-    tsrd_session *s = tsrd_session_get(d, pipe_id);
     if (s == NULL || d->draining) {
         dispatch_reply_bare(d, origin, req->id, TSR_UNAVAILABLE,
                             s == NULL ? "connection is closing" : "tesserad is shutting down");

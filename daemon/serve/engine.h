@@ -21,21 +21,11 @@
  * (backend, kernel cache, arbiter, config, log). Blocking: compiles, verifies,
  * measures.
  */
-#ifndef TESSERAD_ENGINE_H
-#define TESSERAD_ENGINE_H
+#ifndef TESSERAD_SERVE_ENGINE_H
+#define TESSERAD_SERVE_ENGINE_H
 
-#include "daemon.h"
-
-typedef struct tsrd_compiled {
-    tsr_fingerprint fingerprint;
-    tsr_fingerprint key;
-    char arch[32];
-    tsr_decision decision;
-    const tsr_kcache_blob *blob; /* held; tsrd_compiled_release drops it */
-    tsr_kcache_level level;
-    double compile_ms; /* time the backend spent compiling; 0 on a hit */
-    tsrd_kobj *kobj;   /* loaded when asked; NULL otherwise or once taken */
-} tsrd_compiled;
+#include "serve/compiled.h"
+#include "serve/state.h"
 
 /* The arch a request names, or the serving device's for "". TSR_UNSUPPORTED when
  * the backend does not serve it. */

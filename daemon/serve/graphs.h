@@ -1,5 +1,5 @@
 /*
- * batch.h — the session state of batched launches (handlers_batch.c).
+ * graphs.h — the captured launch sequences of a session (graphs.c).
  *
  * A batch request may ask for its launch sequence to be captured into a device
  * graph; the session keeps up to TSRD_BATCH_GRAPHS captured graphs, keyed by
@@ -8,18 +8,28 @@
  * the objects it was captured with, and a batch pins them for its duration.
  *
  * Threading: the cache is touched only by the session's stream jobs (which
- * never overlap) and by tsrd_batch_graphs_release on the loop once no job
- * holds the session.
+ * never overlap) and by tsrd_graphs_release on the loop once no job holds the
+ * session (or during a recovery, while no work runs).
  */
-#ifndef TESSERAD_BATCH_H
-#define TESSERAD_BATCH_H
+#ifndef TESSERAD_SERVE_GRAPHS_H
+#define TESSERAD_SERVE_GRAPHS_H
 
-#include "daemon.h"
+#include "serve/state.h"
 
 #define TSRD_BATCH_MAX 4096 /* launches in one batch */
 #define TSRD_BATCH_GRAPHS 16
 
-/* Destroys every captured graph of s (session teardown). */
-void tsrd_batch_graphs_release(tsrd_daemon *d, tsrd_session *s);
+/* The graph captured for this exact key (n handles), made the most recently
+ * used; NULL when there is none. The session keeps it. */
+tsrd_graph *tsrd_graphs_find(tsrd_session *s, const uint64_t *key, size_t n);
+
+/* Keeps a newly captured graph under key (malloc'd; both are taken whatever
+ * happens), dropping the least recently used past TSRD_BATCH_GRAPHS.
+ * TSR_NO_MEMORY (graph destroyed, key freed) when it cannot be kept. */
+tsr_status tsrd_graphs_keep(tsrd_daemon *d, tsrd_session *s, uint64_t *key, size_t n,
+                            tsrd_graph *graph, tsr_error *err);
+
+/* Destroys every captured graph of s (session teardown, device recovery). */
+void tsrd_graphs_release(tsrd_daemon *d, tsrd_session *s);
 
 #endif

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve/dispatch.h"
+#include "serve/metrics.h"
 
 /* Bucket bounds: from a cached hello (tens of microseconds) to a cold compile
  * of a large fused region (tens of seconds), about three per decade. The texts
@@ -156,7 +156,7 @@ static const char *metrics_type_name(int body_case)
 /* Body cases the daemon names: 0 ("none") and those with a handler. */
 static bool metrics_type_known(int body_case)
 {
-    return body_case == 0 || tsrd_handler_find(body_case) != NULL;
+    return body_case == 0 || tsrd_body_known(body_case);
 }
 
 static void metrics_requests(tsrd_daemon *d, metrics_list *l)

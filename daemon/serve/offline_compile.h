@@ -21,12 +21,12 @@
  *
  * Threading: thread-safe; call from worker threads. Blocking: runs NVRTC.
  */
-#ifndef TSRD_OFFLINE_COMPILE_H
-#define TSRD_OFFLINE_COMPILE_H
+#ifndef TESSERAD_SERVE_OFFLINE_COMPILE_H
+#define TESSERAD_SERVE_OFFLINE_COMPILE_H
 
 #include <stdbool.h>
 
-#include "serve/engine.h"
+#include "serve/compiled.h"
 #include "tessera/kcache.h"
 #include "tessera/region.h"
 

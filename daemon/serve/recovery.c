@@ -39,7 +39,8 @@
 #include <unistd.h>
 
 #include "serve/graphs.h"
-#include "daemon.h"
+#include "serve/recovery.h"
+#include "serve/session.h"
 #include "serve/shm.h"
 
 #define REBUILD_ATTEMPTS 3
@@ -54,6 +55,7 @@ typedef struct recovery_kernel {
 struct tsrd_recovery {
     uv_work_t work;
     tsrd_daemon *d;
+    tsrd_recovery_resume_fn resume;
     recovery_kernel *kernels;
     size_t n_kernels, cap_kernels;
     size_t kernels_failed;
@@ -133,7 +135,7 @@ static void recovery_rebuild(uv_work_t *w)
 static void recovery_resume(tsrd_daemon *d)
 {
     d->work_paused = false;
-    tsrd_dispatch_pump(d);
+    d->recovery->resume(d);
 }
 
 static void recovery_rebuilt(uv_work_t *w, int uv_status)
@@ -195,7 +197,7 @@ static void recovery_start_rebuild(tsrd_daemon *d)
 {
     struct tsrd_recovery *r = d->recovery;
     for (tsrd_session *s = d->sessions; s != NULL; s = s->next) {
-        tsrd_batch_graphs_release(d, s);
+        tsrd_graphs_release(d, s);
         if (s->stream != NULL) {
             d->bops->stream_destroy(d->backend, s->stream);
             s->stream = NULL;
@@ -217,7 +219,7 @@ static void recovery_start_rebuild(tsrd_daemon *d)
     }
 }
 
-void tsrd_recovery_poll(tsrd_daemon *d)
+void tsrd_recovery_poll(tsrd_daemon *d, tsrd_recovery_resume_fn resume)
 {
     if (d->bops->lost == NULL || d->bops->recover == NULL)
         return;
@@ -236,6 +238,7 @@ void tsrd_recovery_poll(tsrd_daemon *d)
             r->d = d;
             d->recovery = r;
         }
+        r->resume = resume;
         d->recovering = true;
         d->work_paused = true;
         d->device_faults++;

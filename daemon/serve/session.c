@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon.h"
+#include "serve/session.h"
 #include "serve/graphs.h"
 #include "serve/shm.h"
 
@@ -90,7 +90,7 @@ void tsrd_session_unref(tsrd_daemon *d, tsrd_session *s)
         s->kernels = e->next;
         free(e);
     }
-    tsrd_batch_graphs_release(d, s);
+    tsrd_graphs_release(d, s);
     if (s->stream != NULL)
         d->bops->stream_destroy(d->backend, s->stream);
     tsrd_shm_release_all(d, s);

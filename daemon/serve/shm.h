@@ -24,7 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "serve/dispatch.h"
+#include "serve/job.h"
 
 #define TSRD_SHM_NAME_MAX 200
 #define TSRD_SHM_MAX_MAPS 32

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon.h"
+#include "serve/tenant.h"
 
 static tsrd_tenant *tenant_find(tsrd_daemon *d, const char *name)
 {

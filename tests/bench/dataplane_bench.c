@@ -36,7 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/backend.h"
+#include "backend/registry.h"
 #include "backend/cuda/driver.h"
 #include "tessera/arbiter.h"
 #include "tessera/client.h"

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/backend.h"
+#include "backend/cuda/cuda.h"
 #include "backend/cuda/kernels.h"
 #include "tessera/arbiter.h"
 #include "tessera/fingerprint.h"

@@ -23,7 +23,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon.h"
 #include "serve/dispatch.h"
+#include "serve/session.h"
 
 /* Buffers past this many elements are skipped: the work bound does not cover
  * memory, and a huge allocation on the CPU backend is load, not a bug. */
@@ -135,7 +137,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint32_t pipe = ++h->next_pipe;
     h->replies = 0;
     h->bad_replies = 0;
-    tsrd_dispatch(&h->d, pipe, (void *)(uintptr_t)pipe, data, size);
+    tsrd_dispatch(&h->d, tsrd_session_get(&h->d, pipe), (void *)(uintptr_t)pipe, data, size);
     uv_run(&h->loop, UV_RUN_DEFAULT);
     if (h->replies != 1)
         fuzz_fail(h->replies == 0 ? "a request was never answered"

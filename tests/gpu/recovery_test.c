@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend/backend.h"
+#include "backend/isolated/isolated.h"
 #include "backend/cuda/driver.h"
 #include "tessera/json.h"
 #include "../support/recovery.h"

@@ -10,7 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
+#include "backend/cuda/cuda.h"
+#include "backend/isolated/isolated.h"
+#include "backend/registry.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/nvrtc.h"
 #include "tessera/json.h"

@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon.h"
 #include "serve/dispatch.h"
+#include "serve/session.h"
 #include "tessera/region_pb.h"
 
 #define ORIGINS 8
@@ -76,7 +78,7 @@ static Tessera__V1__Reply *send_on(Tessera__V1__Request *req, int origin, uint32
     size_t len = tessera__v1__request__get_packed_size(req);
     uint8_t *buf = malloc(len + 1);
     tessera__v1__request__pack(req, buf);
-    tsrd_dispatch(&h->d, pipe, (void *)(intptr_t)origin, buf, len);
+    tsrd_dispatch(&h->d, tsrd_session_get(&h->d, pipe), (void *)(intptr_t)origin, buf, len);
     free(buf);
     uv_run(&h->loop, UV_RUN_DEFAULT);
     return h->last[origin];
@@ -131,7 +133,7 @@ TestSuite(dispatch, .init = setup, .fini = teardown);
 Test(dispatch, garbage_bytes_get_bad_message_with_id_zero)
 {
     const uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x99};
-    tsrd_dispatch(&h->d, 1, (void *)0, garbage, sizeof garbage);
+    tsrd_dispatch(&h->d, tsrd_session_get(&h->d, 1), (void *)0, garbage, sizeof garbage);
     cr_assert_eq(h->count[0], 1);
     cr_assert_eq(h->last[0]->status, TSR_BAD_MESSAGE);
     cr_assert_eq(h->last[0]->id, 0);
@@ -249,14 +251,14 @@ Test(dispatch, a_resent_id_is_answered_from_memory)
     size_t len = tessera__v1__request__get_packed_size(&req);
     uint8_t buf[256];
     tessera__v1__request__pack(&req, buf);
-    tsrd_dispatch(&h->d, 1, (void *)0, buf, len);
-    tsrd_dispatch(&h->d, 1, (void *)1, buf, len);
+    tsrd_dispatch(&h->d, tsrd_session_get(&h->d, 1), (void *)0, buf, len);
+    tsrd_dispatch(&h->d, tsrd_session_get(&h->d, 1), (void *)1, buf, len);
     uv_run(&h->loop, UV_RUN_DEFAULT);
     cr_assert_eq(h->count[0], 1);
     cr_assert_eq(h->count[1], 1);
     cr_assert_eq(h->last[0]->buffer_alloc->buffer, h->last[1]->buffer_alloc->buffer);
     /* And once more after it finished. */
-    tsrd_dispatch(&h->d, 1, (void *)2, buf, len);
+    tsrd_dispatch(&h->d, tsrd_session_get(&h->d, 1), (void *)2, buf, len);
     cr_assert_eq(h->count[2], 1);
     cr_assert_eq(h->last[2]->buffer_alloc->buffer, h->last[0]->buffer_alloc->buffer);
     cr_assert_eq(h->d.default_tenant.buffers, 1, "executed once");
@@ -362,8 +364,8 @@ Test(dispatch, a_freed_kernel_lives_until_the_launch_holding_it_completes)
     uint8_t lbuf[256], fbuf[64];
     size_t llen = tessera__v1__request__pack(&lreq, lbuf);
     size_t flen = tessera__v1__request__pack(&freq, fbuf);
-    tsrd_dispatch(&h->d, 1, (void *)1, lbuf, llen);
-    tsrd_dispatch(&h->d, 1, (void *)2, fbuf, flen);
+    tsrd_dispatch(&h->d, tsrd_session_get(&h->d, 1), (void *)1, lbuf, llen);
+    tsrd_dispatch(&h->d, tsrd_session_get(&h->d, 1), (void *)2, fbuf, flen);
     /* The free is answered on the loop, before the launch has run. */
     cr_assert_eq(h->count[1], 0);
     cr_assert_eq(h->count[2], 1);

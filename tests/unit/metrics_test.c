@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve/dispatch.h"
+#include "daemon.h"
+#include "serve/metrics.h"
 
 Test(metrics, a_bound_belongs_to_its_own_bucket)
 {

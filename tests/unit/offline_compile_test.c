@@ -8,6 +8,7 @@
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/nvrtc.h"
+#include "serve/engine.h"
 #include "serve/offline_compile.h"
 #include "tessera/json.h"
 

@@ -7,6 +7,8 @@
 
 #include "config.h"
 #include "daemon.h"
+#include "serve/session.h"
+#include "serve/tenant.h"
 
 static tsr_status tenant_parse(tsrd_config *c, const char *text, tsr_error *err)
 {

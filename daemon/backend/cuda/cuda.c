@@ -43,7 +43,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
+#include "backend/cuda/cuda.h"
+
 #include "backend/cuda/driver.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/nvrtc.h"

@@ -49,7 +49,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/backend.h"
+#include "backend/isolated/isolated.h"
+
+#include "backend/cpu.h"
 #include "backend/cuda/driver.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/nvrtc.h"

@@ -89,9 +89,4 @@ int tsrd_dw_read_all(int fd, void *buf, size_t len);
 int tsrd_dw_write_all_fd(int fd, const void *buf, size_t len, int send_fd);
 int tsrd_dw_read_all_fd(int fd, void *buf, size_t len, int *recv_fd);
 
-/* The device worker's main (device_worker.c): argv is
- * tesserad --device-worker BACKEND TEST_FAULTS(0|1) CHANNELS. Returns the exit
- * status. */
-int tsrd_device_worker_main(int argc, char **argv);
-
 #endif

@@ -1,7 +1,7 @@
 /*
- * device_worker.c — `tesserad --device-worker`: the process that owns the
- * device context for the isolated CUDA backend (device_wire.h has the
- * protocol, backend_isolated.c the other end).
+ * worker.c — `tesserad --device-worker`: the process that owns the device
+ * context for the isolated backends (wire.h has the protocol, isolated.c the
+ * other end).
  *
  * It opens the in-process backend it is told to, registers that backend's
  * candidates in a private arbiter (to find a candidate by name when loading),
@@ -24,8 +24,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "backend/backend.h"
+#include "backend/isolated/worker.h"
+
 #include "backend/isolated/wire.h"
+#include "backend/registry.h"
 #include "tessera/json.h"
 
 /* The largest request payload accepted (a kernel binary and its region). */
@@ -51,91 +53,6 @@ typedef struct worker_channel {
     bool pinned; /* the window is registered with the backend */
     pthread_t thread;
 } worker_channel;
-
-int tsrd_dw_write_all(int fd, const void *buf, size_t len)
-{
-    const uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-int tsrd_dw_write_all_fd(int fd, const void *buf, size_t len, int send_fd)
-{
-    if (send_fd < 0 || len == 0)
-        return tsrd_dw_write_all(fd, buf, len);
-    union {
-        struct cmsghdr h;
-        char space[CMSG_SPACE(sizeof(int))];
-    } ctl;
-    memset(&ctl, 0, sizeof ctl);
-    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
-    struct msghdr msg = {.msg_iov = &iov,
-                         .msg_iovlen = 1,
-                         .msg_control = ctl.space,
-                         .msg_controllen = sizeof ctl.space};
-    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &send_fd, sizeof send_fd);
-    ssize_t n;
-    do
-        n = sendmsg(fd, &msg, MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
-    if (n <= 0)
-        return -1;
-    return tsrd_dw_write_all(fd, (const uint8_t *)buf + n, len - (size_t)n);
-}
-
-int tsrd_dw_read_all_fd(int fd, void *buf, size_t len, int *recv_fd)
-{
-    *recv_fd = -1;
-    if (len == 0)
-        return 0;
-    union {
-        struct cmsghdr h;
-        char space[CMSG_SPACE(sizeof(int))];
-    } ctl;
-    struct iovec iov = {.iov_base = buf, .iov_len = len};
-    struct msghdr msg = {.msg_iov = &iov,
-                         .msg_iovlen = 1,
-                         .msg_control = ctl.space,
-                         .msg_controllen = sizeof ctl.space};
-    ssize_t n;
-    do
-        n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-    while (n < 0 && errno == EINTR);
-    if (n <= 0)
-        return -1;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-            c->cmsg_len == CMSG_LEN(sizeof(int)))
-            memcpy(recv_fd, CMSG_DATA(c), sizeof *recv_fd);
-    return tsrd_dw_read_all(fd, (uint8_t *)buf + n, len - (size_t)n);
-}
-
-int tsrd_dw_read_all(int fd, void *buf, size_t len)
-{
-    uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = read(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
 
 static int worker_reply(worker *w, int fd, tsr_status st, const tsr_error *err, const uint64_t r[2],
                         const void *payload, uint32_t payload_len)

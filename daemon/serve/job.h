@@ -1,0 +1,101 @@
+/*
+ * job.h — one request on its way through the daemon: the job, the handler
+ * steps that serve it, and the memory that lives as long as it does.
+ *
+ * A handler has up to three steps:
+ *
+ *   prepare   on the loop: resolve handles, pin objects, check what the loop owns
+ *   execute   on a worker thread when the row is TSRD_HEAVY, else on the loop
+ *   complete  on the loop: register new handles, unpin; runs whatever happened
+ *
+ * Rows flagged TSRD_STREAM also run in order on the session's stream.
+ *
+ * Threading: a job is touched by one thread at a time: the loop, or the worker
+ * running its execute step. Memory: a reply is built in the job; its extra
+ * allocations come from the job's arena and go when the job does.
+ */
+#ifndef TESSERAD_SERVE_JOB_H
+#define TESSERAD_SERVE_JOB_H
+
+#include "serve/state.h"
+
+enum tsrd_handler_flags {
+    TSRD_HEAVY = 1u << 0,  /* execute runs on the worker pool */
+    TSRD_STREAM = 1u << 1, /* ... in order on the session's stream */
+};
+
+typedef struct tsrd_handler {
+    const char *name; /* "hello", "buffer_alloc", ...: logs and metrics */
+    unsigned flags;
+    tsr_status (*prepare)(tsrd_job *job);
+    tsr_status (*execute)(tsrd_job *job);
+    /* status is the outcome so far; the return value replaces it. */
+    tsr_status (*complete)(tsrd_job *job, tsr_status status);
+} tsrd_handler;
+
+typedef struct tsrd_arena_block {
+    struct tsrd_arena_block *next;
+    max_align_t data[];
+} tsrd_arena_block;
+
+struct tsrd_job {
+    tsrd_daemon *d;
+    tsrd_session *session;
+    void *origin;
+    uint64_t id;
+    uint64_t start_ns;
+    int body_case;
+    const tsrd_handler *handler;
+    Tessera__V1__Request *req;
+    tsr_error err;
+    Tessera__V1__Reply reply;
+    union {
+        Tessera__V1__HelloReply hello;
+        Tessera__V1__CompileReply compile;
+        Tessera__V1__LaunchReply launch;
+        Tessera__V1__RunReply run;
+        Tessera__V1__VerifyReply verify;
+        Tessera__V1__CandidatesReply candidates;
+        Tessera__V1__BufferAllocReply buffer_alloc;
+        Tessera__V1__BufferWriteReply buffer_write;
+        Tessera__V1__BufferReadReply buffer_read;
+        Tessera__V1__BufferFreeReply buffer_free;
+        Tessera__V1__StatsReply stats;
+        Tessera__V1__CacheListReply cache_list;
+        Tessera__V1__CacheEvictReply cache_evict;
+        Tessera__V1__BatchReply batch;
+        Tessera__V1__BufferImportReply buffer_import;
+        Tessera__V1__HealthReply health;
+    } body;
+    /* The tenant the request is attributed to and what it holds of the
+     * tenant's quotas until it is answered (dispatch.c). */
+    tsrd_tenant *tenant;
+    bool holds_compile;
+    bool holds_buffer;
+    uint64_t holds_bytes;
+    tsrd_job *work_next; /* in the tenant's work queue */
+    tsrd_arena_block *arena;
+    void *state; /* the handler's own, released by its complete step */
+    uv_work_t work;
+    tsrd_job *stream_next;
+};
+
+/* Zeroed memory that lives as long as the job; NULL when out of memory. */
+void *tsrd_job_alloc(tsrd_job *job, size_t size);
+char *tsrd_job_strdup(tsrd_job *job, const char *s);
+/* Frees the job, its arena and its request. */
+void tsrd_job_free(tsrd_job *job);
+
+/* The session's stream, created on first use (stream jobs only, worker thread). */
+tsr_status tsrd_job_stream(tsrd_job *job, tsrd_stream **out);
+
+/* The largest payload a reply may carry: the message limit less the envelope. */
+uint64_t tsrd_reply_payload_max(const tsrd_daemon *d);
+
+/* The name of a request body case as the protocol spells it ("hello",
+ * "buffer_alloc", ...), or "unknown"; tsrd_body_known says whether the case is
+ * one of the protocol's request bodies. */
+const char *tsrd_body_name(int body_case);
+bool tsrd_body_known(int body_case);
+
+#endif

@@ -1,0 +1,52 @@
+/*
+ * session.h — connections and the handles they own (session.c).
+ *
+ * Threading: the loop thread.
+ */
+#ifndef TESSERAD_SERVE_SESSION_H
+#define TESSERAD_SERVE_SESSION_H
+
+#include "serve/state.h"
+
+/* The session of a pipe, opened on first use. NULL when the pipe is already
+ * known to be gone (or out of memory): the request is then not served. */
+tsrd_session *tsrd_session_get(tsrd_daemon *d, uint32_t pipe_id);
+/* The pipe went away: drop the session's handles and its table reference. */
+void tsrd_session_close(tsrd_daemon *d, uint32_t pipe_id);
+void tsrd_session_ref(tsrd_session *s);
+void tsrd_session_unref(tsrd_daemon *d, tsrd_session *s);
+/* Closes every session (shutdown). */
+void tsrd_session_close_all(tsrd_daemon *d);
+
+/* Handle lookups for a session: NULL for unknown, freed or foreign handles. */
+tsrd_buffer *tsrd_buffer_lookup(tsrd_daemon *d, tsrd_session *s, uint64_t handle);
+tsrd_kernel *tsrd_kernel_lookup(tsrd_daemon *d, tsrd_session *s, uint64_t handle);
+/* Registers a new object (refs 1, held by the table) and returns its handle. */
+tsr_status tsrd_buffer_register(tsrd_daemon *d, tsrd_session *s, tsrd_buffer *b, uint64_t *handle,
+                                tsr_error *err);
+/* The completion of a job that made a buffer (alloc, import): registers b when
+ * status is OK, and otherwise, or when registration fails, frees its device
+ * memory and b itself. Returns the final status. */
+tsr_status tsrd_buffer_adopt(tsrd_daemon *d, tsrd_session *s, tsr_status status, tsrd_buffer *b,
+                             uint64_t *handle, tsr_error *err);
+tsr_status tsrd_kernel_register(tsrd_daemon *d, tsrd_session *s, tsrd_kernel *k, uint64_t *handle,
+                                tsr_error *err);
+/* The handle of a kernel with this cache key that the session already holds,
+ * or 0. Kernel handles live until kernel_free or the session's close. */
+uint64_t tsrd_session_kernel_find(const tsrd_session *s, const tsr_fingerprint *key);
+/* Removes a buffer handle; false when it is not the session's. */
+bool tsrd_buffer_release_handle(tsrd_daemon *d, tsrd_session *s, uint64_t handle);
+/* Removes a kernel handle and the session's note of its key (a later compile of
+ * the key loads a new kernel); false when it is not the session's. A launch
+ * that pinned the kernel keeps it loaded until it completes. */
+bool tsrd_kernel_release_handle(tsrd_daemon *d, tsrd_session *s, uint64_t handle);
+void tsrd_buffer_ref(tsrd_buffer *b);
+void tsrd_buffer_unref(tsrd_daemon *d, tsrd_buffer *b);
+void tsrd_kernel_ref(tsrd_kernel *k);
+void tsrd_kernel_unref(tsrd_daemon *d, tsrd_kernel *k);
+
+/* Records an ipc peer's credentials on its session (server.c, before the
+ * session's first dispatch). */
+void tsrd_session_set_peer(tsrd_session *s, uint32_t uid, uint32_t gid);
+
+#endif

@@ -1,0 +1,189 @@
+/*
+ * state.h — the daemon's state: the context and the objects it serves from.
+ *
+ * One tsrd_daemon holds everything tesserad serves from: the configuration, the
+ * backend, the kernel cache, the arbiter, the handle table, the sessions and
+ * tenants, and the counters. It is passed explicitly; there are no globals.
+ *
+ * Threading: the daemon belongs to the libuv loop thread. Worker threads (the
+ * libuv threadpool) may use only what is thread-safe by its own contract — the
+ * backend, the kernel cache, the arbiter, the log and the read-only config —
+ * and hand their results back to the loop through uv_queue_work's completion
+ * callback. nng's threads never touch the daemon: server.c queues what they
+ * receive and wakes the loop with uv_async_send.
+ *
+ * Lifetime: buffers, kernels and sessions are reference-counted on the loop
+ * thread. The handle table holds one reference; every request that uses an
+ * object pins it for its duration, so a buffer freed (or a session closed) while
+ * a launch still reads it lives until that launch completes.
+ */
+#ifndef TESSERAD_SERVE_STATE_H
+#define TESSERAD_SERVE_STATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "backend/backend.h"
+#include "config.h"
+#include "log.h"
+#include "serve/handles.h"
+#include "serve/replay.h"
+#include "tessera.pb-c.h"
+#include "tessera/arbiter.h"
+#include "tessera/kcache.h"
+
+#define TSRD_MAX_DEVICES 16
+/* Room a reply's envelope needs beyond its payload bytes. */
+#define TSRD_REPLY_OVERHEAD 4096
+/* Highest request body number plus one: the handler table's length. */
+#define TSRD_BODY_CASES 60
+
+typedef struct tsrd_job tsrd_job;
+
+/* Who a request is attributed to (tenant.c). Without tenants in the config
+ * there is one, "default", and every request is its. Tenants live until the
+ * daemon closes: a reload updates them in place by name and marks the ones no
+ * longer configured as removed, so objects that point at them stay valid. */
+typedef struct tsrd_tenant {
+    char name[TSRD_TENANT_NAME_MAX];
+    tsrd_tenant_config conf; /* identities and quotas, replaced on reload */
+    bool removed;            /* gone from the config: attributes nothing */
+    /* Accounting, checked against conf.quota. */
+    uint64_t buffers;
+    uint64_t buffer_bytes;
+    uint64_t kernels;
+    uint64_t in_flight;        /* requests admitted, not yet answered */
+    uint64_t compiles;         /* compile-class requests admitted */
+    uint64_t reserved_buffers; /* buffer_alloc admitted, not yet registered */
+    uint64_t reserved_bytes;
+    uint64_t refused_quota; /* RESOURCE_EXHAUSTED answers */
+    /* Fair service: heavy work waits in its tenant's queue, and the tenants
+     * with queued work take turns for the worker pool. */
+    tsrd_job *work_head, *work_tail;
+    bool work_ready; /* on the daemon's ready ring */
+    struct tsrd_tenant *ready_next;
+    struct tsrd_tenant *next;
+} tsrd_tenant;
+
+/* One connection (one nng pipe). Its buffers and kernels die with it. */
+typedef struct tsrd_session {
+    uint32_t pipe_id;
+    tsrd_tenant *tenant; /* bound by the first attributed request */
+    bool peer_known;     /* ipc peers: the credentials below are the pipe's */
+    uint32_t peer_uid, peer_gid;
+    tsrd_replay replay;
+    int refs; /* the session table's, plus one per job */
+    bool closed;
+    /* The session's stream: device work runs one job at a time, in arrival
+     * order, so a write, a launch and a read are never reordered or overlapped. */
+    tsrd_stream *stream;             /* created by the first stream job, on its worker thread */
+    struct tsrd_shm_map *shm_maps;   /* shm.c: segments mapped for this session */
+    struct tsrd_graph_cache *graphs; /* handlers_batch.c: captured launch sequences */
+    /* Kernel keys this session holds a handle for: compiling a key again returns
+     * the same handle instead of loading (and holding) another copy. */
+    struct tsrd_session_kernel *kernels;
+    bool stream_busy;
+    tsrd_job *stream_head, *stream_tail;
+    struct tsrd_session *next;
+} tsrd_session;
+
+typedef struct tsrd_buffer {
+    int refs;
+    bool lost; /* its device memory went with a recovery: no longer counted against the tenant */
+    tsrd_dbuf *dbuf;
+    tsr_dtype dtype;
+    int rank;
+    int64_t shape[TSR_MAX_RANK];
+    uint64_t bytes;
+    tsrd_tenant *tenant;
+} tsrd_buffer;
+
+typedef struct tsrd_kernel {
+    int refs;
+    tsrd_kobj *kobj;
+    tsr_fingerprint key; /* kernel cache key of the loaded binary */
+    tsr_region region;   /* validated; the signature launches are checked against */
+    char candidate[TSR_CANDIDATE_NAME_MAX];
+    tsrd_tenant *tenant;
+} tsrd_kernel;
+
+/* Fixed latency buckets (metrics.c holds the bounds, 50 us to 60 s) plus the
+ * overflow bucket, +Inf. */
+#define TSRD_LATENCY_BUCKETS 20
+
+/* One latency histogram: counts per bucket (not cumulative: an observation
+ * lands in the first bucket whose bound it does not exceed, or in the last,
+ * +Inf), their number and their sum. */
+typedef struct tsrd_latency {
+    uint64_t buckets[TSRD_LATENCY_BUCKETS + 1];
+    uint64_t count;
+    uint64_t sum_ns;
+} tsrd_latency;
+
+/* Request counters, by body case and status, and request latency (arrival to
+ * reply) by body case (the loop's own). */
+typedef struct tsrd_metrics {
+    uint64_t requests[TSRD_BODY_CASES][TSR_STATUS_COUNT];
+    tsrd_latency latency[TSRD_BODY_CASES];
+    uint64_t replays;         /* answered from the request-id memory */
+    uint64_t sessions_opened; /* ever */
+    uint64_t bytes_in, bytes_out;
+} tsrd_metrics;
+
+typedef struct tsrd_daemon tsrd_daemon;
+
+/* Where replies go: server.c sends them on the nng context the request came in
+ * on (origin); tests capture them. Called on the loop thread, exactly once per
+ * origin handed to tsrd_dispatch. data is only valid during the call. */
+typedef void (*tsrd_reply_fn)(void *sink, void *origin, const uint8_t *data, size_t len);
+
+struct tsrd_daemon {
+    tsrd_config config;
+    tsrd_log log;
+    uv_loop_t *loop;
+
+    const tsrd_backend_ops *bops;
+    tsrd_backend *backend;
+    int n_devices;
+    tsrd_device_info devices[TSRD_MAX_DEVICES];
+    char driver_version[64];
+    char compiler_version[64];
+
+    tsr_kcache *kcache;
+    tsr_arbiter *arbiter;
+    tsrd_handles handles;
+    tsrd_tenant default_tenant;
+    tsrd_tenant *tenants; /* from the config; NULL: everything is default_tenant */
+    /* Fair service (dispatch.c): tenants with queued heavy work, served in
+     * turn, and how many jobs the worker pool holds of at most work_slots. */
+    tsrd_tenant *ready_head, *ready_tail;
+    int work_running, work_slots;
+    /* Health: the backend is rebuilding its device context (recovery.c). While
+     * work_paused the dispatch pump hands out no heavy work. */
+    bool recovering;
+    bool work_paused;
+    uint64_t recoveries;       /* completed */
+    uint64_t device_faults;    /* sticky faults noticed */
+    uint64_t buffers_lost;     /* buffer handles whose memory a fault took */
+    uint64_t recovery_last_ms; /* fault noticed -> serving again, last recovery */
+    uint64_t recovery_started_ns;
+    struct tsrd_recovery *recovery;
+    uint64_t start_ns;
+    tsrd_session *sessions;
+    size_t n_sessions;
+    /* Pipes already gone, so that a message that raced its pipe's removal does
+     * not open a session nobody would close. */
+    uint32_t removed_pipes[64];
+    unsigned removed_next;
+
+    tsrd_metrics metrics;
+    tsrd_reply_fn reply_fn;
+    void *reply_sink;
+
+    int inflight; /* jobs not yet answered */
+    bool draining;
+    void (*idle_fn)(tsrd_daemon *d); /* called when draining and inflight hits 0 */
+};
+
+#endif

@@ -1,0 +1,25 @@
+/*
+ * tenant.h — who a request is attributed to (tenant.c).
+ *
+ * Threading: the loop thread.
+ */
+#ifndef TESSERAD_SERVE_TENANT_H
+#define TESSERAD_SERVE_TENANT_H
+
+#include "serve/state.h"
+
+/* Creates or updates the tenants from config->tenants (start-up and SIGHUP):
+ * matched by name, updated in place; those no longer listed are marked removed.
+ * Accounting is kept. TSR_NO_MEMORY on failure (then nothing changed). */
+tsr_status tsrd_tenants_apply(tsrd_daemon *d, const tsrd_config *config, tsr_error *err);
+void tsrd_tenants_fini(tsrd_daemon *d);
+
+/* The tenant a request belongs to: with tenants configured, a non-empty auth
+ * must be a configured token; without one the session's ipc peer uid, then gid,
+ * must be listed. A session keeps the tenant of its first request; a later one
+ * attributed elsewhere is refused. TSR_UNAUTHENTICATED (in err) when no tenant
+ * matches. */
+tsr_status tsrd_tenant_attribute(tsrd_daemon *d, tsrd_session *s, const char *auth,
+                                 tsrd_tenant **out, tsr_error *err);
+
+#endif

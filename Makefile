@@ -2,6 +2,7 @@
 #
 #   make              libtessera, tesserad, libtessera-client, tessera-cli
 #   make test         build and run every Criterion suite (unit, e2e, gpu: skipped without one)
+#   make check-layers the daemon's layering rules (part of make test)
 #   make run          build, start tesserad on its default endpoint, run examples through the CLI
 #   make bench        build and run the benchmarks (results go into docs/benchmarks.md by hand)
 #   make install PREFIX=/usr/local DESTDIR=
@@ -84,7 +85,7 @@ BENCH_BIN := $(BENCH_SRC:%.c=$(BUILD)/%)
 ALL_LIBS := $(DAEMON_A) $(CLIENT_A) $(LIB_A)
 
 .PHONY: all test unit e2e gpu run bench install format format-check clean fuzz fuzz-smoke \
-        fuzz-build fuzz-seeds soak gemm80-check
+        fuzz-build fuzz-seeds soak gemm80-check check-layers
 all: $(TESSERAD) $(CLI) $(CLIENT_SO)
 
 # ---- generated protobuf code ----
@@ -173,8 +174,16 @@ $(BUILD)/tests/bench/%: $(BUILD)/tests/bench/%.o $(ALL_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
 
-test: all $(TEST_BIN)
+test: check-layers all $(TEST_BIN)
 	BUILD=$(BUILD) tests/run-tests.sh $(TEST_BIN)
+
+# The daemon's layers (docs/architecture.md): backend/ knows nothing of the
+# serving code, and serve/ nothing of the handlers or the transport above it.
+check-layers:
+	@if grep -rnE '#include "(serve|handlers|net)/' daemon/backend; then \
+		echo "check-layers: daemon/backend/ includes a serving header (above)"; exit 1; fi
+	@if grep -rnE '#include "(handlers|net)/' daemon/serve; then \
+		echo "check-layers: daemon/serve/ includes a handlers/ or net/ header (above)"; exit 1; fi
 
 unit: all $(UNIT_SRC:%.c=$(BUILD)/%)
 	BUILD=$(BUILD) tests/run-tests.sh $(UNIT_SRC:%.c=$(BUILD)/%)

@@ -15,6 +15,7 @@
 #include "daemon.h"
 
 #include "backend/registry.h"
+#include "handlers/handlers.h"
 #include "serve/recovery.h"
 #include "serve/session.h"
 #include "serve/tenant.h"
@@ -71,6 +72,7 @@ tsr_status tsrd_daemon_init(tsrd_daemon *d, const tsrd_config *config, uv_loop_t
         return st;
     d->log.level = config->log_level;
     d->loop = loop;
+    d->handler_find = tsrd_handler_find;
     d->start_ns = uv_hrtime();
     d->work_slots = config->workers;
     snprintf(d->default_tenant.name, sizeof d->default_tenant.name, "default");

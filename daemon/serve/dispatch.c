@@ -6,7 +6,6 @@
  */
 #include "serve/dispatch.h"
 
-#include "handlers/handlers.h"
 #include "serve/metrics.h"
 #include "serve/recovery.h"
 #include "serve/session.h"
@@ -444,7 +443,7 @@ void tsrd_dispatch(tsrd_daemon *d, tsrd_session *s, void *origin, const uint8_t 
     job->id = req->id;
     job->start_ns = start;
     job->body_case = req->body_case;
-    job->handler = tsrd_handler_find(req->body_case);
+    job->handler = d->handler_find(req->body_case);
     d->inflight++;
 
     tsr_status st = dispatch_validate(job);

@@ -5,7 +5,7 @@
  * answered BAD_MESSAGE with id 0) -> the request-id memory (a resent id is
  * answered from memory, or waits for the first copy) -> one central validation
  * step (body present and known, tenant and its quotas, payload sizes) -> the
- * handler for the body (handlers/handlers.h) -> encode -> reply. The steps of a
+ * handler for the body (d->handler_find: handlers/handlers.h) -> encode -> reply. The steps of a
  * handler and where each runs are in serve/job.h.
  *
  * Rows flagged TSRD_STREAM run in order on the session's stream: one such job

@@ -40,6 +40,7 @@
 #define TSRD_BODY_CASES 60
 
 typedef struct tsrd_job tsrd_job;
+typedef struct tsrd_handler tsrd_handler;
 
 /* Who a request is attributed to (tenant.c). Without tenants in the config
  * there is one, "default", and every request is its. Tenants live until the
@@ -178,6 +179,10 @@ struct tsrd_daemon {
     unsigned removed_next;
 
     tsrd_metrics metrics;
+    /* The handler of a request body case, NULL for none: the table in
+     * handlers/, handed in by tsrd_daemon_init so that the request path names
+     * no handler. */
+    const tsrd_handler *(*handler_find)(int body_case);
     tsrd_reply_fn reply_fn;
     void *reply_sink;
 

@@ -1,8 +1,8 @@
 /*
  * gemm_common.cuh — device code shared by the tier-3 GEMM families
  * (gemm_sm90.cu, gemm_sm80.cu): the epilogue's activations with the op table's
- * exact semantics, the paired output stores and the tile order. One copy, so the
- * two families cannot drift apart in what a fused region means.
+ * exact semantics, the input loads, the paired output stores and the tile order.
+ * One copy, so the two families cannot drift apart in what a fused region means.
  */
 #ifndef TSR_GEMM_COMMON_CUH
 #define TSR_GEMM_COMMON_CUH
@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* tsr_op numbers used by the epilogue (lib/include/tessera/ops.h). */
 enum {
@@ -19,6 +20,38 @@ enum {
     GEMM_OP_SILU = 19,
     GEMM_OP_GELU = 22,
     GEMM_OP_BIAS = 25,
+};
+
+/* Shared-memory address of a generic pointer, for the PTX operands. */
+__device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/* Loads of the input dtype (bias, residual) widened to f32: one element, or
+ * two adjacent ones in one 4-byte access. */
+template <typename T> struct elem;
+template <> struct elem<__nv_bfloat16> {
+    static __device__ __forceinline__ float load(const void *p, size_t i)
+    {
+        return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
+    }
+    static __device__ __forceinline__ float2 load_pair(const void *p, size_t i)
+    {
+        return __bfloat1622float2(
+            *reinterpret_cast<const __nv_bfloat162 *>(static_cast<const __nv_bfloat16 *>(p) + i));
+    }
+};
+template <> struct elem<__half> {
+    static __device__ __forceinline__ float load(const void *p, size_t i)
+    {
+        return __half2float(static_cast<const __half *>(p)[i]);
+    }
+    static __device__ __forceinline__ float2 load_pair(const void *p, size_t i)
+    {
+        return __half22float2(
+            *reinterpret_cast<const __half2 *>(static_cast<const __half *>(p) + i));
+    }
 };
 
 /* Stores a pair of adjacent outputs (col, col + 1), both in range. */

@@ -51,11 +51,6 @@ static_assert(kAChunks == 2 * kThreads && kBChunks == 2 * kThreads, "loader spli
 
 /* ---- PTX wrappers ---- */
 
-__device__ __forceinline__ uint32_t smem_addr(const void *p)
-{
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 /* 16-byte global -> shared copy; src_bytes 0 writes 16 zero bytes and reads
  * nothing (src must still be a valid address). */
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, unsigned src_bytes)
@@ -86,45 +81,23 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t *r, uint32_t addr)
                  : "r"(addr));
 }
 
-/* ---- element types ---- */
+/* d += A (16 x 16) @ B (16 x 8) from ldmatrix fragments, for input type T. */
+template <typename T>
+__device__ __forceinline__ void mma_m16n8k16(float *d, const uint32_t *a, const uint32_t *b);
 
-template <typename T> struct elem;
-template <> struct elem<__nv_bfloat16> {
-    static __device__ __forceinline__ float load(const void *p, size_t i)
-    {
-        return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
+#define DEFINE_MMA_M16N8K16(type, ab)                                                              \
+    template <>                                                                                    \
+    __device__ __forceinline__ void mma_m16n8k16<type>(float *d, const uint32_t *a,                \
+                                                       const uint32_t *b)                          \
+    {                                                                                              \
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." ab "." ab ".f32 "                    \
+                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"             \
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                              \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));          \
     }
-    static __device__ __forceinline__ float2 load_pair(const void *p, size_t i)
-    {
-        return __bfloat1622float2(
-            *reinterpret_cast<const __nv_bfloat162 *>(static_cast<const __nv_bfloat16 *>(p) + i));
-    }
-    static __device__ __forceinline__ void mma(float *d, const uint32_t *a, const uint32_t *b)
-    {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-    }
-};
-template <> struct elem<__half> {
-    static __device__ __forceinline__ float load(const void *p, size_t i)
-    {
-        return __half2float(static_cast<const __half *>(p)[i]);
-    }
-    static __device__ __forceinline__ float2 load_pair(const void *p, size_t i)
-    {
-        return __half22float2(
-            *reinterpret_cast<const __half2 *>(static_cast<const __half *>(p) + i));
-    }
-    static __device__ __forceinline__ void mma(float *d, const uint32_t *a, const uint32_t *b)
-    {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                     "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-    }
-};
+
+DEFINE_MMA_M16N8K16(__nv_bfloat16, "bf16")
+DEFINE_MMA_M16N8K16(__half, "f16")
 
 /* The epilogue chain on one pair of adjacent outputs (row, col), (row, col + 1)
  * of a plain kernel. Not inlined: the accumulator loop that calls it is
@@ -274,7 +247,7 @@ __device__ __forceinline__ void gemm_body(const TIn *__restrict__ a, const TIn *
                 for (int i = 0; i < 4; i++)
 #pragma unroll
                     for (int j = 0; j < 4; j++)
-                        elem<TIn>::mma(acc[i][j], af[i], &bf[j / 2][(j % 2) * 2]);
+                        mma_m16n8k16<TIn>(acc[i][j], af[i], &bf[j / 2][(j % 2) * 2]);
             }
         }
         /* The next tile's prologue overwrites stages other warps may still read. */

@@ -42,11 +42,6 @@ constexpr int kScratchFloats = 16 * kScratchStride; /* one warp's 16 x 32 block 
 
 /* ---- PTX wrappers ---- */
 
-__device__ __forceinline__ uint32_t smem_addr(const void *p)
-{
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 __device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
 {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
@@ -189,32 +184,6 @@ DEFINE_WGMMA(256, __nv_bfloat16, "bf16")
 DEFINE_WGMMA(128, __nv_bfloat16, "bf16")
 DEFINE_WGMMA(256, __half, "f16")
 DEFINE_WGMMA(128, __half, "f16")
-
-/* ---- element types ---- */
-
-template <typename T> struct elem;
-template <> struct elem<__nv_bfloat16> {
-    static __device__ __forceinline__ float load(const void *p, size_t i)
-    {
-        return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
-    }
-    static __device__ __forceinline__ float2 load_pair(const void *p, size_t i)
-    {
-        return __bfloat1622float2(
-            *reinterpret_cast<const __nv_bfloat162 *>(static_cast<const __nv_bfloat16 *>(p) + i));
-    }
-};
-template <> struct elem<__half> {
-    static __device__ __forceinline__ float load(const void *p, size_t i)
-    {
-        return __half2float(static_cast<const __half *>(p)[i]);
-    }
-    static __device__ __forceinline__ float2 load_pair(const void *p, size_t i)
-    {
-        return __half22float2(
-            *reinterpret_cast<const __half2 *>(static_cast<const __half *>(p) + i));
-    }
-};
 
 /* Stores one warp's 16 x 32 block (gated: 16 x 16 gate products beside 16 x 16
  * up products) from its scratch tile to the output, applying the epilogue.

@@ -10,22 +10,24 @@
 
 #include "../support/recovery.h"
 
-Test(recovery, a_faulting_tenant_costs_the_others_their_buffers_not_their_service, .timeout = 120)
+/* The scenario on backend, with its figures in the log. */
+static void recovery_run(const char *backend)
 {
     recovery_figures f;
-    recovery_scenario("cpu", 4096, &f);
+    recovery_scenario(backend, 4096, &f);
     cr_log_info("fault -> ready %.1f ms (daemon %.1f ms); bob: %llu right, %llu lost, %llu after",
                 f.fault_to_ready_ms, f.daemon_recovery_ms, (unsigned long long)f.bob_runs_ok,
                 (unsigned long long)f.bob_runs_lost, (unsigned long long)f.bob_runs_after);
+}
+
+Test(recovery, a_faulting_tenant_costs_the_others_their_buffers_not_their_service, .timeout = 120)
+{
+    recovery_run("cpu");
 }
 
 /* The same with the device in a worker process: the fault costs the worker,
  * which the daemon restarts. */
 Test(recovery, a_fault_in_the_device_worker_is_survived_by_restarting_it, .timeout = 120)
 {
-    recovery_figures f;
-    recovery_scenario("cpu-isolated", 4096, &f);
-    cr_log_info("fault -> ready %.1f ms (daemon %.1f ms); bob: %llu right, %llu lost, %llu after",
-                f.fault_to_ready_ms, f.daemon_recovery_ms, (unsigned long long)f.bob_runs_ok,
-                (unsigned long long)f.bob_runs_lost, (unsigned long long)f.bob_runs_after);
+    recovery_run("cpu-isolated");
 }

@@ -19,18 +19,12 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "../support/testd.h"
+#include "../support/fixture.h"
 
 #define TOKEN_ALICE "alice-token-1"
 #define TOKEN_BOB "bob-token-22"
 #define TOKEN_DAVE "dave-token-333"
 #define TOKEN_ERIN "erin-token-4444"
-
-typedef struct tenants_env {
-    testd d;
-    char cfg_dir[64];
-    char cfg_path[128];
-} tenants_env;
 
 static void tenants_sleep_ms(int ms)
 {
@@ -43,67 +37,84 @@ static void tenants_hash(const char *token, char hex[65])
     tsrd_token_hash(token, strlen(token), hex);
 }
 
-/* The standard two-tenant config, plus extra tenant objects (may be ""). */
-static void tenants_write_config(tenants_env *e, uint64_t bob_buffers, const char *extra)
+/* Each test's daemon, started by the test (tenants_start) in the directory
+ * the fixture prepares with the standard config, and the clients the fixture
+ * closes after the test. */
+static testd tenants_d;
+static tsr_client *tenants_clients[8];
+
+/* The standard three-tenant config, plus extra tenant objects (may be ""). */
+static void tenants_write_config(uint64_t bob_buffers, const char *extra)
 {
     char ha[65], hb[65], hd[65];
     tenants_hash(TOKEN_ALICE, ha);
     tenants_hash(TOKEN_BOB, hb);
     tenants_hash(TOKEN_DAVE, hd);
-    FILE *f = fopen(e->cfg_path, "w");
-    cr_assert_not_null(f);
-    fprintf(f,
+    cr_assert_eq(
+        testd_write_config(
+            &tenants_d,
             "{\"tenants\": ["
             "{\"name\": \"alice\", \"token_sha256\": [\"%s\"]},"
             "{\"name\": \"bob\", \"token_sha256\": [\"%s\"],"
             " \"quotas\": {\"buffers\": %llu, \"device_memory_bytes\": 4096}},"
             "{\"name\": \"dave\", \"token_sha256\": [\"%s\"], \"quotas\": {\"in_flight\": 1}}"
             "%s]}\n",
-            ha, hb, (unsigned long long)bob_buffers, hd, extra);
-    fclose(f);
+            ha, hb, (unsigned long long)bob_buffers, hd, extra),
+        0);
 }
 
-static void tenants_start(tenants_env *e, const char *workers)
+static void tenants_setup(void)
 {
-    snprintf(e->cfg_dir, sizeof e->cfg_dir, "/tmp/tsr-ten-XXXXXX");
-    cr_assert_not_null(mkdtemp(e->cfg_dir));
-    snprintf(e->cfg_path, sizeof e->cfg_path, "%s/tesserad.json", e->cfg_dir);
-    tenants_write_config(e, 2, "");
+    cr_assert_eq(testd_prepare(&tenants_d), 0);
+    tenants_write_config(2, "");
     /* testd waits for a hello, which needs a tenant: it goes as alice. */
     setenv("TESSERA_TOKEN", TOKEN_ALICE, 1);
-    const char *extra[] = {"--config", e->cfg_path, "--workers", workers, NULL};
-    cr_assert_eq(testd_start(&e->d, extra), 0);
 }
 
-static void tenants_stop(tenants_env *e)
+static void tenants_teardown(void)
 {
-    cr_expect_eq(testd_stop(&e->d), 0);
-    testd_remove(&e->d);
-    unlink(e->cfg_path);
-    rmdir(e->cfg_dir);
+    for (size_t i = 0; i < sizeof tenants_clients / sizeof tenants_clients[0]; i++) {
+        tsr_client_close(tenants_clients[i]);
+        tenants_clients[i] = NULL;
+    }
+    fixture_stop(&tenants_d, NULL);
     unsetenv("TESSERA_TOKEN");
 }
 
-static tsr_client *tenants_client(const tenants_env *e, const char *token)
+TestSuite(tenants, .init = tenants_setup, .fini = tenants_teardown);
+
+/* Starts the daemon on the config with the given number of worker threads. */
+static void tenants_start(const char *workers)
 {
-    tsr_client_options opts;
-    tsr_client_options_init(&opts);
-    opts.url = e->d.url;
-    opts.auth = token;
-    opts.force = "";
-    opts.timeout_ms = 30000;
-    tsr_client *c = NULL;
-    cr_assert_eq(tsr_client_connect(&opts, &c, NULL), TSR_OK);
+    const char *extra[] = {"--workers", workers, NULL};
+    cr_assert_eq(testd_spawn(&tenants_d, extra), 0, "tesserad did not start");
+}
+
+/* A connection sending token ("" for none), closed by its user. */
+static tsr_client *tenants_connect(const char *token)
+{
+    tsr_client *c = testd_connect(tenants_d.url, token, 30000);
+    cr_assert_not_null(c);
     return c;
 }
 
-static double tenants_counter(tsr_client *c, const char *name)
+/* A connection sending token, closed by the fixture (or tenants_close). */
+static tsr_client *tenants_client(const char *token)
 {
-    tsr_client_stats *s = NULL;
-    cr_assert_eq(tsr_client_stats_get(c, false, &s, 0, NULL), TSR_OK);
-    double v = tsr_client_stats_counter(s, name, -1);
-    tsr_client_stats_free(s);
-    return v;
+    tsr_client *c = tenants_connect(token);
+    size_t i = 0;
+    while (tenants_clients[i] != NULL)
+        cr_assert_lt(++i, sizeof tenants_clients / sizeof tenants_clients[0], "too many clients");
+    tenants_clients[i] = c;
+    return c;
+}
+
+static void tenants_close(tsr_client *c)
+{
+    for (size_t i = 0; i < sizeof tenants_clients / sizeof tenants_clients[0]; i++)
+        if (tenants_clients[i] == c)
+            tenants_clients[i] = NULL;
+    tsr_client_close(c);
 }
 
 static tsr_buffer tenants_alloc(tsr_client *c, int64_t n, tsr_status want, tsr_error *err)
@@ -116,13 +127,12 @@ static tsr_buffer tenants_alloc(tsr_client *c, int64_t n, tsr_status want, tsr_e
 
 Test(tenants, unknown_or_missing_token_is_unauthenticated)
 {
-    tenants_env e;
-    tenants_start(&e, "2");
+    tenants_start("2");
     tsr_error err;
-    tsr_client *bad = tenants_client(&e, "not-a-token");
+    tsr_client *bad = tenants_client("not-a-token");
     cr_expect_eq(tsr_client_hello(bad, NULL, 0, &err), TSR_UNAUTHENTICATED);
     cr_expect_str_eq(err.message, "auth: the token is not recognised");
-    tsr_client *none = tenants_client(&e, "");
+    tsr_client *none = tenants_client("");
     cr_expect_eq(tsr_client_hello(none, NULL, 0, &err), TSR_UNAUTHENTICATED);
     cr_expect_str_eq(err.message,
                      "no token, and the connection's peer credentials match no tenant");
@@ -130,26 +140,19 @@ Test(tenants, unknown_or_missing_token_is_unauthenticated)
     tsr_client_health h;
     cr_expect_eq(tsr_client_health_get(none, &h, 0, &err), TSR_OK);
     cr_expect_eq(h.state, TSR_CLIENT_HEALTH_READY);
-    tsr_client_close(bad);
-    tsr_client_close(none);
-    tenants_stop(&e);
 }
 
 Test(tenants, hello_names_the_tenant_of_the_token)
 {
-    tenants_env e;
-    tenants_start(&e, "2");
-    tsr_client *a = tenants_client(&e, TOKEN_ALICE);
-    tsr_client *b = tenants_client(&e, TOKEN_BOB);
+    tenants_start("2");
+    tsr_client *a = tenants_client(TOKEN_ALICE);
+    tsr_client *b = tenants_client(TOKEN_BOB);
     tsr_client_info info;
     cr_assert_eq(tsr_client_hello(a, &info, 0, NULL), TSR_OK);
     cr_expect_str_eq(info.tenant, "alice");
     cr_assert_eq(tsr_client_hello(b, &info, 0, NULL), TSR_OK);
     cr_expect_str_eq(info.tenant, "bob");
     /* A connection stays with the tenant of its first request. */
-    tsr_client_close(b);
-    tsr_client_close(a);
-    tenants_stop(&e);
 }
 
 /* "...0x1234..." with the handle's hex replaced by "H". */
@@ -164,10 +167,9 @@ static void tenants_mask(const char *msg, tsr_buffer h, char *out, size_t size)
 
 Test(tenants, foreign_handle_answers_like_an_unknown_one)
 {
-    tenants_env e;
-    tenants_start(&e, "2");
-    tsr_client *a = tenants_client(&e, TOKEN_ALICE);
-    tsr_client *b = tenants_client(&e, TOKEN_BOB);
+    tenants_start("2");
+    tsr_client *a = tenants_client(TOKEN_ALICE);
+    tsr_client *b = tenants_client(TOKEN_BOB);
     tsr_error err;
     tsr_buffer h = tenants_alloc(a, 4, TSR_OK, &err);
     float got[4];
@@ -186,17 +188,13 @@ Test(tenants, foreign_handle_answers_like_an_unknown_one)
     size_t n = 0;
     cr_expect_eq(tsr_client_buffer_read(a, h, 0, got, sizeof got, &n, 0, &err), TSR_OK);
     cr_expect_eq(n, sizeof got);
-    tsr_client_close(b);
-    tsr_client_close(a);
-    tenants_stop(&e);
 }
 
 Test(tenants, kernel_free_of_a_foreign_kernel_is_not_found)
 {
-    tenants_env e;
-    tenants_start(&e, "2");
-    tsr_client *a = tenants_client(&e, TOKEN_ALICE);
-    tsr_client *b = tenants_client(&e, TOKEN_BOB);
+    tenants_start("2");
+    tsr_client *a = tenants_client(TOKEN_ALICE);
+    tsr_client *b = tenants_client(TOKEN_BOB);
     static const char matmul[] = "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":2,\"n\":2,\"k\":2}";
     tsr_region *r = NULL;
     tsr_error err;
@@ -204,7 +202,7 @@ Test(tenants, kernel_free_of_a_foreign_kernel_is_not_found)
                  err.message);
     tsr_client_compiled k;
     cr_assert_eq(tsr_client_compile(a, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
-    cr_assert_eq(tenants_counter(a, "tenant_kernels{tenant=\"alice\"}"), 1.0);
+    cr_assert_eq(fixture_counter(a, "tenant_kernels{tenant=\"alice\"}"), 1.0);
     tsr_error foreign, unknown;
     cr_expect_eq(tsr_client_kernel_free(b, k.kernel, 0, &foreign), TSR_NOT_FOUND);
     tsr_kernel never = k.kernel ^ UINT64_C(0x5a5a000000000001);
@@ -215,22 +213,18 @@ Test(tenants, kernel_free_of_a_foreign_kernel_is_not_found)
     cr_expect_str_eq(m1, m2);
     cr_expect_str_eq(m1, "kernel_free.kernel: no kernel H");
     /* Bob's attempt left alice's kernel alone; her own free drops it. */
-    cr_expect_eq(tenants_counter(a, "tenant_kernels{tenant=\"alice\"}"), 1.0);
+    cr_expect_eq(fixture_counter(a, "tenant_kernels{tenant=\"alice\"}"), 1.0);
     cr_expect_eq(tsr_client_kernel_free(a, k.kernel, 0, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(tenants_counter(a, "tenant_kernels{tenant=\"alice\"}"), 0.0);
+    cr_expect_eq(fixture_counter(a, "tenant_kernels{tenant=\"alice\"}"), 0.0);
     cr_expect_eq(tsr_client_kernel_free(a, k.kernel, 0, &err), TSR_NOT_FOUND);
     tsr_client_region_free(r);
-    tsr_client_close(b);
-    tsr_client_close(a);
-    tenants_stop(&e);
 }
 
 Test(tenants, quota_refusal_names_the_quota_and_spares_other_work)
 {
-    tenants_env e;
-    tenants_start(&e, "2");
-    tsr_client *a = tenants_client(&e, TOKEN_ALICE);
-    tsr_client *b = tenants_client(&e, TOKEN_BOB);
+    tenants_start("2");
+    tsr_client *a = tenants_client(TOKEN_ALICE);
+    tsr_client *b = tenants_client(TOKEN_BOB);
     tsr_error err;
     tsr_buffer b1 = tenants_alloc(b, 16, TSR_OK, &err);
     tsr_buffer b2 = tenants_alloc(b, 16, TSR_OK, &err);
@@ -250,16 +244,12 @@ Test(tenants, quota_refusal_names_the_quota_and_spares_other_work)
     cr_expect_eq(memcmp(in, out, sizeof in), 0);
     for (int i = 0; i < 3; i++)
         tenants_alloc(a, 1024, TSR_OK, &err);
-    cr_expect_eq(tenants_counter(a, "tenant_quota_refusals_total{tenant=\"bob\"}"), 2.0);
-    cr_expect_eq(tenants_counter(a, "tenant_buffers{tenant=\"alice\"}"), 3.0);
-    cr_expect_eq(tenants_counter(a, "tenant_buffer_bytes{tenant=\"bob\"}"), 64.0);
-    tsr_client_close(b);
-    tsr_client_close(a);
-    tenants_stop(&e);
+    cr_expect_eq(fixture_counter(a, "tenant_quota_refusals_total{tenant=\"bob\"}"), 2.0);
+    cr_expect_eq(fixture_counter(a, "tenant_buffers{tenant=\"alice\"}"), 3.0);
+    cr_expect_eq(fixture_counter(a, "tenant_buffer_bytes{tenant=\"bob\"}"), 64.0);
 }
 
 typedef struct tenants_verify_arg {
-    const tenants_env *e;
     const char *token;
     const char *region;
     atomic_int *done;
@@ -269,7 +259,7 @@ typedef struct tenants_verify_arg {
 static void *tenants_verify_thread(void *p)
 {
     tenants_verify_arg *arg = p;
-    tsr_client *c = tenants_client(arg->e, arg->token);
+    tsr_client *c = tenants_connect(arg->token);
     tsr_region *r = NULL;
     tsr_client_region_load(arg->region, strlen(arg->region), &r, NULL);
     tsr_client_verified v;
@@ -286,7 +276,7 @@ static void *tenants_verify_thread(void *p)
 static double tenants_wait_counter(tsr_client *c, const char *name, double want)
 {
     double v = -1;
-    for (int i = 0; i < 3000 && (v = tenants_counter(c, name)) < want; i++)
+    for (int i = 0; i < 3000 && (v = fixture_counter(c, name)) < want; i++)
         tenants_sleep_ms(10);
     return v;
 }
@@ -300,14 +290,13 @@ static const char tenants_small[] = "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\
 
 Test(tenants, in_flight_quota_refuses_while_a_request_runs, .timeout = 120)
 {
-    tenants_env e;
-    tenants_start(&e, "2");
-    tsr_client *a = tenants_client(&e, TOKEN_ALICE);
-    tenants_verify_arg arg = {.e = &e, .token = TOKEN_DAVE, .region = tenants_big};
+    tenants_start("2");
+    tsr_client *a = tenants_client(TOKEN_ALICE);
+    tenants_verify_arg arg = {.token = TOKEN_DAVE, .region = tenants_big};
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, tenants_verify_thread, &arg), 0);
     cr_assert_eq(tenants_wait_counter(a, "tenant_inflight_requests{tenant=\"dave\"}", 1), 1.0);
-    tsr_client *d = tenants_client(&e, TOKEN_DAVE);
+    tsr_client *d = tenants_client(TOKEN_DAVE);
     tsr_error err;
     cr_expect_eq(tsr_client_hello(d, NULL, 0, &err), TSR_RESOURCE_EXHAUSTED);
     cr_expect_str_eq(err.message, "quota in_flight of tenant dave: 1 in use, 1 asked, the quota "
@@ -315,9 +304,6 @@ Test(tenants, in_flight_quota_refuses_while_a_request_runs, .timeout = 120)
     pthread_join(t, NULL);
     cr_expect_eq(arg.status, TSR_OK);
     cr_expect_eq(tsr_client_hello(d, NULL, 0, &err), TSR_OK);
-    tsr_client_close(d);
-    tsr_client_close(a);
-    tenants_stop(&e);
 }
 
 /* One worker thread; alice queues eight slow verifications, then bob asks for
@@ -326,21 +312,20 @@ Test(tenants, in_flight_quota_refuses_while_a_request_runs, .timeout = 120)
 Test(tenants, flooding_tenant_does_not_starve_another, .timeout = 240)
 {
     enum { FLOOD = 8 };
-    tenants_env e;
-    tenants_start(&e, "1");
-    tsr_client *b = tenants_client(&e, TOKEN_BOB);
+    tenants_start("1");
+    tsr_client *b = tenants_client(TOKEN_BOB);
     atomic_int alice_done;
     atomic_init(&alice_done, 0);
     pthread_t th[FLOOD];
     tenants_verify_arg args[FLOOD];
     for (int i = 0; i < FLOOD; i++) {
-        args[i] = (tenants_verify_arg){
-            .e = &e, .token = TOKEN_ALICE, .region = tenants_mid, .done = &alice_done};
+        args[i] =
+            (tenants_verify_arg){.token = TOKEN_ALICE, .region = tenants_mid, .done = &alice_done};
         cr_assert_eq(pthread_create(&th[i], NULL, tenants_verify_thread, &args[i]), 0);
     }
     cr_assert_eq(tenants_wait_counter(b, "tenant_inflight_requests{tenant=\"alice\"}", FLOOD),
                  (double)FLOOD);
-    tenants_verify_arg mine = {.e = &e, .token = TOKEN_BOB, .region = tenants_small};
+    tenants_verify_arg mine = {.token = TOKEN_BOB, .region = tenants_small};
     tenants_verify_thread(&mine);
     int before = atomic_load(&alice_done);
     cr_expect_eq(mine.status, TSR_OK);
@@ -350,56 +335,49 @@ Test(tenants, flooding_tenant_does_not_starve_another, .timeout = 240)
         cr_expect_eq(args[i].status, TSR_OK);
     }
     cr_expect_eq(atomic_load(&alice_done), FLOOD);
-    tsr_client_close(b);
-    tenants_stop(&e);
 }
 
 Test(tenants, disconnect_frees_the_sessions_buffers)
 {
-    tenants_env e;
-    tenants_start(&e, "2");
-    tsr_client *a = tenants_client(&e, TOKEN_ALICE);
-    tsr_client *b = tenants_client(&e, TOKEN_BOB);
+    tenants_start("2");
+    tsr_client *a = tenants_client(TOKEN_ALICE);
+    tsr_client *b = tenants_client(TOKEN_BOB);
     tsr_error err;
     tenants_alloc(b, 16, TSR_OK, &err);
     tenants_alloc(b, 16, TSR_OK, &err);
-    cr_assert_eq(tenants_counter(a, "tenant_buffers{tenant=\"bob\"}"), 2.0);
-    tsr_client_close(b);
+    cr_assert_eq(fixture_counter(a, "tenant_buffers{tenant=\"bob\"}"), 2.0);
+    tenants_close(b);
     /* The pipe's removal reaches the loop asynchronously: wait for it. */
     double left = 2;
     for (int i = 0; i < 500 && left != 0; i++) {
-        left = tenants_counter(a, "tenant_buffers{tenant=\"bob\"}");
+        left = fixture_counter(a, "tenant_buffers{tenant=\"bob\"}");
         if (left != 0)
             tenants_sleep_ms(10);
     }
     cr_expect_eq(left, 0.0);
-    cr_expect_eq(tenants_counter(a, "tenant_buffer_bytes{tenant=\"bob\"}"), 0.0);
+    cr_expect_eq(fixture_counter(a, "tenant_buffer_bytes{tenant=\"bob\"}"), 0.0);
     /* Bob's quota is free again for a new connection. */
-    b = tenants_client(&e, TOKEN_BOB);
+    b = tenants_client(TOKEN_BOB);
     tenants_alloc(b, 16, TSR_OK, &err);
     tenants_alloc(b, 16, TSR_OK, &err);
-    tsr_client_close(b);
-    tsr_client_close(a);
-    tenants_stop(&e);
 }
 
 Test(tenants, sighup_reloads_quotas_without_dropping_connections)
 {
-    tenants_env e;
-    tenants_start(&e, "2");
-    tsr_client *b = tenants_client(&e, TOKEN_BOB);
+    tenants_start("2");
+    tsr_client *b = tenants_client(TOKEN_BOB);
     tsr_error err;
     tsr_buffer b1 = tenants_alloc(b, 16, TSR_OK, &err);
     tenants_alloc(b, 16, TSR_OK, &err);
     tenants_alloc(b, 16, TSR_RESOURCE_EXHAUSTED, &err);
-    tsr_client *x = tenants_client(&e, TOKEN_ERIN);
+    tsr_client *x = tenants_client(TOKEN_ERIN);
     cr_assert_eq(tsr_client_hello(x, NULL, 0, &err), TSR_UNAUTHENTICATED);
 
     char he[65], erin[160];
     tenants_hash(TOKEN_ERIN, he);
     snprintf(erin, sizeof erin, ",{\"name\": \"erin\", \"token_sha256\": [\"%s\"]}", he);
-    tenants_write_config(&e, 3, erin);
-    cr_assert_eq(kill(e.d.pid, SIGHUP), 0);
+    tenants_write_config(3, erin);
+    cr_assert_eq(kill(tenants_d.pid, SIGHUP), 0);
     tsr_status st = TSR_UNAUTHENTICATED;
     for (int i = 0; i < 500 && st == TSR_UNAUTHENTICATED; i++) {
         st = tsr_client_hello(x, NULL, 0, &err);
@@ -413,32 +391,22 @@ Test(tenants, sighup_reloads_quotas_without_dropping_connections)
     cr_expect_str_eq(err.message, "quota buffers of tenant bob: 3 in use, 1 asked, the quota is 3");
     float out[16];
     cr_expect_eq(tsr_client_buffer_read(b, b1, 0, out, sizeof out, NULL, 0, &err), TSR_OK);
-    tsr_client_close(x);
-    tsr_client_close(b);
-    tenants_stop(&e);
 }
 
 Test(tenants, ipc_peer_uid_attributes_a_connection_without_token)
 {
-    tenants_env e;
-    snprintf(e.cfg_dir, sizeof e.cfg_dir, "/tmp/tsr-ten-XXXXXX");
-    cr_assert_not_null(mkdtemp(e.cfg_dir));
-    snprintf(e.cfg_path, sizeof e.cfg_path, "%s/tesserad.json", e.cfg_dir);
-    FILE *f = fopen(e.cfg_path, "w");
-    cr_assert_not_null(f);
-    fprintf(f, "{\"tenants\": [{\"name\": \"local\", \"uids\": [%u]}]}\n", (unsigned)getuid());
-    fclose(f);
+    /* No tokens: one tenant, this process's uid. */
+    cr_assert_eq(testd_write_config(&tenants_d,
+                                    "{\"tenants\": [{\"name\": \"local\", \"uids\": [%u]}]}\n",
+                                    (unsigned)getuid()),
+                 0);
     setenv("TESSERA_TOKEN", "", 1);
-    const char *extra[] = {"--config", e.cfg_path, NULL};
-    cr_assert_eq(testd_start(&e.d, extra), 0);
-    tsr_client *c = tenants_client(&e, "");
+    cr_assert_eq(testd_spawn(&tenants_d, NULL), 0, "tesserad did not start");
+    tsr_client *c = tenants_client("");
     tsr_client_info info;
     cr_assert_eq(tsr_client_hello(c, &info, 0, NULL), TSR_OK);
     cr_expect_str_eq(info.tenant, "local");
     /* A token must still be a known one, peer or not. */
-    tsr_client *t = tenants_client(&e, TOKEN_ALICE);
+    tsr_client *t = tenants_client(TOKEN_ALICE);
     cr_expect_eq(tsr_client_hello(t, NULL, 0, NULL), TSR_UNAUTHENTICATED);
-    tsr_client_close(t);
-    tsr_client_close(c);
-    tenants_stop(&e);
 }

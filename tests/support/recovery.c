@@ -13,8 +13,7 @@
 #include <unistd.h>
 
 #include "config.h"
-#include "testd.h"
-#include "testdata.h"
+#include "fixture.h"
 
 #define RECOVERY_TOKEN_ALICE "alice-fault-token"
 #define RECOVERY_TOKEN_BOB "bob-steady-token"
@@ -26,14 +25,6 @@ static double recovery_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-/* y = 2x + 1 over n f32 elements. */
-static tsr_region *recovery_affine(int n)
-{
-    tsr_region *r = testdata_affine(n);
-    cr_assert_not_null(r);
-    return r;
 }
 
 static void recovery_fill(float *x, int n, int seed)
@@ -53,15 +44,8 @@ static bool recovery_right(const float *x, const float *y, int n)
 
 static tsr_client *recovery_client(const testd *d, const char *token)
 {
-    tsr_client_options opts;
-    tsr_client_options_init(&opts);
-    opts.url = d->url;
-    opts.auth = token;
-    opts.force = "";
-    opts.timeout_ms = RECOVERY_TIMEOUT_MS;
-    tsr_client *c = NULL;
-    tsr_error err;
-    cr_assert_eq(tsr_client_connect(&opts, &c, &err), TSR_OK, "%s", err.message);
+    tsr_client *c = testd_connect(d->url, token, RECOVERY_TIMEOUT_MS);
+    cr_assert_not_null(c, "no client for %s", d->url);
     return c;
 }
 
@@ -80,7 +64,7 @@ static void *recovery_run_loop(void *arg)
 {
     recovery_runner *rr = arg;
     tsr_client *c = recovery_client(rr->d, RECOVERY_TOKEN_BOB);
-    tsr_region *r = recovery_affine(rr->n);
+    tsr_region *r = fixture_affine(rr->n);
     float *x = malloc((size_t)rr->n * sizeof *x), *y = malloc((size_t)rr->n * sizeof *y);
     for (int round = 0; !atomic_load(&rr->stop); round++) {
         recovery_fill(x, rr->n, round);
@@ -108,59 +92,35 @@ static void *recovery_run_loop(void *arg)
     return NULL;
 }
 
-static void recovery_write_config(const char *path, int n)
+/* Starts tesserad on backend with test_faults and the two tenants; bob's
+ * device memory quota is two buffers of n floats. */
+static void recovery_start(testd *d, const char *backend, int n)
 {
     char ha[65], hb[65];
     tsrd_token_hash(RECOVERY_TOKEN_ALICE, strlen(RECOVERY_TOKEN_ALICE), ha);
     tsrd_token_hash(RECOVERY_TOKEN_BOB, strlen(RECOVERY_TOKEN_BOB), hb);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f);
-    fprintf(f,
-            "{\"test_faults\": true, \"tenants\": ["
-            "{\"name\": \"alice\", \"token_sha256\": [\"%s\"]},"
-            "{\"name\": \"bob\", \"token_sha256\": [\"%s\"],"
-            " \"quotas\": {\"device_memory_bytes\": %llu}}]}\n",
-            ha, hb, (unsigned long long)(2ull * (uint64_t)n * sizeof(float) + 1024));
-    fclose(f);
-}
-
-static tsr_buffer recovery_alloc(tsr_client *c, int n)
-{
-    int64_t shape[] = {n};
-    tsr_buffer b = 0;
-    tsr_error err;
-    cr_assert_eq(tsr_client_buffer_alloc(c, TSR_CLIENT_F32, 1, shape, &b, NULL, 0, &err), TSR_OK,
-                 "%s", err.message);
-    return b;
-}
-
-static double recovery_counter(tsr_client *c, const char *name)
-{
-    tsr_client_stats *s = NULL;
-    tsr_error err;
-    cr_assert_eq(tsr_client_stats_get(c, false, &s, 0, &err), TSR_OK, "%s", err.message);
-    double v = tsr_client_stats_counter(s, name, -1);
-    tsr_client_stats_free(s);
-    return v;
+    setenv("TESSERA_TOKEN", RECOVERY_TOKEN_ALICE, 1); /* testd's hello goes as alice */
+    const char *extra[] = {"--backend", backend, NULL};
+    cr_assert_eq(
+        testd_start_config(d, extra,
+                           "{\"test_faults\": true, \"tenants\": ["
+                           "{\"name\": \"alice\", \"token_sha256\": [\"%s\"]},"
+                           "{\"name\": \"bob\", \"token_sha256\": [\"%s\"],"
+                           " \"quotas\": {\"device_memory_bytes\": %llu}}]}\n",
+                           ha, hb, (unsigned long long)(2ull * (uint64_t)n * sizeof(float) + 1024)),
+        0, "tesserad --backend %s did not start", backend);
 }
 
 void recovery_scenario(const char *backend, int n, recovery_figures *out)
 {
     cr_assert(n > 0 && n <= RECOVERY_MAX_N);
     memset(out, 0, sizeof *out);
-    char cfg_dir[] = "/tmp/tsr-rec-XXXXXX";
-    cr_assert_not_null(mkdtemp(cfg_dir));
-    char cfg[96];
-    snprintf(cfg, sizeof cfg, "%s/tesserad.json", cfg_dir);
-    recovery_write_config(cfg, n);
-    setenv("TESSERA_TOKEN", RECOVERY_TOKEN_ALICE, 1); /* testd's hello goes as alice */
     testd d;
-    const char *extra[] = {"--config", cfg, "--backend", backend, NULL};
-    cr_assert_eq(testd_start(&d, extra), 0, "tesserad --backend %s did not start", backend);
+    recovery_start(&d, backend, n);
 
     tsr_client *alice = recovery_client(&d, RECOVERY_TOKEN_ALICE);
     tsr_client *bob = recovery_client(&d, RECOVERY_TOKEN_BOB);
-    tsr_region *r = recovery_affine(n);
+    tsr_region *r = fixture_affine(n);
     float *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
     cr_assert(x != NULL && y != NULL);
     tsr_error err;
@@ -168,7 +128,7 @@ void recovery_scenario(const char *backend, int n, recovery_figures *out)
     /* Bob's state before the fault: a kernel and two buffers that work. */
     tsr_client_compiled k;
     cr_assert_eq(tsr_client_compile(bob, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
-    tsr_buffer bx = recovery_alloc(bob, n), by = recovery_alloc(bob, n);
+    tsr_buffer bx = fixture_alloc_f32(bob, n), by = fixture_alloc_f32(bob, n);
     recovery_fill(x, n, 1);
     cr_assert_eq(tsr_client_buffer_write(bob, bx, 0, x, (size_t)n * sizeof *x, 0, &err), TSR_OK,
                  "%s", err.message);
@@ -217,8 +177,8 @@ void recovery_scenario(const char *backend, int n, recovery_figures *out)
     /* Lost buffers no longer count against bob's quota (two buffers' worth):
      * two new ones fit before the old handles are freed. */
     tsr_buffer old_x = bx, old_y = by;
-    bx = recovery_alloc(bob, n);
-    by = recovery_alloc(bob, n);
+    bx = fixture_alloc_f32(bob, n);
+    by = fixture_alloc_f32(bob, n);
     cr_expect_eq(tsr_client_buffer_free(bob, old_x, 0, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(tsr_client_buffer_free(bob, old_y, 0, &err), TSR_OK, "%s", err.message);
 
@@ -253,19 +213,15 @@ void recovery_scenario(const char *backend, int n, recovery_figures *out)
     out->bob_runs_lost = atomic_load(&rr.lost);
     out->bob_runs_after = atomic_load(&rr.after);
 
-    cr_expect_eq(recovery_counter(alice, "device_faults_total"), 1.0);
-    cr_expect_eq(recovery_counter(alice, "device_recoveries_total"), 1.0);
-    cr_expect_geq(recovery_counter(alice, "device_buffers_lost_total"), 2.0);
-    out->daemon_recovery_ms = recovery_counter(alice, "device_recovery_last_ms");
+    cr_expect_eq(fixture_counter(alice, "device_faults_total"), 1.0);
+    cr_expect_eq(fixture_counter(alice, "device_recoveries_total"), 1.0);
+    cr_expect_geq(fixture_counter(alice, "device_buffers_lost_total"), 2.0);
+    out->daemon_recovery_ms = fixture_counter(alice, "device_recovery_last_ms");
 
     free(x);
     free(y);
     tsr_client_region_free(r);
-    tsr_client_close(alice);
     tsr_client_close(bob);
-    cr_expect_eq(testd_stop(&d), 0, "tesserad did not exit cleanly");
-    testd_remove(&d);
-    unlink(cfg);
-    rmdir(cfg_dir);
+    fixture_stop(&d, alice);
     unsetenv("TESSERA_TOKEN");
 }

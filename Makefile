@@ -109,9 +109,9 @@ $(KERNEL_CUBIN): kernels/gemm_sm90.cu kernels/gemm_params.h kernels/gemm_common.
 $(BUILD)/gen/kernels_embedded.c: $(KERNEL_CUBIN)
 	@mkdir -p $(dir $@)
 	{ echo '/* Generated from $< by the Makefile. */'; echo '#include <stddef.h>'; \
-	  echo '__attribute__((aligned(64))) const unsigned char tsri_gemm_sm90_cubin[] = {'; \
+	  echo '__attribute__((aligned(64))) const unsigned char tsrd_gemm_sm90_cubin[] = {'; \
 	  xxd -i < $<; echo '};'; \
-	  echo 'const size_t tsri_gemm_sm90_cubin_len = sizeof tsri_gemm_sm90_cubin;'; } > $@.tmp
+	  echo 'const size_t tsrd_gemm_sm90_cubin_len = sizeof tsrd_gemm_sm90_cubin;'; } > $@.tmp
 	mv $@.tmp $@
 
 $(BUILD)/gen/kernels_embedded.o: $(BUILD)/gen/kernels_embedded.c
@@ -124,9 +124,9 @@ $(KERNEL80_IMAGE): kernels/gemm_sm80.cu kernels/gemm80_params.h kernels/gemm_par
 $(BUILD)/gen/kernels80_embedded.c: $(KERNEL80_IMAGE)
 	@mkdir -p $(dir $@)
 	{ echo '/* Generated from $< by the Makefile. */'; echo '#include <stddef.h>'; \
-	  echo '__attribute__((aligned(64))) const unsigned char tsri_gemm_sm80_image[] = {'; \
+	  echo '__attribute__((aligned(64))) const unsigned char tsrd_gemm_sm80_image[] = {'; \
 	  xxd -i < $<; echo '};'; \
-	  echo 'const size_t tsri_gemm_sm80_image_len = sizeof tsri_gemm_sm80_image;'; } > $@.tmp
+	  echo 'const size_t tsrd_gemm_sm80_image_len = sizeof tsrd_gemm_sm80_image;'; } > $@.tmp
 	mv $@.tmp $@
 
 $(BUILD)/gen/kernels80_embedded.o: $(BUILD)/gen/kernels80_embedded.c

@@ -8,8 +8,8 @@
  */
 #include <stddef.h>
 
-const unsigned char tsri_gemm_sm90_cubin[1] = {0};
-const size_t tsri_gemm_sm90_cubin_len = 0;
+const unsigned char tsrd_gemm_sm90_cubin[1] = {0};
+const size_t tsrd_gemm_sm90_cubin_len = 0;
 
-const unsigned char tsri_gemm_sm80_image[1] = {0};
-const size_t tsri_gemm_sm80_image_len = 0;
+const unsigned char tsrd_gemm_sm80_image[1] = {0};
+const size_t tsrd_gemm_sm80_image_len = 0;

@@ -38,7 +38,7 @@ static tsr_status offline_build_fn(void *ctx, uint8_t **data, size_t *len, tsr_e
 {
     offline_build *b = ctx;
     double start = offline_now_ms();
-    tsr_status st = tsri_cuda_compile(b->nv, 0, b->r, b->c, b->arch, data, len, err);
+    tsr_status st = tsrd_cuda_compile(b->nv, 0, b->r, b->c, b->arch, data, len, err);
     b->compile_ms = offline_now_ms() - start;
     return st;
 }
@@ -55,7 +55,7 @@ static tsr_status offline_select(const tsr_region *r, const tsr_fingerprint *fp,
     tsr_arbiter *arbiter = NULL;
     tsr_status st = tsr_arbiter_create(NULL, &arbiter, err);
     if (st == TSR_OK)
-        st = tsri_cuda_register_candidates(arbiter, err);
+        st = tsrd_cuda_register_candidates(arbiter, err);
     if (st == TSR_OK) {
         tsr_select_request req = {
             .region = r,

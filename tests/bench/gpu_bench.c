@@ -63,11 +63,11 @@ static tsrd_kobj *kernel_build(bench *bn, const tsr_region *r, const char *candi
 {
     tsr_candidate c;
     if (strcmp(candidate, TSRI_CUDA_TIER1) == 0)
-        tsri_cuda_candidate_tier1(&c);
+        tsrd_cuda_candidate_tier1(&c);
     else if (r->kind == TSR_KIND_GATED)
-        tsri_cuda_candidate_swiglu(&c);
+        tsrd_cuda_candidate_swiglu(&c);
     else
-        tsri_cuda_candidate_gemm(&c);
+        tsrd_cuda_candidate_gemm(&c);
     uint8_t *bin = NULL;
     size_t len = 0;
     tsrd_kobj *k = NULL;
@@ -164,7 +164,7 @@ static double compile_once(bench *bn, const char *dir, const tsr_region *r, tsr_
     if (tsr_kcache_open(&o, &cache, &e) != TSR_OK)
         die("kcache_open", &e);
     tsr_candidate c;
-    tsri_cuda_candidate_tier1(&c);
+    tsrd_cuda_candidate_tier1(&c);
     tsr_fingerprint fp, key;
     tsr_region_fingerprint(r, &fp, NULL);
     tsr_kernel_key_parts parts = {.candidate = c.name,

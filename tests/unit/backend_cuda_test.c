@@ -74,19 +74,19 @@ Test(backend_cuda, auto_falls_back_to_the_cpu_without_a_driver)
 Test(backend_cuda, names_architectures_with_the_hopper_suffix)
 {
     char arch[16];
-    tsri_cuda_arch_name(9, 0, arch, sizeof arch);
+    tsrd_cuda_arch_name(9, 0, arch, sizeof arch);
     cr_assert_str_eq(arch, "sm_90a");
-    tsri_cuda_arch_name(8, 0, arch, sizeof arch);
+    tsrd_cuda_arch_name(8, 0, arch, sizeof arch);
     cr_assert_str_eq(arch, "sm_80");
-    tsri_cuda_arch_name(8, 9, arch, sizeof arch);
+    tsrd_cuda_arch_name(8, 9, arch, sizeof arch);
     cr_assert_str_eq(arch, "sm_89");
-    tsri_cuda_arch_name(10, 0, arch, sizeof arch);
+    tsrd_cuda_arch_name(10, 0, arch, sizeof arch);
     cr_assert_str_eq(arch, "sm_100");
 }
 
 Test(backend_cuda, blob_round_trips_and_rejects_damage)
 {
-    tsri_cuda_launch_desc d = {.image = TSRI_CUDA_IMAGE_CUBIN,
+    tsrd_cuda_launch_desc d = {.image = TSRI_CUDA_IMAGE_CUBIN,
                                .entry = "tsr_k",
                                .grid = {7, 1, 1},
                                .block = {256, 1, 1},
@@ -95,47 +95,47 @@ Test(backend_cuda, blob_round_trips_and_rejects_damage)
     const uint8_t payload[5] = {0x7f, 'E', 'L', 'F', 2};
     uint8_t *blob = NULL;
     size_t len = 0;
-    cr_assert_eq(tsri_cuda_blob_encode(&d, payload, sizeof payload, &blob, &len, NULL), TSR_OK);
+    cr_assert_eq(tsrd_cuda_blob_encode(&d, payload, sizeof payload, &blob, &len, NULL), TSR_OK);
     cr_assert_eq(len, TSRI_CUDA_BLOB_HEADER + 5);
-    tsri_cuda_launch_desc got;
+    tsrd_cuda_launch_desc got;
     const uint8_t *p = NULL;
     size_t plen = 0;
     tsr_error e;
-    cr_assert_eq(tsri_cuda_blob_decode(blob, len, &got, &p, &plen, &e), TSR_OK, "%s", e.message);
+    cr_assert_eq(tsrd_cuda_blob_decode(blob, len, &got, &p, &plen, &e), TSR_OK, "%s", e.message);
     cr_assert_eq(memcmp(&got, &d, sizeof d), 0);
     cr_assert_eq(plen, 5);
     cr_assert_eq(memcmp(p, payload, 5), 0);
 
-    cr_assert_eq(tsri_cuda_blob_decode(blob, len - 1, &got, &p, &plen, NULL), TSR_CORRUPT);
-    cr_assert_eq(tsri_cuda_blob_decode(blob, 16, &got, &p, &plen, NULL), TSR_CORRUPT);
+    cr_assert_eq(tsrd_cuda_blob_decode(blob, len - 1, &got, &p, &plen, NULL), TSR_CORRUPT);
+    cr_assert_eq(tsrd_cuda_blob_decode(blob, 16, &got, &p, &plen, NULL), TSR_CORRUPT);
     blob[0] ^= 1;
-    cr_assert_eq(tsri_cuda_blob_decode(blob, len, &got, &p, &plen, NULL), TSR_CORRUPT);
+    cr_assert_eq(tsrd_cuda_blob_decode(blob, len, &got, &p, &plen, NULL), TSR_CORRUPT);
     blob[0] ^= 1;
     blob[8] = 9; /* format version */
-    cr_assert_eq(tsri_cuda_blob_decode(blob, len, &got, &p, &plen, &e), TSR_CORRUPT);
+    cr_assert_eq(tsrd_cuda_blob_decode(blob, len, &got, &p, &plen, &e), TSR_CORRUPT);
     cr_assert_not_null(strstr(e.message, "format version 9"), "%s", e.message);
     free(blob);
 
     /* An embedded-image blob carries no payload; a cubin blob must carry one. */
     d.image = TSRI_CUDA_IMAGE_EMBEDDED;
-    cr_assert_eq(tsri_cuda_blob_encode(&d, NULL, 0, &blob, &len, NULL), TSR_OK);
-    cr_assert_eq(tsri_cuda_blob_decode(blob, len, &got, &p, &plen, NULL), TSR_OK);
+    cr_assert_eq(tsrd_cuda_blob_encode(&d, NULL, 0, &blob, &len, NULL), TSR_OK);
+    cr_assert_eq(tsrd_cuda_blob_decode(blob, len, &got, &p, &plen, NULL), TSR_OK);
     cr_assert_eq(plen, 0);
     free(blob);
     d.image = TSRI_CUDA_IMAGE_CUBIN;
-    cr_assert_eq(tsri_cuda_blob_encode(&d, NULL, 0, &blob, &len, NULL), TSR_OK);
-    cr_assert_eq(tsri_cuda_blob_decode(blob, len, &got, &p, &plen, NULL), TSR_CORRUPT);
+    cr_assert_eq(tsrd_cuda_blob_encode(&d, NULL, 0, &blob, &len, NULL), TSR_OK);
+    cr_assert_eq(tsrd_cuda_blob_decode(blob, len, &got, &p, &plen, NULL), TSR_CORRUPT);
     free(blob);
 }
 
 Test(backend_cuda, tier3_applies_only_where_its_rules_hold)
 {
-    if (tsri_gemm_sm90_cubin_len == 0)
+    if (tsrd_gemm_sm90_cubin_len == 0)
         cr_skip_test("built without nvcc");
     tsr_candidate gemm, swiglu, tier1;
-    tsri_cuda_candidate_gemm(&gemm);
-    tsri_cuda_candidate_swiglu(&swiglu);
-    tsri_cuda_candidate_tier1(&tier1);
+    tsrd_cuda_candidate_gemm(&gemm);
+    tsrd_cuda_candidate_swiglu(&swiglu);
+    tsrd_cuda_candidate_tier1(&tier1);
     cr_assert_eq(gemm.tier, 3);
     cr_assert_eq(gemm.kinds, 1u << TSR_KIND_MATMUL | 1u << TSR_KIND_FUSED);
     cr_assert_eq(swiglu.kinds, 1u << TSR_KIND_GATED);
@@ -181,10 +181,10 @@ Test(backend_cuda, tier3_applies_only_where_its_rules_hold)
 Test(backend_cuda, gemm_plan_names_the_entry_and_counts_tiles)
 {
     tsr_region r;
-    tsri_gemm_plan plan;
+    tsrd_gemm_plan plan;
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 1000, 1000, 1024, NULL), TSR_OK);
     r.out_dtype = TSR_F32;
-    cr_assert_eq(tsri_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
     cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_f32");
     cr_assert_eq(plan.grid, 8 * 4); /* ceil(1000/128) x ceil(1000/256) */
     cr_assert_eq(plan.block, 384);
@@ -194,7 +194,7 @@ Test(backend_cuda, gemm_plan_names_the_entry_and_counts_tiles)
     cr_assert_eq(plan.residual_input, -1);
 
     cr_assert_eq(tsr_region_init_gated(&r, TSR_F16, 300, 256, 264, TSR_OP_SILU, NULL), TSR_OK);
-    cr_assert_eq(tsri_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
     cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f16_gated");
     cr_assert_eq(plan.grid, 3 * 3); /* ceil(300/128) x ceil(264/128) */
     cr_assert_eq(plan.gate_act, TSR_OP_SILU);
@@ -206,8 +206,8 @@ Test(backend_cuda, launch_arguments_follow_the_kernel_contract)
     tsr_region r;
     load_example("examples/fused.json", TSR_BF16, &r); /* 128x96x64, bias, gelu, residual */
     r.out_dtype = TSR_F32;
-    tsri_gemm_plan plan;
-    cr_assert_eq(tsri_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    tsrd_gemm_plan plan;
+    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
     cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_f32");
     cr_assert_eq(plan.n_ops, 2);
     cr_assert_eq(plan.ops[0], TSR_OP_BIAS);
@@ -216,9 +216,9 @@ Test(backend_cuda, launch_arguments_follow_the_kernel_contract)
     cr_assert_eq(plan.residual_input, 3);
 
     CUdeviceptr in[4] = {0x10000, 0x20000, 0x30000, 0x40000};
-    tsri_tmap_args maps[3];
+    tsrd_tmap_args maps[3];
     tsr_gemm_params p;
-    cr_assert_eq(tsri_gemm_launch_args(&plan, in, 4, 0x50000, maps, &p, NULL), TSR_OK);
+    cr_assert_eq(tsrd_gemm_launch_args(&plan, in, 4, 0x50000, maps, &p, NULL), TSR_OK);
     cr_assert_eq(maps[0].address, (void *)0x10000);
     cr_assert_eq(maps[0].dims[0], 64);  /* K */
     cr_assert_eq(maps[0].dims[1], 128); /* M */
@@ -253,14 +253,14 @@ Test(backend_cuda, launch_arguments_follow_the_kernel_contract)
 
     in[3] = 0x40008;
     tsr_error e;
-    cr_assert_eq(tsri_gemm_launch_args(&plan, in, 4, 0x50000, maps, &p, &e), TSR_BUFFER_MISMATCH);
+    cr_assert_eq(tsrd_gemm_launch_args(&plan, in, 4, 0x50000, maps, &p, &e), TSR_BUFFER_MISMATCH);
     cr_assert_str_eq(e.message, "gemm launch: input 3 is not 16-byte aligned");
-    cr_assert_eq(tsri_gemm_launch_args(&plan, in, 3, 0x50000, maps, &p, NULL), TSR_INTERNAL);
+    cr_assert_eq(tsrd_gemm_launch_args(&plan, in, 3, 0x50000, maps, &p, NULL), TSR_INTERNAL);
 
     load_example("examples/gated.json", TSR_F16, &r);
-    cr_assert_eq(tsri_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
     CUdeviceptr g[3] = {0x1000, 0x2000, 0x3000};
-    cr_assert_eq(tsri_gemm_launch_args(&plan, g, 3, 0x4000, maps, &p, NULL), TSR_OK);
+    cr_assert_eq(tsrd_gemm_launch_args(&plan, g, 3, 0x4000, maps, &p, NULL), TSR_OK);
     cr_assert_eq(maps[2].address, (void *)0x3000);
     cr_assert_eq(maps[2].dims[0], 96); /* H */
     cr_assert_null(p.bias);
@@ -270,10 +270,10 @@ Test(backend_cuda, launch_arguments_follow_the_kernel_contract)
 
 Test(backend_cuda, embeds_the_tier3_cubin)
 {
-    if (tsri_gemm_sm90_cubin_len == 0)
+    if (tsrd_gemm_sm90_cubin_len == 0)
         cr_skip_test("built without nvcc");
-    cr_assert_gt(tsri_gemm_sm90_cubin_len, 4096);
-    cr_assert_eq(memcmp(tsri_gemm_sm90_cubin,
+    cr_assert_gt(tsrd_gemm_sm90_cubin_len, 4096);
+    cr_assert_eq(memcmp(tsrd_gemm_sm90_cubin,
                         "\x7f"
                         "ELF",
                         4),
@@ -282,29 +282,29 @@ Test(backend_cuda, embeds_the_tier3_cubin)
     const char *entries[] = {"tsr_gemm_bf16_f32", "tsr_gemm_f16_bf16", "tsr_gemm_bf16_bf16_gated",
                              "tsr_gemm_f16_f16_gated"};
     for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++)
-        cr_assert_not_null(memmem(tsri_gemm_sm90_cubin, tsri_gemm_sm90_cubin_len, entries[i],
+        cr_assert_not_null(memmem(tsrd_gemm_sm90_cubin, tsrd_gemm_sm90_cubin_len, entries[i],
                                   strlen(entries[i]) + 1),
                            "%s", entries[i]);
 }
 
 Test(backend_cuda, tier3_compile_names_the_embedded_entry)
 {
-    if (tsri_gemm_sm90_cubin_len == 0)
+    if (tsrd_gemm_sm90_cubin_len == 0)
         cr_skip_test("built without nvcc");
     tsr_region r;
     load_example("examples/matmul.json", TSR_BF16, &r);
     tsr_candidate gemm, swiglu;
-    tsri_cuda_candidate_gemm(&gemm);
-    tsri_cuda_candidate_swiglu(&swiglu);
+    tsrd_cuda_candidate_gemm(&gemm);
+    tsrd_cuda_candidate_swiglu(&swiglu);
     uint8_t *bin = NULL;
     size_t len = 0;
     tsr_error e;
-    cr_assert_eq(tsri_cuda_compile(NULL, 0, &r, &gemm, "sm_90a", &bin, &len, &e), TSR_OK, "%s",
+    cr_assert_eq(tsrd_cuda_compile(NULL, 0, &r, &gemm, "sm_90a", &bin, &len, &e), TSR_OK, "%s",
                  e.message);
-    tsri_cuda_launch_desc d;
+    tsrd_cuda_launch_desc d;
     const uint8_t *p;
     size_t plen;
-    cr_assert_eq(tsri_cuda_blob_decode(bin, len, &d, &p, &plen, NULL), TSR_OK);
+    cr_assert_eq(tsrd_cuda_blob_decode(bin, len, &d, &p, &plen, NULL), TSR_OK);
     cr_assert_eq(d.image, TSRI_CUDA_IMAGE_EMBEDDED);
     cr_assert_str_eq(d.entry, "tsr_gemm_bf16_bf16");
     cr_assert_eq(d.grid[0], 1);
@@ -312,9 +312,9 @@ Test(backend_cuda, tier3_compile_names_the_embedded_entry)
     cr_assert_eq(d.shared_bytes, TSR_GEMM_SMEM_BYTES);
     cr_assert_eq(d.n_params, 4);
     free(bin);
-    cr_assert_eq(tsri_cuda_compile(NULL, 0, &r, &swiglu, "sm_90a", &bin, &len, &e),
+    cr_assert_eq(tsrd_cuda_compile(NULL, 0, &r, &swiglu, "sm_90a", &bin, &len, &e),
                  TSR_UNSUPPORTED);
-    cr_assert_eq(tsri_cuda_compile(NULL, 0, &r, &gemm, "sm_80", &bin, &len, &e), TSR_UNSUPPORTED);
+    cr_assert_eq(tsrd_cuda_compile(NULL, 0, &r, &gemm, "sm_80", &bin, &len, &e), TSR_UNSUPPORTED);
 }
 
 /* Tier-1 code for every example region in every dtype goes through NVRTC. */
@@ -325,7 +325,7 @@ Test(backend_cuda, tier1_compiles_every_example_in_every_dtype, .timeout = 120)
     if (tsrd_nvrtc_open(NULL, &nv, &e) != TSR_OK)
         cr_skip_test("no NVRTC: %s", e.message);
     tsr_candidate tier1;
-    tsri_cuda_candidate_tier1(&tier1);
+    tsrd_cuda_candidate_tier1(&tier1);
     const tsr_dtype dtypes[] = {TSR_F32, TSR_F16, TSR_BF16};
     for (size_t i = 0; i < N_EXAMPLES; i++) {
         for (int j = 0; j < 3; j++) {
@@ -333,13 +333,13 @@ Test(backend_cuda, tier1_compiles_every_example_in_every_dtype, .timeout = 120)
             load_example(examples[i], dtypes[j], &r);
             uint8_t *bin = NULL;
             size_t len = 0;
-            tsr_status st = tsri_cuda_compile(nv, 132, &r, &tier1, "sm_90a", &bin, &len, &e);
+            tsr_status st = tsrd_cuda_compile(nv, 132, &r, &tier1, "sm_90a", &bin, &len, &e);
             cr_assert_eq(st, TSR_OK, "%s %s: %s", examples[i], tsr_dtype_name(dtypes[j]),
                          e.message);
-            tsri_cuda_launch_desc d;
+            tsrd_cuda_launch_desc d;
             const uint8_t *p;
             size_t plen;
-            cr_assert_eq(tsri_cuda_blob_decode(bin, len, &d, &p, &plen, NULL), TSR_OK);
+            cr_assert_eq(tsrd_cuda_blob_decode(bin, len, &d, &p, &plen, NULL), TSR_OK);
             cr_assert_eq(d.image, TSRI_CUDA_IMAGE_CUBIN);
             cr_assert_eq(memcmp(p,
                                 "\x7f"
@@ -360,7 +360,7 @@ Test(backend_cuda, tier1_compiles_every_example_in_every_dtype, .timeout = 120)
 Test(backend_cuda, test_fault_compiles_with_the_region_signature, .timeout = 60)
 {
     tsr_candidate fault;
-    tsri_cuda_candidate_test_fault(&fault);
+    tsrd_cuda_candidate_test_fault(&fault);
     cr_assert_str_eq(fault.name, "test_fault");
     cr_assert(fault.forced_only);
     tsrd_nvrtc *nv = NULL;
@@ -373,12 +373,12 @@ Test(backend_cuda, test_fault_compiles_with_the_region_signature, .timeout = 60)
     int n_inputs = tsr_region_signature(&r, in, &out);
     uint8_t *bin = NULL;
     size_t len = 0;
-    cr_assert_eq(tsri_cuda_compile(nv, 132, &r, &fault, "sm_90a", &bin, &len, &e), TSR_OK, "%s",
+    cr_assert_eq(tsrd_cuda_compile(nv, 132, &r, &fault, "sm_90a", &bin, &len, &e), TSR_OK, "%s",
                  e.message);
-    tsri_cuda_launch_desc d;
+    tsrd_cuda_launch_desc d;
     const uint8_t *p;
     size_t plen;
-    cr_assert_eq(tsri_cuda_blob_decode(bin, len, &d, &p, &plen, NULL), TSR_OK);
+    cr_assert_eq(tsrd_cuda_blob_decode(bin, len, &d, &p, &plen, NULL), TSR_OK);
     cr_expect_eq(d.image, TSRI_CUDA_IMAGE_CUBIN);
     cr_expect_str_eq(d.entry, "tsr_test_fault");
     cr_expect_eq(d.n_params, n_inputs + 1);
@@ -393,7 +393,7 @@ Test(backend_cuda, test_fault_compiles_with_the_region_signature, .timeout = 60)
 Test(backend_cuda, the_reference_blob_carries_the_region)
 {
     tsr_candidate ref;
-    tsri_cuda_candidate_reference(&ref);
+    tsrd_cuda_candidate_reference(&ref);
     cr_assert_str_eq(ref.name, "reference");
     cr_assert_eq(ref.tier, 0);
     tsr_region r;
@@ -401,12 +401,12 @@ Test(backend_cuda, the_reference_blob_carries_the_region)
     uint8_t *bin = NULL;
     size_t len = 0;
     tsr_error e;
-    cr_assert_eq(tsri_cuda_compile(NULL, 0, &r, &ref, "sm_90a", &bin, &len, &e), TSR_OK, "%s",
+    cr_assert_eq(tsrd_cuda_compile(NULL, 0, &r, &ref, "sm_90a", &bin, &len, &e), TSR_OK, "%s",
                  e.message);
-    tsri_cuda_launch_desc d;
+    tsrd_cuda_launch_desc d;
     const uint8_t *p;
     size_t plen;
-    cr_assert_eq(tsri_cuda_blob_decode(bin, len, &d, &p, &plen, &e), TSR_OK, "%s", e.message);
+    cr_assert_eq(tsrd_cuda_blob_decode(bin, len, &d, &p, &plen, &e), TSR_OK, "%s", e.message);
     cr_expect_eq(d.image, TSRI_CUDA_IMAGE_REFERENCE);
     cr_expect_str_eq(d.entry, "tsr_reference");
     cr_expect_eq(d.n_params, 4); /* q, k, v and the output */
@@ -417,7 +417,7 @@ Test(backend_cuda, the_reference_blob_carries_the_region)
     cr_assert_eq(tsr_region_fingerprint(&back, &f2, &e), TSR_OK);
     cr_expect_eq(memcmp(f1.bytes, f2.bytes, sizeof f1.bytes), 0);
     /* A reference blob without its payload is refused. */
-    cr_expect_eq(tsri_cuda_blob_decode(bin, TSRI_CUDA_BLOB_HEADER, &d, &p, &plen, &e), TSR_CORRUPT);
+    cr_expect_eq(tsrd_cuda_blob_decode(bin, TSRI_CUDA_BLOB_HEADER, &d, &p, &plen, &e), TSR_CORRUPT);
     free(bin);
     tsr_region_free(&back);
     tsr_region_free(&r);

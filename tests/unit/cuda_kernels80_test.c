@@ -34,15 +34,15 @@ static bool applies(const tsr_candidate *c, const tsr_region *r, const char *arc
 
 static void skip_without_image(void)
 {
-    if (tsri_gemm_sm80_image_len == 0)
+    if (tsrd_gemm_sm80_image_len == 0)
         cr_skip_test("built without nvcc");
 }
 
 Test(cuda_kernels80, candidates_are_tier3_for_the_gemm_kinds)
 {
     tsr_candidate gemm, swiglu;
-    tsri_cuda_candidate_gemm80(&gemm);
-    tsri_cuda_candidate_swiglu80(&swiglu);
+    tsrd_cuda_candidate_gemm80(&gemm);
+    tsrd_cuda_candidate_swiglu80(&swiglu);
     cr_assert_str_eq(gemm.name, "gemm_mma80");
     cr_assert_str_eq(swiglu.name, "swiglu_mma80");
     cr_assert_eq(gemm.tier, 3);
@@ -51,14 +51,14 @@ Test(cuda_kernels80, candidates_are_tier3_for_the_gemm_kinds)
     cr_assert_eq(swiglu.version, 1);
     cr_assert_eq(gemm.kinds, 1u << TSR_KIND_MATMUL | 1u << TSR_KIND_FUSED);
     cr_assert_eq(swiglu.kinds, 1u << TSR_KIND_GATED);
-    cr_assert(tsri_cuda_candidate_is_tier3(&gemm));
-    cr_assert(tsri_cuda_candidate_is_tier3(&swiglu));
+    cr_assert(tsrd_cuda_candidate_is_tier3(&gemm));
+    cr_assert(tsrd_cuda_candidate_is_tier3(&swiglu));
 }
 
 Test(cuda_kernels80, declines_architectures_outside_sm80_to_sm90)
 {
     tsr_candidate gemm;
-    tsri_cuda_candidate_gemm80(&gemm);
+    tsrd_cuda_candidate_gemm80(&gemm);
     tsr_region r;
     char why[160];
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 100, 96, 64, NULL), TSR_OK);
@@ -75,8 +75,8 @@ Test(cuda_kernels80, applies_on_ampere_ada_and_hopper)
 {
     skip_without_image();
     tsr_candidate gemm, swiglu;
-    tsri_cuda_candidate_gemm80(&gemm);
-    tsri_cuda_candidate_swiglu80(&swiglu);
+    tsrd_cuda_candidate_gemm80(&gemm);
+    tsrd_cuda_candidate_swiglu80(&swiglu);
     tsr_region r, g;
     char why[160];
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 100, 96, 64, NULL), TSR_OK);
@@ -92,8 +92,8 @@ Test(cuda_kernels80, declines_with_the_rule_it_breaks)
 {
     skip_without_image();
     tsr_candidate gemm, swiglu;
-    tsri_cuda_candidate_gemm80(&gemm);
-    tsri_cuda_candidate_swiglu80(&swiglu);
+    tsrd_cuda_candidate_gemm80(&gemm);
+    tsrd_cuda_candidate_swiglu80(&swiglu);
     char why[160];
     tsr_region r;
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_F32, 128, 128, 128, NULL), TSR_OK);
@@ -151,12 +151,12 @@ Test(cuda_kernels80, wgmma_wins_the_tie_on_hopper_and_mma80_serves_ampere)
     tsr_arbiter *a = NULL;
     tsr_error e;
     cr_assert_eq(tsr_arbiter_create(NULL, &a, &e), TSR_OK, "%s", e.message);
-    cr_assert_eq(tsri_cuda_register_candidates(a, &e), TSR_OK, "%s", e.message);
+    cr_assert_eq(tsrd_cuda_register_candidates(a, &e), TSR_OK, "%s", e.message);
     tsr_region r, g;
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 256, 256, 256, NULL), TSR_OK);
     cr_assert_eq(tsr_region_init_gated(&g, TSR_BF16, 256, 256, 256, TSR_OP_SILU, NULL), TSR_OK);
-    const char *want_gemm = tsri_gemm_sm90_cubin_len > 0 ? "gemm_wgmma" : "gemm_mma80";
-    const char *want_swiglu = tsri_gemm_sm90_cubin_len > 0 ? "swiglu_wgmma" : "swiglu_mma80";
+    const char *want_gemm = tsrd_gemm_sm90_cubin_len > 0 ? "gemm_wgmma" : "gemm_mma80";
+    const char *want_swiglu = tsrd_gemm_sm90_cubin_len > 0 ? "swiglu_wgmma" : "swiglu_mma80";
     cr_assert_str_eq(select_on(a, &r, "sm_90a", NULL), want_gemm);
     cr_assert_str_eq(select_on(a, &g, "sm_90a", NULL), want_swiglu);
     cr_assert_str_eq(select_on(a, &r, "sm_90a", "gemm_mma80"), "gemm_mma80");
@@ -170,10 +170,10 @@ Test(cuda_kernels80, wgmma_wins_the_tie_on_hopper_and_mma80_serves_ampere)
 Test(cuda_kernels80, plan_names_the_entry_and_counts_tiles)
 {
     tsr_region r;
-    tsri_gemm_plan plan;
+    tsrd_gemm_plan plan;
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 1000, 1000, 1024, NULL), TSR_OK);
     r.out_dtype = TSR_F32;
-    cr_assert_eq(tsri_gemm80_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_eq(tsrd_gemm80_plan_make(&r, &plan, NULL), TSR_OK);
     cr_assert_eq(plan.family, TSRI_GEMM_MMA80);
     cr_assert_str_eq(plan.entry, "tsr_gemm80_bf16_f32");
     cr_assert_eq(plan.grid, 8 * 8); /* ceil(1000/128) x ceil(1000/128) */
@@ -185,13 +185,13 @@ Test(cuda_kernels80, plan_names_the_entry_and_counts_tiles)
 
     cr_assert_eq(tsr_region_init_gated(&r, TSR_F16, 300, 256, 264, TSR_OP_SILU, NULL), TSR_OK);
     r.out_dtype = TSR_BF16;
-    cr_assert_eq(tsri_gemm80_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_eq(tsrd_gemm80_plan_make(&r, &plan, NULL), TSR_OK);
     cr_assert_str_eq(plan.entry, "tsr_gemm80_f16_bf16_gated");
     cr_assert_eq(plan.grid, 3 * 5); /* ceil(300/128) x ceil(264/64) */
     cr_assert_eq(plan.gate_act, TSR_OP_SILU);
 
     /* The Hopper plan of the same region keeps its own family and geometry. */
-    cr_assert_eq(tsri_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
     cr_assert_eq(plan.family, TSRI_GEMM_WGMMA);
     cr_assert_str_eq(plan.entry, "tsr_gemm_f16_bf16_gated");
     cr_assert_eq(plan.block, 384);
@@ -202,28 +202,28 @@ Test(cuda_kernels80, plan_for_picks_the_family_of_the_candidate)
     tsr_region r;
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_F16, 64, 64, 64, NULL), TSR_OK);
     tsr_candidate c;
-    tsri_gemm_plan plan;
-    tsri_cuda_candidate_gemm80(&c);
-    cr_assert_eq(tsri_gemm_plan_for(&c, &r, &plan, NULL), TSR_OK);
+    tsrd_gemm_plan plan;
+    tsrd_cuda_candidate_gemm80(&c);
+    cr_assert_eq(tsrd_gemm_plan_for(&c, &r, &plan, NULL), TSR_OK);
     cr_assert_str_eq(plan.entry, "tsr_gemm80_f16_f16");
-    tsri_cuda_candidate_gemm(&c);
-    cr_assert_eq(tsri_gemm_plan_for(&c, &r, &plan, NULL), TSR_OK);
+    tsrd_cuda_candidate_gemm(&c);
+    cr_assert_eq(tsrd_gemm_plan_for(&c, &r, &plan, NULL), TSR_OK);
     cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f16");
-    tsri_cuda_candidate_tier1(&c);
-    cr_assert_eq(tsri_gemm_plan_for(&c, &r, &plan, NULL), TSR_UNSUPPORTED);
+    tsrd_cuda_candidate_tier1(&c);
+    cr_assert_eq(tsrd_gemm_plan_for(&c, &r, &plan, NULL), TSR_UNSUPPORTED);
 }
 
 Test(cuda_kernels80, launch_arguments_follow_the_kernel_contract)
 {
     tsr_region r;
     load_example("examples/fused.json", TSR_BF16, &r); /* 128x96x64, bias, gelu, residual */
-    tsri_gemm_plan plan;
-    cr_assert_eq(tsri_gemm80_plan_make(&r, &plan, NULL), TSR_OK);
+    tsrd_gemm_plan plan;
+    cr_assert_eq(tsrd_gemm80_plan_make(&r, &plan, NULL), TSR_OK);
     cr_assert_str_eq(plan.entry, "tsr_gemm80_bf16_bf16");
     CUdeviceptr in[4] = {0x10000, 0x20000, 0x30000, 0x40000};
     CUdeviceptr ops[3];
     tsr_gemm_params p;
-    cr_assert_eq(tsri_gemm80_launch_args(&plan, in, 4, 0x50000, ops, &p, NULL), TSR_OK);
+    cr_assert_eq(tsrd_gemm80_launch_args(&plan, in, 4, 0x50000, ops, &p, NULL), TSR_OK);
     cr_assert_eq(ops[0], 0x10000);
     cr_assert_eq(ops[1], 0x20000);
     cr_assert_eq(ops[2], 0x20000); /* B repeated for the plain kernel */
@@ -241,17 +241,17 @@ Test(cuda_kernels80, launch_arguments_follow_the_kernel_contract)
 
     tsr_error e;
     in[1] = 0x20008;
-    cr_assert_eq(tsri_gemm80_launch_args(&plan, in, 4, 0x50000, ops, &p, &e), TSR_BUFFER_MISMATCH);
+    cr_assert_eq(tsrd_gemm80_launch_args(&plan, in, 4, 0x50000, ops, &p, &e), TSR_BUFFER_MISMATCH);
     cr_assert_str_eq(e.message, "gemm launch: input 1 is not 16-byte aligned");
     in[1] = 0x20000;
-    cr_assert_eq(tsri_gemm80_launch_args(&plan, in, 4, 0x50004, ops, &p, &e), TSR_BUFFER_MISMATCH);
+    cr_assert_eq(tsrd_gemm80_launch_args(&plan, in, 4, 0x50004, ops, &p, &e), TSR_BUFFER_MISMATCH);
     cr_assert_str_eq(e.message, "gemm launch: the output is not 16-byte aligned");
-    cr_assert_eq(tsri_gemm80_launch_args(&plan, in, 3, 0x50000, ops, &p, NULL), TSR_INTERNAL);
+    cr_assert_eq(tsrd_gemm80_launch_args(&plan, in, 3, 0x50000, ops, &p, NULL), TSR_INTERNAL);
 
     load_example("examples/gated.json", TSR_F16, &r);
-    cr_assert_eq(tsri_gemm80_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_eq(tsrd_gemm80_plan_make(&r, &plan, NULL), TSR_OK);
     CUdeviceptr g[3] = {0x1000, 0x2000, 0x3000};
-    cr_assert_eq(tsri_gemm80_launch_args(&plan, g, 3, 0x4000, ops, &p, NULL), TSR_OK);
+    cr_assert_eq(tsrd_gemm80_launch_args(&plan, g, 3, 0x4000, ops, &p, NULL), TSR_OK);
     cr_assert_eq(ops[1], 0x2000);
     cr_assert_eq(ops[2], 0x3000);
     cr_assert_null(p.bias);
@@ -265,19 +265,19 @@ Test(cuda_kernels80, compile_names_the_embedded_entry)
     tsr_region r;
     load_example("examples/matmul.json", TSR_BF16, &r);
     tsr_candidate gemm, swiglu;
-    tsri_cuda_candidate_gemm80(&gemm);
-    tsri_cuda_candidate_swiglu80(&swiglu);
+    tsrd_cuda_candidate_gemm80(&gemm);
+    tsrd_cuda_candidate_swiglu80(&swiglu);
     const char *archs[] = {"sm_86", "sm_90a"};
     for (int i = 0; i < 2; i++) {
         uint8_t *bin = NULL;
         size_t len = 0;
         tsr_error e;
-        cr_assert_eq(tsri_cuda_compile(NULL, 0, &r, &gemm, archs[i], &bin, &len, &e), TSR_OK, "%s",
+        cr_assert_eq(tsrd_cuda_compile(NULL, 0, &r, &gemm, archs[i], &bin, &len, &e), TSR_OK, "%s",
                      e.message);
-        tsri_cuda_launch_desc d;
+        tsrd_cuda_launch_desc d;
         const uint8_t *p;
         size_t plen;
-        cr_assert_eq(tsri_cuda_blob_decode(bin, len, &d, &p, &plen, NULL), TSR_OK);
+        cr_assert_eq(tsrd_cuda_blob_decode(bin, len, &d, &p, &plen, NULL), TSR_OK);
         cr_assert_eq(d.image, TSRI_CUDA_IMAGE_EMBEDDED);
         cr_assert_str_eq(d.entry, "tsr_gemm80_bf16_bf16");
         cr_assert_eq(d.grid[0], 1);
@@ -290,17 +290,17 @@ Test(cuda_kernels80, compile_names_the_embedded_entry)
     uint8_t *bin = NULL;
     size_t len = 0;
     tsr_error e;
-    cr_assert_eq(tsri_cuda_compile(NULL, 0, &r, &swiglu, "sm_80", &bin, &len, &e), TSR_UNSUPPORTED);
+    cr_assert_eq(tsrd_cuda_compile(NULL, 0, &r, &swiglu, "sm_80", &bin, &len, &e), TSR_UNSUPPORTED);
     cr_assert_str_eq(e.message, "swiglu_mma80: does not serve matmul regions");
-    cr_assert_eq(tsri_cuda_compile(NULL, 0, &r, &gemm, "sm_75", &bin, &len, &e), TSR_UNSUPPORTED);
+    cr_assert_eq(tsrd_cuda_compile(NULL, 0, &r, &gemm, "sm_75", &bin, &len, &e), TSR_UNSUPPORTED);
     cr_assert_str_eq(e.message, "gemm_mma80: built for sm_80 .. sm_89 and sm_90, not sm_75");
 }
 
 Test(cuda_kernels80, embeds_the_sm80_image_with_every_entry)
 {
     skip_without_image();
-    const uint8_t *img = tsri_gemm_sm80_image;
-    size_t len = tsri_gemm_sm80_image_len;
+    const uint8_t *img = tsrd_gemm_sm80_image;
+    size_t len = tsrd_gemm_sm80_image_len;
     cr_assert_gt(len, 4096);
     /* A fatbin (magic 0xBA55ED50, little-endian) holding at least the sm_80 and
      * the sm_90 ELF images. */

@@ -47,7 +47,7 @@ Test(offline_compile, picks_tier3_for_bf16_matmul_then_hits_memory)
     tsrd_compiled c;
     tsr_error e;
     cr_assert_eq(tsrd_offline_compile(cache, &r, "sm_90a", NULL, &c, &e), TSR_OK, "%s", e.message);
-    const char *want = tsri_gemm_sm90_cubin_len > 0 ? "gemm_wgmma" : "tier1";
+    const char *want = tsrd_gemm_sm90_cubin_len > 0 ? "gemm_wgmma" : "tier1";
     cr_assert_str_eq(c.decision.candidate.name, want);
     cr_assert_eq(c.decision.reason, TSR_REASON_TIER);
     cr_assert_not(c.decision.verified);
@@ -76,12 +76,12 @@ Test(offline_compile, forced_tier1_builds_a_cubin_under_another_key)
     cr_assert_str_eq(forced.decision.candidate.name, "tier1");
     cr_assert_eq(forced.decision.reason, TSR_REASON_FORCED);
     cr_assert_eq(memcmp(&tier.fingerprint, &forced.fingerprint, sizeof tier.fingerprint), 0);
-    if (tsri_gemm_sm90_cubin_len > 0)
+    if (tsrd_gemm_sm90_cubin_len > 0)
         cr_assert_neq(memcmp(&tier.key, &forced.key, sizeof tier.key), 0);
-    tsri_cuda_launch_desc d;
+    tsrd_cuda_launch_desc d;
     const uint8_t *p;
     size_t plen;
-    cr_assert_eq(tsri_cuda_blob_decode(forced.blob->data, forced.blob->len, &d, &p, &plen, NULL),
+    cr_assert_eq(tsrd_cuda_blob_decode(forced.blob->data, forced.blob->len, &d, &p, &plen, NULL),
                  TSR_OK);
     cr_assert_eq(d.image, TSRI_CUDA_IMAGE_CUBIN);
     cr_assert_gt(plen, 0);

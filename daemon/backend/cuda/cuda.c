@@ -127,9 +127,9 @@ struct tsrd_kobj {
     tsr_region ref_region; /* its region, when reference */
     CUmodule module;       /* owned; NULL for the shared tier-3 module */
     CUfunction function;
-    tsri_cuda_launch_desc desc;
+    tsrd_cuda_launch_desc desc;
     int tier3;
-    tsri_gemm_plan plan;
+    tsrd_gemm_plan plan;
 };
 
 struct tsrd_stream {
@@ -225,7 +225,7 @@ static tsr_status cuda_device_open(tsrd_backend *b, int index, tsr_error *err)
                              "cuDevicePrimaryCtxRetain", err);
     if (st != TSR_OK)
         return tsr_error_prefix(err, "device %d", index);
-    tsri_cuda_arch_name(major, minor, d->info.arch, sizeof d->info.arch);
+    tsrd_cuda_arch_name(major, minor, d->info.arch, sizeof d->info.arch);
     d->info.memory_bytes = mem;
     d->info.multiprocessors = sms;
     return TSR_OK;
@@ -341,10 +341,10 @@ static int cuda_serves_arch(tsrd_backend *b, const char *arch)
 
 static tsr_status cuda_register_candidates(tsrd_backend *b, tsr_arbiter *arbiter, tsr_error *err)
 {
-    tsr_status st = tsri_cuda_register_candidates(arbiter, err);
+    tsr_status st = tsrd_cuda_register_candidates(arbiter, err);
     if (st == TSR_OK && b->test_faults) {
         tsr_candidate c;
-        tsri_cuda_candidate_test_fault(&c);
+        tsrd_cuda_candidate_test_fault(&c);
         st = tsr_arbiter_register(arbiter, &c, err);
     }
     return st;
@@ -703,18 +703,18 @@ static tsr_status cuda_compile(tsrd_backend *b, const tsr_region *r, const tsr_c
     for (int i = 0; i < b->n_devices && sms == 0; i++)
         if (strcmp(b->devices[i].info.arch, arch) == 0)
             sms = b->devices[i].info.multiprocessors;
-    return tsri_cuda_compile(b->nv, sms, r, c, arch, bin, len, err);
+    return tsrd_cuda_compile(b->nv, sms, r, c, arch, bin, len, err);
 }
 
 /* The embedded tier-3 module of a family on a device, loaded on first use. */
-static tsr_status cuda_tier3_module(tsrd_backend *b, int device, tsri_gemm_family family,
+static tsr_status cuda_tier3_module(tsrd_backend *b, int device, tsrd_gemm_family family,
                                     CUmodule *out, tsr_error *err)
 {
     cuda_device *d = &b->devices[device];
     const int mma80 = family == TSRI_GEMM_MMA80;
     CUmodule *module = mma80 ? &d->mma80_module : &d->tier3_module;
-    const unsigned char *image = mma80 ? tsri_gemm_sm80_image : tsri_gemm_sm90_cubin;
-    size_t image_len = mma80 ? tsri_gemm_sm80_image_len : tsri_gemm_sm90_cubin_len;
+    const unsigned char *image = mma80 ? tsrd_gemm_sm80_image : tsrd_gemm_sm90_cubin;
+    size_t image_len = mma80 ? tsrd_gemm_sm80_image_len : tsrd_gemm_sm90_cubin_len;
     tsr_status st = TSR_OK;
     pthread_mutex_lock(&d->module_lock);
     if (*module == NULL) {
@@ -745,7 +745,7 @@ static tsr_status cuda_load(tsrd_backend *b, int device, const tsr_region *r,
     k->generation = cuda_generation(b, device);
     const uint8_t *payload = NULL;
     size_t payload_len = 0;
-    st = tsri_cuda_blob_decode(bin, len, &k->desc, &payload, &payload_len, err);
+    st = tsrd_cuda_blob_decode(bin, len, &k->desc, &payload, &payload_len, err);
     CUmodule module = NULL;
     if (st == TSR_OK && k->desc.image == TSRI_CUDA_IMAGE_REFERENCE) {
         st = tsr_region_from_json((const char *)payload, payload_len, &k->ref_region, err);
@@ -759,7 +759,7 @@ static tsr_status cuda_load(tsrd_backend *b, int device, const tsr_region *r,
     }
     if (st == TSR_OK && k->desc.image == TSRI_CUDA_IMAGE_EMBEDDED) {
         k->tier3 = 1;
-        st = tsri_gemm_plan_for(c, r, &k->plan, err);
+        st = tsrd_gemm_plan_for(c, r, &k->plan, err);
         if (st == TSR_OK && strcmp(k->plan.entry, k->desc.entry) != 0)
             st = tsr_error_set(err, TSR_CORRUPT, "stored entry %s does not serve this region",
                                k->desc.entry);
@@ -926,7 +926,7 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
     CUdeviceptr operands[3];
     tsr_gemm_params params;
     if (k->tier3 && k->plan.family == TSRI_GEMM_MMA80) {
-        st = tsri_gemm80_launch_args(&k->plan, ptrs, n_inputs, output->ptr, operands, &params, err);
+        st = tsrd_gemm80_launch_args(&k->plan, ptrs, n_inputs, output->ptr, operands, &params, err);
         if (st != TSR_OK)
             return st;
         args[0] = &operands[0];
@@ -934,8 +934,8 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
         args[2] = &operands[2];
         args[3] = &params;
     } else if (k->tier3) {
-        tsri_tmap_args ta[3];
-        st = tsri_gemm_launch_args(&k->plan, ptrs, n_inputs, output->ptr, ta, &params, err);
+        tsrd_tmap_args ta[3];
+        st = tsrd_gemm_launch_args(&k->plan, ptrs, n_inputs, output->ptr, ta, &params, err);
         for (int i = 0; st == TSR_OK && i < 3; i++)
             st = cuda_check(b, s->device,
                             b->drv->tensor_map_encode_tiled(
@@ -965,7 +965,7 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
             return st;
         s->timing = 1;
     }
-    const tsri_cuda_launch_desc *d = &k->desc;
+    const tsrd_cuda_launch_desc *d = &k->desc;
     uint32_t grid0 = d->grid[0];
     /* The wgmma kernels are persistent: one CTA per multiprocessor walks the
      * tiles; the blob holds the tile count, valid for any device. The mma80

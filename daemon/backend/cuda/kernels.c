@@ -5,8 +5,8 @@
  * The blob header is written field by field in little-endian order rather than
  * as a struct image, so a cache directory stays readable by any build of the
  * daemon with the same TSRI_CUDA_BLOB_VERSION. The tier-3 rules live in one
- * place, kernels_plan_rules behind tsri_gemm_plan_make (Hopper) and
- * tsri_gemm80_plan_make (Ampere): the candidates' applies predicates, compile
+ * place, kernels_plan_rules behind tsrd_gemm_plan_make (Hopper) and
+ * tsrd_gemm80_plan_make (Ampere): the candidates' applies predicates, compile
  * and the launch all ask them, so a region is never accepted by one and refused
  * by another.
  */
@@ -48,7 +48,7 @@ enum {
     BLOB_OFF_PAYLOAD_LEN = 112,
 };
 
-tsr_status tsri_cuda_blob_encode(const tsri_cuda_launch_desc *desc, const uint8_t *payload,
+tsr_status tsrd_cuda_blob_encode(const tsrd_cuda_launch_desc *desc, const uint8_t *payload,
                                  size_t payload_len, uint8_t **out, size_t *out_len, tsr_error *err)
 {
     uint8_t *blob = calloc(1, TSRI_CUDA_BLOB_HEADER + payload_len);
@@ -73,7 +73,7 @@ tsr_status tsri_cuda_blob_encode(const tsri_cuda_launch_desc *desc, const uint8_
     return TSR_OK;
 }
 
-tsr_status tsri_cuda_blob_decode(const uint8_t *bin, size_t len, tsri_cuda_launch_desc *desc,
+tsr_status tsrd_cuda_blob_decode(const uint8_t *bin, size_t len, tsrd_cuda_launch_desc *desc,
                                  const uint8_t **payload, size_t *payload_len, tsr_error *err)
 {
     memset(desc, 0, sizeof *desc);
@@ -86,7 +86,7 @@ tsr_status tsri_cuda_blob_decode(const uint8_t *bin, size_t len, tsri_cuda_launc
                              TSRI_CUDA_BLOB_VERSION);
     uint64_t plen = (uint64_t)kernels_get32(bin + BLOB_OFF_PAYLOAD_LEN) |
                     (uint64_t)kernels_get32(bin + BLOB_OFF_PAYLOAD_LEN + 4) << 32;
-    desc->image = (tsri_cuda_image)kernels_get32(bin + BLOB_OFF_IMAGE);
+    desc->image = (tsrd_cuda_image)kernels_get32(bin + BLOB_OFF_IMAGE);
     memcpy(desc->entry, bin + BLOB_OFF_ENTRY, sizeof desc->entry);
     for (int i = 0; i < 3; i++) {
         desc->grid[i] = kernels_get32(bin + BLOB_OFF_GRID + 4 * i);
@@ -109,7 +109,7 @@ tsr_status tsri_cuda_blob_decode(const uint8_t *bin, size_t len, tsri_cuda_launc
     return TSR_OK;
 }
 
-void tsri_cuda_arch_name(int major, int minor, char *buf, size_t size)
+void tsrd_cuda_arch_name(int major, int minor, char *buf, size_t size)
 {
     snprintf(buf, size, "sm_%d%d%s", major, minor, major == 9 && minor == 0 ? "a" : "");
 }
@@ -123,7 +123,7 @@ static const char *kernels_dtype_tag(tsr_dtype dtype)
 
 /* The rules both families share and the plan fields that follow from the
  * region alone; the caller adds the family's geometry and entry name. */
-static tsr_status kernels_plan_rules(const tsr_region *r, tsri_gemm_plan *out, tsr_error *err)
+static tsr_status kernels_plan_rules(const tsr_region *r, tsrd_gemm_plan *out, tsr_error *err)
 {
     memset(out, 0, sizeof *out);
     out->bias_input = -1;
@@ -182,7 +182,7 @@ static tsr_status kernels_plan_rules(const tsr_region *r, tsri_gemm_plan *out, t
 
 /* Tile count of a bm x bn tiling, which is also each family's grid size before
  * the launch clamps a persistent one. */
-static tsr_status kernels_plan_tiles(tsri_gemm_plan *out, int bm, int bn, tsr_error *err)
+static tsr_status kernels_plan_tiles(tsrd_gemm_plan *out, int bm, int bn, tsr_error *err)
 {
     int64_t tiles = (((int64_t)out->m + bm - 1) / bm) * (((int64_t)out->n + bn - 1) / bn);
     if (tiles > INT32_MAX)
@@ -191,7 +191,7 @@ static tsr_status kernels_plan_tiles(tsri_gemm_plan *out, int bm, int bn, tsr_er
     return TSR_OK;
 }
 
-tsr_status tsri_gemm_plan_make(const tsr_region *r, tsri_gemm_plan *out, tsr_error *err)
+tsr_status tsrd_gemm_plan_make(const tsr_region *r, tsrd_gemm_plan *out, tsr_error *err)
 {
     tsr_status st = kernels_plan_rules(r, out, err);
     if (st == TSR_OK)
@@ -207,7 +207,7 @@ tsr_status tsri_gemm_plan_make(const tsr_region *r, tsri_gemm_plan *out, tsr_err
     return TSR_OK;
 }
 
-tsr_status tsri_gemm80_plan_make(const tsr_region *r, tsri_gemm_plan *out, tsr_error *err)
+tsr_status tsrd_gemm80_plan_make(const tsr_region *r, tsrd_gemm_plan *out, tsr_error *err)
 {
     tsr_status st = kernels_plan_rules(r, out, err);
     if (st == TSR_OK)
@@ -228,16 +228,16 @@ static int kernels_is_mma80(const tsr_candidate *c)
     return strcmp(c->name, TSRI_CUDA_GEMM80) == 0 || strcmp(c->name, TSRI_CUDA_SWIGLU80) == 0;
 }
 
-tsr_status tsri_gemm_plan_for(const tsr_candidate *c, const tsr_region *r, tsri_gemm_plan *out,
+tsr_status tsrd_gemm_plan_for(const tsr_candidate *c, const tsr_region *r, tsrd_gemm_plan *out,
                               tsr_error *err)
 {
-    if (!tsri_cuda_candidate_is_tier3(c))
+    if (!tsrd_cuda_candidate_is_tier3(c))
         return tsr_error_set(err, TSR_UNSUPPORTED, "%s is not a tier-3 GEMM", c->name);
-    return kernels_is_mma80(c) ? tsri_gemm80_plan_make(r, out, err)
-                               : tsri_gemm_plan_make(r, out, err);
+    return kernels_is_mma80(c) ? tsrd_gemm80_plan_make(r, out, err)
+                               : tsrd_gemm_plan_make(r, out, err);
 }
 
-static void kernels_tmap(tsri_tmap_args *t, CUtensorMapDataType dtype, CUdeviceptr address,
+static void kernels_tmap(tsrd_tmap_args *t, CUtensorMapDataType dtype, CUdeviceptr address,
                          int rows, int cols, uint32_t box_cols, uint32_t box_rows)
 {
     memset(t, 0, sizeof *t);
@@ -258,7 +258,7 @@ static void kernels_tmap(tsri_tmap_args *t, CUtensorMapDataType dtype, CUdevicep
 }
 
 /* The checks both families' launches make, then the shared kernel parameters. */
-static tsr_status kernels_launch_params(const tsri_gemm_plan *plan, const CUdeviceptr *inputs,
+static tsr_status kernels_launch_params(const tsrd_gemm_plan *plan, const CUdeviceptr *inputs,
                                         int n_inputs, CUdeviceptr output, tsr_gemm_params *params,
                                         tsr_error *err)
 {
@@ -287,8 +287,8 @@ static tsr_status kernels_launch_params(const tsri_gemm_plan *plan, const CUdevi
     return TSR_OK;
 }
 
-tsr_status tsri_gemm_launch_args(const tsri_gemm_plan *plan, const CUdeviceptr *inputs,
-                                 int n_inputs, CUdeviceptr output, tsri_tmap_args maps[3],
+tsr_status tsrd_gemm_launch_args(const tsrd_gemm_plan *plan, const CUdeviceptr *inputs,
+                                 int n_inputs, CUdeviceptr output, tsrd_tmap_args maps[3],
                                  tsr_gemm_params *params, tsr_error *err)
 {
     tsr_status st = kernels_launch_params(plan, inputs, n_inputs, output, params, err);
@@ -307,7 +307,7 @@ tsr_status tsri_gemm_launch_args(const tsri_gemm_plan *plan, const CUdeviceptr *
     return TSR_OK;
 }
 
-tsr_status tsri_gemm80_launch_args(const tsri_gemm_plan *plan, const CUdeviceptr *inputs,
+tsr_status tsrd_gemm80_launch_args(const tsrd_gemm_plan *plan, const CUdeviceptr *inputs,
                                    int n_inputs, CUdeviceptr output, CUdeviceptr operands[3],
                                    tsr_gemm_params *params, tsr_error *err)
 {
@@ -341,13 +341,13 @@ static bool kernels_tier3_applies(const tsr_candidate *c, const tsr_region *r, c
         snprintf(why, why_len, "built for %s only, not %s", TSRI_CUDA_TIER3_ARCH, arch);
         return false;
     }
-    if (tsri_gemm_sm90_cubin_len == 0) {
+    if (tsrd_gemm_sm90_cubin_len == 0) {
         snprintf(why, why_len, "this tesserad was built without nvcc (no tier-3 kernels)");
         return false;
     }
-    tsri_gemm_plan plan;
+    tsrd_gemm_plan plan;
     tsr_error err;
-    if (tsri_gemm_plan_make(r, &plan, &err) != TSR_OK) {
+    if (tsrd_gemm_plan_make(r, &plan, &err) != TSR_OK) {
         snprintf(why, why_len, "%s", err.message);
         return false;
     }
@@ -370,20 +370,20 @@ static bool kernels_mma80_applies(const tsr_candidate *c, const tsr_region *r, c
         snprintf(why, why_len, "built for sm_80 .. sm_89 and sm_90, not %s", arch);
         return false;
     }
-    if (tsri_gemm_sm80_image_len == 0) {
+    if (tsrd_gemm_sm80_image_len == 0) {
         snprintf(why, why_len, "this tesserad was built without nvcc (no tier-3 kernels)");
         return false;
     }
-    tsri_gemm_plan plan;
+    tsrd_gemm_plan plan;
     tsr_error err;
-    if (tsri_gemm80_plan_make(r, &plan, &err) != TSR_OK) {
+    if (tsrd_gemm80_plan_make(r, &plan, &err) != TSR_OK) {
         snprintf(why, why_len, "%s", err.message);
         return false;
     }
     return true;
 }
 
-void tsri_cuda_candidate_reference(tsr_candidate *out)
+void tsrd_cuda_candidate_reference(tsr_candidate *out)
 {
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_REFERENCE);
@@ -392,7 +392,7 @@ void tsri_cuda_candidate_reference(tsr_candidate *out)
     out->kinds = (1u << TSR_KIND_COUNT) - 1;
 }
 
-void tsri_cuda_candidate_tier1(tsr_candidate *out)
+void tsrd_cuda_candidate_tier1(tsr_candidate *out)
 {
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_TIER1);
@@ -402,7 +402,7 @@ void tsri_cuda_candidate_tier1(tsr_candidate *out)
     out->applies = kernels_tier1_applies;
 }
 
-void tsri_cuda_candidate_gemm(tsr_candidate *out)
+void tsrd_cuda_candidate_gemm(tsr_candidate *out)
 {
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_GEMM);
@@ -412,7 +412,7 @@ void tsri_cuda_candidate_gemm(tsr_candidate *out)
     out->applies = kernels_tier3_applies;
 }
 
-void tsri_cuda_candidate_swiglu(tsr_candidate *out)
+void tsrd_cuda_candidate_swiglu(tsr_candidate *out)
 {
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_SWIGLU);
@@ -422,7 +422,7 @@ void tsri_cuda_candidate_swiglu(tsr_candidate *out)
     out->applies = kernels_tier3_applies;
 }
 
-void tsri_cuda_candidate_gemm80(tsr_candidate *out)
+void tsrd_cuda_candidate_gemm80(tsr_candidate *out)
 {
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_GEMM80);
@@ -432,7 +432,7 @@ void tsri_cuda_candidate_gemm80(tsr_candidate *out)
     out->applies = kernels_mma80_applies;
 }
 
-void tsri_cuda_candidate_swiglu80(tsr_candidate *out)
+void tsrd_cuda_candidate_swiglu80(tsr_candidate *out)
 {
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_SWIGLU80);
@@ -442,7 +442,7 @@ void tsri_cuda_candidate_swiglu80(tsr_candidate *out)
     out->applies = kernels_mma80_applies;
 }
 
-void tsri_cuda_candidate_test_fault(tsr_candidate *out)
+void tsrd_cuda_candidate_test_fault(tsr_candidate *out)
 {
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_TEST_FAULT);
@@ -452,31 +452,31 @@ void tsri_cuda_candidate_test_fault(tsr_candidate *out)
     out->forced_only = true;
 }
 
-int tsri_cuda_candidate_is_tier3(const tsr_candidate *c)
+int tsrd_cuda_candidate_is_tier3(const tsr_candidate *c)
 {
     return strcmp(c->name, TSRI_CUDA_GEMM) == 0 || strcmp(c->name, TSRI_CUDA_SWIGLU) == 0 ||
            kernels_is_mma80(c);
 }
 
-tsr_status tsri_cuda_register_candidates(tsr_arbiter *arbiter, tsr_error *err)
+tsr_status tsrd_cuda_register_candidates(tsr_arbiter *arbiter, tsr_error *err)
 {
     tsr_candidate c;
-    tsri_cuda_candidate_reference(&c);
+    tsrd_cuda_candidate_reference(&c);
     tsr_status st = tsr_arbiter_register(arbiter, &c, err);
-    tsri_cuda_candidate_tier1(&c);
+    tsrd_cuda_candidate_tier1(&c);
     if (st == TSR_OK)
         st = tsr_arbiter_register(arbiter, &c, err);
-    tsri_cuda_candidate_gemm(&c);
+    tsrd_cuda_candidate_gemm(&c);
     if (st == TSR_OK)
         st = tsr_arbiter_register(arbiter, &c, err);
-    tsri_cuda_candidate_swiglu(&c);
+    tsrd_cuda_candidate_swiglu(&c);
     if (st == TSR_OK)
         st = tsr_arbiter_register(arbiter, &c, err);
     /* After the wgmma pair: equal tier, so on Hopper the tie goes to those. */
-    tsri_cuda_candidate_gemm80(&c);
+    tsrd_cuda_candidate_gemm80(&c);
     if (st == TSR_OK)
         st = tsr_arbiter_register(arbiter, &c, err);
-    tsri_cuda_candidate_swiglu80(&c);
+    tsrd_cuda_candidate_swiglu80(&c);
     if (st == TSR_OK)
         st = tsr_arbiter_register(arbiter, &c, err);
     return st;
@@ -499,13 +499,13 @@ static tsr_status kernels_compile_tier1(const tsrd_nvrtc *nv, int sm_count, cons
     size_t cubin_len = 0;
     st = tsrd_nvrtc_compile(nv, kernel.source, "tier1.cu", arch, &cubin, &cubin_len, NULL, err);
     if (st == TSR_OK) {
-        tsri_cuda_launch_desc desc = {.image = TSRI_CUDA_IMAGE_CUBIN,
+        tsrd_cuda_launch_desc desc = {.image = TSRI_CUDA_IMAGE_CUBIN,
                                       .shared_bytes = kernel.launch.shared_bytes,
                                       .n_params = kernel.launch.n_params};
         snprintf(desc.entry, sizeof desc.entry, "%s", kernel.launch.entry);
         memcpy(desc.grid, kernel.launch.grid, sizeof desc.grid);
         memcpy(desc.block, kernel.launch.block, sizeof desc.block);
-        st = tsri_cuda_blob_encode(&desc, cubin, cubin_len, bin, len, err);
+        st = tsrd_cuda_blob_encode(&desc, cubin, cubin_len, bin, len, err);
     } else {
         tsr_error_prefix(err, "tier1");
     }
@@ -524,12 +524,12 @@ static tsr_status kernels_compile_reference(const tsr_region *r, uint8_t **bin, 
     if (st != TSR_OK)
         return tsr_error_prefix(err, "%s", TSRI_CUDA_REFERENCE);
     tsr_tensor_desc inputs[TSR_MAX_REGION_INPUTS], output;
-    tsri_cuda_launch_desc desc = {.image = TSRI_CUDA_IMAGE_REFERENCE,
+    tsrd_cuda_launch_desc desc = {.image = TSRI_CUDA_IMAGE_REFERENCE,
                                   .grid = {1, 1, 1},
                                   .block = {1, 1, 1},
                                   .n_params = tsr_region_signature(r, inputs, &output) + 1};
     snprintf(desc.entry, sizeof desc.entry, "tsr_reference");
-    st = tsri_cuda_blob_encode(&desc, (const uint8_t *)json, strlen(json), bin, len, err);
+    st = tsrd_cuda_blob_encode(&desc, (const uint8_t *)json, strlen(json), bin, len, err);
     free(json);
     return st;
 }
@@ -561,12 +561,12 @@ static tsr_status kernels_compile_test_fault(const tsrd_nvrtc *nv, const tsr_reg
     tsr_status st =
         tsrd_nvrtc_compile(nv, source, "test_fault.cu", arch, &cubin, &cubin_len, NULL, err);
     if (st == TSR_OK) {
-        tsri_cuda_launch_desc desc = {.image = TSRI_CUDA_IMAGE_CUBIN,
+        tsrd_cuda_launch_desc desc = {.image = TSRI_CUDA_IMAGE_CUBIN,
                                       .grid = {1, 1, 1},
                                       .block = {32, 1, 1},
                                       .n_params = n_params};
         snprintf(desc.entry, sizeof desc.entry, "tsr_test_fault");
-        st = tsri_cuda_blob_encode(&desc, cubin, cubin_len, bin, len, err);
+        st = tsrd_cuda_blob_encode(&desc, cubin, cubin_len, bin, len, err);
     } else {
         tsr_error_prefix(err, "%s", TSRI_CUDA_TEST_FAULT);
     }
@@ -574,7 +574,7 @@ static tsr_status kernels_compile_test_fault(const tsrd_nvrtc *nv, const tsr_reg
     return st;
 }
 
-tsr_status tsri_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_region *r,
+tsr_status tsrd_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_region *r,
                              const tsr_candidate *c, const char *arch, uint8_t **bin, size_t *len,
                              tsr_error *err)
 {
@@ -588,7 +588,7 @@ tsr_status tsri_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_regio
             return tsr_error_set(err, TSR_UNSUPPORTED, "tier1: %s", why);
         return kernels_compile_tier1(nv, sm_count, r, arch, bin, len, err);
     }
-    if (!tsri_cuda_candidate_is_tier3(c))
+    if (!tsrd_cuda_candidate_is_tier3(c))
         return tsr_error_set(err, TSR_UNSUPPORTED, "cuda backend: no candidate '%s'", c->name);
     if ((c->kinds & (1u << r->kind)) == 0)
         return tsr_error_set(err, TSR_UNSUPPORTED, "%s: does not serve %s regions", c->name,
@@ -597,15 +597,15 @@ tsr_status tsri_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_regio
                                   : kernels_tier3_applies(c, r, arch, why, sizeof why);
     if (!ok)
         return tsr_error_set(err, TSR_UNSUPPORTED, "%s: %s", c->name, why);
-    tsri_gemm_plan plan;
-    tsr_status st = tsri_gemm_plan_for(c, r, &plan, err);
+    tsrd_gemm_plan plan;
+    tsr_status st = tsrd_gemm_plan_for(c, r, &plan, err);
     if (st != TSR_OK)
         return st;
-    tsri_cuda_launch_desc desc = {.image = TSRI_CUDA_IMAGE_EMBEDDED,
+    tsrd_cuda_launch_desc desc = {.image = TSRI_CUDA_IMAGE_EMBEDDED,
                                   .grid = {plan.grid, 1, 1},
                                   .block = {plan.block, 1, 1},
                                   .shared_bytes = plan.shared_bytes,
                                   .n_params = 4};
     snprintf(desc.entry, sizeof desc.entry, "%s", plan.entry);
-    return tsri_cuda_blob_encode(&desc, NULL, 0, bin, len, err);
+    return tsrd_cuda_blob_encode(&desc, NULL, 0, bin, len, err);
 }

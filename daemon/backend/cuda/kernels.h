@@ -20,7 +20,7 @@
  *    tsr_gemm_params and the three tensor-map descriptions, as pure functions of
  *    the region and the buffers' device addresses.
  *
- * Threading: pure functions, reentrant; tsri_cuda_compile blocks while NVRTC
+ * Threading: pure functions, reentrant; tsrd_cuda_compile blocks while NVRTC
  * runs (call it from a worker thread).
  */
 #ifndef TSRD_CUDA_KERNELS_H
@@ -74,80 +74,80 @@
 
 /* The cubin of kernels/gemm_sm90.cu embedded at build time; length 0 when the
  * build had no nvcc (the tier-3 candidates then decline everything). */
-extern const unsigned char tsri_gemm_sm90_cubin[];
-extern const size_t tsri_gemm_sm90_cubin_len;
+extern const unsigned char tsrd_gemm_sm90_cubin[];
+extern const size_t tsrd_gemm_sm90_cubin_len;
 
 /* The image of kernels/gemm_sm80.cu embedded at build time: a fatbin holding
  * sm_80 code (which every sm_8x runs), sm_90 code from the same source (Hopper
  * does not run sm_8x code) and compute_80 PTX. Length 0 without nvcc. */
-extern const unsigned char tsri_gemm_sm80_image[];
-extern const size_t tsri_gemm_sm80_image_len;
+extern const unsigned char tsrd_gemm_sm80_image[];
+extern const size_t tsrd_gemm_sm80_image_len;
 
-typedef enum tsri_cuda_image {
+typedef enum tsrd_cuda_image {
     TSRI_CUDA_IMAGE_CUBIN = 1,     /* the blob's payload is a cubin */
     TSRI_CUDA_IMAGE_EMBEDDED = 2,  /* the entry lives in the embedded tier-3 module */
     TSRI_CUDA_IMAGE_REFERENCE = 3, /* the payload is the region's JSON form: the launch
                                     * runs the CPU reference on the buffers' bytes */
-} tsri_cuda_image;
+} tsrd_cuda_image;
 
-typedef struct tsri_cuda_launch_desc {
-    tsri_cuda_image image;
+typedef struct tsrd_cuda_launch_desc {
+    tsrd_cuda_image image;
     char entry[64];
     uint32_t grid[3];
     uint32_t block[3];
     uint32_t shared_bytes; /* dynamic shared memory per block */
     int32_t n_params;      /* kernel parameters */
-} tsri_cuda_launch_desc;
+} tsrd_cuda_launch_desc;
 
 /* Header + payload into one malloc'd blob (*out, the caller frees). */
-tsr_status tsri_cuda_blob_encode(const tsri_cuda_launch_desc *desc, const uint8_t *payload,
+tsr_status tsrd_cuda_blob_encode(const tsrd_cuda_launch_desc *desc, const uint8_t *payload,
                                  size_t payload_len, uint8_t **out, size_t *out_len,
                                  tsr_error *err);
 
 /* Checks and reads a blob; *payload points into bin. TSR_CORRUPT for a short,
  * foreign or inconsistent blob. */
-tsr_status tsri_cuda_blob_decode(const uint8_t *bin, size_t len, tsri_cuda_launch_desc *desc,
+tsr_status tsrd_cuda_blob_decode(const uint8_t *bin, size_t len, tsrd_cuda_launch_desc *desc,
                                  const uint8_t **payload, size_t *payload_len, tsr_error *err);
 
 /* The "sm_90a"-style name of a compute capability: "a" is added for 9.0 so that
  * Hopper compiles for its architecture-specific features. */
-void tsri_cuda_arch_name(int major, int minor, char *buf, size_t size);
+void tsrd_cuda_arch_name(int major, int minor, char *buf, size_t size);
 
 /* Registers reference (tier 0), tier1, gemm_wgmma, swiglu_wgmma, gemm_mma80 and
  * swiglu_mma80, in that order: on Hopper both tier-3 pairs apply and the tie
  * goes to the wgmma kernels, while the mma80 ones stay forceable. */
-tsr_status tsri_cuda_register_candidates(tsr_arbiter *arbiter, tsr_error *err);
+tsr_status tsrd_cuda_register_candidates(tsr_arbiter *arbiter, tsr_error *err);
 
 /* The candidate descriptions (the same values registration uses). */
-void tsri_cuda_candidate_reference(tsr_candidate *out);
-void tsri_cuda_candidate_tier1(tsr_candidate *out);
-void tsri_cuda_candidate_gemm(tsr_candidate *out);
-void tsri_cuda_candidate_swiglu(tsr_candidate *out);
-void tsri_cuda_candidate_gemm80(tsr_candidate *out);
-void tsri_cuda_candidate_swiglu80(tsr_candidate *out);
+void tsrd_cuda_candidate_reference(tsr_candidate *out);
+void tsrd_cuda_candidate_tier1(tsr_candidate *out);
+void tsrd_cuda_candidate_gemm(tsr_candidate *out);
+void tsrd_cuda_candidate_swiglu(tsr_candidate *out);
+void tsrd_cuda_candidate_gemm80(tsr_candidate *out);
+void tsrd_cuda_candidate_swiglu80(tsr_candidate *out);
 /* The test_fault candidate (registered by the backend only with test_faults). */
-void tsri_cuda_candidate_test_fault(tsr_candidate *out);
+void tsrd_cuda_candidate_test_fault(tsr_candidate *out);
 
 /* True for the four tier-3 candidates. */
-int tsri_cuda_candidate_is_tier3(const tsr_candidate *c);
+int tsrd_cuda_candidate_is_tier3(const tsr_candidate *c);
 
 /* Builds candidate c for r on arch. tier1: code generation for {arch, sm_count}
  * and NVRTC (nv required); tier-3: a blob naming the embedded entry (nv may be
  * NULL). TSR_COMPILE_FAILED with the NVRTC log; TSR_UNSUPPORTED when c does not
  * apply. */
-tsr_status tsri_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_region *r,
+tsr_status tsrd_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_region *r,
                              const tsr_candidate *c, const char *arch, uint8_t **bin, size_t *len,
                              tsr_error *err);
 
 /* ---- the tier-3 launch plan ---- */
 
-typedef enum tsri_gemm_family {
+typedef enum tsrd_gemm_family {
     TSRI_GEMM_WGMMA = 0, /* kernels/gemm_sm90.cu: tensor maps, persistent grid */
     TSRI_GEMM_MMA80 = 1, /* kernels/gemm_sm80.cu: plain pointers, one block per tile */
-} tsri_gemm_family;
+} tsrd_gemm_family;
 
-typedef struct tsri_gemm_plan {
-    tsri_gemm_family family;
+typedef struct tsrd_gemm_plan {
+    tsrd_gemm_family family;
     char entry[64]; /* tsr_gemm_<in>_<out>[_gated] or tsr_gemm80_<in>_<out>[_gated] */
     int gated;
     int m, n, k; /* n is H for a gated region */
@@ -158,23 +158,23 @@ typedef struct tsri_gemm_plan {
     int gate_act;
     int bias_input;     /* signature index of bias, or -1 */
     int residual_input; /* signature index of residual, or -1 */
-} tsri_gemm_plan;
+} tsrd_gemm_plan;
 
 /* Plans r (matmul, fused or gated). TSR_UNSUPPORTED naming the rule when the
  * tier-3 kernels cannot serve it (the same rules as the candidates' applies). */
-tsr_status tsri_gemm_plan_make(const tsr_region *r, tsri_gemm_plan *out, tsr_error *err);
+tsr_status tsrd_gemm_plan_make(const tsr_region *r, tsrd_gemm_plan *out, tsr_error *err);
 
 /* The same for the Ampere family (same rules, its own entry names and geometry:
  * grid is the tile count, launched as is). */
-tsr_status tsri_gemm80_plan_make(const tsr_region *r, tsri_gemm_plan *out, tsr_error *err);
+tsr_status tsrd_gemm80_plan_make(const tsr_region *r, tsrd_gemm_plan *out, tsr_error *err);
 
 /* The plan of tier-3 candidate c (either family) for r; TSR_UNSUPPORTED for a
  * candidate that is not tier 3. */
-tsr_status tsri_gemm_plan_for(const tsr_candidate *c, const tsr_region *r, tsri_gemm_plan *out,
+tsr_status tsrd_gemm_plan_for(const tsr_candidate *c, const tsr_region *r, tsrd_gemm_plan *out,
                               tsr_error *err);
 
 /* The arguments of one cuTensorMapEncodeTiled call. */
-typedef struct tsri_tmap_args {
+typedef struct tsrd_tmap_args {
     CUtensorMapDataType dtype;
     cuuint32_t rank;
     void *address;
@@ -186,20 +186,20 @@ typedef struct tsri_tmap_args {
     CUtensorMapSwizzle swizzle;
     CUtensorMapL2promotion l2_promotion;
     CUtensorMapFloatOOBfill oob_fill;
-} tsri_tmap_args;
+} tsrd_tmap_args;
 
 /* Fills the three tensor maps' arguments (A, B, B2: B2 repeats B for the plain
  * kernels) and the kernel parameters from the device addresses of the inputs
  * (signature order) and the output. TSR_BUFFER_MISMATCH when an address is not
  * 16-byte aligned. */
-tsr_status tsri_gemm_launch_args(const tsri_gemm_plan *plan, const CUdeviceptr *inputs,
-                                 int n_inputs, CUdeviceptr output, tsri_tmap_args maps[3],
+tsr_status tsrd_gemm_launch_args(const tsrd_gemm_plan *plan, const CUdeviceptr *inputs,
+                                 int n_inputs, CUdeviceptr output, tsrd_tmap_args maps[3],
                                  tsr_gemm_params *params, tsr_error *err);
 
 /* The Ampere family's launch arguments (gemm80_params.h): operands[0..2] are A,
  * B and B2 (B2 repeats B for the plain kernels) and params as above (b_lbo and
- * b_sbo 0). Same alignment and input-count checks as tsri_gemm_launch_args. */
-tsr_status tsri_gemm80_launch_args(const tsri_gemm_plan *plan, const CUdeviceptr *inputs,
+ * b_sbo 0). Same alignment and input-count checks as tsrd_gemm_launch_args. */
+tsr_status tsrd_gemm80_launch_args(const tsrd_gemm_plan *plan, const CUdeviceptr *inputs,
                                    int n_inputs, CUdeviceptr output, CUdeviceptr operands[3],
                                    tsr_gemm_params *params, tsr_error *err);
 

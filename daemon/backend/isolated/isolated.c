@@ -543,10 +543,10 @@ static tsr_status iso_register_candidates(tsrd_backend *b, tsr_arbiter *arbiter,
 {
     if (b->host_ops != NULL)
         return b->host_ops->register_candidates(b->host, arbiter, err);
-    tsr_status st = tsri_cuda_register_candidates(arbiter, err);
+    tsr_status st = tsrd_cuda_register_candidates(arbiter, err);
     if (st == TSR_OK && b->test_faults) {
         tsr_candidate c;
-        tsri_cuda_candidate_test_fault(&c);
+        tsrd_cuda_candidate_test_fault(&c);
         st = tsr_arbiter_register(arbiter, &c, err);
     }
     return st;
@@ -561,7 +561,7 @@ static tsr_status iso_compile(tsrd_backend *b, const tsr_region *r, const tsr_ca
     for (int i = 0; i < b->n_devices && sms == 0; i++)
         if (strcmp(b->devices[i].arch, arch) == 0)
             sms = b->devices[i].multiprocessors;
-    return tsri_cuda_compile(b->nv, sms, r, c, arch, bin, len, err);
+    return tsrd_cuda_compile(b->nv, sms, r, c, arch, bin, len, err);
 }
 
 /* ---- memory ---- */

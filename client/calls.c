@@ -2,9 +2,9 @@
  * calls.c — one function per request of the protocol.
  *
  * Each call fills its request's body on the stack (strings and arrays borrowed
- * from the caller, the region encoded by tsr_region_to_pb), hands it to
- * tsri_client_request and copies the reply into the caller's plain C structs, so
- * no protobuf type leaks through client.h.
+ * from the caller, the region and options by tsri_client_region_encode), hands
+ * it to tsri_client_request and copies the reply into the caller's plain C
+ * structs, so no protobuf type leaks through client.h.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -57,23 +57,29 @@ void tsri_client_decision_copy(tsr_client_decision *dst, const Tessera__V1__Deci
     tsri_client_strcpy(dst->cache_level, sizeof dst->cache_level, d->cache_level);
 }
 
-/* Fills the wire options from the caller's, applying TESSERA_FORCE for the
- * region's kind when the caller forces nothing itself. */
-void tsri_client_options_fill(const tsr_client *c, const tsr_region *r,
-                              const tsr_client_compile_opts *opts, Tessera__V1__CompileOptions *pb)
+tsr_status tsri_client_region_encode(const tsr_client *c, const tsr_region *r,
+                                     const tsr_client_compile_opts *opts,
+                                     Tessera__V1__Region **region,
+                                     Tessera__V1__CompileOptions *options, tsr_error *err)
 {
+    tsr_status st = tsr_region_to_pb(r, region, err);
+    if (st != TSR_OK)
+        return st;
     static const tsr_client_compile_opts none;
     if (!opts)
         opts = &none;
-    pb->arch = (char *)(opts->arch ? opts->arch : "");
+    tessera__v1__compile_options__init(options);
+    options->arch = (char *)(opts->arch ? opts->arch : "");
     const char *force = opts->force;
     if (!force || !*force)
         force = tsri_client_forced(c, r->kind);
-    pb->force = (char *)(force ? force : "");
-    pb->policy = opts->policy == TSR_CLIENT_POLICY_MEASURE ? TESSERA__V1__POLICY__POLICY_MEASURE
-                                                           : TESSERA__V1__POLICY__POLICY_TIER;
-    pb->skip_verify = opts->skip_verify;
-    pb->no_reference = opts->no_reference;
+    options->force = (char *)(force ? force : "");
+    options->policy = opts->policy == TSR_CLIENT_POLICY_MEASURE
+                          ? TESSERA__V1__POLICY__POLICY_MEASURE
+                          : TESSERA__V1__POLICY__POLICY_TIER;
+    options->skip_verify = opts->skip_verify;
+    options->no_reference = opts->no_reference;
+    return TSR_OK;
 }
 
 tsr_status tsr_client_health_get(tsr_client *c, tsr_client_health *out, int timeout_ms,
@@ -135,18 +141,15 @@ tsr_status tsr_client_compile(tsr_client *c, const tsr_region *r,
                               int timeout_ms, tsr_error *err)
 {
     CALL_ARG_CHECK(c && r && out, err, "client, region and out must not be NULL");
-    Tessera__V1__Region *region = NULL;
-    tsr_status st = tsr_region_to_pb(r, &region, err);
+    Tessera__V1__CompileRequest body = TESSERA__V1__COMPILE_REQUEST__INIT;
+    Tessera__V1__CompileOptions options;
+    tsr_status st = tsri_client_region_encode(c, r, opts, &body.region, &options, err);
     if (st != TSR_OK)
         return st;
-    Tessera__V1__CompileOptions options = TESSERA__V1__COMPILE_OPTIONS__INIT;
-    tsri_client_options_fill(c, r, opts, &options);
-    Tessera__V1__CompileRequest body = TESSERA__V1__COMPILE_REQUEST__INIT;
-    body.region = region;
     body.options = &options;
     Tessera__V1__Reply *reply;
     st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_COMPILE, &body, &reply, timeout_ms, err);
-    tsr_region_pb_free(region);
+    tsr_region_pb_free(body.region);
     if (st != TSR_OK)
         return st;
     const Tessera__V1__CompileReply *cr = reply->compile;
@@ -194,12 +197,12 @@ tsr_status tsr_client_run(tsr_client *c, const tsr_region *r, const tsr_client_c
     for (int i = 0; i < n; i++)
         CALL_ARG_CHECK(inputs[i], err, "an input pointer is NULL");
 
-    Tessera__V1__Region *region = NULL;
-    tsr_status st = tsr_region_to_pb(r, &region, err);
+    Tessera__V1__RunRequest body = TESSERA__V1__RUN_REQUEST__INIT;
+    Tessera__V1__CompileOptions options;
+    tsr_status st = tsri_client_region_encode(c, r, opts, &body.region, &options, err);
     if (st != TSR_OK)
         return st;
-    Tessera__V1__CompileOptions options = TESSERA__V1__COMPILE_OPTIONS__INIT;
-    tsri_client_options_fill(c, r, opts, &options);
+    body.options = &options;
 
     Tessera__V1__Tensor tensors[TSR_MAX_REGION_INPUTS];
     Tessera__V1__Tensor *tensor_ptrs[TSR_MAX_REGION_INPUTS];
@@ -215,14 +218,11 @@ tsr_status tsr_client_run(tsr_client *c, const tsr_region *r, const tsr_client_c
         tensors[i] = t;
         tensor_ptrs[i] = &tensors[i];
     }
-    Tessera__V1__RunRequest body = TESSERA__V1__RUN_REQUEST__INIT;
-    body.region = region;
-    body.options = &options;
     body.n_inputs = (size_t)n;
     body.inputs = tensor_ptrs;
     Tessera__V1__Reply *reply;
     st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_RUN, &body, &reply, timeout_ms, err);
-    tsr_region_pb_free(region);
+    tsr_region_pb_free(body.region);
     if (st != TSR_OK)
         return st;
 
@@ -252,24 +252,21 @@ tsr_status tsr_client_verify(tsr_client *c, const tsr_region *r, const tsr_clien
     static const tsr_client_verify_opts none;
     if (!opts)
         opts = &none;
-    Tessera__V1__Region *region = NULL;
-    tsr_status st = tsr_region_to_pb(r, &region, err);
+    Tessera__V1__VerifyRequest body = TESSERA__V1__VERIFY_REQUEST__INIT;
+    Tessera__V1__CompileOptions options;
+    tsr_status st = tsri_client_region_encode(c, r, &opts->compile, &body.region, &options, err);
     if (st != TSR_OK)
         return st;
-    Tessera__V1__CompileOptions options = TESSERA__V1__COMPILE_OPTIONS__INIT;
-    tsri_client_options_fill(c, r, &opts->compile, &options);
+    body.options = &options;
     const char *candidate = opts->candidate;
     if (!candidate || !*candidate)
         candidate = tsri_client_forced(c, r->kind);
-    Tessera__V1__VerifyRequest body = TESSERA__V1__VERIFY_REQUEST__INIT;
-    body.region = region;
     body.candidate = (char *)(candidate ? candidate : "");
     body.seed = opts->seed;
     body.random_probes = opts->random_probes;
-    body.options = &options;
     Tessera__V1__Reply *reply;
     st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_VERIFY, &body, &reply, timeout_ms, err);
-    tsr_region_pb_free(region);
+    tsr_region_pb_free(body.region);
     if (st != TSR_OK)
         return st;
     memset(out, 0, sizeof *out);
@@ -287,19 +284,16 @@ tsr_status tsr_client_candidates(tsr_client *c, const tsr_region *r,
     CALL_ARG_CHECK(c && r && rows && count, err, "client, region, rows and count must be set");
     *rows = NULL;
     *count = 0;
-    Tessera__V1__Region *region = NULL;
-    tsr_status st = tsr_region_to_pb(r, &region, err);
+    Tessera__V1__CandidatesRequest body = TESSERA__V1__CANDIDATES_REQUEST__INIT;
+    Tessera__V1__CompileOptions options;
+    tsr_status st = tsri_client_region_encode(c, r, opts, &body.region, &options, err);
     if (st != TSR_OK)
         return st;
-    Tessera__V1__CompileOptions options = TESSERA__V1__COMPILE_OPTIONS__INIT;
-    tsri_client_options_fill(c, r, opts, &options);
-    Tessera__V1__CandidatesRequest body = TESSERA__V1__CANDIDATES_REQUEST__INIT;
-    body.region = region;
     body.options = &options;
     Tessera__V1__Reply *reply;
     st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_CANDIDATES, &body, &reply, timeout_ms,
                              err);
-    tsr_region_pb_free(region);
+    tsr_region_pb_free(body.region);
     if (st != TSR_OK)
         return st;
     const Tessera__V1__CandidatesReply *cr = reply->candidates;

@@ -23,10 +23,18 @@ void tsri_client_strcpy(char *dst, size_t n, const char *src);
  * or NULL when none. The string lives as long as the client. */
 const char *tsri_client_forced(const tsr_client *c, tsr_region_kind kind);
 
-/* calls.c's reply and option converters, shared with dataplane.c. */
+/* calls.c's converters, shared with dataplane.c. */
 void tsri_client_decision_copy(tsr_client_decision *dst, const Tessera__V1__Decision *d);
-void tsri_client_options_fill(const tsr_client *c, const tsr_region *r,
-                              const tsr_client_compile_opts *opts, Tessera__V1__CompileOptions *pb);
+
+/* The region and compile options a compile, run, verify or candidates body
+ * carries. *region is r encoded, owned by the caller (tsr_region_pb_free); options
+ * is filled from opts (NULL: the defaults), with TESSERA_FORCE's candidate for
+ * r's kind when opts forces none, and borrows strings from opts and c. On failure
+ * *region is NULL and nothing needs freeing. */
+tsr_status tsri_client_region_encode(const tsr_client *c, const tsr_region *r,
+                                     const tsr_client_compile_opts *opts,
+                                     Tessera__V1__Region **region,
+                                     Tessera__V1__CompileOptions *options, tsr_error *err);
 
 /* One request to the daemon and its reply: the envelope every call shares.
  *

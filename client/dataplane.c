@@ -262,21 +262,18 @@ tsr_status tsr_client_run_shm(tsr_client *c, const tsr_region *r,
         return st;
     dataplane_shm_ref(&refs[n], shm, out_offset, out_bytes);
 
-    Tessera__V1__Region *region = NULL;
-    st = tsr_region_to_pb(r, &region, err);
+    Tessera__V1__RunRequest body = TESSERA__V1__RUN_REQUEST__INIT;
+    Tessera__V1__CompileOptions options;
+    st = tsri_client_region_encode(c, r, opts, &body.region, &options, err);
     if (st != TSR_OK)
         return st;
-    Tessera__V1__CompileOptions options = TESSERA__V1__COMPILE_OPTIONS__INIT;
-    tsri_client_options_fill(c, r, opts, &options);
-    Tessera__V1__RunRequest body = TESSERA__V1__RUN_REQUEST__INIT;
-    body.region = region;
     body.options = &options;
     body.n_inputs = (size_t)n;
     body.inputs = tensor_ptrs;
     body.output_shm = &refs[n];
     Tessera__V1__Reply *reply;
     st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_RUN, &body, &reply, timeout_ms, err);
-    tsr_region_pb_free(region);
+    tsr_region_pb_free(body.region);
     if (st != TSR_OK)
         return st;
     const Tessera__V1__Tensor *o = reply->run->output;

@@ -24,19 +24,7 @@
 #include "../support/fixture.h"
 #include "../support/testdata.h"
 
-static testd daemon_;
-
-static void cli_setup(void)
-{
-    fixture_start(&daemon_, NULL);
-}
-
-static void cli_teardown(void)
-{
-    fixture_stop(&daemon_, NULL);
-}
-
-TestSuite(cli, .init = cli_setup, .fini = cli_teardown, .timeout = 120);
+TestSuite(cli, .init = fixture_suite_start, .fini = fixture_suite_stop, .timeout = 120);
 
 typedef struct cli_result {
     int code;
@@ -58,15 +46,15 @@ static void cli_slurp(const char *path, char *buf, size_t size)
 static void cli_exec(cli_result *res, bool with_url, ...)
 {
     char bin[320], out_path[128], err_path[128];
-    testd_bin(&daemon_, "tessera-cli", bin, sizeof bin);
-    snprintf(out_path, sizeof out_path, "%s/cli.out", daemon_.dir);
-    snprintf(err_path, sizeof err_path, "%s/cli.err", daemon_.dir);
+    testd_bin(&suite_daemon, "tessera-cli", bin, sizeof bin);
+    snprintf(out_path, sizeof out_path, "%s/cli.out", suite_daemon.dir);
+    snprintf(err_path, sizeof err_path, "%s/cli.err", suite_daemon.dir);
     char *argv[64];
     int n = 0;
     argv[n++] = bin;
     if (with_url) {
         argv[n++] = "--url";
-        argv[n++] = daemon_.url;
+        argv[n++] = suite_daemon.url;
     }
     va_list ap;
     va_start(ap, with_url);
@@ -144,11 +132,11 @@ Test(cli, run_matches_the_reference_for_every_example)
         char out_path[128];
         for (int i = 0; i < t.n_inputs; i++) {
             char path[128];
-            snprintf(path, sizeof path, "%s/in%d.npy", daemon_.dir, i);
+            snprintf(path, sizeof path, "%s/in%d.npy", suite_daemon.dir, i);
             cr_assert_eq(testdata_write_npy_f32(&t, i, path), 0);
             snprintf(args[i], sizeof args[i], "%s=%s", t.in[i].name, path);
         }
-        snprintf(out_path, sizeof out_path, "%s/out.npy", daemon_.dir);
+        snprintf(out_path, sizeof out_path, "%s/out.npy", suite_daemon.dir);
         unlink(out_path);
         char *a[TSR_MAX_REGION_INPUTS];
         for (int i = 0; i < TSR_MAX_REGION_INPUTS; i++)
@@ -189,8 +177,8 @@ Test(cli, run_names_a_missing_or_unknown_input)
     tsr_region *r = fixture_region_file("examples/matmul.json");
     testdata t;
     cr_assert_eq(testdata_make(r, 1, &t), 0);
-    snprintf(a, sizeof a, "%s/a.npy", daemon_.dir);
-    snprintf(out, sizeof out, "%s/o.npy", daemon_.dir);
+    snprintf(a, sizeof a, "%s/a.npy", suite_daemon.dir);
+    snprintf(out, sizeof out, "%s/o.npy", suite_daemon.dir);
     cr_assert_eq(testdata_write_npy_f32(&t, 0, a), 0);
     char arg_a[160], arg_x[160];
     snprintf(arg_a, sizeof arg_a, "a=%s", a);
@@ -209,7 +197,7 @@ Test(cli, run_names_a_missing_or_unknown_input)
 Test(cli, local_file_errors_exit_5)
 {
     char bad[128];
-    snprintf(bad, sizeof bad, "%s/bad.json", daemon_.dir);
+    snprintf(bad, sizeof bad, "%s/bad.json", suite_daemon.dir);
     FILE *f = fopen(bad, "w");
     fputs("{\"kind\": \"matmul\", ", f);
     fclose(f);
@@ -218,7 +206,7 @@ Test(cli, local_file_errors_exit_5)
     cr_expect_eq(res.code, 5);
     cr_expect_eq(strncmp(res.err, "tessera-cli: BAD_JSON: ", 23), 0, "stderr: %s", res.err);
 
-    snprintf(bad, sizeof bad, "%s/zero.json", daemon_.dir);
+    snprintf(bad, sizeof bad, "%s/zero.json", suite_daemon.dir);
     f = fopen(bad, "w");
     fputs("{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":0,\"n\":4,\"k\":4}", f);
     fclose(f);
@@ -227,7 +215,7 @@ Test(cli, local_file_errors_exit_5)
     cr_expect_eq(strncmp(res.err, "tessera-cli: BAD_DIMENSION: ", 28), 0, "stderr: %s", res.err);
 
     char out[128];
-    snprintf(out, sizeof out, "%s/o.npy", daemon_.dir);
+    snprintf(out, sizeof out, "%s/o.npy", suite_daemon.dir);
     cli_exec(&res, true, "run", "examples/matmul.json", "-i", "a=/nonexistent/a.npy", "-i",
              "b=/nonexistent/b.npy", "-o", out, NULL);
     cr_expect_eq(res.code, 5, "stderr: %s", res.err);

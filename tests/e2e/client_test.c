@@ -17,27 +17,14 @@
 #include "../support/fixture.h"
 #include "../support/testdata.h"
 
-static testd daemon_;
-static tsr_client *client_;
-
-static void client_setup(void)
-{
-    client_ = fixture_start_client(&daemon_, NULL, 30000);
-}
-
-static void client_teardown(void)
-{
-    fixture_stop(&daemon_, client_);
-}
-
-TestSuite(client, .init = client_setup, .fini = client_teardown, .timeout = 120);
+TestSuite(client, .init = fixture_suite_start_client, .fini = fixture_suite_stop, .timeout = 120);
 
 /* Client options for the suite's daemon with force as the forced candidates. */
 static tsr_client_options client_options(const char *force)
 {
     tsr_client_options opts;
     tsr_client_options_init(&opts);
-    opts.url = daemon_.url;
+    opts.url = suite_daemon.url;
     opts.force = force;
     return opts;
 }
@@ -46,14 +33,14 @@ static tsr_client_options client_options(const char *force)
 static void client_upload(const testdata *t, tsr_buffer *in, tsr_buffer *out)
 {
     for (int i = 0; i < t->n_inputs; i++) {
-        in[i] =
-            fixture_alloc(client_, (tsr_client_dtype)t->in[i].dtype, t->in[i].rank, t->in[i].shape);
+        in[i] = fixture_alloc(suite_client, (tsr_client_dtype)t->in[i].dtype, t->in[i].rank,
+                              t->in[i].shape);
         tsr_error err;
-        cr_assert_eq(tsr_client_buffer_write(client_, in[i], 0, t->inputs[i],
+        cr_assert_eq(tsr_client_buffer_write(suite_client, in[i], 0, t->inputs[i],
                                              tsr_tensor_desc_bytes(&t->in[i]), 0, &err),
                      TSR_OK, "%s", err.message);
     }
-    *out = fixture_alloc(client_, (tsr_client_dtype)t->out.dtype, t->out.rank, t->out.shape);
+    *out = fixture_alloc(suite_client, (tsr_client_dtype)t->out.dtype, t->out.rank, t->out.shape);
 }
 
 /* The output buffer holds exactly the reference output. */
@@ -62,7 +49,7 @@ static void client_expect_output(tsr_buffer out, const testdata *t)
     void *result = malloc(t->out_bytes);
     size_t got = 0;
     tsr_error err;
-    cr_assert_eq(tsr_client_buffer_read(client_, out, 0, result, t->out_bytes, &got, 0, &err),
+    cr_assert_eq(tsr_client_buffer_read(suite_client, out, 0, result, t->out_bytes, &got, 0, &err),
                  TSR_OK, "%s", err.message);
     cr_expect_eq(got, t->out_bytes);
     cr_expect_eq(memcmp(result, t->want, t->out_bytes), 0, "launch output differs");
@@ -73,7 +60,7 @@ Test(client, hello_reports_the_cpu_backend)
 {
     tsr_client_info info;
     tsr_error err;
-    cr_assert_eq(tsr_client_hello(client_, &info, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_hello(suite_client, &info, 0, &err), TSR_OK, "%s", err.message);
     cr_expect_str_eq(info.backend, "cpu");
     cr_expect_eq(info.protocol_version, 1);
     cr_expect_str_eq(info.daemon_version, "0.1.0");
@@ -86,7 +73,8 @@ Test(client, compile_returns_a_kernel_and_its_decision)
     tsr_region *r = fixture_region_file("examples/matmul.json");
     tsr_client_compiled out;
     tsr_error err;
-    cr_assert_eq(tsr_client_compile(client_, r, NULL, &out, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_compile(suite_client, r, NULL, &out, 0, &err), TSR_OK, "%s",
+                 err.message);
     cr_expect_neq(out.kernel, 0);
     cr_expect_eq(strlen(out.key), 64);
     cr_expect_eq(strlen(out.fingerprint), 64);
@@ -110,7 +98,7 @@ Test(client, run_matches_the_reference_for_every_example)
         tsr_client_decision d;
         tsr_error err;
         tsr_status st =
-            tsr_client_run(client_, r, NULL, (const void *const *)t.inputs, got, &d, 0, &err);
+            tsr_client_run(suite_client, r, NULL, (const void *const *)t.inputs, got, &d, 0, &err);
         cr_assert_eq(st, TSR_OK, "%s: %s: %s", g.gl_pathv[i], tsr_status_name(st), err.message);
         cr_expect_eq(memcmp(got, t.want, t.out_bytes), 0, "%s: output differs from reference",
                      g.gl_pathv[i]);
@@ -122,92 +110,105 @@ Test(client, run_matches_the_reference_for_every_example)
     globfree(&g);
 }
 
-Test(client, buffers_round_trip_and_launch_matches_the_reference)
+/* examples/pointwise.json with inputs and reference output from seed, compiled. */
+static tsr_client_compiled client_compile_pointwise(uint64_t seed, tsr_region **r, testdata *t)
 {
-    tsr_region *r = fixture_region_file("examples/pointwise.json");
-    testdata t;
-    cr_assert_eq(testdata_make(r, 7, &t), 0);
+    *r = fixture_region_file("examples/pointwise.json");
+    cr_assert_eq(testdata_make(*r, seed, t), 0);
     tsr_client_compiled k;
     tsr_error err;
-    cr_assert_eq(tsr_client_compile(client_, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_compile(suite_client, *r, NULL, &k, 0, &err), TSR_OK, "%s",
+                 err.message);
+    return k;
+}
+
+Test(client, buffers_round_trip_and_launch_matches_the_reference)
+{
+    tsr_region *r;
+    testdata t;
+    tsr_client_compiled k = client_compile_pointwise(7, &r, &t);
+    tsr_error err;
 
     tsr_buffer in[TSR_MAX_REGION_INPUTS], out;
     for (int i = 0; i < t.n_inputs; i++) {
         uint64_t bytes = 0;
-        cr_assert_eq(tsr_client_buffer_alloc(client_, (tsr_client_dtype)t.in[i].dtype, t.in[i].rank,
-                                             t.in[i].shape, &in[i], &bytes, 0, &err),
+        cr_assert_eq(tsr_client_buffer_alloc(suite_client, (tsr_client_dtype)t.in[i].dtype,
+                                             t.in[i].rank, t.in[i].shape, &in[i], &bytes, 0, &err),
                      TSR_OK, "%s", err.message);
         cr_expect_eq(bytes, tsr_tensor_desc_bytes(&t.in[i]));
-        cr_assert_eq(tsr_client_buffer_write(client_, in[i], 0, t.inputs[i], bytes, 0, &err),
+        cr_assert_eq(tsr_client_buffer_write(suite_client, in[i], 0, t.inputs[i], bytes, 0, &err),
                      TSR_OK, "%s", err.message);
         /* Read back what was written. */
         void *back = malloc(bytes);
         size_t got = 0;
-        cr_assert_eq(tsr_client_buffer_read(client_, in[i], 0, back, bytes, &got, 0, &err), TSR_OK,
-                     "%s", err.message);
+        cr_assert_eq(tsr_client_buffer_read(suite_client, in[i], 0, back, bytes, &got, 0, &err),
+                     TSR_OK, "%s", err.message);
         cr_expect_eq(got, bytes);
         cr_expect_eq(memcmp(back, t.inputs[i], bytes), 0);
         free(back);
     }
-    out = fixture_alloc(client_, (tsr_client_dtype)t.out.dtype, t.out.rank, t.out.shape);
+    out = fixture_alloc(suite_client, (tsr_client_dtype)t.out.dtype, t.out.rank, t.out.shape);
     double ms = -1;
-    cr_assert_eq(tsr_client_launch(client_, k.kernel, in, t.n_inputs, out, &ms, 0, &err), TSR_OK,
-                 "%s", err.message);
+    cr_assert_eq(tsr_client_launch(suite_client, k.kernel, in, t.n_inputs, out, &ms, 0, &err),
+                 TSR_OK, "%s", err.message);
     cr_expect_geq(ms, 0);
     client_expect_output(out, &t);
 
     for (int i = 0; i < t.n_inputs; i++)
-        cr_expect_eq(tsr_client_buffer_free(client_, in[i], 0, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(tsr_client_buffer_free(client_, out, 0, &err), TSR_OK, "%s", err.message);
+        cr_expect_eq(tsr_client_buffer_free(suite_client, in[i], 0, &err), TSR_OK, "%s",
+                     err.message);
+    cr_expect_eq(tsr_client_buffer_free(suite_client, out, 0, &err), TSR_OK, "%s", err.message);
     testdata_free(&t);
     tsr_client_region_free(r);
 }
 
 Test(client, kernel_free_drops_the_handle_and_a_recompile_gets_a_new_one)
 {
-    tsr_region *r = fixture_region_file("examples/pointwise.json");
+    tsr_region *r;
     testdata t;
-    cr_assert_eq(testdata_make(r, 11, &t), 0);
-    tsr_client_compiled k;
+    tsr_client_compiled k = client_compile_pointwise(11, &r, &t);
     tsr_error err;
-    cr_assert_eq(tsr_client_compile(client_, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(fixture_counter(client_, "kernels"), 1.0);
+    cr_expect_eq(fixture_counter(suite_client, "kernels"), 1.0);
     tsr_buffer in[TSR_MAX_REGION_INPUTS], out;
     client_upload(&t, in, &out);
 
-    cr_assert_eq(tsr_client_kernel_free(client_, k.kernel, 0, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(fixture_counter(client_, "kernels"), 0.0);
-    cr_expect_eq(tsr_client_launch(client_, k.kernel, in, t.n_inputs, out, NULL, 0, &err),
+    cr_assert_eq(tsr_client_kernel_free(suite_client, k.kernel, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_expect_eq(fixture_counter(suite_client, "kernels"), 0.0);
+    cr_expect_eq(tsr_client_launch(suite_client, k.kernel, in, t.n_inputs, out, NULL, 0, &err),
                  TSR_NOT_FOUND);
     char want[96];
     snprintf(want, sizeof want, "launch.kernel: no kernel %#llx", (unsigned long long)k.kernel);
     cr_expect_str_eq(err.message, want);
     /* A second free of the same handle, and a handle that never existed. */
-    cr_expect_eq(tsr_client_kernel_free(client_, k.kernel, 0, &err), TSR_NOT_FOUND);
+    cr_expect_eq(tsr_client_kernel_free(suite_client, k.kernel, 0, &err), TSR_NOT_FOUND);
     snprintf(want, sizeof want, "kernel_free.kernel: no kernel %#llx",
              (unsigned long long)k.kernel);
     cr_expect_str_eq(err.message, want);
-    cr_expect_eq(tsr_client_kernel_free(client_, k.kernel ^ 0x5a5a, 0, &err), TSR_NOT_FOUND);
-    cr_expect_eq(tsr_client_kernel_free(client_, 0, 0, &err), TSR_NOT_FOUND);
+    cr_expect_eq(tsr_client_kernel_free(suite_client, k.kernel ^ 0x5a5a, 0, &err), TSR_NOT_FOUND);
+    cr_expect_eq(tsr_client_kernel_free(suite_client, 0, 0, &err), TSR_NOT_FOUND);
 
     /* The session forgot the key with the handle: the same region compiles to a
      * new handle (from the kernel cache) that launches right. */
     tsr_client_compiled k2;
-    cr_assert_eq(tsr_client_compile(client_, r, NULL, &k2, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_compile(suite_client, r, NULL, &k2, 0, &err), TSR_OK, "%s",
+                 err.message);
     cr_expect_neq(k2.kernel, 0);
     cr_expect_neq(k2.kernel, k.kernel);
     cr_expect_str_eq(k2.key, k.key);
     cr_expect_eq(k2.decision.cache_hit, true);
-    cr_expect_eq(fixture_counter(client_, "kernels"), 1.0);
-    cr_assert_eq(tsr_client_launch(client_, k2.kernel, in, t.n_inputs, out, NULL, 0, &err), TSR_OK,
-                 "%s", err.message);
+    cr_expect_eq(fixture_counter(suite_client, "kernels"), 1.0);
+    cr_assert_eq(tsr_client_launch(suite_client, k2.kernel, in, t.n_inputs, out, NULL, 0, &err),
+                 TSR_OK, "%s", err.message);
     client_expect_output(out, &t);
     /* And the new handle is the one a further compile returns. */
     tsr_client_compiled k3;
-    cr_assert_eq(tsr_client_compile(client_, r, NULL, &k3, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_compile(suite_client, r, NULL, &k3, 0, &err), TSR_OK, "%s",
+                 err.message);
     cr_expect_eq(k3.kernel, k2.kernel);
-    cr_expect_eq(tsr_client_kernel_free(client_, k2.kernel, 0, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(fixture_counter(client_, "kernels"), 0.0);
+    cr_expect_eq(tsr_client_kernel_free(suite_client, k2.kernel, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_expect_eq(fixture_counter(suite_client, "kernels"), 0.0);
     testdata_free(&t);
     tsr_client_region_free(r);
 }
@@ -218,7 +219,7 @@ Test(client, verify_passes_the_selected_candidate)
     tsr_client_verified v;
     tsr_client_verify_opts opts = {.seed = 42};
     tsr_error err;
-    cr_assert_eq(tsr_client_verify(client_, r, &opts, &v, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_verify(suite_client, r, &opts, &v, 0, &err), TSR_OK, "%s", err.message);
     cr_expect_neq(v.candidate[0], '\0');
     cr_expect_eq(v.verdict.state, TSR_CLIENT_VERDICT_PASS, "verdict: %s", v.verdict.reason);
     cr_expect_gt(v.verdict.elements, 0);
@@ -231,7 +232,7 @@ Test(client, candidates_mark_exactly_one_selected)
     tsr_client_candidate *rows;
     size_t n = 0;
     tsr_error err;
-    cr_assert_eq(tsr_client_candidates(client_, r, NULL, &rows, &n, 0, &err), TSR_OK, "%s",
+    cr_assert_eq(tsr_client_candidates(suite_client, r, NULL, &rows, &n, 0, &err), TSR_OK, "%s",
                  err.message);
     cr_assert_geq(n, 1);
     int selected = 0;
@@ -250,11 +251,11 @@ Test(client, stats_counts_and_renders_prometheus_on_request)
 {
     tsr_client_stats *s;
     tsr_error err;
-    cr_assert_eq(tsr_client_stats_get(client_, false, &s, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_stats_get(suite_client, false, &s, 0, &err), TSR_OK, "%s", err.message);
     cr_expect_gt(s->n_counters, 0);
     cr_expect_str_empty(s->prometheus_text);
     tsr_client_stats_free(s);
-    cr_assert_eq(tsr_client_stats_get(client_, true, &s, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_stats_get(suite_client, true, &s, 0, &err), TSR_OK, "%s", err.message);
     cr_expect_str_not_empty(s->prometheus_text);
     cr_expect_not_null(strstr(s->prometheus_text, "tesserad_"));
     tsr_client_stats_free(s);
@@ -265,10 +266,11 @@ Test(client, cache_lists_and_evicts_a_compiled_kernel)
     tsr_region *r = fixture_region_file("examples/gated.json");
     tsr_client_compiled k;
     tsr_error err;
-    cr_assert_eq(tsr_client_compile(client_, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_compile(suite_client, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
     tsr_client_cache_entry *rows;
     size_t n;
-    cr_assert_eq(tsr_client_cache_list(client_, &rows, &n, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_cache_list(suite_client, &rows, &n, 0, &err), TSR_OK, "%s",
+                 err.message);
     bool found = false;
     for (size_t i = 0; i < n; i++)
         if (strcmp(rows[i].key, k.key) == 0) {
@@ -280,14 +282,15 @@ Test(client, cache_lists_and_evicts_a_compiled_kernel)
     tsr_client_cache_free(rows);
 
     uint32_t evicted = 0;
-    cr_assert_eq(tsr_client_cache_evict(client_, k.key, &evicted, 0, &err), TSR_OK, "%s",
+    cr_assert_eq(tsr_client_cache_evict(suite_client, k.key, &evicted, 0, &err), TSR_OK, "%s",
                  err.message);
     cr_expect_eq(evicted, 1);
-    cr_assert_eq(tsr_client_cache_list(client_, &rows, &n, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_cache_list(suite_client, &rows, &n, 0, &err), TSR_OK, "%s",
+                 err.message);
     for (size_t i = 0; i < n; i++)
         cr_expect_str_neq(rows[i].key, k.key);
     tsr_client_cache_free(rows);
-    cr_expect_eq(tsr_client_cache_evict(client_, k.key, &evicted, 0, &err), TSR_NOT_FOUND);
+    cr_expect_eq(tsr_client_cache_evict(suite_client, k.key, &evicted, 0, &err), TSR_NOT_FOUND);
     cr_expect_eq(err.code, TSR_NOT_FOUND);
     tsr_client_region_free(r);
 }

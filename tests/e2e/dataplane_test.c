@@ -17,20 +17,7 @@
 #include "tessera/region.h"
 #include "../support/fixture.h"
 
-static testd dataplane_d;
-static tsr_client *dataplane_c;
-
-static void dataplane_setup(void)
-{
-    dataplane_c = fixture_start_client(&dataplane_d, NULL, 30000);
-}
-
-static void dataplane_teardown(void)
-{
-    fixture_stop(&dataplane_d, dataplane_c);
-}
-
-TestSuite(dataplane, .init = dataplane_setup, .fini = dataplane_teardown);
+TestSuite(dataplane, .init = fixture_suite_start_client, .fini = fixture_suite_stop);
 
 Test(dataplane, shm_buffer_write_then_read_round_trips)
 {
@@ -40,17 +27,17 @@ Test(dataplane, shm_buffer_write_then_read_round_trips)
     float *p = tsr_client_shm_data(shm);
     for (int i = 0; i < 1000; i++)
         p[i] = (float)i * 0.5f;
-    tsr_buffer b = fixture_alloc_f32(dataplane_c, 1000);
-    cr_assert_eq(tsr_client_buffer_write_shm(dataplane_c, b, 0, shm, 0, 4000, 0, &err), TSR_OK,
+    tsr_buffer b = fixture_alloc_f32(suite_client, 1000);
+    cr_assert_eq(tsr_client_buffer_write_shm(suite_client, b, 0, shm, 0, 4000, 0, &err), TSR_OK,
                  "%s", err.message);
     float back[1000];
     size_t got = 0;
-    cr_assert_eq(tsr_client_buffer_read(dataplane_c, b, 0, back, sizeof back, &got, 0, &err),
+    cr_assert_eq(tsr_client_buffer_read(suite_client, b, 0, back, sizeof back, &got, 0, &err),
                  TSR_OK);
     cr_assert_eq(got, 4000);
     cr_expect_eq(memcmp(back, p, 4000), 0);
     /* And out again, into another place of the segment. */
-    cr_assert_eq(tsr_client_buffer_read_shm(dataplane_c, b, 400, shm, 8192, 400, 0, &err), TSR_OK,
+    cr_assert_eq(tsr_client_buffer_read_shm(suite_client, b, 400, shm, 8192, 400, 0, &err), TSR_OK,
                  "%s", err.message);
     cr_expect_eq(memcmp((char *)p + 8192, (char *)p + 400, 400), 0);
     tsr_client_shm_free(shm);
@@ -67,11 +54,11 @@ Test(dataplane, run_shm_matches_inline)
         p[i] = (float)(i - 2000) / 7.0f;
     uint64_t in_off[] = {0};
     tsr_client_decision dec;
-    cr_assert_eq(tsr_client_run_shm(dataplane_c, r, NULL, shm, in_off, 16384, &dec, 0, &err),
+    cr_assert_eq(tsr_client_run_shm(suite_client, r, NULL, shm, in_off, 16384, &dec, 0, &err),
                  TSR_OK, "%s", err.message);
     static float inline_out[4096];
     const void *inputs[] = {p};
-    cr_assert_eq(tsr_client_run(dataplane_c, r, NULL, inputs, inline_out, NULL, 0, &err), TSR_OK);
+    cr_assert_eq(tsr_client_run(suite_client, r, NULL, inputs, inline_out, NULL, 0, &err), TSR_OK);
     cr_expect_eq(memcmp(p + 4096, inline_out, sizeof inline_out), 0);
     cr_expect_eq(p[4096], (float)(-2000) / 7.0f * 2.0f + 1.0f);
     tsr_client_shm_free(shm);
@@ -84,7 +71,7 @@ static tsr_status dataplane_raw_write(const char *name, uint64_t offset, uint64_
                                       size_t msg_size)
 {
     uint32_t sock;
-    cr_assert_eq(testd_raw_open(&dataplane_d, &sock), 0);
+    cr_assert_eq(testd_raw_open(&suite_daemon, &sock), 0);
     Tessera__V1__BufferAllocRequest alloc;
     Tessera__V1__Request req;
     int64_t shape[] = {1024};
@@ -158,7 +145,7 @@ Test(dataplane, run_shm_wrong_output_size_is_mismatch)
     cr_assert_eq(tsr_client_shm_create(6000, &shm, &err), TSR_OK);
     uint64_t in_off[] = {0};
     /* The output would end past the segment: refused before sending. */
-    cr_expect_eq(tsr_client_run_shm(dataplane_c, r, NULL, shm, in_off, 4096, NULL, 0, &err),
+    cr_expect_eq(tsr_client_run_shm(suite_client, r, NULL, shm, in_off, 4096, NULL, 0, &err),
                  TSR_BUFFER_MISMATCH);
     tsr_client_shm_free(shm);
     tsr_client_region_free(r);
@@ -169,25 +156,25 @@ Test(dataplane, batch_runs_launches_in_order)
     tsr_region *r = fixture_affine(256);
     tsr_client_compiled k;
     tsr_error err;
-    cr_assert_eq(tsr_client_compile(dataplane_c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_compile(suite_client, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
     tsr_buffer b[2];
     for (int i = 0; i < 2; i++)
-        b[i] = fixture_alloc_f32(dataplane_c, 256);
+        b[i] = fixture_alloc_f32(suite_client, 256);
     float x[256];
     for (int i = 0; i < 256; i++)
         x[i] = (float)i;
-    cr_assert_eq(tsr_client_buffer_write(dataplane_c, b[0], 0, x, sizeof x, 0, &err), TSR_OK);
+    cr_assert_eq(tsr_client_buffer_write(suite_client, b[0], 0, x, sizeof x, 0, &err), TSR_OK);
     /* Ping-pong 100 times: each launch reads the previous one's output. */
     tsr_client_launch_desc l[100];
     for (int i = 0; i < 100; i++)
         l[i] = (tsr_client_launch_desc){k.kernel, 1, &b[i % 2], b[(i + 1) % 2]};
     tsr_client_batch_result res;
-    cr_assert_eq(tsr_client_batch(dataplane_c, l, 100, true, &res, 0, &err), TSR_OK, "%s",
+    cr_assert_eq(tsr_client_batch(suite_client, l, 100, true, &res, 0, &err), TSR_OK, "%s",
                  err.message);
     cr_expect_eq(res.launched, 100);
     cr_expect_eq(res.graph_replayed, false, "the CPU backend launches one by one");
     float y[256];
-    cr_assert_eq(tsr_client_buffer_read(dataplane_c, b[0], 0, y, sizeof y, NULL, 0, &err), TSR_OK);
+    cr_assert_eq(tsr_client_buffer_read(suite_client, b[0], 0, y, sizeof y, NULL, 0, &err), TSR_OK);
     /* 100 steps of 2x+1 from 0 give 2^100 - 1, which rounds to 2^100 in f32; a
      * lost or reordered launch would give another power of two. */
     cr_expect_eq(y[0], 0x1p100f);
@@ -199,20 +186,21 @@ Test(dataplane, batch_with_a_bad_entry_runs_nothing)
     tsr_region *r = fixture_affine(8);
     tsr_client_compiled k;
     tsr_error err;
-    cr_assert_eq(tsr_client_compile(dataplane_c, r, NULL, &k, 0, &err), TSR_OK);
-    tsr_buffer a = fixture_alloc_f32(dataplane_c, 8), y = fixture_alloc_f32(dataplane_c, 8);
-    tsr_buffer bad = fixture_alloc_f32(dataplane_c, 4);
+    cr_assert_eq(tsr_client_compile(suite_client, r, NULL, &k, 0, &err), TSR_OK);
+    tsr_buffer a = fixture_alloc_f32(suite_client, 8), y = fixture_alloc_f32(suite_client, 8);
+    tsr_buffer bad = fixture_alloc_f32(suite_client, 4);
     tsr_client_launch_desc l[3] = {
         {k.kernel, 1, &a, y}, {k.kernel, 1, &a, y}, {k.kernel, 1, &bad, y}};
-    cr_expect_eq(tsr_client_batch(dataplane_c, l, 3, false, NULL, 0, &err), TSR_BUFFER_MISMATCH);
+    cr_expect_eq(tsr_client_batch(suite_client, l, 3, false, NULL, 0, &err), TSR_BUFFER_MISMATCH);
     cr_expect(strstr(err.message, "batch.launches[2].inputs[0]") != NULL, "%s", err.message);
     float out[8];
-    cr_assert_eq(tsr_client_buffer_read(dataplane_c, y, 0, out, sizeof out, NULL, 0, &err), TSR_OK);
+    cr_assert_eq(tsr_client_buffer_read(suite_client, y, 0, out, sizeof out, NULL, 0, &err),
+                 TSR_OK);
     cr_expect_eq(out[0], 0.0f, "nothing ran: the output is still the zeroed allocation");
     l[1].kernel = 12345;
-    cr_expect_eq(tsr_client_batch(dataplane_c, l, 2, false, NULL, 0, &err), TSR_NOT_FOUND);
+    cr_expect_eq(tsr_client_batch(suite_client, l, 2, false, NULL, 0, &err), TSR_NOT_FOUND);
     cr_expect(strstr(err.message, "batch.launches[1].kernel") != NULL, "%s", err.message);
-    cr_expect_eq(tsr_client_batch(dataplane_c, l, 0, false, NULL, 0, &err), TSR_INVALID_ARGUMENT);
+    cr_expect_eq(tsr_client_batch(suite_client, l, 0, false, NULL, 0, &err), TSR_INVALID_ARGUMENT);
     tsr_client_region_free(r);
 }
 
@@ -222,10 +210,10 @@ Test(dataplane, import_is_unsupported_on_the_cpu_backend)
     int64_t shape[] = {16};
     tsr_buffer b;
     tsr_error err;
-    cr_expect_eq(
-        tsr_client_buffer_import(dataplane_c, handle, 64, 0, TSR_CLIENT_F32, 1, shape, &b, 0, &err),
-        TSR_UNSUPPORTED);
-    cr_expect_eq(tsr_client_buffer_import(dataplane_c, handle, 96, 64, TSR_CLIENT_F32, 1, shape, &b,
+    cr_expect_eq(tsr_client_buffer_import(suite_client, handle, 64, 0, TSR_CLIENT_F32, 1, shape, &b,
                                           0, &err),
+                 TSR_UNSUPPORTED);
+    cr_expect_eq(tsr_client_buffer_import(suite_client, handle, 96, 64, TSR_CLIENT_F32, 1, shape,
+                                          &b, 0, &err),
                  TSR_BUFFER_MISMATCH, "%s", err.message);
 }

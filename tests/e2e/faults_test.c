@@ -36,24 +36,17 @@
 #include "tessera/refexec.h"
 #include "tessera/region.h"
 
-static testd daemon_;
-
-static void faults_setup(void)
-{
-    fixture_start(&daemon_, NULL);
-}
-
 static void faults_teardown(void)
 {
-    int rc = testd_stop(&daemon_);
+    int rc = testd_stop(&suite_daemon);
     char mnt[160];
-    snprintf(mnt, sizeof mnt, "%s/small", daemon_.dir);
+    snprintf(mnt, sizeof mnt, "%s/small", suite_daemon.dir);
     umount2(mnt, MNT_DETACH);
-    testd_remove(&daemon_);
+    testd_remove(&suite_daemon);
     cr_assert_eq(rc, 0, "tesserad exit status %d", rc);
 }
 
-TestSuite(faults, .init = faults_setup, .fini = faults_teardown, .timeout = 120);
+TestSuite(faults, .init = fixture_suite_start, .fini = faults_teardown, .timeout = 120);
 
 /* ---- helpers ---- */
 
@@ -88,7 +81,7 @@ static void faults_run_is_right(tsr_client *c, int64_t m)
 
 static void faults_still_serving(void)
 {
-    tsr_client *c = fixture_client(&daemon_, 10000);
+    tsr_client *c = fixture_client(&suite_daemon, 10000);
     tsr_error err;
     cr_expect_eq(tsr_client_hello(c, NULL, 10000, &err), TSR_OK, "hello: %s", err.message);
     faults_run_is_right(c, 7);
@@ -172,7 +165,7 @@ typedef struct faults_compiler {
 static void *faults_compile_loop(void *arg)
 {
     faults_compiler *fc = arg;
-    tsr_client *c = testd_client(&daemon_, 3000);
+    tsr_client *c = testd_client(&suite_daemon, 3000);
     if (c == NULL)
         return NULL;
     for (int i = 0; !atomic_load(fc->stop) && fc->n_done < KILL_MAX_DONE; i++) {
@@ -200,21 +193,21 @@ Test(faults, sigkill_during_compiles_leaves_only_whole_entries)
     /* Kill once compiles have been acknowledged, so the kill lands mid-stream. */
     for (int tries = 0; tries < 2000 && fc[0].n_done < 20; tries++)
         usleep(5000);
-    cr_assert_eq(kill(daemon_.pid, SIGKILL), 0);
+    cr_assert_eq(kill(suite_daemon.pid, SIGKILL), 0);
     int status;
-    cr_assert_eq(waitpid(daemon_.pid, &status, 0), daemon_.pid);
-    daemon_.pid = 0;
+    cr_assert_eq(waitpid(suite_daemon.pid, &status, 0), suite_daemon.pid);
+    suite_daemon.pid = 0;
     atomic_store(&stop, true);
     for (int i = 0; i < KILL_THREADS; i++)
         pthread_join(fc[i].thread, NULL);
     cr_assert_geq(fc[0].n_done, 20);
 
     int tmp_files;
-    int entries = faults_entries_whole(daemon_.cache_dir, &tmp_files);
+    int entries = faults_entries_whole(suite_daemon.cache_dir, &tmp_files);
     cr_expect_gt(entries, 0);
 
-    cr_assert_eq(testd_restart(&daemon_, NULL), 0, "tesserad did not restart");
-    tsr_client *c = fixture_client(&daemon_, 10000);
+    cr_assert_eq(testd_restart(&suite_daemon, NULL), 0, "tesserad did not restart");
+    tsr_client *c = fixture_client(&suite_daemon, 10000);
     /* Every acknowledged compile comes back from the cache, not rebuilt. */
     for (int i = 0; i < KILL_THREADS; i++) {
         for (int j = 0; j < fc[i].n_done; j += 7) {
@@ -244,17 +237,17 @@ static void faults_write_file(const char *path, const void *data, size_t len)
 
 Test(faults, restart_removes_stale_partial_files_and_rebuilds_garbage_entries)
 {
-    tsr_client *c = fixture_client(&daemon_, 10000);
+    tsr_client *c = fixture_client(&suite_daemon, 10000);
     tsr_region *r = faults_matmul(5);
     tsr_client_compiled first;
     tsr_error err;
     cr_assert_eq(tsr_client_compile(c, r, NULL, &first, 10000, &err), TSR_OK, "%s", err.message);
     tsr_client_close(c);
-    cr_assert_eq(testd_stop(&daemon_), 0);
+    cr_assert_eq(testd_stop(&suite_daemon), 0);
 
     /* The entry of that key becomes garbage of the same size class. */
     char path[1024], sub[512];
-    snprintf(sub, sizeof sub, "%s/%.2s", daemon_.cache_dir, first.key);
+    snprintf(sub, sizeof sub, "%s/%.2s", suite_daemon.cache_dir, first.key);
     snprintf(path, sizeof path, "%s/%s", sub, first.key);
     struct stat st;
     cr_assert_eq(stat(path, &st), 0, "no entry at %s", path);
@@ -277,25 +270,25 @@ Test(faults, restart_removes_stale_partial_files_and_rebuilds_garbage_entries)
      * directory and a symlink under entry names, files with names that are not
      * keys, an empty and a header-only entry for other keys. */
     char p[1024];
-    snprintf(p, sizeof p, "%s/zz", daemon_.cache_dir);
+    snprintf(p, sizeof p, "%s/zz", suite_daemon.cache_dir);
     faults_write_file(p, junk, 10);
-    snprintf(p, sizeof p, "%s/ab", daemon_.cache_dir);
+    snprintf(p, sizeof p, "%s/ab", suite_daemon.cache_dir);
     mkdir(p, 0755);
-    snprintf(p, sizeof p, "%s/ab/ab%062d", daemon_.cache_dir, 0);
+    snprintf(p, sizeof p, "%s/ab/ab%062d", suite_daemon.cache_dir, 0);
     mkdir(p, 0755);
-    snprintf(p, sizeof p, "%s/ab/ab%062d", daemon_.cache_dir, 1);
+    snprintf(p, sizeof p, "%s/ab/ab%062d", suite_daemon.cache_dir, 1);
     cr_assert_eq(symlink("/etc/passwd", p), 0);
-    snprintf(p, sizeof p, "%s/ab/not-a-key", daemon_.cache_dir);
+    snprintf(p, sizeof p, "%s/ab/not-a-key", suite_daemon.cache_dir);
     faults_write_file(p, junk, 300);
-    snprintf(p, sizeof p, "%s/ab/ab%062d", daemon_.cache_dir, 2);
+    snprintf(p, sizeof p, "%s/ab/ab%062d", suite_daemon.cache_dir, 2);
     faults_write_file(p, junk, 0);
-    snprintf(p, sizeof p, "%s/ab/ab%062d", daemon_.cache_dir, 3);
+    snprintf(p, sizeof p, "%s/ab/ab%062d", suite_daemon.cache_dir, 3);
     faults_write_file(p, junk, TSRI_KCACHE_HEADER_BYTES);
 
-    cr_assert_eq(testd_restart(&daemon_, NULL), 0, "tesserad did not start on garbage");
+    cr_assert_eq(testd_restart(&suite_daemon, NULL), 0, "tesserad did not start on garbage");
     cr_expect_neq(access(tmp, F_OK), 0, "the stale temporary file is still there");
 
-    c = fixture_client(&daemon_, 10000);
+    c = fixture_client(&suite_daemon, 10000);
     tsr_client_compiled again;
     cr_assert_eq(tsr_client_compile(c, r, NULL, &again, 10000, &err), TSR_OK, "%s", err.message);
     cr_expect(!again.decision.cache_hit, "a garbage entry was served");
@@ -328,9 +321,9 @@ Test(faults, restart_removes_stale_partial_files_and_rebuilds_garbage_entries)
 
 Test(faults, a_full_cache_disk_still_serves_compiles_and_runs)
 {
-    cr_assert_eq(testd_stop(&daemon_), 0);
+    cr_assert_eq(testd_stop(&suite_daemon), 0);
     char mnt[160];
-    snprintf(mnt, sizeof mnt, "%s/small", daemon_.dir);
+    snprintf(mnt, sizeof mnt, "%s/small", suite_daemon.dir);
     cr_assert_eq(mkdir(mnt, 0755), 0);
     if (mount("tmpfs", mnt, "tmpfs", 0, "size=256k") != 0)
         cr_skip_test("cannot mount a tmpfs here (%s)", strerror(errno));
@@ -350,9 +343,9 @@ Test(faults, a_full_cache_disk_still_serves_compiles_and_runs)
     const char *const extra[] = {"--cache-dir", cache, NULL};
     if (mkdir(cache, 0755) != 0)
         cr_skip_test("the full tmpfs has no room for a directory: %s", strerror(errno));
-    cr_assert_eq(testd_restart(&daemon_, extra), 0, "tesserad did not start on a full disk");
+    cr_assert_eq(testd_restart(&suite_daemon, extra), 0, "tesserad did not start on a full disk");
 
-    tsr_client *c = fixture_client(&daemon_, 10000);
+    tsr_client *c = fixture_client(&suite_daemon, 10000);
     for (int i = 0; i < 40; i++) {
         tsr_region *r = faults_matmul(100 + i);
         tsr_client_compiled out;
@@ -374,10 +367,10 @@ Test(faults, a_full_cache_disk_still_serves_compiles_and_runs)
 static int faults_stalled_open(void)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    cr_assert(strncmp(daemon_.url, "ipc://", 6) == 0);
-    size_t plen = strlen(daemon_.url + 6);
+    cr_assert(strncmp(suite_daemon.url, "ipc://", 6) == 0);
+    size_t plen = strlen(suite_daemon.url + 6);
     cr_assert_lt(plen, sizeof sa.sun_path);
-    memcpy(sa.sun_path, daemon_.url + 6, plen + 1);
+    memcpy(sa.sun_path, suite_daemon.url + 6, plen + 1);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     cr_assert_geq(fd, 0);
     int small = 4096;
@@ -523,7 +516,7 @@ Test(faults, a_client_that_never_reads_its_replies_does_not_block_the_others)
     usleep(200000);
 
     /* Another client is served, right, within its normal per-call timeout. */
-    tsr_client *c = fixture_client(&daemon_, 10000);
+    tsr_client *c = fixture_client(&suite_daemon, 10000);
     tsr_error err;
     cr_assert_eq(tsr_client_hello(c, NULL, 10000, &err), TSR_OK, "hello: %s", err.message);
     faults_run_is_right(c, 7);
@@ -607,7 +600,7 @@ static void *faults_pipeline_one(void *arg)
 
 Test(faults, a_reading_client_that_pipelines_heavily_is_never_disconnected)
 {
-    tsr_client *c = fixture_client(&daemon_, 10000);
+    tsr_client *c = fixture_client(&suite_daemon, 10000);
     float data[4096], back[4096];
     for (int i = 0; i < 4096; i++)
         data[i] = (float)i * 0.5f;
@@ -676,7 +669,7 @@ static faults_storm_counts faults_storm(void *(*one)(void *))
 static void *faults_storm_one(void *arg)
 {
     faults_storm_counts *n = &((faults_stormer *)arg)->counts;
-    tsr_client *c = testd_client(&daemon_, 60000);
+    tsr_client *c = testd_client(&suite_daemon, 60000);
     if (c == NULL)
         return NULL;
     int64_t shape[1] = {16};
@@ -714,7 +707,7 @@ Test(faults, a_request_storm_is_answered_in_full)
 static void *faults_quota_storm_one(void *arg)
 {
     faults_storm_counts *n = &((faults_stormer *)arg)->counts;
-    tsr_client *c = testd_client(&daemon_, 60000);
+    tsr_client *c = testd_client(&suite_daemon, 60000);
     if (c == NULL)
         return NULL;
     tsr_region *r = faults_matmul(48);
@@ -742,13 +735,13 @@ static void *faults_quota_storm_one(void *arg)
 
 Test(faults, a_storm_past_the_in_flight_quota_is_answered_or_refused)
 {
-    cr_assert_eq(testd_stop(&daemon_), 0);
-    cr_assert_eq(testd_write_config(&daemon_,
+    cr_assert_eq(testd_stop(&suite_daemon), 0);
+    cr_assert_eq(testd_write_config(&suite_daemon,
                                     "{\"tenants\": [{\"name\": \"storm\", \"uids\": [%u], "
                                     "\"quotas\": {\"in_flight\": 2}}]}\n",
                                     (unsigned)getuid()),
                  0);
-    cr_assert_eq(testd_restart(&daemon_, NULL), 0, "tesserad did not start with a quota");
+    cr_assert_eq(testd_restart(&suite_daemon, NULL), 0, "tesserad did not start with a quota");
 
     faults_storm_counts n = faults_storm(faults_quota_storm_one);
     cr_expect_eq(n.answered, STORM_THREADS * 10);

@@ -15,36 +15,29 @@
 
 #include "../support/fixture.h"
 
-static testd iso_d;
-static tsr_client *iso_c;
-
 static const char *const iso_flags[] = {"--backend", "cpu-isolated", NULL};
 
 static void iso_setup(void)
 {
-    iso_c = fixture_start_client(&iso_d, iso_flags, 60000);
+    suite_client = fixture_start_client(&suite_daemon, iso_flags, 60000);
 }
 
-static void iso_teardown(void)
-{
-    fixture_stop(&iso_d, iso_c);
-}
+TestSuite(isolated, .init = iso_setup, .fini = fixture_suite_stop, .timeout = 120);
 
-TestSuite(isolated, .init = iso_setup, .fini = iso_teardown, .timeout = 120);
-
-/* y = 2x + 1 over n f32 elements, compiled on iso_c: the kernel handle. */
+/* y = 2x + 1 over n f32 elements, compiled on suite_client: the kernel handle. */
 static tsr_kernel iso_compile_affine(int64_t n, tsr_region **r)
 {
     *r = fixture_affine(n);
     tsr_client_compiled k;
     tsr_error err;
-    cr_assert_eq(tsr_client_compile(iso_c, *r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_compile(suite_client, *r, NULL, &k, 0, &err), TSR_OK, "%s",
+                 err.message);
     return k.kernel;
 }
 
 static tsr_buffer iso_alloc(int64_t n)
 {
-    return fixture_alloc_f32(iso_c, n);
+    return fixture_alloc_f32(suite_client, n);
 }
 
 /* Polls c's health until the daemon is ready after its first recovery (at
@@ -84,17 +77,19 @@ Test(isolated, launches_and_copies_larger_than_a_window_are_exact)
     tsr_kernel k = iso_compile_affine(n, &r);
     tsr_buffer bx = iso_alloc(n), by = iso_alloc(n);
     tsr_error err;
-    cr_assert_eq(tsr_client_buffer_write(iso_c, bx, 0, x, (size_t)n * sizeof *x, 0, &err), TSR_OK,
-                 "%s", err.message);
-    cr_assert_eq(tsr_client_launch(iso_c, k, &bx, 1, by, NULL, 0, &err), TSR_OK, "%s", err.message);
-    size_t got = 0;
-    cr_assert_eq(tsr_client_buffer_read(iso_c, by, 0, y, (size_t)n * sizeof *y, &got, 0, &err),
+    cr_assert_eq(tsr_client_buffer_write(suite_client, bx, 0, x, (size_t)n * sizeof *x, 0, &err),
                  TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_launch(suite_client, k, &bx, 1, by, NULL, 0, &err), TSR_OK, "%s",
+                 err.message);
+    size_t got = 0;
+    cr_assert_eq(
+        tsr_client_buffer_read(suite_client, by, 0, y, (size_t)n * sizeof *y, &got, 0, &err),
+        TSR_OK, "%s", err.message);
     cr_assert_eq(got, (size_t)n * sizeof *y);
     iso_assert_affine(x, y, n);
     /* A copy that starts inside one window and ends in the next. */
     float part[1000];
-    cr_assert_eq(tsr_client_buffer_read(iso_c, bx, (1u << 20) * sizeof(float) - 2000, part,
+    cr_assert_eq(tsr_client_buffer_read(suite_client, bx, (1u << 20) * sizeof(float) - 2000, part,
                                         sizeof part, NULL, 0, &err),
                  TSR_OK);
     cr_assert_eq(memcmp(part, x + (1 << 20) - 500, sizeof part), 0);
@@ -112,25 +107,25 @@ Test(isolated, shared_memory_is_pinned_in_the_worker_and_copied_exactly)
     float *base = tsr_client_shm_data(shm);
     iso_fill(base + 1024, n);
     tsr_buffer bx = iso_alloc(n);
-    cr_assert_eq(tsr_client_buffer_write_shm(iso_c, bx, 0, shm, 1024 * sizeof(float),
+    cr_assert_eq(tsr_client_buffer_write_shm(suite_client, bx, 0, shm, 1024 * sizeof(float),
                                              (size_t)n * sizeof(float), 0, &err),
                  TSR_OK, "%s", err.message);
     float *back = malloc((size_t)n * sizeof *back);
     cr_assert_eq(
-        tsr_client_buffer_read(iso_c, bx, 0, back, (size_t)n * sizeof *back, NULL, 0, &err), TSR_OK,
-        "%s", err.message);
+        tsr_client_buffer_read(suite_client, bx, 0, back, (size_t)n * sizeof *back, NULL, 0, &err),
+        TSR_OK, "%s", err.message);
     cr_assert_eq(memcmp(back, base + 1024, (size_t)n * sizeof *back), 0);
     /* Back out into another place of the segment. */
-    cr_assert_eq(tsr_client_buffer_read_shm(iso_c, bx, 0, shm, 128 * 1024 * sizeof(float),
+    cr_assert_eq(tsr_client_buffer_read_shm(suite_client, bx, 0, shm, 128 * 1024 * sizeof(float),
                                             (size_t)n * sizeof(float), 0, &err),
                  TSR_OK, "%s", err.message);
     cr_assert_eq(memcmp(base + 128 * 1024, base + 1024, (size_t)n * sizeof(float)), 0);
     /* A run whose input and output live in the segment. */
     tsr_region *r = fixture_affine(n);
     uint64_t in_off[] = {1024 * sizeof(float)};
-    cr_assert_eq(
-        tsr_client_run_shm(iso_c, r, NULL, shm, in_off, 192 * 1024 * sizeof(float), NULL, 0, &err),
-        TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_run_shm(suite_client, r, NULL, shm, in_off, 192 * 1024 * sizeof(float),
+                                    NULL, 0, &err),
+                 TSR_OK, "%s", err.message);
     iso_assert_affine(base + 1024, base + 192 * 1024, n);
     tsr_client_region_free(r);
     free(back);
@@ -152,16 +147,17 @@ Test(isolated, a_batch_runs_in_the_worker_in_order)
     float x[1024], y[1024];
     for (int i = 0; i < n; i++)
         x[i] = (float)(i % 7) - 3.0f;
-    cr_assert_eq(tsr_client_buffer_write(iso_c, b[0], 0, x, sizeof x, 0, &err), TSR_OK);
+    cr_assert_eq(tsr_client_buffer_write(suite_client, b[0], 0, x, sizeof x, 0, &err), TSR_OK);
     tsr_client_launch_desc l[LINKS];
     for (int i = 0; i < LINKS; i++)
         l[i] = (tsr_client_launch_desc){
             .kernel = k, .n_inputs = 1, .inputs = &b[i], .output = b[i + 1]};
     tsr_client_batch_result res;
-    cr_assert_eq(tsr_client_batch(iso_c, l, LINKS, false, &res, 0, &err), TSR_OK, "%s",
+    cr_assert_eq(tsr_client_batch(suite_client, l, LINKS, false, &res, 0, &err), TSR_OK, "%s",
                  err.message);
     cr_expect_eq(res.launched, LINKS);
-    cr_assert_eq(tsr_client_buffer_read(iso_c, b[LINKS], 0, y, sizeof y, NULL, 0, &err), TSR_OK);
+    cr_assert_eq(tsr_client_buffer_read(suite_client, b[LINKS], 0, y, sizeof y, NULL, 0, &err),
+                 TSR_OK);
     for (int i = 0; i < n; i++) {
         float want = x[i];
         for (int j = 0; j < LINKS; j++)
@@ -207,32 +203,33 @@ Test(isolated, a_killed_worker_is_replaced_and_serving_resumes)
     tsr_error err;
     tsr_client_shm *shm = NULL;
     cr_assert_eq(tsr_client_shm_create(1 << 16, &shm, &err), TSR_OK, "%s", err.message);
-    cr_assert_eq(tsr_client_buffer_write_shm(iso_c, bx, 0, shm, 0, 4096, 0, &err), TSR_OK, "%s",
-                 err.message);
+    cr_assert_eq(tsr_client_buffer_write_shm(suite_client, bx, 0, shm, 0, 4096, 0, &err), TSR_OK,
+                 "%s", err.message);
 
-    pid_t worker = iso_worker_pid(iso_d.pid);
+    pid_t worker = iso_worker_pid(suite_daemon.pid);
     cr_assert_eq(kill(worker, SIGKILL), 0);
     /* The first device call after the crash answers DEVICE_LOST and starts
      * the recovery. */
-    tsr_status st = tsr_client_launch(iso_c, k, &bx, 1, by, NULL, 0, &err);
+    tsr_status st = tsr_client_launch(suite_client, k, &bx, 1, by, NULL, 0, &err);
     cr_assert_eq(st, TSR_DEVICE_LOST, "%s: %s", tsr_status_name(st), err.message);
-    tsr_client_health h = iso_wait_recovered(iso_c);
+    tsr_client_health h = iso_wait_recovered(suite_client);
     cr_assert_eq(h.state, TSR_CLIENT_HEALTH_READY);
     cr_assert_eq(h.recoveries, 1);
-    cr_assert_neq(iso_worker_pid(iso_d.pid), worker, "the worker was not replaced");
+    cr_assert_neq(iso_worker_pid(suite_daemon.pid), worker, "the worker was not replaced");
 
     /* Old buffers are gone; the kernel handle was reloaded into the new worker. */
-    st = tsr_client_launch(iso_c, k, &bx, 1, by, NULL, 0, &err);
+    st = tsr_client_launch(suite_client, k, &bx, 1, by, NULL, 0, &err);
     cr_expect_eq(st, TSR_DEVICE_LOST, "%s: %s", tsr_status_name(st), err.message);
     tsr_buffer old_x = bx;
     bx = iso_alloc(n);
     by = iso_alloc(n);
     float x[4096], y[4096];
     iso_fill(x, n);
-    cr_assert_eq(tsr_client_buffer_write(iso_c, bx, 0, x, sizeof x, 0, &err), TSR_OK, "%s",
+    cr_assert_eq(tsr_client_buffer_write(suite_client, bx, 0, x, sizeof x, 0, &err), TSR_OK, "%s",
                  err.message);
-    cr_assert_eq(tsr_client_launch(iso_c, k, &bx, 1, by, NULL, 0, &err), TSR_OK, "%s", err.message);
-    cr_assert_eq(tsr_client_buffer_read(iso_c, by, 0, y, sizeof y, NULL, 0, &err), TSR_OK);
+    cr_assert_eq(tsr_client_launch(suite_client, k, &bx, 1, by, NULL, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_assert_eq(tsr_client_buffer_read(suite_client, by, 0, y, sizeof y, NULL, 0, &err), TSR_OK);
     iso_assert_affine(x, y, n);
     /* A batch whose second launch names a buffer of the old worker runs the
      * first and stops there. */
@@ -242,17 +239,17 @@ Test(isolated, a_killed_worker_is_replaced_and_serving_resumes)
         {.kernel = k, .n_inputs = 1, .inputs = &old_x, .output = bz},
         {.kernel = k, .n_inputs = 1, .inputs = &by, .output = bz},
     };
-    st = tsr_client_batch(iso_c, l, 3, false, NULL, 0, &err);
+    st = tsr_client_batch(suite_client, l, 3, false, NULL, 0, &err);
     cr_expect_eq(st, TSR_DEVICE_LOST, "%s: %s", tsr_status_name(st), err.message);
     cr_expect(strstr(err.message, "batch.launches[1]") != NULL, "%s", err.message);
     /* The segment goes through the new worker, exactly. */
     float *sp = tsr_client_shm_data(shm);
     for (int i = 0; i < 1024; i++)
         sp[i] = (float)i - 512.0f;
-    cr_assert_eq(tsr_client_buffer_write_shm(iso_c, bz, 0, shm, 0, 4096, 0, &err), TSR_OK, "%s",
-                 err.message);
+    cr_assert_eq(tsr_client_buffer_write_shm(suite_client, bz, 0, shm, 0, 4096, 0, &err), TSR_OK,
+                 "%s", err.message);
     float zb[1024];
-    cr_assert_eq(tsr_client_buffer_read(iso_c, bz, 0, zb, sizeof zb, NULL, 0, &err), TSR_OK);
+    cr_assert_eq(tsr_client_buffer_read(suite_client, bz, 0, zb, sizeof zb, NULL, 0, &err), TSR_OK);
     cr_assert_eq(memcmp(zb, sp, sizeof zb), 0);
     tsr_client_shm_free(shm);
     tsr_client_region_free(r);
@@ -262,16 +259,16 @@ Test(isolated, a_killed_worker_is_replaced_and_serving_resumes)
  * needs its worker while it drains: the worker leaves stop signals alone. */
 Test(isolated, the_worker_ignores_stop_signals_meant_for_the_daemon)
 {
-    pid_t worker = iso_worker_pid(iso_d.pid);
+    pid_t worker = iso_worker_pid(suite_daemon.pid);
     cr_assert_eq(kill(worker, SIGTERM), 0);
     cr_assert_eq(kill(worker, SIGINT), 0);
     usleep(200000);
     cr_assert_eq(kill(worker, 0), 0, "the worker died of a stop signal");
-    cr_assert_eq(iso_worker_pid(iso_d.pid), worker);
+    cr_assert_eq(iso_worker_pid(suite_daemon.pid), worker);
     tsr_buffer b = iso_alloc(16);
     float v[16] = {1, 2, 3};
     tsr_error err;
-    cr_assert_eq(tsr_client_buffer_write(iso_c, b, 0, v, sizeof v, 0, &err), TSR_OK, "%s",
+    cr_assert_eq(tsr_client_buffer_write(suite_client, b, 0, v, sizeof v, 0, &err), TSR_OK, "%s",
                  err.message);
 }
 

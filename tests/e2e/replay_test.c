@@ -11,19 +11,7 @@
 #include "tessera/client.h"
 #include "../support/fixture.h"
 
-static testd daemon_;
-
-static void replay_setup(void)
-{
-    fixture_start(&daemon_, NULL);
-}
-
-static void replay_teardown(void)
-{
-    fixture_stop(&daemon_, NULL);
-}
-
-TestSuite(replay, .init = replay_setup, .fini = replay_teardown, .timeout = 60);
+TestSuite(replay, .init = fixture_suite_start, .fini = fixture_suite_stop, .timeout = 60);
 
 static uint64_t replay_alloc(uint32_t s, uint64_t id)
 {
@@ -46,7 +34,7 @@ static uint64_t replay_alloc(uint32_t s, uint64_t id)
  * its own (the raw socket's session is left alone). */
 static double replay_counter(const char *name)
 {
-    tsr_client *c = fixture_client(&daemon_, 5000);
+    tsr_client *c = fixture_client(&suite_daemon, 5000);
     double v = fixture_counter(c, name);
     tsr_client_close(c);
     return v;
@@ -55,7 +43,7 @@ static double replay_counter(const char *name)
 Test(replay, resent_id_returns_the_same_buffer_and_allocates_once)
 {
     uint32_t s;
-    cr_assert_eq(testd_raw_open(&daemon_, &s), 0);
+    cr_assert_eq(testd_raw_open(&suite_daemon, &s), 0);
     double live = replay_counter("buffers");
     double replays = replay_counter("replays_total");
     cr_assert_geq(live, 0, "stats have a 'buffers' gauge");

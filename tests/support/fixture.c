@@ -8,6 +8,25 @@
 
 #include "testdata.h"
 
+testd suite_daemon;
+tsr_client *suite_client;
+
+void fixture_suite_start(void)
+{
+    fixture_start(&suite_daemon, NULL);
+}
+
+void fixture_suite_start_client(void)
+{
+    suite_client = fixture_start_client(&suite_daemon, NULL, 30000);
+}
+
+void fixture_suite_stop(void)
+{
+    fixture_stop(&suite_daemon, suite_client);
+    suite_client = NULL;
+}
+
 void fixture_start(testd *d, const char *const *extra)
 {
     cr_assert_eq(testd_start(d, extra), 0, "tesserad did not start");

@@ -4,8 +4,9 @@
  * loading regions, allocating buffers and reading the daemon's counters.
  *
  * Each function fails the calling test through Criterion when its step does not
- * work, so that a test spells out only what it checks. Threading: the calling
- * test's thread.
+ * work, so that a test spells out only what it checks. A check that must fail
+ * a test belongs in the test itself: Criterion reports a failure in a suite's
+ * .fini but does not count it. Threading: the calling test's thread.
  */
 #ifndef TESSERA_TEST_FIXTURE_H
 #define TESSERA_TEST_FIXTURE_H
@@ -14,6 +15,16 @@
 
 #include "tessera/client.h"
 #include "testd.h"
+
+/* The daemon and client of a suite whose every test gets a daemon of its own:
+ * TestSuite(name, .init = fixture_suite_start_client, .fini = fixture_suite_stop),
+ * or fixture_suite_start for the daemon alone, or a suite's own init and fini
+ * on the same two variables. */
+extern testd suite_daemon;
+extern tsr_client *suite_client;
+void fixture_suite_start(void);        /* suite_daemon with the standard flags */
+void fixture_suite_start_client(void); /* ... and suite_client, 30 s timeout */
+void fixture_suite_stop(void);         /* fixture_stop(&suite_daemon, suite_client) */
 
 /* testd_start(d, extra), asserted. */
 void fixture_start(testd *d, const char *const *extra);

@@ -1,6 +1,6 @@
 /*
  * errors_test.c — bad input of every kind gets its exact status, and the daemon
- * keeps serving afterwards (the suite's teardown says hello after each test).
+ * keeps serving afterwards.
  *
  * Requests the client library would never send (garbage bytes, a missing body,
  * an invalid region) go through a raw nng REQ socket.
@@ -13,33 +13,31 @@
 #include <unistd.h>
 
 #include "tessera/client.h"
+#include "tessera/region_pb.h"
 #include "../support/fixture.h"
-
-static testd daemon_;
-static tsr_client *client_;
 
 static void errors_setup(void)
 {
     static const char *const extra[] = {"--max-message-bytes", "1048576", NULL};
-    client_ = fixture_start_client(&daemon_, extra, 10000);
+    suite_client = fixture_start_client(&suite_daemon, extra, 10000);
 }
 
-/* Whatever a test sent, the daemon still answers a plain hello afterwards. */
-static void errors_teardown(void)
+TestSuite(errors, .init = errors_setup, .fini = fixture_suite_stop, .timeout = 120);
+
+/* The daemon still answers a plain hello: the last check of every test (a
+ * failure in a suite's .fini would not fail the test). */
+static void errors_still_serving(void)
 {
     tsr_error err;
-    cr_expect_eq(tsr_client_hello(client_, NULL, 5000, &err), TSR_OK, "after the bad input: %s",
-                 err.message);
-    fixture_stop(&daemon_, client_);
+    cr_expect_eq(tsr_client_hello(suite_client, NULL, 5000, &err), TSR_OK,
+                 "after the bad input: %s", err.message);
 }
-
-TestSuite(errors, .init = errors_setup, .fini = errors_teardown, .timeout = 120);
 
 /* A REQ socket of its own, below the client library, for what it never sends. */
 static uint32_t errors_raw_open(void)
 {
     uint32_t s;
-    cr_assert_eq(testd_raw_open(&daemon_, &s), 0);
+    cr_assert_eq(testd_raw_open(&suite_daemon, &s), 0);
     return s;
 }
 
@@ -69,6 +67,7 @@ Test(errors, garbage_bytes_are_bad_message)
     cr_expect_str_not_empty(reply->message);
     tessera__v1__reply__free_unpacked(reply, NULL);
     testd_raw_close(s);
+    errors_still_serving();
 }
 
 Test(errors, request_without_a_body_is_unknown_request)
@@ -82,6 +81,7 @@ Test(errors, request_without_a_body_is_unknown_request)
     cr_expect_eq(reply->id, 4242);
     tessera__v1__reply__free_unpacked(reply, NULL);
     testd_raw_close(s);
+    errors_still_serving();
 }
 
 /* The client learns the daemon's limit and refuses the request itself: the
@@ -89,64 +89,72 @@ Test(errors, request_without_a_body_is_unknown_request)
 Test(errors, message_over_the_limit_fails_and_the_next_request_works)
 {
     /* A 2 MiB buffer write against a 1 MiB limit. */
-    tsr_buffer b = fixture_alloc_f32(client_, 1 << 19);
+    tsr_buffer b = fixture_alloc_f32(suite_client, 1 << 19);
     tsr_error err;
     size_t len = (size_t)2 << 20;
     void *big = calloc(1, len);
-    tsr_status st = tsr_client_buffer_write(client_, b, 0, big, len, 1500, &err);
+    tsr_status st = tsr_client_buffer_write(suite_client, b, 0, big, len, 1500, &err);
     cr_expect_eq(st, TSR_MESSAGE_TOO_LARGE, "got %s: %s", tsr_status_name(st), err.message);
     /* Just under the limit still goes through. */
-    cr_expect_eq(tsr_client_buffer_write(client_, b, 0, big, (size_t)1 << 19, 5000, &err), TSR_OK,
-                 "%s", err.message);
+    cr_expect_eq(tsr_client_buffer_write(suite_client, b, 0, big, (size_t)1 << 19, 5000, &err),
+                 TSR_OK, "%s", err.message);
     free(big);
+    errors_still_serving();
+}
+
+/* The wire form of a valid region, for a test to break one field of. Free with
+ * tsr_region_pb_free. */
+static Tessera__V1__Region *errors_region_pb(const char *json)
+{
+    tsr_region *r = fixture_region_json(json);
+    Tessera__V1__Region *pb = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_region_to_pb(r, &pb, &err), TSR_OK, "%s", err.message);
+    tsr_client_region_free(r);
+    return pb;
 }
 
 Test(errors, invalid_region_gets_the_region_code)
 {
     uint32_t s = errors_raw_open();
-    Tessera__V1__Region region = TESSERA__V1__REGION__INIT;
-    region.kind = TESSERA__V1__REGION_KIND__KIND_MATMUL;
-    region.dtype = TESSERA__V1__DTYPE__DTYPE_F32;
-    region.m = 0;
-    region.n = 4;
-    region.k = 4;
-    Tessera__V1__Reply *reply = errors_compile(s, 99, &region);
+    Tessera__V1__Region *mm =
+        errors_region_pb("{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":1,\"n\":4,\"k\":4}");
+    mm->m = 0;
+    Tessera__V1__Reply *reply = errors_compile(s, 99, mm);
     cr_expect_eq(reply->status, TESSERA__V1__STATUS__BAD_DIMENSION, "status %d: %s", reply->status,
                  reply->message);
     cr_expect_not_null(strchr(reply->message, 'm'), "message names the field: %s", reply->message);
     tessera__v1__reply__free_unpacked(reply, NULL);
+    tsr_region_pb_free(mm);
 
     /* heads not divisible by heads_kv */
-    Tessera__V1__Region att = TESSERA__V1__REGION__INIT;
-    att.kind = TESSERA__V1__REGION_KIND__KIND_ATTENTION;
-    att.dtype = TESSERA__V1__DTYPE__DTYPE_F32;
-    att.batch = 1;
-    att.heads = 6;
-    att.heads_kv = 4;
-    att.seq_q = 8;
-    att.seq_k = 8;
-    att.head_dim = 16;
-    att.head_dim_v = 16;
-    att.scale = 0.25;
-    reply = errors_compile(s, 100, &att);
+    Tessera__V1__Region *att = errors_region_pb(
+        "{\"kind\":\"attention\",\"dtype\":\"f32\",\"batch\":1,\"heads\":6,\"heads_kv\":2,"
+        "\"seq_q\":8,\"seq_k\":8,\"head_dim\":16,\"head_dim_v\":16,\"scale\":0.25}");
+    att->heads_kv = 4;
+    reply = errors_compile(s, 100, att);
     cr_expect_eq(reply->status, TESSERA__V1__STATUS__BAD_HEADS, "status %d: %s", reply->status,
                  reply->message);
     tessera__v1__reply__free_unpacked(reply, NULL);
+    tsr_region_pb_free(att);
     testd_raw_close(s);
+    errors_still_serving();
 }
 
 Test(errors, unknown_and_freed_buffers_are_not_found)
 {
     tsr_error err;
     uint8_t byte[4];
-    cr_expect_eq(tsr_client_buffer_read(client_, 0x1234567890abcdefULL, 0, byte, 4, NULL, 0, &err),
-                 TSR_NOT_FOUND);
+    cr_expect_eq(
+        tsr_client_buffer_read(suite_client, 0x1234567890abcdefULL, 0, byte, 4, NULL, 0, &err),
+        TSR_NOT_FOUND);
     cr_expect_eq(err.code, TSR_NOT_FOUND);
-    tsr_buffer b = fixture_alloc_f32(client_, 4);
-    cr_expect_eq(tsr_client_buffer_free(client_, b, 0, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(tsr_client_buffer_free(client_, b, 0, &err), TSR_NOT_FOUND);
-    cr_expect_eq(tsr_client_buffer_write(client_, b, 0, byte, 4, 0, &err), TSR_NOT_FOUND);
-    cr_expect_eq(tsr_client_launch(client_, 0x77, &b, 1, b, NULL, 0, &err), TSR_NOT_FOUND);
+    tsr_buffer b = fixture_alloc_f32(suite_client, 4);
+    cr_expect_eq(tsr_client_buffer_free(suite_client, b, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(tsr_client_buffer_free(suite_client, b, 0, &err), TSR_NOT_FOUND);
+    cr_expect_eq(tsr_client_buffer_write(suite_client, b, 0, byte, 4, 0, &err), TSR_NOT_FOUND);
+    cr_expect_eq(tsr_client_launch(suite_client, 0x77, &b, 1, b, NULL, 0, &err), TSR_NOT_FOUND);
+    errors_still_serving();
 }
 
 Test(errors, launch_with_wrong_buffer_size_or_dtype_is_buffer_mismatch)
@@ -154,31 +162,32 @@ Test(errors, launch_with_wrong_buffer_size_or_dtype_is_buffer_mismatch)
     tsr_region *r = fixture_region_file("examples/pointwise.json");
     tsr_client_compiled k;
     tsr_error err;
-    cr_assert_eq(tsr_client_compile(client_, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_compile(suite_client, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
     tsr_client_tensor in[TSR_CLIENT_MAX_INPUTS], out;
     int n = tsr_client_region_signature(r, in, &out);
     tsr_buffer bufs[TSR_CLIENT_MAX_INPUTS];
     for (int i = 0; i < n; i++)
-        bufs[i] = fixture_alloc(client_, in[i].dtype, in[i].rank, in[i].shape);
-    tsr_buffer ob = fixture_alloc(client_, out.dtype, out.rank, out.shape);
-    cr_expect_eq(tsr_client_launch(client_, k.kernel, bufs, n, ob, NULL, 0, &err), TSR_OK, "%s",
-                 err.message);
+        bufs[i] = fixture_alloc(suite_client, in[i].dtype, in[i].rank, in[i].shape);
+    tsr_buffer ob = fixture_alloc(suite_client, out.dtype, out.rank, out.shape);
+    cr_expect_eq(tsr_client_launch(suite_client, k.kernel, bufs, n, ob, NULL, 0, &err), TSR_OK,
+                 "%s", err.message);
 
     /* Too small an output. */
-    tsr_buffer bad = fixture_alloc_f32(client_, 3);
-    cr_expect_eq(tsr_client_launch(client_, k.kernel, bufs, n, bad, NULL, 0, &err),
+    tsr_buffer bad = fixture_alloc_f32(suite_client, 3);
+    cr_expect_eq(tsr_client_launch(suite_client, k.kernel, bufs, n, bad, NULL, 0, &err),
                  TSR_BUFFER_MISMATCH, "%s", err.message);
     /* Right element count, wrong dtype (f16 for an f32 input). */
-    tsr_buffer wrong = fixture_alloc(client_, TSR_CLIENT_F16, in[0].rank, in[0].shape);
+    tsr_buffer wrong = fixture_alloc(suite_client, TSR_CLIENT_F16, in[0].rank, in[0].shape);
     tsr_buffer swapped[TSR_CLIENT_MAX_INPUTS];
     memcpy(swapped, bufs, sizeof bufs);
     swapped[0] = wrong;
-    cr_expect_eq(tsr_client_launch(client_, k.kernel, swapped, n, ob, NULL, 0, &err),
+    cr_expect_eq(tsr_client_launch(suite_client, k.kernel, swapped, n, ob, NULL, 0, &err),
                  TSR_BUFFER_MISMATCH, "%s", err.message);
     /* Too few inputs. */
-    cr_expect_eq(tsr_client_launch(client_, k.kernel, bufs, n - 1, ob, NULL, 0, &err),
+    cr_expect_eq(tsr_client_launch(suite_client, k.kernel, bufs, n - 1, ob, NULL, 0, &err),
                  TSR_BUFFER_MISMATCH, "%s", err.message);
     tsr_client_region_free(r);
+    errors_still_serving();
 }
 
 Test(errors, unknown_forced_candidate_is_arbiter)
@@ -187,9 +196,10 @@ Test(errors, unknown_forced_candidate_is_arbiter)
     tsr_client_compile_opts opts = {.force = "no-such-candidate"};
     tsr_client_compiled k;
     tsr_error err;
-    cr_expect_eq(tsr_client_compile(client_, r, &opts, &k, 0, &err), TSR_ARBITER);
+    cr_expect_eq(tsr_client_compile(suite_client, r, &opts, &k, 0, &err), TSR_ARBITER);
     cr_expect_eq(err.code, TSR_ARBITER);
     cr_expect_not_null(strstr(err.message, "reference"), "names the registered candidates: %s",
                        err.message);
     tsr_client_region_free(r);
+    errors_still_serving();
 }

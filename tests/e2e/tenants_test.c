@@ -38,8 +38,8 @@ static void tenants_hash(const char *token, char hex[65])
 }
 
 /* Each test's daemon, started by the test (tenants_start) in the directory
- * the fixture prepares with the standard config, and the clients the fixture
- * closes after the test. */
+ * the fixture prepares with the standard config, and the clients tenants_stop
+ * closes. */
 static testd tenants_d;
 static tsr_client *tenants_clients[8];
 
@@ -71,13 +71,22 @@ static void tenants_setup(void)
     setenv("TESSERA_TOKEN", TOKEN_ALICE, 1);
 }
 
-static void tenants_teardown(void)
+/* Closes the test's clients and stops the daemon, expecting a clean exit: the
+ * last step of every test (a failure in a suite's .fini would not fail it). */
+static void tenants_stop(void)
 {
     for (size_t i = 0; i < sizeof tenants_clients / sizeof tenants_clients[0]; i++) {
         tsr_client_close(tenants_clients[i]);
         tenants_clients[i] = NULL;
     }
-    fixture_stop(&tenants_d, NULL);
+    cr_expect_eq(testd_stop(&tenants_d), 0, "tesserad did not exit cleanly");
+}
+
+/* Also after a test that ended early. */
+static void tenants_teardown(void)
+{
+    tenants_stop();
+    testd_remove(&tenants_d);
     unsetenv("TESSERA_TOKEN");
 }
 
@@ -98,7 +107,7 @@ static tsr_client *tenants_connect(const char *token)
     return c;
 }
 
-/* A connection sending token, closed by the fixture (or tenants_close). */
+/* A connection sending token, closed by tenants_stop (or tenants_close). */
 static tsr_client *tenants_client(const char *token)
 {
     tsr_client *c = tenants_connect(token);
@@ -125,6 +134,14 @@ static tsr_buffer tenants_alloc(tsr_client *c, int64_t n, tsr_status want, tsr_e
     return b;
 }
 
+/* The daemon with two workers, and a connection each for alice and bob. */
+static void tenants_start_alice_bob(tsr_client **alice, tsr_client **bob)
+{
+    tenants_start("2");
+    *alice = tenants_client(TOKEN_ALICE);
+    *bob = tenants_client(TOKEN_BOB);
+}
+
 Test(tenants, unknown_or_missing_token_is_unauthenticated)
 {
     tenants_start("2");
@@ -140,19 +157,20 @@ Test(tenants, unknown_or_missing_token_is_unauthenticated)
     tsr_client_health h;
     cr_expect_eq(tsr_client_health_get(none, &h, 0, &err), TSR_OK);
     cr_expect_eq(h.state, TSR_CLIENT_HEALTH_READY);
+    tenants_stop();
 }
 
 Test(tenants, hello_names_the_tenant_of_the_token)
 {
-    tenants_start("2");
-    tsr_client *a = tenants_client(TOKEN_ALICE);
-    tsr_client *b = tenants_client(TOKEN_BOB);
+    tsr_client *a, *b;
+    tenants_start_alice_bob(&a, &b);
     tsr_client_info info;
     cr_assert_eq(tsr_client_hello(a, &info, 0, NULL), TSR_OK);
     cr_expect_str_eq(info.tenant, "alice");
     cr_assert_eq(tsr_client_hello(b, &info, 0, NULL), TSR_OK);
     cr_expect_str_eq(info.tenant, "bob");
     /* A connection stays with the tenant of its first request. */
+    tenants_stop();
 }
 
 /* "...0x1234..." with the handle's hex replaced by "H". */
@@ -167,9 +185,8 @@ static void tenants_mask(const char *msg, tsr_buffer h, char *out, size_t size)
 
 Test(tenants, foreign_handle_answers_like_an_unknown_one)
 {
-    tenants_start("2");
-    tsr_client *a = tenants_client(TOKEN_ALICE);
-    tsr_client *b = tenants_client(TOKEN_BOB);
+    tsr_client *a, *b;
+    tenants_start_alice_bob(&a, &b);
     tsr_error err;
     tsr_buffer h = tenants_alloc(a, 4, TSR_OK, &err);
     float got[4];
@@ -188,13 +205,13 @@ Test(tenants, foreign_handle_answers_like_an_unknown_one)
     size_t n = 0;
     cr_expect_eq(tsr_client_buffer_read(a, h, 0, got, sizeof got, &n, 0, &err), TSR_OK);
     cr_expect_eq(n, sizeof got);
+    tenants_stop();
 }
 
 Test(tenants, kernel_free_of_a_foreign_kernel_is_not_found)
 {
-    tenants_start("2");
-    tsr_client *a = tenants_client(TOKEN_ALICE);
-    tsr_client *b = tenants_client(TOKEN_BOB);
+    tsr_client *a, *b;
+    tenants_start_alice_bob(&a, &b);
     static const char matmul[] = "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":2,\"n\":2,\"k\":2}";
     tsr_region *r = NULL;
     tsr_error err;
@@ -218,13 +235,13 @@ Test(tenants, kernel_free_of_a_foreign_kernel_is_not_found)
     cr_expect_eq(fixture_counter(a, "tenant_kernels{tenant=\"alice\"}"), 0.0);
     cr_expect_eq(tsr_client_kernel_free(a, k.kernel, 0, &err), TSR_NOT_FOUND);
     tsr_client_region_free(r);
+    tenants_stop();
 }
 
 Test(tenants, quota_refusal_names_the_quota_and_spares_other_work)
 {
-    tenants_start("2");
-    tsr_client *a = tenants_client(TOKEN_ALICE);
-    tsr_client *b = tenants_client(TOKEN_BOB);
+    tsr_client *a, *b;
+    tenants_start_alice_bob(&a, &b);
     tsr_error err;
     tsr_buffer b1 = tenants_alloc(b, 16, TSR_OK, &err);
     tsr_buffer b2 = tenants_alloc(b, 16, TSR_OK, &err);
@@ -247,6 +264,7 @@ Test(tenants, quota_refusal_names_the_quota_and_spares_other_work)
     cr_expect_eq(fixture_counter(a, "tenant_quota_refusals_total{tenant=\"bob\"}"), 2.0);
     cr_expect_eq(fixture_counter(a, "tenant_buffers{tenant=\"alice\"}"), 3.0);
     cr_expect_eq(fixture_counter(a, "tenant_buffer_bytes{tenant=\"bob\"}"), 64.0);
+    tenants_stop();
 }
 
 typedef struct tenants_verify_arg {
@@ -304,6 +322,7 @@ Test(tenants, in_flight_quota_refuses_while_a_request_runs, .timeout = 120)
     pthread_join(t, NULL);
     cr_expect_eq(arg.status, TSR_OK);
     cr_expect_eq(tsr_client_hello(d, NULL, 0, &err), TSR_OK);
+    tenants_stop();
 }
 
 /* One worker thread; alice queues eight slow verifications, then bob asks for
@@ -335,13 +354,13 @@ Test(tenants, flooding_tenant_does_not_starve_another, .timeout = 240)
         cr_expect_eq(args[i].status, TSR_OK);
     }
     cr_expect_eq(atomic_load(&alice_done), FLOOD);
+    tenants_stop();
 }
 
 Test(tenants, disconnect_frees_the_sessions_buffers)
 {
-    tenants_start("2");
-    tsr_client *a = tenants_client(TOKEN_ALICE);
-    tsr_client *b = tenants_client(TOKEN_BOB);
+    tsr_client *a, *b;
+    tenants_start_alice_bob(&a, &b);
     tsr_error err;
     tenants_alloc(b, 16, TSR_OK, &err);
     tenants_alloc(b, 16, TSR_OK, &err);
@@ -360,6 +379,7 @@ Test(tenants, disconnect_frees_the_sessions_buffers)
     b = tenants_client(TOKEN_BOB);
     tenants_alloc(b, 16, TSR_OK, &err);
     tenants_alloc(b, 16, TSR_OK, &err);
+    tenants_stop();
 }
 
 Test(tenants, sighup_reloads_quotas_without_dropping_connections)
@@ -391,6 +411,7 @@ Test(tenants, sighup_reloads_quotas_without_dropping_connections)
     cr_expect_str_eq(err.message, "quota buffers of tenant bob: 3 in use, 1 asked, the quota is 3");
     float out[16];
     cr_expect_eq(tsr_client_buffer_read(b, b1, 0, out, sizeof out, NULL, 0, &err), TSR_OK);
+    tenants_stop();
 }
 
 Test(tenants, ipc_peer_uid_attributes_a_connection_without_token)
@@ -409,4 +430,5 @@ Test(tenants, ipc_peer_uid_attributes_a_connection_without_token)
     /* A token must still be a known one, peer or not. */
     tsr_client *t = tenants_client(TOKEN_ALICE);
     cr_expect_eq(tsr_client_hello(t, NULL, 0, NULL), TSR_UNAUTHENTICATED);
+    tenants_stop();
 }

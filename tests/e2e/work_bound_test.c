@@ -7,8 +7,7 @@
  *
  * Each refused request is given a 20 s client timeout: done instead of
  * refused, any of them would take minutes, and the test would see TIMEOUT in
- * place of the status it asserts. The suite's teardown checks that a small run
- * is still served after each test.
+ * place of the status it asserts.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -19,26 +18,27 @@
 
 #define WORK_REFUSE_MS 20000
 
-static testd daemon_;
-static tsr_client *client_;
-
 /* Starts tesserad with max_request_work = limit, or with the default when
  * limit is negative. */
 static void work_start(long long limit)
 {
     if (limit < 0)
-        fixture_start(&daemon_, NULL);
+        fixture_start(&suite_daemon, NULL);
     else
-        cr_assert_eq(testd_start_config(&daemon_, NULL, "{\"max_request_work\": %lld}\n", limit), 0,
-                     "tesserad did not start");
-    client_ = fixture_client(&daemon_, 30000);
+        cr_assert_eq(
+            testd_start_config(&suite_daemon, NULL, "{\"max_request_work\": %lld}\n", limit), 0,
+            "tesserad did not start");
+    suite_client = fixture_client(&suite_daemon, 30000);
 }
 
-/* After the refusals, a small run still gets the right answer. */
-static void work_teardown(void)
+TestSuite(work_bound, .fini = fixture_suite_stop, .timeout = 120);
+
+/* After the refusals, a small run still gets the right answer: the last check
+ * of every test (a failure in a suite's .fini would not fail the test). */
+static void work_still_serving(void)
 {
     tsr_error err;
-    cr_expect_eq(tsr_client_hello(client_, NULL, 5000, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(tsr_client_hello(suite_client, NULL, 5000, &err), TSR_OK, "%s", err.message);
     tsr_region *r =
         fixture_region_json("{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":"
                             "\"a\",\"shape\":[4]}],\"ops\":[{\"op\":\"neg\",\"args\":[\"a\"],"
@@ -46,15 +46,12 @@ static void work_teardown(void)
     const float a[4] = {1, -2, 3, 0};
     float y[4];
     const void *in[] = {a};
-    cr_expect_eq(tsr_client_run(client_, r, NULL, in, y, NULL, 10000, &err), TSR_OK, "%s",
+    cr_expect_eq(tsr_client_run(suite_client, r, NULL, in, y, NULL, 10000, &err), TSR_OK, "%s",
                  err.message);
     cr_expect_eq(y[0], -1.0f);
     cr_expect_eq(y[1], 2.0f);
     tsr_client_region_free(r);
-    fixture_stop(&daemon_, client_);
 }
-
-TestSuite(work_bound, .fini = work_teardown, .timeout = 120);
 
 /* Asserts that a request was refused for its work and, unless want is NULL,
  * that the message is want. */
@@ -70,7 +67,7 @@ static tsr_status work_verify(const tsr_region *r, const tsr_client_verify_opts 
                               tsr_error *err)
 {
     tsr_client_verified verified;
-    return tsr_client_verify(client_, r, opts, &verified, WORK_REFUSE_MS, err);
+    return tsr_client_verify(suite_client, r, opts, &verified, WORK_REFUSE_MS, err);
 }
 
 /* q, k, v and the output are 65536 floats each (a 1 MiB run request), but
@@ -103,16 +100,17 @@ Test(work_bound, the_default_refuses_a_huge_verify_run_and_compile_at_once)
     float *data = calloc(4 * WORK_ATTENTION_ELEMENTS, sizeof *data);
     cr_assert_not_null(data);
     const void *in[] = {data, data + WORK_ATTENTION_ELEMENTS, data + 2 * WORK_ATTENTION_ELEMENTS};
-    tsr_status st = tsr_client_run(client_, r, NULL, in, data + 3 * WORK_ATTENTION_ELEMENTS, NULL,
-                                   WORK_REFUSE_MS, &err);
+    tsr_status st = tsr_client_run(suite_client, r, NULL, in, data + 3 * WORK_ATTENTION_ELEMENTS,
+                                   NULL, WORK_REFUSE_MS, &err);
     work_expect_refused(st, &err, WORK_ATTENTION_LAUNCH_REFUSED);
     free(data);
 
     /* A kernel compiled on the CPU backend could only be launched past the limit. */
     tsr_client_compiled compiled;
-    st = tsr_client_compile(client_, r, NULL, &compiled, WORK_REFUSE_MS, &err);
+    st = tsr_client_compile(suite_client, r, NULL, &compiled, WORK_REFUSE_MS, &err);
     work_expect_refused(st, &err, WORK_ATTENTION_LAUNCH_REFUSED);
     tsr_client_region_free(r);
+    work_still_serving();
 }
 
 /* examples/matmul.json: tsr_ref_work = 2·128·96·64 + 32·(8192 + 6144 + 12288)
@@ -125,7 +123,7 @@ Test(work_bound, work_up_to_the_limit_is_served_and_one_probe_more_is_not)
     tsr_error err;
     tsr_client_verify_opts vopts = {.candidate = "reference"};
     tsr_client_verified verified;
-    cr_assert_eq(tsr_client_verify(client_, r, &vopts, &verified, 30000, &err), TSR_OK, "%s",
+    cr_assert_eq(tsr_client_verify(suite_client, r, &vopts, &verified, 30000, &err), TSR_OK, "%s",
                  err.message);
     cr_expect_eq(verified.verdict.state, TSR_CLIENT_VERDICT_PASS);
     cr_expect_eq(verified.verdict.probes, 2);
@@ -144,7 +142,7 @@ Test(work_bound, work_up_to_the_limit_is_served_and_one_probe_more_is_not)
     tsr_region *rf =
         fixture_region_json("{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":128,\"n\":96,\"k\":64}");
     const void *in[] = {a, b};
-    cr_assert_eq(tsr_client_run(client_, rf, NULL, in, c, NULL, 30000, &err), TSR_OK, "%s",
+    cr_assert_eq(tsr_client_run(suite_client, rf, NULL, in, c, NULL, 30000, &err), TSR_OK, "%s",
                  err.message);
     cr_expect_eq(c[0], 32.0f);
     cr_expect_eq(c[128 * 96 - 1], 32.0f);
@@ -160,4 +158,5 @@ Test(work_bound, work_up_to_the_limit_is_served_and_one_probe_more_is_not)
                         "max_request_work: the verification of this pointwise region is "
                         "estimated at 10649600 units of CPU work, over the limit of 9830400");
     tsr_client_region_free(r);
+    work_still_serving();
 }

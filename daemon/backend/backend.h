@@ -88,6 +88,55 @@ typedef struct tsrd_launch_desc {
     tsrd_dbuf *output;
 } tsrd_launch_desc;
 
+/* Registered host memory (a mapped shared-memory segment): copies to and from
+ * it need no staging. */
+typedef struct tsrd_backend_hostmem_ops {
+    /* Registers len bytes of host memory (a mapped shared-memory segment) so
+     * that copies to and from it need no staging: CUDA pins it with
+     * cuMemHostRegister; the CPU backend has nothing to do. *token goes back to
+     * host_unregister. fd, when not -1, is a descriptor of the memory object
+     * that host maps from its offset 0 (the segment): a backend whose device
+     * lives in another process maps the object there through it. The
+     * descriptor stays the caller's. Worker thread; may take milliseconds per
+     * GiB. */
+    tsr_status (*host_register)(tsrd_backend *b, void *host, uint64_t len, int fd, void **token,
+                                tsr_error *err);
+    void (*host_unregister)(tsrd_backend *b, void *token);
+    /* buffer_write (to_device) or buffer_read from host memory that lies inside
+     * a host_register'ed range: one direct copy at DMA speed. */
+    tsr_status (*buffer_copy_registered)(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset,
+                                         void *host, uint64_t len, int to_device, tsr_error *err);
+} tsrd_backend_hostmem_ops;
+
+/* Device memory of another local process, used in place. */
+typedef struct tsrd_backend_ipc_ops {
+    /* Opens another local process's device allocation from its CUDA IPC handle
+     * (handle_len bytes, 64 for CUDA) as a buffer of bytes bytes starting offset
+     * bytes into it; launches use it in place and buffer_free closes it (the
+     * exporter still owns the memory). One allocation imported several times
+     * is opened once and closed with its last buffer. */
+    tsr_status (*buffer_import)(tsrd_backend *b, int device, const uint8_t *handle,
+                                size_t handle_len, uint64_t offset, uint64_t bytes, tsrd_dbuf **out,
+                                tsr_error *err);
+} tsrd_backend_ipc_ops;
+
+/* Captured launch sequences, replayed as one submission. */
+typedef struct tsrd_backend_graph_ops {
+    /* Graph capture: graph_begin starts capturing s, the launches that follow
+     * are recorded instead of run, graph_end makes them one replayable graph
+     * (*out) and ends the capture whatever happened. graph_launch replays it on
+     * s (synchronize waits for it). TSR_UNSUPPORTED from graph_begin where this
+     * stream cannot be captured: callers then launch one by one. */
+    tsr_status (*graph_begin)(tsrd_backend *b, tsrd_stream *s, tsr_error *err);
+    tsr_status (*graph_end)(tsrd_backend *b, tsrd_stream *s, tsrd_graph **out, tsr_error *err);
+    tsr_status (*graph_launch)(tsrd_backend *b, tsrd_graph *g, tsrd_stream *s, tsr_error *err);
+    void (*graph_destroy)(tsrd_backend *b, tsrd_graph *g);
+} tsrd_backend_graph_ops;
+
+/* Every member of the core is set. The three optional groups are NULL where
+ * the backend has no such capability, and then callers do without: copies are
+ * staged through buffer_write and buffer_read, buffer_import is refused with
+ * TSR_UNSUPPORTED, batches are launched one by one. */
 typedef struct tsrd_backend_ops {
     const char *name;         /* "cpu", "cuda" */
     uint32_t codegen_version; /* goes into every kernel key this backend compiles */
@@ -139,51 +188,15 @@ typedef struct tsrd_backend_ops {
      * have been checked by the caller. */
     tsr_status (*launch)(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s, tsrd_dbuf *const *inputs,
                          int n_inputs, tsrd_dbuf *output, tsr_error *err);
-    /* Optional (NULL: callers launch one by one): enqueues n launches on s in
-     * order, stopping at the first that fails; *launched gets how many were
-     * enqueued. A backend whose every call costs a round trip (the isolated
-     * one) pays one for the whole sequence. */
+    /* Enqueues n launches on s in order, stopping at the first that fails;
+     * *launched gets how many were enqueued. A backend whose every call costs a
+     * round trip (the isolated one) pays one for the whole sequence; the others
+     * use tsrd_launch_each. */
     tsr_status (*launch_many)(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n,
                               tsrd_stream *s, size_t *launched, tsr_error *err);
     /* Waits for everything enqueued on s; *device_ms gets the device time of the
      * work since the last synchronize when the backend measures it, else 0. */
     tsr_status (*synchronize)(tsrd_backend *b, tsrd_stream *s, double *device_ms, tsr_error *err);
-
-    /* ---- the data plane: registered host memory, imported device memory,
-     * captured launch sequences ---- */
-    /* Registers len bytes of host memory (a mapped shared-memory segment) so
-     * that copies to and from it need no staging: CUDA pins it with
-     * cuMemHostRegister; the CPU backend has nothing to do. *token goes back to
-     * host_unregister. fd, when not -1, is a descriptor of the memory object
-     * that host maps from its offset 0 (the segment): a backend whose device
-     * lives in another process maps the object there through it. The
-     * descriptor stays the caller's. Worker thread; may take milliseconds per
-     * GiB. */
-    tsr_status (*host_register)(tsrd_backend *b, void *host, uint64_t len, int fd, void **token,
-                                tsr_error *err);
-    void (*host_unregister)(tsrd_backend *b, void *token);
-    /* buffer_write (to_device) or buffer_read from host memory that lies inside
-     * a host_register'ed range: one direct copy at DMA speed. */
-    tsr_status (*buffer_copy_registered)(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset,
-                                         void *host, uint64_t len, int to_device, tsr_error *err);
-    /* Opens another local process's device allocation from its CUDA IPC handle
-     * (handle_len bytes, 64 for CUDA) as a buffer of bytes bytes starting offset
-     * bytes into it; launches use it in place and buffer_free closes it (the
-     * exporter still owns the memory). One allocation imported several times
-     * is opened once and closed with its last buffer. TSR_UNSUPPORTED on a
-     * backend without device IPC. */
-    tsr_status (*buffer_import)(tsrd_backend *b, int device, const uint8_t *handle,
-                                size_t handle_len, uint64_t offset, uint64_t bytes, tsrd_dbuf **out,
-                                tsr_error *err);
-    /* Graph capture: graph_begin starts capturing s, the launches that follow
-     * are recorded instead of run, graph_end makes them one replayable graph
-     * (*out) and ends the capture whatever happened. graph_launch replays it on
-     * s (synchronize waits for it). TSR_UNSUPPORTED from graph_begin where the
-     * backend cannot capture: callers then launch one by one. */
-    tsr_status (*graph_begin)(tsrd_backend *b, tsrd_stream *s, tsr_error *err);
-    tsr_status (*graph_end)(tsrd_backend *b, tsrd_stream *s, tsrd_graph **out, tsr_error *err);
-    tsr_status (*graph_launch)(tsrd_backend *b, tsrd_graph *g, tsrd_stream *s, tsr_error *err);
-    void (*graph_destroy)(tsrd_backend *b, tsrd_graph *g);
 
     /* ---- faults ---- */
     /* Nonzero once a sticky error has poisoned a device context; stays so until
@@ -198,6 +211,30 @@ typedef struct tsrd_backend_ops {
      * thread; takes a few hundred milliseconds on a GPU. TSR_DEVICE_LOST when
      * the device cannot be brought back. */
     tsr_status (*recover)(tsrd_backend *b, tsr_error *err);
+
+    /* ---- optional capabilities: NULL where the backend has none ---- */
+    const tsrd_backend_hostmem_ops *hostmem;
+    const tsrd_backend_ipc_ops *ipc;
+    const tsrd_backend_graph_ops *graph;
 } tsrd_backend_ops;
+
+/* launch_many for a backend whose launches cost no round trip: one launch
+ * after another through launch, stopping at the first that fails. */
+static inline tsr_status
+tsrd_launch_each(tsr_status (*launch)(tsrd_backend *, tsrd_kobj *, tsrd_stream *,
+                                      tsrd_dbuf *const *, int, tsrd_dbuf *, tsr_error *),
+                 tsrd_backend *b, const tsrd_launch_desc *launches, size_t n, tsrd_stream *s,
+                 size_t *launched, tsr_error *err)
+{
+    *launched = 0;
+    for (size_t i = 0; i < n; i++) {
+        tsr_status st = launch(b, launches[i].kernel, s, launches[i].inputs, launches[i].n_inputs,
+                               launches[i].output, err);
+        if (st != TSR_OK)
+            return st;
+        *launched = i + 1;
+    }
+    return TSR_OK;
+}
 
 #endif

@@ -352,58 +352,10 @@ static tsr_status cpu_synchronize(tsrd_backend *b, tsrd_stream *s, double *devic
 /* ---- the data plane: host memory needs no registration; no device IPC or
  * graphs (a batch runs its launches one by one) ---- */
 
-static tsr_status cpu_host_register(tsrd_backend *b, void *host, uint64_t len, int fd, void **token,
-                                    tsr_error *err)
+static tsr_status cpu_launch_many(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n,
+                                  tsrd_stream *s, size_t *launched, tsr_error *err)
 {
-    (void)b, (void)host, (void)len, (void)fd, (void)err;
-    *token = NULL;
-    return TSR_OK;
-}
-
-static void cpu_host_unregister(tsrd_backend *b, void *token)
-{
-    (void)b, (void)token;
-}
-
-static tsr_status cpu_buffer_copy_registered(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset,
-                                             void *host, uint64_t len, int to_device,
-                                             tsr_error *err)
-{
-    return to_device ? cpu_buffer_write(b, buf, offset, host, len, err)
-                     : cpu_buffer_read(b, buf, offset, host, len, err);
-}
-
-static tsr_status cpu_buffer_import(tsrd_backend *b, int device, const uint8_t *handle,
-                                    size_t handle_len, uint64_t offset, uint64_t bytes,
-                                    tsrd_dbuf **out, tsr_error *err)
-{
-    (void)b, (void)device, (void)handle, (void)handle_len, (void)offset, (void)bytes, (void)out;
-    return tsr_error_set(err, TSR_UNSUPPORTED,
-                         "cpu backend: no device memory to import (CUDA IPC "
-                         "needs the cuda backend)");
-}
-
-static tsr_status cpu_graph_begin(tsrd_backend *b, tsrd_stream *s, tsr_error *err)
-{
-    (void)b, (void)s;
-    return tsr_error_set(err, TSR_UNSUPPORTED, "cpu backend: no graph capture");
-}
-
-static tsr_status cpu_graph_end(tsrd_backend *b, tsrd_stream *s, tsrd_graph **out, tsr_error *err)
-{
-    (void)b, (void)s, (void)out;
-    return tsr_error_set(err, TSR_UNSUPPORTED, "cpu backend: no graph capture");
-}
-
-static tsr_status cpu_graph_launch(tsrd_backend *b, tsrd_graph *g, tsrd_stream *s, tsr_error *err)
-{
-    (void)b, (void)g, (void)s;
-    return tsr_error_set(err, TSR_UNSUPPORTED, "cpu backend: no graph capture");
-}
-
-static void cpu_graph_destroy(tsrd_backend *b, tsrd_graph *g)
-{
-    (void)b, (void)g;
+    return tsrd_launch_each(cpu_launch, b, launches, n, s, launched, err);
 }
 
 static int cpu_lost(tsrd_backend *b)
@@ -440,15 +392,12 @@ const tsrd_backend_ops tsrd_backend_cpu = {
     .stream_create = cpu_stream_create,
     .stream_destroy = cpu_stream_destroy,
     .launch = cpu_launch,
+    .launch_many = cpu_launch_many,
     .synchronize = cpu_synchronize,
-    .host_register = cpu_host_register,
-    .host_unregister = cpu_host_unregister,
-    .buffer_copy_registered = cpu_buffer_copy_registered,
-    .buffer_import = cpu_buffer_import,
-    .graph_begin = cpu_graph_begin,
-    .graph_end = cpu_graph_end,
-    .graph_launch = cpu_graph_launch,
-    .graph_destroy = cpu_graph_destroy,
     .lost = cpu_lost,
     .recover = cpu_recover,
+    /* Host memory is the device's: nothing to register, import or capture. */
+    .hostmem = NULL,
+    .ipc = NULL,
+    .graph = NULL,
 };

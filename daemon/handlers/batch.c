@@ -100,8 +100,8 @@ static tsr_status batch_prepare(tsrd_job *job)
     return st;
 }
 
-/* The whole sequence in one backend call, where the backend offers one. */
-static tsr_status batch_run_many(tsrd_job *job, tsrd_stream *stream)
+/* The whole sequence in one backend call. */
+static tsr_status batch_run_all(tsrd_job *job, tsrd_stream *stream)
 {
     batch_state *s = job->state;
     tsrd_launch_desc *descs = calloc(s->n ? s->n : 1, sizeof *descs);
@@ -129,27 +129,6 @@ static tsr_status batch_run_many(tsrd_job *job, tsrd_stream *stream)
         tsr_error_prefix(&job->err, "batch.launches[%zu]", launched);
     free(descs);
     free(bufs);
-    return st;
-}
-
-static tsr_status batch_run_all(tsrd_job *job, tsrd_stream *stream)
-{
-    batch_state *s = job->state;
-    if (job->d->bops->launch_many != NULL)
-        return batch_run_many(job, stream);
-    tsr_status st = TSR_OK;
-    for (size_t i = 0; st == TSR_OK && i < s->n; i++) {
-        batch_entry *e = &s->entries[i];
-        tsrd_dbuf *inputs[TSR_MAX_REGION_INPUTS];
-        for (int k = 0; k < e->n_inputs; k++)
-            inputs[k] = e->inputs[k]->dbuf;
-        st = job->d->bops->launch(job->d->backend, e->kernel->kobj, stream, inputs, e->n_inputs,
-                                  e->output->dbuf, &job->err);
-        if (st == TSR_OK)
-            job->body.batch.launched++;
-        else
-            tsr_error_prefix(&job->err, "batch.launches[%zu]", i);
-    }
     return st;
 }
 
@@ -188,14 +167,16 @@ static tsr_status batch_graph_run(tsrd_job *job, tsrd_stream *stream)
     tsrd_graph *cached = tsrd_graphs_find(job->session, key, n);
     if (cached != NULL) {
         free(key);
-        tsr_status st = d->bops->graph_launch(d->backend, cached, stream, &job->err);
+        tsr_status st = d->bops->graph->graph_launch(d->backend, cached, stream, &job->err);
         if (st == TSR_OK) {
             job->body.batch.launched = (uint32_t)s->n;
             job->body.batch.graph_replayed = true;
         }
         return st;
     }
-    tsr_status st = d->bops->graph_begin(d->backend, stream, &job->err);
+    if (d->bops->graph == NULL)
+        return TSR_UNSUPPORTED;
+    tsr_status st = d->bops->graph->graph_begin(d->backend, stream, &job->err);
     if (st == TSR_UNSUPPORTED) {
         free(key);
         tsr_error_clear(&job->err);
@@ -205,7 +186,7 @@ static tsr_status batch_graph_run(tsrd_job *job, tsrd_stream *stream)
     if (st == TSR_OK) {
         st = batch_run_all(job, stream);
         tsr_error err_end;
-        tsr_status end = d->bops->graph_end(d->backend, stream, &graph, &err_end);
+        tsr_status end = d->bops->graph->graph_end(d->backend, stream, &graph, &err_end);
         if (st == TSR_OK && end != TSR_OK) {
             job->err = err_end;
             st = end;
@@ -215,14 +196,14 @@ static tsr_status batch_graph_run(tsrd_job *job, tsrd_stream *stream)
     job->body.batch.launched = 0;
     if (st != TSR_OK) {
         if (graph != NULL)
-            d->bops->graph_destroy(d->backend, graph);
+            d->bops->graph->graph_destroy(d->backend, graph);
         free(key);
         return st;
     }
     st = tsrd_graphs_keep(d, job->session, key, n, graph, &job->err);
     if (st != TSR_OK)
         return tsr_error_prefix(&job->err, "batch");
-    st = d->bops->graph_launch(d->backend, graph, stream, &job->err);
+    st = d->bops->graph->graph_launch(d->backend, graph, stream, &job->err);
     if (st == TSR_OK)
         job->body.batch.launched = (uint32_t)s->n;
     return st;
@@ -325,9 +306,14 @@ static tsr_status import_execute(tsrd_job *job)
 {
     const Tessera__V1__BufferImportRequest *req = job->req->buffer_import;
     tsrd_buffer *b = job->state;
-    return job->d->bops->buffer_import(job->d->backend, 0, req->ipc_handle.data,
-                                       req->ipc_handle.len, req->offset, b->bytes, &b->dbuf,
-                                       &job->err);
+    const tsrd_backend_ops *ops = job->d->bops;
+    if (ops->ipc == NULL)
+        return tsr_error_set(&job->err, TSR_UNSUPPORTED,
+                             "%s backend: no device memory to import (CUDA IPC needs the cuda "
+                             "backend)",
+                             ops->name);
+    return ops->ipc->buffer_import(job->d->backend, 0, req->ipc_handle.data, req->ipc_handle.len,
+                                   req->offset, b->bytes, &b->dbuf, &job->err);
 }
 
 static tsr_status import_complete(tsrd_job *job, tsr_status status)

@@ -35,15 +35,10 @@ static tsr_status buffer_io_begin(tsrd_job *job, uint64_t handle, const char *fi
     return st;
 }
 
-/* Registers the segment on first use, then one direct copy. */
 static tsr_status buffer_io_shm_copy(tsrd_job *job, uint64_t offset, uint64_t len, int to_device)
 {
     buffer_io *io = job->state;
-    tsr_status st = tsrd_shm_register(job, io->map);
-    if (st == TSR_OK)
-        st = job->d->bops->buffer_copy_registered(job->d->backend, io->buf->dbuf, offset, io->host,
-                                                  len, to_device, &job->err);
-    return st;
+    return tsrd_shm_copy(job, io->map, io->buf->dbuf, offset, io->host, len, to_device);
 }
 
 /* Completion shared by write and read: unpin whatever happened. */

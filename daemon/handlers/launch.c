@@ -277,13 +277,9 @@ static tsr_status run_device_buffers(tsrd_job *job, int n, const tsr_tensor_desc
             continue;
         }
         if (s->host[i] != NULL) {
-            /* Shared memory: registered once, then one direct copy. */
             st = ops->buffer_alloc(job->d->backend, 0, t->shm->length, &s->temps[i], &job->err);
             if (st == TSR_OK)
-                st = tsrd_shm_register(job, s->maps[i]);
-            if (st == TSR_OK)
-                st = ops->buffer_copy_registered(job->d->backend, s->temps[i], 0, s->host[i],
-                                                 t->shm->length, 1, &job->err);
+                st = tsrd_shm_copy(job, s->maps[i], s->temps[i], 0, s->host[i], t->shm->length, 1);
             inputs[i] = s->temps[i];
             continue;
         }
@@ -326,11 +322,8 @@ static tsr_status run_reply(tsrd_job *job, const tsr_tensor_desc *out, tsrd_dbuf
     } else if (s->host[LAUNCH_SHM_OUT] != NULL) {
         r->output->data_case = TESSERA__V1__TENSOR__DATA_SHM;
         r->output->shm = job->req->run->output_shm;
-        tsr_status st = tsrd_shm_register(job, s->maps[LAUNCH_SHM_OUT]);
-        if (st == TSR_OK)
-            st = job->d->bops->buffer_copy_registered(job->d->backend, out_buf, 0,
-                                                      s->host[LAUNCH_SHM_OUT],
-                                                      tsr_tensor_desc_bytes(out), 0, &job->err);
+        tsr_status st = tsrd_shm_copy(job, s->maps[LAUNCH_SHM_OUT], out_buf, 0,
+                                      s->host[LAUNCH_SHM_OUT], tsr_tensor_desc_bytes(out), 0);
         if (st != TSR_OK)
             return st;
     } else {

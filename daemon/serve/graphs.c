@@ -18,7 +18,7 @@ static void graphs_free_list(tsrd_daemon *d, struct tsrd_graph_cache *g)
 {
     while (g != NULL) {
         struct tsrd_graph_cache *next = g->next;
-        d->bops->graph_destroy(d->backend, g->graph);
+        d->bops->graph->graph_destroy(d->backend, g->graph);
         free(g->key);
         free(g);
         g = next;
@@ -44,7 +44,7 @@ tsr_status tsrd_graphs_keep(tsrd_daemon *d, tsrd_session *s, uint64_t *key, size
 {
     struct tsrd_graph_cache *g = calloc(1, sizeof *g);
     if (g == NULL) {
-        d->bops->graph_destroy(d->backend, graph);
+        d->bops->graph->graph_destroy(d->backend, graph);
         free(key);
         return tsr_error_set(err, TSR_NO_MEMORY, "out of memory");
     }

@@ -100,7 +100,7 @@ tsr_status tsrd_offline_compile(tsr_kcache *cache, const tsr_region *r, const ch
         .compiler_version = tsrd_nvrtc_version(nv),
         .driver_version = "",
         .options = options,
-        .codegen_version = TSRI_CUDA_CODEGEN_VERSION,
+        .codegen_version = TSRD_CUDA_CODEGEN_VERSION,
     };
     tsr_kernel_key(&out->fingerprint, &parts, &out->key);
     tsr_kcache_meta meta;

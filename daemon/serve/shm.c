@@ -110,22 +110,29 @@ tsr_status tsrd_shm_resolve(tsrd_job *job, const Tessera__V1__SharedMemory *ref,
     return TSR_OK;
 }
 
-tsr_status tsrd_shm_register(tsrd_job *job, tsrd_shm_map *map)
+tsr_status tsrd_shm_copy(tsrd_job *job, tsrd_shm_map *map, tsrd_dbuf *buf, uint64_t offset,
+                         uint8_t *host, uint64_t len, int to_device)
 {
-    if (map == NULL || map->registered)
-        return TSR_OK;
-    tsr_status st = job->d->bops->host_register(job->d->backend, map->base, map->size, map->fd,
-                                                &map->token, &job->err);
-    if (st == TSR_OK)
+    const tsrd_backend_ops *ops = job->d->bops;
+    tsrd_backend *b = job->d->backend;
+    if (ops->hostmem == NULL)
+        return to_device ? ops->buffer_write(b, buf, offset, host, len, &job->err)
+                         : ops->buffer_read(b, buf, offset, host, len, &job->err);
+    if (!map->registered) {
+        tsr_status st =
+            ops->hostmem->host_register(b, map->base, map->size, map->fd, &map->token, &job->err);
+        if (st != TSR_OK)
+            return st;
         map->registered = true;
-    return st;
+    }
+    return ops->hostmem->buffer_copy_registered(b, buf, offset, host, len, to_device, &job->err);
 }
 
 void tsrd_shm_unpin_all(tsrd_daemon *d, tsrd_session *s)
 {
     for (tsrd_shm_map *m = s->shm_maps; m != NULL; m = m->next) {
         if (m->registered)
-            d->bops->host_unregister(d->backend, m->token);
+            d->bops->hostmem->host_unregister(d->backend, m->token);
         m->registered = false;
         m->token = NULL;
     }
@@ -137,7 +144,7 @@ void tsrd_shm_release_all(tsrd_daemon *d, tsrd_session *s)
         tsrd_shm_map *m = s->shm_maps;
         s->shm_maps = m->next;
         if (m->registered)
-            d->bops->host_unregister(d->backend, m->token);
+            d->bops->hostmem->host_unregister(d->backend, m->token);
         munmap(m->base, (size_t)m->size);
         close(m->fd);
         free(m);

@@ -45,8 +45,12 @@ typedef struct tsrd_shm_map {
 tsr_status tsrd_shm_resolve(tsrd_job *job, const Tessera__V1__SharedMemory *ref, const char *field,
                             uint64_t want, tsrd_shm_map **map, uint8_t **ptr);
 
-/* Registers map with the backend unless done already (stream jobs). */
-tsr_status tsrd_shm_register(tsrd_job *job, tsrd_shm_map *map);
+/* Copies len bytes between host (inside map) and buf at offset: to_device
+ * writes the buffer, else reads it. Where the backend registers host memory the
+ * segment is registered on first use and the copy is one direct transfer;
+ * elsewhere it is an ordinary buffer_write or buffer_read. Stream jobs only. */
+tsr_status tsrd_shm_copy(tsrd_job *job, tsrd_shm_map *map, tsrd_dbuf *buf, uint64_t offset,
+                         uint8_t *host, uint64_t len, int to_device);
 
 /* Unregisters every segment of s but keeps it mapped: after a device recovery
  * the pins of the old context are void, and the next stream job pins the

@@ -485,7 +485,7 @@ static void section_throughput(const bench_daemon *d, const bench_opts *o)
         tsrd_dbuf *local;
         void *token;
         if (ops->buffer_alloc(b, 0, bytes, &local, &e) != TSR_OK ||
-            ops->host_register(b, host, bytes, -1, &token, &e) != TSR_OK)
+            ops->hostmem->host_register(b, host, bytes, -1, &token, &e) != TSR_OK)
             bench_die("in-process buffer", &e);
         double v[6][5];
         for (int rep = -1; rep < 5; rep++) {
@@ -502,7 +502,7 @@ static void section_throughput(const bench_daemon *d, const bench_opts *o)
                 bench_die("write_shm", &e);
             t[1] = bench_now_us() - t0;
             t0 = bench_now_us();
-            if (ops->buffer_copy_registered(b, local, 0, host, bytes, 1, &e) != TSR_OK)
+            if (ops->hostmem->buffer_copy_registered(b, local, 0, host, bytes, 1, &e) != TSR_OK)
                 bench_die("raw copy", &e);
             t[2] = bench_now_us() - t0;
             t0 = bench_now_us();
@@ -517,7 +517,7 @@ static void section_throughput(const bench_daemon *d, const bench_opts *o)
                 bench_die("read_shm", &e);
             t[4] = bench_now_us() - t0;
             t0 = bench_now_us();
-            if (ops->buffer_copy_registered(b, local, 0, host, bytes, 0, &e) != TSR_OK)
+            if (ops->hostmem->buffer_copy_registered(b, local, 0, host, bytes, 0, &e) != TSR_OK)
                 bench_die("raw copy", &e);
             t[5] = bench_now_us() - t0;
             for (int k = 0; rep >= 0 && k < 6; k++)
@@ -548,7 +548,7 @@ static void section_throughput(const bench_daemon *d, const bench_opts *o)
         printf("| %llu MiB | %.2f | %.2f | %.2f | %.0f%% | %.2f | %.2f | %.2f | %s |\n",
                (unsigned long long)mb, g[0], g[1], g[2], 100.0 * g[1] / g[2], g[3], g[4], g[5],
                ipc_text);
-        ops->host_unregister(b, token);
+        ops->hostmem->host_unregister(b, token);
         ops->buffer_free(b, local);
         tsr_client_buffer_free(c, buf, 0, &e);
         tsr_client_shm_free(shm);

@@ -711,7 +711,7 @@ static tsr_status cuda_tier3_module(tsrd_backend *b, int device, tsrd_gemm_famil
                                     CUmodule *out, tsr_error *err)
 {
     cuda_device *d = &b->devices[device];
-    const int mma80 = family == TSRI_GEMM_MMA80;
+    const int mma80 = family == TSRD_GEMM_MMA80;
     CUmodule *module = mma80 ? &d->mma80_module : &d->tier3_module;
     const unsigned char *image = mma80 ? tsrd_gemm_sm80_image : tsrd_gemm_sm90_cubin;
     size_t image_len = mma80 ? tsrd_gemm_sm80_image_len : tsrd_gemm_sm90_cubin_len;
@@ -747,7 +747,7 @@ static tsr_status cuda_load(tsrd_backend *b, int device, const tsr_region *r,
     size_t payload_len = 0;
     st = tsrd_cuda_blob_decode(bin, len, &k->desc, &payload, &payload_len, err);
     CUmodule module = NULL;
-    if (st == TSR_OK && k->desc.image == TSRI_CUDA_IMAGE_REFERENCE) {
+    if (st == TSR_OK && k->desc.image == TSRD_CUDA_IMAGE_REFERENCE) {
         st = tsr_region_from_json((const char *)payload, payload_len, &k->ref_region, err);
         if (st != TSR_OK) {
             free(k);
@@ -757,7 +757,7 @@ static tsr_status cuda_load(tsrd_backend *b, int device, const tsr_region *r,
         *out = k;
         return TSR_OK;
     }
-    if (st == TSR_OK && k->desc.image == TSRI_CUDA_IMAGE_EMBEDDED) {
+    if (st == TSR_OK && k->desc.image == TSRD_CUDA_IMAGE_EMBEDDED) {
         k->tier3 = 1;
         st = tsrd_gemm_plan_for(c, r, &k->plan, err);
         if (st == TSR_OK && strcmp(k->plan.entry, k->desc.entry) != 0)
@@ -925,7 +925,7 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
     CUtensorMap maps[3];
     CUdeviceptr operands[3];
     tsr_gemm_params params;
-    if (k->tier3 && k->plan.family == TSRI_GEMM_MMA80) {
+    if (k->tier3 && k->plan.family == TSRD_GEMM_MMA80) {
         st = tsrd_gemm80_launch_args(&k->plan, ptrs, n_inputs, output->ptr, operands, &params, err);
         if (st != TSR_OK)
             return st;
@@ -972,7 +972,7 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
      * kernels run one block per tile (two share a multiprocessor, and the
      * hardware scheduler balances the tail better than a fixed walk). */
     uint32_t sms = (uint32_t)b->devices[s->device].info.multiprocessors;
-    if (k->tier3 && k->plan.family == TSRI_GEMM_WGMMA && sms > 0 && grid0 > sms)
+    if (k->tier3 && k->plan.family == TSRD_GEMM_WGMMA && sms > 0 && grid0 > sms)
         grid0 = sms;
     st = cuda_check(b, s->device,
                     b->drv->launch_kernel(k->function, grid0, d->grid[1], d->grid[2], d->block[0],
@@ -1089,9 +1089,30 @@ static tsr_status cuda_recover(tsrd_backend *b, tsr_error *err)
     return st;
 }
 
+static tsr_status cuda_launch_many(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n,
+                                   tsrd_stream *s, size_t *launched, tsr_error *err)
+{
+    return tsrd_launch_each(cuda_launch, b, launches, n, s, launched, err);
+}
+
+static const tsrd_backend_hostmem_ops cuda_hostmem = {
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
+    .buffer_copy_registered = cuda_buffer_copy_registered,
+};
+
+static const tsrd_backend_ipc_ops cuda_ipc = {.buffer_import = cuda_buffer_import};
+
+static const tsrd_backend_graph_ops cuda_graph = {
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
+    .graph_launch = cuda_graph_launch,
+    .graph_destroy = cuda_graph_destroy,
+};
+
 const tsrd_backend_ops tsrd_backend_cuda = {
     .name = "cuda-inprocess",
-    .codegen_version = TSRI_CUDA_CODEGEN_VERSION,
+    .codegen_version = TSRD_CUDA_CODEGEN_VERSION,
     .open = cuda_open,
     .close = cuda_close,
     .device_count = cuda_device_count,
@@ -1110,15 +1131,11 @@ const tsrd_backend_ops tsrd_backend_cuda = {
     .stream_create = cuda_stream_create,
     .stream_destroy = cuda_stream_destroy,
     .launch = cuda_launch,
+    .launch_many = cuda_launch_many,
     .synchronize = cuda_synchronize,
-    .host_register = cuda_host_register,
-    .host_unregister = cuda_host_unregister,
-    .buffer_copy_registered = cuda_buffer_copy_registered,
-    .buffer_import = cuda_buffer_import,
-    .graph_begin = cuda_graph_begin,
-    .graph_end = cuda_graph_end,
-    .graph_launch = cuda_graph_launch,
-    .graph_destroy = cuda_graph_destroy,
     .lost = cuda_lost,
     .recover = cuda_recover,
+    .hostmem = &cuda_hostmem,
+    .ipc = &cuda_ipc,
+    .graph = &cuda_graph,
 };

@@ -4,7 +4,7 @@
  *
  * The blob header is written field by field in little-endian order rather than
  * as a struct image, so a cache directory stays readable by any build of the
- * daemon with the same TSRI_CUDA_BLOB_VERSION. The tier-3 rules live in one
+ * daemon with the same TSRD_CUDA_BLOB_VERSION. The tier-3 rules live in one
  * place, kernels_plan_rules behind tsrd_gemm_plan_make (Hopper) and
  * tsrd_gemm80_plan_make (Ampere): the candidates' applies predicates, compile
  * and the launch all ask them, so a region is never accepted by one and refused
@@ -51,11 +51,11 @@ enum {
 tsr_status tsrd_cuda_blob_encode(const tsrd_cuda_launch_desc *desc, const uint8_t *payload,
                                  size_t payload_len, uint8_t **out, size_t *out_len, tsr_error *err)
 {
-    uint8_t *blob = calloc(1, TSRI_CUDA_BLOB_HEADER + payload_len);
+    uint8_t *blob = calloc(1, TSRD_CUDA_BLOB_HEADER + payload_len);
     if (blob == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "cuda blob: out of memory");
     memcpy(blob, kernels_blob_magic, sizeof kernels_blob_magic);
-    kernels_put32(blob + BLOB_OFF_VERSION, TSRI_CUDA_BLOB_VERSION);
+    kernels_put32(blob + BLOB_OFF_VERSION, TSRD_CUDA_BLOB_VERSION);
     kernels_put32(blob + BLOB_OFF_IMAGE, (uint32_t)desc->image);
     snprintf((char *)blob + BLOB_OFF_ENTRY, sizeof desc->entry, "%s", desc->entry);
     for (int i = 0; i < 3; i++) {
@@ -67,9 +67,9 @@ tsr_status tsrd_cuda_blob_encode(const tsrd_cuda_launch_desc *desc, const uint8_
     kernels_put32(blob + BLOB_OFF_PAYLOAD_LEN, (uint32_t)payload_len);
     kernels_put32(blob + BLOB_OFF_PAYLOAD_LEN + 4, (uint32_t)((uint64_t)payload_len >> 32));
     if (payload_len > 0)
-        memcpy(blob + TSRI_CUDA_BLOB_HEADER, payload, payload_len);
+        memcpy(blob + TSRD_CUDA_BLOB_HEADER, payload, payload_len);
     *out = blob;
-    *out_len = TSRI_CUDA_BLOB_HEADER + payload_len;
+    *out_len = TSRD_CUDA_BLOB_HEADER + payload_len;
     return TSR_OK;
 }
 
@@ -77,13 +77,13 @@ tsr_status tsrd_cuda_blob_decode(const uint8_t *bin, size_t len, tsrd_cuda_launc
                                  const uint8_t **payload, size_t *payload_len, tsr_error *err)
 {
     memset(desc, 0, sizeof *desc);
-    if (bin == NULL || len < TSRI_CUDA_BLOB_HEADER ||
+    if (bin == NULL || len < TSRD_CUDA_BLOB_HEADER ||
         memcmp(bin, kernels_blob_magic, sizeof kernels_blob_magic) != 0)
         return tsr_error_set(err, TSR_CORRUPT, "cuda blob: not a tesserad CUDA kernel");
     uint32_t version = kernels_get32(bin + BLOB_OFF_VERSION);
-    if (version != TSRI_CUDA_BLOB_VERSION)
+    if (version != TSRD_CUDA_BLOB_VERSION)
         return tsr_error_set(err, TSR_CORRUPT, "cuda blob: format version %u, expected %u", version,
-                             TSRI_CUDA_BLOB_VERSION);
+                             TSRD_CUDA_BLOB_VERSION);
     uint64_t plen = (uint64_t)kernels_get32(bin + BLOB_OFF_PAYLOAD_LEN) |
                     (uint64_t)kernels_get32(bin + BLOB_OFF_PAYLOAD_LEN + 4) << 32;
     desc->image = (tsrd_cuda_image)kernels_get32(bin + BLOB_OFF_IMAGE);
@@ -94,17 +94,17 @@ tsr_status tsrd_cuda_blob_decode(const uint8_t *bin, size_t len, tsrd_cuda_launc
     }
     desc->shared_bytes = kernels_get32(bin + BLOB_OFF_SHARED);
     desc->n_params = (int32_t)kernels_get32(bin + BLOB_OFF_NPARAMS);
-    bool image_ok = (desc->image == TSRI_CUDA_IMAGE_CUBIN && plen > 0) ||
-                    (desc->image == TSRI_CUDA_IMAGE_EMBEDDED && plen == 0) ||
-                    (desc->image == TSRI_CUDA_IMAGE_REFERENCE && plen > 0);
-    if (plen != len - TSRI_CUDA_BLOB_HEADER || !image_ok ||
+    bool image_ok = (desc->image == TSRD_CUDA_IMAGE_CUBIN && plen > 0) ||
+                    (desc->image == TSRD_CUDA_IMAGE_EMBEDDED && plen == 0) ||
+                    (desc->image == TSRD_CUDA_IMAGE_REFERENCE && plen > 0);
+    if (plen != len - TSRD_CUDA_BLOB_HEADER || !image_ok ||
         memchr(desc->entry, '\0', sizeof desc->entry) == NULL || desc->entry[0] == '\0' ||
         desc->n_params < 1 || desc->n_params > TSR_MAX_REGION_INPUTS + 1)
         return tsr_error_set(err, TSR_CORRUPT, "cuda blob: inconsistent header");
     for (int i = 0; i < 3; i++)
         if (desc->grid[i] == 0 || desc->block[i] == 0)
             return tsr_error_set(err, TSR_CORRUPT, "cuda blob: empty launch geometry");
-    *payload = bin + TSRI_CUDA_BLOB_HEADER;
+    *payload = bin + TSRD_CUDA_BLOB_HEADER;
     *payload_len = (size_t)plen;
     return TSR_OK;
 }
@@ -199,7 +199,7 @@ tsr_status tsrd_gemm_plan_make(const tsr_region *r, tsrd_gemm_plan *out, tsr_err
             kernels_plan_tiles(out, TSR_GEMM_BM, out->gated ? TSR_GEMM_BN_GATED : TSR_GEMM_BN, err);
     if (st != TSR_OK)
         return st;
-    out->family = TSRI_GEMM_WGMMA;
+    out->family = TSRD_GEMM_WGMMA;
     out->block = TSR_GEMM_THREADS;
     out->shared_bytes = TSR_GEMM_SMEM_BYTES;
     snprintf(out->entry, sizeof out->entry, "tsr_gemm_%s_%s%s", kernels_dtype_tag(r->dtype),
@@ -215,7 +215,7 @@ tsr_status tsrd_gemm80_plan_make(const tsr_region *r, tsrd_gemm_plan *out, tsr_e
                                 out->gated ? TSR_GEMM80_BN_GATED : TSR_GEMM80_BN, err);
     if (st != TSR_OK)
         return st;
-    out->family = TSRI_GEMM_MMA80;
+    out->family = TSRD_GEMM_MMA80;
     out->block = TSR_GEMM80_THREADS;
     out->shared_bytes = TSR_GEMM80_SMEM_BYTES;
     snprintf(out->entry, sizeof out->entry, "tsr_gemm80_%s_%s%s", kernels_dtype_tag(r->dtype),
@@ -225,7 +225,7 @@ tsr_status tsrd_gemm80_plan_make(const tsr_region *r, tsrd_gemm_plan *out, tsr_e
 
 static int kernels_is_mma80(const tsr_candidate *c)
 {
-    return strcmp(c->name, TSRI_CUDA_GEMM80) == 0 || strcmp(c->name, TSRI_CUDA_SWIGLU80) == 0;
+    return strcmp(c->name, TSRD_CUDA_GEMM80) == 0 || strcmp(c->name, TSRD_CUDA_SWIGLU80) == 0;
 }
 
 tsr_status tsrd_gemm_plan_for(const tsr_candidate *c, const tsr_region *r, tsrd_gemm_plan *out,
@@ -337,8 +337,8 @@ static bool kernels_tier3_applies(const tsr_candidate *c, const tsr_region *r, c
                                   char *why, size_t why_len)
 {
     (void)c;
-    if (strcmp(arch, TSRI_CUDA_TIER3_ARCH) != 0) {
-        snprintf(why, why_len, "built for %s only, not %s", TSRI_CUDA_TIER3_ARCH, arch);
+    if (strcmp(arch, TSRD_CUDA_TIER3_ARCH) != 0) {
+        snprintf(why, why_len, "built for %s only, not %s", TSRD_CUDA_TIER3_ARCH, arch);
         return false;
     }
     if (tsrd_gemm_sm90_cubin_len == 0) {
@@ -386,18 +386,18 @@ static bool kernels_mma80_applies(const tsr_candidate *c, const tsr_region *r, c
 void tsrd_cuda_candidate_reference(tsr_candidate *out)
 {
     memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_REFERENCE);
+    snprintf(out->name, sizeof out->name, "%s", TSRD_CUDA_REFERENCE);
     out->tier = 0;
-    out->version = TSRI_CUDA_REFERENCE_VERSION;
+    out->version = TSRD_CUDA_REFERENCE_VERSION;
     out->kinds = (1u << TSR_KIND_COUNT) - 1;
 }
 
 void tsrd_cuda_candidate_tier1(tsr_candidate *out)
 {
     memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_TIER1);
+    snprintf(out->name, sizeof out->name, "%s", TSRD_CUDA_TIER1);
     out->tier = 1;
-    out->version = TSRI_CUDA_TIER1_VERSION;
+    out->version = TSRD_CUDA_TIER1_VERSION;
     out->kinds = (1u << TSR_KIND_COUNT) - 1;
     out->applies = kernels_tier1_applies;
 }
@@ -405,9 +405,9 @@ void tsrd_cuda_candidate_tier1(tsr_candidate *out)
 void tsrd_cuda_candidate_gemm(tsr_candidate *out)
 {
     memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_GEMM);
+    snprintf(out->name, sizeof out->name, "%s", TSRD_CUDA_GEMM);
     out->tier = 3;
-    out->version = TSRI_CUDA_TIER3_VERSION;
+    out->version = TSRD_CUDA_TIER3_VERSION;
     out->kinds = 1u << TSR_KIND_MATMUL | 1u << TSR_KIND_FUSED;
     out->applies = kernels_tier3_applies;
 }
@@ -415,9 +415,9 @@ void tsrd_cuda_candidate_gemm(tsr_candidate *out)
 void tsrd_cuda_candidate_swiglu(tsr_candidate *out)
 {
     memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_SWIGLU);
+    snprintf(out->name, sizeof out->name, "%s", TSRD_CUDA_SWIGLU);
     out->tier = 3;
-    out->version = TSRI_CUDA_TIER3_VERSION;
+    out->version = TSRD_CUDA_TIER3_VERSION;
     out->kinds = 1u << TSR_KIND_GATED;
     out->applies = kernels_tier3_applies;
 }
@@ -425,9 +425,9 @@ void tsrd_cuda_candidate_swiglu(tsr_candidate *out)
 void tsrd_cuda_candidate_gemm80(tsr_candidate *out)
 {
     memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_GEMM80);
+    snprintf(out->name, sizeof out->name, "%s", TSRD_CUDA_GEMM80);
     out->tier = 3;
-    out->version = TSRI_CUDA_MMA80_VERSION;
+    out->version = TSRD_CUDA_MMA80_VERSION;
     out->kinds = 1u << TSR_KIND_MATMUL | 1u << TSR_KIND_FUSED;
     out->applies = kernels_mma80_applies;
 }
@@ -435,9 +435,9 @@ void tsrd_cuda_candidate_gemm80(tsr_candidate *out)
 void tsrd_cuda_candidate_swiglu80(tsr_candidate *out)
 {
     memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_SWIGLU80);
+    snprintf(out->name, sizeof out->name, "%s", TSRD_CUDA_SWIGLU80);
     out->tier = 3;
-    out->version = TSRI_CUDA_MMA80_VERSION;
+    out->version = TSRD_CUDA_MMA80_VERSION;
     out->kinds = 1u << TSR_KIND_GATED;
     out->applies = kernels_mma80_applies;
 }
@@ -445,16 +445,16 @@ void tsrd_cuda_candidate_swiglu80(tsr_candidate *out)
 void tsrd_cuda_candidate_test_fault(tsr_candidate *out)
 {
     memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", TSRI_CUDA_TEST_FAULT);
+    snprintf(out->name, sizeof out->name, "%s", TSRD_CUDA_TEST_FAULT);
     out->tier = 1;
-    out->version = TSRI_CUDA_TEST_FAULT_VERSION;
+    out->version = TSRD_CUDA_TEST_FAULT_VERSION;
     out->kinds = (1u << TSR_KIND_COUNT) - 1;
     out->forced_only = true;
 }
 
 int tsrd_cuda_candidate_is_tier3(const tsr_candidate *c)
 {
-    return strcmp(c->name, TSRI_CUDA_GEMM) == 0 || strcmp(c->name, TSRI_CUDA_SWIGLU) == 0 ||
+    return strcmp(c->name, TSRD_CUDA_GEMM) == 0 || strcmp(c->name, TSRD_CUDA_SWIGLU) == 0 ||
            kernels_is_mma80(c);
 }
 
@@ -499,7 +499,7 @@ static tsr_status kernels_compile_tier1(const tsrd_nvrtc *nv, int sm_count, cons
     size_t cubin_len = 0;
     st = tsrd_nvrtc_compile(nv, kernel.source, "tier1.cu", arch, &cubin, &cubin_len, NULL, err);
     if (st == TSR_OK) {
-        tsrd_cuda_launch_desc desc = {.image = TSRI_CUDA_IMAGE_CUBIN,
+        tsrd_cuda_launch_desc desc = {.image = TSRD_CUDA_IMAGE_CUBIN,
                                       .shared_bytes = kernel.launch.shared_bytes,
                                       .n_params = kernel.launch.n_params};
         snprintf(desc.entry, sizeof desc.entry, "%s", kernel.launch.entry);
@@ -522,9 +522,9 @@ static tsr_status kernels_compile_reference(const tsr_region *r, uint8_t **bin, 
     char *json = NULL;
     tsr_status st = tsr_region_to_json(r, 0, &json, err);
     if (st != TSR_OK)
-        return tsr_error_prefix(err, "%s", TSRI_CUDA_REFERENCE);
+        return tsr_error_prefix(err, "%s", TSRD_CUDA_REFERENCE);
     tsr_tensor_desc inputs[TSR_MAX_REGION_INPUTS], output;
-    tsrd_cuda_launch_desc desc = {.image = TSRI_CUDA_IMAGE_REFERENCE,
+    tsrd_cuda_launch_desc desc = {.image = TSRD_CUDA_IMAGE_REFERENCE,
                                   .grid = {1, 1, 1},
                                   .block = {1, 1, 1},
                                   .n_params = tsr_region_signature(r, inputs, &output) + 1};
@@ -542,7 +542,7 @@ static tsr_status kernels_compile_test_fault(const tsrd_nvrtc *nv, const tsr_reg
 {
     if (nv == NULL)
         return tsr_error_set(err, TSR_UNSUPPORTED, "%s: NVRTC is not available",
-                             TSRI_CUDA_TEST_FAULT);
+                             TSRD_CUDA_TEST_FAULT);
     tsr_tensor_desc inputs[TSR_MAX_REGION_INPUTS], output;
     int n_params = tsr_region_signature(r, inputs, &output) + 1;
     char source[1024];
@@ -561,14 +561,14 @@ static tsr_status kernels_compile_test_fault(const tsrd_nvrtc *nv, const tsr_reg
     tsr_status st =
         tsrd_nvrtc_compile(nv, source, "test_fault.cu", arch, &cubin, &cubin_len, NULL, err);
     if (st == TSR_OK) {
-        tsrd_cuda_launch_desc desc = {.image = TSRI_CUDA_IMAGE_CUBIN,
+        tsrd_cuda_launch_desc desc = {.image = TSRD_CUDA_IMAGE_CUBIN,
                                       .grid = {1, 1, 1},
                                       .block = {32, 1, 1},
                                       .n_params = n_params};
         snprintf(desc.entry, sizeof desc.entry, "tsr_test_fault");
         st = tsrd_cuda_blob_encode(&desc, cubin, cubin_len, bin, len, err);
     } else {
-        tsr_error_prefix(err, "%s", TSRI_CUDA_TEST_FAULT);
+        tsr_error_prefix(err, "%s", TSRD_CUDA_TEST_FAULT);
     }
     free(cubin);
     return st;
@@ -579,11 +579,11 @@ tsr_status tsrd_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_regio
                              tsr_error *err)
 {
     char why[160] = "";
-    if (strcmp(c->name, TSRI_CUDA_TEST_FAULT) == 0)
+    if (strcmp(c->name, TSRD_CUDA_TEST_FAULT) == 0)
         return kernels_compile_test_fault(nv, r, arch, bin, len, err);
-    if (strcmp(c->name, TSRI_CUDA_REFERENCE) == 0)
+    if (strcmp(c->name, TSRD_CUDA_REFERENCE) == 0)
         return kernels_compile_reference(r, bin, len, err);
-    if (strcmp(c->name, TSRI_CUDA_TIER1) == 0) {
+    if (strcmp(c->name, TSRD_CUDA_TIER1) == 0) {
         if (!kernels_tier1_applies(c, r, arch, why, sizeof why))
             return tsr_error_set(err, TSR_UNSUPPORTED, "tier1: %s", why);
         return kernels_compile_tier1(nv, sm_count, r, arch, bin, len, err);
@@ -601,7 +601,7 @@ tsr_status tsrd_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_regio
     tsr_status st = tsrd_gemm_plan_for(c, r, &plan, err);
     if (st != TSR_OK)
         return st;
-    tsrd_cuda_launch_desc desc = {.image = TSRI_CUDA_IMAGE_EMBEDDED,
+    tsrd_cuda_launch_desc desc = {.image = TSRD_CUDA_IMAGE_EMBEDDED,
                                   .grid = {plan.grid, 1, 1},
                                   .block = {plan.block, 1, 1},
                                   .shared_bytes = plan.shared_bytes,

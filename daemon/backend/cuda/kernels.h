@@ -40,37 +40,37 @@
 
 /* Version of the CUDA backend's binaries: the blob format and the tier-3 launch
  * contract. Enters every kernel key the backend compiles (with the codegen
- * version folded in, see TSRI_CUDA_CODEGEN_VERSION). */
-#define TSRI_CUDA_BLOB_VERSION 1
-#define TSRI_CUDA_CODEGEN_VERSION (TSR_CODEGEN_VERSION * 100 + TSRI_CUDA_BLOB_VERSION)
-#define TSRI_CUDA_BLOB_HEADER 128
+ * version folded in, see TSRD_CUDA_CODEGEN_VERSION). */
+#define TSRD_CUDA_BLOB_VERSION 1
+#define TSRD_CUDA_CODEGEN_VERSION (TSR_CODEGEN_VERSION * 100 + TSRD_CUDA_BLOB_VERSION)
+#define TSRD_CUDA_BLOB_HEADER 128
 
 /* Candidate names and versions. A tier-3 version changes with its kernel. */
-#define TSRI_CUDA_TIER1 "tier1"
-#define TSRI_CUDA_GEMM "gemm_wgmma"
-#define TSRI_CUDA_SWIGLU "swiglu_wgmma"
-#define TSRI_CUDA_TIER1_VERSION 1
-#define TSRI_CUDA_TIER3_VERSION 2
-#define TSRI_CUDA_GEMM80 "gemm_mma80"
-#define TSRI_CUDA_SWIGLU80 "swiglu_mma80"
-#define TSRI_CUDA_MMA80_VERSION 1
+#define TSRD_CUDA_TIER1 "tier1"
+#define TSRD_CUDA_GEMM "gemm_wgmma"
+#define TSRD_CUDA_SWIGLU "swiglu_wgmma"
+#define TSRD_CUDA_TIER1_VERSION 1
+#define TSRD_CUDA_TIER3_VERSION 2
+#define TSRD_CUDA_GEMM80 "gemm_mma80"
+#define TSRD_CUDA_SWIGLU80 "swiglu_mma80"
+#define TSRD_CUDA_MMA80_VERSION 1
 
 /* The tier-0 reference on a CUDA device: a launch copies the inputs to the
  * host, runs the CPU reference executor and copies the output back. Rule 3 of
  * the arbiter falls back to it when nothing else verifies and the request
  * allows it; slow, and never chosen otherwise. */
-#define TSRI_CUDA_REFERENCE "reference"
-#define TSRI_CUDA_REFERENCE_VERSION 1
+#define TSRD_CUDA_REFERENCE "reference"
+#define TSRD_CUDA_REFERENCE_VERSION 1
 
 /* The fault-injection candidate registered when the daemon runs with
  * test_faults (TSRD_TEST_FAULT_CANDIDATE in backend.h): forced only; its kernel
  * stores far outside any allocation, so its launch ends in
  * CUDA_ERROR_ILLEGAL_ADDRESS and poisons the context. */
-#define TSRI_CUDA_TEST_FAULT "test_fault"
-#define TSRI_CUDA_TEST_FAULT_VERSION 1
+#define TSRD_CUDA_TEST_FAULT "test_fault"
+#define TSRD_CUDA_TEST_FAULT_VERSION 1
 
 /* The only architecture the wgmma tier-3 kernels are built for. */
-#define TSRI_CUDA_TIER3_ARCH "sm_90a"
+#define TSRD_CUDA_TIER3_ARCH "sm_90a"
 
 /* The cubin of kernels/gemm_sm90.cu embedded at build time; length 0 when the
  * build had no nvcc (the tier-3 candidates then decline everything). */
@@ -84,9 +84,9 @@ extern const unsigned char tsrd_gemm_sm80_image[];
 extern const size_t tsrd_gemm_sm80_image_len;
 
 typedef enum tsrd_cuda_image {
-    TSRI_CUDA_IMAGE_CUBIN = 1,     /* the blob's payload is a cubin */
-    TSRI_CUDA_IMAGE_EMBEDDED = 2,  /* the entry lives in the embedded tier-3 module */
-    TSRI_CUDA_IMAGE_REFERENCE = 3, /* the payload is the region's JSON form: the launch
+    TSRD_CUDA_IMAGE_CUBIN = 1,     /* the blob's payload is a cubin */
+    TSRD_CUDA_IMAGE_EMBEDDED = 2,  /* the entry lives in the embedded tier-3 module */
+    TSRD_CUDA_IMAGE_REFERENCE = 3, /* the payload is the region's JSON form: the launch
                                     * runs the CPU reference on the buffers' bytes */
 } tsrd_cuda_image;
 
@@ -142,8 +142,8 @@ tsr_status tsrd_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_regio
 /* ---- the tier-3 launch plan ---- */
 
 typedef enum tsrd_gemm_family {
-    TSRI_GEMM_WGMMA = 0, /* kernels/gemm_sm90.cu: tensor maps, persistent grid */
-    TSRI_GEMM_MMA80 = 1, /* kernels/gemm_sm80.cu: plain pointers, one block per tile */
+    TSRD_GEMM_WGMMA = 0, /* kernels/gemm_sm90.cu: tensor maps, persistent grid */
+    TSRD_GEMM_MMA80 = 1, /* kernels/gemm_sm80.cu: plain pointers, one block per tile */
 } tsrd_gemm_family;
 
 typedef struct tsrd_gemm_plan {

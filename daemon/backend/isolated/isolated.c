@@ -979,8 +979,25 @@ static tsr_status iso_recover(tsrd_backend *b, tsr_error *err)
     return st;
 }
 
-/* Everything but the name, the codegen version and open: the flavours differ
- * only in what the worker runs and what compiles here. */
+static const tsrd_backend_hostmem_ops iso_hostmem = {
+    .host_register = iso_host_register,
+    .host_unregister = iso_host_unregister,
+    .buffer_copy_registered = iso_buffer_copy_registered,
+};
+
+static const tsrd_backend_ipc_ops iso_ipc = {.buffer_import = iso_buffer_import};
+
+static const tsrd_backend_graph_ops iso_graph = {
+    .graph_begin = iso_graph_begin,
+    .graph_end = iso_graph_end,
+    .graph_launch = iso_graph_launch,
+    .graph_destroy = iso_graph_destroy,
+};
+
+/* Everything but the name, the codegen version, open and the capabilities of
+ * the device behind the worker: the flavours differ only in what the worker
+ * runs and what compiles here. Client segments are mapped by the worker in
+ * both (hostmem), whether or not its backend registers them. */
 #define ISO_OPS_SHARED                                                                             \
     .close = iso_close, .device_count = iso_device_count, .device_info = iso_device_info,          \
     .driver_version = iso_driver_version, .compiler_version = iso_compiler_version,                \
@@ -989,17 +1006,16 @@ static tsr_status iso_recover(tsrd_backend *b, tsr_error *err)
     .buffer_write = iso_buffer_write, .buffer_read = iso_buffer_read, .compile = iso_compile,      \
     .load = iso_load, .unload = iso_unload, .stream_create = iso_stream_create,                    \
     .stream_destroy = iso_stream_destroy, .launch = iso_launch, .launch_many = iso_launch_many,    \
-    .synchronize = iso_synchronize, .host_register = iso_host_register,                            \
-    .host_unregister = iso_host_unregister, .buffer_copy_registered = iso_buffer_copy_registered,  \
-    .buffer_import = iso_buffer_import, .graph_begin = iso_graph_begin,                            \
-    .graph_end = iso_graph_end, .graph_launch = iso_graph_launch,                                  \
-    .graph_destroy = iso_graph_destroy, .lost = iso_lost, .recover = iso_recover
+    .synchronize = iso_synchronize, .lost = iso_lost, .recover = iso_recover,                      \
+    .hostmem = &iso_hostmem
 
 const tsrd_backend_ops tsrd_backend_cuda_isolated = {
     .name = "cuda",
-    .codegen_version = TSRI_CUDA_CODEGEN_VERSION,
+    .codegen_version = TSRD_CUDA_CODEGEN_VERSION,
     .open = iso_open_cuda,
     ISO_OPS_SHARED,
+    .ipc = &iso_ipc,
+    .graph = &iso_graph,
 };
 
 const tsrd_backend_ops tsrd_backend_cpu_isolated = {
@@ -1007,4 +1023,6 @@ const tsrd_backend_ops tsrd_backend_cpu_isolated = {
     .codegen_version = TSRD_CPU_PLAN_VERSION,
     .open = iso_open_cpu,
     ISO_OPS_SHARED,
+    .ipc = NULL,
+    .graph = NULL,
 };

@@ -110,7 +110,9 @@ static tsr_status worker_pin_make(worker *w, int fd, uint64_t len, uint64_t *id,
     }
     p->base = base;
     p->len = len;
-    tsr_status st = w->ops->host_register(w->b, base, len, -1, &p->token, err);
+    tsr_status st = w->ops->hostmem != NULL
+                        ? w->ops->hostmem->host_register(w->b, base, len, -1, &p->token, err)
+                        : TSR_OK;
     if (st != TSR_OK) {
         munmap(base, (size_t)len);
         free(p);
@@ -124,12 +126,45 @@ static void worker_pin_free(worker *w, worker_pin *p)
 {
     if (p == NULL)
         return;
-    w->ops->host_unregister(w->b, p->token);
+    if (w->ops->hostmem != NULL)
+        w->ops->hostmem->host_unregister(w->b, p->token);
     munmap(p->base, (size_t)p->len);
     free(p);
 }
 
 /* Serves one request; -1 when the channel is gone. */
+/* A copy between a device buffer and host memory the worker maps: one direct
+ * transfer where that memory is registered with the backend, else staged. */
+static tsr_status worker_copy(worker *w, tsrd_dbuf *buf, uint64_t offset, uint8_t *host,
+                              uint64_t len, int to_device, bool registered, tsr_error *err)
+{
+    if (registered && w->ops->hostmem != NULL)
+        return w->ops->hostmem->buffer_copy_registered(w->b, buf, offset, host, len, to_device,
+                                                       err);
+    return to_device ? w->ops->buffer_write(w->b, buf, offset, host, len, err)
+                     : w->ops->buffer_read(w->b, buf, offset, host, len, err);
+}
+
+/* Graph begin, end and launch, on a backend that captures. */
+static tsr_status worker_graph(const tsrd_backend_ops *ops, tsrd_backend *b,
+                               const tsrd_dw_request *q, uint64_t r[2], tsr_error *err)
+{
+    tsrd_stream *s = (tsrd_stream *)(uintptr_t)q->a[0];
+    switch (q->op) {
+    case TSRD_DW_GRAPH_BEGIN:
+        return ops->graph->graph_begin(b, s, err);
+    case TSRD_DW_GRAPH_END: {
+        tsrd_graph *g = NULL;
+        tsr_status st = ops->graph->graph_end(b, s, &g, err);
+        r[0] = (uint64_t)(uintptr_t)g;
+        return st;
+    }
+    default:
+        return ops->graph->graph_launch(b, (tsrd_graph *)(uintptr_t)q->a[0],
+                                        (tsrd_stream *)(uintptr_t)q->a[1], err);
+    }
+}
+
 static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint8_t *payload,
                         int passed_fd)
 {
@@ -155,12 +190,8 @@ static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint
         int to_device = q->op == TSRD_DW_WRITE;
         if (q->a[2] > TSRD_DW_WINDOW)
             st = tsr_error_set(&err, TSR_INTERNAL, "device worker: copy larger than the window");
-        else if (ch->pinned)
-            st = ops->buffer_copy_registered(b, buf, q->a[1], ch->window, q->a[2], to_device, &err);
-        else if (to_device)
-            st = ops->buffer_write(b, buf, q->a[1], ch->window, q->a[2], &err);
         else
-            st = ops->buffer_read(b, buf, q->a[1], ch->window, q->a[2], &err);
+            st = worker_copy(w, buf, q->a[1], ch->window, q->a[2], to_device, ch->pinned, &err);
         break;
     }
     case TSRD_DW_LOAD:
@@ -219,26 +250,27 @@ static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint
     }
     case TSRD_DW_IMPORT: {
         tsrd_dbuf *buf = NULL;
-        st = ops->buffer_import(b, (int)q->a[0], payload, q->payload_len, q->a[1], q->a[2], &buf,
-                                &err);
+        if (ops->ipc == NULL)
+            st = tsr_error_set(&err, TSR_UNSUPPORTED, "%s backend: no device memory to import",
+                               ops->name);
+        else
+            st = ops->ipc->buffer_import(b, (int)q->a[0], payload, q->payload_len, q->a[1], q->a[2],
+                                         &buf, &err);
         r[0] = (uint64_t)(uintptr_t)buf;
         break;
     }
     case TSRD_DW_GRAPH_BEGIN:
-        st = ops->graph_begin(b, (tsrd_stream *)(uintptr_t)q->a[0], &err);
-        break;
-    case TSRD_DW_GRAPH_END: {
-        tsrd_graph *g = NULL;
-        st = ops->graph_end(b, (tsrd_stream *)(uintptr_t)q->a[0], &g, &err);
-        r[0] = (uint64_t)(uintptr_t)g;
-        break;
-    }
+    case TSRD_DW_GRAPH_END:
     case TSRD_DW_GRAPH_LAUNCH:
-        st = ops->graph_launch(b, (tsrd_graph *)(uintptr_t)q->a[0],
-                               (tsrd_stream *)(uintptr_t)q->a[1], &err);
+        if (ops->graph == NULL) {
+            st = tsr_error_set(&err, TSR_UNSUPPORTED, "%s backend: no graph capture", ops->name);
+            break;
+        }
+        st = worker_graph(ops, b, q, r, &err);
         break;
     case TSRD_DW_GRAPH_FREE:
-        ops->graph_destroy(b, (tsrd_graph *)(uintptr_t)q->a[0]);
+        if (ops->graph != NULL)
+            ops->graph->graph_destroy(b, (tsrd_graph *)(uintptr_t)q->a[0]);
         break;
     case TSRD_DW_PIN:
         st = worker_pin_make(w, passed_fd, q->a[0], &r[0], &err);
@@ -251,8 +283,8 @@ static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint
         if (q->a[3] > p->len || q->a[4] > p->len - q->a[3])
             st = tsr_error_set(&err, TSR_INTERNAL, "device worker: copy outside the pin");
         else
-            st = ops->buffer_copy_registered(b, (tsrd_dbuf *)(uintptr_t)q->a[0], q->a[1],
-                                             p->base + q->a[3], q->a[4], (int)q->a[5], &err);
+            st = worker_copy(w, (tsrd_dbuf *)(uintptr_t)q->a[0], q->a[1], p->base + q->a[3],
+                             q->a[4], (int)q->a[5], true, &err);
         break;
     }
     default:
@@ -340,8 +372,9 @@ int tsrd_device_worker_main(int argc, char **argv)
         void *token = NULL;
         tsr_error pin_err;
         /* Unpinned windows still work, through the backend's staging. */
-        if (st == TSR_OK &&
-            w.ops->host_register(w.b, ch->window, TSRD_DW_WINDOW, -1, &token, &pin_err) == TSR_OK)
+        if (st == TSR_OK && w.ops->hostmem != NULL &&
+            w.ops->hostmem->host_register(w.b, ch->window, TSRD_DW_WINDOW, -1, &token, &pin_err) ==
+                TSR_OK)
             ch->pinned = true;
     }
 

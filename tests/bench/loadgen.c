@@ -551,6 +551,18 @@ static bool lg_mix_parse(const char *text, int *weights)
     return total > 0;
 }
 
+/* One request of each operation of the mix. */
+static void (*const lg_op_send[LG_OPS])(lg_thread *t, tsr_client *c) = {
+    [LG_COMPILE_HIT] = lg_compile_hit,
+    [LG_COMPILE_MISS] = lg_compile_miss,
+    [LG_RUN] = lg_run,
+    [LG_BUFFER_CHURN] = lg_buffer_churn,
+    [LG_LAUNCH] = lg_launch,
+    [LG_VERIFY] = lg_verify,
+    [LG_STATS] = lg_stats,
+    [LG_BAD] = lg_bad,
+};
+
 static void *lg_client_main(void *arg)
 {
     lg_thread *t = arg;
@@ -575,32 +587,7 @@ static void *lg_client_main(void *arg)
         enum lg_op op = lg_pick(t);
         int64_t t0 = lg_now_ns();
         t->counts[op].sent++;
-        switch (op) {
-        case LG_COMPILE_HIT:
-            lg_compile_hit(t, c);
-            break;
-        case LG_COMPILE_MISS:
-            lg_compile_miss(t, c);
-            break;
-        case LG_RUN:
-            lg_run(t, c);
-            break;
-        case LG_BUFFER_CHURN:
-            lg_buffer_churn(t, c);
-            break;
-        case LG_LAUNCH:
-            lg_launch(t, c);
-            break;
-        case LG_VERIFY:
-            lg_verify(t, c);
-            break;
-        case LG_STATS:
-            lg_stats(t, c);
-            break;
-        default:
-            lg_bad(t, c);
-            break;
-        }
+        lg_op_send[op](t, c);
         uint64_t us = (uint64_t)(lg_now_ns() - t0) / 1000;
         lg_counts *k = &t->counts[op];
         if (us > k->lat_max_us)

@@ -3,7 +3,6 @@
  * regions with one thread and with every online CPU, printing GFLOP/s (from
  * tsr_region_flops). Not part of `make test`; `make bench` runs it.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,31 +59,32 @@ static void bench(const char *label, tsr_region *r)
     tsr_region_free(r);
 }
 
+/* The regions timed, each as its JSON form. */
+static const struct {
+    const char *label, *json;
+} refexec_regions[] = {
+    {"matmul 512^3 f32", "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":512,\"n\":512,\"k\":512}"},
+    {"matmul 512^3 bf16", "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":512,\"n\":512,\"k\":512}"},
+    {"attention 1x8x512x64 causal",
+     "{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":8,\"seq_q\":512,"
+     "\"seq_k\":512,\"head_dim\":64,\"causal\":true}"},
+    {"pointwise 16M add+gelu",
+     "{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":"
+     "[{\"name\":\"x\",\"shape\":[4096,4096]},{\"name\":\"b\",\"shape\":[4096]}],"
+     "\"ops\":[{\"op\":\"add\",\"args\":[\"x\",\"b\"],\"out\":\"t\"},"
+     "{\"op\":\"gelu\",\"args\":[\"t\"],\"out\":\"y\"}],\"output\":\"y\"}"},
+};
+
 int main(void)
 {
-    tsr_region r;
-    tsr_error err;
-    if (tsr_region_init_matmul(&r, TSR_F32, 512, 512, 512, &err) == TSR_OK)
-        bench("matmul 512^3 f32", &r);
-    if (tsr_region_init_matmul(&r, TSR_BF16, 512, 512, 512, &err) == TSR_OK)
-        bench("matmul 512^3 bf16", &r);
-    tsr_attention_desc d = {.batch = 1,
-                            .heads = 8,
-                            .seq_q = 512,
-                            .seq_k = 512,
-                            .head_dim = 64,
-                            .scale = NAN,
-                            .causal = true};
-    if (tsr_region_init_attention(&r, TSR_BF16, &d, &err) == TSR_OK)
-        bench("attention 1x8x512x64 causal", &r);
-
-    const char *json = "{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":"
-                       "[{\"name\":\"x\",\"shape\":[4096,4096]},{\"name\":\"b\",\"shape\":[4096]}],"
-                       "\"ops\":[{\"op\":\"add\",\"args\":[\"x\",\"b\"],\"out\":\"t\"},"
-                       "{\"op\":\"gelu\",\"args\":[\"t\"],\"out\":\"y\"}],\"output\":\"y\"}";
-    if (tsr_region_from_json(json, strlen(json), &r, &err) == TSR_OK)
-        bench("pointwise 16M add+gelu", &r);
-    else
-        printf("pointwise: %s\n", err.message);
+    for (size_t i = 0; i < sizeof refexec_regions / sizeof refexec_regions[0]; i++) {
+        const char *json = refexec_regions[i].json;
+        tsr_region r;
+        tsr_error err;
+        if (tsr_region_from_json(json, strlen(json), &r, &err) == TSR_OK)
+            bench(refexec_regions[i].label, &r);
+        else
+            printf("%s: %s\n", refexec_regions[i].label, err.message);
+    }
     return 0;
 }

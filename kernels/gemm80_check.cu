@@ -15,27 +15,10 @@
  * launches after 5 warm-ups, median of 5 such batches, TFLOP/s = 2*M*N*K / time
  * (gated: 4*M*H*K).
  */
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <vector>
 
 #include "gemm80_params.h"
-
-#define CHECK_RT(x)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "gemm_check_common.cuh"
 
 typedef void (*gemm_fn)(const void *, const void *, const void *, tsr_gemm_params);
 
@@ -133,21 +116,8 @@ template <typename T>
 __global__ void fill_random(T *p, size_t n, unsigned long long seed, float scale)
 {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    for (; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        unsigned long long z = seed + i * 0x9E3779B97F4A7C15ull;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
-        float u = (float)(z >> 40) / (float)(1ull << 24); /* [0,1) */
-        p[i] = (T)((u - 0.5f) * 2.0f * scale);
-    }
-}
-
-template <typename T> __global__ void to_float(const T *p, float *q, size_t n)
-{
-    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     for (; i < n; i += (size_t)gridDim.x * blockDim.x)
-        q[i] = (float)p[i];
+        p[i] = (T)(random_signed_unit(seed, i) * scale);
 }
 
 struct gemm_case {
@@ -165,52 +135,42 @@ struct gemm_case {
 };
 
 template <typename T>
-static void fill_all(const gemm_case &c, void *a, void *b, void *b2, void *bias, void *res,
-                     size_t na, size_t nb, size_t nc, unsigned long long seed)
+static void fill_all(const gemm_case &c, const check_buffers &d, size_t na, size_t nb, size_t nc,
+                     unsigned long long seed)
 {
     /* Bias spread wide so that the activations see both tails. */
-    fill_random<<<1024, 256>>>((T *)a, na, seed, 1.0f);
-    fill_random<<<1024, 256>>>((T *)b, nb, seed + 1, 1.0f);
-    fill_random<<<1024, 256>>>((T *)b2, nb, seed + 2, 1.0f);
-    fill_random<<<1024, 256>>>((T *)bias, c.n, seed + 3, 8.0f);
-    fill_random<<<1024, 256>>>((T *)res, nc, seed + 4, 1.0f);
+    fill_random<<<1024, 256>>>((T *)d.a, na, seed, 1.0f);
+    fill_random<<<1024, 256>>>((T *)d.b, nb, seed + 1, 1.0f);
+    fill_random<<<1024, 256>>>((T *)d.b2, nb, seed + 2, 1.0f);
+    fill_random<<<1024, 256>>>((T *)d.bias, c.n, seed + 3, 8.0f);
+    fill_random<<<1024, 256>>>((T *)d.res, nc, seed + 4, 1.0f);
 }
 
 template <typename T>
-static void run_ref(const gemm_case &c, const ref_ops &ops, void *a, void *b, void *b2, void *bias,
-                    void *res, float *ref)
+static void run_ref(const gemm_case &c, const ref_ops &ops, const check_buffers &d)
 {
-    ref_gemm<<<dim3((c.n + 255) / 256, c.m), 256>>>((T *)a, (T *)b, (T *)b2, (T *)bias,
-                                                    c.residual ? (T *)res : nullptr, ref, c.m, c.n,
-                                                    c.k, ops, c.gated);
+    ref_gemm<<<dim3((c.n + 255) / 256, c.m), 256>>>((T *)d.a, (T *)d.b, (T *)d.b2, (T *)d.bias,
+                                                    c.residual ? (T *)d.res : nullptr, d.ref, c.m,
+                                                    c.n, c.k, ops, c.gated);
 }
 
 static int run_case(const gemm_case &c)
 {
     size_t na = (size_t)c.m * c.k, nb = (size_t)c.k * c.n, nc = (size_t)c.m * c.n;
-    void *a, *b, *b2, *bias, *res, *out;
-    float *ref, *outf;
-    CHECK_RT(cudaMalloc(&a, na * 2));
-    CHECK_RT(cudaMalloc(&b, nb * 2));
-    CHECK_RT(cudaMalloc(&b2, nb * 2));
-    CHECK_RT(cudaMalloc(&bias, c.n * 2));
-    CHECK_RT(cudaMalloc(&res, nc * 2));
-    CHECK_RT(cudaMalloc(&out, nc * 4));
-    CHECK_RT(cudaMalloc(&ref, nc * 4));
-    CHECK_RT(cudaMalloc(&outf, nc * 4));
+    const check_buffers d = check_alloc(na, nb, nc, c.n);
     unsigned long long seed = 1234567ull * (c.m + 7 * c.n + 13 * c.k) + 31 * c.n_ops + c.gated;
     if (c.f16_in)
-        fill_all<__half>(c, a, b, b2, bias, res, na, nb, nc, seed);
+        fill_all<__half>(c, d, na, nb, nc, seed);
     else
-        fill_all<__nv_bfloat16>(c, a, b, b2, bias, res, na, nb, nc, seed);
-    CHECK_RT(cudaMemset(out, 0xFF, nc * 4)); /* NaN poison */
+        fill_all<__nv_bfloat16>(c, d, na, nb, nc, seed);
+    CHECK_RT(cudaMemset(d.out, 0xFF, nc * 4)); /* NaN poison */
 
     tsr_gemm_params p;
     memset(&p, 0, sizeof p);
     p.m = c.m;
     p.n = c.n;
     p.k = c.k;
-    p.out = out;
+    p.out = d.out;
     p.gate_act = c.gate_act;
     p.n_ops = c.n_ops;
     ref_ops ops;
@@ -220,92 +180,45 @@ static int run_case(const gemm_case &c)
     for (int i = 0; i < c.n_ops; i++) {
         p.ops[i] = ops.ops[i] = c.ops[i];
         if (c.ops[i] == OP_BIAS)
-            p.bias = bias;
+            p.bias = d.bias;
     }
     if (c.residual)
-        p.residual = res;
+        p.residual = d.res;
     gemm_fn fn = kernels[c.f16_in][c.out_kind][c.gated];
-    const void *b2_arg = c.gated ? b2 : b;
+    const void *b2_arg = c.gated ? d.b2 : d.b;
     CHECK_RT(cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   TSR_GEMM80_SMEM_BYTES));
     int bn = c.gated ? TSR_GEMM80_BN_GATED : TSR_GEMM80_BN;
     int blocks = ((c.m + TSR_GEMM80_BM - 1) / TSR_GEMM80_BM) * ((c.n + bn - 1) / bn);
     if (c.walk)
         blocks = std::max(1, blocks / 3);
-    fn<<<blocks, TSR_GEMM80_THREADS, TSR_GEMM80_SMEM_BYTES>>>(a, b, b2_arg, p);
+    fn<<<blocks, TSR_GEMM80_THREADS, TSR_GEMM80_SMEM_BYTES>>>(d.a, d.b, b2_arg, p);
     CHECK_RT(cudaGetLastError());
     CHECK_RT(cudaDeviceSynchronize());
 
     if (c.f16_in)
-        run_ref<__half>(c, ops, a, b, b2, bias, res, ref);
+        run_ref<__half>(c, ops, d);
     else
-        run_ref<__nv_bfloat16>(c, ops, a, b, b2, bias, res, ref);
+        run_ref<__nv_bfloat16>(c, ops, d);
     CHECK_RT(cudaGetLastError());
-    if (c.out_kind == 0)
-        CHECK_RT(cudaMemcpy(outf, out, nc * 4, cudaMemcpyDeviceToDevice));
-    else if (c.out_kind == 1)
-        to_float<<<1024, 256>>>((__nv_bfloat16 *)out, outf, nc);
-    else
-        to_float<<<1024, 256>>>((__half *)out, outf, nc);
+    check_widen_output(d, c.out_kind, nc);
     CHECK_RT(cudaDeviceSynchronize());
-    std::vector<float> h_out(nc), h_ref(nc);
-    CHECK_RT(cudaMemcpy(h_out.data(), outf, nc * 4, cudaMemcpyDeviceToHost));
-    CHECK_RT(cudaMemcpy(h_ref.data(), ref, nc * 4, cudaMemcpyDeviceToHost));
-    double num = 0, den = 0;
-    size_t bad = 0, first_bad = (size_t)-1;
-    for (size_t i = 0; i < nc; i++) {
-        double d = (double)h_out[i] - h_ref[i];
-        if (!std::isfinite(h_out[i])) {
-            if (first_bad == (size_t)-1)
-                first_bad = i;
-            bad++;
-            continue;
-        }
-        num += d * d;
-        den += (double)h_ref[i] * h_ref[i];
-    }
-    double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-    bool pass = bad == 0 && rel < 1e-2;
+    const check_result r = check_compare(d, nc);
+    const bool pass = r.bad == 0 && r.rel < 1e-2;
 
-    double tflops = 0, ms_med = 0;
+    double tflops = 0, ms = 0;
     if (c.timed) {
-        cudaEvent_t e0, e1;
-        CHECK_RT(cudaEventCreate(&e0));
-        CHECK_RT(cudaEventCreate(&e1));
-        for (int i = 0; i < 5; i++)
-            fn<<<blocks, TSR_GEMM80_THREADS, TSR_GEMM80_SMEM_BYTES>>>(a, b, b2_arg, p);
-        std::vector<float> ms;
-        for (int rep = 0; rep < 5; rep++) {
-            CHECK_RT(cudaEventRecord(e0));
-            for (int i = 0; i < 30; i++)
-                fn<<<blocks, TSR_GEMM80_THREADS, TSR_GEMM80_SMEM_BYTES>>>(a, b, b2_arg, p);
-            CHECK_RT(cudaEventRecord(e1));
-            CHECK_RT(cudaEventSynchronize(e1));
-            float t;
-            CHECK_RT(cudaEventElapsedTime(&t, e0, e1));
-            ms.push_back(t / 30);
-        }
-        CHECK_RT(cudaGetLastError());
-        std::sort(ms.begin(), ms.end());
-        ms_med = ms[2];
-        double flop = (c.gated ? 4.0 : 2.0) * c.m * c.n * (double)c.k;
-        tflops = flop / (ms_med * 1e-3) / 1e12;
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
+        ms = check_time_ms([&] {
+            fn<<<blocks, TSR_GEMM80_THREADS, TSR_GEMM80_SMEM_BYTES>>>(d.a, d.b, b2_arg, p);
+        });
+        tflops = check_tflops(c.gated, c.m, c.n, c.k, ms);
     }
     printf("%-34s m %5d n %5d k %5d  rel %.3e  nonfinite %zu (first %zd)  %s", c.name, c.m, c.n,
-           c.k, rel, bad, (ssize_t)first_bad, pass ? "PASS" : "FAIL");
+           c.k, r.rel, r.bad, (ssize_t)r.first_bad, pass ? "PASS" : "FAIL");
     if (c.timed)
-        printf("  %.3f ms  %.1f TFLOP/s", ms_med, tflops);
+        printf("  %.3f ms  %.1f TFLOP/s", ms, tflops);
     printf("\n");
-    cudaFree(a);
-    cudaFree(b);
-    cudaFree(b2);
-    cudaFree(bias);
-    cudaFree(res);
-    cudaFree(out);
-    cudaFree(ref);
-    cudaFree(outf);
+    check_free(d);
     return pass ? 0 : 1;
 }
 

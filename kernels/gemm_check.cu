@@ -12,27 +12,12 @@
  * of 5 such batches, TFLOP/s = 2*M*N*K / time (gated: 4*M*H*K).
  */
 #include <cuda.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
 
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <vector>
 
+#include "gemm_check_common.cuh"
 #include "gemm_params.h"
 
-#define CHECK_RT(x)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
 #define CHECK_DRV(x)                                                                               \
     do {                                                                                           \
         CUresult r_ = (x);                                                                         \
@@ -88,21 +73,8 @@ __global__ void ref_gemm(const T *a, const T *b, const T *b2, const T *bias, con
 template <typename T> __global__ void fill_random(T *p, size_t n, unsigned long long seed)
 {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    for (; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        unsigned long long z = seed + i * 0x9E3779B97F4A7C15ull;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
-        float u = (float)(z >> 40) / (float)(1ull << 24); /* [0,1) */
-        p[i] = (T)((u - 0.5f) * 2.0f);
-    }
-}
-
-template <typename T> __global__ void to_float(const T *p, float *q, size_t n)
-{
-    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     for (; i < n; i += (size_t)gridDim.x * blockDim.x)
-        q[i] = (float)p[i];
+        p[i] = (T)random_signed_unit(seed, i);
 }
 
 static CUtensorMap make_map(const void *ptr, CUtensorMapDataType type, int rows, int cols,
@@ -129,47 +101,47 @@ struct gemm_case {
     int timed;
 };
 
+template <typename T>
+static void fill_all(const gemm_case &c, const check_buffers &d, size_t na, size_t nb, size_t nc,
+                     unsigned long long seed)
+{
+    fill_random<<<1024, 256>>>((T *)d.a, na, seed);
+    fill_random<<<1024, 256>>>((T *)d.b, nb, seed + 1);
+    fill_random<<<1024, 256>>>((T *)d.b2, nb, seed + 2);
+    fill_random<<<1024, 256>>>((T *)d.bias, c.n, seed + 3);
+    fill_random<<<1024, 256>>>((T *)d.res, nc, seed + 4);
+}
+
+template <typename T> static void run_ref(const gemm_case &c, const check_buffers &d)
+{
+    ref_gemm<<<dim3((c.n + 255) / 256, c.m), 256>>>((T *)d.a, (T *)d.b, (T *)d.b2, (T *)d.bias,
+                                                    (T *)d.res, d.ref, c.m, c.n, c.k, c.epi,
+                                                    c.gated);
+}
+
 static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quiet)
 {
     const bool f16 = c.out_kind == 2;
     const CUtensorMapDataType dt =
         f16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     size_t na = (size_t)c.m * c.k, nb = (size_t)c.k * c.n, nc = (size_t)c.m * c.n;
-    void *a, *b, *b2, *bias, *res, *out;
-    float *ref, *outf;
-    CHECK_RT(cudaMalloc(&a, na * 2));
-    CHECK_RT(cudaMalloc(&b, nb * 2));
-    CHECK_RT(cudaMalloc(&b2, nb * 2));
-    CHECK_RT(cudaMalloc(&bias, c.n * 2));
-    CHECK_RT(cudaMalloc(&res, nc * 2));
-    CHECK_RT(cudaMalloc(&out, nc * 4));
-    CHECK_RT(cudaMalloc(&ref, nc * 4));
-    CHECK_RT(cudaMalloc(&outf, nc * 4));
+    const check_buffers d = check_alloc(na, nb, nc, c.n);
     unsigned long long seed = 1234567ull * (c.m + 7 * c.n + 13 * c.k) + lbo;
-    if (f16) {
-        fill_random<<<1024, 256>>>((__half *)a, na, seed);
-        fill_random<<<1024, 256>>>((__half *)b, nb, seed + 1);
-        fill_random<<<1024, 256>>>((__half *)b2, nb, seed + 2);
-        fill_random<<<1024, 256>>>((__half *)bias, c.n, seed + 3);
-        fill_random<<<1024, 256>>>((__half *)res, nc, seed + 4);
-    } else {
-        fill_random<<<1024, 256>>>((__nv_bfloat16 *)a, na, seed);
-        fill_random<<<1024, 256>>>((__nv_bfloat16 *)b, nb, seed + 1);
-        fill_random<<<1024, 256>>>((__nv_bfloat16 *)b2, nb, seed + 2);
-        fill_random<<<1024, 256>>>((__nv_bfloat16 *)bias, c.n, seed + 3);
-        fill_random<<<1024, 256>>>((__nv_bfloat16 *)res, nc, seed + 4);
-    }
-    CHECK_RT(cudaMemset(out, 0xFF, nc * 4)); /* NaN poison */
+    if (f16)
+        fill_all<__half>(c, d, na, nb, nc, seed);
+    else
+        fill_all<__nv_bfloat16>(c, d, na, nb, nc, seed);
+    CHECK_RT(cudaMemset(d.out, 0xFF, nc * 4)); /* NaN poison */
 
-    CUtensorMap ma = make_map(a, dt, c.m, c.k, 64, 128);
-    CUtensorMap mb = make_map(b, dt, c.k, c.n, 64, 64);
-    CUtensorMap mb2 = make_map(b2, dt, c.k, c.n, 64, 64);
+    CUtensorMap ma = make_map(d.a, dt, c.m, c.k, 64, 128);
+    CUtensorMap mb = make_map(d.b, dt, c.k, c.n, 64, 64);
+    CUtensorMap mb2 = make_map(d.b2, dt, c.k, c.n, 64, 64);
     tsr_gemm_params p;
     memset(&p, 0, sizeof p);
     p.m = c.m;
     p.n = c.n;
     p.k = c.k;
-    p.out = out;
+    p.out = d.out;
     p.b_lbo = lbo;
     p.b_sbo = sbo;
     p.gate_act = 19; /* silu */
@@ -177,10 +149,10 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
         p.n_ops = 2;
         p.ops[0] = 25; /* bias */
         p.ops[1] = 22; /* gelu */
-        p.bias = bias;
+        p.bias = d.bias;
     }
     if (c.epi == 1 || c.epi == 3)
-        p.residual = res;
+        p.residual = d.res;
     gemm_fn fn =
         c.gated ? tsr_gemm_bf16_bf16_gated
                 : (c.out_kind == 0 ? tsr_gemm_bf16_f32
@@ -201,78 +173,30 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
     CHECK_RT(cudaDeviceSynchronize());
 
     if (f16)
-        ref_gemm<<<dim3((c.n + 255) / 256, c.m), 256>>>((__half *)a, (__half *)b, (__half *)b2,
-                                                        (__half *)bias, (__half *)res, ref, c.m,
-                                                        c.n, c.k, c.epi, c.gated);
+        run_ref<__half>(c, d);
     else
-        ref_gemm<<<dim3((c.n + 255) / 256, c.m), 256>>>(
-            (__nv_bfloat16 *)a, (__nv_bfloat16 *)b, (__nv_bfloat16 *)b2, (__nv_bfloat16 *)bias,
-            (__nv_bfloat16 *)res, ref, c.m, c.n, c.k, c.epi, c.gated);
+        run_ref<__nv_bfloat16>(c, d);
     CHECK_RT(cudaGetLastError());
-    if (c.out_kind == 0)
-        CHECK_RT(cudaMemcpy(outf, out, nc * 4, cudaMemcpyDeviceToDevice));
-    else if (c.out_kind == 1)
-        to_float<<<1024, 256>>>((__nv_bfloat16 *)out, outf, nc);
-    else
-        to_float<<<1024, 256>>>((__half *)out, outf, nc);
+    check_widen_output(d, c.out_kind, nc);
     CHECK_RT(cudaDeviceSynchronize());
-    std::vector<float> h_out(nc), h_ref(nc);
-    CHECK_RT(cudaMemcpy(h_out.data(), outf, nc * 4, cudaMemcpyDeviceToHost));
-    CHECK_RT(cudaMemcpy(h_ref.data(), ref, nc * 4, cudaMemcpyDeviceToHost));
-    double num = 0, den = 0;
-    size_t bad = 0, first_bad = (size_t)-1;
-    for (size_t i = 0; i < nc; i++) {
-        double d = (double)h_out[i] - h_ref[i];
-        if (!std::isfinite(h_out[i])) {
-            if (first_bad == (size_t)-1)
-                first_bad = i;
-            bad++;
-            continue;
-        }
-        num += d * d;
-        den += (double)h_ref[i] * h_ref[i];
-    }
-    double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    const check_result r = check_compare(d, nc);
+    const bool pass = r.bad == 0 && r.rel < 1e-2;
 
     double tflops = 0;
     if (c.timed) {
-        cudaEvent_t e0, e1;
-        cudaEventCreate(&e0);
-        cudaEventCreate(&e1);
-        for (int i = 0; i < 5; i++)
-            fn<<<tiles, TSR_GEMM_THREADS, TSR_GEMM_SMEM_BYTES>>>(ma, mb, mb2, p);
-        std::vector<float> ms;
-        for (int rep = 0; rep < 5; rep++) {
-            cudaEventRecord(e0);
-            for (int i = 0; i < 30; i++)
-                fn<<<tiles, TSR_GEMM_THREADS, TSR_GEMM_SMEM_BYTES>>>(ma, mb, mb2, p);
-            cudaEventRecord(e1);
-            CHECK_RT(cudaEventSynchronize(e1));
-            float t;
-            cudaEventElapsedTime(&t, e0, e1);
-            ms.push_back(t / 30);
-        }
-        CHECK_RT(cudaGetLastError());
-        std::sort(ms.begin(), ms.end());
-        double flop = (c.gated ? 4.0 : 2.0) * c.m * c.n * (double)c.k;
-        tflops = flop / (ms[2] * 1e-3) / 1e12;
+        double ms = check_time_ms(
+            [&] { fn<<<tiles, TSR_GEMM_THREADS, TSR_GEMM_SMEM_BYTES>>>(ma, mb, mb2, p); });
+        tflops = check_tflops(c.gated, c.m, c.n, c.k, ms);
         if (!quiet)
-            printf("  time %.3f ms\n", ms[2]);
+            printf("  time %.3f ms\n", ms);
     }
     if (!quiet)
         printf("%-28s m %5d n %5d k %5d  lbo %5u sbo %5u  rel %.3e  nonfinite %zu (first %zd)  "
                "%s  %.1f TFLOP/s\n",
-               c.name, c.m, c.n, c.k, lbo, sbo, rel, bad, (ssize_t)first_bad,
-               (bad == 0 && rel < 1e-2) ? "PASS" : "FAIL", tflops);
-    cudaFree(a);
-    cudaFree(b);
-    cudaFree(b2);
-    cudaFree(bias);
-    cudaFree(res);
-    cudaFree(out);
-    cudaFree(ref);
-    cudaFree(outf);
-    return (bad == 0 && rel < 1e-2) ? rel : -1.0;
+               c.name, c.m, c.n, c.k, lbo, sbo, r.rel, r.bad, (ssize_t)r.first_bad,
+               pass ? "PASS" : "FAIL", tflops);
+    check_free(d);
+    return pass ? r.rel : -1.0;
 }
 
 int main(int argc, char **argv)

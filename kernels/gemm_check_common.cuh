@@ -1,0 +1,160 @@
+/*
+ * gemm_check_common.cuh — what the stand-alone GEMM checks (gemm_check.cu for
+ * the Hopper family, gemm80_check.cu for the Ampere family) share: the error
+ * check, the case's device buffers, the random inputs, widening the output,
+ * the comparison with the reference and the timing. One copy, so both checks
+ * judge and time their kernels the same way.
+ *
+ * Single-threaded host code; every call works on the current device.
+ */
+#ifndef TSR_GEMM_CHECK_COMMON_CUH
+#define TSR_GEMM_CHECK_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CHECK_RT(x)                                                                                \
+    do {                                                                                           \
+        cudaError_t e_ = (x);                                                                      \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
+            exit(1);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* Element i of a fixed random sequence, uniform in [-1, 1): splitmix64 of
+ * seed + i times the golden ratio, its top 24 bits. */
+__device__ __forceinline__ float random_signed_unit(unsigned long long seed, size_t i)
+{
+    unsigned long long z = seed + i * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    float u = (float)(z >> 40) / (float)(1ull << 24); /* [0,1) */
+    return (u - 0.5f) * 2.0f;
+}
+
+template <typename T> __global__ void to_float(const T *p, float *q, size_t n)
+{
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (; i < n; i += (size_t)gridDim.x * blockDim.x)
+        q[i] = (float)p[i];
+}
+
+/* One case's device memory: A (na), B and the second weights (nb), bias (n)
+ * and residual (nc) in a 16-bit input dtype; the output with room for f32; the
+ * reference and the output widened to f32. */
+struct check_buffers {
+    void *a, *b, *b2, *bias, *res, *out;
+    float *ref, *outf;
+};
+
+static check_buffers check_alloc(size_t na, size_t nb, size_t nc, int n)
+{
+    check_buffers d;
+    CHECK_RT(cudaMalloc(&d.a, na * 2));
+    CHECK_RT(cudaMalloc(&d.b, nb * 2));
+    CHECK_RT(cudaMalloc(&d.b2, nb * 2));
+    CHECK_RT(cudaMalloc(&d.bias, n * 2));
+    CHECK_RT(cudaMalloc(&d.res, nc * 2));
+    CHECK_RT(cudaMalloc(&d.out, nc * 4));
+    CHECK_RT(cudaMalloc(&d.ref, nc * 4));
+    CHECK_RT(cudaMalloc(&d.outf, nc * 4));
+    return d;
+}
+
+static void check_free(const check_buffers &d)
+{
+    cudaFree(d.a);
+    cudaFree(d.b);
+    cudaFree(d.b2);
+    cudaFree(d.bias);
+    cudaFree(d.res);
+    cudaFree(d.out);
+    cudaFree(d.ref);
+    cudaFree(d.outf);
+}
+
+/* Widens the output (out_kind 0 f32, 1 bf16, 2 f16) into outf; asynchronous. */
+static void check_widen_output(const check_buffers &d, int out_kind, size_t nc)
+{
+    if (out_kind == 0)
+        CHECK_RT(cudaMemcpy(d.outf, d.out, nc * 4, cudaMemcpyDeviceToDevice));
+    else if (out_kind == 1)
+        to_float<<<1024, 256>>>((__nv_bfloat16 *)d.out, d.outf, nc);
+    else
+        to_float<<<1024, 256>>>((__half *)d.out, d.outf, nc);
+}
+
+struct check_result {
+    double rel;       /* ||out - ref|| / ||ref|| over the finite outputs */
+    size_t bad;       /* non-finite outputs */
+    size_t first_bad; /* the first one's index, or (size_t)-1 */
+};
+
+/* Copies the widened output and the reference back (after the device is
+ * synchronized) and compares them. */
+static check_result check_compare(const check_buffers &d, size_t nc)
+{
+    std::vector<float> h_out(nc), h_ref(nc);
+    CHECK_RT(cudaMemcpy(h_out.data(), d.outf, nc * 4, cudaMemcpyDeviceToHost));
+    CHECK_RT(cudaMemcpy(h_ref.data(), d.ref, nc * 4, cudaMemcpyDeviceToHost));
+    double num = 0, den = 0;
+    check_result r = {0, 0, (size_t)-1};
+    for (size_t i = 0; i < nc; i++) {
+        double diff = (double)h_out[i] - h_ref[i];
+        if (!std::isfinite(h_out[i])) {
+            if (r.first_bad == (size_t)-1)
+                r.first_bad = i;
+            r.bad++;
+            continue;
+        }
+        num += diff * diff;
+        den += (double)h_ref[i] * h_ref[i];
+    }
+    r.rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+    return r;
+}
+
+/* Milliseconds per launch: events around 30 launches after 5 warm-ups, the
+ * median of 5 such batches. */
+template <typename Launch> static double check_time_ms(Launch launch)
+{
+    cudaEvent_t e0, e1;
+    CHECK_RT(cudaEventCreate(&e0));
+    CHECK_RT(cudaEventCreate(&e1));
+    for (int i = 0; i < 5; i++)
+        launch();
+    std::vector<float> ms;
+    for (int rep = 0; rep < 5; rep++) {
+        CHECK_RT(cudaEventRecord(e0));
+        for (int i = 0; i < 30; i++)
+            launch();
+        CHECK_RT(cudaEventRecord(e1));
+        CHECK_RT(cudaEventSynchronize(e1));
+        float t;
+        CHECK_RT(cudaEventElapsedTime(&t, e0, e1));
+        ms.push_back(t / 30);
+    }
+    CHECK_RT(cudaGetLastError());
+    std::sort(ms.begin(), ms.end());
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return ms[2];
+}
+
+/* TFLOP/s of an M x N x K product (gated: two of them) taking ms. */
+static double check_tflops(bool gated, int m, int n, int k, double ms)
+{
+    double flop = (gated ? 4.0 : 2.0) * m * n * (double)k;
+    return flop / (ms * 1e-3) / 1e12;
+}
+
+#endif

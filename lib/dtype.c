@@ -209,7 +209,8 @@ double tsr_dtype_round(tsr_dtype dtype, double value)
     }
 }
 
-double tsr_dtype_load(tsr_dtype dtype, const void *base, size_t index)
+/* Every stored value is exact in f32, so the f32 load serves the f64 one too. */
+static float dtype_load_f32(tsr_dtype dtype, const void *base, size_t index)
 {
     switch (dtype) {
     case TSR_F16:
@@ -220,6 +221,11 @@ double tsr_dtype_load(tsr_dtype dtype, const void *base, size_t index)
     default:
         return ((const float *)base)[index];
     }
+}
+
+double tsr_dtype_load(tsr_dtype dtype, const void *base, size_t index)
+{
+    return dtype_load_f32(dtype, base, index);
 }
 
 void tsr_dtype_store(tsr_dtype dtype, void *base, size_t index, double value)
@@ -235,19 +241,6 @@ void tsr_dtype_store(tsr_dtype dtype, void *base, size_t index, double value)
     default:
         ((float *)base)[index] = (float)value;
         break;
-    }
-}
-
-static float dtype_load_f32(tsr_dtype dtype, const void *base, size_t index)
-{
-    switch (dtype) {
-    case TSR_F16:
-        return tsr_f16_to_f32(((const uint16_t *)base)[index]);
-    case TSR_BF16:
-        return tsr_bf16_to_f32(((const uint16_t *)base)[index]);
-    case TSR_F32:
-    default:
-        return ((const float *)base)[index];
     }
 }
 

@@ -189,16 +189,6 @@ static struct timespec kcache_stamp(tsr_kcache *c)
     return ts;
 }
 
-static void kcache_hex(const tsr_fingerprint *key, char hex[TSR_FINGERPRINT_HEX])
-{
-    static const char digits[] = "0123456789abcdef";
-    for (int i = 0; i < TSR_FINGERPRINT_BYTES; i++) {
-        hex[2 * i] = digits[key->bytes[i] >> 4];
-        hex[2 * i + 1] = digits[key->bytes[i] & 15];
-    }
-    hex[2 * TSR_FINGERPRINT_BYTES] = '\0';
-}
-
 static int kcache_hex_digit(char ch)
 {
     if (ch >= '0' && ch <= '9')
@@ -432,14 +422,14 @@ static struct kcache_entry *kcache_memory_insert(tsr_kcache *c, const tsr_finger
 static void kcache_path(const tsr_kcache *c, const tsr_fingerprint *key, char path[PATH_MAX])
 {
     char hex[TSR_FINGERPRINT_HEX];
-    kcache_hex(key, hex);
+    tsr_fingerprint_hex(key, hex);
     snprintf(path, PATH_MAX, "%s/%.2s/%s", c->dir, hex, hex);
 }
 
 static void kcache_subdir_path(const tsr_kcache *c, const tsr_fingerprint *key, char path[PATH_MAX])
 {
     char hex[TSR_FINGERPRINT_HEX];
-    kcache_hex(key, hex);
+    tsr_fingerprint_hex(key, hex);
     snprintf(path, PATH_MAX, "%s/%.2s", c->dir, hex);
 }
 
@@ -800,7 +790,7 @@ static void kcache_disk_write(tsr_kcache *c, const tsr_fingerprint *key,
     if (getrandom(&suffix, sizeof suffix, GRND_NONBLOCK) != (ssize_t)sizeof suffix)
         suffix = (uint64_t)kcache_now_ns() ^ (uint64_t)(uintptr_t)b;
     char hex[TSR_FINGERPRINT_HEX];
-    kcache_hex(key, hex);
+    tsr_fingerprint_hex(key, hex);
     snprintf(tmp, sizeof tmp, "%s/%.2s/.tmp-%ld-%016" PRIx64, c->dir, hex, (long)getpid(), suffix);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0)
@@ -945,24 +935,37 @@ void tsr_kcache_close(tsr_kcache *c)
 
 /* ---- lookups ---- */
 
-/* A memory hit under the lock: bumps the entry and hands out a reference. Sets
- * *touch when the disk file's last use is due a refresh. */
-static const tsr_kcache_blob *kcache_memory_hit_locked(tsr_kcache *c, struct kcache_entry *e,
-                                                       bool *touch, struct timespec *stamp)
+/* The memory level of a lookup, called with c->lock held. On a hit: bumps the
+ * entry, hands out a reference in *out, releases the lock, refreshes the disk
+ * file's last use when that is due (outside the lock: it is a file system call)
+ * and returns true. On a miss: returns false with the lock still held, so that
+ * the caller can go on under it. */
+static bool kcache_memory_hit_unlock(tsr_kcache *c, const tsr_fingerprint *key,
+                                     const tsr_kcache_blob **out, tsr_kcache_level *level)
 {
+    struct kcache_entry *e = kcache_memory_find(c, key);
+    if (e == NULL)
+        return false;
     int64_t now = kcache_now_ms();
     kcache_lru_unlink(c, e);
     kcache_lru_push_front(c, e);
     e->hits++;
     e->last_used_ms = now;
     c->stats.memory_hits++;
-    *touch = c->dir != NULL && now - e->disk_touched_ms >= KCACHE_DISK_TOUCH_MS;
-    if (*touch) {
+    bool touch = c->dir != NULL && now - e->disk_touched_ms >= KCACHE_DISK_TOUCH_MS;
+    struct timespec stamp = {0, 0};
+    if (touch) {
         e->disk_touched_ms = now;
-        *stamp = kcache_stamp_locked(c);
+        stamp = kcache_stamp_locked(c);
     }
     tsr_kcache_blob_retain(&e->blob->pub);
-    return &e->blob->pub;
+    *out = &e->blob->pub;
+    pthread_mutex_unlock(&c->lock);
+    if (touch)
+        kcache_disk_touch(c, key, stamp);
+    if (level)
+        *level = TSR_KCACHE_MEMORY;
+    return true;
 }
 
 tsr_status tsr_kcache_lookup(tsr_kcache *c, const tsr_fingerprint *key, const tsr_kcache_blob **out,
@@ -971,19 +974,9 @@ tsr_status tsr_kcache_lookup(tsr_kcache *c, const tsr_fingerprint *key, const ts
     if (c == NULL || key == NULL || out == NULL)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "kcache_lookup: NULL argument");
     *out = NULL;
-    bool touch = false;
-    struct timespec stamp;
     pthread_mutex_lock(&c->lock);
-    struct kcache_entry *e = kcache_memory_find(c, key);
-    if (e != NULL) {
-        *out = kcache_memory_hit_locked(c, e, &touch, &stamp);
-        pthread_mutex_unlock(&c->lock);
-        if (touch)
-            kcache_disk_touch(c, key, stamp);
-        if (level)
-            *level = TSR_KCACHE_MEMORY;
+    if (kcache_memory_hit_unlock(c, key, out, level))
         return TSR_OK;
-    }
     pthread_mutex_unlock(&c->lock);
 
     struct kcache_blob *b = NULL;
@@ -991,7 +984,7 @@ tsr_status tsr_kcache_lookup(tsr_kcache *c, const tsr_fingerprint *key, const ts
     pthread_mutex_lock(&c->lock);
     if (st == TSR_OK) {
         c->stats.disk_hits++;
-        e = kcache_memory_insert(c, key, b, kcache_now_ms());
+        struct kcache_entry *e = kcache_memory_insert(c, key, b, kcache_now_ms());
         if (e != NULL)
             e->hits++;
     } else {
@@ -1000,7 +993,7 @@ tsr_status tsr_kcache_lookup(tsr_kcache *c, const tsr_fingerprint *key, const ts
     pthread_mutex_unlock(&c->lock);
     if (st != TSR_OK) {
         char hex[TSR_FINGERPRINT_HEX];
-        kcache_hex(key, hex);
+        tsr_fingerprint_hex(key, hex);
         return tsr_error_set(err, TSR_NOT_FOUND, "kernel cache: no entry %s", hex);
     }
     *out = &b->pub;
@@ -1084,7 +1077,7 @@ static tsr_status kcache_build(const tsr_fingerprint *key, const tsr_kcache_meta
     if (st != TSR_OK) {
         if (berr->code != st || berr->message[0] == '\0') {
             char hex[TSR_FINGERPRINT_HEX];
-            kcache_hex(key, hex);
+            tsr_fingerprint_hex(key, hex);
             tsr_error_set(berr, st, "kernel build for %s failed: %s", hex, tsr_strerror(st));
         }
         return st;
@@ -1107,20 +1100,10 @@ tsr_status tsr_kcache_get_or_build(tsr_kcache *c, const tsr_fingerprint *key,
     if (c == NULL || key == NULL || build == NULL || out == NULL)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "kcache_get_or_build: NULL argument");
     *out = NULL;
-    bool touch = false;
-    struct timespec stamp;
 
     pthread_mutex_lock(&c->lock);
-    struct kcache_entry *e = kcache_memory_find(c, key);
-    if (e != NULL) {
-        *out = kcache_memory_hit_locked(c, e, &touch, &stamp);
-        pthread_mutex_unlock(&c->lock);
-        if (touch)
-            kcache_disk_touch(c, key, stamp);
-        if (level)
-            *level = TSR_KCACHE_MEMORY;
+    if (kcache_memory_hit_unlock(c, key, out, level))
         return TSR_OK;
-    }
     struct kcache_flight *f = kcache_flight_find(c, key);
     if (f != NULL) {
         tsr_status st = kcache_flight_wait(c, f, out, err);
@@ -1307,7 +1290,7 @@ tsr_status tsr_kcache_evict(tsr_kcache *c, const tsr_fingerprint *key, uint32_t 
         }
         if (!found) {
             char hex[TSR_FINGERPRINT_HEX];
-            kcache_hex(key, hex);
+            tsr_fingerprint_hex(key, hex);
             return tsr_error_set(err, TSR_NOT_FOUND, "kernel cache: no entry %s", hex);
         }
         if (evicted)

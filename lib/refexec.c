@@ -519,20 +519,6 @@ tsr_status tsr_ref_run(const tsr_region *r, const void *const *inputs, void *out
 
 /* ---- work ---- */
 
-/* (query, key) pairs att_range visits: query m sees keys 0 .. m + (N - M),
- * clipped to [0, N), as an arithmetic series over the rows that see any. */
-static double ref_attention_pairs(const tsr_attention_desc *d)
-{
-    double M = (double)d->seq_q, N = (double)d->seq_k;
-    if (!d->causal)
-        return M * N;
-    double off = N - M;
-    double first_m = off < 0 ? -off : 0;
-    if (first_m >= M)
-        return 0;
-    return (M - first_m) * (first_m + off + 1 + N) / 2;
-}
-
 double tsr_ref_work(const tsr_region *r)
 {
     if (r == NULL || (unsigned)r->kind >= TSR_KIND_COUNT)
@@ -567,7 +553,7 @@ double tsr_ref_work(const tsr_region *r)
     }
     case TSR_KIND_ATTENTION: {
         const tsr_attention_desc *d = &r->u.attention;
-        double bhp = (double)d->batch * (double)d->heads * ref_attention_pairs(d);
+        double bhp = (double)d->batch * (double)d->heads * tsr_attention_pairs(d);
         return 2.0 * bhp * (double)(d->head_dim + d->head_dim_v) + e * (io + bhp);
     }
     case TSR_KIND_POINTWISE:

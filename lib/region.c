@@ -33,6 +33,18 @@ static const char *const region_reduction_names[REGION_REDUCTION_COUNT] = {
     [TSR_REDUCTION_LAYER_NORM] = "layer_norm",
 };
 
+/* The index of name in a name table, or -1 (also for NULL). */
+static int region_name_index(const char *const *names, int count, const char *name)
+{
+    if (name == NULL)
+        return -1;
+    for (int i = 0; i < count; i++) {
+        if (strcmp(name, names[i]) == 0)
+            return i;
+    }
+    return -1;
+}
+
 const char *tsr_region_kind_name(tsr_region_kind kind)
 {
     return (unsigned)kind < TSR_KIND_COUNT ? region_kind_names[kind] : "?";
@@ -40,15 +52,11 @@ const char *tsr_region_kind_name(tsr_region_kind kind)
 
 bool tsr_region_kind_parse(const char *name, tsr_region_kind *out)
 {
-    if (name == NULL)
+    int i = region_name_index(region_kind_names, TSR_KIND_COUNT, name);
+    if (i < 0)
         return false;
-    for (int i = 0; i < TSR_KIND_COUNT; i++) {
-        if (strcmp(name, region_kind_names[i]) == 0) {
-            *out = (tsr_region_kind)i;
-            return true;
-        }
-    }
-    return false;
+    *out = (tsr_region_kind)i;
+    return true;
 }
 
 const char *tsr_reduction_name(tsr_reduction reduction)
@@ -58,15 +66,11 @@ const char *tsr_reduction_name(tsr_reduction reduction)
 
 bool tsr_reduction_parse(const char *name, tsr_reduction *out)
 {
-    if (name == NULL)
+    int i = region_name_index(region_reduction_names, REGION_REDUCTION_COUNT, name);
+    if (i < 0)
         return false;
-    for (int i = 0; i < REGION_REDUCTION_COUNT; i++) {
-        if (strcmp(name, region_reduction_names[i]) == 0) {
-            *out = (tsr_reduction)i;
-            return true;
-        }
-    }
-    return false;
+    *out = (tsr_reduction)i;
+    return true;
 }
 
 /* ---- element counts ---- */
@@ -762,10 +766,7 @@ int tsr_region_signature(const tsr_region *r, tsr_tensor_desc *inputs, tsr_tenso
     return n;
 }
 
-/* Masked-out score pairs are not computed by a causal kernel, so FLOP/s figures
- * count only the (query, key) pairs the bottom-right mask keeps: query m sees
- * keys 0 .. m + (N - M), clipped to [0, N). */
-static double region_attention_pairs(const tsr_attention_desc *d)
+double tsr_attention_pairs(const tsr_attention_desc *d)
 {
     double M = (double)d->seq_q, N = (double)d->seq_k;
     if (!d->causal)
@@ -806,7 +807,7 @@ double tsr_region_flops(const tsr_region *r)
     case TSR_KIND_ATTENTION: {
         const tsr_attention_desc *d = &r->u.attention;
         double bh = (double)d->batch * (double)d->heads;
-        return 2.0 * bh * region_attention_pairs(d) * (double)(d->head_dim + d->head_dim_v);
+        return 2.0 * bh * tsr_attention_pairs(d) * (double)(d->head_dim + d->head_dim_v);
     }
     case TSR_KIND_POINTWISE: {
         const tsr_pointwise_desc *pw = &r->u.pointwise;

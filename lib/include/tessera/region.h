@@ -201,6 +201,12 @@ int tsr_region_signature(const tsr_region *r, tsr_tensor_desc *inputs, tsr_tenso
  * matmul, ...). */
 double tsr_region_flops(const tsr_region *r);
 
+/* The (query, key) pairs an attention region computes: seq_q * seq_k, or with
+ * the bottom-right causal mask only those it keeps (query m sees keys
+ * 0 .. m + (seq_k - seq_q), clipped to [0, seq_k)). A causal kernel skips the
+ * masked pairs, so work and FLOP figures count these. */
+double tsr_attention_pairs(const tsr_attention_desc *d);
+
 #ifdef __cplusplus
 }
 #endif

@@ -289,22 +289,39 @@ static tsr_status json_parse_attention(const cJSON *root, tsr_attention_desc *d,
     return TSR_OK;
 }
 
-static tsr_status json_parse_input(const cJSON *obj, int i, tsr_pw_input *in, tsr_error *err)
+/* Entry i of the array named `array` must be an object with only the allowed
+ * keys; `what` names such an entry in the message. */
+static tsr_status json_check_entry(const cJSON *obj, const char *array, int i,
+                                   const char *const *allowed, int n_allowed, const char *what,
+                                   tsr_error *err)
 {
-    char where[32], field[48];
-    snprintf(where, sizeof where, "inputs[%d]", i);
+    char where[32];
+    snprintf(where, sizeof where, "%s[%d]", array, i);
     if (!cJSON_IsObject(obj))
         return tsr_error_set(err, TSR_BAD_JSON, "%s: expected an object", where);
-    snprintf(where, sizeof where, "inputs[%d].", i);
-    tsr_status st = json_check_keys(obj, json_keys_input, JSON_COUNT(json_keys_input), where,
-                                    "a pointwise input", err);
+    snprintf(where, sizeof where, "%s[%d].", array, i);
+    return json_check_keys(obj, allowed, n_allowed, where, what, err);
+}
+
+/* A name that must be present: item is the key's value, or NULL when absent. */
+static tsr_status json_read_required_name(const cJSON *item, const char *field, char *out,
+                                          tsr_error *err)
+{
+    if (item == NULL)
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "%s: missing", field);
+    return json_read_name(item, field, out, err);
+}
+
+static tsr_status json_parse_input(const cJSON *obj, int i, tsr_pw_input *in, tsr_error *err)
+{
+    char field[48];
+    tsr_status st = json_check_entry(obj, "inputs", i, json_keys_input, JSON_COUNT(json_keys_input),
+                                     "a pointwise input", err);
     if (st != TSR_OK)
         return st;
     const cJSON *name = json_get(obj, "name"), *shape = json_get(obj, "shape");
     snprintf(field, sizeof field, "inputs[%d].name", i);
-    if (name == NULL)
-        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "%s: missing", field);
-    if ((st = json_read_name(name, field, in->name, err)))
+    if ((st = json_read_required_name(name, field, in->name, err)))
         return st;
     snprintf(field, sizeof field, "inputs[%d].shape", i);
     if (shape == NULL)
@@ -327,13 +344,9 @@ static tsr_status json_parse_input(const cJSON *obj, int i, tsr_pw_input *in, ts
 
 static tsr_status json_parse_node(const cJSON *obj, int i, tsr_pw_node *node, tsr_error *err)
 {
-    char where[32], field[48];
-    snprintf(where, sizeof where, "ops[%d]", i);
-    if (!cJSON_IsObject(obj))
-        return tsr_error_set(err, TSR_BAD_JSON, "%s: expected an object", where);
-    snprintf(where, sizeof where, "ops[%d].", i);
-    tsr_status st =
-        json_check_keys(obj, json_keys_op, JSON_COUNT(json_keys_op), where, "a pointwise op", err);
+    char field[48];
+    tsr_status st = json_check_entry(obj, "ops", i, json_keys_op, JSON_COUNT(json_keys_op),
+                                     "a pointwise op", err);
     if (st != TSR_OK)
         return st;
     const cJSON *op = json_get(obj, "op"), *args = json_get(obj, "args"),
@@ -361,9 +374,7 @@ static tsr_status json_parse_node(const cJSON *obj, int i, tsr_pw_node *node, ts
         node->n_args = n;
     }
     snprintf(field, sizeof field, "ops[%d].out", i);
-    if (out == NULL)
-        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "%s: missing", field);
-    if ((st = json_read_name(out, field, node->out, err)))
+    if ((st = json_read_required_name(out, field, node->out, err)))
         return st;
     /* Attribute keys are checked here, by presence, because the IR cannot tell a
      * "value": 0 written on an add from no value at all. */

@@ -20,6 +20,7 @@
  * decision, explain turns every slot into a report row.
  */
 #include "tessera/arbiter.h"
+#include "stream_internal.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -414,26 +415,20 @@ static tsr_status arbiter_store_load(tsr_arbiter *a, tsr_error *err)
             return TSR_OK;
         return tsr_error_set(err, TSR_IO_ERROR, "%s: %s", path, strerror(errno));
     }
-    char *text = NULL;
-    size_t len = 0, cap = 0;
+    void *text;
+    size_t len;
+    int read_errno;
     tsr_status st_out = TSR_OK;
-    for (;;) {
-        if (len == cap) {
-            cap = cap ? cap * 2 : 4096;
-            char *grown = realloc(text, cap);
-            if (grown == NULL) {
-                st_out = tsr_error_set(err, TSR_NO_MEMORY, "%s: out of memory", path);
-                break;
-            }
-            text = grown;
-        }
-        size_t got = fread(text + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f))
-                st_out = tsr_error_set(err, TSR_IO_ERROR, "%s: %s", path, strerror(errno));
-            break;
-        }
+    switch (tsri_read_stream(f, 4096, 0, &text, &len, &read_errno)) {
+    case TSRI_READ_OK:
+        break;
+    case TSRI_READ_NO_MEMORY:
+    case TSRI_READ_TOO_LARGE: /* no bound was given */
+        st_out = tsr_error_set(err, TSR_NO_MEMORY, "%s: out of memory", path);
+        break;
+    case TSRI_READ_IO_ERROR:
+        st_out = tsr_error_set(err, TSR_IO_ERROR, "%s: %s", path, strerror(read_errno));
+        break;
     }
     fclose(f);
     if (st_out == TSR_OK)

@@ -16,6 +16,7 @@
  * to the same bits is written.
  */
 #include "tessera/json.h"
+#include "stream_internal.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -552,37 +553,26 @@ tsr_status tsr_region_from_file(const char *path, tsr_region *out, tsr_error *er
     if (f == NULL)
         return tsr_error_set(err, TSR_IO_ERROR, "%s: %s", path,
                              strerror_r(errno, ebuf, sizeof ebuf));
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
+    void *buf;
+    size_t len;
+    int read_errno;
     tsr_status st = TSR_OK;
-    while (buf != NULL) {
-        if (len == cap) {
-            if (cap >= (size_t)JSON_MAX_FILE_BYTES) {
-                st = tsr_error_set(err, TSR_TOO_LARGE, "%s: larger than %ld bytes", path,
-                                   JSON_MAX_FILE_BYTES);
-                break;
-            }
-            char *grown = realloc(buf, cap * 2);
-            if (grown == NULL) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = grown;
-            cap *= 2;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f))
-                st = tsr_error_set(err, TSR_IO_ERROR, "%s: %s", path,
-                                   strerror_r(errno, ebuf, sizeof ebuf));
-            break;
-        }
+    switch (tsri_read_stream(f, 4096, (size_t)JSON_MAX_FILE_BYTES, &buf, &len, &read_errno)) {
+    case TSRI_READ_OK:
+        break;
+    case TSRI_READ_TOO_LARGE:
+        st = tsr_error_set(err, TSR_TOO_LARGE, "%s: larger than %ld bytes", path,
+                           JSON_MAX_FILE_BYTES);
+        break;
+    case TSRI_READ_NO_MEMORY:
+        st = tsr_error_set(err, TSR_NO_MEMORY, "%s: no memory to read it", path);
+        break;
+    case TSRI_READ_IO_ERROR:
+        st = tsr_error_set(err, TSR_IO_ERROR, "%s: %s", path,
+                           strerror_r(read_errno, ebuf, sizeof ebuf));
+        break;
     }
     fclose(f);
-    if (buf == NULL)
-        return tsr_error_set(err, TSR_NO_MEMORY, "%s: no memory to read it", path);
     if (st == TSR_OK) {
         st = tsr_region_from_json(buf, len, out, err);
         if (st != TSR_OK)

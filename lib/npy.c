@@ -10,6 +10,7 @@
  * used.
  */
 #include "tessera/npy.h"
+#include "stream_internal.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -235,31 +236,15 @@ tsr_status tsr_npy_read(const char *path, tsr_npy *out, tsr_error *err)
     FILE *f = fopen(path, "rb");
     if (f == NULL)
         return tsr_error_set(err, TSR_IO_ERROR, "%s: %s", path, strerror(errno));
-    uint8_t *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len == cap) {
-            size_t ncap = cap ? cap * 2 : 1 << 16;
-            uint8_t *nb = realloc(buf, ncap);
-            if (nb == NULL) {
-                free(buf);
-                fclose(f);
-                return tsr_error_set(err, TSR_NO_MEMORY, "%s: file too large", path);
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        size_t got = fread(buf + len, 1, cap - len, f);
-        len += got;
-        if (got == 0)
-            break;
-    }
-    int failed = ferror(f);
+    void *buf;
+    size_t len;
+    int read_errno;
+    tsri_read_status rs = tsri_read_stream(f, 1 << 16, 0, &buf, &len, &read_errno);
     fclose(f);
-    if (failed) {
-        free(buf);
+    if (rs == TSRI_READ_IO_ERROR)
         return tsr_error_set(err, TSR_IO_ERROR, "%s: read error", path);
-    }
+    if (rs != TSRI_READ_OK)
+        return tsr_error_set(err, TSR_NO_MEMORY, "%s: file too large", path);
     tsr_status st = tsr_npy_parse(buf, len, out, err);
     free(buf);
     if (st != TSR_OK && err != NULL)

@@ -250,7 +250,6 @@ static tsr_status batch_complete(tsrd_job *job, tsr_status status)
 }
 
 const tsrd_handler tsrd_handler_batch = {
-    .name = "batch",
     .flags = TSRD_HEAVY | TSRD_STREAM,
     .prepare = batch_prepare,
     .execute = batch_execute,
@@ -332,7 +331,6 @@ static tsr_status import_complete(tsrd_job *job, tsr_status status)
 }
 
 const tsrd_handler tsrd_handler_buffer_import = {
-    .name = "buffer_import",
     .flags = TSRD_HEAVY,
     .prepare = import_prepare,
     .execute = import_execute,

@@ -103,7 +103,6 @@ static tsr_status buffer_alloc_complete(tsrd_job *job, tsr_status status)
 }
 
 const tsrd_handler tsrd_handler_buffer_alloc = {
-    .name = "buffer_alloc",
     .flags = TSRD_HEAVY,
     .prepare = buffer_alloc_prepare,
     .execute = buffer_alloc_execute,
@@ -151,7 +150,6 @@ static tsr_status buffer_write_execute(tsrd_job *job)
 }
 
 const tsrd_handler tsrd_handler_buffer_write = {
-    .name = "buffer_write",
     .flags = TSRD_HEAVY | TSRD_STREAM,
     .prepare = buffer_write_prepare,
     .execute = buffer_write_execute,
@@ -223,7 +221,6 @@ static tsr_status buffer_read_execute(tsrd_job *job)
 }
 
 const tsrd_handler tsrd_handler_buffer_read = {
-    .name = "buffer_read",
     .flags = TSRD_HEAVY | TSRD_STREAM,
     .prepare = buffer_read_prepare,
     .execute = buffer_read_execute,
@@ -245,5 +242,4 @@ static tsr_status buffer_free_execute(tsrd_job *job)
     return TSR_OK;
 }
 
-const tsrd_handler tsrd_handler_buffer_free = {.name = "buffer_free",
-                                               .execute = buffer_free_execute};
+const tsrd_handler tsrd_handler_buffer_free = {.execute = buffer_free_execute};

@@ -24,4 +24,4 @@ static tsr_status health_execute(tsrd_job *job)
     return TSR_OK;
 }
 
-const tsrd_handler tsrd_handler_health = {.name = "health", .execute = health_execute};
+const tsrd_handler tsrd_handler_health = {.execute = health_execute};

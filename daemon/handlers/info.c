@@ -47,7 +47,7 @@ static tsr_status hello_execute(tsrd_job *job)
     return TSR_OK;
 }
 
-const tsrd_handler tsrd_handler_hello = {.name = "hello", .execute = hello_execute};
+const tsrd_handler tsrd_handler_hello = {.execute = hello_execute};
 
 static tsr_status stats_execute(tsrd_job *job)
 {
@@ -60,7 +60,7 @@ static tsr_status stats_execute(tsrd_job *job)
     return st;
 }
 
-const tsrd_handler tsrd_handler_stats = {.name = "stats", .execute = stats_execute};
+const tsrd_handler tsrd_handler_stats = {.execute = stats_execute};
 
 static tsr_status cache_entry_fill(tsrd_job *job, const tsr_kcache_entry_info *info,
                                    Tessera__V1__CacheEntry **out)
@@ -109,8 +109,7 @@ static tsr_status cache_list_execute(tsrd_job *job)
     return st;
 }
 
-const tsrd_handler tsrd_handler_cache_list = {
-    .name = "cache_list", .flags = TSRD_HEAVY, .execute = cache_list_execute};
+const tsrd_handler tsrd_handler_cache_list = {.flags = TSRD_HEAVY, .execute = cache_list_execute};
 
 static tsr_status cache_evict_execute(tsrd_job *job)
 {
@@ -131,5 +130,4 @@ static tsr_status cache_evict_execute(tsrd_job *job)
     return st;
 }
 
-const tsrd_handler tsrd_handler_cache_evict = {
-    .name = "cache_evict", .flags = TSRD_HEAVY, .execute = cache_evict_execute};
+const tsrd_handler tsrd_handler_cache_evict = {.flags = TSRD_HEAVY, .execute = cache_evict_execute};

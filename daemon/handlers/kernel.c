@@ -108,7 +108,6 @@ static tsr_status compile_complete(tsrd_job *job, tsr_status status)
 }
 
 const tsrd_handler tsrd_handler_compile = {
-    .name = "compile",
     .flags = TSRD_HEAVY,
     .execute = compile_execute,
     .complete = compile_complete,
@@ -194,8 +193,7 @@ static tsr_status verify_execute(tsrd_job *job)
     return TSR_OK;
 }
 
-const tsrd_handler tsrd_handler_verify = {
-    .name = "verify", .flags = TSRD_HEAVY, .execute = verify_execute};
+const tsrd_handler tsrd_handler_verify = {.flags = TSRD_HEAVY, .execute = verify_execute};
 
 /* ---- candidates ---- */
 
@@ -258,8 +256,7 @@ static tsr_status candidates_execute(tsrd_job *job)
     return st;
 }
 
-const tsrd_handler tsrd_handler_candidates = {
-    .name = "candidates", .flags = TSRD_HEAVY, .execute = candidates_execute};
+const tsrd_handler tsrd_handler_candidates = {.flags = TSRD_HEAVY, .execute = candidates_execute};
 
 /* ---- kernel_free ---- */
 
@@ -286,5 +283,4 @@ static tsr_status kernel_free_execute(tsrd_job *job)
     return TSR_OK;
 }
 
-const tsrd_handler tsrd_handler_kernel_free = {.name = "kernel_free",
-                                               .execute = kernel_free_execute};
+const tsrd_handler tsrd_handler_kernel_free = {.execute = kernel_free_execute};

@@ -145,7 +145,6 @@ static tsr_status launch_execute(tsrd_job *job)
 }
 
 const tsrd_handler tsrd_handler_launch = {
-    .name = "launch",
     .flags = TSRD_HEAVY | TSRD_STREAM,
     .prepare = launch_prepare,
     .execute = launch_execute,
@@ -371,7 +370,6 @@ static tsr_status run_execute(tsrd_job *job)
 }
 
 const tsrd_handler tsrd_handler_run = {
-    .name = "run",
     .flags = TSRD_HEAVY | TSRD_STREAM,
     .prepare = run_prepare,
     .execute = run_execute,

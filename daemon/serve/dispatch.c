@@ -155,7 +155,8 @@ static void dispatch_after_work(uv_work_t *w, int uv_status)
     bool stream = (job->handler->flags & TSRD_STREAM) != 0;
     tsr_status st = job->err.code;
     if (uv_status == UV_ECANCELED)
-        st = tsr_error_set(&job->err, TSR_CANCELLED, "%s: cancelled", job->handler->name);
+        st = tsr_error_set(&job->err, TSR_CANCELLED, "%s: cancelled",
+                           tsrd_body_name(job->body_case));
     d->work_running--;
     tsrd_session_ref(s);
     dispatch_complete(job, st);
@@ -171,6 +172,17 @@ static void dispatch_after_work(uv_work_t *w, int uv_status)
 
 /* Hands queued heavy work to the worker pool while it has free slots, one job
  * per tenant in turn: the tenant served goes to the back of the ring. */
+/* Puts a tenant with queued work at the end of the ring of tenants served in turn. */
+static void dispatch_ready_append(tsrd_daemon *d, tsrd_tenant *t)
+{
+    t->ready_next = NULL;
+    if (d->ready_tail != NULL)
+        d->ready_tail->ready_next = t;
+    else
+        d->ready_head = t;
+    d->ready_tail = t;
+}
+
 void tsrd_dispatch_pump(tsrd_daemon *d)
 {
     if (d->work_paused)
@@ -187,12 +199,7 @@ void tsrd_dispatch_pump(tsrd_daemon *d)
             t->work_tail = NULL;
             t->work_ready = false;
         } else {
-            t->ready_next = NULL;
-            if (d->ready_tail != NULL)
-                d->ready_tail->ready_next = t;
-            else
-                d->ready_head = t;
-            d->ready_tail = t;
+            dispatch_ready_append(d, t);
         }
         d->work_running++;
         job->work.data = job;
@@ -217,12 +224,7 @@ static void dispatch_queue_work(tsrd_job *job)
     t->work_tail = job;
     if (!t->work_ready) {
         t->work_ready = true;
-        t->ready_next = NULL;
-        if (d->ready_tail != NULL)
-            d->ready_tail->ready_next = t;
-        else
-            d->ready_head = t;
-        d->ready_tail = t;
+        dispatch_ready_append(d, t);
     }
     tsrd_dispatch_pump(d);
 }

@@ -25,7 +25,6 @@ enum tsrd_handler_flags {
 };
 
 typedef struct tsrd_handler {
-    const char *name; /* "hello", "buffer_alloc", ...: logs and metrics */
     unsigned flags;
     tsr_status (*prepare)(tsrd_job *job);
     tsr_status (*execute)(tsrd_job *job);

@@ -333,6 +333,26 @@ static bool kernels_tier1_applies(const tsr_candidate *c, const tsr_region *r, c
     return false;
 }
 
+/* Past the arch check, a tier-3 family applies when the build embedded its
+ * image and its plan accepts r; why is then the rule r breaks. */
+static bool kernels_gemm_applies(size_t image_len,
+                                 tsr_status (*plan_make)(const tsr_region *, tsrd_gemm_plan *,
+                                                         tsr_error *),
+                                 const tsr_region *r, char *why, size_t why_len)
+{
+    if (image_len == 0) {
+        snprintf(why, why_len, "this tesserad was built without nvcc (no tier-3 kernels)");
+        return false;
+    }
+    tsrd_gemm_plan plan;
+    tsr_error err;
+    if (plan_make(r, &plan, &err) != TSR_OK) {
+        snprintf(why, why_len, "%s", err.message);
+        return false;
+    }
+    return true;
+}
+
 static bool kernels_tier3_applies(const tsr_candidate *c, const tsr_region *r, const char *arch,
                                   char *why, size_t why_len)
 {
@@ -341,17 +361,7 @@ static bool kernels_tier3_applies(const tsr_candidate *c, const tsr_region *r, c
         snprintf(why, why_len, "built for %s only, not %s", TSRD_CUDA_TIER3_ARCH, arch);
         return false;
     }
-    if (tsrd_gemm_sm90_cubin_len == 0) {
-        snprintf(why, why_len, "this tesserad was built without nvcc (no tier-3 kernels)");
-        return false;
-    }
-    tsrd_gemm_plan plan;
-    tsr_error err;
-    if (tsrd_gemm_plan_make(r, &plan, &err) != TSR_OK) {
-        snprintf(why, why_len, "%s", err.message);
-        return false;
-    }
-    return true;
+    return kernels_gemm_applies(tsrd_gemm_sm90_cubin_len, tsrd_gemm_plan_make, r, why, why_len);
 }
 
 /* sm_80 .. sm_89 run the image's sm_80 code, Hopper its sm_90 code. */
@@ -370,86 +380,91 @@ static bool kernels_mma80_applies(const tsr_candidate *c, const tsr_region *r, c
         snprintf(why, why_len, "built for sm_80 .. sm_89 and sm_90, not %s", arch);
         return false;
     }
-    if (tsrd_gemm_sm80_image_len == 0) {
-        snprintf(why, why_len, "this tesserad was built without nvcc (no tier-3 kernels)");
-        return false;
-    }
-    tsrd_gemm_plan plan;
-    tsr_error err;
-    if (tsrd_gemm80_plan_make(r, &plan, &err) != TSR_OK) {
-        snprintf(why, why_len, "%s", err.message);
-        return false;
-    }
-    return true;
+    return kernels_gemm_applies(tsrd_gemm_sm80_image_len, tsrd_gemm80_plan_make, r, why, why_len);
 }
 
-void tsrd_cuda_candidate_reference(tsr_candidate *out)
+#define KERNELS_ALL_KINDS ((1u << TSR_KIND_COUNT) - 1)
+#define KERNELS_GEMM_KINDS (1u << TSR_KIND_MATMUL | 1u << TSR_KIND_FUSED)
+#define KERNELS_GATED_KINDS (1u << TSR_KIND_GATED)
+
+/* What tells one candidate from another; the rest of a tsr_candidate is 0. */
+typedef struct kernels_candidate_row {
+    const char *name;
+    int tier;
+    uint32_t version;
+    unsigned kinds;
+    bool (*applies)(const tsr_candidate *c, const tsr_region *r, const char *arch, char *why,
+                    size_t why_len);
+    /* test_fault: forced only, and left to the backend to register (with
+     * test_faults) rather than to tsrd_cuda_register_candidates. */
+    bool test_only;
+} kernels_candidate_row;
+
+/* In registration order, which breaks tier ties: the mma80 pair follows the
+ * wgmma pair so that Hopper picks the latter. Name and version enter every
+ * kernel cache key. */
+static const kernels_candidate_row kernels_candidates[] = {
+    {TSRD_CUDA_REFERENCE, 0, TSRD_CUDA_REFERENCE_VERSION, KERNELS_ALL_KINDS, NULL, false},
+    {TSRD_CUDA_TIER1, 1, TSRD_CUDA_TIER1_VERSION, KERNELS_ALL_KINDS, kernels_tier1_applies, false},
+    {TSRD_CUDA_GEMM, 3, TSRD_CUDA_TIER3_VERSION, KERNELS_GEMM_KINDS, kernels_tier3_applies, false},
+    {TSRD_CUDA_SWIGLU, 3, TSRD_CUDA_TIER3_VERSION, KERNELS_GATED_KINDS, kernels_tier3_applies,
+     false},
+    {TSRD_CUDA_GEMM80, 3, TSRD_CUDA_MMA80_VERSION, KERNELS_GEMM_KINDS, kernels_mma80_applies,
+     false},
+    {TSRD_CUDA_SWIGLU80, 3, TSRD_CUDA_MMA80_VERSION, KERNELS_GATED_KINDS, kernels_mma80_applies,
+     false},
+    {TSRD_CUDA_TEST_FAULT, 1, TSRD_CUDA_TEST_FAULT_VERSION, KERNELS_ALL_KINDS, NULL, true},
+};
+#define KERNELS_N_CANDIDATES (sizeof kernels_candidates / sizeof kernels_candidates[0])
+
+static void kernels_candidate_fill(const kernels_candidate_row *row, tsr_candidate *out)
 {
     memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", TSRD_CUDA_REFERENCE);
-    out->tier = 0;
-    out->version = TSRD_CUDA_REFERENCE_VERSION;
-    out->kinds = (1u << TSR_KIND_COUNT) - 1;
+    snprintf(out->name, sizeof out->name, "%s", row->name);
+    out->tier = row->tier;
+    out->version = row->version;
+    out->kinds = row->kinds;
+    out->applies = row->applies;
+    out->forced_only = row->test_only;
+}
+
+static const kernels_candidate_row *kernels_candidate_find(const char *name)
+{
+    for (size_t i = 0; i < KERNELS_N_CANDIDATES; i++)
+        if (strcmp(kernels_candidates[i].name, name) == 0)
+            return &kernels_candidates[i];
+    return NULL;
+}
+
+bool tsrd_cuda_candidate(const char *name, tsr_candidate *out)
+{
+    const kernels_candidate_row *row = kernels_candidate_find(name);
+    if (row == NULL) {
+        memset(out, 0, sizeof *out);
+        return false;
+    }
+    kernels_candidate_fill(row, out);
+    return true;
 }
 
 void tsrd_cuda_candidate_tier1(tsr_candidate *out)
 {
-    memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", TSRD_CUDA_TIER1);
-    out->tier = 1;
-    out->version = TSRD_CUDA_TIER1_VERSION;
-    out->kinds = (1u << TSR_KIND_COUNT) - 1;
-    out->applies = kernels_tier1_applies;
+    tsrd_cuda_candidate(TSRD_CUDA_TIER1, out);
 }
 
 void tsrd_cuda_candidate_gemm(tsr_candidate *out)
 {
-    memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", TSRD_CUDA_GEMM);
-    out->tier = 3;
-    out->version = TSRD_CUDA_TIER3_VERSION;
-    out->kinds = 1u << TSR_KIND_MATMUL | 1u << TSR_KIND_FUSED;
-    out->applies = kernels_tier3_applies;
+    tsrd_cuda_candidate(TSRD_CUDA_GEMM, out);
 }
 
 void tsrd_cuda_candidate_swiglu(tsr_candidate *out)
 {
-    memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", TSRD_CUDA_SWIGLU);
-    out->tier = 3;
-    out->version = TSRD_CUDA_TIER3_VERSION;
-    out->kinds = 1u << TSR_KIND_GATED;
-    out->applies = kernels_tier3_applies;
-}
-
-void tsrd_cuda_candidate_gemm80(tsr_candidate *out)
-{
-    memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", TSRD_CUDA_GEMM80);
-    out->tier = 3;
-    out->version = TSRD_CUDA_MMA80_VERSION;
-    out->kinds = 1u << TSR_KIND_MATMUL | 1u << TSR_KIND_FUSED;
-    out->applies = kernels_mma80_applies;
-}
-
-void tsrd_cuda_candidate_swiglu80(tsr_candidate *out)
-{
-    memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", TSRD_CUDA_SWIGLU80);
-    out->tier = 3;
-    out->version = TSRD_CUDA_MMA80_VERSION;
-    out->kinds = 1u << TSR_KIND_GATED;
-    out->applies = kernels_mma80_applies;
+    tsrd_cuda_candidate(TSRD_CUDA_SWIGLU, out);
 }
 
 void tsrd_cuda_candidate_test_fault(tsr_candidate *out)
 {
-    memset(out, 0, sizeof *out);
-    snprintf(out->name, sizeof out->name, "%s", TSRD_CUDA_TEST_FAULT);
-    out->tier = 1;
-    out->version = TSRD_CUDA_TEST_FAULT_VERSION;
-    out->kinds = (1u << TSR_KIND_COUNT) - 1;
-    out->forced_only = true;
+    tsrd_cuda_candidate(TSRD_CUDA_TEST_FAULT, out);
 }
 
 int tsrd_cuda_candidate_is_tier3(const tsr_candidate *c)
@@ -460,25 +475,14 @@ int tsrd_cuda_candidate_is_tier3(const tsr_candidate *c)
 
 tsr_status tsrd_cuda_register_candidates(tsr_arbiter *arbiter, tsr_error *err)
 {
-    tsr_candidate c;
-    tsrd_cuda_candidate_reference(&c);
-    tsr_status st = tsr_arbiter_register(arbiter, &c, err);
-    tsrd_cuda_candidate_tier1(&c);
-    if (st == TSR_OK)
+    tsr_status st = TSR_OK;
+    for (size_t i = 0; i < KERNELS_N_CANDIDATES && st == TSR_OK; i++) {
+        if (kernels_candidates[i].test_only)
+            continue;
+        tsr_candidate c;
+        kernels_candidate_fill(&kernels_candidates[i], &c);
         st = tsr_arbiter_register(arbiter, &c, err);
-    tsrd_cuda_candidate_gemm(&c);
-    if (st == TSR_OK)
-        st = tsr_arbiter_register(arbiter, &c, err);
-    tsrd_cuda_candidate_swiglu(&c);
-    if (st == TSR_OK)
-        st = tsr_arbiter_register(arbiter, &c, err);
-    /* After the wgmma pair: equal tier, so on Hopper the tie goes to those. */
-    tsrd_cuda_candidate_gemm80(&c);
-    if (st == TSR_OK)
-        st = tsr_arbiter_register(arbiter, &c, err);
-    tsrd_cuda_candidate_swiglu80(&c);
-    if (st == TSR_OK)
-        st = tsr_arbiter_register(arbiter, &c, err);
+    }
     return st;
 }
 
@@ -593,9 +597,8 @@ tsr_status tsrd_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_regio
     if ((c->kinds & (1u << r->kind)) == 0)
         return tsr_error_set(err, TSR_UNSUPPORTED, "%s: does not serve %s regions", c->name,
                              tsr_region_kind_name(r->kind));
-    bool ok = kernels_is_mma80(c) ? kernels_mma80_applies(c, r, arch, why, sizeof why)
-                                  : kernels_tier3_applies(c, r, arch, why, sizeof why);
-    if (!ok)
+    /* The table's predicate, which c (perhaps a caller's copy) need not carry. */
+    if (!kernels_candidate_find(c->name)->applies(c, r, arch, why, sizeof why))
         return tsr_error_set(err, TSR_UNSUPPORTED, "%s: %s", c->name, why);
     tsrd_gemm_plan plan;
     tsr_status st = tsrd_gemm_plan_for(c, r, &plan, err);

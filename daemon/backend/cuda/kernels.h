@@ -27,6 +27,7 @@
 #define TSRD_CUDA_KERNELS_H
 
 #include <cuda.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -118,14 +119,14 @@ void tsrd_cuda_arch_name(int major, int minor, char *buf, size_t size);
  * goes to the wgmma kernels, while the mma80 ones stay forceable. */
 tsr_status tsrd_cuda_register_candidates(tsr_arbiter *arbiter, tsr_error *err);
 
-/* The candidate descriptions (the same values registration uses). */
-void tsrd_cuda_candidate_reference(tsr_candidate *out);
+/* Fills *out with the candidate called name, test_fault included, with the
+ * values registration uses. False, *out zeroed, for a name the backend lacks. */
+bool tsrd_cuda_candidate(const char *name, tsr_candidate *out);
+/* The same for one name each, for the backends (test_fault, registered only
+ * with test_faults) and the GPU benchmark. */
 void tsrd_cuda_candidate_tier1(tsr_candidate *out);
 void tsrd_cuda_candidate_gemm(tsr_candidate *out);
 void tsrd_cuda_candidate_swiglu(tsr_candidate *out);
-void tsrd_cuda_candidate_gemm80(tsr_candidate *out);
-void tsrd_cuda_candidate_swiglu80(tsr_candidate *out);
-/* The test_fault candidate (registered by the backend only with test_faults). */
 void tsrd_cuda_candidate_test_fault(tsr_candidate *out);
 
 /* True for the four tier-3 candidates. */

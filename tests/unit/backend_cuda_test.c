@@ -86,7 +86,7 @@ Test(backend_cuda, names_architectures_with_the_hopper_suffix)
 
 Test(backend_cuda, blob_round_trips_and_rejects_damage)
 {
-    tsrd_cuda_launch_desc d = {.image = TSRI_CUDA_IMAGE_CUBIN,
+    tsrd_cuda_launch_desc d = {.image = TSRD_CUDA_IMAGE_CUBIN,
                                .entry = "tsr_k",
                                .grid = {7, 1, 1},
                                .block = {256, 1, 1},
@@ -96,7 +96,7 @@ Test(backend_cuda, blob_round_trips_and_rejects_damage)
     uint8_t *blob = NULL;
     size_t len = 0;
     cr_assert_eq(tsrd_cuda_blob_encode(&d, payload, sizeof payload, &blob, &len, NULL), TSR_OK);
-    cr_assert_eq(len, TSRI_CUDA_BLOB_HEADER + 5);
+    cr_assert_eq(len, TSRD_CUDA_BLOB_HEADER + 5);
     tsrd_cuda_launch_desc got;
     const uint8_t *p = NULL;
     size_t plen = 0;
@@ -117,12 +117,12 @@ Test(backend_cuda, blob_round_trips_and_rejects_damage)
     free(blob);
 
     /* An embedded-image blob carries no payload; a cubin blob must carry one. */
-    d.image = TSRI_CUDA_IMAGE_EMBEDDED;
+    d.image = TSRD_CUDA_IMAGE_EMBEDDED;
     cr_assert_eq(tsrd_cuda_blob_encode(&d, NULL, 0, &blob, &len, NULL), TSR_OK);
     cr_assert_eq(tsrd_cuda_blob_decode(blob, len, &got, &p, &plen, NULL), TSR_OK);
     cr_assert_eq(plen, 0);
     free(blob);
-    d.image = TSRI_CUDA_IMAGE_CUBIN;
+    d.image = TSRD_CUDA_IMAGE_CUBIN;
     cr_assert_eq(tsrd_cuda_blob_encode(&d, NULL, 0, &blob, &len, NULL), TSR_OK);
     cr_assert_eq(tsrd_cuda_blob_decode(blob, len, &got, &p, &plen, NULL), TSR_CORRUPT);
     free(blob);
@@ -305,7 +305,7 @@ Test(backend_cuda, tier3_compile_names_the_embedded_entry)
     const uint8_t *p;
     size_t plen;
     cr_assert_eq(tsrd_cuda_blob_decode(bin, len, &d, &p, &plen, NULL), TSR_OK);
-    cr_assert_eq(d.image, TSRI_CUDA_IMAGE_EMBEDDED);
+    cr_assert_eq(d.image, TSRD_CUDA_IMAGE_EMBEDDED);
     cr_assert_str_eq(d.entry, "tsr_gemm_bf16_bf16");
     cr_assert_eq(d.grid[0], 1);
     cr_assert_eq(d.block[0], 384);
@@ -340,7 +340,7 @@ Test(backend_cuda, tier1_compiles_every_example_in_every_dtype, .timeout = 120)
             const uint8_t *p;
             size_t plen;
             cr_assert_eq(tsrd_cuda_blob_decode(bin, len, &d, &p, &plen, NULL), TSR_OK);
-            cr_assert_eq(d.image, TSRI_CUDA_IMAGE_CUBIN);
+            cr_assert_eq(d.image, TSRD_CUDA_IMAGE_CUBIN);
             cr_assert_eq(memcmp(p,
                                 "\x7f"
                                 "ELF",
@@ -379,7 +379,7 @@ Test(backend_cuda, test_fault_compiles_with_the_region_signature, .timeout = 60)
     const uint8_t *p;
     size_t plen;
     cr_assert_eq(tsrd_cuda_blob_decode(bin, len, &d, &p, &plen, NULL), TSR_OK);
-    cr_expect_eq(d.image, TSRI_CUDA_IMAGE_CUBIN);
+    cr_expect_eq(d.image, TSRD_CUDA_IMAGE_CUBIN);
     cr_expect_str_eq(d.entry, "tsr_test_fault");
     cr_expect_eq(d.n_params, n_inputs + 1);
     cr_expect_gt(plen, 0);
@@ -393,7 +393,8 @@ Test(backend_cuda, test_fault_compiles_with_the_region_signature, .timeout = 60)
 Test(backend_cuda, the_reference_blob_carries_the_region)
 {
     tsr_candidate ref;
-    tsrd_cuda_candidate_reference(&ref);
+    cr_assert_not(tsrd_cuda_candidate("no_such_candidate", &ref));
+    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_REFERENCE, &ref));
     cr_assert_str_eq(ref.name, "reference");
     cr_assert_eq(ref.tier, 0);
     tsr_region r;
@@ -407,7 +408,7 @@ Test(backend_cuda, the_reference_blob_carries_the_region)
     const uint8_t *p;
     size_t plen;
     cr_assert_eq(tsrd_cuda_blob_decode(bin, len, &d, &p, &plen, &e), TSR_OK, "%s", e.message);
-    cr_expect_eq(d.image, TSRI_CUDA_IMAGE_REFERENCE);
+    cr_expect_eq(d.image, TSRD_CUDA_IMAGE_REFERENCE);
     cr_expect_str_eq(d.entry, "tsr_reference");
     cr_expect_eq(d.n_params, 4); /* q, k, v and the output */
     tsr_region back;
@@ -417,7 +418,7 @@ Test(backend_cuda, the_reference_blob_carries_the_region)
     cr_assert_eq(tsr_region_fingerprint(&back, &f2, &e), TSR_OK);
     cr_expect_eq(memcmp(f1.bytes, f2.bytes, sizeof f1.bytes), 0);
     /* A reference blob without its payload is refused. */
-    cr_expect_eq(tsrd_cuda_blob_decode(bin, TSRI_CUDA_BLOB_HEADER, &d, &p, &plen, &e), TSR_CORRUPT);
+    cr_expect_eq(tsrd_cuda_blob_decode(bin, TSRD_CUDA_BLOB_HEADER, &d, &p, &plen, &e), TSR_CORRUPT);
     free(bin);
     tsr_region_free(&back);
     tsr_region_free(&r);

@@ -41,8 +41,8 @@ static void skip_without_image(void)
 Test(cuda_kernels80, candidates_are_tier3_for_the_gemm_kinds)
 {
     tsr_candidate gemm, swiglu;
-    tsrd_cuda_candidate_gemm80(&gemm);
-    tsrd_cuda_candidate_swiglu80(&swiglu);
+    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_GEMM80, &gemm));
+    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_SWIGLU80, &swiglu));
     cr_assert_str_eq(gemm.name, "gemm_mma80");
     cr_assert_str_eq(swiglu.name, "swiglu_mma80");
     cr_assert_eq(gemm.tier, 3);
@@ -58,7 +58,7 @@ Test(cuda_kernels80, candidates_are_tier3_for_the_gemm_kinds)
 Test(cuda_kernels80, declines_architectures_outside_sm80_to_sm90)
 {
     tsr_candidate gemm;
-    tsrd_cuda_candidate_gemm80(&gemm);
+    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_GEMM80, &gemm));
     tsr_region r;
     char why[160];
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 100, 96, 64, NULL), TSR_OK);
@@ -75,8 +75,8 @@ Test(cuda_kernels80, applies_on_ampere_ada_and_hopper)
 {
     skip_without_image();
     tsr_candidate gemm, swiglu;
-    tsrd_cuda_candidate_gemm80(&gemm);
-    tsrd_cuda_candidate_swiglu80(&swiglu);
+    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_GEMM80, &gemm));
+    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_SWIGLU80, &swiglu));
     tsr_region r, g;
     char why[160];
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 100, 96, 64, NULL), TSR_OK);
@@ -92,8 +92,8 @@ Test(cuda_kernels80, declines_with_the_rule_it_breaks)
 {
     skip_without_image();
     tsr_candidate gemm, swiglu;
-    tsrd_cuda_candidate_gemm80(&gemm);
-    tsrd_cuda_candidate_swiglu80(&swiglu);
+    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_GEMM80, &gemm));
+    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_SWIGLU80, &swiglu));
     char why[160];
     tsr_region r;
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_F32, 128, 128, 128, NULL), TSR_OK);
@@ -174,7 +174,7 @@ Test(cuda_kernels80, plan_names_the_entry_and_counts_tiles)
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 1000, 1000, 1024, NULL), TSR_OK);
     r.out_dtype = TSR_F32;
     cr_assert_eq(tsrd_gemm80_plan_make(&r, &plan, NULL), TSR_OK);
-    cr_assert_eq(plan.family, TSRI_GEMM_MMA80);
+    cr_assert_eq(plan.family, TSRD_GEMM_MMA80);
     cr_assert_str_eq(plan.entry, "tsr_gemm80_bf16_f32");
     cr_assert_eq(plan.grid, 8 * 8); /* ceil(1000/128) x ceil(1000/128) */
     cr_assert_eq(plan.block, 256);
@@ -192,7 +192,7 @@ Test(cuda_kernels80, plan_names_the_entry_and_counts_tiles)
 
     /* The Hopper plan of the same region keeps its own family and geometry. */
     cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
-    cr_assert_eq(plan.family, TSRI_GEMM_WGMMA);
+    cr_assert_eq(plan.family, TSRD_GEMM_WGMMA);
     cr_assert_str_eq(plan.entry, "tsr_gemm_f16_bf16_gated");
     cr_assert_eq(plan.block, 384);
 }
@@ -203,7 +203,7 @@ Test(cuda_kernels80, plan_for_picks_the_family_of_the_candidate)
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_F16, 64, 64, 64, NULL), TSR_OK);
     tsr_candidate c;
     tsrd_gemm_plan plan;
-    tsrd_cuda_candidate_gemm80(&c);
+    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_GEMM80, &c));
     cr_assert_eq(tsrd_gemm_plan_for(&c, &r, &plan, NULL), TSR_OK);
     cr_assert_str_eq(plan.entry, "tsr_gemm80_f16_f16");
     tsrd_cuda_candidate_gemm(&c);
@@ -265,8 +265,8 @@ Test(cuda_kernels80, compile_names_the_embedded_entry)
     tsr_region r;
     load_example("examples/matmul.json", TSR_BF16, &r);
     tsr_candidate gemm, swiglu;
-    tsrd_cuda_candidate_gemm80(&gemm);
-    tsrd_cuda_candidate_swiglu80(&swiglu);
+    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_GEMM80, &gemm));
+    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_SWIGLU80, &swiglu));
     const char *archs[] = {"sm_86", "sm_90a"};
     for (int i = 0; i < 2; i++) {
         uint8_t *bin = NULL;
@@ -278,7 +278,7 @@ Test(cuda_kernels80, compile_names_the_embedded_entry)
         const uint8_t *p;
         size_t plen;
         cr_assert_eq(tsrd_cuda_blob_decode(bin, len, &d, &p, &plen, NULL), TSR_OK);
-        cr_assert_eq(d.image, TSRI_CUDA_IMAGE_EMBEDDED);
+        cr_assert_eq(d.image, TSRD_CUDA_IMAGE_EMBEDDED);
         cr_assert_str_eq(d.entry, "tsr_gemm80_bf16_bf16");
         cr_assert_eq(d.grid[0], 1);
         cr_assert_eq(d.block[0], 256);

@@ -1,5 +1,5 @@
 /*
- * arbiter.c — candidate registry and selection policy (arbiter.h, DESIGN §5).
+ * arbiter.c — candidate registry and selection policy (arbiter.h, docs/arbiter.md).
  *
  * The registry is one list of candidates in registration order; a candidate that
  * serves several kinds appears once and is filtered per kind at selection time.

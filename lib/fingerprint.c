@@ -1,6 +1,6 @@
 /*
  * fingerprint.c — the canonical encoding of a region, its SHA-256 fingerprint and
- * the compiled-kernel cache key (DESIGN §3).
+ * the compiled-kernel cache key (docs/architecture.md, "Fingerprint").
  *
  * The encoding is a flat byte string written field by field in a fixed order:
  * integers little-endian at a fixed width, floats as the bits of their double,

@@ -1,5 +1,5 @@
 /*
- * json.c — the region's JSON form (DESIGN §2) in and out, through cJSON.
+ * json.c — the region's JSON form (docs/regions.md) in and out, through cJSON.
  *
  * Parsing is strict on purpose: JSON regions are written by people, and a typo
  * ("epilouge", "m": 12.5) should fail loudly at the key rather than fall back to

@@ -1,5 +1,5 @@
 /*
- * kcache.c — the compiled-kernel cache (DESIGN §3, kcache.h).
+ * kcache.c — the compiled-kernel cache (kcache.h, docs/cache.md).
  *
  * Two levels behind one mutex. The memory level is a hash map threaded on an LRU
  * list and bounded by payload bytes; its blobs are reference-counted so that an

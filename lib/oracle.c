@@ -1,5 +1,6 @@
 /*
- * oracle.c — verification of a candidate against the CPU reference (DESIGN §4).
+ * oracle.c — verification of a candidate against the CPU reference (docs/architecture.md,
+ * "Oracle").
  *
  * Probe inputs are made here, deterministically from a seed and a probe index, so
  * that a failing verdict can be reproduced by anyone who has the region, the seed

@@ -1,7 +1,7 @@
 /*
  * region.c — the region IR: validation, defaults, copy, equality, signature.
  *
- * tsr_region_validate is the one place where DESIGN §2's rules live; the JSON
+ * tsr_region_validate is the one place where the rules of docs/regions.md live; the JSON
  * parser, the protobuf decoder and the constructors all end in it, so every
  * region that reaches a backend has passed the same checks. It stops at the
  * first broken rule, in field order, and names the field in the message

@@ -1,5 +1,5 @@
 /*
- * ops_test.c — the op table: names and flags as DESIGN §2 lists them, the
+ * ops_test.c — the op table: names and flags as docs/regions.md ("Ops") lists them, the
  * reference semantics on numpy's corner cases (values measured with numpy 1.24),
  * and the CUDA prelude plus every op's expression compiling under NVRTC for
  * sm_90a. NVRTC is loaded with dlopen; without it that test is skipped.

@@ -1,5 +1,5 @@
 /*
- * region_test.c — the region IR: every validation rule of DESIGN §2 by its exact
+ * region_test.c — the region IR: every validation rule of docs/regions.md by its exact
  * status code and the field its message names, the defaults validation fills,
  * constructors, copy/equal/free, signatures, element counts and FLOP counts.
  */

@@ -1,5 +1,5 @@
 /*
- * tessera/arbiter.h — candidate registry and selection policy (DESIGN §5).
+ * tessera/arbiter.h — candidate registry and selection policy (docs/arbiter.md).
  *
  * Candidates are registered per backend with a name, a tier (0 the CPU
  * reference, 1 Tier-1 generated code, 2 emitted tensor-core variants, 3

@@ -40,7 +40,7 @@ const char *tsr_dtype_name(tsr_dtype dtype);
 bool tsr_dtype_parse(const char *name, tsr_dtype *out);
 
 /* The oracle's relative-error bound for results stored in this dtype
- * (DESIGN §4: f32 1e-5, f16 2e-3, bf16 1.6e-2). */
+ * (docs/architecture.md, "Oracle"): f32 1e-5, f16 2e-3, bf16 1.6e-2. */
 double tsr_dtype_tolerance(tsr_dtype dtype);
 
 /* Scalar conversions, round to nearest even. */

@@ -1,5 +1,6 @@
 /*
- * tessera/fingerprint.h — canonical encoding and SHA-256 fingerprint (DESIGN §3).
+ * tessera/fingerprint.h — canonical encoding and SHA-256 fingerprint (docs/architecture.md,
+ * "Fingerprint").
  *
  * The canonical encoding is a byte string built from the validated region: a
  * format version, kind, dtypes, every shape and attribute (floats by their exact

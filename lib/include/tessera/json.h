@@ -1,5 +1,5 @@
 /*
- * tessera/json.h — the region's JSON form (DESIGN §2), through cJSON.
+ * tessera/json.h — the region's JSON form (docs/regions.md), through cJSON.
  *
  * Parsing accepts any key order, rejects unknown keys and wrong JSON types with
  * TSR_BAD_JSON or TSR_BAD_ATTRIBUTE naming the key, and ends in

@@ -1,5 +1,5 @@
 /*
- * tessera/kcache.h — the compiled-kernel cache (DESIGN §3).
+ * tessera/kcache.h — the compiled-kernel cache (docs/cache.md).
  *
  * Maps a kernel key (tsr_kernel_key: region fingerprint + candidate + arch +
  * compiler/driver versions + options + codegen version) to an immutable binary

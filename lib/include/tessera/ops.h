@@ -4,7 +4,7 @@
  * Each op has one row: its JSON name, arity, where it may appear (pointwise DAG,
  * matmul prologue, matmul epilogue / gate activation), its attributes, its
  * reference implementation and its CUDA C expression for the code generator.
- * Meaning is numpy's on float32 (DESIGN §2); NaN propagates through every op,
+ * Meaning is numpy's on float32 (docs/regions.md, "Ops"); NaN propagates through every op,
  * including maximum, minimum, relu, clamp and sign, which bare CUDA fmaxf/fminf
  * would not do — so the CUDA expressions call the NaN-preserving helpers that
  * tsr_ops_cuda_prelude() defines.

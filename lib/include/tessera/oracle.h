@@ -1,5 +1,6 @@
 /*
- * tessera/oracle.h — verification of a candidate against the reference (DESIGN §4).
+ * tessera/oracle.h — verification of a candidate against the reference (docs/architecture.md,
+ * "Oracle").
  *
  * The oracle makes probe inputs for a region (seeded standard-normal values; for
  * pointwise regions also special-value probes holding NaN, ±inf, ±0, huge and

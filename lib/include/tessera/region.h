@@ -1,5 +1,5 @@
 /*
- * tessera/region.h — the region IR: one fusable unit of work (DESIGN §2).
+ * tessera/region.h — the region IR: one fusable unit of work (docs/regions.md).
  *
  * A region is a plain value: a tagged union over the five kinds. Only a pointwise
  * region owns heap memory (its node array); tsr_region_free releases it, and
@@ -13,7 +13,7 @@
  * indices. Code that receives a region may rely on that; code that builds one by
  * hand must call tsr_region_validate before using it.
  *
- * Every rule of DESIGN §2 is checked by tsr_region_validate and reported with a
+ * Every rule of docs/regions.md is checked by tsr_region_validate and reported with a
  * precise status (status.h) and a message naming the field, e.g.
  * "ops[3].args[0]: undefined name 'x'". Nothing is silently fixed.
  *
@@ -52,7 +52,7 @@ bool tsr_region_kind_parse(const char *name, tsr_region_kind *out);
 /* Limits. Past them a region is rejected with TSR_TOO_LARGE (or BAD_DIMENSION
  * for rank). */
 #define TSR_MAX_RANK 8                      /* pointwise input rank */
-#define TSR_MAX_PW_INPUTS 16                /* pointwise inputs (DESIGN §2) */
+#define TSR_MAX_PW_INPUTS 16                /* pointwise inputs (docs/regions.md) */
 #define TSR_MAX_PW_NODES 1024               /* pointwise ops */
 #define TSR_MAX_NAME 64                     /* value name, terminator included */
 #define TSR_MAX_CHAIN 16                    /* fused prologue / epilogue length */
@@ -151,7 +151,7 @@ tsr_status tsr_region_copy(tsr_region *dst, const tsr_region *src, tsr_error *er
  * floats compared by bits. Both must be validated. */
 bool tsr_region_equal(const tsr_region *a, const tsr_region *b);
 
-/* Checks every rule of DESIGN §2, fills defaults that are still unset (see the
+/* Checks every rule of docs/regions.md, fills defaults that are still unset (see the
  * constructors) and resolves pointwise names. On failure the region is left
  * as it was apart from resolved indices, and err says which field is wrong.
  * Idempotent. */

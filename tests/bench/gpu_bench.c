@@ -62,7 +62,7 @@ static void region_json(const char *json, tsr_region *r)
 static tsrd_kobj *kernel_build(bench *bn, const tsr_region *r, const char *candidate)
 {
     tsr_candidate c;
-    if (strcmp(candidate, TSRI_CUDA_TIER1) == 0)
+    if (strcmp(candidate, TSRD_CUDA_TIER1) == 0)
         tsrd_cuda_candidate_tier1(&c);
     else if (r->kind == TSR_KIND_GATED)
         tsrd_cuda_candidate_swiglu(&c);
@@ -247,23 +247,23 @@ int main(void)
     const int sizes[] = {4096, 8192};
     for (int i = 0; i < 2; i++) {
         tsr_region_init_matmul(&r, TSR_BF16, sizes[i], sizes[i], sizes[i], NULL);
-        ms = bench_time(&bn, &r, TSRI_CUDA_GEMM);
+        ms = bench_time(&bn, &r, TSRD_CUDA_GEMM);
         printf("| gemm_wgmma bf16 %5d^3                   | %6.1f TFLOP/s |\n", sizes[i],
                tsr_region_flops(&r) / (ms * 1e-3) / 1e12);
     }
     tsr_region_init_matmul(&r, TSR_BF16, 4096, 4096, 4096, NULL);
-    ms = bench_time(&bn, &r, TSRI_CUDA_TIER1);
+    ms = bench_time(&bn, &r, TSRD_CUDA_TIER1);
     printf("| tier1 bf16 4096^3 (for comparison)        | %6.1f TFLOP/s |\n",
            tsr_region_flops(&r) / (ms * 1e-3) / 1e12);
 
     region_json("{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":8192,\"n\":14336,\"k\":4096,"
                 "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}",
                 &r);
-    ms = bench_time(&bn, &r, TSRI_CUDA_GEMM);
+    ms = bench_time(&bn, &r, TSRD_CUDA_GEMM);
     printf("| gemm_wgmma +bias+gelu+residual 8192x14336x4096 | %6.1f TFLOP/s |\n",
            2.0 * 8192 * 14336 * 4096.0 / (ms * 1e-3) / 1e12);
     tsr_region_init_gated(&r, TSR_BF16, 8192, 4096, 14336, TSR_OP_SILU, NULL);
-    ms = bench_time(&bn, &r, TSRI_CUDA_SWIGLU);
+    ms = bench_time(&bn, &r, TSRD_CUDA_SWIGLU);
     printf("| swiglu_wgmma M8192 K4096 H14336          | %6.1f TFLOP/s |\n",
            4.0 * 8192 * 14336 * 4096.0 / (ms * 1e-3) / 1e12);
 

@@ -83,7 +83,7 @@ Test(offline_compile, forced_tier1_builds_a_cubin_under_another_key)
     size_t plen;
     cr_assert_eq(tsrd_cuda_blob_decode(forced.blob->data, forced.blob->len, &d, &p, &plen, NULL),
                  TSR_OK);
-    cr_assert_eq(d.image, TSRI_CUDA_IMAGE_CUBIN);
+    cr_assert_eq(d.image, TSRD_CUDA_IMAGE_CUBIN);
     cr_assert_gt(plen, 0);
     tsrd_compiled_release(NULL, &tier);
     tsrd_compiled_release(NULL, &forced);
@@ -116,7 +116,7 @@ Test(offline_compile, compiles_every_example_in_every_dtype)
             tsr_error e;
             cr_assert_eq(tsrd_offline_compile(cache, &r, "sm_90a", "tier1", &c, &e), TSR_OK,
                          "%s %s: %s", files[i], tsr_dtype_name(dtypes[j]), e.message);
-            cr_assert_gt(c.blob->len, TSRI_CUDA_BLOB_HEADER);
+            cr_assert_gt(c.blob->len, TSRD_CUDA_BLOB_HEADER);
             tsrd_compiled_release(NULL, &c);
             tsr_region_free(&r);
         }

@@ -155,10 +155,10 @@ static tsr_candidate fake_candidate(const char *name, int tier, uint32_t version
     return c;
 }
 
-static void reg(tsr_arbiter *a, tsr_candidate c)
+static void reg(tsr_arbiter *arb, tsr_candidate c)
 {
     tsr_error err;
-    tsr_status st = tsr_arbiter_register(a, &c, &err);
+    tsr_status st = tsr_arbiter_register(arb, &c, &err);
     cr_assert_eq(st, TSR_OK, "register %s: %s", c.name, err.message);
 }
 
@@ -196,31 +196,31 @@ static void fixture_init(fixture *fx, int64_t k)
     fx->req.ctx = &fx->ctx;
 }
 
-static tsr_arbiter *arbiter_new(const char *store_dir)
+static tsr_arbiter *arbiter_new(const char *dir)
 {
-    tsr_arbiter *a = NULL;
+    tsr_arbiter *arb = NULL;
     tsr_error err;
-    cr_assert_eq(tsr_arbiter_create(store_dir, &a, &err), TSR_OK, "%s", err.message);
-    cr_assert_not_null(a);
-    return a;
+    cr_assert_eq(tsr_arbiter_create(dir, &arb, &err), TSR_OK, "%s", err.message);
+    cr_assert_not_null(arb);
+    return arb;
 }
 
 /* reference (0), tier1 (1), gemm_wgmma (3): the hand-tuned kernel comes last. */
 static tsr_arbiter *arbiter_standard(void)
 {
-    tsr_arbiter *a = arbiter_new(NULL);
-    reg(a, fake_candidate("reference", 0, 1, NULL));
-    reg(a, fake_candidate("tier1", 1, 1, NULL));
-    reg(a, fake_candidate("gemm_wgmma", 3, 1, fake_applies_k8));
-    return a;
+    tsr_arbiter *arb = arbiter_new(NULL);
+    reg(arb, fake_candidate("reference", 0, 1, NULL));
+    reg(arb, fake_candidate("tier1", 1, 1, NULL));
+    reg(arb, fake_candidate("gemm_wgmma", 3, 1, fake_applies_k8));
+    return arb;
 }
 
-static tsr_candidate_stats stats_of(tsr_arbiter *a, tsr_region_kind kind, const char *name)
+static tsr_candidate_stats stats_of(tsr_arbiter *arb, tsr_region_kind kind, const char *name)
 {
     tsr_candidate_stats *rows = NULL, found;
     size_t n = 0;
     tsr_error err;
-    cr_assert_eq(tsr_arbiter_stats(a, &rows, &n, &err), TSR_OK);
+    cr_assert_eq(tsr_arbiter_stats(arb, &rows, &n, &err), TSR_OK);
     memset(&found, 0, sizeof found);
     bool seen = false;
     for (size_t i = 0; i < n; i++) {
@@ -234,9 +234,9 @@ static tsr_candidate_stats stats_of(tsr_arbiter *a, tsr_region_kind kind, const 
     return found;
 }
 
-#define ASSERT_STATS(a, name, w, f, d, v)                                                          \
+#define ASSERT_STATS(arb, name, w, f, d, v)                                                        \
     do {                                                                                           \
-        tsr_candidate_stats s_ = stats_of((a), TSR_KIND_MATMUL, (name));                           \
+        tsr_candidate_stats s_ = stats_of((arb), TSR_KIND_MATMUL, (name));                         \
         cr_expect_eq(s_.won, (w), "%s won %llu", (name), (unsigned long long)s_.won);              \
         cr_expect_eq(s_.forced, (f), "%s forced %llu", (name), (unsigned long long)s_.forced);     \
         cr_expect_eq(s_.declined, (d), "%s declined %llu", (name),                                 \
@@ -285,11 +285,110 @@ static void file_write(const char *path, const char *text)
     fclose(f);
 }
 
+/* ---- per-test state ----
+ *
+ * Criterion runs each test in a process of its own, so one file-scope state
+ * serves every test: the test's .init fills it and its .fini releases it. fx is
+ * a matmul region (K = 64 unless the init says 60) with its request; a is the
+ * arbiter; store_dir a fresh store directory for the tests of the store. */
+
+static fixture fx;
+static tsr_arbiter *a;
+static char store_dir[64];
+
+/* reference (0), tier1 (1), emit (2), gemm_wgmma (3); emit is the fastest. */
+static tsr_arbiter *arbiter_measured(const char *dir, fixture *f)
+{
+    tsr_arbiter *arb = arbiter_new(dir);
+    reg(arb, fake_candidate("reference", 0, 1, NULL));
+    reg(arb, fake_candidate("tier1", 1, 1, NULL));
+    reg(arb, fake_candidate("emit", 2, 1, NULL));
+    reg(arb, fake_candidate("gemm_wgmma", 3, 1, fake_applies_k8));
+    f->ctx.times[0] = (fake_time){"tier1", 1.0};
+    f->ctx.times[1] = (fake_time){"emit", 0.5};
+    f->ctx.times[2] = (fake_time){"gemm_wgmma", 0.8};
+    f->ctx.times[3] = (fake_time){"reference", 0.1};
+    f->req.policy = TSR_POLICY_MEASURE;
+    return arb;
+}
+
+static void init_standard_arbiter(void)
+{
+    a = arbiter_standard();
+}
+
+static void init_standard(void)
+{
+    fixture_init(&fx, 64);
+    a = arbiter_standard();
+}
+
+static void init_standard_k60(void)
+{
+    fixture_init(&fx, 60);
+    a = arbiter_standard();
+}
+
+static void init_empty(void)
+{
+    fixture_init(&fx, 64);
+    a = arbiter_new(NULL);
+}
+
+static void init_empty_k60(void)
+{
+    fixture_init(&fx, 60);
+    a = arbiter_new(NULL);
+}
+
+static void init_measured(void)
+{
+    fixture_init(&fx, 64);
+    a = arbiter_measured(NULL, &fx);
+}
+
+static void init_store_dir(void)
+{
+    store_make(store_dir, sizeof store_dir);
+}
+
+/* A store directory and the region, but no arbiter yet: the test writes a
+ * store file for the arbiter it then creates. */
+static void init_store(void)
+{
+    init_store_dir();
+    fixture_init(&fx, 64);
+}
+
+static void init_store_measured(void)
+{
+    init_store();
+    a = arbiter_measured(store_dir, &fx);
+}
+
+static void fini_arbiter(void)
+{
+    tsr_arbiter_destroy(a);
+}
+
+static void fini_store(void)
+{
+    tsr_arbiter_destroy(a);
+    store_cleanup(store_dir);
+}
+
+/* Ends the arbiter within a test (a daemon restart); fini then has none left. */
+static void arbiter_drop(void)
+{
+    tsr_arbiter_destroy(a);
+    a = NULL;
+}
+
 /* ---- registry ---- */
 
-Test(arbiter, register_rejects_duplicates_and_bad_fields)
+Test(arbiter, register_rejects_duplicates_and_bad_fields, .init = init_standard_arbiter,
+     .fini = fini_arbiter)
 {
-    tsr_arbiter *a = arbiter_standard();
     tsr_error err;
     tsr_candidate c = fake_candidate("tier1", 2, 1, NULL);
     cr_expect_eq(tsr_arbiter_register(a, &c, &err), TSR_CONFLICT);
@@ -312,19 +411,16 @@ Test(arbiter, register_rejects_duplicates_and_bad_fields)
     cr_expect_eq(tsr_arbiter_register(a, &c, &err), TSR_INVALID_ARGUMENT);
     c.kinds = 1u << TSR_KIND_COUNT;
     cr_expect_eq(tsr_arbiter_register(a, &c, &err), TSR_INVALID_ARGUMENT);
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, find_looks_up_by_kind_and_name)
+Test(arbiter, find_looks_up_by_kind_and_name, .init = init_standard_arbiter, .fini = fini_arbiter)
 {
-    tsr_arbiter *a = arbiter_standard();
     const tsr_candidate *c = tsr_arbiter_find(a, TSR_KIND_MATMUL, "gemm_wgmma");
     cr_assert_not_null(c);
     cr_expect_eq(c->tier, 3);
     cr_expect_str_eq(c->name, "gemm_wgmma");
     cr_expect_null(tsr_arbiter_find(a, TSR_KIND_GATED, "gemm_wgmma"));
     cr_expect_null(tsr_arbiter_find(a, TSR_KIND_MATMUL, "gemm"));
-    tsr_arbiter_destroy(a);
 }
 
 Test(arbiter, reason_names)
@@ -338,11 +434,9 @@ Test(arbiter, reason_names)
 
 /* ---- policy TIER ---- */
 
-Test(arbiter, hand_tuned_tier_wins_by_default_when_registered_last)
+Test(arbiter, hand_tuned_tier_wins_by_default_when_registered_last, .init = init_standard,
+     .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 64);
-    tsr_arbiter *a = arbiter_standard();
     tsr_decision d;
     tsr_error err;
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_OK, "%s", err.message);
@@ -356,14 +450,10 @@ Test(arbiter, hand_tuned_tier_wins_by_default_when_registered_last)
     /* Lower tiers are not verified once a higher one passes. */
     cr_expect_eq(fake_calls(fx.ctx.verified, "gemm_wgmma"), 1);
     cr_expect_eq(fake_total(fx.ctx.verified), 1);
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, ties_go_to_registration_order)
+Test(arbiter, ties_go_to_registration_order, .init = init_empty, .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 64);
-    tsr_arbiter *a = arbiter_new(NULL);
     reg(a, fake_candidate("emit_a", 2, 1, NULL));
     reg(a, fake_candidate("emit_b", 2, 1, NULL));
     tsr_decision d;
@@ -374,14 +464,10 @@ Test(arbiter, ties_go_to_registration_order)
     fx2.ctx.failing[0] = "emit_a";
     cr_assert_eq(tsr_arbiter_select(a, &fx2.req, &d, NULL), TSR_OK);
     cr_expect_str_eq(d.candidate.name, "emit_b");
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, lower_tier_is_forceable)
+Test(arbiter, lower_tier_is_forceable, .init = init_standard, .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 64);
-    tsr_arbiter *a = arbiter_standard();
     tsr_decision d;
     tsr_error err;
     fx.req.force = "tier1";
@@ -407,14 +493,11 @@ Test(arbiter, lower_tier_is_forceable)
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_OK);
     cr_expect_str_eq(d.candidate.name, "gemm_wgmma");
     cr_expect_eq(d.reason, TSR_REASON_TIER);
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, unknown_forced_name_lists_the_registered_candidates)
+Test(arbiter, unknown_forced_name_lists_the_registered_candidates, .init = init_standard,
+     .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 64);
-    tsr_arbiter *a = arbiter_standard();
     tsr_decision d;
     tsr_error err;
     fx.req.force = "foo";
@@ -424,14 +507,11 @@ Test(arbiter, unknown_forced_name_lists_the_registered_candidates)
                      "forced candidate 'foo' is not registered for matmul; registered: "
                      "reference (tier 0), tier1 (tier 1), gemm_wgmma (tier 3)");
     cr_expect_eq(fake_total(fx.ctx.verified), 0);
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, forced_candidate_that_declines_is_an_error)
+Test(arbiter, forced_candidate_that_declines_is_an_error, .init = init_standard_k60,
+     .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 60);
-    tsr_arbiter *a = arbiter_standard();
     tsr_decision d;
     tsr_error err;
     fx.req.force = "gemm_wgmma";
@@ -441,15 +521,12 @@ Test(arbiter, forced_candidate_that_declines_is_an_error)
                      "forced candidate 'gemm_wgmma' declines matmul: K not a multiple of 8");
     cr_expect_eq(fake_total(fx.ctx.verified), 0);
     ASSERT_STATS(a, "gemm_wgmma", 0, 0, 1, 0);
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, forced_candidate_failing_verification_is_an_error_unless_verify_is_off)
+Test(arbiter, forced_candidate_failing_verification_is_an_error_unless_verify_is_off,
+     .init = init_standard, .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 64);
     fx.ctx.failing[0] = "tier1";
-    tsr_arbiter *a = arbiter_standard();
     tsr_decision d;
     tsr_error err;
     fx.req.force = "tier1";
@@ -471,29 +548,22 @@ Test(arbiter, forced_candidate_failing_verification_is_an_error_unless_verify_is
     cr_expect_not(d.verdict_cached);
     cr_expect_eq(fake_calls(fx.ctx.verified, "tier1"), 1);
     ASSERT_STATS(a, "tier1", 0, 1, 0, 1);
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, forced_candidate_whose_verification_cannot_run_reports_why)
+Test(arbiter, forced_candidate_whose_verification_cannot_run_reports_why, .init = init_standard,
+     .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 64);
     fx.ctx.broken[0] = "tier1";
-    tsr_arbiter *a = arbiter_standard();
     tsr_decision d;
     tsr_error err;
     fx.req.force = "tier1";
     cr_expect_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_COMPILE_FAILED);
     cr_expect_str_eq(err.message, "forced candidate 'tier1' for matmul: not verified: "
                                   "COMPILE_FAILED: tier1: nvrtc: syntax error");
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, decliner_never_wins_even_at_tier_3)
+Test(arbiter, decliner_never_wins_even_at_tier_3, .init = init_standard, .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 64);
-    tsr_arbiter *a = arbiter_standard();
     reg(a, fake_candidate("blackwell", 3, 1, fake_applies_never));
     tsr_decision d;
     tsr_error err;
@@ -509,15 +579,11 @@ Test(arbiter, decliner_never_wins_even_at_tier_3)
     ASSERT_STATS(a, "blackwell", 0, 0, 2, 0);
     ASSERT_STATS(a, "gemm_wgmma", 1, 0, 1, 0);
     ASSERT_STATS(a, "tier1", 1, 0, 0, 0);
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, failing_tier_3_falls_to_tier_1)
+Test(arbiter, failing_tier_3_falls_to_tier_1, .init = init_standard, .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 64);
     fx.ctx.failing[0] = "gemm_wgmma";
-    tsr_arbiter *a = arbiter_standard();
     tsr_decision d;
     tsr_error err;
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_OK, "%s", err.message);
@@ -528,15 +594,12 @@ Test(arbiter, failing_tier_3_falls_to_tier_1)
     cr_expect_eq(fake_calls(fx.ctx.verified, "tier1"), 1);
     ASSERT_STATS(a, "gemm_wgmma", 0, 0, 0, 1);
     ASSERT_STATS(a, "tier1", 1, 0, 0, 0);
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, verification_that_cannot_run_skips_the_candidate)
+Test(arbiter, verification_that_cannot_run_skips_the_candidate, .init = init_standard,
+     .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 64);
     fx.ctx.broken[0] = "gemm_wgmma";
-    tsr_arbiter *a = arbiter_standard();
     tsr_decision d;
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
     cr_expect_str_eq(d.candidate.name, "tier1");
@@ -544,29 +607,23 @@ Test(arbiter, verification_that_cannot_run_skips_the_candidate)
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
     cr_expect_eq(fake_calls(fx.ctx.verified, "gemm_wgmma"), 2);
     ASSERT_STATS(a, "gemm_wgmma", 0, 0, 0, 2);
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, without_a_verifier_candidates_are_taken_as_verified)
+Test(arbiter, without_a_verifier_candidates_are_taken_as_verified, .init = init_standard,
+     .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 64);
     fx.req.verify_fn = NULL;
-    tsr_arbiter *a = arbiter_standard();
     tsr_decision d;
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
     cr_expect_str_eq(d.candidate.name, "gemm_wgmma");
     cr_expect_not(d.verified);
     cr_expect(d.verdict.pass);
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, nothing_applies_falls_back_to_the_reference_only_when_allowed)
+Test(arbiter, nothing_applies_falls_back_to_the_reference_only_when_allowed,
+     .init = init_standard_k60, .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 60);
     fx.ctx.failing[0] = "tier1";
-    tsr_arbiter *a = arbiter_standard();
     tsr_decision d;
     tsr_error err;
     cr_expect_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_ARBITER);
@@ -587,14 +644,11 @@ Test(arbiter, nothing_applies_falls_back_to_the_reference_only_when_allowed)
     ASSERT_STATS(a, "reference", 1, 0, 0, 0);
     ASSERT_STATS(a, "tier1", 0, 0, 0, 2);
     ASSERT_STATS(a, "gemm_wgmma", 0, 0, 2, 0);
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, nothing_applies_and_no_reference_applies_is_an_arbiter_error)
+Test(arbiter, nothing_applies_and_no_reference_applies_is_an_arbiter_error, .init = init_empty,
+     .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 64);
-    tsr_arbiter *a = arbiter_new(NULL);
     reg(a, fake_candidate("blackwell", 3, 1, fake_applies_never));
     tsr_decision d;
     tsr_error err;
@@ -608,14 +662,11 @@ Test(arbiter, nothing_applies_and_no_reference_applies_is_an_arbiter_error)
     cr_expect_eq(d.reason, TSR_REASON_FALLBACK);
     cr_expect_eq(fake_total(fx.ctx.verified), 0);
     ASSERT_STATS(a, "blackwell", 0, 0, 2, 0);
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, no_candidates_for_the_kind_is_an_arbiter_error)
+Test(arbiter, no_candidates_for_the_kind_is_an_arbiter_error, .init = init_empty,
+     .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 64);
-    tsr_arbiter *a = arbiter_new(NULL);
     tsr_decision d;
     tsr_error err;
     fx.req.allow_reference = true;
@@ -626,14 +677,10 @@ Test(arbiter, no_candidates_for_the_kind_is_an_arbiter_error)
     cr_expect_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_ARBITER);
     cr_expect_str_eq(err.message,
                      "forced candidate 'tier1' is not registered for matmul; registered: none");
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, bad_requests_are_invalid_arguments)
+Test(arbiter, bad_requests_are_invalid_arguments, .init = init_standard, .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 64);
-    tsr_arbiter *a = arbiter_standard();
     tsr_decision d;
     fx.req.arch = "";
     cr_expect_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_INVALID_ARGUMENT);
@@ -646,16 +693,13 @@ Test(arbiter, bad_requests_are_invalid_arguments)
     fx.req.policy = TSR_POLICY_TIER;
     cr_expect_eq(tsr_arbiter_select(a, &fx.req, NULL, NULL), TSR_INVALID_ARGUMENT);
     cr_expect_eq(tsr_arbiter_select(a, NULL, &d, NULL), TSR_INVALID_ARGUMENT);
-    tsr_arbiter_destroy(a);
 }
 
 /* ---- verdict cache ---- */
 
-Test(arbiter, verdict_cache_verifies_once_per_region_version_and_arch)
+Test(arbiter, verdict_cache_verifies_once_per_region_version_and_arch, .init = init_standard,
+     .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 64);
-    tsr_arbiter *a = arbiter_standard();
     tsr_decision d;
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
     cr_expect_not(d.verdict_cached);
@@ -678,22 +722,18 @@ Test(arbiter, verdict_cache_verifies_once_per_region_version_and_arch)
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
     cr_expect_not(d.verdict_cached);
     cr_expect_eq(fake_calls(fx.ctx.verified, "gemm_wgmma"), 3);
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, verdict_cache_keys_on_the_candidate_version)
+Test(arbiter, verdict_cache_keys_on_the_candidate_version, .init = init_empty, .fini = fini_arbiter)
 {
     /* Within one arbiter a name carries two versions only across kinds, so the
      * test hands the same fingerprint with a region of each kind: the version is
      * then the only part of the key that differs. */
-    fixture fx;
-    fixture_init(&fx, 64);
     tsr_region gated;
     region_parse("{\"kind\":\"gated\",\"dtype\":\"bf16\",\"m\":64,\"k\":64,\"h\":64}", &gated);
     tsr_candidate for_matmul = fake_candidate("tier1", 1, 1, NULL);
     tsr_candidate for_gated = fake_candidate("tier1", 1, 2, NULL);
     for_gated.kinds = KIND_BIT(TSR_KIND_GATED);
-    tsr_arbiter *a = arbiter_new(NULL);
     reg(a, for_matmul);
     reg(a, for_gated);
     tsr_decision d;
@@ -704,7 +744,7 @@ Test(arbiter, verdict_cache_keys_on_the_candidate_version)
     cr_expect_eq(d.candidate.version, 2u);
     cr_expect_not(d.verdict_cached);
     cr_expect_eq(fake_calls(fx.ctx.verified, "tier1"), 2);
-    tsr_arbiter_destroy(a);
+    arbiter_drop();
 
     /* The same two registrations with equal versions: the second is a hit. */
     for_gated.version = 1;
@@ -717,33 +757,14 @@ Test(arbiter, verdict_cache_keys_on_the_candidate_version)
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
     cr_expect(d.verdict_cached);
     cr_expect_eq(fake_calls(fx.ctx.verified, "tier1"), 3);
-    tsr_arbiter_destroy(a);
     tsr_region_free(&gated);
 }
 
 /* ---- policy MEASURE and the winners store ---- */
 
-/* reference (0), tier1 (1), emit (2), gemm_wgmma (3); emit is the fastest. */
-static tsr_arbiter *arbiter_measured(const char *store_dir, fixture *fx)
+Test(arbiter, measure_picks_the_fastest_and_reuses_it_untimed, .init = init_measured,
+     .fini = fini_arbiter)
 {
-    tsr_arbiter *a = arbiter_new(store_dir);
-    reg(a, fake_candidate("reference", 0, 1, NULL));
-    reg(a, fake_candidate("tier1", 1, 1, NULL));
-    reg(a, fake_candidate("emit", 2, 1, NULL));
-    reg(a, fake_candidate("gemm_wgmma", 3, 1, fake_applies_k8));
-    fx->ctx.times[0] = (fake_time){"tier1", 1.0};
-    fx->ctx.times[1] = (fake_time){"emit", 0.5};
-    fx->ctx.times[2] = (fake_time){"gemm_wgmma", 0.8};
-    fx->ctx.times[3] = (fake_time){"reference", 0.1};
-    fx->req.policy = TSR_POLICY_MEASURE;
-    return a;
-}
-
-Test(arbiter, measure_picks_the_fastest_and_reuses_it_untimed)
-{
-    fixture fx;
-    fixture_init(&fx, 64);
-    tsr_arbiter *a = arbiter_measured(NULL, &fx);
     tsr_decision d;
     tsr_error err;
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_OK, "%s", err.message);
@@ -776,14 +797,11 @@ Test(arbiter, measure_picks_the_fastest_and_reuses_it_untimed)
     cr_assert_eq(tsr_arbiter_select(a, &big.req, &d, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(fake_total(fx.ctx.measured), 6);
     ASSERT_STATS(a, "emit", 3, 0, 0, 0);
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, measure_skips_candidates_that_fail_or_cannot_be_timed)
+Test(arbiter, measure_skips_candidates_that_fail_or_cannot_be_timed, .init = init_measured,
+     .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 64);
-    tsr_arbiter *a = arbiter_measured(NULL, &fx);
     fx.ctx.failing[0] = "emit";
     fx.ctx.times[2] = (fake_time){"nobody", 0.0}; /* gemm_wgmma cannot be timed */
     tsr_decision d;
@@ -795,28 +813,22 @@ Test(arbiter, measure_skips_candidates_that_fail_or_cannot_be_timed)
     cr_expect_eq(fake_calls(fx.ctx.measured, "gemm_wgmma"), 1);
     ASSERT_STATS(a, "emit", 0, 0, 0, 1);
     ASSERT_STATS(a, "gemm_wgmma", 0, 0, 0, 0);
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, measure_without_a_timer_falls_back_to_tier_order)
+Test(arbiter, measure_without_a_timer_falls_back_to_tier_order, .init = init_measured,
+     .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 64);
-    tsr_arbiter *a = arbiter_measured(NULL, &fx);
     fx.req.measure_fn = NULL;
     tsr_decision d;
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
     cr_expect_str_eq(d.candidate.name, "gemm_wgmma");
     cr_expect_eq(d.reason, TSR_REASON_TIER);
     cr_expect_eq(fake_total(fx.ctx.measured), 0);
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, stored_winner_that_now_fails_is_measured_again)
+Test(arbiter, stored_winner_that_now_fails_is_measured_again, .init = init_measured,
+     .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 64);
-    tsr_arbiter *a = arbiter_measured(NULL, &fx);
     tsr_decision d;
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
     cr_expect_str_eq(d.candidate.name, "emit");
@@ -837,22 +849,18 @@ Test(arbiter, stored_winner_that_now_fails_is_measured_again)
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
     cr_expect_str_eq(d.candidate.name, "tier1");
     cr_expect_eq(fake_total(fx.ctx.measured), 0);
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, measured_winner_persists_across_restarts)
+Test(arbiter, measured_winner_persists_across_restarts, .init = init_store_measured,
+     .fini = fini_store)
 {
-    char dir[64], path[256];
-    store_make(dir, sizeof dir);
-    store_path(dir, path, sizeof path);
-    fixture fx;
-    fixture_init(&fx, 64);
-    tsr_arbiter *a = arbiter_measured(dir, &fx);
+    char path[256];
+    store_path(store_dir, path, sizeof path);
     tsr_decision d;
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
     cr_expect_str_eq(d.candidate.name, "emit");
     cr_expect_eq(fake_total(fx.ctx.measured), 3);
-    tsr_arbiter_destroy(a);
+    arbiter_drop();
 
     /* The file names the key and the winner. */
     char *text = file_read(path);
@@ -875,7 +883,7 @@ Test(arbiter, measured_winner_persists_across_restarts)
 
     fixture again;
     fixture_init(&again, 64);
-    a = arbiter_measured(dir, &again);
+    a = arbiter_measured(store_dir, &again);
     cr_assert_eq(tsr_arbiter_select(a, &again.req, &d, NULL), TSR_OK);
     cr_expect_str_eq(d.candidate.name, "emit");
     cr_expect_eq(d.reason, TSR_REASON_MEASURED);
@@ -887,24 +895,18 @@ Test(arbiter, measured_winner_persists_across_restarts)
     again.req.policy = TSR_POLICY_TIER;
     cr_assert_eq(tsr_arbiter_select(a, &again.req, &d, NULL), TSR_OK);
     cr_expect_str_eq(d.candidate.name, "gemm_wgmma");
-    tsr_arbiter_destroy(a);
-    store_cleanup(dir);
 }
 
-Test(arbiter, stored_winner_of_another_version_is_measured_again)
+Test(arbiter, stored_winner_of_another_version_is_measured_again, .init = init_store_measured,
+     .fini = fini_store)
 {
-    char dir[64];
-    store_make(dir, sizeof dir);
-    fixture fx;
-    fixture_init(&fx, 64);
-    tsr_arbiter *a = arbiter_measured(dir, &fx);
     tsr_decision d;
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
-    tsr_arbiter_destroy(a);
+    arbiter_drop();
 
     fixture again;
     fixture_init(&again, 64);
-    a = arbiter_new(dir);
+    a = arbiter_new(store_dir);
     reg(a, fake_candidate("tier1", 1, 1, NULL));
     reg(a, fake_candidate("emit", 2, 2, NULL)); /* rebuilt: its output may change */
     again.ctx.times[0] = (fake_time){"tier1", 0.4};
@@ -913,24 +915,20 @@ Test(arbiter, stored_winner_of_another_version_is_measured_again)
     cr_assert_eq(tsr_arbiter_select(a, &again.req, &d, NULL), TSR_OK);
     cr_expect_str_eq(d.candidate.name, "tier1");
     cr_expect_eq(fake_total(again.ctx.measured), 2);
-    tsr_arbiter_destroy(a);
-    store_cleanup(dir);
 }
 
-Test(arbiter, corrupt_store_file_is_tolerated_and_overwritten)
+Test(arbiter, corrupt_store_file_is_tolerated_and_overwritten, .init = init_store,
+     .fini = fini_store)
 {
-    char dir[64], path[256];
-    store_make(dir, sizeof dir);
-    store_path(dir, path, sizeof path);
+    char path[256];
+    store_path(store_dir, path, sizeof path);
     file_write(path, "{\"format\":\"tessera-arbiter-win");
-    fixture fx;
-    fixture_init(&fx, 64);
-    tsr_arbiter *a = arbiter_measured(dir, &fx);
+    a = arbiter_measured(store_dir, &fx);
     tsr_decision d;
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
     cr_expect_str_eq(d.candidate.name, "emit");
     cr_expect_eq(fake_total(fx.ctx.measured), 3);
-    tsr_arbiter_destroy(a);
+    arbiter_drop();
 
     char *text = file_read(path);
     cJSON *root = cJSON_Parse(text);
@@ -940,19 +938,16 @@ Test(arbiter, corrupt_store_file_is_tolerated_and_overwritten)
 
     fixture again;
     fixture_init(&again, 64);
-    a = arbiter_measured(dir, &again);
+    a = arbiter_measured(store_dir, &again);
     cr_assert_eq(tsr_arbiter_select(a, &again.req, &d, NULL), TSR_OK);
     cr_expect_str_eq(d.candidate.name, "emit");
     cr_expect_eq(fake_total(again.ctx.measured), 0);
-    tsr_arbiter_destroy(a);
-    store_cleanup(dir);
 }
 
-Test(arbiter, malformed_store_rows_are_skipped)
+Test(arbiter, malformed_store_rows_are_skipped, .init = init_store, .fini = fini_store)
 {
-    char dir[64], path[256];
-    store_make(dir, sizeof dir);
-    store_path(dir, path, sizeof path);
+    char path[256];
+    store_path(store_dir, path, sizeof path);
     file_write(path, "{\"format\":\"tessera-arbiter-winners\",\"version\":1,\"winners\":["
                      "{\"arch\":\"sm_90a\",\"kind\":\"matmul\",\"dtype\":\"bf99\","
                      "\"bucket\":\"m64n64k64\",\"candidate\":\"tier1\","
@@ -960,24 +955,18 @@ Test(arbiter, malformed_store_rows_are_skipped)
                      "{\"arch\":\"sm_90a\",\"kind\":\"matmul\",\"dtype\":\"bf16\","
                      "\"bucket\":\"m64n64k64\",\"candidate\":\"gemm_wgmma\","
                      "\"candidate_version\":1,\"median_ms\":0.2}]}");
-    fixture fx;
-    fixture_init(&fx, 64);
-    tsr_arbiter *a = arbiter_measured(dir, &fx);
+    a = arbiter_measured(store_dir, &fx);
     tsr_decision d;
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
     cr_expect_str_eq(d.candidate.name, "gemm_wgmma");
     cr_expect_eq(d.reason, TSR_REASON_MEASURED);
     cr_expect_eq(fake_total(fx.ctx.measured), 0);
-    tsr_arbiter_destroy(a);
-    store_cleanup(dir);
 }
 
-Test(arbiter, unreadable_store_is_an_io_error)
+Test(arbiter, unreadable_store_is_an_io_error, .init = init_store_dir, .fini = fini_store)
 {
-    char dir[64], path[256];
-    store_make(dir, sizeof dir);
-    store_path(dir, path, sizeof path);
-    tsr_arbiter *a = NULL;
+    char path[256];
+    store_path(store_dir, path, sizeof path);
     tsr_error err;
     /* The store directory is a plain file. */
     file_write(path, "{}");
@@ -986,25 +975,21 @@ Test(arbiter, unreadable_store_is_an_io_error)
     unlink(path);
     /* The store file is a directory. */
     cr_assert_eq(mkdir(path, 0700), 0);
-    cr_expect_eq(tsr_arbiter_create(dir, &a, &err), TSR_IO_ERROR);
+    cr_expect_eq(tsr_arbiter_create(store_dir, &a, &err), TSR_IO_ERROR);
     cr_expect_null(a);
     rmdir(path);
     /* A store directory that does not exist yet is created. */
     char sub[128];
-    snprintf(sub, sizeof sub, "%s/winners", dir);
+    snprintf(sub, sizeof sub, "%s/winners", store_dir);
     cr_expect_eq(tsr_arbiter_create(sub, &a, &err), TSR_OK, "%s", err.message);
-    tsr_arbiter_destroy(a);
+    arbiter_drop();
     rmdir(sub);
-    store_cleanup(dir);
 }
 
 /* ---- statistics and explain ---- */
 
-Test(arbiter, stats_count_exactly)
+Test(arbiter, stats_count_exactly, .init = init_standard, .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 64);
-    tsr_arbiter *a = arbiter_standard();
     tsr_candidate gated_only = fake_candidate("swiglu", 3, 1, NULL);
     gated_only.kinds = KIND_BIT(TSR_KIND_GATED) | KIND_BIT(TSR_KIND_FUSED);
     reg(a, gated_only);
@@ -1047,15 +1032,12 @@ Test(arbiter, stats_count_exactly)
         cr_expect_eq(rows[i].failed_verification, want[i].failed, "%s failed", want[i].name);
     }
     free(rows);
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, explain_reports_every_candidate_of_the_kind)
+Test(arbiter, explain_reports_every_candidate_of_the_kind, .init = init_empty_k60,
+     .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 60);
     fx.ctx.failing[0] = "emit";
-    tsr_arbiter *a = arbiter_new(NULL);
     reg(a, fake_candidate("reference", 0, 1, NULL));
     reg(a, fake_candidate("tier1", 1, 1, NULL));
     reg(a, fake_candidate("tier1_b", 1, 1, NULL));
@@ -1125,14 +1107,10 @@ Test(arbiter, explain_reports_every_candidate_of_the_kind)
     cr_expect_eq(tsr_arbiter_explain(a, &fx.req, &rows, &n, &sst, &serr, &err),
                  TSR_INVALID_ARGUMENT);
     cr_expect_null(rows);
-    tsr_arbiter_destroy(a);
 }
 
-Test(arbiter, explain_rows_of_a_measured_selection)
+Test(arbiter, explain_rows_of_a_measured_selection, .init = init_measured, .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 64);
-    tsr_arbiter *a = arbiter_measured(NULL, &fx);
     tsr_candidate_report *rows = NULL;
     size_t n = 0;
     tsr_status sst;
@@ -1149,7 +1127,6 @@ Test(arbiter, explain_rows_of_a_measured_selection)
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
     cr_expect_str_eq(d.candidate.name, "emit");
     cr_expect_eq(fake_total(fx.ctx.measured), 3);
-    tsr_arbiter_destroy(a);
 }
 
 /* ---- threads ---- */
@@ -1173,11 +1150,11 @@ static void *racer_main(void *arg)
     return NULL;
 }
 
-Test(arbiter, concurrent_selections_count_every_dispatch)
+Test(arbiter, concurrent_selections_count_every_dispatch, .init = init_standard_arbiter,
+     .fini = fini_arbiter)
 {
     enum { THREADS = 4 };
     static racer racers[THREADS];
-    tsr_arbiter *a = arbiter_standard();
     pthread_t threads[THREADS];
     for (int t = 0; t < THREADS; t++) {
         racers[t].a = a;
@@ -1197,7 +1174,6 @@ Test(arbiter, concurrent_selections_count_every_dispatch)
     cr_expect(verified >= 2 && verified <= 2 * THREADS, "verified %d times", verified);
     ASSERT_STATS(a, "gemm_wgmma", 400, 0, 0, 0);
     ASSERT_STATS(a, "tier1", 0, 0, 0, 0);
-    tsr_arbiter_destroy(a);
 }
 
 /* ---- shape buckets ---- */
@@ -1239,12 +1215,10 @@ Test(arbiter, shape_bucket_rounds_each_dimension_up_to_a_power_of_two)
     cr_expect_str_eq(small, "m4096");
 }
 
-Test(arbiter, a_forced_only_candidate_is_never_chosen_unless_forced)
+Test(arbiter, a_forced_only_candidate_is_never_chosen_unless_forced, .init = init_empty,
+     .fini = fini_arbiter)
 {
-    fixture fx;
-    fixture_init(&fx, 64);
     fx.req.allow_reference = true;
-    tsr_arbiter *a = arbiter_new(NULL);
     reg(a, fake_candidate("reference", 0, 1, NULL));
     tsr_candidate trap = fake_candidate("trap", 3, 1, NULL);
     trap.forced_only = true;
@@ -1272,5 +1246,4 @@ Test(arbiter, a_forced_only_candidate_is_never_chosen_unless_forced)
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_OK, "%s", err.message);
     cr_expect_str_eq(d.candidate.name, "trap");
     cr_expect_eq(d.reason, TSR_REASON_FORCED);
-    tsr_arbiter_destroy(a);
 }

@@ -121,15 +121,27 @@ Test(fingerprint, parse_rejects_malformed_hex_and_leaves_output_alone)
 
 /* ---- the canonical encoding ---- */
 
+static void region_parse(const char *json, tsr_region *r)
+{
+    tsr_error err;
+    cr_assert_eq(tsr_region_from_json(json, strlen(json), r, &err), TSR_OK, "%s", err.message);
+}
+
+/* Parses json into *r and encodes it: *buf (to free) and *len. */
+static void canonical_of(const char *json, tsr_region *r, uint8_t **buf, size_t *len)
+{
+    tsr_error err;
+    region_parse(json, r);
+    cr_assert_eq(tsr_region_canonical(r, buf, len, &err), TSR_OK);
+}
+
 Test(fingerprint, canonical_matmul_is_version_kind_dtypes_and_shape_little_endian)
 {
     const char *json = "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":3,\"n\":258,\"k\":65536}";
     tsr_region r;
-    tsr_error err;
-    cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &err), TSR_OK, "%s", err.message);
     uint8_t *buf = NULL;
     size_t len = 0;
-    cr_assert_eq(tsr_region_canonical(&r, &buf, &len, &err), TSR_OK);
+    canonical_of(json, &r, &buf, &len);
     const uint8_t want[] = {
         1, 0, 0, 0,             /* format version */
         0, 0, 0, 0,             /* kind matmul */
@@ -146,6 +158,7 @@ Test(fingerprint, canonical_matmul_is_version_kind_dtypes_and_shape_little_endia
     uint8_t sha[32];
     tsr_sha256(want, sizeof want, sha);
     tsr_fingerprint fp;
+    tsr_error err;
     cr_assert_eq(tsr_region_fingerprint(&r, &fp, &err), TSR_OK);
     cr_assert_arr_eq(fp.bytes, sha, 32);
     free(buf);
@@ -159,11 +172,9 @@ Test(fingerprint, canonical_pointwise_holds_indices_not_names)
                        "\"ops\":[{\"op\":\"neg\",\"args\":[\"alpha\"],\"out\":\"beta\"}],"
                        "\"output\":\"beta\"}";
     tsr_region r;
-    tsr_error err;
-    cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &err), TSR_OK, "%s", err.message);
     uint8_t *buf = NULL;
     size_t len = 0;
-    cr_assert_eq(tsr_region_canonical(&r, &buf, &len, &err), TSR_OK);
+    canonical_of(json, &r, &buf, &len);
     const uint8_t want[] = {
         1, 0, 0, 0,             /* format version */
         4, 0, 0, 0,             /* kind pointwise */
@@ -503,8 +514,7 @@ Test(fingerprint, unused_attribute_fields_do_not_reach_the_encoding)
     /* A hand-built region may leave junk in attributes its ops do not take. */
     const char *json = PW_AB("{\"op\":\"sub\",\"args\":[\"a\",\"b\"],\"out\":\"y\"}", "y");
     tsr_region r;
-    tsr_error err;
-    cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &err), TSR_OK, "%s", err.message);
+    region_parse(json, &r);
     tsr_fingerprint before, after;
     cr_assert_eq(tsr_region_fingerprint(&r, &before, NULL), TSR_OK);
     r.u.pointwise.nodes[0].attrs.value = 42.0;

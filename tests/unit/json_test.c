@@ -74,6 +74,21 @@ static char *pw_with_op(const char *op)
     return s;
 }
 
+/* The checks above on a pointwise region with one op object spliced in. */
+#define assert_pw_op_fails(op, want, msg)                                                          \
+    do {                                                                                           \
+        char *text_ = pw_with_op(op);                                                              \
+        assert_parse_fails(text_, (want), (msg));                                                  \
+        free(text_);                                                                               \
+    } while (0)
+
+#define assert_pw_op_code(op, want)                                                                \
+    do {                                                                                           \
+        char *text_ = pw_with_op(op);                                                              \
+        assert_parse_code(text_, (want));                                                          \
+        free(text_);                                                                               \
+    } while (0)
+
 Test(json, every_example_parses)
 {
     for (int i = 0; i < N_EXAMPLES; i++) {
@@ -268,9 +283,8 @@ Test(json, unknown_keys_are_named)
     assert_parse_fails("{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":4,\"n\":5,\"k\":6,"
                        "\"epilouge\":[\"relu\"]}",
                        TSR_BAD_ATTRIBUTE, "epilouge: unknown key for a fused region");
-    char *s = pw_with_op("{\"op\":\"neg\",\"args\":[\"a\"],\"out\":\"y\",\"scale\":2}");
-    assert_parse_fails(s, TSR_BAD_ATTRIBUTE, "ops[0].scale: unknown key for a pointwise op");
-    free(s);
+    assert_pw_op_fails("{\"op\":\"neg\",\"args\":[\"a\"],\"out\":\"y\",\"scale\":2}",
+                       TSR_BAD_ATTRIBUTE, "ops[0].scale: unknown key for a pointwise op");
     assert_parse_fails("{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"a\","
                        "\"shape\":[2],\"dtype\":\"f32\"}],\"ops\":[],\"output\":\"a\"}",
                        TSR_BAD_ATTRIBUTE, "inputs[0].dtype: unknown key for a pointwise input");
@@ -291,12 +305,9 @@ Test(json, missing_keys_are_named)
                        TSR_BAD_ATTRIBUTE, "seq_k: missing");
     assert_parse_fails("{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[],\"ops\":[]}",
                        TSR_BAD_ATTRIBUTE, "output: missing");
-    char *s = pw_with_op("{\"op\":\"const\",\"out\":\"y\"}");
-    assert_parse_fails(s, TSR_BAD_ATTRIBUTE, "ops[0].value: missing");
-    free(s);
-    s = pw_with_op("{\"args\":[\"a\"],\"out\":\"y\"}");
-    assert_parse_fails(s, TSR_BAD_ATTRIBUTE, "ops[0].op: missing");
-    free(s);
+    assert_pw_op_fails("{\"op\":\"const\",\"out\":\"y\"}", TSR_BAD_ATTRIBUTE,
+                       "ops[0].value: missing");
+    assert_pw_op_fails("{\"args\":[\"a\"],\"out\":\"y\"}", TSR_BAD_ATTRIBUTE, "ops[0].op: missing");
 }
 
 Test(json, wrong_types_are_bad_json)
@@ -334,12 +345,9 @@ Test(json, wrong_types_are_bad_json)
     assert_parse_fails("{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"a\","
                        "\"shape\":[2,\"3\"]}],\"ops\":[],\"output\":\"a\"}",
                        TSR_BAD_JSON, "inputs[0].shape[1]: expected an integer");
-    char *s = pw_with_op("{\"op\":\"add\",\"args\":[\"a\",7],\"out\":\"y\"}");
-    assert_parse_fails(s, TSR_BAD_JSON, "ops[0].args[1]: expected a string");
-    free(s);
-    s = pw_with_op("{\"op\":\"const\",\"value\":true,\"out\":\"y\"}");
-    assert_parse_code(s, TSR_BAD_JSON);
-    free(s);
+    assert_pw_op_fails("{\"op\":\"add\",\"args\":[\"a\",7],\"out\":\"y\"}", TSR_BAD_JSON,
+                       "ops[0].args[1]: expected a string");
+    assert_pw_op_code("{\"op\":\"const\",\"value\":true,\"out\":\"y\"}", TSR_BAD_JSON);
 }
 
 Test(json, integers_must_be_exact)
@@ -418,24 +426,16 @@ Test(json, validation_codes_come_through)
     assert_parse_code("{\"kind\":\"gated\",\"dtype\":\"bf16\",\"m\":4,\"k\":6,\"h\":2,"
                       "\"gate_act\":\"exp\"}",
                       TSR_UNKNOWN_OP);
-    char *s = pw_with_op("{\"op\":\"add\",\"args\":[\"a\",\"x\"],\"out\":\"y\"}");
-    assert_parse_fails(s, TSR_UNDEFINED_NAME, "ops[0].args[1]: undefined name 'x'");
-    free(s);
-    s = pw_with_op("{\"op\":\"add\",\"args\":[\"a\",\"y\"],\"out\":\"y\"}");
-    assert_parse_code(s, TSR_CYCLE);
-    free(s);
-    s = pw_with_op("{\"op\":\"neg\",\"args\":[\"a\"],\"out\":\"a\"}");
-    assert_parse_code(s, TSR_DUPLICATE_NAME);
-    free(s);
-    s = pw_with_op("{\"op\":\"neg\",\"args\":[\"a\",\"a\"],\"out\":\"y\"}");
-    assert_parse_fails(s, TSR_BAD_ARITY, "ops[0].args: 'neg' takes 1 argument (got 2)");
-    free(s);
-    s = pw_with_op("{\"op\":\"add\",\"args\":[\"a\",\"a\",\"a\"],\"out\":\"y\"}");
-    assert_parse_fails(s, TSR_BAD_ARITY, "ops[0].args: 'add' takes 2 arguments (got 3)");
-    free(s);
-    s = pw_with_op("{\"op\":\"fma\",\"args\":[\"a\"],\"out\":\"y\"}");
-    assert_parse_fails(s, TSR_UNKNOWN_OP, "ops[0].op: unknown op 'fma'");
-    free(s);
+    assert_pw_op_fails("{\"op\":\"add\",\"args\":[\"a\",\"x\"],\"out\":\"y\"}", TSR_UNDEFINED_NAME,
+                       "ops[0].args[1]: undefined name 'x'");
+    assert_pw_op_code("{\"op\":\"add\",\"args\":[\"a\",\"y\"],\"out\":\"y\"}", TSR_CYCLE);
+    assert_pw_op_code("{\"op\":\"neg\",\"args\":[\"a\"],\"out\":\"a\"}", TSR_DUPLICATE_NAME);
+    assert_pw_op_fails("{\"op\":\"neg\",\"args\":[\"a\",\"a\"],\"out\":\"y\"}", TSR_BAD_ARITY,
+                       "ops[0].args: 'neg' takes 1 argument (got 2)");
+    assert_pw_op_fails("{\"op\":\"add\",\"args\":[\"a\",\"a\",\"a\"],\"out\":\"y\"}", TSR_BAD_ARITY,
+                       "ops[0].args: 'add' takes 2 arguments (got 3)");
+    assert_pw_op_fails("{\"op\":\"fma\",\"args\":[\"a\"],\"out\":\"y\"}", TSR_UNKNOWN_OP,
+                       "ops[0].op: unknown op 'fma'");
     assert_parse_fails("{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"a\","
                        "\"shape\":[2,3]},{\"name\":\"b\",\"shape\":[4]}],\"ops\":[],"
                        "\"output\":\"a\"}",
@@ -446,16 +446,13 @@ Test(json, validation_codes_come_through)
 
 Test(json, op_attributes_are_checked_by_presence)
 {
-    char *s = pw_with_op("{\"op\":\"neg\",\"args\":[\"a\"],\"out\":\"y\",\"value\":0}");
-    assert_parse_fails(s, TSR_BAD_ATTRIBUTE, "ops[0].value: 'neg' takes no value");
-    free(s);
-    s = pw_with_op("{\"op\":\"relu\",\"args\":[\"a\"],\"out\":\"y\",\"min\":0}");
-    assert_parse_fails(s, TSR_BAD_ATTRIBUTE, "ops[0].min: 'relu' takes no min");
-    free(s);
-    s = pw_with_op("{\"op\":\"clamp\",\"args\":[\"a\"],\"out\":\"y\"}");
-    assert_parse_fails(s, TSR_BAD_ATTRIBUTE, "ops[0]: clamp needs min or max");
-    free(s);
-    s = pw_with_op("{\"op\":\"clamp\",\"args\":[\"a\"],\"out\":\"y\",\"max\":0}");
+    assert_pw_op_fails("{\"op\":\"neg\",\"args\":[\"a\"],\"out\":\"y\",\"value\":0}",
+                       TSR_BAD_ATTRIBUTE, "ops[0].value: 'neg' takes no value");
+    assert_pw_op_fails("{\"op\":\"relu\",\"args\":[\"a\"],\"out\":\"y\",\"min\":0}",
+                       TSR_BAD_ATTRIBUTE, "ops[0].min: 'relu' takes no min");
+    assert_pw_op_fails("{\"op\":\"clamp\",\"args\":[\"a\"],\"out\":\"y\"}", TSR_BAD_ATTRIBUTE,
+                       "ops[0]: clamp needs min or max");
+    char *s = pw_with_op("{\"op\":\"clamp\",\"args\":[\"a\"],\"out\":\"y\",\"max\":0}");
     tsr_region r;
     tsr_error e;
     cr_assert_eq(parse(s, &r, &e), TSR_OK, "%s", e.message);
@@ -463,9 +460,8 @@ Test(json, op_attributes_are_checked_by_presence)
     cr_assert(r.u.pointwise.nodes[0].attrs.has_max);
     tsr_region_free(&r);
     free(s);
-    s = pw_with_op("{\"op\":\"clamp\",\"args\":[\"a\"],\"out\":\"y\",\"min\":\"nan\"}");
-    assert_parse_fails(s, TSR_BAD_ATTRIBUTE, "ops[0].min: must not be NaN");
-    free(s);
+    assert_pw_op_fails("{\"op\":\"clamp\",\"args\":[\"a\"],\"out\":\"y\",\"min\":\"nan\"}",
+                       TSR_BAD_ATTRIBUTE, "ops[0].min: must not be NaN");
 }
 
 Test(json, non_finite_constants_travel_as_strings)
@@ -493,16 +489,11 @@ Test(json, non_finite_constants_travel_as_strings)
     tsr_region_free(&r);
     tsr_region_free(&back);
 
-    s = pw_with_op("{\"op\":\"const\",\"value\":\"nan\",\"out\":\"y\"}");
-    assert_parse_fails(s, TSR_BAD_ATTRIBUTE, "ops[0].value: must not be NaN");
-    free(s);
-    s = pw_with_op("{\"op\":\"const\",\"value\":\"Infinity\",\"out\":\"y\"}");
-    assert_parse_code(s, TSR_BAD_JSON);
-    free(s);
+    assert_pw_op_fails("{\"op\":\"const\",\"value\":\"nan\",\"out\":\"y\"}", TSR_BAD_ATTRIBUTE,
+                       "ops[0].value: must not be NaN");
+    assert_pw_op_code("{\"op\":\"const\",\"value\":\"Infinity\",\"out\":\"y\"}", TSR_BAD_JSON);
     /* a literal too large for a double reads as infinity, which a const may be */
-    s = pw_with_op("{\"op\":\"const\",\"value\":1e999,\"out\":\"y\"}");
-    assert_parse_code(s, TSR_OK);
-    free(s);
+    assert_pw_op_code("{\"op\":\"const\",\"value\":1e999,\"out\":\"y\"}", TSR_OK);
 }
 
 Test(json, floats_keep_their_bits)

@@ -86,6 +86,15 @@ static bool file_exists(const char *path)
     return stat(path, &st) == 0;
 }
 
+/* Whether key n's entry file is in dir. */
+static bool entry_exists(const char *dir, int n)
+{
+    tsr_fingerprint k = key_of(n);
+    char path[600];
+    entry_path(dir, &k, path, sizeof path);
+    return file_exists(path);
+}
+
 /* The disk bound's count of an entry file: whole 4 KiB blocks. */
 #define FOOTPRINT(n) ((((uint64_t)(n)) + 4095) / 4096 * 4096)
 
@@ -239,10 +248,7 @@ Test(kcache, creates_missing_directories)
     tsr_kcache *c = cache_open(path, 0, 0);
     struct builder b = {.len = 10, .fill = 1};
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
-    tsr_fingerprint k = key_of(1);
-    char file[600];
-    entry_path(path, &k, file, sizeof file);
-    cr_expect(file_exists(file));
+    cr_expect(entry_exists(path, 1));
     tsr_kcache_close(c);
 }
 
@@ -495,12 +501,8 @@ Test(kcache, disk_eviction_removes_the_least_recently_used_file)
     cr_expect_eq(s.disk_bytes, 3 * FOOTPRINT(HEADER_BYTES + 1000));
     cr_expect_eq(s.memory_entries, 0);
 
-    for (int n = 1; n <= 4; n++) {
-        tsr_fingerprint k = key_of(n);
-        char path[512];
-        entry_path(d, &k, path, sizeof path);
-        cr_expect_eq(file_exists(path), n != 2, "key %d", n);
-    }
+    for (int n = 1; n <= 4; n++)
+        cr_expect_eq(entry_exists(d, n), n != 2, "key %d", n);
     tsr_kcache_close(c);
 }
 
@@ -709,12 +711,8 @@ Test(kcache, evicts_one_key_or_all)
     cr_expect_eq(s.memory_bytes, 0);
     cr_expect_eq(s.disk_entries, 0);
     cr_expect_eq(s.disk_bytes, 0);
-    for (int n = 1; n <= 4; n++) {
-        tsr_fingerprint k = key_of(n);
-        char path[512];
-        entry_path(d, &k, path, sizeof path);
-        cr_expect_not(file_exists(path), "key %d", n);
-    }
+    for (int n = 1; n <= 4; n++)
+        cr_expect_not(entry_exists(d, n), "key %d", n);
     cr_expect_eq(get_checked(c, 2, &b), TSR_KCACHE_MISS);
     tsr_kcache_close(c);
 }

@@ -77,31 +77,50 @@ static tsr_status cand_noisy(void *ctx, const tsr_region *r, const void *const *
     return st;
 }
 
+/* The reference, then each output element that `edit` changes is stored back
+ * changed: the shape of a kernel that is right but for one kind of value. */
+static tsr_status ref_then_edit(const tsr_region *r, const void *const *inputs, void *output,
+                                tsr_error *err, bool (*edit)(double *v))
+{
+    tsr_status st = tsr_ref_run(r, inputs, output, 1, err);
+    int64_t n = output_elements(r);
+    for (int64_t i = 0; i < n; i++) {
+        double v = tsr_dtype_load(r->out_dtype, output, (size_t)i);
+        if (edit(&v))
+            tsr_dtype_store(r->out_dtype, output, (size_t)i, v);
+    }
+    return st;
+}
+
+static bool nan_to_zero(double *v)
+{
+    if (!isnan(*v))
+        return false;
+    *v = 0.0;
+    return true;
+}
+
+static bool inf_negated(double *v)
+{
+    if (!isinf(*v))
+        return false;
+    *v = -*v;
+    return true;
+}
+
 /* The reference with NaN written as 0, as a kernel using bare fmaxf would. */
 static tsr_status cand_drops_nan(void *ctx, const tsr_region *r, const void *const *inputs,
                                  void *output, tsr_error *err)
 {
     (void)ctx;
-    tsr_status st = tsr_ref_run(r, inputs, output, 1, err);
-    int64_t n = output_elements(r);
-    for (int64_t i = 0; i < n; i++)
-        if (isnan(tsr_dtype_load(r->out_dtype, output, (size_t)i)))
-            tsr_dtype_store(r->out_dtype, output, (size_t)i, 0.0);
-    return st;
+    return ref_then_edit(r, inputs, output, err, nan_to_zero);
 }
 
 static tsr_status cand_flips_inf(void *ctx, const tsr_region *r, const void *const *inputs,
                                  void *output, tsr_error *err)
 {
     (void)ctx;
-    tsr_status st = tsr_ref_run(r, inputs, output, 1, err);
-    int64_t n = output_elements(r);
-    for (int64_t i = 0; i < n; i++) {
-        double v = tsr_dtype_load(r->out_dtype, output, (size_t)i);
-        if (isinf(v))
-            tsr_dtype_store(r->out_dtype, output, (size_t)i, -v);
-    }
-    return st;
+    return ref_then_edit(r, inputs, output, err, inf_negated);
 }
 
 static tsr_status cand_fails(void *ctx, const tsr_region *r, const void *const *inputs,

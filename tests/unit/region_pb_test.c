@@ -57,6 +57,21 @@ static Tessera__V1__Region matmul_pb(void)
     return pb;
 }
 
+/* Attention over one batch of 8 queries and 8 keys, head_dim 16; heads_kv and
+ * head_dim_v left at 0, their defaults. */
+static Tessera__V1__Region attention_pb(int64_t heads)
+{
+    Tessera__V1__Region pb = TESSERA__V1__REGION__INIT;
+    pb.kind = TESSERA__V1__REGION_KIND__KIND_ATTENTION;
+    pb.dtype = TESSERA__V1__DTYPE__DTYPE_BF16;
+    pb.batch = 1;
+    pb.heads = heads;
+    pb.seq_q = 8;
+    pb.seq_k = 8;
+    pb.head_dim = 16;
+    return pb;
+}
+
 Test(region_pb, every_example_survives_the_wire)
 {
     for (int i = 0; i < N_EXAMPLES; i++) {
@@ -215,14 +230,7 @@ Test(region_pb, wire_defaults)
     cr_assert_eq(r.u.fused.reduction, TSR_REDUCTION_NONE);
     cr_assert_eq(r.u.fused.eps, 0.0); /* taken as written */
 
-    pb = (Tessera__V1__Region)TESSERA__V1__REGION__INIT;
-    pb.kind = TESSERA__V1__REGION_KIND__KIND_ATTENTION;
-    pb.dtype = TESSERA__V1__DTYPE__DTYPE_BF16;
-    pb.batch = 1;
-    pb.heads = 4;
-    pb.seq_q = 8;
-    pb.seq_k = 8;
-    pb.head_dim = 16;
+    pb = attention_pb(4);
     pb.scale = NAN;
     cr_assert_eq(tsr_region_from_pb(&pb, &r, &e), TSR_OK, "%s", e.message);
     cr_assert_eq(r.u.attention.heads_kv, 4);
@@ -283,15 +291,8 @@ Test(region_pb, validation_codes_come_through)
                     "a: 2199023255552 elements past the limit of 2^40 = "
                     "1099511627776");
 
-    pb = (Tessera__V1__Region)TESSERA__V1__REGION__INIT;
-    pb.kind = TESSERA__V1__REGION_KIND__KIND_ATTENTION;
-    pb.dtype = TESSERA__V1__DTYPE__DTYPE_BF16;
-    pb.batch = 1;
-    pb.heads = 6;
+    pb = attention_pb(6);
     pb.heads_kv = 4;
-    pb.seq_q = 8;
-    pb.seq_k = 8;
-    pb.head_dim = 16;
     assert_pb_fails(&pb, TSR_BAD_HEADS, "heads: 6 not divisible by heads_kv 4");
     pb.heads_kv = -1; /* not to be read as the default */
     assert_pb_fails(&pb, TSR_BAD_DIMENSION, "heads_kv: must be > 0 (got -1)");

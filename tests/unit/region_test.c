@@ -448,12 +448,25 @@ Test(region, failed_validation_leaves_defaults_unset)
 
 /* ---- pointwise ---- */
 
-Test(region, pointwise_resolves_names_and_broadcasts)
+/* The pointwise tests start from pw_example's region. Criterion runs each test
+ * in a process of its own, so one file-scope region serves them all: .init
+ * builds it, .fini frees it. */
+static tsr_region example;
+
+static void example_init(void)
 {
-    tsr_region r;
-    pw_example(&r);
-    assert_valid(&r);
-    const tsr_pointwise_desc *pw = &r.u.pointwise;
+    pw_example(&example);
+}
+
+static void example_free(void)
+{
+    tsr_region_free(&example);
+}
+
+Test(region, pointwise_resolves_names_and_broadcasts, .init = example_init, .fini = example_free)
+{
+    assert_valid(&example);
+    const tsr_pointwise_desc *pw = &example.u.pointwise;
     cr_assert_eq(pw->nodes[0].arg_index[0], 0);
     cr_assert_eq(pw->nodes[0].arg_index[1], 1);
     cr_assert_eq(pw->nodes[1].arg_index[0], 3);
@@ -465,7 +478,6 @@ Test(region, pointwise_resolves_names_and_broadcasts)
     cr_assert_eq(pw->out_rank, 2);
     cr_assert_eq(pw->out_shape[0], 4);
     cr_assert_eq(pw->out_shape[1], 8);
-    tsr_region_free(&r);
 }
 
 Test(region, pointwise_broadcasts_like_numpy)
@@ -516,193 +528,171 @@ Test(region, pointwise_output_may_name_an_input_or_a_scalar_const)
     tsr_region_free(&r);
 }
 
-Test(region, pointwise_rejects_undefined_names)
+Test(region, pointwise_rejects_undefined_names, .init = example_init, .fini = example_free)
 {
-    tsr_region r;
-    pw_example(&r);
-    strcpy(r.u.pointwise.nodes[2].args[0], "x");
-    assert_message(&r, TSR_UNDEFINED_NAME, "ops[2].args[0]: undefined name 'x'");
-    strcpy(r.u.pointwise.nodes[2].args[0], "c");
-    strcpy(r.u.pointwise.nodes[3].args[1], "x");
-    assert_message(&r, TSR_UNDEFINED_NAME, "ops[3].args[1]: undefined name 'x'");
-    strcpy(r.u.pointwise.nodes[3].args[1], "g");
-    strcpy(r.u.pointwise.output, "zz");
-    assert_message(&r, TSR_UNDEFINED_NAME, "output: undefined name 'zz'");
-    r.u.pointwise.output[0] = '\0';
-    assert_message(&r, TSR_UNDEFINED_NAME, "output: undefined name ''");
-    tsr_region_free(&r);
+    strcpy(example.u.pointwise.nodes[2].args[0], "x");
+    assert_message(&example, TSR_UNDEFINED_NAME, "ops[2].args[0]: undefined name 'x'");
+    strcpy(example.u.pointwise.nodes[2].args[0], "c");
+    strcpy(example.u.pointwise.nodes[3].args[1], "x");
+    assert_message(&example, TSR_UNDEFINED_NAME, "ops[3].args[1]: undefined name 'x'");
+    strcpy(example.u.pointwise.nodes[3].args[1], "g");
+    strcpy(example.u.pointwise.output, "zz");
+    assert_message(&example, TSR_UNDEFINED_NAME, "output: undefined name 'zz'");
+    example.u.pointwise.output[0] = '\0';
+    assert_message(&example, TSR_UNDEFINED_NAME, "output: undefined name ''");
 }
 
-Test(region, pointwise_rejects_cycles)
+Test(region, pointwise_rejects_cycles, .init = example_init, .fini = example_free)
 {
-    tsr_region r;
-    pw_example(&r);
-    strcpy(r.u.pointwise.nodes[1].args[0], "y"); /* defined later by ops[3] */
-    assert_message(&r, TSR_CYCLE,
+    strcpy(example.u.pointwise.nodes[1].args[0], "y"); /* defined later by ops[3] */
+    assert_message(&example, TSR_CYCLE,
                    "ops[1].args[0]: 'y' is used before its definition at ops[3].out");
-    strcpy(r.u.pointwise.nodes[1].args[0], "t"); /* defined by ops[1] itself */
-    assert_message(&r, TSR_CYCLE, "ops[1].args[0]: 't' is defined by this op");
-    tsr_region_free(&r);
+    strcpy(example.u.pointwise.nodes[1].args[0], "t"); /* defined by ops[1] itself */
+    assert_message(&example, TSR_CYCLE, "ops[1].args[0]: 't' is defined by this op");
 }
 
-Test(region, pointwise_rejects_duplicate_names)
+Test(region, pointwise_rejects_duplicate_names, .init = example_init, .fini = example_free)
 {
-    tsr_region r;
-    pw_example(&r);
-    strcpy(r.u.pointwise.nodes[2].out, "a"); /* reuses an input's name */
-    assert_message(&r, TSR_DUPLICATE_NAME,
+    strcpy(example.u.pointwise.nodes[2].out, "a"); /* reuses an input's name */
+    assert_message(&example, TSR_DUPLICATE_NAME,
                    "ops[2].out: 'a' defined twice (first at inputs[0].name)");
-    strcpy(r.u.pointwise.nodes[2].out, "s"); /* reuses ops[0]'s output */
-    assert_message(&r, TSR_DUPLICATE_NAME, "ops[2].out: 's' defined twice (first at ops[0].out)");
-    strcpy(r.u.pointwise.nodes[2].out, "g");
-    strcpy(r.u.pointwise.inputs[2].name, "b");
-    assert_message(&r, TSR_DUPLICATE_NAME,
+    strcpy(example.u.pointwise.nodes[2].out, "s"); /* reuses ops[0]'s output */
+    assert_message(&example, TSR_DUPLICATE_NAME,
+                   "ops[2].out: 's' defined twice (first at ops[0].out)");
+    strcpy(example.u.pointwise.nodes[2].out, "g");
+    strcpy(example.u.pointwise.inputs[2].name, "b");
+    assert_message(&example, TSR_DUPLICATE_NAME,
                    "inputs[2].name: 'b' defined twice (first at inputs[1].name)");
-    tsr_region_free(&r);
 }
 
-Test(region, pointwise_checks_arity)
+Test(region, pointwise_checks_arity, .init = example_init, .fini = example_free)
 {
-    tsr_region r;
-    pw_example(&r);
-    r.u.pointwise.nodes[0].n_args = 1;
-    assert_message(&r, TSR_BAD_ARITY, "ops[0].args: 'add' takes 2 arguments (got 1)");
-    r.u.pointwise.nodes[0].n_args = 2;
-    r.u.pointwise.nodes[1].n_args = 2;
-    strcpy(r.u.pointwise.nodes[1].args[1], "a");
-    assert_message(&r, TSR_BAD_ARITY, "ops[1].args: 'relu' takes 1 argument (got 2)");
-    r.u.pointwise.nodes[1].n_args = 1;
-    r.u.pointwise.nodes[1].n_args = 3;
-    assert_fails(&r, TSR_BAD_ARITY, "ops[1].args: ");
-    r.u.pointwise.nodes[1].n_args = 1;
-    tsr_pw_node *c = pw_op(&r, TSR_OP_CONST, "k", "a", NULL);
+    example.u.pointwise.nodes[0].n_args = 1;
+    assert_message(&example, TSR_BAD_ARITY, "ops[0].args: 'add' takes 2 arguments (got 1)");
+    example.u.pointwise.nodes[0].n_args = 2;
+    example.u.pointwise.nodes[1].n_args = 2;
+    strcpy(example.u.pointwise.nodes[1].args[1], "a");
+    assert_message(&example, TSR_BAD_ARITY, "ops[1].args: 'relu' takes 1 argument (got 2)");
+    example.u.pointwise.nodes[1].n_args = 1;
+    example.u.pointwise.nodes[1].n_args = 3;
+    assert_fails(&example, TSR_BAD_ARITY, "ops[1].args: ");
+    example.u.pointwise.nodes[1].n_args = 1;
+    tsr_pw_node *c = pw_op(&example, TSR_OP_CONST, "k", "a", NULL);
     (void)c;
-    assert_message(&r, TSR_BAD_ARITY, "ops[4].args: 'const' takes 0 arguments (got 1)");
-    tsr_region_free(&r);
+    assert_message(&example, TSR_BAD_ARITY, "ops[4].args: 'const' takes 0 arguments (got 1)");
 }
 
-Test(region, pointwise_rejects_unknown_and_misplaced_ops)
+Test(region, pointwise_rejects_unknown_and_misplaced_ops, .init = example_init,
+     .fini = example_free)
 {
-    tsr_region r;
-    pw_example(&r);
-    r.u.pointwise.nodes[1].op = (tsr_op)TSR_OP_COUNT;
-    assert_message(&r, TSR_UNKNOWN_OP, "ops[1].op: unknown op 26");
-    r.u.pointwise.nodes[1].op = TSR_OP_BIAS;
-    assert_message(&r, TSR_UNKNOWN_OP, "ops[1].op: 'bias' is not a pointwise op");
-    tsr_region_free(&r);
+    example.u.pointwise.nodes[1].op = (tsr_op)TSR_OP_COUNT;
+    assert_message(&example, TSR_UNKNOWN_OP, "ops[1].op: unknown op 26");
+    example.u.pointwise.nodes[1].op = TSR_OP_BIAS;
+    assert_message(&example, TSR_UNKNOWN_OP, "ops[1].op: 'bias' is not a pointwise op");
 }
 
-Test(region, pointwise_checks_attributes)
+Test(region, pointwise_checks_attributes, .init = example_init, .fini = example_free)
 {
-    tsr_region r;
-    pw_example(&r);
-    tsr_pw_node *n = pw_op(&r, TSR_OP_CLAMP, "z", "y", NULL);
-    strcpy(r.u.pointwise.output, "z");
-    assert_message(&r, TSR_BAD_ATTRIBUTE, "ops[4]: clamp needs min or max");
+    tsr_pw_node *n = pw_op(&example, TSR_OP_CLAMP, "z", "y", NULL);
+    strcpy(example.u.pointwise.output, "z");
+    assert_message(&example, TSR_BAD_ATTRIBUTE, "ops[4]: clamp needs min or max");
     n->attrs.has_max = true;
     n->attrs.max = INFINITY;
-    assert_valid(&r);
+    assert_valid(&example);
     n->attrs.has_min = true;
     n->attrs.min = NAN;
-    assert_message(&r, TSR_BAD_ATTRIBUTE, "ops[4].min: must not be NaN");
+    assert_message(&example, TSR_BAD_ATTRIBUTE, "ops[4].min: must not be NaN");
     n->attrs.min = 3; /* min above max is np.clip's business: the result is max */
     n->attrs.max = 1;
-    assert_valid(&r);
+    assert_valid(&example);
     n->attrs.max = NAN;
-    assert_message(&r, TSR_BAD_ATTRIBUTE, "ops[4].max: must not be NaN");
+    assert_message(&example, TSR_BAD_ATTRIBUTE, "ops[4].max: must not be NaN");
     n->attrs.max = 1;
     n->attrs.has_max = false; /* a bound not in use must be zero */
-    assert_message(&r, TSR_BAD_ATTRIBUTE, "ops[4].max: 'clamp' takes no max");
+    assert_message(&example, TSR_BAD_ATTRIBUTE, "ops[4].max: 'clamp' takes no max");
     n->attrs.max = 0;
-    assert_valid(&r);
+    assert_valid(&example);
     n->attrs.value = 1;
-    assert_message(&r, TSR_BAD_ATTRIBUTE, "ops[4].value: 'clamp' takes no value");
+    assert_message(&example, TSR_BAD_ATTRIBUTE, "ops[4].value: 'clamp' takes no value");
     n->attrs.value = 0;
 
-    r.u.pointwise.nodes[1].attrs.has_min = true;
-    assert_message(&r, TSR_BAD_ATTRIBUTE, "ops[1].min: 'relu' takes no min");
-    r.u.pointwise.nodes[1].attrs.has_min = false;
-    r.u.pointwise.nodes[0].attrs.value = 0.5;
-    assert_message(&r, TSR_BAD_ATTRIBUTE, "ops[0].value: 'add' takes no value");
-    r.u.pointwise.nodes[0].attrs.value = 0;
+    example.u.pointwise.nodes[1].attrs.has_min = true;
+    assert_message(&example, TSR_BAD_ATTRIBUTE, "ops[1].min: 'relu' takes no min");
+    example.u.pointwise.nodes[1].attrs.has_min = false;
+    example.u.pointwise.nodes[0].attrs.value = 0.5;
+    assert_message(&example, TSR_BAD_ATTRIBUTE, "ops[0].value: 'add' takes no value");
+    example.u.pointwise.nodes[0].attrs.value = 0;
 
-    tsr_pw_node *c = pw_op(&r, TSR_OP_CONST, "k", NULL, NULL);
+    tsr_pw_node *c = pw_op(&example, TSR_OP_CONST, "k", NULL, NULL);
     c->attrs.value = NAN;
-    assert_message(&r, TSR_BAD_ATTRIBUTE, "ops[5].value: must not be NaN");
-    r.u.pointwise.nodes[5].attrs.value = -INFINITY;
-    assert_valid(&r);
-    tsr_region_free(&r);
+    assert_message(&example, TSR_BAD_ATTRIBUTE, "ops[5].value: must not be NaN");
+    example.u.pointwise.nodes[5].attrs.value = -INFINITY;
+    assert_valid(&example);
 }
 
-Test(region, pointwise_checks_names)
+Test(region, pointwise_checks_names, .init = example_init, .fini = example_free)
 {
-    tsr_region r;
-    pw_example(&r);
-    r.u.pointwise.inputs[1].name[0] = '\0';
-    assert_message(&r, TSR_BAD_ATTRIBUTE, "inputs[1].name: must not be empty");
-    memset(r.u.pointwise.inputs[1].name, 'b', TSR_MAX_NAME); /* no terminator */
-    assert_message(&r, TSR_BAD_ATTRIBUTE, "inputs[1].name: longer than 63 bytes");
-    strcpy(r.u.pointwise.inputs[1].name, "b");
-    r.u.pointwise.nodes[0].out[0] = '\0';
-    assert_message(&r, TSR_BAD_ATTRIBUTE, "ops[0].out: must not be empty");
-    strcpy(r.u.pointwise.nodes[0].out, "s");
-    memset(r.u.pointwise.nodes[1].args[0], 's', TSR_MAX_NAME);
-    assert_message(&r, TSR_BAD_ATTRIBUTE, "ops[1].args[0]: longer than 63 bytes");
-    strcpy(r.u.pointwise.nodes[1].args[0], "s");
-    memset(r.u.pointwise.output, 'y', TSR_MAX_NAME);
-    assert_message(&r, TSR_BAD_ATTRIBUTE, "output: longer than 63 bytes");
-    tsr_region_free(&r);
+    example.u.pointwise.inputs[1].name[0] = '\0';
+    assert_message(&example, TSR_BAD_ATTRIBUTE, "inputs[1].name: must not be empty");
+    memset(example.u.pointwise.inputs[1].name, 'b', TSR_MAX_NAME); /* no terminator */
+    assert_message(&example, TSR_BAD_ATTRIBUTE, "inputs[1].name: longer than 63 bytes");
+    strcpy(example.u.pointwise.inputs[1].name, "b");
+    example.u.pointwise.nodes[0].out[0] = '\0';
+    assert_message(&example, TSR_BAD_ATTRIBUTE, "ops[0].out: must not be empty");
+    strcpy(example.u.pointwise.nodes[0].out, "s");
+    memset(example.u.pointwise.nodes[1].args[0], 's', TSR_MAX_NAME);
+    assert_message(&example, TSR_BAD_ATTRIBUTE, "ops[1].args[0]: longer than 63 bytes");
+    strcpy(example.u.pointwise.nodes[1].args[0], "s");
+    memset(example.u.pointwise.output, 'y', TSR_MAX_NAME);
+    assert_message(&example, TSR_BAD_ATTRIBUTE, "output: longer than 63 bytes");
 }
 
-Test(region, pointwise_checks_shapes_and_limits)
+Test(region, pointwise_checks_shapes_and_limits, .init = example_init, .fini = example_free)
 {
-    tsr_region r;
-    pw_example(&r);
-    r.u.pointwise.inputs[0].shape[1] = 0;
-    assert_message(&r, TSR_BAD_DIMENSION, "inputs[0].shape[1]: must be > 0 (got 0)");
-    r.u.pointwise.inputs[0].shape[1] = 8;
-    r.u.pointwise.inputs[2].rank = TSR_MAX_RANK + 1;
-    assert_message(&r, TSR_BAD_DIMENSION, "inputs[2].shape: rank 9 outside 0..8");
-    r.u.pointwise.inputs[2].rank = -1;
-    assert_fails(&r, TSR_BAD_DIMENSION, "inputs[2].shape: ");
-    r.u.pointwise.inputs[2].rank = 1;
-    assert_valid(&r);
+    example.u.pointwise.inputs[0].shape[1] = 0;
+    assert_message(&example, TSR_BAD_DIMENSION, "inputs[0].shape[1]: must be > 0 (got 0)");
+    example.u.pointwise.inputs[0].shape[1] = 8;
+    example.u.pointwise.inputs[2].rank = TSR_MAX_RANK + 1;
+    assert_message(&example, TSR_BAD_DIMENSION, "inputs[2].shape: rank 9 outside 0..8");
+    example.u.pointwise.inputs[2].rank = -1;
+    assert_fails(&example, TSR_BAD_DIMENSION, "inputs[2].shape: ");
+    example.u.pointwise.inputs[2].rank = 1;
+    assert_valid(&example);
 
     /* an input past 2^40, and an output past it built from two inputs under it */
-    r.u.pointwise.inputs[0].shape[0] = INT64_C(1) << 21;
-    r.u.pointwise.inputs[0].shape[1] = INT64_C(1) << 20;
-    assert_fails(&r, TSR_TOO_LARGE, "inputs[0]: ");
-    tsr_region_free(&r);
-    pw_begin(&r);
-    pw_input(&r, "a", 2, (int64_t[]){INT64_C(1) << 21, 1});
-    pw_input(&r, "b", 2, (int64_t[]){1, INT64_C(1) << 20});
-    pw_op(&r, TSR_OP_ADD, "y", "a", "b");
-    strcpy(r.u.pointwise.output, "y");
-    assert_fails(&r, TSR_TOO_LARGE, "output: ");
-    tsr_region_free(&r);
+    example.u.pointwise.inputs[0].shape[0] = INT64_C(1) << 21;
+    example.u.pointwise.inputs[0].shape[1] = INT64_C(1) << 20;
+    assert_fails(&example, TSR_TOO_LARGE, "inputs[0]: ");
+    tsr_region_free(&example);
+    pw_begin(&example);
+    pw_input(&example, "a", 2, (int64_t[]){INT64_C(1) << 21, 1});
+    pw_input(&example, "b", 2, (int64_t[]){1, INT64_C(1) << 20});
+    pw_op(&example, TSR_OP_ADD, "y", "a", "b");
+    strcpy(example.u.pointwise.output, "y");
+    assert_fails(&example, TSR_TOO_LARGE, "output: ");
+    tsr_region_free(&example);
 
-    pw_begin(&r);
+    pw_begin(&example);
     for (int i = 0; i <= TSR_MAX_PW_INPUTS; i++) {
         char name[8];
         snprintf(name, sizeof name, "x%d", i);
         if (i < TSR_MAX_PW_INPUTS)
-            pw_input(&r, name, 1, (int64_t[]){2});
+            pw_input(&example, name, 1, (int64_t[]){2});
     }
-    strcpy(r.u.pointwise.output, "x0");
-    assert_valid(&r); /* 16 inputs is the limit */
-    r.u.pointwise.n_inputs = TSR_MAX_PW_INPUTS + 1;
-    assert_message(&r, TSR_TOO_LARGE, "inputs: 17 inputs outside 0..16");
-    r.u.pointwise.n_inputs = 1;
+    strcpy(example.u.pointwise.output, "x0");
+    assert_valid(&example); /* 16 inputs is the limit */
+    example.u.pointwise.n_inputs = TSR_MAX_PW_INPUTS + 1;
+    assert_message(&example, TSR_TOO_LARGE, "inputs: 17 inputs outside 0..16");
+    example.u.pointwise.n_inputs = 1;
     for (int i = 0; i < TSR_MAX_PW_NODES; i++) {
         char name[16], prev[16];
         snprintf(name, sizeof name, "t%d", i);
         snprintf(prev, sizeof prev, "t%d", i - 1);
-        pw_op(&r, TSR_OP_NEG, name, i == 0 ? "x0" : prev, NULL); /* a chain of negations */
+        pw_op(&example, TSR_OP_NEG, name, i == 0 ? "x0" : prev, NULL); /* a chain of negations */
     }
-    assert_valid(&r); /* 1024 ops is the limit */
-    pw_op(&r, TSR_OP_NEG, "one_more", "x0", NULL);
-    assert_message(&r, TSR_TOO_LARGE, "ops: 1025 ops outside 0..1024");
-    tsr_region_free(&r);
+    assert_valid(&example); /* 1024 ops is the limit */
+    pw_op(&example, TSR_OP_NEG, "one_more", "x0", NULL);
+    assert_message(&example, TSR_TOO_LARGE, "ops: 1025 ops outside 0..1024");
 }
 
 /* ---- ownership, copy, equality ---- */

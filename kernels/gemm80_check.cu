@@ -94,13 +94,8 @@ __global__ void ref_gemm(const T *a, const T *b, const T *b2, const T *bias, con
     int row = blockIdx.y;
     if (col >= n || row >= m)
         return;
-    float acc = 0.0f, acc2 = 0.0f;
-    for (int i = 0; i < k; i++) {
-        float x = (float)a[(size_t)row * k + i];
-        acc += x * (float)b[(size_t)i * n + col];
-        if (gated)
-            acc2 += x * (float)b2[(size_t)i * n + col];
-    }
+    float acc, acc2;
+    ref_products(a, b, b2, row, col, n, k, gated, acc, acc2);
     if (gated) {
         acc = ref_act(ops.gate_act, acc) * acc2;
     } else {

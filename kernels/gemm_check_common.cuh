@@ -41,6 +41,22 @@ __device__ __forceinline__ float random_signed_unit(unsigned long long seed, siz
     return (u - 0.5f) * 2.0f;
 }
 
+/* The reference kernels' products, one output (row, col) per thread: A's row
+ * times B's column, and times B2's column too when gated, accumulated in f32. */
+template <typename T>
+__device__ __forceinline__ void ref_products(const T *a, const T *b, const T *b2, int row, int col,
+                                             int n, int k, int gated, float &acc, float &acc2)
+{
+    acc = 0.0f;
+    acc2 = 0.0f;
+    for (int i = 0; i < k; i++) {
+        float x = (float)a[(size_t)row * k + i];
+        acc += x * (float)b[(size_t)i * n + col];
+        if (gated)
+            acc2 += x * (float)b2[(size_t)i * n + col];
+    }
+}
+
 template <typename T> __global__ void to_float(const T *p, float *q, size_t n)
 {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;

@@ -626,13 +626,16 @@ static bool kcache_disk_remove(tsr_kcache *c, const tsr_fingerprint *key, uint64
     return true;
 }
 
-/* Lists the entry files under the directory (sorted by nothing). With
- * remove_stale, also deletes temporary files older than KCACHE_STALE_TMP_NS. */
+/* Lists the entry files under the directory (sorted by nothing; none when the
+ * cache has no directory). With remove_stale, also deletes temporary files
+ * older than KCACHE_STALE_TMP_NS. */
 static tsr_status kcache_disk_scan(tsr_kcache *c, bool remove_stale,
                                    struct kcache_disk_file **files, size_t *count, tsr_error *err)
 {
     *files = NULL;
     *count = 0;
+    if (c->dir == NULL)
+        return TSR_OK;
     DIR *top = opendir(c->dir);
     if (top == NULL)
         return tsr_error_set(err, TSR_IO_ERROR, "cache directory '%s': %s", c->dir,
@@ -1207,13 +1210,11 @@ tsr_status tsr_kcache_list(tsr_kcache *c, tsr_kcache_entry_info **entries, size_
     *entries = NULL;
     *count = 0;
 
-    struct kcache_disk_file *files = NULL;
-    size_t nfiles = 0;
-    if (c->dir != NULL) {
-        tsr_status st = kcache_disk_scan(c, false, &files, &nfiles, err);
-        if (st != TSR_OK)
-            return st;
-    }
+    struct kcache_disk_file *files;
+    size_t nfiles;
+    tsr_status st = kcache_disk_scan(c, false, &files, &nfiles, err);
+    if (st != TSR_OK)
+        return st;
 
     pthread_mutex_lock(&c->lock);
     size_t nmem = c->stats.memory_entries;
@@ -1300,13 +1301,11 @@ tsr_status tsr_kcache_evict(tsr_kcache *c, const tsr_fingerprint *key, uint32_t 
 
     /* Everything: the count is of distinct keys, so a key held in memory and on
      * disk counts once. */
-    struct kcache_disk_file *files = NULL;
-    size_t nfiles = 0;
-    if (c->dir != NULL) {
-        tsr_status st = kcache_disk_scan(c, false, &files, &nfiles, err);
-        if (st != TSR_OK)
-            return st;
-    }
+    struct kcache_disk_file *files;
+    size_t nfiles;
+    tsr_status st = kcache_disk_scan(c, false, &files, &nfiles, err);
+    if (st != TSR_OK)
+        return st;
     /* Files this call removed keep their rows, sorted by key; the others are
      * dropped so that a memory entry is counted against removed files only. */
     size_t nremoved = 0;

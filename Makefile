@@ -136,6 +136,7 @@ $(BUILD)/gen/kernels80_embedded.o: $(BUILD)/gen/kernels80_embedded.c
 GEMM80_CHECK := $(BUILD)/gpu/bin/gemm80_check
 gemm80-check: $(GEMM80_CHECK)
 $(GEMM80_CHECK): kernels/gemm80_check.cu kernels/gemm_sm80.cu kernels/gemm80_params.h kernels/gemm_common.cuh \
+                 kernels/gemm_check_common.cuh \
                  kernels/gemm_params.h
 	@mkdir -p $(dir $@)
 	$(NVCC) -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=sm_90 -O3 \

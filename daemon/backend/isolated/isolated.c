@@ -109,28 +109,30 @@ struct tsrd_backend {
     char compiler_version[64];
 };
 
-struct tsrd_dbuf {
+/* The daemon's record of an object that lives in the worker: its id there and
+ * the worker generation it belongs to (an object of an earlier generation went
+ * with that worker). Every such record begins with one. */
+typedef struct iso_remote {
     uint64_t id;
     unsigned generation;
     int device;
+} iso_remote;
+
+struct tsrd_dbuf {
+    iso_remote remote;
     uint64_t bytes;
 };
 
 struct tsrd_kobj {
-    uint64_t id;
-    unsigned generation;
-    int device;
+    iso_remote remote;
 };
 
 struct tsrd_stream {
-    uint64_t id;
-    unsigned generation;
-    int device;
+    iso_remote remote;
 };
 
 struct tsrd_graph {
-    uint64_t id;
-    unsigned generation;
+    iso_remote remote;
 };
 
 /* ---- channels and calls ---- */
@@ -240,6 +242,27 @@ static tsr_status iso_call(tsrd_backend *b, const tsrd_dw_request *q, const void
                            uint64_t r[2], tsr_error *err)
 {
     return iso_call_fd(b, q, payload, -1, r, err);
+}
+
+/* Asks the worker to make an object (q, with its payload) and gives back in
+ * *out the daemon's record of it: size bytes, zeroed, beginning with an
+ * iso_remote for the object of that generation on device; NULL on failure. */
+static tsr_status iso_make(tsrd_backend *b, size_t size, unsigned generation, int device,
+                           const tsrd_dw_request *q, const void *payload, void *out, tsr_error *err)
+{
+    iso_remote *o = calloc(1, size);
+    *(void **)out = NULL;
+    if (o == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
+    uint64_t r[2];
+    tsr_status st = iso_call(b, q, payload, r, err);
+    if (st != TSR_OK) {
+        free(o);
+        return st;
+    }
+    *o = (iso_remote){.id = r[0], .generation = generation, .device = device};
+    *(void **)out = o;
+    return TSR_OK;
 }
 
 /* DEVICE_LOST for an object of an earlier worker. */
@@ -569,29 +592,19 @@ static tsr_status iso_compile(tsrd_backend *b, const tsr_region *r, const tsr_ca
 static tsr_status iso_buffer_alloc(tsrd_backend *b, int device, uint64_t bytes, tsrd_dbuf **out,
                                    tsr_error *err)
 {
-    tsrd_dbuf *buf = calloc(1, sizeof *buf);
-    if (buf == NULL)
-        return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
-    buf->generation = atomic_load(&b->generation);
-    buf->device = device;
-    buf->bytes = bytes;
     tsrd_dw_request q = {.op = TSRD_DW_ALLOC, .a = {(uint64_t)device, bytes}};
-    uint64_t r[2];
-    tsr_status st = iso_call(b, &q, NULL, r, err);
-    if (st != TSR_OK) {
-        free(buf);
-        return st;
-    }
-    buf->id = r[0];
-    *out = buf;
-    return TSR_OK;
+    tsr_status st =
+        iso_make(b, sizeof **out, atomic_load(&b->generation), device, &q, NULL, out, err);
+    if (st == TSR_OK)
+        (*out)->bytes = bytes;
+    return st;
 }
 
 static void iso_buffer_free(tsrd_backend *b, tsrd_dbuf *buf)
 {
     if (buf == NULL)
         return;
-    iso_release(b, TSRD_DW_FREE, buf->id, buf->generation);
+    iso_release(b, TSRD_DW_FREE, buf->remote.id, buf->remote.generation);
     free(buf);
 }
 
@@ -602,7 +615,7 @@ static tsr_status iso_copy(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset, voi
 {
     if (offset > buf->bytes || len > buf->bytes - offset)
         return tsr_error_set(err, TSR_BUFFER_MISMATCH, "device worker: copy out of bounds");
-    tsr_status st = iso_current(b, buf->generation, "the buffer's device memory", err);
+    tsr_status st = iso_current(b, buf->remote.generation, "the buffer's device memory", err);
     if (st != TSR_OK || len == 0)
         return st;
     pthread_rwlock_rdlock(&b->reset_lock);
@@ -611,7 +624,7 @@ static tsr_status iso_copy(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset, voi
     for (uint64_t done = 0; st == TSR_OK && done < len; done += TSRD_DW_WINDOW) {
         uint64_t n = len - done < TSRD_DW_WINDOW ? len - done : TSRD_DW_WINDOW;
         tsrd_dw_request q = {.op = to_device ? TSRD_DW_WRITE : TSRD_DW_READ,
-                             .a = {buf->id, offset + done, n}};
+                             .a = {buf->remote.id, offset + done, n}};
         if (to_device)
             memcpy(c->window, p + done, (size_t)n);
         tsrd_dw_reply rep;
@@ -703,11 +716,12 @@ static tsr_status iso_buffer_copy_registered(tsrd_backend *b, tsrd_dbuf *buf, ui
         return iso_copy(b, buf, offset, host, len, to_device, err);
     if (offset > buf->bytes || len > buf->bytes - offset)
         return tsr_error_set(err, TSR_BUFFER_MISMATCH, "device worker: copy out of bounds");
-    tsr_status st = iso_current(b, buf->generation, "the buffer's device memory", err);
+    tsr_status st = iso_current(b, buf->remote.generation, "the buffer's device memory", err);
     if (st != TSR_OK || len == 0)
         return st;
-    tsrd_dw_request q = {.op = TSRD_DW_COPY_PINNED,
-                         .a = {buf->id, offset, pin_id, pin_offset, len, (uint64_t)to_device}};
+    tsrd_dw_request q = {
+        .op = TSRD_DW_COPY_PINNED,
+        .a = {buf->remote.id, offset, pin_id, pin_offset, len, (uint64_t)to_device}};
     return iso_call(b, &q, NULL, NULL, err);
 }
 
@@ -718,24 +732,14 @@ static tsr_status iso_buffer_import(tsrd_backend *b, int device, const uint8_t *
     if (handle_len == 0 || handle_len > 256)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "device worker: an IPC handle of %zu bytes",
                              handle_len);
-    tsrd_dbuf *buf = calloc(1, sizeof *buf);
-    if (buf == NULL)
-        return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
-    buf->generation = atomic_load(&b->generation);
-    buf->device = device;
-    buf->bytes = bytes;
     tsrd_dw_request q = {.op = TSRD_DW_IMPORT,
                          .payload_len = (uint32_t)handle_len,
                          .a = {(uint64_t)device, offset, bytes}};
-    uint64_t r[2];
-    tsr_status st = iso_call(b, &q, handle, r, err);
-    if (st != TSR_OK) {
-        free(buf);
-        return st;
-    }
-    buf->id = r[0];
-    *out = buf;
-    return TSR_OK;
+    tsr_status st =
+        iso_make(b, sizeof **out, atomic_load(&b->generation), device, &q, handle, out, err);
+    if (st == TSR_OK)
+        (*out)->bytes = bytes;
+    return st;
 }
 
 /* ---- kernels ---- */
@@ -750,38 +754,26 @@ static tsr_status iso_load(tsrd_backend *b, int device, const tsr_region *r, con
     size_t json_len = strlen(json);
     size_t total = TSR_CANDIDATE_NAME_MAX + json_len + len;
     uint8_t *payload = total <= UINT32_MAX ? calloc(1, total) : NULL;
-    tsrd_kobj *k = calloc(1, sizeof *k);
-    if (payload == NULL || k == NULL) {
+    if (payload == NULL) {
         free(json);
-        free(payload);
-        free(k);
         return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
     }
     snprintf((char *)payload, TSR_CANDIDATE_NAME_MAX, "%s", c->name);
     memcpy(payload + TSR_CANDIDATE_NAME_MAX, json, json_len);
     memcpy(payload + TSR_CANDIDATE_NAME_MAX + json_len, bin, len);
     free(json);
-    k->generation = atomic_load(&b->generation);
-    k->device = device;
     tsrd_dw_request q = {
         .op = TSRD_DW_LOAD, .payload_len = (uint32_t)total, .a = {(uint64_t)device, json_len, len}};
-    uint64_t res[2];
-    st = iso_call(b, &q, payload, res, err);
+    st = iso_make(b, sizeof **out, atomic_load(&b->generation), device, &q, payload, out, err);
     free(payload);
-    if (st != TSR_OK) {
-        free(k);
-        return st;
-    }
-    k->id = res[0];
-    *out = k;
-    return TSR_OK;
+    return st;
 }
 
 static void iso_unload(tsrd_backend *b, tsrd_kobj *k)
 {
     if (k == NULL)
         return;
-    iso_release(b, TSRD_DW_UNLOAD, k->id, k->generation);
+    iso_release(b, TSRD_DW_UNLOAD, k->remote.id, k->remote.generation);
     free(k);
 }
 
@@ -789,28 +781,15 @@ static void iso_unload(tsrd_backend *b, tsrd_kobj *k)
 
 static tsr_status iso_stream_create(tsrd_backend *b, int device, tsrd_stream **out, tsr_error *err)
 {
-    tsrd_stream *s = calloc(1, sizeof *s);
-    if (s == NULL)
-        return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
-    s->generation = atomic_load(&b->generation);
-    s->device = device;
     tsrd_dw_request q = {.op = TSRD_DW_STREAM_NEW, .a = {(uint64_t)device}};
-    uint64_t r[2];
-    tsr_status st = iso_call(b, &q, NULL, r, err);
-    if (st != TSR_OK) {
-        free(s);
-        return st;
-    }
-    s->id = r[0];
-    *out = s;
-    return TSR_OK;
+    return iso_make(b, sizeof **out, atomic_load(&b->generation), device, &q, NULL, out, err);
 }
 
 static void iso_stream_destroy(tsrd_backend *b, tsrd_stream *s)
 {
     if (s == NULL)
         return;
-    iso_release(b, TSRD_DW_STREAM_FREE, s->id, s->generation);
+    iso_release(b, TSRD_DW_STREAM_FREE, s->remote.id, s->remote.generation);
     free(s);
 }
 
@@ -818,7 +797,7 @@ static tsr_status iso_launch_many(tsrd_backend *b, const tsrd_launch_desc *launc
                                   tsrd_stream *s, size_t *launched, tsr_error *err)
 {
     *launched = 0;
-    tsr_status st = iso_current(b, s->generation, "the session's stream", err);
+    tsr_status st = iso_current(b, s->remote.generation, "the session's stream", err);
     if (st != TSR_OK)
         return st;
     /* Checked here as iso_launch does, so the worker only sees its own ids;
@@ -829,22 +808,22 @@ static tsr_status iso_launch_many(tsrd_backend *b, const tsrd_launch_desc *launc
         if (l->n_inputs < 0 || l->n_inputs > TSR_MAX_REGION_INPUTS) {
             valid = i;
             st = tsr_error_set(err, TSR_INTERNAL, "device worker: %d inputs", l->n_inputs);
-        } else if (l->kernel->generation != s->generation) {
+        } else if (l->kernel->remote.generation != s->remote.generation) {
             valid = i;
             st = tsr_error_set(err, TSR_DEVICE_LOST,
                                "the loaded kernel was lost when device %d was recovered after a "
                                "fault",
-                               s->device);
+                               s->remote.device);
         }
         for (int k = 0; valid == n && k <= l->n_inputs; k++) {
             const tsrd_dbuf *buf = k < l->n_inputs ? l->inputs[k] : l->output;
-            if (buf->generation != s->generation) {
+            if (buf->remote.generation != s->remote.generation) {
                 valid = i;
                 st = tsr_error_set(err, TSR_DEVICE_LOST,
                                    "%s %d's device memory was lost when device %d was recovered "
                                    "after a fault; free it and allocate it again",
                                    k < l->n_inputs ? "input buffer" : "the output buffer", k,
-                                   s->device);
+                                   s->remote.device);
             }
         }
     }
@@ -861,15 +840,15 @@ static tsr_status iso_launch_many(tsrd_backend *b, const tsrd_launch_desc *launc
     size_t at = 0;
     for (size_t i = 0; i < valid; i++) {
         const tsrd_launch_desc *l = &launches[i];
-        payload[at++] = l->kernel->id;
+        payload[at++] = l->kernel->remote.id;
         payload[at++] = (uint64_t)l->n_inputs;
-        payload[at++] = l->output->id;
+        payload[at++] = l->output->remote.id;
         for (int k = 0; k < l->n_inputs; k++)
-            payload[at++] = l->inputs[k]->id;
+            payload[at++] = l->inputs[k]->remote.id;
     }
     tsrd_dw_request q = {.op = TSRD_DW_LAUNCH_MANY,
                          .payload_len = (uint32_t)(words * sizeof *payload),
-                         .a = {s->id, valid}};
+                         .a = {s->remote.id, valid}};
     uint64_t r[2];
     tsr_error call_err;
     tsr_status call = iso_call(b, &q, payload, r, &call_err);
@@ -898,10 +877,10 @@ static tsr_status iso_synchronize(tsrd_backend *b, tsrd_stream *s, double *devic
 {
     if (device_ms != NULL)
         *device_ms = 0;
-    tsr_status st = iso_current(b, s->generation, "the session's stream", err);
+    tsr_status st = iso_current(b, s->remote.generation, "the session's stream", err);
     if (st != TSR_OK)
         return st;
-    tsrd_dw_request q = {.op = TSRD_DW_SYNC, .a = {s->id}};
+    tsrd_dw_request q = {.op = TSRD_DW_SYNC, .a = {s->remote.id}};
     uint64_t r[2];
     st = iso_call(b, &q, NULL, r, err);
     if (st == TSR_OK && device_ms != NULL)
@@ -911,39 +890,27 @@ static tsr_status iso_synchronize(tsrd_backend *b, tsrd_stream *s, double *devic
 
 static tsr_status iso_graph_begin(tsrd_backend *b, tsrd_stream *s, tsr_error *err)
 {
-    tsr_status st = iso_current(b, s->generation, "the session's stream", err);
-    tsrd_dw_request q = {.op = TSRD_DW_GRAPH_BEGIN, .a = {s->id}};
+    tsr_status st = iso_current(b, s->remote.generation, "the session's stream", err);
+    tsrd_dw_request q = {.op = TSRD_DW_GRAPH_BEGIN, .a = {s->remote.id}};
     return st == TSR_OK ? iso_call(b, &q, NULL, NULL, err) : st;
 }
 
 static tsr_status iso_graph_end(tsrd_backend *b, tsrd_stream *s, tsrd_graph **out, tsr_error *err)
 {
     *out = NULL;
-    tsr_status st = iso_current(b, s->generation, "the session's stream", err);
+    tsr_status st = iso_current(b, s->remote.generation, "the session's stream", err);
     if (st != TSR_OK)
         return st;
-    tsrd_graph *g = calloc(1, sizeof *g);
-    if (g == NULL)
-        return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
-    g->generation = s->generation;
-    tsrd_dw_request q = {.op = TSRD_DW_GRAPH_END, .a = {s->id}};
-    uint64_t r[2];
-    st = iso_call(b, &q, NULL, r, err);
-    if (st != TSR_OK) {
-        free(g);
-        return st;
-    }
-    g->id = r[0];
-    *out = g;
-    return TSR_OK;
+    tsrd_dw_request q = {.op = TSRD_DW_GRAPH_END, .a = {s->remote.id}};
+    return iso_make(b, sizeof **out, s->remote.generation, s->remote.device, &q, NULL, out, err);
 }
 
 static tsr_status iso_graph_launch(tsrd_backend *b, tsrd_graph *g, tsrd_stream *s, tsr_error *err)
 {
-    tsr_status st = iso_current(b, s->generation, "the session's stream", err);
+    tsr_status st = iso_current(b, s->remote.generation, "the session's stream", err);
     if (st == TSR_OK)
-        st = iso_current(b, g->generation, "the captured graph", err);
-    tsrd_dw_request q = {.op = TSRD_DW_GRAPH_LAUNCH, .a = {g->id, s->id}};
+        st = iso_current(b, g->remote.generation, "the captured graph", err);
+    tsrd_dw_request q = {.op = TSRD_DW_GRAPH_LAUNCH, .a = {g->remote.id, s->remote.id}};
     return st == TSR_OK ? iso_call(b, &q, NULL, NULL, err) : st;
 }
 
@@ -951,7 +918,7 @@ static void iso_graph_destroy(tsrd_backend *b, tsrd_graph *g)
 {
     if (g == NULL)
         return;
-    iso_release(b, TSRD_DW_GRAPH_FREE, g->id, g->generation);
+    iso_release(b, TSRD_DW_GRAPH_FREE, g->remote.id, g->remote.generation);
     free(g);
 }
 

@@ -5,15 +5,16 @@
 #include "backend/isolated/wire.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-int tsrd_dw_write_all(int fd, const void *buf, size_t len)
+/* Moves len bytes through fd, sending or reading, until all have moved. */
+static int wire_move_all(int fd, uint8_t *p, size_t len, bool sending)
 {
-    const uint8_t *p = buf;
     while (len > 0) {
-        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        ssize_t n = sending ? send(fd, p, len, MSG_NOSIGNAL) : read(fd, p, len);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
@@ -24,20 +25,38 @@ int tsrd_dw_write_all(int fd, const void *buf, size_t len)
     return 0;
 }
 
+int tsrd_dw_write_all(int fd, const void *buf, size_t len)
+{
+    return wire_move_all(fd, (uint8_t *)buf, len, true);
+}
+
+int tsrd_dw_read_all(int fd, void *buf, size_t len)
+{
+    return wire_move_all(fd, buf, len, false);
+}
+
+/* Room for one descriptor beside a message. */
+typedef union wire_control {
+    struct cmsghdr h;
+    char space[CMSG_SPACE(sizeof(int))];
+} wire_control;
+
+static struct msghdr wire_msghdr(struct iovec *iov, wire_control *ctl)
+{
+    memset(ctl, 0, sizeof *ctl);
+    return (struct msghdr){.msg_iov = iov,
+                           .msg_iovlen = 1,
+                           .msg_control = ctl->space,
+                           .msg_controllen = sizeof ctl->space};
+}
+
 int tsrd_dw_write_all_fd(int fd, const void *buf, size_t len, int send_fd)
 {
     if (send_fd < 0 || len == 0)
         return tsrd_dw_write_all(fd, buf, len);
-    union {
-        struct cmsghdr h;
-        char space[CMSG_SPACE(sizeof(int))];
-    } ctl;
-    memset(&ctl, 0, sizeof ctl);
+    wire_control ctl;
     struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
-    struct msghdr msg = {.msg_iov = &iov,
-                         .msg_iovlen = 1,
-                         .msg_control = ctl.space,
-                         .msg_controllen = sizeof ctl.space};
+    struct msghdr msg = wire_msghdr(&iov, &ctl);
     struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
@@ -57,15 +76,9 @@ int tsrd_dw_read_all_fd(int fd, void *buf, size_t len, int *recv_fd)
     *recv_fd = -1;
     if (len == 0)
         return 0;
-    union {
-        struct cmsghdr h;
-        char space[CMSG_SPACE(sizeof(int))];
-    } ctl;
+    wire_control ctl;
     struct iovec iov = {.iov_base = buf, .iov_len = len};
-    struct msghdr msg = {.msg_iov = &iov,
-                         .msg_iovlen = 1,
-                         .msg_control = ctl.space,
-                         .msg_controllen = sizeof ctl.space};
+    struct msghdr msg = wire_msghdr(&iov, &ctl);
     ssize_t n;
     do
         n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
@@ -77,19 +90,4 @@ int tsrd_dw_read_all_fd(int fd, void *buf, size_t len, int *recv_fd)
             c->cmsg_len == CMSG_LEN(sizeof(int)))
             memcpy(recv_fd, CMSG_DATA(c), sizeof *recv_fd);
     return tsrd_dw_read_all(fd, (uint8_t *)buf + n, len - (size_t)n);
-}
-
-int tsrd_dw_read_all(int fd, void *buf, size_t len)
-{
-    uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = read(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
 }

@@ -1343,3 +1343,13 @@ void tsr_kcache_get_stats(tsr_kcache *c, tsr_kcache_stats *out)
     *out = c->stats;
     pthread_mutex_unlock(&c->lock);
 }
+
+tsr_kcache_meta tsr_kcache_meta_of(const char *candidate, const char *kind, const char *arch)
+{
+    tsr_kcache_meta meta;
+    memset(&meta, 0, sizeof meta);
+    snprintf(meta.candidate, sizeof meta.candidate, "%s", candidate);
+    snprintf(meta.kind, sizeof meta.kind, "%s", kind);
+    snprintf(meta.arch, sizeof meta.arch, "%s", arch);
+    return meta;
+}

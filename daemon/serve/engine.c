@@ -112,11 +112,7 @@ static tsr_status engine_binary(tsrd_daemon *d, const tsr_region *r, const tsr_f
         .codegen_version = d->bops->codegen_version,
     };
     tsr_kernel_key(fp, &parts, &out->key);
-    tsr_kcache_meta meta;
-    memset(&meta, 0, sizeof meta);
-    snprintf(meta.candidate, sizeof meta.candidate, "%s", c->name);
-    snprintf(meta.kind, sizeof meta.kind, "%s", tsr_region_kind_name(r->kind));
-    snprintf(meta.arch, sizeof meta.arch, "%s", arch);
+    tsr_kcache_meta meta = tsr_kcache_meta_of(c->name, tsr_region_kind_name(r->kind), arch);
     engine_build build = {.d = d, .r = r, .c = c, .arch = arch};
     tsr_status st = tsr_kcache_get_or_build(d->kcache, &out->key, &meta, engine_build_fn, &build,
                                             &out->blob, &out->level, err);

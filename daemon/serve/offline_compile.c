@@ -103,11 +103,7 @@ tsr_status tsrd_offline_compile(tsr_kcache *cache, const tsr_region *r, const ch
         .codegen_version = TSRD_CUDA_CODEGEN_VERSION,
     };
     tsr_kernel_key(&out->fingerprint, &parts, &out->key);
-    tsr_kcache_meta meta;
-    memset(&meta, 0, sizeof meta);
-    snprintf(meta.candidate, sizeof meta.candidate, "%s", c->name);
-    snprintf(meta.kind, sizeof meta.kind, "%s", tsr_region_kind_name(r->kind));
-    snprintf(meta.arch, sizeof meta.arch, "%s", arch);
+    tsr_kcache_meta meta = tsr_kcache_meta_of(c->name, tsr_region_kind_name(r->kind), arch);
     offline_build build = {.nv = nv, .r = r, .c = c, .arch = arch};
     st = tsr_kcache_get_or_build(cache, &out->key, &meta, offline_build_fn, &build, &out->blob,
                                  &out->level, err);

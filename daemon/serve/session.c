@@ -145,14 +145,21 @@ tsrd_kernel *tsrd_kernel_lookup(tsrd_daemon *d, tsrd_session *s, uint64_t handle
     return tsrd_handles_get(&d->handles, handle, TSRD_HANDLE_KERNEL, s);
 }
 
-tsr_status tsrd_buffer_register(tsrd_daemon *d, tsrd_session *s, tsrd_buffer *b, uint64_t *handle,
-                                tsr_error *err)
+/* A new handle of the session for obj. */
+static tsr_status session_add_handle(tsrd_daemon *d, tsrd_session *s, tsrd_handle_type type,
+                                     void *obj, uint64_t *handle, tsr_error *err)
 {
     /* The client left while the work ran: nobody can ever free this handle, so
      * refuse it and let the caller's completion step release the object. */
     if (s->closed)
         return tsr_error_set(err, TSR_CANCELLED, "the connection closed before the reply");
-    tsr_status st = tsrd_handles_add(&d->handles, TSRD_HANDLE_BUFFER, s, b, handle, err);
+    return tsrd_handles_add(&d->handles, type, s, obj, handle, err);
+}
+
+tsr_status tsrd_buffer_register(tsrd_daemon *d, tsrd_session *s, tsrd_buffer *b, uint64_t *handle,
+                                tsr_error *err)
+{
+    tsr_status st = session_add_handle(d, s, TSRD_HANDLE_BUFFER, b, handle, err);
     if (st != TSR_OK)
         return st;
     b->refs = 1;
@@ -178,9 +185,7 @@ tsr_status tsrd_buffer_adopt(tsrd_daemon *d, tsrd_session *s, tsr_status status,
 tsr_status tsrd_kernel_register(tsrd_daemon *d, tsrd_session *s, tsrd_kernel *k, uint64_t *handle,
                                 tsr_error *err)
 {
-    if (s->closed)
-        return tsr_error_set(err, TSR_CANCELLED, "the connection closed before the reply");
-    tsr_status st = tsrd_handles_add(&d->handles, TSRD_HANDLE_KERNEL, s, k, handle, err);
+    tsr_status st = session_add_handle(d, s, TSRD_HANDLE_KERNEL, k, handle, err);
     if (st != TSR_OK)
         return st;
     /* Remembered for tsrd_session_kernel_find; without the note a recompile

@@ -49,6 +49,10 @@ typedef struct tsr_kcache_meta {
     char arch[16];
 } tsr_kcache_meta;
 
+/* The metadata of a binary built by candidate for a region of kind on arch
+ * (names longer than the fields are cut). */
+tsr_kcache_meta tsr_kcache_meta_of(const char *candidate, const char *kind, const char *arch);
+
 /* An immutable cached binary. data stays valid until the last release. */
 typedef struct tsr_kcache_blob {
     const uint8_t *data;

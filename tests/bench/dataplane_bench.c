@@ -448,6 +448,18 @@ static double bench_gbps(uint64_t bytes, double us)
     return (double)bytes / (us * 1e3);
 }
 
+/* The floor: one in-process copy of len bytes between host and buf, from
+ * registered host memory where the backend registers it, else (the CPU
+ * backend) through buffer_write and buffer_read, its memcpy. */
+static tsr_status bench_raw_copy(const tsrd_backend_ops *ops, tsrd_backend *b, tsrd_dbuf *buf,
+                                 void *host, uint64_t len, int to_device, tsr_error *e)
+{
+    if (ops->hostmem != NULL)
+        return ops->hostmem->buffer_copy_registered(b, buf, 0, host, len, to_device, e);
+    return to_device ? ops->buffer_write(b, buf, 0, host, len, e)
+                     : ops->buffer_read(b, buf, 0, host, len, e);
+}
+
 static void section_throughput(const bench_daemon *d, const bench_opts *o)
 {
     tsr_client *c = bench_connect(d->ipc);
@@ -457,6 +469,7 @@ static void section_throughput(const bench_daemon *d, const bench_opts *o)
     tsrd_backend_options bo = {0};
     if (tsrd_backend_choose(bench_inprocess(o->backend), &bo, &ops, &b, &e) != TSR_OK)
         bench_die("backend", &e);
+    const tsrd_backend_hostmem_ops *hm = ops->hostmem;
     int cuda = strncmp(ops->name, "cuda", 4) == 0;
     tsrd_cuda_driver *drv = NULL;
     if (cuda && tsrd_cuda_driver_load(&drv, &e) != TSR_OK)
@@ -483,9 +496,9 @@ static void section_throughput(const bench_daemon *d, const bench_opts *o)
         if (tsr_client_buffer_alloc(c, TSR_CLIENT_F32, 1, shape, &buf, NULL, 0, &e) != TSR_OK)
             bench_die("buffer_alloc", &e);
         tsrd_dbuf *local;
-        void *token;
+        void *token = NULL;
         if (ops->buffer_alloc(b, 0, bytes, &local, &e) != TSR_OK ||
-            ops->hostmem->host_register(b, host, bytes, -1, &token, &e) != TSR_OK)
+            (hm != NULL && hm->host_register(b, host, bytes, -1, &token, &e) != TSR_OK))
             bench_die("in-process buffer", &e);
         double v[6][5];
         for (int rep = -1; rep < 5; rep++) {
@@ -502,7 +515,7 @@ static void section_throughput(const bench_daemon *d, const bench_opts *o)
                 bench_die("write_shm", &e);
             t[1] = bench_now_us() - t0;
             t0 = bench_now_us();
-            if (ops->hostmem->buffer_copy_registered(b, local, 0, host, bytes, 1, &e) != TSR_OK)
+            if (bench_raw_copy(ops, b, local, host, bytes, 1, &e) != TSR_OK)
                 bench_die("raw copy", &e);
             t[2] = bench_now_us() - t0;
             t0 = bench_now_us();
@@ -517,7 +530,7 @@ static void section_throughput(const bench_daemon *d, const bench_opts *o)
                 bench_die("read_shm", &e);
             t[4] = bench_now_us() - t0;
             t0 = bench_now_us();
-            if (ops->hostmem->buffer_copy_registered(b, local, 0, host, bytes, 0, &e) != TSR_OK)
+            if (bench_raw_copy(ops, b, local, host, bytes, 0, &e) != TSR_OK)
                 bench_die("raw copy", &e);
             t[5] = bench_now_us() - t0;
             for (int k = 0; rep >= 0 && k < 6; k++)
@@ -548,7 +561,8 @@ static void section_throughput(const bench_daemon *d, const bench_opts *o)
         printf("| %llu MiB | %.2f | %.2f | %.2f | %.0f%% | %.2f | %.2f | %.2f | %s |\n",
                (unsigned long long)mb, g[0], g[1], g[2], 100.0 * g[1] / g[2], g[3], g[4], g[5],
                ipc_text);
-        ops->hostmem->host_unregister(b, token);
+        if (hm != NULL)
+            hm->host_unregister(b, token);
         ops->buffer_free(b, local);
         tsr_client_buffer_free(c, buf, 0, &e);
         tsr_client_shm_free(shm);

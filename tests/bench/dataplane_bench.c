@@ -42,6 +42,7 @@
 #include "tessera/client.h"
 #include "tessera/json.h"
 #include "tessera/region.h"
+#include "../support/bench_stats.h"
 
 #define BENCH_TINY                                                                                 \
     "{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"x\",\"shape\":[4]}],"       \
@@ -54,26 +55,6 @@ typedef struct bench_opts {
     int iters;
     int max_mb;
 } bench_opts;
-
-static double bench_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
-static int bench_cmp(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double bench_pct(double *v, int n, double p)
-{
-    qsort(v, (size_t)n, sizeof *v, bench_cmp);
-    int i = (int)(p * (n - 1) + 0.5);
-    return v[i];
-}
 
 static void bench_die(const char *what, const tsr_error *e)
 {
@@ -170,8 +151,8 @@ static void echo_unix_measure(int iters, double *p50, double *p99)
         if (i >= 0)
             t[i] = bench_now_us() - t0;
     }
-    *p50 = bench_pct(t, iters, 0.5);
-    *p99 = bench_pct(t, iters, 0.99);
+    *p50 = bench_quantile(t, iters, 0.5);
+    *p99 = bench_quantile(t, iters, 0.99);
     close(sv[0]);
     pthread_join(th, NULL);
     close(sv[1]);
@@ -291,8 +272,8 @@ static void latency_measure(tsr_client *c, echo_client *echo, int iters, double 
         }
     }
     for (int k = 0; k < 3; k++) {
-        p[k][0] = bench_pct(v[k], iters, 0.5);
-        p[k][1] = bench_pct(v[k], iters, 0.99);
+        p[k][0] = bench_quantile(v[k], iters, 0.5);
+        p[k][1] = bench_quantile(v[k], iters, 0.99);
         free(v[k]);
     }
 }
@@ -382,7 +363,7 @@ static double inproc_100(const bench_opts *o, int repeats)
         if (rep >= 0)
             v[rep] = bench_now_us() - t0;
     }
-    double med = bench_pct(v, repeats, 0.5);
+    double med = bench_quantile(v, repeats, 0.5);
     free(v);
     free(bin);
     ops->buffer_free(b, in);
@@ -430,8 +411,8 @@ static void section_batch(const bench_daemon *d, const bench_opts *o)
     }
     tsr_client_close(c);
     double inproc = inproc_100(o, repeats);
-    double b0 = bench_pct(v[0], repeats, 0.5), b1 = bench_pct(v[1], repeats, 0.5),
-           n = bench_pct(v[2], repeats, 0.5);
+    double b0 = bench_quantile(v[0], repeats, 0.5), b1 = bench_quantile(v[1], repeats, 0.5),
+           n = bench_quantile(v[2], repeats, 0.5);
     printf("\n### 100 tiny launches (µs for all 100, median of %d)\n\n", repeats);
     printf("| path | time | vs in-process |\n| --- | --- | --- |\n");
     printf("| in-process, backend interface, one synchronize (floor) | %.0f | 1.00× |\n", inproc);
@@ -459,6 +440,52 @@ static tsr_status bench_raw_copy(const tsrd_backend_ops *ops, tsrd_backend *b, t
     return to_device ? ops->buffer_write(b, buf, 0, host, len, e)
                      : ops->buffer_read(b, buf, 0, host, len, e);
 }
+
+/* Where one size's bytes are copied from and to. */
+typedef struct copy_ends {
+    tsr_client *c;
+    tsr_buffer buf;      /* the daemon's buffer */
+    tsr_client_shm *shm; /* the host bytes, in a shared segment */
+    const tsrd_backend_ops *ops;
+    tsrd_backend *b;
+    tsrd_dbuf *local; /* the in-process buffer */
+    uint64_t bytes;
+} copy_ends;
+
+/* Inline bytes, in messages of at most BENCH_CHUNK. */
+static void copy_inline(const copy_ends *x, bool up)
+{
+    uint8_t *host = tsr_client_shm_data(x->shm);
+    tsr_error e;
+    for (uint64_t off = 0; off < x->bytes; off += BENCH_CHUNK) {
+        size_t n = (size_t)(x->bytes - off < BENCH_CHUNK ? x->bytes - off : BENCH_CHUNK);
+        if (up && tsr_client_buffer_write(x->c, x->buf, off, host + off, n, 0, &e) != TSR_OK)
+            bench_die("write", &e);
+        if (!up && tsr_client_buffer_read(x->c, x->buf, off, host + off, n, NULL, 0, &e) != TSR_OK)
+            bench_die("read", &e);
+    }
+}
+
+/* The daemon copies from or to the shared segment. */
+static void copy_shm(const copy_ends *x, bool up)
+{
+    tsr_error e;
+    if (up && tsr_client_buffer_write_shm(x->c, x->buf, 0, x->shm, 0, x->bytes, 0, &e) != TSR_OK)
+        bench_die("write_shm", &e);
+    if (!up && tsr_client_buffer_read_shm(x->c, x->buf, 0, x->shm, 0, x->bytes, 0, &e) != TSR_OK)
+        bench_die("read_shm", &e);
+}
+
+static void copy_raw(const copy_ends *x, bool up)
+{
+    tsr_error e;
+    if (bench_raw_copy(x->ops, x->b, x->local, tsr_client_shm_data(x->shm), x->bytes, up, &e) !=
+        TSR_OK)
+        bench_die("raw copy", &e);
+}
+
+/* The table's columns, uploads then downloads: inline, shm, raw. */
+static void (*const copy_paths[3])(const copy_ends *x, bool up) = {copy_inline, copy_shm, copy_raw};
 
 static void section_throughput(const bench_daemon *d, const bench_opts *o)
 {
@@ -500,45 +527,20 @@ static void section_throughput(const bench_daemon *d, const bench_opts *o)
         if (ops->buffer_alloc(b, 0, bytes, &local, &e) != TSR_OK ||
             (hm != NULL && hm->host_register(b, host, bytes, -1, &token, &e) != TSR_OK))
             bench_die("in-process buffer", &e);
+        copy_ends ends = {
+            .c = c, .buf = buf, .shm = shm, .ops = ops, .b = b, .local = local, .bytes = bytes};
         double v[6][5];
         for (int rep = -1; rep < 5; rep++) {
-            double t[6];
-            double t0 = bench_now_us();
-            for (uint64_t off = 0; off < bytes; off += BENCH_CHUNK) {
-                size_t n = (size_t)(bytes - off < BENCH_CHUNK ? bytes - off : BENCH_CHUNK);
-                if (tsr_client_buffer_write(c, buf, off, host + off, n, 0, &e) != TSR_OK)
-                    bench_die("write", &e);
+            for (int k = 0; k < 6; k++) {
+                double t0 = bench_now_us();
+                copy_paths[k % 3](&ends, k < 3);
+                if (rep >= 0)
+                    v[k][rep] = bench_now_us() - t0;
             }
-            t[0] = bench_now_us() - t0;
-            t0 = bench_now_us();
-            if (tsr_client_buffer_write_shm(c, buf, 0, shm, 0, bytes, 0, &e) != TSR_OK)
-                bench_die("write_shm", &e);
-            t[1] = bench_now_us() - t0;
-            t0 = bench_now_us();
-            if (bench_raw_copy(ops, b, local, host, bytes, 1, &e) != TSR_OK)
-                bench_die("raw copy", &e);
-            t[2] = bench_now_us() - t0;
-            t0 = bench_now_us();
-            for (uint64_t off = 0; off < bytes; off += BENCH_CHUNK) {
-                size_t n = (size_t)(bytes - off < BENCH_CHUNK ? bytes - off : BENCH_CHUNK);
-                if (tsr_client_buffer_read(c, buf, off, host + off, n, NULL, 0, &e) != TSR_OK)
-                    bench_die("read", &e);
-            }
-            t[3] = bench_now_us() - t0;
-            t0 = bench_now_us();
-            if (tsr_client_buffer_read_shm(c, buf, 0, shm, 0, bytes, 0, &e) != TSR_OK)
-                bench_die("read_shm", &e);
-            t[4] = bench_now_us() - t0;
-            t0 = bench_now_us();
-            if (bench_raw_copy(ops, b, local, host, bytes, 0, &e) != TSR_OK)
-                bench_die("raw copy", &e);
-            t[5] = bench_now_us() - t0;
-            for (int k = 0; rep >= 0 && k < 6; k++)
-                v[k][rep] = t[k];
         }
         double g[6];
         for (int k = 0; k < 6; k++)
-            g[k] = bench_gbps(bytes, bench_pct(v[k], 5, 0.5));
+            g[k] = bench_gbps(bytes, bench_quantile(v[k], 5, 0.5));
         char ipc_text[32] = "n/a (no GPU)";
         if (drv != NULL) {
             drv->ctx_set_current(ctx);

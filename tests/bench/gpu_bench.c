@@ -21,6 +21,7 @@
 #include "tessera/fingerprint.h"
 #include "tessera/json.h"
 #include "tessera/kcache.h"
+#include "../support/bench_stats.h"
 
 #define GPU_BENCH_REPEATS 10
 #define GPU_BENCH_WARMUP 3
@@ -35,15 +36,7 @@ typedef struct bench {
 
 static double now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    return bench_now_us() / 1e3;
 }
 
 static void die(const char *what, const tsr_error *e)
@@ -139,8 +132,7 @@ static double bench_time(bench *bn, const tsr_region *r, const char *candidate)
         bn->ops->buffer_free(bn->b, in[i]);
     bn->ops->buffer_free(bn->b, ob);
     bn->ops->unload(bn->b, k);
-    qsort(times, GPU_BENCH_REPEATS, sizeof times[0], cmp_double);
-    return times[GPU_BENCH_REPEATS / 2];
+    return bench_quantile(times, GPU_BENCH_REPEATS, 0.5);
 }
 
 typedef struct compile_ctx {

@@ -11,13 +11,7 @@
 
 #include "tessera/json.h"
 #include "tessera/refexec.h"
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "../support/bench_stats.h"
 
 static void *random_tensor(const tsr_tensor_desc *t, unsigned *seed)
 {
@@ -43,9 +37,9 @@ static void bench(const char *label, tsr_region *r)
     for (int pass = 0; pass < 2; pass++) {
         int threads = pass == 0 ? 1 : 0;
         tsr_error err;
-        double t0 = now_s();
+        double t0 = bench_now_us();
         tsr_status st = tsr_ref_run(r, (const void *const *)bufs, o, threads, &err);
-        double dt = now_s() - t0;
+        double dt = (bench_now_us() - t0) * 1e-6;
         if (st != TSR_OK) {
             printf("%-28s %s\n", label, err.message);
             break;

@@ -312,11 +312,17 @@ static void section_latency(const bench_daemon *d, const bench_opts *o)
     }
 }
 
-/* The floors run in this process: for the daemon's "cuda" (the device in a
- * worker process) that is the in-process CUDA backend. */
-static const char *bench_inprocess(const char *backend)
+/* The backend the floors run on, in this process: for the daemon's "cuda"
+ * (the device in a worker process) that is the in-process CUDA backend. */
+static tsrd_backend *bench_inprocess_open(const bench_opts *o, const tsrd_backend_ops **ops)
 {
-    return strcmp(backend, "cuda") == 0 ? "cuda-inprocess" : backend;
+    const char *name = strcmp(o->backend, "cuda") == 0 ? "cuda-inprocess" : o->backend;
+    tsrd_backend_options bo = {0};
+    tsrd_backend *b;
+    tsr_error e;
+    if (tsrd_backend_choose(name, &bo, ops, &b, &e) != TSR_OK)
+        bench_die("backend", &e);
+    return b;
 }
 
 /* ---- 100 launches ---- */
@@ -324,11 +330,8 @@ static const char *bench_inprocess(const char *backend)
 static double inproc_100(const bench_opts *o, int repeats)
 {
     const tsrd_backend_ops *ops;
-    tsrd_backend *b;
+    tsrd_backend *b = bench_inprocess_open(o, &ops);
     tsr_error e;
-    tsrd_backend_options bo = {0};
-    if (tsrd_backend_choose(bench_inprocess(o->backend), &bo, &ops, &b, &e) != TSR_OK)
-        bench_die("backend", &e);
     tsr_arbiter *a;
     char dir[] = "/tmp/tsr-bench-arb-XXXXXX";
     if (mkdtemp(dir) == NULL || tsr_arbiter_create(dir, &a, &e) != TSR_OK)
@@ -491,11 +494,8 @@ static void section_throughput(const bench_daemon *d, const bench_opts *o)
 {
     tsr_client *c = bench_connect(d->ipc);
     const tsrd_backend_ops *ops;
-    tsrd_backend *b;
+    tsrd_backend *b = bench_inprocess_open(o, &ops);
     tsr_error e;
-    tsrd_backend_options bo = {0};
-    if (tsrd_backend_choose(bench_inprocess(o->backend), &bo, &ops, &b, &e) != TSR_OK)
-        bench_die("backend", &e);
     const tsrd_backend_hostmem_ops *hm = ops->hostmem;
     int cuda = strncmp(ops->name, "cuda", 4) == 0;
     tsrd_cuda_driver *drv = NULL;

@@ -7,9 +7,9 @@
  * daemon answers a hello. A config file, when a test needs one, is written into
  * the same directory (testd_start_config, testd_write_config) and passed with
  * --config on every start. testd_stop sends SIGTERM and reaps it; testd_remove
- * deletes the directory with everything in it. testd_raw_* talk to the daemon with a plain nng REQ
- * socket, below the client library, for tests that need to send what the
- * library never would (garbage bytes, a repeated request id).
+ * deletes the directory with everything in it. testd_raw_* talk to the daemon
+ * with a plain nng REQ socket, below the client library, for tests that need to
+ * send what the library never would (garbage bytes, a repeated request id).
  *
  * Threading: a testd belongs to one test thread. Blocking: start and stop wait
  * for the daemon (at most TESTD_WAIT_MS each).

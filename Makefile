@@ -18,11 +18,17 @@ CUDA_HOME ?= /usr/local/cuda
 CC ?= cc
 CLANG_FORMAT ?= clang-format
 
-CPPFLAGS += -D_GNU_SOURCE -Ilib/include -Iclient/include -I$(BUILD)/gen -Idaemon \
+# nng is the pinned release tools/nng.sh builds (static; Debian's 1.5.2 loses
+# its listener to one aborted connect), shared by every BUILD directory.
+NNG_VERSION := 1.11.0
+NNG_PREFIX ?= build/deps/nng-$(NNG_VERSION)
+NNG_LIB := $(NNG_PREFIX)/lib/libnng.a
+
+CPPFLAGS += -I$(NNG_PREFIX)/include -D_GNU_SOURCE -Ilib/include -Iclient/include -I$(BUILD)/gen -Idaemon \
             -I$(CUDA_HOME)/include -MMD -MP
 CFLAGS ?= -O2 -g
 CFLAGS += -std=c11 -Wall -Wextra -Werror -pthread -fPIC
-LDLIBS += -lnng -lmbedtls -lmbedx509 -lmbedcrypto -luv -lprotobuf-c -lcjson -lsystemd -ldl -lm -pthread
+LDLIBS += $(NNG_LIB) -lmbedtls -lmbedx509 -lmbedcrypto -luv -lprotobuf-c -lcjson -lsystemd -ldl -lm -pthread
 
 ifneq ($(SANITIZE),)
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -97,8 +103,11 @@ $(BUILD)/gen/tessera.pb-c.o: $(PROTO_C)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(filter-out -Werror,$(CFLAGS)) -w -c $< -o $@
 
-# Every object may include the generated header.
-$(BUILD)/%.o: %.c | $(PROTO_H)
+$(NNG_LIB):
+	tools/nng.sh $(NNG_PREFIX)
+
+# Every object may include the generated header and nng's.
+$(BUILD)/%.o: %.c | $(PROTO_H) $(NNG_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
@@ -248,10 +257,10 @@ FUZZ_DAEMON_OBJ := $(DAEMON_SRC:%.c=$(FUZZ_BUILD)/%.o) $(FUZZ_BUILD)/kernels/emb
 $(FUZZ_BUILD)/gen/tessera.pb-c.o: $(PROTO_C)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -w -c $< -o $@
-$(FUZZ_BUILD)/%.o: %.c | $(PROTO_H)
+$(FUZZ_BUILD)/%.o: %.c | $(PROTO_H) $(NNG_LIB)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -Wall -c $< -o $@
-$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJ) | $(PROTO_H)
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJ) | $(PROTO_H) $(NNG_LIB)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -Wall -Wextra -Werror -fsanitize=fuzzer \
 		-o $@ $< $(filter %.o,$^) $(LDLIBS)

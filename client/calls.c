@@ -131,6 +131,7 @@ tsr_status tsr_client_hello(tsr_client *c, tsr_client_info *info, int timeout_ms
         tsri_client_strcpy(info->tenant, sizeof info->tenant, h->tenant);
         info->max_message_bytes = h->max_message_bytes;
         info->daemon_uid = h->daemon_uid;
+        tsri_client_strcpy(info->nng_version, sizeof info->nng_version, h->nng_version);
     }
     tessera__v1__reply__free_unpacked(reply, NULL);
     return TSR_OK;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <nng/nng.h>
 #include <unistd.h>
 
 #include "config.h"
@@ -46,7 +47,8 @@ int main(int argc, char **argv)
         if (action == TSRD_CONFIG_HELP)
             fputs(tsrd_config_usage(), stdout);
         else
-            printf("tesserad %s (protocol %d)\n", TSRD_VERSION, TSRD_PROTOCOL_VERSION);
+            printf("tesserad %s (protocol %d, nng %s)\n", TSRD_VERSION, TSRD_PROTOCOL_VERSION,
+                   nng_version());
         tsrd_config_free(&config);
         return 0;
     }

@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <systemd/sd-daemon.h>
 #include <stddef.h>
+#include <nng/nng.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -184,8 +185,9 @@ int tsrd_service_run(const tsrd_config *config)
         tsrd_server_close(svc->server);
         service_close_handles(svc);
     } else {
-        tsrd_log_info(&log, "tesserad %s ready (protocol %d, %d worker threads, %d tenant(s))",
-                      TSRD_VERSION, TSRD_PROTOCOL_VERSION, config->workers, config->n_tenants);
+        tsrd_log_info(
+            &log, "tesserad %s ready (protocol %d, nng %s, %d worker threads, %d tenant(s))",
+            TSRD_VERSION, TSRD_PROTOCOL_VERSION, nng_version(), config->workers, config->n_tenants);
         sd_notifyf(0, "READY=1\nSTATUS=serving\nMAINPID=%lu", (unsigned long)getpid());
     }
     uv_run(&loop, UV_RUN_DEFAULT);

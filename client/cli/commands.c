@@ -255,6 +255,7 @@ static int cmd_info_call(cli *c, const tsr_region *r, void *args)
         cJSON_AddStringToObject(o, "backend", info.backend);
         cJSON_AddStringToObject(o, "driver_version", info.driver_version);
         cJSON_AddStringToObject(o, "compiler_version", info.compiler_version);
+        cJSON_AddStringToObject(o, "nng_version", info.nng_version);
         cJSON_AddStringToObject(o, "tenant", info.tenant);
         cJSON_AddNumberToObject(o, "max_message_bytes", (double)info.max_message_bytes);
         cJSON *devs = cJSON_AddArrayToObject(o, "devices");
@@ -276,6 +277,7 @@ static int cmd_info_call(cli *c, const tsr_region *r, void *args)
     printf("backend    %s\n", info.backend);
     printf("driver     %s\n", info.driver_version[0] ? info.driver_version : "-");
     printf("compiler   %s\n", info.compiler_version[0] ? info.compiler_version : "-");
+    printf("nng        %s\n", info.nng_version[0] ? info.nng_version : "-");
     printf("tenant     %s\n", info.tenant[0] ? info.tenant : "-");
     printf("max msg    %" PRIu64 " bytes\n", info.max_message_bytes);
     for (int i = 0; i < info.n_devices; i++) {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <nng/nng.h>
 #include <unistd.h>
 
 #include "handlers/handlers.h"
@@ -27,6 +28,7 @@ static tsr_status hello_execute(tsrd_job *job)
     r->tenant = job->session->tenant->name;
     r->max_message_bytes = d->config.max_message_bytes;
     r->daemon_uid = (uint32_t)geteuid();
+    r->nng_version = (char *)nng_version();
     r->n_devices = (size_t)d->n_devices;
     r->devices = tsrd_job_alloc(job, (size_t)d->n_devices * sizeof *r->devices);
     for (int i = 0; i < d->n_devices; i++) {

@@ -143,6 +143,7 @@ typedef struct tsr_client_info {
     char tenant[TSR_CLIENT_NAME_MAX];
     uint64_t max_message_bytes;
     uint32_t daemon_uid; /* the user the daemon runs as (shared memory is granted to it) */
+    char nng_version[TSR_CLIENT_NAME_MAX]; /* the daemon's transport library ("1.11.0") */
 } tsr_client_info;
 
 /* Sends a hello and fills *info (may be NULL for a plain liveness check). */

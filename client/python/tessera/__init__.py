@@ -467,6 +467,7 @@ class Client:
             "compiler_version": _s(info.compiler_version),
             "tenant": _s(info.tenant),
             "max_message_bytes": info.max_message_bytes,
+            "nng_version": _s(info.nng_version),
         }
 
     def compile(self, region, **opts):

@@ -41,7 +41,8 @@ class Info(Structure):
                 ("backend", c_char * NAME_MAX), ("n_devices", c_int),
                 ("devices", Device * MAX_DEVICES), ("driver_version", c_char * NAME_MAX),
                 ("compiler_version", c_char * NAME_MAX), ("tenant", c_char * NAME_MAX),
-                ("max_message_bytes", c_uint64), ("daemon_uid", c_uint32)]
+                ("max_message_bytes", c_uint64), ("daemon_uid", c_uint32),
+                ("nng_version", c_char * NAME_MAX)]
 
 
 class Tensor(Structure):

@@ -16,6 +16,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/nvrtc.h"
 #include "tessera/json.h"
+#include "../support/unit_daemon.h"
 
 static const char *const examples[] = {"examples/matmul.json", "examples/fused.json",
                                        "examples/gated.json", "examples/attention.json",
@@ -28,20 +29,6 @@ static int driver_present(void)
     if (lib != NULL)
         dlclose(lib);
     return lib != NULL;
-}
-
-static void load_example(const char *path, tsr_dtype dtype, tsr_region *r)
-{
-    tsr_error e;
-    cr_assert_eq(tsr_region_from_file(path, r, &e), TSR_OK, "%s: %s", path, e.message);
-    r->dtype = dtype;
-    r->out_dtype = dtype;
-    cr_assert_eq(tsr_region_validate(r, &e), TSR_OK, "%s: %s", path, e.message);
-}
-
-static bool applies(const tsr_candidate *c, const tsr_region *r, const char *arch, char *why)
-{
-    return c->applies(c, r, arch, why, 160);
 }
 
 Test(backend_cuda, open_reports_unavailable_without_a_driver)
@@ -143,39 +130,24 @@ Test(backend_cuda, tier3_applies_only_where_its_rules_hold)
     char why[160];
     tsr_region r;
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 100, 96, 64, NULL), TSR_OK);
-    cr_assert(applies(&gemm, &r, "sm_90a", why));
-    cr_assert_not(applies(&gemm, &r, "sm_80", why));
-    cr_assert_str_eq(why, "built for sm_90a only, not sm_80");
-    cr_assert(applies(&tier1, &r, "sm_80", why));
-    cr_assert_not(applies(&tier1, &r, "cpu", why));
+    cr_assert(unit_applies(&gemm, &r, "sm_90a", why));
+    unit_expect_declines(&gemm, &r, "sm_80", "built for sm_90a only, not sm_80");
+    cr_assert(unit_applies(&tier1, &r, "sm_80", why));
+    cr_assert_not(unit_applies(&tier1, &r, "cpu", why));
 
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_F32, 128, 128, 128, NULL), TSR_OK);
-    cr_assert_not(applies(&gemm, &r, "sm_90a", why));
-    cr_assert_str_eq(why, "dtype f32 (needs bf16 or f16)");
+    unit_expect_declines(&gemm, &r, "sm_90a", "dtype f32 (needs bf16 or f16)");
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_F16, 128, 128, 60, NULL), TSR_OK);
-    cr_assert_not(applies(&gemm, &r, "sm_90a", why));
-    cr_assert_str_eq(why, "K not a multiple of 8");
+    unit_expect_declines(&gemm, &r, "sm_90a", "K not a multiple of 8");
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_F16, 128, 100, 64, NULL), TSR_OK);
-    cr_assert_not(applies(&gemm, &r, "sm_90a", why));
-    cr_assert_str_eq(why, "N not a multiple of 8");
+    unit_expect_declines(&gemm, &r, "sm_90a", "N not a multiple of 8");
 
     cr_assert_eq(tsr_region_init_gated(&r, TSR_BF16, 64, 128, 100, TSR_OP_SILU, NULL), TSR_OK);
-    cr_assert_not(applies(&swiglu, &r, "sm_90a", why));
-    cr_assert_str_eq(why, "H not a multiple of 8");
+    unit_expect_declines(&swiglu, &r, "sm_90a", "H not a multiple of 8");
     cr_assert_eq(tsr_region_init_gated(&r, TSR_BF16, 64, 128, 96, TSR_OP_GELU, NULL), TSR_OK);
-    cr_assert(applies(&swiglu, &r, "sm_90a", why));
+    cr_assert(unit_applies(&swiglu, &r, "sm_90a", why));
 
-    load_example("examples/fused.json", TSR_BF16, &r);
-    cr_assert(applies(&gemm, &r, "sm_90a", why));
-    r.u.fused.n_prologue = 1;
-    r.u.fused.prologue[0] = TSR_OP_EXP;
-    cr_assert_not(applies(&gemm, &r, "sm_90a", why));
-    cr_assert_str_eq(why, "has a prologue");
-    load_example("examples/fused.json", TSR_BF16, &r);
-    r.u.fused.residual = false;
-    r.u.fused.reduction = TSR_REDUCTION_RMSNORM;
-    cr_assert_not(applies(&gemm, &r, "sm_90a", why));
-    cr_assert_str_eq(why, "has a row reduction");
+    unit_expect_fused_rules(&gemm, "sm_90a");
 }
 
 Test(backend_cuda, gemm_plan_names_the_entry_and_counts_tiles)
@@ -201,10 +173,22 @@ Test(backend_cuda, gemm_plan_names_the_entry_and_counts_tiles)
     cr_assert_eq(plan.map_dtype, CU_TENSOR_MAP_DATA_TYPE_FLOAT16);
 }
 
+/* A tensor map's address, its two dims, its row stride in bytes and its box. */
+static void expect_map(const tsrd_tmap_args *m, uintptr_t address, cuuint64_t dim0, cuuint64_t dim1,
+                       cuuint64_t stride, cuuint32_t box0, cuuint32_t box1)
+{
+    cr_assert_eq(m->address, (void *)address);
+    cr_assert_eq(m->dims[0], dim0);
+    cr_assert_eq(m->dims[1], dim1);
+    cr_assert_eq(m->strides[0], stride);
+    cr_assert_eq(m->box[0], box0);
+    cr_assert_eq(m->box[1], box1);
+}
+
 Test(backend_cuda, launch_arguments_follow_the_kernel_contract)
 {
     tsr_region r;
-    load_example("examples/fused.json", TSR_BF16, &r); /* 128x96x64, bias, gelu, residual */
+    unit_load_example("examples/fused.json", TSR_BF16, &r); /* 128x96x64, bias, gelu, residual */
     r.out_dtype = TSR_F32;
     tsrd_gemm_plan plan;
     cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
@@ -219,19 +203,10 @@ Test(backend_cuda, launch_arguments_follow_the_kernel_contract)
     tsrd_tmap_args maps[3];
     tsr_gemm_params p;
     cr_assert_eq(tsrd_gemm_launch_args(&plan, in, 4, 0x50000, maps, &p, NULL), TSR_OK);
-    cr_assert_eq(maps[0].address, (void *)0x10000);
-    cr_assert_eq(maps[0].dims[0], 64);  /* K */
-    cr_assert_eq(maps[0].dims[1], 128); /* M */
-    cr_assert_eq(maps[0].strides[0], 64 * 2);
-    cr_assert_eq(maps[0].box[0], 64);
-    cr_assert_eq(maps[0].box[1], 128);
-    cr_assert_eq(maps[1].address, (void *)0x20000);
-    cr_assert_eq(maps[1].dims[0], 96); /* N */
-    cr_assert_eq(maps[1].dims[1], 64); /* K */
-    cr_assert_eq(maps[1].strides[0], 96 * 2);
-    cr_assert_eq(maps[1].box[0], 64);
-    cr_assert_eq(maps[1].box[1], 64);
-    cr_assert_eq(maps[2].address, (void *)0x20000); /* B repeated for the plain kernel */
+    /* A is K x M, B is N x K; the third map repeats B for the plain kernel. */
+    expect_map(&maps[0], 0x10000, 64, 128, 64 * 2, 64, 128);
+    expect_map(&maps[1], 0x20000, 96, 64, 96 * 2, 64, 64);
+    cr_assert_eq(maps[2].address, (void *)0x20000);
     for (int i = 0; i < 3; i++) {
         cr_assert_eq(maps[i].rank, 2);
         cr_assert_eq(maps[i].dtype, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
@@ -257,7 +232,7 @@ Test(backend_cuda, launch_arguments_follow_the_kernel_contract)
     cr_assert_str_eq(e.message, "gemm launch: input 3 is not 16-byte aligned");
     cr_assert_eq(tsrd_gemm_launch_args(&plan, in, 3, 0x50000, maps, &p, NULL), TSR_INTERNAL);
 
-    load_example("examples/gated.json", TSR_F16, &r);
+    unit_load_example("examples/gated.json", TSR_F16, &r);
     cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
     CUdeviceptr g[3] = {0x1000, 0x2000, 0x3000};
     cr_assert_eq(tsrd_gemm_launch_args(&plan, g, 3, 0x4000, maps, &p, NULL), TSR_OK);
@@ -292,29 +267,16 @@ Test(backend_cuda, tier3_compile_names_the_embedded_entry)
     if (tsrd_gemm_sm90_cubin_len == 0)
         cr_skip_test("built without nvcc");
     tsr_region r;
-    load_example("examples/matmul.json", TSR_BF16, &r);
+    unit_load_example("examples/matmul.json", TSR_BF16, &r);
     tsr_candidate gemm, swiglu;
     tsrd_cuda_candidate_gemm(&gemm);
     tsrd_cuda_candidate_swiglu(&swiglu);
-    uint8_t *bin = NULL;
-    size_t len = 0;
-    tsr_error e;
-    cr_assert_eq(tsrd_cuda_compile(NULL, 0, &r, &gemm, "sm_90a", &bin, &len, &e), TSR_OK, "%s",
-                 e.message);
-    tsrd_cuda_launch_desc d;
-    const uint8_t *p;
-    size_t plen;
-    cr_assert_eq(tsrd_cuda_blob_decode(bin, len, &d, &p, &plen, NULL), TSR_OK);
-    cr_assert_eq(d.image, TSRD_CUDA_IMAGE_EMBEDDED);
-    cr_assert_str_eq(d.entry, "tsr_gemm_bf16_bf16");
-    cr_assert_eq(d.grid[0], 1);
-    cr_assert_eq(d.block[0], 384);
-    cr_assert_eq(d.shared_bytes, TSR_GEMM_SMEM_BYTES);
-    cr_assert_eq(d.n_params, 4);
-    free(bin);
-    cr_assert_eq(tsrd_cuda_compile(NULL, 0, &r, &swiglu, "sm_90a", &bin, &len, &e),
-                 TSR_UNSUPPORTED);
-    cr_assert_eq(tsrd_cuda_compile(NULL, 0, &r, &gemm, "sm_80", &bin, &len, &e), TSR_UNSUPPORTED);
+    unit_blob b;
+    unit_compile_blob(NULL, 0, &r, &gemm, "sm_90a", &b);
+    unit_expect_embedded_matmul(&b, "tsr_gemm_bf16_bf16", 384, TSR_GEMM_SMEM_BYTES);
+    free(b.bin);
+    unit_expect_compile_fails(&r, &swiglu, "sm_90a", TSR_UNSUPPORTED, NULL);
+    unit_expect_compile_fails(&r, &gemm, "sm_80", TSR_UNSUPPORTED, NULL);
 }
 
 /* Tier-1 code for every example region in every dtype goes through NVRTC. */
@@ -330,25 +292,18 @@ Test(backend_cuda, tier1_compiles_every_example_in_every_dtype, .timeout = 120)
     for (size_t i = 0; i < N_EXAMPLES; i++) {
         for (int j = 0; j < 3; j++) {
             tsr_region r;
-            load_example(examples[i], dtypes[j], &r);
-            uint8_t *bin = NULL;
-            size_t len = 0;
-            tsr_status st = tsrd_cuda_compile(nv, 132, &r, &tier1, "sm_90a", &bin, &len, &e);
-            cr_assert_eq(st, TSR_OK, "%s %s: %s", examples[i], tsr_dtype_name(dtypes[j]),
-                         e.message);
-            tsrd_cuda_launch_desc d;
-            const uint8_t *p;
-            size_t plen;
-            cr_assert_eq(tsrd_cuda_blob_decode(bin, len, &d, &p, &plen, NULL), TSR_OK);
-            cr_assert_eq(d.image, TSRD_CUDA_IMAGE_CUBIN);
-            cr_assert_eq(memcmp(p,
+            unit_load_example(examples[i], dtypes[j], &r);
+            unit_blob b;
+            unit_compile_blob(nv, 132, &r, &tier1, "sm_90a", &b);
+            cr_assert_eq(b.desc.image, TSRD_CUDA_IMAGE_CUBIN);
+            cr_assert_eq(memcmp(b.payload,
                                 "\x7f"
                                 "ELF",
                                 4),
                          0);
             tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out;
-            cr_assert_eq(d.n_params, tsr_region_signature(&r, sig, &out) + 1);
-            free(bin);
+            cr_assert_eq(b.desc.n_params, tsr_region_signature(&r, sig, &out) + 1);
+            free(b.bin);
             tsr_region_free(&r);
         }
     }
@@ -368,22 +323,16 @@ Test(backend_cuda, test_fault_compiles_with_the_region_signature, .timeout = 60)
     if (tsrd_nvrtc_open(NULL, &nv, &e) != TSR_OK)
         cr_skip_test("no NVRTC: %s", e.message);
     tsr_region r;
-    load_example("examples/fused.json", TSR_BF16, &r);
+    unit_load_example("examples/fused.json", TSR_BF16, &r);
     tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], out;
     int n_inputs = tsr_region_signature(&r, in, &out);
-    uint8_t *bin = NULL;
-    size_t len = 0;
-    cr_assert_eq(tsrd_cuda_compile(nv, 132, &r, &fault, "sm_90a", &bin, &len, &e), TSR_OK, "%s",
-                 e.message);
-    tsrd_cuda_launch_desc d;
-    const uint8_t *p;
-    size_t plen;
-    cr_assert_eq(tsrd_cuda_blob_decode(bin, len, &d, &p, &plen, NULL), TSR_OK);
-    cr_expect_eq(d.image, TSRD_CUDA_IMAGE_CUBIN);
-    cr_expect_str_eq(d.entry, "tsr_test_fault");
-    cr_expect_eq(d.n_params, n_inputs + 1);
-    cr_expect_gt(plen, 0);
-    free(bin);
+    unit_blob b;
+    unit_compile_blob(nv, 132, &r, &fault, "sm_90a", &b);
+    cr_expect_eq(b.desc.image, TSRD_CUDA_IMAGE_CUBIN);
+    cr_expect_str_eq(b.desc.entry, "tsr_test_fault");
+    cr_expect_eq(b.desc.n_params, n_inputs + 1);
+    cr_expect_gt(b.payload_len, 0);
+    free(b.bin);
     tsr_region_free(&r);
     tsrd_nvrtc_close(nv);
 }
@@ -398,28 +347,25 @@ Test(backend_cuda, the_reference_blob_carries_the_region)
     cr_assert_str_eq(ref.name, "reference");
     cr_assert_eq(ref.tier, 0);
     tsr_region r;
-    load_example("examples/attention.json", TSR_F16, &r);
-    uint8_t *bin = NULL;
-    size_t len = 0;
-    tsr_error e;
-    cr_assert_eq(tsrd_cuda_compile(NULL, 0, &r, &ref, "sm_90a", &bin, &len, &e), TSR_OK, "%s",
-                 e.message);
-    tsrd_cuda_launch_desc d;
-    const uint8_t *p;
-    size_t plen;
-    cr_assert_eq(tsrd_cuda_blob_decode(bin, len, &d, &p, &plen, &e), TSR_OK, "%s", e.message);
-    cr_expect_eq(d.image, TSRD_CUDA_IMAGE_REFERENCE);
-    cr_expect_str_eq(d.entry, "tsr_reference");
-    cr_expect_eq(d.n_params, 4); /* q, k, v and the output */
+    unit_load_example("examples/attention.json", TSR_F16, &r);
+    unit_blob b;
+    unit_compile_blob(NULL, 0, &r, &ref, "sm_90a", &b);
+    cr_expect_eq(b.desc.image, TSRD_CUDA_IMAGE_REFERENCE);
+    cr_expect_str_eq(b.desc.entry, "tsr_reference");
+    cr_expect_eq(b.desc.n_params, 4); /* q, k, v and the output */
     tsr_region back;
-    cr_assert_eq(tsr_region_from_json((const char *)p, plen, &back, &e), TSR_OK, "%s", e.message);
+    tsr_error e;
+    cr_assert_eq(tsr_region_from_json((const char *)b.payload, b.payload_len, &back, &e), TSR_OK,
+                 "%s", e.message);
     tsr_fingerprint f1, f2;
     cr_assert_eq(tsr_region_fingerprint(&r, &f1, &e), TSR_OK);
     cr_assert_eq(tsr_region_fingerprint(&back, &f2, &e), TSR_OK);
     cr_expect_eq(memcmp(f1.bytes, f2.bytes, sizeof f1.bytes), 0);
     /* A reference blob without its payload is refused. */
-    cr_expect_eq(tsrd_cuda_blob_decode(bin, TSRD_CUDA_BLOB_HEADER, &d, &p, &plen, &e), TSR_CORRUPT);
-    free(bin);
+    cr_expect_eq(tsrd_cuda_blob_decode(b.bin, TSRD_CUDA_BLOB_HEADER, &b.desc, &b.payload,
+                                       &b.payload_len, &e),
+                 TSR_CORRUPT);
+    free(b.bin);
     tsr_region_free(&back);
     tsr_region_free(&r);
 }

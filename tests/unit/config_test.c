@@ -8,11 +8,43 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "../support/unit_daemon.h"
 
-static tsr_status parse(tsrd_config *c, const char *text, tsr_error *err)
+/* Parses text over the defaults: status st and, where message is not NULL,
+ * that error message. */
+static void expect_parse(const char *text, tsr_status st, const char *message)
 {
-    cr_assert_eq(tsrd_config_defaults(c, err), TSR_OK);
-    return tsrd_config_parse_json(c, text, strlen(text), err);
+    tsrd_config c;
+    tsr_error err = {0};
+    cr_assert_eq(unit_config_parse(&c, text, &err), st, "%s: %s", text, err.message);
+    if (message != NULL)
+        cr_assert_str_eq(err.message, message);
+    tsrd_config_free(&c);
+}
+
+/* Parses text over the defaults into *c, asserted TSR_OK; free *c with
+ * tsrd_config_free. */
+static void parse_ok(tsrd_config *c, const char *text)
+{
+    tsr_error err = {0};
+    cr_assert_eq(unit_config_parse(c, text, &err), TSR_OK, "%s: %s", text, err.message);
+}
+
+/* tsrd_config_from_args on argv (NULL-terminated): status st and, where
+ * message is not NULL, that error message. */
+static void expect_args(char **argv, tsr_status st, const char *message)
+{
+    int argc = 0;
+    while (argv[argc] != NULL)
+        argc++;
+    tsrd_config c;
+    tsrd_config_action action;
+    tsr_error err = {0};
+    cr_assert_eq(tsrd_config_from_args(&c, argc, argv, &action, &err), st, "%s: %s", argv[1],
+                 err.message);
+    if (message != NULL)
+        cr_assert_str_eq(err.message, message);
+    tsrd_config_free(&c);
 }
 
 Test(config, defaults_match_the_documented_values)
@@ -33,12 +65,11 @@ Test(config, defaults_match_the_documented_values)
 Test(config, file_sets_every_key)
 {
     tsrd_config c;
-    tsr_error err;
     const char *text = "{\"listen\":[\"tcp://127.0.0.1:5555\",\"ipc:///tmp/x.sock\"],"
                        "\"cache_dir\":\"/tmp/c\",\"backend\":\"cpu\",\"log_level\":\"debug\","
                        "\"max_message_bytes\":1048576,\"workers\":3,"
                        "\"cache_memory_bytes\":1000,\"cache_disk_bytes\":2000}";
-    cr_assert_eq(parse(&c, text, &err), TSR_OK, "%s", err.message);
+    parse_ok(&c, text);
     cr_assert_eq(c.n_listen, 2);
     cr_assert_str_eq(c.listen[0], "tcp://127.0.0.1:5555");
     cr_assert_str_eq(c.listen[1], "ipc:///tmp/x.sock");
@@ -54,44 +85,28 @@ Test(config, file_sets_every_key)
 
 Test(config, unknown_key_is_named)
 {
-    tsrd_config c;
-    tsr_error err;
-    cr_assert_eq(parse(&c, "{\"cache_dir\":\"/tmp\",\"listne\":[]}", &err), TSR_BAD_ATTRIBUTE);
-    cr_assert_str_eq(err.message, "config: unknown key 'listne'");
-    tsrd_config_free(&c);
+    expect_parse("{\"cache_dir\":\"/tmp\",\"listne\":[]}", TSR_BAD_ATTRIBUTE,
+                 "config: unknown key 'listne'");
 }
 
 Test(config, malformed_and_wrong_types_are_rejected)
 {
+    expect_parse("{\"workers\": 2", TSR_BAD_JSON, NULL);
+    expect_parse("[1,2]", TSR_BAD_JSON, NULL);
+    expect_parse("{\"workers\":\"two\"}", TSR_BAD_ATTRIBUTE, "workers: must be a number");
+    expect_parse("{\"workers\":1.5}", TSR_BAD_ATTRIBUTE, NULL);
+    expect_parse("{\"backend\":\"opencl\"}", TSR_BAD_ATTRIBUTE,
+                 "backend: 'opencl' is not one of auto, cpu, cuda, cuda-inprocess, cpu-isolated");
     tsrd_config c;
-    tsr_error err;
-    cr_assert_eq(parse(&c, "{\"workers\": 2", &err), TSR_BAD_JSON);
-    tsrd_config_free(&c);
-    cr_assert_eq(parse(&c, "[1,2]", &err), TSR_BAD_JSON);
-    tsrd_config_free(&c);
-    cr_assert_eq(parse(&c, "{\"workers\":\"two\"}", &err), TSR_BAD_ATTRIBUTE);
-    cr_assert_str_eq(err.message, "workers: must be a number");
-    tsrd_config_free(&c);
-    cr_assert_eq(parse(&c, "{\"workers\":1.5}", &err), TSR_BAD_ATTRIBUTE);
-    tsrd_config_free(&c);
-    cr_assert_eq(parse(&c, "{\"backend\":\"opencl\"}", &err), TSR_BAD_ATTRIBUTE);
-    cr_assert_str_eq(
-        err.message,
-        "backend: 'opencl' is not one of auto, cpu, cuda, cuda-inprocess, cpu-isolated");
-    tsrd_config_free(&c);
-    cr_assert_eq(parse(&c, "{\"backend\":\"cuda-inprocess\"}", &err), TSR_OK, "%s", err.message);
+    parse_ok(&c, "{\"backend\":\"cuda-inprocess\"}");
     cr_assert_str_eq(c.backend, "cuda-inprocess");
     tsrd_config_free(&c);
-    cr_assert_eq(parse(&c, "{\"backend\":\"cpu-isolated\"}", &err), TSR_OK, "%s", err.message);
+    parse_ok(&c, "{\"backend\":\"cpu-isolated\"}");
     cr_assert_str_eq(c.backend, "cpu-isolated");
     tsrd_config_free(&c);
-    cr_assert_eq(parse(&c, "{\"listen\":[\"http://x\"]}", &err), TSR_BAD_ATTRIBUTE);
-    cr_assert_str_eq(
-        err.message,
-        "listen[0]: listen URL 'http://x': must start with ipc://, tcp:// or tls+tcp://");
-    tsrd_config_free(&c);
-    cr_assert_eq(parse(&c, "{\"max_message_bytes\":100}", &err), TSR_BAD_ATTRIBUTE);
-    tsrd_config_free(&c);
+    expect_parse("{\"listen\":[\"http://x\"]}", TSR_BAD_ATTRIBUTE,
+                 "listen[0]: listen URL 'http://x': must start with ipc://, tcp:// or tls+tcp://");
+    expect_parse("{\"max_message_bytes\":100}", TSR_BAD_ATTRIBUTE, NULL);
 }
 
 Test(config, missing_file_is_an_io_error)
@@ -130,23 +145,14 @@ Test(config, flags_override_the_file)
 
 Test(config, bad_flags_are_rejected)
 {
-    tsrd_config c;
-    tsrd_config_action action;
-    tsr_error err;
     char *unknown[] = {"tesserad", "--frobnicate", NULL};
-    cr_assert_eq(tsrd_config_from_args(&c, 2, unknown, &action, &err), TSR_INVALID_ARGUMENT);
-    cr_assert_str_eq(err.message, "unknown option '--frobnicate'");
-    tsrd_config_free(&c);
+    expect_args(unknown, TSR_INVALID_ARGUMENT, "unknown option '--frobnicate'");
     char *missing[] = {"tesserad", "--cache-dir", NULL};
-    cr_assert_eq(tsrd_config_from_args(&c, 2, missing, &action, &err), TSR_INVALID_ARGUMENT);
-    cr_assert_str_eq(err.message, "--cache-dir: missing value");
-    tsrd_config_free(&c);
+    expect_args(missing, TSR_INVALID_ARGUMENT, "--cache-dir: missing value");
     char *level[] = {"tesserad", "--log-level", "loud", NULL};
-    cr_assert_eq(tsrd_config_from_args(&c, 3, level, &action, &err), TSR_INVALID_ARGUMENT);
-    tsrd_config_free(&c);
+    expect_args(level, TSR_INVALID_ARGUMENT, NULL);
     char *workers[] = {"tesserad", "--workers", "-1", NULL};
-    cr_assert_eq(tsrd_config_from_args(&c, 3, workers, &action, &err), TSR_INVALID_ARGUMENT);
-    tsrd_config_free(&c);
+    expect_args(workers, TSR_INVALID_ARGUMENT, NULL);
 }
 
 Test(config, help_and_version_are_actions)
@@ -171,20 +177,16 @@ Test(config, max_request_work_defaults_to_the_documented_bound_and_0_turns_it_of
     cr_assert_eq(tsrd_config_defaults(&c, &err), TSR_OK);
     cr_assert_eq(c.max_request_work, UINT64_C(40000000000));
     tsrd_config_free(&c);
-    cr_assert_eq(parse(&c, "{\"max_request_work\":0}", &err), TSR_OK, "%s", err.message);
+    parse_ok(&c, "{\"max_request_work\":0}");
     cr_assert_eq(c.max_request_work, 0);
     tsrd_config_free(&c);
-    cr_assert_eq(parse(&c, "{\"max_request_work\":9007199254740992}", &err), TSR_OK, "%s",
-                 err.message);
+    parse_ok(&c, "{\"max_request_work\":9007199254740992}");
     cr_assert_eq(c.max_request_work, UINT64_C(1) << 53);
     tsrd_config_free(&c);
-    cr_assert_eq(parse(&c, "{\"max_request_work\":-1}", &err), TSR_BAD_ATTRIBUTE);
-    cr_assert_str_eq(err.message, "max_request_work: must be an integer in [0, "
-                                  "9007199254740992], got -1");
-    tsrd_config_free(&c);
-    cr_assert_eq(parse(&c, "{\"max_request_work\":\"1e9\"}", &err), TSR_BAD_ATTRIBUTE);
-    cr_assert_str_eq(err.message, "max_request_work: must be a number");
-    tsrd_config_free(&c);
+    expect_parse("{\"max_request_work\":-1}", TSR_BAD_ATTRIBUTE,
+                 "max_request_work: must be an integer in [0, 9007199254740992], got -1");
+    expect_parse("{\"max_request_work\":\"1e9\"}", TSR_BAD_ATTRIBUTE,
+                 "max_request_work: must be a number");
 }
 
 Test(config, metrics_listen_is_off_by_default_and_takes_http_host_port)
@@ -194,47 +196,38 @@ Test(config, metrics_listen_is_off_by_default_and_takes_http_host_port)
     cr_assert_eq(tsrd_config_defaults(&c, &err), TSR_OK);
     cr_assert_null(c.metrics_listen);
     tsrd_config_free(&c);
-    cr_assert_eq(parse(&c, "{\"metrics_listen\":\"http://127.0.0.1:9464\"}", &err), TSR_OK, "%s",
-                 err.message);
+    parse_ok(&c, "{\"metrics_listen\":\"http://127.0.0.1:9464\"}");
     cr_assert_str_eq(c.metrics_listen, "http://127.0.0.1:9464");
     tsrd_config copy;
     cr_assert_eq(tsrd_config_copy(&copy, &c, &err), TSR_OK);
     cr_assert_str_eq(copy.metrics_listen, "http://127.0.0.1:9464");
     tsrd_config_free(&copy);
     tsrd_config_free(&c);
-    cr_assert_eq(parse(&c, "{\"metrics_listen\":\"http://[::1]:9464/\"}", &err), TSR_OK, "%s",
-                 err.message);
-    tsrd_config_free(&c);
+    expect_parse("{\"metrics_listen\":\"http://[::1]:9464/\"}", TSR_OK, NULL);
     static const char *const bad[] = {"tcp://127.0.0.1:9464", "http://127.0.0.1", "http://:9464",
                                       "http://127.0.0.1:9464/metrics", "http://127.0.0.1:70000"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char text[128];
         snprintf(text, sizeof text, "{\"metrics_listen\":\"%s\"}", bad[i]);
-        cr_assert_eq(parse(&c, text, &err), TSR_BAD_ATTRIBUTE, "%s", bad[i]);
         char want[160];
         snprintf(want, sizeof want,
                  "metrics_listen: '%s' is not http://HOST:PORT (e.g. http://127.0.0.1:9464)",
                  bad[i]);
-        cr_assert_str_eq(err.message, want);
-        tsrd_config_free(&c);
+        expect_parse(text, TSR_BAD_ATTRIBUTE, want);
     }
-    cr_assert_eq(parse(&c, "{\"metrics_listen\":9464}", &err), TSR_BAD_ATTRIBUTE);
-    cr_assert_str_eq(err.message, "metrics_listen: must be a string");
-    tsrd_config_free(&c);
+    expect_parse("{\"metrics_listen\":9464}", TSR_BAD_ATTRIBUTE,
+                 "metrics_listen: must be a string");
 }
 
 Test(config, kernel_timeout_ms_defaults_to_five_minutes_and_is_bounded)
 {
     tsrd_config c;
-    tsr_error err;
-    cr_assert_eq(parse(&c, "{}", &err), TSR_OK, "%s", err.message);
+    parse_ok(&c, "{}");
     cr_assert_eq(c.kernel_timeout_ms, UINT64_C(300000));
     tsrd_config_free(&c);
-    cr_assert_eq(parse(&c, "{\"kernel_timeout_ms\":0}", &err), TSR_OK, "%s", err.message);
+    parse_ok(&c, "{\"kernel_timeout_ms\":0}");
     cr_assert_eq(c.kernel_timeout_ms, 0);
     tsrd_config_free(&c);
-    cr_assert_eq(parse(&c, "{\"kernel_timeout_ms\":86400001}", &err), TSR_BAD_ATTRIBUTE);
-    tsrd_config_free(&c);
-    cr_assert_eq(parse(&c, "{\"kernel_timeout_ms\":-1}", &err), TSR_BAD_ATTRIBUTE);
-    tsrd_config_free(&c);
+    expect_parse("{\"kernel_timeout_ms\":86400001}", TSR_BAD_ATTRIBUTE, NULL);
+    expect_parse("{\"kernel_timeout_ms\":-1}", TSR_BAD_ATTRIBUTE, NULL);
 }

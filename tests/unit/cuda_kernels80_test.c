@@ -16,21 +16,7 @@
 #include "tessera/arbiter.h"
 #include "tessera/fingerprint.h"
 #include "tessera/json.h"
-
-static void load_example(const char *path, tsr_dtype dtype, tsr_region *r)
-{
-    tsr_error e;
-    cr_assert_eq(tsr_region_from_file(path, r, &e), TSR_OK, "%s: %s", path, e.message);
-    r->dtype = dtype;
-    r->out_dtype = dtype;
-    cr_assert_eq(tsr_region_validate(r, &e), TSR_OK, "%s: %s", path, e.message);
-}
-
-static bool applies(const tsr_candidate *c, const tsr_region *r, const char *arch, char *why)
-{
-    why[0] = '\0';
-    return c->applies(c, r, arch, why, 160);
-}
+#include "../support/unit_daemon.h"
 
 static void skip_without_image(void)
 {
@@ -38,11 +24,17 @@ static void skip_without_image(void)
         cr_skip_test("built without nvcc");
 }
 
+/* The two Ampere candidates, looked up by name. */
+static void candidates80(tsr_candidate *gemm, tsr_candidate *swiglu)
+{
+    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_GEMM80, gemm));
+    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_SWIGLU80, swiglu));
+}
+
 Test(cuda_kernels80, candidates_are_tier3_for_the_gemm_kinds)
 {
     tsr_candidate gemm, swiglu;
-    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_GEMM80, &gemm));
-    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_SWIGLU80, &swiglu));
+    candidates80(&gemm, &swiglu);
     cr_assert_str_eq(gemm.name, "gemm_mma80");
     cr_assert_str_eq(swiglu.name, "swiglu_mma80");
     cr_assert_eq(gemm.tier, 3);
@@ -60,14 +52,12 @@ Test(cuda_kernels80, declines_architectures_outside_sm80_to_sm90)
     tsr_candidate gemm;
     cr_assert(tsrd_cuda_candidate(TSRD_CUDA_GEMM80, &gemm));
     tsr_region r;
-    char why[160];
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 100, 96, 64, NULL), TSR_OK);
     const char *no[] = {"sm_75", "sm_100", "sm_120", "sm_8", "sm_800", "sm_90b", "cpu"};
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
-        cr_assert_not(applies(&gemm, &r, no[i], why), "%s", no[i]);
         char want[160];
         snprintf(want, sizeof want, "built for sm_80 .. sm_89 and sm_90, not %s", no[i]);
-        cr_assert_str_eq(why, want);
+        unit_expect_declines(&gemm, &r, no[i], want);
     }
 }
 
@@ -75,16 +65,15 @@ Test(cuda_kernels80, applies_on_ampere_ada_and_hopper)
 {
     skip_without_image();
     tsr_candidate gemm, swiglu;
-    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_GEMM80, &gemm));
-    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_SWIGLU80, &swiglu));
+    candidates80(&gemm, &swiglu);
     tsr_region r, g;
     char why[160];
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 100, 96, 64, NULL), TSR_OK);
     cr_assert_eq(tsr_region_init_gated(&g, TSR_F16, 64, 128, 96, TSR_OP_SILU, NULL), TSR_OK);
     const char *yes[] = {"sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_90a"};
     for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
-        cr_assert(applies(&gemm, &r, yes[i], why), "%s: %s", yes[i], why);
-        cr_assert(applies(&swiglu, &g, yes[i], why), "%s: %s", yes[i], why);
+        cr_assert(unit_applies(&gemm, &r, yes[i], why), "%s: %s", yes[i], why);
+        cr_assert(unit_applies(&swiglu, &g, yes[i], why), "%s: %s", yes[i], why);
     }
 }
 
@@ -92,37 +81,20 @@ Test(cuda_kernels80, declines_with_the_rule_it_breaks)
 {
     skip_without_image();
     tsr_candidate gemm, swiglu;
-    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_GEMM80, &gemm));
-    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_SWIGLU80, &swiglu));
-    char why[160];
+    candidates80(&gemm, &swiglu);
     tsr_region r;
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_F32, 128, 128, 128, NULL), TSR_OK);
-    cr_assert_not(applies(&gemm, &r, "sm_80", why));
-    cr_assert_str_eq(why, "dtype f32 (needs bf16 or f16)");
+    unit_expect_declines(&gemm, &r, "sm_80", "dtype f32 (needs bf16 or f16)");
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_F16, 128, 128, 60, NULL), TSR_OK);
-    cr_assert_not(applies(&gemm, &r, "sm_86", why));
-    cr_assert_str_eq(why, "K not a multiple of 8");
+    unit_expect_declines(&gemm, &r, "sm_86", "K not a multiple of 8");
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 128, 100, 64, NULL), TSR_OK);
-    cr_assert_not(applies(&gemm, &r, "sm_90a", why));
-    cr_assert_str_eq(why, "N not a multiple of 8");
+    unit_expect_declines(&gemm, &r, "sm_90a", "N not a multiple of 8");
     cr_assert_eq(tsr_region_init_gated(&r, TSR_BF16, 64, 128, 100, TSR_OP_SILU, NULL), TSR_OK);
-    cr_assert_not(applies(&swiglu, &r, "sm_89", why));
-    cr_assert_str_eq(why, "H not a multiple of 8");
+    unit_expect_declines(&swiglu, &r, "sm_89", "H not a multiple of 8");
     cr_assert_eq(tsr_region_init_gated(&r, TSR_BF16, 64, 124, 96, TSR_OP_GELU, NULL), TSR_OK);
-    cr_assert_not(applies(&swiglu, &r, "sm_80", why));
-    cr_assert_str_eq(why, "K not a multiple of 8");
+    unit_expect_declines(&swiglu, &r, "sm_80", "K not a multiple of 8");
 
-    load_example("examples/fused.json", TSR_BF16, &r);
-    cr_assert(applies(&gemm, &r, "sm_80", why), "%s", why);
-    r.u.fused.n_prologue = 1;
-    r.u.fused.prologue[0] = TSR_OP_EXP;
-    cr_assert_not(applies(&gemm, &r, "sm_80", why));
-    cr_assert_str_eq(why, "has a prologue");
-    load_example("examples/fused.json", TSR_BF16, &r);
-    r.u.fused.residual = false;
-    r.u.fused.reduction = TSR_REDUCTION_RMSNORM;
-    cr_assert_not(applies(&gemm, &r, "sm_80", why));
-    cr_assert_str_eq(why, "has a row reduction");
+    unit_expect_fused_rules(&gemm, "sm_80");
 }
 
 /* Registration order decides the tier tie on Hopper; on Ampere only mma80 is left. */
@@ -216,7 +188,7 @@ Test(cuda_kernels80, plan_for_picks_the_family_of_the_candidate)
 Test(cuda_kernels80, launch_arguments_follow_the_kernel_contract)
 {
     tsr_region r;
-    load_example("examples/fused.json", TSR_BF16, &r); /* 128x96x64, bias, gelu, residual */
+    unit_load_example("examples/fused.json", TSR_BF16, &r); /* 128x96x64, bias, gelu, residual */
     tsrd_gemm_plan plan;
     cr_assert_eq(tsrd_gemm80_plan_make(&r, &plan, NULL), TSR_OK);
     cr_assert_str_eq(plan.entry, "tsr_gemm80_bf16_bf16");
@@ -248,7 +220,7 @@ Test(cuda_kernels80, launch_arguments_follow_the_kernel_contract)
     cr_assert_str_eq(e.message, "gemm launch: the output is not 16-byte aligned");
     cr_assert_eq(tsrd_gemm80_launch_args(&plan, in, 3, 0x50000, ops, &p, NULL), TSR_INTERNAL);
 
-    load_example("examples/gated.json", TSR_F16, &r);
+    unit_load_example("examples/gated.json", TSR_F16, &r);
     cr_assert_eq(tsrd_gemm80_plan_make(&r, &plan, NULL), TSR_OK);
     CUdeviceptr g[3] = {0x1000, 0x2000, 0x3000};
     cr_assert_eq(tsrd_gemm80_launch_args(&plan, g, 3, 0x4000, ops, &p, NULL), TSR_OK);
@@ -263,37 +235,21 @@ Test(cuda_kernels80, compile_names_the_embedded_entry)
 {
     skip_without_image();
     tsr_region r;
-    load_example("examples/matmul.json", TSR_BF16, &r);
+    unit_load_example("examples/matmul.json", TSR_BF16, &r);
     tsr_candidate gemm, swiglu;
-    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_GEMM80, &gemm));
-    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_SWIGLU80, &swiglu));
+    candidates80(&gemm, &swiglu);
     const char *archs[] = {"sm_86", "sm_90a"};
     for (int i = 0; i < 2; i++) {
-        uint8_t *bin = NULL;
-        size_t len = 0;
-        tsr_error e;
-        cr_assert_eq(tsrd_cuda_compile(NULL, 0, &r, &gemm, archs[i], &bin, &len, &e), TSR_OK, "%s",
-                     e.message);
-        tsrd_cuda_launch_desc d;
-        const uint8_t *p;
-        size_t plen;
-        cr_assert_eq(tsrd_cuda_blob_decode(bin, len, &d, &p, &plen, NULL), TSR_OK);
-        cr_assert_eq(d.image, TSRD_CUDA_IMAGE_EMBEDDED);
-        cr_assert_str_eq(d.entry, "tsr_gemm80_bf16_bf16");
-        cr_assert_eq(d.grid[0], 1);
-        cr_assert_eq(d.block[0], 256);
-        cr_assert_eq(d.shared_bytes, TSR_GEMM80_SMEM_BYTES);
-        cr_assert_eq(d.n_params, 4);
-        cr_assert_eq(plen, 0);
-        free(bin);
+        unit_blob b;
+        unit_compile_blob(NULL, 0, &r, &gemm, archs[i], &b);
+        unit_expect_embedded_matmul(&b, "tsr_gemm80_bf16_bf16", 256, TSR_GEMM80_SMEM_BYTES);
+        cr_assert_eq(b.payload_len, 0);
+        free(b.bin);
     }
-    uint8_t *bin = NULL;
-    size_t len = 0;
-    tsr_error e;
-    cr_assert_eq(tsrd_cuda_compile(NULL, 0, &r, &swiglu, "sm_80", &bin, &len, &e), TSR_UNSUPPORTED);
-    cr_assert_str_eq(e.message, "swiglu_mma80: does not serve matmul regions");
-    cr_assert_eq(tsrd_cuda_compile(NULL, 0, &r, &gemm, "sm_75", &bin, &len, &e), TSR_UNSUPPORTED);
-    cr_assert_str_eq(e.message, "gemm_mma80: built for sm_80 .. sm_89 and sm_90, not sm_75");
+    unit_expect_compile_fails(&r, &swiglu, "sm_80", TSR_UNSUPPORTED,
+                              "swiglu_mma80: does not serve matmul regions");
+    unit_expect_compile_fails(&r, &gemm, "sm_75", TSR_UNSUPPORTED,
+                              "gemm_mma80: built for sm_80 .. sm_89 and sm_90, not sm_75");
 }
 
 Test(cuda_kernels80, embeds_the_sm80_image_with_every_entry)

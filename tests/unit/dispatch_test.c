@@ -12,13 +12,12 @@
 #include "serve/dispatch.h"
 #include "serve/session.h"
 #include "tessera/region_pb.h"
+#include "../support/unit_daemon.h"
 
 #define ORIGINS 8
 
 typedef struct harness {
-    uv_loop_t loop;
-    tsrd_daemon d;
-    char dir[64];
+    unit_daemon u;
     /* the last reply each origin received, and how many it received */
     Tessera__V1__Reply *last[ORIGINS];
     int count[ORIGINS];
@@ -40,36 +39,24 @@ static void capture(void *sink, void *origin, const uint8_t *data, size_t len)
 static void setup(void)
 {
     h = calloc(1, sizeof *h);
-    snprintf(h->dir, sizeof h->dir, "/tmp/tesserad-dispatch-XXXXXX");
-    cr_assert_not_null(mkdtemp(h->dir));
-    uv_loop_init(&h->loop);
-    tsrd_config c;
-    tsr_error err;
-    tsrd_config_defaults(&c, &err);
-    free(c.cache_dir);
-    c.cache_dir = strdup(h->dir);
-    free(c.backend);
-    c.backend = strdup("cpu");
-    c.log_level = TSRD_LOG_ERROR;
-    c.max_message_bytes = 1 << 20;
-    cr_assert_eq(tsrd_daemon_init(&h->d, &c, &h->loop, &err), TSR_OK, "%s", err.message);
-    tsrd_config_free(&c);
-    h->d.reply_fn = capture;
-    h->d.reply_sink = h;
+    unit_daemon_start(&h->u, "dispatch", 1 << 20);
+    h->u.d.reply_fn = capture;
+    h->u.d.reply_sink = h;
 }
 
 static void teardown(void)
 {
-    uv_run(&h->loop, UV_RUN_DEFAULT);
-    tsrd_daemon_fini(&h->d);
-    uv_loop_close(&h->loop);
+    unit_daemon_stop(&h->u);
     for (int i = 0; i < ORIGINS; i++)
         if (h->last[i] != NULL)
             tessera__v1__reply__free_unpacked(h->last[i], NULL);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", h->dir);
-    cr_assert_eq(system(cmd), 0);
     free(h);
+}
+
+/* Hands len bytes from origin on pipe to the dispatcher; the loop does not run. */
+static void dispatch_on(int origin, uint32_t pipe, const uint8_t *data, size_t len)
+{
+    tsrd_dispatch(&h->u.d, tsrd_session_get(&h->u.d, pipe), (void *)(intptr_t)origin, data, len);
 }
 
 /* Sends req from origin on pipe 1 and runs the loop until all work is done. */
@@ -78,9 +65,9 @@ static Tessera__V1__Reply *send_on(Tessera__V1__Request *req, int origin, uint32
     size_t len = tessera__v1__request__get_packed_size(req);
     uint8_t *buf = malloc(len + 1);
     tessera__v1__request__pack(req, buf);
-    tsrd_dispatch(&h->d, tsrd_session_get(&h->d, pipe), (void *)(intptr_t)origin, buf, len);
+    dispatch_on(origin, pipe, buf, len);
     free(buf);
-    uv_run(&h->loop, UV_RUN_DEFAULT);
+    uv_run(&h->u.loop, UV_RUN_DEFAULT);
     return h->last[origin];
 }
 
@@ -128,12 +115,62 @@ static Tessera__V1__Region *matmul_pb(int64_t m, int64_t n, int64_t k)
     return pb;
 }
 
+/* A 2x2 f32 buffer holding v. */
+static uint64_t buffer_2x2(const float v[4])
+{
+    uint64_t b = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 2, 2);
+    write_buffer(b, 0, v, 4 * sizeof v[0]);
+    return b;
+}
+
+/* Reads buffer from offset to its end. */
+static Tessera__V1__Reply *read_buffer(uint64_t buffer, uint64_t offset)
+{
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__BufferReadRequest rd = TESSERA__V1__BUFFER_READ_REQUEST__INIT;
+    rd.buffer = buffer;
+    rd.offset = offset;
+    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_READ;
+    req.buffer_read = &rd;
+    return request(&req);
+}
+
+/* Compiles a 2x2x2 f32 matmul with a request built in the caller's req and
+ * comp (free comp->region with tsr_region_pb_free): the reply, asserted OK. */
+static Tessera__V1__Reply *compile_matmul(Tessera__V1__Request *req,
+                                          Tessera__V1__CompileRequest *comp)
+{
+    tessera__v1__request__init(req);
+    tessera__v1__compile_request__init(comp);
+    comp->region = matmul_pb(2, 2, 2);
+    req->body_case = TESSERA__V1__REQUEST__BODY_COMPILE;
+    req->compile = comp;
+    Tessera__V1__Reply *r = request(req);
+    cr_assert_eq(r->status, TSR_OK, "%s", r->message);
+    return r;
+}
+
+/* A launch request of kernel on inputs[0..1] into out, in the caller's req
+ * and launch. */
+static void launch_request(Tessera__V1__Request *req, Tessera__V1__LaunchRequest *launch,
+                           uint64_t kernel, uint64_t *inputs, uint64_t out)
+{
+    tessera__v1__request__init(req);
+    tessera__v1__launch_request__init(launch);
+    launch->kernel = kernel;
+    launch->inputs = inputs;
+    launch->n_inputs = 2;
+    launch->output = out;
+    req->body_case = TESSERA__V1__REQUEST__BODY_LAUNCH;
+    req->launch = launch;
+}
+
 TestSuite(dispatch, .init = setup, .fini = teardown);
 
 Test(dispatch, garbage_bytes_get_bad_message_with_id_zero)
 {
     const uint8_t garbage[] = {0xff, 0xff, 0xff, 0xff, 0x0f, 0x12, 0x99};
-    tsrd_dispatch(&h->d, tsrd_session_get(&h->d, 1), (void *)0, garbage, sizeof garbage);
+    dispatch_on(0, 1, garbage, sizeof garbage);
     cr_assert_eq(h->count[0], 1);
     cr_assert_eq(h->last[0]->status, TSR_BAD_MESSAGE);
     cr_assert_eq(h->last[0]->id, 0);
@@ -180,18 +217,11 @@ Test(dispatch, buffers_round_trip_and_are_bounds_checked)
     cr_assert_str_eq(r->message,
                      "buffer_write: 20 bytes at offset 8 pass the end of the 24-byte buffer");
 
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    Tessera__V1__BufferReadRequest rd = TESSERA__V1__BUFFER_READ_REQUEST__INIT;
-    rd.buffer = b;
-    rd.offset = 4;
-    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_READ;
-    req.buffer_read = &rd;
-    r = request(&req);
+    r = read_buffer(b, 4);
     cr_assert_eq(r->status, TSR_OK, "%s", r->message);
     cr_assert_eq(r->buffer_read->data.len, 20);
     cr_assert_eq(memcmp(r->buffer_read->data.data, data + 1, 20), 0);
-    rd.offset = 25;
-    cr_assert_eq(request(&req)->status, TSR_BUFFER_MISMATCH);
+    cr_assert_eq(read_buffer(b, 25)->status, TSR_BUFFER_MISMATCH);
 
     Tessera__V1__BufferFreeRequest fr = TESSERA__V1__BUFFER_FREE_REQUEST__INIT;
     fr.buffer = b;
@@ -200,8 +230,7 @@ Test(dispatch, buffers_round_trip_and_are_bounds_checked)
     freq.buffer_free = &fr;
     cr_assert_eq(request(&freq)->status, TSR_OK);
     cr_assert_eq(request(&freq)->status, TSR_NOT_FOUND);
-    rd.offset = 0;
-    cr_assert_eq(request(&req)->status, TSR_NOT_FOUND);
+    cr_assert_eq(read_buffer(b, 0)->status, TSR_NOT_FOUND);
 }
 
 Test(dispatch, bad_alloc_shapes_and_dtypes_are_named)
@@ -231,8 +260,8 @@ Test(dispatch, foreign_handles_are_not_found)
     cr_assert_eq(send_on(&req, 1, 2)->status, TSR_NOT_FOUND);
     cr_assert_eq(send_on(&req, 1, 1)->status, TSR_OK);
     /* The owner's pipe goes away: its buffers go with it. */
-    tsrd_session_close(&h->d, 1);
-    cr_assert_eq(h->d.default_tenant.buffers, 0);
+    tsrd_session_close(&h->u.d, 1);
+    cr_assert_eq(h->u.d.default_tenant.buffers, 0);
     cr_assert_eq(send_on(&req, 1, 3)->status, TSR_NOT_FOUND);
 }
 
@@ -251,29 +280,25 @@ Test(dispatch, a_resent_id_is_answered_from_memory)
     size_t len = tessera__v1__request__get_packed_size(&req);
     uint8_t buf[256];
     tessera__v1__request__pack(&req, buf);
-    tsrd_dispatch(&h->d, tsrd_session_get(&h->d, 1), (void *)0, buf, len);
-    tsrd_dispatch(&h->d, tsrd_session_get(&h->d, 1), (void *)1, buf, len);
-    uv_run(&h->loop, UV_RUN_DEFAULT);
+    dispatch_on(0, 1, buf, len);
+    dispatch_on(1, 1, buf, len);
+    uv_run(&h->u.loop, UV_RUN_DEFAULT);
     cr_assert_eq(h->count[0], 1);
     cr_assert_eq(h->count[1], 1);
     cr_assert_eq(h->last[0]->buffer_alloc->buffer, h->last[1]->buffer_alloc->buffer);
     /* And once more after it finished. */
-    tsrd_dispatch(&h->d, tsrd_session_get(&h->d, 1), (void *)2, buf, len);
+    dispatch_on(2, 1, buf, len);
     cr_assert_eq(h->count[2], 1);
     cr_assert_eq(h->last[2]->buffer_alloc->buffer, h->last[0]->buffer_alloc->buffer);
-    cr_assert_eq(h->d.default_tenant.buffers, 1, "executed once");
-    cr_assert_eq(h->d.metrics.replays, 2);
+    cr_assert_eq(h->u.d.default_tenant.buffers, 1, "executed once");
+    cr_assert_eq(h->u.d.metrics.replays, 2);
 }
 
 Test(dispatch, compile_then_launch_checks_every_buffer)
 {
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    Tessera__V1__CompileRequest comp = TESSERA__V1__COMPILE_REQUEST__INIT;
-    comp.region = matmul_pb(2, 2, 2);
-    req.body_case = TESSERA__V1__REQUEST__BODY_COMPILE;
-    req.compile = &comp;
-    Tessera__V1__Reply *r = request(&req);
-    cr_assert_eq(r->status, TSR_OK, "%s", r->message);
+    Tessera__V1__Request req;
+    Tessera__V1__CompileRequest comp;
+    Tessera__V1__Reply *r = compile_matmul(&req, &comp);
     cr_assert_str_eq(r->compile->decision->candidate, "reference");
     cr_assert_eq(r->compile->decision->cache_hit, false);
     cr_assert_eq(strlen(r->compile->key), 64);
@@ -283,23 +308,16 @@ Test(dispatch, compile_then_launch_checks_every_buffer)
     cr_assert_str_eq(r->compile->decision->cache_level, "memory");
     tsr_region_pb_free(comp.region);
 
-    uint64_t a = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 2, 2);
-    uint64_t b = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 2, 2);
+    float av[4] = {1, 2, 3, 4}, bv[4] = {1, 0, 0, 1};
+    uint64_t a = buffer_2x2(av);
+    uint64_t b = buffer_2x2(bv);
     uint64_t small = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 1, 2);
     uint64_t out = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 2, 2);
-    float av[4] = {1, 2, 3, 4}, bv[4] = {1, 0, 0, 1};
-    write_buffer(a, 0, av, sizeof av);
-    write_buffer(b, 0, bv, sizeof bv);
 
-    Tessera__V1__LaunchRequest launch = TESSERA__V1__LAUNCH_REQUEST__INIT;
+    Tessera__V1__Request lreq;
+    Tessera__V1__LaunchRequest launch;
     uint64_t inputs[2] = {a, small};
-    launch.kernel = kernel;
-    launch.inputs = inputs;
-    launch.n_inputs = 2;
-    launch.output = out;
-    Tessera__V1__Request lreq = TESSERA__V1__REQUEST__INIT;
-    lreq.body_case = TESSERA__V1__REQUEST__BODY_LAUNCH;
-    lreq.launch = &launch;
+    launch_request(&lreq, &launch, kernel, inputs, out);
     r = request(&lreq);
     cr_assert_eq(r->status, TSR_BUFFER_MISMATCH);
     cr_assert_str_eq(r->message, "launch.inputs[1] (b): buffer holds 8 bytes of f32, the region "
@@ -313,12 +331,7 @@ Test(dispatch, compile_then_launch_checks_every_buffer)
     r = request(&lreq);
     cr_assert_eq(r->status, TSR_OK, "%s", r->message);
 
-    Tessera__V1__Request rreq = TESSERA__V1__REQUEST__INIT;
-    Tessera__V1__BufferReadRequest rd = TESSERA__V1__BUFFER_READ_REQUEST__INIT;
-    rd.buffer = out;
-    rreq.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_READ;
-    rreq.buffer_read = &rd;
-    r = request(&rreq);
+    r = read_buffer(out, 0);
     cr_assert_eq(r->buffer_read->data.len, 16);
     cr_assert_eq(memcmp(r->buffer_read->data.data, av, 16), 0);
 }
@@ -328,33 +341,22 @@ Test(dispatch, compile_then_launch_checks_every_buffer)
  * itself stays loaded until the launch completes. */
 Test(dispatch, a_freed_kernel_lives_until_the_launch_holding_it_completes)
 {
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    Tessera__V1__CompileRequest comp = TESSERA__V1__COMPILE_REQUEST__INIT;
-    comp.region = matmul_pb(2, 2, 2);
-    req.body_case = TESSERA__V1__REQUEST__BODY_COMPILE;
-    req.compile = &comp;
-    Tessera__V1__Reply *r = request(&req);
-    cr_assert_eq(r->status, TSR_OK, "%s", r->message);
+    Tessera__V1__Request req;
+    Tessera__V1__CompileRequest comp;
+    Tessera__V1__Reply *r = compile_matmul(&req, &comp);
     uint64_t kernel = r->compile->kernel;
-    cr_assert_eq(h->d.default_tenant.kernels, 1);
+    cr_assert_eq(h->u.d.default_tenant.kernels, 1);
 
-    uint64_t a = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 2, 2);
-    uint64_t b = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 2, 2);
-    uint64_t out = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 2, 2);
     float av[4] = {1, 2, 3, 4}, bv[4] = {0, 1, 1, 0}, want[4] = {2, 1, 4, 3};
-    write_buffer(a, 0, av, sizeof av);
-    write_buffer(b, 0, bv, sizeof bv);
+    uint64_t a = buffer_2x2(av);
+    uint64_t b = buffer_2x2(bv);
+    uint64_t out = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 2, 2);
 
-    Tessera__V1__LaunchRequest launch = TESSERA__V1__LAUNCH_REQUEST__INIT;
+    Tessera__V1__Request lreq;
+    Tessera__V1__LaunchRequest launch;
     uint64_t inputs[2] = {a, b};
-    launch.kernel = kernel;
-    launch.inputs = inputs;
-    launch.n_inputs = 2;
-    launch.output = out;
-    Tessera__V1__Request lreq = TESSERA__V1__REQUEST__INIT;
+    launch_request(&lreq, &launch, kernel, inputs, out);
     lreq.id = 7;
-    lreq.body_case = TESSERA__V1__REQUEST__BODY_LAUNCH;
-    lreq.launch = &launch;
     Tessera__V1__KernelFreeRequest kf = TESSERA__V1__KERNEL_FREE_REQUEST__INIT;
     kf.kernel = kernel;
     Tessera__V1__Request freq = TESSERA__V1__REQUEST__INIT;
@@ -364,25 +366,20 @@ Test(dispatch, a_freed_kernel_lives_until_the_launch_holding_it_completes)
     uint8_t lbuf[256], fbuf[64];
     size_t llen = tessera__v1__request__pack(&lreq, lbuf);
     size_t flen = tessera__v1__request__pack(&freq, fbuf);
-    tsrd_dispatch(&h->d, tsrd_session_get(&h->d, 1), (void *)1, lbuf, llen);
-    tsrd_dispatch(&h->d, tsrd_session_get(&h->d, 1), (void *)2, fbuf, flen);
+    dispatch_on(1, 1, lbuf, llen);
+    dispatch_on(2, 1, fbuf, flen);
     /* The free is answered on the loop, before the launch has run. */
     cr_assert_eq(h->count[1], 0);
     cr_assert_eq(h->count[2], 1);
     cr_assert_eq(h->last[2]->status, TSR_OK, "%s", h->last[2]->message);
     cr_assert_eq(h->last[2]->body_case, TESSERA__V1__REPLY__BODY_KERNEL_FREE);
-    cr_assert_eq(h->d.default_tenant.kernels, 1, "the queued launch still holds the kernel");
-    uv_run(&h->loop, UV_RUN_DEFAULT);
+    cr_assert_eq(h->u.d.default_tenant.kernels, 1, "the queued launch still holds the kernel");
+    uv_run(&h->u.loop, UV_RUN_DEFAULT);
     cr_assert_eq(h->count[1], 1);
     cr_assert_eq(h->last[1]->status, TSR_OK, "%s", h->last[1]->message);
-    cr_assert_eq(h->d.default_tenant.kernels, 0);
+    cr_assert_eq(h->u.d.default_tenant.kernels, 0);
 
-    Tessera__V1__Request rreq = TESSERA__V1__REQUEST__INIT;
-    Tessera__V1__BufferReadRequest rd = TESSERA__V1__BUFFER_READ_REQUEST__INIT;
-    rd.buffer = out;
-    rreq.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_READ;
-    rreq.buffer_read = &rd;
-    r = request(&rreq);
+    r = read_buffer(out, 0);
     cr_assert_eq(r->buffer_read->data.len, 16);
     cr_assert_eq(memcmp(r->buffer_read->data.data, want, 16), 0);
 
@@ -400,7 +397,7 @@ Test(dispatch, a_freed_kernel_lives_until_the_launch_holding_it_completes)
     cr_assert_eq(r->status, TSR_OK, "%s", r->message);
     cr_assert_neq(r->compile->kernel, kernel);
     cr_assert_neq(r->compile->kernel, 0);
-    cr_assert_eq(h->d.default_tenant.kernels, 1);
+    cr_assert_eq(h->u.d.default_tenant.kernels, 1);
     tsr_region_pb_free(comp.region);
 }
 

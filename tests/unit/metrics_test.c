@@ -12,6 +12,7 @@
 
 #include "daemon.h"
 #include "serve/metrics.h"
+#include "../support/unit_daemon.h"
 
 Test(metrics, a_bound_belongs_to_its_own_bucket)
 {
@@ -59,40 +60,17 @@ Test(metrics, bounds_rise_from_50us_to_60s_and_their_labels_say_so)
 
 /* ---- on a daemon context ---- */
 
-typedef struct harness {
-    uv_loop_t loop;
-    tsrd_daemon d;
-    char dir[64];
-} harness;
-
-static harness *h;
+static unit_daemon *h;
 
 static void setup(void)
 {
     h = calloc(1, sizeof *h);
-    snprintf(h->dir, sizeof h->dir, "/tmp/tesserad-metrics-XXXXXX");
-    cr_assert_not_null(mkdtemp(h->dir));
-    uv_loop_init(&h->loop);
-    tsrd_config c;
-    tsr_error err;
-    tsrd_config_defaults(&c, &err);
-    free(c.cache_dir);
-    c.cache_dir = strdup(h->dir);
-    free(c.backend);
-    c.backend = strdup("cpu");
-    c.log_level = TSRD_LOG_ERROR;
-    cr_assert_eq(tsrd_daemon_init(&h->d, &c, &h->loop, &err), TSR_OK, "%s", err.message);
-    tsrd_config_free(&c);
+    unit_daemon_start(h, "metrics", 0);
 }
 
 static void teardown(void)
 {
-    uv_run(&h->loop, UV_RUN_DEFAULT);
-    tsrd_daemon_fini(&h->d);
-    uv_loop_close(&h->loop);
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", h->dir);
-    cr_assert_eq(system(cmd), 0);
+    unit_daemon_stop(h);
     free(h);
 }
 

@@ -11,6 +11,7 @@
 #include "serve/engine.h"
 #include "serve/offline_compile.h"
 #include "tessera/json.h"
+#include "../support/unit_daemon.h"
 
 static tsr_kcache *cache;
 
@@ -32,18 +33,10 @@ static void teardown(void)
 
 TestSuite(offline_compile, .init = setup, .fini = teardown, .timeout = 120);
 
-static void load(const char *path, tsr_dtype dtype, tsr_region *r)
-{
-    tsr_error e;
-    cr_assert_eq(tsr_region_from_file(path, r, &e), TSR_OK, "%s", e.message);
-    r->dtype = r->out_dtype = dtype;
-    cr_assert_eq(tsr_region_validate(r, &e), TSR_OK, "%s", e.message);
-}
-
 Test(offline_compile, picks_tier3_for_bf16_matmul_then_hits_memory)
 {
     tsr_region r;
-    load("examples/matmul.json", TSR_BF16, &r);
+    unit_load_example("examples/matmul.json", TSR_BF16, &r);
     tsrd_compiled c;
     tsr_error e;
     cr_assert_eq(tsrd_offline_compile(cache, &r, "sm_90a", NULL, &c, &e), TSR_OK, "%s", e.message);
@@ -67,7 +60,7 @@ Test(offline_compile, picks_tier3_for_bf16_matmul_then_hits_memory)
 Test(offline_compile, forced_tier1_builds_a_cubin_under_another_key)
 {
     tsr_region r;
-    load("examples/matmul.json", TSR_BF16, &r);
+    unit_load_example("examples/matmul.json", TSR_BF16, &r);
     tsrd_compiled tier, forced;
     tsr_error e;
     cr_assert_eq(tsrd_offline_compile(cache, &r, "sm_90a", "", &tier, &e), TSR_OK);
@@ -92,7 +85,7 @@ Test(offline_compile, forced_tier1_builds_a_cubin_under_another_key)
 Test(offline_compile, refuses_unknown_candidates_and_foreign_arches)
 {
     tsr_region r;
-    load("examples/matmul.json", TSR_F32, &r);
+    unit_load_example("examples/matmul.json", TSR_F32, &r);
     tsrd_compiled c;
     tsr_error e;
     cr_assert_eq(tsrd_offline_compile(cache, &r, "sm_90a", "nope", &c, &e), TSR_ARBITER);
@@ -111,7 +104,7 @@ Test(offline_compile, compiles_every_example_in_every_dtype)
     for (size_t i = 0; i < 5; i++) {
         for (int j = 0; j < 3; j++) {
             tsr_region r;
-            load(files[i], dtypes[j], &r);
+            unit_load_example(files[i], dtypes[j], &r);
             tsrd_compiled c;
             tsr_error e;
             cr_assert_eq(tsrd_offline_compile(cache, &r, "sm_90a", "tier1", &c, &e), TSR_OK,

@@ -9,12 +9,7 @@
 #include "daemon.h"
 #include "serve/session.h"
 #include "serve/tenant.h"
-
-static tsr_status tenant_parse(tsrd_config *c, const char *text, tsr_error *err)
-{
-    cr_assert_eq(tsrd_config_defaults(c, err), TSR_OK);
-    return tsrd_config_parse_json(c, text, strlen(text), err);
-}
+#include "../support/unit_daemon.h"
 
 /* sha256("alice") */
 #define TENANT_ALICE_HASH "2bd806c97f0e00af1a1fc3328fa763a9269723c8db8fac4f93af71db186d6e90"
@@ -36,7 +31,7 @@ Test(tenant, config_reads_identities_and_quotas)
                        "\"], \"uids\": [1000, 1001], \"gids\": [50], \"quotas\": "
                        "{\"device_memory_bytes\": 1024, \"buffers\": 2, \"in_flight\": 3, "
                        "\"compiles\": 4}}], \"ipc_mode\": \"0600\", \"allow_plain_tcp\": true}";
-    cr_assert_eq(tenant_parse(&c, text, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(unit_config_parse(&c, text, &err), TSR_OK, "%s", err.message);
     cr_assert_eq(c.n_tenants, 1);
     cr_expect_str_eq(c.tenants[0].name, "a");
     cr_expect_eq(c.tenants[0].n_tokens, 1);
@@ -83,7 +78,8 @@ Test(tenant, config_errors_name_the_tenant_and_key)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tsrd_config c;
         tsr_error err;
-        cr_expect_eq(tenant_parse(&c, cases[i].text, &err), TSR_BAD_ATTRIBUTE, "%s", cases[i].text);
+        cr_expect_eq(unit_config_parse(&c, cases[i].text, &err), TSR_BAD_ATTRIBUTE, "%s",
+                     cases[i].text);
         cr_expect_str_eq(err.message, cases[i].message);
         tsrd_config_free(&c);
     }
@@ -94,7 +90,7 @@ static void tenant_daemon(tsrd_daemon *d, tsrd_config *c, const char *text)
     tsr_error err;
     memset(d, 0, sizeof *d);
     snprintf(d->default_tenant.name, sizeof d->default_tenant.name, "default");
-    cr_assert_eq(tenant_parse(c, text, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(unit_config_parse(c, text, &err), TSR_OK, "%s", err.message);
     cr_assert_eq(tsrd_tenants_apply(d, c, &err), TSR_OK);
 }
 
@@ -160,10 +156,10 @@ Test(tenant, reload_keeps_tenants_by_name_and_retires_the_rest)
     a->buffers = 3;
     tsrd_config next;
     cr_assert_eq(
-        tenant_parse(&next,
-                     "{\"tenants\": [{\"name\": \"a\", \"token_sha256\": [\"" TENANT_ALICE_HASH
-                     "\"], \"quotas\": {\"buffers\": 9}}]}",
-                     &err),
+        unit_config_parse(&next,
+                          "{\"tenants\": [{\"name\": \"a\", \"token_sha256\": [\"" TENANT_ALICE_HASH
+                          "\"], \"quotas\": {\"buffers\": 9}}]}",
+                          &err),
         TSR_OK);
     cr_assert_eq(tsrd_tenants_apply(&d, &next, &err), TSR_OK);
     tsrd_session s2 = {0};

@@ -6,15 +6,20 @@
  * certificate, all signed by the CA. The test speaks to the daemon over a raw
  * nng REQ socket with its own TLS configuration: with the client certificate
  * the hello round trip works; without one, a daemon that verifies clients
- * never answers.
+ * never answers. Whatever a peer sends before or instead of a TLS handshake
+ * (nothing, garbage, half a ClientHello that stalls) leaves the listener
+ * serving.
  */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/tls/tls.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "../support/fixture.h"
@@ -194,4 +199,53 @@ Test(transport, client_library_dials_tls_with_its_environment)
     cr_expect_eq(tsr_client_hello(c, &info, 5000, &err), TSR_OK, "%s", err.message);
     cr_expect_str_eq(info.tenant, "default");
     fixture_stop(&e.d, c);
+}
+
+/* A plain TCP connection to 127.0.0.1:port, below TLS and nng. */
+static int transport_tcp_connect(int port)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0, "connect 127.0.0.1:%d", port);
+    return fd;
+}
+
+Test(transport, tls_listener_survives_plain_connects_garbage_and_half_handshakes)
+{
+    tls_env e;
+    tls_start(&e, false);
+    int port = tls_port();
+    for (int i = 0; i < 200; i++)
+        close(transport_tcp_connect(port));
+    static const char garbage[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    int fd = transport_tcp_connect(port);
+    cr_assert_eq(write(fd, garbage, sizeof garbage - 1), (ssize_t)(sizeof garbage - 1));
+    close(fd);
+    /* A TLS record header announcing a ClientHello, and nothing after it. */
+    static const unsigned char half_hello[] = {0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00};
+    int stalled = transport_tcp_connect(port);
+    cr_assert_eq(write(stalled, half_hello, sizeof half_hello), (ssize_t)sizeof half_hello);
+    fd = transport_tcp_connect(port);
+    cr_assert_eq(write(fd, half_hello, 3), 3);
+    close(fd);
+
+    /* A full TLS handshake, then a close before the SP header is through. */
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "openssl s_client -connect 127.0.0.1:%d -CAfile ca.pem </dev/null",
+             port);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(tls_sh(e.d.dir, cmd), 0, "%s", cmd);
+
+    Tessera__V1__Reply *reply = NULL;
+    cr_assert_eq(tls_hello(&e, false, &reply), 0, "no TLS hello while a handshake stalls");
+    cr_expect_eq(reply->status, TESSERA__V1__STATUS__OK);
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    close(stalled);
+    reply = NULL;
+    cr_assert_eq(tls_hello(&e, false, &reply), 0, "no TLS hello after the stalled peer left");
+    cr_expect_eq(reply->status, TESSERA__V1__STATUS__OK);
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    fixture_stop(&e.d, NULL);
 }

@@ -1,20 +1,12 @@
 #!/usr/bin/env bash
 # Runs the Python client's pytest suite (client/python/tests) against the built
-# daemon and client library ($BUILD, default build). The interpreter is $PYTHON,
-# else /usr/bin/python3 (Debian's, which has python3-numpy and python3-pytest from
-# tools/install-deps.sh), else python3 on the PATH. pytest's exit 5 ("no tests
+# daemon and client library ($BUILD, default build), with the first interpreter
+# that has numpy and pytest (tools/find-python.sh). pytest's exit 5 ("no tests
 # collected") is a failure here: the suite must not silently vanish.
 set -u
 cd "$(dirname "$0")/.."
-py=${PYTHON:-}
-if [ -z "$py" ]; then
-    for cand in /usr/bin/python3 python3; do
-        if "$cand" -c 'import numpy, pytest' >/dev/null 2>&1; then
-            py=$cand
-            break
-        fi
-    done
-fi
+. tools/find-python.sh
+find_python numpy pytest
 if [ -z "$py" ]; then
     echo "tools/python-test.sh: no python3 with numpy and pytest (tools/install-deps.sh installs them)" >&2
     exit 1

@@ -45,16 +45,9 @@ for _ in $(seq 200); do
     sleep 0.05
 done
 
-# The interpreter for the input generator and the check: the first with numpy
-# (Debian's /usr/bin/python3 has python3-numpy from tools/install-deps.sh).
-py=
-for cand in ${PYTHON:-} /usr/bin/python3 python3; do
-    if "$cand" -c 'import numpy' >/dev/null 2>&1; then
-        py=$cand
-        break
-    fi
-done
-if [ -z "$py" ]; then
+# The interpreter for the input generator and the check: the first with numpy.
+. tools/find-python.sh
+if ! find_python numpy; then
     echo "run-demo: no python3 with numpy (tools/install-deps.sh installs python3-numpy)" >&2
     exit 1
 fi

@@ -378,6 +378,15 @@ static void fini_store(void)
 }
 
 /* Ends the arbiter within a test (a daemon restart); fini then has none left. */
+/* Selects for the fixture's request: the selection succeeds and picks name. */
+static tsr_decision select_ok(const char *name)
+{
+    tsr_decision d;
+    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
+    cr_expect_str_eq(d.candidate.name, name);
+    return d;
+}
+
 static void arbiter_drop(void)
 {
     tsr_arbiter_destroy(a);
@@ -456,9 +465,7 @@ Test(arbiter, ties_go_to_registration_order, .init = init_empty, .fini = fini_ar
 {
     reg(a, fake_candidate("emit_a", 2, 1, NULL));
     reg(a, fake_candidate("emit_b", 2, 1, NULL));
-    tsr_decision d;
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
-    cr_expect_str_eq(d.candidate.name, "emit_a");
+    tsr_decision d = select_ok("emit_a");
     fixture fx2;
     fixture_init(&fx2, 128);
     fx2.ctx.failing[0] = "emit_a";
@@ -600,9 +607,7 @@ Test(arbiter, verification_that_cannot_run_skips_the_candidate, .init = init_sta
      .fini = fini_arbiter)
 {
     fx.ctx.broken[0] = "gemm_wgmma";
-    tsr_decision d;
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
-    cr_expect_str_eq(d.candidate.name, "tier1");
+    tsr_decision d = select_ok("tier1");
     /* Not cached: the next selection tries again. */
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
     cr_expect_eq(fake_calls(fx.ctx.verified, "gemm_wgmma"), 2);
@@ -613,9 +618,7 @@ Test(arbiter, without_a_verifier_candidates_are_taken_as_verified, .init = init_
      .fini = fini_arbiter)
 {
     fx.req.verify_fn = NULL;
-    tsr_decision d;
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
-    cr_expect_str_eq(d.candidate.name, "gemm_wgmma");
+    tsr_decision d = select_ok("gemm_wgmma");
     cr_expect_not(d.verified);
     cr_expect(d.verdict.pass);
 }
@@ -819,9 +822,7 @@ Test(arbiter, measure_without_a_timer_falls_back_to_tier_order, .init = init_mea
      .fini = fini_arbiter)
 {
     fx.req.measure_fn = NULL;
-    tsr_decision d;
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
-    cr_expect_str_eq(d.candidate.name, "gemm_wgmma");
+    tsr_decision d = select_ok("gemm_wgmma");
     cr_expect_eq(d.reason, TSR_REASON_TIER);
     cr_expect_eq(fake_total(fx.ctx.measured), 0);
 }
@@ -829,9 +830,7 @@ Test(arbiter, measure_without_a_timer_falls_back_to_tier_order, .init = init_mea
 Test(arbiter, stored_winner_that_now_fails_is_measured_again, .init = init_measured,
      .fini = fini_arbiter)
 {
-    tsr_decision d;
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
-    cr_expect_str_eq(d.candidate.name, "emit");
+    tsr_decision d = select_ok("emit");
 
     fixture fx2; /* same bucket, another region whose emit fails */
     fixture_init(&fx2, 63);
@@ -856,9 +855,7 @@ Test(arbiter, measured_winner_persists_across_restarts, .init = init_store_measu
 {
     char path[256];
     store_path(store_dir, path, sizeof path);
-    tsr_decision d;
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
-    cr_expect_str_eq(d.candidate.name, "emit");
+    tsr_decision d = select_ok("emit");
     cr_expect_eq(fake_total(fx.ctx.measured), 3);
     arbiter_drop();
 
@@ -924,9 +921,7 @@ Test(arbiter, corrupt_store_file_is_tolerated_and_overwritten, .init = init_stor
     store_path(store_dir, path, sizeof path);
     file_write(path, "{\"format\":\"tessera-arbiter-win");
     a = arbiter_measured(store_dir, &fx);
-    tsr_decision d;
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
-    cr_expect_str_eq(d.candidate.name, "emit");
+    tsr_decision d = select_ok("emit");
     cr_expect_eq(fake_total(fx.ctx.measured), 3);
     arbiter_drop();
 
@@ -956,9 +951,7 @@ Test(arbiter, malformed_store_rows_are_skipped, .init = init_store, .fini = fini
                      "\"bucket\":\"m64n64k64\",\"candidate\":\"gemm_wgmma\","
                      "\"candidate_version\":1,\"median_ms\":0.2}]}");
     a = arbiter_measured(store_dir, &fx);
-    tsr_decision d;
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
-    cr_expect_str_eq(d.candidate.name, "gemm_wgmma");
+    tsr_decision d = select_ok("gemm_wgmma");
     cr_expect_eq(d.reason, TSR_REASON_MEASURED);
     cr_expect_eq(fake_total(fx.ctx.measured), 0);
 }
@@ -1123,9 +1116,7 @@ Test(arbiter, explain_rows_of_a_measured_selection, .init = init_measured, .fini
     cr_expect_str_eq(rows[3].why, "passed, measured 0.8 ms");
     free(rows);
     /* The measurement is remembered: select reuses it. */
-    tsr_decision d;
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
-    cr_expect_str_eq(d.candidate.name, "emit");
+    select_ok("emit");
     cr_expect_eq(fake_total(fx.ctx.measured), 3);
 }
 

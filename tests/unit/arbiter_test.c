@@ -378,13 +378,18 @@ static void fini_store(void)
 }
 
 /* Ends the arbiter within a test (a daemon restart); fini then has none left. */
-/* Selects for the fixture's request: the selection succeeds and picks name. */
-static tsr_decision select_ok(const char *name)
+/* Selects for f's request: the selection succeeds and picks name. */
+static tsr_decision select_on(fixture *f, const char *name)
 {
     tsr_decision d;
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
+    cr_assert_eq(tsr_arbiter_select(a, &f->req, &d, NULL), TSR_OK);
     cr_expect_str_eq(d.candidate.name, name);
     return d;
+}
+
+static tsr_decision select_ok(const char *name)
+{
+    return select_on(&fx, name);
 }
 
 static void arbiter_drop(void)
@@ -465,12 +470,11 @@ Test(arbiter, ties_go_to_registration_order, .init = init_empty, .fini = fini_ar
 {
     reg(a, fake_candidate("emit_a", 2, 1, NULL));
     reg(a, fake_candidate("emit_b", 2, 1, NULL));
-    tsr_decision d = select_ok("emit_a");
+    select_ok("emit_a");
     fixture fx2;
     fixture_init(&fx2, 128);
     fx2.ctx.failing[0] = "emit_a";
-    cr_assert_eq(tsr_arbiter_select(a, &fx2.req, &d, NULL), TSR_OK);
-    cr_expect_str_eq(d.candidate.name, "emit_b");
+    select_on(&fx2, "emit_b");
 }
 
 Test(arbiter, lower_tier_is_forceable, .init = init_standard, .fini = fini_arbiter)
@@ -837,16 +841,14 @@ Test(arbiter, stored_winner_that_now_fails_is_measured_again, .init = init_measu
     fx2.req.policy = TSR_POLICY_MEASURE;
     fx2.ctx.times[0] = (fake_time){"tier1", 1.0};
     fx2.ctx.failing[0] = "emit";
-    cr_assert_eq(tsr_arbiter_select(a, &fx2.req, &d, NULL), TSR_OK);
-    cr_expect_str_eq(d.candidate.name, "tier1"); /* gemm_wgmma declines K = 63 */
+    d = select_on(&fx2, "tier1"); /* gemm_wgmma declines K = 63 */
     cr_expect_eq(d.reason, TSR_REASON_MEASURED);
     cr_expect_eq(fake_calls(fx2.ctx.verified, "emit"), 1);
     cr_expect_eq(fake_calls(fx2.ctx.measured, "tier1"), 1);
 
     /* tier1 is now the bucket's winner: K = 64 reuses it untimed. */
     memset(fx.ctx.measured, 0, sizeof fx.ctx.measured);
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, NULL), TSR_OK);
-    cr_expect_str_eq(d.candidate.name, "tier1");
+    d = select_ok("tier1");
     cr_expect_eq(fake_total(fx.ctx.measured), 0);
 }
 
@@ -881,8 +883,7 @@ Test(arbiter, measured_winner_persists_across_restarts, .init = init_store_measu
     fixture again;
     fixture_init(&again, 64);
     a = arbiter_measured(store_dir, &again);
-    cr_assert_eq(tsr_arbiter_select(a, &again.req, &d, NULL), TSR_OK);
-    cr_expect_str_eq(d.candidate.name, "emit");
+    d = select_on(&again, "emit");
     cr_expect_eq(d.reason, TSR_REASON_MEASURED);
     cr_expect(d.verified);
     cr_expect_eq(fake_total(again.ctx.measured), 0);
@@ -890,8 +891,7 @@ Test(arbiter, measured_winner_persists_across_restarts, .init = init_store_measu
 
     /* Policy TIER ignores the stored winner. */
     again.req.policy = TSR_POLICY_TIER;
-    cr_assert_eq(tsr_arbiter_select(a, &again.req, &d, NULL), TSR_OK);
-    cr_expect_str_eq(d.candidate.name, "gemm_wgmma");
+    d = select_on(&again, "gemm_wgmma");
 }
 
 Test(arbiter, stored_winner_of_another_version_is_measured_again, .init = init_store_measured,
@@ -909,8 +909,7 @@ Test(arbiter, stored_winner_of_another_version_is_measured_again, .init = init_s
     again.ctx.times[0] = (fake_time){"tier1", 0.4};
     again.ctx.times[1] = (fake_time){"emit", 0.5};
     again.req.policy = TSR_POLICY_MEASURE;
-    cr_assert_eq(tsr_arbiter_select(a, &again.req, &d, NULL), TSR_OK);
-    cr_expect_str_eq(d.candidate.name, "tier1");
+    d = select_on(&again, "tier1");
     cr_expect_eq(fake_total(again.ctx.measured), 2);
 }
 
@@ -921,7 +920,7 @@ Test(arbiter, corrupt_store_file_is_tolerated_and_overwritten, .init = init_stor
     store_path(store_dir, path, sizeof path);
     file_write(path, "{\"format\":\"tessera-arbiter-win");
     a = arbiter_measured(store_dir, &fx);
-    tsr_decision d = select_ok("emit");
+    select_ok("emit");
     cr_expect_eq(fake_total(fx.ctx.measured), 3);
     arbiter_drop();
 
@@ -934,8 +933,7 @@ Test(arbiter, corrupt_store_file_is_tolerated_and_overwritten, .init = init_stor
     fixture again;
     fixture_init(&again, 64);
     a = arbiter_measured(store_dir, &again);
-    cr_assert_eq(tsr_arbiter_select(a, &again.req, &d, NULL), TSR_OK);
-    cr_expect_str_eq(d.candidate.name, "emit");
+    select_on(&again, "emit");
     cr_expect_eq(fake_total(again.ctx.measured), 0);
 }
 

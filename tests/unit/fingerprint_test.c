@@ -127,21 +127,22 @@ static void region_parse(const char *json, tsr_region *r)
     cr_assert_eq(tsr_region_from_json(json, strlen(json), r, &err), TSR_OK, "%s", err.message);
 }
 
-/* Parses json into *r and encodes it: *buf (to free) and *len. */
-static void canonical_of(const char *json, tsr_region *r, uint8_t **buf, size_t *len)
+/* The canonical encoding of json is exactly want[0..n): *r gets the region and
+ * *buf the encoding, both the caller's to free. */
+static void expect_canonical(const char *json, const uint8_t *want, size_t n, tsr_region *r,
+                             uint8_t **buf)
 {
     tsr_error err;
+    size_t len = 0;
     region_parse(json, r);
-    cr_assert_eq(tsr_region_canonical(r, buf, len, &err), TSR_OK);
+    cr_assert_eq(tsr_region_canonical(r, buf, &len, &err), TSR_OK);
+    cr_assert_eq(len, n);
+    cr_assert_arr_eq(*buf, want, n);
 }
 
 Test(fingerprint, canonical_matmul_is_version_kind_dtypes_and_shape_little_endian)
 {
     const char *json = "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":3,\"n\":258,\"k\":65536}";
-    tsr_region r;
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    canonical_of(json, &r, &buf, &len);
     const uint8_t want[] = {
         1, 0, 0, 0,             /* format version */
         0, 0, 0, 0,             /* kind matmul */
@@ -151,8 +152,9 @@ Test(fingerprint, canonical_matmul_is_version_kind_dtypes_and_shape_little_endia
         2, 1, 0, 0, 0, 0, 0, 0, /* n */
         0, 0, 1, 0, 0, 0, 0, 0, /* k */
     };
-    cr_assert_eq(len, sizeof want);
-    cr_assert_arr_eq(buf, want, sizeof want);
+    tsr_region r;
+    uint8_t *buf = NULL;
+    expect_canonical(json, want, sizeof want, &r, &buf);
 
     /* The fingerprint is the SHA-256 of exactly these bytes. */
     uint8_t sha[32];
@@ -171,10 +173,6 @@ Test(fingerprint, canonical_pointwise_holds_indices_not_names)
                        "\"inputs\":[{\"name\":\"alpha\",\"shape\":[2]}],"
                        "\"ops\":[{\"op\":\"neg\",\"args\":[\"alpha\"],\"out\":\"beta\"}],"
                        "\"output\":\"beta\"}";
-    tsr_region r;
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    canonical_of(json, &r, &buf, &len);
     const uint8_t want[] = {
         1, 0, 0, 0,             /* format version */
         4, 0, 0, 0,             /* kind pointwise */
@@ -194,9 +192,10 @@ Test(fingerprint, canonical_pointwise_holds_indices_not_names)
         0, 0, 0, 0, 0, 0, 0, 0, /* max bits */
         1, 0, 0, 0,             /* output: value 1 (node 0) */
     };
-    cr_assert_eq(len, sizeof want);
-    cr_assert_arr_eq(buf, want, sizeof want);
-    cr_assert_null(memmem(buf, len, "alpha", 5));
+    tsr_region r;
+    uint8_t *buf = NULL;
+    expect_canonical(json, want, sizeof want, &r, &buf);
+    cr_assert_null(memmem(buf, sizeof want, "alpha", 5));
     free(buf);
     tsr_region_free(&r);
 }

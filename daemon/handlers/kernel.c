@@ -160,18 +160,28 @@ static tsr_status verify_pick(tsrd_job *job, const tsr_region *r, const char *ar
     return st;
 }
 
+/* The request's region, decoded and validated (field named in errors), and the
+ * arch its options ask for. *region is safe to free whatever happened. */
+static tsr_status kernel_region_and_arch(tsrd_job *job, const Tessera__V1__Region *pb,
+                                         const Tessera__V1__CompileOptions *opts, const char *field,
+                                         tsr_region *region, char arch[32])
+{
+    memset(region, 0, sizeof *region);
+    tsr_status st = tsrd_job_region(job, pb, field, region);
+    if (st == TSR_OK)
+        st = tsrd_engine_arch(job->d, opts ? opts->arch : NULL, arch, 32, &job->err);
+    return st;
+}
+
 static tsr_status verify_execute(tsrd_job *job)
 {
     const Tessera__V1__VerifyRequest *req = job->req->verify;
     tsr_region region;
-    memset(&region, 0, sizeof region);
     char arch[32];
     tsr_candidate cand;
     tsr_verdict v;
-    tsr_status st = tsrd_job_region(job, req->region, "verify.region", &region);
-    if (st == TSR_OK)
-        st = tsrd_engine_arch(job->d, req->options ? req->options->arch : NULL, arch, sizeof arch,
-                              &job->err);
+    tsr_status st =
+        kernel_region_and_arch(job, req->region, req->options, "verify.region", &region, arch);
     if (st == TSR_OK)
         st = verify_pick(job, &region, arch, &cand);
     if (st == TSR_OK)
@@ -221,17 +231,14 @@ static tsr_status candidates_execute(tsrd_job *job)
 {
     const Tessera__V1__CandidatesRequest *req = job->req->candidates;
     tsr_region region;
-    memset(&region, 0, sizeof region);
     char arch[32];
     tsr_fingerprint fp;
     tsr_candidate_report *rows = NULL;
     size_t n = 0;
     tsr_status select_status;
     tsr_error select_err;
-    tsr_status st = tsrd_job_region(job, req->region, "candidates.region", &region);
-    if (st == TSR_OK)
-        st = tsrd_engine_arch(job->d, req->options ? req->options->arch : NULL, arch, sizeof arch,
-                              &job->err);
+    tsr_status st =
+        kernel_region_and_arch(job, req->region, req->options, "candidates.region", &region, arch);
     if (st == TSR_OK)
         st = tsr_region_fingerprint(&region, &fp, &job->err);
     if (st == TSR_OK) {

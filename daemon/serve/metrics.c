@@ -15,6 +15,7 @@
  * their shortest exact form.
  */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,35 +211,47 @@ static void metrics_latency(tsrd_daemon *d, metrics_list *l)
     }
 }
 
+/* The kernel cache's counters and gauges, one row per field of its stats. */
 static void metrics_cache(tsrd_daemon *d, metrics_list *l)
 {
+#define KCACHE_ROW(name, type, help, field)                                                        \
+    {                                                                                              \
+        name, type, help, offsetof(tsr_kcache_stats, field)                                        \
+    }
+    static const struct {
+        const char *name, *type, *help;
+        size_t offset;
+    } rows[] = {
+        KCACHE_ROW("kcache_memory_hits_total", "counter", "Kernel cache hits in memory.",
+                   memory_hits),
+        KCACHE_ROW("kcache_disk_hits_total", "counter", "Kernel cache hits on disk.", disk_hits),
+        KCACHE_ROW("kcache_shared_waits_total", "counter", "Waits on another request's build.",
+                   shared_waits),
+        KCACHE_ROW("kcache_misses_total", "counter", "Kernel cache misses.", misses),
+        KCACHE_ROW("kcache_builds_total", "counter", "Kernel builds.", builds),
+        KCACHE_ROW("kcache_build_failures_total", "counter", "Kernel builds that failed.",
+                   build_failures),
+        KCACHE_ROW("kcache_memory_evictions_total", "counter", "Entries evicted from memory.",
+                   memory_evictions),
+        KCACHE_ROW("kcache_disk_evictions_total", "counter", "Entries evicted from disk.",
+                   disk_evictions),
+        KCACHE_ROW("kcache_corrupt_discarded_total", "counter", "Disk entries failing their check.",
+                   corrupt_discarded),
+        KCACHE_ROW("kcache_disk_write_failures_total", "counter", "Disk writes that failed.",
+                   disk_write_failures),
+        KCACHE_ROW("kcache_memory_bytes", "gauge", "Bytes held in memory.", memory_bytes),
+        KCACHE_ROW("kcache_disk_bytes", "gauge", "Bytes held on disk.", disk_bytes),
+        KCACHE_ROW("kcache_memory_entries", "gauge", "Entries in memory.", memory_entries),
+        KCACHE_ROW("kcache_disk_entries", "gauge", "Entries on disk.", disk_entries),
+    };
+#undef KCACHE_ROW
     tsr_kcache_stats cs;
     tsr_kcache_get_stats(d->kcache, &cs);
-    static const char *ctr = "counter", *gauge = "gauge";
-    metrics_plain(l, "kcache_memory_hits_total", ctr, "Kernel cache hits in memory.",
-                  (double)cs.memory_hits);
-    metrics_plain(l, "kcache_disk_hits_total", ctr, "Kernel cache hits on disk.",
-                  (double)cs.disk_hits);
-    metrics_plain(l, "kcache_shared_waits_total", ctr, "Waits on another request's build.",
-                  (double)cs.shared_waits);
-    metrics_plain(l, "kcache_misses_total", ctr, "Kernel cache misses.", (double)cs.misses);
-    metrics_plain(l, "kcache_builds_total", ctr, "Kernel builds.", (double)cs.builds);
-    metrics_plain(l, "kcache_build_failures_total", ctr, "Kernel builds that failed.",
-                  (double)cs.build_failures);
-    metrics_plain(l, "kcache_memory_evictions_total", ctr, "Entries evicted from memory.",
-                  (double)cs.memory_evictions);
-    metrics_plain(l, "kcache_disk_evictions_total", ctr, "Entries evicted from disk.",
-                  (double)cs.disk_evictions);
-    metrics_plain(l, "kcache_corrupt_discarded_total", ctr, "Disk entries failing their check.",
-                  (double)cs.corrupt_discarded);
-    metrics_plain(l, "kcache_disk_write_failures_total", ctr, "Disk writes that failed.",
-                  (double)cs.disk_write_failures);
-    metrics_plain(l, "kcache_memory_bytes", gauge, "Bytes held in memory.",
-                  (double)cs.memory_bytes);
-    metrics_plain(l, "kcache_disk_bytes", gauge, "Bytes held on disk.", (double)cs.disk_bytes);
-    metrics_plain(l, "kcache_memory_entries", gauge, "Entries in memory.",
-                  (double)cs.memory_entries);
-    metrics_plain(l, "kcache_disk_entries", gauge, "Entries on disk.", (double)cs.disk_entries);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        uint64_t v;
+        memcpy(&v, (const char *)&cs + rows[i].offset, sizeof v);
+        metrics_plain(l, rows[i].name, rows[i].type, rows[i].help, (double)v);
+    }
 }
 
 /* One family per quantity, one sample per tenant ({tenant="name"}). */

@@ -10,13 +10,13 @@
  * used.
  */
 #include "tessera/npy.h"
-#include "stream_internal.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tessera/dtype.h"
@@ -93,6 +93,10 @@ static tsr_status npy_shape(struct npy_cursor *c, tsr_npy *out, tsr_error *err)
             v = v * 10 + (*c->p++ - '0');
         }
         (void)npy_accept(c, 'L'); /* Python 2 long suffix */
+        npy_skip_space(c);
+        if (c->p < c->end && *c->p != ',' && *c->p != ')')
+            return tsr_error_set(err, TSR_CORRUPT,
+                                 "npy header: 'shape' entries must be whole numbers");
         if (out->rank >= TSR_MAX_RANK)
             return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "npy: rank above %d unsupported",
                                  TSR_MAX_RANK);
@@ -175,9 +179,13 @@ static size_t npy_type_size(tsr_npy_type type)
     }
 }
 
-tsr_status tsr_npy_parse(const uint8_t *bytes, size_t len, tsr_npy *out, tsr_error *err)
+/* The preamble and header of an .npy at bytes (len of them available, the data
+ * need not be): the array's type and shape in *meta, where its data starts
+ * (*data_off) and how many bytes it takes (*data_bytes). */
+static tsr_status npy_meta(const uint8_t *bytes, size_t len, tsr_npy *meta, size_t *data_off,
+                           size_t *data_bytes, tsr_error *err)
 {
-    memset(out, 0, sizeof *out);
+    memset(meta, 0, sizeof *meta);
     if (bytes == NULL || len < 10 || memcmp(bytes, npy_magic, sizeof npy_magic) != 0)
         return tsr_error_set(err, TSR_CORRUPT, "npy: bad magic (not a .npy file)");
     uint8_t major = bytes[6];
@@ -202,31 +210,107 @@ tsr_status tsr_npy_parse(const uint8_t *bytes, size_t len, tsr_npy *out, tsr_err
         if (ch == 0 || ch >= 0x80)
             return tsr_error_set(err, TSR_CORRUPT, "npy header: non-ASCII byte");
     }
-    tsr_npy meta = {0};
-    tsr_status st = npy_header((const char *)bytes + off, hlen, &meta, err);
+    tsr_status st = npy_header((const char *)bytes + off, hlen, meta, err);
     if (st != TSR_OK)
         return st;
-    size_t esize = npy_type_size(meta.type);
+    size_t esize = npy_type_size(meta->type);
     size_t count = 1;
-    for (int i = 0; i < meta.rank; i++) {
-        uint64_t d = (uint64_t)meta.shape[i];
+    for (int i = 0; i < meta->rank; i++) {
+        uint64_t d = (uint64_t)meta->shape[i];
         if (d != 0 && count > (SIZE_MAX / esize) / d)
             return tsr_error_set(err, TSR_CORRUPT, "npy: shape overflows the address space");
         count *= (size_t)d;
     }
-    size_t body = len - off - hlen;
-    if (body < count * esize)
+    meta->count = count;
+    *data_off = off + hlen;
+    *data_bytes = count * esize;
+    return TSR_OK;
+}
+
+tsr_status tsr_npy_parse(const uint8_t *bytes, size_t len, tsr_npy *out, tsr_error *err)
+{
+    tsr_npy meta;
+    size_t data_off, data_bytes;
+    memset(out, 0, sizeof *out);
+    tsr_status st = npy_meta(bytes, len, &meta, &data_off, &data_bytes, err);
+    if (st != TSR_OK)
+        return st;
+    size_t body = len - data_off;
+    if (body < data_bytes)
         return tsr_error_set(err, TSR_CORRUPT, "npy: truncated data (%zu of %zu bytes)", body,
-                             count * esize);
-    if (body > count * esize)
-        return tsr_error_set(err, TSR_CORRUPT, "npy: %zu bytes past the data",
-                             body - count * esize);
-    meta.count = count;
-    meta.data = malloc(count * esize > 0 ? count * esize : 1);
+                             data_bytes);
+    if (body > data_bytes)
+        return tsr_error_set(err, TSR_CORRUPT, "npy: %zu bytes past the data", body - data_bytes);
+    meta.data = malloc(data_bytes > 0 ? data_bytes : 1);
     if (meta.data == NULL)
-        return tsr_error_set(err, TSR_NO_MEMORY, "npy: %zu bytes of data", count * esize);
-    memcpy(meta.data, bytes + off + hlen, count * esize);
+        return tsr_error_set(err, TSR_NO_MEMORY, "npy: %zu bytes of data", data_bytes);
+    memcpy(meta.data, bytes + data_off, data_bytes);
     *out = meta;
+    return TSR_OK;
+}
+
+/* The largest header read from a file: numpy writes a few hundred bytes. */
+#define NPY_HEADER_MAX (1u << 20)
+
+/* Reads one .npy from f into *buf: the preamble and header first, then only the
+ * data they announce and a little past it (to report bytes past the data), so a
+ * source that never ends (a pipe, /dev/zero) costs no more than the array it
+ * claims to hold. *len is what was read; tsr_npy_parse judges it. */
+static tsr_status npy_read_bounded(FILE *f, uint8_t **buf, size_t *len, tsr_error *err)
+{
+    enum { PAST_PROBE = 4096 };
+    uint8_t pre[12];
+    *buf = NULL;
+    *len = fread(pre, 1, 10, f);
+    if (*len == 10 && (pre[6] == 2 || pre[6] == 3))
+        *len += fread(pre + 10, 1, 2, f);
+    size_t hlen =
+        *len < 10 ? 0
+        : *len == 12
+            ? ((size_t)pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 | (size_t)pre[11] << 24)
+            : ((size_t)pre[8] | (size_t)pre[9] << 8);
+    if (hlen > NPY_HEADER_MAX)
+        return tsr_error_set(err, TSR_CORRUPT, "npy: a header of %zu bytes (at most %u)", hlen,
+                             NPY_HEADER_MAX);
+    uint8_t *head = malloc(*len + hlen + 1);
+    if (head == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "npy: header");
+    memcpy(head, pre, *len);
+    *len += fread(head + *len, 1, hlen, f);
+    tsr_npy meta;
+    size_t data_off, data_bytes;
+    tsr_status st = npy_meta(head, *len, &meta, &data_off, &data_bytes, err);
+    if (st != TSR_OK) {
+        free(head);
+        *len = 0;
+        return st;
+    }
+    size_t cap = data_off + data_bytes + PAST_PROBE;
+    uint8_t *all = cap > data_bytes ? realloc(head, cap) : NULL;
+    if (all == NULL) {
+        free(head);
+        *len = 0;
+        return tsr_error_set(err, TSR_NO_MEMORY, "npy: %zu bytes of data", data_bytes);
+    }
+    *len += fread(all + *len, 1, cap - *len, f);
+    if (ferror(f)) {
+        free(all);
+        *len = 0;
+        return tsr_error_set(err, TSR_IO_ERROR, "read error");
+    }
+    if (*len == cap) {
+        /* More past the data than the probe read: a file's size says how much. */
+        struct stat sb;
+        free(all);
+        *len = 0;
+        if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size >= cap)
+            return tsr_error_set(
+                err, TSR_CORRUPT, "npy: %llu bytes past the data",
+                (unsigned long long)((uint64_t)sb.st_size - data_off - data_bytes));
+        return tsr_error_set(err, TSR_CORRUPT, "npy: more than %d bytes past the data",
+                             PAST_PROBE - 1);
+    }
+    *buf = all;
     return TSR_OK;
 }
 
@@ -236,16 +320,12 @@ tsr_status tsr_npy_read(const char *path, tsr_npy *out, tsr_error *err)
     FILE *f = fopen(path, "rb");
     if (f == NULL)
         return tsr_error_set(err, TSR_IO_ERROR, "%s: %s", path, strerror(errno));
-    void *buf;
+    uint8_t *buf;
     size_t len;
-    int read_errno;
-    tsri_read_status rs = tsri_read_stream(f, 1 << 16, 0, &buf, &len, &read_errno);
+    tsr_status st = npy_read_bounded(f, &buf, &len, err);
     fclose(f);
-    if (rs == TSRI_READ_IO_ERROR)
-        return tsr_error_set(err, TSR_IO_ERROR, "%s: read error", path);
-    if (rs != TSRI_READ_OK)
-        return tsr_error_set(err, TSR_NO_MEMORY, "%s: file too large", path);
-    tsr_status st = tsr_npy_parse(buf, len, out, err);
+    if (st == TSR_OK)
+        st = tsr_npy_parse(buf, len, out, err);
     free(buf);
     if (st != TSR_OK && err != NULL)
         tsr_error_prefix(err, "%s", path);

@@ -229,3 +229,43 @@ Test(npy, to_tensor_rounds_and_checks_the_shape)
     want.shape[1] = 1;
     cr_assert_eq(tsr_npy_to_tensor(&npy, &want, &out, &err), TSR_BUFFER_MISMATCH);
 }
+
+Test(npy, a_fractional_shape_entry_is_named)
+{
+    tsr_error err;
+    cr_assert_eq(
+        parse_dict("{'descr': '<f4', 'fortran_order': False, 'shape': (4.0,), }", 16, &err),
+        TSR_CORRUPT);
+    cr_expect_str_eq(err.message, "npy header: 'shape' entries must be whole numbers");
+}
+
+Test(npy, reading_a_source_that_never_ends_stops_at_the_header)
+{
+    tsr_npy npy;
+    tsr_error err;
+    cr_assert_eq(tsr_npy_read("/dev/zero", &npy, &err), TSR_CORRUPT);
+    cr_expect_str_eq(err.message, "/dev/zero: npy: bad magic (not a .npy file)");
+}
+
+/* A stream past the array it announces is read only a little past its data. */
+Test(npy, reading_past_the_data_is_bounded_and_counted)
+{
+    char path[] = "/tmp/npy-past-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    uint8_t buf[1024];
+    static const float data[2] = {1, 2};
+    size_t len = make_npy(buf, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", data,
+                          sizeof data);
+    cr_assert_eq(write(fd, buf, len), (ssize_t)len);
+    static const uint8_t junk[10000];
+    cr_assert_eq(write(fd, junk, sizeof junk), (ssize_t)sizeof junk);
+    close(fd);
+    tsr_npy npy;
+    tsr_error err;
+    cr_assert_eq(tsr_npy_read(path, &npy, &err), TSR_CORRUPT);
+    char want[160];
+    snprintf(want, sizeof want, "%s: npy: 10000 bytes past the data", path);
+    cr_expect_str_eq(err.message, want);
+    unlink(path);
+}

@@ -23,6 +23,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdbool.h>
 #include <string.h>
 
 /* Integers above this magnitude may already have been rounded by the double
@@ -509,11 +510,35 @@ static tsr_status json_parse_root(const cJSON *root, tsr_region *r, tsr_error *e
     return tsr_error_set(err, TSR_INTERNAL, "kind: no parser");
 }
 
+/* The offset of the first \u0000 escape inside a string of text, or -1. cJSON
+ * ends its strings there, so a key "m\u0000x" would read as "m": such text is
+ * refused before it is parsed. */
+static long json_nul_escape(const char *text, size_t len)
+{
+    bool in_string = false;
+    for (size_t i = 0; i < len; i++) {
+        if (text[i] == '"') {
+            in_string = !in_string;
+        } else if (in_string && text[i] == '\\' && i + 1 < len) {
+            if (text[i + 1] == 'u' && i + 5 < len && memcmp(text + i + 2, "0000", 4) == 0)
+                return (long)i;
+            i++; /* the escaped character cannot end the string */
+        }
+    }
+    return -1;
+}
+
 tsr_status tsr_region_from_json(const char *text, size_t len, tsr_region *out, tsr_error *err)
 {
     if (text == NULL || out == NULL)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "region JSON: NULL argument");
     memset(out, 0, sizeof *out);
+    long nul = json_nul_escape(text, len);
+    if (nul >= 0)
+        return tsr_error_set(err, TSR_BAD_JSON,
+                             "region: a string holds \\u0000 at byte %ld (NUL is not allowed in "
+                             "names or keys)",
+                             nul);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
     if (root == NULL) {

@@ -664,3 +664,20 @@ Test(json, mutated_text_never_crashes)
     cr_assert_gt(parsed, 0);
     cr_assert_gt(rejected, 0);
 }
+
+Test(json, a_nul_escape_in_a_key_or_name_is_refused_by_position)
+{
+    const char *text =
+        "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":2,\"m\\u0000x\":3,\"n\":2,\"k\":2}";
+    tsr_region r;
+    tsr_error err;
+    cr_assert_eq(tsr_region_from_json(text, strlen(text), &r, &err), TSR_BAD_JSON);
+    cr_expect_str_eq(err.message,
+                     "region: a string holds \\u0000 at byte 39 (NUL is not allowed in names or "
+                     "keys)");
+    /* An escaped backslash before "u0000" is text, not a NUL. */
+    const char *ok =
+        "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":2,\"n\":2,\"k\":2,\"x\\\\u0000\":1}";
+    cr_assert_eq(tsr_region_from_json(ok, strlen(ok), &r, &err), TSR_BAD_ATTRIBUTE);
+    cr_expect_str_eq(err.message, "x\\u0000: unknown key for a matmul region");
+}

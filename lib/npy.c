@@ -12,6 +12,9 @@
 #include "tessera/npy.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <sys/random.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -332,6 +335,9 @@ tsr_status tsr_npy_read(const char *path, tsr_npy *out, tsr_error *err)
     return st;
 }
 
+static tsr_status npy_write_file(const char *path, const uint8_t *head, size_t head_len,
+                                 const void *data, size_t bytes, tsr_error *err);
+
 tsr_status tsr_npy_write(const char *path, tsr_npy_type type, int rank, const int64_t *shape,
                          const void *data, tsr_error *err)
 {
@@ -364,39 +370,102 @@ tsr_status tsr_npy_write(const char *path, tsr_npy_type type, int rank, const in
     memset(head + 10 + n, ' ', padded - total);
     head[padded - 1] = '\n';
 
-    size_t plen = strlen(path);
-    char *tmp = malloc(plen + 16);
-    if (tmp == NULL)
+    return npy_write_file(path, head, padded, data, count * npy_type_size(type), err);
+}
+
+/* Writes all of buf to fd; false with errno set on failure. */
+static bool npy_write_all(int fd, const void *buf, size_t len)
+{
+    const uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return false;
+        p += n;
+        len -= (size_t)n;
+    }
+    return true;
+}
+
+/* The header and data into fd, synced; false with errno set on failure. */
+static bool npy_write_fd(int fd, const uint8_t *head, size_t head_len, const void *data,
+                         size_t bytes)
+{
+    return npy_write_all(fd, head, head_len) && (bytes == 0 || npy_write_all(fd, data, bytes)) &&
+           (fsync(fd) == 0 || errno == EINVAL || errno == EROFS);
+}
+
+/*
+ * Where the file goes. A regular file (new or existing, or the target of a
+ * symbolic link) is replaced atomically: a temporary file beside the target,
+ * then a rename, so a reader never sees half an array; the link stays a link,
+ * and the file gets the mode the replaced one had, or 0666 less the umask for a
+ * new one. Anything else (a device such as /dev/full or /dev/stdout, a FIFO) is
+ * written in place, since renaming over it would replace the node itself.
+ */
+static tsr_status npy_write_file(const char *path, const uint8_t *head, size_t head_len,
+                                 const void *data, size_t bytes, tsr_error *err)
+{
+    struct stat st;
+    bool exists = stat(path, &st) == 0;
+    if (exists && !S_ISREG(st.st_mode)) {
+        int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+            return tsr_error_set(err, TSR_IO_ERROR, "%s: %s", path, strerror(errno));
+        bool ok = npy_write_fd(fd, head, head_len, data, bytes);
+        int saved = errno;
+        ok = close(fd) == 0 && ok;
+        return ok ? TSR_OK : tsr_error_set(err, TSR_IO_ERROR, "%s: %s", path, strerror(saved));
+    }
+    /* Replace what a symbolic link points to, not the link. */
+    char *target = realpath(path, NULL);
+    if (target == NULL && exists)
+        return tsr_error_set(err, TSR_IO_ERROR, "%s: %s", path, strerror(errno));
+    const char *dest = target != NULL ? target : path;
+    size_t dlen = strlen(dest);
+    char *tmp = malloc(dlen + 32);
+    if (tmp == NULL) {
+        free(target);
         return tsr_error_set(err, TSR_NO_MEMORY, "npy write: path");
-    snprintf(tmp, plen + 16, "%s.tmpXXXXXX", path);
-    int fd = mkstemp(tmp);
+    }
+    int fd = -1;
+    for (int attempt = 0; fd < 0 && attempt < 16; attempt++) {
+        uint32_t r = 0;
+        if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r)
+            r = (uint32_t)getpid() * 2654435761u + (uint32_t)attempt;
+        snprintf(tmp, dlen + 32, "%s.tmp%08x", dest, r);
+        /* 0666 less the umask, as any new file; an existing file's mode below. */
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
     if (fd < 0) {
-        tsr_status st = tsr_error_set(err, TSR_IO_ERROR, "%s: %s", path, strerror(errno));
+        int saved = errno;
+        char *slash = strrchr(tmp, '/');
+        if (slash != NULL)
+            *slash = '\0';
+        tsr_status status =
+            tsr_error_set(err, TSR_IO_ERROR, "%s: cannot create a file in %s to replace it: %s",
+                          path, slash != NULL ? (slash == tmp ? "/" : tmp) : ".", strerror(saved));
         free(tmp);
-        return st;
+        free(target);
+        return status;
     }
-    FILE *f = fdopen(fd, "wb");
-    bool ok = f != NULL;
-    if (ok) {
-        size_t bytes = count * npy_type_size(type);
-        ok = fwrite(head, 1, padded, f) == padded &&
-             (bytes == 0 || fwrite(data, 1, bytes, f) == bytes);
-        ok = fflush(f) == 0 && ok;
-        ok = fsync(fd) == 0 && ok;
-        ok = fclose(f) == 0 && ok;
-    } else {
-        close(fd);
-    }
+    bool ok = (!exists || fchmod(fd, st.st_mode & 07777) == 0) &&
+              npy_write_fd(fd, head, head_len, data, bytes);
     int saved = errno;
-    if (!ok || rename(tmp, path) != 0) {
-        if (ok)
-            saved = errno;
-        unlink(tmp);
-        free(tmp);
-        return tsr_error_set(err, TSR_IO_ERROR, "%s: %s", path, strerror(saved));
+    ok = close(fd) == 0 && ok;
+    if (ok && rename(tmp, dest) != 0) {
+        ok = false;
+        saved = errno;
     }
+    if (!ok)
+        unlink(tmp);
     free(tmp);
-    return TSR_OK;
+    free(target);
+    return ok ? TSR_OK : tsr_error_set(err, TSR_IO_ERROR, "%s: %s", path, strerror(saved));
 }
 
 void tsr_npy_free(tsr_npy *npy)

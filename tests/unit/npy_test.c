@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tessera/npy.h"
@@ -268,4 +269,65 @@ Test(npy, reading_past_the_data_is_bounded_and_counted)
     snprintf(want, sizeof want, "%s: npy: 10000 bytes past the data", path);
     cr_expect_str_eq(err.message, want);
     unlink(path);
+}
+
+static const float npy_two[2] = {1.5f, -2.0f};
+static const int64_t npy_two_shape[1] = {2};
+
+Test(npy, writing_to_a_device_writes_in_place_and_keeps_the_node)
+{
+    tsr_error err;
+    cr_assert_eq(tsr_npy_write("/dev/full", TSR_NPY_F32, 1, npy_two_shape, npy_two, &err),
+                 TSR_IO_ERROR);
+    cr_expect_str_eq(err.message, "/dev/full: No space left on device");
+    struct stat sb;
+    cr_assert_eq(stat("/dev/full", &sb), 0);
+    cr_expect(S_ISCHR(sb.st_mode), "/dev/full is still a device");
+    cr_assert_eq(tsr_npy_write("/dev/null", TSR_NPY_F32, 1, npy_two_shape, npy_two, &err), TSR_OK);
+    cr_assert_eq(stat("/dev/null", &sb), 0);
+    cr_expect(S_ISCHR(sb.st_mode));
+}
+
+Test(npy, writing_through_a_link_replaces_its_target_and_keeps_modes)
+{
+    char dir[] = "/tmp/npy-out-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char target[96], link[96], fresh[96];
+    snprintf(target, sizeof target, "%s/target.npy", dir);
+    snprintf(link, sizeof link, "%s/link.npy", dir);
+    snprintf(fresh, sizeof fresh, "%s/fresh.npy", dir);
+    tsr_error err;
+    cr_assert_eq(tsr_npy_write(target, TSR_NPY_F32, 1, npy_two_shape, npy_two, &err), TSR_OK);
+    cr_assert_eq(chmod(target, 0640), 0);
+    cr_assert_eq(symlink("target.npy", link), 0);
+    cr_assert_eq(tsr_npy_write(link, TSR_NPY_F32, 1, npy_two_shape, npy_two, &err), TSR_OK);
+    struct stat sb;
+    cr_assert_eq(lstat(link, &sb), 0);
+    cr_expect(S_ISLNK(sb.st_mode), "the link stays a link");
+    cr_assert_eq(stat(target, &sb), 0);
+    cr_expect_eq(sb.st_mode & 07777, 0640, "the replaced file keeps its mode");
+    tsr_npy back;
+    cr_assert_eq(tsr_npy_read(link, &back, &err), TSR_OK);
+    cr_expect_eq(((float *)back.data)[1], -2.0f);
+    tsr_npy_free(&back);
+
+    mode_t old = umask(022);
+    cr_assert_eq(tsr_npy_write(fresh, TSR_NPY_F32, 1, npy_two_shape, npy_two, &err), TSR_OK);
+    umask(old);
+    cr_assert_eq(stat(fresh, &sb), 0);
+    cr_expect_eq(sb.st_mode & 07777, 0644, "a new file is 0666 less the umask");
+    unlink(fresh);
+    unlink(link);
+    unlink(target);
+    rmdir(dir);
+}
+
+Test(npy, a_read_only_place_is_named_in_the_error)
+{
+    tsr_error err;
+    cr_assert_eq(tsr_npy_write("/proc/version", TSR_NPY_F32, 1, npy_two_shape, npy_two, &err),
+                 TSR_IO_ERROR);
+    cr_expect(strncmp(err.message,
+                      "/proc/version: cannot create a file in /proc to replace it: ", 60) == 0,
+              "%s", err.message);
 }

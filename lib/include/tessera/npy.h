@@ -40,8 +40,10 @@ typedef struct tsr_npy {
 tsr_status tsr_npy_parse(const uint8_t *bytes, size_t len, tsr_npy *out, tsr_error *err);
 tsr_status tsr_npy_read(const char *path, tsr_npy *out, tsr_error *err);
 
-/* Writes count = prod(shape) elements as a version 1.0 .npy file (atomically:
- * temporary file then rename). */
+/* Writes count = prod(shape) elements as a version 1.0 .npy file. A regular file
+ * (or a symbolic link's target) is replaced atomically, a temporary file beside
+ * it then a rename, keeping the replaced file's mode (0666 less the umask for a
+ * new one); a device or FIFO is written in place. */
 tsr_status tsr_npy_write(const char *path, tsr_npy_type type, int rank, const int64_t *shape,
                          const void *data, tsr_error *err);
 

@@ -1,5 +1,6 @@
 /*
- * metrics_http.c — GET /metrics over nng's HTTP server, answered on the loop.
+ * metrics_http.c — GET /metrics, /healthz and /readyz over nng's HTTP server,
+ * answered on the loop.
  *
  * nng calls the handler on one of its threads with the request's aio. The
  * handler never reads the daemon: it queues the aio under mu and wakes the loop
@@ -32,6 +33,7 @@
 #include <nng/supplemental/http/http.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,9 +41,31 @@
 #define METRICS_HTTP_CONTENT_TYPE "text/plain; version=0.0.4"
 #define METRICS_HTTP_PENDING 32
 
+/* What a request asks: the metrics, whether the loop turns (liveness), or
+ * whether the daemon serves (readiness). The probes go through the loop too,
+ * so a loop that no longer turns fails them. */
+typedef enum metrics_http_ask {
+    METRICS_HTTP_METRICS,
+    METRICS_HTTP_LIVE,
+    METRICS_HTTP_READY,
+} metrics_http_ask;
+
+/* The paths served: Kubernetes' conventional probes and the KServe/Triton
+ * health routes that serving stacks already probe. */
+static const struct {
+    const char *path;
+    metrics_http_ask ask;
+} metrics_http_routes[] = {
+    {METRICS_HTTP_PATH, METRICS_HTTP_METRICS}, {"/healthz", METRICS_HTTP_LIVE},
+    {"/readyz", METRICS_HTTP_READY},           {"/v2/health/live", METRICS_HTTP_LIVE},
+    {"/v2/health/ready", METRICS_HTTP_READY},
+};
+#define METRICS_HTTP_ROUTES (sizeof metrics_http_routes / sizeof metrics_http_routes[0])
+
 typedef struct metrics_http_pending {
     struct metrics_http_pending *next;
     nng_aio *aio;
+    metrics_http_ask ask;
 } metrics_http_pending;
 
 struct tsrd_metrics_http {
@@ -115,10 +139,24 @@ static void metrics_http_cancel(nng_aio *aio, void *arg, int rv)
         nng_aio_finish(aio, rv);
 }
 
+/* The route of a request's path (every handled path is in the table). */
+static metrics_http_ask metrics_http_ask_of(nng_aio *aio)
+{
+    nng_http_req *req = nng_aio_get_input(aio, 0);
+    const char *uri = req != NULL ? nng_http_req_get_uri(req) : NULL;
+    size_t n = uri != NULL ? strcspn(uri, "?") : 0;
+    for (size_t i = 0; uri != NULL && i < METRICS_HTTP_ROUTES; i++)
+        if (strlen(metrics_http_routes[i].path) == n &&
+            memcmp(metrics_http_routes[i].path, uri, n) == 0)
+            return metrics_http_routes[i].ask;
+    return METRICS_HTTP_METRICS;
+}
+
 static void metrics_http_handle(nng_aio *aio)
 {
     nng_http_handler *h = nng_aio_get_input(aio, 1);
     tsrd_metrics_http *m = nng_http_handler_get_data(h);
+    metrics_http_ask ask = metrics_http_ask_of(aio);
     metrics_http_pending *e = malloc(sizeof *e);
     pthread_mutex_lock(&m->mu);
     if (m->stopping || e == NULL || m->n_pending >= METRICS_HTTP_PENDING) {
@@ -132,6 +170,7 @@ static void metrics_http_handle(nng_aio *aio)
         return;
     }
     e->aio = aio;
+    e->ask = ask;
     e->next = NULL;
     if (m->tail != NULL)
         m->tail->next = e;
@@ -159,8 +198,10 @@ static metrics_http_pending *metrics_http_take_all(tsrd_metrics_http *m, bool st
     return all;
 }
 
-/* Finishes one taken aio: 200 with the text, or 500 when there is none. */
-static void metrics_http_answer(nng_aio *aio, const char *text, size_t len)
+/* Finishes one taken aio: status with the text as content_type, or 500 when
+ * there is no text. */
+static void metrics_http_answer(nng_aio *aio, uint16_t status, const char *content_type,
+                                const char *text, size_t len)
 {
     nng_http_res *res = NULL;
     int rv;
@@ -169,7 +210,9 @@ static void metrics_http_answer(nng_aio *aio, const char *text, size_t len)
     } else {
         rv = nng_http_res_alloc(&res);
         if (rv == 0)
-            rv = nng_http_res_set_header(res, "Content-Type", METRICS_HTTP_CONTENT_TYPE);
+            rv = nng_http_res_set_status(res, status);
+        if (rv == 0)
+            rv = nng_http_res_set_header(res, "Content-Type", content_type);
         if (rv == 0)
             rv = nng_http_res_copy_data(res, text, len);
     }
@@ -183,20 +226,41 @@ static void metrics_http_answer(nng_aio *aio, const char *text, size_t len)
     nng_aio_finish(aio, 0);
 }
 
+/* A probe's answer: liveness is the loop turning (this runs on it); readiness
+ * is the daemon serving, 503 while it recovers its device or drains. */
+static void metrics_http_probe(tsrd_metrics_http *m, nng_aio *aio, metrics_http_ask ask)
+{
+    const tsrd_daemon *d = m->d;
+    const char *state = d->draining ? "draining" : d->recovering ? "recovering" : "ready";
+    bool ready = !d->draining && !d->recovering;
+    char text[64];
+    int n = ask == METRICS_HTTP_LIVE ? snprintf(text, sizeof text, "alive\n")
+                                     : snprintf(text, sizeof text, "%s\n", state);
+    uint16_t status = ask == METRICS_HTTP_LIVE || ready ? NNG_HTTP_STATUS_OK
+                                                        : NNG_HTTP_STATUS_SERVICE_UNAVAILABLE;
+    metrics_http_answer(aio, status, "text/plain; charset=utf-8", text, (size_t)n);
+}
+
 static void metrics_http_async(uv_async_t *handle)
 {
     tsrd_metrics_http *m = handle->data;
     metrics_http_pending *e = metrics_http_take_all(m, false);
-    if (e == NULL)
-        return;
     char *text = NULL;
     size_t len = 0;
-    tsr_error err;
-    if (tsrd_metrics_render(m->d, &text, &len, &err) != TSR_OK)
-        tsrd_log_error(&m->d->log, "metrics: %s: %s", tsr_status_name(err.code), err.message);
+    bool rendered = false;
     while (e != NULL) {
         metrics_http_pending *next = e->next;
-        metrics_http_answer(e->aio, text, len);
+        if (e->ask != METRICS_HTTP_METRICS) {
+            metrics_http_probe(m, e->aio, e->ask);
+        } else {
+            /* Rendered once for every scrape this wake-up took. */
+            tsr_error err;
+            if (!rendered && tsrd_metrics_render(m->d, &text, &len, &err) != TSR_OK)
+                tsrd_log_error(&m->d->log, "metrics: %s: %s", tsr_status_name(err.code),
+                               err.message);
+            rendered = true;
+            metrics_http_answer(e->aio, NNG_HTTP_STATUS_OK, METRICS_HTTP_CONTENT_TYPE, text, len);
+        }
         free(e);
         e = next;
     }
@@ -251,20 +315,21 @@ tsr_status tsrd_metrics_http_start(tsrd_daemon *d, tsrd_metrics_http **out, tsr_
     }
     nng_http_handler *h = NULL;
     rv = nng_http_server_hold(&m->server, url);
-    if (rv == 0)
-        rv = nng_http_handler_alloc(&h, METRICS_HTTP_PATH, metrics_http_handle);
-    if (rv == 0) {
-        rv = nng_http_handler_set_data(h, m, metrics_http_handler_gone);
+    for (size_t i = 0; rv == 0 && i < METRICS_HTTP_ROUTES; i++) {
+        rv = nng_http_handler_alloc(&h, metrics_http_routes[i].path, metrics_http_handle);
+        if (rv == 0) {
+            rv = nng_http_handler_set_data(h, m, metrics_http_handler_gone);
+            if (rv == 0)
+                atomic_fetch_add(&m->refs, 1); /* nng's, dropped when it frees h */
+        }
+        /* A scrape or a probe is a GET without a body: a body is refused 400. */
         if (rv == 0)
-            atomic_fetch_add(&m->refs, 1); /* nng's, dropped when it frees h */
+            rv = nng_http_handler_set_method(h, "GET");
+        if (rv == 0)
+            rv = nng_http_handler_collect_body(h, true, 0);
+        if (rv == 0 && (rv = nng_http_server_add_handler(m->server, h)) == 0)
+            h = NULL; /* the server's now */
     }
-    /* A scrape is a GET without a body: a body is refused 400. */
-    if (rv == 0)
-        rv = nng_http_handler_set_method(h, "GET");
-    if (rv == 0)
-        rv = nng_http_handler_collect_body(h, true, 0);
-    if (rv == 0 && (rv = nng_http_server_add_handler(m->server, h)) == 0)
-        h = NULL; /* the server's now */
     if (rv == 0)
         rv = nng_http_server_start(m->server);
     nng_url_free(url);
@@ -281,8 +346,8 @@ tsr_status tsrd_metrics_http_start(tsrd_daemon *d, tsrd_metrics_http **out, tsr_
     size_t n = strlen(url_text);
     if (n > 0 && url_text[n - 1] == '/')
         n--;
-    tsrd_log_info(&d->log, "serving metrics on %.*s%s (port %d)", (int)n, url_text,
-                  METRICS_HTTP_PATH, metrics_http_port(m->server));
+    tsrd_log_info(&d->log, "serving metrics on %.*s%s, probes on /healthz and /readyz (port %d)",
+                  (int)n, url_text, METRICS_HTTP_PATH, metrics_http_port(m->server));
     *out = m;
     return TSR_OK;
 }

@@ -14,6 +14,7 @@
  * family, before its samples; label values and HELP text escaped; numbers in
  * their shortest exact form.
  */
+#include <nng/nng.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -290,6 +291,17 @@ static void metrics_tenants(tsrd_daemon *d, metrics_list *l)
     }
 }
 
+/* What is running: a constant 1 whose labels say it (the Prometheus idiom). */
+static void metrics_build_info(tsrd_daemon *d, metrics_list *l)
+{
+    metrics_row *row = metrics_add(l, "build_info", "gauge",
+                                   "The daemon's version, protocol, transport and backend.", 1.0);
+    if (row != NULL)
+        snprintf(row->name, sizeof row->name,
+                 "build_info{version=\"%s\",protocol=\"%d\",nng=\"%s\",backend=\"%s\"}",
+                 TSRD_VERSION, TSRD_PROTOCOL_VERSION, nng_version(), d->bops->name);
+}
+
 static void metrics_collect(tsrd_daemon *d, metrics_list *l)
 {
     tsrd_tenant all = d->default_tenant;
@@ -302,6 +314,7 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l)
     for (tsrd_tenant *t = d->ready_head; t != NULL; t = t->ready_next)
         for (tsrd_job *j = t->work_head; j != NULL; j = j->work_next)
             queued++;
+    metrics_build_info(d, l);
     metrics_requests(d, l);
     metrics_latency(d, l);
     metrics_plain(l, "replays_total", "counter", "Requests answered from the request-id memory.",
@@ -328,9 +341,9 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l)
                   (double)d->device_faults);
     metrics_plain(l, "device_buffers_lost_total", "counter",
                   "Buffer handles whose device memory a fault took.", (double)d->buffers_lost);
-    metrics_plain(l, "device_recovery_last_ms", "gauge",
-                  "Fault noticed to serving again, in the last recovery (ms).",
-                  (double)d->recovery_last_ms);
+    metrics_plain(l, "device_recovery_last_seconds", "gauge",
+                  "Fault noticed to serving again, in the last recovery.",
+                  (double)d->recovery_last_ms / 1e3);
     metrics_plain(l, "received_bytes_total", "counter", "Request bytes received.",
                   (double)d->metrics.bytes_in);
     metrics_plain(l, "sent_bytes_total", "counter", "Reply bytes sent.",

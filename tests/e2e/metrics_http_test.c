@@ -1,6 +1,6 @@
 /*
- * metrics_http_test.c — GET /metrics from a real tesserad started with
- * "metrics_listen" on a free 127.0.0.1 port.
+ * metrics_http_test.c — GET /metrics and the liveness and readiness probes from
+ * a real tesserad started with "metrics_listen" on a free 127.0.0.1 port.
  *
  * Requests go through the client library; the metrics come back over a plain
  * TCP socket speaking HTTP/1.1, as a Prometheus scraper would fetch them. The
@@ -214,6 +214,36 @@ Test(metrics_http, other_paths_are_404_and_other_methods_405, .timeout = 120)
     cr_expect_eq(status, 200, "%.200s", res);
     cr_expect_null(strstr(res, "tesserad_"));
     free(res);
+    fixture_stop(&e.d, NULL);
+}
+
+Test(metrics_http, liveness_and_readiness_probes_answer_on_their_paths, .timeout = 120)
+{
+    static const struct {
+        const char *method, *path;
+        int status;
+        const char *body;
+    } probes[] = {
+        {"GET", "/healthz", 200, "alive\n"},
+        {"GET", "/readyz", 200, "ready\n"},
+        {"GET", "/v2/health/live", 200, "alive\n"},
+        {"GET", "/v2/health/ready?verbose=1", 200, "ready\n"},
+        {"POST", "/readyz", 405, NULL},
+    };
+    metrics_env e;
+    metrics_start(&e);
+    for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
+        int status;
+        char *res = metrics_http(e.port, probes[i].method, probes[i].path, &status);
+        cr_expect_eq(status, probes[i].status, "%s %s: %.200s", probes[i].method, probes[i].path,
+                     res);
+        if (probes[i].body != NULL) {
+            const char *body = strstr(res, "\r\n\r\n");
+            cr_assert_not_null(body, "%.200s", res);
+            cr_expect_str_eq(body + 4, probes[i].body, "%s", probes[i].path);
+        }
+        free(res);
+    }
     fixture_stop(&e.d, NULL);
 }
 

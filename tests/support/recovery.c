@@ -216,7 +216,7 @@ void recovery_scenario(const char *backend, int n, recovery_figures *out)
     cr_expect_eq(fixture_counter(alice, "device_faults_total"), 1.0);
     cr_expect_eq(fixture_counter(alice, "device_recoveries_total"), 1.0);
     cr_expect_geq(fixture_counter(alice, "device_buffers_lost_total"), 2.0);
-    out->daemon_recovery_ms = fixture_counter(alice, "device_recovery_last_ms");
+    out->daemon_recovery_ms = 1e3 * fixture_counter(alice, "device_recovery_last_seconds");
 
     free(x);
     free(y);

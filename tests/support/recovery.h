@@ -18,7 +18,7 @@
 
 typedef struct recovery_figures {
     double fault_to_ready_ms;  /* the faulting reply -> health READY, seen by a client */
-    double daemon_recovery_ms; /* the daemon's own figure (device_recovery_last_ms) */
+    double daemon_recovery_ms; /* the daemon's own figure (device_recovery_last_seconds, in ms) */
     uint64_t bob_runs_ok;      /* bob's concurrent runs: right answers */
     uint64_t bob_runs_lost;    /* ... DEVICE_LOST (they were in flight) */
     uint64_t bob_runs_after;   /* right answers after the recovery */

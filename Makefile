@@ -5,7 +5,7 @@
 #   make check-layers the daemon's layering rules (part of make test)
 #   make run          build, start tesserad on its default endpoint, run examples through the CLI
 #   make bench        build and run the benchmarks (results go into docs/benchmarks.md by hand)
-#   make install PREFIX=/usr/local DESTDIR=
+#   make install PREFIX=/usr/local DESTDIR=   (make install-check: build against it, both ways)
 #   make format       clang-format every C file;  make format-check  fails on a difference
 #
 # Switches: SANITIZE=address,undefined   STATIC=1   CUDA_HOME=/usr/local/cuda   BUILD=build
@@ -72,8 +72,15 @@ TESSERAD := $(BUILD)/bin/tesserad
 
 CLIENT_SRC := $(wildcard client/*.c)
 CLIENT_OBJ := $(CLIENT_SRC:%.c=$(BUILD)/%.o)
+# The build's own archive (client objects only; the programs here link
+# libtessera beside it) and the installed one, complete with libtessera, the
+# protobuf code and nng, so that a program links it with only Debian packages.
 CLIENT_A := $(BUILD)/client/libtessera-client.a
+CLIENT_DIST_A := $(BUILD)/dist/libtessera-client.a
 CLIENT_SO := $(BUILD)/client/libtessera-client.so
+# ABI 0: the soname changes when a public struct or call changes incompatibly.
+CLIENT_SONAME := libtessera-client.so.0
+CLIENT_MAP := client/libtessera-client.map
 CLI_SRC := $(wildcard client/cli/*.c)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/%.o)
 CLI := $(BUILD)/bin/tessera-cli
@@ -91,7 +98,7 @@ BENCH_BIN := $(BENCH_SRC:%.c=$(BUILD)/%)
 ALL_LIBS := $(DAEMON_A) $(CLIENT_A) $(LIB_A)
 
 .PHONY: all test unit e2e gpu run bench install format format-check clean fuzz fuzz-smoke \
-        fuzz-build fuzz-seeds soak gemm80-check check-layers
+        fuzz-build fuzz-seeds soak gemm80-check check-layers install-check
 all: $(TESSERAD) $(CLI) $(CLIENT_SO)
 
 # ---- generated protobuf code ----
@@ -163,9 +170,18 @@ $(CLIENT_A): $(CLIENT_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-$(CLIENT_SO): $(CLIENT_OBJ) $(LIB_A)
+# Only the calls of tessera/client.h are exported (CLIENT_MAP).
+$(CLIENT_SO): $(CLIENT_OBJ) $(LIB_A) $(CLIENT_MAP)
 	@mkdir -p $(dir $@)
-	$(CC) -shared $(LDFLAGS) -o $@ $(CLIENT_OBJ) $(LIB_A) $(LDLIBS)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,$(CLIENT_SONAME) -Wl,--version-script=$(CLIENT_MAP) \
+		-o $@ $(CLIENT_OBJ) $(LIB_A) $(LDLIBS)
+
+$(CLIENT_DIST_A): $(CLIENT_OBJ) $(LIB_OBJ) $(NNG_LIB)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	{ echo "create $@"; for o in $(CLIENT_OBJ) $(LIB_OBJ); do echo "addmod $$o"; done; \
+	  echo "addlib $(NNG_LIB)"; echo save; echo end; } | ar -M
+	ranlib $@
 
 $(TESSERAD): $(BUILD)/daemon/main.o $(DAEMON_A) $(LIB_A)
 	@mkdir -p $(dir $@)
@@ -215,14 +231,23 @@ bench: all $(BENCH_BIN)
 # The config goes to $(SYSCONFDIR)/tesserad, never over an existing one.
 SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
 UNITDIR ?= $(PREFIX)/lib/systemd/system
-install: all
+TSRD_VERSION_TEXT := $(shell sed -n 's/^\#define TSRD_VERSION "\(.*\)"/\1/p' daemon/config.h)
+# libtessera-client.so.0.MINOR.PATCH for daemon version 0.MINOR.PATCH.
+VERSION_MINOR_PATCH := $(shell echo $(TSRD_VERSION_TEXT) | cut -d. -f2-)
+install: all $(CLIENT_DIST_A)
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
 		$(DESTDIR)$(PREFIX)/include/tessera $(DESTDIR)$(UNITDIR) \
 		$(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man8 \
 		$(DESTDIR)$(PREFIX)/share/doc/tesserad $(DESTDIR)$(SYSCONFDIR)/tesserad
 	install -m 0755 $(TESSERAD) $(CLI) $(DESTDIR)$(PREFIX)/bin/
-	install -m 0644 $(CLIENT_A) $(DESTDIR)$(PREFIX)/lib/
-	install -m 0755 $(CLIENT_SO) $(DESTDIR)$(PREFIX)/lib/
+	install -m 0644 $(CLIENT_DIST_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 0755 $(CLIENT_SO) $(DESTDIR)$(PREFIX)/lib/$(CLIENT_SONAME).$(VERSION_MINOR_PATCH)
+	ln -sf $(CLIENT_SONAME).$(VERSION_MINOR_PATCH) $(DESTDIR)$(PREFIX)/lib/$(CLIENT_SONAME)
+	ln -sf $(CLIENT_SONAME) $(DESTDIR)$(PREFIX)/lib/libtessera-client.so
+	install -d $(DESTDIR)$(PREFIX)/share/tessera $(DESTDIR)$(PREFIX)/share/doc/tesserad/docs
+	install -m 0644 proto/tessera.proto $(DESTDIR)$(PREFIX)/share/tessera/
+	install -m 0644 docs/*.md $(DESTDIR)$(PREFIX)/share/doc/tesserad/docs/
+	install -m 0644 README.md $(DESTDIR)$(PREFIX)/share/doc/tesserad/
 	install -m 0644 client/include/tessera/client.h lib/include/tessera/status.h \
 		$(DESTDIR)$(PREFIX)/include/tessera/
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|'"$$(sed -n 's/^#define TSRD_VERSION "\(.*\)"/\1/p' daemon/config.h)"'|' \
@@ -236,6 +261,11 @@ install: all
 		$(DESTDIR)$(PREFIX)/share/doc/tesserad/
 	test -e $(DESTDIR)$(SYSCONFDIR)/tesserad/tesserad.json || \
 		install -m 0640 deploy/tesserad.json $(DESTDIR)$(SYSCONFDIR)/tesserad/tesserad.json
+
+# The installed client as its users see it: shared and static builds of a
+# small program through pkg-config, run against a real daemon.
+install-check: all $(CLIENT_DIST_A)
+	BUILD=$(BUILD) tools/install-check.sh
 
 # ---- fuzzing: libFuzzer targets tests/fuzz/fuzz_<name>.c (tests/fuzz/README.md) ----
 # A separate clang build under $(FUZZ_BUILD): the lib/ and daemon/ sources are

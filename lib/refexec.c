@@ -7,9 +7,11 @@
  * each op's result to f32 as an f32 kernel (and numpy on float32) would. Speed
  * comes second but matters, because the oracle runs this on every verification:
  * matmul-like kinds convert A (with its prologue) and a transposed copy of B to
- * f64 once, then compute row panels with a 4x4 register block, panels shared out
- * over threads. The summation order over k is fixed (ascending), so results do
- * not depend on the thread count.
+ * f64 once (rows shared out over threads), then compute row panels with a 4x4
+ * register block, panels shared out over threads. The summation order over k
+ * is fixed (ascending), so results do not depend on the thread count, and the
+ * per-element steps are the ones refexec_sampled.c computes single positions
+ * with (refexec_internal.h).
  */
 #include "tessera/refexec.h"
 
@@ -19,15 +21,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "refexec_internal.h"
 #include "tessera/dtype.h"
 #include "tessera/ops.h"
 
 /* ---- a parallel for over [0, n) ---- */
 
-typedef tsr_status (*refexec_range_fn)(void *ctx, int64_t lo, int64_t hi);
-
 struct refexec_task {
-    refexec_range_fn fn;
+    tsri_range_fn fn;
     void *ctx;
     int64_t lo, hi;
     tsr_status status;
@@ -40,7 +41,7 @@ static void *refexec_worker(void *arg)
     return NULL;
 }
 
-static int refexec_thread_count(int threads)
+int tsri_ref_threads(int threads)
 {
     if (threads > 0)
         return threads;
@@ -48,10 +49,9 @@ static int refexec_thread_count(int threads)
     return n > 0 ? (int)(n < 256 ? n : 256) : 1;
 }
 
-/* Splits [0, n) into up to `threads` contiguous ranges. A thread that cannot be
- * started has its range run on the calling thread, so this never fails for lack
- * of threads; the first non-OK status of any range is returned. */
-static tsr_status refexec_parallel(int threads, int64_t n, refexec_range_fn fn, void *ctx)
+/* A thread that cannot be started has its range run on the calling thread, so
+ * this never fails for lack of threads. */
+tsr_status tsri_ref_parallel(int threads, int64_t n, tsri_range_fn fn, void *ctx)
 {
     if (n <= 0)
         return TSR_OK;
@@ -89,20 +89,40 @@ static tsr_status refexec_parallel(int threads, int64_t n, refexec_range_fn fn, 
     return st;
 }
 
+/* ---- loads ---- */
+
+void tsri_ref_load(tsr_dtype dtype, const void *src, int64_t first, int64_t count, double *dst)
+{
+    for (int64_t i = 0; i < count; i++)
+        dst[i] = tsr_dtype_load(dtype, src, (size_t)(first + i));
+}
+
 /* ---- pointwise ---- */
 
-struct pw_ctx {
-    const tsr_region *r;
-    const void *const *inputs;
-    void *output;
-    int rank;
-    const int64_t *shape;
-    int64_t strides[TSR_MAX_PW_INPUTS][TSR_MAX_RANK]; /* 0 on broadcast dimensions */
-};
-
-static tsr_status pw_range(void *arg, int64_t lo, int64_t hi)
+void tsri_pw_plan_of(const tsr_region *r, const void *const *inputs, tsri_pw_plan *out)
 {
-    struct pw_ctx *c = arg;
+    const tsr_pointwise_desc *pw = &r->u.pointwise;
+    memset(out, 0, sizeof *out);
+    out->r = r;
+    out->inputs = inputs;
+    out->rank = pw->out_rank;
+    out->shape = pw->out_shape;
+    /* numpy broadcasting: shapes aligned at the right, size-1 or absent
+     * dimensions repeat (stride 0). */
+    for (int i = 0; i < pw->n_inputs; i++) {
+        const tsr_pw_input *in = &pw->inputs[i];
+        int64_t stride = 1;
+        for (int d = out->rank - 1; d >= 0; d--) {
+            int id = in->rank - (out->rank - d);
+            out->strides[i][d] = id < 0 || in->shape[id] == 1 ? 0 : stride;
+            if (id >= 0)
+                stride *= in->shape[id];
+        }
+    }
+}
+
+tsr_status tsri_pw_eval(const tsri_pw_plan *c, int64_t lo, int64_t hi, void *out, int64_t out_first)
+{
     const tsr_pointwise_desc *pw = &c->r->u.pointwise;
     int nvals = pw->n_inputs + pw->n_nodes;
     double *vals = malloc((size_t)nvals * sizeof *vals);
@@ -131,7 +151,8 @@ static tsr_status pw_range(void *arg, int64_t lo, int64_t hi)
             /* Round to f32 before the next op reads it, as an f32 kernel does. */
             vals[pw->n_inputs + n] = (double)(float)info->reference(a, b, &node->attrs);
         }
-        tsr_dtype_store(c->r->out_dtype, c->output, (size_t)e, vals[pw->output_index]);
+        tsr_dtype_store(c->r->out_dtype, out, (size_t)(out_first + (e - lo)),
+                        vals[pw->output_index]);
         /* Advance the multi-index and every input's offset. */
         for (int d = c->rank - 1; d >= 0; d--) {
             idx[d]++;
@@ -148,34 +169,28 @@ static tsr_status pw_range(void *arg, int64_t lo, int64_t hi)
     return TSR_OK;
 }
 
+struct pw_ctx {
+    tsri_pw_plan plan;
+    void *output;
+};
+
+static tsr_status pw_range(void *arg, int64_t lo, int64_t hi)
+{
+    struct pw_ctx *c = arg;
+    return tsri_pw_eval(&c->plan, lo, hi, c->output, lo);
+}
+
 static tsr_status pw_run(const tsr_region *r, const void *const *inputs, void *output, int threads)
 {
     const tsr_pointwise_desc *pw = &r->u.pointwise;
-    struct pw_ctx c = {.r = r, .inputs = inputs, .output = output};
-    c.rank = pw->out_rank;
-    c.shape = pw->out_shape;
+    struct pw_ctx c = {.output = output};
+    tsri_pw_plan_of(r, inputs, &c.plan);
     int64_t total = 1;
-    for (int d = 0; d < c.rank; d++)
+    for (int d = 0; d < pw->out_rank; d++)
         total *= pw->out_shape[d];
-    /* numpy broadcasting: shapes aligned at the right, size-1 or absent
-     * dimensions repeat (stride 0). */
-    for (int i = 0; i < pw->n_inputs; i++) {
-        const tsr_pw_input *in = &pw->inputs[i];
-        int64_t stride = 1;
-        for (int d = c.rank - 1; d >= 0; d--) {
-            int id = in->rank - (c.rank - d);
-            if (id < 0 || in->shape[id] == 1) {
-                c.strides[i][d] = 0;
-            } else {
-                c.strides[i][d] = stride;
-            }
-            if (id >= 0)
-                stride *= in->shape[id];
-        }
-    }
     /* Small outputs are not worth a thread each. */
     int64_t units = total / 4096 + 1;
-    return refexec_parallel(threads < units ? threads : (int)units, total, pw_range, &c);
+    return tsri_ref_parallel(threads < units ? threads : (int)units, total, pw_range, &c);
 }
 
 /* ---- matmul, fused, gated ---- */
@@ -184,12 +199,10 @@ static tsr_status pw_run(const tsr_region *r, const void *const *inputs, void *o
 
 struct mm_ctx {
     const tsr_region *r;
-    int64_t m, n, k;
+    tsri_mm_operands o;
     const double *a;   /* (M, K), prologue applied */
     const double *bt;  /* (N, K): B transposed */
     const double *bt2; /* gated: Wu transposed, else NULL */
-    const void *bias;  /* fused: (N,) in r->dtype, or NULL */
-    const void *residual;
     void *output;
 };
 
@@ -248,8 +261,67 @@ static double mm_apply(tsr_op op, double x)
     return tsr_op_info_get(op)->reference(x, 0.0, &none);
 }
 
-static void mm_reduce_row(tsr_reduction red, double eps, double *x, int64_t n)
+void tsri_mm_operands_of(const tsr_region *r, const void *const *inputs, tsri_mm_operands *out)
 {
+    memset(out, 0, sizeof *out);
+    out->a = inputs[0];
+    out->b = inputs[1];
+    switch (r->kind) {
+    case TSR_KIND_MATMUL:
+        out->m = r->u.matmul.m, out->n = r->u.matmul.n, out->k = r->u.matmul.k;
+        break;
+    case TSR_KIND_FUSED: {
+        const tsr_fused_desc *f = &r->u.fused;
+        out->m = f->m, out->n = f->n, out->k = f->k;
+        int next = 2;
+        for (int e = 0; e < f->n_epilogue; e++) {
+            if (f->epilogue[e] == TSR_OP_BIAS) {
+                out->bias = inputs[next++];
+                break;
+            }
+        }
+        if (f->residual)
+            out->residual = inputs[next];
+        break;
+    }
+    case TSR_KIND_GATED:
+    default:
+        out->m = r->u.gated.m, out->n = r->u.gated.h, out->k = r->u.gated.k;
+        out->b2 = inputs[2];
+        break;
+    }
+}
+
+double tsri_mm_prologue(const tsr_region *r, double a)
+{
+    if (r->kind == TSR_KIND_FUSED)
+        for (int p = 0; p < r->u.fused.n_prologue; p++)
+            a = mm_apply(r->u.fused.prologue[p], a);
+    return a;
+}
+
+double tsri_mm_element(const tsr_region *r, const tsri_mm_operands *o, int64_t row, int64_t col,
+                       double acc, double acc2)
+{
+    if (r->kind == TSR_KIND_GATED)
+        return mm_apply(r->u.gated.gate_act, acc) * acc2;
+    if (r->kind != TSR_KIND_FUSED)
+        return acc;
+    const tsr_fused_desc *f = &r->u.fused;
+    for (int e = 0; e < f->n_epilogue; e++)
+        acc = f->epilogue[e] == TSR_OP_BIAS ? acc + tsr_dtype_load(r->dtype, o->bias, (size_t)col)
+                                            : mm_apply(f->epilogue[e], acc);
+    if (f->residual)
+        acc += tsr_dtype_load(r->dtype, o->residual, (size_t)(row * o->n + col));
+    return acc;
+}
+
+void tsri_mm_reduce_row(const tsr_region *r, double *x, int64_t n)
+{
+    if (r->kind != TSR_KIND_FUSED)
+        return;
+    tsr_reduction red = r->u.fused.reduction;
+    double eps = r->u.fused.eps;
     if (red == TSR_REDUCTION_RMSNORM) {
         double ss = 0;
         for (int64_t j = 0; j < n; j++)
@@ -286,7 +358,7 @@ static tsr_status mm_range(void *arg, int64_t lo, int64_t hi)
 {
     struct mm_ctx *c = arg;
     const tsr_region *r = c->r;
-    int64_t n = c->n;
+    int64_t n = c->o.n;
     double *acc = malloc((size_t)MM_PANEL * (size_t)n * sizeof *acc);
     double *acc2 = c->bt2 != NULL ? malloc((size_t)MM_PANEL * (size_t)n * sizeof *acc2) : NULL;
     if (acc == NULL || (c->bt2 != NULL && acc2 == NULL)) {
@@ -296,31 +368,16 @@ static tsr_status mm_range(void *arg, int64_t lo, int64_t hi)
     }
     for (int64_t panel = lo; panel < hi; panel++) {
         int64_t row0 = panel * MM_PANEL;
-        int64_t rows = c->m - row0 < MM_PANEL ? c->m - row0 : MM_PANEL;
-        mm_panel(c->a + row0 * c->k, c->bt, rows, n, c->k, acc);
+        int64_t rows = c->o.m - row0 < MM_PANEL ? c->o.m - row0 : MM_PANEL;
+        mm_panel(c->a + row0 * c->o.k, c->bt, rows, n, c->o.k, acc);
         if (acc2 != NULL)
-            mm_panel(c->a + row0 * c->k, c->bt2, rows, n, c->k, acc2);
+            mm_panel(c->a + row0 * c->o.k, c->bt2, rows, n, c->o.k, acc2);
         for (int64_t i = 0; i < rows; i++) {
             double *x = acc + i * n;
             int64_t row = row0 + i;
-            if (r->kind == TSR_KIND_GATED) {
-                for (int64_t j = 0; j < n; j++)
-                    x[j] = mm_apply(r->u.gated.gate_act, x[j]) * acc2[i * n + j];
-            } else if (r->kind == TSR_KIND_FUSED) {
-                const tsr_fused_desc *f = &r->u.fused;
-                for (int e = 0; e < f->n_epilogue; e++) {
-                    tsr_op op = f->epilogue[e];
-                    for (int64_t j = 0; j < n; j++)
-                        x[j] = op == TSR_OP_BIAS
-                                   ? x[j] + tsr_dtype_load(r->dtype, c->bias, (size_t)j)
-                                   : mm_apply(op, x[j]);
-                }
-                if (f->residual) {
-                    for (int64_t j = 0; j < n; j++)
-                        x[j] += tsr_dtype_load(r->dtype, c->residual, (size_t)(row * n + j));
-                }
-                mm_reduce_row(f->reduction, f->eps, x, n);
-            }
+            for (int64_t j = 0; j < n; j++)
+                x[j] = tsri_mm_element(r, &c->o, row, j, x[j], acc2 != NULL ? acc2[i * n + j] : 0);
+            tsri_mm_reduce_row(r, x, n);
             for (int64_t j = 0; j < n; j++)
                 tsr_dtype_store(r->out_dtype, c->output, (size_t)(row * n + j), x[j]);
         }
@@ -330,68 +387,60 @@ static tsr_status mm_range(void *arg, int64_t lo, int64_t hi)
     return TSR_OK;
 }
 
-/* Loads a (rows, cols) matrix into f64, transposed when `transpose`. */
-static double *mm_load(tsr_dtype dtype, const void *src, int64_t rows, int64_t cols, bool transpose)
+/* Converting a (rows, cols) matrix to f64 (transposed, with A's prologue) is
+ * io-bound but large: it is shared out over threads by rows too. */
+struct mm_load_ctx {
+    const tsr_region *r;
+    const void *src;
+    int64_t rows, cols;
+    bool transpose, prologue;
+    double *dst;
+};
+
+static tsr_status mm_load_range(void *arg, int64_t lo, int64_t hi)
+{
+    const struct mm_load_ctx *c = arg;
+    for (int64_t i = lo; i < hi; i++) {
+        for (int64_t j = 0; j < c->cols; j++) {
+            double v = tsr_dtype_load(c->r->dtype, c->src, (size_t)(i * c->cols + j));
+            if (c->prologue)
+                v = tsri_mm_prologue(c->r, v);
+            if (c->transpose)
+                c->dst[j * c->rows + i] = v;
+            else
+                c->dst[i * c->cols + j] = v;
+        }
+    }
+    return TSR_OK;
+}
+
+/* Loads a (rows, cols) matrix of r's input dtype into f64, transposed when
+ * `transpose`, A's prologue applied when `prologue`. */
+static double *mm_load(const tsr_region *r, const void *src, int64_t rows, int64_t cols,
+                       bool transpose, bool prologue, int threads)
 {
     double *d = malloc((size_t)rows * (size_t)cols * sizeof *d);
     if (d == NULL)
         return NULL;
-    for (int64_t i = 0; i < rows; i++) {
-        for (int64_t j = 0; j < cols; j++) {
-            double v = tsr_dtype_load(dtype, src, (size_t)(i * cols + j));
-            if (transpose)
-                d[j * rows + i] = v;
-            else
-                d[i * cols + j] = v;
-        }
-    }
+    struct mm_load_ctx c = {r, src, rows, cols, transpose, prologue, d};
+    int64_t units = rows * cols / 65536 + 1; /* small matrices stay on one thread */
+    tsri_ref_parallel(threads < units ? threads : (int)units, rows, mm_load_range, &c);
     return d;
 }
 
 static tsr_status mm_run(const tsr_region *r, const void *const *inputs, void *output, int threads)
 {
     struct mm_ctx c = {.r = r, .output = output};
-    const void *b = inputs[1];
-    const void *b2 = NULL;
-    switch (r->kind) {
-    case TSR_KIND_MATMUL:
-        c.m = r->u.matmul.m, c.n = r->u.matmul.n, c.k = r->u.matmul.k;
-        break;
-    case TSR_KIND_FUSED: {
-        const tsr_fused_desc *f = &r->u.fused;
-        c.m = f->m, c.n = f->n, c.k = f->k;
-        int next = 2;
-        for (int e = 0; e < f->n_epilogue; e++) {
-            if (f->epilogue[e] == TSR_OP_BIAS) {
-                c.bias = inputs[next++];
-                break;
-            }
-        }
-        if (f->residual)
-            c.residual = inputs[next];
-        break;
-    }
-    case TSR_KIND_GATED:
-    default:
-        c.m = r->u.gated.m, c.n = r->u.gated.h, c.k = r->u.gated.k;
-        b2 = inputs[2];
-        break;
-    }
-    double *a = mm_load(r->dtype, inputs[0], c.m, c.k, false);
-    double *bt = mm_load(r->dtype, b, c.k, c.n, true);
-    double *bt2 = b2 != NULL ? mm_load(r->dtype, b2, c.k, c.n, true) : NULL;
+    tsri_mm_operands_of(r, inputs, &c.o);
+    bool prologue = r->kind == TSR_KIND_FUSED && r->u.fused.n_prologue > 0;
+    /* The prologue works on A's stored values, in f64. */
+    double *a = mm_load(r, c.o.a, c.o.m, c.o.k, false, prologue, threads);
+    double *bt = mm_load(r, c.o.b, c.o.k, c.o.n, true, false, threads);
+    double *bt2 = c.o.b2 != NULL ? mm_load(r, c.o.b2, c.o.k, c.o.n, true, false, threads) : NULL;
     tsr_status st = TSR_NO_MEMORY;
-    if (a != NULL && bt != NULL && (b2 == NULL || bt2 != NULL)) {
-        if (r->kind == TSR_KIND_FUSED && r->u.fused.n_prologue > 0) {
-            /* The prologue works on A's stored values, in f64. */
-            size_t count = (size_t)(c.m * c.k);
-            for (size_t i = 0; i < count; i++) {
-                for (int p = 0; p < r->u.fused.n_prologue; p++)
-                    a[i] = mm_apply(r->u.fused.prologue[p], a[i]);
-            }
-        }
+    if (a != NULL && bt != NULL && (c.o.b2 == NULL || bt2 != NULL)) {
         c.a = a, c.bt = bt, c.bt2 = bt2;
-        st = refexec_parallel(threads, (c.m + MM_PANEL - 1) / MM_PANEL, mm_range, &c);
+        st = tsri_ref_parallel(threads, (c.o.m + MM_PANEL - 1) / MM_PANEL, mm_range, &c);
     }
     free(a);
     free(bt);
@@ -401,10 +450,61 @@ static tsr_status mm_run(const tsr_region *r, const void *const *inputs, void *o
 
 /* ---- attention ---- */
 
+void tsri_att_row(const tsr_region *r, const void *const *inputs, const double *k, const double *v,
+                  int64_t row, double *q, double *p, double *o)
+{
+    const tsr_attention_desc *d = &r->u.attention;
+    int64_t M = d->seq_q, N = d->seq_k, D = d->head_dim, Dv = d->head_dim_v;
+    int64_t group = d->heads / d->heads_kv;
+    int64_t m = row % M;
+    int64_t bh = row / M;
+    int64_t b = bh / d->heads, h = bh % d->heads;
+    int64_t kv0 = (b * d->heads_kv + h / group) * N; /* the first key of this row's kv head */
+    for (int64_t x = 0; x < D; x++)
+        q[x] = tsr_dtype_load(r->dtype, inputs[0], (size_t)(row * D + x));
+    /* Bottom-right causal: key n is visible to query m when n <= m + (N - M). */
+    int64_t visible = d->causal ? m + (N - M) + 1 : N;
+    if (visible > N)
+        visible = N;
+    for (int64_t x = 0; x < Dv; x++)
+        o[x] = 0.0;
+    if (visible <= 0)
+        return;
+    double mx = -INFINITY;
+    for (int64_t n = 0; n < visible; n++) {
+        double s = 0;
+        if (k != NULL) {
+            const double *kn = k + (kv0 + n) * D;
+            for (int64_t x = 0; x < D; x++)
+                s += q[x] * kn[x];
+        } else {
+            for (int64_t x = 0; x < D; x++)
+                s += q[x] * tsr_dtype_load(r->dtype, inputs[1], (size_t)((kv0 + n) * D + x));
+        }
+        p[n] = d->scale * s;
+        mx = p[n] > mx || isnan(p[n]) ? p[n] : mx;
+    }
+    double sum = 0;
+    for (int64_t n = 0; n < visible; n++) {
+        p[n] = exp(p[n] - mx);
+        sum += p[n];
+    }
+    for (int64_t n = 0; n < visible; n++) {
+        double w = p[n] / sum;
+        if (v != NULL) {
+            const double *vn = v + (kv0 + n) * Dv;
+            for (int64_t x = 0; x < Dv; x++)
+                o[x] += w * vn[x];
+        } else {
+            for (int64_t x = 0; x < Dv; x++)
+                o[x] += w * tsr_dtype_load(r->dtype, inputs[2], (size_t)((kv0 + n) * Dv + x));
+        }
+    }
+}
+
 struct att_ctx {
-    const tsr_attention_desc *d;
-    tsr_dtype dtype, out_dtype;
-    const void *q;
+    const tsr_region *r;
+    const void *const *inputs;
     const double *k; /* (B, Hkv, N, D) in f64 */
     const double *v; /* (B, Hkv, N, Dv) in f64 */
     void *output;
@@ -413,11 +513,10 @@ struct att_ctx {
 static tsr_status att_range(void *arg, int64_t lo, int64_t hi)
 {
     struct att_ctx *c = arg;
-    const tsr_attention_desc *d = c->d;
-    int64_t M = d->seq_q, N = d->seq_k, D = d->head_dim, Dv = d->head_dim_v;
-    int64_t group = d->heads / d->heads_kv;
-    double *q = malloc((size_t)D * sizeof *q);
-    double *p = malloc((size_t)N * sizeof *p);
+    const tsr_attention_desc *d = &c->r->u.attention;
+    int64_t Dv = d->head_dim_v;
+    double *q = malloc((size_t)d->head_dim * sizeof *q);
+    double *p = malloc((size_t)d->seq_k * sizeof *p);
     double *o = malloc((size_t)Dv * sizeof *o);
     if (q == NULL || p == NULL || o == NULL) {
         free(q);
@@ -427,42 +526,9 @@ static tsr_status att_range(void *arg, int64_t lo, int64_t hi)
     }
     /* One unit is one query row of one (batch, head). */
     for (int64_t row = lo; row < hi; row++) {
-        int64_t m = row % M;
-        int64_t bh = row / M;
-        int64_t b = bh / d->heads, h = bh % d->heads;
-        int64_t kvh = h / group;
-        const double *kb = c->k + ((b * d->heads_kv + kvh) * N) * D;
-        const double *vb = c->v + ((b * d->heads_kv + kvh) * N) * Dv;
-        for (int64_t x = 0; x < D; x++)
-            q[x] = tsr_dtype_load(c->dtype, c->q, (size_t)(row * D + x));
-        /* Bottom-right causal: key n is visible to query m when n <= m + (N - M). */
-        int64_t visible = d->causal ? m + (N - M) + 1 : N;
-        if (visible > N)
-            visible = N;
+        tsri_att_row(c->r, c->inputs, c->k, c->v, row, q, p, o);
         for (int64_t x = 0; x < Dv; x++)
-            o[x] = 0.0;
-        if (visible > 0) {
-            double mx = -INFINITY;
-            for (int64_t n = 0; n < visible; n++) {
-                double s = 0;
-                for (int64_t x = 0; x < D; x++)
-                    s += q[x] * kb[n * D + x];
-                p[n] = d->scale * s;
-                mx = p[n] > mx || isnan(p[n]) ? p[n] : mx;
-            }
-            double sum = 0;
-            for (int64_t n = 0; n < visible; n++) {
-                p[n] = exp(p[n] - mx);
-                sum += p[n];
-            }
-            for (int64_t n = 0; n < visible; n++) {
-                double w = p[n] / sum;
-                for (int64_t x = 0; x < Dv; x++)
-                    o[x] += w * vb[n * Dv + x];
-            }
-        }
-        for (int64_t x = 0; x < Dv; x++)
-            tsr_dtype_store(c->out_dtype, c->output, (size_t)(row * Dv + x), o[x]);
+            tsr_dtype_store(c->r->out_dtype, c->output, (size_t)(row * Dv + x), o[x]);
     }
     free(q);
     free(p);
@@ -474,12 +540,12 @@ static tsr_status att_run(const tsr_region *r, const void *const *inputs, void *
 {
     const tsr_attention_desc *d = &r->u.attention;
     int64_t kv = d->batch * d->heads_kv * d->seq_k;
-    double *k = mm_load(r->dtype, inputs[1], kv, d->head_dim, false);
-    double *v = mm_load(r->dtype, inputs[2], kv, d->head_dim_v, false);
+    double *k = mm_load(r, inputs[1], kv, d->head_dim, false, false, threads);
+    double *v = mm_load(r, inputs[2], kv, d->head_dim_v, false, false, threads);
     tsr_status st = TSR_NO_MEMORY;
     if (k != NULL && v != NULL) {
-        struct att_ctx c = {d, r->dtype, r->out_dtype, inputs[0], k, v, output};
-        st = refexec_parallel(threads, d->batch * d->heads * d->seq_q, att_range, &c);
+        struct att_ctx c = {r, inputs, k, v, output};
+        st = tsri_ref_parallel(threads, d->batch * d->heads * d->seq_q, att_range, &c);
     }
     free(k);
     free(v);
@@ -491,7 +557,7 @@ tsr_status tsr_ref_run(const tsr_region *r, const void *const *inputs, void *out
 {
     if (r == NULL || inputs == NULL || output == NULL)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "reference: NULL region or buffer");
-    int nthreads = refexec_thread_count(threads);
+    int nthreads = tsri_ref_threads(threads);
     tsr_status st;
     switch (r->kind) {
     case TSR_KIND_POINTWISE:

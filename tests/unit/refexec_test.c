@@ -44,6 +44,32 @@ static double ulp_of(tsr_dtype dtype, double x)
     return ldexp(1.0, e - p);
 }
 
+/* tsr_ref_run_at at `count` positions (every stride-th, from first, and the
+ * last) must give the bytes tsr_ref_run wrote there. */
+static void check_at(const tsr_region *r, const void *const *in, const void *full, size_t total,
+                     size_t first, size_t stride, const char *name)
+{
+    size_t size = tsr_dtype_size(r->out_dtype), n = 0;
+    uint64_t *index = malloc((total + 1) * sizeof *index);
+    void *got = malloc(total * size + 1);
+    cr_assert(index != NULL && got != NULL);
+    for (size_t i = first < total ? first : total - 1; i < total; i += stride)
+        index[n++] = i;
+    if (index[n - 1] != total - 1)
+        index[n++] = total - 1;
+    tsr_error err;
+    cr_assert_eq(tsr_ref_run_at(r, in, index, n, got, 3, &err), TSR_OK, "%s: %s", name,
+                 err.message);
+    for (size_t t = 0; t < n; t++)
+        cr_assert_eq(
+            memcmp((const char *)got + t * size, (const char *)full + index[t] * size, size), 0,
+            "%s: position %llu (stride %zu) differs from the full run", name,
+            (unsigned long long)index[t], stride);
+    cr_assert_gt(tsr_ref_work_at(r, index, n), 0.0);
+    free(index);
+    free(got);
+}
+
 /* Runs one case; returns the number of mismatching elements (and prints them). */
 static int run_case(const char *name, int ulps)
 {
@@ -76,6 +102,9 @@ static int run_case(const char *name, int ulps)
                  err.message);
     cr_assert_eq(tsr_ref_run(&r, (const void *const *)bufs, got3, 3, &err), TSR_OK);
     cr_assert_eq(memcmp(got, got3, bytes), 0, "%s: thread count changed the result", name);
+    /* Every position, then scattered ones: whole rows and lone positions. */
+    check_at(&r, (const void *const *)bufs, got, count, 0, 1, name);
+    check_at(&r, (const void *const *)bufs, got, count, 1, 7, name);
 
     int bad = 0;
     for (size_t i = 0; i < count; i++) {

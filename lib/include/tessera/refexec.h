@@ -32,6 +32,18 @@ extern "C" {
 tsr_status tsr_ref_run(const tsr_region *r, const void *const *inputs, void *output, int threads,
                        tsr_error *err);
 
+/* Only the outputs at the flat positions index[0..count) (ascending, no
+ * repeats) into out[0..count), dense in r->out_dtype: each the value that
+ * tsr_ref_run writes at that position, bit for bit. What a position costs is
+ * what the reference needs to compute it alone: one K-long dot product with
+ * the prologue and epilogue (two for gated) for matmul, gated and fused
+ * without a row reduction; the whole row for fused with one; the whole query
+ * row for attention; one element for pointwise. Split over threads like
+ * tsr_ref_run. TSR_INVALID_ARGUMENT names a position out of range or out of
+ * order; TSR_NO_MEMORY when scratch space cannot be had. */
+tsr_status tsr_ref_run_at(const tsr_region *r, const void *const *inputs, const uint64_t *index,
+                          size_t count, void *out, int threads, tsr_error *err);
+
 /* ---- work: what one run costs the CPU ---- */
 
 /* What one element-wise step costs next to a multiply or an add (see below). */
@@ -56,6 +68,12 @@ tsr_status tsr_ref_run(const tsr_region *r, const void *const *inputs, void *out
  *
  * r must be validated. Exact for results below 2^53; never negative. Reentrant. */
 double tsr_ref_work(const tsr_region *r);
+
+/* The work of tsr_ref_run_at at these positions, counted the same way: every
+ * stored value read where it is used (a matmul row of A once per row, the B
+ * columns that lone positions name once, B once for all whole rows), two per
+ * multiply-add, E per element-wise step. */
+double tsr_ref_work_at(const tsr_region *r, const uint64_t *index, size_t count);
 
 #ifdef __cplusplus
 }

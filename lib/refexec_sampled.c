@@ -1,0 +1,521 @@
+/*
+ * refexec_sampled.c — the reference at chosen output positions (refexec.h,
+ * tsr_ref_run_at), for the oracle's sampled verification.
+ *
+ * A position costs what the reference needs to compute it alone: one K-long
+ * dot product (two for gated) with the prologue and epilogue for the
+ * matmul-like kinds, a whole row where a row reduction reads it, a whole query
+ * row for attention, one element for pointwise. Each value goes through the
+ * same steps in the same order as in tsr_ref_run (refexec_internal.h), so it is
+ * bit for bit the value the full run writes there.
+ *
+ * Matmul-like positions are grouped by output row. A row wanted whole (or one
+ * a reduction needs) streams B once for all such rows together, column chunk
+ * by column chunk; the other rows take dot products with the few B columns
+ * their positions name, gathered into f64 once. Work is shared out over
+ * threads by column chunks, by rows, by query rows and by runs of elements.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "refexec_internal.h"
+#include "tessera/dtype.h"
+
+#define AT_E TSR_REF_WORK_ELEMENT
+#define AT_CHUNK 256 /* B columns per work unit of the whole-row pass */
+#define AT_RUN 4096  /* pointwise elements per work unit */
+
+/* ---- index checks ---- */
+
+static uint64_t at_out_elements(const tsr_region *r)
+{
+    tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], out;
+    tsr_region_signature(r, in, &out);
+    return (uint64_t)tsr_tensor_desc_elements(&out);
+}
+
+static tsr_status at_check(const tsr_region *r, const uint64_t *index, size_t count, tsr_error *err)
+{
+    uint64_t total = at_out_elements(r);
+    for (size_t t = 0; t < count; t++) {
+        if (index[t] >= total)
+            return tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                                 "index: position %llu is past the %llu outputs of the region",
+                                 (unsigned long long)index[t], (unsigned long long)total);
+        if (t > 0 && index[t] <= index[t - 1])
+            return tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                                 "index: positions must ascend, [%zu] = %llu after %llu", t,
+                                 (unsigned long long)index[t], (unsigned long long)index[t - 1]);
+    }
+    return TSR_OK;
+}
+
+/* ---- rows of positions ---- */
+
+/* The positions of one output row: index[first .. first + count). */
+typedef struct at_row {
+    int64_t row;
+    size_t first, count;
+} at_row;
+
+/* Splits ascending positions into rows of `width` outputs; a row is whole when
+ * the caller wants every output of it or `all_whole` (a reduction needs it). */
+static tsr_status at_rows(const uint64_t *index, size_t count, int64_t width, bool all_whole,
+                          at_row **whole, size_t *n_whole, at_row **part, size_t *n_part)
+{
+    *whole = *part = NULL;
+    *n_whole = *n_part = 0;
+    size_t rows = 0;
+    for (size_t t = 0; t < count; t++)
+        if (t == 0 || index[t] / (uint64_t)width != index[t - 1] / (uint64_t)width)
+            rows++;
+    *whole = malloc((rows ? rows : 1) * sizeof **whole);
+    *part = malloc((rows ? rows : 1) * sizeof **part);
+    if (*whole == NULL || *part == NULL) {
+        free(*whole);
+        free(*part);
+        *whole = *part = NULL;
+        return TSR_NO_MEMORY;
+    }
+    for (size_t t = 0; t < count;) {
+        at_row g = {(int64_t)(index[t] / (uint64_t)width), t, 0};
+        while (t < count && index[t] / (uint64_t)width == (uint64_t)g.row)
+            t++, g.count++;
+        if (all_whole || g.count == (size_t)width)
+            (*whole)[(*n_whole)++] = g;
+        else
+            (*part)[(*n_part)++] = g;
+    }
+    return TSR_OK;
+}
+
+static int at_cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The distinct columns that the partial rows name, ascending. */
+static tsr_status at_columns(const uint64_t *index, int64_t n, const at_row *part, size_t n_part,
+                             int64_t **cols, size_t *n_cols)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n_part; i++)
+        total += part[i].count;
+    *cols = malloc((total ? total : 1) * sizeof **cols);
+    *n_cols = 0;
+    if (*cols == NULL)
+        return TSR_NO_MEMORY;
+    for (size_t i = 0; i < n_part; i++)
+        for (size_t t = part[i].first; t < part[i].first + part[i].count; t++)
+            (*cols)[(*n_cols)++] = (int64_t)(index[t] % (uint64_t)n);
+    qsort(*cols, *n_cols, sizeof **cols, at_cmp_i64);
+    size_t u = 0;
+    for (size_t i = 0; i < *n_cols; i++)
+        if (u == 0 || (*cols)[i] != (*cols)[u - 1])
+            (*cols)[u++] = (*cols)[i];
+    *n_cols = u;
+    return TSR_OK;
+}
+
+static size_t at_column_slot(const int64_t *cols, size_t n_cols, int64_t col)
+{
+    size_t lo = 0, hi = n_cols;
+    while (lo + 1 < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cols[mid] <= col)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* ---- matmul, fused, gated ---- */
+
+typedef struct at_mm {
+    const tsr_region *r;
+    tsri_mm_operands o;
+    const uint64_t *index;
+    void *out;
+    /* whole rows */
+    const at_row *whole;
+    size_t n_whole;
+    double *a_whole;    /* n_whole x K, prologue applied */
+    double *acc, *acc2; /* n_whole x N */
+    /* partial rows */
+    const at_row *part;
+    const int64_t *cols;
+    size_t n_cols;
+    double *bcol, *bcol2; /* n_cols x K: the named columns of B (and Wu) */
+} at_mm;
+
+static void at_mm_load_a(const at_mm *c, int64_t row, double *a)
+{
+    int64_t k = c->o.k;
+    tsri_ref_load(c->r->dtype, c->o.a, row * k, k, a);
+    for (int64_t p = 0; p < k; p++)
+        a[p] = tsri_mm_prologue(c->r, a[p]);
+}
+
+static tsr_status at_mm_whole_a(void *arg, int64_t lo, int64_t hi)
+{
+    at_mm *c = arg;
+    for (int64_t i = lo; i < hi; i++)
+        at_mm_load_a(c, c->whole[i].row, c->a_whole + i * c->o.k);
+    return TSR_OK;
+}
+
+/* One chunk of columns of every whole row: acc += a[k] * B[k][j], k ascending,
+ * as mm_panel sums. */
+static tsr_status at_mm_whole_chunk(void *arg, int64_t lo, int64_t hi)
+{
+    at_mm *c = arg;
+    int64_t n = c->o.n, k = c->o.k;
+    double tmp[AT_CHUNK], tmp2[AT_CHUNK];
+    for (int64_t chunk = lo; chunk < hi; chunk++) {
+        int64_t j0 = chunk * AT_CHUNK, w = n - j0 < AT_CHUNK ? n - j0 : AT_CHUNK;
+        for (int64_t p = 0; p < k; p++) {
+            tsri_ref_load(c->r->dtype, c->o.b, p * n + j0, w, tmp);
+            if (c->acc2 != NULL)
+                tsri_ref_load(c->r->dtype, c->o.b2, p * n + j0, w, tmp2);
+            for (size_t f = 0; f < c->n_whole; f++) {
+                double a = c->a_whole[(int64_t)f * k + p];
+                double *acc = c->acc + (int64_t)f * n + j0;
+                for (int64_t j = 0; j < w; j++)
+                    acc[j] += a * tmp[j];
+                if (c->acc2 != NULL) {
+                    double *acc2 = c->acc2 + (int64_t)f * n + j0;
+                    for (int64_t j = 0; j < w; j++)
+                        acc2[j] += a * tmp2[j];
+                }
+            }
+        }
+    }
+    return TSR_OK;
+}
+
+static tsr_status at_mm_whole_finish(void *arg, int64_t lo, int64_t hi)
+{
+    at_mm *c = arg;
+    int64_t n = c->o.n;
+    for (int64_t f = lo; f < hi; f++) {
+        const at_row *g = &c->whole[f];
+        double *x = c->acc + f * n;
+        for (int64_t j = 0; j < n; j++)
+            x[j] = tsri_mm_element(c->r, &c->o, g->row, j, x[j],
+                                   c->acc2 != NULL ? c->acc2[f * n + j] : 0);
+        tsri_mm_reduce_row(c->r, x, n);
+        for (size_t t = g->first; t < g->first + g->count; t++)
+            tsr_dtype_store(c->r->out_dtype, c->out, t, x[c->index[t] - (uint64_t)(g->row * n)]);
+    }
+    return TSR_OK;
+}
+
+static tsr_status at_mm_gather(void *arg, int64_t lo, int64_t hi)
+{
+    at_mm *c = arg;
+    int64_t n = c->o.n, k = c->o.k;
+    for (int64_t i = lo; i < hi; i++) {
+        for (int64_t p = 0; p < k; p++) {
+            c->bcol[i * k + p] = tsr_dtype_load(c->r->dtype, c->o.b, (size_t)(p * n + c->cols[i]));
+            if (c->bcol2 != NULL)
+                c->bcol2[i * k + p] =
+                    tsr_dtype_load(c->r->dtype, c->o.b2, (size_t)(p * n + c->cols[i]));
+        }
+    }
+    return TSR_OK;
+}
+
+static tsr_status at_mm_part(void *arg, int64_t lo, int64_t hi)
+{
+    at_mm *c = arg;
+    int64_t n = c->o.n, k = c->o.k;
+    double *a = malloc((size_t)k * sizeof *a);
+    if (a == NULL)
+        return TSR_NO_MEMORY;
+    for (int64_t i = lo; i < hi; i++) {
+        const at_row *g = &c->part[i];
+        at_mm_load_a(c, g->row, a);
+        for (size_t t = g->first; t < g->first + g->count; t++) {
+            int64_t col = (int64_t)(c->index[t] - (uint64_t)(g->row * n));
+            size_t slot = at_column_slot(c->cols, c->n_cols, col);
+            const double *b = c->bcol + (int64_t)slot * k;
+            double s = 0, s2 = 0;
+            for (int64_t p = 0; p < k; p++)
+                s += a[p] * b[p];
+            if (c->bcol2 != NULL) {
+                const double *b2 = c->bcol2 + (int64_t)slot * k;
+                for (int64_t p = 0; p < k; p++)
+                    s2 += a[p] * b2[p];
+            }
+            tsr_dtype_store(c->r->out_dtype, c->out, t,
+                            tsri_mm_element(c->r, &c->o, g->row, col, s, s2));
+        }
+    }
+    free(a);
+    return TSR_OK;
+}
+
+static int at_threads(int threads, int64_t units)
+{
+    return units < threads ? (int)(units > 0 ? units : 1) : threads;
+}
+
+static bool at_reduces(const tsr_region *r)
+{
+    return r->kind == TSR_KIND_FUSED && r->u.fused.reduction != TSR_REDUCTION_NONE;
+}
+
+static tsr_status at_mm_run(const tsr_region *r, const void *const *inputs, const uint64_t *index,
+                            size_t count, void *out, int threads)
+{
+    at_mm c = {.r = r, .index = index, .out = out};
+    tsri_mm_operands_of(r, inputs, &c.o);
+    at_row *whole = NULL, *part = NULL;
+    size_t n_part = 0;
+    int64_t *cols = NULL;
+    tsr_status st = at_rows(index, count, c.o.n, at_reduces(r), &whole, &c.n_whole, &part, &n_part);
+    c.whole = whole;
+    c.part = part;
+    if (st == TSR_OK && c.n_whole > 0) {
+        size_t accs = c.n_whole * (size_t)c.o.n;
+        c.a_whole = malloc(c.n_whole * (size_t)c.o.k * sizeof *c.a_whole + 1);
+        c.acc = calloc(accs, sizeof *c.acc);
+        c.acc2 = c.o.b2 != NULL ? calloc(accs, sizeof *c.acc2) : NULL;
+        if (c.a_whole == NULL || c.acc == NULL || (c.o.b2 != NULL && c.acc2 == NULL))
+            st = TSR_NO_MEMORY;
+        int64_t chunks = (c.o.n + AT_CHUNK - 1) / AT_CHUNK;
+        if (st == TSR_OK)
+            st = tsri_ref_parallel(at_threads(threads, (int64_t)c.n_whole), (int64_t)c.n_whole,
+                                   at_mm_whole_a, &c);
+        if (st == TSR_OK)
+            st = tsri_ref_parallel(at_threads(threads, chunks), chunks, at_mm_whole_chunk, &c);
+        if (st == TSR_OK)
+            st = tsri_ref_parallel(at_threads(threads, (int64_t)c.n_whole), (int64_t)c.n_whole,
+                                   at_mm_whole_finish, &c);
+    }
+    if (st == TSR_OK && n_part > 0) {
+        st = at_columns(index, c.o.n, part, n_part, &cols, &c.n_cols);
+        c.cols = cols;
+        if (st == TSR_OK) {
+            size_t size = c.n_cols * (size_t)c.o.k * sizeof *c.bcol + 1;
+            c.bcol = malloc(size);
+            c.bcol2 = c.o.b2 != NULL ? malloc(size) : NULL;
+            if (c.bcol == NULL || (c.o.b2 != NULL && c.bcol2 == NULL))
+                st = TSR_NO_MEMORY;
+        }
+        if (st == TSR_OK)
+            st = tsri_ref_parallel(at_threads(threads, (int64_t)c.n_cols), (int64_t)c.n_cols,
+                                   at_mm_gather, &c);
+        if (st == TSR_OK)
+            st = tsri_ref_parallel(at_threads(threads, (int64_t)n_part), (int64_t)n_part,
+                                   at_mm_part, &c);
+    }
+    free(c.a_whole);
+    free(c.acc);
+    free(c.acc2);
+    free(c.bcol);
+    free(c.bcol2);
+    free(cols);
+    free(whole);
+    free(part);
+    return st;
+}
+
+/* ---- attention ---- */
+
+typedef struct at_att {
+    const tsr_region *r;
+    const void *const *inputs;
+    const uint64_t *index;
+    void *out;
+    const at_row *rows;
+} at_att;
+
+static tsr_status at_att_rows(void *arg, int64_t lo, int64_t hi)
+{
+    at_att *c = arg;
+    const tsr_attention_desc *d = &c->r->u.attention;
+    double *q = malloc((size_t)d->head_dim * sizeof *q);
+    double *p = malloc((size_t)d->seq_k * sizeof *p);
+    double *o = malloc((size_t)d->head_dim_v * sizeof *o);
+    tsr_status st = q != NULL && p != NULL && o != NULL ? TSR_OK : TSR_NO_MEMORY;
+    for (int64_t i = lo; st == TSR_OK && i < hi; i++) {
+        const at_row *g = &c->rows[i];
+        tsri_att_row(c->r, c->inputs, NULL, NULL, g->row, q, p, o);
+        for (size_t t = g->first; t < g->first + g->count; t++)
+            tsr_dtype_store(c->r->out_dtype, c->out, t,
+                            o[c->index[t] - (uint64_t)(g->row * d->head_dim_v)]);
+    }
+    free(q);
+    free(p);
+    free(o);
+    return st;
+}
+
+static tsr_status at_att_run(const tsr_region *r, const void *const *inputs, const uint64_t *index,
+                             size_t count, void *out, int threads)
+{
+    at_row *rows = NULL, *none = NULL;
+    size_t n_rows = 0, n_none = 0;
+    tsr_status st =
+        at_rows(index, count, r->u.attention.head_dim_v, true, &rows, &n_rows, &none, &n_none);
+    at_att c = {r, inputs, index, out, rows};
+    if (st == TSR_OK)
+        st = tsri_ref_parallel(at_threads(threads, (int64_t)n_rows), (int64_t)n_rows, at_att_rows,
+                               &c);
+    free(rows);
+    free(none);
+    return st;
+}
+
+/* ---- pointwise ---- */
+
+typedef struct at_pw {
+    tsri_pw_plan plan;
+    const uint64_t *index;
+    void *out;
+} at_pw;
+
+/* Positions [lo, hi) of the index, evaluated run by run of consecutive
+ * elements. */
+static tsr_status at_pw_range(void *arg, int64_t lo, int64_t hi)
+{
+    at_pw *c = arg;
+    tsr_status st = TSR_OK;
+    for (int64_t t = lo; st == TSR_OK && t < hi;) {
+        int64_t end = t + 1;
+        while (end < hi && c->index[end] == c->index[end - 1] + 1)
+            end++;
+        st = tsri_pw_eval(&c->plan, (int64_t)c->index[t], (int64_t)c->index[t] + (end - t), c->out,
+                          t);
+        t = end;
+    }
+    return st;
+}
+
+static tsr_status at_pw_run(const tsr_region *r, const void *const *inputs, const uint64_t *index,
+                            size_t count, void *out, int threads)
+{
+    at_pw c = {.index = index, .out = out};
+    tsri_pw_plan_of(r, inputs, &c.plan);
+    int64_t units = (int64_t)count / AT_RUN + 1;
+    return tsri_ref_parallel(at_threads(threads, units), (int64_t)count, at_pw_range, &c);
+}
+
+tsr_status tsr_ref_run_at(const tsr_region *r, const void *const *inputs, const uint64_t *index,
+                          size_t count, void *out, int threads, tsr_error *err)
+{
+    if (r == NULL || inputs == NULL || (count > 0 && (index == NULL || out == NULL)))
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "reference: NULL region or buffer");
+    if ((unsigned)r->kind >= TSR_KIND_COUNT)
+        return tsr_error_set(err, TSR_UNKNOWN_KIND, "reference: unknown region kind %d",
+                             (int)r->kind);
+    tsr_status st = at_check(r, index, count, err);
+    if (st != TSR_OK || count == 0)
+        return st;
+    int nthreads = tsri_ref_threads(threads);
+    switch (r->kind) {
+    case TSR_KIND_POINTWISE:
+        st = at_pw_run(r, inputs, index, count, out, nthreads);
+        break;
+    case TSR_KIND_ATTENTION:
+        st = at_att_run(r, inputs, index, count, out, nthreads);
+        break;
+    case TSR_KIND_MATMUL:
+    case TSR_KIND_FUSED:
+    case TSR_KIND_GATED:
+    default:
+        st = at_mm_run(r, inputs, index, count, out, nthreads);
+        break;
+    }
+    if (st == TSR_NO_MEMORY)
+        return tsr_error_set(err, st, "reference: scratch memory for %zu positions of a %s region",
+                             count, tsr_region_kind_name(r->kind));
+    if (st == TSR_OK)
+        tsr_error_clear(err);
+    return st;
+}
+
+/* ---- work ---- */
+
+/* Element-wise steps after the dot products, per output: the epilogue chain,
+ * the residual, the reduction's 4 and the store (gated: activation, product
+ * and store). */
+static double at_mm_steps(const tsr_region *r)
+{
+    if (r->kind == TSR_KIND_GATED)
+        return 3;
+    if (r->kind != TSR_KIND_FUSED)
+        return 1;
+    const tsr_fused_desc *f = &r->u.fused;
+    return 1 + f->n_epilogue + (f->residual ? 1 : 0) + (f->reduction != TSR_REDUCTION_NONE ? 4 : 0);
+}
+
+static double at_mm_work(const tsr_region *r, const uint64_t *index, size_t count)
+{
+    tsri_mm_operands o;
+    const void *none[TSR_MAX_REGION_INPUTS] = {0};
+    tsri_mm_operands_of(r, none, &o);
+    at_row *whole = NULL, *part = NULL;
+    size_t n_whole = 0, n_part = 0, n_cols = 0, points = 0;
+    int64_t *cols = NULL;
+    if (at_rows(index, count, o.n, at_reduces(r), &whole, &n_whole, &part, &n_part) != TSR_OK ||
+        at_columns(index, o.n, part, n_part, &cols, &n_cols) != TSR_OK) {
+        free(whole);
+        free(part);
+        return INFINITY; /* cannot be counted, cannot be run */
+    }
+    for (size_t i = 0; i < n_part; i++)
+        points += part[i].count;
+    free(whole);
+    free(part);
+    free(cols);
+    double k = (double)o.k, n = (double)o.n, products = r->kind == TSR_KIND_GATED ? 2 : 1;
+    double prologue = r->kind == TSR_KIND_FUSED ? r->u.fused.n_prologue : 0;
+    double rows = (double)n_whole + (double)n_part, outputs = (double)n_whole * n + (double)points;
+    double work = AT_E * k * (1 + prologue) * rows;    /* A's rows */
+    work += n_whole > 0 ? products * AT_E * k * n : 0; /* B streamed once */
+    work += products * AT_E * k * (double)n_cols;      /* B's named columns */
+    work += products * 2 * k * outputs;                /* the dot products */
+    return work + AT_E * at_mm_steps(r) * outputs;
+}
+
+static double at_att_work(const tsr_region *r, const uint64_t *index, size_t count)
+{
+    const tsr_attention_desc *d = &r->u.attention;
+    double work = 0;
+    for (size_t t = 0; t < count; t++) {
+        int64_t row = (int64_t)(index[t] / (uint64_t)d->head_dim_v);
+        if (t > 0 && index[t - 1] / (uint64_t)d->head_dim_v == (uint64_t)row)
+            continue;
+        int64_t m = row % d->seq_q;
+        int64_t visible = d->causal ? m + (d->seq_k - d->seq_q) + 1 : d->seq_k;
+        double p = (double)(visible < 0 ? 0 : visible > d->seq_k ? d->seq_k : visible);
+        double dd = (double)(d->head_dim + d->head_dim_v);
+        /* Every key and value is read where it is used, and one exponent per key. */
+        work += 2 * p * dd + AT_E * ((double)d->head_dim + p * (dd + 1) + (double)d->head_dim_v);
+    }
+    return work;
+}
+
+double tsr_ref_work_at(const tsr_region *r, const uint64_t *index, size_t count)
+{
+    if (r == NULL || (unsigned)r->kind >= TSR_KIND_COUNT || (count > 0 && index == NULL))
+        return 0;
+    switch (r->kind) {
+    case TSR_KIND_POINTWISE: {
+        const tsr_pointwise_desc *pw = &r->u.pointwise;
+        return AT_E * (double)count * (double)(pw->n_inputs + pw->n_nodes + 1);
+    }
+    case TSR_KIND_ATTENTION:
+        return at_att_work(r, index, count);
+    case TSR_KIND_MATMUL:
+    case TSR_KIND_FUSED:
+    case TSR_KIND_GATED:
+        break;
+    }
+    return at_mm_work(r, index, count);
+}

@@ -63,6 +63,10 @@ tsr_status tsrd_config_defaults(tsrd_config *c, tsr_error *err)
     c->ipc_mode = TSRD_DEFAULT_IPC_MODE;
     c->max_request_work = TSRD_DEFAULT_MAX_REQUEST_WORK;
     c->kernel_timeout_ms = TSRD_DEFAULT_KERNEL_TIMEOUT_MS;
+    c->max_requests_per_connection = TSRD_DEFAULT_REQUESTS_PER_CONNECTION;
+    c->max_unread_replies_per_tenant = TSRD_DEFAULT_UNREAD_REPLIES_PER_TENANT;
+    c->replay_bytes_per_connection = TSRD_DEFAULT_REPLAY_BYTES_PER_CONNECTION;
+    c->replay_bytes_per_tenant = TSRD_DEFAULT_REPLAY_BYTES_PER_TENANT;
     tsr_status st = config_add_listen(c, TSRD_DEFAULT_LISTEN, err);
     if (st == TSR_OK)
         st = config_set_string(&c->cache_dir, TSRD_DEFAULT_CACHE_DIR, err);
@@ -224,6 +228,16 @@ static tsr_status key_log_level(tsrd_config *c, const cJSON *v, tsr_error *err)
     if (st == TSR_OK && !tsrd_log_level_parse(s, &c->log_level))
         st = tsr_error_set(err, TSR_BAD_ATTRIBUTE,
                            "log_level: '%s' is not one of error, warn, info, debug", s);
+    return st;
+}
+
+static tsr_status key_log_format(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    const char *s = NULL;
+    tsr_status st = config_json_string(v, "log_format", &s, err);
+    if (st == TSR_OK && !tsrd_log_format_parse(s, &c->log_format))
+        st = tsr_error_set(err, TSR_BAD_ATTRIBUTE,
+                           "log_format: '%s' is not one of auto, text, journal, json", s);
     return st;
 }
 
@@ -476,6 +490,37 @@ static tsr_status key_max_request_work(tsrd_config *c, const cJSON *v, tsr_error
     return config_json_u64(v, "max_request_work", 0, max, &c->max_request_work, err);
 }
 
+/* Admission limits (docs/operations.md, "Limits"). */
+static tsr_status key_max_connections(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    return config_json_u64(v, "max_connections", 0, UINT64_C(1) << 24, &c->max_connections, err);
+}
+
+static tsr_status key_max_requests_per_connection(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    return config_json_u64(v, "max_requests_per_connection", 1, 4096,
+                           &c->max_requests_per_connection, err);
+}
+
+static tsr_status key_max_unread_replies_per_tenant(tsrd_config *c, const cJSON *v,
+                                                    tsr_error *err)
+{
+    return config_json_u64(v, "max_unread_replies_per_tenant", 1, UINT64_C(1) << 20,
+                           &c->max_unread_replies_per_tenant, err);
+}
+
+static tsr_status key_replay_bytes_per_connection(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    return config_json_u64(v, "replay_bytes_per_connection", 0, UINT64_C(1) << 40,
+                           &c->replay_bytes_per_connection, err);
+}
+
+static tsr_status key_replay_bytes_per_tenant(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    return config_json_u64(v, "replay_bytes_per_tenant", 0, UINT64_C(1) << 40,
+                           &c->replay_bytes_per_tenant, err);
+}
+
 static const struct config_key {
     const char *name;
     tsr_status (*set)(tsrd_config *c, const cJSON *v, tsr_error *err);
@@ -484,6 +529,7 @@ static const struct config_key {
     {"cache_dir", key_cache_dir},
     {"backend", key_backend},
     {"log_level", key_log_level},
+    {"log_format", key_log_format},
     {"max_message_bytes", key_max_message},
     {"workers", key_workers},
     {"cache_memory_bytes", key_cache_memory},
@@ -496,6 +542,11 @@ static const struct config_key {
     {"max_request_work", key_max_request_work},
     {"kernel_timeout_ms", key_kernel_timeout},
     {"test_faults", key_test_faults},
+    {"max_connections", key_max_connections},
+    {"max_requests_per_connection", key_max_requests_per_connection},
+    {"max_unread_replies_per_tenant", key_max_unread_replies_per_tenant},
+    {"replay_bytes_per_connection", key_replay_bytes_per_connection},
+    {"replay_bytes_per_tenant", key_replay_bytes_per_tenant},
 };
 
 static const struct config_key *config_key_find(const char *name)
@@ -569,6 +620,7 @@ const char *tsrd_config_usage(void)
 {
     return "usage: tesserad [--config FILE] [--listen URL]... [--cache-dir DIR]\n"
            "                [--backend auto|cpu|cuda|...] [--log-level error|warn|info|debug]\n"
+           "                [--log-format auto|text|journal|json]\n"
            "                [--max-message-bytes N] [--workers N] [--help] [--version]\n"
            "       tesserad --hash-token < token-file\n"
            "\n"
@@ -581,6 +633,8 @@ const char *tsrd_config_usage(void)
            "                          a worker process), cuda-inprocess, cpu-isolated\n"
            "  --log-level LEVEL       error, warn, info (default) or debug (one line per "
            "request)\n"
+           "  --log-format FORMAT     auto (journal under journald, else text), text, journal\n"
+           "                          (syslog priorities) or json (one object per line)\n"
            "  --max-message-bytes N   largest request accepted (default 67108864)\n"
            "  --workers N             worker threads for compiles and launches (default: "
            "CPUs)\n"
@@ -633,6 +687,13 @@ static tsr_status config_apply_flag(tsrd_config *c, const char *flag, const char
                                  "--log-level: '%s' is not one of error, warn, info, debug", value);
         return TSR_OK;
     }
+    if (strcmp(flag, "--log-format") == 0) {
+        if (!tsrd_log_format_parse(value, &c->log_format))
+            return tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                                 "--log-format: '%s' is not one of auto, text, journal, json",
+                                 value);
+        return TSR_OK;
+    }
     if (strcmp(flag, "--max-message-bytes") == 0)
         return config_arg_u64(flag, value, 4096, UINT64_C(1) << 40, &c->max_message_bytes, err);
     if (strcmp(flag, "--workers") == 0) {
@@ -646,9 +707,9 @@ static tsr_status config_apply_flag(tsrd_config *c, const char *flag, const char
 
 static bool config_flag_takes_value(const char *flag)
 {
-    static const char *const with_value[] = {"--config",  "--listen",    "--cache-dir",
-                                             "--backend", "--log-level", "--max-message-bytes",
-                                             "--workers"};
+    static const char *const with_value[] = {
+        "--config",    "--listen",     "--cache-dir",         "--backend",
+        "--log-level", "--log-format", "--max-message-bytes", "--workers"};
     for (size_t i = 0; i < sizeof with_value / sizeof with_value[0]; i++)
         if (strcmp(flag, with_value[i]) == 0)
             return true;

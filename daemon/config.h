@@ -8,7 +8,9 @@
  *   listen (array of URLs), cache_dir, backend, log_level, max_message_bytes,
  *   workers, cache_memory_bytes, cache_disk_bytes, tenants, ipc_mode,
  *   allow_plain_tcp, tls, metrics_listen, max_request_work, kernel_timeout_ms,
- *   test_faults
+ *   test_faults, max_connections, max_requests_per_connection,
+ *   max_unread_replies_per_tenant, replay_bytes_per_connection,
+ *   replay_bytes_per_tenant
  *
  * tenants is an array of objects {name, token_sha256 [hex], uids [n], gids [n],
  * quotas {device_memory_bytes, buffers, in_flight, compiles}}; tokens are kept
@@ -52,6 +54,12 @@
 #define TSRD_DEFAULT_MAX_REQUEST_WORK UINT64_C(40000000000)
 /* Five minutes: far past any legitimate kernel, short enough to free a stuck device. */
 #define TSRD_DEFAULT_KERNEL_TIMEOUT_MS UINT64_C(300000)
+/* Admission limits (docs/operations.md, "Limits"); max_connections defaults
+ * to half the descriptor limit, worked out at start-up (net/server.c). */
+#define TSRD_DEFAULT_REQUESTS_PER_CONNECTION 64
+#define TSRD_DEFAULT_UNREAD_REPLIES_PER_TENANT 256
+#define TSRD_DEFAULT_REPLAY_BYTES_PER_CONNECTION (UINT64_C(1) << 20)
+#define TSRD_DEFAULT_REPLAY_BYTES_PER_TENANT (UINT64_C(64) << 20)
 
 /* Per-tenant limits; 0 means unlimited. */
 typedef struct tsrd_quota {
@@ -76,6 +84,7 @@ typedef struct tsrd_config {
     char *cache_dir;
     char *backend; /* "auto", "cpu" or "cuda" */
     tsrd_log_level log_level;
+    tsrd_log_format log_format; /* "log_format" / --log-format; auto by default */
     uint64_t max_message_bytes;
     int workers;                 /* worker threads; 0 = one per online CPU */
     uint64_t cache_memory_bytes; /* 0 = the kernel cache's default */
@@ -95,6 +104,15 @@ typedef struct tsrd_config {
     bool tls_verify_clients; /* require a client certificate signed by ca_file */
     char *metrics_listen;    /* http://HOST:PORT for GET /metrics; NULL: none */
     bool test_faults;        /* registers the faulting test candidate (tests only) */
+    /* Admission limits: connections at once (0: half of RLIMIT_NOFILE),
+     * requests outstanding on one connection, replies a tenant's peers leave
+     * unread, and bytes of stored replies for resends per connection and per
+     * tenant (0: none kept). */
+    uint64_t max_connections;
+    uint64_t max_requests_per_connection;
+    uint64_t max_unread_replies_per_tenant;
+    uint64_t replay_bytes_per_connection;
+    uint64_t replay_bytes_per_tenant;
 } tsrd_config;
 
 /* What the command line asked for besides settings. */

@@ -71,6 +71,7 @@ tsr_status tsrd_daemon_init(tsrd_daemon *d, const tsrd_config *config, uv_loop_t
     if (st != TSR_OK)
         return st;
     d->log.level = config->log_level;
+    d->log.format = config->log_format;
     d->loop = loop;
     d->handler_find = tsrd_handler_find;
     d->start_ns = uv_hrtime();

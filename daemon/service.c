@@ -156,7 +156,7 @@ int tsrd_service_run(const tsrd_config *config)
 {
     service *svc = calloc(1, sizeof *svc);
     uv_loop_t loop;
-    tsrd_log log = {.level = config->log_level};
+    tsrd_log log = {.level = config->log_level, .format = config->log_format};
     tsr_error err;
     signal(SIGPIPE, SIG_IGN);
     if (svc == NULL || uv_loop_init(&loop) != 0) {

@@ -17,6 +17,14 @@
  * updates on a hit, so their evictions agree roughly on what is cold. Byte counts
  * kept here are this process's view, corrected by a rescan whenever the directory
  * has to be trimmed.
+ *
+ * Whoever can write the directory is not trusted with what runs: every entry
+ * carries an HMAC under a key kept in a file only this user can read, and an
+ * entry name is opened only after lstat says it is a regular file, without
+ * following a link or waiting on a FIFO.
+ *
+ * Holders (tsr_kcache_claim) live in a map of their own beside the entries, so
+ * that an entry evicted from memory but kept on disk keeps them.
  */
 #include "tessera/kcache.h"
 #include "kcache_internal.h"
@@ -37,7 +45,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <mbedtls/sha256.h>
+#include <mbedtls/md.h>
+#include <mbedtls/platform_util.h>
 
 #define KCACHE_DEFAULT_MEMORY_BYTES (256ull << 20)
 #define KCACHE_DEFAULT_DISK_BYTES (4ull << 30)
@@ -56,20 +65,24 @@
 
 /* On-disk entry layout, all integers little-endian:
  *   0   4  magic "TSRK"
- *   4   4  format version (1)
- *   8   4  header length (184)
+ *   4   4  format version (2)
+ *   8   4  header length (192)
  *   12  4  reserved, zero
  *   16  32 key
  *   48  64 candidate, NUL-padded
  *   112 16 kind, NUL-padded
  *   128 16 arch, NUL-padded
  *   144 8  payload length
- *   152 32 SHA-256 over bytes 0..151 followed by the payload
- *   184    payload
- * The checksum covers the header as well as the payload so that a flipped bit in
- * the stored meta is caught too, not only one in the binary. */
+ *   152 8  build time, microseconds
+ *   160 32 HMAC-SHA-256 (the cache's key) over bytes 0..159 followed by the payload
+ *   192    payload
+ * The MAC covers the header as well as the payload so that neither a stored
+ * meta nor the binary can be changed, and is keyed so that it cannot be
+ * recomputed by whoever changed them. Version 1 carried a plain SHA-256 in its
+ * place, which anyone can recompute: such files are not trusted. */
 #define KCACHE_MAGIC "TSRK"
-#define KCACHE_FORMAT_VERSION 1u
+#define KCACHE_FORMAT_VERSION TSRI_KCACHE_FORMAT_VERSION
+#define KCACHE_FORMAT_UNAUTHENTICATED 1u
 #define KCACHE_OFF_VERSION 4
 #define KCACHE_OFF_HEADER_LEN 8
 #define KCACHE_OFF_RESERVED 12
@@ -78,9 +91,12 @@
 #define KCACHE_OFF_KIND 112
 #define KCACHE_OFF_ARCH 128
 #define KCACHE_OFF_PAYLOAD_LEN 144
-#define KCACHE_OFF_CHECKSUM 152
-#define KCACHE_HEADER_BYTES 184u
-_Static_assert(KCACHE_HEADER_BYTES == TSRI_KCACHE_HEADER_BYTES, "one header size");
+#define KCACHE_OFF_BUILD_US 152
+#define KCACHE_OFF_MAC TSRI_KCACHE_OFF_MAC
+#define KCACHE_HEADER_BYTES TSRI_KCACHE_HEADER_BYTES
+#define KCACHE_KEY_BYTES TSRI_KCACHE_KEY_BYTES
+#define KCACHE_KEY_FILE "kcache.key"
+_Static_assert(KCACHE_OFF_MAC + 32 == KCACHE_HEADER_BYTES, "the MAC ends the header");
 
 struct kcache_blob {
     tsr_kcache_blob pub; /* first, so a public pointer converts back by a cast */
@@ -124,6 +140,22 @@ struct kcache_disk_file {
     int64_t mtime_ns;
 };
 
+/* One owner's hold on a key, with its own use of it: a listing scoped to the
+ * owner shows these rather than the entry's, which count every owner's. */
+struct kcache_holder {
+    uint64_t owner;
+    uint64_t hits;
+    int64_t last_used_ms;
+};
+
+/* The holders of one key. */
+struct kcache_claim {
+    tsr_fingerprint key;
+    struct kcache_claim *next;
+    size_t n, cap;
+    struct kcache_holder *holders;
+};
+
 struct tsr_kcache {
     pthread_mutex_t lock;
     char *dir;               /* NULL: memory only */
@@ -135,6 +167,11 @@ struct tsr_kcache {
     struct kcache_entry *lru_head;
     struct kcache_entry *lru_tail;
     struct kcache_flight *flights;
+    struct kcache_claim **claims; /* hash map of holders, claim_buckets slots */
+    size_t claim_buckets;
+    size_t n_claims;
+    uint8_t mac_key[KCACHE_KEY_BYTES]; /* with dir: authenticates the entry files */
+    bool key_ephemeral;                /* the key file could not be made */
     tsr_kcache_stats stats;
     int64_t last_stamp_ns;
     bool disk_trimming;
@@ -259,13 +296,15 @@ static void kcache_meta_copy(tsr_kcache_meta *dst, const tsr_kcache_meta *src)
 
 /* ---- blobs ---- */
 
-static struct kcache_blob *kcache_blob_new(uint8_t *data, size_t len, const tsr_kcache_meta *meta)
+static struct kcache_blob *kcache_blob_new(uint8_t *data, size_t len, const tsr_kcache_meta *meta,
+                                           double build_ms)
 {
     struct kcache_blob *b = calloc(1, sizeof *b);
     if (b == NULL)
         return NULL;
     b->pub.data = data;
     b->pub.len = len;
+    b->pub.build_ms = build_ms;
     kcache_meta_copy(&b->pub.meta, meta);
     atomic_init(&b->refs, 1);
     return b;
@@ -290,16 +329,114 @@ void tsr_kcache_blob_release(const tsr_kcache_blob *blob)
     }
 }
 
-/* ---- memory level (callers hold c->lock) ---- */
+/* ---- holders (callers hold c->lock) ---- */
 
-static size_t kcache_bucket_of(const tsr_kcache *c, const tsr_fingerprint *key)
+static uint64_t kcache_key_hash(const tsr_fingerprint *key)
 {
     /* Keys are SHA-256 digests in production, but tests and tools may hand in
      * patterned keys; FNV-1a over the whole key spreads either. */
     uint64_t h = 0xcbf29ce484222325ull;
     for (int i = 0; i < TSR_FINGERPRINT_BYTES; i++)
         h = (h ^ key->bytes[i]) * 0x100000001b3ull;
-    return (size_t)(h & (c->bucket_count - 1));
+    return h;
+}
+
+static size_t kcache_claim_bucket(const tsr_kcache *c, const tsr_fingerprint *key)
+{
+    return (size_t)(kcache_key_hash(key) & (c->claim_buckets - 1));
+}
+
+static struct kcache_claim *kcache_claim_find(tsr_kcache *c, const tsr_fingerprint *key)
+{
+    for (struct kcache_claim *k = c->claims[kcache_claim_bucket(c, key)]; k; k = k->next)
+        if (kcache_key_cmp(&k->key, key) == 0)
+            return k;
+    return NULL;
+}
+
+static struct kcache_holder *kcache_claim_holder(struct kcache_claim *k, uint64_t owner)
+{
+    for (size_t i = 0; k != NULL && i < k->n; i++)
+        if (k->holders[i].owner == owner)
+            return &k->holders[i];
+    return NULL;
+}
+
+/* Doubles the claim buckets when claims outnumber them; a failed allocation
+ * only leaves chains longer. */
+static void kcache_claims_grow(tsr_kcache *c)
+{
+    if (c->n_claims < c->claim_buckets)
+        return;
+    size_t n = c->claim_buckets * 2;
+    struct kcache_claim **nb = calloc(n, sizeof *nb);
+    if (nb == NULL)
+        return;
+    struct kcache_claim **old = c->claims;
+    size_t old_n = c->claim_buckets;
+    c->claims = nb;
+    c->claim_buckets = n;
+    for (size_t i = 0; i < old_n; i++) {
+        struct kcache_claim *k = old[i];
+        while (k) {
+            struct kcache_claim *next = k->next;
+            size_t b = kcache_claim_bucket(c, &k->key);
+            k->next = nb[b];
+            nb[b] = k;
+            k = next;
+        }
+    }
+    free(old);
+}
+
+/* Forgets every holder of key. */
+static void kcache_claim_drop(tsr_kcache *c, const tsr_fingerprint *key)
+{
+    struct kcache_claim **pp = &c->claims[kcache_claim_bucket(c, key)];
+    while (*pp != NULL && kcache_key_cmp(&(*pp)->key, key) != 0)
+        pp = &(*pp)->next;
+    struct kcache_claim *k = *pp;
+    if (k == NULL)
+        return;
+    *pp = k->next;
+    free(k->holders);
+    free(k);
+    c->n_claims--;
+}
+
+static void kcache_claims_clear(tsr_kcache *c)
+{
+    for (size_t i = 0; i < c->claim_buckets; i++) {
+        while (c->claims[i] != NULL) {
+            struct kcache_claim *k = c->claims[i];
+            c->claims[i] = k->next;
+            free(k->holders);
+            free(k);
+        }
+    }
+    c->n_claims = 0;
+}
+
+/* Removes owner from key's holders; the number of holders left (0 when the
+ * claim is gone, or owner held nothing). */
+static size_t kcache_claim_release(tsr_kcache *c, const tsr_fingerprint *key, uint64_t owner)
+{
+    struct kcache_claim *k = kcache_claim_find(c, key);
+    struct kcache_holder *h = kcache_claim_holder(k, owner);
+    if (h == NULL)
+        return k != NULL ? k->n : 0;
+    *h = k->holders[--k->n];
+    if (k->n > 0)
+        return k->n;
+    kcache_claim_drop(c, key);
+    return 0;
+}
+
+/* ---- memory level (callers hold c->lock) ---- */
+
+static size_t kcache_bucket_of(const tsr_kcache *c, const tsr_fingerprint *key)
+{
+    return (size_t)(kcache_key_hash(key) & (c->bucket_count - 1));
 }
 
 static struct kcache_entry *kcache_memory_find(tsr_kcache *c, const tsr_fingerprint *key)
@@ -382,6 +519,10 @@ static void kcache_memory_remove(tsr_kcache *c, struct kcache_entry *e)
 static void kcache_memory_trim(tsr_kcache *c)
 {
     while (c->memory_charged > c->memory_limit && c->lru_tail != NULL) {
+        /* Without a directory the entry is gone altogether, and so are its
+         * holders; with one it stays on disk, held. */
+        if (c->dir == NULL)
+            kcache_claim_drop(c, &c->lru_tail->key);
         kcache_memory_remove(c, c->lru_tail);
         c->stats.memory_evictions++;
     }
@@ -477,16 +618,38 @@ static void kcache_fsync_dir(const char *path)
     }
 }
 
-static void kcache_checksum(const uint8_t *header, const uint8_t *payload, size_t len,
-                            uint8_t out[32])
+tsr_status tsri_kcache_entry_mac(const uint8_t mac_key[TSRI_KCACHE_KEY_BYTES],
+                                 const uint8_t *header, const uint8_t *payload, size_t payload_len,
+                                 uint8_t out[32])
 {
-    mbedtls_sha256_context ctx;
-    mbedtls_sha256_init(&ctx);
-    mbedtls_sha256_starts_ret(&ctx, 0);
-    mbedtls_sha256_update_ret(&ctx, header, KCACHE_OFF_CHECKSUM);
-    mbedtls_sha256_update_ret(&ctx, payload, len);
-    mbedtls_sha256_finish_ret(&ctx, out);
-    mbedtls_sha256_free(&ctx);
+    mbedtls_md_context_t ctx;
+    mbedtls_md_init(&ctx);
+    const mbedtls_md_info_t *info = mbedtls_md_info_from_type(MBEDTLS_MD_SHA256);
+    bool ok = info != NULL && mbedtls_md_setup(&ctx, info, 1) == 0 &&
+              mbedtls_md_hmac_starts(&ctx, mac_key, KCACHE_KEY_BYTES) == 0 &&
+              mbedtls_md_hmac_update(&ctx, header, KCACHE_OFF_MAC) == 0 &&
+              (payload_len == 0 || mbedtls_md_hmac_update(&ctx, payload, payload_len) == 0) &&
+              mbedtls_md_hmac_finish(&ctx, out) == 0;
+    mbedtls_md_free(&ctx);
+    return ok ? TSR_OK : TSR_NO_MEMORY; /* setup allocates; nothing else can fail */
+}
+
+/* Compares without an early exit, so that the time taken says nothing about
+ * how much of a forged MAC matched. */
+static bool kcache_mac_equal(const uint8_t *a, const uint8_t *b)
+{
+    unsigned diff = 0;
+    for (int i = 0; i < 32; i++)
+        diff |= (unsigned)(a[i] ^ b[i]);
+    return diff == 0;
+}
+
+/* A header of the format before entries were authenticated: its checksum
+ * could have been recomputed by anyone. */
+static bool kcache_header_old(const uint8_t *h)
+{
+    return memcmp(h, KCACHE_MAGIC, 4) == 0 &&
+           kcache_get_u32(h + KCACHE_OFF_VERSION) == KCACHE_FORMAT_UNAUTHENTICATED;
 }
 
 static bool kcache_field_terminated(const uint8_t *p, size_t n)
@@ -516,18 +679,24 @@ static void kcache_header_meta(const uint8_t *h, tsr_kcache_meta *meta)
     memcpy(meta->arch, h + KCACHE_OFF_ARCH, sizeof meta->arch);
 }
 
-tsr_status tsri_kcache_entry_parse(const uint8_t *header, const uint8_t *payload,
+tsr_status tsri_kcache_entry_parse(const uint8_t mac_key[TSRI_KCACHE_KEY_BYTES],
+                                   const uint8_t *header, const uint8_t *payload,
                                    size_t payload_len, const tsr_fingerprint *key,
-                                   tsr_kcache_meta *meta)
+                                   tsr_kcache_meta *meta, double *build_ms)
 {
+    if (kcache_header_old(header))
+        return TSR_UNAUTHENTICATED;
     if (!kcache_header_check(header, key, (uint64_t)payload_len + KCACHE_HEADER_BYTES))
         return TSR_CORRUPT;
-    static const uint8_t empty[1] = {0};
-    uint8_t sum[32];
-    kcache_checksum(header, payload != NULL ? payload : empty, payload_len, sum);
-    if (memcmp(sum, header + KCACHE_OFF_CHECKSUM, sizeof sum) != 0)
-        return TSR_CORRUPT;
+    uint8_t mac[32];
+    tsr_status st = tsri_kcache_entry_mac(mac_key, header, payload, payload_len, mac);
+    if (st != TSR_OK)
+        return st;
+    if (!kcache_mac_equal(mac, header + KCACHE_OFF_MAC))
+        return TSR_UNAUTHENTICATED;
     kcache_header_meta(header, meta);
+    if (build_ms != NULL)
+        *build_ms = (double)kcache_get_u64(header + KCACHE_OFF_BUILD_US) / 1e3;
     return TSR_OK;
 }
 
@@ -540,10 +709,10 @@ static uint64_t kcache_disk_footprint(uint64_t file_bytes)
     return (file_bytes + KCACHE_DISK_BLOCK - 1) / KCACHE_DISK_BLOCK * KCACHE_DISK_BLOCK;
 }
 
-/* Deletes a file that failed its checks. The file is unlinked only while the
- * name still points at the inode that was read: another process may have just
- * renamed a good entry over it. */
-static void kcache_disk_discard(tsr_kcache *c, const char *path, int fd)
+/* Deletes a file that failed its checks (unauthenticated: its MAC, or the lack
+ * of one). The file is unlinked only while the name still points at the inode
+ * that was read: another process may have just renamed a good entry over it. */
+static void kcache_disk_discard(tsr_kcache *c, const char *path, int fd, bool unauthenticated)
 {
     struct stat by_fd, by_name;
     bool same = fstat(fd, &by_fd) == 0 && lstat(path, &by_name) == 0 &&
@@ -551,6 +720,8 @@ static void kcache_disk_discard(tsr_kcache *c, const char *path, int fd)
     bool removed = same && unlink(path) == 0;
     pthread_mutex_lock(&c->lock);
     c->stats.corrupt_discarded++;
+    if (unauthenticated)
+        c->stats.auth_failures++;
     if (removed) {
         uint64_t bytes = kcache_disk_footprint((uint64_t)by_fd.st_size);
         c->stats.disk_bytes -= bytes < c->stats.disk_bytes ? bytes : c->stats.disk_bytes;
@@ -560,28 +731,56 @@ static void kcache_disk_discard(tsr_kcache *c, const char *path, int fd)
     pthread_mutex_unlock(&c->lock);
 }
 
+/* Opens the entry file at path for reading, only when it is a regular file:
+ * a FIFO in its place would block open() (and the worker with it) for ever, a
+ * link would serve whatever it points at. lstat first, then an open that
+ * neither follows a link nor waits, then the inode opened compared with the
+ * one lstat saw. -1 when there is no such file; *st gets its status. */
+static int kcache_entry_open(const char *path, struct stat *st)
+{
+    struct stat by_name;
+    if (lstat(path, &by_name) != 0 || !S_ISREG(by_name.st_mode))
+        return -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode) || st->st_dev != by_name.st_dev ||
+        st->st_ino != by_name.st_ino) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 /* Reads and checks key's file. TSR_OK with a new blob (one reference) on
  * success; TSR_NOT_FOUND when there is no usable file, including one that failed
- * a check and was discarded. A hit refreshes the file's last-use time. */
+ * a check and was discarded, and a name that is not a regular file (skipped: the
+ * next write renames a good entry over it). A hit refreshes the file's last-use
+ * time. */
 static tsr_status kcache_disk_read(tsr_kcache *c, const tsr_fingerprint *key,
                                    struct kcache_blob **out)
 {
     char path[PATH_MAX];
     kcache_path(c, key, path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    int fd = kcache_entry_open(path, &st);
     if (fd < 0)
         return TSR_NOT_FOUND;
-    struct stat st;
-    uint8_t header[KCACHE_HEADER_BYTES];
+    uint8_t header[KCACHE_HEADER_BYTES] = {0};
     uint8_t *payload = NULL;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
-        goto unusable;
+    bool unauthenticated = false;
     uint64_t file_bytes = (uint64_t)st.st_size;
-    if (file_bytes < KCACHE_HEADER_BYTES)
+    if (file_bytes < KCACHE_HEADER_BYTES) {
+        /* Short for this format, but a small entry of the older one is still
+         * counted as what it is. */
+        unauthenticated =
+            file_bytes >= 8 && kcache_read_at(fd, header, 8, 0) == 1 && kcache_header_old(header);
         goto corrupt;
+    }
     int r = kcache_read_at(fd, header, sizeof header, 0);
     if (r < 0)
         goto unusable;
+    unauthenticated = r == 1 && kcache_header_old(header);
     if (r == 0 || !kcache_header_check(header, key, file_bytes))
         goto corrupt;
     size_t len = (size_t)(file_bytes - KCACHE_HEADER_BYTES);
@@ -591,11 +790,19 @@ static tsr_status kcache_disk_read(tsr_kcache *c, const tsr_fingerprint *key,
     r = kcache_read_at(fd, payload, len, KCACHE_HEADER_BYTES);
     if (r < 0)
         goto unusable;
-    tsr_kcache_meta meta;
-    if (r == 0 || tsri_kcache_entry_parse(header, payload, len, key, &meta) != TSR_OK)
+    if (r == 0)
         goto corrupt;
+    tsr_kcache_meta meta;
+    double build_ms = 0;
+    tsr_status parsed =
+        tsri_kcache_entry_parse(c->mac_key, header, payload, len, key, &meta, &build_ms);
+    unauthenticated = parsed == TSR_UNAUTHENTICATED;
+    if (parsed == TSR_CORRUPT || parsed == TSR_UNAUTHENTICATED)
+        goto corrupt;
+    if (parsed != TSR_OK)
+        goto unusable;
 
-    struct kcache_blob *b = kcache_blob_new(payload, len, &meta);
+    struct kcache_blob *b = kcache_blob_new(payload, len, &meta, build_ms);
     if (b == NULL)
         goto unusable;
     struct timespec ts[2];
@@ -606,7 +813,7 @@ static tsr_status kcache_disk_read(tsr_kcache *c, const tsr_fingerprint *key,
     return TSR_OK;
 
 corrupt:
-    kcache_disk_discard(c, path, fd);
+    kcache_disk_discard(c, path, fd, unauthenticated);
 unusable:
     /* An I/O error or a failed allocation says nothing about the file: keep it. */
     free(payload);
@@ -744,11 +951,11 @@ static void kcache_disk_trim(tsr_kcache *c)
                 kcache_path(c, &files[i].key, path);
                 if (unlink(path) == 0) {
                     total -= files[i].bytes;
-                    evicted++;
+                    /* Kept at the front (i >= evicted) for the holders below. */
+                    files[evicted++].key = files[i].key;
                 }
             }
         }
-        free(files);
     }
 
     pthread_mutex_lock(&c->lock);
@@ -756,6 +963,11 @@ static void kcache_disk_trim(tsr_kcache *c)
         c->stats.disk_bytes = total;
         c->stats.disk_entries = count - evicted;
         c->stats.disk_evictions += evicted;
+        /* A key gone from disk and not in memory is gone: so are its holders. */
+        for (uint64_t i = 0; i < evicted; i++)
+            if (kcache_memory_find(c, &files[i].key) == NULL)
+                kcache_claim_drop(c, &files[i].key);
+        free(files);
     }
     c->disk_trimming = false;
     pthread_mutex_unlock(&c->lock);
@@ -781,7 +993,11 @@ static void kcache_disk_write(tsr_kcache *c, const tsr_fingerprint *key,
     memcpy(header + KCACHE_OFF_KIND, b->pub.meta.kind, 16);
     memcpy(header + KCACHE_OFF_ARCH, b->pub.meta.arch, 16);
     kcache_put_u64(header + KCACHE_OFF_PAYLOAD_LEN, b->pub.len);
-    kcache_checksum(header, b->pub.data, b->pub.len, header + KCACHE_OFF_CHECKSUM);
+    kcache_put_u64(header + KCACHE_OFF_BUILD_US,
+                   b->pub.build_ms > 0 ? (uint64_t)(b->pub.build_ms * 1e3) : 0);
+    if (tsri_kcache_entry_mac(c->mac_key, header, b->pub.data, b->pub.len,
+                              header + KCACHE_OFF_MAC) != TSR_OK)
+        goto failed;
 
     bool created_sub = false;
     if (mkdir(sub, 0755) == 0)
@@ -870,6 +1086,131 @@ static bool kcache_mkdir_p(const char *dir)
     return true;
 }
 
+/* Reads the key from an existing key file: 1 when read, 0 when there is none,
+ * -1 (err set) when there is one that cannot be read or trusted. Trusted means
+ * a regular file of exactly the key's size, owned by this user and neither
+ * readable nor writable by anyone else: a key others can read lets them forge
+ * entries, one others could have written may be theirs. */
+static int kcache_key_read(const char *path, uint8_t key[KCACHE_KEY_BYTES], tsr_error *err)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0 && errno == ENOENT)
+        return 0;
+    if (fd < 0) {
+        tsr_error_set(err, TSR_IO_ERROR, "cache key file '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    const char *why = NULL;
+    if (fstat(fd, &st) != 0)
+        why = strerror(errno);
+    else if (!S_ISREG(st.st_mode))
+        why = "not a regular file";
+    else if (st.st_uid != geteuid())
+        why = "owned by another user";
+    else if ((st.st_mode & 077) != 0)
+        why = "others may read or write it (it must be mode 0600; delete it to make a new key, "
+              "which discards the cached entries)";
+    else if (st.st_size != KCACHE_KEY_BYTES)
+        why = "not a key (wrong size)";
+    else if (kcache_read_at(fd, key, KCACHE_KEY_BYTES, 0) != 1)
+        why = "cannot be read";
+    close(fd);
+    if (why == NULL)
+        return 1;
+    tsr_error_set(err, TSR_IO_ERROR, "cache key file '%s': %s", path, why);
+    return -1;
+}
+
+/* Writes a new random key to a temporary file beside path and links it into
+ * place, which fails if another process made the key first: then theirs is the
+ * one to use. 1 when this call made it, 0 when another did, -1 (err set). */
+static int kcache_key_make(const char *path, uint8_t key[KCACHE_KEY_BYTES], tsr_error *err)
+{
+    char tmp[PATH_MAX];
+    uint64_t suffix;
+    for (size_t got = 0; got < KCACHE_KEY_BYTES;) {
+        ssize_t n = getrandom(key + got, KCACHE_KEY_BYTES - got, 0);
+        if (n < 0 && errno != EINTR) {
+            tsr_error_set(err, TSR_IO_ERROR, "cache key: getrandom: %s", strerror(errno));
+            return -1;
+        }
+        got += n > 0 ? (size_t)n : 0;
+    }
+    if (getrandom(&suffix, sizeof suffix, GRND_NONBLOCK) != (ssize_t)sizeof suffix)
+        suffix = (uint64_t)kcache_now_ns();
+    if (snprintf(tmp, sizeof tmp, "%s.tmp-%ld-%016" PRIx64, path, (long)getpid(), suffix) >=
+        (int)sizeof tmp) {
+        tsr_error_set(err, TSR_INVALID_ARGUMENT, "cache key file '%s': name too long", path);
+        return -1;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        tsr_error_set(err, TSR_IO_ERROR, "cache key file '%s': %s", tmp, strerror(errno));
+        return -1;
+    }
+    bool ok =
+        fchmod(fd, 0600) == 0 && kcache_write_all(fd, key, KCACHE_KEY_BYTES) && fsync(fd) == 0;
+    int saved = errno;
+    ok = close(fd) == 0 && ok;
+    int made = ok && link(tmp, path) == 0 ? 1 : 0;
+    if (ok && made == 0 && errno != EEXIST) {
+        saved = errno;
+        ok = false;
+    }
+    unlink(tmp);
+    if (!ok) {
+        tsr_error_set(err, TSR_IO_ERROR, "cache key file '%s': %s", path, strerror(saved));
+        return -1;
+    }
+    if (made) {
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%s", path);
+        char *slash = strrchr(dir, '/');
+        if (slash != NULL) {
+            *slash = '\0';
+            kcache_fsync_dir(dir[0] != '\0' ? dir : "/");
+        } else {
+            kcache_fsync_dir(".");
+        }
+    }
+    return made;
+}
+
+/* The key that authenticates the entry files: read from the key file, made
+ * there first when there is none. A key file that cannot be read or trusted
+ * fails the open; one that cannot be made (a full or read-only file system)
+ * leaves this process with a key of its own, as the disk level is best effort:
+ * its entries then fail the next process's check and are rebuilt. */
+static tsr_status kcache_key_load(tsr_kcache *c, const char *key_file, tsr_error *err)
+{
+    char path[PATH_MAX];
+    if (key_file != NULL && key_file[0] != '\0')
+        snprintf(path, sizeof path, "%s", key_file);
+    else
+        snprintf(path, sizeof path, "%s/%s", c->dir, KCACHE_KEY_FILE);
+    /* Twice at most: a key another process links in between is read next. */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int r = kcache_key_read(path, c->mac_key, err);
+        if (r < 0)
+            return err != NULL ? err->code : TSR_IO_ERROR;
+        if (r == 0) {
+            tsr_error made_err;
+            r = kcache_key_make(path, c->mac_key, &made_err);
+            if (r < 0) {
+                c->key_ephemeral = true;
+                return getrandom(c->mac_key, sizeof c->mac_key, 0) == (ssize_t)sizeof c->mac_key
+                           ? TSR_OK
+                           : tsr_error_set(err, made_err.code, "%s", made_err.message);
+            }
+        }
+        if (r == 1)
+            return TSR_OK;
+    }
+    return tsr_error_set(err, TSR_IO_ERROR, "cache key file '%s': made and removed meanwhile",
+                         path);
+}
+
 tsr_status tsr_kcache_open(const tsr_kcache_options *opts, tsr_kcache **out, tsr_error *err)
 {
     static const tsr_kcache_options defaults = {0};
@@ -889,10 +1230,13 @@ tsr_status tsr_kcache_open(const tsr_kcache_options *opts, tsr_kcache **out, tsr
     c->disk_limit = opts->disk_bytes ? opts->disk_bytes : KCACHE_DEFAULT_DISK_BYTES;
     c->bucket_count = 64;
     c->buckets = calloc(c->bucket_count, sizeof *c->buckets);
+    c->claim_buckets = 64;
+    c->claims = calloc(c->claim_buckets, sizeof *c->claims);
     if (opts->dir != NULL)
         c->dir = strdup(opts->dir);
-    if (c->buckets == NULL || (opts->dir != NULL && c->dir == NULL)) {
+    if (c->buckets == NULL || c->claims == NULL || (opts->dir != NULL && c->dir == NULL)) {
         free(c->buckets);
+        free(c->claims);
         free(c->dir);
         free(c);
         return tsr_error_set(err, TSR_NO_MEMORY, "kcache_open");
@@ -906,9 +1250,14 @@ tsr_status tsr_kcache_open(const tsr_kcache_options *opts, tsr_kcache **out, tsr
             tsr_kcache_close(c);
             return st;
         }
+        tsr_status st = kcache_key_load(c, opts->key_file, err);
+        if (st != TSR_OK) {
+            tsr_kcache_close(c);
+            return st;
+        }
         struct kcache_disk_file *files;
         size_t count;
-        tsr_status st = kcache_disk_scan(c, true, &files, &count, err);
+        st = kcache_disk_scan(c, true, &files, &count, err);
         if (st != TSR_OK) {
             tsr_kcache_close(c);
             return st;
@@ -930,8 +1279,12 @@ void tsr_kcache_close(tsr_kcache *c)
         return;
     while (c->lru_head != NULL)
         kcache_memory_remove(c, c->lru_head);
+    kcache_claims_clear(c);
+    free(c->claims);
     free(c->buckets);
     free(c->dir);
+    /* The key is gone with the cache, not left in freed memory. */
+    mbedtls_platform_zeroize(c->mac_key, sizeof c->mac_key);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
@@ -1074,7 +1427,12 @@ static tsr_status kcache_build(const tsr_fingerprint *key, const tsr_kcache_meta
     uint8_t *data = NULL;
     size_t len = 0;
     tsr_error_clear(berr);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     tsr_status st = build(ctx, &data, &len, berr);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double build_ms =
+        (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
     if (st == TSR_OK && data == NULL && len > 0)
         st = tsr_error_set(berr, TSR_INTERNAL, "kernel build returned no data");
     if (st != TSR_OK) {
@@ -1087,7 +1445,7 @@ static tsr_status kcache_build(const tsr_fingerprint *key, const tsr_kcache_meta
     }
     if (data == NULL && (data = malloc(1)) == NULL)
         return tsr_error_set(berr, TSR_NO_MEMORY, "kernel cache blob");
-    *out = kcache_blob_new(data, len, meta);
+    *out = kcache_blob_new(data, len, meta, build_ms);
     if (*out == NULL) {
         free(data);
         return tsr_error_set(berr, TSR_NO_MEMORY, "kernel cache blob");
@@ -1165,6 +1523,11 @@ tsr_status tsr_kcache_get_or_build(tsr_kcache *c, const tsr_fingerprint *key,
 
 /* ---- listing, eviction, stats ---- */
 
+static int kcache_fingerprint_cmp(const void *pa, const void *pb)
+{
+    return kcache_key_cmp(pa, pb);
+}
+
 static int kcache_info_by_key(const void *pa, const void *pb)
 {
     const tsr_kcache_entry_info *a = pa, *b = pb;
@@ -1187,11 +1550,11 @@ static bool kcache_disk_peek(tsr_kcache *c, const struct kcache_disk_file *df,
     char path[PATH_MAX];
     uint8_t header[KCACHE_HEADER_BYTES];
     kcache_path(c, &df->key, path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    int fd = kcache_entry_open(path, &st);
     if (fd < 0)
         return false;
-    struct stat st;
-    bool ok = fstat(fd, &st) == 0 && (uint64_t)st.st_size >= KCACHE_HEADER_BYTES &&
+    bool ok = (uint64_t)st.st_size >= KCACHE_HEADER_BYTES &&
               kcache_read_at(fd, header, sizeof header, 0) == 1 &&
               kcache_header_check(header, &df->key, (uint64_t)st.st_size);
     close(fd);
@@ -1280,6 +1643,7 @@ tsr_status tsr_kcache_evict(tsr_kcache *c, const tsr_fingerprint *key, uint32_t 
         bool found = e != NULL;
         if (found)
             kcache_memory_remove(c, e);
+        kcache_claim_drop(c, key);
         pthread_mutex_unlock(&c->lock);
         if (c->dir != NULL && kcache_disk_remove(c, key, &bytes)) {
             found = true;
@@ -1324,6 +1688,7 @@ tsr_status tsr_kcache_evict(tsr_kcache *c, const tsr_fingerprint *key, uint32_t 
             removed++;
         kcache_memory_remove(c, e);
     }
+    kcache_claims_clear(c);
     if (c->dir != NULL) {
         c->stats.disk_bytes = 0;
         c->stats.disk_entries = 0;
@@ -1333,6 +1698,176 @@ tsr_status tsr_kcache_evict(tsr_kcache *c, const tsr_fingerprint *key, uint32_t 
     if (evicted)
         *evicted = removed;
     return TSR_OK;
+}
+
+/* ---- owners ---- */
+
+tsr_status tsr_kcache_claim(tsr_kcache *c, const tsr_fingerprint *key, uint64_t owner, bool *held,
+                            tsr_error *err)
+{
+    if (held != NULL)
+        *held = false;
+    if (c == NULL || key == NULL || owner == TSR_KCACHE_ALL_OWNERS)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "kcache_claim: %s",
+                             owner == TSR_KCACHE_ALL_OWNERS ? "owner 0" : "NULL argument");
+    int64_t now = kcache_now_ms();
+    pthread_mutex_lock(&c->lock);
+    struct kcache_claim *k = kcache_claim_find(c, key);
+    struct kcache_holder *h = kcache_claim_holder(k, owner);
+    if (h != NULL) {
+        h->hits++;
+        h->last_used_ms = now;
+        pthread_mutex_unlock(&c->lock);
+        if (held != NULL)
+            *held = true;
+        return TSR_OK;
+    }
+    if (k == NULL && (k = calloc(1, sizeof *k)) != NULL) {
+        k->key = *key;
+        size_t b = kcache_claim_bucket(c, key);
+        k->next = c->claims[b];
+        c->claims[b] = k;
+        c->n_claims++;
+        kcache_claims_grow(c);
+    }
+    if (k != NULL && k->n == k->cap) {
+        size_t cap = k->cap ? k->cap * 2 : 2;
+        struct kcache_holder *nh = realloc(k->holders, cap * sizeof *nh);
+        if (nh != NULL) {
+            k->holders = nh;
+            k->cap = cap;
+        }
+    }
+    bool added = k != NULL && k->n < k->cap;
+    if (added)
+        k->holders[k->n++] = (struct kcache_holder){.owner = owner, .last_used_ms = now};
+    else if (k != NULL && k->n == 0)
+        kcache_claim_drop(c, key);
+    pthread_mutex_unlock(&c->lock);
+    return added ? TSR_OK : tsr_error_set(err, TSR_NO_MEMORY, "kernel cache: out of memory");
+}
+
+tsr_status tsr_kcache_list_owned(tsr_kcache *c, uint64_t owner, tsr_kcache_entry_info **entries,
+                                 size_t *count, tsr_error *err)
+{
+    tsr_status st = tsr_kcache_list(c, entries, count, err);
+    if (st != TSR_OK || owner == TSR_KCACHE_ALL_OWNERS)
+        return st;
+    tsr_kcache_entry_info *rows = *entries;
+    size_t n = *count, kept = 0;
+    /* The keys present, sorted, for the pruning below. */
+    tsr_fingerprint *present = malloc((n ? n : 1) * sizeof *present);
+    if (present == NULL) {
+        free(rows);
+        *entries = NULL;
+        *count = 0;
+        return tsr_error_set(err, TSR_NO_MEMORY, "kcache_list");
+    }
+    for (size_t i = 0; i < n; i++)
+        present[i] = rows[i].key;
+    qsort(present, n, sizeof *present, kcache_fingerprint_cmp);
+
+    pthread_mutex_lock(&c->lock);
+    for (size_t i = 0; i < n; i++) {
+        struct kcache_holder *h = kcache_claim_holder(kcache_claim_find(c, &rows[i].key), owner);
+        if (h == NULL)
+            continue;
+        rows[kept] = rows[i];
+        rows[kept].hits = h->hits;
+        rows[kept].last_used_unix_ms = h->last_used_ms;
+        kept++;
+    }
+    /* Holders of keys in neither level (evicted by a bound, deleted by another
+     * process) are forgotten here, so that the map stays about as large as the
+     * cache. A key put into memory since the listing's snapshot stays held. */
+    for (size_t b = 0; b < c->claim_buckets; b++) {
+        struct kcache_claim *k = c->claims[b];
+        while (k != NULL) {
+            struct kcache_claim *next = k->next;
+            if (bsearch(&k->key, present, n, sizeof *present, kcache_fingerprint_cmp) == NULL &&
+                kcache_memory_find(c, &k->key) == NULL)
+                kcache_claim_drop(c, &k->key);
+            k = next;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    free(present);
+    qsort(rows, kept, sizeof *rows, kcache_info_by_recency);
+    *count = kept;
+    return TSR_OK;
+}
+
+/* Whether key is in memory or has a regular file on disk. */
+static bool kcache_present(tsr_kcache *c, const tsr_fingerprint *key)
+{
+    pthread_mutex_lock(&c->lock);
+    bool found = kcache_memory_find(c, key) != NULL;
+    pthread_mutex_unlock(&c->lock);
+    if (found || c->dir == NULL)
+        return found;
+    char path[PATH_MAX];
+    struct stat st;
+    kcache_path(c, key, path);
+    return lstat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* Drops owner's hold on one key; removes the key when no one holds it any
+ * longer. True when owner held a key that was there. */
+static bool kcache_release_one(tsr_kcache *c, const tsr_fingerprint *key, uint64_t owner)
+{
+    pthread_mutex_lock(&c->lock);
+    bool held = kcache_claim_holder(kcache_claim_find(c, key), owner) != NULL;
+    size_t left = held ? kcache_claim_release(c, key, owner) : 0;
+    pthread_mutex_unlock(&c->lock);
+    if (!held)
+        return false;
+    if (left > 0)
+        return kcache_present(c, key);
+    return tsr_kcache_evict(c, key, NULL, NULL) == TSR_OK;
+}
+
+tsr_status tsr_kcache_evict_owned(tsr_kcache *c, const tsr_fingerprint *key, uint64_t owner,
+                                  uint32_t *evicted, tsr_error *err)
+{
+    if (owner == TSR_KCACHE_ALL_OWNERS)
+        return tsr_kcache_evict(c, key, evicted, err);
+    if (c == NULL)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "kcache_evict: NULL cache");
+    if (evicted)
+        *evicted = 0;
+    if (key != NULL) {
+        if (!kcache_release_one(c, key, owner)) {
+            char hex[TSR_FINGERPRINT_HEX];
+            tsr_fingerprint_hex(key, hex);
+            return tsr_error_set(err, TSR_NOT_FOUND, "kernel cache: no entry %s", hex);
+        }
+        if (evicted)
+            *evicted = 1;
+        return TSR_OK;
+    }
+    /* Every key owner holds, collected first: releasing one changes the map. */
+    pthread_mutex_lock(&c->lock);
+    size_t n = 0;
+    tsr_fingerprint *keys = malloc((c->n_claims ? c->n_claims : 1) * sizeof *keys);
+    for (size_t b = 0; keys != NULL && b < c->claim_buckets; b++)
+        for (struct kcache_claim *k = c->claims[b]; k != NULL; k = k->next)
+            if (kcache_claim_holder(k, owner) != NULL)
+                keys[n++] = k->key;
+    pthread_mutex_unlock(&c->lock);
+    if (keys == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "kcache_evict");
+    uint32_t removed = 0;
+    for (size_t i = 0; i < n; i++)
+        removed += kcache_release_one(c, &keys[i], owner) ? 1 : 0;
+    free(keys);
+    if (evicted)
+        *evicted = removed;
+    return TSR_OK;
+}
+
+bool tsr_kcache_key_ephemeral(const tsr_kcache *c)
+{
+    return c != NULL && c->key_ephemeral;
 }
 
 void tsr_kcache_get_stats(tsr_kcache *c, tsr_kcache_stats *out)

@@ -101,6 +101,17 @@ static bool faults_hex_key(const char *name, tsr_fingerprint *key)
     return true;
 }
 
+/* The key the daemon's cache authenticates its entries with. */
+static void faults_mac_key(const char *cache_dir, uint8_t key[TSRI_KCACHE_KEY_BYTES])
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/kcache.key", cache_dir);
+    FILE *fp = fopen(path, "rb");
+    cr_assert_not_null(fp, "%s: %s", path, strerror(errno));
+    cr_assert_eq(fread(key, 1, TSRI_KCACHE_KEY_BYTES, fp), TSRI_KCACHE_KEY_BYTES);
+    fclose(fp);
+}
+
 /* Checks every file of the cache directory: an entry under its final name must
  * pass the full entry check; temporary files (".tmp-*") are allowed, since a
  * killed writer leaves them and they are never read. Returns the entry count. */
@@ -108,6 +119,8 @@ static int faults_entries_whole(const char *cache_dir, int *tmp_files)
 {
     int entries = 0;
     *tmp_files = 0;
+    uint8_t mac_key[TSRI_KCACHE_KEY_BYTES];
+    faults_mac_key(cache_dir, mac_key);
     DIR *top = opendir(cache_dir);
     cr_assert_not_null(top, "%s: %s", cache_dir, strerror(errno));
     struct dirent *sub;
@@ -137,8 +150,8 @@ static int faults_entries_whole(const char *cache_dir, int *tmp_files)
             fclose(fp);
             cr_assert_geq(n, TSRI_KCACHE_HEADER_BYTES, "%s is %zu bytes", path, n);
             tsr_kcache_meta meta;
-            cr_expect_eq(tsri_kcache_entry_parse(buf, buf + TSRI_KCACHE_HEADER_BYTES,
-                                                 n - TSRI_KCACHE_HEADER_BYTES, &key, &meta),
+            cr_expect_eq(tsri_kcache_entry_parse(mac_key, buf, buf + TSRI_KCACHE_HEADER_BYTES,
+                                                 n - TSRI_KCACHE_HEADER_BYTES, &key, &meta, NULL),
                          TSR_OK, "%s is not a whole entry", path);
             free(buf);
             entries++;
@@ -311,8 +324,10 @@ Test(faults, restart_removes_stale_partial_files_and_rebuilds_garbage_entries)
     cr_assert(faults_hex_key(first.key, &key));
     tsr_kcache_meta meta;
     cr_assert_geq(n, TSRI_KCACHE_HEADER_BYTES);
-    cr_expect_eq(tsri_kcache_entry_parse(buf, buf + TSRI_KCACHE_HEADER_BYTES,
-                                         n - TSRI_KCACHE_HEADER_BYTES, &key, &meta),
+    uint8_t mac_key[TSRI_KCACHE_KEY_BYTES];
+    faults_mac_key(suite_daemon.cache_dir, mac_key);
+    cr_expect_eq(tsri_kcache_entry_parse(mac_key, buf, buf + TSRI_KCACHE_HEADER_BYTES,
+                                         n - TSRI_KCACHE_HEADER_BYTES, &key, &meta, NULL),
                  TSR_OK);
     faults_still_serving();
 }

@@ -2,15 +2,16 @@
  * fuzz_kcache_entry.c — libFuzzer target for the kernel cache's on-disk entry
  * check (tsri_kcache_entry_parse, the function every disk read goes through).
  *
- * The input is a whole entry file. It is checked twice: once as it is, against
- * the key its own header names (so that the key check does not stop every
- * mutation), and once with its checksum recomputed first, so that the fields
- * read only after the checksum holds are reached too. The second pass also
- * pins down what the check promises: with a correct checksum and key, an entry
- * is accepted exactly when the fixed header fields hold, and the meta strings
- * it hands back are terminated.
+ * The input is a whole entry file. It is checked twice under a fixed MAC key:
+ * once as it is, against the key its own header names (so that the key check
+ * does not stop every mutation), and once with its MAC recomputed first, so
+ * that the fields read only after the MAC holds are reached too. The second
+ * pass also pins down what the check promises: with a correct MAC and key, an
+ * entry is accepted exactly when the fixed header fields hold, refused as
+ * unauthenticated exactly when it claims the older format without a MAC, and
+ * the meta strings it hands back are terminated. An entry that is accepted as
+ * it is must carry the right MAC: the fuzzer cannot forge one.
  */
-#include <mbedtls/sha256.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +20,11 @@
 #include "../../lib/kcache_internal.h"
 
 #define ENTRY_OFF_KEY 16
-#define ENTRY_OFF_CHECKSUM 152
+
+/* The cache's key in this target: any fixed bytes do. */
+static const uint8_t mac_key[TSRI_KCACHE_KEY_BYTES] = {
+    0x6b, 0x63, 0x61, 0x63, 0x68, 0x65, 0x2d, 0x66, 0x75, 0x7a, 0x7a, 0x2d, 0x6b, 0x65, 0x79, 0x21,
+    0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef};
 
 static void fuzz_fail(const char *what)
 {
@@ -56,30 +61,36 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     tsr_fingerprint key;
     memcpy(key.bytes, header + ENTRY_OFF_KEY, sizeof key.bytes);
     tsr_kcache_meta meta;
-    if (tsri_kcache_entry_parse(header, payload, payload_len, &key, &meta) == TSR_OK)
+    double build_ms;
+    uint8_t mac[32];
+    if (tsri_kcache_entry_parse(mac_key, header, payload, payload_len, &key, &meta, &build_ms) ==
+        TSR_OK) {
         entry_check_meta(&meta);
+        if (tsri_kcache_entry_mac(mac_key, header, payload, payload_len, mac) != TSR_OK ||
+            memcmp(mac, header + TSRI_KCACHE_OFF_MAC, sizeof mac) != 0)
+            fuzz_fail("accepted an entry whose MAC is wrong");
+    }
 
-    mbedtls_sha256_context ctx;
-    mbedtls_sha256_init(&ctx);
-    mbedtls_sha256_starts_ret(&ctx, 0);
-    mbedtls_sha256_update_ret(&ctx, header, ENTRY_OFF_CHECKSUM);
-    if (payload_len > 0)
-        mbedtls_sha256_update_ret(&ctx, payload, payload_len);
-    mbedtls_sha256_finish_ret(&ctx, header + ENTRY_OFF_CHECKSUM);
-    mbedtls_sha256_free(&ctx);
-
+    if (tsri_kcache_entry_mac(mac_key, header, payload, payload_len,
+                              header + TSRI_KCACHE_OFF_MAC) != TSR_OK)
+        fuzz_fail("no MAC");
     uint64_t stated = 0;
     for (int i = 7; i >= 0; i--)
         stated = stated << 8 | header[144 + i];
-    int fields_hold = memcmp(header, "TSRK", 4) == 0 && entry_u32(header + 4) == 1 &&
-                      entry_u32(header + 8) == TSRI_KCACHE_HEADER_BYTES &&
-                      entry_u32(header + 12) == 0 && memchr(header + 48, '\0', 64) != NULL &&
-                      memchr(header + 112, '\0', 16) != NULL &&
-                      memchr(header + 128, '\0', 16) != NULL && stated == payload_len;
-    tsr_status st = tsri_kcache_entry_parse(header, payload, payload_len, &key, &meta);
+    int old_format = memcmp(header, "TSRK", 4) == 0 && entry_u32(header + 4) == 1;
+    int fields_hold =
+        memcmp(header, "TSRK", 4) == 0 && entry_u32(header + 4) == TSRI_KCACHE_FORMAT_VERSION &&
+        entry_u32(header + 8) == TSRI_KCACHE_HEADER_BYTES && entry_u32(header + 12) == 0 &&
+        memchr(header + 48, '\0', 64) != NULL && memchr(header + 112, '\0', 16) != NULL &&
+        memchr(header + 128, '\0', 16) != NULL && stated == payload_len;
+    tsr_status st =
+        tsri_kcache_entry_parse(mac_key, header, payload, payload_len, &key, &meta, &build_ms);
     if ((st == TSR_OK) != (fields_hold != 0))
         fuzz_fail(st == TSR_OK ? "accepted an entry with a bad field"
                                : "rejected a well-formed entry");
+    if ((st == TSR_UNAUTHENTICATED) != (old_format != 0))
+        fuzz_fail(st == TSR_UNAUTHENTICATED ? "an authentic entry refused as unauthenticated"
+                                            : "an entry of the older format not refused as such");
     if (st == TSR_OK)
         entry_check_meta(&meta);
     free(payload);

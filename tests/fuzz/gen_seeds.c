@@ -6,9 +6,10 @@
  *
  * Request seeds are packed tessera.v1.Request messages: one of each body, built
  * from small regions of every kind, plus a few that the daemon must reject.
- * Kernel cache seeds are well-formed entries (correct checksum) with payloads of
- * a few sizes, and a few broken ones. Output is deterministic, so regenerating
- * does not churn the committed files.
+ * Kernel cache seeds are well-formed entries (the MAC under the fuzz target's
+ * key) with payloads of a few sizes, and a few broken ones, among them one of
+ * the older format with a plain SHA-256 where the MAC goes. Output is deterministic, so
+ * regenerating does not churn the committed files.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -211,11 +212,19 @@ static void seed_requests(void)
     seed_write("request", "garbage", "\xff\xff\xff\xff\x0f\x12\x99", 7);
 }
 
+/* The fuzz target's MAC key (fuzz_kcache_entry.c): "kcache-fuzz-key!" and
+ * sixteen fixed bytes. */
+static const uint8_t seed_mac_key[TSRI_KCACHE_KEY_BYTES] = {
+    0x6b, 0x63, 0x61, 0x63, 0x68, 0x65, 0x2d, 0x66, 0x75, 0x7a, 0x7a, 0x2d, 0x6b, 0x65, 0x79, 0x21,
+    0x10, 0x32, 0x54, 0x76, 0x98, 0xba, 0xdc, 0xfe, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef};
+
+/* damage: 0 none, 1 a payload byte flipped after the MAC, 2 the older format
+ * (version 1, a plain SHA-256 in the MAC's place). */
 static void seed_entry(const char *name, size_t payload_len, const char *candidate, int damage)
 {
     uint8_t *e = calloc(1, TSRI_KCACHE_HEADER_BYTES + payload_len);
     memcpy(e, "TSRK", 4);
-    e[4] = 1;
+    e[4] = damage == 2 ? 1 : TSRI_KCACHE_FORMAT_VERSION;
     e[8] = (uint8_t)TSRI_KCACHE_HEADER_BYTES;
     for (int i = 0; i < 32; i++)
         e[16 + i] = (uint8_t)(i * 7 + 3);
@@ -224,15 +233,22 @@ static void seed_entry(const char *name, size_t payload_len, const char *candida
     snprintf((char *)e + 128, 16, "sm_90a");
     for (int i = 0; i < 8; i++)
         e[144 + i] = (uint8_t)((uint64_t)payload_len >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        e[152 + i] = (uint8_t)(UINT64_C(1500) >> (8 * i)); /* built in 1.5 ms */
     for (size_t i = 0; i < payload_len; i++)
         e[TSRI_KCACHE_HEADER_BYTES + i] = (uint8_t)(i * 13 + 1);
-    /* The checksum: SHA-256 over the header's first 152 bytes, then the payload. */
-    uint8_t *buf = malloc(152 + payload_len);
-    memcpy(buf, e, 152);
-    memcpy(buf + 152, e + TSRI_KCACHE_HEADER_BYTES, payload_len);
-    tsr_sha256(buf, 152 + payload_len, e + 152);
-    free(buf);
-    if (damage)
+    if (damage == 2) {
+        uint8_t *buf = malloc(TSRI_KCACHE_OFF_MAC + payload_len);
+        memcpy(buf, e, TSRI_KCACHE_OFF_MAC);
+        memcpy(buf + TSRI_KCACHE_OFF_MAC, e + TSRI_KCACHE_HEADER_BYTES, payload_len);
+        tsr_sha256(buf, TSRI_KCACHE_OFF_MAC + payload_len, e + TSRI_KCACHE_OFF_MAC);
+        free(buf);
+    } else if (tsri_kcache_entry_mac(seed_mac_key, e, e + TSRI_KCACHE_HEADER_BYTES, payload_len,
+                                     e + TSRI_KCACHE_OFF_MAC) != TSR_OK) {
+        fprintf(stderr, "gen_seeds: no MAC\n");
+        exit(1);
+    }
+    if (damage == 1)
         e[TSRI_KCACHE_HEADER_BYTES + payload_len / 2] ^= 0x40;
     seed_write("kcache_entry", name, e, TSRI_KCACHE_HEADER_BYTES + payload_len);
     free(e);
@@ -250,5 +266,6 @@ int main(int argc, char **argv)
     seed_entry("small", 16, "tier1", 0);
     seed_entry("cubin_sized", 600, "tier3_gemm_sm90", 0);
     seed_entry("flipped_payload", 64, "reference", 1);
+    seed_entry("sha256_format_1", 64, "reference", 2);
     return 0;
 }

@@ -3,15 +3,17 @@
  *
  * Every test that touches the disk works in its own directory made by mkdtemp
  * under /tmp and removes it afterwards. The on-disk layout (DIR/ab/<64 hex>, a
- * 184-byte header, then the payload) is documented in docs/cache.md; tests that
- * damage entries rely on it. Concurrency tests never sleep for a fixed time to
- * line threads up: the build waits until the cache reports the expected number
+ * 192-byte header, then the payload; the key in DIR/kcache.key) is documented
+ * in docs/cache.md; tests that damage or forge entries rely on it. Concurrency tests never sleep
+ * for a fixed time to line threads up: the build waits until the cache reports the expected number
  * of waiting callers, so the outcome does not depend on scheduling.
  */
 #include "tessera/kcache.h"
 #include "../../lib/kcache_internal.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <pthread.h>
@@ -23,7 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define HEADER_BYTES 184
+#define HEADER_BYTES TSRI_KCACHE_HEADER_BYTES
 
 /* ---- fixtures ---- */
 
@@ -483,7 +485,7 @@ Test(kcache, disk_eviction_removes_the_least_recently_used_file)
 {
     const char *d = dir_make();
     /* A one-byte memory bound keeps nothing in memory, so every hit reads the
-     * disk and refreshes the file's last use. Files are 1184 bytes, counted as
+     * disk and refreshes the file's last use. Files are 1192 bytes, counted as
      * one 4 KiB block each: three fit in 14000, a fourth trims back to 90% of
      * the bound (one file goes). */
     tsr_kcache *c = cache_open(d, 1, 14000);
@@ -896,6 +898,26 @@ static uint8_t *file_slurp(const char *path, size_t *len)
     return p;
 }
 
+/* The key the cache in dir authenticates its entries with. */
+static void key_read(const char *dir, uint8_t key[TSRI_KCACHE_KEY_BYTES])
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/kcache.key", dir);
+    size_t len;
+    uint8_t *k = file_slurp(path, &len);
+    cr_assert_eq(len, TSRI_KCACHE_KEY_BYTES);
+    memcpy(key, k, len);
+    free(k);
+}
+
+static void file_write(const char *path, const uint8_t *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "%s", path);
+    cr_assert_eq(fwrite(data, 1, len, f), len);
+    cr_assert_eq(fclose(f), 0);
+}
+
 Test(kcache, entry_parse_accepts_a_written_entry_and_rejects_any_changed_byte)
 {
     const char *d = dir_make();
@@ -911,21 +933,504 @@ Test(kcache, entry_parse_accepts_a_written_entry_and_rejects_any_changed_byte)
     uint8_t *img = file_slurp(path, &len);
     cr_assert_eq(len, TSRI_KCACHE_HEADER_BYTES + 40);
     uint8_t *payload = img + TSRI_KCACHE_HEADER_BYTES;
+    uint8_t key[TSRI_KCACHE_KEY_BYTES], wrong[TSRI_KCACHE_KEY_BYTES];
+    key_read(d, key);
+    memcpy(wrong, key, sizeof wrong);
+    wrong[5] ^= 0x10;
 
     tsr_kcache_meta meta;
     memset(&meta, 0, sizeof meta);
-    cr_assert_eq(tsri_kcache_entry_parse(img, payload, 40, &k, &meta), TSR_OK);
+    double build_ms = -1;
+    cr_assert_eq(tsri_kcache_entry_parse(key, img, payload, 40, &k, &meta, &build_ms), TSR_OK);
     cr_expect_str_eq(meta.candidate, "tier1");
     cr_expect_str_eq(meta.kind, "matmul");
     cr_expect_str_eq(meta.arch, "sm_90a");
+    cr_expect_geq(build_ms, 0);
 
-    cr_expect_eq(tsri_kcache_entry_parse(img, payload, 40, &other, &meta), TSR_CORRUPT);
-    cr_expect_eq(tsri_kcache_entry_parse(img, payload, 39, &k, &meta), TSR_CORRUPT);
+    cr_expect_eq(tsri_kcache_entry_parse(key, img, payload, 40, &other, &meta, NULL), TSR_CORRUPT);
+    cr_expect_eq(tsri_kcache_entry_parse(key, img, payload, 39, &k, &meta, NULL), TSR_CORRUPT);
+    /* Under any other key the entry is not authentic. */
+    cr_expect_eq(tsri_kcache_entry_parse(wrong, img, payload, 40, &k, &meta, NULL),
+                 TSR_UNAUTHENTICATED);
     for (size_t i = 0; i < len; i++) {
         img[i] ^= 0x01;
-        cr_expect_eq(tsri_kcache_entry_parse(img, payload, 40, &k, &meta), TSR_CORRUPT,
-                     "byte %zu changed", i);
+        tsr_status st = tsri_kcache_entry_parse(key, img, payload, 40, &k, &meta, NULL);
+        cr_expect(st == TSR_CORRUPT || st == TSR_UNAUTHENTICATED, "byte %zu changed: %s", i,
+                  tsr_status_name(st));
+        /* A byte under the MAC that leaves the fields well-formed (the payload,
+         * a name, the build time, the MAC itself) fails authentication. */
+        if (i >= TSRI_KCACHE_HEADER_BYTES || (i >= 144 + 8 && i < TSRI_KCACHE_HEADER_BYTES))
+            cr_expect_eq(st, TSR_UNAUTHENTICATED, "byte %zu changed", i);
         img[i] ^= 0x01;
     }
     free(img);
+}
+
+/* The format before authentication: the same fields up to the payload length,
+ * then SHA-256 over bytes 0..151 and the payload, at 152; a 184-byte header. */
+static uint8_t *entry_v1(const tsr_fingerprint *k, const uint8_t *payload, size_t len,
+                         size_t *out_len)
+{
+    uint8_t *e = calloc(1, 184 + len);
+    memcpy(e, "TSRK", 4);
+    e[4] = 1;
+    e[8] = 184;
+    memcpy(e + 16, k->bytes, 32);
+    snprintf((char *)e + 48, 64, "tier1");
+    snprintf((char *)e + 112, 16, "matmul");
+    snprintf((char *)e + 128, 16, "sm_90a");
+    for (int i = 0; i < 8; i++)
+        e[144 + i] = (uint8_t)((uint64_t)len >> (8 * i));
+    memcpy(e + 184, payload, len);
+    uint8_t *buf = malloc(152 + len);
+    memcpy(buf, e, 152);
+    memcpy(buf + 152, payload, len);
+    tsr_sha256(buf, 152 + len, e + 152);
+    free(buf);
+    *out_len = 184 + len;
+    return e;
+}
+
+/* Opens a cache on d after key 1's file was replaced by forged bytes: the
+ * forgery must be discarded and counted as unauthenticated, and the key
+ * rebuilt from b. */
+static void check_forgery_discarded(const char *d, struct builder *b)
+{
+    tsr_kcache *c = cache_open(d, 0, 0);
+    cr_expect_eq(get_checked(c, 1, b), TSR_KCACHE_MISS);
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(c, &s);
+    cr_expect_eq(s.corrupt_discarded, 1);
+    cr_expect_eq(s.auth_failures, 1);
+    cr_expect_eq(s.disk_hits, 0);
+    tsr_kcache_close(c);
+    c = cache_open(d, 0, 0);
+    cr_expect_eq(get_checked(c, 1, b), TSR_KCACHE_DISK, "the rebuilt entry is authentic");
+    tsr_kcache_close(c);
+}
+
+Test(kcache, an_entry_of_the_unauthenticated_format_is_discarded)
+{
+    const char *d = dir_make();
+    struct builder b = {.len = 64, .fill = 4};
+    tsr_kcache *c = cache_open(d, 0, 0);
+    get_checked(c, 2, &b); /* makes the directory and the key */
+    tsr_kcache_close(c);
+
+    uint8_t evil[64];
+    memset(evil, 0xee, sizeof evil);
+    tsr_fingerprint k = key_of(1);
+    size_t len;
+    uint8_t *e = entry_v1(&k, evil, sizeof evil, &len);
+    char path[512], sub[512];
+    entry_path(d, &k, path, sizeof path);
+    snprintf(sub, sizeof sub, "%.*s", (int)(strrchr(path, '/') - path), path);
+    mkdir(sub, 0755);
+    file_write(path, e, len);
+    free(e);
+    check_forgery_discarded(d, &b);
+}
+
+Test(kcache, a_forged_entry_with_a_recomputed_sha256_is_discarded)
+{
+    const char *d = dir_make();
+    struct builder b = {.len = 64, .fill = 4};
+    tsr_kcache *c = cache_open(d, 0, 0);
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
+    tsr_kcache_close(c);
+
+    /* Whoever can write the directory changes the payload and puts a digest
+     * anyone can compute where the MAC goes. */
+    tsr_fingerprint k = key_of(1);
+    char path[512];
+    entry_path(d, &k, path, sizeof path);
+    size_t len;
+    uint8_t *img = file_slurp(path, &len);
+    memset(img + HEADER_BYTES, 0xee, len - HEADER_BYTES);
+    uint8_t *buf = malloc(len);
+    memcpy(buf, img, TSRI_KCACHE_OFF_MAC);
+    memcpy(buf + TSRI_KCACHE_OFF_MAC, img + HEADER_BYTES, len - HEADER_BYTES);
+    tsr_sha256(buf, TSRI_KCACHE_OFF_MAC + len - HEADER_BYTES, img + TSRI_KCACHE_OFF_MAC);
+    free(buf);
+    file_write(path, img, len);
+    free(img);
+    check_forgery_discarded(d, &b);
+}
+
+Test(kcache, an_entry_written_under_another_key_is_discarded)
+{
+    const char *d = dir_make();
+    struct builder b = {.len = 64, .fill = 4};
+    tsr_kcache *c = cache_open(d, 0, 0);
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
+    tsr_kcache_close(c);
+    /* A new key (the old file deleted) makes every entry written before
+     * untrustworthy. */
+    char path[512];
+    snprintf(path, sizeof path, "%s/kcache.key", d);
+    cr_assert_eq(unlink(path), 0);
+    check_forgery_discarded(d, &b);
+}
+
+Test(kcache, the_key_file_is_made_once_private_and_kept)
+{
+    const char *d = dir_make();
+    tsr_kcache *c = cache_open(d, 0, 0);
+    tsr_kcache_close(c);
+    char path[512];
+    snprintf(path, sizeof path, "%s/kcache.key", d);
+    struct stat st;
+    cr_assert_eq(lstat(path, &st), 0);
+    cr_expect(S_ISREG(st.st_mode));
+    cr_expect_eq(st.st_mode & 0777, 0600);
+    cr_expect_eq(st.st_size, TSRI_KCACHE_KEY_BYTES);
+    uint8_t first[TSRI_KCACHE_KEY_BYTES], again[TSRI_KCACHE_KEY_BYTES];
+    key_read(d, first);
+    c = cache_open(d, 0, 0);
+    tsr_kcache_close(c);
+    key_read(d, again);
+    cr_expect_eq(memcmp(first, again, sizeof first), 0);
+    /* No temporary file is left beside it. */
+    DIR *dir = opendir(d);
+    cr_assert_not_null(dir);
+    for (struct dirent *e; (e = readdir(dir)) != NULL;)
+        cr_expect_null(strstr(e->d_name, ".tmp-"), "left %s", e->d_name);
+    closedir(dir);
+}
+
+Test(kcache, the_key_file_can_live_elsewhere)
+{
+    const char *d = dir_make();
+    char cache[512], key_path[512];
+    snprintf(cache, sizeof cache, "%s/cache", d);
+    snprintf(key_path, sizeof key_path, "%s/secret.key", d);
+    tsr_kcache_options o = {.dir = cache, .key_file = key_path};
+    tsr_kcache *c = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_kcache_open(&o, &c, &err), TSR_OK, "%s", err.message);
+    struct builder b = {.len = 32, .fill = 2};
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
+    tsr_kcache_close(c);
+    struct stat st;
+    cr_expect_eq(stat(key_path, &st), 0);
+    cr_expect_eq(st.st_mode & 0777, 0600);
+    char in_dir[600];
+    snprintf(in_dir, sizeof in_dir, "%s/kcache.key", cache);
+    cr_expect_not(file_exists(in_dir));
+    cr_assert_eq(tsr_kcache_open(&o, &c, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_DISK);
+    tsr_kcache_close(c);
+}
+
+Test(kcache, a_key_file_that_cannot_be_made_leaves_a_key_of_this_process)
+{
+    const char *d = dir_make();
+    char cache[512], key_path[512];
+    snprintf(cache, sizeof cache, "%s/cache", d);
+    snprintf(key_path, sizeof key_path, "%s/no-such-dir/cache.key", d);
+    tsr_kcache_options o = {.dir = cache, .key_file = key_path};
+    tsr_kcache *c = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_kcache_open(&o, &c, &err), TSR_OK, "%s", err.message);
+    cr_expect(tsr_kcache_key_ephemeral(c));
+    struct builder b = {.len = 32, .fill = 2};
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
+    cr_expect(entry_exists(cache, 1));
+    tsr_kcache_close(c);
+    /* The next process has another key: the entry is not trusted, but rebuilt. */
+    cr_assert_eq(tsr_kcache_open(&o, &c, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(c, &s);
+    cr_expect_eq(s.auth_failures, 1);
+    tsr_kcache_close(c);
+    c = cache_open(cache, 0, 0);
+    cr_expect_not(tsr_kcache_key_ephemeral(c));
+    tsr_kcache_close(c);
+}
+
+/* Opening d fails naming the key file and why. */
+static void check_key_refused(const char *d, const char *why)
+{
+    tsr_kcache_options o = {.dir = d};
+    tsr_kcache *c = (void *)1;
+    tsr_error err;
+    cr_expect_eq(tsr_kcache_open(&o, &c, &err), TSR_IO_ERROR);
+    cr_expect_null(c);
+    cr_expect_not_null(strstr(err.message, "kcache.key"), "%s", err.message);
+    cr_expect_not_null(strstr(err.message, why), "%s", err.message);
+}
+
+Test(kcache, a_key_file_others_may_read_is_refused)
+{
+    const char *d = dir_make();
+    tsr_kcache_close(cache_open(d, 0, 0));
+    char path[512];
+    snprintf(path, sizeof path, "%s/kcache.key", d);
+    cr_assert_eq(chmod(path, 0644), 0);
+    check_key_refused(d, "others may read or write it");
+}
+
+Test(kcache, a_key_file_that_is_a_link_or_the_wrong_size_is_refused)
+{
+    const char *d = dir_make();
+    tsr_kcache_close(cache_open(d, 0, 0));
+    char path[512], moved[512];
+    snprintf(path, sizeof path, "%s/kcache.key", d);
+    snprintf(moved, sizeof moved, "%s/elsewhere.key", d);
+    cr_assert_eq(rename(path, moved), 0);
+    cr_assert_eq(symlink(moved, path), 0);
+    check_key_refused(d, strerror(ELOOP));
+    cr_assert_eq(unlink(path), 0);
+    uint8_t short_key[16] = {0};
+    file_write(path, short_key, sizeof short_key);
+    cr_assert_eq(chmod(path, 0600), 0);
+    check_key_refused(d, "wrong size");
+}
+
+/* Key 1's file replaced by something that is not a regular file: the cache
+ * must neither block on it nor serve what it leads to, and the next write puts
+ * a good entry in its place. */
+Test(kcache, a_fifo_in_place_of_an_entry_is_skipped_without_blocking)
+{
+    const char *d = dir_make();
+    struct builder b = {.len = 64, .fill = 4};
+    tsr_kcache *c = cache_open(d, 0, 0);
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
+    tsr_kcache_close(c);
+    tsr_fingerprint k = key_of(1);
+    char path[512];
+    entry_path(d, &k, path, sizeof path);
+    cr_assert_eq(unlink(path), 0);
+    cr_assert_eq(mkfifo(path, 0644), 0);
+
+    c = cache_open(d, 0, 0);
+    /* No writer ever opens the FIFO: an open() that waits would hang here. */
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
+    tsr_kcache_entry_info *infos;
+    size_t count;
+    cr_assert_eq(tsr_kcache_list(c, &infos, &count, NULL), TSR_OK);
+    cr_expect_eq(count, 1);
+    free(infos);
+    tsr_kcache_close(c);
+    struct stat st;
+    cr_assert_eq(lstat(path, &st), 0);
+    cr_expect(S_ISREG(st.st_mode), "the rebuilt entry replaced the FIFO");
+}
+
+Test(kcache, a_link_in_place_of_an_entry_is_not_followed)
+{
+    const char *d = dir_make();
+    struct builder b = {.len = 64, .fill = 4};
+    tsr_kcache *c = cache_open(d, 0, 0);
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
+    tsr_kcache_close(c);
+    /* A genuine entry, moved away and linked back: following the link would
+     * serve whatever file an attacker points it at. */
+    tsr_fingerprint k = key_of(1);
+    char path[512], target[512];
+    entry_path(d, &k, path, sizeof path);
+    snprintf(target, sizeof target, "%s/elsewhere", d);
+    cr_assert_eq(rename(path, target), 0);
+    cr_assert_eq(symlink(target, path), 0);
+    struct stat before;
+    cr_assert_eq(stat(target, &before), 0);
+
+    c = cache_open(d, 0, 0);
+    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
+    cr_expect_eq(atomic_load(&b.calls), 2);
+    tsr_kcache_close(c);
+    struct stat after, st;
+    cr_assert_eq(stat(target, &after), 0);
+    cr_expect_eq(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec, "the target was not touched");
+    cr_expect_eq(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+    cr_assert_eq(lstat(path, &st), 0);
+    cr_expect(S_ISREG(st.st_mode), "the rebuilt entry replaced the link");
+}
+
+Test(kcache, the_build_time_is_kept_with_the_entry)
+{
+    const char *d = dir_make();
+    struct builder b = {.len = 16, .fill = 1, .wait_shared = 0};
+    tsr_kcache *c = cache_open(d, 0, 0);
+    tsr_fingerprint k = key_of(1);
+    const tsr_kcache_blob *blob;
+    tsr_kcache_level level;
+    cr_assert_eq(tsr_kcache_get_or_build(c, &k, &meta_tier1, build_fn, &b, &blob, &level, NULL),
+                 TSR_OK);
+    double built = blob->build_ms;
+    cr_expect_gt(built, 0);
+    tsr_kcache_blob_release(blob);
+    tsr_kcache_close(c);
+    c = cache_open(d, 0, 0);
+    cr_assert_eq(tsr_kcache_lookup(c, &k, &blob, &level, NULL), TSR_OK);
+    cr_expect_eq(level, TSR_KCACHE_DISK);
+    /* Kept in whole microseconds. */
+    cr_expect_lt(built - blob->build_ms, 0.001);
+    cr_expect_geq(built - blob->build_ms, 0);
+    tsr_kcache_blob_release(blob);
+    tsr_kcache_close(c);
+}
+
+/* ---- owners ---- */
+
+#define OWNER_A UINT64_C(0xa1)
+#define OWNER_B UINT64_C(0xb2)
+
+static bool claim(tsr_kcache *c, int n, uint64_t owner)
+{
+    tsr_fingerprint k = key_of(n);
+    bool held = true;
+    tsr_error err;
+    cr_assert_eq(tsr_kcache_claim(c, &k, owner, &held, &err), TSR_OK, "%s", err.message);
+    return held;
+}
+
+/* The keys owner's listing shows, as a bit set of key numbers 1..31. */
+static unsigned listed(tsr_kcache *c, uint64_t owner)
+{
+    tsr_kcache_entry_info *infos;
+    size_t count;
+    cr_assert_eq(tsr_kcache_list_owned(c, owner, &infos, &count, NULL), TSR_OK);
+    unsigned set = 0;
+    for (int n = 1; n < 32; n++)
+        if (info_of(infos, count, n) != NULL)
+            set |= 1u << n;
+    free(infos);
+    return set;
+}
+
+Test(kcache, a_claim_says_whether_the_owner_held_the_key)
+{
+    tsr_kcache *c = cache_open(NULL, 0, 0);
+    struct builder b = {.len = 8, .fill = 1};
+    get_checked(c, 1, &b);
+    cr_expect_not(claim(c, 1, OWNER_A));
+    cr_expect(claim(c, 1, OWNER_A));
+    cr_expect_not(claim(c, 1, OWNER_B), "A's hold says nothing to B");
+    cr_expect(claim(c, 1, OWNER_B));
+    tsr_fingerprint k = key_of(1);
+    tsr_error err;
+    cr_expect_eq(tsr_kcache_claim(c, &k, TSR_KCACHE_ALL_OWNERS, NULL, &err), TSR_INVALID_ARGUMENT);
+    tsr_kcache_close(c);
+}
+
+Test(kcache, an_owner_lists_only_what_it_holds_with_its_own_use)
+{
+    const char *d = dir_make();
+    tsr_kcache *c = cache_open(d, 0, 0);
+    struct builder b = {.len = 8, .fill = 1};
+    for (int n = 1; n <= 3; n++)
+        get_checked(c, n, &b);
+    claim(c, 1, OWNER_A);
+    claim(c, 2, OWNER_B);
+    claim(c, 3, OWNER_A);
+    claim(c, 3, OWNER_B);
+    claim(c, 3, OWNER_B);
+    get_checked(c, 3, &b); /* hits of the entry's, not B's */
+    get_checked(c, 3, &b);
+    cr_expect_eq(listed(c, OWNER_A), 1u << 1 | 1u << 3);
+    cr_expect_eq(listed(c, OWNER_B), 1u << 2 | 1u << 3);
+    cr_expect_eq(listed(c, UINT64_C(0xc3)), 0u);
+    cr_expect_eq(listed(c, TSR_KCACHE_ALL_OWNERS), 1u << 1 | 1u << 2 | 1u << 3);
+
+    tsr_kcache_entry_info *infos;
+    size_t count;
+    cr_assert_eq(tsr_kcache_list_owned(c, OWNER_B, &infos, &count, NULL), TSR_OK);
+    const tsr_kcache_entry_info *e3 = info_of(infos, count, 3);
+    cr_assert_not_null(e3);
+    cr_expect_eq(e3->hits, 1, "B's second claim, not every serve of the entry");
+    cr_expect_str_eq(e3->meta.candidate, "tier1");
+    cr_expect_eq(e3->in_memory, 1);
+    free(infos);
+    tsr_kcache_close(c);
+}
+
+Test(kcache, an_owner_evicts_only_its_own_and_a_shared_entry_stays)
+{
+    const char *d = dir_make();
+    tsr_kcache *c = cache_open(d, 0, 0);
+    struct builder b = {.len = 8, .fill = 1};
+    for (int n = 1; n <= 4; n++)
+        get_checked(c, n, &b);
+    claim(c, 1, OWNER_A);
+    claim(c, 2, OWNER_B);
+    claim(c, 3, OWNER_A);
+    claim(c, 3, OWNER_B);
+    /* Key 4 is held by no one: only an eviction of every owner's removes it. */
+
+    tsr_fingerprint k2 = key_of(2), k3 = key_of(3);
+    uint32_t evicted = 99;
+    tsr_error err;
+    cr_expect_eq(tsr_kcache_evict_owned(c, &k2, OWNER_A, &evicted, &err), TSR_NOT_FOUND);
+    char hex[TSR_FINGERPRINT_HEX], want[200];
+    tsr_fingerprint_hex(&k2, hex);
+    snprintf(want, sizeof want, "kernel cache: no entry %s", hex);
+    cr_expect_str_eq(err.message, want, "the same answer as for an absent key");
+    cr_expect(entry_exists(d, 2));
+
+    /* A drops its hold on the shared key 3: B still has it. */
+    cr_expect_eq(tsr_kcache_evict_owned(c, &k3, OWNER_A, &evicted, NULL), TSR_OK);
+    cr_expect_eq(evicted, 1);
+    cr_expect(entry_exists(d, 3));
+    cr_expect_eq(listed(c, OWNER_A), 1u << 1);
+    cr_expect_eq(listed(c, OWNER_B), 1u << 2 | 1u << 3);
+    cr_expect_not(claim(c, 3, OWNER_A), "A holds it no longer");
+
+    /* "all" is all of B's: 2 goes (B alone held it), 3 stays for A. */
+    cr_expect_eq(tsr_kcache_evict_owned(c, NULL, OWNER_B, &evicted, NULL), TSR_OK);
+    cr_expect_eq(evicted, 2);
+    cr_expect_not(entry_exists(d, 2));
+    cr_expect(entry_exists(d, 3));
+    cr_expect(entry_exists(d, 1));
+    cr_expect(entry_exists(d, 4));
+    cr_expect_eq(listed(c, OWNER_B), 0u);
+    cr_expect_eq(listed(c, OWNER_A), 1u << 1 | 1u << 3);
+    const tsr_kcache_blob *blob;
+    cr_expect_eq(tsr_kcache_lookup(c, &k2, &blob, NULL, NULL), TSR_NOT_FOUND);
+
+    /* A's "all" removes what it alone holds. */
+    cr_expect_eq(tsr_kcache_evict_owned(c, NULL, OWNER_A, &evicted, NULL), TSR_OK);
+    cr_expect_eq(evicted, 2);
+    cr_expect_not(entry_exists(d, 1));
+    cr_expect_not(entry_exists(d, 3));
+    cr_expect_eq(listed(c, TSR_KCACHE_ALL_OWNERS), 1u << 4);
+
+    /* Every owner's eviction takes the holders with the entries. */
+    claim(c, 4, OWNER_B);
+    cr_expect_eq(tsr_kcache_evict_owned(c, NULL, TSR_KCACHE_ALL_OWNERS, &evicted, NULL), TSR_OK);
+    cr_expect_eq(evicted, 1);
+    get_checked(c, 4, &b);
+    cr_expect_not(claim(c, 4, OWNER_B));
+    tsr_kcache_close(c);
+}
+
+Test(kcache, holders_outlive_a_memory_eviction_but_not_the_entry)
+{
+    const char *d = dir_make();
+    /* Nothing stays in memory; the files hold the entries. */
+    tsr_kcache *c = cache_open(d, 1, 0);
+    struct builder b = {.len = 8, .fill = 1};
+    get_checked(c, 1, &b);
+    claim(c, 1, OWNER_A);
+    cr_expect_eq(listed(c, OWNER_A), 1u << 1);
+    cr_expect(claim(c, 1, OWNER_A));
+    /* Gone from disk behind the cache's back: forgotten at the next listing. */
+    tsr_fingerprint k = key_of(1);
+    char path[512];
+    entry_path(d, &k, path, sizeof path);
+    cr_assert_eq(unlink(path), 0);
+    cr_expect_eq(listed(c, OWNER_A), 0u);
+    cr_expect_not(claim(c, 1, OWNER_A));
+    tsr_kcache_close(c);
+
+    /* Without a directory, an entry the bound evicts is gone with its holders
+     * (one entry, 80 bytes and its bookkeeping, fits in 400; two do not). */
+    c = cache_open(NULL, 400, 0);
+    struct builder big = {.len = 80, .fill = 2};
+    get_checked(c, 1, &big);
+    claim(c, 1, OWNER_A);
+    get_checked(c, 2, &big); /* evicts key 1 */
+    cr_expect_not(claim(c, 1, OWNER_A));
+    tsr_kcache_close(c);
 }

@@ -1,49 +1,126 @@
 """tessera — the Python client of tesserad.
 
-A thin layer over libtessera-client (loaded with ctypes; see _lib.py for where
+A thin layer over libtessera-client (loaded with ctypes; tessera._lib says where
 it is looked for). numpy arrays go in and come out; torch tensors are accepted
-where numpy arrays are (see run). Every failure is a TesseraError carrying the
-daemon's status code and message.
+where numpy arrays are (see Client.run). Every failure is a TesseraError
+carrying the status of the C side (Status) and its message.
 
     import tessera
-    with tessera.connect("ipc:///tmp/tesserad.sock") as c:
+    with tessera.connect("ipc:///run/tesserad/tesserad.sock") as c:
         region = tessera.Region({"kind": "pointwise", ...})
-        y = c.run(region, [a, b])
+        y = c.run(region, [a, b])            # or {"a": a, "b": b}
+
+Inputs are checked before anything is sent, as tessera-cli checks its .npy
+files: the names (a dict is taken by name, a list in signature order), each
+array's element type (float32, float16 or float64; anything else is
+BAD_ATTRIBUTE) and its exact shape (BUFFER_MISMATCH).
 
 Threading: a Client may be used from several threads at once (the C library runs
 each call on its own request context); close it only when no call is running.
 """
+from __future__ import annotations
+
 import collections
 import ctypes
 import enum
 import json
 import os
 import threading
+import warnings
+from collections.abc import Mapping, Sequence
 from ctypes import byref, c_double, c_size_t, c_uint32, c_uint64, c_void_p
+from typing import (Any, Callable, Dict, List, Literal, Optional, Tuple, TypedDict, TypeVar,
+                    Union, overload)
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _lib
 from ._lib import lib
+from ._version import __version__
 
-__all__ = ["Status", "TesseraError", "Region", "Client", "Buffer", "Decision", "Verdict",
-           "SharedMemory", "connect", "run", "default_client"]
+__all__ = ["__version__", "Status", "TesseraError", "SharedMemoryFallbackWarning", "Region",
+           "TensorSpec", "Client", "Buffer", "Compiled", "Decision", "Verdict", "SharedMemory",
+           "connect", "run", "default_client", "f32_to_bf16_bits", "f64_to_bf16_bits",
+           "bf16_bits_to_f32"]
 
 # Host tensors at least this large go through a shared-memory segment instead of
 # the message, on ipc:// connections ($TESSERA_SHM_THRESHOLD overrides; 0 = never).
 SHM_THRESHOLD_DEFAULT = 256 << 10
 
-Status = enum.IntEnum("Status", {lib.tsr_status_name(i).decode(): i for i in range(36)})
+
+class Status(enum.IntEnum):
+    """The status codes of lib/include/tessera/status.h (the protocol's Status
+    enum), by the names tessera-cli prints."""
+
+    OK = 0
+    INVALID_ARGUMENT = 1
+    BAD_JSON = 2
+    UNKNOWN_KIND = 3
+    UNKNOWN_OP = 4
+    BAD_ARITY = 5
+    CYCLE = 6
+    UNDEFINED_NAME = 7
+    DUPLICATE_NAME = 8
+    SHAPE_MISMATCH = 9
+    BAD_DIMENSION = 10
+    TOO_LARGE = 11
+    BAD_HEADS = 12
+    BAD_DTYPE = 13
+    BAD_ATTRIBUTE = 14
+    CONFLICT = 15
+    NO_MEMORY = 16
+    NOT_FOUND = 17
+    ARBITER = 18
+    VERIFY_FAILED = 19
+    BAD_MESSAGE = 20
+    UNKNOWN_REQUEST = 21
+    MESSAGE_TOO_LARGE = 22
+    BUFFER_MISMATCH = 23
+    TIMEOUT = 24
+    UNAVAILABLE = 25
+    COMPILE_FAILED = 26
+    DEVICE_LOST = 27
+    UNAUTHENTICATED = 28
+    RESOURCE_EXHAUSTED = 29
+    UNSUPPORTED = 30
+    IO_ERROR = 31
+    CUDA_ERROR = 32
+    INTERNAL = 33
+    CORRUPT = 34
+    CANCELLED = 35
+
+
+def _check_status_names() -> None:
+    for s in Status:
+        name = lib.tsr_status_name(s.value).decode()
+        if name != s.name:
+            raise ImportError("tessera: %s calls status %d %s, this package %s: rebuild the "
+                              "library and reinstall the package from one tree"
+                              % (lib._name, s.value, name, s.name))
+
+
+_check_status_names()
 
 DTYPES = ("f32", "f16", "bf16")
 _NUMPY_DTYPES = {"f32": np.dtype("<f4"), "f16": np.dtype("<f2"), "bf16": np.dtype("<u2")}
+# What an input may hold, as tessera-cli's .npy reader takes it.
+_INPUT_TYPES = "<f4, <f2, <f8"
+
+# What a region may be given as, and a run's inputs (a list in signature order
+# or a dict by name).
+RegionLike = Union["Region", Mapping[str, Any], str, bytes]
+Inputs = Union[Sequence[Any], Mapping[str, Any]]
+_T = TypeVar("_T")
 
 
 class TesseraError(Exception):
-    """A call failed. code is a Status; message is the daemon's (or the library's)
-    text, which names the field or handle at fault."""
+    """A call failed. code is a Status (a plain int for a number this package
+    does not know); message is the daemon's (or the library's) text, which
+    names the field or handle at fault. str() is "STATUS_NAME: message", as
+    tessera-cli prints it."""
 
-    def __init__(self, code, message):
+    def __init__(self, code: int, message: str) -> None:
         try:
             code = Status(code)
         except ValueError:
@@ -54,45 +131,90 @@ class TesseraError(Exception):
         super().__init__("%s: %s" % (name, message))
 
 
-def _check(status, err):
+class SharedMemoryFallbackWarning(RuntimeWarning):
+    """The daemon could not open this process's shared-memory segment (it sees
+    another /dev/shm: another mount namespace, such as another container), so
+    the client sends tensors inline from then on. Issued once per Client."""
+
+
+def _check(status: int, err: _lib.Error) -> None:
     if status != 0:
         raise TesseraError(status, err.message.decode(errors="replace"))
 
 
-def _s(b):
+def _s(b: bytes) -> str:
     return b.decode(errors="replace")
 
 
-def _b(s):
+def _b(s: Optional[str]) -> Optional[bytes]:
     return None if s is None else s.encode()
 
 
 # ---- bf16 (numpy has no such dtype: bf16 data is float32 to Python) ----
 
-def f32_to_bf16_bits(a):
-    """Rounds float32 values to bf16 (nearest even; NaN stays NaN), as uint16 bits."""
+def f32_to_bf16_bits(a: npt.ArrayLike) -> npt.NDArray[np.uint16]:
+    """Rounds float32 values to bf16 (nearest even; NaN stays NaN, quiet), as
+    uint16 bits: what the C library's tsr_f32_to_bf16 gives."""
     u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
     nan = (u & 0x7FFFFFFF) > 0x7F800000
     rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
     return np.where(nan, ((u >> 16) | 0x40).astype(np.uint16), rounded)
 
 
-def bf16_bits_to_f32(bits):
+def f64_to_bf16_bits(a: npt.ArrayLike) -> npt.NDArray[np.uint16]:
+    """Rounds float64 values to bf16 once (nearest even, never twice through
+    float32), as uint16 bits: what the C library's tsr_f64_to_bf16 gives, and so
+    what tessera-cli sends for a float64 .npy input of a bf16 region."""
+    x = np.ascontiguousarray(a, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        r = x.astype(np.float32)
+        back = r.astype(np.float64)
+        # Round to odd in float32 (truncate toward zero, set the last bit when
+        # inexact); rounding that to bf16's 8 bits is then the correct rounding.
+        toward_zero = np.where(np.abs(back) > np.abs(x), np.nextafter(r, np.float32(0)), r)
+    u = toward_zero.astype(np.float32).view(np.uint32) | (back != x).astype(np.uint32)
+    bits = ((u + np.uint32(0x7FFF) + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(x)
+    if nan.any():
+        b = x.view(np.uint64)
+        quiet = ((b >> 48) & 0x8000) | 0x7FC0 | ((b >> 45) & 0x7F)
+        bits = np.where(nan, quiet.astype(np.uint16), bits)
+    return bits
+
+
+def bf16_bits_to_f32(bits: npt.ArrayLike) -> npt.NDArray[np.float32]:
+    """The float32 values of bf16 bits (exact)."""
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
-def _to_wire(array, dtype):
-    """The dense little-endian bytes of array in a storage dtype (a contiguous
-    numpy array whose buffer is passed to C)."""
+def _shape_text(shape: Sequence[int]) -> str:
+    """A shape as the C library writes it in messages: "(64,128)"."""
+    return "(" + ",".join(str(int(d)) for d in shape) + ")"
+
+
+def _float_array(name: str, x: Any) -> npt.NDArray[Any]:
+    """x as a numpy array of float32, float16 or float64, or BAD_ATTRIBUTE naming
+    its element type as tessera-cli names an .npy file's ('<i8')."""
+    try:
+        a = np.asarray(x)
+    except (ValueError, TypeError) as e:
+        raise TesseraError(Status.INVALID_ARGUMENT, "%s: not an array: %s" % (name, e)) from None
+    if a.dtype.kind != "f" or a.dtype.itemsize not in (2, 4, 8):
+        raise TesseraError(Status.BAD_ATTRIBUTE, "%s: element type '%s' unsupported (need %s)"
+                           % (name, a.dtype.str, _INPUT_TYPES))
+    return a
+
+
+def _to_wire(a: npt.NDArray[Any], dtype: str) -> npt.NDArray[Any]:
+    """The dense little-endian bytes of a float array in a storage dtype (a
+    contiguous numpy array whose buffer is passed to C). One rounding, as the C
+    library rounds: float64 straight to f16 or bf16, never through float32."""
     if dtype == "bf16":
-        a = np.asarray(array)
-        if a.dtype == np.uint16:
-            return np.ascontiguousarray(a)
-        return f32_to_bf16_bits(a)
-    return np.ascontiguousarray(array, dtype=_NUMPY_DTYPES[dtype])
+        return f64_to_bf16_bits(a) if a.dtype.itemsize == 8 else f32_to_bf16_bits(a)
+    return np.ascontiguousarray(a, dtype=_NUMPY_DTYPES[dtype])
 
 
-def _from_wire(raw, dtype):
+def _from_wire(raw: npt.NDArray[Any], dtype: str) -> npt.NDArray[Any]:
     return bf16_bits_to_f32(raw) if dtype == "bf16" else raw
 
 
@@ -100,84 +222,152 @@ def _from_wire(raw, dtype):
 
 class Verdict:
     """The oracle's verdict (docs/architecture.md, "Oracle"): state is "not_run",
-    "pass" or "fail"."""
+    "pass" or "fail"; the errors measured against the CPU reference and the
+    bound they must stay within; reason says why it failed."""
 
     _STATES = ("not_run", "pass", "fail")
 
-    def __init__(self, v):
-        self.state = self._STATES[v.state] if 0 <= v.state < 3 else str(v.state)
-        self.elements = v.elements
-        self.probes = v.probes
-        self.max_abs_error = v.max_abs_error
-        self.rel_error = v.rel_error
-        self.bound = v.bound
-        self.nan_mismatches = v.nan_mismatches
-        self.inf_mismatches = v.inf_mismatches
-        self.first_bad_index = v.first_bad_index
-        self.reason = _s(v.reason)
-        self.cached = v.cached
+    def __init__(self, v: _lib.Verdict) -> None:
+        self.state: str = self._STATES[v.state] if 0 <= v.state < 3 else str(v.state)
+        self.elements: int = v.elements
+        self.probes: int = v.probes
+        self.max_abs_error: float = v.max_abs_error
+        self.rel_error: float = v.rel_error
+        self.bound: float = v.bound
+        self.nan_mismatches: int = v.nan_mismatches
+        self.inf_mismatches: int = v.inf_mismatches
+        self.first_bad_index: int = v.first_bad_index
+        self.reason: str = _s(v.reason)
+        self.cached: bool = v.cached
 
     @property
-    def passed(self):
+    def passed(self) -> bool:
+        """True when the candidate passed the oracle."""
         return self.state == "pass"
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Verdict(%s, rel_error=%g, bound=%g)" % (self.state, self.rel_error, self.bound)
 
 
 class Decision:
     """Why a candidate serves a region: candidate, tier, version, reason
-    ("forced", "tier", "measured", "fallback"), verdict, cache_hit, cache_level."""
+    ("forced", "tier", "measured", "fallback"), verdict, cache_hit, cache_level
+    ("memory", "disk", "shared" or "" on a miss)."""
 
-    def __init__(self, d):
-        self.candidate = _s(d.candidate)
-        self.tier = d.tier
-        self.version = d.version
-        self.reason = _s(d.reason)
+    def __init__(self, d: _lib.Decision) -> None:
+        self.candidate: str = _s(d.candidate)
+        self.tier: int = d.tier
+        self.version: int = d.version
+        self.reason: str = _s(d.reason)
         self.verdict = Verdict(d.verdict)
-        self.cache_hit = d.cache_hit
-        self.cache_level = _s(d.cache_level)
+        self.cache_hit: bool = d.cache_hit
+        self.cache_level: str = _s(d.cache_level)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Decision(%s, tier=%d, reason=%s)" % (self.candidate, self.tier, self.reason)
 
 
 class Compiled:
-    def __init__(self, c):
-        self.kernel = c.kernel
-        self.key = _s(c.key)
-        self.fingerprint = _s(c.fingerprint)
+    """A compiled kernel of this connection: kernel (the handle launch and batch
+    take; 0 when compiled for another arch), key (the kernel cache's), the
+    region's fingerprint, the Decision, binary_bytes and compile_ms (0 on a
+    cache hit)."""
+
+    def __init__(self, c: _lib.Compiled) -> None:
+        self.kernel: int = c.kernel
+        self.key: str = _s(c.key)
+        self.fingerprint: str = _s(c.fingerprint)
         self.decision = Decision(c.decision)
-        self.binary_bytes = c.binary_bytes
-        self.compile_ms = c.compile_ms
+        self.binary_bytes: int = c.binary_bytes
+        self.compile_ms: float = c.compile_ms
+
+    def __repr__(self) -> str:
+        return "Compiled(%#x, %r)" % (self.kernel, self.decision)
 
 
 class TensorSpec:
-    """One tensor of a region's signature: name, dtype ("f32", ...), shape, nbytes."""
+    """One tensor of a region's signature: name, dtype ("f32", "f16", "bf16"),
+    shape (a tuple) and nbytes (its dense size in that dtype)."""
 
-    def __init__(self, t):
-        self.name = _s(t.name)
-        self.dtype = DTYPES[t.dtype]
-        self.shape = tuple(t.shape[i] for i in range(t.rank))
-        self.nbytes = t.bytes
+    def __init__(self, t: _lib.Tensor) -> None:
+        self.name: str = _s(t.name)
+        self.dtype: str = DTYPES[t.dtype]
+        self.shape: Tuple[int, ...] = tuple(t.shape[i] for i in range(t.rank))
+        self.nbytes: int = t.bytes
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "TensorSpec(%r, %s, %r)" % (self.name, self.dtype, self.shape)
+
+
+class HelloInfo(TypedDict):
+    """Client.hello's answer."""
+
+    daemon_version: str
+    protocol_version: int
+    backend: str
+    devices: List[Dict[str, Any]]
+    driver_version: str
+    compiler_version: str
+    tenant: str
+    max_message_bytes: int
+    nng_version: str
+
+
+class Verified(TypedDict):
+    """Client.verify's answer."""
+
+    candidate: str
+    tier: int
+    verdict: Verdict
+
+
+class CandidateRow(TypedDict):
+    """One row of Client.candidates."""
+
+    name: str
+    tier: int
+    version: int
+    applies: bool
+    why: str
+    verdict: Verdict
+    selected: bool
+
+
+class CacheRow(TypedDict):
+    """One row of Client.cache_list."""
+
+    key: str
+    candidate: str
+    kind: str
+    arch: str
+    bytes: int
+    hits: int
+
+
+class BatchResult(TypedDict):
+    """Client.batch's answer."""
+
+    device_ms: float
+    launched: int
+    graph_replayed: bool
 
 
 # ---- regions ----
 
 class Region:
-    """A validated region (docs/regions.md), built from a dict, JSON text or a .json file.
+    """A validated region (docs/regions.md), built from a dict, JSON text or
+    another Region; Region.from_json also takes the path of a .json file.
 
     The region is parsed and validated by the C library, so an invalid one raises
-    TesseraError with the same code and message the daemon would give."""
+    TesseraError with the same code and message the daemon would give. inputs
+    lists its signature (TensorSpec, in the order a list of inputs follows),
+    output the tensor it writes, kind its kind."""
 
-    def __init__(self, spec):
+    def __init__(self, spec: RegionLike) -> None:
         if isinstance(spec, Region):
             spec = spec.json
-        if isinstance(spec, dict):
-            text = json.dumps(spec)
+        if isinstance(spec, Mapping):
+            text = json.dumps(dict(spec))
         elif isinstance(spec, (str, bytes)):
             text = spec.decode() if isinstance(spec, bytes) else spec
         else:
@@ -187,45 +377,76 @@ class Region:
         handle = c_void_p()
         err = _lib.Error()
         _check(lib.tsr_client_region_load(raw, len(raw), byref(handle), byref(err)), err)
-        self._handle = handle
+        self._handle: Optional[c_void_p] = handle
         ins = (_lib.Tensor * _lib.MAX_INPUTS)()
         out = _lib.Tensor()
         n = lib.tsr_client_region_signature(handle, ins, byref(out))
-        self.inputs = [TensorSpec(ins[i]) for i in range(n)]
+        self.inputs: List[TensorSpec] = [TensorSpec(ins[i]) for i in range(n)]
         self.output = TensorSpec(out)
-        self.kind = json.loads(text).get("kind")
+        self.kind: Optional[str] = json.loads(text).get("kind")
 
     @classmethod
-    def from_file(cls, path):
+    def from_file(cls, path: Union[str, "os.PathLike[str]"]) -> "Region":
+        """The region in a .json file."""
         with open(path, "r", encoding="utf-8") as f:
             return cls(f.read())
 
     @classmethod
-    def from_json(cls, text_or_path):
+    def from_json(cls, text_or_path: Union[str, "os.PathLike[str]"]) -> "Region":
         """JSON text, or the path of a file holding it."""
-        if isinstance(text_or_path, (str, os.PathLike)) and os.path.exists(text_or_path):
+        if isinstance(text_or_path, os.PathLike) or os.path.exists(text_or_path):
             return cls.from_file(text_or_path)
         return cls(text_or_path)
 
     @property
-    def handle(self):
+    def handle(self) -> Optional[c_void_p]:
+        """The C library's tsr_region pointer (valid while this object lives)."""
         return self._handle
 
-    def __del__(self):
+    def __del__(self) -> None:
         h = getattr(self, "_handle", None)
         if h and lib is not None:
             lib.tsr_client_region_free(h)
             self._handle = None
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Region(%s, inputs=%r, output=%r)" % (self.kind, self.inputs, self.output)
 
 
-def _region(r):
+def _region(r: RegionLike) -> Region:
     return r if isinstance(r, Region) else Region(r)
 
 
-def _compile_opts(arch=None, force=None, policy="tier", skip_verify=False, no_reference=False):
+def _ordered_inputs(r: Region, inputs: Inputs) -> List[Any]:
+    """inputs in signature order: a dict is taken by name, as tessera-cli takes
+    its -i NAME=FILE options (an unknown or missing name is INVALID_ARGUMENT
+    naming it), a list or tuple as it is, in signature order."""
+    names = [t.name for t in r.inputs]
+    reads = ", ".join(names)
+    if isinstance(inputs, Mapping):
+        for key in inputs:
+            if not isinstance(key, str):
+                raise TesseraError(Status.INVALID_ARGUMENT, "input names are strings, got %r"
+                                   % (key,))
+            if key not in names:
+                raise TesseraError(Status.INVALID_ARGUMENT, "unknown input '%s' (the region "
+                                   "reads: %s)" % (key, reads))
+        for name in names:
+            if name not in inputs:
+                raise TesseraError(Status.INVALID_ARGUMENT, "missing input '%s' (the region "
+                                   "reads: %s)" % (name, reads))
+        return [inputs[name] for name in names]
+    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
+        raise TesseraError(Status.INVALID_ARGUMENT, "inputs are a list in signature order (%s) "
+                           "or a dict by name, not %s" % (reads, type(inputs).__name__))
+    if len(inputs) != len(names):
+        raise TesseraError(Status.INVALID_ARGUMENT, "region takes %d inputs (%s), got %d"
+                           % (len(names), reads, len(inputs)))
+    return list(inputs)
+
+
+def _compile_opts(arch: Optional[str] = None, force: Optional[str] = None, policy: str = "tier",
+                  skip_verify: bool = False, no_reference: bool = False) -> _lib.CompileOpts:
     if policy not in ("tier", "measure"):
         raise ValueError("policy is 'tier' or 'measure', got %r" % (policy,))
     return _lib.CompileOpts(_b(arch), _b(force), 1 if policy == "measure" else 0,
@@ -239,121 +460,177 @@ class SharedMemory:
     on the same node reads and writes it directly. array(dtype, shape, offset)
     views its bytes as a numpy array. Freed (unlinked) by free() or collection."""
 
-    def __init__(self, size):
+    def __init__(self, size: int) -> None:
         h = c_void_p()
         err = _lib.Error()
         _check(lib.tsr_client_shm_create(size, byref(h), byref(err)), err)
-        self._h = h
-        self.size = lib.tsr_client_shm_size(h)
-        self.name = _s(lib.tsr_client_shm_name(h))
+        self._h: Optional[c_void_p] = h
+        self.size: int = lib.tsr_client_shm_size(h)
+        self.name: str = _s(lib.tsr_client_shm_name(h))
         addr = lib.tsr_client_shm_data(h)
-        self._mem = (ctypes.c_uint8 * self.size).from_address(addr)
+        self._mem: Optional[ctypes.Array[ctypes.c_uint8]] = \
+            (ctypes.c_uint8 * self.size).from_address(addr)
 
-    def array(self, dtype, shape, offset=0):
+    def array(self, dtype: npt.DTypeLike, shape: Tuple[int, ...],
+              offset: int = 0) -> npt.NDArray[Any]:
+        """The segment's bytes at offset as a numpy array of dtype and shape (a
+        view: writes land in the segment). BUFFER_MISMATCH past its end."""
         dt = np.dtype(dtype)
         n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-        if offset < 0 or offset + n > self.size:
+        if offset < 0 or offset + n > self.size or self._mem is None:
             raise TesseraError(Status.BUFFER_MISMATCH, "%d bytes at %d pass the end of %s"
                                % (n, offset, self.name))
         return np.frombuffer(self._mem, dtype=dt, count=n // dt.itemsize,
                              offset=offset).reshape(shape)
 
     @property
-    def handle(self):
+    def handle(self) -> Optional[c_void_p]:
+        """The C library's tsr_client_shm pointer (None once freed)."""
         return self._h
 
-    def free(self):
+    def free(self) -> None:
+        """Unmaps and unlinks the segment; arrays from array() must not be used
+        after this."""
         if getattr(self, "_h", None) and lib is not None:
             self._mem = None
             lib.tsr_client_shm_free(self._h)
             self._h = None
 
-    def __del__(self):
+    def __del__(self) -> None:
         self.free()
 
 
-def _align(n, a=256):
+def _align(n: int, a: int = 256) -> int:
     return (n + a - 1) // a * a
+
+
+def _daemon_cannot_open(e: TesseraError) -> bool:
+    """The daemon failed to open a segment this process made: it sees another
+    /dev/shm (NOT_FOUND), or may not open it there (IO_ERROR)."""
+    return (e.code in (Status.NOT_FOUND, Status.IO_ERROR)
+            and ".shm.name: shm_open " in e.message)
 
 
 # ---- buffers ----
 
 class Buffer:
-    """A daemon-side buffer owned by the client's connection. Freed by free(), by
-    leaving a with block, or when the connection closes."""
+    """A daemon-side buffer owned by the client's connection: handle, dtype
+    ("f32", "f16", "bf16"), shape and nbytes. Freed by free(), by leaving a with
+    block, or when the connection closes."""
 
-    def __init__(self, client, handle, dtype, shape, nbytes):
+    def __init__(self, client: "Client", handle: int, dtype: str, shape: Sequence[int],
+                 nbytes: int) -> None:
         self.client = client
         self.handle = handle
         self.dtype = dtype
-        self.shape = tuple(shape)
+        self.shape: Tuple[int, ...] = tuple(shape)
         self.nbytes = nbytes
 
-    def write(self, array, offset=0):
-        data = _to_wire(array, self.dtype)
-        err = _lib.Error()
-        shm = self.client._staging(data.nbytes)
-        if shm is not None:
-            with self.client._staging_lock:
-                shm.array(np.uint8, (data.nbytes,))[:] = data.reshape(-1).view(np.uint8)
-                _check(lib.tsr_client_buffer_write_shm(self.client._c, self.handle, offset,
-                                                       shm.handle, 0, data.nbytes,
-                                                       self.client.timeout_ms, byref(err)), err)
-            return
-        _check(lib.tsr_client_buffer_write(self.client._c, self.handle, offset,
-                                           data.ctypes.data, data.nbytes,
-                                           self.client.timeout_ms, byref(err)), err)
+    def write(self, array: npt.ArrayLike, offset: int = 0) -> None:
+        """Writes array's values (float32, float16 or float64, rounded to the
+        buffer's dtype as Client.run rounds inputs) at byte offset. BAD_ATTRIBUTE
+        for another element type, BUFFER_MISMATCH past the buffer's end."""
+        data = _to_wire(_float_array("buffer_write", array), self.dtype)
+        c = self.client
 
-    def read(self):
+        def through(shm: SharedMemory) -> None:
+            shm.array(np.uint8, (data.nbytes,))[:] = data.reshape(-1).view(np.uint8)
+            err = _lib.Error()
+            _check(lib.tsr_client_buffer_write_shm(c._c, self.handle, offset, shm.handle, 0,
+                                                   data.nbytes, c.timeout_ms, byref(err)), err)
+
+        def inline() -> None:
+            err = _lib.Error()
+            _check(lib.tsr_client_buffer_write(c._c, self.handle, offset, data.ctypes.data,
+                                               data.nbytes, c.timeout_ms, byref(err)), err)
+
+        c._transfer(data.nbytes, through, inline)
+
+    def read(self) -> npt.NDArray[Any]:
+        """The buffer's contents as a numpy array of its shape: float32 for f32
+        and bf16 buffers, float16 for f16 ones."""
         raw = np.empty(self.shape, dtype=_NUMPY_DTYPES[self.dtype])
-        got = c_size_t()
-        err = _lib.Error()
-        shm = self.client._staging(raw.nbytes)
-        if shm is not None:
-            with self.client._staging_lock:
-                _check(lib.tsr_client_buffer_read_shm(self.client._c, self.handle, 0, shm.handle,
-                                                      0, raw.nbytes, self.client.timeout_ms,
-                                                      byref(err)), err)
-                raw.reshape(-1).view(np.uint8)[:] = shm.array(np.uint8, (raw.nbytes,))
-            return _from_wire(raw, self.dtype)
-        _check(lib.tsr_client_buffer_read(self.client._c, self.handle, 0, raw.ctypes.data,
-                                          raw.nbytes, byref(got), self.client.timeout_ms,
-                                          byref(err)), err)
-        if got.value != raw.nbytes:
-            raise TesseraError(Status.BUFFER_MISMATCH, "read %d of %d bytes"
-                               % (got.value, raw.nbytes))
+        c = self.client
+
+        def through(shm: SharedMemory) -> None:
+            err = _lib.Error()
+            _check(lib.tsr_client_buffer_read_shm(c._c, self.handle, 0, shm.handle, 0, raw.nbytes,
+                                                  c.timeout_ms, byref(err)), err)
+            raw.reshape(-1).view(np.uint8)[:] = shm.array(np.uint8, (raw.nbytes,))
+
+        def inline() -> None:
+            got = c_size_t()
+            err = _lib.Error()
+            _check(lib.tsr_client_buffer_read(c._c, self.handle, 0, raw.ctypes.data, raw.nbytes,
+                                              byref(got), c.timeout_ms, byref(err)), err)
+            if got.value != raw.nbytes:
+                raise TesseraError(Status.BUFFER_MISMATCH, "read %d of %d bytes"
+                                   % (got.value, raw.nbytes))
+
+        c._transfer(raw.nbytes, through, inline)
         return _from_wire(raw, self.dtype)
 
-    def free(self):
+    def free(self) -> None:
+        """Frees the buffer on the daemon (NOT_FOUND when it is gone already)."""
         if self.handle:
             err = _lib.Error()
             h, self.handle = self.handle, 0
             _check(lib.tsr_client_buffer_free(self.client._c, h, self.client.timeout_ms,
                                               byref(err)), err)
 
-    def __enter__(self):
+    def __enter__(self) -> "Buffer":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         if self.handle and self.client._c:
             self.free()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Buffer(%#x, %s, %r)" % (self.handle, self.dtype, self.shape)
 
 
 # ---- the client ----
 
-def _is_torch(x):
+def _is_torch(x: object) -> bool:
     return type(x).__module__.startswith("torch")
 
 
-class Client:
-    """A connection to one tesserad. url: None means $TESSERA_URL, else the
-    default ipc socket. timeout_ms: per-call default (0 = the library's 30 s)."""
+def _shm_threshold_from_env() -> int:
+    text = os.environ.get("TESSERA_SHM_THRESHOLD")
+    if text is None or text == "":
+        return SHM_THRESHOLD_DEFAULT
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise TesseraError(Status.INVALID_ARGUMENT, "TESSERA_SHM_THRESHOLD: '%s' is not a byte "
+                           "count" % text)
+    return value
 
-    def __init__(self, url=None, timeout_ms=0, auth=None, force=None, lazy=False,
-                 shm_threshold=None):
+
+class Client:
+    """A connection to one tesserad.
+
+    url: None means $TESSERA_URL, else ipc:///run/tesserad/tesserad.sock.
+    timeout_ms: the per-call default (0 = the library's 30 s). auth: the bearer
+    token (None: $TESSERA_TOKEN). force: "kind=name,..." (None:
+    $TESSERA_FORCE; "": none). lazy: do not fail when the daemon is not up yet.
+    shm_threshold: host tensors of at least this many bytes travel through a
+    shared-memory segment on ipc:// connections (None: $TESSERA_SHM_THRESHOLD,
+    else 256 KiB; 0: never). When the daemon cannot open the segment, the
+    client warns once (SharedMemoryFallbackWarning), sets shm_threshold to 0,
+    keeps the cause in shm_fallback and sends that call and every later one
+    inline."""
+
+    IMPORTS_MAX = 256
+
+    def __init__(self, url: Optional[str] = None, timeout_ms: int = 0,
+                 auth: Optional[str] = None, force: Optional[str] = None, lazy: bool = False,
+                 shm_threshold: Optional[int] = None) -> None:
+        self._c: Optional[c_void_p] = None
+        if shm_threshold is None:
+            shm_threshold = _shm_threshold_from_env()
         opts = _lib.Options()
         lib.tsr_client_options_init(byref(opts))
         self._keep = [_b(url), _b(auth), _b(force)]
@@ -365,44 +642,79 @@ class Client:
         _check(lib.tsr_client_connect(byref(opts), byref(handle), byref(err)), err)
         self._c = handle
         self.timeout_ms = 0
-        self.url = _s(lib.tsr_client_url(handle))
-        if shm_threshold is None:
-            shm_threshold = int(os.environ.get("TESSERA_SHM_THRESHOLD", SHM_THRESHOLD_DEFAULT))
+        self.url: str = _s(lib.tsr_client_url(handle))
         # Shared memory needs the daemon on this node: ipc:// only.
-        self.shm_threshold = shm_threshold if self.url.startswith("ipc://") else 0
-        self._shm = None
+        self.shm_threshold: int = shm_threshold if self.url.startswith("ipc://") else 0
+        # The failure that turned shared memory off for this client (warned once).
+        self.shm_fallback: Optional[TesseraError] = None
+        self._shm: Optional[SharedMemory] = None
         self._staging_lock = threading.Lock()
         # CUDA IPC imports and compiled kernels kept for reuse (torch_support).
-        self._imports = collections.OrderedDict()
-        self._kernels = {}
+        self._imports: "collections.OrderedDict[Any, Buffer]" = collections.OrderedDict()
+        self._kernels: Dict[Any, Compiled] = {}
         self._cache_lock = threading.Lock()
 
-    def _staging(self, nbytes):
+    def _staging(self, nbytes: int) -> Optional[SharedMemory]:
         """The client's staging segment when nbytes should travel by shared
-        memory, grown to fit (callers hold _staging_lock while using it)."""
+        memory, grown to fit; the caller holds _staging_lock while using it."""
         if self.shm_threshold <= 0 or nbytes < self.shm_threshold:
             return None
-        with self._staging_lock:
-            if self._shm is None or self._shm.size < nbytes:
-                size = 1 << max(20, (nbytes - 1).bit_length())
-                self._shm = SharedMemory(size)
-            return self._shm
+        if self._shm is None or self._shm.size < nbytes:
+            size = 1 << max(20, (nbytes - 1).bit_length())
+            self._shm = SharedMemory(size)
+        return self._shm
 
-    IMPORTS_MAX = 256
+    def _transfer(self, nbytes: int, through: Callable[[SharedMemory], _T],
+                  inline: Callable[[], _T]) -> _T:
+        """through(segment) when nbytes should go by shared memory, else (or when
+        the daemon cannot open the segment: then once a warning, and inline for
+        good) inline()."""
+        if 0 < self.shm_threshold <= nbytes:
+            with self._staging_lock:
+                shm = self._staging(nbytes)  # None when another call just fell back
+                if shm is not None:
+                    try:
+                        return through(shm)
+                    except TesseraError as e:
+                        if not _daemon_cannot_open(e):
+                            raise
+                        self._fall_back_inline(e)
+        return inline()
 
-    def compiled(self, region, **opts):
-        """compile(), remembered per region and options for this connection."""
+    def _fall_back_inline(self, e: TesseraError) -> None:
+        """Turns shared memory off for this client and warns, once (the caller
+        holds _staging_lock)."""
+        self.shm_threshold = 0
+        if self._shm is not None:
+            self._shm.free()
+            self._shm = None
+        if self.shm_fallback is None:
+            self.shm_fallback = e
+            warnings.warn(
+                "tessera: the daemon at %s cannot open this process's shared memory (%s); it "
+                "sees another /dev/shm (another mount namespace, such as another container). "
+                "This client sends tensors inline from now on; share /dev/shm with the daemon "
+                "for the faster path, or set TESSERA_SHM_THRESHOLD=0 to go inline from the "
+                "start." % (self.url, e), SharedMemoryFallbackWarning, stacklevel=4)
+
+    def compiled(self, region: RegionLike, *, arch: Optional[str] = None,
+                 force: Optional[str] = None, policy: str = "tier", skip_verify: bool = False,
+                 no_reference: bool = False) -> Compiled:
+        """compile(), remembered per region and options for this connection
+        (kernel_free forgets it)."""
         r = _region(region)
-        key = (r.json, tuple(sorted(opts.items())))
+        key = (r.json, arch, force, policy, skip_verify, no_reference)
         with self._cache_lock:
             k = self._kernels.get(key)
         if k is None:
-            k = self.compile(r, **opts)
+            k = self.compile(r, arch=arch, force=force, policy=policy, skip_verify=skip_verify,
+                             no_reference=no_reference)
             with self._cache_lock:
                 self._kernels[key] = k
         return k
 
-    def imported(self, ipc_handle, nbytes, dtype, shape, offset=0):
+    def imported(self, ipc_handle: bytes, nbytes: int, dtype: str, shape: Sequence[int],
+                 offset: int = 0) -> Buffer:
         """import_cuda(), remembered: the same allocation, offset, dtype and shape
         give the same Buffer (an IPC handle names one allocation for its whole
         life, so a remembered import never points at other memory). At most
@@ -425,7 +737,7 @@ class Client:
             old.free()
         return b
 
-    def release_imports(self):
+    def release_imports(self) -> None:
         """Frees every remembered CUDA IPC import (the daemon closes its mappings)."""
         with self._cache_lock:
             bufs = list(self._imports.values())
@@ -433,26 +745,31 @@ class Client:
         for b in bufs:
             b.free()
 
-    def close(self):
+    def close(self) -> None:
+        """Closes the connection (the daemon frees its buffers and kernels) and
+        the client's shared-memory segment. Only when no call is running."""
         if self._c:
             lib.tsr_client_close(self._c)
             self._c = None
-        if getattr(self, "_shm", None) is not None:
-            self._shm.free()
+        shm = getattr(self, "_shm", None)
+        if shm is not None:
+            shm.free()
             self._shm = None
 
-    def __enter__(self):
+    def __enter__(self) -> "Client":
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         if getattr(self, "_c", None) and lib is not None:
             self.close()
 
-    def hello(self):
-        """The daemon's hello as a dict (versions, backend, devices, tenant)."""
+    def hello(self) -> "HelloInfo":
+        """The daemon's hello as a dict: daemon_version, protocol_version,
+        backend, devices, driver_version, compiler_version, tenant,
+        max_message_bytes, nng_version."""
         info = _lib.Info()
         err = _lib.Error()
         _check(lib.tsr_client_hello(self._c, byref(info), self.timeout_ms, byref(err)), err)
@@ -470,20 +787,29 @@ class Client:
             "nng_version": _s(info.nng_version),
         }
 
-    def compile(self, region, **opts):
-        """Compiles the arbiter's pick for region (arch=, force=, policy=,
-        skip_verify=, no_reference=). Returns a Compiled (kernel, key, decision)."""
+    def compile(self, region: RegionLike, *, arch: Optional[str] = None,
+                force: Optional[str] = None, policy: str = "tier", skip_verify: bool = False,
+                no_reference: bool = False) -> Compiled:
+        """Compiles the arbiter's pick for region. arch: compile for that
+        architecture ("sm_90a") instead of the serving device's; force: the
+        candidate to use (an unknown or inapplicable name is ARBITER); policy:
+        "tier" or "measure"; skip_verify: do not verify a forced candidate;
+        no_reference: never fall back to the tier-0 reference. Returns a
+        Compiled (kernel, key, decision)."""
         r = _region(region)
-        o = _compile_opts(**opts)
+        o = _compile_opts(arch, force, policy, skip_verify, no_reference)
         out = _lib.Compiled()
         err = _lib.Error()
         _check(lib.tsr_client_compile(self._c, r.handle, byref(o), byref(out), self.timeout_ms,
                                       byref(err)), err)
         return Compiled(out)
 
-    def launch(self, kernel, inputs, output):
-        """Launches a compiled kernel (a Compiled or its handle) on Buffers; returns
-        the device time in ms."""
+    def launch(self, kernel: Union[Compiled, int], inputs: Sequence[Buffer],
+               output: Buffer) -> float:
+        """Launches a compiled kernel (a Compiled or its handle) on Buffers, the
+        inputs in signature order; returns the device time in ms. NOT_FOUND for
+        an unknown kernel or buffer, BUFFER_MISMATCH for a buffer of the wrong
+        size or dtype."""
         k = kernel.kernel if isinstance(kernel, Compiled) else int(kernel)
         handles = (c_uint64 * max(1, len(inputs)))(*[b.handle for b in inputs])
         ms = c_double()
@@ -492,7 +818,7 @@ class Client:
                                      self.timeout_ms, byref(err)), err)
         return ms.value
 
-    def kernel_free(self, kernel):
+    def kernel_free(self, kernel: Union[Compiled, int]) -> None:
         """Drops a compiled kernel (a Compiled or its handle); the daemon unloads
         it once no launch still uses it, and compiled() forgets it. Raises
         TesseraError NOT_FOUND for an unknown, foreign or already freed handle."""
@@ -503,63 +829,104 @@ class Client:
         err = _lib.Error()
         _check(lib.tsr_client_kernel_free(self._c, k, self.timeout_ms, byref(err)), err)
 
-    def run(self, region, inputs, with_decision=False, **opts):
-        """Compiles and runs region on inputs (numpy arrays or anything
-        np.asarray takes, in signature order; bf16 inputs as float32). Returns the
-        output as a numpy array (float32 for bf16), and the Decision too when
-        with_decision. torch tensors go through tessera.torch_run instead."""
+    @overload
+    def run(self, region: RegionLike, inputs: Inputs, with_decision: "Literal[False]" = False,
+            *, arch: Optional[str] = None, force: Optional[str] = None, policy: str = "tier",
+            skip_verify: bool = False, no_reference: bool = False) -> Any: ...
+
+    @overload
+    def run(self, region: RegionLike, inputs: Inputs, with_decision: "Literal[True]",
+            *, arch: Optional[str] = None, force: Optional[str] = None, policy: str = "tier",
+            skip_verify: bool = False, no_reference: bool = False) -> Tuple[Any, Decision]: ...
+
+    def run(self, region: RegionLike, inputs: Inputs, with_decision: bool = False,
+            *, arch: Optional[str] = None, force: Optional[str] = None, policy: str = "tier",
+            skip_verify: bool = False,
+            no_reference: bool = False) -> Union[Any, Tuple[Any, Decision]]:
+        """Compiles and runs region on inputs and returns its output (and the
+        Decision too when with_decision); the options are compile()'s.
+
+        inputs: a list or tuple in signature order (region.inputs), or a dict
+        by name; an unknown or missing name, or a list of the wrong length, is
+        INVALID_ARGUMENT. Each input is a numpy array (or anything np.asarray
+        takes) of float32, float16 or float64, rounded to the region's dtype to
+        nearest even (bf16 inputs are float32 data); any other element type is
+        BAD_ATTRIBUTE ("a: element type '<i8' unsupported (need <f4, <f2,
+        <f8)"), a shape other than the signature's BUFFER_MISMATCH ("a: shape
+        (64,128), expected (128,64)"): tessera-cli's codes and messages. The
+        output is a numpy array of the output's shape: float32 for f32 and bf16
+        outputs, float16 for f16.
+
+        torch tensors are taken too (tessera.torch_support): CPU tensors travel
+        as numpy arrays, CUDA tensors stay on the GPU (CUDA IPC), and the output
+        is a torch tensor."""
         r = _region(region)
-        if any(_is_torch(x) for x in inputs):
+        ordered = _ordered_inputs(r, inputs)
+        opts = {"arch": arch, "force": force, "policy": policy, "skip_verify": skip_verify,
+                "no_reference": no_reference}
+        if any(_is_torch(x) for x in ordered):
             from . import torch_support
-            return torch_support.run(self, r, inputs, with_decision=with_decision, **opts)
-        if len(inputs) != len(r.inputs):
-            raise TesseraError(Status.INVALID_ARGUMENT, "region takes %d inputs, got %d"
-                               % (len(r.inputs), len(inputs)))
+            return torch_support.run(self, r, ordered, with_decision=with_decision, **opts)
         wire = []
-        for spec, x in zip(r.inputs, inputs):
-            a = np.asarray(x)
-            if a.size != int(np.prod(spec.shape, dtype=np.int64)):
-                raise TesseraError(Status.BUFFER_MISMATCH, "input %s: %d elements, want shape %r"
-                                   % (spec.name, a.size, spec.shape))
+        for spec, x in zip(r.inputs, ordered):
+            a = _float_array(spec.name, x)
+            if a.shape != spec.shape:
+                raise TesseraError(Status.BUFFER_MISMATCH, "%s: shape %s, expected %s"
+                                   % (spec.name, _shape_text(a.shape), _shape_text(spec.shape)))
             wire.append(_to_wire(a, spec.dtype))
         out = np.empty(r.output.shape, dtype=_NUMPY_DTYPES[r.output.dtype])
         o = _compile_opts(**opts)
         d = _lib.Decision()
-        err = _lib.Error()
         offsets, at = [], 0
         for w in wire:
             offsets.append(at)
             at = _align(at + w.nbytes)
-        total = at + out.nbytes
-        shm = self._staging(total)
-        if shm is not None:
-            with self._staging_lock:
-                for w, off in zip(wire, offsets):
-                    shm.array(np.uint8, (w.nbytes,), off)[:] = w.reshape(-1).view(np.uint8)
-                offs = (c_uint64 * max(1, len(offsets)))(*offsets)
-                _check(lib.tsr_client_run_shm(self._c, r.handle, byref(o), shm.handle, offs, at,
-                                              byref(d), self.timeout_ms, byref(err)), err)
-                out.reshape(-1).view(np.uint8)[:] = shm.array(np.uint8, (out.nbytes,), at)
-            y = _from_wire(out, r.output.dtype)
-            return (y, Decision(d)) if with_decision else y
-        ptrs = (c_void_p * max(1, len(wire)))(*[w.ctypes.data for w in wire])
-        _check(lib.tsr_client_run(self._c, r.handle, byref(o), ptrs, out.ctypes.data, byref(d),
-                                  self.timeout_ms, byref(err)), err)
+
+        def through(shm: SharedMemory) -> None:
+            for w, off in zip(wire, offsets):
+                shm.array(np.uint8, (w.nbytes,), off)[:] = w.reshape(-1).view(np.uint8)
+            offs = (c_uint64 * max(1, len(offsets)))(*offsets)
+            err = _lib.Error()
+            _check(lib.tsr_client_run_shm(self._c, r.handle, byref(o), shm.handle, offs, at,
+                                          byref(d), self.timeout_ms, byref(err)), err)
+            out.reshape(-1).view(np.uint8)[:] = shm.array(np.uint8, (out.nbytes,), at)
+
+        def inline() -> None:
+            ptrs = (c_void_p * max(1, len(wire)))(*[w.ctypes.data for w in wire])
+            err = _lib.Error()
+            _check(lib.tsr_client_run(self._c, r.handle, byref(o), ptrs, out.ctypes.data,
+                                      byref(d), self.timeout_ms, byref(err)), err)
+
+        self._transfer(at + out.nbytes, through, inline)
         y = _from_wire(out, r.output.dtype)
         return (y, Decision(d)) if with_decision else y
 
-    def verify(self, region, candidate=None, seed=0, random_probes=0, **opts):
+    def verify(self, region: RegionLike, candidate: Optional[str] = None, seed: int = 0,
+               random_probes: int = 0, *, arch: Optional[str] = None, policy: str = "tier",
+               no_reference: bool = False) -> "Verified":
+        """Runs the oracle on a candidate for region (candidate None: the
+        arbiter's pick) with probe inputs from seed (0: the daemon's default)
+        and random_probes more (0: the daemon's default), as `tessera-cli
+        verify`. A failing verdict is a result, not an error. Returns a dict:
+        candidate, tier, verdict (a Verdict)."""
         r = _region(region)
-        v = _lib.VerifyOpts(_b(candidate), seed, random_probes, _compile_opts(**opts))
+        v = _lib.VerifyOpts(_b(candidate), seed, random_probes,
+                            _compile_opts(arch, None, policy, False, no_reference))
         out = _lib.Verified()
         err = _lib.Error()
         _check(lib.tsr_client_verify(self._c, r.handle, byref(v), byref(out), self.timeout_ms,
                                      byref(err)), err)
         return {"candidate": _s(out.candidate), "tier": out.tier, "verdict": Verdict(out.verdict)}
 
-    def candidates(self, region, **opts):
+    def candidates(self, region: RegionLike, *, arch: Optional[str] = None,
+                   force: Optional[str] = None, policy: str = "tier", skip_verify: bool = False,
+                   no_reference: bool = False) -> "List[CandidateRow]":
+        """Every candidate registered for region's kind and what the arbiter
+        thinks of it, as `tessera-cli candidates`: a list of dicts with name,
+        tier, version, applies, why (the reason it was or was not selected),
+        verdict (a Verdict) and selected (exactly one is)."""
         r = _region(region)
-        o = _compile_opts(**opts)
+        o = _compile_opts(arch, force, policy, skip_verify, no_reference)
         rows = ctypes.POINTER(_lib.Candidate)()
         n = c_size_t()
         err = _lib.Error()
@@ -572,8 +939,9 @@ class Client:
         finally:
             lib.tsr_client_candidates_free(rows)
 
-    def buffer(self, dtype, shape):
-        """Allocates a Buffer of dtype ("f32", "f16", "bf16") and shape."""
+    def buffer(self, dtype: str, shape: Sequence[int]) -> Buffer:
+        """Allocates a Buffer of dtype ("f32", "f16", "bf16") and shape.
+        BAD_DTYPE for another dtype, BAD_DIMENSION for a bad shape."""
         if dtype not in DTYPES:
             raise TesseraError(Status.BAD_DTYPE, "unknown dtype %r" % (dtype,))
         dims = (ctypes.c_int64 * max(1, len(shape)))(*shape)
@@ -585,7 +953,8 @@ class Client:
                                            byref(err)), err)
         return Buffer(self, h.value, dtype, shape, nbytes.value)
 
-    def batch(self, launches, graph=False):
+    def batch(self, launches: Sequence[Tuple[Union[Compiled, int], Sequence[Buffer], Buffer]],
+              graph: bool = False) -> "BatchResult":
         """Runs launches — (kernel, [input Buffers], output Buffer) tuples — in order
         with one round trip. graph=True lets a CUDA daemon capture and replay the
         sequence. Returns {"device_ms", "launched", "graph_replayed"}."""
@@ -603,7 +972,8 @@ class Client:
         return {"device_ms": res.device_ms, "launched": res.launched,
                 "graph_replayed": res.graph_replayed}
 
-    def import_cuda(self, ipc_handle, nbytes, dtype, shape, offset=0):
+    def import_cuda(self, ipc_handle: bytes, nbytes: int, dtype: str, shape: Sequence[int],
+                    offset: int = 0) -> Buffer:
         """A Buffer over another process's device allocation (CUDA IPC): the
         64-byte cudaIpcMemHandle, the allocation's size, where the tensor starts
         in it. Launches use that memory in place; free() closes the mapping and
@@ -622,7 +992,7 @@ class Client:
         return Buffer(self, h.value, dtype, shape,
                       int(np.prod(shape, dtype=np.int64)) * (2 if dtype != "f32" else 4))
 
-    def stats(self):
+    def stats(self) -> Dict[str, float]:
         """The daemon's counters as a dict name -> value."""
         s = ctypes.POINTER(_lib.Stats)()
         err = _lib.Error()
@@ -634,7 +1004,9 @@ class Client:
         finally:
             lib.tsr_client_stats_free(s)
 
-    def cache_list(self):
+    def cache_list(self) -> "List[CacheRow]":
+        """The daemon's kernel cache, as `tessera-cli cache ls`: a list of dicts
+        with key (hex, for cache_evict), candidate, kind, arch, bytes and hits."""
         rows = ctypes.POINTER(_lib.CacheEntry)()
         n = c_size_t()
         err = _lib.Error()
@@ -647,7 +1019,9 @@ class Client:
         finally:
             lib.tsr_client_cache_free(rows)
 
-    def cache_evict(self, key):
+    def cache_evict(self, key: str) -> int:
+        """Evicts one kernel cache entry by its hex key, or every entry with
+        "all"; returns how many went. NOT_FOUND for an unknown key."""
         n = c_uint32()
         err = _lib.Error()
         _check(lib.tsr_client_cache_evict(self._c, key.encode(), byref(n), self.timeout_ms,
@@ -655,16 +1029,16 @@ class Client:
         return n.value
 
 
-def connect(url=None, **kw):
-    """A new Client (see Client)."""
+def connect(url: Optional[str] = None, **kw: Any) -> Client:
+    """A new Client (see Client for the keyword arguments)."""
     return Client(url, **kw)
 
 
-_default = {}
+_default: Dict[str, Client] = {}
 _default_lock = threading.Lock()
 
 
-def default_client():
+def default_client() -> Client:
     """One shared Client per process, connected on first use to $TESSERA_URL."""
     with _default_lock:
         c = _default.get("client")
@@ -673,6 +1047,6 @@ def default_client():
         return c
 
 
-def run(region, inputs, **opts):
-    """Client.run on the process's default client."""
+def run(region: RegionLike, inputs: Inputs, **opts: Any) -> Any:
+    """Client.run on the process's default client (default_client())."""
     return default_client().run(region, inputs, **opts)

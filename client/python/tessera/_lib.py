@@ -1,15 +1,33 @@
-"""ctypes declarations of libtessera-client (client/include/tessera/client.h).
+"""ctypes declarations of libtessera-client (client/include/tessera/client.h),
+and where the library is found.
 
 Only this module knows the C layout. The structs below mirror the header field
-for field; a change there needs the same change here. The library is found, in
-order, at $TESSERA_CLIENT_LIB, in the source tree's build/client/ (relative to
-this package), next to this package (lib/ beside it) and then through the
-dynamic loader's ordinary search (an installed libtessera-client.so).
+for field; a change there needs the same change here.
+
+The library is looked for, in order (the first that loads wins):
+
+1. ``$TESSERA_CLIENT_LIB``, when set: that file and nothing else;
+2. next to the package: ``tessera/libtessera-client.so``, then
+   ``tessera/lib/libtessera-client.so``;
+3. in a source checkout (the package imported from ``client/python`` of the
+   repository): ``$BUILD/client/libtessera-client.so`` at its top (``$BUILD``
+   defaults to ``build``, where ``make`` puts it);
+4. the system's library paths: the dynamic loader's search
+   (``LD_LIBRARY_PATH``, the ldconfig cache, ``/lib``, ``/usr/lib``), then
+   ``ctypes.util.find_library``, then ``/usr/local/lib`` (where
+   ``make install`` puts it, before ``ldconfig`` has run).
+
+When none loads, importing tessera raises ImportError saying what was tried
+and what to build.
 """
+from __future__ import annotations
+
 import ctypes
+import ctypes.util
 import os
 from ctypes import (POINTER, Structure, c_bool, c_char, c_char_p, c_double, c_int,
                     c_int64, c_size_t, c_uint32, c_uint64, c_void_p)
+from typing import Iterator, List, Optional, Tuple
 
 NAME_MAX = 64
 TEXT_MAX = 256
@@ -123,33 +141,55 @@ class BatchResult(Structure):
     _fields_ = [("device_ms", c_double), ("launched", c_uint32), ("graph_replayed", c_bool)]
 
 
-def _candidates():
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _source_tree() -> Optional[str]:
+    """The repository's top when this package is its client/python/tessera."""
+    top = os.path.normpath(os.path.join(HERE, "..", "..", ".."))
+    if os.path.isfile(os.path.join(top, "client", "include", "tessera", "client.h")):
+        return top
+    return None
+
+
+def candidates() -> Iterator[Tuple[str, str]]:
+    """(where, path) pairs in the order the library is looked for; a bare
+    file name is left to the dynamic loader's search."""
     env = os.environ.get("TESSERA_CLIENT_LIB")
     if env:
-        yield env
+        yield "$TESSERA_CLIENT_LIB", env
         return
-    here = os.path.dirname(os.path.abspath(__file__))
-    yield os.path.join(here, "..", "..", "..", os.environ.get("BUILD", "build"), "client",
-                       LIB_NAME)
-    yield os.path.join(here, "lib", LIB_NAME)
-    yield LIB_NAME
+    yield "next to the package", os.path.join(HERE, LIB_NAME)
+    yield "next to the package", os.path.join(HERE, "lib", LIB_NAME)
+    top = _source_tree()
+    if top is not None:
+        yield "the source tree's build", os.path.join(top, os.environ.get("BUILD", "build"),
+                                                     "client", LIB_NAME)
+    yield "the system's library paths", LIB_NAME
+    found = ctypes.util.find_library("tessera-client")
+    if found and found != LIB_NAME:
+        yield "ldconfig", found
+    yield "make install's default prefix", os.path.join("/usr/local/lib", LIB_NAME)
 
 
-def _load():
-    tried = []
-    for path in _candidates():
+def _load() -> ctypes.CDLL:
+    tried: List[str] = []
+    for where, path in candidates():
         if os.sep in path and not os.path.exists(path):
-            tried.append(path + " (missing)")
+            tried.append("%s (%s: missing)" % (path, where))
             continue
         try:
             return ctypes.CDLL(path)
         except OSError as e:
-            tried.append("%s (%s)" % (path, e))
-    raise ImportError("tessera: cannot load %s; set TESSERA_CLIENT_LIB. Tried: %s"
-                      % (LIB_NAME, "; ".join(tried)))
+            tried.append("%s (%s: %s)" % (path, where, e))
+    raise ImportError(
+        "tessera: cannot load %s. Build it with `make` at the top of the tesserad "
+        "repository (it is then build/client/%s) and set TESSERA_CLIENT_LIB to its path, "
+        "or copy it into the installed package's folder, or install it with `make install "
+        "PREFIX=/usr/local` and run ldconfig. Tried: %s" % (LIB_NAME, LIB_NAME, "; ".join(tried)))
 
 
-def _declare(lib):
+def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     P = c_void_p
     E = POINTER(Error)
     sig = {
@@ -205,7 +245,12 @@ def _declare(lib):
                                              POINTER(c_int64), POINTER(c_uint64), c_int, E]),
     })
     for name, (res, args) in sig.items():
-        fn = getattr(lib, name)
+        try:
+            fn = getattr(lib, name)
+        except AttributeError:
+            raise ImportError("tessera: %s has no %s: it is older than this package; rebuild "
+                              "it with `make` at the top of the repository"
+                              % (lib._name, name)) from None
         fn.restype = res
         fn.argtypes = args
     return lib

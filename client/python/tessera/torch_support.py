@@ -17,31 +17,53 @@ node and GPU, torch's allocator is the default caching allocator (not
 expandable segments, whose memory has no IPC handle), and the tensors are on one
 device. Work queued on torch's current stream is synchronized before the daemon
 reads the inputs.
+
+Inputs are checked as numpy inputs are (tessera.Client.run): exact shapes
+(BUFFER_MISMATCH), and floating element types only (float32, float16,
+bfloat16, float64; anything else is BAD_ATTRIBUTE), never cast silently.
 """
+from __future__ import annotations
+
 import ctypes
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
 import tessera
 
 _DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16"}
+_INPUT_TYPES = ("float32", "float16", "bfloat16", "float64")
 
 
-def _torch_dtype(torch, name):
+def _torch_dtype(torch: Any, name: str) -> Any:
     return getattr(torch, _DTYPES[name])
 
 
-def _to_numpy(torch, t, spec):
-    t = t.detach().to("cpu", _torch_dtype(torch, spec.dtype)).contiguous()
-    if spec.dtype == "bf16":
-        return t.view(torch.int16).numpy().view(np.uint16)
-    return t.numpy()
+def _check(torch: Any, t: Any, spec: tessera.TensorSpec) -> None:
+    """The element type and shape checks of tessera.Client.run, for a tensor."""
+    kind = str(t.dtype).replace("torch.", "")
+    if kind not in _INPUT_TYPES:
+        raise tessera.TesseraError(tessera.Status.BAD_ATTRIBUTE,
+                                   "%s: element type '%s' unsupported (need %s)"
+                                   % (spec.name, kind, ", ".join(_INPUT_TYPES)))
+    if tuple(t.shape) != spec.shape:
+        raise tessera.TesseraError(tessera.Status.BUFFER_MISMATCH, "%s: shape %s, expected %s"
+                                   % (spec.name, tessera._shape_text(tuple(t.shape)),
+                                      tessera._shape_text(spec.shape)))
 
 
-_driver = {}
+def _to_numpy(torch: Any, t: Any) -> Any:
+    """A CPU tensor's values as numpy (bfloat16 as float32, which is exact)."""
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    return t.contiguous().numpy()
 
 
-def _cuda_driver():
+_driver: Dict[str, Any] = {}
+
+
+def _cuda_driver() -> Any:
     """libcuda through ctypes, for cuMemGetAddressRange and cuIpcGetMemHandle."""
     if "lib" not in _driver:
         lib = ctypes.CDLL("libcuda.so.1")
@@ -52,7 +74,7 @@ def _cuda_driver():
     return _driver["lib"]
 
 
-def _export(torch, t):
+def _export(torch: Any, t: Any) -> Tuple[bytes, int, int]:
     """(handle, allocation bytes, offset of t in it): the allocation torch's
     caching allocator carved t from, exported with the driver's own
     cuIpcGetMemHandle (the context torch made current on this thread)."""
@@ -71,23 +93,28 @@ def _export(torch, t):
     return handle.raw, size.value, t.data_ptr() - base.value
 
 
-def _import(client, torch, t, spec):
+def _import(client: tessera.Client, torch: Any, t: Any,
+            spec: tessera.TensorSpec) -> tessera.Buffer:
     """A daemon buffer over t's device memory (CUDA IPC)."""
     handle, nbytes, offset = _export(torch, t)
     return client.imported(handle, nbytes, spec.dtype, spec.shape, offset=offset)
 
 
-def run(client, region, inputs, with_decision=False, **opts):
+def run(client: tessera.Client, region: tessera.Region, inputs: Sequence[Any],
+        with_decision: bool = False, **opts: Any) -> Any:
+    """tessera.Client.run for inputs of which at least one is a torch tensor;
+    inputs are in signature order already. Returns a torch tensor (and the
+    Decision when with_decision)."""
     import torch
 
-    if len(inputs) != len(region.inputs):
-        raise tessera.TesseraError(tessera.Status.INVALID_ARGUMENT, "region takes %d inputs, got %d"
-                                   % (len(region.inputs), len(inputs)))
-    tensors = [x if isinstance(x, torch.Tensor) else torch.as_tensor(x) for x in inputs]
+    tensors: List[Any] = [x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
+                          for x in inputs]
+    for t, spec in zip(tensors, region.inputs):
+        _check(torch, t, spec)
     cuda = [t.is_cuda for t in tensors]
     if not any(cuda):
-        y, d = client.run(region, [_to_numpy(torch, t, s) for t, s in zip(tensors, region.inputs)],
-                          with_decision=True, **opts)
+        y, d = client.run(region, [_to_numpy(torch, t) for t in tensors], with_decision=True,
+                          **opts)
         out = torch.from_numpy(np.ascontiguousarray(y)).to(_torch_dtype(torch,
                                                                          region.output.dtype))
         return (out, d) if with_decision else out
@@ -99,9 +126,6 @@ def run(client, region, inputs, with_decision=False, **opts):
     device = devices.pop()
     staged = []
     for t, spec in zip(tensors, region.inputs):
-        if tuple(t.shape) != spec.shape and t.numel() != int(np.prod(spec.shape)):
-            raise tessera.TesseraError(tessera.Status.BUFFER_MISMATCH, "input %s: shape %s, want %s"
-                                       % (spec.name, tuple(t.shape), spec.shape))
         staged.append(t.to(_torch_dtype(torch, spec.dtype)).contiguous())
     out = torch.empty(region.output.shape, dtype=_torch_dtype(torch, region.output.dtype),
                       device=device)

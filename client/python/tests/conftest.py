@@ -19,12 +19,15 @@ BUILD = os.path.join(ROOT, os.environ.get("BUILD", "build"))
 
 
 class Daemon:
-    def __init__(self, extra=()):
+    """tesserad on a fresh ipc socket; wrap is a command that execs the daemon
+    command line given after it (e.g. one that changes its mount namespace)."""
+
+    def __init__(self, extra=(), wrap=()):
         self.dir = tempfile.mkdtemp(prefix="tsr-py-")
         self.url = "ipc://" + os.path.join(self.dir, "sock")
         self.log = open(os.path.join(self.dir, "log"), "w+")
         self.proc = subprocess.Popen(
-            [os.path.join(BUILD, "bin", "tesserad"), "--listen", self.url, "--cache-dir",
+            [*wrap, os.path.join(BUILD, "bin", "tesserad"), "--listen", self.url, "--cache-dir",
              os.path.join(self.dir, "cache"), "--backend", "cpu", "--log-level", "warn",
              *extra], stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30

@@ -55,8 +55,8 @@ def test_run_pointwise_matches_numpy(client):
     assert d.candidate != ""
 
 
-def test_run_accepts_a_dict_and_lists(client):
-    y = client.run(ADD, [[[1, -2, 3]] * 4, [1, 1, -10]])
+def test_run_accepts_a_region_dict_and_float_lists(client):
+    y = client.run(ADD, [[[1.0, -2.0, 3.0]] * 4, [1.0, 1.0, -10.0]])
     np.testing.assert_array_equal(y, np.array([[2, 0, 0]] * 4, dtype=np.float32))
 
 
@@ -73,6 +73,7 @@ def test_run_wrong_input_count_raises(client):
     with pytest.raises(tessera.TesseraError) as e:
         client.run(ADD, [np.zeros((4, 3), np.float32)])
     assert e.value.code == tessera.Status.INVALID_ARGUMENT
+    assert e.value.message == "region takes 2 inputs (a, b), got 1"
 
 
 def test_compile_buffers_launch(client):

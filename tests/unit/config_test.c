@@ -231,3 +231,19 @@ Test(config, kernel_timeout_ms_defaults_to_five_minutes_and_is_bounded)
     expect_parse("{\"kernel_timeout_ms\":86400001}", TSR_BAD_ATTRIBUTE, NULL);
     expect_parse("{\"kernel_timeout_ms\":-1}", TSR_BAD_ATTRIBUTE, NULL);
 }
+
+Test(config, the_shipped_configs_validate_and_the_default_declares_no_tenants)
+{
+    tsrd_config c;
+    tsr_error err;
+    cr_assert_eq(tsrd_config_defaults(&c, &err), TSR_OK);
+    cr_assert_eq(tsrd_config_load_file(&c, "deploy/tesserad.json", &err), TSR_OK, "%s",
+                 err.message);
+    cr_expect_eq(c.n_tenants, 0, "the installed config serves local users as one tenant");
+    tsrd_config_free(&c);
+    cr_assert_eq(tsrd_config_defaults(&c, &err), TSR_OK);
+    cr_assert_eq(tsrd_config_load_file(&c, "deploy/tesserad.example.json", &err), TSR_OK, "%s",
+                 err.message);
+    cr_expect_eq(c.n_tenants, 2);
+    tsrd_config_free(&c);
+}

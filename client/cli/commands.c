@@ -282,8 +282,9 @@ static int cmd_info_call(cli *c, const tsr_region *r, void *args)
     printf("max msg    %" PRIu64 " bytes\n", info.max_message_bytes);
     for (int i = 0; i < info.n_devices; i++) {
         const tsr_client_device *d = &info.devices[i];
-        printf("device %d   %s, %s, %" PRIu64 " MiB, %d SMs\n", d->index, d->name, d->arch,
-               d->memory_bytes >> 20, d->multiprocessors);
+        printf("device %d   %s, %s, %" PRIu64 " MiB, %d %s\n", d->index, d->name, d->arch,
+               d->memory_bytes >> 20, d->multiprocessors,
+               strcmp(d->arch, "cpu") == 0 ? "CPUs" : "SMs");
     }
     return CLI_EXIT_OK;
 }
@@ -443,7 +444,10 @@ static int cmd_compile_call(cli *c, const tsr_region *r, void *args)
         return cli_fail_call(&err);
     if (c->json) {
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "kernel", (double)out.kernel);
+        /* A 64-bit handle as text: a JSON number (a double) would lose digits. */
+        char kernel[20];
+        snprintf(kernel, sizeof kernel, "%016" PRIx64, out.kernel);
+        cJSON_AddStringToObject(o, "kernel", kernel);
         cJSON_AddStringToObject(o, "key", out.key);
         cJSON_AddStringToObject(o, "fingerprint", out.fingerprint);
         cJSON_AddItemToObject(o, "decision", cmd_decision_json(&out.decision));
@@ -708,12 +712,18 @@ static int cmd_verify_call(cli *c, const tsr_region *r, void *args)
         cJSON_AddStringToObject(o, "candidate", out.candidate);
         cJSON_AddNumberToObject(o, "tier", out.tier);
         cJSON_AddItemToObject(o, "verdict", cmd_verdict_json(&out.verdict));
+        cJSON_AddBoolToObject(o, "checked_against_itself", out.tier == 0);
         cli_json_print(o);
     } else {
         char verdict[512];
         cmd_verdict_text(&out.verdict, verdict, sizeof verdict);
         printf("candidate  %s (tier %d)\n", out.candidate, out.tier);
         printf("verdict    %s\n", verdict);
+        /* Tier 0 is the reference itself: its verdict compares it with itself. */
+        if (out.tier == 0)
+            printf("note       %s is the reference: it was checked against itself, so this "
+                   "verdict says nothing about another kernel\n",
+                   out.candidate);
     }
     if (out.verdict.state == TSR_CLIENT_VERDICT_FAIL) {
         fprintf(stderr, "tessera-cli: %s: %s fails verification: %s\n",

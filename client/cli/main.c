@@ -4,9 +4,11 @@
  *
  *   tessera-cli [--url URL] [--json] [--timeout MS] COMMAND ...
  *
- * Parses the global options, dispatches to the command table in commands.c and
- * closes the client the command connected.
+ * Parses the global options (anywhere on the line, as --opt VALUE or
+ * --opt=VALUE), dispatches to the command table in commands.c and closes the
+ * client the command connected.
  */
+#include <nng/nng.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,7 @@
 
 static const char main_usage[] =
     "usage: tessera-cli [--url URL] [--token TOKEN] [--json] [--timeout MS] COMMAND ...\n"
+    "       tessera-cli --version\n"
     "\n"
     "commands:\n"
     "  ping                      check that the daemon answers\n"
@@ -34,9 +37,45 @@ static const char main_usage[] =
     "  --token TOKEN  bearer token of a tenant (default $TESSERA_TOKEN)\n"
     "  --json         print machine-readable JSON on stdout\n"
     "  --timeout MS   per-request timeout in milliseconds (default 30000)\n"
+    "Options may stand anywhere on the line and take their value as --opt VALUE or\n"
+    "--opt=VALUE; an argument '--' ends the options.\n"
     "\n"
     "TESSERA_FORCE=kind=name,... forces candidates. 'tessera-cli COMMAND --help' for more.\n"
     "exit status: 0 ok, 2 usage, 3 daemon unreachable, 4 daemon error, 5 local file error\n";
+
+static bool main_parse_ms(const char *s, int *out);
+
+/* Runs the command args[0] with its arguments (n of them in all). */
+static int main_run(cli *c, int n, char **args)
+{
+    if (n == 0) {
+        fputs(main_usage, stderr);
+        return CLI_EXIT_USAGE;
+    }
+    if (cli_is_help(args[0])) {
+        fputs(main_usage, stdout);
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(args[0], "--version") == 0) {
+        printf("tessera-cli %s (protocol %d, nng %s)\n", TSR_CLIENT_VERSION,
+               TSR_CLIENT_PROTOCOL_VERSION, nng_version());
+        return CLI_EXIT_OK;
+    }
+    if (args[0][0] == '-')
+        return cli_fail_usage(NULL, "unknown or incomplete option '%s'", args[0]);
+    const cli_command *cmd = cli_commands;
+    while (cmd->name && strcmp(cmd->name, args[0]) != 0)
+        cmd++;
+    if (!cmd->name)
+        return cli_fail_usage(NULL, "unknown command '%s'", args[0]);
+    for (int j = 1; j < n; j++) {
+        if (cli_is_help(args[j])) {
+            fputs(cmd->usage, stdout);
+            return CLI_EXIT_OK;
+        }
+    }
+    return cmd->run(c, n, args);
+}
 
 static bool main_parse_ms(const char *s, int *out)
 {
@@ -48,45 +87,80 @@ static bool main_parse_ms(const char *s, int *out)
     return true;
 }
 
+/* The options of tessera-cli itself, which may stand anywhere on the line. */
+static bool main_is_global(const char *a, bool *takes_value)
+{
+    *takes_value =
+        strcmp(a, "--url") == 0 || strcmp(a, "--token") == 0 || strcmp(a, "--timeout") == 0;
+    return *takes_value || strcmp(a, "--json") == 0;
+}
+
+/* Rewrites argv[1..] into args: --opt=VALUE becomes --opt VALUE, and the global
+ * options are taken out into c wherever they stand (up to a "--", after which
+ * everything is an argument). args[0] is then the command, if any. Returns the
+ * count, or -1 after printing a usage error. */
+static int main_arguments(cli *c, int argc, char **argv, char **args, int *exit_code)
+{
+    int n = 0;
+    bool options = true;
+    for (int i = 1; i < argc; i++) {
+        char *a = argv[i];
+        char *eq = options && strncmp(a, "--", 2) == 0 ? strchr(a, '=') : NULL;
+        char *value = NULL;
+        if (options && strcmp(a, "--") == 0) {
+            options = false;
+            continue;
+        }
+        if (eq != NULL) {
+            *eq = '\0';
+            value = eq + 1;
+        }
+        bool takes_value = false;
+        if (options && main_is_global(a, &takes_value)) {
+            if (takes_value && value == NULL) {
+                if (i + 1 >= argc) {
+                    *exit_code = cli_fail_usage(NULL, "%s needs a value", a);
+                    return -1;
+                }
+                value = argv[++i];
+            } else if (!takes_value && value != NULL) {
+                *exit_code = cli_fail_usage(NULL, "%s takes no value", a);
+                return -1;
+            }
+            if (strcmp(a, "--json") == 0) {
+                c->json = true;
+            } else if (strcmp(a, "--token") == 0) {
+                c->token = value;
+            } else if (strcmp(a, "--url") == 0) {
+                c->url = value;
+            } else if (!main_parse_ms(value, &c->timeout_ms)) {
+                *exit_code = cli_fail_usage(
+                    NULL, "--timeout wants a positive number of ms, not '%s'", value);
+                return -1;
+            }
+            continue;
+        }
+        args[n++] = a;
+        if (value != NULL)
+            args[n++] = value;
+    }
+    args[n] = NULL;
+    return n;
+}
+
 int main(int argc, char **argv)
 {
     cli c = {0};
-    int i = 1;
-    for (; i < argc && argv[i][0] == '-'; i++) {
-        const char *a = argv[i];
-        if (cli_is_help(a)) {
-            fputs(main_usage, stdout);
-            return CLI_EXIT_OK;
-        } else if (strcmp(a, "--json") == 0) {
-            c.json = true;
-        } else if (strcmp(a, "--token") == 0 && i + 1 < argc) {
-            c.token = argv[++i];
-        } else if (strcmp(a, "--url") == 0 && i + 1 < argc) {
-            c.url = argv[++i];
-        } else if (strcmp(a, "--timeout") == 0 && i + 1 < argc) {
-            if (!main_parse_ms(argv[++i], &c.timeout_ms))
-                return cli_fail_usage(NULL, "--timeout wants a positive number of ms, not '%s'",
-                                      argv[i]);
-        } else {
-            return cli_fail_usage(NULL, "unknown or incomplete option '%s'", a);
-        }
+    /* Every argument may split in two (--opt=VALUE); one more for the NULL. */
+    char **args = calloc((size_t)argc * 2 + 1, sizeof *args);
+    if (args == NULL) {
+        fputs("tessera-cli: out of memory\n", stderr);
+        return CLI_EXIT_FILE;
     }
-    if (i >= argc) {
-        fputs(main_usage, stderr);
-        return CLI_EXIT_USAGE;
-    }
-    const cli_command *cmd = cli_commands;
-    while (cmd->name && strcmp(cmd->name, argv[i]) != 0)
-        cmd++;
-    if (!cmd->name)
-        return cli_fail_usage(NULL, "unknown command '%s'", argv[i]);
-    for (int j = i + 1; j < argc; j++) {
-        if (cli_is_help(argv[j])) {
-            fputs(cmd->usage, stdout);
-            return CLI_EXIT_OK;
-        }
-    }
-    int rc = cmd->run(&c, argc - i, argv + i);
+    int exit_code = CLI_EXIT_USAGE;
+    int n = main_arguments(&c, argc, argv, args, &exit_code);
+    int rc = n < 0 ? exit_code : main_run(&c, n, args);
+    free(args);
     tsr_client_close(c.client);
     return rc;
 }

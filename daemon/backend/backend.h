@@ -176,7 +176,9 @@ typedef struct tsrd_backend_ops {
      * (the kernel cache takes it). TSR_COMPILE_FAILED with the compiler log. */
     tsr_status (*compile)(tsrd_backend *b, const tsr_region *r, const tsr_candidate *c,
                           const char *arch, uint8_t **bin, size_t *len, tsr_error *err);
-    /* Makes a launchable kernel of a binary on a device. The blob is not kept. */
+    /* Makes a launchable kernel of a binary on a device. The blob is not kept.
+     * A binary is trusted only for the region it was made for: one that
+     * describes another region than r is refused TSR_CORRUPT, never run. */
     tsr_status (*load)(tsrd_backend *b, int device, const tsr_region *r, const tsr_candidate *c,
                        const uint8_t *bin, size_t len, tsrd_kobj **out, tsr_error *err);
     void (*unload)(tsrd_backend *b, tsrd_kobj *k);

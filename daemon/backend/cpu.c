@@ -5,7 +5,9 @@
  * (tier 0). Device memory is host memory. A compiled "binary" is the region's
  * JSON form: loading it parses and validates the region again, so the kernel
  * cache stores, checks and serves these blobs exactly as it will cubins, and a
- * cache hit or miss is real. Launches run synchronously on the calling worker
+ * cache hit or miss is real. Loading also checks that the plan is the region
+ * the kernel is requested for, so a plan stored under the wrong key never runs
+ * on buffers sized for another region. Launches run synchronously on the calling worker
  * thread; the stream only carries the time of the work since the last
  * synchronize.
  *
@@ -26,6 +28,7 @@
 #include <unistd.h>
 
 #include "backend/cpu.h"
+#include "tessera/fingerprint.h"
 #include "tessera/json.h"
 #include "tessera/refexec.h"
 
@@ -249,11 +252,48 @@ static tsr_status cpu_compile(tsrd_backend *b, const tsr_region *r, const tsr_ca
     return TSR_OK;
 }
 
+/* "f32[4]": a tensor's dtype and shape, for the refusal below. */
+static void cpu_tensor_text(const tsr_tensor_desc *t, char *buf, size_t size)
+{
+    int at = snprintf(buf, size, "%s[", tsr_dtype_name(t->dtype));
+    for (int i = 0; i < t->rank && at > 0 && (size_t)at < size; i++)
+        at += snprintf(buf + at, size - (size_t)at, "%s%lld", i ? "," : "", (long long)t->shape[i]);
+    if (at > 0 && (size_t)at < size)
+        snprintf(buf + at, size - (size_t)at, "]");
+}
+
+/* The plan runs as it is written, on buffers sized for r: a plan of a larger
+ * region would read and write past them. It must be r itself (same
+ * fingerprint: kind, dtypes, shapes and ops), whatever key it was stored
+ * under. */
+static tsr_status cpu_plan_check(const tsr_region *plan, const tsr_region *r, tsr_error *err)
+{
+    tsr_fingerprint have, want;
+    tsr_status st = tsr_region_fingerprint(plan, &have, err);
+    if (st == TSR_OK)
+        st = tsr_region_fingerprint(r, &want, err);
+    if (st != TSR_OK || memcmp(have.bytes, want.bytes, sizeof have.bytes) == 0)
+        return st;
+    tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], plan_out, want_out;
+    char plan_text[96], want_text[96], have_hex[TSR_FINGERPRINT_HEX], want_hex[TSR_FINGERPRINT_HEX];
+    tsr_region_signature(plan, in, &plan_out);
+    tsr_region_signature(r, in, &want_out);
+    cpu_tensor_text(&plan_out, plan_text, sizeof plan_text);
+    cpu_tensor_text(&want_out, want_text, sizeof want_text);
+    tsr_fingerprint_hex(&have, have_hex);
+    tsr_fingerprint_hex(&want, want_hex);
+    return tsr_error_set(err, TSR_CORRUPT,
+                         "cpu backend: the stored plan is for another region (%s, output %s, "
+                         "fingerprint %.16s) than the kernel's (%s, output %s, fingerprint %.16s): "
+                         "refused, not run",
+                         tsr_region_kind_name(plan->kind), plan_text, have_hex,
+                         tsr_region_kind_name(r->kind), want_text, want_hex);
+}
+
 static tsr_status cpu_load(tsrd_backend *b, int device, const tsr_region *r, const tsr_candidate *c,
                            const uint8_t *bin, size_t len, tsrd_kobj **out, tsr_error *err)
 {
     (void)device;
-    (void)r;
     tsr_status st = cpu_alive(b, err);
     if (st != TSR_OK)
         return st;
@@ -267,6 +307,12 @@ static tsr_status cpu_load(tsrd_backend *b, int device, const tsr_region *r, con
     if (st != TSR_OK) {
         free(k);
         return tsr_error_prefix(err, "cpu backend: stored plan does not load");
+    }
+    st = cpu_plan_check(&k->region, r, err);
+    if (st != TSR_OK) {
+        tsr_region_free(&k->region);
+        free(k);
+        return st;
     }
     *out = k;
     return TSR_OK;

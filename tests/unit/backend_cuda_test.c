@@ -79,6 +79,8 @@ Test(backend_cuda, blob_round_trips_and_rejects_damage)
                                .block = {256, 1, 1},
                                .shared_bytes = 65536,
                                .n_params = 3};
+    for (int i = 0; i < TSR_FINGERPRINT_BYTES; i++)
+        d.region.bytes[i] = (uint8_t)(i * 5 + 1);
     const uint8_t payload[5] = {0x7f, 'E', 'L', 'F', 2};
     uint8_t *blob = NULL;
     size_t len = 0;
@@ -361,6 +363,8 @@ Test(backend_cuda, the_reference_blob_carries_the_region)
     cr_assert_eq(tsr_region_fingerprint(&r, &f1, &e), TSR_OK);
     cr_assert_eq(tsr_region_fingerprint(&back, &f2, &e), TSR_OK);
     cr_expect_eq(memcmp(f1.bytes, f2.bytes, sizeof f1.bytes), 0);
+    /* Its header names the region it was made for, which a load checks. */
+    cr_expect_eq(memcmp(b.desc.region.bytes, f1.bytes, sizeof f1.bytes), 0);
     /* A reference blob without its payload is refused. */
     cr_expect_eq(tsrd_cuda_blob_decode(b.bin, TSRD_CUDA_BLOB_HEADER, &b.desc, &b.payload,
                                        &b.payload_len, &e),

@@ -731,6 +731,25 @@ static tsr_status cuda_tier3_module(tsrd_backend *b, int device, tsrd_gemm_famil
     return st;
 }
 
+/* A blob's geometry and code hold for the region it was made for only: one
+ * made for another (stored under the wrong key) would index past the buffers
+ * sized for r. TSR_CORRUPT naming both fingerprints. */
+static tsr_status cuda_blob_check(const tsr_fingerprint *made_for, const tsr_region *r,
+                                  const char *what, tsr_error *err)
+{
+    tsr_fingerprint want;
+    tsr_status st = tsr_region_fingerprint(r, &want, err);
+    if (st != TSR_OK || memcmp(made_for->bytes, want.bytes, sizeof want.bytes) == 0)
+        return st;
+    char have_hex[TSR_FINGERPRINT_HEX], want_hex[TSR_FINGERPRINT_HEX];
+    tsr_fingerprint_hex(made_for, have_hex);
+    tsr_fingerprint_hex(&want, want_hex);
+    return tsr_error_set(err, TSR_CORRUPT,
+                         "%s was made for another region (fingerprint %.16s) than the kernel's "
+                         "(%s, fingerprint %.16s): refused, not run",
+                         what, have_hex, tsr_region_kind_name(r->kind), want_hex);
+}
+
 static tsr_status cuda_load(tsrd_backend *b, int device, const tsr_region *r,
                             const tsr_candidate *c, const uint8_t *bin, size_t len, tsrd_kobj **out,
                             tsr_error *err)
@@ -746,10 +765,16 @@ static tsr_status cuda_load(tsrd_backend *b, int device, const tsr_region *r,
     const uint8_t *payload = NULL;
     size_t payload_len = 0;
     st = tsrd_cuda_blob_decode(bin, len, &k->desc, &payload, &payload_len, err);
+    if (st == TSR_OK)
+        st = cuda_blob_check(&k->desc.region, r, "the stored kernel", err);
     CUmodule module = NULL;
     if (st == TSR_OK && k->desc.image == TSRD_CUDA_IMAGE_REFERENCE) {
         st = tsr_region_from_json((const char *)payload, payload_len, &k->ref_region, err);
+        tsr_fingerprint plan;
+        if (st == TSR_OK && (st = tsr_region_fingerprint(&k->ref_region, &plan, err)) == TSR_OK)
+            st = cuda_blob_check(&plan, r, "the stored reference plan", err);
         if (st != TSR_OK) {
+            tsr_region_free(&k->ref_region);
             free(k);
             return tsr_error_prefix(err, "load %s", c->name);
         }

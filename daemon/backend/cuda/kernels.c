@@ -36,7 +36,8 @@ static uint32_t kernels_get32(const uint8_t *p)
 }
 
 /* Header layout: magic[8], version, image, entry[64], grid[3], block[3],
- * shared_bytes, n_params, payload_len (low, high), zero padding to 128. */
+ * shared_bytes, n_params, payload_len (low, high), the region's fingerprint[32],
+ * zero padding to 160. */
 enum {
     BLOB_OFF_VERSION = 8,
     BLOB_OFF_IMAGE = 12,
@@ -46,7 +47,10 @@ enum {
     BLOB_OFF_SHARED = 104,
     BLOB_OFF_NPARAMS = 108,
     BLOB_OFF_PAYLOAD_LEN = 112,
+    BLOB_OFF_REGION = 120,
 };
+_Static_assert(BLOB_OFF_REGION + TSR_FINGERPRINT_BYTES <= TSRD_CUDA_BLOB_HEADER,
+               "the fingerprint fits the header");
 
 tsr_status tsrd_cuda_blob_encode(const tsrd_cuda_launch_desc *desc, const uint8_t *payload,
                                  size_t payload_len, uint8_t **out, size_t *out_len, tsr_error *err)
@@ -66,6 +70,7 @@ tsr_status tsrd_cuda_blob_encode(const tsrd_cuda_launch_desc *desc, const uint8_
     kernels_put32(blob + BLOB_OFF_NPARAMS, (uint32_t)desc->n_params);
     kernels_put32(blob + BLOB_OFF_PAYLOAD_LEN, (uint32_t)payload_len);
     kernels_put32(blob + BLOB_OFF_PAYLOAD_LEN + 4, (uint32_t)((uint64_t)payload_len >> 32));
+    memcpy(blob + BLOB_OFF_REGION, desc->region.bytes, TSR_FINGERPRINT_BYTES);
     if (payload_len > 0)
         memcpy(blob + TSRD_CUDA_BLOB_HEADER, payload, payload_len);
     *out = blob;
@@ -94,6 +99,7 @@ tsr_status tsrd_cuda_blob_decode(const uint8_t *bin, size_t len, tsrd_cuda_launc
     }
     desc->shared_bytes = kernels_get32(bin + BLOB_OFF_SHARED);
     desc->n_params = (int32_t)kernels_get32(bin + BLOB_OFF_NPARAMS);
+    memcpy(desc->region.bytes, bin + BLOB_OFF_REGION, TSR_FINGERPRINT_BYTES);
     bool image_ok = (desc->image == TSRD_CUDA_IMAGE_CUBIN && plen > 0) ||
                     (desc->image == TSRD_CUDA_IMAGE_EMBEDDED && plen == 0) ||
                     (desc->image == TSRD_CUDA_IMAGE_REFERENCE && plen > 0);
@@ -489,8 +495,8 @@ tsr_status tsrd_cuda_register_candidates(tsr_arbiter *arbiter, tsr_error *err)
 /* ---- compile ---- */
 
 static tsr_status kernels_compile_tier1(const tsrd_nvrtc *nv, int sm_count, const tsr_region *r,
-                                        const char *arch, uint8_t **bin, size_t *len,
-                                        tsr_error *err)
+                                        const tsr_fingerprint *fp, const char *arch, uint8_t **bin,
+                                        size_t *len, tsr_error *err)
 {
     if (nv == NULL)
         return tsr_error_set(err, TSR_UNSUPPORTED, "tier1: NVRTC is not available");
@@ -505,7 +511,8 @@ static tsr_status kernels_compile_tier1(const tsrd_nvrtc *nv, int sm_count, cons
     if (st == TSR_OK) {
         tsrd_cuda_launch_desc desc = {.image = TSRD_CUDA_IMAGE_CUBIN,
                                       .shared_bytes = kernel.launch.shared_bytes,
-                                      .n_params = kernel.launch.n_params};
+                                      .n_params = kernel.launch.n_params,
+                                      .region = *fp};
         snprintf(desc.entry, sizeof desc.entry, "%s", kernel.launch.entry);
         memcpy(desc.grid, kernel.launch.grid, sizeof desc.grid);
         memcpy(desc.block, kernel.launch.block, sizeof desc.block);
@@ -520,8 +527,8 @@ static tsr_status kernels_compile_tier1(const tsrd_nvrtc *nv, int sm_count, cons
 
 /* The reference's blob: the region's JSON form, which the launch runs on the
  * host. */
-static tsr_status kernels_compile_reference(const tsr_region *r, uint8_t **bin, size_t *len,
-                                            tsr_error *err)
+static tsr_status kernels_compile_reference(const tsr_region *r, const tsr_fingerprint *fp,
+                                            uint8_t **bin, size_t *len, tsr_error *err)
 {
     char *json = NULL;
     tsr_status st = tsr_region_to_json(r, 0, &json, err);
@@ -531,7 +538,8 @@ static tsr_status kernels_compile_reference(const tsr_region *r, uint8_t **bin, 
     tsrd_cuda_launch_desc desc = {.image = TSRD_CUDA_IMAGE_REFERENCE,
                                   .grid = {1, 1, 1},
                                   .block = {1, 1, 1},
-                                  .n_params = tsr_region_signature(r, inputs, &output) + 1};
+                                  .n_params = tsr_region_signature(r, inputs, &output) + 1,
+                                  .region = *fp};
     snprintf(desc.entry, sizeof desc.entry, "tsr_reference");
     st = tsrd_cuda_blob_encode(&desc, (const uint8_t *)json, strlen(json), bin, len, err);
     free(json);
@@ -541,8 +549,8 @@ static tsr_status kernels_compile_reference(const tsr_region *r, uint8_t **bin, 
 /* The test_fault kernel: the region's parameters (so that launches pass the
  * usual checks) and one store through an index no allocation reaches. */
 static tsr_status kernels_compile_test_fault(const tsrd_nvrtc *nv, const tsr_region *r,
-                                             const char *arch, uint8_t **bin, size_t *len,
-                                             tsr_error *err)
+                                             const tsr_fingerprint *fp, const char *arch,
+                                             uint8_t **bin, size_t *len, tsr_error *err)
 {
     if (nv == NULL)
         return tsr_error_set(err, TSR_UNSUPPORTED, "%s: NVRTC is not available",
@@ -568,7 +576,8 @@ static tsr_status kernels_compile_test_fault(const tsrd_nvrtc *nv, const tsr_reg
         tsrd_cuda_launch_desc desc = {.image = TSRD_CUDA_IMAGE_CUBIN,
                                       .grid = {1, 1, 1},
                                       .block = {32, 1, 1},
-                                      .n_params = n_params};
+                                      .n_params = n_params,
+                                      .region = *fp};
         snprintf(desc.entry, sizeof desc.entry, "tsr_test_fault");
         st = tsrd_cuda_blob_encode(&desc, cubin, cubin_len, bin, len, err);
     } else {
@@ -583,14 +592,18 @@ tsr_status tsrd_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_regio
                              tsr_error *err)
 {
     char why[160] = "";
+    tsr_fingerprint fp;
+    tsr_status st = tsr_region_fingerprint(r, &fp, err);
+    if (st != TSR_OK)
+        return st;
     if (strcmp(c->name, TSRD_CUDA_TEST_FAULT) == 0)
-        return kernels_compile_test_fault(nv, r, arch, bin, len, err);
+        return kernels_compile_test_fault(nv, r, &fp, arch, bin, len, err);
     if (strcmp(c->name, TSRD_CUDA_REFERENCE) == 0)
-        return kernels_compile_reference(r, bin, len, err);
+        return kernels_compile_reference(r, &fp, bin, len, err);
     if (strcmp(c->name, TSRD_CUDA_TIER1) == 0) {
         if (!kernels_tier1_applies(c, r, arch, why, sizeof why))
             return tsr_error_set(err, TSR_UNSUPPORTED, "tier1: %s", why);
-        return kernels_compile_tier1(nv, sm_count, r, arch, bin, len, err);
+        return kernels_compile_tier1(nv, sm_count, r, &fp, arch, bin, len, err);
     }
     if (!tsrd_cuda_candidate_is_tier3(c))
         return tsr_error_set(err, TSR_UNSUPPORTED, "cuda backend: no candidate '%s'", c->name);
@@ -601,14 +614,15 @@ tsr_status tsrd_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_regio
     if (!kernels_candidate_find(c->name)->applies(c, r, arch, why, sizeof why))
         return tsr_error_set(err, TSR_UNSUPPORTED, "%s: %s", c->name, why);
     tsrd_gemm_plan plan;
-    tsr_status st = tsrd_gemm_plan_for(c, r, &plan, err);
+    st = tsrd_gemm_plan_for(c, r, &plan, err);
     if (st != TSR_OK)
         return st;
     tsrd_cuda_launch_desc desc = {.image = TSRD_CUDA_IMAGE_EMBEDDED,
                                   .grid = {plan.grid, 1, 1},
                                   .block = {plan.block, 1, 1},
                                   .shared_bytes = plan.shared_bytes,
-                                  .n_params = 4};
+                                  .n_params = 4,
+                                  .region = fp};
     snprintf(desc.entry, sizeof desc.entry, "%s", plan.entry);
     return tsrd_cuda_blob_encode(&desc, NULL, 0, bin, len, err);
 }

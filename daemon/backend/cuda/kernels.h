@@ -36,15 +36,16 @@
 #include "tessera/codegen.h"
 #include "backend/cuda/nvrtc.h"
 #include "tessera/arbiter.h"
+#include "tessera/fingerprint.h"
 #include "tessera/region.h"
 #include "tessera/status.h"
 
 /* Version of the CUDA backend's binaries: the blob format and the tier-3 launch
  * contract. Enters every kernel key the backend compiles (with the codegen
  * version folded in, see TSRD_CUDA_CODEGEN_VERSION). */
-#define TSRD_CUDA_BLOB_VERSION 1
+#define TSRD_CUDA_BLOB_VERSION 2
 #define TSRD_CUDA_CODEGEN_VERSION (TSR_CODEGEN_VERSION * 100 + TSRD_CUDA_BLOB_VERSION)
-#define TSRD_CUDA_BLOB_HEADER 128
+#define TSRD_CUDA_BLOB_HEADER 160
 
 /* Candidate names and versions. A tier-3 version changes with its kernel. */
 #define TSRD_CUDA_TIER1 "tier1"
@@ -98,6 +99,9 @@ typedef struct tsrd_cuda_launch_desc {
     uint32_t block[3];
     uint32_t shared_bytes; /* dynamic shared memory per block */
     int32_t n_params;      /* kernel parameters */
+    /* The fingerprint of the region the kernel was made for: its geometry and
+     * code hold for that region only, so a load for another refuses it. */
+    tsr_fingerprint region;
 } tsrd_cuda_launch_desc;
 
 /* Header + payload into one malloc'd blob (*out, the caller frees). */

@@ -294,3 +294,41 @@ Test(cli, stats_cache_verify_and_candidates_succeed)
     cli_exec(&res, true, "cache", "evict", "all", NULL);
     cr_expect_eq(res.code, 0, "stderr: %s", res.err);
 }
+
+Test(cli, options_anywhere_and_with_equals_handles_as_hex_and_the_version)
+{
+    cli_result res;
+    char url[160];
+    snprintf(url, sizeof url, "--url=%s", suite_daemon.url);
+    cli_exec(&res, false, "compile", "examples/matmul.json", url, "--json", "--timeout=5000", NULL);
+    cr_assert_eq(res.code, 0, "stderr: %s", res.err);
+    cJSON *doc = cli_json(&res);
+    const char *kernel = cJSON_GetStringValue(cJSON_GetObjectItem(doc, "kernel"));
+    cr_assert_not_null(kernel, "the kernel handle is a string: %s", res.out);
+    cr_expect_eq(strlen(kernel), 16, "%s", kernel);
+    cr_expect_eq(strspn(kernel, "0123456789abcdef"), 16, "%s", kernel);
+    cJSON_Delete(doc);
+
+    cli_exec(&res, false, "--version", NULL);
+    cr_expect_eq(res.code, 0);
+    cr_expect_eq(strncmp(res.out, "tessera-cli 0.1.0 (protocol 1, nng ", 35), 0, "%s", res.out);
+
+    cli_exec(&res, true, "ping", "--timeout", NULL);
+    cr_expect_eq(res.code, 2);
+    cr_expect_str_eq(res.err, "tessera-cli: INVALID_ARGUMENT: --timeout needs a value\n"
+                              "try 'tessera-cli --help'\n");
+    cli_exec(&res, true, "--json=yes", "ping", NULL);
+    cr_expect_eq(res.code, 2);
+    cr_expect_eq(strncmp(res.err, "tessera-cli: INVALID_ARGUMENT: --json takes no value\n", 53), 0,
+                 "%s", res.err);
+}
+
+Test(cli, verify_of_the_reference_says_it_checked_itself)
+{
+    cli_result res;
+    cli_exec(&res, true, "verify", "examples/pointwise.json", NULL);
+    cr_assert_eq(res.code, 0, "stderr: %s", res.err);
+    cr_expect_not_null(strstr(res.out, "note       reference is the reference: it was checked "
+                                       "against itself"),
+                       "%s", res.out);
+}

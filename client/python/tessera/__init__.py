@@ -103,7 +103,8 @@ def _check_status_names() -> None:
 _check_status_names()
 
 DTYPES = ("f32", "f16", "bf16")
-_NUMPY_DTYPES = {"f32": np.dtype("<f4"), "f16": np.dtype("<f2"), "bf16": np.dtype("<u2")}
+_NUMPY_DTYPES: Dict[str, np.dtype[Any]] = {"f32": np.dtype("<f4"), "f16": np.dtype("<f2"),
+                                           "bf16": np.dtype("<u2")}
 # What an input may hold, as tessera-cli's .npy reader takes it.
 _INPUT_TYPES = "<f4, <f2, <f8"
 
@@ -158,7 +159,8 @@ def f32_to_bf16_bits(a: npt.ArrayLike) -> npt.NDArray[np.uint16]:
     u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
     nan = (u & 0x7FFFFFFF) > 0x7F800000
     rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(nan, ((u >> 16) | 0x40).astype(np.uint16), rounded)
+    bits: npt.NDArray[np.uint16] = np.where(nan, ((u >> 16) | 0x40).astype(np.uint16), rounded)
+    return bits
 
 
 def f64_to_bf16_bits(a: npt.ArrayLike) -> npt.NDArray[np.uint16]:
@@ -173,7 +175,8 @@ def f64_to_bf16_bits(a: npt.ArrayLike) -> npt.NDArray[np.uint16]:
         # inexact); rounding that to bf16's 8 bits is then the correct rounding.
         toward_zero = np.where(np.abs(back) > np.abs(x), np.nextafter(r, np.float32(0)), r)
     u = toward_zero.astype(np.float32).view(np.uint32) | (back != x).astype(np.uint32)
-    bits = ((u + np.uint32(0x7FFF) + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    bits: npt.NDArray[np.uint16] = ((u + np.uint32(0x7FFF) + ((u >> 16) & 1)) >> 16).astype(
+        np.uint16)
     nan = np.isnan(x)
     if nan.any():
         b = x.view(np.uint64)
@@ -361,7 +364,9 @@ class Region:
     The region is parsed and validated by the C library, so an invalid one raises
     TesseraError with the same code and message the daemon would give. inputs
     lists its signature (TensorSpec, in the order a list of inputs follows),
-    output the tensor it writes, kind its kind."""
+    output the tensor it writes, kind its kind and json its JSON text."""
+
+    json: str
 
     def __init__(self, spec: RegionLike) -> None:
         if isinstance(spec, Region):
@@ -480,8 +485,9 @@ class SharedMemory:
         if offset < 0 or offset + n > self.size or self._mem is None:
             raise TesseraError(Status.BUFFER_MISMATCH, "%d bytes at %d pass the end of %s"
                                % (n, offset, self.name))
-        return np.frombuffer(self._mem, dtype=dt, count=n // dt.itemsize,
-                             offset=offset).reshape(shape)
+        view: npt.NDArray[Any] = np.frombuffer(memoryview(self._mem), dtype=dt,
+                                               count=n // dt.itemsize, offset=offset)
+        return view.reshape(shape)
 
     @property
     def handle(self) -> Optional[c_void_p]:
@@ -862,8 +868,8 @@ class Client:
         is a torch tensor."""
         r = _region(region)
         ordered = _ordered_inputs(r, inputs)
-        opts = {"arch": arch, "force": force, "policy": policy, "skip_verify": skip_verify,
-                "no_reference": no_reference}
+        opts: Dict[str, Any] = {"arch": arch, "force": force, "policy": policy,
+                                "skip_verify": skip_verify, "no_reference": no_reference}
         if any(_is_torch(x) for x in ordered):
             from . import torch_support
             return torch_support.run(self, r, ordered, with_decision=with_decision, **opts)
@@ -875,7 +881,7 @@ class Client:
                                    % (spec.name, _shape_text(a.shape), _shape_text(spec.shape)))
             wire.append(_to_wire(a, spec.dtype))
         out = np.empty(r.output.shape, dtype=_NUMPY_DTYPES[r.output.dtype])
-        o = _compile_opts(**opts)
+        o = _compile_opts(arch, force, policy, skip_verify, no_reference)
         d = _lib.Decision()
         offsets, at = [], 0
         for w in wire:

@@ -27,7 +27,7 @@ import ctypes.util
 import os
 from ctypes import (POINTER, Structure, c_bool, c_char, c_char_p, c_double, c_int,
                     c_int64, c_size_t, c_uint32, c_uint64, c_void_p)
-from typing import Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 NAME_MAX = 64
 TEXT_MAX = 256
@@ -192,7 +192,7 @@ def _load() -> ctypes.CDLL:
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     P = c_void_p
     E = POINTER(Error)
-    sig = {
+    sig: Dict[str, Tuple[Any, List[Any]]] = {
         "tsr_status_name": (c_char_p, [c_int]),
         "tsr_strerror": (c_char_p, [c_int]),
         "tsr_client_options_init": (None, [POINTER(Options)]),

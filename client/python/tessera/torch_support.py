@@ -25,6 +25,7 @@ bfloat16, float64; anything else is BAD_ATTRIBUTE), never cast silently.
 from __future__ import annotations
 
 import ctypes
+import importlib
 from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
@@ -105,8 +106,7 @@ def run(client: tessera.Client, region: tessera.Region, inputs: Sequence[Any],
     """tessera.Client.run for inputs of which at least one is a torch tensor;
     inputs are in signature order already. Returns a torch tensor (and the
     Decision when with_decision)."""
-    import torch
-
+    torch = importlib.import_module("torch")
     tensors: List[Any] = [x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
                           for x in inputs]
     for t, spec in zip(tensors, region.inputs):

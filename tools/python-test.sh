@@ -2,7 +2,10 @@
 # Runs the Python client's pytest suite (client/python/tests) against the built
 # daemon and client library ($BUILD, default build), with the first interpreter
 # that has numpy and pytest (tools/find-python.sh). pytest's exit 5 ("no tests
-# collected") is a failure here: the suite must not silently vanish.
+# collected") is a failure here: the suite must not silently vanish. The suite
+# installs the package into a fresh venv (`pip install client/python`, numpy
+# from PyPI), which needs the interpreter's venv module: Debian's python3-venv,
+# installed here when missing and run as root.
 set -u
 cd "$(dirname "$0")/.."
 . tools/find-python.sh
@@ -10,6 +13,15 @@ find_python numpy pytest
 if [ -z "$py" ]; then
     echo "tools/python-test.sh: no python3 with numpy and pytest (tools/install-deps.sh installs them)" >&2
     exit 1
+fi
+if ! "$py" -c "import ensurepip, venv" >/dev/null 2>&1 && [ "$py" = /usr/bin/python3 ]; then
+    if [ "$(id -u)" -eq 0 ]; then
+        echo "installing: python3-venv"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update && apt-get install -y --no-install-recommends python3-venv
+    else
+        echo "tools/python-test.sh: python3 has no venv module; install python3-venv as root" >&2
+    fi
 fi
 export BUILD=${BUILD:-build}
 export TESSERA_CLIENT_LIB=${TESSERA_CLIENT_LIB:-$PWD/$BUILD/client/libtessera-client.so}

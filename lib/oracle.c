@@ -26,6 +26,7 @@
  * bound instead.
  */
 #include "tessera/oracle.h"
+#include "oracle_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -34,19 +35,16 @@
 
 #include "tessera/refexec.h"
 
-/* Used when the caller's seed is 0, so that "no seed" still reproduces. */
-#define ORACLE_DEFAULT_SEED UINT64_C(0x7e55e7a0c1e5eed5)
+#define ORACLE_DEFAULT_SEED TSRI_ORACLE_DEFAULT_SEED
 #define ORACLE_DEFAULT_RANDOM_PROBES 2
 
-/* Length of the special-value list; must be prime (see the file comment) and
- * larger than TSR_MAX_PW_INPUTS, so that every offset i+1 is invertible mod S. */
-#define ORACLE_SPECIALS 23
+#define ORACLE_SPECIALS TSRI_ORACLE_SPECIALS
 
 _Static_assert(ORACLE_SPECIALS > TSR_MAX_PW_INPUTS, "special list shorter than the inputs");
 
 /* ---- deterministic normal values ---- */
 
-static uint64_t oracle_mix64(uint64_t z)
+uint64_t tsri_oracle_mix64(uint64_t z)
 {
     z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
     z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
@@ -64,7 +62,7 @@ struct oracle_rng {
 static uint64_t oracle_rng_next(struct oracle_rng *g)
 {
     g->state += UINT64_C(0x9e3779b97f4a7c15);
-    return oracle_mix64(g->state);
+    return tsri_oracle_mix64(g->state);
 }
 
 /* A uniform double in (-1, 1), from the top 53 bits. */
@@ -95,9 +93,9 @@ static double oracle_rng_normal(struct oracle_rng *g)
 /* One independent stream per (seed, probe, input). */
 static void oracle_rng_seed(struct oracle_rng *g, uint64_t seed, int probe, int input)
 {
-    uint64_t s = oracle_mix64(seed ^ UINT64_C(0x6a09e667f3bcc908));
-    s = oracle_mix64(s + (uint64_t)(uint32_t)probe * UINT64_C(0x9e3779b97f4a7c15));
-    s = oracle_mix64(s + (uint64_t)(uint32_t)input * UINT64_C(0xd1b54a32d192ed03));
+    uint64_t s = tsri_oracle_mix64(seed ^ UINT64_C(0x6a09e667f3bcc908));
+    s = tsri_oracle_mix64(s + (uint64_t)(uint32_t)probe * UINT64_C(0x9e3779b97f4a7c15));
+    s = tsri_oracle_mix64(s + (uint64_t)(uint32_t)input * UINT64_C(0xd1b54a32d192ed03));
     g->state = s;
     g->has_spare = false;
     g->spare = 0.0;
@@ -108,7 +106,7 @@ static void oracle_rng_seed(struct oracle_rng *g, uint64_t seed, int probe, int 
 /* The list for a storage dtype. Magnitudes that depend on the format (largest
  * finite, smallest normal and subnormal, a value whose square overflows) are the
  * dtype's own, so that none of them silently rounds to 0 or inf on the way in. */
-static void oracle_specials(tsr_dtype dtype, double out[ORACLE_SPECIALS])
+void tsri_oracle_specials(tsr_dtype dtype, double out[TSRI_ORACLE_SPECIALS])
 {
     double max, min_normal, min_sub, big;
     switch (dtype) {
@@ -233,7 +231,7 @@ tsr_status tsr_oracle_make_probe(const tsr_region *r, uint64_t seed, int index, 
     /* Special probe q = p + S·round: input i's element e takes list entry
      * (e + min_elements·round + p·(i+1)) mod S. */
     double specials[ORACLE_SPECIALS];
-    oracle_specials(r->dtype, specials);
+    tsri_oracle_specials(r->dtype, specials);
     int q = index - random_probes;
     uint64_t p = (uint64_t)(q % ORACLE_SPECIALS);
     uint64_t round = (uint64_t)(q / ORACLE_SPECIALS);
@@ -266,8 +264,8 @@ static bool oracle_has_first(const tsr_verdict *v)
     return v->first_bad_probe >= 0;
 }
 
-static void oracle_note_first(tsr_verdict *v, int probe, size_t index, double got, double want,
-                              const char *what)
+static void oracle_note_first(tsr_verdict *v, int probe, uint64_t index, const char *where,
+                              double got, double want, const char *what)
 {
     if (oracle_has_first(v))
         return;
@@ -275,30 +273,37 @@ static void oracle_note_first(tsr_verdict *v, int probe, size_t index, double go
     v->first_bad_probe = probe;
     v->first_bad_got = got;
     v->first_bad_want = want;
-    snprintf(v->reason, sizeof v->reason, "%s mismatch at [%zu] (probe %d): got %.9g want %.9g",
-             what, index, probe, got, want);
+    snprintf(v->reason, sizeof v->reason, "%s mismatch at [%llu] (probe %d%s): got %.9g want %.9g",
+             what, (unsigned long long)index, probe, where, got, want);
 }
 
 void tsr_oracle_compare(tsr_verdict *v, int probe, tsr_dtype dtype, const void *got,
                         const void *want, size_t count)
 {
+    tsri_oracle_compare(v, probe, dtype, got, want, count, NULL, "");
+}
+
+void tsri_oracle_compare(tsr_verdict *v, int probe, tsr_dtype dtype, const void *got,
+                         const void *want, size_t count, const uint64_t *index, const char *where)
+{
     double diff2 = 0.0, want2 = 0.0, max_abs = 0.0;
-    size_t worst = 0;
+    uint64_t worst = 0;
     double worst_got = 0.0, worst_want = 0.0;
     for (size_t i = 0; i < count; i++) {
         double g = tsr_dtype_load(dtype, got, i);
         double w = tsr_dtype_load(dtype, want, i);
+        uint64_t at = index != NULL ? index[i] : i;
         if (isnan(g) || isnan(w)) {
             if (isnan(g) != isnan(w)) {
                 v->nan_mismatches++;
-                oracle_note_first(v, probe, i, g, w, "NaN");
+                oracle_note_first(v, probe, at, where, g, w, "NaN");
             }
             continue;
         }
         if (isinf(g) || isinf(w)) {
             if (g != w) {
                 v->inf_mismatches++;
-                oracle_note_first(v, probe, i, g, w, "inf");
+                oracle_note_first(v, probe, at, where, g, w, "inf");
             }
             continue;
         }
@@ -307,7 +312,7 @@ void tsr_oracle_compare(tsr_verdict *v, int probe, tsr_dtype dtype, const void *
         want2 += w * w;
         if (d > max_abs) {
             max_abs = d;
-            worst = i;
+            worst = at;
             worst_got = g;
             worst_want = w;
         }
@@ -328,13 +333,24 @@ void tsr_oracle_compare(tsr_verdict *v, int probe, tsr_dtype dtype, const void *
         v->first_bad_got = worst_got;
         v->first_bad_want = worst_want;
         snprintf(v->reason, sizeof v->reason,
-                 "%s %.3g > %.3g (probe %d); largest error at [%zu]: got %.9g want %.9g",
+                 "%s %.3g > %.3g (probe %d%s); largest error at [%llu]: got %.9g want %.9g",
                  want2 > 0.0 ? "relative error" : "absolute error (zero reference)", rel, v->bound,
-                 probe, worst, worst_got, worst_want);
+                 probe, where, (unsigned long long)worst, worst_got, worst_want);
     }
     v->pass = v->nan_mismatches == 0 && v->inf_mismatches == 0 && v->rel_error <= v->bound;
     if (v->pass)
         snprintf(v->reason, sizeof v->reason, "pass");
+}
+
+const char *tsr_verify_method_name(tsr_verify_method method)
+{
+    switch (method) {
+    case TSR_VERIFY_FULL:
+        return "full";
+    case TSR_VERIFY_SAMPLED:
+        return "sampled";
+    }
+    return "?";
 }
 
 void tsr_verdict_format(const tsr_verdict *v, char *buf, size_t size)
@@ -342,18 +358,28 @@ void tsr_verdict_format(const tsr_verdict *v, char *buf, size_t size)
     if (buf == NULL || size == 0)
         return;
     const char *probes = v->probes == 1 ? "probe" : "probes";
-    if (v->pass) {
-        snprintf(buf, size, "PASS rel %.2g <= %.2g (max abs %.2g, %llu elements, %d %s)",
-                 v->rel_error, v->bound, v->max_abs_error, (unsigned long long)v->elements,
+    bool sampled = v->method == TSR_VERIFY_SAMPLED;
+    char counts[128];
+    if (sampled)
+        snprintf(counts, sizeof counts,
+                 "%llu elements, %llu of them sampled at the real shape, %d %s, %d at a small "
+                 "shape",
+                 (unsigned long long)v->elements, (unsigned long long)v->sampled, v->probes, probes,
+                 v->small_probes);
+    else
+        snprintf(counts, sizeof counts, "%llu elements, %d %s", (unsigned long long)v->elements,
                  v->probes, probes);
+    const char *how = sampled ? " sampled" : "";
+    if (v->pass) {
+        snprintf(buf, size, "PASS%s rel %.2g <= %.2g (max abs %.2g, %s)", how, v->rel_error,
+                 v->bound, v->max_abs_error, counts);
         return;
     }
     snprintf(buf, size,
-             "FAIL %s (rel %.2g, bound %.2g, max abs %.2g, %llu NaN and %llu inf mismatches, "
-             "%llu elements, %d %s)",
-             v->reason, v->rel_error, v->bound, v->max_abs_error,
-             (unsigned long long)v->nan_mismatches, (unsigned long long)v->inf_mismatches,
-             (unsigned long long)v->elements, v->probes, probes);
+             "FAIL%s %s (rel %.2g, bound %.2g, max abs %.2g, %llu NaN and %llu inf mismatches, "
+             "%s)",
+             how, v->reason, v->rel_error, v->bound, v->max_abs_error,
+             (unsigned long long)v->nan_mismatches, (unsigned long long)v->inf_mismatches, counts);
 }
 
 /* ---- verify ---- */
@@ -380,6 +406,8 @@ tsr_status tsr_oracle_verify(const tsr_region *r, tsr_candidate_run_fn run, void
         o = *opts;
     if (o.seed == 0)
         o.seed = ORACLE_DEFAULT_SEED;
+    if (o.method == TSR_VERIFY_SAMPLED)
+        return tsri_oracle_verify_sampled(r, run, ctx, &o, v, err);
     if (o.random_probes <= 0)
         o.random_probes = ORACLE_DEFAULT_RANDOM_PROBES;
     tsr_verdict_init(v, o.bound, r->out_dtype);

@@ -91,10 +91,26 @@ tsr_status tsri_ref_parallel(int threads, int64_t n, tsri_range_fn fn, void *ctx
 
 /* ---- loads ---- */
 
+/* The values tsr_dtype_load gives, with the dtype's branch taken once per row
+ * and bf16 widened in place: this is the sampled path's inner loop. */
 void tsri_ref_load(tsr_dtype dtype, const void *src, int64_t first, int64_t count, double *dst)
 {
-    for (int64_t i = 0; i < count; i++)
-        dst[i] = tsr_dtype_load(dtype, src, (size_t)(first + i));
+    if (dtype == TSR_BF16) {
+        const uint16_t *p = (const uint16_t *)src + first;
+        for (int64_t i = 0; i < count; i++) {
+            uint32_t bits = (uint32_t)p[i] << 16;
+            float f;
+            memcpy(&f, &bits, sizeof f);
+            dst[i] = f;
+        }
+    } else if (dtype == TSR_F32) {
+        const float *p = (const float *)src + first;
+        for (int64_t i = 0; i < count; i++)
+            dst[i] = p[i];
+    } else {
+        for (int64_t i = 0; i < count; i++)
+            dst[i] = tsr_dtype_load(dtype, src, (size_t)(first + i));
+    }
 }
 
 /* ---- pointwise ---- */

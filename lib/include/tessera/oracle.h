@@ -11,7 +11,15 @@
  * bound (tsr_dtype_tolerance of the output dtype unless the candidate documents a
  * looser one). A verdict records the first mismatch for a person to read.
  *
- * Threading: reentrant. Blocking: runs the candidate and the reference.
+ * A region too large to run the reference over in full is verified by
+ * sampling (TSR_VERIFY_SAMPLED, docs/arbiter.md "Verification"): the
+ * candidate runs at the real shape and the reference computes only chosen
+ * output positions there (every edge line, every edge tile's corners, a seeded
+ * grid), and the candidate then runs in full at a small shape of the same
+ * tile residues (tsr_oracle_small_region) on random and special-value probes.
+ *
+ * Threading: reentrant. Blocking: runs the candidate and the reference, the
+ * sampled parts on every core.
  */
 #ifndef TESSERA_ORACLE_H
 #define TESSERA_ORACLE_H
@@ -25,6 +33,15 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* How a verdict was reached. */
+typedef enum tsr_verify_method {
+    TSR_VERIFY_FULL = 0,    /* every output of every probe, at the region's shape */
+    TSR_VERIFY_SAMPLED = 1, /* sampled outputs at the real shape, small-shape probes in full */
+} tsr_verify_method;
+
+/* "full", "sampled"; "?" when out of range. */
+const char *tsr_verify_method_name(tsr_verify_method method);
 
 typedef struct tsr_verdict {
     bool pass;
@@ -40,6 +57,9 @@ typedef struct tsr_verdict {
     double first_bad_got;
     double first_bad_want;
     char reason[160]; /* "pass", "NaN mismatch at [3]: got 1 want nan", ... */
+    tsr_verify_method method;
+    uint64_t sampled; /* sampled: outputs compared at the real shape (part of elements) */
+    int small_probes; /* sampled: probes run in full at the small shape (part of probes) */
 } tsr_verdict;
 
 /* Compares count elements of got with want, both dense in dtype. bound <= 0
@@ -63,21 +83,81 @@ void tsr_oracle_free_probe(const tsr_region *r, void **inputs);
 typedef tsr_status (*tsr_candidate_run_fn)(void *ctx, const tsr_region *r,
                                            const void *const *inputs, void *output, tsr_error *err);
 
+/* The tile edge that sampling and the small shape assume when the candidate
+ * names none, and the seeded positions per sampled probe. */
+#define TSR_ORACLE_TILE 128
+#define TSR_ORACLE_SAMPLES 4096
+
 typedef struct tsr_oracle_options {
     uint64_t seed;     /* 0 picks a fixed default */
-    int random_probes; /* <= 0 picks 2 */
+    int random_probes; /* <= 0 picks 2 (full) or 1 (sampled: probes at the real shape) */
     double bound;      /* <= 0: tsr_dtype_tolerance(out_dtype) */
-    int ref_threads;   /* threads for the reference; <= 0 all CPUs */
+    int ref_threads;   /* threads for the reference and the probes; <= 0 all CPUs */
+    tsr_verify_method method;
+    /* Sampled only. */
+    int tile;                /* <= 0: TSR_ORACLE_TILE */
+    int samples;             /* <= 0: TSR_ORACLE_SAMPLES */
+    const tsr_region *small; /* tsr_oracle_small_region of r; NULL: no small-shape probes
+                                (the candidate does not serve it) */
 } tsr_oracle_options;
 
 /* Verifies a candidate. Returns TSR_OK when the check ran (the verdict says pass
  * or fail); an error when probes could not be made or the candidate failed to
- * run (then v->pass is false and the error is in err). */
+ * run (then v->pass is false and the error is in err). In sampled mode the
+ * candidate's run is called with r for the probes at the real shape and with
+ * opts->small for the others. */
 tsr_status tsr_oracle_verify(const tsr_region *r, tsr_candidate_run_fn run, void *ctx,
                              const tsr_oracle_options *opts, tsr_verdict *v, tsr_error *err);
 
+/* ---- sampled verification ---- */
+
+/* The flat output positions that sampled probe `probe` compares, ascending
+ * without repeats, into *index (malloc'd; the caller frees) and *count. With
+ * the output seen as rows x columns (M x N for the matmul-like kinds; the last
+ * dimension for pointwise) and tiles of `tile` (<= 0: TSR_ORACLE_TILE):
+ *   - the first and last row and column in full (a line longer than 65536:
+ *     its first and last tile, and the coordinates below);
+ *   - the corners of every edge tile (every tile when there are at most 512
+ *     along a dimension; else the first and last 16 and 480 spread between);
+ *   - a grid of seeded rows x seeded columns of about `samples` positions (<=
+ *     0: TSR_ORACLE_SAMPLES), some rows and columns inside the first and last
+ *     tile; pointwise also its first and last 4 tiles of flat positions.
+ * Fused with a row reduction takes whole rows: the first and last two of the
+ * first and last tile and max(16, samples / N) seeded ones. Attention takes
+ * whole query rows: those rows of the first and last tile of seq_q in the
+ * first and last (batch, head) and at the first kv-group boundary, and
+ * max(32, samples / head_dim_v) seeded ones. A pure function of its
+ * arguments; TSR_NO_MEMORY only. */
+tsr_status tsr_oracle_sample(const tsr_region *r, int tile, uint64_t seed, int probe, int samples,
+                             uint64_t **index, size_t *count, tsr_error *err);
+
+/* The small shape that sampled verification runs in full: r with every
+ * tiled dimension D above 2·tile cut to tile + (D mod tile) (2·tile when
+ * tile divides D), so that the ragged edges, the divisibility and the tile
+ * boundaries of the real shape recur; head dims, dtypes and ops unchanged.
+ * Attention keeps at most 2 batches and 2 kv heads (with their query-head
+ * group) and the causal order of seq_q and seq_k; pointwise cuts its last
+ * dimension so and every other to at most 3, keeping broadcast dimensions.
+ * *out is a validated region (free with tsr_region_free). */
+tsr_status tsr_oracle_small_region(const tsr_region *r, int tile, tsr_region *out, tsr_error *err);
+
+/* What a verification with these options costs the CPU, beyond the
+ * candidate's own runs: probe inputs, the reference and the comparison, in
+ * tsr_ref_work units (a full verification counts its reference runs only:
+ * probes · tsr_ref_work). real_probes and small_probes are the probes it runs
+ * at r's shape and at opts->small's. */
+typedef struct tsr_oracle_cost {
+    int real_probes;
+    int small_probes;
+    double work;
+} tsr_oracle_cost;
+
+void tsr_oracle_cost_of(const tsr_region *r, const tsr_oracle_options *opts, tsr_oracle_cost *out);
+
 /* One line for a person: "PASS rel 3.1e-07 <= 1e-05 (max abs 2.4e-06, 8192
- * elements, 4 probes)" or "FAIL ...". Writes at most size bytes. */
+ * elements, 4 probes)" or "FAIL ..."; a sampled verdict says "sampled" after
+ * PASS or FAIL and how many elements were sampled at the real shape and how
+ * many probes ran at the small one. Writes at most size bytes. */
 void tsr_verdict_format(const tsr_verdict *v, char *buf, size_t size);
 
 #ifdef __cplusplus

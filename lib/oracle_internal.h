@@ -1,0 +1,41 @@
+/*
+ * oracle_internal.h — what the full verification (oracle.c) and the sampled
+ * one (oracle_sampled.c) share: the hash behind every probe value, the
+ * special-value list and the comparison.
+ *
+ * Threading: reentrant.
+ */
+#ifndef TESSERA_ORACLE_INTERNAL_H
+#define TESSERA_ORACLE_INTERNAL_H
+
+#include <stdint.h>
+
+#include "tessera/oracle.h"
+
+/* Used when the caller's seed is 0, so that "no seed" still reproduces. */
+#define TSRI_ORACLE_DEFAULT_SEED UINT64_C(0x7e55e7a0c1e5eed5)
+
+/* Length of the special-value list; must be prime (see oracle.c) and larger
+ * than TSR_MAX_PW_INPUTS, so that every offset i+1 is invertible mod S. */
+#define TSRI_ORACLE_SPECIALS 23
+
+/* splitmix64's finaliser. */
+uint64_t tsri_oracle_mix64(uint64_t z);
+
+/* The special values of a storage dtype, in the order oracle.c documents:
+ * NaN, +inf, -inf, +0, -0, ±largest finite, ±a value whose square overflows,
+ * smallest normal, ±smallest subnormal, 1, -1, 0.5, -0.5, 2, -2.5, 3, 88.5,
+ * 89, -100, -1e-3. */
+void tsri_oracle_specials(tsr_dtype dtype, double out[TSRI_ORACLE_SPECIALS]);
+
+/* tsr_oracle_compare where got[i] and want[i] are the output at flat position
+ * index[i] (index NULL: i), and where (", small shape" or "") follows the
+ * probe number in the verdict's reason. */
+void tsri_oracle_compare(tsr_verdict *v, int probe, tsr_dtype dtype, const void *got,
+                         const void *want, size_t count, const uint64_t *index, const char *where);
+
+/* The sampled verification (oracle_sampled.c); o has its defaults filled. */
+tsr_status tsri_oracle_verify_sampled(const tsr_region *r, tsr_candidate_run_fn run, void *ctx,
+                                      const tsr_oracle_options *o, tsr_verdict *v, tsr_error *err);
+
+#endif

@@ -1,0 +1,760 @@
+/*
+ * oracle_sampled.c — sampled verification (oracle.h, TSR_VERIFY_SAMPLED;
+ * docs/arbiter.md, "Verification").
+ *
+ * A full check runs the reference over every output of every probe, which for
+ * an 8192³ matmul is minutes of CPU. Here the candidate still runs at the real
+ * shape on full-size probe inputs, but the reference computes only chosen
+ * output positions (tsr_ref_run_at): the edge lines, the corners of every
+ * edge tile and a seeded grid, where indexing, masking and tail bugs show
+ * first. What sampling cannot see (one bad element inside the interior, a
+ * special value the random inputs never hold) is covered by running the same
+ * candidate in full at a small shape with the real shape's tile residues, on
+ * random probes and on special-value probes (pointwise, and epilogues).
+ *
+ * Probe inputs at the real shape can be gigabytes, so their values come from
+ * one hash per element instead of a sequential stream, and are made on every
+ * core: the centred sum of the four 16-bit quarters of splitmix64(key + e),
+ * scaled to unit variance (nearly normal, bounded by ±3.47), rounded to f32
+ * and then to the storage dtype. Still a pure function of (seed, probe,
+ * input, element).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "oracle_internal.h"
+#include "refexec_internal.h"
+#include "tessera/dtype.h"
+
+#define SAMPLED_DEFAULT_PROBES 1
+#define SAMPLE_LINE_MAX 65536 /* a longer edge line is sampled, not taken whole */
+#define SAMPLE_TILES_MAX 512  /* tiles per dimension whose corners are all taken */
+#define SAMPLE_TILES_END 16   /* ...past that, the first and last this many */
+#define SAMPLE_IN_EDGE 4      /* seeded coordinates inside the first and last tile */
+#define SAMPLE_REDUCED_ROWS 16
+#define SAMPLE_QUERY_ROWS 32
+#define SAMPLE_GEN_CHUNK 65536
+
+/* The specials that an f32 accumulator and the f64 reference agree on through a
+ * matmul and its epilogue: the list of oracle.c without the values whose
+ * products or sums overflow f32 but not f64 (largest finite, a value whose
+ * square overflows, 88.5, 89). 17 entries, a prime, as the pointwise list. */
+#define EPILOGUE_SPECIALS 17
+static const int epilogue_specials[EPILOGUE_SPECIALS] = {0,  1,  2,  3,  4,  9,  10, 11, 12,
+                                                         13, 14, 15, 16, 17, 18, 21, 22};
+
+/* Work units per probe element made (a hash, a conversion and a store: what
+ * tsr_ref_work counts an element read or written) and per output element
+ * filled with NaN before the candidate runs (a memset). */
+#define SAMPLED_GEN_WORK TSR_REF_WORK_ELEMENT
+#define SAMPLED_FILL_WORK 1.0
+
+/* ---- position sets ---- */
+
+typedef struct pos_set {
+    uint64_t *v;
+    size_t n, cap;
+    bool oom;
+} pos_set;
+
+static void pos_add(pos_set *s, uint64_t x)
+{
+    if (s->oom)
+        return;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 1024;
+        uint64_t *grown = realloc(s->v, cap * sizeof *grown);
+        if (grown == NULL) {
+            s->oom = true;
+            return;
+        }
+        s->v = grown;
+        s->cap = cap;
+    }
+    s->v[s->n++] = x;
+}
+
+static int pos_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void pos_unique(pos_set *s)
+{
+    if (s->n == 0)
+        return;
+    qsort(s->v, s->n, sizeof *s->v, pos_cmp);
+    size_t u = 1;
+    for (size_t i = 1; i < s->n; i++)
+        if (s->v[i] != s->v[u - 1])
+            s->v[u++] = s->v[i];
+    s->n = u;
+}
+
+/* Coordinates along one dimension, kept in a position set too. */
+typedef pos_set coords;
+
+/* The seeded stream of one probe's positions. */
+typedef struct sample_rng {
+    uint64_t state;
+} sample_rng;
+
+static uint64_t sample_next(sample_rng *g)
+{
+    g->state += UINT64_C(0x9e3779b97f4a7c15);
+    return tsri_oracle_mix64(g->state);
+}
+
+static int64_t sample_below(sample_rng *g, int64_t n)
+{
+    return n <= 1 ? 0 : (int64_t)(sample_next(g) % (uint64_t)n);
+}
+
+static void coords_tile(coords *c, int64_t i, int64_t d, int64_t t)
+{
+    pos_add(c, (uint64_t)(i * t));
+    pos_add(c, (uint64_t)((i + 1) * t < d ? (i + 1) * t - 1 : d - 1));
+}
+
+/* First and last coordinate of every tile of a dimension; past
+ * SAMPLE_TILES_MAX tiles, of the first and last SAMPLE_TILES_END and of tiles
+ * spread evenly between them. */
+static void coords_tiles(coords *c, int64_t d, int64_t t)
+{
+    int64_t tiles = (d + t - 1) / t;
+    if (tiles <= SAMPLE_TILES_MAX) {
+        for (int64_t i = 0; i < tiles; i++)
+            coords_tile(c, i, d, t);
+        return;
+    }
+    int64_t inner = SAMPLE_TILES_MAX - 2 * SAMPLE_TILES_END;
+    int64_t middle = tiles - 2 * SAMPLE_TILES_END;
+    for (int64_t i = 0; i < SAMPLE_TILES_END; i++) {
+        coords_tile(c, i, d, t);
+        coords_tile(c, tiles - 1 - i, d, t);
+    }
+    for (int64_t k = 0; k < inner; k++)
+        coords_tile(c, SAMPLE_TILES_END + k * middle / inner, d, t);
+}
+
+/* The boundaries of the first and last tile, and the coordinates across them. */
+static void coords_edges(coords *c, int64_t d, int64_t t)
+{
+    int64_t last = (d - 1) / t * t;
+    int64_t list[] = {0, t - 1, t, last - 1, last, d - 1};
+    for (size_t i = 0; i < sizeof list / sizeof list[0]; i++)
+        if (list[i] >= 0 && list[i] < d)
+            pos_add(c, (uint64_t)list[i]);
+}
+
+/* count seeded coordinates, and SAMPLE_IN_EDGE inside each edge tile. */
+static void coords_random(coords *c, int64_t d, int64_t t, int64_t count, sample_rng *g)
+{
+    int64_t last = (d - 1) / t * t;
+    for (int64_t i = 0; i < count; i++)
+        pos_add(c, (uint64_t)sample_below(g, d));
+    for (int i = 0; i < SAMPLE_IN_EDGE; i++) {
+        pos_add(c, (uint64_t)sample_below(g, t < d ? t : d));
+        pos_add(c, (uint64_t)(last + sample_below(g, d - last)));
+    }
+}
+
+/* Every coordinate of the first and last tile. */
+static void coords_edge_tiles(coords *c, int64_t d, int64_t t)
+{
+    int64_t last = (d - 1) / t * t;
+    for (int64_t i = 0; i < t && i < d; i++)
+        pos_add(c, (uint64_t)i);
+    for (int64_t i = last; i < d; i++)
+        pos_add(c, (uint64_t)i);
+}
+
+static void pos_grid(pos_set *s, const coords *rows, const coords *cols, int64_t n)
+{
+    for (size_t i = 0; i < rows->n; i++)
+        for (size_t j = 0; j < cols->n; j++)
+            pos_add(s, rows->v[i] * (uint64_t)n + cols->v[j]);
+}
+
+static void pos_rows(pos_set *s, const coords *rows, int64_t n)
+{
+    for (size_t i = 0; i < rows->n; i++)
+        for (int64_t j = 0; j < n; j++)
+            pos_add(s, rows->v[i] * (uint64_t)n + (uint64_t)j);
+}
+
+/* Element positions of an m x n output (see tsr_oracle_sample). */
+static void sample_elements(pos_set *s, int64_t m, int64_t n, int64_t t, int64_t samples,
+                            sample_rng *g)
+{
+    coords rows_edge = {0}, cols_edge = {0}, rows_tiles = {0}, cols_tiles = {0};
+    coords rows_rand = {0}, cols_rand = {0}, rows_line = {0}, cols_line = {0};
+    coords ends_r = {0}, ends_c = {0};
+    int64_t rr = (int64_t)ceil(sqrt((double)samples));
+    rr = rr < m ? rr : m;
+    int64_t rc = (samples + rr - 1) / rr;
+    rc = rc < n ? rc : n;
+    coords_edges(&rows_edge, m, t);
+    coords_edges(&cols_edge, n, t);
+    coords_tiles(&rows_tiles, m, t);
+    coords_tiles(&cols_tiles, n, t);
+    coords_random(&rows_rand, m, t, rr, g);
+    coords_random(&cols_rand, n, t, rc, g);
+    pos_add(&ends_r, 0);
+    pos_add(&ends_r, (uint64_t)(m - 1));
+    pos_add(&ends_c, 0);
+    pos_add(&ends_c, (uint64_t)(n - 1));
+
+    /* The first and last row and column, whole where they are not too long. */
+    if (n <= SAMPLE_LINE_MAX) {
+        pos_rows(s, &ends_r, n);
+    } else {
+        coords_edge_tiles(&cols_line, n, t);
+        pos_grid(s, &ends_r, &cols_line, n);
+        pos_grid(s, &ends_r, &cols_tiles, n);
+        pos_grid(s, &ends_r, &cols_rand, n);
+    }
+    if (m <= SAMPLE_LINE_MAX) {
+        for (int64_t i = 0; i < m; i++)
+            pos_add(&rows_line, (uint64_t)i);
+        pos_grid(s, &rows_line, &ends_c, n);
+    } else {
+        coords_edge_tiles(&rows_line, m, t);
+        pos_grid(s, &rows_line, &ends_c, n);
+        pos_grid(s, &rows_tiles, &ends_c, n);
+        pos_grid(s, &rows_rand, &ends_c, n);
+    }
+    /* The corners of every edge tile, and the seeded grid. */
+    pos_grid(s, &rows_edge, &cols_tiles, n);
+    pos_grid(s, &rows_tiles, &cols_edge, n);
+    pos_grid(s, &rows_rand, &cols_rand, n);
+
+    coords *all[] = {&rows_edge, &cols_edge, &rows_tiles, &cols_tiles, &rows_rand,
+                     &cols_rand, &rows_line, &cols_line,  &ends_r,     &ends_c};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        s->oom |= all[i]->oom;
+        free(all[i]->v);
+    }
+}
+
+/* Whole rows of an m x n output that a row reduction needs. */
+static void sample_reduced_rows(pos_set *s, int64_t m, int64_t n, int64_t t, int64_t samples,
+                                sample_rng *g)
+{
+    coords rows = {0};
+    int64_t count = (samples + n - 1) / n;
+    count = count > SAMPLE_REDUCED_ROWS ? count : SAMPLE_REDUCED_ROWS;
+    coords_edges(&rows, m, t);
+    for (int64_t i = 0; i < count && i < m; i++)
+        pos_add(&rows, (uint64_t)sample_below(g, m));
+    pos_unique(&rows);
+    pos_rows(s, &rows, n);
+    s->oom |= rows.oom;
+    free(rows.v);
+}
+
+/* Whole query rows of attention. */
+static void sample_query_rows(pos_set *s, const tsr_attention_desc *d, int64_t t, int64_t samples,
+                              sample_rng *g)
+{
+    coords ms = {0}, rows = {0};
+    int64_t group = d->heads / d->heads_kv;
+    int64_t heads[][2] = {{0, 0},
+                          {0, d->heads - 1},
+                          {d->batch - 1, 0},
+                          {d->batch - 1, d->heads - 1},
+                          {0, group - 1},
+                          {0, group < d->heads ? group : d->heads - 1}};
+    coords_edges(&ms, d->seq_q, t);
+    for (size_t h = 0; h < sizeof heads / sizeof heads[0]; h++)
+        for (size_t i = 0; i < ms.n; i++)
+            pos_add(&rows, (uint64_t)((heads[h][0] * d->heads + heads[h][1]) * d->seq_q) + ms.v[i]);
+    int64_t total = d->batch * d->heads * d->seq_q;
+    int64_t count = (samples + d->head_dim_v - 1) / d->head_dim_v;
+    count = count > SAMPLE_QUERY_ROWS ? count : SAMPLE_QUERY_ROWS;
+    for (int64_t i = 0; i < count && i < total; i++)
+        pos_add(&rows, (uint64_t)sample_below(g, total));
+    pos_unique(&rows);
+    pos_rows(s, &rows, d->head_dim_v);
+    s->oom |= ms.oom | rows.oom;
+    free(ms.v);
+    free(rows.v);
+}
+
+tsr_status tsr_oracle_sample(const tsr_region *r, int tile, uint64_t seed, int probe, int samples,
+                             uint64_t **index, size_t *count, tsr_error *err)
+{
+    if (r == NULL || index == NULL || count == NULL)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "sample: NULL argument");
+    *index = NULL;
+    *count = 0;
+    int64_t t = tile > 0 ? tile : TSR_ORACLE_TILE;
+    int64_t want = samples > 0 ? samples : TSR_ORACLE_SAMPLES;
+    sample_rng g = {
+        tsri_oracle_mix64((seed ? seed : TSRI_ORACLE_DEFAULT_SEED) ^ UINT64_C(0x5a3b1e0f7c2d4e61)) +
+        (uint64_t)(uint32_t)probe * UINT64_C(0xd1b54a32d192ed03)};
+    pos_set s = {0};
+    switch (r->kind) {
+    case TSR_KIND_MATMUL:
+        sample_elements(&s, r->u.matmul.m, r->u.matmul.n, t, want, &g);
+        break;
+    case TSR_KIND_GATED:
+        sample_elements(&s, r->u.gated.m, r->u.gated.h, t, want, &g);
+        break;
+    case TSR_KIND_FUSED:
+        if (r->u.fused.reduction != TSR_REDUCTION_NONE)
+            sample_reduced_rows(&s, r->u.fused.m, r->u.fused.n, t, want, &g);
+        else
+            sample_elements(&s, r->u.fused.m, r->u.fused.n, t, want, &g);
+        break;
+    case TSR_KIND_ATTENTION:
+        sample_query_rows(&s, &r->u.attention, t, want, &g);
+        break;
+    case TSR_KIND_POINTWISE: {
+        const tsr_pointwise_desc *pw = &r->u.pointwise;
+        int64_t n = pw->out_rank > 0 ? pw->out_shape[pw->out_rank - 1] : 1, m = 1;
+        for (int d = 0; d + 1 < pw->out_rank; d++)
+            m *= pw->out_shape[d];
+        sample_elements(&s, m, n, t, want, &g);
+        /* A flat kernel's first and last blocks, across rows. */
+        int64_t total = m * n, block = 4 * t;
+        for (int64_t e = 0; e < block && e < total; e++) {
+            pos_add(&s, (uint64_t)e);
+            pos_add(&s, (uint64_t)(total - 1 - e));
+        }
+        break;
+    }
+    default:
+        return tsr_error_set(err, TSR_UNKNOWN_KIND, "sample: unknown region kind %d", (int)r->kind);
+    }
+    if (!s.oom)
+        pos_unique(&s);
+    if (s.oom) {
+        free(s.v);
+        return tsr_error_set(err, TSR_NO_MEMORY, "sample: positions of a %s region",
+                             tsr_region_kind_name(r->kind));
+    }
+    *index = s.v;
+    *count = s.n;
+    return TSR_OK;
+}
+
+/* ---- the small shape ---- */
+
+/* D above 2t becomes t + (D mod t), or 2t when t divides D. */
+static int64_t small_dim(int64_t d, int64_t t)
+{
+    if (d <= 2 * t)
+        return d;
+    return d % t != 0 ? t + d % t : 2 * t;
+}
+
+/* seq_q and seq_k cut alike, then seq_q moved by whole tiles until the causal
+ * order of the two is the real one (bottom-right masking depends on it). */
+static void small_seqs(const tsr_attention_desc *d, int64_t t, int64_t *m, int64_t *n)
+{
+    *m = small_dim(d->seq_q, t);
+    *n = small_dim(d->seq_k, t);
+    if (!d->causal)
+        return;
+    if (d->seq_q < d->seq_k) {
+        while (*m >= *n && *m > t)
+            *m -= t;
+        if (*m >= *n)
+            *m = *n > 1 ? *n - 1 : 1;
+    } else if (d->seq_q > d->seq_k) {
+        while (*m <= *n)
+            *m += t;
+    } else {
+        *m = *n;
+    }
+}
+
+tsr_status tsr_oracle_small_region(const tsr_region *r, int tile, tsr_region *out, tsr_error *err)
+{
+    if (r == NULL || out == NULL)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "small region: NULL argument");
+    int64_t t = tile > 0 ? tile : TSR_ORACLE_TILE;
+    tsr_status st = tsr_region_copy(out, r, err);
+    if (st != TSR_OK)
+        return st;
+    switch (out->kind) {
+    case TSR_KIND_MATMUL: {
+        tsr_matmul_desc *d = &out->u.matmul;
+        d->m = small_dim(d->m, t), d->n = small_dim(d->n, t), d->k = small_dim(d->k, t);
+        break;
+    }
+    case TSR_KIND_FUSED: {
+        tsr_fused_desc *d = &out->u.fused;
+        d->m = small_dim(d->m, t), d->n = small_dim(d->n, t), d->k = small_dim(d->k, t);
+        break;
+    }
+    case TSR_KIND_GATED: {
+        tsr_gated_desc *d = &out->u.gated;
+        d->m = small_dim(d->m, t), d->k = small_dim(d->k, t), d->h = small_dim(d->h, t);
+        break;
+    }
+    case TSR_KIND_ATTENTION: {
+        tsr_attention_desc *d = &out->u.attention;
+        int64_t group = d->heads / d->heads_kv;
+        d->batch = d->batch < 2 ? d->batch : 2;
+        d->heads_kv = d->heads_kv < 2 ? d->heads_kv : 2;
+        d->heads = d->heads_kv * group;
+        small_seqs(&r->u.attention, t, &d->seq_q, &d->seq_k);
+        break;
+    }
+    case TSR_KIND_POINTWISE: {
+        tsr_pointwise_desc *d = &out->u.pointwise;
+        /* Inputs are right-aligned with the output; a dimension of 1 stays 1
+         * (broadcast), every other takes the output dimension's new size. */
+        for (int i = 0; i < d->n_inputs; i++) {
+            tsr_pw_input *in = &d->inputs[i];
+            for (int k = 0; k < in->rank; k++) {
+                int od = d->out_rank - (in->rank - k);
+                int64_t size = in->shape[k];
+                if (size == 1)
+                    continue;
+                in->shape[k] = od == d->out_rank - 1 ? small_dim(size, t) : size < 3 ? size : 3;
+            }
+        }
+        break;
+    }
+    }
+    st = tsr_region_validate(out, err);
+    if (st != TSR_OK) {
+        tsr_region_free(out);
+        return tsr_error_prefix(err, "small region");
+    }
+    return TSR_OK;
+}
+
+/* ---- probe inputs ---- */
+
+static int sampled_specials_count(const tsr_region *r)
+{
+    bool epilogue = r->kind == TSR_KIND_GATED ||
+                    (r->kind == TSR_KIND_FUSED && r->u.fused.reduction == TSR_REDUCTION_NONE);
+    return epilogue ? EPILOGUE_SPECIALS : 0;
+}
+
+/* Probes at the small shape: its full-mode probes (random, and pointwise
+ * special values), then the epilogue special-value probes. */
+static int sampled_small_count(const tsr_region *small)
+{
+    return small == NULL ? 0 : tsr_oracle_probe_count(small, 0) + sampled_specials_count(small);
+}
+
+typedef struct gen_ctx {
+    tsr_dtype dtype;
+    void *data;
+    uint64_t key;
+} gen_ctx;
+
+/* Element e's value, rounded to f32 (and from there to the storage dtype by
+ * the caller: the conversions from f32 are a few bit operations). */
+static float gen_value(uint64_t key, int64_t e)
+{
+    uint64_t h = tsri_oracle_mix64(key + (uint64_t)e * UINT64_C(0x9e3779b97f4a7c15));
+    int64_t sum = (int64_t)(h & 0xffff) + (int64_t)((h >> 16) & 0xffff) +
+                  (int64_t)((h >> 32) & 0xffff) + (int64_t)(h >> 48);
+    /* Four uniforms on 0..65535: mean 131070, variance 4·(65536² - 1)/12. */
+    return (float)((double)(sum - 131070) * (1.7320508075688772 / 65536.0));
+}
+
+static tsr_status gen_range(void *arg, int64_t lo, int64_t hi)
+{
+    const gen_ctx *c = arg;
+    if (c->dtype == TSR_F32) {
+        for (int64_t e = lo; e < hi; e++)
+            ((float *)c->data)[e] = gen_value(c->key, e);
+    } else if (c->dtype == TSR_BF16) {
+        for (int64_t e = lo; e < hi; e++)
+            ((uint16_t *)c->data)[e] = tsr_f32_to_bf16(gen_value(c->key, e));
+    } else {
+        for (int64_t e = lo; e < hi; e++)
+            ((uint16_t *)c->data)[e] = tsr_f32_to_f16(gen_value(c->key, e));
+    }
+    return TSR_OK;
+}
+
+static int sampled_units(int threads, int64_t n)
+{
+    int64_t units = n / SAMPLE_GEN_CHUNK + 1;
+    return units < threads ? (int)units : threads;
+}
+
+/* Allocates and fills the inputs of the real-shape probe `probe`. */
+static tsr_status sampled_make_inputs(const tsr_region *r, uint64_t seed, int probe, int threads,
+                                      void **inputs, tsr_error *err)
+{
+    tsr_tensor_desc descs[TSR_MAX_REGION_INPUTS], out;
+    int n = tsr_region_signature(r, descs, &out);
+    for (int i = 0; i < n; i++)
+        inputs[i] = NULL;
+    for (int i = 0; i < n; i++) {
+        uint64_t bytes = tsr_tensor_desc_bytes(&descs[i]);
+        int64_t elems = tsr_tensor_desc_elements(&descs[i]);
+        if (bytes > SIZE_MAX || (inputs[i] = malloc(bytes ? (size_t)bytes : 1)) == NULL) {
+            tsr_oracle_free_probe(r, inputs);
+            return tsr_error_set(err, TSR_NO_MEMORY, "probe: %llu bytes for input '%s'",
+                                 (unsigned long long)bytes, descs[i].name);
+        }
+        uint64_t key = tsri_oracle_mix64(seed ^ UINT64_C(0x3c6ef372fe94f82b));
+        key = tsri_oracle_mix64(key + (uint64_t)(uint32_t)probe * UINT64_C(0x9e3779b97f4a7c15));
+        key = tsri_oracle_mix64(key + (uint64_t)(uint32_t)i * UINT64_C(0xd1b54a32d192ed03));
+        gen_ctx c = {descs[i].dtype, inputs[i], key};
+        tsri_ref_parallel(sampled_units(threads, elems), elems, gen_range, &c);
+    }
+    return TSR_OK;
+}
+
+/* Epilogue probe q at the small shape: row i of A holds one special value in
+ * column 0 and zeros elsewhere, B's row 0 is ±1 (Wu's row 0 specials) and its
+ * other rows zero, so that every output of row i is ±prologue(special) before
+ * the epilogue; bias and residual cycle through the specials too. */
+static tsr_status sampled_epilogue_probe(const tsr_region *r, int q, void **inputs, tsr_error *err)
+{
+    double all[TSRI_ORACLE_SPECIALS], list[EPILOGUE_SPECIALS];
+    tsri_oracle_specials(r->dtype, all);
+    for (int i = 0; i < EPILOGUE_SPECIALS; i++)
+        list[i] = all[epilogue_specials[i]];
+    tsr_tensor_desc descs[TSR_MAX_REGION_INPUTS], out;
+    int n = tsr_region_signature(r, descs, &out);
+    for (int i = 0; i < n; i++)
+        inputs[i] = NULL;
+    for (int i = 0; i < n; i++) {
+        uint64_t bytes = tsr_tensor_desc_bytes(&descs[i]);
+        if ((inputs[i] = calloc(1, bytes ? (size_t)bytes : 1)) == NULL) {
+            tsr_oracle_free_probe(r, inputs);
+            return tsr_error_set(err, TSR_NO_MEMORY, "probe: %llu bytes for input '%s'",
+                                 (unsigned long long)bytes, descs[i].name);
+        }
+    }
+    tsri_mm_operands o;
+    tsri_mm_operands_of(r, (const void *const *)inputs, &o);
+    tsr_dtype dt = r->dtype;
+    /* calloc's zero bytes are +0 in every storage dtype. */
+    for (int64_t i = 0; i < o.m; i++)
+        tsr_dtype_store(dt, (void *)o.a, (size_t)(i * o.k), list[(i + q) % EPILOGUE_SPECIALS]);
+    for (int64_t j = 0; j < o.n; j++) {
+        tsr_dtype_store(dt, (void *)o.b, (size_t)j, j % 2 == 0 ? 1.0 : -1.0);
+        if (o.b2 != NULL)
+            tsr_dtype_store(dt, (void *)o.b2, (size_t)j, list[(j + 3 * q) % EPILOGUE_SPECIALS]);
+        if (o.bias != NULL)
+            tsr_dtype_store(dt, (void *)o.bias, (size_t)j, list[(j + 5 * q) % EPILOGUE_SPECIALS]);
+    }
+    if (o.residual != NULL)
+        for (int64_t e = 0; e < o.m * o.n; e++)
+            tsr_dtype_store(dt, (void *)o.residual, (size_t)e,
+                            list[(e + 7 * q) % EPILOGUE_SPECIALS]);
+    return TSR_OK;
+}
+
+static tsr_status sampled_small_inputs(const tsr_region *small, uint64_t seed, int q, void **inputs,
+                                       tsr_error *err)
+{
+    int base = tsr_oracle_probe_count(small, 0);
+    if (q < base)
+        return tsr_oracle_make_probe(small, seed, q, 0, inputs, err);
+    return sampled_epilogue_probe(small, q - base, inputs, err);
+}
+
+/* ---- cost ---- */
+
+/* Making a probe's inputs and filling its output. */
+static double sampled_probe_work(const tsr_region *r)
+{
+    tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], out;
+    int n = tsr_region_signature(r, in, &out);
+    double work = SAMPLED_FILL_WORK * (double)tsr_tensor_desc_elements(&out);
+    for (int i = 0; i < n; i++)
+        work += SAMPLED_GEN_WORK * (double)tsr_tensor_desc_elements(&in[i]);
+    return work;
+}
+
+void tsr_oracle_cost_of(const tsr_region *r, const tsr_oracle_options *opts, tsr_oracle_cost *out)
+{
+    tsr_oracle_options o = {0};
+    if (opts != NULL)
+        o = *opts;
+    memset(out, 0, sizeof *out);
+    if (o.method != TSR_VERIFY_SAMPLED) {
+        out->real_probes = tsr_oracle_probe_count(r, o.random_probes);
+        out->work = out->real_probes * tsr_ref_work(r);
+        return;
+    }
+    out->real_probes = o.random_probes > 0 ? o.random_probes : SAMPLED_DEFAULT_PROBES;
+    out->small_probes = sampled_small_count(o.small);
+    for (int p = 0; p < out->real_probes; p++) {
+        uint64_t *index = NULL;
+        size_t count = 0;
+        if (tsr_oracle_sample(r, o.tile, o.seed, p, o.samples, &index, &count, NULL) != TSR_OK) {
+            out->work = INFINITY;
+            return;
+        }
+        /* The comparison reads both sides of every sampled position. */
+        out->work += sampled_probe_work(r) + tsr_ref_work_at(r, index, count) +
+                     TSR_REF_WORK_ELEMENT * 2.0 * (double)count;
+        free(index);
+    }
+    if (o.small != NULL)
+        out->work += out->small_probes * (tsr_ref_work(o.small) + sampled_probe_work(o.small));
+}
+
+/* ---- verify ---- */
+
+typedef struct fill_ctx {
+    unsigned char *data;
+    size_t bytes;
+} fill_ctx;
+
+static tsr_status fill_range(void *arg, int64_t lo, int64_t hi)
+{
+    const fill_ctx *c = arg;
+    size_t a = (size_t)lo * SAMPLE_GEN_CHUNK, b = (size_t)hi * SAMPLE_GEN_CHUNK;
+    if (b > c->bytes)
+        b = c->bytes;
+    /* All-ones bytes are a NaN in every storage dtype (see oracle.c). */
+    memset(c->data + a, 0xff, b - a);
+    return TSR_OK;
+}
+
+static void sampled_fill_nan(void *data, size_t bytes, int threads)
+{
+    fill_ctx c = {data, bytes};
+    int64_t chunks = (int64_t)((bytes + SAMPLE_GEN_CHUNK - 1) / SAMPLE_GEN_CHUNK);
+    tsri_ref_parallel(chunks < threads ? (int)(chunks > 0 ? chunks : 1) : threads, chunks,
+                      fill_range, &c);
+}
+
+static tsr_status sampled_candidate_failed(tsr_verdict *v, int probe, const char *where,
+                                           tsr_status st, const tsr_error *cerr, tsr_error *err)
+{
+    const char *msg = cerr->code == st && cerr->message[0] ? cerr->message : tsr_strerror(st);
+    v->pass = false;
+    snprintf(v->reason, sizeof v->reason, "candidate failed on probe %d%s: %s: %.100s", probe,
+             where, tsr_status_name(st), msg);
+    return tsr_error_set(err, st, "candidate failed on probe %d%s: %s", probe, where, msg);
+}
+
+/* One probe at the real shape: the candidate in full, the reference at the
+ * sampled positions. */
+static tsr_status sampled_real_probe(const tsr_region *r, tsr_candidate_run_fn run, void *ctx,
+                                     const tsr_oracle_options *o, int probe, int threads, void *got,
+                                     uint64_t out_bytes, tsr_verdict *v, tsr_error *err)
+{
+    void *inputs[TSR_MAX_REGION_INPUTS] = {0};
+    uint64_t *index = NULL;
+    size_t count = 0;
+    size_t size = tsr_dtype_size(r->out_dtype);
+    void *want = NULL, *sampled = NULL;
+    tsr_status st = sampled_make_inputs(r, o->seed, probe, threads, inputs, err);
+    if (st == TSR_OK)
+        st = tsr_oracle_sample(r, o->tile, o->seed, probe, o->samples, &index, &count, err);
+    if (st == TSR_OK &&
+        ((want = malloc(count * size + 1)) == NULL || (sampled = malloc(count * size + 1)) == NULL))
+        st = tsr_error_set(err, TSR_NO_MEMORY, "verify: %zu sampled outputs", count);
+    const void *const *in = (const void *const *)inputs;
+    if (st == TSR_OK) {
+        st = tsr_ref_run_at(r, in, index, count, want, o->ref_threads, err);
+        if (st != TSR_OK) {
+            tsr_error_prefix(err, "reference on probe %d", probe);
+            snprintf(v->reason, sizeof v->reason, "reference failed on probe %d", probe);
+        }
+    }
+    if (st == TSR_OK) {
+        sampled_fill_nan(got, (size_t)out_bytes, threads);
+        tsr_error cerr;
+        tsr_error_clear(&cerr);
+        st = run(ctx, r, in, got, &cerr);
+        if (st != TSR_OK)
+            sampled_candidate_failed(v, probe, "", st, &cerr, err);
+    }
+    if (st == TSR_OK) {
+        for (size_t t = 0; t < count; t++)
+            memcpy((char *)sampled + t * size, (const char *)got + index[t] * size, size);
+        tsri_oracle_compare(v, probe, r->out_dtype, sampled, want, count, index, "");
+        v->sampled += count;
+    }
+    if (inputs[0] != NULL)
+        tsr_oracle_free_probe(r, inputs);
+    free(index);
+    free(want);
+    free(sampled);
+    return st;
+}
+
+/* One probe at the small shape, compared in full. */
+static tsr_status sampled_small_probe(const tsr_region *small, tsr_candidate_run_fn run, void *ctx,
+                                      const tsr_oracle_options *o, int q, int probe, tsr_verdict *v,
+                                      tsr_error *err)
+{
+    tsr_tensor_desc descs[TSR_MAX_REGION_INPUTS], out;
+    tsr_region_signature(small, descs, &out);
+    size_t bytes = (size_t)tsr_tensor_desc_bytes(&out);
+    void *inputs[TSR_MAX_REGION_INPUTS] = {0};
+    void *got = malloc(bytes + 1), *want = malloc(bytes + 1);
+    tsr_status st = got != NULL && want != NULL
+                        ? sampled_small_inputs(small, o->seed, q, inputs, err)
+                        : tsr_error_set(err, TSR_NO_MEMORY, "verify: small-shape output");
+    const void *const *in = (const void *const *)inputs;
+    if (st == TSR_OK) {
+        st = tsr_ref_run(small, in, want, o->ref_threads, err);
+        if (st != TSR_OK) {
+            tsr_error_prefix(err, "reference on probe %d (small shape)", probe);
+            snprintf(v->reason, sizeof v->reason, "reference failed on probe %d (small shape)",
+                     probe);
+        }
+    }
+    if (st == TSR_OK) {
+        memset(got, 0xff, bytes);
+        tsr_error cerr;
+        tsr_error_clear(&cerr);
+        st = run(ctx, small, in, got, &cerr);
+        if (st != TSR_OK)
+            sampled_candidate_failed(v, probe, ", small shape", st, &cerr, err);
+    }
+    if (st == TSR_OK) {
+        tsri_oracle_compare(v, probe, small->out_dtype, got, want,
+                            (size_t)tsr_tensor_desc_elements(&out), NULL, ", small shape");
+        v->small_probes++;
+    }
+    if (inputs[0] != NULL)
+        tsr_oracle_free_probe(small, inputs);
+    free(got);
+    free(want);
+    return st;
+}
+
+tsr_status tsri_oracle_verify_sampled(const tsr_region *r, tsr_candidate_run_fn run, void *ctx,
+                                      const tsr_oracle_options *opts, tsr_verdict *v,
+                                      tsr_error *err)
+{
+    tsr_oracle_options o = *opts;
+    if (o.random_probes <= 0)
+        o.random_probes = SAMPLED_DEFAULT_PROBES;
+    tsr_verdict_init(v, o.bound, r->out_dtype);
+    v->method = TSR_VERIFY_SAMPLED;
+    int threads = tsri_ref_threads(o.ref_threads);
+
+    tsr_tensor_desc descs[TSR_MAX_REGION_INPUTS], out;
+    (void)tsr_region_signature(r, descs, &out);
+    uint64_t out_bytes = tsr_tensor_desc_bytes(&out);
+    void *got = out_bytes <= SIZE_MAX ? malloc((size_t)out_bytes + 1) : NULL;
+    if (got == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "verify: output of %llu bytes",
+                             (unsigned long long)out_bytes);
+    tsr_status st = TSR_OK;
+    for (int p = 0; p < o.random_probes && st == TSR_OK; p++)
+        st = sampled_real_probe(r, run, ctx, &o, p, threads, got, out_bytes, v, err);
+    free(got);
+    int small = sampled_small_count(o.small);
+    for (int q = 0; q < small && st == TSR_OK; q++)
+        st = sampled_small_probe(o.small, run, ctx, &o, q, o.random_probes + q, v, err);
+    if (st != TSR_OK)
+        v->pass = false;
+    return st;
+}

@@ -1,0 +1,499 @@
+/*
+ * oracle_sampled_test.c — sampled verification (oracle.h, TSR_VERIFY_SAMPLED):
+ * which positions a probe compares, the small shape, the cost estimate, and
+ * candidates that are wrong in one place sampling must see (an element in an
+ * edge tile, a row of a reduction, a NaN where none belongs, the last query
+ * row of causal attention), or that only the small-shape probes can see.
+ *
+ * Candidates are the reference, then one edit at a known position, so every
+ * verdict here is exact: the failing position and probe are asserted.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tessera/json.h"
+#include "tessera/oracle.h"
+#include "tessera/refexec.h"
+
+static tsr_region region_of(const char *json)
+{
+    tsr_region r;
+    tsr_error err;
+    tsr_status st = tsr_region_from_json(json, strlen(json), &r, &err);
+    cr_assert_eq(st, TSR_OK, "parse of %s: %s", json, err.message);
+    return r;
+}
+
+static int64_t output_elements(const tsr_region *r)
+{
+    tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], out;
+    tsr_region_signature(r, in, &out);
+    return tsr_tensor_desc_elements(&out);
+}
+
+/* 1000 x 1200 out of K 64: 8 tile rows (the last from 896, 104 rows) and 10
+ * tile columns (the last from 1152, 48 columns) of 128. */
+#define MM_BIG "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":1000,\"n\":1200,\"k\":64}"
+#define MM_N 1200
+#define RMS_BIG                                                                                    \
+    "{\"kind\":\"fused\",\"dtype\":\"f32\",\"m\":1000,\"n\":256,\"k\":64,\"epilogue\":[],"         \
+    "\"reduction\":\"rmsnorm\"}"
+#define ATT_CAUSAL                                                                                 \
+    "{\"kind\":\"attention\",\"dtype\":\"f32\",\"batch\":2,\"heads\":4,\"heads_kv\":2,"            \
+    "\"seq_q\":300,\"seq_k\":300,\"head_dim\":32,\"causal\":true}"
+#define PW_BIG                                                                                     \
+    "{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"a\",\"shape\":[1000,"       \
+    "1000]},{\"name\":\"b\",\"shape\":[1000]}],\"ops\":[{\"op\":\"add\",\"args\":[\"a\",\"b\"],"   \
+    "\"out\":\"s\"},{\"op\":\"relu\",\"args\":[\"s\"],\"out\":\"y\"}],\"output\":\"y\"}"
+#define FUSED_RELU                                                                                 \
+    "{\"kind\":\"fused\",\"dtype\":\"f32\",\"m\":300,\"n\":260,\"k\":64,\"epilogue\":[\"bias\","   \
+    "\"relu\"],\"residual\":true}"
+
+/* ---- candidates: the reference, then one edit ---- */
+
+typedef enum edit_kind {
+    EDIT_NONE,
+    EDIT_ELEMENT,   /* output[at] moved far outside any bound */
+    EDIT_ROW,       /* every output of row `at` (of `width`) scaled by 1.5 */
+    EDIT_NAN,       /* output[at] = NaN */
+    EDIT_NAN_TO_0,  /* every NaN written as 0, as bare fmaxf would */
+    EDIT_QUERY_ROW, /* attention: the last query row of every (batch, head) */
+} edit_kind;
+
+typedef struct edit {
+    edit_kind kind;
+    int64_t at, width;
+    int calls, small_calls; /* runs at the real shape and at another */
+    const tsr_region *real;
+} edit;
+
+static void bump(tsr_dtype dtype, void *out, int64_t i, double by)
+{
+    double v = tsr_dtype_load(dtype, out, (size_t)i);
+    tsr_dtype_store(dtype, out, (size_t)i, v * 1.5 + by);
+}
+
+static tsr_status cand_edit(void *ctx, const tsr_region *r, const void *const *inputs, void *output,
+                            tsr_error *err)
+{
+    edit *e = ctx;
+    bool real = e->real == NULL || r == e->real;
+    if (real)
+        e->calls++;
+    else
+        e->small_calls++;
+    tsr_status st = tsr_ref_run(r, inputs, output, 0, err);
+    int64_t n = output_elements(r);
+    tsr_dtype dt = r->out_dtype;
+    switch (e->kind) {
+    case EDIT_ELEMENT:
+        if (real)
+            bump(dt, output, e->at, 1000.0);
+        break;
+    case EDIT_ROW:
+        if (real)
+            for (int64_t j = 0; j < e->width; j++)
+                bump(dt, output, e->at * e->width + j, 0.25);
+        break;
+    case EDIT_NAN:
+        if (real)
+            tsr_dtype_store(dt, output, (size_t)e->at, NAN);
+        break;
+    case EDIT_NAN_TO_0:
+        for (int64_t i = 0; i < n; i++)
+            if (isnan(tsr_dtype_load(dt, output, (size_t)i)))
+                tsr_dtype_store(dt, output, (size_t)i, 0.0);
+        break;
+    case EDIT_QUERY_ROW: {
+        const tsr_attention_desc *d = &r->u.attention;
+        int64_t dv = d->head_dim_v;
+        for (int64_t bh = 0; bh < d->batch * d->heads; bh++)
+            for (int64_t x = 0; x < dv; x++)
+                bump(dt, output, ((bh + 1) * d->seq_q - 1) * dv + x, 0.5);
+        break;
+    }
+    case EDIT_NONE:
+        break;
+    }
+    return st;
+}
+
+/* A sampled verification of r by candidate e, with the small shape when
+ * with_small. */
+static tsr_status verify_sampled(const tsr_region *r, edit *e, bool with_small, tsr_verdict *v,
+                                 tsr_error *err)
+{
+    tsr_region small;
+    if (with_small)
+        cr_assert_eq(tsr_oracle_small_region(r, 0, &small, err), TSR_OK, "%s", err->message);
+    tsr_oracle_options o = {.method = TSR_VERIFY_SAMPLED, .small = with_small ? &small : NULL};
+    e->real = r;
+    tsr_status st = tsr_oracle_verify(r, cand_edit, e, &o, v, err);
+    if (with_small)
+        tsr_region_free(&small);
+    return st;
+}
+
+/* ---- positions ---- */
+
+static bool has(const uint64_t *index, size_t n, uint64_t x)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (index[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && index[lo] == x;
+}
+
+static void sample(const tsr_region *r, uint64_t seed, int probe, uint64_t **index, size_t *n)
+{
+    tsr_error err;
+    cr_assert_eq(tsr_oracle_sample(r, 0, seed, probe, 0, index, n, &err), TSR_OK, "%s",
+                 err.message);
+    for (size_t t = 1; t < *n; t++)
+        cr_assert_gt((*index)[t], (*index)[t - 1], "positions ascend without repeats");
+}
+
+#define AT(i, j) ((uint64_t)(i)*MM_N + (uint64_t)(j))
+
+Test(oracle_sampled, matmul_positions_hold_the_edge_lines_and_every_edge_tile_corner)
+{
+    tsr_region r = region_of(MM_BIG);
+    uint64_t *index;
+    size_t n;
+    sample(&r, 0, 0, &index, &n);
+    for (int64_t j = 0; j < 1200; j++) {
+        cr_expect(has(index, n, AT(0, j)), "row 0, column %lld", (long long)j);
+        cr_expect(has(index, n, AT(999, j)), "row 999, column %lld", (long long)j);
+    }
+    for (int64_t i = 0; i < 1000; i++) {
+        cr_expect(has(index, n, AT(i, 0)), "column 0, row %lld", (long long)i);
+        cr_expect(has(index, n, AT(i, 1199)), "column 1199, row %lld", (long long)i);
+    }
+    /* The corners of every tile of the first and last tile row and column:
+     * tile rows start at 0, 128, ..., 896 and end at 127, ..., 999. */
+    for (int64_t tj = 0; tj < 10; tj++) {
+        int64_t c0 = tj * 128, c1 = tj == 9 ? 1199 : c0 + 127;
+        int64_t rows[] = {0, 127, 896, 999};
+        for (int i = 0; i < 4; i++) {
+            cr_expect(has(index, n, AT(rows[i], c0)), "(%lld, %lld)", (long long)rows[i],
+                      (long long)c0);
+            cr_expect(has(index, n, AT(rows[i], c1)), "(%lld, %lld)", (long long)rows[i],
+                      (long long)c1);
+        }
+    }
+    for (int64_t ti = 0; ti < 8; ti++) {
+        int64_t r0 = ti * 128, r1 = ti == 7 ? 999 : r0 + 127;
+        int64_t cols[] = {0, 127, 1152, 1199};
+        for (int j = 0; j < 4; j++) {
+            cr_expect(has(index, n, AT(r0, cols[j])));
+            cr_expect(has(index, n, AT(r1, cols[j])));
+        }
+    }
+    /* About 4096 seeded positions on top, far from the 1.2M outputs. */
+    cr_expect_gt(n, (size_t)(2 * 1200 + 2 * 1000 + 4096 - 400));
+    cr_expect_lt(n, (size_t)20000);
+    free(index);
+    tsr_region_free(&r);
+}
+
+Test(oracle_sampled, positions_are_a_function_of_seed_and_probe)
+{
+    tsr_region r = region_of(MM_BIG);
+    uint64_t *a, *b, *c;
+    size_t na, nb, nc;
+    sample(&r, 7, 0, &a, &na);
+    sample(&r, 7, 0, &b, &nb);
+    sample(&r, 8, 0, &c, &nc);
+    cr_assert_eq(na, nb);
+    cr_expect_eq(memcmp(a, b, na * sizeof *a), 0);
+    cr_expect(na != nc || memcmp(a, c, na * sizeof *a) != 0, "another seed, other positions");
+    free(a);
+    free(b);
+    free(c);
+    tsr_region_free(&r);
+}
+
+Test(oracle_sampled, the_positions_of_an_8192_cube_cost_a_fraction_of_the_full_reference)
+{
+    tsr_region r = region_of("{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":8192,\"n\":8192,"
+                             "\"k\":8192}");
+    uint64_t *index;
+    size_t n;
+    sample(&r, 0, 0, &index, &n);
+    cr_expect_lt(n, (size_t)60000);
+    double at = tsr_ref_work_at(&r, index, n);
+    cr_expect_lt(at, tsr_ref_work(&r) / 100, "sampled %g, full %g", at, tsr_ref_work(&r));
+    cr_expect_lt(at, 4e10, "within the default max_request_work");
+    free(index);
+    tsr_region_free(&r);
+}
+
+Test(oracle_sampled, a_reduction_is_sampled_by_whole_rows)
+{
+    tsr_region r = region_of(RMS_BIG);
+    uint64_t *index;
+    size_t n;
+    sample(&r, 0, 0, &index, &n);
+    cr_assert_eq(n % 256, 0, "whole rows of 256");
+    for (size_t t = 0; t < n; t += 256)
+        cr_expect_eq(index[t + 255], index[t] + 255, "row %llu is whole",
+                     (unsigned long long)(index[t] / 256));
+    int64_t rows[] = {0, 127, 128, 895, 896, 999};
+    for (int i = 0; i < 6; i++)
+        cr_expect(has(index, n, (uint64_t)rows[i] * 256), "row %lld", (long long)rows[i]);
+    cr_expect_geq(n / 256, (size_t)16);
+    free(index);
+    tsr_region_free(&r);
+}
+
+Test(oracle_sampled, attention_is_sampled_by_whole_query_rows)
+{
+    tsr_region r = region_of(ATT_CAUSAL);
+    uint64_t *index;
+    size_t n;
+    sample(&r, 0, 0, &index, &n);
+    cr_assert_eq(n % 32, 0, "whole rows of head_dim_v 32");
+    /* The last query row of the first and of the last (batch, head). */
+    cr_expect(has(index, n, 299 * 32));
+    cr_expect(has(index, n, ((uint64_t)(2 * 4 - 1) * 300 + 299) * 32));
+    /* The first row after the first kv group (head 2 of batch 0). */
+    cr_expect(has(index, n, ((uint64_t)2 * 300) * 32));
+    free(index);
+    tsr_region_free(&r);
+}
+
+/* ---- the small shape ---- */
+
+Test(oracle_sampled, the_small_shape_keeps_tile_residues_and_the_shape_rules)
+{
+    tsr_region r = region_of("{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":8192,\"n\":3000,"
+                             "\"k\":200}");
+    tsr_region s;
+    tsr_error err;
+    cr_assert_eq(tsr_oracle_small_region(&r, 0, &s, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(s.u.matmul.m, 256); /* 8192 = 64 tiles: two whole ones */
+    cr_expect_eq(s.u.matmul.n, 184); /* 3000 mod 128 = 56: a whole tile and the ragged one */
+    cr_expect_eq(s.u.matmul.k, 200); /* not above two tiles: kept */
+    tsr_region_free(&s);
+    cr_assert_eq(tsr_oracle_small_region(&r, 64, &s, &err), TSR_OK);
+    cr_expect_eq(s.u.matmul.m, 128);
+    cr_expect_eq(s.u.matmul.n, 120); /* 3000 mod 64 = 56 */
+    cr_expect_eq(s.u.matmul.k, 72);  /* 200 mod 64 = 8 */
+    tsr_region_free(&s);
+    tsr_region_free(&r);
+
+    /* Causal attention keeps seq_q below seq_k, and the query-head group. */
+    r = region_of("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":4,\"heads\":32,"
+                  "\"heads_kv\":8,\"seq_q\":4096,\"seq_k\":8200,\"head_dim\":128,\"causal\":true}");
+    cr_assert_eq(tsr_oracle_small_region(&r, 0, &s, &err), TSR_OK, "%s", err.message);
+    const tsr_attention_desc *d = &s.u.attention;
+    cr_expect_eq(d->batch, 2);
+    cr_expect_eq(d->heads_kv, 2);
+    cr_expect_eq(d->heads, 8);
+    cr_expect_eq(d->seq_k, 136); /* 8200 mod 128 = 8 */
+    cr_expect_eq(d->seq_q, 128); /* 256 cut by a tile to stay below 136 */
+    cr_expect_eq(d->head_dim, 128);
+    cr_expect_eq(d->scale, r.u.attention.scale);
+    tsr_region_free(&s);
+    tsr_region_free(&r);
+
+    /* Pointwise: the last dimension by tiles, the others to 3, broadcasts kept. */
+    r = region_of("{\"kind\":\"pointwise\",\"dtype\":\"bf16\",\"inputs\":[{\"name\":\"x\","
+                  "\"shape\":[16384,8192]},{\"name\":\"w\",\"shape\":[8192]}],\"ops\":[{\"op\":"
+                  "\"mul\",\"args\":[\"x\",\"w\"],\"out\":\"y\"}],\"output\":\"y\"}");
+    cr_assert_eq(tsr_oracle_small_region(&r, 0, &s, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(s.u.pointwise.inputs[0].shape[0], 3);
+    cr_expect_eq(s.u.pointwise.inputs[0].shape[1], 256);
+    cr_expect_eq(s.u.pointwise.inputs[1].shape[0], 256);
+    cr_expect_eq(s.u.pointwise.out_shape[1], 256);
+    tsr_region_free(&s);
+    tsr_region_free(&r);
+}
+
+/* ---- verdicts ---- */
+
+Test(oracle_sampled, the_reference_passes_with_the_counts_of_each_part)
+{
+    tsr_region r = region_of(FUSED_RELU);
+    edit e = {.kind = EDIT_NONE};
+    tsr_verdict v;
+    tsr_error err;
+    cr_assert_eq(verify_sampled(&r, &e, true, &v, &err), TSR_OK, "%s", err.message);
+    cr_expect(v.pass, "%s", v.reason);
+    cr_expect_eq(v.method, TSR_VERIFY_SAMPLED);
+    cr_expect_eq(v.rel_error, 0.0);
+    /* One probe at the real shape; 2 random and 17 epilogue probes at the small one. */
+    cr_expect_eq(e.calls, 1);
+    cr_expect_eq(e.small_calls, 19);
+    cr_expect_eq(v.small_probes, 19);
+    cr_expect_eq(v.probes, 20);
+    cr_expect_gt(v.sampled, 0);
+    cr_expect_lt(v.sampled, (uint64_t)output_elements(&r));
+    char line[256];
+    tsr_verdict_format(&v, line, sizeof line);
+    cr_expect_eq(strncmp(line, "PASS sampled rel 0 <= 1e-05", 27), 0, "%s", line);
+    tsr_region_free(&r);
+}
+
+Test(oracle_sampled, one_wrong_element_at_an_edge_tile_corner_fails)
+{
+    tsr_region r = region_of(MM_BIG);
+    /* The first row of the last tile row, the last column of tile column 4. */
+    edit e = {.kind = EDIT_ELEMENT, .at = (int64_t)AT(896, 639)};
+    tsr_verdict v;
+    tsr_error err;
+    cr_assert_eq(verify_sampled(&r, &e, false, &v, &err), TSR_OK, "%s", err.message);
+    cr_expect_not(v.pass);
+    cr_expect_eq(v.first_bad_probe, 0);
+    cr_expect_eq(v.first_bad_index, (int64_t)AT(896, 639));
+    cr_expect_gt(v.rel_error, v.bound);
+    tsr_region_free(&r);
+}
+
+Test(oracle_sampled, one_wrong_element_on_the_ragged_last_row_fails)
+{
+    tsr_region r = region_of(MM_BIG);
+    edit e = {.kind = EDIT_ELEMENT, .at = (int64_t)AT(999, 600)};
+    tsr_verdict v;
+    tsr_error err;
+    cr_assert_eq(verify_sampled(&r, &e, true, &v, &err), TSR_OK, "%s", err.message);
+    cr_expect_not(v.pass);
+    cr_expect_eq(v.first_bad_probe, 0);
+    cr_expect_eq(v.first_bad_index, (int64_t)AT(999, 600));
+    /* The small shape, where the candidate is right, still ran. */
+    cr_expect_eq(v.small_probes, 2);
+    tsr_region_free(&r);
+}
+
+Test(oracle_sampled, one_wrong_row_of_a_reduction_fails)
+{
+    tsr_region r = region_of(RMS_BIG);
+    edit e = {.kind = EDIT_ROW, .at = 896, .width = 256};
+    tsr_verdict v;
+    tsr_error err;
+    cr_assert_eq(verify_sampled(&r, &e, false, &v, &err), TSR_OK, "%s", err.message);
+    cr_expect_not(v.pass);
+    cr_expect_eq(v.first_bad_probe, 0);
+    cr_expect_eq(v.first_bad_index / 256, 896, "largest error at [%lld]",
+                 (long long)v.first_bad_index);
+    tsr_region_free(&r);
+}
+
+Test(oracle_sampled, one_nan_in_the_wrong_place_fails_at_its_position)
+{
+    tsr_region r = region_of(PW_BIG);
+    edit e = {.kind = EDIT_NAN, .at = 1000 * 1000 - 1};
+    tsr_verdict v;
+    tsr_error err;
+    cr_assert_eq(verify_sampled(&r, &e, true, &v, &err), TSR_OK, "%s", err.message);
+    cr_expect_not(v.pass);
+    cr_expect_eq(v.nan_mismatches, 1);
+    cr_expect_eq(v.first_bad_index, 1000 * 1000 - 1);
+    cr_expect_eq(v.first_bad_probe, 0);
+    cr_expect(isnan(v.first_bad_got));
+    cr_expect_str_eq(v.reason, "NaN mismatch at [999999] (probe 0): got nan want 0");
+    tsr_region_free(&r);
+
+    r = region_of(MM_BIG);
+    e = (edit){.kind = EDIT_NAN, .at = (int64_t)AT(640, 1199)};
+    cr_assert_eq(verify_sampled(&r, &e, false, &v, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(v.nan_mismatches, 1);
+    cr_expect_eq(v.first_bad_index, (int64_t)AT(640, 1199));
+    tsr_region_free(&r);
+}
+
+Test(oracle_sampled, a_wrong_last_query_row_of_causal_attention_fails)
+{
+    tsr_region r = region_of(ATT_CAUSAL);
+    edit e = {.kind = EDIT_QUERY_ROW};
+    tsr_verdict v;
+    tsr_error err;
+    cr_assert_eq(verify_sampled(&r, &e, false, &v, &err), TSR_OK, "%s", err.message);
+    cr_expect_not(v.pass);
+    cr_expect_eq(v.first_bad_probe, 0);
+    cr_expect_eq((v.first_bad_index / 32) % 300, 299, "largest error at [%lld]",
+                 (long long)v.first_bad_index);
+    tsr_region_free(&r);
+}
+
+Test(oracle_sampled, nan_dropped_by_an_epilogue_is_seen_only_at_the_small_shape)
+{
+    tsr_region r = region_of(FUSED_RELU);
+    edit e = {.kind = EDIT_NAN_TO_0};
+    tsr_verdict v;
+    tsr_error err;
+    /* Random inputs hold no NaN: the real shape alone passes. */
+    cr_assert_eq(verify_sampled(&r, &e, false, &v, &err), TSR_OK, "%s", err.message);
+    cr_expect(v.pass, "%s", v.reason);
+    /* The epilogue probes feed NaN through bias and relu. */
+    cr_assert_eq(verify_sampled(&r, &e, true, &v, &err), TSR_OK, "%s", err.message);
+    cr_expect_not(v.pass);
+    cr_expect_gt(v.nan_mismatches, 0);
+    cr_expect_geq(v.first_bad_probe, 1);
+    cr_expect_neq(strstr(v.reason, "small shape"), NULL, "%s", v.reason);
+    tsr_region_free(&r);
+}
+
+static tsr_status cand_fails_small(void *ctx, const tsr_region *r, const void *const *inputs,
+                                   void *output, tsr_error *err)
+{
+    if (r != ctx)
+        return tsr_error_set(err, TSR_COMPILE_FAILED, "nvrtc: boom");
+    return tsr_ref_run(r, inputs, output, 0, err);
+}
+
+Test(oracle_sampled, a_candidate_that_cannot_run_at_the_small_shape_is_an_error)
+{
+    tsr_region r = region_of(MM_BIG), small;
+    tsr_error err;
+    cr_assert_eq(tsr_oracle_small_region(&r, 0, &small, &err), TSR_OK);
+    tsr_oracle_options o = {.method = TSR_VERIFY_SAMPLED, .small = &small};
+    tsr_verdict v;
+    cr_expect_eq(tsr_oracle_verify(&r, cand_fails_small, &r, &o, &v, &err), TSR_COMPILE_FAILED);
+    cr_expect_not(v.pass);
+    cr_expect_str_eq(err.message, "candidate failed on probe 1, small shape: nvrtc: boom");
+    tsr_region_free(&small);
+    tsr_region_free(&r);
+}
+
+Test(oracle_sampled, cost_counts_the_reference_at_the_sampled_positions)
+{
+    tsr_region r = region_of(MM_BIG), small;
+    tsr_error err;
+    cr_assert_eq(tsr_oracle_small_region(&r, 0, &small, &err), TSR_OK);
+    tsr_oracle_cost full, sampled, alone;
+    tsr_oracle_options o = {0};
+    tsr_oracle_cost_of(&r, &o, &full);
+    cr_expect_eq(full.real_probes, 2);
+    cr_expect_eq(full.small_probes, 0);
+    cr_expect_eq(full.work, 2 * tsr_ref_work(&r));
+
+    o.method = TSR_VERIFY_SAMPLED;
+    tsr_oracle_cost_of(&r, &o, &alone);
+    cr_expect_eq(alone.real_probes, 1);
+    cr_expect_eq(alone.small_probes, 0);
+    uint64_t *index;
+    size_t n;
+    sample(&r, 0, 0, &index, &n);
+    /* Probe inputs (32 per element made, 1 per output filled), the reference
+     * at the positions, and reading both sides of each. */
+    double inputs = 1000.0 * 64 + 64.0 * 1200;
+    cr_expect_eq(alone.work,
+                 32 * inputs + 1000.0 * 1200 + tsr_ref_work_at(&r, index, n) + 64.0 * (double)n);
+    o.small = &small;
+    tsr_oracle_cost_of(&r, &o, &sampled);
+    cr_expect_eq(sampled.small_probes, 2);
+    cr_expect_gt(sampled.work, alone.work + 2 * tsr_ref_work(&small));
+    cr_expect_lt(sampled.work, full.work);
+    free(index);
+    tsr_region_free(&small);
+    tsr_region_free(&r);
+}

@@ -9,10 +9,18 @@
  * backend that can capture records the sequence the first time and replays the
  * graph after (serve/graphs.h); one that cannot runs the launches one by one, which
  * gives the same results.
+ *
+ * Launched one by one, a long batch yields between launches once it has run
+ * for BATCH_SLICE_MS: the job goes back to its tenant's queue (job->again) and
+ * the worker pool serves the other tenants' work first, so a batch of slow
+ * launches delays another tenant's request by one launch, not the whole batch.
+ * The session's stream stays the batch's meanwhile, so its order is kept. A
+ * captured graph is one device call and is not divided.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "handlers/common.h"
 #include "handlers/handlers.h"
@@ -26,9 +34,14 @@ typedef struct batch_entry {
     tsrd_buffer *output;
 } batch_entry;
 
+/* How long a batch launches before it lets other work run. */
+#define BATCH_SLICE_MS 10
+
 typedef struct batch_state {
     size_t n; /* entries resolved (and pinned) so far */
     batch_entry *entries;
+    size_t next;  /* launches issued by earlier slices */
+    size_t chunk; /* launches per backend call, grown while calls are quick */
 } batch_state;
 
 static tsr_status batch_check_buffer(tsrd_job *job, const tsrd_buffer *b,
@@ -100,19 +113,19 @@ static tsr_status batch_prepare(tsrd_job *job)
     return st;
 }
 
-/* The whole sequence in one backend call. */
-static tsr_status batch_run_all(tsrd_job *job, tsrd_stream *stream)
+/* Launches [from, from + n) in one backend call. */
+static tsr_status batch_run_range(tsrd_job *job, tsrd_stream *stream, size_t from, size_t n)
 {
     batch_state *s = job->state;
-    tsrd_launch_desc *descs = calloc(s->n ? s->n : 1, sizeof *descs);
-    tsrd_dbuf **bufs = calloc(s->n ? s->n * TSR_MAX_REGION_INPUTS : 1, sizeof *bufs);
+    tsrd_launch_desc *descs = calloc(n ? n : 1, sizeof *descs);
+    tsrd_dbuf **bufs = calloc(n ? n * TSR_MAX_REGION_INPUTS : 1, sizeof *bufs);
     if (descs == NULL || bufs == NULL) {
         free(descs);
         free(bufs);
         return tsr_error_set(&job->err, TSR_NO_MEMORY, "batch: out of memory");
     }
-    for (size_t i = 0; i < s->n; i++) {
-        batch_entry *e = &s->entries[i];
+    for (size_t i = 0; i < n; i++) {
+        batch_entry *e = &s->entries[from + i];
         tsrd_dbuf **in = bufs + i * TSR_MAX_REGION_INPUTS;
         for (int k = 0; k < e->n_inputs; k++)
             in[k] = e->inputs[k]->dbuf;
@@ -123,13 +136,57 @@ static tsr_status batch_run_all(tsrd_job *job, tsrd_stream *stream)
     }
     size_t launched = 0;
     tsr_status st =
-        job->d->bops->launch_many(job->d->backend, descs, s->n, stream, &launched, &job->err);
+        job->d->bops->launch_many(job->d->backend, descs, n, stream, &launched, &job->err);
     job->body.batch.launched += (uint32_t)launched;
     if (st != TSR_OK)
-        tsr_error_prefix(&job->err, "batch.launches[%zu]", launched);
+        tsr_error_prefix(&job->err, "batch.launches[%zu]", from + launched);
     free(descs);
     free(bufs);
     return st;
+}
+
+/* The whole sequence in one backend call (a graph capture). */
+static tsr_status batch_run_all(tsrd_job *job, tsrd_stream *stream)
+{
+    batch_state *s = job->state;
+    return batch_run_range(job, stream, 0, s->n);
+}
+
+static uint64_t batch_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Launches from where the last slice stopped until BATCH_SLICE_MS have gone;
+ * sets job->again when launches remain. Calls start at one launch and double
+ * while they take under a quarter of the slice, so a backend that queues
+ * launches without waiting (a GPU) needs few calls, and one that runs them in
+ * the call (the CPU) stops after the launch that used up the slice. */
+static tsr_status batch_run_slice(tsrd_job *job, tsrd_stream *stream)
+{
+    batch_state *s = job->state;
+    uint64_t start = batch_now_ns();
+    const uint64_t slice = (uint64_t)BATCH_SLICE_MS * 1000000u;
+    if (s->chunk == 0)
+        s->chunk = 1;
+    while (s->next < s->n) {
+        size_t n = s->n - s->next < s->chunk ? s->n - s->next : s->chunk;
+        uint64_t t0 = batch_now_ns();
+        tsr_status st = batch_run_range(job, stream, s->next, n);
+        if (st != TSR_OK)
+            return st;
+        s->next += n;
+        uint64_t now = batch_now_ns();
+        if (now - t0 < slice / 4)
+            s->chunk *= 2;
+        if (s->next < s->n && now - start >= slice) {
+            job->again = true;
+            return TSR_OK;
+        }
+    }
+    return TSR_OK;
 }
 
 static size_t batch_key_len(const Tessera__V1__BatchRequest *req)
@@ -211,17 +268,24 @@ static tsr_status batch_graph_run(tsrd_job *job, tsrd_stream *stream)
 
 static tsr_status batch_execute(tsrd_job *job)
 {
-    Tessera__V1__BatchReply init = TESSERA__V1__BATCH_REPLY__INIT;
-    job->body.batch = init;
-    job->reply.body_case = TESSERA__V1__REPLY__BODY_BATCH;
-    job->reply.batch = &job->body.batch;
+    batch_state *s = job->state;
+    bool first = s->next == 0 && s->chunk == 0;
+    if (first) {
+        Tessera__V1__BatchReply init = TESSERA__V1__BATCH_REPLY__INIT;
+        job->body.batch = init;
+        job->reply.body_case = TESSERA__V1__REPLY__BODY_BATCH;
+        job->reply.batch = &job->body.batch;
+    }
     tsrd_stream *stream;
     tsr_status st = tsrd_job_stream(job, &stream);
     if (st != TSR_OK)
         return st;
-    st = job->req->batch->graph ? batch_graph_run(job, stream) : TSR_UNSUPPORTED;
-    if (st == TSR_UNSUPPORTED)
-        st = batch_run_all(job, stream);
+    st = first && job->req->batch->graph ? batch_graph_run(job, stream) : TSR_UNSUPPORTED;
+    if (st == TSR_UNSUPPORTED) {
+        st = batch_run_slice(job, stream);
+        if (st == TSR_OK && job->again)
+            return TSR_OK; /* the rest in a later slice; synchronize then */
+    }
     /* Launches already queued finish before the reply, whatever failed. */
     double ms = 0;
     tsr_error sync_err;

@@ -1,11 +1,17 @@
 /*
- * dispatch.c — decode, validate, dispatch by table, encode, reply.
+ * dispatch.c — envelope, authenticate, decode, validate, dispatch by table,
+ * encode, reply.
  *
- * The central validation step sits here, so that a handler may assume its body
- * is present, attributed to a tenant and within the payload limits.
+ * Nothing of a request's body is decoded before its sender is known: the
+ * envelope (id, auth, which body) is read with a bounded walk, the request is
+ * attributed to a tenant, and only then is the request-id memory asked and the
+ * body checked for size and shape and decoded. The central validation step
+ * sits here too, so that a handler may assume its body is present, attributed
+ * to a tenant and within the payload limits.
  */
 #include "serve/dispatch.h"
 
+#include "serve/envelope.h"
 #include "serve/metrics.h"
 #include "serve/recovery.h"
 #include "serve/session.h"
@@ -103,6 +109,9 @@ static void dispatch_complete(tsrd_job *job, tsr_status status)
     for (size_t i = 0; i < n_waiters; i++)
         d->reply_fn(d->reply_sink, waiters[i], bytes, len);
     d->metrics.bytes_out += len * (1 + n_waiters);
+    /* Each waiter held a request of its tenant's in_flight (dispatch_replay). */
+    if (n_waiters > 0 && job->session->tenant != NULL)
+        job->session->tenant->in_flight -= n_waiters;
     free(waiters);
     if (bytes != small)
         free(bytes);
@@ -117,9 +126,10 @@ static void dispatch_complete(tsrd_job *job, tsr_status status)
         d->idle_fn(d);
 }
 
-/* An answer with no job behind it (undecodable bytes, no memory for a job). */
-static void dispatch_reply_bare(tsrd_daemon *d, void *origin, uint64_t id, tsr_status status,
-                                const char *message)
+/* An answer with no job behind it (undecodable bytes, a refusal before the
+ * body is decoded, no memory for a job), counted under the body it named. */
+static void dispatch_reply_bare_as(tsrd_daemon *d, void *origin, uint64_t id, int body_case,
+                                   tsr_status status, const char *message)
 {
     Tessera__V1__Reply reply = TESSERA__V1__REPLY__INIT;
     reply.id = id;
@@ -129,9 +139,19 @@ static void dispatch_reply_bare(tsrd_daemon *d, void *origin, uint64_t id, tsr_s
     size_t len = tessera__v1__reply__pack(&reply, buf);
     d->reply_fn(d->reply_sink, origin, buf, len);
     d->metrics.bytes_out += len;
-    tsrd_metrics_count(d, 0, status);
-    tsrd_log_debug(&d->log, "request id=%llu type=none status=%s: %s", (unsigned long long)id,
-                   tsr_status_name(status), message);
+    if (!tsrd_body_known(body_case) || d->handler_find == NULL ||
+        d->handler_find(body_case) == NULL)
+        body_case = 0;
+    tsrd_metrics_count(d, body_case, status);
+    tsrd_log_debug(&d->log, "request id=%llu type=%s status=%s: %s", (unsigned long long)id,
+                   body_case != 0 ? tsrd_body_name(body_case) : "none", tsr_status_name(status),
+                   message);
+}
+
+static void dispatch_reply_bare(tsrd_daemon *d, void *origin, uint64_t id, tsr_status status,
+                                const char *message)
+{
+    dispatch_reply_bare_as(d, origin, id, 0, status, message);
 }
 
 /* ---- the worker pool and the session streams ---- */
@@ -146,6 +166,7 @@ static void dispatch_work(uv_work_t *w)
 }
 
 static void dispatch_stream_next(tsrd_daemon *d, tsrd_session *s);
+static void dispatch_queue_work(tsrd_job *job);
 
 static void dispatch_after_work(uv_work_t *w, int uv_status)
 {
@@ -158,6 +179,14 @@ static void dispatch_after_work(uv_work_t *w, int uv_status)
         st = tsr_error_set(&job->err, TSR_CANCELLED, "%s: cancelled",
                            tsrd_body_name(job->body_case));
     d->work_running--;
+    if (job->again && uv_status != UV_ECANCELED && st == TSR_OK) {
+        /* A slice of a long job: behind the other tenants' work it goes, and
+         * the session's stream stays its own until it completes. */
+        job->again = false;
+        dispatch_queue_work(job);
+        return;
+    }
+    job->again = false;
     tsrd_session_ref(s);
     dispatch_complete(job, st);
     if (stream) {
@@ -362,11 +391,9 @@ static tsr_status dispatch_validate(tsrd_job *job)
     /* health is for probes, which carry no token; it tells only the state. */
     if (req->body_case == TESSERA__V1__REQUEST__BODY_HEALTH)
         return TSR_OK;
-    tsrd_tenant *tenant = NULL;
-    tsr_status st = tsrd_tenant_attribute(job->d, job->session, req->auth, &tenant, &job->err);
-    if (st != TSR_OK)
-        return st;
-    job->tenant = tenant;
+    /* Attributed from the envelope's auth before the body was decoded. */
+    job->tenant = job->session->tenant;
+    tsr_status st;
     if ((st = dispatch_admit(job)) != TSR_OK) {
         job->tenant = NULL; /* nothing taken, nothing to give back */
         return st;
@@ -383,23 +410,53 @@ static tsr_status dispatch_validate(tsrd_job *job)
 
 /* ---- the entry point ---- */
 
+/* The session's stored replies draw on its tenant's budget from its first
+ * attributed request on. */
+static void dispatch_bind_replay(tsrd_daemon *d, tsrd_session *s)
+{
+    tsrd_tenant *t = s->tenant;
+    t->replay.budget = (size_t)d->config.replay_bytes_per_tenant;
+    if (s->replay.pool == NULL)
+        tsrd_replay_set_pool(&s->replay, &t->replay, (size_t)d->config.replay_bytes_per_connection);
+}
+
 /* Answers from the request-id memory when it can; true when the request is
- * taken care of (answered or waiting on its first copy). */
-static bool dispatch_replay(tsrd_daemon *d, tsrd_session *s, void *origin, uint64_t id)
+ * taken care of (answered, refused, or waiting on its first copy). A resend of
+ * a request still executing is one more request of the tenant: it waits only
+ * within the in_flight quota. */
+static bool dispatch_replay(tsrd_daemon *d, tsrd_session *s, void *origin, uint64_t id,
+                            int body_case)
 {
     const uint8_t *stored = NULL;
     size_t stored_len = 0;
     bool ok = true;
+    tsrd_tenant *t = s->tenant;
+    if (tsrd_replay_state(&s->replay, id) == TSRD_REPLAY_PENDING) {
+        const tsrd_quota *q = &t->conf.quota;
+        if (q->in_flight != 0 && t->in_flight >= q->in_flight) {
+            char msg[256];
+            t->refused_quota++;
+            snprintf(msg, sizeof msg,
+                     "quota in_flight of tenant %s: %llu in use, 1 asked, the quota is %llu (a "
+                     "resend of a request still executing counts as one)",
+                     t->name, (unsigned long long)t->in_flight, (unsigned long long)q->in_flight);
+            dispatch_reply_bare_as(d, origin, id, body_case, TSR_RESOURCE_EXHAUSTED, msg);
+            return true;
+        }
+    }
     switch (tsrd_replay_begin(&s->replay, id, origin, &stored, &stored_len, &ok)) {
     case TSRD_REPLAY_DONE:
         d->metrics.replays++;
         d->reply_fn(d->reply_sink, origin, stored, stored_len);
+        d->metrics.bytes_out += stored_len;
         return true;
     case TSRD_REPLAY_PENDING:
-        if (!ok)
+        if (!ok) {
             dispatch_reply_bare(d, origin, id, TSR_NO_MEMORY, "out of memory queueing a resend");
-        else
+        } else {
             d->metrics.replays++;
+            t->in_flight++; /* given back when the first copy is answered */
+        }
         return true;
     case TSRD_REPLAY_NEW:
         break;
@@ -407,33 +464,53 @@ static bool dispatch_replay(tsrd_daemon *d, tsrd_session *s, void *origin, uint6
     return false;
 }
 
+/* A health request needs no token, so it gets no more than this to read. */
+#define DISPATCH_HEALTH_MAX 4096
+
 void tsrd_dispatch(tsrd_daemon *d, tsrd_session *s, void *origin, const uint8_t *data, size_t len)
 {
     uint64_t start = uv_hrtime();
     d->metrics.bytes_in += len;
-    Tessera__V1__Request *req = tessera__v1__request__unpack(NULL, len, data);
-    if (req == NULL) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "%zu bytes do not decode as a tessera.v1.Request", len);
-        dispatch_reply_bare(d, origin, 0, TSR_BAD_MESSAGE, msg);
+    tsrd_envelope env;
+    tsr_error err;
+    if (tsrd_envelope_parse(data, len, &env, &err) != TSR_OK) {
+        dispatch_reply_bare(d, origin, 0, err.code, err.message);
         return;
     }
     if (s == NULL || d->draining) {
-        dispatch_reply_bare(d, origin, req->id, TSR_UNAVAILABLE,
-                            s == NULL ? "connection is closing" : "tesserad is shutting down");
-        tessera__v1__request__free_unpacked(req, NULL);
+        dispatch_reply_bare_as(d, origin, env.id, env.body_case, TSR_UNAVAILABLE,
+                               s == NULL ? "connection is closing" : "tesserad is shutting down");
+        return;
+    }
+    bool health = env.body_case == TESSERA__V1__REQUEST__BODY_HEALTH;
+    if (health && len > DISPATCH_HEALTH_MAX) {
+        snprintf(err.message, sizeof err.message,
+                 "health: a %zu-byte request; a health request carries no data (at most %d "
+                 "bytes)",
+                 len, DISPATCH_HEALTH_MAX);
+        dispatch_reply_bare_as(d, origin, env.id, env.body_case, TSR_MESSAGE_TOO_LARGE,
+                               err.message);
         return;
     }
     tsrd_job *job = calloc(1, sizeof *job);
     if (job == NULL) {
-        dispatch_reply_bare(d, origin, req->id, TSR_NO_MEMORY, "out of memory");
-        tessera__v1__request__free_unpacked(req, NULL);
+        dispatch_reply_bare_as(d, origin, env.id, env.body_case, TSR_NO_MEMORY, "out of memory");
         return;
     }
-    if (dispatch_replay(d, s, origin, req->id)) {
-        free(job);
-        tessera__v1__request__free_unpacked(req, NULL);
-        return;
+    /* Who is asking comes before anything else, the request-id memory
+     * included: a stored reply goes only to the session's own tenant. */
+    if (!health) {
+        tsrd_tenant *tenant = NULL;
+        if (tsrd_tenant_attribute_bytes(d, s, env.auth, env.auth_len, &tenant, &err) != TSR_OK) {
+            free(job);
+            dispatch_reply_bare_as(d, origin, env.id, env.body_case, err.code, err.message);
+            return;
+        }
+        dispatch_bind_replay(d, s);
+        if (dispatch_replay(d, s, origin, env.id, env.body_case)) {
+            free(job);
+            return;
+        }
     }
     Tessera__V1__Reply init = TESSERA__V1__REPLY__INIT;
     job->reply = init;
@@ -441,14 +518,26 @@ void tsrd_dispatch(tsrd_daemon *d, tsrd_session *s, void *origin, const uint8_t 
     job->session = s;
     tsrd_session_ref(s);
     job->origin = origin;
-    job->req = req;
-    job->id = req->id;
+    job->id = env.id;
     job->start_ns = start;
-    job->body_case = req->body_case;
-    job->handler = d->handler_find(req->body_case);
+    job->body_case = env.body_case;
     d->inflight++;
 
-    tsr_status st = dispatch_validate(job);
+    /* Bounded in fields and nesting before protobuf-c allocates for them. */
+    tsr_status st = tsrd_request_check_shape(data, len, &job->err);
+    if (st == TSR_OK) {
+        job->req = tessera__v1__request__unpack(NULL, len, data);
+        if (job->req == NULL)
+            st = tsr_error_set(&job->err, TSR_BAD_MESSAGE,
+                               "%zu bytes do not decode as a tessera.v1.Request", len);
+    }
+    if (st != TSR_OK) {
+        dispatch_complete(job, st);
+        return;
+    }
+    job->body_case = job->req->body_case;
+    job->handler = d->handler_find(job->req->body_case);
+    st = dispatch_validate(job);
     if (st != TSR_OK) {
         job->handler = NULL; /* nothing was prepared: no complete step */
         dispatch_complete(job, st);
@@ -462,4 +551,14 @@ void tsrd_dispatch(tsrd_daemon *d, tsrd_session *s, void *origin, const uint8_t 
         dispatch_queue_work(job);
     else
         dispatch_complete(job, st == TSR_OK ? job->handler->execute(job) : st);
+}
+
+void tsrd_dispatch_refuse(tsrd_daemon *d, void *origin, const uint8_t *data, size_t len,
+                          tsr_status status, const char *message)
+{
+    tsrd_envelope env;
+    if (tsrd_envelope_parse(data, len, &env, NULL) != TSR_OK)
+        memset(&env, 0, sizeof env);
+    d->metrics.bytes_in += len;
+    dispatch_reply_bare_as(d, origin, env.id, env.body_case, status, message);
 }

@@ -1,11 +1,15 @@
 /*
  * dispatch.h — from request bytes to reply bytes.
  *
- * Every request takes the same path: decode (a message that does not decode is
- * answered BAD_MESSAGE with id 0) -> the request-id memory (a resent id is
- * answered from memory, or waits for the first copy) -> one central validation
- * step (body present and known, tenant and its quotas, payload sizes) -> the
- * handler for the body (d->handler_find: handlers/handlers.h) -> encode -> reply. The steps of a
+ * Every request takes the same path: the envelope (serve/envelope.h: id, auth
+ * and which body, read without decoding the body; a message whose top level
+ * does not parse is answered BAD_MESSAGE with id 0) -> attribution to a tenant
+ * from the auth bytes or the peer (health alone skips it; a refusal costs no
+ * decoding) -> the request-id memory (a resent id is answered from memory, or
+ * waits for the first copy within the tenant's in_flight quota) -> the shape
+ * check (field count and nesting) -> decode -> one central validation step
+ * (body present and known, quotas, payload sizes) -> the handler for the body
+ * (d->handler_find: handlers/handlers.h) -> encode -> reply. The steps of a
  * handler and where each runs are in serve/job.h.
  *
  * Rows flagged TSRD_STREAM run in order on the session's stream: one such job
@@ -29,6 +33,12 @@
  * connection is already gone, which is answered UNAVAILABLE). origin is handed
  * back to d->reply_fn exactly once (possibly later, when the work completes). */
 void tsrd_dispatch(tsrd_daemon *d, tsrd_session *s, void *origin, const uint8_t *data, size_t len);
+
+/* Answers one received message with status and message at once, without
+ * serving it (the transport's refusals: a connection past its request cap).
+ * The reply carries the request's id when its envelope parses. */
+void tsrd_dispatch_refuse(tsrd_daemon *d, void *origin, const uint8_t *data, size_t len,
+                          tsr_status status, const char *message);
 
 /* Hands queued heavy work to the worker pool while slots are free (and work is
  * not paused by a device recovery). Loop thread. */

@@ -8,7 +8,9 @@
  *   execute   on a worker thread when the row is TSRD_HEAVY, else on the loop
  *   complete  on the loop: register new handles, unpin; runs whatever happened
  *
- * Rows flagged TSRD_STREAM also run in order on the session's stream.
+ * Rows flagged TSRD_STREAM also run in order on the session's stream. An
+ * execute step may yield (job->again): it is queued again behind the other
+ * tenants' work and runs once more, holding the session's stream meanwhile.
  *
  * Threading: a job is touched by one thread at a time: the loop, or the worker
  * running its execute step. Memory: a reply is built in the job; its extra
@@ -75,6 +77,10 @@ struct tsrd_job {
     tsrd_job *work_next; /* in the tenant's work queue */
     tsrd_arena_block *arena;
     void *state; /* the handler's own, released by its complete step */
+    /* Set by a TSRD_HEAVY execute that stopped between steps to let other
+     * tenants' work run (a long batch): the job goes to the back of its
+     * tenant's queue and execute runs again, on the same stream. */
+    bool again;
     uv_work_t work;
     tsrd_job *stream_next;
 };

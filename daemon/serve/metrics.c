@@ -270,6 +270,10 @@ static void metrics_tenants(tsrd_daemon *d, metrics_list *l)
          "answered."},
         {"tenant_queued_jobs", "gauge", "Heavy jobs waiting for a worker, per tenant."},
         {"tenant_quota_refusals_total", "counter", "Requests refused RESOURCE_EXHAUSTED."},
+        {"tenant_replay_bytes", "gauge",
+         "Bytes of stored replies kept for resends, over the tenant's connections."},
+        {"tenant_replay_evictions_total", "counter",
+         "Stored replies dropped to keep within the replay budgets."},
     };
     for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
         const char *family = fams[f].family;
@@ -278,8 +282,9 @@ static void metrics_tenants(tsrd_daemon *d, metrics_list *l)
             uint64_t queued = 0;
             for (tsrd_job *j = t->work_head; j != NULL; j = j->work_next)
                 queued++;
-            const uint64_t v[] = {t->buffers,  t->buffer_bytes, t->kernels,      t->in_flight,
-                                  t->compiles, queued,          t->refused_quota};
+            const uint64_t v[] = {t->buffers,       t->buffer_bytes, t->kernels,
+                                  t->in_flight,     t->compiles,     queued,
+                                  t->refused_quota, t->replay.bytes, t->replay.evictions};
             metrics_row *row = metrics_add(l, family, fams[f].type, fams[f].help, (double)v[f]);
             if (row == NULL)
                 return;
@@ -310,6 +315,7 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l)
         all.buffers += t->buffers;
         all.buffer_bytes += t->buffer_bytes;
         all.kernels += t->kernels;
+        all.replay.bytes += t->replay.bytes;
     }
     for (tsrd_tenant *t = d->ready_head; t != NULL; t = t->ready_next)
         for (tsrd_job *j = t->work_head; j != NULL; j = j->work_next)
@@ -319,7 +325,23 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l)
     metrics_latency(d, l);
     metrics_plain(l, "replays_total", "counter", "Requests answered from the request-id memory.",
                   (double)d->metrics.replays);
+    metrics_plain(l, "replay_bytes", "gauge", "Bytes of stored replies kept for resends.",
+                  (double)all.replay.bytes);
     metrics_plain(l, "sessions", "gauge", "Open sessions (connections).", (double)d->n_sessions);
+    metrics_plain(l, "connections", "gauge", "Connections open (nng pipes).",
+                  (double)d->metrics.connections);
+    metrics_plain(l, "connections_refused_total", "counter",
+                  "Connections closed as they came, past max_connections.",
+                  (double)d->metrics.connections_refused);
+    metrics_plain(l, "connections_closed_unread_total", "counter",
+                  "Connections closed for replies they left unread.",
+                  (double)d->metrics.connections_closed_unread);
+    metrics_plain(l, "requests_refused_connection_total", "counter",
+                  "Requests refused past max_requests_per_connection.",
+                  (double)d->metrics.requests_refused_connection);
+    metrics_plain(l, "server_contexts", "gauge",
+                  "nng contexts open (receiving, serving a request, or idle).",
+                  (double)d->metrics.contexts);
     metrics_plain(l, "sessions_opened_total", "counter", "Sessions ever opened.",
                   (double)d->metrics.sessions_opened);
     metrics_plain(l, "inflight_requests", "gauge", "Requests being executed.", (double)d->inflight);

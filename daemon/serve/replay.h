@@ -7,14 +7,19 @@
  * still executing collects the later arrivals as waiters, who get the same reply
  * when it finishes. Id 0 means "no id" and is never remembered.
  *
- * Replies are kept within a byte budget; the oldest finished entries go first,
- * and a reply larger than the whole budget is not kept at all (a resend then
- * executes again, which is harmless for the only requests with large replies:
+ * Replies are kept within two byte budgets: the table's own (per connection)
+ * and, when the table draws on a pool, the pool's (the tenant's, shared by all
+ * of its connections). To make room the oldest finished entries go first: the
+ * table's own for its budget, then the pool's oldest, whichever connection
+ * holds it, for the pool's. An evicted id is forgotten entirely, so a resend
+ * of it executes again; so does a resend of a reply larger than either budget,
+ * which is never kept (harmless for the only requests with large replies:
  * buffer reads and inline runs). When every entry is still executing, a new id
  * is executed without being remembered.
  *
  * Ownership: stored replies are copies owned by the table. Waiters are opaque
- * pointers the table hands back. Threading: not thread-safe; loop thread only.
+ * pointers the table hands back. A pool outlives every table drawing on it.
+ * Threading: not thread-safe; loop thread only.
  */
 #ifndef TESSERAD_REPLAY_H
 #define TESSERAD_REPLAY_H
@@ -26,6 +31,8 @@
 #define TSRD_REPLAY_ENTRIES 64
 #define TSRD_REPLAY_BUDGET (UINT64_C(16) << 20)
 
+struct tsrd_replay;
+
 typedef struct tsrd_replay_entry {
     uint64_t id; /* 0: free */
     bool done;
@@ -34,13 +41,24 @@ typedef struct tsrd_replay_entry {
     size_t len;
     void **waiters;
     size_t n_waiters;
+    struct tsrd_replay *owner;                     /* the table holding the entry */
+    struct tsrd_replay_entry *lru_prev, *lru_next; /* in the pool, while a reply is kept */
 } tsrd_replay_entry;
+
+/* The replies of several tables counted together: a tenant's. */
+typedef struct tsrd_replay_pool {
+    size_t bytes;       /* reply bytes kept by every table drawing on the pool */
+    size_t budget;      /* bytes it may keep (0: none) */
+    uint64_t evictions; /* kept replies dropped to make room, in any of its tables */
+    tsrd_replay_entry *lru_head, *lru_tail; /* kept replies, oldest first */
+} tsrd_replay_pool;
 
 typedef struct tsrd_replay {
     tsrd_replay_entry entries[TSRD_REPLAY_ENTRIES];
     uint64_t clock;
-    size_t bytes;  /* reply bytes held */
-    size_t budget; /* TSRD_REPLAY_BUDGET unless set otherwise */
+    size_t bytes;           /* reply bytes held */
+    size_t budget;          /* TSRD_REPLAY_BUDGET unless set otherwise */
+    tsrd_replay_pool *pool; /* NULL: none */
 } tsrd_replay;
 
 typedef enum tsrd_replay_result {
@@ -50,16 +68,25 @@ typedef enum tsrd_replay_result {
 } tsrd_replay_result;
 
 void tsrd_replay_init(tsrd_replay *r, size_t budget);
-/* Frees stored replies and waiter lists (not the waiters). */
+/* Frees stored replies and waiter lists (not the waiters), giving their bytes
+ * back to the pool. */
 void tsrd_replay_fini(tsrd_replay *r);
 
-/* Looks id up. For DONE, *reply stays valid until the next call on r. For
- * PENDING, waiter is recorded (false returned through *ok when out of memory,
- * then the caller should answer on its own). */
+/* Draws r on pool from now on, with budget as r's own (0: keeps nothing).
+ * The pool is taken only before r keeps a reply; a later call changes the
+ * budget alone. */
+void tsrd_replay_set_pool(tsrd_replay *r, tsrd_replay_pool *pool, size_t budget);
+
+/* What tsrd_replay_begin would answer for id, changing nothing. */
+tsrd_replay_result tsrd_replay_state(const tsrd_replay *r, uint64_t id);
+
+/* Looks id up. For DONE, *reply stays valid until the next call on r (or on a
+ * table of the same pool). For PENDING, waiter is recorded (false returned
+ * through *ok when out of memory, then the caller should answer on its own). */
 tsrd_replay_result tsrd_replay_begin(tsrd_replay *r, uint64_t id, void *waiter,
                                      const uint8_t **reply, size_t *len, bool *ok);
 
-/* Records the reply of an executing id (copied when it fits the budget) and
+/* Records the reply of an executing id (copied when it fits the budgets) and
  * hands back its waiters: *waiters is malloc'd (caller frees), *n_waiters its
  * length; both are NULL/0 when none. Unknown ids are ignored. */
 void tsrd_replay_finish(tsrd_replay *r, uint64_t id, const uint8_t *reply, size_t len,

@@ -59,6 +59,9 @@ typedef struct tsrd_tenant {
     uint64_t reserved_buffers; /* buffer_alloc admitted, not yet registered */
     uint64_t reserved_bytes;
     uint64_t refused_quota; /* RESOURCE_EXHAUSTED answers */
+    /* Stored replies for resends, counted over all of the tenant's sessions
+     * and bounded by replay_bytes_per_tenant (serve/replay.h). */
+    tsrd_replay_pool replay;
     /* Fair service: heavy work waits in its tenant's queue, and the tenants
      * with queued work take turns for the worker pool. */
     tsrd_job *work_head, *work_tail;
@@ -74,7 +77,14 @@ typedef struct tsrd_session {
     bool peer_known;     /* ipc peers: the credentials below are the pipe's */
     uint32_t peer_uid, peer_gid;
     tsrd_replay replay;
-    int refs; /* the session table's, plus one per job */
+    /* The transport's count (net/server.c): requests received and not yet
+     * sent (executing, waiting on a first copy, or a reply in nng), the
+     * replies of those handed to nng and not yet taken by the peer, and when
+     * the peer last took one (or the first began to wait). */
+    int net_held, net_waiting;
+    uint64_t net_taken_ns;
+    bool net_closing; /* closed by the server for replies it leaves unread */
+    int refs;         /* the session table's, plus one per job and per held request */
     bool closed;
     /* The session's stream: device work runs one job at a time, in arrival
      * order, so a write, a launch and a read are never reordered or overlapped. */
@@ -127,12 +137,29 @@ typedef struct tsrd_latency {
 typedef struct tsrd_metrics {
     uint64_t requests[TSRD_BODY_CASES][TSR_STATUS_COUNT];
     tsrd_latency latency[TSRD_BODY_CASES];
-    uint64_t replays;         /* answered from the request-id memory */
+    uint64_t replays; /* answered from the request-id memory */
+    /* The transport (net/server.c): connections open, those closed at once
+     * past max_connections, those closed for replies left unread, requests
+     * refused past max_requests_per_connection, and the nng contexts open. */
+    uint64_t connections;
+    uint64_t connections_refused;
+    uint64_t connections_closed_unread;
+    uint64_t requests_refused_connection;
+    uint64_t contexts;
     uint64_t sessions_opened; /* ever */
     uint64_t bytes_in, bytes_out;
 } tsrd_metrics;
 
 typedef struct tsrd_daemon tsrd_daemon;
+
+/* What the self-probe (net/probe.c) last learnt of one listener: a hello sent
+ * through it from a thread of its own, answered or not. Loop-owned copy. */
+typedef struct tsrd_endpoint_health {
+    char url[256];           /* the listen URL probed */
+    bool answering;          /* the last probe was answered */
+    uint64_t last_answer_ns; /* uv_hrtime of the last answer; 0: never */
+    char error[160];         /* why the last probe failed; "" when answering */
+} tsrd_endpoint_health;
 
 /* Where replies go: server.c sends them on the nng context the request came in
  * on (origin); tests capture them. Called on the loop thread, exactly once per
@@ -185,6 +212,11 @@ struct tsrd_daemon {
     const tsrd_handler *(*handler_find)(int body_case);
     tsrd_reply_fn reply_fn;
     void *reply_sink;
+
+    /* The listeners' self-probes (net/probe.c), one per listen URL; 0 until
+     * the first round. */
+    tsrd_endpoint_health endpoints[TSRD_MAX_LISTEN];
+    int n_endpoints;
 
     int inflight; /* jobs not yet answered */
     bool draining;

@@ -1,9 +1,10 @@
 /*
  * tenant.c — tenants from the config, and attributing a request to one.
  *
- * A request is attributed by its bearer token (compared as a SHA-256 hash, so
- * the config never holds a token itself) or, without one, by the credentials of
- * its ipc peer. Tenants are never freed before the daemon: buffers, kernels and
+ * A request is attributed by its bearer token (compared as a SHA-256 hash of
+ * every byte of the field, so the config never holds a token itself and
+ * "token\0junk" is not "token") or, without one, by the credentials of its ipc
+ * peer. Tenants are never freed before the daemon: buffers, kernels and
  * sessions point at them, and a reload that drops a tenant only stops it from
  * attributing anything new.
  */
@@ -11,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "serve/envelope.h"
 #include "serve/tenant.h"
+#include "tessera/fingerprint.h"
 
 static tsrd_tenant *tenant_find(tsrd_daemon *d, const char *name)
 {
@@ -74,10 +77,15 @@ static bool tenant_hash_equal(const char *a, const char *b)
     return diff == 0;
 }
 
-static tsrd_tenant *tenant_by_token(tsrd_daemon *d, const char *auth)
+/* The field's exact bytes: no trailing newline is dropped here (that is for
+ * tokens read from a file by --hash-token), and an embedded NUL is hashed. */
+static tsrd_tenant *tenant_by_token(tsrd_daemon *d, const uint8_t *auth, size_t len)
 {
+    uint8_t digest[32];
     char hex[65];
-    tsrd_token_hash(auth, strlen(auth), hex);
+    tsr_sha256(auth, len, digest);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", digest[i]);
     tsrd_tenant *found = NULL;
     for (tsrd_tenant *t = d->tenants; t != NULL; t = t->next)
         for (int i = 0; !t->removed && i < t->conf.n_tokens; i++)
@@ -101,8 +109,8 @@ static tsrd_tenant *tenant_by_peer(tsrd_daemon *d, const tsrd_session *s)
     return NULL;
 }
 
-tsr_status tsrd_tenant_attribute(tsrd_daemon *d, tsrd_session *s, const char *auth,
-                                 tsrd_tenant **out, tsr_error *err)
+tsr_status tsrd_tenant_attribute_bytes(tsrd_daemon *d, tsrd_session *s, const uint8_t *auth,
+                                       size_t auth_len, tsrd_tenant **out, tsr_error *err)
 {
     *out = NULL;
     if (d->tenants == NULL) {
@@ -112,8 +120,12 @@ tsr_status tsrd_tenant_attribute(tsrd_daemon *d, tsrd_session *s, const char *au
         return TSR_OK;
     }
     tsrd_tenant *t = NULL;
-    if (auth != NULL && auth[0] != '\0') {
-        t = tenant_by_token(d, auth);
+    if (auth != NULL && auth_len > 0) {
+        if (auth_len > TSRD_AUTH_MAX)
+            return tsr_error_set(err, TSR_UNAUTHENTICATED,
+                                 "auth: %zu bytes; a token has at most %d", auth_len,
+                                 TSRD_AUTH_MAX);
+        t = tenant_by_token(d, auth, auth_len);
         if (t == NULL)
             return tsr_error_set(err, TSR_UNAUTHENTICATED, "auth: the token is not recognised");
     } else {
@@ -129,4 +141,11 @@ tsr_status tsrd_tenant_attribute(tsrd_daemon *d, tsrd_session *s, const char *au
     s->tenant = t;
     *out = t;
     return TSR_OK;
+}
+
+tsr_status tsrd_tenant_attribute(tsrd_daemon *d, tsrd_session *s, const char *auth,
+                                 tsrd_tenant **out, tsr_error *err)
+{
+    return tsrd_tenant_attribute_bytes(d, s, (const uint8_t *)auth, auth ? strlen(auth) : 0, out,
+                                       err);
 }

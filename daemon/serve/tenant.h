@@ -15,10 +15,14 @@ tsr_status tsrd_tenants_apply(tsrd_daemon *d, const tsrd_config *config, tsr_err
 void tsrd_tenants_fini(tsrd_daemon *d);
 
 /* The tenant a request belongs to: with tenants configured, a non-empty auth
- * must be a configured token; without one the session's ipc peer uid, then gid,
- * must be listed. A session keeps the tenant of its first request; a later one
- * attributed elsewhere is refused. TSR_UNAUTHENTICATED (in err) when no tenant
- * matches. */
+ * (auth_len bytes, compared whole: an embedded NUL or a trailing newline makes
+ * another token) must be a configured token of at most TSRD_AUTH_MAX bytes;
+ * without one the session's ipc peer uid, then gid, must be listed. A session
+ * keeps the tenant of its first request; a later one attributed elsewhere is
+ * refused. TSR_UNAUTHENTICATED (in err) when no tenant matches. */
+tsr_status tsrd_tenant_attribute_bytes(tsrd_daemon *d, tsrd_session *s, const uint8_t *auth,
+                                       size_t auth_len, tsrd_tenant **out, tsr_error *err);
+/* The same for a NUL-terminated token (NULL: none). */
 tsr_status tsrd_tenant_attribute(tsrd_daemon *d, tsrd_session *s, const char *auth,
                                  tsrd_tenant **out, tsr_error *err);
 

@@ -3,8 +3,11 @@
  *
  * Answered on the loop from three flags the loop owns, without tenant
  * attribution (see dispatch_validate), so a liveness or readiness probe needs
- * no token and never waits behind work.
+ * no token and never waits behind work; it also lists the listeners whose
+ * self-probe failed.
  */
+#include <stdio.h>
+
 #include "handlers/handlers.h"
 
 static tsr_status health_execute(tsrd_job *job)
@@ -19,6 +22,19 @@ static tsr_status health_execute(tsrd_job *job)
     r->uptime_ms = (uv_hrtime() - d->start_ns) / 1000000;
     r->sessions = (uint32_t)d->n_sessions;
     r->recoveries = d->recoveries;
+    /* Listeners whose self-probe failed (net/probe.c), as "URL: reason". */
+    char **failing = tsrd_job_alloc(job, (size_t)TSRD_MAX_LISTEN * sizeof *failing);
+    for (int i = 0; failing != NULL && i < d->n_endpoints; i++) {
+        const tsrd_endpoint_health *e = &d->endpoints[i];
+        if (e->answering)
+            continue;
+        char *line = tsrd_job_alloc(job, sizeof e->url + sizeof e->error + 2);
+        if (line == NULL)
+            break;
+        snprintf(line, sizeof e->url + sizeof e->error + 2, "%s: %s", e->url, e->error);
+        failing[r->n_failing_endpoints++] = line;
+    }
+    r->failing_endpoints = failing;
     job->reply.body_case = TESSERA__V1__REPLY__BODY_HEALTH;
     job->reply.health = r;
     return TSR_OK;

@@ -32,6 +32,12 @@ typedef struct cli {
     int timeout_ms;     /* 0: the client's default */
     const char *token;  /* --token; NULL: $TESSERA_TOKEN */
     tsr_client *client; /* connected on first use by cli_connect; main closes it */
+    /* compile over several regions and cache warm: the region being compiled,
+     * one short line per region (brief), and the JSON array being printed. */
+    const char *region_path;
+    bool brief;
+    bool json_array;
+    int json_count;
 } cli;
 
 typedef struct cli_command {

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "cli.h"
@@ -397,11 +399,48 @@ static int cmd_cache_ls_call(cli *c, const tsr_region *r, void *args)
     return CLI_EXIT_OK;
 }
 
-/* args: the key to evict, or "all". */
+/* The full key of the one cache entry whose key starts with prefix (any case),
+ * into key; a usage error when several do, NOT_FOUND when none does. */
+static int cmd_cache_resolve(cli *c, const char *prefix, char *key, size_t size)
+{
+    tsr_client_cache_entry *rows = NULL;
+    size_t n = 0, found = 0;
+    tsr_error err;
+    if (tsr_client_cache_list(c->client, &rows, &n, c->timeout_ms, &err) != TSR_OK)
+        return cli_fail_call(&err);
+    char names[3 * 18 + 8] = "";
+    for (size_t i = 0; i < n; i++) {
+        if (strncasecmp(rows[i].key, prefix, strlen(prefix)) != 0)
+            continue;
+        if (found++ == 0)
+            snprintf(key, size, "%s", rows[i].key);
+        if (found <= 3)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%.16s",
+                     found > 1 ? ", " : "", rows[i].key);
+    }
+    tsr_client_cache_free(rows);
+    if (found == 1)
+        return CLI_EXIT_OK;
+    if (found > 1)
+        return cli_fail_usage("cache", "'%s' starts %zu keys (%s%s): give more digits", prefix,
+                              found, names, found > 3 ? ", ..." : "");
+    tsr_error none;
+    tsr_error_set(&none, TSR_NOT_FOUND, "no cache entry's key starts with '%s'", prefix);
+    return cli_fail_call(&none);
+}
+
+/* args: the key (or a prefix of it) to evict, or "all". */
 static int cmd_cache_evict_call(cli *c, const tsr_region *r, void *args)
 {
     (void)r;
-    const char *key = args;
+    const char *given = args;
+    char key[TSR_CLIENT_KEY_MAX];
+    snprintf(key, sizeof key, "%s", given);
+    if (strcmp(given, "all") != 0 && strlen(given) < 64) {
+        int rc = cmd_cache_resolve(c, given, key, sizeof key);
+        if (rc)
+            return rc;
+    }
     uint32_t evicted = 0;
     tsr_error err;
     if (tsr_client_cache_evict(c->client, key, &evicted, c->timeout_ms, &err) != TSR_OK)
@@ -416,18 +455,26 @@ static int cmd_cache_evict_call(cli *c, const tsr_region *r, void *args)
     return CLI_EXIT_OK;
 }
 
+static int cmd_compile(cli *c, int argc, char **argv);
+
 static int cmd_cache(cli *c, int argc, char **argv)
 {
     if (argc < 2)
-        return cli_fail_usage("cache", "missing 'ls' or 'evict KEY'");
+        return cli_fail_usage("cache", "missing 'ls', 'evict KEY' or 'warm REGION.json...'");
     bool ls = strcmp(argv[1], "ls") == 0;
     bool evict = strcmp(argv[1], "evict") == 0;
+    /* warm is compile with one short line per region: the kernels land in the
+     * cache (memory and disk) and nothing else is kept. */
+    if (strcmp(argv[1], "warm") == 0) {
+        c->brief = true;
+        return cmd_compile(c, argc - 1, argv + 1);
+    }
     if (!ls && !evict)
         return cli_fail_usage("cache", "unknown subcommand '%s'", argv[1]);
     if (ls && argc != 2)
         return cli_fail_usage("cache", "unexpected argument '%s'", argv[2]);
-    if (evict && argc != 3)
-        return cli_fail_usage("cache", "evict takes exactly one KEY (or 'all')");
+    if (evict && (argc != 3 || argv[2][0] == '\0'))
+        return cli_fail_usage("cache", "evict takes exactly one KEY, a prefix of one, or 'all'");
     if (ls)
         return cmd_with_daemon(c, cmd_cache_ls_call, NULL, NULL);
     return cmd_with_daemon(c, cmd_cache_evict_call, NULL, argv[2]);
@@ -442,8 +489,21 @@ static int cmd_compile_call(cli *c, const tsr_region *r, void *args)
     tsr_error err;
     if (tsr_client_compile(c->client, r, opts, &out, c->timeout_ms, &err) != TSR_OK)
         return cli_fail_call(&err);
+    if (c->brief && !c->json) {
+        char how[96];
+        if (out.decision.cache_hit)
+            snprintf(how, sizeof how, "cached (%s)", out.decision.cache_level);
+        else
+            snprintf(how, sizeof how, "compiled in %.1f ms", out.compile_ms);
+        printf("%s: %s, %s\n", c->region_path, out.decision.candidate, how);
+        return CLI_EXIT_OK;
+    }
     if (c->json) {
+        if (c->json_array && c->json_count++ > 0)
+            printf(",");
         cJSON *o = cJSON_CreateObject();
+        if (c->region_path != NULL)
+            cJSON_AddStringToObject(o, "region_file", c->region_path);
         /* A 64-bit handle as text: a JSON number (a double) would lose digits. */
         char kernel[20];
         snprintf(kernel, sizeof kernel, "%016" PRIx64, out.kernel);
@@ -466,7 +526,8 @@ static int cmd_compile_call(cli *c, const tsr_region *r, void *args)
 
 static int cmd_compile(cli *c, int argc, char **argv)
 {
-    const char *path = NULL;
+    const char *paths[256];
+    int n_paths = 0;
     tsr_client_compile_opts opts = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -482,15 +543,45 @@ static int cmd_compile(cli *c, int argc, char **argv)
                 return cli_fail_usage("compile", "--policy is tier or measure, not '%s'", v);
         } else if (strcmp(a, "--no-verify") == 0) {
             opts.skip_verify = true;
-        } else if (a[0] == '-' || path) {
+        } else if (a[0] == '-') {
             return cli_fail_usage("compile", "unexpected argument '%s'", a);
+        } else if (n_paths == (int)(sizeof paths / sizeof paths[0])) {
+            return cli_fail_usage("compile", "at most %zu regions at once",
+                                  sizeof paths / sizeof paths[0]);
         } else {
-            path = a;
+            paths[n_paths++] = a;
         }
     }
-    if (!path)
+    if (n_paths == 0)
         return cli_fail_usage("compile", "missing REGION.json");
-    return cmd_with_region(c, path, cmd_compile_call, &opts);
+    if (n_paths == 1 && !c->brief)
+        return cmd_with_region(c, paths[0], cmd_compile_call, &opts);
+    /* Several regions (or cache warm): each in turn, a progress line on a
+     * terminal, JSON as one array; the exit code is the first failure's. */
+    bool progress = !c->json && isatty(STDERR_FILENO);
+    int worst = CLI_EXIT_OK;
+    c->json_array = c->json;
+    c->json_count = 0;
+    if (c->json)
+        printf("[");
+    for (int i = 0; i < n_paths; i++) {
+        if (progress)
+            fprintf(stderr, "\r[%d/%d] %s\033[K", i + 1, n_paths, paths[i]);
+        c->region_path = paths[i];
+        if (!c->brief && !c->json)
+            printf("%s%s\n", i ? "\n" : "", paths[i]);
+        fflush(stdout);
+        int rc = cmd_with_region(c, paths[i], cmd_compile_call, &opts);
+        if (rc && worst == CLI_EXIT_OK)
+            worst = rc;
+    }
+    if (progress)
+        fprintf(stderr, "\r\033[K");
+    if (c->json)
+        printf("]\n");
+    c->region_path = NULL;
+    c->json_array = false;
+    return worst;
 }
 
 /* ---- run ---- */
@@ -512,10 +603,14 @@ static int cmd_run_load(const tsr_tensor_desc *sig, int n, const cmd_run_input *
         tsr_npy npy;
         memset(&npy, 0, sizeof npy);
         tsr_error err;
-        if (tsr_npy_read(in->path, &npy, &err) != TSR_OK ||
-            tsr_npy_to_tensor(&npy, &sig[s], &data[s], &err) != TSR_OK) {
+        /* tsr_npy_read names the file itself; the conversion does not. */
+        if (tsr_npy_read(in->path, &npy, &err) != TSR_OK) {
+            tsr_error_prefix(&err, "input %s", in->name);
+            return cli_fail_file(&err);
+        }
+        if (tsr_npy_to_tensor(&npy, &sig[s], &data[s], &err) != TSR_OK) {
             tsr_npy_free(&npy);
-            tsr_error_prefix(&err, "%s (input %s)", in->path, in->name);
+            tsr_error_prefix(&err, "input %s: %s", in->name, in->path);
             return cli_fail_file(&err);
         }
         tsr_npy_free(&npy);
@@ -828,11 +923,17 @@ const cli_command cli_commands[] = {
      "--prometheus prints the Prometheus text form instead.\n"},
     {"cache", cmd_cache,
      "usage: tessera-cli cache ls\n"
-     "       tessera-cli cache evict KEY|all\n"
-     "Lists the compiled-kernel cache, or evicts one entry (or every entry).\n"},
+     "       tessera-cli cache evict KEY|PREFIX|all\n"
+     "       tessera-cli cache warm REGION.json... [--arch sm_90a] [--force NAME]\n"
+     "Lists the compiled-kernel cache; evicts one entry, named by its key or by a\n"
+     "prefix that starts no other key, or every entry; or compiles each region into\n"
+     "the cache, one line per region (kernels for a deployment, before traffic).\n"},
     {"compile", cmd_compile,
-     "usage: tessera-cli compile REGION.json [--arch sm_90a] [--force NAME]\n"
+     "usage: tessera-cli compile REGION.json... [--arch sm_90a] [--force NAME]\n"
      "                           [--policy tier|measure] [--no-verify]\n"
+     "With several regions each is compiled in turn (a progress line on a terminal;\n"
+     "with --json one array, each object naming its region_file); the exit status\n"
+     "is the first failure's.\n"
      "Compiles the kernel the arbiter picks for the region (or NAME with --force)\n"
      "and prints the decision: candidate, tier, reason, verdict, cache hit or miss\n"
      "and the cache key. --arch compiles for an architecture without its device;\n"

@@ -332,3 +332,35 @@ Test(cli, verify_of_the_reference_says_it_checked_itself)
                                        "against itself"),
                        "%s", res.out);
 }
+
+Test(cli, cache_warm_compiles_every_region_and_evict_takes_a_unique_prefix)
+{
+    cli_result res;
+    cli_exec(&res, true, "cache", "warm", "examples/matmul.json", "examples/gated.json", NULL);
+    cr_assert_eq(res.code, 0, "stderr: %s", res.err);
+    cr_expect_not_null(strstr(res.out, "examples/matmul.json: "), "%s", res.out);
+    cr_expect_not_null(strstr(res.out, "examples/gated.json: "), "%s", res.out);
+    cli_exec(&res, true, "--json", "compile", "examples/gated.json", "examples/missing.json",
+             "examples/matmul.json", NULL);
+    cr_expect_eq(res.code, 5, "the first failure's exit status: %s", res.err);
+    cJSON *doc = cli_json(&res);
+    cr_assert(cJSON_IsArray(doc), "%s", res.out);
+    cr_assert_eq(cJSON_GetArraySize(doc), 2);
+    const char *key = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(doc, 0), "key"));
+    cr_assert_not_null(key);
+    char prefix[13];
+    snprintf(prefix, sizeof prefix, "%.12s", key);
+    cr_expect_str_eq(
+        cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(doc, 1), "region_file")),
+        "examples/matmul.json");
+    cJSON_Delete(doc);
+    cli_exec(&res, true, "cache", "evict", prefix, NULL);
+    cr_expect_eq(res.code, 0, "stderr: %s", res.err);
+    cr_expect_str_eq(res.out, "evicted 1\n");
+    cli_exec(&res, true, "cache", "evict", prefix, NULL);
+    cr_expect_eq(res.code, 4);
+    char want[160];
+    snprintf(want, sizeof want, "tessera-cli: NOT_FOUND: no cache entry's key starts with '%s'\n",
+             prefix);
+    cr_expect_str_eq(res.err, want);
+}

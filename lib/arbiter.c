@@ -42,6 +42,7 @@
 #define ARBITER_TIER_MAX 3
 #define ARBITER_DECLINES "declines: "
 #define ARBITER_REFERENCE_VERDICT "reference: not verified against itself"
+#define ARBITER_SKIPPED_VERDICT "not verified: verify=false"
 /* Verdicts are small (under 300 bytes) but a long-running daemon sees an open
  * set of regions; past this many the oldest verdict is dropped and its candidate
  * is simply verified again if that region comes back. */
@@ -52,6 +53,7 @@ enum arbiter_stat {
     ARBITER_STAT_FORCED,
     ARBITER_STAT_DECLINED,
     ARBITER_STAT_FAILED_VERIFICATION,
+    ARBITER_STAT_UNVERIFIED,
     ARBITER_STAT_COUNT,
 };
 
@@ -648,6 +650,7 @@ typedef struct arbiter_slot {
     arbiter_check check;
     tsr_status verify_status; /* verify_fn's status for ARBITER_CHECK_ERROR */
     bool cached;
+    bool skipped; /* ARBITER_CHECK_ASSUMED because the request said verify=false */
     tsr_verdict verdict;
     double median_ms; /* when timed */
     char why[160];
@@ -716,6 +719,12 @@ static void arbiter_check_slot(tsr_arbiter *a, const tsr_select_request *req, ar
     if (c->tier == 0) {
         s->check = ARBITER_CHECK_ASSUMED;
         arbiter_verdict_assumed(&s->verdict, ARBITER_REFERENCE_VERDICT);
+        return;
+    }
+    if (!req->verify) {
+        s->check = ARBITER_CHECK_ASSUMED;
+        s->skipped = true;
+        arbiter_verdict_assumed(&s->verdict, ARBITER_SKIPPED_VERDICT);
         return;
     }
     if (req->verify_fn == NULL) {
@@ -795,12 +804,7 @@ static tsr_status arbiter_run_forced(tsr_arbiter *a, const tsr_select_request *r
     if (!s->applies)
         return tsr_error_set(err, TSR_ARBITER, "forced candidate '%s' declines %s: %s", req->force,
                              kind, s->why + strlen(ARBITER_DECLINES));
-    if (!req->verify && slot_cand(s)->tier != 0) {
-        s->check = ARBITER_CHECK_ASSUMED;
-        arbiter_verdict_assumed(&s->verdict, "not verified: verify=false");
-    } else {
-        arbiter_check_slot(a, req, s);
-    }
+    arbiter_check_slot(a, req, s);
     if (s->check == ARBITER_CHECK_ERROR)
         return tsr_error_set(err, s->verify_status, "forced candidate '%s' for %s: %s", req->force,
                              kind, s->why);
@@ -832,7 +836,10 @@ static void arbiter_run_tier(tsr_arbiter *a, const tsr_select_request *req, arbi
             if (slot_passes(s)) {
                 rs->chosen = s;
                 rs->reason = TSR_REASON_TIER;
-                arbiter_copy_text(s->why, sizeof s->why, "selected: highest tier that passes");
+                arbiter_copy_text(s->why, sizeof s->why,
+                                  s->skipped ? "selected: highest tier that applies, not verified "
+                                               "(verify=false)"
+                                             : "selected: highest tier that passes");
             }
         }
     }
@@ -864,7 +871,8 @@ static void arbiter_run_measure(tsr_arbiter *a, const tsr_select_request *req,
                 rs->chosen = s;
                 rs->reason = TSR_REASON_MEASURED;
                 s->median_ms = rs->winner.median_ms;
-                slot_why(s, "selected: stored measured winner (%.4g ms)", rs->winner.median_ms);
+                slot_why(s, "selected: stored measured winner (%.4g ms)%s", rs->winner.median_ms,
+                         s->skipped ? ", not verified (verify=false)" : "");
                 return;
             }
         }
@@ -890,7 +898,8 @@ static void arbiter_run_measure(tsr_arbiter *a, const tsr_select_request *req,
                 continue;
             }
             s->median_ms = ms;
-            slot_why(s, "passed, measured %.4g ms", ms);
+            slot_why(s, "%s, measured %.4g ms", s->skipped ? "applies, not verified" : "passed",
+                     ms);
             if (best == NULL || ms < best->median_ms)
                 best = s;
         }
@@ -899,7 +908,8 @@ static void arbiter_run_measure(tsr_arbiter *a, const tsr_select_request *req,
         return;
     rs->chosen = best;
     rs->reason = TSR_REASON_MEASURED;
-    slot_why(best, "selected: fastest measured (%.4g ms)", best->median_ms);
+    slot_why(best, "selected: fastest measured (%.4g ms)%s", best->median_ms,
+             best->skipped ? ", not verified (verify=false)" : "");
     rs->new_winner = true;
     arbiter_winner *w = &rs->winner;
     arbiter_copy_text(w->arch, sizeof w->arch, req->arch);
@@ -920,10 +930,12 @@ static tsr_status arbiter_run_fallback(const tsr_select_request *req, arbiter_ru
         arbiter_slot *s = &rs->slots[i];
         if (slot_cand(s)->tier != 0 || !s->applies)
             continue;
-        if (req->allow_reference && rs->chosen == NULL) {
+        if (req->allow_reference && req->reference_refused == NULL && rs->chosen == NULL) {
             rs->chosen = s;
             rs->reason = TSR_REASON_FALLBACK;
             arbiter_copy_text(s->why, sizeof s->why, "selected: fallback to the reference");
+        } else if (rs->chosen == NULL && req->allow_reference) {
+            slot_why(s, "tier 0: %s", req->reference_refused);
         } else if (rs->chosen == NULL) {
             arbiter_copy_text(s->why, sizeof s->why, "tier 0: fallback not allowed by the request");
         }
@@ -977,6 +989,8 @@ static void arbiter_record(tsr_arbiter *a, const arbiter_run_state *rs, tsr_regi
             st[ARBITER_STAT_FAILED_VERIFICATION]++;
         if (s == rs->chosen)
             st[rs->reason == TSR_REASON_FORCED ? ARBITER_STAT_FORCED : ARBITER_STAT_WON]++;
+        if (s == rs->chosen && s->skipped)
+            st[ARBITER_STAT_UNVERIFIED]++;
     }
     if (rs->new_winner && arbiter_winner_put(a, &rs->winner) && a->store_dir != NULL)
         arbiter_store_write(a, NULL);
@@ -1053,6 +1067,7 @@ static void arbiter_decision_fill(const arbiter_slot *s, tsr_decision_reason rea
     out->reason = reason;
     out->verified = s->check == ARBITER_CHECK_PASS || s->check == ARBITER_CHECK_FAIL;
     out->verdict_cached = s->cached;
+    out->verify_skipped = s->skipped;
     out->verdict = s->verdict;
 }
 
@@ -1149,6 +1164,7 @@ tsr_status tsr_arbiter_stats(tsr_arbiter *a, tsr_candidate_stats **rows, size_t 
             row->forced = e->stats[kind][ARBITER_STAT_FORCED];
             row->declined = e->stats[kind][ARBITER_STAT_DECLINED];
             row->failed_verification = e->stats[kind][ARBITER_STAT_FAILED_VERIFICATION];
+            row->unverified = e->stats[kind][ARBITER_STAT_UNVERIFIED];
         }
     }
     pthread_mutex_unlock(&a->lock);

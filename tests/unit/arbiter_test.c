@@ -1021,6 +1021,8 @@ Test(arbiter, stats_count_exactly, .init = init_standard, .fini = fini_arbiter)
         cr_expect_eq(rows[i].forced, want[i].forced, "%s forced", want[i].name);
         cr_expect_eq(rows[i].declined, want[i].declined, "%s declined", want[i].name);
         cr_expect_eq(rows[i].failed_verification, want[i].failed, "%s failed", want[i].name);
+        /* The last selection forced tier1 with verify=false. */
+        cr_expect_eq(rows[i].unverified, i == 1 ? 1u : 0u, "%s unverified", want[i].name);
     }
     free(rows);
 }
@@ -1235,4 +1237,139 @@ Test(arbiter, a_forced_only_candidate_is_never_chosen_unless_forced, .init = ini
     cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_OK, "%s", err.message);
     cr_expect_str_eq(d.candidate.name, "trap");
     cr_expect_eq(d.reason, TSR_REASON_FORCED);
+}
+
+/* ---- verify=false, and a reference the request refuses ---- */
+
+Test(arbiter, skip_verify_means_no_verification_in_the_tier_rule, .init = init_standard,
+     .fini = fini_arbiter)
+{
+    /* Both would fail: not verified, the highest tier that applies is taken. */
+    fx.ctx.failing[0] = "gemm_wgmma";
+    fx.ctx.failing[1] = "tier1";
+    fx.req.verify = false;
+    tsr_decision d = select_ok("gemm_wgmma");
+    cr_expect_eq(d.reason, TSR_REASON_TIER);
+    cr_expect_not(d.verified);
+    cr_expect(d.verify_skipped);
+    cr_expect_str_eq(d.verdict.reason, "not verified: verify=false");
+    cr_expect_eq(fake_total(fx.ctx.verified), 0);
+    tsr_candidate_stats s = stats_of(a, TSR_KIND_MATMUL, "gemm_wgmma");
+    cr_expect_eq(s.won, 1);
+    cr_expect_eq(s.unverified, 1);
+    cr_expect_eq(s.failed_verification, 0);
+
+    /* Nothing was cached: verifying again checks for real, and fails. */
+    fx.req.verify = true;
+    fx.req.allow_reference = true;
+    d = select_ok("reference");
+    cr_expect_not(d.verify_skipped);
+    cr_expect_eq(fake_calls(fx.ctx.verified, "gemm_wgmma"), 1);
+    cr_expect_eq(stats_of(a, TSR_KIND_MATMUL, "gemm_wgmma").unverified, 1);
+}
+
+Test(arbiter, skip_verify_means_no_verification_when_measuring, .init = init_measured,
+     .fini = fini_arbiter)
+{
+    fx.ctx.failing[0] = "emit";
+    fx.req.verify = false;
+    tsr_candidate_report *rows = NULL;
+    size_t n = 0;
+    tsr_status sst;
+    tsr_error serr, err;
+    cr_assert_eq(tsr_arbiter_explain(a, &fx.req, &rows, &n, &sst, &serr, &err), TSR_OK);
+    cr_assert_eq(n, 4);
+    cr_expect_str_eq(rows[1].why, "applies, not verified, measured 1 ms");
+    /* The fastest, though it would fail. */
+    cr_expect_str_eq(rows[2].why, "selected: fastest measured (0.5 ms), not verified "
+                                  "(verify=false)");
+    free(rows);
+    cr_expect_eq(fake_total(fx.ctx.measured), 3);
+
+    tsr_decision d = select_ok("emit"); /* the stored winner, not verified either */
+    cr_expect_eq(d.reason, TSR_REASON_MEASURED);
+    cr_expect(d.verify_skipped);
+    cr_expect_eq(fake_total(fx.ctx.verified), 0);
+    cr_expect_eq(fake_total(fx.ctx.measured), 3);
+    cr_expect_eq(stats_of(a, TSR_KIND_MATMUL, "emit").unverified, 1);
+}
+
+Test(arbiter, skip_verify_is_shown_in_explain_for_the_tier_rule, .init = init_standard,
+     .fini = fini_arbiter)
+{
+    fx.req.verify = false;
+    tsr_candidate_report *rows = NULL;
+    size_t n = 0;
+    tsr_status sst;
+    tsr_error serr, err;
+    cr_assert_eq(tsr_arbiter_explain(a, &fx.req, &rows, &n, &sst, &serr, &err), TSR_OK);
+    cr_assert_eq(n, 3);
+    cr_expect(rows[2].selected);
+    cr_expect_not(rows[2].verified);
+    cr_expect_str_eq(rows[2].why, "selected: highest tier that applies, not verified "
+                                  "(verify=false)");
+    free(rows);
+}
+
+#define REFUSED                                                                                    \
+    "a launch on the host is estimated at 1.1e+12 units of CPU work, over "                        \
+    "max_request_work (40000000000)"
+
+/* An 8192-cube matmul whose host reference the request refuses. */
+static void init_large_refused(void)
+{
+    fixture_init(&fx, 64);
+    region_parse("{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":8192,\"n\":8192,\"k\":8192}",
+                 &fx.region);
+    cr_assert_eq(tsr_region_fingerprint(&fx.region, &fx.fp, NULL), TSR_OK);
+    fx.req.allow_reference = true;
+    fx.req.reference_refused = REFUSED;
+    a = arbiter_standard();
+}
+
+Test(arbiter, a_large_region_is_served_by_a_device_candidate_when_the_reference_is_refused,
+     .init = init_large_refused, .fini = fini_arbiter)
+{
+    tsr_decision d = select_ok("gemm_wgmma");
+    cr_expect_eq(d.reason, TSR_REASON_TIER);
+    cr_expect(d.verified);
+    cr_expect(d.verdict.pass);
+    cr_expect_not(d.verify_skipped);
+    ASSERT_STATS(a, "reference", 0, 0, 0, 0);
+}
+
+Test(arbiter, a_refused_reference_leaves_the_next_device_tier, .init = init_large_refused,
+     .fini = fini_arbiter)
+{
+    fx.ctx.failing[0] = "gemm_wgmma";
+    tsr_decision d = select_ok("tier1");
+    cr_expect(d.verified);
+    ASSERT_STATS(a, "gemm_wgmma", 0, 0, 0, 1);
+}
+
+Test(arbiter, a_refused_reference_is_never_the_fallback_and_the_error_names_every_candidate,
+     .init = init_large_refused, .fini = fini_arbiter)
+{
+    fx.ctx.failing[0] = "gemm_wgmma";
+    fx.ctx.broken[0] = "tier1";
+    tsr_decision d;
+    tsr_error err;
+    cr_expect_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_ARBITER);
+    cr_expect_str_eq(
+        err.message,
+        "no candidate applies and passes verification for matmul: reference: tier 0: " REFUSED
+        "; tier1: not verified: COMPILE_FAILED: tier1: nvrtc: syntax error; "
+        "gemm_wgmma: failed verification: rel 0.5 > 0.016");
+    ASSERT_STATS(a, "reference", 0, 0, 0, 0);
+
+    /* Without the refusal the same request falls back to it. */
+    fx.req.reference_refused = NULL;
+    d = select_ok("reference");
+    cr_expect_eq(d.reason, TSR_REASON_FALLBACK);
+    /* And a request that allows no reference says so, as before. */
+    fx.req.allow_reference = false;
+    fx.req.reference_refused = REFUSED;
+    cr_expect_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_ARBITER);
+    cr_expect_neq(strstr(err.message, "reference: tier 0: fallback not allowed by the request"),
+                  NULL, "%s", err.message);
 }

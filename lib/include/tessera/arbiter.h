@@ -10,14 +10,19 @@
  *      unknown name, or one that does not apply, is TSR_ARBITER with a message
  *      listing the registered candidates for the kind; never a silent
  *      substitute. A forced candidate that fails verification is
- *      TSR_VERIFY_FAILED unless request->verify is false.
+ *      TSR_VERIFY_FAILED.
  *   2. Otherwise the candidates that apply and pass verification: policy TIER
  *      takes the highest tier (ties go to registration order), policy MEASURE
  *      times them through request->measure and keeps the fastest; the winner is
  *      remembered per (arch, kind, dtype, shape bucket) and, with a store
  *      directory, persisted so that it is reused after a restart.
- *   3. Nothing left: the tier-0 reference when request->allow_reference,
- *      otherwise TSR_ARBITER.
+ *   3. Nothing left: the tier-0 reference when request->allow_reference and
+ *      no request->reference_refused, otherwise TSR_ARBITER naming every
+ *      candidate and why it was not taken.
+ *
+ * request->verify false means "do not verify" in every rule: candidates that
+ * apply are taken as passing, the decision says verify_skipped and the
+ * statistics count it (unverified).
  *
  * Tier-0 candidates are the reference itself and are never verified against
  * it. Verdicts are cached per (candidate name, version, region fingerprint,
@@ -61,6 +66,9 @@ struct tsr_candidate {
     bool (*applies)(const tsr_candidate *c, const tsr_region *r, const char *arch, char *why,
                     size_t why_len);
     void *impl; /* the backend's own data (code generator, kernel entry, ...) */
+    /* The output tile edge the kernel works in, for sampled verification's
+     * edge tiles and small shape (oracle.h); 0: TSR_ORACLE_TILE. */
+    int tile;
     /* Considered only when forced by name (a test candidate that must never
      * be chosen on its own); declines every other selection. */
     bool forced_only;
@@ -108,9 +116,13 @@ typedef struct tsr_select_request {
     const char *arch;                   /* "sm_90a", "cpu" */
     const char *force;                  /* NULL or "" = no forced candidate */
     tsr_policy policy;
-    bool verify;                     /* false: a forced candidate is not verified (verify=false) */
-    bool allow_reference;            /* rule 3 may fall back to tier 0 */
-    tsr_arbiter_verify_fn verify_fn; /* NULL: candidates are taken as verified */
+    bool verify;          /* false: no candidate is verified, in any rule (skip_verify) */
+    bool allow_reference; /* rule 3 may fall back to tier 0 */
+    /* Non-NULL: why rule 3 may not take the tier-0 reference even though
+     * allow_reference (a device backend's reference launch past the work
+     * bound); it is that candidate's reason in the error. */
+    const char *reference_refused;
+    tsr_arbiter_verify_fn verify_fn;   /* NULL: candidates are taken as verified */
     tsr_arbiter_measure_fn measure_fn; /* needed for TSR_POLICY_MEASURE */
     void *ctx;                         /* passed to both callbacks */
 } tsr_select_request;
@@ -120,6 +132,7 @@ typedef struct tsr_decision {
     tsr_decision_reason reason;
     bool verified;       /* verdict holds a real verification */
     bool verdict_cached; /* verdict came from the verdict cache */
+    bool verify_skipped; /* chosen without verification because request->verify was false */
     tsr_verdict verdict;
 } tsr_decision;
 
@@ -153,6 +166,7 @@ typedef struct tsr_candidate_stats {
     tsr_region_kind kind;
     char name[TSR_CANDIDATE_NAME_MAX];
     uint64_t won, forced, declined, failed_verification;
+    uint64_t unverified; /* chosen (won or forced) without verification: verify=false */
 } tsr_candidate_stats;
 
 /* *rows is malloc'd (caller frees). One row per (kind served, candidate). */

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "backend/guard.h"
 #include "daemon.h"
 #include "net/metrics_http.h"
 #include "net/server.h"
@@ -159,6 +160,12 @@ int tsrd_service_run(const tsrd_config *config)
     tsrd_log log = {.level = config->log_level, .format = config->log_format};
     tsr_error err;
     signal(SIGPIPE, SIG_IGN);
+    /* A client's segment shrunk under a copy raises SIGBUS (serve/shm.c). */
+    if (tsrd_guard_install() != 0) {
+        tsrd_log_error(&log, "cannot install the SIGBUS handler");
+        free(svc);
+        return 1;
+    }
     if (svc == NULL || uv_loop_init(&loop) != 0) {
         tsrd_log_error(&log, "cannot start the event loop");
         free(svc);

@@ -103,7 +103,9 @@ typedef struct tsrd_backend_hostmem_ops {
                                 tsr_error *err);
     void (*host_unregister)(tsrd_backend *b, void *token);
     /* buffer_write (to_device) or buffer_read from host memory that lies inside
-     * a host_register'ed range: one direct copy at DMA speed. */
+     * a host_register'ed range: one direct copy at DMA speed. Guarded as
+     * buffer_write is; a backend whose device lives in another process guards
+     * its copy there and answers TSR_BUFFER_MISMATCH for a shrunk range. */
     tsr_status (*buffer_copy_registered)(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset,
                                          void *host, uint64_t len, int to_device, tsr_error *err);
 } tsrd_backend_hostmem_ops;
@@ -165,7 +167,10 @@ typedef struct tsrd_backend_ops {
                                tsr_error *err);
     void (*buffer_free)(tsrd_backend *b, tsrd_dbuf *buf);
     /* Host <-> device copies of len bytes at a byte offset; the caller has checked
-     * the bounds. Synchronous. */
+     * the bounds. Synchronous. The host side may be a client's shared memory,
+     * which faults if the client shrinks it: the caller then runs the copy in a
+     * guard (guard.h) that unwinds at the fault, so a backend touches the host
+     * bytes holding no lock. */
     tsr_status (*buffer_write)(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset, const void *data,
                                uint64_t len, tsr_error *err);
     tsr_status (*buffer_read)(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset, void *data,

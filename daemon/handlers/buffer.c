@@ -38,7 +38,8 @@ static tsr_status buffer_io_begin(tsrd_job *job, uint64_t handle, const char *fi
 static tsr_status buffer_io_shm_copy(tsrd_job *job, uint64_t offset, uint64_t len, int to_device)
 {
     buffer_io *io = job->state;
-    return tsrd_shm_copy(job, io->map, io->buf->dbuf, offset, io->host, len, to_device);
+    return tsrd_shm_copy(job, io->map, to_device ? "buffer_write.shm" : "buffer_read.shm",
+                         io->buf->dbuf, offset, io->host, len, to_device);
 }
 
 /* Completion shared by write and read: unpin whatever happened. */

@@ -277,8 +277,11 @@ static tsr_status run_device_buffers(tsrd_job *job, int n, const tsr_tensor_desc
         }
         if (s->host[i] != NULL) {
             st = ops->buffer_alloc(job->d->backend, 0, t->shm->length, &s->temps[i], &job->err);
+            char field[48];
+            snprintf(field, sizeof field, "run.inputs[%d].shm", i);
             if (st == TSR_OK)
-                st = tsrd_shm_copy(job, s->maps[i], s->temps[i], 0, s->host[i], t->shm->length, 1);
+                st = tsrd_shm_copy(job, s->maps[i], field, s->temps[i], 0, s->host[i],
+                                   t->shm->length, 1);
             inputs[i] = s->temps[i];
             continue;
         }
@@ -321,7 +324,7 @@ static tsr_status run_reply(tsrd_job *job, const tsr_tensor_desc *out, tsrd_dbuf
     } else if (s->host[LAUNCH_SHM_OUT] != NULL) {
         r->output->data_case = TESSERA__V1__TENSOR__DATA_SHM;
         r->output->shm = job->req->run->output_shm;
-        tsr_status st = tsrd_shm_copy(job, s->maps[LAUNCH_SHM_OUT], out_buf, 0,
+        tsr_status st = tsrd_shm_copy(job, s->maps[LAUNCH_SHM_OUT], "run.output_shm", out_buf, 0,
                                       s->host[LAUNCH_SHM_OUT], tsr_tensor_desc_bytes(out), 0);
         if (st != TSR_OK)
             return st;

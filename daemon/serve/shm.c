@@ -4,8 +4,11 @@
  */
 #include "serve/shm.h"
 
+#include "backend/guard.h"
+
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -110,22 +113,83 @@ tsr_status tsrd_shm_resolve(tsrd_job *job, const Tessera__V1__SharedMemory *ref,
     return TSR_OK;
 }
 
-tsr_status tsrd_shm_copy(tsrd_job *job, tsrd_shm_map *map, tsrd_dbuf *buf, uint64_t offset,
-                         uint8_t *host, uint64_t len, int to_device)
+/* The backend call that touches the segment, run inside the guard. */
+typedef struct shm_copy_call {
+    tsrd_job *job;
+    tsrd_shm_map *map;
+    tsrd_dbuf *buf;
+    uint64_t offset;
+    uint8_t *host;
+    uint64_t len;
+    int to_device;
+    tsr_status status;
+} shm_copy_call;
+
+static void shm_copy_run(void *arg)
+{
+    shm_copy_call *c = arg;
+    const tsrd_backend_ops *ops = c->job->d->bops;
+    tsrd_backend *b = c->job->d->backend;
+    tsr_error *err = &c->job->err;
+    if (ops->hostmem != NULL)
+        c->status = ops->hostmem->buffer_copy_registered(b, c->buf, c->offset, c->host, c->len,
+                                                         c->to_device, err);
+    else if (c->to_device)
+        c->status = ops->buffer_write(b, c->buf, c->offset, c->host, c->len, err);
+    else
+        c->status = ops->buffer_read(b, c->buf, c->offset, c->host, c->len, err);
+}
+
+/* The range must still lie inside the segment: the caller may have shrunk it
+ * since it was mapped, and touching the pages past its end faults. */
+static tsr_status shm_check_size(tsrd_job *job, const tsrd_shm_map *map, const char *field,
+                                 uint64_t at, uint64_t len)
+{
+    struct stat st;
+    if (fstat(map->fd, &st) != 0)
+        return tsr_error_set(&job->err, TSR_IO_ERROR, "%s: fstat %s: %s", field, map->name,
+                             strerror(errno));
+    if ((uint64_t)st.st_size < at + len)
+        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                             "%s: %s shrank to %llu bytes: %llu bytes at offset %llu pass its end",
+                             field, map->name, (unsigned long long)st.st_size,
+                             (unsigned long long)len, (unsigned long long)at);
+    return TSR_OK;
+}
+
+tsr_status tsrd_shm_copy(tsrd_job *job, tsrd_shm_map *map, const char *field, tsrd_dbuf *buf,
+                         uint64_t offset, uint8_t *host, uint64_t len, int to_device)
 {
     const tsrd_backend_ops *ops = job->d->bops;
     tsrd_backend *b = job->d->backend;
-    if (ops->hostmem == NULL)
-        return to_device ? ops->buffer_write(b, buf, offset, host, len, &job->err)
-                         : ops->buffer_read(b, buf, offset, host, len, &job->err);
-    if (!map->registered) {
-        tsr_status st =
-            ops->hostmem->host_register(b, map->base, map->size, map->fd, &map->token, &job->err);
+    uint64_t at = (uint64_t)(host - map->base);
+    tsr_status st = shm_check_size(job, map, field, at, len);
+    if (st != TSR_OK)
+        return st;
+    if (ops->hostmem != NULL && !map->registered) {
+        st = ops->hostmem->host_register(b, map->base, map->size, map->fd, &map->token, &job->err);
         if (st != TSR_OK)
             return st;
         map->registered = true;
     }
-    return ops->hostmem->buffer_copy_registered(b, buf, offset, host, len, to_device, &job->err);
+    /* A shrink that races the copy: the CPU backend's memcpy faults here and
+     * the guard unwinds it (it holds nothing while it copies); CUDA copies a
+     * registered range by DMA from the pages its registration holds; the
+     * isolated backends copy in the worker, which guards its own copy and
+     * answers BUFFER_MISMATCH. */
+    shm_copy_call call = {job, map, buf, offset, host, len, to_device, TSR_OK};
+    if (!tsrd_guard_run(host, len, shm_copy_run, &call))
+        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                             "%s: %s shrank during the copy: %llu bytes at offset %llu no longer "
+                             "lie inside it",
+                             field, map->name, (unsigned long long)len, (unsigned long long)at);
+    if (call.status == TSR_BUFFER_MISMATCH && ops->hostmem != NULL) {
+        /* The worker's answer names no field: put it and the segment first. */
+        char said[TSR_ERROR_MESSAGE_MAX];
+        snprintf(said, sizeof said, "%s", job->err.message);
+        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH, "%s: %s %s", field, map->name, said);
+    }
+    return call.status;
 }
 
 void tsrd_shm_unpin_all(tsrd_daemon *d, tsrd_session *s)

@@ -6,17 +6,23 @@
  * sending the bytes. The daemon maps a segment once per session, on the first
  * request that names it, after checking that it is a regular object owned by
  * the caller (the ipc peer's uid; the daemon's own where the transport gives
- * no credentials) and that every range lies inside it. The first copy through
- * a mapping registers it with the backend (CUDA pins it), so copies then run
- * at DMA speed without staging. Mappings go when the session ends.
+ * no credentials) and that every range lies inside it. The first copy through a
+ * mapping registers it with the backend (CUDA pins it), so copies then run at
+ * DMA speed without staging. Mappings go when the session ends.
+ *
+ * The caller may shrink the segment (ftruncate) at any time, and a copy past
+ * its end would raise SIGBUS: every copy checks the segment's current size
+ * first and runs inside a guard (backend/guard.h) that turns a shrink racing
+ * it into an error, so either way the request fails and nothing else does.
  *
  * Threading: tsrd_shm_resolve runs on the loop thread (prepare);
- * tsrd_shm_register only in the session's stream jobs, which never overlap,
- * so the registered flag needs no lock; tsrd_shm_release_all on the loop once
- * no job holds the session. Errors: INVALID_ARGUMENT for a bad name, NOT_FOUND
- * for a segment that does not exist, UNAUTHENTICATED for one owned by another
- * user, BUFFER_MISMATCH for a range outside it, RESOURCE_EXHAUSTED past
- * TSRD_SHM_MAX_MAPS segments in one session.
+ * tsrd_shm_copy only in the session's stream jobs, which never overlap, so the
+ * registered flag needs no lock; tsrd_shm_release_all on the loop once no job
+ * holds the session. Errors name the request field: INVALID_ARGUMENT for a bad
+ * name, NOT_FOUND for a segment that does not exist, UNAUTHENTICATED for one
+ * owned by another user, BUFFER_MISMATCH for a range outside it (at mapping or
+ * at the copy, after a shrink), RESOURCE_EXHAUSTED past TSRD_SHM_MAX_MAPS
+ * segments in one session.
  */
 #ifndef TESSERAD_SHM_H
 #define TESSERAD_SHM_H
@@ -34,8 +40,8 @@ typedef struct tsrd_shm_map {
     char name[TSRD_SHM_NAME_MAX + 1];
     uint8_t *base;
     uint64_t size;
-    int fd;          /* the segment, kept open for backends that map it elsewhere */
-    void *token;     /* the backend's registration */
+    int fd;      /* the segment: its size before each copy, and backends that map it elsewhere */
+    void *token; /* the backend's registration */
     bool registered; /* stream jobs only */
 } tsrd_shm_map;
 
@@ -48,9 +54,11 @@ tsr_status tsrd_shm_resolve(tsrd_job *job, const Tessera__V1__SharedMemory *ref,
 /* Copies len bytes between host (inside map) and buf at offset: to_device
  * writes the buffer, else reads it. Where the backend registers host memory the
  * segment is registered on first use and the copy is one direct transfer;
- * elsewhere it is an ordinary buffer_write or buffer_read. Stream jobs only. */
-tsr_status tsrd_shm_copy(tsrd_job *job, tsrd_shm_map *map, tsrd_dbuf *buf, uint64_t offset,
-                         uint8_t *host, uint64_t len, int to_device);
+ * elsewhere it is an ordinary buffer_write or buffer_read. A range the segment
+ * no longer holds, found before the copy or by a fault during it, is
+ * BUFFER_MISMATCH naming field. Stream jobs only. */
+tsr_status tsrd_shm_copy(tsrd_job *job, tsrd_shm_map *map, const char *field, tsrd_dbuf *buf,
+                         uint64_t offset, uint8_t *host, uint64_t len, int to_device);
 
 /* Unregisters every segment of s but keeps it mapped: after a device recovery
  * the pins of the old context are void, and the next stream job pins the

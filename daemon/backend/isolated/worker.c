@@ -22,10 +22,12 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend/isolated/worker.h"
 
+#include "backend/guard.h"
 #include "backend/isolated/wire.h"
 #include "backend/registry.h"
 #include "tessera/json.h"
@@ -43,6 +45,7 @@ typedef struct worker {
 typedef struct worker_pin {
     uint8_t *base;
     uint64_t len;
+    int fd; /* the segment, for its size before every copy */
     void *token;
 } worker_pin;
 
@@ -110,10 +113,15 @@ static tsr_status worker_pin_make(worker *w, int fd, uint64_t len, uint64_t *id,
     }
     p->base = base;
     p->len = len;
-    tsr_status st = w->ops->hostmem != NULL
-                        ? w->ops->hostmem->host_register(w->b, base, len, -1, &p->token, err)
-                        : TSR_OK;
+    p->fd = dup(fd);
+    tsr_status st =
+        p->fd < 0 ? tsr_error_set(err, TSR_IO_ERROR, "device worker: dup: %s", strerror(errno))
+        : w->ops->hostmem != NULL
+            ? w->ops->hostmem->host_register(w->b, base, len, -1, &p->token, err)
+            : TSR_OK;
     if (st != TSR_OK) {
+        if (p->fd >= 0)
+            close(p->fd);
         munmap(base, (size_t)len);
         free(p);
         return st;
@@ -129,6 +137,7 @@ static void worker_pin_free(worker *w, worker_pin *p)
     if (w->ops->hostmem != NULL)
         w->ops->hostmem->host_unregister(w->b, p->token);
     munmap(p->base, (size_t)p->len);
+    close(p->fd);
     free(p);
 }
 
@@ -143,6 +152,51 @@ static tsr_status worker_copy(worker *w, tsrd_dbuf *buf, uint64_t offset, uint8_
                                                        err);
     return to_device ? w->ops->buffer_write(w->b, buf, offset, host, len, err)
                      : w->ops->buffer_read(w->b, buf, offset, host, len, err);
+}
+
+/* A copy between a device buffer and a pinned client segment, which the
+ * client may shrink at any time: a range past the segment's end now is
+ * refused, and a shrink racing the copy is caught by the guard (the CPU
+ * backend's copy is a memcpy that holds nothing; CUDA's is a DMA from the
+ * pages the pin holds). Either is BUFFER_MISMATCH, worded to follow the
+ * segment's name in the daemon's message, and the worker lives on. */
+typedef struct worker_pinned_copy {
+    worker *w;
+    const tsrd_dw_request *q;
+    uint8_t *host;
+    tsr_error *err;
+    tsr_status status;
+} worker_pinned_copy;
+
+static void worker_pinned_copy_run(void *arg)
+{
+    worker_pinned_copy *c = arg;
+    c->status = worker_copy(c->w, (tsrd_dbuf *)(uintptr_t)c->q->a[0], c->q->a[1], c->host,
+                            c->q->a[4], (int)c->q->a[5], true, c->err);
+}
+
+static tsr_status worker_copy_pinned(worker *w, const tsrd_dw_request *q, tsr_error *err)
+{
+    worker_pin *p = (worker_pin *)(uintptr_t)q->a[2];
+    uint64_t at = q->a[3], len = q->a[4];
+    if (at > p->len || len > p->len - at)
+        return tsr_error_set(err, TSR_INTERNAL, "device worker: copy outside the pin");
+    struct stat st;
+    if (fstat(p->fd, &st) != 0)
+        return tsr_error_set(err, TSR_IO_ERROR, "device worker: fstat segment: %s",
+                             strerror(errno));
+    if ((uint64_t)st.st_size < at + len)
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH,
+                             "shrank to %llu bytes: %llu bytes at offset %llu pass its end",
+                             (unsigned long long)st.st_size, (unsigned long long)len,
+                             (unsigned long long)at);
+    worker_pinned_copy c = {w, q, p->base + at, err, TSR_OK};
+    if (!tsrd_guard_run(c.host, len, worker_pinned_copy_run, &c))
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH,
+                             "shrank during the copy: %llu bytes at offset %llu no longer lie "
+                             "inside it",
+                             (unsigned long long)len, (unsigned long long)at);
+    return c.status;
 }
 
 /* Graph begin, end and launch, on a backend that captures. */
@@ -278,15 +332,9 @@ static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint
     case TSRD_DW_UNPIN:
         worker_pin_free(w, (worker_pin *)(uintptr_t)q->a[0]);
         break;
-    case TSRD_DW_COPY_PINNED: {
-        worker_pin *p = (worker_pin *)(uintptr_t)q->a[2];
-        if (q->a[3] > p->len || q->a[4] > p->len - q->a[3])
-            st = tsr_error_set(&err, TSR_INTERNAL, "device worker: copy outside the pin");
-        else
-            st = worker_copy(w, (tsrd_dbuf *)(uintptr_t)q->a[0], q->a[1], p->base + q->a[3],
-                             q->a[4], (int)q->a[5], true, &err);
+    case TSRD_DW_COPY_PINNED:
+        st = worker_copy_pinned(w, q, &err);
         break;
-    }
     default:
         st = tsr_error_set(&err, TSR_INTERNAL, "device worker: unknown operation %u", q->op);
         break;
@@ -342,6 +390,9 @@ int tsrd_device_worker_main(int argc, char **argv)
     signal(SIGTERM, SIG_IGN);
     signal(SIGINT, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
+    /* Client segments can shrink under a copy (worker_copy_pinned). */
+    if (tsrd_guard_install() != 0)
+        return 1;
     int n = atoi(argv[4]);
     if (n < 1 || n > TSRD_DW_CHANNELS)
         return 2;

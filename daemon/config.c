@@ -415,6 +415,11 @@ static tsr_status config_json_tenant(const cJSON *v, tsrd_tenant_config *t, tsr_
             st = config_json_ids(item, "uids", t->uids, &t->n_uids, err);
         } else if (strcmp(k, "gids") == 0) {
             st = config_json_ids(item, "gids", t->gids, &t->n_gids, err);
+        } else if (strcmp(k, "shm_uid") == 0) {
+            uint64_t uid = 0;
+            st = config_json_u64(item, "shm_uid", 0, UINT32_MAX - 1, &uid, err);
+            t->shm_uid = (uint32_t)uid;
+            t->has_shm_uid = st == TSR_OK;
         } else if (strcmp(k, "quotas") == 0) {
             st = config_json_quotas(item, &t->quota, err);
         } else {
@@ -426,6 +431,12 @@ static tsr_status config_json_tenant(const cJSON *v, tsrd_tenant_config *t, tsr_
     if (st == TSR_OK && t->n_tokens + t->n_uids + t->n_gids == 0)
         st = tsr_error_set(err, TSR_BAD_ATTRIBUTE,
                            "tenant '%s' has no identity (token_sha256, uids or gids)", t->name);
+    /* Without peer credentials a tenant is known by its token alone. */
+    if (st == TSR_OK && t->has_shm_uid && t->n_tokens == 0)
+        st = tsr_error_set(err, TSR_BAD_ATTRIBUTE,
+                           "shm_uid: tenant '%s' has no token_sha256, and only a token "
+                           "identifies a tenant on a connection without peer credentials",
+                           t->name);
     return st;
 }
 

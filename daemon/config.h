@@ -13,8 +13,10 @@
  *   replay_bytes_per_tenant
  *
  * tenants is an array of objects {name, token_sha256 [hex], uids [n], gids [n],
- * quotas {device_memory_bytes, buffers, in_flight, compiles}}; tokens are kept
- * only as SHA-256 hashes (tesserad --hash-token prints one). tls is an object
+ * shm_uid n, quotas {device_memory_bytes, buffers, in_flight, compiles}}; tokens
+ * are kept only as SHA-256 hashes (tesserad --hash-token prints one). shm_uid,
+ * which needs a token, is the user whose shared memory the tenant may name on
+ * a connection without peer credentials (tcp, tls). tls is an object
  * {cert_file, key_file, ca_file, verify_clients}. A tcp:// listen URL is refused
  * unless allow_plain_tcp is true. metrics_listen is an http://HOST:PORT URL on
  * which GET /metrics serves the Prometheus text; without it (the default) there
@@ -75,6 +77,8 @@ typedef struct tsrd_tenant_config {
     char token_sha256[TSRD_MAX_TENANT_IDS][65]; /* lower-case hex */
     uint32_t uids[TSRD_MAX_TENANT_IDS];
     uint32_t gids[TSRD_MAX_TENANT_IDS];
+    bool has_shm_uid; /* shm_uid given */
+    uint32_t shm_uid;
     tsrd_quota quota;
 } tsrd_tenant_config;
 

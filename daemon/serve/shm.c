@@ -26,10 +26,47 @@ static tsr_status shm_name_check(tsrd_job *job, const char *name, const char *fi
     return TSR_OK;
 }
 
+/* The uid whose segments the session may name: its ipc peer's, else the one
+ * the config grants its tenant. Never the daemon's own: a connection without
+ * credentials (tcp, tls) could be anyone, anywhere. */
+static tsr_status shm_owner(tsrd_job *job, const char *field, uid_t *owner)
+{
+    const tsrd_session *s = job->session;
+    if (s->peer_known) {
+        *owner = (uid_t)s->peer_uid;
+        return TSR_OK;
+    }
+    if (s->tenant != NULL && s->tenant->conf.has_shm_uid) {
+        *owner = (uid_t)s->tenant->conf.shm_uid;
+        return TSR_OK;
+    }
+    return tsr_error_set(&job->err, TSR_UNAUTHENTICATED,
+                         "%s: shared memory needs the caller's uid, and this connection has no "
+                         "peer credentials (tcp or tls); use ipc, send the data inline, or grant "
+                         "the tenant a uid with shm_uid in the config",
+                         field);
+}
+
+/* True when a session of another tenant maps the object: it is that tenant's
+ * until no session of it maps the object any more. */
+static bool shm_held_elsewhere(const tsrd_job *job, const struct stat *st)
+{
+    for (const tsrd_session *s = job->d->sessions; s != NULL; s = s->next)
+        for (const tsrd_shm_map *m = s->shm_maps; s->tenant != job->session->tenant && m != NULL;
+             m = m->next)
+            if (m->dev == (uint64_t)st->st_dev && m->ino == (uint64_t)st->st_ino)
+                return true;
+    return false;
+}
+
 /* Opens, checks and maps a segment for the session. */
 static tsr_status shm_map_open(tsrd_job *job, const char *name, const char *field,
                                tsrd_shm_map **out)
 {
+    uid_t owner = 0;
+    tsr_status status = shm_owner(job, field, &owner);
+    if (status != TSR_OK)
+        return status;
     int fd = shm_open(name, O_RDWR, 0);
     if (fd < 0) {
         int e = errno;
@@ -37,21 +74,20 @@ static tsr_status shm_map_open(tsrd_job *job, const char *name, const char *fiel
                              "%s.name: shm_open %s: %s", field, name, strerror(e));
     }
     struct stat st;
-    tsr_status status = TSR_OK;
-    /* The caller's own segment only: the ipc peer's uid when the transport
-     * reports it, else the daemon's (a tcp caller on this node). A segment of
-     * someone else is never mapped on the caller's behalf. */
-    uid_t owner = job->session->peer_known ? (uid_t)job->session->peer_uid : geteuid();
     if (fstat(fd, &st) != 0)
         status = tsr_error_set(&job->err, TSR_IO_ERROR, "%s.name: fstat %s: %s", field, name,
                                strerror(errno));
+    else if (shm_held_elsewhere(job, &st))
+        /* Word for word what a segment that does not exist gets. */
+        status = tsr_error_set(&job->err, TSR_NOT_FOUND, "%s.name: shm_open %s: %s", field, name,
+                               strerror(ENOENT));
     else if (!S_ISREG(st.st_mode))
         status = tsr_error_set(&job->err, TSR_INVALID_ARGUMENT,
                                "%s.name: %s is not a shared-memory object", field, name);
     else if (st.st_uid != owner)
         status = tsr_error_set(&job->err, TSR_UNAUTHENTICATED,
-                               "%s.name: %s belongs to uid %u, not the caller's %u", field, name,
-                               (unsigned)st.st_uid, (unsigned)owner);
+                               "%s.name: %s belongs to uid %u, not to the caller's uid %u", field,
+                               name, (unsigned)st.st_uid, (unsigned)owner);
     else if (st.st_size <= 0)
         status = tsr_error_set(&job->err, TSR_BUFFER_MISMATCH, "%s.name: %s is empty", field, name);
     tsrd_shm_map *m = NULL;
@@ -67,6 +103,8 @@ static tsr_status shm_map_open(tsrd_job *job, const char *name, const char *fiel
             m->base = p;
             m->size = (uint64_t)st.st_size;
             m->fd = fd;
+            m->dev = (uint64_t)st.st_dev;
+            m->ino = (uint64_t)st.st_ino;
             strcpy(m->name, name);
             *out = m;
         }

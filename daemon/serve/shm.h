@@ -5,8 +5,12 @@
  * shm_open and names it (with an offset and a length) in a request instead of
  * sending the bytes. The daemon maps a segment once per session, on the first
  * request that names it, after checking that it is a regular object owned by
- * the caller (the ipc peer's uid; the daemon's own where the transport gives
- * no credentials) and that every range lies inside it. The first copy through a
+ * the caller and that every range lies inside it. The caller's uid comes from
+ * the connection's peer credentials (ipc) only; where the transport has none
+ * (tcp, tls) it is the shm_uid the config grants the session's tenant, and
+ * without one shared memory is refused. A segment belongs to the tenant whose
+ * session mapped it while any session maps it: another tenant naming it is
+ * answered as for a segment that does not exist. The first copy through a
  * mapping registers it with the backend (CUDA pins it), so copies then run at
  * DMA speed without staging. Mappings go when the session ends.
  *
@@ -19,8 +23,9 @@
  * tsrd_shm_copy only in the session's stream jobs, which never overlap, so the
  * registered flag needs no lock; tsrd_shm_release_all on the loop once no job
  * holds the session. Errors name the request field: INVALID_ARGUMENT for a bad
- * name, NOT_FOUND for a segment that does not exist, UNAUTHENTICATED for one
- * owned by another user, BUFFER_MISMATCH for a range outside it (at mapping or
+ * name, NOT_FOUND for a segment that does not exist or is another tenant's,
+ * UNAUTHENTICATED for one owned by another user or on a connection with no
+ * uid to check against, BUFFER_MISMATCH for a range outside it (at mapping or
  * at the copy, after a shrink), RESOURCE_EXHAUSTED past TSRD_SHM_MAX_MAPS
  * segments in one session.
  */
@@ -40,9 +45,10 @@ typedef struct tsrd_shm_map {
     char name[TSRD_SHM_NAME_MAX + 1];
     uint8_t *base;
     uint64_t size;
-    int fd;      /* the segment: its size before each copy, and backends that map it elsewhere */
-    void *token; /* the backend's registration */
-    bool registered; /* stream jobs only */
+    int fd; /* the segment: its size before each copy, and backends that map it elsewhere */
+    uint64_t dev, ino; /* which object it is, for the tenant that holds it */
+    void *token;       /* the backend's registration */
+    bool registered;   /* stream jobs only */
 } tsrd_shm_map;
 
 /* Resolves ref for the job's session: *map is the session's mapping (made on

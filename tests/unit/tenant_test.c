@@ -85,6 +85,44 @@ Test(tenant, config_errors_name_the_tenant_and_key)
     }
 }
 
+Test(tenant, shm_uid_is_read_and_checked)
+{
+    tsrd_config c;
+    tsr_error err;
+    cr_assert_eq(
+        unit_config_parse(&c,
+                          "{\"tenants\": [{\"name\": \"a\", \"token_sha256\": [\"" TENANT_ALICE_HASH
+                          "\"], \"shm_uid\": 1000}, {\"name\": \"b\", \"uids\": [7]}]}",
+                          &err),
+        TSR_OK, "%s", err.message);
+    cr_expect(c.tenants[0].has_shm_uid);
+    cr_expect_eq(c.tenants[0].shm_uid, 1000);
+    cr_expect_not(c.tenants[1].has_shm_uid, "no grant unless given");
+    tsrd_config_free(&c);
+    static const struct {
+        const char *text, *message;
+    } cases[] = {
+        {"{\"tenants\": [{\"name\": \"a\", \"uids\": [1], \"shm_uid\": 1}]}",
+         "tenants[0]: shm_uid: tenant 'a' has no token_sha256, and only a token identifies a "
+         "tenant on a connection without peer credentials"},
+        {"{\"tenants\": [{\"name\": \"a\", \"token_sha256\": [\"" TENANT_ALICE_HASH
+         "\"], \"shm_uid\": -1}]}",
+         "tenants[0]: shm_uid: must be an integer in [0, 4294967294], got -1"},
+        {"{\"tenants\": [{\"name\": \"a\", \"token_sha256\": [\"" TENANT_ALICE_HASH
+         "\"], \"shm_uid\": 4294967295}]}",
+         "tenants[0]: shm_uid: must be an integer in [0, 4294967294], got 4.29497e+09"},
+        {"{\"tenants\": [{\"name\": \"a\", \"token_sha256\": [\"" TENANT_ALICE_HASH
+         "\"], \"shm_uid\": \"root\"}]}",
+         "tenants[0]: shm_uid: must be a number"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cr_expect_eq(unit_config_parse(&c, cases[i].text, &err), TSR_BAD_ATTRIBUTE, "%s",
+                     cases[i].text);
+        cr_expect_str_eq(err.message, cases[i].message);
+        tsrd_config_free(&c);
+    }
+}
+
 static void tenant_daemon(tsrd_daemon *d, tsrd_config *c, const char *text)
 {
     tsr_error err;

@@ -298,6 +298,41 @@ static int cmd_info(cli *c, int argc, char **argv)
 
 /* ---- stats, cache ---- */
 
+/* One counter as {"name", "labels", "value"}: the daemon's row name
+ * 'family{label="value",...}' taken apart, so that scripts need no parsing. */
+static cJSON *cmd_counter_json(const char *row, double value)
+{
+    cJSON *o = cJSON_CreateObject();
+    const char *brace = strchr(row, '{');
+    size_t family = brace != NULL ? (size_t)(brace - row) : strlen(row);
+    char name[TSR_CLIENT_NAME_MAX];
+    snprintf(name, sizeof name, "%.*s", (int)family, row);
+    cJSON_AddStringToObject(o, "name", name);
+    cJSON *labels = cJSON_AddObjectToObject(o, "labels");
+    const char *p = brace != NULL ? brace + 1 : NULL;
+    while (p != NULL && *p != '\0' && *p != '}') {
+        const char *eq = strchr(p, '=');
+        if (eq == NULL || eq[1] != '"')
+            break;
+        char key[64], val[256];
+        snprintf(key, sizeof key, "%.*s", (int)(eq - p), p);
+        size_t n = 0;
+        const char *q = eq + 2;
+        for (; *q != '\0' && *q != '"' && n + 1 < sizeof val; q++) {
+            if (*q == '\\' && q[1] != '\0')
+                q++; /* the exposition format escapes backslash, quote and newline */
+            val[n++] = *q == 'n' && q[-1] == '\\' ? '\n' : *q;
+        }
+        val[n] = '\0';
+        cJSON_AddStringToObject(labels, key, val);
+        p = *q == '"' ? q + 1 : q;
+        if (*p == ',')
+            p++;
+    }
+    cJSON_AddNumberToObject(o, "value", value);
+    return o;
+}
+
 static int cmd_stats_call(cli *c, const tsr_region *r, void *args)
 {
     (void)r;
@@ -308,9 +343,10 @@ static int cmd_stats_call(cli *c, const tsr_region *r, void *args)
         return cli_fail_call(&err);
     if (c->json) {
         cJSON *o = cJSON_CreateObject();
-        cJSON *counters = cJSON_AddObjectToObject(o, "counters");
+        cJSON *counters = cJSON_AddArrayToObject(o, "counters");
         for (size_t i = 0; i < s->n_counters; i++)
-            cJSON_AddNumberToObject(counters, s->counters[i].name, s->counters[i].value);
+            cJSON_AddItemToArray(counters,
+                                 cmd_counter_json(s->counters[i].name, s->counters[i].value));
         cJSON *cands = cJSON_AddArrayToObject(o, "candidates");
         for (size_t i = 0; i < s->n_candidates; i++) {
             const tsr_client_candidate_stats *cs = &s->candidates[i];

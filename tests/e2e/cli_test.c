@@ -364,3 +364,34 @@ Test(cli, cache_warm_compiles_every_region_and_evict_takes_a_unique_prefix)
              prefix);
     cr_expect_str_eq(res.err, want);
 }
+
+Test(cli, stats_json_counters_carry_their_labels_as_fields)
+{
+    cli_result res;
+    cli_exec(&res, true, "ping", NULL);
+    cli_exec(&res, true, "--json", "stats", NULL);
+    cr_assert_eq(res.code, 0, "stderr: %s", res.err);
+    cJSON *doc = cli_json(&res);
+    cJSON *counters = cJSON_GetObjectItem(doc, "counters");
+    cr_assert(cJSON_IsArray(counters), "%s", res.out);
+    bool hello_ok = false, build_info = false;
+    cJSON *row;
+    cJSON_ArrayForEach(row, counters)
+    {
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(row, "name"));
+        cJSON *labels = cJSON_GetObjectItem(row, "labels");
+        cr_assert_not_null(name);
+        cr_assert(cJSON_IsObject(labels), "%s has no labels object", name);
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItem(labels, "type"));
+        const char *status = cJSON_GetStringValue(cJSON_GetObjectItem(labels, "status"));
+        if (strcmp(name, "requests_total") == 0 && type != NULL && strcmp(type, "hello") == 0 &&
+            status != NULL && strcmp(status, "OK") == 0)
+            hello_ok = cJSON_GetNumberValue(cJSON_GetObjectItem(row, "value")) >= 1;
+        if (strcmp(name, "build_info") == 0)
+            build_info =
+                strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(labels, "backend")), "cpu") == 0;
+    }
+    cr_expect(hello_ok, "requests_total{type=hello,status=OK} >= 1: %s", res.out);
+    cr_expect(build_info, "build_info names the cpu backend: %s", res.out);
+    cJSON_Delete(doc);
+}

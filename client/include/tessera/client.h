@@ -349,7 +349,8 @@ tsr_status tsr_client_buffer_free(tsr_client *c, tsr_buffer buf, int timeout_ms,
 /* ---- stats and cache ---- */
 
 typedef struct tsr_client_counter {
-    char name[TSR_CLIENT_NAME_MAX];
+    /* The row's name with its labels: requests_total{type="hello",status="OK"}. */
+    char name[TSR_CLIENT_TEXT_MAX];
     double value;
 } tsr_client_counter;
 

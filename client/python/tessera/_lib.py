@@ -110,7 +110,7 @@ class Candidate(Structure):
 
 
 class Counter(Structure):
-    _fields_ = [("name", c_char * NAME_MAX), ("value", c_double)]
+    _fields_ = [("name", c_char * TEXT_MAX), ("value", c_double)]
 
 
 class CandidateStats(Structure):

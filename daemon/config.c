@@ -79,6 +79,8 @@ void tsrd_config_free(tsrd_config *c)
 {
     config_clear_listen(c);
     free(c->cache_dir);
+    free(c->cache_key_file);
+    c->cache_key_file = NULL;
     free(c->backend);
     free(c->config_path);
     free(c->tenants);
@@ -117,6 +119,7 @@ tsr_status tsrd_config_copy(tsrd_config *dst, const tsrd_config *src, tsr_error 
     dst->cache_dir = dst->backend = dst->config_path = NULL;
     dst->tls_cert_file = dst->tls_key_file = dst->tls_ca_file = NULL;
     dst->metrics_listen = NULL;
+    dst->cache_key_file = NULL;
     dst->tenants = NULL;
     dst->n_tenants = 0;
     tsr_status st = TSR_OK;
@@ -139,6 +142,8 @@ tsr_status tsrd_config_copy(tsrd_config *dst, const tsrd_config *src, tsr_error 
         st = config_copy_opt(&dst->tls_ca_file, src->tls_ca_file, err);
     if (st == TSR_OK)
         st = config_copy_opt(&dst->metrics_listen, src->metrics_listen, err);
+    if (st == TSR_OK)
+        st = config_copy_opt(&dst->cache_key_file, src->cache_key_file, err);
     for (int i = 0; st == TSR_OK && i < src->n_listen; i++)
         st = config_add_listen(dst, src->listen[i], err);
     if (st == TSR_OK)
@@ -206,6 +211,13 @@ static tsr_status key_cache_dir(tsrd_config *c, const cJSON *v, tsr_error *err)
     const char *s = NULL;
     tsr_status st = config_json_string(v, "cache_dir", &s, err);
     return st != TSR_OK ? st : config_set_string(&c->cache_dir, s, err);
+}
+
+static tsr_status key_cache_key_file(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    const char *s = NULL;
+    tsr_status st = config_json_string(v, "cache_key_file", &s, err);
+    return st != TSR_OK ? st : config_set_string(&c->cache_key_file, s, err);
 }
 
 static tsr_status key_backend(tsrd_config *c, const cJSON *v, tsr_error *err)
@@ -415,6 +427,8 @@ static tsr_status config_json_tenant(const cJSON *v, tsrd_tenant_config *t, tsr_
             st = config_json_ids(item, "uids", t->uids, &t->n_uids, err);
         } else if (strcmp(k, "gids") == 0) {
             st = config_json_ids(item, "gids", t->gids, &t->n_gids, err);
+        } else if (strcmp(k, "admin") == 0) {
+            st = config_json_bool(item, "admin", &t->admin, err);
         } else if (strcmp(k, "shm_uid") == 0) {
             uint64_t uid = 0;
             st = config_json_u64(item, "shm_uid", 0, UINT32_MAX - 1, &uid, err);
@@ -513,8 +527,7 @@ static tsr_status key_max_requests_per_connection(tsrd_config *c, const cJSON *v
                            &c->max_requests_per_connection, err);
 }
 
-static tsr_status key_max_unread_replies_per_tenant(tsrd_config *c, const cJSON *v,
-                                                    tsr_error *err)
+static tsr_status key_max_unread_replies_per_tenant(tsrd_config *c, const cJSON *v, tsr_error *err)
 {
     return config_json_u64(v, "max_unread_replies_per_tenant", 1, UINT64_C(1) << 20,
                            &c->max_unread_replies_per_tenant, err);
@@ -538,6 +551,7 @@ static const struct config_key {
 } config_keys[] = {
     {"listen", key_listen},
     {"cache_dir", key_cache_dir},
+    {"cache_key_file", key_cache_key_file},
     {"backend", key_backend},
     {"log_level", key_log_level},
     {"log_format", key_log_format},
@@ -632,11 +646,14 @@ const char *tsrd_config_usage(void)
     return "usage: tesserad [--config FILE] [--listen URL]... [--cache-dir DIR]\n"
            "                [--backend auto|cpu|cuda|...] [--log-level error|warn|info|debug]\n"
            "                [--log-format auto|text|journal|json]\n"
-           "                [--max-message-bytes N] [--workers N] [--help] [--version]\n"
+           "                [--max-message-bytes N] [--workers N] [--allow-plain-tcp]\n"
+           "                [--help] [--version]\n"
            "       tesserad --hash-token < token-file\n"
            "\n"
            "  --config FILE           JSON config file; flags override its values\n"
-           "  --listen URL            ipc://PATH or tcp://HOST:PORT; repeatable\n"
+           "  --listen URL            ipc://PATH, tls+tcp://HOST:PORT (with the config's tls\n"
+           "                          settings) or tcp://HOST:PORT (with --allow-plain-tcp);\n"
+           "                          repeatable\n"
            "                          (default " TSRD_DEFAULT_LISTEN ")\n"
            "  --cache-dir DIR         kernel cache directory (default " TSRD_DEFAULT_CACHE_DIR ")\n"
            "  --backend NAME          auto (cuda when a driver loads, else cpu), cpu, cuda (device "
@@ -649,9 +666,12 @@ const char *tsrd_config_usage(void)
            "  --max-message-bytes N   largest request accepted (default 67108864)\n"
            "  --workers N             worker threads for compiles and launches (default: "
            "CPUs)\n"
+           "  --allow-plain-tcp       let tcp:// listeners serve (requests, tokens and data\n"
+           "                          unencrypted; config key allow_plain_tcp)\n"
            "  --hash-token            print the SHA-256 of the token on stdin, for the\n"
            "                          token_sha256 list of a tenant in the config file\n"
            "\n"
+           "Flags take their value as --flag VALUE or --flag=VALUE.\n"
            "Signals: SIGTERM/SIGINT drain and exit; SIGHUP reloads tenants and quotas from\n"
            "the config file without dropping connections.\n";
 }
@@ -727,14 +747,38 @@ static bool config_flag_takes_value(const char *flag)
     return false;
 }
 
-tsr_status tsrd_config_from_args(tsrd_config *c, int argc, char **argv, tsrd_config_action *action,
-                                 tsr_error *err)
+/* Flags that take no value. */
+static bool config_flag_is_switch(const char *flag)
+{
+    return strcmp(flag, "--allow-plain-tcp") == 0;
+}
+
+/* Splits --flag=VALUE into two arguments (the flag part copied into names, which
+ * the caller frees), so both spellings parse alike. args holds 2 * argc slots. */
+static int config_split_args(int argc, char **argv, char **args, char **names)
+{
+    int n = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *eq = strncmp(argv[i], "--", 2) == 0 ? strchr(argv[i], '=') : NULL;
+        names[i] = eq != NULL ? strndup(argv[i], (size_t)(eq - argv[i])) : NULL;
+        if (names[i] != NULL) {
+            args[n++] = names[i];
+            args[n++] = (char *)eq + 1;
+        } else {
+            args[n++] = argv[i];
+        }
+    }
+    return n;
+}
+
+static tsr_status config_from_split_args(tsrd_config *c, int argc, char **argv,
+                                         tsrd_config_action *action, tsr_error *err)
 {
     *action = TSRD_CONFIG_SERVE;
     tsr_status st = tsrd_config_defaults(c, err);
     /* Pass 1: help, version, argument shape and the config file. */
     const char *config_path = NULL;
-    for (int i = 1; st == TSR_OK && i < argc; i++) {
+    for (int i = 0; st == TSR_OK && i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             *action = TSRD_CONFIG_HELP;
             return TSR_OK;
@@ -747,6 +791,8 @@ tsr_status tsrd_config_from_args(tsrd_config *c, int argc, char **argv, tsrd_con
             *action = TSRD_CONFIG_HASH_TOKEN;
             return TSR_OK;
         }
+        if (config_flag_is_switch(argv[i]))
+            continue;
         if (!config_flag_takes_value(argv[i]))
             return tsr_error_set(err, TSR_INVALID_ARGUMENT, "unknown option '%s'", argv[i]);
         if (i + 1 >= argc)
@@ -761,8 +807,34 @@ tsr_status tsrd_config_from_args(tsrd_config *c, int argc, char **argv, tsrd_con
         st = config_set_string(&c->config_path, config_path, err);
     /* Pass 2: every other flag overrides the file. */
     bool listen_from_args = false;
-    for (int i = 1; st == TSR_OK && i + 1 < argc; i += 2)
+    for (int i = 0; st == TSR_OK && i < argc; i++) {
+        if (strcmp(argv[i], "--allow-plain-tcp") == 0) {
+            c->allow_plain_tcp = true;
+            continue;
+        }
         if (strcmp(argv[i], "--config") != 0)
             st = config_apply_flag(c, argv[i], argv[i + 1], &listen_from_args, err);
+        i++; /* the flag's value */
+    }
+    return st;
+}
+
+tsr_status tsrd_config_from_args(tsrd_config *c, int argc, char **argv, tsrd_config_action *action,
+                                 tsr_error *err)
+{
+    char **args = calloc((size_t)argc * 2 + 1, sizeof *args);
+    char **names = calloc((size_t)argc + 1, sizeof *names);
+    tsr_status st;
+    if (args == NULL || names == NULL) {
+        *action = TSRD_CONFIG_SERVE;
+        st = tsr_error_set(err, TSR_NO_MEMORY, "arguments: out of memory");
+    } else {
+        int n = config_split_args(argc, argv, args, names);
+        st = config_from_split_args(c, n, args, action, err);
+    }
+    for (int i = 0; names != NULL && i < argc; i++)
+        free(names[i]);
+    free(names);
+    free(args);
     return st;
 }

@@ -10,7 +10,7 @@
  *   allow_plain_tcp, tls, metrics_listen, max_request_work, kernel_timeout_ms,
  *   test_faults, max_connections, max_requests_per_connection,
  *   max_unread_replies_per_tenant, replay_bytes_per_connection,
- *   replay_bytes_per_tenant
+ *   replay_bytes_per_tenant, cache_key_file
  *
  * tenants is an array of objects {name, token_sha256 [hex], uids [n], gids [n],
  * shm_uid n, quotas {device_memory_bytes, buffers, in_flight, compiles}}; tokens
@@ -20,7 +20,10 @@
  * {cert_file, key_file, ca_file, verify_clients}. A tcp:// listen URL is refused
  * unless allow_plain_tcp is true. metrics_listen is an http://HOST:PORT URL on
  * which GET /metrics serves the Prometheus text; without it (the default) there
- * is no HTTP listener.
+ * is no HTTP listener. A tenant with admin true sees and evicts every tenant's
+ * kernel cache entries and sees every tenant's figures in stats; the others see
+ * only their own. cache_key_file names the file holding the key that
+ * authenticates the cache's entries (default: kcache.key in cache_dir).
  *
  * An unknown key, a wrong JSON type or a value out of range is an error whose
  * message names the key. Nothing here touches the file system beyond reading
@@ -77,6 +80,8 @@ typedef struct tsrd_tenant_config {
     char token_sha256[TSRD_MAX_TENANT_IDS][65]; /* lower-case hex */
     uint32_t uids[TSRD_MAX_TENANT_IDS];
     uint32_t gids[TSRD_MAX_TENANT_IDS];
+    /* Sees and evicts every tenant's cache entries, sees every tenant in stats. */
+    bool admin;
     bool has_shm_uid; /* shm_uid given */
     uint32_t shm_uid;
     tsrd_quota quota;
@@ -86,7 +91,8 @@ typedef struct tsrd_config {
     int n_listen;
     char *listen[TSRD_MAX_LISTEN];
     char *cache_dir;
-    char *backend; /* "auto", "cpu" or "cuda" */
+    char *cache_key_file; /* the kernel cache's key; NULL: kcache.key in cache_dir */
+    char *backend;        /* "auto", "cpu" or "cuda" */
     tsrd_log_level log_level;
     tsrd_log_format log_format; /* "log_format" / --log-format; auto by default */
     uint64_t max_message_bytes;

@@ -247,3 +247,28 @@ Test(config, the_shipped_configs_validate_and_the_default_declares_no_tenants)
     cr_expect_eq(c.n_tenants, 2);
     tsrd_config_free(&c);
 }
+
+Test(config, flags_take_equals_values_and_allow_plain_tcp_is_a_switch)
+{
+    char *argv[] = {"tesserad",
+                    "--log-level=debug",
+                    "--listen=tcp://127.0.0.1:7390",
+                    "--allow-plain-tcp",
+                    "--workers",
+                    "3",
+                    NULL};
+    tsrd_config c;
+    tsrd_config_action action;
+    tsr_error err = {0};
+    cr_assert_eq(tsrd_config_from_args(&c, 6, argv, &action, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(action, TSRD_CONFIG_SERVE);
+    cr_expect_eq(c.log_level, TSRD_LOG_DEBUG);
+    cr_expect(c.allow_plain_tcp);
+    cr_expect_eq(c.workers, 3);
+    cr_assert_eq(c.n_listen, 1);
+    cr_expect_str_eq(c.listen[0], "tcp://127.0.0.1:7390");
+    tsrd_config_free(&c);
+    char *bad[] = {"tesserad", "--log-level=loud", NULL};
+    expect_args(bad, TSR_INVALID_ARGUMENT,
+                "--log-level: 'loud' is not one of error, warn, info, debug");
+}

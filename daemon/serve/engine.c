@@ -57,14 +57,64 @@ static bool engine_arch_is_host(const char *arch)
     return arch != NULL && strcmp(arch, "cpu") == 0;
 }
 
-double tsrd_engine_verify_work(const tsr_region *r, const char *arch, int random_probes)
+tsr_verify_method tsrd_engine_verify_method(const tsr_region *r)
 {
-    /* In double: random_probes plus the special probes can pass INT_MAX. */
-    int special = tsr_oracle_probe_count(r, 1) - 1;
-    double probes =
-        random_probes > 0 ? (double)random_probes + special : tsr_oracle_probe_count(r, 0);
+    return tsr_ref_work(r) > TSRD_ENGINE_SAMPLE_WORK ? TSR_VERIFY_SAMPLED : TSR_VERIFY_FULL;
+}
+
+/* The oracle's options for verifying c on r; with sampling, *small is the
+ * small shape when c serves it (*has_small; free it with tsr_region_free). */
+static void engine_oracle_options(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                                  uint64_t seed, int random_probes, tsr_oracle_options *o,
+                                  tsr_region *small, bool *has_small)
+{
+    memset(o, 0, sizeof *o);
+    o->seed = seed;
+    o->random_probes = random_probes;
+    o->bound = c != NULL ? c->tolerance : 0;
+    o->ref_threads = 0;
+    o->method = tsrd_engine_verify_method(r);
+    o->tile = c != NULL ? c->tile : 0;
+    *has_small = false;
+    if (o->method != TSR_VERIFY_SAMPLED ||
+        tsr_oracle_small_region(r, o->tile, small, NULL) != TSR_OK)
+        return;
+    char why[128] = "";
+    if (c != NULL && c->applies != NULL && !c->applies(c, small, arch, why, sizeof why)) {
+        /* The candidate does not serve the small shape: its sampled check at
+         * the real shape is all there is (the verdict says 0 small probes). */
+        tsr_region_free(small);
+        return;
+    }
+    *has_small = true;
+    o->small = small;
+}
+
+double tsrd_engine_verify_work(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                               int random_probes)
+{
+    bool host = engine_arch_is_host(arch);
     double run = tsr_ref_work(r);
-    return probes * (run * (engine_arch_is_host(arch) ? 2 : 1) + ENGINE_PROBE_WORK);
+    if (tsrd_engine_verify_method(r) == TSR_VERIFY_FULL) {
+        /* In double: random_probes plus the special probes can pass INT_MAX. */
+        int special = tsr_oracle_probe_count(r, 1) - 1;
+        double probes =
+            random_probes > 0 ? (double)random_probes + special : tsr_oracle_probe_count(r, 0);
+        return probes * (run * (host ? 2 : 1) + ENGINE_PROBE_WORK);
+    }
+    tsr_oracle_options o;
+    tsr_region small;
+    bool has_small;
+    engine_oracle_options(c, r, arch, 0, random_probes, &o, &small, &has_small);
+    tsr_oracle_cost cost;
+    tsr_oracle_cost_of(r, &o, &cost);
+    double work = cost.work + ((double)cost.real_probes + cost.small_probes) * ENGINE_PROBE_WORK;
+    /* On the CPU backend the candidate's own runs are host work too. */
+    if (host)
+        work += cost.real_probes * run + (has_small ? cost.small_probes * tsr_ref_work(&small) : 0);
+    if (has_small)
+        tsr_region_free(&small);
+    return work;
 }
 
 tsr_status tsrd_engine_check_work(const tsrd_daemon *d, const tsr_region *r, const char *what,
@@ -195,7 +245,7 @@ static tsr_status engine_verify_admit(tsrd_daemon *d, const tsr_candidate *c, co
                                       tsr_error *err)
 {
     tsr_status st = tsrd_engine_check_work(d, r, "the verification",
-                                           tsrd_engine_verify_work(r, arch, random_probes), err);
+                                           tsrd_engine_verify_work(c, r, arch, random_probes), err);
     if (st != TSR_OK) {
         tsr_verdict_init(v, c->tolerance, r->out_dtype);
         v->pass = false;
@@ -204,41 +254,86 @@ static tsr_status engine_verify_admit(tsrd_daemon *d, const tsr_candidate *c, co
     return st;
 }
 
-tsr_status tsrd_engine_verify(tsrd_daemon *d, const tsr_candidate *c, const tsr_region *r,
-                              const char *arch, uint64_t seed, int random_probes, tsr_verdict *v,
-                              tsr_error *err)
+/* The candidate as the oracle runs it: loaded for the real shape, and for the
+ * small shape on first use (a second compile where the kernel is built per
+ * shape). */
+typedef struct engine_verify_run {
+    tsrd_daemon *d;
+    const tsr_candidate *c;
+    const char *arch;
+    engine_loaded real, small;
+    bool small_loaded;
+    const tsr_region *small_region;
+} engine_verify_run;
+
+static tsr_status engine_verify_run_fn(void *ctx, const tsr_region *r, const void *const *inputs,
+                                       void *output, tsr_error *err)
 {
-    engine_loaded loaded;
+    engine_verify_run *v = ctx;
+    engine_loaded *l = &v->real;
+    if (r == v->small_region) {
+        if (!v->small_loaded) {
+            tsr_status st = engine_load(v->d, v->c, r, v->arch, &v->small, err);
+            if (st != TSR_OK)
+                return tsr_error_prefix(err, "small shape");
+            v->small_loaded = true;
+        }
+        l = &v->small;
+    }
+    return engine_candidate_run(l, r, inputs, output, err);
+}
+
+static tsr_status engine_verify(tsrd_daemon *d, const tsr_candidate *c, const tsr_region *r,
+                                const char *arch, uint64_t seed, int random_probes, tsr_verdict *v,
+                                bool *refused, tsr_error *err)
+{
+    *refused = false;
     tsr_status st = engine_verify_admit(d, c, r, arch, random_probes, v, err);
-    if (st != TSR_OK)
+    if (st != TSR_OK) {
+        *refused = true;
         return st;
-    st = engine_load(d, c, r, arch, &loaded, err);
+    }
+    engine_verify_run run = {.d = d, .c = c, .arch = arch};
+    st = engine_load(d, c, r, arch, &run.real, err);
     if (st != TSR_OK) {
         tsr_verdict_init(v, c->tolerance, r->out_dtype);
         v->pass = false;
         snprintf(v->reason, sizeof v->reason, "could not build: %.120s", err ? err->message : "");
         return st;
     }
-    tsr_oracle_options opts = {
-        .seed = seed, .random_probes = random_probes, .bound = c->tolerance, .ref_threads = 0};
-    st = tsr_oracle_verify(r, engine_candidate_run, &loaded, &opts, v, err);
-    tsrd_compiled_release(d, &loaded.compiled);
+    tsr_oracle_options opts;
+    tsr_region small;
+    bool has_small;
+    engine_oracle_options(c, r, arch, seed, random_probes, &opts, &small, &has_small);
+    run.small_region = opts.small;
+    st = tsr_oracle_verify(r, engine_verify_run_fn, &run, &opts, v, err);
+    tsrd_compiled_release(d, &run.real.compiled);
+    if (run.small_loaded)
+        tsrd_compiled_release(d, &run.small.compiled);
+    if (has_small)
+        tsr_region_free(&small);
     return st;
+}
+
+tsr_status tsrd_engine_verify(tsrd_daemon *d, const tsr_candidate *c, const tsr_region *r,
+                              const char *arch, uint64_t seed, int random_probes, tsr_verdict *v,
+                              tsr_error *err)
+{
+    bool refused;
+    return engine_verify(d, c, r, arch, seed, random_probes, v, &refused, err);
 }
 
 static tsr_status engine_verify_cb(void *ctx, const tsr_candidate *c, const tsr_region *r,
                                    tsr_verdict *v, tsr_error *err)
 {
     tsrd_engine_ctx *e = ctx;
-    tsr_status st = engine_verify_admit(e->d, c, r, e->arch, 0, v, err);
-    if (st != TSR_OK) {
-        if (!e->refused && err != NULL) {
-            e->refused = true;
-            e->refusal = *err;
-        }
-        return st;
+    bool refused;
+    tsr_status st = engine_verify(e->d, c, r, e->arch, 0, 0, v, &refused, err);
+    if (refused && !e->refused && err != NULL) {
+        e->refused = true;
+        e->refusal = *err;
     }
-    return tsrd_engine_verify(e->d, c, r, e->arch, 0, 0, v, err);
+    return st;
 }
 
 static int engine_cmp_double(const void *a, const void *b)
@@ -304,6 +399,17 @@ void tsrd_engine_select_request(tsrd_engine_ctx *ctx, const tsr_region *r,
                       : TSR_POLICY_TIER;
     out->verify = opts == NULL || !opts->skip_verify;
     out->allow_reference = opts == NULL || !opts->no_reference;
+    /* A device backend's reference runs on the host at every launch: past the
+     * bound it is no fallback, and the error names the device candidates. */
+    double launch = tsr_ref_work(r);
+    uint64_t limit = ctx->d->config.max_request_work;
+    if (!engine_arch_is_host(ctx->arch) && limit != 0 && launch > (double)limit) {
+        snprintf(ctx->reference_refusal, sizeof ctx->reference_refusal,
+                 "a launch on the host is estimated at %.0f units of CPU work, over "
+                 "max_request_work (%llu)",
+                 launch, (unsigned long long)limit);
+        out->reference_refused = ctx->reference_refusal;
+    }
     out->verify_fn = engine_verify_cb;
     out->measure_fn = engine_measure_cb;
     out->ctx = ctx;
@@ -333,13 +439,24 @@ tsr_status tsrd_engine_compile(tsrd_daemon *d, const tsr_region *r,
     tsr_select_request req;
     tsrd_engine_select_request(&ctx, r, &out->fingerprint, opts, &req);
     st = tsr_arbiter_select(d->arbiter, &req, &out->decision, err);
-    if (st != TSR_OK && ctx.refused && err != NULL) {
-        /* Every candidate left was refused by the bound: say so, not "none". */
+    if (st == TSR_ARBITER && err != NULL && (ctx.refused || req.reference_refused != NULL)) {
+        /* Nothing passed, and the bound refused what was left (a
+         * verification, the host reference): say so, then every candidate. */
+        char detail[TSR_ERROR_MESSAGE_MAX];
+        snprintf(detail, sizeof detail, "%s", err->message);
+        if (ctx.refused)
+            tsr_error_set(err, TSR_RESOURCE_EXHAUSTED, "%s; %s", ctx.refusal.message, detail);
+        else
+            err->code = TSR_RESOURCE_EXHAUSTED;
+        st = TSR_RESOURCE_EXHAUSTED;
+    } else if (st != TSR_OK && ctx.refused && err != NULL) {
+        /* A forced candidate's verification was refused by the bound. */
         *err = ctx.refusal;
         st = ctx.refusal.code;
     }
     /* A device backend's tier-0 reference also runs on the host at every
-     * launch. */
+     * launch: a forced one is checked here (the arbiter never falls back to
+     * one the bound refuses). */
     if (st == TSR_OK && load && !engine_arch_is_host(out->arch) &&
         out->decision.candidate.tier == 0)
         st = tsrd_engine_check_work(d, r, "a launch of the reference", tsr_ref_work(r), err);

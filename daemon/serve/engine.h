@@ -8,14 +8,25 @@
  * through the backend exactly as a client's launch would be: probes uploaded to
  * device buffers, launched on a stream, the output downloaded.
  *
+ * A region whose reference run costs more than TSRD_ENGINE_SAMPLE_WORK is
+ * verified by sampling (oracle.h): the candidate at the real shape with the
+ * reference at sampled positions, then in full at a small shape (loaded on
+ * first use, when the candidate serves it). Smaller regions are verified in
+ * full.
+ *
  * Every entry point that makes the CPU work checks the estimate first and
  * refuses, before any compile, probe or reference run, what would exceed the
  * config's max_request_work: RESOURCE_EXHAUSTED with a message naming the
- * estimate and the limit. The estimate is tsr_ref_work of the region, times
- * the probe count (plus a fixed cost per probe) for a verification, doubled
- * there when the candidate runs on the CPU too, and tsr_ref_work for a launch
- * on the CPU backend (checked when its kernel is compiled, since the key is
- * read only at start-up).
+ * estimate and the limit. The estimate of a full verification is
+ * tsr_ref_work of the region times the probe count (plus a fixed cost per
+ * probe), doubled when the candidate runs on the CPU too; of a sampled one,
+ * the work actually done (tsr_oracle_cost_of: probe inputs, the reference at
+ * the sampled positions, the small-shape probes), plus the candidate's runs
+ * on the CPU backend. A launch on the CPU backend is tsr_ref_work (checked
+ * when its kernel is compiled, since the key is read only at start-up). On a
+ * device backend the host reference is no fallback for a region whose launch
+ * the bound refuses: the selection then fails with RESOURCE_EXHAUSTED naming
+ * every candidate and why it was not taken.
  *
  * Threading: worker threads only. Uses only the thread-safe parts of the daemon
  * (backend, kernel cache, arbiter, config, log). Blocking: compiles, verifies,
@@ -39,9 +50,17 @@ tsr_status tsrd_engine_compile(tsrd_daemon *d, const tsr_region *r,
                                tsrd_compiled *out, tsr_error *err);
 void tsrd_compiled_release(tsrd_daemon *d, tsrd_compiled *c);
 
+/* Regions whose tsr_ref_work is above this are verified by sampling: about a
+ * second of one core for the full reference run. */
+#define TSRD_ENGINE_SAMPLE_WORK 1073741824.0
+
+/* TSR_VERIFY_SAMPLED above TSRD_ENGINE_SAMPLE_WORK, else TSR_VERIFY_FULL. */
+tsr_verify_method tsrd_engine_verify_method(const tsr_region *r);
+
 /* Runs the oracle on candidate c through the backend. random_probes <= 0 picks
- * the oracle's default. RESOURCE_EXHAUSTED, before anything runs, when the
- * verification's work exceeds max_request_work. */
+ * the oracle's default (probes at the real shape, when sampled).
+ * RESOURCE_EXHAUSTED, before anything runs, when the verification's work
+ * exceeds max_request_work. */
 tsr_status tsrd_engine_verify(tsrd_daemon *d, const tsr_candidate *c, const tsr_region *r,
                               const char *arch, uint64_t seed, int random_probes, tsr_verdict *v,
                               tsr_error *err);
@@ -52,9 +71,11 @@ tsr_status tsrd_engine_run_host(tsrd_daemon *d, tsrd_kobj *k, const tsr_region *
                                 const void *const *inputs, void *output, double *device_ms,
                                 tsr_error *err);
 
-/* The estimated CPU work of verifying one candidate on r with random_probes
- * (<= 0: the oracle's default) on arch, in tsr_ref_work units. */
-double tsrd_engine_verify_work(const tsr_region *r, const char *arch, int random_probes);
+/* The estimated CPU work of verifying candidate c (NULL: one with the default
+ * tile that serves the small shape) on r with random_probes (<= 0: the
+ * oracle's default) on arch, in tsr_ref_work units. */
+double tsrd_engine_verify_work(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                               int random_probes);
 
 /* RESOURCE_EXHAUSTED naming what ("the verification", "a launch"), the
  * region's kind, work and the limit when work exceeds max_request_work (0: no
@@ -65,16 +86,20 @@ tsr_status tsrd_engine_check_work(const tsrd_daemon *d, const tsr_region *r, con
 /* What the arbiter's callbacks need; lives as long as the select call. A
  * verification the work bound refused is recorded in refused / refusal, so
  * that a selection that fails for it reports the bound rather than "no
- * candidate". */
+ * candidate". reference_refusal holds the select request's
+ * reference_refused text. */
 typedef struct tsrd_engine_ctx {
     tsrd_daemon *d;
     const char *arch;
     bool refused;
     tsr_error refusal;
+    char reference_refusal[160];
 } tsrd_engine_ctx;
 
 /* The arbiter's select request for r with the request's options (opts may be
- * NULL); its callbacks verify and measure through the backend with ctx. */
+ * NULL); its callbacks verify and measure through the backend with ctx. On a
+ * device arch it refuses the host reference (reference_refused) when one
+ * launch of it exceeds max_request_work. */
 void tsrd_engine_select_request(tsrd_engine_ctx *ctx, const tsr_region *r,
                                 const tsr_fingerprint *fp, const Tessera__V1__CompileOptions *opts,
                                 tsr_select_request *out);

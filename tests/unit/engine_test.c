@@ -1,15 +1,18 @@
 /*
  * engine_test.c — the engine's work bound: the estimate of a verification's
- * CPU work on either backend, and the check against max_request_work with its
- * exact status and message. The end-to-end refusals are in
- * tests/e2e/work_bound_test.c.
+ * CPU work on either backend, full or sampled, the check against
+ * max_request_work with its exact status and message, and the select request
+ * that refuses a device backend's host reference past the bound. The
+ * end-to-end refusals are in tests/e2e/work_bound_test.c.
  */
 #include <criterion/criterion.h>
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "serve/engine.h"
+#include "tessera/fingerprint.h"
 #include "tessera/json.h"
 #include "tessera/refexec.h"
 
@@ -26,19 +29,19 @@ Test(engine, verify_work_counts_every_probe_and_the_host_candidate)
     tsr_region r = engine_example("examples/matmul.json");
     cr_assert_eq(tsr_ref_work(&r), 2424832.0);
     /* CUDA: the reference only, per probe; 2 probes by default. */
-    cr_assert_eq(tsrd_engine_verify_work(&r, "sm_90a", 0), 2 * (2424832.0 + 65536));
+    cr_assert_eq(tsrd_engine_verify_work(NULL, &r, "sm_90a", 0), 2 * (2424832.0 + 65536));
     /* CPU: the candidate runs on the host too. */
-    cr_assert_eq(tsrd_engine_verify_work(&r, "cpu", 0), 2 * (2 * 2424832.0 + 65536));
-    cr_assert_eq(tsrd_engine_verify_work(&r, "cpu", 7), 7 * (2 * 2424832.0 + 65536));
+    cr_assert_eq(tsrd_engine_verify_work(NULL, &r, "cpu", 0), 2 * (2 * 2424832.0 + 65536));
+    cr_assert_eq(tsrd_engine_verify_work(NULL, &r, "cpu", 7), 7 * (2 * 2424832.0 + 65536));
     /* No int overflow on the way: the count is taken in double. */
-    cr_assert_eq(tsrd_engine_verify_work(&r, "sm_90a", INT_MAX),
+    cr_assert_eq(tsrd_engine_verify_work(NULL, &r, "sm_90a", INT_MAX),
                  (double)INT_MAX * (2424832.0 + 65536));
 
     tsr_region_free(&r);
     r = engine_example("examples/pointwise.json");
     /* 2 random probes and 23 special-value ones. */
-    cr_assert_eq(tsrd_engine_verify_work(&r, "sm_90a", 0), 25 * (180224.0 + 65536));
-    cr_assert_eq(tsrd_engine_verify_work(&r, "sm_90a", 1), 24 * (180224.0 + 65536));
+    cr_assert_eq(tsrd_engine_verify_work(NULL, &r, "sm_90a", 0), 25 * (180224.0 + 65536));
+    cr_assert_eq(tsrd_engine_verify_work(NULL, &r, "sm_90a", 1), 24 * (180224.0 + 65536));
     tsr_region_free(&r);
 }
 
@@ -56,5 +59,109 @@ Test(engine, check_work_refuses_past_the_limit_and_0_is_no_bound)
                  TSR_RESOURCE_EXHAUSTED);
     d.config.max_request_work = 0;
     cr_assert_eq(tsrd_engine_check_work(&d, &r, "a launch", 1e300, &err), TSR_OK);
+    tsr_region_free(&r);
+}
+
+#define MM_8192 "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":8192,\"n\":8192,\"k\":8192}"
+
+static tsr_region engine_region(const char *json)
+{
+    tsr_region r;
+    tsr_error err;
+    cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &err), TSR_OK, "%s", err.message);
+    return r;
+}
+
+Test(engine, regions_past_the_sample_threshold_are_verified_by_sampling)
+{
+    tsr_region r = engine_example("examples/matmul.json");
+    cr_expect_eq(tsrd_engine_verify_method(&r), TSR_VERIFY_FULL);
+    tsr_region_free(&r);
+    /* 2·1024·1024·512 + 32·io is just past 2^30. */
+    r = engine_region("{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":1024,\"n\":1024,"
+                      "\"k\":512}");
+    cr_expect_gt(tsr_ref_work(&r), TSRD_ENGINE_SAMPLE_WORK);
+    cr_expect_eq(tsrd_engine_verify_method(&r), TSR_VERIFY_SAMPLED);
+    tsr_region_free(&r);
+}
+
+Test(engine, a_sampled_verification_counts_the_work_it_does)
+{
+    tsr_region r = engine_region(MM_8192), small;
+    tsr_error err;
+    cr_assert_eq(tsr_oracle_small_region(&r, 0, &small, &err), TSR_OK);
+    tsr_oracle_options o = {.method = TSR_VERIFY_SAMPLED, .small = &small};
+    tsr_oracle_cost cost;
+    tsr_oracle_cost_of(&r, &o, &cost);
+    cr_expect_eq(cost.real_probes, 1);
+    cr_expect_eq(cost.small_probes, 2);
+    /* A device candidate: the oracle's work and 2^16 per probe. */
+    double device = tsrd_engine_verify_work(NULL, &r, "sm_90a", 0);
+    cr_expect_eq(device, cost.work + 3 * 65536.0);
+    /* Far below the full reference, and within the default bound of 4·10^10. */
+    cr_expect_lt(device, 4e10);
+    cr_expect_lt(device, tsr_ref_work(&r) / 50);
+    /* On the CPU the candidate's runs are host work too. */
+    cr_expect_eq(tsrd_engine_verify_work(NULL, &r, "cpu", 0),
+                 device + tsr_ref_work(&r) + 2 * tsr_ref_work(&small));
+    tsr_region_free(&small);
+    tsr_region_free(&r);
+}
+
+static bool engine_declines_small(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                                  char *why, size_t why_len)
+{
+    (void)c, (void)arch;
+    if (r->u.matmul.m >= 1024)
+        return true;
+    snprintf(why, why_len, "M under 1024");
+    return false;
+}
+
+Test(engine, a_candidate_that_declines_the_small_shape_is_sampled_at_the_real_one_only)
+{
+    tsr_region r = engine_region(MM_8192);
+    tsr_candidate c = {.name = "big_only",
+                       .tier = 3,
+                       .kinds = 1u << TSR_KIND_MATMUL,
+                       .applies = engine_declines_small};
+    tsr_oracle_options o = {.method = TSR_VERIFY_SAMPLED};
+    tsr_oracle_cost cost;
+    tsr_oracle_cost_of(&r, &o, &cost);
+    cr_expect_eq(tsrd_engine_verify_work(&c, &r, "sm_90a", 0), cost.work + 65536.0);
+    tsr_region_free(&r);
+}
+
+Test(engine, a_device_backend_refuses_its_host_reference_past_the_bound)
+{
+    static tsrd_daemon d; /* only the config is read */
+    d.config.max_request_work = UINT64_C(40000000000);
+    tsr_region r = engine_region(MM_8192);
+    tsr_fingerprint fp;
+    cr_assert_eq(tsr_region_fingerprint(&r, &fp, NULL), TSR_OK);
+    tsrd_engine_ctx ctx = {.d = &d, .arch = "sm_90a"};
+    tsr_select_request req;
+    tsrd_engine_select_request(&ctx, &r, &fp, NULL, &req);
+    cr_expect(req.allow_reference);
+    cr_assert_not_null(req.reference_refused);
+    cr_expect_str_eq(req.reference_refused,
+                     "a launch on the host is estimated at 1105954078720 units of CPU work, over "
+                     "max_request_work (40000000000)");
+    cr_expect_eq(tsr_ref_work(&r), 1105954078720.0);
+
+    /* The CPU backend checks its launches itself; no bound, no refusal. */
+    tsrd_engine_ctx host = {.d = &d, .arch = "cpu"};
+    tsrd_engine_select_request(&host, &r, &fp, NULL, &req);
+    cr_expect_null(req.reference_refused);
+    d.config.max_request_work = 0;
+    tsrd_engine_select_request(&ctx, &r, &fp, NULL, &req);
+    cr_expect_null(req.reference_refused);
+    tsr_region_free(&r);
+
+    /* A region whose reference fits keeps its fallback. */
+    d.config.max_request_work = UINT64_C(40000000000);
+    r = engine_example("examples/matmul.json");
+    tsrd_engine_select_request(&ctx, &r, &fp, NULL, &req);
+    cr_expect_null(req.reference_refused);
     tsr_region_free(&r);
 }

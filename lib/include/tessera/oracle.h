@@ -144,8 +144,9 @@ tsr_status tsr_oracle_small_region(const tsr_region *r, int tile, tsr_region *ou
 /* What a verification with these options costs the CPU, beyond the
  * candidate's own runs: probe inputs, the reference and the comparison, in
  * tsr_ref_work units (a full verification counts its reference runs only:
- * probes · tsr_ref_work). real_probes and small_probes are the probes it runs
- * at r's shape and at opts->small's. */
+ * probes · tsr_ref_work; a sampled one counts its first probe's positions
+ * for each probe at the real shape). real_probes and small_probes are the
+ * probes it runs at r's shape and at opts->small's. */
 typedef struct tsr_oracle_cost {
     int real_probes;
     int small_probes;

@@ -39,6 +39,9 @@ static void call_verdict_copy(tsr_client_verdict *dst, const Tessera__V1__Verdic
     dst->first_bad_want = v->first_bad_want;
     tsri_client_strcpy(dst->reason, sizeof dst->reason, v->reason);
     dst->cached = v->cached;
+    tsri_client_strcpy(dst->method, sizeof dst->method, v->method);
+    dst->sampled = v->sampled;
+    dst->small_probes = v->small_probes;
 }
 
 void tsri_client_decision_copy(tsr_client_decision *dst, const Tessera__V1__Decision *d)
@@ -55,6 +58,7 @@ void tsri_client_decision_copy(tsr_client_decision *dst, const Tessera__V1__Deci
     call_verdict_copy(&dst->verdict, d->verdict);
     dst->cache_hit = d->cache_hit;
     tsri_client_strcpy(dst->cache_level, sizeof dst->cache_level, d->cache_level);
+    dst->verify_skipped = d->verify_skipped;
 }
 
 tsr_status tsri_client_region_encode(const tsr_client *c, const tsr_region *r,
@@ -443,6 +447,7 @@ tsr_status tsr_client_stats_get(tsr_client *c, bool prometheus, tsr_client_stats
         o->forced = cs->forced;
         o->declined = cs->declined;
         o->failed_verification = cs->failed_verification;
+        o->unverified = cs->unverified;
     }
     *out = s;
     tessera__v1__reply__free_unpacked(reply, NULL);

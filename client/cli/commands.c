@@ -41,10 +41,15 @@ static void cmd_verdict_text(const tsr_client_verdict *v, char *buf, size_t size
         snprintf(buf, size, "not run");
         return;
     }
-    snprintf(buf, size, "%s rel %.3g (bound %.3g, %" PRIu64 " elements, %d probes%s)%s%s",
-             v->state == TSR_CLIENT_VERDICT_PASS ? "PASS" : "FAIL", v->rel_error, v->bound,
-             v->elements, v->probes, v->cached ? ", cached" : "", v->reason[0] ? ": " : "",
-             v->reason);
+    char sampled[96] = "";
+    if (strcmp(v->method, "sampled") == 0)
+        snprintf(sampled, sizeof sampled,
+                 ", %" PRIu64 " sampled at the real shape, %d probes at a small shape", v->sampled,
+                 v->small_probes);
+    snprintf(buf, size, "%s%s rel %.3g (bound %.3g, %" PRIu64 " elements, %d probes%s%s)%s%s",
+             v->state == TSR_CLIENT_VERDICT_PASS ? "PASS" : "FAIL", sampled[0] ? " sampled" : "",
+             v->rel_error, v->bound, v->elements, v->probes, sampled, v->cached ? ", cached" : "",
+             v->reason[0] ? ": " : "", v->reason);
 }
 
 static cJSON *cmd_verdict_json(const tsr_client_verdict *v)
@@ -62,6 +67,9 @@ static cJSON *cmd_verdict_json(const tsr_client_verdict *v)
     cJSON_AddNumberToObject(o, "first_bad_probe", v->first_bad_probe);
     cJSON_AddStringToObject(o, "reason", v->reason);
     cJSON_AddBoolToObject(o, "cached", v->cached);
+    cJSON_AddStringToObject(o, "method", v->method);
+    cJSON_AddNumberToObject(o, "sampled", (double)v->sampled);
+    cJSON_AddNumberToObject(o, "small_probes", v->small_probes);
     return o;
 }
 
@@ -75,6 +83,7 @@ static cJSON *cmd_decision_json(const tsr_client_decision *d)
     cJSON_AddItemToObject(o, "verdict", cmd_verdict_json(&d->verdict));
     cJSON_AddBoolToObject(o, "cache_hit", d->cache_hit);
     cJSON_AddStringToObject(o, "cache_level", d->cache_level);
+    cJSON_AddBoolToObject(o, "verify_skipped", d->verify_skipped);
     return o;
 }
 
@@ -84,7 +93,10 @@ static void cmd_decision_print(const tsr_client_decision *d)
     cmd_verdict_text(&d->verdict, verdict, sizeof verdict);
     printf("candidate  %s (tier %d, version %u)\n", d->candidate, d->tier, d->version);
     printf("reason     %s\n", d->reason);
-    printf("verdict    %s\n", verdict);
+    if (d->verify_skipped)
+        printf("verdict    skipped: not verified (--no-verify)\n");
+    else
+        printf("verdict    %s\n", verdict);
     if (d->cache_hit)
         printf("cache      hit (%s)\n", d->cache_level[0] ? d->cache_level : "?");
     else
@@ -357,6 +369,7 @@ static int cmd_stats_call(cli *c, const tsr_region *r, void *args)
             cJSON_AddNumberToObject(jc, "forced", (double)cs->forced);
             cJSON_AddNumberToObject(jc, "declined", (double)cs->declined);
             cJSON_AddNumberToObject(jc, "failed_verification", (double)cs->failed_verification);
+            cJSON_AddNumberToObject(jc, "unverified", (double)cs->unverified);
             cJSON_AddItemToArray(cands, jc);
         }
         if (prometheus)
@@ -368,12 +381,14 @@ static int cmd_stats_call(cli *c, const tsr_region *r, void *args)
         for (size_t i = 0; i < s->n_counters; i++)
             printf("%-40s %.17g\n", s->counters[i].name, s->counters[i].value);
         if (s->n_candidates)
-            printf("\n%-10s %-24s %8s %8s %8s %8s\n", "kind", "candidate", "won", "forced",
-                   "declined", "failed");
+            printf("\n%-10s %-24s %8s %8s %8s %8s %10s\n", "kind", "candidate", "won", "forced",
+                   "declined", "failed", "unverified");
         for (size_t i = 0; i < s->n_candidates; i++) {
             const tsr_client_candidate_stats *cs = &s->candidates[i];
-            printf("%-10s %-24s %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %8" PRIu64 "\n", cs->kind,
-                   cs->name, cs->won, cs->forced, cs->declined, cs->failed_verification);
+            printf("%-10s %-24s %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %8" PRIu64 " %10" PRIu64
+                   "\n",
+                   cs->kind, cs->name, cs->won, cs->forced, cs->declined, cs->failed_verification,
+                   cs->unverified);
         }
     }
     tsr_client_stats_free(s);
@@ -973,7 +988,7 @@ const cli_command cli_commands[] = {
      "Compiles the kernel the arbiter picks for the region (or NAME with --force)\n"
      "and prints the decision: candidate, tier, reason, verdict, cache hit or miss\n"
      "and the cache key. --arch compiles for an architecture without its device;\n"
-     "--no-verify skips verifying a forced candidate.\n"},
+     "--no-verify verifies no candidate (the decision says it was skipped).\n"},
     {"run", cmd_run,
      "usage: tessera-cli run REGION.json -i NAME=FILE.npy ... -o OUT.npy\n"
      "                       [--force NAME] [--policy tier|measure]\n"

@@ -79,6 +79,11 @@ typedef struct tsrd_backend_options {
 /* Also with test_faults, on the CPU backend: its launch never returns, like a
  * kernel stuck in a loop (use it with cpu-isolated and kernel_timeout_ms). */
 #define TSRD_TEST_HANG_CANDIDATE "test_hang"
+/* Also with test_faults, on the CPU backend: its launch computes the reference
+ * and then moves one output far off, the first element of the last tile (of
+ * 128) of the output's last row: an edge tile's corner, which sampled
+ * verification must catch. */
+#define TSRD_TEST_WRONG_ELEMENT_CANDIDATE "test_wrong_element"
 
 /* One launch of a sequence (launch_many). */
 typedef struct tsrd_launch_desc {

@@ -18,8 +18,11 @@
  * after an illegal address. That lets the daemon's recovery be tested without a
  * GPU. "test_hang" (also forced only) plays a kernel that never ends: its
  * launch does not return, which the isolated backends' kernel_timeout_ms ends
- * by stopping the worker.
+ * by stopping the worker. "test_wrong_element" (forced only) plays a kernel
+ * that is right but for one output in an edge tile, to show that sampled
+ * verification of a large region catches it.
  */
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,6 +57,7 @@ struct tsrd_kobj {
     tsr_region region;
     bool faults; /* the test_fault candidate */
     bool hangs;  /* the test_hang candidate */
+    bool wrong;  /* the test_wrong_element candidate */
     unsigned generation;
 };
 
@@ -170,9 +174,13 @@ static tsr_status cpu_register_candidates(tsrd_backend *b, tsr_arbiter *arbiter,
         .forced_only = true,
     };
     st = tsr_arbiter_register(arbiter, &fault, err);
-    tsr_candidate hang = fault;
-    snprintf(hang.name, sizeof hang.name, "%s", TSRD_TEST_HANG_CANDIDATE);
-    return st == TSR_OK ? tsr_arbiter_register(arbiter, &hang, err) : st;
+    const char *more[] = {TSRD_TEST_HANG_CANDIDATE, TSRD_TEST_WRONG_ELEMENT_CANDIDATE};
+    for (size_t i = 0; st == TSR_OK && i < sizeof more / sizeof more[0]; i++) {
+        tsr_candidate c = fault;
+        snprintf(c.name, sizeof c.name, "%s", more[i]);
+        st = tsr_arbiter_register(arbiter, &c, err);
+    }
+    return st;
 }
 
 static tsr_status cpu_buffer_alloc(tsrd_backend *b, int device, uint64_t bytes, tsrd_dbuf **out,
@@ -238,7 +246,8 @@ static tsr_status cpu_compile(tsrd_backend *b, const tsr_region *r, const tsr_ca
 {
     bool known = strcmp(c->name, "reference") == 0 ||
                  (b->test_faults && (strcmp(c->name, TSRD_TEST_FAULT_CANDIDATE) == 0 ||
-                                     strcmp(c->name, TSRD_TEST_HANG_CANDIDATE) == 0));
+                                     strcmp(c->name, TSRD_TEST_HANG_CANDIDATE) == 0 ||
+                                     strcmp(c->name, TSRD_TEST_WRONG_ELEMENT_CANDIDATE) == 0));
     if (!known || strcmp(arch, "cpu") != 0)
         return tsr_error_set(err, TSR_UNSUPPORTED,
                              "cpu backend: cannot compile candidate '%s' for arch '%s'", c->name,
@@ -302,6 +311,7 @@ static tsr_status cpu_load(tsrd_backend *b, int device, const tsr_region *r, con
         return tsr_error_set(err, TSR_NO_MEMORY, "cpu backend: out of memory");
     k->faults = strcmp(c->name, TSRD_TEST_FAULT_CANDIDATE) == 0;
     k->hangs = strcmp(c->name, TSRD_TEST_HANG_CANDIDATE) == 0;
+    k->wrong = strcmp(c->name, TSRD_TEST_WRONG_ELEMENT_CANDIDATE) == 0;
     k->generation = atomic_load(&b->generation);
     st = tsr_region_from_json((const char *)bin, len, &k->region, err);
     if (st != TSR_OK) {
@@ -352,6 +362,20 @@ static double cpu_now_ms(void)
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
+/* test_wrong_element: the first element of the last 128-wide tile of the
+ * output's last row (its last dimension's), moved by 1000 times its size plus
+ * one, far past any dtype's bound. */
+static void cpu_wrong_element(const tsr_region *r, void *out)
+{
+    tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], desc;
+    tsr_region_signature(r, in, &desc);
+    int64_t total = tsr_tensor_desc_elements(&desc);
+    int64_t width = desc.rank > 0 ? desc.shape[desc.rank - 1] : 1;
+    size_t at = (size_t)(total - width + (width - 1) / 128 * 128);
+    double v = tsr_dtype_load(r->out_dtype, out, at);
+    tsr_dtype_store(r->out_dtype, out, at, v + 1000.0 * (1.0 + fabs(v)));
+}
+
 static tsr_status cpu_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
                              tsrd_dbuf *const *inputs, int n_inputs, tsrd_dbuf *output,
                              tsr_error *err)
@@ -382,6 +406,8 @@ static tsr_status cpu_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
     }
     double start = cpu_now_ms();
     st = tsr_ref_run(&k->region, in, output->data, b->threads, err);
+    if (st == TSR_OK && k->wrong)
+        cpu_wrong_element(&k->region, output->data);
     s->pending_ms += cpu_now_ms() - start;
     return st;
 }

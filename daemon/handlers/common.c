@@ -66,6 +66,9 @@ Tessera__V1__Verdict *tsrd_verdict_pb(tsrd_job *job, const tsr_verdict *v, bool 
     pb->first_bad_want = v->first_bad_want;
     pb->reason = reason;
     pb->cached = cached;
+    pb->method = (char *)tsr_verify_method_name(v->method);
+    pb->sampled = v->sampled;
+    pb->small_probes = v->small_probes;
     return pb;
 }
 
@@ -86,6 +89,7 @@ Tessera__V1__Decision *tsrd_decision_pb(tsrd_job *job, const tsrd_compiled *c)
     pb->verdict = verdict;
     pb->cache_hit = c->level != TSR_KCACHE_MISS;
     pb->cache_level = c->level == TSR_KCACHE_MISS ? "" : (char *)tsr_kcache_level_name(c->level);
+    pb->verify_skipped = c->decision.verify_skipped;
     return pb;
 }
 

@@ -1,9 +1,10 @@
 /*
  * work_bound_test.c — max_request_work against a real tesserad: a verify, run
  * or compile whose estimated CPU work (tsr_ref_work, times the probes for a
- * verification) is past the limit is answered RESOURCE_EXHAUSTED with the
- * estimate and the limit in the message, without running, and the daemon
- * keeps serving; work up to the limit is served.
+ * full verification, the work done for a sampled one) is past the limit is
+ * answered RESOURCE_EXHAUSTED with the estimate and the limit in the message,
+ * without running, and the daemon keeps serving; work up to the limit is
+ * served.
  *
  * Each refused request is given a 20 s client timeout: done instead of
  * refused, any of them would take minutes, and the test would see TIMEOUT in
@@ -87,12 +88,14 @@ Test(work_bound, the_default_refuses_a_huge_verify_run_and_compile_at_once)
     tsr_region *r = fixture_region_json(WORK_ATTENTION);
     tsr_error err;
 
-    /* Verification on the CPU backend: 2 probes, each the candidate's run and
-     * the reference's (2·154627211264) and 2^16 for the probe itself. */
+    /* Verification on the CPU backend samples a region this large: the
+     * candidate's own run at the real shape (154627211264), the reference at
+     * the sampled query rows (each meets all 65536 keys), two probes at a
+     * small shape and 2^16 per probe; still past the limit. */
     tsr_client_verify_opts vopts = {.candidate = "reference"};
     work_expect_refused(work_verify(r, &vopts, &err), &err,
                         "max_request_work: the verification of this attention region is "
-                        "estimated at 618508976128 units of CPU work, over the limit of "
+                        "estimated at 180746881408 units of CPU work, over the limit of "
                         "40000000000");
     /* The same without naming the candidate: the arbiter's pick is refused alike. */
     work_expect_refused(work_verify(r, NULL, &err), &err, NULL);

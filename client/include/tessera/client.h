@@ -206,7 +206,7 @@ typedef struct tsr_client_compile_opts {
     const char *arch;  /* NULL/"": the serving device's; "sm_90a": compile for it */
     const char *force; /* forced candidate; NULL/"": TESSERA_FORCE's entry, if any */
     tsr_client_policy policy;
-    bool skip_verify;  /* a forced candidate is not verified */
+    bool skip_verify;  /* no candidate is verified (shown in the decision, counted in stats) */
     bool no_reference; /* forbid falling back to the tier-0 reference */
 } tsr_client_compile_opts;
 
@@ -230,7 +230,11 @@ typedef struct tsr_client_verdict {
     double first_bad_got;
     double first_bad_want;
     char reason[TSR_CLIENT_TEXT_MAX];
-    bool cached; /* came from the daemon's verdict cache */
+    bool cached;                      /* came from the daemon's verdict cache */
+    char method[TSR_CLIENT_NAME_MAX]; /* "full", "sampled" (a region too large to check
+                                         whole: docs/arbiter.md), "" when not run */
+    uint64_t sampled;                 /* sampled: elements compared at the real shape */
+    int small_probes;                 /* sampled: probes run in full at a small shape */
 } tsr_client_verdict;
 
 /* Why a candidate serves a region. */
@@ -242,6 +246,7 @@ typedef struct tsr_client_decision {
     tsr_client_verdict verdict;
     bool cache_hit;                        /* kernel came from the kernel cache */
     char cache_level[TSR_CLIENT_NAME_MAX]; /* "memory", "disk", "" on a miss */
+    bool verify_skipped;                   /* chosen without verification: skip_verify */
 } tsr_client_decision;
 
 typedef struct tsr_client_compiled {
@@ -358,6 +363,7 @@ typedef struct tsr_client_candidate_stats {
     char kind[TSR_CLIENT_NAME_MAX];
     char name[TSR_CLIENT_NAME_MAX];
     uint64_t won, forced, declined, failed_verification;
+    uint64_t unverified; /* chosen without verification (skip_verify) */
 } tsr_client_candidate_stats;
 
 typedef struct tsr_client_stats {

@@ -226,7 +226,9 @@ def _from_wire(raw: npt.NDArray[Any], dtype: str) -> npt.NDArray[Any]:
 class Verdict:
     """The oracle's verdict (docs/architecture.md, "Oracle"): state is "not_run",
     "pass" or "fail"; the errors measured against the CPU reference and the
-    bound they must stay within; reason says why it failed."""
+    bound they must stay within; reason says why it failed. method is "full",
+    or "sampled" for a region too large to check whole (sampled elements
+    compared at the real shape, small_probes run at a small shape)."""
 
     _STATES = ("not_run", "pass", "fail")
 
@@ -242,6 +244,9 @@ class Verdict:
         self.first_bad_index: int = v.first_bad_index
         self.reason: str = _s(v.reason)
         self.cached: bool = v.cached
+        self.method: str = _s(v.method)
+        self.sampled: int = v.sampled
+        self.small_probes: int = v.small_probes
 
     @property
     def passed(self) -> bool:
@@ -255,7 +260,8 @@ class Verdict:
 class Decision:
     """Why a candidate serves a region: candidate, tier, version, reason
     ("forced", "tier", "measured", "fallback"), verdict, cache_hit, cache_level
-    ("memory", "disk", "shared" or "" on a miss)."""
+    ("memory", "disk", "shared" or "" on a miss), verify_skipped (chosen
+    without verification: skip_verify)."""
 
     def __init__(self, d: _lib.Decision) -> None:
         self.candidate: str = _s(d.candidate)
@@ -265,6 +271,7 @@ class Decision:
         self.verdict = Verdict(d.verdict)
         self.cache_hit: bool = d.cache_hit
         self.cache_level: str = _s(d.cache_level)
+        self.verify_skipped: bool = d.verify_skipped
 
     def __repr__(self) -> str:
         return "Decision(%s, tier=%d, reason=%s)" % (self.candidate, self.tier, self.reason)
@@ -799,7 +806,7 @@ class Client:
         """Compiles the arbiter's pick for region. arch: compile for that
         architecture ("sm_90a") instead of the serving device's; force: the
         candidate to use (an unknown or inapplicable name is ARBITER); policy:
-        "tier" or "measure"; skip_verify: do not verify a forced candidate;
+        "tier" or "measure"; skip_verify: verify no candidate (the decision says so);
         no_reference: never fall back to the tier-0 reference. Returns a
         Compiled (kernel, key, decision)."""
         r = _region(region)

@@ -79,13 +79,14 @@ class Verdict(Structure):
                 ("nan_mismatches", c_uint64), ("inf_mismatches", c_uint64),
                 ("first_bad_index", c_int64), ("first_bad_probe", c_int),
                 ("first_bad_got", c_double), ("first_bad_want", c_double),
-                ("reason", c_char * TEXT_MAX), ("cached", c_bool)]
+                ("reason", c_char * TEXT_MAX), ("cached", c_bool),
+                ("method", c_char * NAME_MAX), ("sampled", c_uint64), ("small_probes", c_int)]
 
 
 class Decision(Structure):
     _fields_ = [("candidate", c_char * NAME_MAX), ("tier", c_int), ("version", c_uint32),
                 ("reason", c_char * NAME_MAX), ("verdict", Verdict), ("cache_hit", c_bool),
-                ("cache_level", c_char * NAME_MAX)]
+                ("cache_level", c_char * NAME_MAX), ("verify_skipped", c_bool)]
 
 
 class Compiled(Structure):
@@ -116,7 +117,7 @@ class Counter(Structure):
 class CandidateStats(Structure):
     _fields_ = [("kind", c_char * NAME_MAX), ("name", c_char * NAME_MAX), ("won", c_uint64),
                 ("forced", c_uint64), ("declined", c_uint64),
-                ("failed_verification", c_uint64)]
+                ("failed_verification", c_uint64), ("unverified", c_uint64)]
 
 
 class Stats(Structure):

@@ -404,22 +404,29 @@ typedef struct kernels_candidate_row {
     /* test_fault: forced only, and left to the backend to register (with
      * test_faults) rather than to tsrd_cuda_register_candidates. */
     bool test_only;
+    /* The output tile edge, whose boundaries sampled verification checks
+     * (0: the oracle's 128): Tier-1's 64 x 64 tiles, the wgmma kernels' 128
+     * rows (and 256 or 2 x 128 columns), mma80's 128 x 128, and 64 columns
+     * of both products for its gated kernels. */
+    int tile;
 } kernels_candidate_row;
 
 /* In registration order, which breaks tier ties: the mma80 pair follows the
  * wgmma pair so that Hopper picks the latter. Name and version enter every
  * kernel cache key. */
 static const kernels_candidate_row kernels_candidates[] = {
-    {TSRD_CUDA_REFERENCE, 0, TSRD_CUDA_REFERENCE_VERSION, KERNELS_ALL_KINDS, NULL, false},
-    {TSRD_CUDA_TIER1, 1, TSRD_CUDA_TIER1_VERSION, KERNELS_ALL_KINDS, kernels_tier1_applies, false},
-    {TSRD_CUDA_GEMM, 3, TSRD_CUDA_TIER3_VERSION, KERNELS_GEMM_KINDS, kernels_tier3_applies, false},
+    {TSRD_CUDA_REFERENCE, 0, TSRD_CUDA_REFERENCE_VERSION, KERNELS_ALL_KINDS, NULL, false, 0},
+    {TSRD_CUDA_TIER1, 1, TSRD_CUDA_TIER1_VERSION, KERNELS_ALL_KINDS, kernels_tier1_applies, false,
+     64},
+    {TSRD_CUDA_GEMM, 3, TSRD_CUDA_TIER3_VERSION, KERNELS_GEMM_KINDS, kernels_tier3_applies, false,
+     128},
     {TSRD_CUDA_SWIGLU, 3, TSRD_CUDA_TIER3_VERSION, KERNELS_GATED_KINDS, kernels_tier3_applies,
-     false},
-    {TSRD_CUDA_GEMM80, 3, TSRD_CUDA_MMA80_VERSION, KERNELS_GEMM_KINDS, kernels_mma80_applies,
-     false},
+     false, 128},
+    {TSRD_CUDA_GEMM80, 3, TSRD_CUDA_MMA80_VERSION, KERNELS_GEMM_KINDS, kernels_mma80_applies, false,
+     128},
     {TSRD_CUDA_SWIGLU80, 3, TSRD_CUDA_MMA80_VERSION, KERNELS_GATED_KINDS, kernels_mma80_applies,
-     false},
-    {TSRD_CUDA_TEST_FAULT, 1, TSRD_CUDA_TEST_FAULT_VERSION, KERNELS_ALL_KINDS, NULL, true},
+     false, 64},
+    {TSRD_CUDA_TEST_FAULT, 1, TSRD_CUDA_TEST_FAULT_VERSION, KERNELS_ALL_KINDS, NULL, true, 0},
 };
 #define KERNELS_N_CANDIDATES (sizeof kernels_candidates / sizeof kernels_candidates[0])
 
@@ -432,6 +439,7 @@ static void kernels_candidate_fill(const kernels_candidate_row *row, tsr_candida
     out->kinds = row->kinds;
     out->applies = row->applies;
     out->forced_only = row->test_only;
+    out->tile = row->tile;
 }
 
 static const kernels_candidate_row *kernels_candidate_find(const char *name)

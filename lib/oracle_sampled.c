@@ -511,6 +511,15 @@ static tsr_status sampled_make_inputs(const tsr_region *r, uint64_t seed, int pr
     return TSR_OK;
 }
 
+tsr_status tsr_oracle_make_sampled_probe(const tsr_region *r, uint64_t seed, int index, int threads,
+                                         void **inputs, tsr_error *err)
+{
+    if (r == NULL || inputs == NULL)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "probe: NULL argument");
+    return sampled_make_inputs(r, seed ? seed : TSRI_ORACLE_DEFAULT_SEED, index,
+                               tsri_ref_threads(threads), inputs, err);
+}
+
 /* Epilogue probe q at the small shape: row i of A holds one special value in
  * column 0 and zeros elsewhere, B's row 0 is ±1 (Wu's row 0 specials) and its
  * other rows zero, so that every output of row i is ±prologue(special) before

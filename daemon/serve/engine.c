@@ -362,8 +362,11 @@ static tsr_status engine_measure_cb(void *ctx, const tsr_candidate *c, const tsr
     tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out_desc;
     tsr_region_signature(r, sig, &out_desc);
     void *output = malloc((size_t)tsr_tensor_desc_bytes(&out_desc));
-    st = output != NULL ? tsr_oracle_make_probe(r, 0, 0, 1, inputs, err)
-                        : tsr_error_set(err, TSR_NO_MEMORY, "measure: out of memory");
+    /* A region verified by sampling is large: its inputs are made on every core. */
+    bool large = tsrd_engine_verify_method(r) == TSR_VERIFY_SAMPLED;
+    st = output == NULL ? tsr_error_set(err, TSR_NO_MEMORY, "measure: out of memory")
+         : large        ? tsr_oracle_make_sampled_probe(r, 0, 0, 0, inputs, err)
+                        : tsr_oracle_make_probe(r, 0, 0, 1, inputs, err);
     double times[ENGINE_MEASURE_REPEATS];
     for (int i = -1; st == TSR_OK && i < ENGINE_MEASURE_REPEATS; i++) {
         double device_ms = 0, start = engine_now_ms();

@@ -497,3 +497,33 @@ Test(oracle_sampled, cost_counts_the_reference_at_the_sampled_positions)
     tsr_region_free(&small);
     tsr_region_free(&r);
 }
+
+Test(oracle_sampled, probe_inputs_are_nearly_normal_and_the_same_on_any_thread_count)
+{
+    tsr_region r = region_of("{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":512,\"n\":8,\"k\":256}");
+    void *one[TSR_MAX_REGION_INPUTS], *three[TSR_MAX_REGION_INPUTS];
+    tsr_error err;
+    cr_assert_eq(tsr_oracle_make_sampled_probe(&r, 5, 0, 1, one, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_oracle_make_sampled_probe(&r, 5, 0, 3, three, &err), TSR_OK);
+    cr_expect_eq(memcmp(one[0], three[0], 512 * 256 * sizeof(float)), 0);
+    cr_expect_eq(memcmp(one[1], three[1], 256 * 8 * sizeof(float)), 0);
+    const float *a = one[0];
+    double sum = 0, sum2 = 0, max = 0;
+    for (int i = 0; i < 512 * 256; i++) {
+        sum += a[i];
+        sum2 += (double)a[i] * a[i];
+        max = fabs(a[i]) > max ? fabs(a[i]) : max;
+    }
+    double mean = sum / (512 * 256), var = sum2 / (512 * 256) - mean * mean;
+    cr_expect_lt(fabs(mean), 0.01, "mean %g", mean);
+    cr_expect_lt(fabs(var - 1.0), 0.02, "variance %g", var);
+    cr_expect_leq(max, 3.4642, "the sum of four uniforms is bounded");
+    cr_expect_gt(max, 2.5);
+    /* Another probe, other values. */
+    tsr_oracle_free_probe(&r, three);
+    cr_assert_eq(tsr_oracle_make_sampled_probe(&r, 5, 1, 0, three, &err), TSR_OK);
+    cr_expect_neq(memcmp(one[0], three[0], 512 * 256 * sizeof(float)), 0);
+    tsr_oracle_free_probe(&r, one);
+    tsr_oracle_free_probe(&r, three);
+    tsr_region_free(&r);
+}

@@ -131,6 +131,13 @@ tsr_status tsr_oracle_verify(const tsr_region *r, tsr_candidate_run_fn run, void
 tsr_status tsr_oracle_sample(const tsr_region *r, int tile, uint64_t seed, int probe, int samples,
                              uint64_t **index, size_t *count, tsr_error *err);
 
+/* The inputs of sampled probe `index` at r's own shape (nearly normal values
+ * from one hash per element; seed 0 picks the default), made on `threads`
+ * cores (<= 0: all), into arrays allocated as tsr_oracle_make_probe's (free
+ * with tsr_oracle_free_probe). Also what a large region is timed on. */
+tsr_status tsr_oracle_make_sampled_probe(const tsr_region *r, uint64_t seed, int index, int threads,
+                                         void **inputs, tsr_error *err);
+
 /* The small shape that sampled verification runs in full: r with every
  * tiled dimension D above 2·tile cut to tile + (D mod tile) (2·tile when
  * tile divides D), so that the ragged edges, the divisibility and the tile

@@ -7,6 +7,8 @@
 #   make bench        build and run the benchmarks (results go into docs/benchmarks.md by hand)
 #   make install PREFIX=/usr/local DESTDIR=   (make install-check: build against it, both ways)
 #   make format       clang-format every C file;  make format-check  fails on a difference
+#   make image        the container image (deploy/Containerfile) with podman or docker; IMAGE=name:tag
+#   make k8s-check    deploy/k8s against the Kubernetes schemas, and the image's entrypoint run here
 #
 # Switches: SANITIZE=address,undefined   STATIC=1   CUDA_HOME=/usr/local/cuda   BUILD=build
 # Source lists are the folders' contents: a new module is a new file, picked up here.
@@ -98,7 +100,7 @@ BENCH_BIN := $(BENCH_SRC:%.c=$(BUILD)/%)
 ALL_LIBS := $(DAEMON_A) $(CLIENT_A) $(LIB_A)
 
 .PHONY: all test unit e2e gpu run bench install format format-check clean fuzz fuzz-smoke \
-        fuzz-build fuzz-seeds soak gemm80-check check-layers install-check
+        fuzz-build fuzz-seeds soak gemm80-check check-layers install-check image k8s-check
 all: $(TESSERAD) $(CLI) $(CLIENT_SO)
 
 # ---- generated protobuf code ----
@@ -266,6 +268,18 @@ install: all $(CLIENT_DIST_A)
 # small program through pkg-config, run against a real daemon.
 install-check: all $(CLIENT_DIST_A)
 	BUILD=$(BUILD) tools/install-check.sh
+
+# The container image: deploy/build-image.sh stages the context and runs podman
+# build or docker build, and says so when neither can run here.
+IMAGE ?= tesserad:$(TSRD_VERSION_TEXT)
+image:
+	BUILD=$(BUILD) deploy/build-image.sh $(IMAGE)
+
+# deploy/k8s without a cluster: the API schemas, the manifests against each
+# other and the image, and the image's entrypoint started with the ConfigMap's
+# config (tools/k8s-check.sh).
+k8s-check: all
+	BUILD=$(BUILD) tools/k8s-check.sh
 
 # ---- fuzzing: libFuzzer targets tests/fuzz/fuzz_<name>.c (tests/fuzz/README.md) ----
 # A separate clang build under $(FUZZ_BUILD): the lib/ and daemon/ sources are

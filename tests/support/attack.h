@@ -46,11 +46,13 @@ int attack_sp_connect_nowait(const char *url);
 int attack_sp_send(int fd, uint32_t req_id, const void *body, size_t len);
 
 /* Sends up to count copies of body with ids first_id, first_id + 1, ... and
- * returns how many went before the socket pushed back or broke. */
+ * returns how many went before the daemon stopped reading for
+ * ATTACK_FLOOD_WAIT_MS or the socket broke. */
+#define ATTACK_FLOOD_WAIT_MS 200
 int attack_sp_flood(int fd, uint32_t first_id, const void *body, size_t len, int count);
 
-/* True once the daemon has closed the connection (end of file or an error);
- * replies that arrived are read and thrown away on the way. */
+/* True once the daemon has closed the connection (hang-up or an error),
+ * asked without reading anything. */
 bool attack_sp_closed(int fd);
 
 /* Reads one framed reply within timeout_ms into *out (decoded; free with
@@ -99,10 +101,10 @@ void attack_nofile_restore(const struct rlimit *saved);
 /* Sends the same request bytes from n REQ contexts of one connection to url
  * at once (nng numbers each context's request; the daemon sees one id sent n
  * times) and waits up to timeout_ms for every reply. statuses[i] gets each
- * reply's status (-1: none) and, where messages is not NULL, messages[i] its
- * message (malloc'd). *first_ms gets when the first reply came (attack_now_ms).
+ * reply's status (-1: none), done_ms[i] when it came (attack_now_ms; 0: never)
+ * and, where messages is not NULL, messages[i] its message (malloc'd).
  * Returns how many replies came. */
 int attack_same_request(const char *url, const void *bytes, size_t len, int n, int timeout_ms,
-                        int *statuses, char **messages, uint64_t *first_ms);
+                        int *statuses, char **messages, uint64_t *done_ms);
 
 #endif

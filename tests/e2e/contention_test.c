@@ -1,0 +1,331 @@
+/*
+ * contention_test.c — what one peer or tenant can hold of the daemon, and for
+ * how long the others wait.
+ *
+ * Tenants alice and bob. Peers that never read their replies, resends of one
+ * slow request and one long batch must not stop another tenant from being
+ * received and served: unauthenticated connections flooding requests without
+ * reading are closed by the caps on unread replies while alice's hellos keep
+ * answering; eighty copies of one slow launch wait within alice's in_flight
+ * quota (the rest refused) while bob's hello is answered before the launch
+ * ends; and with one worker thread, a batch of long launches yields between
+ * launches, so bob's tiny run is served before the batch completes. The
+ * interleaving is asserted by order; the waits are measured and bounded with
+ * a wide margin.
+ */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tessera/region_pb.h"
+#include "../support/attack.h"
+#include "../support/fixture.h"
+
+static testd contention_d;
+
+static void contention_teardown(void)
+{
+    int rc = testd_stop(&contention_d);
+    testd_remove(&contention_d);
+    cr_expect_eq(rc, 0, "tesserad exit status %d", rc);
+}
+
+TestSuite(contention, .fini = contention_teardown, .timeout = 60);
+
+static tsr_client *contention_client(const char *token)
+{
+    tsr_client *c = testd_connect(contention_d.url, token, 60000);
+    cr_assert_not_null(c);
+    return c;
+}
+
+/* The slowest hello of alice's during the attack below. */
+static uint64_t contention_hello_ms(tsr_client *c)
+{
+    tsr_error err;
+    uint64_t t0 = attack_now_ms();
+    tsr_status st = tsr_client_hello(c, NULL, 30000, &err);
+    cr_assert_eq(st, TSR_OK, "%s", err.message);
+    return attack_now_ms() - t0;
+}
+
+#define CONTENTION_PEERS 10
+
+Test(contention, peers_that_leave_replies_unread_do_not_hold_the_daemon)
+{
+    cr_assert_eq(attack_start_tenants(&contention_d, "", "", "", 0, NULL), 0);
+    tsr_client *alice = contention_client(ATTACK_TOKEN_ALICE);
+    size_t len;
+    uint8_t *hello = attack_hello(0, NULL, 0, &len); /* no token: UNAUTHENTICATED, small */
+    int fds[CONTENTION_PEERS];
+    for (int i = 0; i < CONTENTION_PEERS; i++)
+        fds[i] = -1;
+    uint64_t worst = 0, probes = 0, reconnects = 0;
+    uint64_t until = attack_now_ms() + 5000;
+    while (attack_now_ms() < until) {
+        /* Each peer sends far more than fits its socket and reads nothing; one
+         * the daemon closed comes back and does it again. */
+        for (int i = 0; i < CONTENTION_PEERS; i++) {
+            if (fds[i] >= 0 && !attack_sp_closed(fds[i]))
+                continue;
+            if (fds[i] >= 0) {
+                close(fds[i]);
+                reconnects++;
+            }
+            fds[i] = attack_sp_connect(contention_d.url, 2000);
+            if (fds[i] >= 0)
+                attack_sp_flood(fds[i], 1, hello, len, 1000);
+        }
+        uint64_t took = contention_hello_ms(alice);
+        worst = took > worst ? took : worst;
+        probes++;
+        attack_sleep_ms(100);
+    }
+    for (int i = 0; i < CONTENTION_PEERS; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    free(hello);
+    double closed = fixture_counter(alice, "connections_closed_unread_total");
+    cr_log_info("unread replies: alice's worst hello %llu ms over %llu, %llu reconnects, %.0f "
+                "connections closed",
+                (unsigned long long)worst, (unsigned long long)probes,
+                (unsigned long long)reconnects, closed);
+    /* With every context held by unread replies, hellos waited 2 to 10 s. */
+    cr_expect_lt(worst, 1000, "alice's hello waited %llu ms", (unsigned long long)worst);
+    cr_expect_geq(closed, 1, "no connection was closed for unread replies");
+    tsr_client_close(alice);
+}
+
+/* A matmul kernel of n^3 with its three buffers, on c. */
+typedef struct contention_mm {
+    tsr_kernel kernel;
+    tsr_buffer in[2], out;
+} contention_mm;
+
+static contention_mm contention_matmul(tsr_client *c, int n)
+{
+    char json[160];
+    snprintf(json, sizeof json,
+             "{\"kind\": \"matmul\", \"dtype\": \"f32\", \"m\": %d, \"n\": %d, "
+             "\"k\": %d}",
+             n, n, n);
+    tsr_region *r = fixture_region_json(json);
+    tsr_client_compile_opts opts = {.skip_verify = true};
+    tsr_client_compiled compiled;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(c, r, &opts, &compiled, 60000, &err), TSR_OK, "%s",
+                 err.message);
+    tsr_client_region_free(r);
+    contention_mm mm = {.kernel = compiled.kernel};
+    int64_t shape[2] = {n, n};
+    mm.in[0] = fixture_alloc(c, TSR_CLIENT_F32, 2, shape);
+    mm.in[1] = fixture_alloc(c, TSR_CLIENT_F32, 2, shape);
+    mm.out = fixture_alloc(c, TSR_CLIENT_F32, 2, shape);
+    return mm;
+}
+
+typedef struct contention_resends {
+    uint8_t *bytes;
+    size_t len;
+    int statuses[80];
+    char *messages[80];
+    uint64_t done_ms[80];
+    int got;
+} contention_resends;
+
+static void *contention_resend_main(void *arg)
+{
+    contention_resends *r = arg;
+    r->got = attack_same_request(contention_d.url, r->bytes, r->len, 80, 60000, r->statuses,
+                                 r->messages, r->done_ms);
+    return NULL;
+}
+
+/* A run of attention over seq_q = seq_k = seq with head_dim 16: 0.75 MiB of
+ * inline inputs (zeros) for seq 4096 and a second or more of the reference's
+ * work on the CPU. Returns the request's wire bytes, with id and alice's token. */
+static uint8_t *contention_slow_run(uint64_t id, int64_t seq, size_t *len)
+{
+    char json[200];
+    snprintf(json, sizeof json,
+             "{\"kind\": \"attention\", \"dtype\": \"f32\", \"batch\": 1, \"heads\": 1, "
+             "\"seq_q\": %lld, \"seq_k\": %lld, \"head_dim\": 16}",
+             (long long)seq, (long long)seq);
+    tsr_region *r = fixture_region_json(json);
+    Tessera__V1__Region *pb = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_region_to_pb(r, &pb, &err), TSR_OK, "%s", err.message);
+    tsr_client_region_free(r);
+    int64_t shape[4] = {1, 1, seq, 16};
+    size_t bytes = (size_t)seq * 16 * sizeof(float);
+    uint8_t *zeros = calloc(1, bytes);
+    Tessera__V1__Tensor t[3];
+    Tessera__V1__Tensor *tp[3];
+    for (int i = 0; i < 3; i++) {
+        tessera__v1__tensor__init(&t[i]);
+        t[i].dtype = TESSERA__V1__DTYPE__DTYPE_F32;
+        t[i].shape = shape;
+        t[i].n_shape = 4;
+        t[i].data_case = TESSERA__V1__TENSOR__DATA_INLINE_DATA;
+        t[i].inline_data.data = zeros;
+        t[i].inline_data.len = bytes;
+        tp[i] = &t[i];
+    }
+    Tessera__V1__CompileOptions opts = TESSERA__V1__COMPILE_OPTIONS__INIT;
+    opts.skip_verify = true;
+    Tessera__V1__RunRequest run = TESSERA__V1__RUN_REQUEST__INIT;
+    run.region = pb;
+    run.options = &opts;
+    run.inputs = tp;
+    run.n_inputs = 3;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.id = id;
+    req.auth = ATTACK_TOKEN_ALICE;
+    req.body_case = TESSERA__V1__REQUEST__BODY_RUN;
+    req.run = &run;
+    *len = tessera__v1__request__get_packed_size(&req);
+    uint8_t *out = malloc(*len);
+    tessera__v1__request__pack(&req, out);
+    tsr_region_pb_free(pb);
+    free(zeros);
+    return out;
+}
+
+Test(contention, resends_of_a_slow_request_wait_within_in_flight_and_hold_no_other_tenant)
+{
+    cr_assert_eq(attack_start_tenants(&contention_d, "", "\"in_flight\": 8", "", 0, NULL), 0);
+    contention_resends r = {0};
+    /* Once alone, to have it compiled and to know how long it takes. */
+    r.bytes = contention_slow_run(0x51016, 8192, &r.len);
+    uint32_t s;
+    cr_assert_eq(testd_raw_open(&contention_d, &s), 0);
+    uint64_t t0 = attack_now_ms();
+    Tessera__V1__Reply *alone = NULL;
+    cr_assert_eq(testd_raw_send(s, r.bytes, r.len, 60000, &alone), 0);
+    uint64_t alone_ms = attack_now_ms() - t0;
+    cr_assert_eq(alone->status, TESSERA__V1__STATUS__OK, "%s", alone->message);
+    tessera__v1__reply__free_unpacked(alone, NULL);
+    testd_raw_close(s);
+    free(r.bytes);
+    /* Then from 80 contexts of one connection at once: one id, 80 times. */
+    r.bytes = contention_slow_run(0x51017, 8192, &r.len);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, contention_resend_main, &r), 0);
+    attack_sleep_ms(alone_ms / 4 < 300 ? (int)(alone_ms / 4) : 300);
+    tsr_client *bob = contention_client(ATTACK_TOKEN_BOB);
+    uint64_t bob_t0 = attack_now_ms();
+    tsr_error err;
+    cr_expect_eq(tsr_client_hello(bob, NULL, 60000, &err), TSR_OK, "%s", err.message);
+    uint64_t bob_done = attack_now_ms();
+    pthread_join(th, NULL);
+    cr_assert_eq(r.got, 80, "%d of 80 copies answered", r.got);
+    int ok = 0, refused = 0;
+    uint64_t first_ok = 0;
+    for (int i = 0; i < 80; i++) {
+        if (r.statuses[i] == TESSERA__V1__STATUS__OK) {
+            ok++;
+            if (first_ok == 0 || r.done_ms[i] < first_ok)
+                first_ok = r.done_ms[i];
+        } else if (r.statuses[i] == TESSERA__V1__STATUS__RESOURCE_EXHAUSTED) {
+            refused++;
+            /* The quota, or the connection's cap on requests outstanding. */
+            bool quota = strcmp(r.messages[i], "quota in_flight of tenant alice: 8 in use, 1 "
+                                               "asked, the quota is 8 (a resend of a request "
+                                               "still executing counts as one)") == 0;
+            bool cap = strncmp(r.messages[i], "max_requests_per_connection: ", 29) == 0;
+            cr_expect(quota || cap, "copy %d refused with '%s'", i, r.messages[i]);
+        } else {
+            cr_expect_fail("copy %d: status %d: %s", i, r.statuses[i],
+                           r.messages[i] ? r.messages[i] : "");
+        }
+        free(r.messages[i]);
+    }
+    cr_log_info("80 copies of a %llu ms run: %d answered, %d refused; bob's hello took %llu ms, "
+                "the run's first answer came %lld ms after it",
+                (unsigned long long)alone_ms, ok, refused, (unsigned long long)(bob_done - bob_t0),
+                (long long)first_ok - (long long)bob_done);
+    cr_expect_eq(ok, 8, "the run and 7 resends within in_flight 8 get its reply");
+    cr_expect_eq(refused, 72);
+    /* With the resends holding every context, bob was heard only after the run. */
+    cr_expect_lt(bob_done, first_ok, "bob's hello waited for alice's run");
+    cr_expect_lt(bob_done - bob_t0, 1000, "bob's hello took %llu ms",
+                 (unsigned long long)(bob_done - bob_t0));
+    tsr_client_close(bob);
+    free(r.bytes);
+}
+
+typedef struct contention_batch {
+    tsr_client *alice;
+    contention_mm mm;
+    int launches;
+    tsr_status status;
+    tsr_client_batch_result result;
+    uint64_t done_ms;
+} contention_batch;
+
+static void *contention_batch_main(void *arg)
+{
+    contention_batch *b = arg;
+    tsr_client_launch_desc *descs = calloc((size_t)b->launches, sizeof *descs);
+    for (int i = 0; i < b->launches; i++)
+        descs[i] = (tsr_client_launch_desc){
+            .kernel = b->mm.kernel, .n_inputs = 2, .inputs = b->mm.in, .output = b->mm.out};
+    tsr_error err;
+    b->status =
+        tsr_client_batch(b->alice, descs, (size_t)b->launches, false, &b->result, 120000, &err);
+    b->done_ms = attack_now_ms();
+    free(descs);
+    return NULL;
+}
+
+Test(contention, a_long_batch_yields_between_launches_to_another_tenants_run)
+{
+    /* One worker thread: without yielding, the batch would hold it throughout. */
+    cr_assert_eq(attack_start_tenants(&contention_d, "\"workers\": 1, ", "", "", 0, NULL), 0);
+    contention_batch b = {.alice = contention_client(ATTACK_TOKEN_ALICE), .launches = 60};
+    b.mm = contention_matmul(b.alice, 512);
+    /* Bob's 4-element run, compiled once beforehand so that what is timed is
+     * the wait for a worker. */
+    tsr_client *bob = contention_client(ATTACK_TOKEN_BOB);
+    tsr_region *tiny = fixture_affine(4);
+    float in[4] = {1, 2, 3, 4}, out[4];
+    const void *inputs[1] = {in};
+    tsr_error err;
+    cr_assert_eq(tsr_client_run(bob, tiny, NULL, inputs, out, NULL, 30000, &err), TSR_OK, "%s",
+                 err.message);
+    /* One launch alone, for the figures. */
+    double one_ms = 0;
+    uint64_t t0 = attack_now_ms();
+    cr_assert_eq(
+        tsr_client_launch(b.alice, b.mm.kernel, b.mm.in, 2, b.mm.out, &one_ms, 30000, &err), TSR_OK,
+        "%s", err.message);
+    uint64_t launch_ms = attack_now_ms() - t0;
+    pthread_t th;
+    uint64_t batch_t0 = attack_now_ms();
+    cr_assert_eq(pthread_create(&th, NULL, contention_batch_main, &b), 0);
+    attack_sleep_ms(3 * (int)launch_ms + 50);
+    uint64_t run_t0 = attack_now_ms();
+    cr_expect_eq(tsr_client_run(bob, tiny, NULL, inputs, out, NULL, 60000, &err), TSR_OK, "%s",
+                 err.message);
+    uint64_t run_done = attack_now_ms();
+    pthread_join(th, NULL);
+    cr_assert_eq(b.status, TSR_OK);
+    cr_expect_eq(b.result.launched, 60);
+    cr_expect_eq(out[3], 9.0f, "y = 2x + 1");
+    cr_log_info("batch of 60 launches of %llu ms each: %llu ms in all; bob's run waited %llu ms "
+                "and finished %lld ms before the batch",
+                (unsigned long long)launch_ms, (unsigned long long)(b.done_ms - batch_t0),
+                (unsigned long long)(run_done - run_t0),
+                (long long)b.done_ms - (long long)run_done);
+    /* By order: bob's run was served between two of the batch's launches. */
+    cr_expect_lt(run_done, b.done_ms, "bob's run waited for the whole batch");
+    /* The target is one launch plus a slice of 10 ms; the margin is wide. */
+    cr_expect_lt(run_done - run_t0, 2 * launch_ms + 1000, "bob's run waited %llu ms",
+                 (unsigned long long)(run_done - run_t0));
+    tsr_client_region_free(tiny);
+    tsr_client_close(bob);
+    tsr_client_close(b.alice);
+}

@@ -111,7 +111,7 @@ struct tsrd_server {
     int n_listeners;
     char probe_urls[TSRD_MAX_LISTEN][256]; /* what a local client dials for each */
     int max_connections;
-    atomic_int connections;       /* pipes added and not yet removed (refused ones too) */
+    atomic_int connections;       /* pipes added, not yet removed, not our own (refused too) */
     atomic_uint_fast64_t refused; /* pipes closed as added, past max_connections */
     int waiting;                  /* replies with nng, over every slot (loop) */
     uv_timer_t stall_timer;       /* runs while replies wait */
@@ -210,16 +210,18 @@ static bool server_pipe_is_own(nng_pipe pipe)
 static void server_pipe_cb(nng_pipe pipe, nng_pipe_ev event, void *arg)
 {
     tsrd_server *s = arg;
+    /* Every pipe that sees ADD_PRE sees REM_POST too, refused or not; the
+     * daemon's own probes take no place under the cap. */
+    bool own = event != NNG_PIPE_EV_ADD_POST && server_pipe_is_own(pipe);
     if (event == NNG_PIPE_EV_ADD_PRE) {
-        /* Every pipe that sees ADD_PRE sees REM_POST too, refused or not. */
-        int n = atomic_fetch_add(&s->connections, 1) + 1;
-        if (s->max_connections > 0 && n > s->max_connections && !server_pipe_is_own(pipe)) {
+        int n = own ? 0 : atomic_fetch_add(&s->connections, 1) + 1;
+        if (s->max_connections > 0 && n > s->max_connections) {
             atomic_fetch_add(&s->refused, 1);
             nng_pipe_close(pipe);
         }
         return;
     }
-    if (event == NNG_PIPE_EV_REM_POST)
+    if (event == NNG_PIPE_EV_REM_POST && !own)
         atomic_fetch_sub(&s->connections, 1);
     /* Closing: the sessions go with the daemon, and the loop's async handle may
      * already be closed. */

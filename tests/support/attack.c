@@ -4,9 +4,11 @@
  */
 #include "attack.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -312,20 +314,16 @@ void attack_nofile_restore(const struct rlimit *saved)
     setrlimit(RLIMIT_NOFILE, saved);
 }
 
-int attack_start_tenants(testd *d, const char *extra, const char *alice_quotas,
-                         const char *bob_quotas, rlim_t nofile, const char *const *argv_extra)
+int attack_start_config(testd *d, rlim_t nofile, const char *const *argv_extra, const char *fmt,
+                        ...)
 {
-    char ha[65], hb[65];
-    tsrd_token_hash(ATTACK_TOKEN_ALICE, strlen(ATTACK_TOKEN_ALICE), ha);
-    tsrd_token_hash(ATTACK_TOKEN_BOB, strlen(ATTACK_TOKEN_BOB), hb);
-    if (testd_prepare(d) != 0 ||
-        testd_write_config(d,
-                           "{%s\"tenants\": ["
-                           "{\"name\": \"alice\", \"token_sha256\": [\"%s\"], \"quotas\": {%s}},"
-                           "{\"name\": \"bob\", \"token_sha256\": [\"%s\"], \"quotas\": {%s}}]}\n",
-                           extra, ha, alice_quotas, hb, bob_quotas) != 0)
+    char text[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    if (testd_prepare(d) != 0 || testd_write_config(d, "%s", text) != 0)
         return -1;
-    setenv("TESSERA_TOKEN", ATTACK_TOKEN_ALICE, 1);
     struct rlimit saved;
     if (nofile > 0 && attack_nofile_lower(nofile, &saved) != 0) {
         perror("attack: setrlimit");
@@ -335,6 +333,35 @@ int attack_start_tenants(testd *d, const char *extra, const char *alice_quotas,
     if (nofile > 0)
         attack_nofile_restore(&saved);
     return rc;
+}
+
+int attack_start_tenants(testd *d, const char *extra, const char *alice_quotas,
+                         const char *bob_quotas, rlim_t nofile, const char *const *argv_extra)
+{
+    char ha[65], hb[65];
+    tsrd_token_hash(ATTACK_TOKEN_ALICE, strlen(ATTACK_TOKEN_ALICE), ha);
+    tsrd_token_hash(ATTACK_TOKEN_BOB, strlen(ATTACK_TOKEN_BOB), hb);
+    setenv("TESSERA_TOKEN", ATTACK_TOKEN_ALICE, 1);
+    return attack_start_config(
+        d, nofile, argv_extra,
+        "{%s\"tenants\": ["
+        "{\"name\": \"alice\", \"token_sha256\": [\"%s\"], \"quotas\": {%s}},"
+        "{\"name\": \"bob\", \"token_sha256\": [\"%s\"], \"quotas\": {%s}}]}\n",
+        extra, ha, alice_quotas, hb, bob_quotas);
+}
+
+int attack_fd_count(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd", (int)pid);
+    DIR *dir = opendir(path);
+    if (dir == NULL)
+        return -1;
+    int n = 0;
+    for (struct dirent *e = readdir(dir); e != NULL; e = readdir(dir))
+        n += e->d_name[0] != '.';
+    closedir(dir);
+    return n;
 }
 
 typedef struct attack_ctx {

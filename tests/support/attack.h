@@ -88,6 +88,14 @@ uint8_t *attack_empty_batch(uint64_t id, const char *auth, size_t n, size_t *len
 int attack_start_tenants(testd *d, const char *extra, const char *alice_quotas,
                          const char *bob_quotas, rlim_t nofile, const char *const *argv_extra);
 
+/* Starts d on the config fmt (printf-like), with the soft descriptor limit
+ * nofile when > 0 and the flags argv_extra. 0, or -1 with a line on stderr. */
+int attack_start_config(testd *d, rlim_t nofile, const char *const *argv_extra, const char *fmt,
+                        ...) __attribute__((format(printf, 4, 5)));
+
+/* Descriptors pid has open (-1 when unreadable). */
+int attack_fd_count(pid_t pid);
+
 /* VmRSS and VmHWM of pid in KiB (-1 when unreadable). */
 long attack_rss_kb(pid_t pid);
 long attack_hwm_kb(pid_t pid);

@@ -58,7 +58,8 @@ def main() -> int:
         q = np.maximum(xs[0] + xs[1], 0) * (1 / (1 + np.exp(-xs[2]))) * 0.5
         want = np.clip(q, 0, 2.5)
         ok = np.allclose(y, want, rtol=1e-5, atol=1e-6)
-        print("pointwise -> %s %s, %s numpy" % (y.dtype, y.shape, "matches" if ok else "differs from"))
+        print("pointwise -> %s %s, %s numpy"
+              % (y.dtype, y.shape, "matches" if ok else "differs from"))
         return 0 if ok else 1
 
 

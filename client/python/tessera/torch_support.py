@@ -1,16 +1,17 @@
 """torch tensors through tesserad.
 
-CPU tensors travel as numpy arrays (shared memory above the client's threshold).
-CUDA tensors never leave the GPU: the allocation each lies in is exported with
-CUDA IPC (cuIpcGetMemHandle on the caching allocator's block, found with
-cuMemGetAddressRange), imported by the daemon as a buffer at the tensor's offset, and the kernel reads the inputs and
-writes the output in place; the output is a fresh torch tensor on the inputs'
-device. Lifetime: the daemon has finished with the tensors when the call
-returns. The imports are remembered per client (Client.imported), so a tensor's
-allocation is opened by the daemon once and later calls cost one launch round
-trip; an IPC handle names one allocation for its whole life, so a remembered
-import never points at other memory. Call client.release_imports() before
-torch.cuda.empty_cache(), so the daemon lets go of blocks torch gives back.
+CPU tensors travel as numpy arrays (shared memory above the client's
+threshold). CUDA tensors never leave the GPU: the allocation each lies in is
+exported with CUDA IPC (cuIpcGetMemHandle on the caching allocator's block,
+found with cuMemGetAddressRange), imported by the daemon as a buffer at the
+tensor's offset, and the kernel reads the inputs and writes the output in
+place; the output is a fresh torch tensor on the inputs' device. Lifetime: the
+daemon has finished with the tensors when the call returns. The imports are
+remembered per client (Client.imported), so a tensor's allocation is opened by
+the daemon once and later calls cost one launch round trip; an IPC handle names
+one allocation for its whole life, so a remembered import never points at other
+memory. Call client.release_imports() before torch.cuda.empty_cache(), so the
+daemon lets go of blocks torch gives back.
 
 Requirements for the CUDA path: the daemon runs the cuda backend on the same
 node and GPU, torch's allocator is the default caching allocator (not

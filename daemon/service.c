@@ -6,10 +6,13 @@
  * the service that has to close the server and the signal handles.
  *
  * systemd: READY=1 goes out only once the backend, the kernel cache and every
- * listener are up and the signal handlers are installed; the watchdog is fed
+ * listener are up and the signal handlers are installed. The watchdog is fed
  * from a loop timer, so a stuck loop stops feeding it, and only while the
- * daemon is ready (not while recovering a device or draining). Without
- * NOTIFY_SOCKET (not under systemd) sd_notify does nothing.
+ * daemon is ready (not while recovering a device or draining) and every
+ * listener has answered its self-probe (net/probe.h) within the last watchdog
+ * period: a listener that stops accepting gets the daemon restarted too. The
+ * probes run every quarter period (every 5 s without a watchdog, for health
+ * alone). Without NOTIFY_SOCKET (not under systemd) sd_notify does nothing.
  *
  * The metrics listener (metrics_listen) starts after the nng listeners and
  * stops before them: scrapes are answered while the daemon drains, and a
@@ -28,6 +31,7 @@
 #include "backend/guard.h"
 #include "daemon.h"
 #include "net/metrics_http.h"
+#include "net/probe.h"
 #include "net/server.h"
 #include "serve/tenant.h"
 
@@ -38,6 +42,8 @@ typedef struct service {
     uv_signal_t sigterm, sigint, sighup;
     uv_timer_t watchdog;
     bool watchdog_on;
+    uint64_t watchdog_usec; /* systemd's period; 0: no watchdog */
+    tsrd_probe *probe;      /* the listeners' self-probes */
     int signals;
     bool closed;
 } service;
@@ -57,6 +63,8 @@ static void service_shutdown(service *svc)
         return;
     svc->closed = true;
     tsrd_log_info(&svc->d.log, "drained; shutting down");
+    tsrd_probe_stop(svc->probe);
+    svc->probe = NULL;
     tsrd_metrics_http_close(svc->metrics_http);
     tsrd_server_close(svc->server);
     service_close_handles(svc);
@@ -123,11 +131,41 @@ static void service_reload(uv_signal_t *handle, int signum)
     sd_notify(0, "READY=1");
 }
 
+/* Every listener answered its probe within the last watchdog period. */
+static bool service_listeners_answer(const service *svc)
+{
+    const tsrd_daemon *d = &svc->d;
+    uint64_t now = uv_hrtime(), window = svc->watchdog_usec * 1000u;
+    if (d->n_endpoints < d->config.n_listen)
+        return false;
+    for (int i = 0; i < d->n_endpoints; i++)
+        if (d->endpoints[i].last_answer_ns == 0 || now - d->endpoints[i].last_answer_ns > window)
+            return false;
+    return true;
+}
+
 static void service_watchdog(uv_timer_t *timer)
 {
     service *svc = timer->data;
-    if (!svc->d.draining && !svc->d.recovering)
+    if (!svc->d.draining && !svc->d.recovering && service_listeners_answer(svc))
         sd_notify(0, "WATCHDOG=1");
+}
+
+/* Probes every quarter watchdog period (5 s without one), each waiting at
+ * most half a period (2 s at most). */
+static int service_start_probe(service *svc)
+{
+    uint64_t period_ms = svc->watchdog_usec / 1000;
+    uint64_t interval = period_ms > 0 ? period_ms / 4 : 5000;
+    uint64_t timeout = period_ms > 0 ? period_ms / 2 : 2000;
+    interval = interval < 10 ? 10 : interval > 5000 ? 5000 : interval;
+    timeout = timeout < 50 ? 50 : timeout > 2000 ? 2000 : timeout;
+    tsr_error err;
+    if (tsrd_probe_start(&svc->d, svc->server, interval, timeout, &svc->probe, &err) != TSR_OK) {
+        tsrd_log_error(&svc->d.log, "%s", err.message);
+        return -1;
+    }
+    return 0;
 }
 
 static int service_start_signals(service *svc, uv_loop_t *loop)
@@ -145,11 +183,14 @@ static int service_start_signals(service *svc, uv_loop_t *loop)
     if (rc == 0 && sd_watchdog_enabled(0, &usec) > 0 && usec > 0) {
         /* Twice per period, as sd_watchdog_enabled(3) advises. */
         uint64_t ms = usec / 2000 > 0 ? usec / 2000 : 1;
+        svc->watchdog_usec = usec;
         uv_timer_init(loop, &svc->watchdog);
         svc->watchdog.data = svc;
         svc->watchdog_on = true;
         rc = uv_timer_start(&svc->watchdog, service_watchdog, ms, ms);
     }
+    if (rc == 0)
+        rc = service_start_probe(svc);
     return rc;
 }
 

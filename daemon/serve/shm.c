@@ -151,6 +151,26 @@ tsr_status tsrd_shm_resolve(tsrd_job *job, const Tessera__V1__SharedMemory *ref,
     return TSR_OK;
 }
 
+/* Copies up to this size go through a bounce buffer of the job's, so that
+ * the only code ever unwound at a fault is a memcpy of our own: CUDA reads a
+ * small host-to-device copy from registered memory with the CPU, inside the
+ * driver (on the H200 with driver 580, copies of up to 16 KiB fault there
+ * after a shrink; 32 KiB and more go by DMA). The extra copy is at most a few
+ * microseconds. */
+#define SHM_BOUNCE_MAX (256u << 10)
+
+typedef struct shm_memcpy {
+    void *dst;
+    const void *src;
+    size_t len;
+} shm_memcpy;
+
+static void shm_memcpy_run(void *arg)
+{
+    shm_memcpy *m = arg;
+    memcpy(m->dst, m->src, m->len);
+}
+
 /* The backend call that touches the segment, run inside the guard. */
 typedef struct shm_copy_call {
     tsrd_job *job;
@@ -195,6 +215,40 @@ static tsr_status shm_check_size(tsrd_job *job, const tsrd_shm_map *map, const c
     return TSR_OK;
 }
 
+static tsr_status shm_shrank_during(tsrd_job *job, const tsrd_shm_map *map, const char *field,
+                                    uint64_t at, uint64_t len)
+{
+    return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                         "%s: %s shrank during the copy: %llu bytes at offset %llu no longer lie "
+                         "inside it",
+                         field, map->name, (unsigned long long)len, (unsigned long long)at);
+}
+
+/* A small copy: the segment's bytes move with a guarded memcpy, the backend
+ * sees only the bounce buffer. */
+static tsr_status shm_copy_bounced(tsrd_job *job, const tsrd_shm_map *map, const char *field,
+                                   tsrd_dbuf *buf, uint64_t offset, uint8_t *host, uint64_t len,
+                                   int to_device)
+{
+    const tsrd_backend_ops *ops = job->d->bops;
+    tsrd_backend *b = job->d->backend;
+    uint64_t at = (uint64_t)(host - map->base);
+    uint8_t *bounce = tsrd_job_alloc(job, len > 0 ? (size_t)len : 1);
+    if (bounce == NULL)
+        return tsr_error_set(&job->err, TSR_NO_MEMORY, "%s: out of memory", field);
+    if (to_device) {
+        shm_memcpy m = {bounce, host, (size_t)len};
+        if (!tsrd_guard_run(host, len, shm_memcpy_run, &m))
+            return shm_shrank_during(job, map, field, at, len);
+        return ops->buffer_write(b, buf, offset, bounce, len, &job->err);
+    }
+    tsr_status st = ops->buffer_read(b, buf, offset, bounce, len, &job->err);
+    shm_memcpy m = {host, bounce, (size_t)len};
+    if (st == TSR_OK && !tsrd_guard_run(host, len, shm_memcpy_run, &m))
+        return shm_shrank_during(job, map, field, at, len);
+    return st;
+}
+
 tsr_status tsrd_shm_copy(tsrd_job *job, tsrd_shm_map *map, const char *field, tsrd_dbuf *buf,
                          uint64_t offset, uint8_t *host, uint64_t len, int to_device)
 {
@@ -204,6 +258,8 @@ tsr_status tsrd_shm_copy(tsrd_job *job, tsrd_shm_map *map, const char *field, ts
     tsr_status st = shm_check_size(job, map, field, at, len);
     if (st != TSR_OK)
         return st;
+    if (len <= SHM_BOUNCE_MAX)
+        return shm_copy_bounced(job, map, field, buf, offset, host, len, to_device);
     if (ops->hostmem != NULL && !map->registered) {
         st = ops->hostmem->host_register(b, map->base, map->size, map->fd, &map->token, &job->err);
         if (st != TSR_OK)
@@ -212,15 +268,14 @@ tsr_status tsrd_shm_copy(tsrd_job *job, tsrd_shm_map *map, const char *field, ts
     }
     /* A shrink that races the copy: the CPU backend's memcpy faults here and
      * the guard unwinds it (it holds nothing while it copies); CUDA copies a
-     * registered range by DMA from the pages its registration holds; the
-     * isolated backends copy in the worker, which guards its own copy and
+     * registered range this large by DMA from the pages its registration
+     * holds, so nothing faults (were the driver to read it by CPU, the guard
+     * would unwind out of the driver, which driver 580 was seen to survive);
+     * the isolated backends copy in the worker, which guards its own copy and
      * answers BUFFER_MISMATCH. */
     shm_copy_call call = {job, map, buf, offset, host, len, to_device, TSR_OK};
     if (!tsrd_guard_run(host, len, shm_copy_run, &call))
-        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
-                             "%s: %s shrank during the copy: %llu bytes at offset %llu no longer "
-                             "lie inside it",
-                             field, map->name, (unsigned long long)len, (unsigned long long)at);
+        return shm_shrank_during(job, map, field, at, len);
     if (call.status == TSR_BUFFER_MISMATCH && ops->hostmem != NULL) {
         /* The worker's answer names no field: put it and the segment first. */
         char said[TSR_ERROR_MESSAGE_MAX];

@@ -18,6 +18,8 @@
  * its end would raise SIGBUS: every copy checks the segment's current size
  * first and runs inside a guard (backend/guard.h) that turns a shrink racing
  * it into an error, so either way the request fails and nothing else does.
+ * Copies of up to 256 KiB go through a bounce buffer with a guarded memcpy,
+ * since CUDA reads small host-to-device copies by CPU inside the driver.
  *
  * Threading: tsrd_shm_resolve runs on the loop thread (prepare);
  * tsrd_shm_copy only in the session's stream jobs, which never overlap, so the

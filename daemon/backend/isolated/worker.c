@@ -158,8 +158,10 @@ static tsr_status worker_copy(worker *w, tsrd_dbuf *buf, uint64_t offset, uint8_
  * client may shrink at any time: a range past the segment's end now is
  * refused, and a shrink racing the copy is caught by the guard (the CPU
  * backend's copy is a memcpy that holds nothing; CUDA's is a DMA from the
- * pages the pin holds). Either is BUFFER_MISMATCH, worded to follow the
- * segment's name in the daemon's message, and the worker lives on. */
+ * pages the pin holds: the daemon sends only copies over 256 KiB here, and
+ * smaller ones, which the driver would read by CPU, through the window).
+ * Either is BUFFER_MISMATCH, worded to follow the segment's name in the
+ * daemon's message, and the worker lives on. */
 typedef struct worker_pinned_copy {
     worker *w;
     const tsrd_dw_request *q;

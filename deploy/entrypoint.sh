@@ -29,7 +29,7 @@
 # Exit status: tesserad's own, or 1 when a check fails (before tesserad runs).
 set -euo pipefail
 
-prog=tesserad-entrypoint
+prog="tesserad-entrypoint"
 tesserad=${TESSERAD_BIN:-tesserad}
 config=${TESSERAD_CONFIG:-/etc/tesserad/tesserad.json}
 uid=$(id -u)

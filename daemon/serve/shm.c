@@ -183,6 +183,14 @@ typedef struct shm_copy_call {
     tsr_status status;
 } shm_copy_call;
 
+static void shm_register_run(void *arg)
+{
+    shm_copy_call *c = arg;
+    const tsrd_backend_ops *ops = c->job->d->bops;
+    c->status = ops->hostmem->host_register(c->job->d->backend, c->map->base, c->map->size,
+                                            c->map->fd, &c->map->token, &c->job->err);
+}
+
 static void shm_copy_run(void *arg)
 {
     shm_copy_call *c = arg;
@@ -249,21 +257,36 @@ static tsr_status shm_copy_bounced(tsrd_job *job, const tsrd_shm_map *map, const
     return st;
 }
 
+/* A backend's BUFFER_MISMATCH about the segment (the device worker's names
+ * no field): the field and the segment go first. */
+static tsr_status shm_backend_said(tsrd_job *job, const tsrd_shm_map *map, const char *field,
+                                   tsr_status status)
+{
+    if (status != TSR_BUFFER_MISMATCH || job->d->bops->hostmem == NULL)
+        return status;
+    char said[TSR_ERROR_MESSAGE_MAX];
+    snprintf(said, sizeof said, "%s", job->err.message);
+    return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH, "%s: %s %s", field, map->name, said);
+}
+
 tsr_status tsrd_shm_copy(tsrd_job *job, tsrd_shm_map *map, const char *field, tsrd_dbuf *buf,
                          uint64_t offset, uint8_t *host, uint64_t len, int to_device)
 {
     const tsrd_backend_ops *ops = job->d->bops;
-    tsrd_backend *b = job->d->backend;
     uint64_t at = (uint64_t)(host - map->base);
     tsr_status st = shm_check_size(job, map, field, at, len);
     if (st != TSR_OK)
         return st;
     if (len <= SHM_BOUNCE_MAX)
         return shm_copy_bounced(job, map, field, buf, offset, host, len, to_device);
+    shm_copy_call call = {job, map, buf, offset, host, len, to_device, TSR_OK};
     if (ops->hostmem != NULL && !map->registered) {
-        st = ops->hostmem->host_register(b, map->base, map->size, map->fd, &map->token, &job->err);
-        if (st != TSR_OK)
-            return st;
+        /* Pinning may touch every page of the mapping, some of which a shrink
+         * may have taken. */
+        if (!tsrd_guard_run(map->base, map->size, shm_register_run, &call))
+            return shm_shrank_during(job, map, field, at, len);
+        if (call.status != TSR_OK)
+            return shm_backend_said(job, map, field, call.status);
         map->registered = true;
     }
     /* A shrink that races the copy: the CPU backend's memcpy faults here and
@@ -273,16 +296,9 @@ tsr_status tsrd_shm_copy(tsrd_job *job, tsrd_shm_map *map, const char *field, ts
      * would unwind out of the driver, which driver 580 was seen to survive);
      * the isolated backends copy in the worker, which guards its own copy and
      * answers BUFFER_MISMATCH. */
-    shm_copy_call call = {job, map, buf, offset, host, len, to_device, TSR_OK};
     if (!tsrd_guard_run(host, len, shm_copy_run, &call))
         return shm_shrank_during(job, map, field, at, len);
-    if (call.status == TSR_BUFFER_MISMATCH && ops->hostmem != NULL) {
-        /* The worker's answer names no field: put it and the segment first. */
-        char said[TSR_ERROR_MESSAGE_MAX];
-        snprintf(said, sizeof said, "%s", job->err.message);
-        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH, "%s: %s %s", field, map->name, said);
-    }
-    return call.status;
+    return shm_backend_said(job, map, field, call.status);
 }
 
 void tsrd_shm_unpin_all(tsrd_daemon *d, tsrd_session *s)

@@ -99,6 +99,22 @@ static tsr_status worker_load(worker *w, const tsrd_dw_request *q, const uint8_t
     return st;
 }
 
+/* The backend's registration of a client segment, run inside a guard: it may
+ * touch pages that a shrink has taken. */
+typedef struct worker_register {
+    worker *w;
+    worker_pin *p;
+    tsr_error *err;
+    tsr_status status;
+} worker_register;
+
+static void worker_register_run(void *arg)
+{
+    worker_register *r = arg;
+    r->status =
+        r->w->ops->hostmem->host_register(r->w->b, r->p->base, r->p->len, -1, &r->p->token, r->err);
+}
+
 static tsr_status worker_pin_make(worker *w, int fd, uint64_t len, uint64_t *id, tsr_error *err)
 {
     if (fd < 0)
@@ -114,11 +130,14 @@ static tsr_status worker_pin_make(worker *w, int fd, uint64_t len, uint64_t *id,
     p->base = base;
     p->len = len;
     p->fd = dup(fd);
-    tsr_status st =
-        p->fd < 0 ? tsr_error_set(err, TSR_IO_ERROR, "device worker: dup: %s", strerror(errno))
-        : w->ops->hostmem != NULL
-            ? w->ops->hostmem->host_register(w->b, base, len, -1, &p->token, err)
-            : TSR_OK;
+    worker_register r = {w, p, err, TSR_OK};
+    tsr_status st = TSR_OK;
+    if (p->fd < 0)
+        st = tsr_error_set(err, TSR_IO_ERROR, "device worker: dup: %s", strerror(errno));
+    else if (w->ops->hostmem != NULL && !tsrd_guard_run(base, len, worker_register_run, &r))
+        st = tsr_error_set(err, TSR_BUFFER_MISMATCH, "shrank while it was being pinned");
+    else
+        st = r.status;
     if (st != TSR_OK) {
         if (p->fd >= 0)
             close(p->fd);

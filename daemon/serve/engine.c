@@ -93,7 +93,9 @@ static void engine_oracle_options(const tsr_candidate *c, const tsr_region *r, c
 double tsrd_engine_verify_work(const tsr_candidate *c, const tsr_region *r, const char *arch,
                                int random_probes)
 {
-    bool host = engine_arch_is_host(arch);
+    /* The candidate's own runs are host work on the CPU backend, and for a
+     * device backend's tier-0 reference too. */
+    bool host = engine_arch_is_host(arch) || (c != NULL && c->tier == 0);
     double run = tsr_ref_work(r);
     if (tsrd_engine_verify_method(r) == TSR_VERIFY_FULL) {
         /* In double: random_probes plus the special probes can pass INT_MAX. */
@@ -109,7 +111,6 @@ double tsrd_engine_verify_work(const tsr_candidate *c, const tsr_region *r, cons
     tsr_oracle_cost cost;
     tsr_oracle_cost_of(r, &o, &cost);
     double work = cost.work + ((double)cost.real_probes + cost.small_probes) * ENGINE_PROBE_WORK;
-    /* On the CPU backend the candidate's own runs are host work too. */
     if (host)
         work += cost.real_probes * run + (has_small ? cost.small_probes * tsr_ref_work(&small) : 0);
     if (has_small)

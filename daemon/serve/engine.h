@@ -19,10 +19,11 @@
  * config's max_request_work: RESOURCE_EXHAUSTED with a message naming the
  * estimate and the limit. The estimate of a full verification is
  * tsr_ref_work of the region times the probe count (plus a fixed cost per
- * probe), doubled when the candidate runs on the CPU too; of a sampled one,
- * the work actually done (tsr_oracle_cost_of: probe inputs, the reference at
- * the sampled positions, the small-shape probes), plus the candidate's runs
- * on the CPU backend. A launch on the CPU backend is tsr_ref_work (checked
+ * probe), doubled when the candidate runs on the CPU too (the CPU backend,
+ * or a device backend's tier-0 reference); of a sampled one, the work
+ * actually done (tsr_oracle_cost_of: probe inputs, the reference at the
+ * sampled positions, the small-shape probes), plus the candidate's runs when
+ * they are on the CPU. A launch on the CPU backend is tsr_ref_work (checked
  * when its kernel is compiled, since the key is read only at start-up). On a
  * device backend the host reference is no fallback for a region whose launch
  * the bound refuses: the selection then fails with RESOURCE_EXHAUSTED naming

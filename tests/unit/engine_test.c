@@ -101,9 +101,13 @@ Test(engine, a_sampled_verification_counts_the_work_it_does)
     /* Far below the full reference, and within the default bound of 4·10^10. */
     cr_expect_lt(device, 4e10);
     cr_expect_lt(device, tsr_ref_work(&r) / 50);
-    /* On the CPU the candidate's runs are host work too. */
-    cr_expect_eq(tsrd_engine_verify_work(NULL, &r, "cpu", 0),
-                 device + tsr_ref_work(&r) + 2 * tsr_ref_work(&small));
+    /* On the CPU the candidate's runs are host work too, and so are a device
+     * backend's host reference's. */
+    double host = device + tsr_ref_work(&r) + 2 * tsr_ref_work(&small);
+    cr_expect_eq(tsrd_engine_verify_work(NULL, &r, "cpu", 0), host);
+    tsr_candidate reference = {.name = "reference", .tier = 0, .kinds = 1u << TSR_KIND_MATMUL};
+    cr_expect_eq(tsrd_engine_verify_work(&reference, &r, "sm_90a", 0), host);
+    cr_expect_gt(host, 4e10, "refused by the default bound");
     tsr_region_free(&small);
     tsr_region_free(&r);
 }

@@ -458,23 +458,25 @@ EOF
 fi
 entrypoint() {
     local rc
-    # A socket directory the daemon's user cannot write: refused before tesserad runs.
+    # A socket directory the daemon's user cannot write: refused before tesserad
+    # runs. As root the entrypoint runs as nobody, from a copy in the work
+    # directory (the checkout may be closed to other users), with /bin/false
+    # standing in for tesserad: reaching it would be the failure.
     mkdir -p "$work/root-owned"
-    chmod 0755 "$work/root-owned"
-    chmod 0755 "$work"
-    rc=0
+    chmod 0755 "$work/root-owned" "$work"
+    cp deploy/entrypoint.sh "$work/entrypoint.sh"
+    chmod 0755 "$work/entrypoint.sh"
+    chmod 0644 "$work/tesserad.json"
+    as_other=()
     if [ "$(id -u)" -eq 0 ]; then
-        chmod 0644 "$work/tesserad.json"
-        setpriv --reuid=65534 --regid=65534 --clear-groups env TESSERAD_BIN="$tesserad" \
-            TESSERAD_CONFIG="$work/tesserad.json" deploy/entrypoint.sh \
-            --listen "ipc://$work/root-owned/tesserad.sock" --cache-dir "$work/root-owned" \
-            --backend cpu >"$work/refused.log" 2>&1 || rc=$?
+        as_other=(setpriv --reuid=65534 --regid=65534 --clear-groups)
     else
         chmod 0555 "$work/root-owned"
-        TESSERAD_BIN=$tesserad TESSERAD_CONFIG=$work/tesserad.json deploy/entrypoint.sh \
-            --listen "ipc://$work/root-owned/tesserad.sock" --cache-dir "$work/root-owned" \
-            --backend cpu >"$work/refused.log" 2>&1 || rc=$?
     fi
+    rc=0
+    "${as_other[@]}" env TESSERAD_BIN=/bin/false TESSERAD_CONFIG="$work/tesserad.json" \
+        "$work/entrypoint.sh" --listen "ipc://$work/root-owned/tesserad.sock" \
+        --cache-dir "$work/root-owned" --backend cpu >"$work/refused.log" 2>&1 || rc=$?
     if [ "$rc" -eq 1 ] && grep -q "socket directory $work/root-owned .*cannot write" "$work/refused.log"; then
         echo "ok - an unwritable socket directory is refused by the entrypoint: $(cut -c1-160 "$work/refused.log")..."
     else

@@ -86,8 +86,13 @@ tsr_status tsrd_daemon_init(tsrd_daemon *d, const tsrd_config *config, uv_loop_t
     if (st == TSR_OK) {
         tsr_kcache_options kopts = {.dir = d->config.cache_dir,
                                     .memory_bytes = d->config.cache_memory_bytes,
-                                    .disk_bytes = d->config.cache_disk_bytes};
+                                    .disk_bytes = d->config.cache_disk_bytes,
+                                    .key_file = d->config.cache_key_file};
         st = tsr_kcache_open(&kopts, &d->kcache, err);
+        if (st == TSR_OK && tsr_kcache_key_ephemeral(d->kcache))
+            tsrd_log_warn(&d->log,
+                          "kernel cache: the key file could not be made (full or read-only "
+                          "disk?); entries written now will be rebuilt after a restart");
     }
     if (st == TSR_OK)
         st = tsr_arbiter_create(d->config.cache_dir, &d->arbiter, err);

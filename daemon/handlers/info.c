@@ -3,7 +3,8 @@
  *
  * hello and stats answer from what the loop already holds, so they run on the
  * loop and a client's ping never waits behind a compile. The cache requests
- * may read or delete files and go to the worker pool.
+ * may read or delete files and go to the worker pool. Stats and the cache
+ * requests show a tenant only its own (serve/scope.h), unless it sees all.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 
 #include "handlers/handlers.h"
 #include "serve/metrics.h"
+#include "serve/scope.h"
 
 static tsr_status hello_execute(tsrd_job *job)
 {
@@ -90,6 +92,17 @@ static tsr_status cache_entry_fill(tsrd_job *job, const tsr_kcache_entry_info *i
     return TSR_OK;
 }
 
+/* The owner a cache request is scoped to, decided on the loop: it reads the
+ * tenant's config, which a reload replaces. */
+static tsr_status cache_scope_prepare(tsrd_job *job)
+{
+    uint64_t *view = job->state = tsrd_job_alloc(job, sizeof *view);
+    if (view == NULL)
+        return tsr_error_set(&job->err, TSR_NO_MEMORY, "cache: out of memory");
+    *view = tsrd_scope_cache_view(job->d, job->session->tenant);
+    return TSR_OK;
+}
+
 static tsr_status cache_list_execute(tsrd_job *job)
 {
     Tessera__V1__CacheListReply *r = &job->body.cache_list;
@@ -97,7 +110,8 @@ static tsr_status cache_list_execute(tsrd_job *job)
     *r = init;
     tsr_kcache_entry_info *entries = NULL;
     size_t n = 0;
-    tsr_status st = tsr_kcache_list(job->d->kcache, &entries, &n, &job->err);
+    const uint64_t *view = job->state;
+    tsr_status st = tsr_kcache_list_owned(job->d->kcache, *view, &entries, &n, &job->err);
     if (st == TSR_OK) {
         r->entries = tsrd_job_alloc(job, n * sizeof *r->entries);
         if (r->entries == NULL)
@@ -111,7 +125,11 @@ static tsr_status cache_list_execute(tsrd_job *job)
     return st;
 }
 
-const tsrd_handler tsrd_handler_cache_list = {.flags = TSRD_HEAVY, .execute = cache_list_execute};
+const tsrd_handler tsrd_handler_cache_list = {
+    .flags = TSRD_HEAVY,
+    .prepare = cache_scope_prepare,
+    .execute = cache_list_execute,
+};
 
 static tsr_status cache_evict_execute(tsrd_job *job)
 {
@@ -124,7 +142,10 @@ static tsr_status cache_evict_execute(tsrd_job *job)
     Tessera__V1__CacheEvictReply *r = &job->body.cache_evict;
     Tessera__V1__CacheEvictReply init = TESSERA__V1__CACHE_EVICT_REPLY__INIT;
     *r = init;
-    tsr_status st = tsr_kcache_evict(job->d->kcache, all ? NULL : &key, &r->evicted, &job->err);
+    /* Another tenant's key answers as an absent one: NOT_FOUND, the same words. */
+    const uint64_t *view = job->state;
+    tsr_status st =
+        tsr_kcache_evict_owned(job->d->kcache, all ? NULL : &key, *view, &r->evicted, &job->err);
     if (st == TSR_NOT_FOUND)
         tsr_error_set(&job->err, TSR_NOT_FOUND, "cache_evict.key: no entry %s", text);
     job->reply.body_case = TESSERA__V1__REPLY__BODY_CACHE_EVICT;
@@ -132,4 +153,8 @@ static tsr_status cache_evict_execute(tsrd_job *job)
     return st;
 }
 
-const tsrd_handler tsrd_handler_cache_evict = {.flags = TSRD_HEAVY, .execute = cache_evict_execute};
+const tsrd_handler tsrd_handler_cache_evict = {
+    .flags = TSRD_HEAVY,
+    .prepare = cache_scope_prepare,
+    .execute = cache_evict_execute,
+};

@@ -13,6 +13,7 @@
 
 #include "handlers/common.h"
 #include "handlers/handlers.h"
+#include "serve/scope.h"
 #include "serve/session.h"
 #include "serve/shm.h"
 
@@ -357,7 +358,9 @@ static tsr_status run_execute(tsrd_job *job)
     if (st == TSR_OK)
         st = run_check(job, sig, n, &out);
     if (st == TSR_OK)
-        st = tsrd_engine_compile(job->d, &s->region, req->options, true, &s->compiled, &job->err);
+        st = tsrd_scope_compiled(
+            job->d, job->session->tenant, &s->compiled,
+            tsrd_engine_compile(job->d, &s->region, req->options, true, &s->compiled, &job->err));
     if (st == TSR_OK)
         st = run_device_buffers(job, n, &out, inputs, &output);
     if (st == TSR_OK)

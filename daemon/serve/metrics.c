@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "serve/metrics.h"
+#include "serve/scope.h"
 
 /* Bucket bounds: from a cached hello (tens of microseconds) to a cold compile
  * of a large fused region (tens of seconds), about three per decade. The texts
@@ -238,6 +239,9 @@ static void metrics_cache(tsrd_daemon *d, metrics_list *l)
                    disk_evictions),
         KCACHE_ROW("kcache_corrupt_discarded_total", "counter", "Disk entries failing their check.",
                    corrupt_discarded),
+        KCACHE_ROW("kcache_auth_failures_total", "counter",
+                   "Disk entries discarded for a MAC that does not verify (or none).",
+                   auth_failures),
         KCACHE_ROW("kcache_disk_write_failures_total", "counter", "Disk writes that failed.",
                    disk_write_failures),
         KCACHE_ROW("kcache_memory_bytes", "gauge", "Bytes held in memory.", memory_bytes),
@@ -255,8 +259,9 @@ static void metrics_cache(tsrd_daemon *d, metrics_list *l)
     }
 }
 
-/* One family per quantity, one sample per tenant ({tenant="name"}). */
-static void metrics_tenants(tsrd_daemon *d, metrics_list *l)
+/* One family per quantity, one sample per tenant ({tenant="name"}); only
+ * viewer's when it is not NULL. */
+static void metrics_tenants(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *viewer)
 {
     static const struct {
         const char *family, *type, *help;
@@ -279,6 +284,8 @@ static void metrics_tenants(tsrd_daemon *d, metrics_list *l)
         const char *family = fams[f].family;
         for (tsrd_tenant *t = d->tenants != NULL ? d->tenants : &d->default_tenant; t != NULL;
              t = t == &d->default_tenant ? NULL : t->next) {
+            if (viewer != NULL && t != viewer)
+                continue;
             uint64_t queued = 0;
             for (tsrd_job *j = t->work_head; j != NULL; j = j->work_next)
                 queued++;
@@ -307,18 +314,23 @@ static void metrics_build_info(tsrd_daemon *d, metrics_list *l)
                  TSRD_VERSION, TSRD_PROTOCOL_VERSION, nng_version(), d->bops->name);
 }
 
-static void metrics_collect(tsrd_daemon *d, metrics_list *l)
+/* viewer NULL: everything. Otherwise what that tenant may see: the service's
+ * own figures, and of the objects and queues only its own; not the kernel
+ * cache's counters (a hit there would tell that another tenant compiled the
+ * region, which the compile's reply does not) nor other tenants' rows. */
+static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *viewer)
 {
-    tsrd_tenant all = d->default_tenant;
+    tsrd_tenant all = viewer != NULL ? *viewer : d->default_tenant;
     uint64_t queued = 0;
-    for (tsrd_tenant *t = d->tenants; t != NULL; t = t->next) {
+    for (tsrd_tenant *t = d->tenants; viewer == NULL && t != NULL; t = t->next) {
         all.buffers += t->buffers;
         all.buffer_bytes += t->buffer_bytes;
         all.kernels += t->kernels;
         all.replay.bytes += t->replay.bytes;
     }
     for (tsrd_tenant *t = d->ready_head; t != NULL; t = t->ready_next)
-        for (tsrd_job *j = t->work_head; j != NULL; j = j->work_next)
+        for (tsrd_job *j = t->work_head; j != NULL && (viewer == NULL || t == viewer);
+             j = j->work_next)
             queued++;
     metrics_build_info(d, l);
     metrics_requests(d, l);
@@ -370,8 +382,9 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l)
                   (double)d->metrics.bytes_in);
     metrics_plain(l, "sent_bytes_total", "counter", "Reply bytes sent.",
                   (double)d->metrics.bytes_out);
-    metrics_cache(d, l);
-    metrics_tenants(d, l);
+    if (viewer == NULL)
+        metrics_cache(d, l);
+    metrics_tenants(d, l, viewer);
 }
 
 static void metrics_candidate_rows(metrics_list *l, const tsr_candidate_stats *rows, size_t n)
@@ -482,14 +495,16 @@ static char *metrics_text_of(const metrics_list *l, size_t *len)
     return t.buf;
 }
 
-/* Every row, the candidates' last; *n_plain of them come before those. */
+/* Every row viewer may see (NULL: all), the candidates' last; *n_plain of them
+ * come before those. The arbiter's outcomes count every tenant's selections:
+ * a viewer gets none. */
 static tsr_status metrics_gather(tsrd_daemon *d, metrics_list *l, bool candidates,
-                                 tsr_candidate_stats **cand, size_t *n_cand, size_t *n_plain,
-                                 tsr_error *err)
+                                 const tsrd_tenant *viewer, tsr_candidate_stats **cand,
+                                 size_t *n_cand, size_t *n_plain, tsr_error *err)
 {
-    metrics_collect(d, l);
+    metrics_collect(d, l, viewer);
     *n_plain = l->n;
-    tsr_status st = tsr_arbiter_stats(d->arbiter, cand, n_cand, err);
+    tsr_status st = viewer != NULL ? TSR_OK : tsr_arbiter_stats(d->arbiter, cand, n_cand, err);
     if (st == TSR_OK && candidates)
         metrics_candidate_rows(l, *cand, *n_cand);
     if (st == TSR_OK && l->failed)
@@ -504,7 +519,7 @@ tsr_status tsrd_metrics_render(tsrd_daemon *d, char **text, size_t *len, tsr_err
     size_t n_cand = 0, n_plain = 0;
     *text = NULL;
     *len = 0;
-    tsr_status st = metrics_gather(d, &l, true, &cand, &n_cand, &n_plain, err);
+    tsr_status st = metrics_gather(d, &l, true, NULL, &cand, &n_cand, &n_plain, err);
     if (st == TSR_OK && (*text = metrics_text_of(&l, len)) == NULL)
         st = tsr_error_set(err, TSR_NO_MEMORY, "metrics: out of memory");
     free(cand);
@@ -518,7 +533,9 @@ tsr_status tsrd_metrics_fill(tsrd_daemon *d, tsrd_job *job, Tessera__V1__StatsRe
     metrics_list l = {0};
     tsr_candidate_stats *cand = NULL;
     size_t n_cand = 0, n_plain = 0;
-    tsr_status st = metrics_gather(d, &l, prometheus, &cand, &n_cand, &n_plain, &job->err);
+    const tsrd_tenant *caller = job->session != NULL ? job->session->tenant : NULL;
+    const tsrd_tenant *viewer = tsrd_scope_sees_all(d, caller) ? NULL : caller;
+    tsr_status st = metrics_gather(d, &l, prometheus, viewer, &cand, &n_cand, &n_plain, &job->err);
     size_t n_counters = 0;
     for (size_t i = 0; i < n_plain; i++)
         n_counters += l.rows[i].text_only ? 0 : 1;

@@ -24,7 +24,10 @@ const char *tsrd_latency_bound_text(int i);
  * (malloc'd, NUL-terminated; the caller frees it) of *len bytes. Loop thread.
  * TSR_NO_MEMORY on failure. */
 tsr_status tsrd_metrics_render(tsrd_daemon *d, char **text, size_t *len, tsr_error *err);
-/* Fills a StatsReply (memory from the job's arena). */
+/* Fills a StatsReply (memory from the job's arena) with what the job's tenant
+ * may see (scope.h): everything for an admin or the default tenant; for any
+ * other, the service's figures and its own, without the kernel cache's
+ * counters, other tenants' rows or the candidates' outcomes. Loop thread. */
 tsr_status tsrd_metrics_fill(tsrd_daemon *d, tsrd_job *job, Tessera__V1__StatsReply *out,
                              bool prometheus);
 

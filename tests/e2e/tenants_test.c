@@ -1,8 +1,9 @@
 /*
  * tenants_test.c — tenants from the config against a real tesserad.
  *
- * Two tenants with their own tokens (alice without quotas, bob with buffer and
- * memory quotas, dave with an in-flight quota): attribution and its failures,
+ * Tenants with their own tokens (alice without quotas, bob with buffer and
+ * memory quotas, dave with an in-flight quota, ops an admin, through whom the
+ * tests read the others' counters): attribution and its failures,
  * handle isolation, quota refusals that leave the tenant's other work alone,
  * reclaiming a disconnected client's buffers, a SIGHUP reload on a live
  * connection, attribution by the ipc peer's uid, and fair service between a
@@ -25,6 +26,7 @@
 #define TOKEN_BOB "bob-token-22"
 #define TOKEN_DAVE "dave-token-333"
 #define TOKEN_ERIN "erin-token-4444"
+#define TOKEN_OPS "ops-token-55555"
 
 static void tenants_sleep_ms(int ms)
 {
@@ -43,13 +45,14 @@ static void tenants_hash(const char *token, char hex[65])
 static testd tenants_d;
 static tsr_client *tenants_clients[8];
 
-/* The standard three-tenant config, plus extra tenant objects (may be ""). */
+/* The standard four-tenant config, plus extra tenant objects (may be ""). */
 static void tenants_write_config(uint64_t bob_buffers, const char *extra)
 {
-    char ha[65], hb[65], hd[65];
+    char ha[65], hb[65], hd[65], ho[65];
     tenants_hash(TOKEN_ALICE, ha);
     tenants_hash(TOKEN_BOB, hb);
     tenants_hash(TOKEN_DAVE, hd);
+    tenants_hash(TOKEN_OPS, ho);
     cr_assert_eq(
         testd_write_config(
             &tenants_d,
@@ -57,9 +60,10 @@ static void tenants_write_config(uint64_t bob_buffers, const char *extra)
             "{\"name\": \"alice\", \"token_sha256\": [\"%s\"]},"
             "{\"name\": \"bob\", \"token_sha256\": [\"%s\"],"
             " \"quotas\": {\"buffers\": %llu, \"device_memory_bytes\": 4096}},"
-            "{\"name\": \"dave\", \"token_sha256\": [\"%s\"], \"quotas\": {\"in_flight\": 1}}"
+            "{\"name\": \"dave\", \"token_sha256\": [\"%s\"], \"quotas\": {\"in_flight\": 1}},"
+            "{\"name\": \"ops\", \"token_sha256\": [\"%s\"], \"admin\": true}"
             "%s]}\n",
-            ha, hb, (unsigned long long)bob_buffers, hd, extra),
+            ha, hb, (unsigned long long)bob_buffers, hd, ho, extra),
         0);
 }
 
@@ -261,9 +265,13 @@ Test(tenants, quota_refusal_names_the_quota_and_spares_other_work)
     cr_expect_eq(memcmp(in, out, sizeof in), 0);
     for (int i = 0; i < 3; i++)
         tenants_alloc(a, 1024, TSR_OK, &err);
-    cr_expect_eq(fixture_counter(a, "tenant_quota_refusals_total{tenant=\"bob\"}"), 2.0);
+    tsr_client *ops = tenants_client(TOKEN_OPS);
+    cr_expect_eq(fixture_counter(ops, "tenant_quota_refusals_total{tenant=\"bob\"}"), 2.0);
     cr_expect_eq(fixture_counter(a, "tenant_buffers{tenant=\"alice\"}"), 3.0);
-    cr_expect_eq(fixture_counter(a, "tenant_buffer_bytes{tenant=\"bob\"}"), 64.0);
+    cr_expect_eq(fixture_counter(ops, "tenant_buffer_bytes{tenant=\"bob\"}"), 64.0);
+    /* Each tenant's stats carry its own rows only. */
+    cr_expect_eq(fixture_counter(a, "tenant_buffers{tenant=\"bob\"}"), -1.0);
+    cr_expect_eq(fixture_counter(b, "tenant_quota_refusals_total{tenant=\"bob\"}"), 2.0);
     tenants_stop();
 }
 
@@ -309,11 +317,11 @@ static const char tenants_small[] = "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\
 Test(tenants, in_flight_quota_refuses_while_a_request_runs, .timeout = 120)
 {
     tenants_start("2");
-    tsr_client *a = tenants_client(TOKEN_ALICE);
+    tsr_client *ops = tenants_client(TOKEN_OPS);
     tenants_verify_arg arg = {.token = TOKEN_DAVE, .region = tenants_big};
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, tenants_verify_thread, &arg), 0);
-    cr_assert_eq(tenants_wait_counter(a, "tenant_inflight_requests{tenant=\"dave\"}", 1), 1.0);
+    cr_assert_eq(tenants_wait_counter(ops, "tenant_inflight_requests{tenant=\"dave\"}", 1), 1.0);
     tsr_client *d = tenants_client(TOKEN_DAVE);
     tsr_error err;
     cr_expect_eq(tsr_client_hello(d, NULL, 0, &err), TSR_RESOURCE_EXHAUSTED);
@@ -332,7 +340,7 @@ Test(tenants, flooding_tenant_does_not_starve_another, .timeout = 240)
 {
     enum { FLOOD = 8 };
     tenants_start("1");
-    tsr_client *b = tenants_client(TOKEN_BOB);
+    tsr_client *ops = tenants_client(TOKEN_OPS);
     atomic_int alice_done;
     atomic_init(&alice_done, 0);
     pthread_t th[FLOOD];
@@ -342,7 +350,7 @@ Test(tenants, flooding_tenant_does_not_starve_another, .timeout = 240)
             (tenants_verify_arg){.token = TOKEN_ALICE, .region = tenants_mid, .done = &alice_done};
         cr_assert_eq(pthread_create(&th[i], NULL, tenants_verify_thread, &args[i]), 0);
     }
-    cr_assert_eq(tenants_wait_counter(b, "tenant_inflight_requests{tenant=\"alice\"}", FLOOD),
+    cr_assert_eq(tenants_wait_counter(ops, "tenant_inflight_requests{tenant=\"alice\"}", FLOOD),
                  (double)FLOOD);
     tenants_verify_arg mine = {.token = TOKEN_BOB, .region = tenants_small};
     tenants_verify_thread(&mine);
@@ -364,17 +372,18 @@ Test(tenants, disconnect_frees_the_sessions_buffers)
     tsr_error err;
     tenants_alloc(b, 16, TSR_OK, &err);
     tenants_alloc(b, 16, TSR_OK, &err);
-    cr_assert_eq(fixture_counter(a, "tenant_buffers{tenant=\"bob\"}"), 2.0);
+    tsr_client *ops = tenants_client(TOKEN_OPS);
+    cr_assert_eq(fixture_counter(ops, "tenant_buffers{tenant=\"bob\"}"), 2.0);
     tenants_close(b);
     /* The pipe's removal reaches the loop asynchronously: wait for it. */
     double left = 2;
     for (int i = 0; i < 500 && left != 0; i++) {
-        left = fixture_counter(a, "tenant_buffers{tenant=\"bob\"}");
+        left = fixture_counter(ops, "tenant_buffers{tenant=\"bob\"}");
         if (left != 0)
             tenants_sleep_ms(10);
     }
     cr_expect_eq(left, 0.0);
-    cr_expect_eq(fixture_counter(a, "tenant_buffer_bytes{tenant=\"bob\"}"), 0.0);
+    cr_expect_eq(fixture_counter(ops, "tenant_buffer_bytes{tenant=\"bob\"}"), 0.0);
     /* Bob's quota is free again for a new connection. */
     b = tenants_client(TOKEN_BOB);
     tenants_alloc(b, 16, TSR_OK, &err);

@@ -232,6 +232,31 @@ Test(config, kernel_timeout_ms_defaults_to_five_minutes_and_is_bounded)
     expect_parse("{\"kernel_timeout_ms\":-1}", TSR_BAD_ATTRIBUTE, NULL);
 }
 
+Test(config, cache_key_file_and_a_tenants_admin_flag)
+{
+    tsrd_config c;
+    parse_ok(&c, "{}");
+    cr_expect_null(c.cache_key_file, "the key lives in cache_dir by default");
+    tsrd_config_free(&c);
+    parse_ok(&c, "{\"cache_key_file\":\"/etc/tesserad/cache.key\","
+                 "\"tenants\":[{\"name\":\"ops\",\"uids\":[0],\"admin\":true},"
+                 "{\"name\":\"lab\",\"gids\":[7]}]}");
+    cr_expect_str_eq(c.cache_key_file, "/etc/tesserad/cache.key");
+    cr_assert_eq(c.n_tenants, 2);
+    cr_expect(c.tenants[0].admin);
+    cr_expect_not(c.tenants[1].admin, "admin is off unless given");
+    tsrd_config copy;
+    tsr_error err;
+    cr_assert_eq(tsrd_config_copy(&copy, &c, &err), TSR_OK, "%s", err.message);
+    cr_expect_str_eq(copy.cache_key_file, "/etc/tesserad/cache.key");
+    cr_expect(copy.tenants[0].admin);
+    tsrd_config_free(&copy);
+    tsrd_config_free(&c);
+    expect_parse("{\"tenants\":[{\"name\":\"ops\",\"uids\":[0],\"admin\":1}]}", TSR_BAD_ATTRIBUTE,
+                 "tenants[0]: admin: must be true or false");
+    expect_parse("{\"cache_key_file\":7}", TSR_BAD_ATTRIBUTE, NULL);
+}
+
 Test(config, the_shipped_configs_validate_and_the_default_declares_no_tenants)
 {
     tsrd_config c;
@@ -244,7 +269,8 @@ Test(config, the_shipped_configs_validate_and_the_default_declares_no_tenants)
     cr_assert_eq(tsrd_config_defaults(&c, &err), TSR_OK);
     cr_assert_eq(tsrd_config_load_file(&c, "deploy/tesserad.example.json", &err), TSR_OK, "%s",
                  err.message);
-    cr_expect_eq(c.n_tenants, 2);
+    cr_expect_eq(c.n_tenants, 3);
+    cr_expect(c.tenants[2].admin, "the example shows an admin tenant");
     tsrd_config_free(&c);
 }
 

@@ -329,3 +329,73 @@ Test(contention, a_long_batch_yields_between_launches_to_another_tenants_run)
     tsr_client_close(bob);
     tsr_client_close(b.alice);
 }
+
+/* A request of alice's as wire bytes. */
+static uint8_t *contention_pack(Tessera__V1__Request *req, uint64_t id, size_t *len)
+{
+    req->id = id;
+    req->auth = ATTACK_TOKEN_ALICE;
+    *len = tessera__v1__request__get_packed_size(req);
+    uint8_t *out = malloc(*len);
+    tessera__v1__request__pack(req, out);
+    return out;
+}
+
+#define CONTENTION_READERS 4
+#define CONTENTION_READS 6
+
+Test(contention, a_tenants_unread_replies_past_its_cap_close_its_worst_connection)
+{
+    cr_assert_eq(attack_start_tenants(&contention_d, "\"max_unread_replies_per_tenant\": 16, ", "",
+                                      "", 0, NULL),
+                 0);
+    tsr_client *bob = contention_client(ATTACK_TOKEN_BOB);
+    int fds[CONTENTION_READERS];
+    for (int k = 0; k < CONTENTION_READERS; k++) {
+        fds[k] = attack_sp_connect(contention_d.url, 5000);
+        cr_assert_geq(fds[k], 0);
+        /* A 256 KiB buffer, its reply read... */
+        int64_t shape[1] = {65536};
+        Tessera__V1__BufferAllocRequest alloc;
+        Tessera__V1__Request req;
+        testd_request_alloc_f32(&req, &alloc, 0, shape, 1);
+        size_t len;
+        uint8_t *bytes = contention_pack(&req, 1, &len);
+        cr_assert_eq(attack_sp_send(fds[k], 1, bytes, len), 0);
+        free(bytes);
+        Tessera__V1__Reply *r = NULL;
+        cr_assert_eq(attack_sp_recv(fds[k], 5000, &r), 0);
+        cr_assert_eq(r->status, TESSERA__V1__STATUS__OK, "%s", r->message);
+        uint64_t buffer = r->buffer_alloc->buffer;
+        tessera__v1__reply__free_unpacked(r, NULL);
+        /* ... then six reads of all of it, none read: each reply is larger
+         * than the socket holds, so the first blocks the connection and the
+         * other five wait in the daemon, under the 8 of a stalled peer. */
+        Tessera__V1__BufferReadRequest read = TESSERA__V1__BUFFER_READ_REQUEST__INIT;
+        read.buffer = buffer;
+        req = (Tessera__V1__Request)TESSERA__V1__REQUEST__INIT;
+        req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_READ;
+        req.buffer_read = &read;
+        for (int j = 0; j < CONTENTION_READS; j++) {
+            bytes = contention_pack(&req, (uint64_t)(2 + j), &len);
+            cr_assert_eq(attack_sp_send(fds[k], (uint32_t)(2 + j), bytes, len), 0);
+            free(bytes);
+        }
+    }
+    /* 4 x 5 = 20 unread replies, 16 allowed: after a second without a reply
+     * taken, one connection goes, and the other three stay. */
+    double closed = 0;
+    for (int i = 0; i < 40 && closed < 1; i++) {
+        attack_sleep_ms(100);
+        closed = fixture_counter(bob, "connections_closed_unread_total");
+    }
+    attack_sleep_ms(2500);
+    int hung_up = 0;
+    for (int k = 0; k < CONTENTION_READERS; k++) {
+        hung_up += attack_sp_closed(fds[k]);
+        close(fds[k]);
+    }
+    cr_expect_eq(fixture_counter(bob, "connections_closed_unread_total"), 1);
+    cr_expect_eq(hung_up, 1, "%d of the connections were closed", hung_up);
+    tsr_client_close(bob);
+}

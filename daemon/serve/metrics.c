@@ -340,7 +340,8 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
     metrics_plain(l, "replay_bytes", "gauge", "Bytes of stored replies kept for resends.",
                   (double)all.replay.bytes);
     metrics_plain(l, "sessions", "gauge", "Open sessions (connections).", (double)d->n_sessions);
-    metrics_plain(l, "connections", "gauge", "Connections open (nng pipes).",
+    metrics_plain(l, "connections", "gauge",
+                  "Connections open (nng pipes), the daemon's own probes not counted.",
                   (double)d->metrics.connections);
     metrics_plain(l, "connections_refused_total", "counter",
                   "Connections closed as they came, past max_connections.",

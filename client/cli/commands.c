@@ -978,7 +978,9 @@ const cli_command cli_commands[] = {
      "       tessera-cli cache warm REGION.json... [--arch sm_90a] [--force NAME]\n"
      "Lists the compiled-kernel cache; evicts one entry, named by its key or by a\n"
      "prefix that starts no other key, or every entry; or compiles each region into\n"
-     "the cache, one line per region (kernels for a deployment, before traffic).\n"},
+     "the cache, one line per region (kernels for a deployment, before traffic).\n"
+     "With tenants, ls and evict see the caller's tenant's entries only (an admin\n"
+     "tenant's: every entry).\n"},
     {"compile", cmd_compile,
      "usage: tessera-cli compile REGION.json... [--arch sm_90a] [--force NAME]\n"
      "                           [--policy tier|measure] [--no-verify]\n"

@@ -198,6 +198,14 @@ $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_SUPPORT_OBJ) $(ALL_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(ALL_LIBS) $(LDLIBS) -lcriterion
 
+# A stand-in NVML for the GPU gauges' tests (tests/fake/nvml.c), loaded by the
+# daemon through LD_LIBRARY_PATH.
+FAKE_NVML := $(BUILD)/tests/fake/libnvidia-ml.so.1
+$(FAKE_NVML): tests/fake/nvml.c
+	@mkdir -p $(dir $@)
+	$(CC) -shared -fPIC -O2 -Wall -Wextra -Werror -o $@ $<
+$(BUILD)/tests/e2e/metrics_http_test: $(FAKE_NVML)
+
 $(BUILD)/tests/bench/%: $(BUILD)/tests/bench/%.o $(ALL_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)

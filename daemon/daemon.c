@@ -16,6 +16,7 @@
 
 #include "backend/registry.h"
 #include "handlers/handlers.h"
+#include "serve/nvml.h"
 #include "serve/recovery.h"
 #include "serve/session.h"
 #include "serve/tenant.h"
@@ -104,6 +105,12 @@ tsr_status tsrd_daemon_init(tsrd_daemon *d, const tsrd_config *config, uv_loop_t
     }
     tsrd_log_info(&d->log, "backend %s, device 0: %s (%s), cache %s", d->bops->name,
                   d->devices[0].name, d->devices[0].arch, d->config.cache_dir);
+    /* GPU gauges are an extra: without NVML the daemon serves all the same. */
+    tsr_error nvml_err;
+    if (tsrd_nvml_open(&d->nvml, &nvml_err) == TSR_OK)
+        tsrd_log_info(&d->log, "GPU gauges from NVML: %d GPU(s)", tsrd_nvml_count(d->nvml));
+    else
+        tsrd_log_debug(&d->log, "no GPU gauges: %s", nvml_err.message);
     return TSR_OK;
 }
 
@@ -111,6 +118,8 @@ void tsrd_daemon_fini(tsrd_daemon *d)
 {
     tsrd_session_close_all(d);
     tsrd_recovery_fini(d);
+    tsrd_nvml_close(d->nvml);
+    d->nvml = NULL;
     tsrd_handles_fini(&d->handles);
     tsrd_tenants_fini(d);
     if (d->arbiter != NULL)

@@ -22,6 +22,8 @@
 #include <string.h>
 
 #include "serve/metrics.h"
+
+#include "serve/nvml.h"
 #include "serve/scope.h"
 
 /* Bucket bounds: from a cached hello (tens of microseconds) to a cold compile
@@ -314,6 +316,54 @@ static void metrics_build_info(tsrd_daemon *d, metrics_list *l)
                  TSRD_VERSION, TSRD_PROTOCOL_VERSION, nng_version(), d->bops->name);
 }
 
+/* One sample per GPU of each family ({gpu="index"}), read from NVML now; a
+ * reading NVML cannot give (ECC off, say) is left out rather than shown as 0. */
+static void metrics_gpus(tsrd_daemon *d, metrics_list *l)
+{
+    enum { FAMILIES = 6 };
+    static const struct {
+        const char *family, *type, *help;
+    } fams[FAMILIES] = {
+        {"gpu_memory_total_bytes", "gauge", "Device memory of the GPU."},
+        {"gpu_memory_used_bytes", "gauge", "Device memory in use, by every process."},
+        {"gpu_utilization_ratio", "gauge", "Share of the last sample period a kernel ran."},
+        {"gpu_memory_utilization_ratio", "gauge",
+         "Share of the last sample period device memory was read or written."},
+        {"gpu_temperature_celsius", "gauge", "GPU core temperature."},
+        {"gpu_ecc_uncorrected_errors_total", "counter",
+         "Uncorrected ECC errors since the driver loaded."},
+    };
+    int n = tsrd_nvml_count(d->nvml);
+    if (n == 0)
+        return;
+    tsrd_gpu_sample *samples = calloc((size_t)n, sizeof *samples);
+    if (samples == NULL) {
+        l->failed = true;
+        return;
+    }
+    for (int g = 0; g < n; g++)
+        tsrd_nvml_sample(d->nvml, g, &samples[g]);
+    for (int f = 0; f < FAMILIES; f++) {
+        const char *family = fams[f].family;
+        for (int g = 0; g < n; g++) {
+            const tsrd_gpu_sample *s = &samples[g];
+            bool has[FAMILIES] = {s->has_memory,      s->has_memory,      s->has_utilization,
+                                  s->has_utilization, s->has_temperature, s->has_ecc};
+            double v[FAMILIES] = {
+                (double)s->memory_total_bytes,  (double)s->memory_used_bytes,
+                s->utilization_percent / 100.0, s->memory_utilization_percent / 100.0,
+                (double)s->temperature_celsius, (double)s->ecc_uncorrected};
+            if (!has[f])
+                continue;
+            metrics_row *row = metrics_add(l, family, fams[f].type, fams[f].help, v[f]);
+            if (row != NULL)
+                snprintf(row->name, sizeof row->name, "%s{gpu=\"%d\"}", fams[f].family, g);
+            family = NULL;
+        }
+    }
+    free(samples);
+}
+
 /* viewer NULL: everything. Otherwise what that tenant may see: the service's
  * own figures, and of the objects and queues only its own; not the kernel
  * cache's counters (a hit there would tell that another tenant compiled the
@@ -383,8 +433,10 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
                   (double)d->metrics.bytes_in);
     metrics_plain(l, "sent_bytes_total", "counter", "Reply bytes sent.",
                   (double)d->metrics.bytes_out);
-    if (viewer == NULL)
+    if (viewer == NULL) {
         metrics_cache(d, l);
+        metrics_gpus(d, l);
+    }
     metrics_tenants(d, l, viewer);
 }
 

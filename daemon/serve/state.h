@@ -197,6 +197,7 @@ struct tsrd_daemon {
     uint64_t recovery_last_ms; /* fault noticed -> serving again, last recovery */
     uint64_t recovery_started_ns;
     struct tsrd_recovery *recovery;
+    struct tsrd_nvml *nvml; /* the GPU gauges' source (serve/nvml.h); NULL: none */
     uint64_t start_ns;
     tsrd_session *sessions;
     size_t n_sessions;

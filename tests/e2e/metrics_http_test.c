@@ -247,6 +247,38 @@ Test(metrics_http, liveness_and_readiness_probes_answer_on_their_paths, .timeout
     fixture_stop(&e.d, NULL);
 }
 
+/* The GPU gauges, read through a stand-in NVML (tests/fake/nvml.c: two GPUs,
+ * fixed readings, ECC off on the second) that the daemon loads from
+ * LD_LIBRARY_PATH as it would the driver's. */
+Test(metrics_http, gpu_gauges_come_from_nvml_per_gpu, .timeout = 120)
+{
+    const char *build = getenv("BUILD") != NULL ? getenv("BUILD") : "build";
+    char fake[512];
+    snprintf(fake, sizeof fake, "%s/tests/fake", build);
+    char *old = getenv("LD_LIBRARY_PATH") != NULL ? strdup(getenv("LD_LIBRARY_PATH")) : NULL;
+    setenv("LD_LIBRARY_PATH", fake, 1);
+    metrics_env e;
+    metrics_start(&e);
+    if (old != NULL)
+        setenv("LD_LIBRARY_PATH", old, 1);
+    else
+        unsetenv("LD_LIBRARY_PATH");
+    free(old);
+    char *text = metrics_scrape(e.port);
+    expect_line(text, "tesserad_gpu_memory_total_bytes{gpu=\"0\"} 150754820096");
+    expect_line(text, "tesserad_gpu_memory_used_bytes{gpu=\"1\"} 2147483648");
+    expect_line(text, "tesserad_gpu_utilization_ratio{gpu=\"0\"} 0.37");
+    expect_line(text, "tesserad_gpu_utilization_ratio{gpu=\"1\"} 0.38");
+    expect_line(text, "tesserad_gpu_memory_utilization_ratio{gpu=\"1\"} 0.12");
+    expect_line(text, "tesserad_gpu_temperature_celsius{gpu=\"1\"} 41");
+    expect_line(text, "tesserad_gpu_ecc_uncorrected_errors_total{gpu=\"0\"} 3");
+    cr_expect_null(strstr(text, "tesserad_gpu_ecc_uncorrected_errors_total{gpu=\"1\"}"),
+                   "ECC is off on GPU 1: no sample");
+    expect_line(text, "# TYPE tesserad_gpu_ecc_uncorrected_errors_total counter");
+    free(text);
+    fixture_stop(&e.d, NULL);
+}
+
 Test(metrics_http, silent_and_endless_clients_do_not_stall_it, .timeout = 120)
 {
     metrics_env e;

@@ -442,13 +442,13 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
 
 static void metrics_candidate_rows(metrics_list *l, const tsr_candidate_stats *rows, size_t n)
 {
-    static const char *const families[] = {"candidate_won_total", "candidate_forced_total",
-                                           "candidate_declined_total",
-                                           "candidate_failed_verification_total"};
-    for (size_t f = 0; f < 4; f++) {
+    static const char *const families[] = {
+        "candidate_won_total", "candidate_forced_total", "candidate_declined_total",
+        "candidate_failed_verification_total", "candidate_unverified_total"};
+    for (size_t f = 0; f < sizeof families / sizeof families[0]; f++) {
         for (size_t i = 0; i < n; i++) {
             const uint64_t values[] = {rows[i].won, rows[i].forced, rows[i].declined,
-                                       rows[i].failed_verification};
+                                       rows[i].failed_verification, rows[i].unverified};
             metrics_row *row = metrics_add(l, i == 0 ? families[f] : NULL, "counter",
                                            "Arbiter outcomes per candidate.", (double)values[f]);
             if (row == NULL)
@@ -626,6 +626,7 @@ tsr_status tsrd_metrics_fill(tsrd_daemon *d, tsrd_job *job, Tessera__V1__StatsRe
         c->forced = cand[i].forced;
         c->declined = cand[i].declined;
         c->failed_verification = cand[i].failed_verification;
+        c->unverified = cand[i].unverified;
         out->candidates[i] = c;
     }
     if (st == TSR_OK && prometheus) {

@@ -40,7 +40,7 @@ static void call_verdict_copy(tsr_client_verdict *dst, const Tessera__V1__Verdic
     tsri_client_strcpy(dst->reason, sizeof dst->reason, v->reason);
     dst->cached = v->cached;
     tsri_client_strcpy(dst->method, sizeof dst->method, v->method);
-    dst->sampled = v->sampled;
+    dst->sampled_elements = v->sampled_elements;
     dst->small_probes = v->small_probes;
 }
 

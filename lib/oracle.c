@@ -364,8 +364,8 @@ void tsr_verdict_format(const tsr_verdict *v, char *buf, size_t size)
         snprintf(counts, sizeof counts,
                  "%llu elements, %llu of them sampled at the real shape, %d %s, %d at a small "
                  "shape",
-                 (unsigned long long)v->elements, (unsigned long long)v->sampled, v->probes, probes,
-                 v->small_probes);
+                 (unsigned long long)v->elements, (unsigned long long)v->sampled_elements,
+                 v->probes, probes, v->small_probes);
     else
         snprintf(counts, sizeof counts, "%llu elements, %d %s", (unsigned long long)v->elements,
                  v->probes, probes);

@@ -687,7 +687,7 @@ static tsr_status sampled_real_probe(const tsr_region *r, tsr_candidate_run_fn r
         for (size_t t = 0; t < count; t++)
             memcpy((char *)sampled + t * size, (const char *)got + index[t] * size, size);
         tsri_oracle_compare(v, probe, r->out_dtype, sampled, want, count, index, "");
-        v->sampled += count;
+        v->sampled_elements += count;
     }
     if (inputs[0] != NULL)
         tsr_oracle_free_probe(r, inputs);

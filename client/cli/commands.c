@@ -44,8 +44,8 @@ static void cmd_verdict_text(const tsr_client_verdict *v, char *buf, size_t size
     char sampled[96] = "";
     if (strcmp(v->method, "sampled") == 0)
         snprintf(sampled, sizeof sampled,
-                 ", %" PRIu64 " sampled at the real shape, %d probes at a small shape", v->sampled,
-                 v->small_probes);
+                 ", %" PRIu64 " sampled at the real shape, %d probes at a small shape",
+                 v->sampled_elements, v->small_probes);
     snprintf(buf, size, "%s%s rel %.3g (bound %.3g, %" PRIu64 " elements, %d probes%s%s)%s%s",
              v->state == TSR_CLIENT_VERDICT_PASS ? "PASS" : "FAIL", sampled[0] ? " sampled" : "",
              v->rel_error, v->bound, v->elements, v->probes, sampled, v->cached ? ", cached" : "",
@@ -68,7 +68,7 @@ static cJSON *cmd_verdict_json(const tsr_client_verdict *v)
     cJSON_AddStringToObject(o, "reason", v->reason);
     cJSON_AddBoolToObject(o, "cached", v->cached);
     cJSON_AddStringToObject(o, "method", v->method);
-    cJSON_AddNumberToObject(o, "sampled", (double)v->sampled);
+    cJSON_AddNumberToObject(o, "sampled_elements", (double)v->sampled_elements);
     cJSON_AddNumberToObject(o, "small_probes", v->small_probes);
     return o;
 }
@@ -83,6 +83,8 @@ static cJSON *cmd_decision_json(const tsr_client_decision *d)
     cJSON_AddItemToObject(o, "verdict", cmd_verdict_json(&d->verdict));
     cJSON_AddBoolToObject(o, "cache_hit", d->cache_hit);
     cJSON_AddStringToObject(o, "cache_level", d->cache_level);
+    /* Whether a verdict was reached for this decision (fresh or cached). */
+    cJSON_AddBoolToObject(o, "verified", d->verdict.state != TSR_CLIENT_VERDICT_NOT_RUN);
     cJSON_AddBoolToObject(o, "verify_skipped", d->verify_skipped);
     return o;
 }

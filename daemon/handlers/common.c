@@ -67,7 +67,7 @@ Tessera__V1__Verdict *tsrd_verdict_pb(tsrd_job *job, const tsr_verdict *v, bool 
     pb->reason = reason;
     pb->cached = cached;
     pb->method = (char *)tsr_verify_method_name(v->method);
-    pb->sampled = v->sampled;
+    pb->sampled_elements = v->sampled_elements;
     pb->small_probes = v->small_probes;
     return pb;
 }

@@ -43,9 +43,9 @@ static tsr_client_verified sampled_verify_of(tsr_region *r, const char *candidat
     /* One probe at the real shape, two random ones at 256 x 256 x 256. */
     cr_expect_eq(out.verdict.small_probes, 2);
     cr_expect_eq(out.verdict.probes, 3);
-    cr_expect_gt(out.verdict.sampled, 4000);
-    cr_expect_lt(out.verdict.sampled, 1024 * 1024 / 20);
-    cr_expect_eq(out.verdict.elements, out.verdict.sampled + 2 * 256 * 256);
+    cr_expect_gt(out.verdict.sampled_elements, 4000);
+    cr_expect_lt(out.verdict.sampled_elements, 1024 * 1024 / 20);
+    cr_expect_eq(out.verdict.elements, out.verdict.sampled_elements + 2 * 256 * 256);
     return out;
 }
 

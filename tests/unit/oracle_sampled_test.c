@@ -335,8 +335,8 @@ Test(oracle_sampled, the_reference_passes_with_the_counts_of_each_part)
     cr_expect_eq(e.small_calls, 19);
     cr_expect_eq(v.small_probes, 19);
     cr_expect_eq(v.probes, 20);
-    cr_expect_gt(v.sampled, 0);
-    cr_expect_lt(v.sampled, (uint64_t)output_elements(&r));
+    cr_expect_gt(v.sampled_elements, 0);
+    cr_expect_lt(v.sampled_elements, (uint64_t)output_elements(&r));
     char line[256];
     tsr_verdict_format(&v, line, sizeof line);
     cr_expect_eq(strncmp(line, "PASS sampled rel 0 <= 1e-05", 27), 0, "%s", line);

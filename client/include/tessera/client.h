@@ -233,7 +233,7 @@ typedef struct tsr_client_verdict {
     bool cached;                      /* came from the daemon's verdict cache */
     char method[TSR_CLIENT_NAME_MAX]; /* "full", "sampled" (a region too large to check
                                          whole: docs/arbiter.md), "" when not run */
-    uint64_t sampled;                 /* sampled: elements compared at the real shape */
+    uint64_t sampled_elements;        /* sampled: elements compared at the real shape */
     int small_probes;                 /* sampled: probes run in full at a small shape */
 } tsr_client_verdict;
 

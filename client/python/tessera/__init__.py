@@ -227,7 +227,7 @@ class Verdict:
     """The oracle's verdict (docs/architecture.md, "Oracle"): state is "not_run",
     "pass" or "fail"; the errors measured against the CPU reference and the
     bound they must stay within; reason says why it failed. method is "full",
-    or "sampled" for a region too large to check whole (sampled elements
+    or "sampled" for a region too large to check whole (sampled_elements
     compared at the real shape, small_probes run at a small shape)."""
 
     _STATES = ("not_run", "pass", "fail")
@@ -245,7 +245,7 @@ class Verdict:
         self.reason: str = _s(v.reason)
         self.cached: bool = v.cached
         self.method: str = _s(v.method)
-        self.sampled: int = v.sampled
+        self.sampled_elements: int = v.sampled_elements
         self.small_probes: int = v.small_probes
 
     @property

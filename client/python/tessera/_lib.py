@@ -80,7 +80,7 @@ class Verdict(Structure):
                 ("first_bad_index", c_int64), ("first_bad_probe", c_int),
                 ("first_bad_got", c_double), ("first_bad_want", c_double),
                 ("reason", c_char * TEXT_MAX), ("cached", c_bool),
-                ("method", c_char * NAME_MAX), ("sampled", c_uint64), ("small_probes", c_int)]
+                ("method", c_char * NAME_MAX), ("sampled_elements", c_uint64), ("small_probes", c_int)]
 
 
 class Decision(Structure):

@@ -58,8 +58,8 @@ typedef struct tsr_verdict {
     double first_bad_want;
     char reason[160]; /* "pass", "NaN mismatch at [3]: got 1 want nan", ... */
     tsr_verify_method method;
-    uint64_t sampled; /* sampled: outputs compared at the real shape (part of elements) */
-    int small_probes; /* sampled: probes run in full at the small shape (part of probes) */
+    uint64_t sampled_elements; /* sampled: outputs compared at the real shape (of elements) */
+    int small_probes;          /* sampled: probes run in full at the small shape (part of probes) */
 } tsr_verdict;
 
 /* Compares count elements of got with want, both dense in dtype. bound <= 0

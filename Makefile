@@ -2,6 +2,7 @@
 #
 #   make              libtessera, tesserad, libtessera-client, tessera-cli
 #   make test         build and run every Criterion suite (unit, e2e, gpu: skipped without one)
+#   make attack       the hostile-tenant suites alone (part of make test too)
 #   make check-layers the daemon's layering rules (part of make test)
 #   make run          build, start tesserad on its default endpoint, run examples through the CLI
 #   make bench        build and run the benchmarks (results go into docs/benchmarks.md by hand)
@@ -100,7 +101,7 @@ BENCH_BIN := $(BENCH_SRC:%.c=$(BUILD)/%)
 ALL_LIBS := $(DAEMON_A) $(CLIENT_A) $(LIB_A)
 
 .PHONY: all test unit e2e gpu run bench install format format-check clean fuzz fuzz-smoke \
-        fuzz-build fuzz-seeds soak gemm80-check check-layers install-check image k8s-check
+        fuzz-build fuzz-seeds soak gemm80-check check-layers install-check attack image k8s-check
 all: $(TESSERAD) $(CLI) $(CLIENT_SO)
 
 # ---- generated protobuf code ----
@@ -271,6 +272,18 @@ install: all $(CLIENT_DIST_A)
 		$(DESTDIR)$(PREFIX)/share/doc/tesserad/
 	test -e $(DESTDIR)$(SYSCONFDIR)/tesserad/tesserad.json || \
 		install -m 0640 deploy/tesserad.json $(DESTDIR)$(SYSCONFDIR)/tesserad/tesserad.json
+
+# The hostile-tenant suite (docs/reliability.md, "Admission and hostile peers"):
+# the end-to-end attacks on the listeners, admission, shared memory and the
+# kernel cache, and the unit checks of the files a person hands the CLI, as a
+# target of its own, bounded in time.
+ATTACK_SUITES := e2e/listener e2e/transport e2e/admission e2e/contention e2e/replay_memory \
+                 e2e/connections e2e/watchdog e2e/shm_shrink e2e/shm_owner e2e/cache_trust \
+                 e2e/cache_tenants unit/npy unit/json unit/envelope unit/guard
+ATTACK_BIN := $(ATTACK_SUITES:%=$(BUILD)/tests/%_test)
+ATTACK_SECONDS ?= 900
+attack: all $(ATTACK_BIN)
+	BUILD=$(BUILD) timeout $(ATTACK_SECONDS) tests/run-tests.sh $(ATTACK_BIN)
 
 # The installed client as its users see it: shared and static builds of a
 # small program through pkg-config, run against a real daemon.

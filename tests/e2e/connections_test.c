@@ -30,16 +30,13 @@ static void conn_teardown(void)
 
 TestSuite(connections, .fini = conn_teardown, .timeout = 60);
 
-/* Waits up to wait_ms for the daemon to close fd. */
-static bool conn_closed_within(int fd, int wait_ms)
+/* How many of the n connections the daemon has closed. */
+static int conn_count_closed(const int *fds, int n)
 {
-    uint64_t until = attack_now_ms() + (uint64_t)wait_ms;
-    while (!attack_sp_closed(fd)) {
-        if (attack_now_ms() >= until)
-            return false;
-        attack_sleep_ms(10);
-    }
-    return true;
+    int closed = 0;
+    for (int i = 0; i < n; i++)
+        closed += attack_sp_closed(fds[i]) ? 1 : 0;
+    return closed;
 }
 
 /* A hello on a connection of its own; TSR_OK when it is answered in time. */
@@ -63,12 +60,15 @@ Test(connections, connections_past_max_connections_are_closed_at_once_and_counte
         fds[i] = attack_sp_connect(conn_d.url, 5000);
         cr_assert_geq(fds[i], 0, "connection %d: no handshake", i);
     }
-    /* c and seven more fit; the last four are closed as they come. */
-    for (int i = 7; i < 11; i++)
-        cr_expect(conn_closed_within(fds[i], 2000), "connection %d past the cap stays open", i);
-    attack_sleep_ms(200);
-    for (int i = 0; i < 7; i++)
-        cr_expect(!attack_sp_closed(fds[i]), "connection %d under the cap was closed", i);
+    /* c and seven more fit; four are closed as they come. The daemon counts a
+     * connection when its side of the handshake ends, which under load need
+     * not be the order in which this side's ended: count, not positions. */
+    uint64_t until = attack_now_ms() + 3000;
+    while (conn_count_closed(fds, 11) < 4 && attack_now_ms() < until)
+        attack_sleep_ms(10);
+    attack_sleep_ms(200); /* and no more than four */
+    int closed = conn_count_closed(fds, 11);
+    cr_expect_eq(closed, 4, "%d of 11 connections closed, 4 past the cap expected", closed);
     cr_expect_eq(tsr_client_hello(c, NULL, 5000, NULL), TSR_OK, "the open client still works");
     cr_expect_eq(fixture_counter(c, "connections_refused_total"), 4);
     cr_expect_eq(fixture_counter(c, "connections"), 8);

@@ -127,9 +127,9 @@ $(KERNEL_CUBIN): kernels/gemm_sm90.cu kernels/gemm_params.h kernels/gemm_common.
 
 $(BUILD)/gen/kernels_embedded.c: $(KERNEL_CUBIN)
 	@mkdir -p $(dir $@)
-	{ echo '/* Generated from $< by the Makefile. */'; echo '#include <stddef.h>'; \
-	  echo '__attribute__((aligned(64))) const unsigned char tsrd_gemm_sm90_cubin[] = {'; \
-	  xxd -i < $<; echo '};'; \
+	{ echo '/* Generated from $< by the Makefile. */' && echo '#include <stddef.h>' && \
+	  echo '__attribute__((aligned(64))) const unsigned char tsrd_gemm_sm90_cubin[] = {' && \
+	  xxd -i < $< && echo '};' && \
 	  echo 'const size_t tsrd_gemm_sm90_cubin_len = sizeof tsrd_gemm_sm90_cubin;'; } > $@.tmp
 	mv $@.tmp $@
 
@@ -142,9 +142,9 @@ $(KERNEL80_IMAGE): kernels/gemm_sm80.cu kernels/gemm80_params.h kernels/gemm_par
 
 $(BUILD)/gen/kernels80_embedded.c: $(KERNEL80_IMAGE)
 	@mkdir -p $(dir $@)
-	{ echo '/* Generated from $< by the Makefile. */'; echo '#include <stddef.h>'; \
-	  echo '__attribute__((aligned(64))) const unsigned char tsrd_gemm_sm80_image[] = {'; \
-	  xxd -i < $<; echo '};'; \
+	{ echo '/* Generated from $< by the Makefile. */' && echo '#include <stddef.h>' && \
+	  echo '__attribute__((aligned(64))) const unsigned char tsrd_gemm_sm80_image[] = {' && \
+	  xxd -i < $< && echo '};' && \
 	  echo 'const size_t tsrd_gemm_sm80_image_len = sizeof tsrd_gemm_sm80_image;'; } > $@.tmp
 	mv $@.tmp $@
 

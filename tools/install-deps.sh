@@ -9,7 +9,7 @@ set -euo pipefail
 
 packages=(build-essential pkg-config cmake libcjson-dev libuv1-dev libprotobuf-c-dev
           protobuf-c-compiler libcriterion-dev libmbedtls-dev libsystemd-dev python3-numpy
-          python3-pytest python3-yaml python3-venv)
+          python3-pytest python3-yaml python3-venv xxd)
 # pip fetches nng's source distribution (tools/nng.sh); a python3 without it gets Debian's.
 python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
 if [ "${1:-}" = "--ci" ]; then

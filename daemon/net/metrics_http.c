@@ -27,6 +27,7 @@
 #include "net/metrics_http.h"
 
 #include "serve/metrics.h"
+#include "serve/recovery.h"
 
 #include <arpa/inet.h>
 #include <nng/nng.h>
@@ -226,18 +227,22 @@ static void metrics_http_answer(nng_aio *aio, uint16_t status, const char *conte
     nng_aio_finish(aio, 0);
 }
 
-/* A probe's answer: liveness is the loop turning (this runs on it); readiness
- * is the daemon serving, 503 while it recovers its device or drains. */
+/* A probe's answer: liveness is the loop turning (this runs on it) with a
+ * device that can still come back, 503 once recovery gave up, so that an
+ * orchestrator restarts the daemon as systemd's watchdog would; readiness is
+ * the daemon serving, 503 while it recovers its device or drains. */
 static void metrics_http_probe(tsrd_metrics_http *m, nng_aio *aio, metrics_http_ask ask)
 {
     const tsrd_daemon *d = m->d;
     const char *state = d->draining ? "draining" : d->recovering ? "recovering" : "ready";
     bool ready = !d->draining && !d->recovering;
     char text[64];
-    int n = ask == METRICS_HTTP_LIVE ? snprintf(text, sizeof text, "alive\n")
-                                     : snprintf(text, sizeof text, "%s\n", state);
-    uint16_t status = ask == METRICS_HTTP_LIVE || ready ? NNG_HTTP_STATUS_OK
-                                                        : NNG_HTTP_STATUS_SERVICE_UNAVAILABLE;
+    bool gave_up = tsrd_recovery_gave_up(d);
+    int n = ask != METRICS_HTTP_LIVE ? snprintf(text, sizeof text, "%s\n", state)
+            : gave_up                ? snprintf(text, sizeof text, "device lost\n")
+                                     : snprintf(text, sizeof text, "alive\n");
+    bool ok = ask == METRICS_HTTP_LIVE ? !gave_up : ready;
+    uint16_t status = ok ? NNG_HTTP_STATUS_OK : NNG_HTTP_STATUS_SERVICE_UNAVAILABLE;
     metrics_http_answer(aio, status, "text/plain; charset=utf-8", text, (size_t)n);
 }
 

@@ -4,7 +4,8 @@
  * With "metrics_listen": "http://HOST:PORT" in the config, tesserad serves
  * GET /metrics (and HEAD) with the Prometheus text of tsrd_metrics_render,
  * Content-Type "text/plain; version=0.0.4", and two probes: GET /healthz
- * (200 "alive" whenever the loop turns: liveness) and GET /readyz (200 "ready",
+ * (200 "alive" whenever the loop turns, 503 "device lost" once a device
+ * recovery has given up: liveness) and GET /readyz (200 "ready",
  * or 503 "recovering" / "draining": readiness), also under the KServe/Triton
  * names /v2/health/live and /v2/health/ready. nng's HTTP server answers every
  * other path 404 and another method 405. Every request is answered on the loop

@@ -252,6 +252,11 @@ void tsrd_recovery_poll(tsrd_daemon *d, tsrd_recovery_resume_fn resume)
         recovery_start_rebuild(d);
 }
 
+bool tsrd_recovery_gave_up(const tsrd_daemon *d)
+{
+    return d->recovery != NULL && d->recovery->gave_up;
+}
+
 void tsrd_recovery_fini(tsrd_daemon *d)
 {
     if (d->recovery == NULL)

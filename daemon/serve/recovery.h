@@ -16,6 +16,10 @@ typedef void (*tsrd_recovery_resume_fn)(tsrd_daemon *d);
  * and moves a running one on once no job runs; resume is called when it ends.
  * Loop thread. */
 void tsrd_recovery_poll(tsrd_daemon *d, tsrd_recovery_resume_fn resume);
+/* True once a recovery has failed every attempt: the device will not come
+ * back without a restart (liveness probes then fail). Loop thread. */
+bool tsrd_recovery_gave_up(const tsrd_daemon *d);
+
 /* Frees the recovery state (daemon fini; no recovery may be running). */
 void tsrd_recovery_fini(tsrd_daemon *d);
 

@@ -10,7 +10,10 @@
 # sees it, connection included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=${GPU_BUNDLE:-${BUILD:-build}}/bin
+root=${GPU_BUNDLE:-${BUILD:-build}}
+bin=$root/bin
+# A device bundle carries the libraries its programs need.
+[ -d "$root/lib" ] && export LD_LIBRARY_PATH="$root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 backend=${1:-cuda}
 dir=$(mktemp -d /tmp/tesserad-cold.XXXXXX)
 url="ipc://$dir/sock"

@@ -320,10 +320,10 @@ static void metrics_build_info(tsrd_daemon *d, metrics_list *l)
  * reading NVML cannot give (ECC off, say) is left out rather than shown as 0. */
 static void metrics_gpus(tsrd_daemon *d, metrics_list *l)
 {
-    enum { FAMILIES = 6 };
+    /* One row per tsrd_gpu_gauge, in its order. */
     static const struct {
         const char *family, *type, *help;
-    } fams[FAMILIES] = {
+    } fams[TSRD_GPU_GAUGES] = {
         {"gpu_memory_total_bytes", "gauge", "Device memory of the GPU."},
         {"gpu_memory_used_bytes", "gauge", "Device memory in use, by every process."},
         {"gpu_utilization_ratio", "gauge", "Share of the last sample period a kernel ran."},
@@ -343,19 +343,13 @@ static void metrics_gpus(tsrd_daemon *d, metrics_list *l)
     }
     for (int g = 0; g < n; g++)
         tsrd_nvml_sample(d->nvml, g, &samples[g]);
-    for (int f = 0; f < FAMILIES; f++) {
+    for (int f = 0; f < TSRD_GPU_GAUGES; f++) {
         const char *family = fams[f].family;
         for (int g = 0; g < n; g++) {
-            const tsrd_gpu_sample *s = &samples[g];
-            bool has[FAMILIES] = {s->has_memory,      s->has_memory,      s->has_utilization,
-                                  s->has_utilization, s->has_temperature, s->has_ecc};
-            double v[FAMILIES] = {
-                (double)s->memory_total_bytes,  (double)s->memory_used_bytes,
-                s->utilization_percent / 100.0, s->memory_utilization_percent / 100.0,
-                (double)s->temperature_celsius, (double)s->ecc_uncorrected};
-            if (!has[f])
+            if (!samples[g].has[f])
                 continue;
-            metrics_row *row = metrics_add(l, family, fams[f].type, fams[f].help, v[f]);
+            metrics_row *row =
+                metrics_add(l, family, fams[f].type, fams[f].help, samples[g].value[f]);
             if (row != NULL)
                 snprintf(row->name, sizeof row->name, "%s{gpu=\"%d\"}", fams[f].family, g);
             family = NULL;

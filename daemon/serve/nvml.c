@@ -104,6 +104,12 @@ int tsrd_nvml_count(const tsrd_nvml *n)
     return n != NULL ? n->count : 0;
 }
 
+static void nvml_set(tsrd_gpu_sample *out, tsrd_gpu_gauge g, double value)
+{
+    out->has[g] = true;
+    out->value[g] = value;
+}
+
 void tsrd_nvml_sample(tsrd_nvml *n, int index, tsrd_gpu_sample *out)
 {
     memset(out, 0, sizeof *out);
@@ -113,26 +119,19 @@ void tsrd_nvml_sample(tsrd_nvml *n, int index, tsrd_gpu_sample *out)
         return;
     nvml_memory mem;
     if (n->memory_info(dev, &mem) == NVML_OK) {
-        out->has_memory = true;
-        out->memory_total_bytes = mem.total;
-        out->memory_used_bytes = mem.used;
+        nvml_set(out, TSRD_GPU_MEMORY_TOTAL, (double)mem.total);
+        nvml_set(out, TSRD_GPU_MEMORY_USED, (double)mem.used);
     }
     nvml_utilization u;
     if (n->utilization(dev, &u) == NVML_OK) {
-        out->has_utilization = true;
-        out->utilization_percent = u.gpu;
-        out->memory_utilization_percent = u.memory;
+        nvml_set(out, TSRD_GPU_UTILIZATION, u.gpu / 100.0);
+        nvml_set(out, TSRD_GPU_MEMORY_UTILIZATION, u.memory / 100.0);
     }
     unsigned int celsius;
-    if (n->temperature(dev, NVML_TEMPERATURE_GPU, &celsius) == NVML_OK) {
-        out->has_temperature = true;
-        out->temperature_celsius = celsius;
-    }
+    if (n->temperature(dev, NVML_TEMPERATURE_GPU, &celsius) == NVML_OK)
+        nvml_set(out, TSRD_GPU_TEMPERATURE, celsius);
     unsigned long long ecc;
     /* NOT_SUPPORTED where ECC is off: the gauge is then absent, not 0. */
-    if (n->ecc_errors(dev, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &ecc) ==
-        NVML_OK) {
-        out->has_ecc = true;
-        out->ecc_uncorrected = ecc;
-    }
+    if (n->ecc_errors(dev, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &ecc) == NVML_OK)
+        nvml_set(out, TSRD_GPU_ECC_UNCORRECTED, (double)ecc);
 }

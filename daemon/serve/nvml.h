@@ -22,14 +22,21 @@
 
 typedef struct tsrd_nvml tsrd_nvml;
 
-/* One GPU's readings; a field NVML could not give is marked absent. */
+/* What is read of each GPU, in base units. */
+typedef enum tsrd_gpu_gauge {
+    TSRD_GPU_MEMORY_TOTAL,       /* bytes */
+    TSRD_GPU_MEMORY_USED,        /* bytes, by every process */
+    TSRD_GPU_UTILIZATION,        /* share of the last sample period a kernel ran, 0..1 */
+    TSRD_GPU_MEMORY_UTILIZATION, /* share of it device memory was read or written */
+    TSRD_GPU_TEMPERATURE,        /* degrees Celsius */
+    TSRD_GPU_ECC_UNCORRECTED,    /* volatile count, since the driver loaded */
+    TSRD_GPU_GAUGES,
+} tsrd_gpu_gauge;
+
+/* One GPU's readings; a gauge NVML could not read (ECC off, say) has has false. */
 typedef struct tsrd_gpu_sample {
-    bool has_memory, has_utilization, has_temperature, has_ecc;
-    uint64_t memory_total_bytes, memory_used_bytes;
-    unsigned utilization_percent;        /* kernels running, over the last sample period */
-    unsigned memory_utilization_percent; /* device memory being read or written */
-    unsigned temperature_celsius;
-    uint64_t ecc_uncorrected; /* volatile count, since the driver loaded */
+    bool has[TSRD_GPU_GAUGES];
+    double value[TSRD_GPU_GAUGES];
 } tsrd_gpu_sample;
 
 /* Loads and initializes NVML. TSR_UNSUPPORTED (with the reason) where there is

@@ -24,6 +24,8 @@ trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 200); do [ -S "$dir/sock" ] && break; sleep 0.05; done
 
 now_ms() { date +%s%N | awk '{printf "%.1f", $1 / 1e6}'; }
+echo "### Cold and warm compiles, $backend backend"
+echo
 echo "| region | cold ms | warm ms | candidate (tier) | verified | verification | reason |"
 echo "| --- | --- | --- | --- | --- | --- | --- |"
 for f in tests/bench/shapes/*.json; do

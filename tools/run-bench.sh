@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # Runs the benchmark programs given (make bench passes every tests/bench/*.c
 # binary) one after another and prints their tables; loadgen is the soak's load
-# generator (make soak) and is left out. Figures go into docs/benchmarks.md by
-# hand, with the machine and the date. Exits non-zero when a benchmark fails.
-# The GPU ones skip (exit 0, "skipped") on a machine without one.
+# generator (make soak) and is left out. Each program's output is also kept as
+# $BUILD/bench/NAME.md, and its tables as data beside it (NAME.json, NAME-N.csv:
+# tools/bench-tables.py); tools/bench-plot.py draws them. Figures go into
+# docs/benchmarks.md with the machine and the date. Exits non-zero when a
+# benchmark fails. The GPU ones skip (exit 0, "skipped") on a machine without one.
 set -u
+set -o pipefail
+out="${BUILD:-build}/bench"
+mkdir -p "$out"
 status=0
 for bin in "$@"; do
     name=$(basename "$bin")
@@ -12,9 +17,10 @@ for bin in "$@"; do
     loadgen) continue ;;
     esac
     echo "==> $name"
-    if ! "$bin"; then
+    if ! "$bin" | tee "$out/$name.md"; then
         echo "FAILED: $name"
         status=1
     fi
+    python3 "$(dirname "$0")/bench-tables.py" "$out/$name.md" "$out" || status=1
 done
 exit $status

@@ -9,6 +9,7 @@
  * call and its printing, as a cmd_call.
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,13 +164,56 @@ static const char *cmd_value(int argc, char **argv, int *i)
  * (NULL for one that names none), args the command's own. Returns the exit code. */
 typedef int (*cmd_call)(cli *c, const tsr_region *r, void *args);
 
-/* Connects (a failure is reported with its exit code), then runs call. */
+/* A line on a terminal's stderr while a call takes more than a second (a
+ * verification of a large region, a cold compile), so long work is not silent. */
+typedef struct cmd_progress {
+    pthread_mutex_t mu;
+    pthread_cond_t done_cv;
+    bool done;
+    bool shown;
+} cmd_progress;
+
+static void *cmd_progress_main(void *arg)
+{
+    cmd_progress *p = arg;
+    struct timespec start;
+    clock_gettime(CLOCK_REALTIME, &start);
+    pthread_mutex_lock(&p->mu);
+    for (int seconds = 1; !p->done; seconds++) {
+        struct timespec until = {.tv_sec = start.tv_sec + seconds, .tv_nsec = start.tv_nsec};
+        while (!p->done && pthread_cond_timedwait(&p->done_cv, &p->mu, &until) == 0)
+            ;
+        if (!p->done) {
+            fprintf(stderr, "\r  waiting for tesserad: %d s\033[K", seconds);
+            p->shown = true;
+        }
+    }
+    if (p->shown)
+        fprintf(stderr, "\r\033[K");
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+/* Connects (a failure is reported with its exit code), then runs call, with a
+ * progress line on a terminal when it runs long. */
 static int cmd_with_daemon(cli *c, cmd_call call, const tsr_region *r, void *args)
 {
     int rc = cli_connect(c);
     if (rc)
         return rc;
-    return call(c, r, args);
+    cmd_progress p = {.mu = PTHREAD_MUTEX_INITIALIZER, .done_cv = PTHREAD_COND_INITIALIZER};
+    pthread_t thread;
+    bool progress = !c->json && isatty(STDERR_FILENO) &&
+                    pthread_create(&thread, NULL, cmd_progress_main, &p) == 0;
+    rc = call(c, r, args);
+    if (progress) {
+        pthread_mutex_lock(&p.mu);
+        p.done = true;
+        pthread_cond_signal(&p.done_cv);
+        pthread_mutex_unlock(&p.mu);
+        pthread_join(thread, NULL);
+    }
+    return rc;
 }
 
 /* Loads the region at path first, so an invalid one exits 5 before anything is

@@ -396,18 +396,10 @@ static tsr_status oracle_candidate_failed(tsr_verdict *v, int probe, tsr_status 
     return tsr_error_set(err, st, "candidate failed on probe %d: %s", probe, msg);
 }
 
-tsr_status tsr_oracle_verify(const tsr_region *r, tsr_candidate_run_fn run, void *ctx,
-                             const tsr_oracle_options *opts, tsr_verdict *v, tsr_error *err)
+tsr_status tsri_oracle_verify_full(const tsr_region *r, tsr_candidate_run_fn run, void *ctx,
+                                   const tsr_oracle_options *opts, tsr_verdict *v, tsr_error *err)
 {
-    if (r == NULL || run == NULL || v == NULL)
-        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "verify: NULL argument");
-    tsr_oracle_options o = {0};
-    if (opts != NULL)
-        o = *opts;
-    if (o.seed == 0)
-        o.seed = ORACLE_DEFAULT_SEED;
-    if (o.method == TSR_VERIFY_SAMPLED)
-        return tsri_oracle_verify_sampled(r, run, ctx, &o, v, err);
+    tsr_oracle_options o = *opts;
     if (o.random_probes <= 0)
         o.random_probes = ORACLE_DEFAULT_RANDOM_PROBES;
     tsr_verdict_init(v, o.bound, r->out_dtype);

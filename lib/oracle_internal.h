@@ -1,7 +1,7 @@
 /*
  * oracle_internal.h — what the full verification (oracle.c) and the sampled
- * one (oracle_sampled.c) share: the hash behind every probe value, the
- * special-value list and the comparison.
+ * one (oracle_sampled.c) share, and how oracle_verify.c reaches them: the hash behind every probe
+ * value, the special-value list and the comparison.
  *
  * Threading: reentrant.
  */
@@ -34,7 +34,11 @@ void tsri_oracle_specials(tsr_dtype dtype, double out[TSRI_ORACLE_SPECIALS]);
 void tsri_oracle_compare(tsr_verdict *v, int probe, tsr_dtype dtype, const void *got,
                          const void *want, size_t count, const uint64_t *index, const char *where);
 
-/* The sampled verification (oracle_sampled.c); o has its defaults filled. */
+/* The full verification (oracle.c) and the sampled one (oracle_sampled.c),
+ * between which tsr_oracle_verify (oracle_verify.c) chooses; o has its seed
+ * filled. */
+tsr_status tsri_oracle_verify_full(const tsr_region *r, tsr_candidate_run_fn run, void *ctx,
+                                   const tsr_oracle_options *o, tsr_verdict *v, tsr_error *err);
 tsr_status tsri_oracle_verify_sampled(const tsr_region *r, tsr_candidate_run_fn run, void *ctx,
                                       const tsr_oracle_options *o, tsr_verdict *v, tsr_error *err);
 

@@ -28,9 +28,7 @@ static testd contention_d;
 
 static void contention_teardown(void)
 {
-    int rc = testd_stop(&contention_d);
-    testd_remove(&contention_d);
-    cr_expect_eq(rc, 0, "tesserad exit status %d", rc);
+    fixture_stop(&contention_d, NULL);
 }
 
 TestSuite(contention, .fini = contention_teardown, .timeout = 60);
@@ -165,13 +163,7 @@ static uint8_t *contention_slow_run(uint64_t id, int64_t seq, size_t *len)
     Tessera__V1__Tensor t[3];
     Tessera__V1__Tensor *tp[3];
     for (int i = 0; i < 3; i++) {
-        tessera__v1__tensor__init(&t[i]);
-        t[i].dtype = TESSERA__V1__DTYPE__DTYPE_F32;
-        t[i].shape = shape;
-        t[i].n_shape = 4;
-        t[i].data_case = TESSERA__V1__TENSOR__DATA_INLINE_DATA;
-        t[i].inline_data.data = zeros;
-        t[i].inline_data.len = bytes;
+        testd_tensor_f32(&t[i], shape, 4, zeros, bytes);
         tp[i] = &t[i];
     }
     Tessera__V1__CompileOptions opts = TESSERA__V1__COMPILE_OPTIONS__INIT;

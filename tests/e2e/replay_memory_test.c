@@ -26,9 +26,7 @@ static testd replay_d;
 
 static void replay_teardown(void)
 {
-    int rc = testd_stop(&replay_d);
-    testd_remove(&replay_d);
-    cr_expect_eq(rc, 0, "tesserad exit status %d", rc);
+    fixture_stop(&replay_d, NULL);
 }
 
 TestSuite(replay_memory, .fini = replay_teardown, .timeout = 120);
@@ -43,13 +41,7 @@ static uint8_t *replay_run_bytes(uint64_t id, const float *x, size_t *len)
     tsr_client_region_free(r);
     int64_t shape[1] = {REPLAY_ELEMENTS};
     Tessera__V1__Tensor t;
-    tessera__v1__tensor__init(&t);
-    t.dtype = TESSERA__V1__DTYPE__DTYPE_F32;
-    t.shape = shape;
-    t.n_shape = 1;
-    t.data_case = TESSERA__V1__TENSOR__DATA_INLINE_DATA;
-    t.inline_data.data = (uint8_t *)x;
-    t.inline_data.len = REPLAY_ELEMENTS * sizeof(float);
+    testd_tensor_f32(&t, shape, 1, (void *)x, REPLAY_ELEMENTS * sizeof(float));
     Tessera__V1__Tensor *tp[1] = {&t};
     Tessera__V1__RunRequest run = TESSERA__V1__RUN_REQUEST__INIT;
     run.region = pb;

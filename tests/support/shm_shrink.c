@@ -110,7 +110,9 @@ static void shrink_finish(shrink_env *e)
     testd_remove(&e->d);
 }
 
-void shrink_buffer_write(const char *backend)
+/* A buffer copy from (to_device) or into the segment, after it was cut to
+ * nothing, past its new end. */
+static void shrink_copy(const char *backend, bool to_device)
 {
     shrink_env e;
     shrink_start(&e, backend);
@@ -118,22 +120,21 @@ void shrink_buffer_write(const char *backend)
     shrink_truncate(e.shm, 0);
     tsr_error err;
     tsr_status st =
-        tsr_client_buffer_write_shm(e.a, e.a_buf, 0, e.shm, SHRINK_AT, SHRINK_N * 4, 0, &err);
-    shrink_expect_refused(st, err.message, "buffer_write.shm");
+        to_device
+            ? tsr_client_buffer_write_shm(e.a, e.a_buf, 0, e.shm, SHRINK_AT, SHRINK_N * 4, 0, &err)
+            : tsr_client_buffer_read_shm(e.a, e.a_buf, 0, e.shm, SHRINK_AT, SHRINK_N * 4, 0, &err);
+    shrink_expect_refused(st, err.message, to_device ? "buffer_write.shm" : "buffer_read.shm");
     shrink_finish(&e);
+}
+
+void shrink_buffer_write(const char *backend)
+{
+    shrink_copy(backend, true);
 }
 
 void shrink_buffer_read(const char *backend)
 {
-    shrink_env e;
-    shrink_start(&e, backend);
-    shrink_map(&e);
-    shrink_truncate(e.shm, 0);
-    tsr_error err;
-    tsr_status st =
-        tsr_client_buffer_read_shm(e.a, e.a_buf, 0, e.shm, SHRINK_AT, SHRINK_N * 4, 0, &err);
-    shrink_expect_refused(st, err.message, "buffer_read.shm");
-    shrink_finish(&e);
+    shrink_copy(backend, false);
 }
 
 void shrink_run_input(const char *backend)
@@ -202,13 +203,7 @@ void shrink_run_output(const char *backend)
     cr_assert_eq(tsr_region_to_pb(r, &run.region, &err), TSR_OK, "%s", err.message);
     static float x[SHRINK_N];
     Tessera__V1__Tensor in, *inputs[] = {&in};
-    tessera__v1__tensor__init(&in);
-    in.dtype = TESSERA__V1__DTYPE__DTYPE_F32;
-    in.shape = shape;
-    in.n_shape = 1;
-    in.data_case = TESSERA__V1__TENSOR__DATA_INLINE_DATA;
-    in.inline_data.data = (uint8_t *)x;
-    in.inline_data.len = sizeof x;
+    testd_tensor_f32(&in, shape, 1, x, sizeof x);
     run.n_inputs = 1;
     run.inputs = inputs;
     Tessera__V1__SharedMemory out = ref;

@@ -326,6 +326,17 @@ void testd_request_alloc_f32(Tessera__V1__Request *req, Tessera__V1__BufferAlloc
     req->buffer_alloc = body;
 }
 
+void testd_tensor_f32(Tessera__V1__Tensor *t, int64_t *shape, size_t rank, void *data, size_t len)
+{
+    tessera__v1__tensor__init(t);
+    t->dtype = TESSERA__V1__DTYPE__DTYPE_F32;
+    t->shape = shape;
+    t->n_shape = rank;
+    t->data_case = TESSERA__V1__TENSOR__DATA_INLINE_DATA;
+    t->inline_data.data = data;
+    t->inline_data.len = len;
+}
+
 int testd_raw_request(uint32_t sock_id, const Tessera__V1__Request *req, int timeout_ms,
                       Tessera__V1__Reply **reply)
 {

@@ -101,6 +101,10 @@ void testd_request_hello(Tessera__V1__Request *req, Tessera__V1__HelloRequest *b
 void testd_request_alloc_f32(Tessera__V1__Request *req, Tessera__V1__BufferAllocRequest *body,
                              uint64_t id, int64_t *shape, size_t rank);
 
+/* An f32 tensor of shape[0..rank) with len bytes of data inline (shape and
+ * data must outlive *t). */
+void testd_tensor_f32(Tessera__V1__Tensor *t, int64_t *shape, size_t rank, void *data, size_t len);
+
 /* Packs req as it is (id included) and sends it as testd_raw_send does. */
 int testd_raw_request(uint32_t sock_id, const Tessera__V1__Request *req, int timeout_ms,
                       Tessera__V1__Reply **reply);

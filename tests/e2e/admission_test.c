@@ -31,9 +31,7 @@ static void admission_setup(void)
 
 static void admission_teardown(void)
 {
-    int rc = testd_stop(&admission_d);
-    testd_remove(&admission_d);
-    cr_expect_eq(rc, 0, "tesserad exit status %d", rc);
+    fixture_stop(&admission_d, NULL);
 }
 
 TestSuite(admission, .init = admission_setup, .fini = admission_teardown, .timeout = 60);

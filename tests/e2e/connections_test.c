@@ -23,9 +23,7 @@ static testd conn_d;
 
 static void conn_teardown(void)
 {
-    int rc = testd_stop(&conn_d);
-    testd_remove(&conn_d);
-    cr_expect_eq(rc, 0, "tesserad exit status %d", rc);
+    fixture_stop(&conn_d, NULL);
 }
 
 TestSuite(connections, .fini = conn_teardown, .timeout = 60);

@@ -17,22 +17,7 @@
 #include "tessera/json.h"
 #include "tessera/oracle.h"
 #include "tessera/refexec.h"
-
-static tsr_region region_of(const char *json)
-{
-    tsr_region r;
-    tsr_error err;
-    tsr_status st = tsr_region_from_json(json, strlen(json), &r, &err);
-    cr_assert_eq(st, TSR_OK, "parse of %s: %s", json, err.message);
-    return r;
-}
-
-static int64_t output_elements(const tsr_region *r)
-{
-    tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], out;
-    tsr_region_signature(r, in, &out);
-    return tsr_tensor_desc_elements(&out);
-}
+#include "../support/regions.h"
 
 /* 1000 x 1200 out of K 64: 8 tile rows (the last from 896, 104 rows) and 10
  * tile columns (the last from 1152, 48 columns) of 128. */
@@ -86,7 +71,7 @@ static tsr_status cand_edit(void *ctx, const tsr_region *r, const void *const *i
     else
         e->small_calls++;
     tsr_status st = tsr_ref_run(r, inputs, output, 0, err);
-    int64_t n = output_elements(r);
+    int64_t n = regions_output_elements(r);
     tsr_dtype dt = r->out_dtype;
     switch (e->kind) {
     case EDIT_ELEMENT:
@@ -165,7 +150,7 @@ static void sample(const tsr_region *r, uint64_t seed, int probe, uint64_t **ind
 
 Test(oracle_sampled, matmul_positions_hold_the_edge_lines_and_every_edge_tile_corner)
 {
-    tsr_region r = region_of(MM_BIG);
+    tsr_region r = regions_parse(MM_BIG);
     uint64_t *index;
     size_t n;
     sample(&r, 0, 0, &index, &n);
@@ -206,7 +191,7 @@ Test(oracle_sampled, matmul_positions_hold_the_edge_lines_and_every_edge_tile_co
 
 Test(oracle_sampled, positions_are_a_function_of_seed_and_probe)
 {
-    tsr_region r = region_of(MM_BIG);
+    tsr_region r = regions_parse(MM_BIG);
     uint64_t *a, *b, *c;
     size_t na, nb, nc;
     sample(&r, 7, 0, &a, &na);
@@ -223,8 +208,8 @@ Test(oracle_sampled, positions_are_a_function_of_seed_and_probe)
 
 Test(oracle_sampled, the_positions_of_an_8192_cube_cost_a_fraction_of_the_full_reference)
 {
-    tsr_region r = region_of("{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":8192,\"n\":8192,"
-                             "\"k\":8192}");
+    tsr_region r = regions_parse("{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":8192,\"n\":8192,"
+                                 "\"k\":8192}");
     uint64_t *index;
     size_t n;
     sample(&r, 0, 0, &index, &n);
@@ -238,7 +223,7 @@ Test(oracle_sampled, the_positions_of_an_8192_cube_cost_a_fraction_of_the_full_r
 
 Test(oracle_sampled, a_reduction_is_sampled_by_whole_rows)
 {
-    tsr_region r = region_of(RMS_BIG);
+    tsr_region r = regions_parse(RMS_BIG);
     uint64_t *index;
     size_t n;
     sample(&r, 0, 0, &index, &n);
@@ -256,7 +241,7 @@ Test(oracle_sampled, a_reduction_is_sampled_by_whole_rows)
 
 Test(oracle_sampled, attention_is_sampled_by_whole_query_rows)
 {
-    tsr_region r = region_of(ATT_CAUSAL);
+    tsr_region r = regions_parse(ATT_CAUSAL);
     uint64_t *index;
     size_t n;
     sample(&r, 0, 0, &index, &n);
@@ -274,8 +259,8 @@ Test(oracle_sampled, attention_is_sampled_by_whole_query_rows)
 
 Test(oracle_sampled, the_small_shape_keeps_tile_residues_and_the_shape_rules)
 {
-    tsr_region r = region_of("{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":8192,\"n\":3000,"
-                             "\"k\":200}");
+    tsr_region r = regions_parse("{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":8192,\"n\":3000,"
+                                 "\"k\":200}");
     tsr_region s;
     tsr_error err;
     cr_assert_eq(tsr_oracle_small_region(&r, 0, &s, &err), TSR_OK, "%s", err.message);
@@ -291,8 +276,9 @@ Test(oracle_sampled, the_small_shape_keeps_tile_residues_and_the_shape_rules)
     tsr_region_free(&r);
 
     /* Causal attention keeps seq_q below seq_k, and the query-head group. */
-    r = region_of("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":4,\"heads\":32,"
-                  "\"heads_kv\":8,\"seq_q\":4096,\"seq_k\":8200,\"head_dim\":128,\"causal\":true}");
+    r = regions_parse(
+        "{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":4,\"heads\":32,"
+        "\"heads_kv\":8,\"seq_q\":4096,\"seq_k\":8200,\"head_dim\":128,\"causal\":true}");
     cr_assert_eq(tsr_oracle_small_region(&r, 0, &s, &err), TSR_OK, "%s", err.message);
     const tsr_attention_desc *d = &s.u.attention;
     cr_expect_eq(d->batch, 2);
@@ -306,9 +292,9 @@ Test(oracle_sampled, the_small_shape_keeps_tile_residues_and_the_shape_rules)
     tsr_region_free(&r);
 
     /* Pointwise: the last dimension by tiles, the others to 3, broadcasts kept. */
-    r = region_of("{\"kind\":\"pointwise\",\"dtype\":\"bf16\",\"inputs\":[{\"name\":\"x\","
-                  "\"shape\":[16384,8192]},{\"name\":\"w\",\"shape\":[8192]}],\"ops\":[{\"op\":"
-                  "\"mul\",\"args\":[\"x\",\"w\"],\"out\":\"y\"}],\"output\":\"y\"}");
+    r = regions_parse("{\"kind\":\"pointwise\",\"dtype\":\"bf16\",\"inputs\":[{\"name\":\"x\","
+                      "\"shape\":[16384,8192]},{\"name\":\"w\",\"shape\":[8192]}],\"ops\":[{\"op\":"
+                      "\"mul\",\"args\":[\"x\",\"w\"],\"out\":\"y\"}],\"output\":\"y\"}");
     cr_assert_eq(tsr_oracle_small_region(&r, 0, &s, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(s.u.pointwise.inputs[0].shape[0], 3);
     cr_expect_eq(s.u.pointwise.inputs[0].shape[1], 256);
@@ -322,7 +308,7 @@ Test(oracle_sampled, the_small_shape_keeps_tile_residues_and_the_shape_rules)
 
 Test(oracle_sampled, the_reference_passes_with_the_counts_of_each_part)
 {
-    tsr_region r = region_of(FUSED_RELU);
+    tsr_region r = regions_parse(FUSED_RELU);
     edit e = {.kind = EDIT_NONE};
     tsr_verdict v;
     tsr_error err;
@@ -336,7 +322,7 @@ Test(oracle_sampled, the_reference_passes_with_the_counts_of_each_part)
     cr_expect_eq(v.small_probes, 19);
     cr_expect_eq(v.probes, 20);
     cr_expect_gt(v.sampled_elements, 0);
-    cr_expect_lt(v.sampled_elements, (uint64_t)output_elements(&r));
+    cr_expect_lt(v.sampled_elements, (uint64_t)regions_output_elements(&r));
     char line[256];
     tsr_verdict_format(&v, line, sizeof line);
     cr_expect_eq(strncmp(line, "PASS sampled rel 0 <= 1e-05", 27), 0, "%s", line);
@@ -345,7 +331,7 @@ Test(oracle_sampled, the_reference_passes_with_the_counts_of_each_part)
 
 Test(oracle_sampled, one_wrong_element_at_an_edge_tile_corner_fails)
 {
-    tsr_region r = region_of(MM_BIG);
+    tsr_region r = regions_parse(MM_BIG);
     /* The first row of the last tile row, the last column of tile column 4. */
     edit e = {.kind = EDIT_ELEMENT, .at = (int64_t)AT(896, 639)};
     tsr_verdict v;
@@ -360,7 +346,7 @@ Test(oracle_sampled, one_wrong_element_at_an_edge_tile_corner_fails)
 
 Test(oracle_sampled, one_wrong_element_on_the_ragged_last_row_fails)
 {
-    tsr_region r = region_of(MM_BIG);
+    tsr_region r = regions_parse(MM_BIG);
     edit e = {.kind = EDIT_ELEMENT, .at = (int64_t)AT(999, 600)};
     tsr_verdict v;
     tsr_error err;
@@ -375,7 +361,7 @@ Test(oracle_sampled, one_wrong_element_on_the_ragged_last_row_fails)
 
 Test(oracle_sampled, one_wrong_row_of_a_reduction_fails)
 {
-    tsr_region r = region_of(RMS_BIG);
+    tsr_region r = regions_parse(RMS_BIG);
     edit e = {.kind = EDIT_ROW, .at = 896, .width = 256};
     tsr_verdict v;
     tsr_error err;
@@ -389,7 +375,7 @@ Test(oracle_sampled, one_wrong_row_of_a_reduction_fails)
 
 Test(oracle_sampled, one_nan_in_the_wrong_place_fails_at_its_position)
 {
-    tsr_region r = region_of(PW_BIG);
+    tsr_region r = regions_parse(PW_BIG);
     edit e = {.kind = EDIT_NAN, .at = 1000 * 1000 - 1};
     tsr_verdict v;
     tsr_error err;
@@ -402,7 +388,7 @@ Test(oracle_sampled, one_nan_in_the_wrong_place_fails_at_its_position)
     cr_expect_str_eq(v.reason, "NaN mismatch at [999999] (probe 0): got nan want 0");
     tsr_region_free(&r);
 
-    r = region_of(MM_BIG);
+    r = regions_parse(MM_BIG);
     e = (edit){.kind = EDIT_NAN, .at = (int64_t)AT(640, 1199)};
     cr_assert_eq(verify_sampled(&r, &e, false, &v, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(v.nan_mismatches, 1);
@@ -412,7 +398,7 @@ Test(oracle_sampled, one_nan_in_the_wrong_place_fails_at_its_position)
 
 Test(oracle_sampled, a_wrong_last_query_row_of_causal_attention_fails)
 {
-    tsr_region r = region_of(ATT_CAUSAL);
+    tsr_region r = regions_parse(ATT_CAUSAL);
     edit e = {.kind = EDIT_QUERY_ROW};
     tsr_verdict v;
     tsr_error err;
@@ -426,7 +412,7 @@ Test(oracle_sampled, a_wrong_last_query_row_of_causal_attention_fails)
 
 Test(oracle_sampled, nan_dropped_by_an_epilogue_is_seen_only_at_the_small_shape)
 {
-    tsr_region r = region_of(FUSED_RELU);
+    tsr_region r = regions_parse(FUSED_RELU);
     edit e = {.kind = EDIT_NAN_TO_0};
     tsr_verdict v;
     tsr_error err;
@@ -452,7 +438,7 @@ static tsr_status cand_fails_small(void *ctx, const tsr_region *r, const void *c
 
 Test(oracle_sampled, a_candidate_that_cannot_run_at_the_small_shape_is_an_error)
 {
-    tsr_region r = region_of(MM_BIG), small;
+    tsr_region r = regions_parse(MM_BIG), small;
     tsr_error err;
     cr_assert_eq(tsr_oracle_small_region(&r, 0, &small, &err), TSR_OK);
     tsr_oracle_options o = {.method = TSR_VERIFY_SAMPLED, .small = &small};
@@ -466,7 +452,7 @@ Test(oracle_sampled, a_candidate_that_cannot_run_at_the_small_shape_is_an_error)
 
 Test(oracle_sampled, cost_counts_the_reference_at_the_sampled_positions)
 {
-    tsr_region r = region_of(MM_BIG), small;
+    tsr_region r = regions_parse(MM_BIG), small;
     tsr_error err;
     cr_assert_eq(tsr_oracle_small_region(&r, 0, &small, &err), TSR_OK);
     tsr_oracle_cost full, sampled, alone;
@@ -500,7 +486,8 @@ Test(oracle_sampled, cost_counts_the_reference_at_the_sampled_positions)
 
 Test(oracle_sampled, probe_inputs_are_nearly_normal_and_the_same_on_any_thread_count)
 {
-    tsr_region r = region_of("{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":512,\"n\":8,\"k\":256}");
+    tsr_region r =
+        regions_parse("{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":512,\"n\":8,\"k\":256}");
     void *one[TSR_MAX_REGION_INPUTS], *three[TSR_MAX_REGION_INPUTS];
     tsr_error err;
     cr_assert_eq(tsr_oracle_make_sampled_probe(&r, 5, 0, 1, one, &err), TSR_OK, "%s", err.message);

@@ -15,23 +15,7 @@
 #include "tessera/json.h"
 #include "tessera/oracle.h"
 #include "tessera/refexec.h"
-
-static tsr_region region_of(const char *json)
-{
-    tsr_region r;
-    tsr_error err;
-    tsr_error_clear(&err);
-    tsr_status st = tsr_region_from_json(json, strlen(json), &r, &err);
-    cr_assert_eq(st, TSR_OK, "parse of %s: %s", json, err.message);
-    return r;
-}
-
-static int64_t output_elements(const tsr_region *r)
-{
-    tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], out;
-    tsr_region_signature(r, in, &out);
-    return tsr_tensor_desc_elements(&out);
-}
+#include "../support/regions.h"
 
 #define MATMUL_F32 "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":8,\"n\":6,\"k\":16}"
 #define MATMUL_BF16 "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":8,\"n\":6,\"k\":16}"
@@ -65,7 +49,7 @@ static tsr_status cand_noisy(void *ctx, const tsr_region *r, const void *const *
     if (st != TSR_OK)
         return st;
     wide.out_dtype = TSR_F32;
-    int64_t n = output_elements(r);
+    int64_t n = regions_output_elements(r);
     float *exact = malloc((size_t)n * sizeof *exact);
     cr_assert_not_null(exact);
     st = tsr_ref_run(&wide, inputs, exact, 1, err);
@@ -83,7 +67,7 @@ static tsr_status ref_then_edit(const tsr_region *r, const void *const *inputs, 
                                 tsr_error *err, bool (*edit)(double *v))
 {
     tsr_status st = tsr_ref_run(r, inputs, output, 1, err);
-    int64_t n = output_elements(r);
+    int64_t n = regions_output_elements(r);
     for (int64_t i = 0; i < n; i++) {
         double v = tsr_dtype_load(r->out_dtype, output, (size_t)i);
         if (edit(&v))
@@ -144,7 +128,7 @@ static void first_reference_where(const tsr_region *r, int random_probes, uint64
                                   bool (*pred)(double), int *probe_out, int64_t *index_out)
 {
     int count = tsr_oracle_probe_count(r, random_probes);
-    int64_t n = output_elements(r);
+    int64_t n = regions_output_elements(r);
     tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], out;
     tsr_region_signature(r, in, &out);
     void *want = malloc(tsr_tensor_desc_bytes(&out));
@@ -348,15 +332,15 @@ Test(oracle, verdict_format_prints_one_line)
 
 Test(oracle, special_probes_exist_only_for_pointwise)
 {
-    tsr_region mm = region_of(MATMUL_F32);
+    tsr_region mm = regions_parse(MATMUL_F32);
     cr_assert_eq(tsr_oracle_probe_count(&mm, 3), 3);
     cr_assert_eq(tsr_oracle_probe_count(&mm, 0), 2);
-    tsr_region pw = region_of(PW_UNARY("exp", "f32", "[64]"));
+    tsr_region pw = regions_parse(PW_UNARY("exp", "f32", "[64]"));
     cr_assert_eq(tsr_oracle_probe_count(&pw, 3), 3 + 23);
     cr_assert_eq(tsr_oracle_probe_count(&pw, 0), 2 + 23);
     tsr_region_free(&pw);
     /* Small inputs get more rounds so each still walks the whole list. */
-    pw = region_of(PW_BINARY("add", "[3]", "[3]"));
+    pw = regions_parse(PW_BINARY("add", "[3]", "[3]"));
     cr_assert_eq(tsr_oracle_probe_count(&pw, 1), 1 + 23 * 8);
     tsr_region_free(&pw);
     tsr_region_free(&mm);
@@ -368,7 +352,7 @@ Test(oracle, special_probes_hold_nan_infinities_and_negative_zero)
     const char *jsons[] = {PW_UNARY("log", "f32", "[64]"), PW_UNARY("log", "f16", "[64]"),
                            PW_UNARY("log", "bf16", "[64]")};
     for (int d = 0; d < 3; d++) {
-        tsr_region r = region_of(jsons[d]);
+        tsr_region r = regions_parse(jsons[d]);
         int count = tsr_oracle_probe_count(&r, 1);
         bool nan = false, pinf = false, ninf = false, nzero = false, sub = false;
         for (int p = 1; p < count; p++) {
@@ -395,7 +379,7 @@ Test(oracle, special_probes_hold_nan_infinities_and_negative_zero)
 /* Every pair of listed values meets between every two inputs of one shape. */
 static void assert_pairs_covered(const char *json)
 {
-    tsr_region r = region_of(json);
+    tsr_region r = regions_parse(json);
     tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], out;
     int n_in = tsr_region_signature(&r, in, &out);
     int64_t n = tsr_tensor_desc_elements(&in[0]);
@@ -467,7 +451,7 @@ static bool probe_equal(const tsr_region *r, uint64_t seed_a, int index_a, uint6
 
 Test(oracle, random_probes_are_a_function_of_seed_and_index)
 {
-    tsr_region r = region_of(MATMUL_BF16);
+    tsr_region r = regions_parse(MATMUL_BF16);
     cr_assert(probe_equal(&r, 42, 0, 42, 0));
     cr_assert(probe_equal(&r, 42, 1, 42, 1));
     cr_assert_not(probe_equal(&r, 42, 0, 43, 0));
@@ -483,7 +467,7 @@ Test(oracle, random_probes_are_a_function_of_seed_and_index)
 
 Test(oracle, random_probes_are_standard_normal_in_the_input_dtype)
 {
-    tsr_region r = region_of(PW_UNARY("neg", "f16", "[64,64]"));
+    tsr_region r = regions_parse(PW_UNARY("neg", "f16", "[64,64]"));
     void *in[TSR_MAX_REGION_INPUTS];
     cr_assert_eq(tsr_oracle_make_probe(&r, 9, 0, 1, in, NULL), TSR_OK);
     double sum = 0, sum2 = 0;
@@ -505,7 +489,7 @@ Test(oracle, random_probes_are_standard_normal_in_the_input_dtype)
 
 Test(oracle, make_probe_rejects_an_index_past_the_count)
 {
-    tsr_region r = region_of(MATMUL_F32);
+    tsr_region r = regions_parse(MATMUL_F32);
     void *in[TSR_MAX_REGION_INPUTS];
     tsr_error err;
     cr_assert_eq(tsr_oracle_make_probe(&r, 1, 2, 2, in, &err), TSR_INVALID_ARGUMENT);
@@ -518,7 +502,7 @@ Test(oracle, make_probe_rejects_an_index_past_the_count)
 
 static void assert_reference_passes(const char *json)
 {
-    tsr_region r = region_of(json);
+    tsr_region r = regions_parse(json);
     tsr_verdict v;
     tsr_error err;
     tsr_oracle_options opts = {.seed = 5, .random_probes = 2, .ref_threads = 1};
@@ -527,7 +511,7 @@ static void assert_reference_passes(const char *json)
     cr_assert(v.pass, "%s: %s", json, v.reason);
     cr_assert_eq(v.rel_error, 0.0);
     cr_assert_eq(v.probes, tsr_oracle_probe_count(&r, 2));
-    cr_assert_eq(v.elements, (uint64_t)v.probes * (uint64_t)output_elements(&r));
+    cr_assert_eq(v.elements, (uint64_t)v.probes * (uint64_t)regions_output_elements(&r));
     cr_assert_eq(v.first_bad_index, -1);
     tsr_region_free(&r);
 }
@@ -551,7 +535,7 @@ Test(oracle, relative_noise_of_1e3_fails_f32_and_passes_bf16)
     double noise = 1e-3;
     tsr_verdict v;
     tsr_error err;
-    tsr_region f32 = region_of(MATMUL_F32);
+    tsr_region f32 = regions_parse(MATMUL_F32);
     cr_assert_eq(tsr_oracle_verify(&f32, cand_noisy, &noise, NULL, &v, &err), TSR_OK);
     cr_assert_not(v.pass);
     cr_assert_eq(v.bound, 1e-5);
@@ -562,7 +546,7 @@ Test(oracle, relative_noise_of_1e3_fails_f32_and_passes_bf16)
     cr_assert(strncmp(v.reason, "relative error", 14) == 0, "%s", v.reason);
     tsr_region_free(&f32);
 
-    tsr_region bf16 = region_of(MATMUL_BF16);
+    tsr_region bf16 = regions_parse(MATMUL_BF16);
     cr_assert_eq(tsr_oracle_verify(&bf16, cand_noisy, &noise, NULL, &v, &err), TSR_OK);
     cr_assert(v.pass, "%s", v.reason);
     cr_assert_eq(v.bound, 1.6e-2);
@@ -573,7 +557,7 @@ Test(oracle, relative_noise_of_1e3_fails_f32_and_passes_bf16)
 
 Test(oracle, dropping_nan_fails_at_the_first_nan)
 {
-    tsr_region r = region_of(PW_UNARY("log", "f32", "[64]"));
+    tsr_region r = regions_parse(PW_UNARY("log", "f32", "[64]"));
     tsr_oracle_options opts = {.seed = 11, .random_probes = 1, .ref_threads = 1};
     int probe;
     int64_t index;
@@ -594,7 +578,7 @@ Test(oracle, dropping_nan_fails_at_the_first_nan)
 
 Test(oracle, flipping_the_sign_of_inf_fails)
 {
-    tsr_region r = region_of(PW_UNARY("reciprocal", "f32", "[32]"));
+    tsr_region r = regions_parse(PW_UNARY("reciprocal", "f32", "[32]"));
     tsr_oracle_options opts = {.seed = 3, .random_probes = 2, .ref_threads = 1};
     int probe;
     int64_t index;
@@ -614,7 +598,7 @@ Test(oracle, flipping_the_sign_of_inf_fails)
 
 Test(oracle, a_failing_candidate_makes_verify_return_its_error)
 {
-    tsr_region r = region_of(MATMUL_F32);
+    tsr_region r = regions_parse(MATMUL_F32);
     int calls = 0;
     tsr_verdict v;
     tsr_error err;
@@ -632,7 +616,7 @@ Test(oracle, a_failing_candidate_makes_verify_return_its_error)
 
 Test(oracle, output_a_candidate_never_writes_fails)
 {
-    tsr_region r = region_of(MATMUL_BF16);
+    tsr_region r = regions_parse(MATMUL_BF16);
     tsr_verdict v;
     cr_assert_eq(tsr_oracle_verify(&r, cand_writes_nothing, NULL, NULL, &v, NULL), TSR_OK);
     cr_assert_not(v.pass);
@@ -645,7 +629,7 @@ Test(oracle, output_a_candidate_never_writes_fails)
 Test(oracle, verify_applies_a_caller_bound)
 {
     double noise = 1e-3;
-    tsr_region r = region_of(MATMUL_F32);
+    tsr_region r = regions_parse(MATMUL_F32);
     tsr_oracle_options opts = {.bound = 5e-3};
     tsr_verdict v;
     cr_assert_eq(tsr_oracle_verify(&r, cand_noisy, &noise, &opts, &v, NULL), TSR_OK);

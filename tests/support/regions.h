@@ -1,0 +1,20 @@
+/*
+ * regions.h — regions from JSON text for the unit suites that verify
+ * candidates against the reference (oracle_test.c, oracle_sampled_test.c).
+ *
+ * Failures are Criterion's, in the calling test. Threading: reentrant.
+ */
+#ifndef TESSERA_TEST_REGIONS_H
+#define TESSERA_TEST_REGIONS_H
+
+#include <stdint.h>
+
+#include "tessera/region.h"
+
+/* The region json describes, asserted; free with tsr_region_free. */
+tsr_region regions_parse(const char *json);
+
+/* How many elements r's output has. */
+int64_t regions_output_elements(const tsr_region *r);
+
+#endif

@@ -252,15 +252,21 @@ static tsr_client *trust_expect_skipped(testd *d, const char *key)
     return c;
 }
 
+/* A daemon that wrote the small region's entry, stopped; path the entry's file. */
+static void trust_one_entry(testd *d, tsr_client_compiled *small, char *path, size_t size)
+{
+    fixture_start(d, NULL);
+    trust_compile(d, SMALL, small);
+    cr_assert_eq(testd_stop(d), 0);
+    trust_entry_path(d, small->key, path, size);
+}
+
 Test(cache_trust, a_fifo_in_place_of_an_entry_is_skipped_without_blocking)
 {
     testd d;
     tsr_client_compiled small;
-    fixture_start(&d, NULL);
-    trust_compile(&d, SMALL, &small);
-    cr_assert_eq(testd_stop(&d), 0);
     char path[256];
-    trust_entry_path(&d, small.key, path, sizeof path);
+    trust_one_entry(&d, &small, path, sizeof path);
     cr_assert_eq(unlink(path), 0);
     cr_assert_eq(mkfifo(path, 0644), 0);
     fixture_stop(&d, trust_expect_skipped(&d, small.key));
@@ -270,13 +276,10 @@ Test(cache_trust, a_symlink_in_place_of_an_entry_is_not_followed)
 {
     testd d;
     tsr_client_compiled small;
-    fixture_start(&d, NULL);
-    trust_compile(&d, SMALL, &small);
-    cr_assert_eq(testd_stop(&d), 0);
     /* The genuine entry moved out of the cache and linked back: following the
      * link would serve whatever file its maker points it at. */
     char path[256], target[256];
-    trust_entry_path(&d, small.key, path, sizeof path);
+    trust_one_entry(&d, &small, path, sizeof path);
     snprintf(target, sizeof target, "%s/elsewhere", d.dir);
     cr_assert_eq(rename(path, target), 0);
     cr_assert_eq(symlink(target, path), 0);

@@ -1191,20 +1191,26 @@ Test(kcache, a_key_file_that_is_a_link_or_the_wrong_size_is_refused)
 /* Key 1's file replaced by something that is not a regular file: the cache
  * must neither block on it nor serve what it leads to, and the next write puts
  * a good entry in its place. */
+/* A cache on d that built key 1 with b, closed; path its entry's file. */
+static void entry_built(const char *d, struct builder *b, char *path, size_t cap)
+{
+    tsr_kcache *c = cache_open(d, 0, 0);
+    cr_expect_eq(get_checked(c, 1, b), TSR_KCACHE_MISS);
+    tsr_kcache_close(c);
+    tsr_fingerprint k = key_of(1);
+    entry_path(d, &k, path, cap);
+}
+
 Test(kcache, a_fifo_in_place_of_an_entry_is_skipped_without_blocking)
 {
     const char *d = dir_make();
     struct builder b = {.len = 64, .fill = 4};
-    tsr_kcache *c = cache_open(d, 0, 0);
-    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
-    tsr_kcache_close(c);
-    tsr_fingerprint k = key_of(1);
     char path[512];
-    entry_path(d, &k, path, sizeof path);
+    entry_built(d, &b, path, sizeof path);
     cr_assert_eq(unlink(path), 0);
     cr_assert_eq(mkfifo(path, 0644), 0);
 
-    c = cache_open(d, 0, 0);
+    tsr_kcache *c = cache_open(d, 0, 0);
     /* No writer ever opens the FIFO: an open() that waits would hang here. */
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
     tsr_kcache_entry_info *infos;
@@ -1222,21 +1228,17 @@ Test(kcache, a_link_in_place_of_an_entry_is_not_followed)
 {
     const char *d = dir_make();
     struct builder b = {.len = 64, .fill = 4};
-    tsr_kcache *c = cache_open(d, 0, 0);
-    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
-    tsr_kcache_close(c);
     /* A genuine entry, moved away and linked back: following the link would
      * serve whatever file an attacker points it at. */
-    tsr_fingerprint k = key_of(1);
     char path[512], target[512];
-    entry_path(d, &k, path, sizeof path);
+    entry_built(d, &b, path, sizeof path);
     snprintf(target, sizeof target, "%s/elsewhere", d);
     cr_assert_eq(rename(path, target), 0);
     cr_assert_eq(symlink(target, path), 0);
     struct stat before;
     cr_assert_eq(stat(target, &before), 0);
 
-    c = cache_open(d, 0, 0);
+    tsr_kcache *c = cache_open(d, 0, 0);
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
     cr_expect_eq(atomic_load(&b.calls), 2);
     tsr_kcache_close(c);
@@ -1300,6 +1302,19 @@ static unsigned listed(tsr_kcache *c, uint64_t owner)
     return set;
 }
 
+/* A cache on d that built keys 1..keys with b; A holds 1 and 3, B 2 and 3. */
+static tsr_kcache *owned_cache(const char *d, int keys, struct builder *b)
+{
+    tsr_kcache *c = cache_open(d, 0, 0);
+    for (int n = 1; n <= keys; n++)
+        get_checked(c, n, b);
+    claim(c, 1, OWNER_A);
+    claim(c, 2, OWNER_B);
+    claim(c, 3, OWNER_A);
+    claim(c, 3, OWNER_B);
+    return c;
+}
+
 Test(kcache, a_claim_says_whether_the_owner_held_the_key)
 {
     tsr_kcache *c = cache_open(NULL, 0, 0);
@@ -1318,14 +1333,8 @@ Test(kcache, a_claim_says_whether_the_owner_held_the_key)
 Test(kcache, an_owner_lists_only_what_it_holds_with_its_own_use)
 {
     const char *d = dir_make();
-    tsr_kcache *c = cache_open(d, 0, 0);
     struct builder b = {.len = 8, .fill = 1};
-    for (int n = 1; n <= 3; n++)
-        get_checked(c, n, &b);
-    claim(c, 1, OWNER_A);
-    claim(c, 2, OWNER_B);
-    claim(c, 3, OWNER_A);
-    claim(c, 3, OWNER_B);
+    tsr_kcache *c = owned_cache(d, 3, &b);
     claim(c, 3, OWNER_B);
     get_checked(c, 3, &b); /* hits of the entry's, not B's */
     get_checked(c, 3, &b);
@@ -1349,14 +1358,8 @@ Test(kcache, an_owner_lists_only_what_it_holds_with_its_own_use)
 Test(kcache, an_owner_evicts_only_its_own_and_a_shared_entry_stays)
 {
     const char *d = dir_make();
-    tsr_kcache *c = cache_open(d, 0, 0);
     struct builder b = {.len = 8, .fill = 1};
-    for (int n = 1; n <= 4; n++)
-        get_checked(c, n, &b);
-    claim(c, 1, OWNER_A);
-    claim(c, 2, OWNER_B);
-    claim(c, 3, OWNER_A);
-    claim(c, 3, OWNER_B);
+    tsr_kcache *c = owned_cache(d, 4, &b);
     /* Key 4 is held by no one: only an eviction of every owner's removes it. */
 
     tsr_fingerprint k2 = key_of(2), k3 = key_of(3);

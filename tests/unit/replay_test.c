@@ -104,33 +104,50 @@ Test(replay, replies_past_the_budget_are_not_kept, .init = budget_of_8)
     cr_assert_eq(begin(1, &waiter_a), TSRD_REPLAY_NEW);
 }
 
+/* A table of its own in pool, keeping up to budget bytes of replies. */
+static void pooled_init(tsrd_replay *t, tsrd_replay_pool *pool, size_t budget)
+{
+    tsrd_replay_init(t, 0);
+    tsrd_replay_set_pool(t, pool, budget);
+}
+
+/* tsrd_replay_begin for a new id on t, from no waiter. */
+static void pooled_begin(tsrd_replay *t, uint64_t id)
+{
+    bool ok;
+    const uint8_t *r;
+    size_t l;
+    cr_assert_eq(tsrd_replay_begin(t, id, NULL, &r, &l, &ok), TSRD_REPLAY_NEW);
+}
+
+/* tsrd_replay_finish for id on t with the text of a reply. */
+static void pooled_finish(tsrd_replay *t, uint64_t id, const char *text)
+{
+    void **w;
+    size_t nw;
+    tsrd_replay_finish(t, id, (const uint8_t *)text, strlen(text), &w, &nw);
+}
+
 Test(replay, a_pool_evicts_the_oldest_reply_of_any_of_its_tables)
 {
     tsrd_replay_pool pool = {.budget = 10};
     tsrd_replay a, b;
-    tsrd_replay_init(&a, 0);
-    tsrd_replay_init(&b, 0);
-    tsrd_replay_set_pool(&a, &pool, 8);
-    tsrd_replay_set_pool(&b, &pool, 8);
-    bool ok;
-    void **w;
-    size_t nw;
-    const uint8_t *r;
-    size_t l;
-    cr_assert_eq(tsrd_replay_begin(&a, 1, NULL, &r, &l, &ok), TSRD_REPLAY_NEW);
-    tsrd_replay_finish(&a, 1, (const uint8_t *)"aaaaaa", 6, &w, &nw);
+    pooled_init(&a, &pool, 8);
+    pooled_init(&b, &pool, 8);
+    pooled_begin(&a, 1);
+    pooled_finish(&a, 1, "aaaaaa");
     cr_assert_eq(pool.bytes, 6);
     /* b's reply needs room in the pool: a's older one goes. */
-    cr_assert_eq(tsrd_replay_begin(&b, 2, NULL, &r, &l, &ok), TSRD_REPLAY_NEW);
-    tsrd_replay_finish(&b, 2, (const uint8_t *)"bbbbbb", 6, &w, &nw);
+    pooled_begin(&b, 2);
+    pooled_finish(&b, 2, "bbbbbb");
     cr_expect_eq(pool.bytes, 6);
     cr_expect_eq(pool.evictions, 1);
     cr_expect_eq(a.bytes, 0);
     cr_expect_eq(tsrd_replay_state(&a, 1), TSRD_REPLAY_NEW, "the evicted id is forgotten");
     cr_expect_eq(tsrd_replay_state(&b, 2), TSRD_REPLAY_DONE);
     /* Larger than a table's own budget: not kept, nothing evicted. */
-    cr_assert_eq(tsrd_replay_begin(&a, 3, NULL, &r, &l, &ok), TSRD_REPLAY_NEW);
-    tsrd_replay_finish(&a, 3, (const uint8_t *)"123456789", 9, &w, &nw);
+    pooled_begin(&a, 3);
+    pooled_finish(&a, 3, "123456789");
     cr_expect_eq(tsrd_replay_state(&a, 3), TSRD_REPLAY_NEW);
     cr_expect_eq(pool.bytes, 6);
     /* A table that goes gives its bytes back. */
@@ -144,17 +161,11 @@ Test(replay, a_budget_of_zero_keeps_nothing)
 {
     tsrd_replay_pool pool = {.budget = 1 << 20};
     tsrd_replay t;
-    tsrd_replay_init(&t, 0);
-    tsrd_replay_set_pool(&t, &pool, 0);
-    bool ok;
-    void **w;
-    size_t nw;
-    const uint8_t *r;
-    size_t l;
-    cr_assert_eq(tsrd_replay_begin(&t, 5, NULL, &r, &l, &ok), TSRD_REPLAY_NEW);
+    pooled_init(&t, &pool, 0);
+    pooled_begin(&t, 5);
     cr_expect_eq(tsrd_replay_state(&t, 5), TSRD_REPLAY_PENDING,
                  "still deduplicated while executing");
-    tsrd_replay_finish(&t, 5, (const uint8_t *)"x", 1, &w, &nw);
+    pooled_finish(&t, 5, "x");
     cr_expect_eq(tsrd_replay_state(&t, 5), TSRD_REPLAY_NEW);
     cr_expect_eq(pool.bytes, 0);
     tsrd_replay_fini(&t);

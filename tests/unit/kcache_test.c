@@ -177,6 +177,17 @@ static tsr_kcache_level get_checked(tsr_kcache *c, int n, struct builder *b)
 
 /* ---- tests ---- */
 
+/* A cache on dir (NULL: memory alone) with the bounds given, that built keys
+ * 1..keys with b, each a miss. */
+static tsr_kcache *cache_built(const char *dir, uint64_t memory_bytes, uint64_t disk_bytes,
+                               struct builder *b, int keys)
+{
+    tsr_kcache *c = cache_open(dir, memory_bytes, disk_bytes);
+    for (int n = 1; n <= keys; n++)
+        cr_expect_eq(get_checked(c, n, b), TSR_KCACHE_MISS);
+    return c;
+}
+
 Test(kcache, names_its_levels)
 {
     cr_expect_str_eq(tsr_kcache_level_name(TSR_KCACHE_MISS), "miss");
@@ -469,10 +480,8 @@ Test(kcache, memory_eviction_keeps_the_most_recently_used)
  * once each is charged TSRI_KCACHE_ENTRY_COST (256) on top. */
 Test(kcache, memory_bound_counts_each_entrys_bookkeeping)
 {
-    tsr_kcache *c = cache_open(NULL, 1000, 0);
     struct builder b = {.len = 10, .fill = 9};
-    for (int i = 1; i <= 50; i++)
-        cr_expect_eq(get_checked(c, i, &b), TSR_KCACHE_MISS);
+    tsr_kcache *c = cache_built(NULL, 1000, 0, &b, 50);
     tsr_kcache_stats s;
     tsr_kcache_get_stats(c, &s);
     cr_expect_eq(s.memory_entries, 3);
@@ -511,10 +520,8 @@ Test(kcache, disk_eviction_removes_the_least_recently_used_file)
 Test(kcache, open_trims_a_directory_over_a_smaller_bound)
 {
     const char *d = dir_make();
-    tsr_kcache *c = cache_open(d, 0, 0);
     struct builder b = {.len = 1000, .fill = 6};
-    for (int n = 1; n <= 4; n++)
-        cr_expect_eq(get_checked(c, n, &b), TSR_KCACHE_MISS);
+    tsr_kcache *c = cache_built(d, 0, 0, &b, 4);
     tsr_kcache_close(c);
 
     c = cache_open(d, 0, 5000); /* trims to 4500: keeps the newest one (a 4 KiB block) */
@@ -676,10 +683,8 @@ Test(kcache, open_removes_stale_temporary_files)
 Test(kcache, evicts_one_key_or_all)
 {
     const char *d = dir_make();
-    tsr_kcache *c = cache_open(d, 0, 0);
     struct builder b = {.len = 50, .fill = 1};
-    for (int n = 1; n <= 3; n++)
-        cr_expect_eq(get_checked(c, n, &b), TSR_KCACHE_MISS);
+    tsr_kcache *c = cache_built(d, 0, 0, &b, 3);
 
     tsr_fingerprint k1 = key_of(1);
     char p1[512];

@@ -153,9 +153,7 @@ static uint8_t *contention_slow_run(uint64_t id, int64_t seq, size_t *len)
              "\"seq_q\": %lld, \"seq_k\": %lld, \"head_dim\": 16}",
              (long long)seq, (long long)seq);
     tsr_region *r = fixture_region_json(json);
-    Tessera__V1__Region *pb = NULL;
-    tsr_error err;
-    cr_assert_eq(tsr_region_to_pb(r, &pb, &err), TSR_OK, "%s", err.message);
+    Tessera__V1__Region *pb = fixture_region_pb(r);
     tsr_client_region_free(r);
     int64_t shape[4] = {1, 1, seq, 16};
     size_t bytes = (size_t)seq * 16 * sizeof(float);
@@ -173,14 +171,10 @@ static uint8_t *contention_slow_run(uint64_t id, int64_t seq, size_t *len)
     run.options = &opts;
     run.inputs = tp;
     run.n_inputs = 3;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.id = id;
+    Tessera__V1__Request req;
+    testd_request_run(&req, &run, id);
     req.auth = ATTACK_TOKEN_ALICE;
-    req.body_case = TESSERA__V1__REQUEST__BODY_RUN;
-    req.run = &run;
-    *len = tessera__v1__request__get_packed_size(&req);
-    uint8_t *out = malloc(*len);
-    tessera__v1__request__pack(&req, out);
+    uint8_t *out = testd_request_pack(&req, len);
     tsr_region_pb_free(pb);
     free(zeros);
     return out;

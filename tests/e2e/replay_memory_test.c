@@ -35,9 +35,7 @@ TestSuite(replay_memory, .fini = replay_teardown, .timeout = 120);
 static uint8_t *replay_run_bytes(uint64_t id, const float *x, size_t *len)
 {
     tsr_region *r = fixture_affine(REPLAY_ELEMENTS);
-    Tessera__V1__Region *pb = NULL;
-    tsr_error err;
-    cr_assert_eq(tsr_region_to_pb(r, &pb, &err), TSR_OK, "%s", err.message);
+    Tessera__V1__Region *pb = fixture_region_pb(r);
     tsr_client_region_free(r);
     int64_t shape[1] = {REPLAY_ELEMENTS};
     Tessera__V1__Tensor t;
@@ -47,13 +45,9 @@ static uint8_t *replay_run_bytes(uint64_t id, const float *x, size_t *len)
     run.region = pb;
     run.inputs = tp;
     run.n_inputs = 1;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.id = id;
-    req.body_case = TESSERA__V1__REQUEST__BODY_RUN;
-    req.run = &run;
-    *len = tessera__v1__request__get_packed_size(&req);
-    uint8_t *out = malloc(*len);
-    tessera__v1__request__pack(&req, out);
+    Tessera__V1__Request req;
+    testd_request_run(&req, &run, id);
+    uint8_t *out = testd_request_pack(&req, len);
     tsr_region_pb_free(pb);
     return out;
 }

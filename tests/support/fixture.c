@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
+#include "tessera/region_pb.h"
 #include "testdata.h"
 
 testd suite_daemon;
@@ -76,6 +77,14 @@ tsr_region *fixture_affine(int64_t n)
     tsr_region *r = testdata_affine(n);
     cr_assert_not_null(r, "no affine region of %lld elements", (long long)n);
     return r;
+}
+
+Tessera__V1__Region *fixture_region_pb(const tsr_region *r)
+{
+    Tessera__V1__Region *pb = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_region_to_pb(r, &pb, &err), TSR_OK, "%s", err.message);
+    return pb;
 }
 
 tsr_buffer fixture_alloc(tsr_client *c, tsr_client_dtype dtype, int rank, const int64_t *shape)

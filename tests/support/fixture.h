@@ -46,6 +46,9 @@ tsr_region *fixture_region_json(const char *json);
 /* testdata_affine(n): y = 2x + 1 over n f32 elements. */
 tsr_region *fixture_affine(int64_t n);
 
+/* r in its protobuf form, asserted; free with tsr_region_pb_free. */
+Tessera__V1__Region *fixture_region_pb(const tsr_region *r);
+
 /* A buffer of the given dtype and shape, or of n f32 elements. */
 tsr_buffer fixture_alloc(tsr_client *c, tsr_client_dtype dtype, int rank, const int64_t *shape);
 tsr_buffer fixture_alloc_f32(tsr_client *c, int64_t n);

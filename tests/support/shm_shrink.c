@@ -188,10 +188,7 @@ void shrink_run_output(const char *backend)
     Tessera__V1__BufferWriteRequest w = TESSERA__V1__BUFFER_WRITE_REQUEST__INIT;
     w.buffer = buf;
     w.shm = &ref;
-    req = (Tessera__V1__Request)TESSERA__V1__REQUEST__INIT;
-    req.id = 2;
-    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_WRITE;
-    req.buffer_write = &w;
+    testd_request_buffer_write(&req, &w, 2);
     reply = shrink_raw(s, &req);
     cr_assert_eq(reply->status, TESSERA__V1__STATUS__OK, "%s", reply->message);
     tessera__v1__reply__free_unpacked(reply, NULL);
@@ -199,8 +196,7 @@ void shrink_run_output(const char *backend)
     shrink_truncate(e.shm, 0);
     tsr_region *r = fixture_affine(SHRINK_N);
     Tessera__V1__RunRequest run = TESSERA__V1__RUN_REQUEST__INIT;
-    tsr_error err;
-    cr_assert_eq(tsr_region_to_pb(r, &run.region, &err), TSR_OK, "%s", err.message);
+    run.region = fixture_region_pb(r);
     static float x[SHRINK_N];
     Tessera__V1__Tensor in, *inputs[] = {&in};
     testd_tensor_f32(&in, shape, 1, x, sizeof x);
@@ -209,10 +205,7 @@ void shrink_run_output(const char *backend)
     Tessera__V1__SharedMemory out = ref;
     out.offset = SHRINK_AT;
     run.output_shm = &out;
-    req = (Tessera__V1__Request)TESSERA__V1__REQUEST__INIT;
-    req.id = 3;
-    req.body_case = TESSERA__V1__REQUEST__BODY_RUN;
-    req.run = &run;
+    testd_request_run(&req, &run, 3);
     reply = shrink_raw(s, &req);
     shrink_expect_refused((tsr_status)reply->status, reply->message ? reply->message : "",
                           "run.output_shm");

@@ -326,6 +326,31 @@ void testd_request_alloc_f32(Tessera__V1__Request *req, Tessera__V1__BufferAlloc
     req->buffer_alloc = body;
 }
 
+void testd_request_run(Tessera__V1__Request *req, Tessera__V1__RunRequest *body, uint64_t id)
+{
+    *req = (Tessera__V1__Request)TESSERA__V1__REQUEST__INIT;
+    req->id = id;
+    req->body_case = TESSERA__V1__REQUEST__BODY_RUN;
+    req->run = body;
+}
+
+void testd_request_buffer_write(Tessera__V1__Request *req, Tessera__V1__BufferWriteRequest *body,
+                                uint64_t id)
+{
+    *req = (Tessera__V1__Request)TESSERA__V1__REQUEST__INIT;
+    req->id = id;
+    req->body_case = TESSERA__V1__REQUEST__BODY_BUFFER_WRITE;
+    req->buffer_write = body;
+}
+
+uint8_t *testd_request_pack(const Tessera__V1__Request *req, size_t *len)
+{
+    *len = tessera__v1__request__get_packed_size(req);
+    uint8_t *out = malloc(*len);
+    tessera__v1__request__pack(req, out);
+    return out;
+}
+
 void testd_tensor_f32(Tessera__V1__Tensor *t, int64_t *shape, size_t rank, void *data, size_t len)
 {
     tessera__v1__tensor__init(t);

@@ -101,6 +101,14 @@ void testd_request_hello(Tessera__V1__Request *req, Tessera__V1__HelloRequest *b
 void testd_request_alloc_f32(Tessera__V1__Request *req, Tessera__V1__BufferAllocRequest *body,
                              uint64_t id, int64_t *shape, size_t rank);
 
+/* A run, or a buffer_write, of a body the caller filled in. */
+void testd_request_run(Tessera__V1__Request *req, Tessera__V1__RunRequest *body, uint64_t id);
+void testd_request_buffer_write(Tessera__V1__Request *req, Tessera__V1__BufferWriteRequest *body,
+                                uint64_t id);
+
+/* req packed into a malloc'd buffer of *len bytes. */
+uint8_t *testd_request_pack(const Tessera__V1__Request *req, size_t *len);
+
 /* An f32 tensor of shape[0..rank) with len bytes of data inline (shape and
  * data must outlive *t). */
 void testd_tensor_f32(Tessera__V1__Tensor *t, int64_t *shape, size_t rank, void *data, size_t len);

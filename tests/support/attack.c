@@ -57,6 +57,17 @@ static int attack_unix_connect(const char *url)
     return fd;
 }
 
+/* Waits for events on fd until the deadline; -1 when it has passed. */
+static int attack_poll_until(int fd, short events, uint64_t until)
+{
+    uint64_t now = attack_now_ms();
+    if (now >= until)
+        return -1;
+    struct pollfd p = {.fd = fd, .events = events};
+    poll(&p, 1, (int)(until - now));
+    return 0;
+}
+
 /* Writes all of buf, waiting up to wait_ms for room; 0, or -1. */
 static int attack_write_all(int fd, const uint8_t *buf, size_t len, int wait_ms)
 {
@@ -70,11 +81,8 @@ static int attack_write_all(int fd, const uint8_t *buf, size_t len, int wait_ms)
         }
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
             return -1;
-        uint64_t now = attack_now_ms();
-        if (now >= until)
+        if (attack_poll_until(fd, POLLOUT, until) != 0)
             return -1;
-        struct pollfd p = {.fd = fd, .events = POLLOUT};
-        poll(&p, 1, (int)(until - now));
     }
     return 0;
 }
@@ -91,11 +99,8 @@ static int attack_read_all(int fd, uint8_t *buf, size_t len, uint64_t until)
         }
         if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
             return -1;
-        uint64_t now = attack_now_ms();
-        if (now >= until)
+        if (attack_poll_until(fd, POLLIN, until) != 0)
             return -1;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        poll(&p, 1, (int)(until - now));
     }
     return 0;
 }

@@ -80,12 +80,19 @@ static int fake_total(const fake_count *counts)
     return total;
 }
 
+/* Counts a call of verify (or of measure) on the named candidate. */
+static fake_ctx *fake_called(void *ctx, bool verify, const char *name)
+{
+    fake_ctx *f = ctx;
+    fake_bump(verify ? f->verified : f->measured, name);
+    return f;
+}
+
 static tsr_status fake_verify(void *ctx, const tsr_candidate *c, const tsr_region *r,
                               tsr_verdict *v, tsr_error *err)
 {
-    fake_ctx *f = ctx;
     (void)r;
-    fake_bump(f->verified, c->name);
+    fake_ctx *f = fake_called(ctx, true, c->name);
     if (fake_listed(f->broken, c->name))
         return tsr_error_set(err, TSR_COMPILE_FAILED, "%s: nvrtc: syntax error", c->name);
     bool fail = fake_listed(f->failing, c->name);
@@ -104,9 +111,8 @@ static tsr_status fake_verify(void *ctx, const tsr_candidate *c, const tsr_regio
 static tsr_status fake_measure(void *ctx, const tsr_candidate *c, const tsr_region *r,
                                double *median_ms, tsr_error *err)
 {
-    fake_ctx *f = ctx;
     (void)r;
-    fake_bump(f->measured, c->name);
+    fake_ctx *f = fake_called(ctx, false, c->name);
     for (int i = 0; i < FAKE_MAX && f->times[i].name != NULL; i++) {
         if (strcmp(f->times[i].name, c->name) == 0) {
             *median_ms = f->times[i].ms;

@@ -1103,26 +1103,43 @@ Test(kcache, the_key_file_is_made_once_private_and_kept)
     closedir(dir);
 }
 
+/* A cache in d/cache whose key file is d/key_name. */
+struct key_elsewhere {
+    char cache[512], key_path[512];
+    tsr_kcache_options o;
+};
+
+static tsr_kcache *key_elsewhere_open(const struct key_elsewhere *k)
+{
+    tsr_kcache *c = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_kcache_open(&k->o, &c, &err), TSR_OK, "%s", err.message);
+    return c;
+}
+
+static tsr_kcache *key_elsewhere_make(struct key_elsewhere *k, const char *d, const char *key_name)
+{
+    snprintf(k->cache, sizeof k->cache, "%s/cache", d);
+    snprintf(k->key_path, sizeof k->key_path, "%s/%s", d, key_name);
+    k->o = (tsr_kcache_options){.dir = k->cache, .key_file = k->key_path};
+    return key_elsewhere_open(k);
+}
+
 Test(kcache, the_key_file_can_live_elsewhere)
 {
     const char *d = dir_make();
-    char cache[512], key_path[512];
-    snprintf(cache, sizeof cache, "%s/cache", d);
-    snprintf(key_path, sizeof key_path, "%s/secret.key", d);
-    tsr_kcache_options o = {.dir = cache, .key_file = key_path};
-    tsr_kcache *c = NULL;
-    tsr_error err;
-    cr_assert_eq(tsr_kcache_open(&o, &c, &err), TSR_OK, "%s", err.message);
+    struct key_elsewhere k;
+    tsr_kcache *c = key_elsewhere_make(&k, d, "secret.key");
     struct builder b = {.len = 32, .fill = 2};
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
     tsr_kcache_close(c);
     struct stat st;
-    cr_expect_eq(stat(key_path, &st), 0);
+    cr_expect_eq(stat(k.key_path, &st), 0);
     cr_expect_eq(st.st_mode & 0777, 0600);
     char in_dir[600];
-    snprintf(in_dir, sizeof in_dir, "%s/kcache.key", cache);
+    snprintf(in_dir, sizeof in_dir, "%s/kcache.key", k.cache);
     cr_expect_not(file_exists(in_dir));
-    cr_assert_eq(tsr_kcache_open(&o, &c, &err), TSR_OK, "%s", err.message);
+    c = key_elsewhere_open(&k);
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_DISK);
     tsr_kcache_close(c);
 }
@@ -1130,26 +1147,21 @@ Test(kcache, the_key_file_can_live_elsewhere)
 Test(kcache, a_key_file_that_cannot_be_made_leaves_a_key_of_this_process)
 {
     const char *d = dir_make();
-    char cache[512], key_path[512];
-    snprintf(cache, sizeof cache, "%s/cache", d);
-    snprintf(key_path, sizeof key_path, "%s/no-such-dir/cache.key", d);
-    tsr_kcache_options o = {.dir = cache, .key_file = key_path};
-    tsr_kcache *c = NULL;
-    tsr_error err;
-    cr_assert_eq(tsr_kcache_open(&o, &c, &err), TSR_OK, "%s", err.message);
+    struct key_elsewhere k;
+    tsr_kcache *c = key_elsewhere_make(&k, d, "no-such-dir/cache.key");
     cr_expect(tsr_kcache_key_ephemeral(c));
     struct builder b = {.len = 32, .fill = 2};
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
-    cr_expect(entry_exists(cache, 1));
+    cr_expect(entry_exists(k.cache, 1));
     tsr_kcache_close(c);
     /* The next process has another key: the entry is not trusted, but rebuilt. */
-    cr_assert_eq(tsr_kcache_open(&o, &c, &err), TSR_OK, "%s", err.message);
+    c = key_elsewhere_open(&k);
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
     tsr_kcache_stats s;
     tsr_kcache_get_stats(c, &s);
     cr_expect_eq(s.auth_failures, 1);
     tsr_kcache_close(c);
-    c = cache_open(cache, 0, 0);
+    c = cache_open(k.cache, 0, 0);
     cr_expect_not(tsr_kcache_key_ephemeral(c));
     tsr_kcache_close(c);
 }

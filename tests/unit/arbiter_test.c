@@ -377,6 +377,15 @@ static void fini_arbiter(void)
     tsr_arbiter_destroy(a);
 }
 
+/* tsr_arbiter_select of req on the suite's arbiter, asserted to succeed. */
+static tsr_decision select_req(const tsr_select_request *req)
+{
+    tsr_decision d;
+    tsr_error err;
+    cr_assert_eq(tsr_arbiter_select(a, req, &d, &err), TSR_OK, "%s", err.message);
+    return d;
+}
+
 static void fini_store(void)
 {
     tsr_arbiter_destroy(a);
@@ -457,9 +466,7 @@ Test(arbiter, reason_names)
 Test(arbiter, hand_tuned_tier_wins_by_default_when_registered_last, .init = init_standard,
      .fini = fini_arbiter)
 {
-    tsr_decision d;
-    tsr_error err;
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_OK, "%s", err.message);
+    tsr_decision d = select_req(&fx.req);
     cr_expect_str_eq(d.candidate.name, "gemm_wgmma");
     cr_expect_eq(d.candidate.tier, 3);
     cr_expect_eq(d.reason, TSR_REASON_TIER);
@@ -488,7 +495,7 @@ Test(arbiter, lower_tier_is_forceable, .init = init_standard, .fini = fini_arbit
     tsr_decision d;
     tsr_error err;
     fx.req.force = "tier1";
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_OK, "%s", err.message);
+    d = select_req(&fx.req);
     cr_expect_str_eq(d.candidate.name, "tier1");
     cr_expect_eq(d.candidate.tier, 1);
     cr_expect_eq(d.reason, TSR_REASON_FORCED);
@@ -498,7 +505,7 @@ Test(arbiter, lower_tier_is_forceable, .init = init_standard, .fini = fini_arbit
 
     /* The reference is forceable too and never verified against itself. */
     fx.req.force = "reference";
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_OK, "%s", err.message);
+    d = select_req(&fx.req);
     cr_expect_str_eq(d.candidate.name, "reference");
     cr_expect_eq(d.reason, TSR_REASON_FORCED);
     cr_expect_not(d.verified);
@@ -558,7 +565,7 @@ Test(arbiter, forced_candidate_failing_verification_is_an_error_unless_verify_is
     cr_expect_eq(d.verdict.first_bad_index, 7);
 
     fx.req.verify = false;
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_OK, "%s", err.message);
+    d = select_req(&fx.req);
     cr_expect_str_eq(d.candidate.name, "tier1");
     cr_expect_eq(d.reason, TSR_REASON_FORCED);
     cr_expect_not(d.verified);
@@ -582,16 +589,14 @@ Test(arbiter, forced_candidate_whose_verification_cannot_run_reports_why, .init 
 Test(arbiter, decliner_never_wins_even_at_tier_3, .init = init_standard, .fini = fini_arbiter)
 {
     reg(a, fake_candidate("blackwell", 3, 1, fake_applies_never));
-    tsr_decision d;
-    tsr_error err;
     fixture fx60;
     fixture_init(&fx60, 60); /* gemm_wgmma declines K = 60 as well */
-    cr_assert_eq(tsr_arbiter_select(a, &fx60.req, &d, &err), TSR_OK, "%s", err.message);
+    tsr_decision d = select_req(&fx60.req);
     cr_expect_str_eq(d.candidate.name, "tier1");
     cr_expect_eq(d.reason, TSR_REASON_TIER);
     cr_expect_eq(fake_calls(fx60.ctx.verified, "blackwell"), 0);
     cr_expect_eq(fake_calls(fx60.ctx.verified, "gemm_wgmma"), 0);
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_OK, "%s", err.message);
+    d = select_req(&fx.req);
     cr_expect_str_eq(d.candidate.name, "gemm_wgmma");
     ASSERT_STATS(a, "blackwell", 0, 0, 2, 0);
     ASSERT_STATS(a, "gemm_wgmma", 1, 0, 1, 0);
@@ -601,9 +606,7 @@ Test(arbiter, decliner_never_wins_even_at_tier_3, .init = init_standard, .fini =
 Test(arbiter, failing_tier_3_falls_to_tier_1, .init = init_standard, .fini = fini_arbiter)
 {
     fx.ctx.failing[0] = "gemm_wgmma";
-    tsr_decision d;
-    tsr_error err;
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_OK, "%s", err.message);
+    tsr_decision d = select_req(&fx.req);
     cr_expect_str_eq(d.candidate.name, "tier1");
     cr_expect_eq(d.reason, TSR_REASON_TIER);
     cr_expect(d.verified);
@@ -646,7 +649,7 @@ Test(arbiter, nothing_applies_falls_back_to_the_reference_only_when_allowed,
                                   "gemm_wgmma: declines: K not a multiple of 8");
 
     fx.req.allow_reference = true;
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_OK, "%s", err.message);
+    d = select_req(&fx.req);
     cr_expect_str_eq(d.candidate.name, "reference");
     cr_expect_eq(d.candidate.tier, 0);
     cr_expect_eq(d.reason, TSR_REASON_FALLBACK);
@@ -670,7 +673,7 @@ Test(arbiter, nothing_applies_and_no_reference_applies_is_an_arbiter_error, .ini
     cr_expect_str_eq(err.message, "no candidate applies and passes verification for matmul: "
                                   "blackwell: declines: needs sm_100");
     reg(a, fake_candidate("reference", 0, 1, NULL));
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_OK, "%s", err.message);
+    d = select_req(&fx.req);
     cr_expect_str_eq(d.candidate.name, "reference");
     cr_expect_eq(d.reason, TSR_REASON_FALLBACK);
     cr_expect_eq(fake_total(fx.ctx.verified), 0);
@@ -778,9 +781,7 @@ Test(arbiter, verdict_cache_keys_on_the_candidate_version, .init = init_empty, .
 Test(arbiter, measure_picks_the_fastest_and_reuses_it_untimed, .init = init_measured,
      .fini = fini_arbiter)
 {
-    tsr_decision d;
-    tsr_error err;
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_OK, "%s", err.message);
+    tsr_decision d = select_req(&fx.req);
     cr_expect_str_eq(d.candidate.name, "emit");
     cr_expect_eq(d.reason, TSR_REASON_MEASURED);
     cr_expect(d.verified);
@@ -796,7 +797,7 @@ Test(arbiter, measure_picks_the_fastest_and_reuses_it_untimed, .init = init_meas
     fixture_init(&fx60, 60);
     fx60.req.policy = TSR_POLICY_MEASURE;
     fx60.req.ctx = &fx.ctx;
-    cr_assert_eq(tsr_arbiter_select(a, &fx60.req, &d, &err), TSR_OK, "%s", err.message);
+    d = select_req(&fx60.req);
     cr_expect_str_eq(d.candidate.name, "emit");
     cr_expect_eq(d.reason, TSR_REASON_MEASURED);
     cr_expect_eq(fake_total(fx.ctx.measured), 3);
@@ -807,7 +808,7 @@ Test(arbiter, measure_picks_the_fastest_and_reuses_it_untimed, .init = init_meas
     fixture_init(&big, 256);
     big.req.policy = TSR_POLICY_MEASURE;
     big.req.ctx = &fx.ctx;
-    cr_assert_eq(tsr_arbiter_select(a, &big.req, &d, &err), TSR_OK, "%s", err.message);
+    d = select_req(&big.req);
     cr_expect_eq(fake_total(fx.ctx.measured), 6);
     ASSERT_STATS(a, "emit", 3, 0, 0, 0);
 }
@@ -817,9 +818,7 @@ Test(arbiter, measure_skips_candidates_that_fail_or_cannot_be_timed, .init = ini
 {
     fx.ctx.failing[0] = "emit";
     fx.ctx.times[2] = (fake_time){"nobody", 0.0}; /* gemm_wgmma cannot be timed */
-    tsr_decision d;
-    tsr_error err;
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_OK, "%s", err.message);
+    tsr_decision d = select_req(&fx.req);
     cr_expect_str_eq(d.candidate.name, "tier1");
     cr_expect_eq(d.reason, TSR_REASON_MEASURED);
     cr_expect_eq(fake_calls(fx.ctx.measured, "emit"), 0);
@@ -1223,7 +1222,7 @@ Test(arbiter, a_forced_only_candidate_is_never_chosen_unless_forced, .init = ini
     tsr_decision d;
     tsr_error err;
     /* Highest tier, applies to everything, yet not taken: the fallback is. */
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_OK, "%s", err.message);
+    d = select_req(&fx.req);
     cr_expect_str_eq(d.candidate.name, "reference");
     cr_expect_eq(d.reason, TSR_REASON_FALLBACK);
     cr_expect_eq(fake_calls(fx.ctx.verified, "trap"), 0);
@@ -1240,7 +1239,7 @@ Test(arbiter, a_forced_only_candidate_is_never_chosen_unless_forced, .init = ini
 
     /* Forced by name, it is the one served. */
     fx.req.force = "trap";
-    cr_assert_eq(tsr_arbiter_select(a, &fx.req, &d, &err), TSR_OK, "%s", err.message);
+    d = select_req(&fx.req);
     cr_expect_str_eq(d.candidate.name, "trap");
     cr_expect_eq(d.reason, TSR_REASON_FORCED);
 }

@@ -117,8 +117,15 @@ Test(replay_memory, stored_replies_are_counted_and_bounded_per_connection_and_pe
     cr_expect_geq(kept, 7 * (4 << 20), "what is kept is counted");
     cr_expect_eq(total, kept);
     cr_expect_geq(evicted, REPLAY_CONNECTIONS * REPLAY_RUNS - 7 - REPLAY_CONNECTIONS);
-    /* 60 connections of 12 MiB each took 720 MB before. */
+    /* 60 connections of 12 MiB each took 720 MB before. Under AddressSanitizer
+     * freed memory waits in its quarantine (256 MiB by default) before it is
+     * reused, so the daemon's size says nothing there: the counted bytes above
+     * are the check that holds in every build. */
+#if defined(__SANITIZE_ADDRESS__)
+    (void)grown_kb;
+#else
     cr_expect_lt(grown_kb, 256 * 1024, "the daemon grew by %ld KiB", grown_kb);
+#endif
 
     /* The newest reply is answered from memory; the oldest was evicted and
      * runs again. */

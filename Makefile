@@ -279,7 +279,7 @@ install: all $(CLIENT_DIST_A)
 # target of its own, bounded in time.
 ATTACK_SUITES := e2e/listener e2e/transport e2e/admission e2e/contention e2e/replay_memory \
                  e2e/connections e2e/watchdog e2e/shm_shrink e2e/shm_owner e2e/cache_trust \
-                 e2e/cache_tenants unit/npy unit/json unit/envelope unit/guard
+                 e2e/cache_tenants e2e/cli unit/npy unit/json unit/envelope unit/guard
 ATTACK_BIN := $(ATTACK_SUITES:%=$(BUILD)/tests/%_test)
 ATTACK_SECONDS ?= 900
 attack: all $(ATTACK_BIN)

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -394,4 +395,52 @@ Test(cli, stats_json_counters_carry_their_labels_as_fields)
     cr_expect(hello_ok, "requests_total{type=hello,status=OK} >= 1: %s", res.out);
     cr_expect(build_info, "build_info names the cpu backend: %s", res.out);
     cJSON_Delete(doc);
+}
+
+/* Outputs go where a person expects and inputs are read only as far as their
+ * header says: a device stays a device, a link stays a link, an endless input
+ * is refused at its header. */
+Test(cli, run_writes_devices_in_place_keeps_links_and_bounds_inputs)
+{
+    char a[128], b[128], target[128], link[128];
+    tsr_region *r = fixture_region_file("examples/matmul.json");
+    testdata t;
+    cr_assert_eq(testdata_make(r, 1, &t), 0);
+    snprintf(a, sizeof a, "%s/a.npy", suite_daemon.dir);
+    snprintf(b, sizeof b, "%s/b.npy", suite_daemon.dir);
+    snprintf(target, sizeof target, "%s/target.npy", suite_daemon.dir);
+    snprintf(link, sizeof link, "%s/link.npy", suite_daemon.dir);
+    cr_assert_eq(testdata_write_npy_f32(&t, 0, a), 0);
+    cr_assert_eq(testdata_write_npy_f32(&t, 1, b), 0);
+    char arg_a[160], arg_b[160];
+    snprintf(arg_a, sizeof arg_a, "a=%s", a);
+    snprintf(arg_b, sizeof arg_b, "b=%s", b);
+    cli_result res;
+    cli_exec(&res, true, "run", "examples/matmul.json", "-i", arg_a, "-i", arg_b, "-o", "/dev/full",
+             NULL);
+    cr_expect_eq(res.code, 5, "stderr: %s", res.err);
+    cr_expect_not_null(strstr(res.err, "/dev/full: No space left on device"), "%s", res.err);
+    struct stat sb;
+    cr_assert_eq(stat("/dev/full", &sb), 0);
+    cr_expect(S_ISCHR(sb.st_mode), "/dev/full is still a device");
+
+    FILE *f = fopen(target, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    cr_assert_eq(symlink("target.npy", link), 0);
+    cli_exec(&res, true, "run", "examples/matmul.json", "-i", arg_a, "-i", arg_b, "-o", link, NULL);
+    cr_expect_eq(res.code, 0, "stderr: %s", res.err);
+    cr_assert_eq(lstat(link, &sb), 0);
+    cr_expect(S_ISLNK(sb.st_mode), "the output link stays a link");
+    cr_assert_eq(stat(target, &sb), 0);
+    cr_expect_gt(sb.st_size, 128, "the link's target holds the output");
+
+    cli_exec(&res, true, "run", "examples/matmul.json", "-i", "a=/dev/zero", "-i", arg_b, "-o",
+             target, NULL);
+    cr_expect_eq(res.code, 5);
+    cr_expect_str_eq(res.err, "tessera-cli: CORRUPT: input a: /dev/zero: npy: bad magic (not a "
+                              ".npy file)\n");
+    unlink(link);
+    testdata_free(&t);
+    tsr_client_region_free(r);
 }

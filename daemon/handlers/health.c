@@ -16,9 +16,7 @@ static tsr_status health_execute(tsrd_job *job)
     Tessera__V1__HealthReply *r = &job->body.health;
     Tessera__V1__HealthReply init = TESSERA__V1__HEALTH_REPLY__INIT;
     *r = init;
-    r->state = d->draining     ? TESSERA__V1__HEALTH_STATE__HEALTH_STATE_DRAINING
-               : d->recovering ? TESSERA__V1__HEALTH_STATE__HEALTH_STATE_RECOVERING
-                               : TESSERA__V1__HEALTH_STATE__HEALTH_STATE_READY;
+    r->state = (Tessera__V1__HealthState)tsrd_daemon_health(d);
     r->uptime_ms = (uv_hrtime() - d->start_ns) / 1000000;
     r->sessions = (uint32_t)d->n_sessions;
     r->recoveries = d->recoveries;

@@ -234,8 +234,14 @@ static void metrics_http_answer(nng_aio *aio, uint16_t status, const char *conte
 static void metrics_http_probe(tsrd_metrics_http *m, nng_aio *aio, metrics_http_ask ask)
 {
     const tsrd_daemon *d = m->d;
-    const char *state = d->draining ? "draining" : d->recovering ? "recovering" : "ready";
-    bool ready = !d->draining && !d->recovering;
+    static const char *const names[] = {
+        [TSRD_HEALTH_READY] = "ready",
+        [TSRD_HEALTH_RECOVERING] = "recovering",
+        [TSRD_HEALTH_DRAINING] = "draining",
+    };
+    tsrd_health health = tsrd_daemon_health(d);
+    const char *state = names[health];
+    bool ready = health == TSRD_HEALTH_READY;
     char text[64];
     bool gave_up = tsrd_recovery_gave_up(d);
     int n = ask != METRICS_HTTP_LIVE ? snprintf(text, sizeof text, "%s\n", state)

@@ -224,4 +224,19 @@ struct tsrd_daemon {
     void (*idle_fn)(tsrd_daemon *d); /* called when draining and inflight hits 0 */
 };
 
+/* What the health request, /readyz and their kin report; the values are the
+ * protocol's HealthState numbers. Draining wins over recovering. Loop thread. */
+typedef enum tsrd_health {
+    TSRD_HEALTH_READY = 1,
+    TSRD_HEALTH_RECOVERING = 2,
+    TSRD_HEALTH_DRAINING = 3,
+} tsrd_health;
+
+static inline tsrd_health tsrd_daemon_health(const tsrd_daemon *d)
+{
+    return d->draining     ? TSRD_HEALTH_DRAINING
+           : d->recovering ? TSRD_HEALTH_RECOVERING
+                           : TSRD_HEALTH_READY;
+}
+
 #endif

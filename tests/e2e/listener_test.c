@@ -16,9 +16,9 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "../support/attack.h"
 #include "../support/testd.h"
 
 /* How long a ping may take after an attack: the listener answers at once, but
@@ -40,13 +40,6 @@ static void listener_stop(void)
 
 TestSuite(listener, .init = listener_start, .fini = listener_stop);
 
-static double listener_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* A plain Unix-socket connection to the daemon's ipc endpoint, below nng. */
 static int listener_raw_connect(const testd *d)
 {
@@ -64,12 +57,12 @@ static int listener_raw_connect(const testd *d)
 /* A new client's hello answers OK within LISTENER_PING_MS. */
 static void listener_assert_serving(const testd *d)
 {
-    double t0 = listener_now_ms();
+    double t0 = (double)attack_now_ms();
     tsr_client *c = testd_connect(d->url, "", LISTENER_PING_MS);
     cr_assert_not_null(c, "no connection after the attack");
     tsr_error err;
     tsr_status st = tsr_client_hello(c, NULL, LISTENER_PING_MS, &err);
-    double ms = listener_now_ms() - t0;
+    double ms = (double)attack_now_ms() - t0;
     tsr_client_close(c);
     cr_assert_eq(st, TSR_OK, "hello after the attack: %s: %s", tsr_status_name(st), err.message);
     cr_assert_lt(ms, LISTENER_PING_MS, "hello after the attack took %.0f ms", ms);
@@ -133,9 +126,9 @@ Test(listener, a_second_daemon_on_the_same_path_exits_and_the_first_serves)
         _exit(127);
     }
     int status = 0;
-    double t0 = listener_now_ms();
+    double t0 = (double)attack_now_ms();
     pid_t done = 0;
-    while ((done = waitpid(pid, &status, WNOHANG)) == 0 && listener_now_ms() - t0 < 10000)
+    while ((done = waitpid(pid, &status, WNOHANG)) == 0 && (double)attack_now_ms() - t0 < 10000)
         usleep(10000);
     if (done == 0) {
         kill(pid, SIGKILL);

@@ -44,7 +44,8 @@ static tsr_status compile_execute(tsrd_job *job)
         st = tsrd_scope_compiled(job->d, job->session->tenant, &s->compiled,
                                  tsrd_engine_compile(job->d, &s->region, req->options,
                                                      !compile_is_offline(job, req), &s->compiled,
-                                                     &job->err));
+                                                     &job->err),
+                                 &job->hold_ms);
     if (st != TSR_OK)
         return st;
     Tessera__V1__CompileReply *r = &job->body.compile;

@@ -360,7 +360,8 @@ static tsr_status run_execute(tsrd_job *job)
     if (st == TSR_OK)
         st = tsrd_scope_compiled(
             job->d, job->session->tenant, &s->compiled,
-            tsrd_engine_compile(job->d, &s->region, req->options, true, &s->compiled, &job->err));
+            tsrd_engine_compile(job->d, &s->region, req->options, true, &s->compiled, &job->err),
+            &job->hold_ms);
     if (st == TSR_OK)
         st = run_device_buffers(job, n, &out, inputs, &output);
     if (st == TSR_OK)

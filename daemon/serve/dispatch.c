@@ -168,12 +168,55 @@ static void dispatch_work(uv_work_t *w)
 static void dispatch_stream_next(tsrd_daemon *d, tsrd_session *s);
 static void dispatch_queue_work(tsrd_job *job);
 
+/* The end of a heavy job, back on the loop: complete it, let its session's
+ * stream go on, and hand out more work. */
+static void dispatch_finish(tsrd_job *job, tsr_status st)
+{
+    tsrd_daemon *d = job->d;
+    tsrd_session *s = job->session;
+    bool stream = (job->handler->flags & TSRD_STREAM) != 0;
+    tsrd_session_ref(s);
+    dispatch_complete(job, st);
+    if (stream) {
+        s->stream_busy = false;
+        dispatch_stream_next(d, s);
+    }
+    tsrd_session_unref(d, s);
+    /* A sticky device fault shows first as a job's DEVICE_LOST. */
+    tsrd_recovery_poll(d, tsrd_dispatch_pump);
+    tsrd_dispatch_pump(d);
+}
+
+static void dispatch_hold_closed(uv_handle_t *h)
+{
+    free(h);
+}
+
+static void dispatch_hold_done(uv_timer_t *timer)
+{
+    tsrd_job *job = timer->data;
+    uv_close((uv_handle_t *)timer, dispatch_hold_closed);
+    dispatch_finish(job, job->err.code);
+}
+
+/* Holds a finished job's reply for job->hold_ms on a loop timer; false (the
+ * reply then goes at once) when no timer could be had. */
+static bool dispatch_hold(tsrd_job *job)
+{
+    uv_timer_t *timer = malloc(sizeof *timer);
+    if (timer == NULL || uv_timer_init(job->d->loop, timer) != 0) {
+        free(timer);
+        return false;
+    }
+    timer->data = job;
+    uv_timer_start(timer, dispatch_hold_done, (uint64_t)job->hold_ms, 0);
+    return true;
+}
+
 static void dispatch_after_work(uv_work_t *w, int uv_status)
 {
     tsrd_job *job = w->data;
     tsrd_daemon *d = job->d;
-    tsrd_session *s = job->session;
-    bool stream = (job->handler->flags & TSRD_STREAM) != 0;
     tsr_status st = job->err.code;
     if (uv_status == UV_ECANCELED)
         st = tsr_error_set(&job->err, TSR_CANCELLED, "%s: cancelled",
@@ -187,16 +230,11 @@ static void dispatch_after_work(uv_work_t *w, int uv_status)
         return;
     }
     job->again = false;
-    tsrd_session_ref(s);
-    dispatch_complete(job, st);
-    if (stream) {
-        s->stream_busy = false;
-        dispatch_stream_next(d, s);
+    if (job->hold_ms > 0 && st == TSR_OK && dispatch_hold(job)) {
+        tsrd_dispatch_pump(d); /* the worker is free while the reply waits */
+        return;
     }
-    tsrd_session_unref(d, s);
-    /* A sticky device fault shows first as a job's DEVICE_LOST. */
-    tsrd_recovery_poll(d, tsrd_dispatch_pump);
-    tsrd_dispatch_pump(d);
+    dispatch_finish(job, st);
 }
 
 /* Hands queued heavy work to the worker pool while it has free slots, one job

@@ -137,16 +137,12 @@ typedef struct engine_build {
     const tsr_region *r;
     const tsr_candidate *c;
     const char *arch;
-    double compile_ms;
 } engine_build;
 
 static tsr_status engine_build_fn(void *ctx, uint8_t **data, size_t *len, tsr_error *err)
 {
     engine_build *b = ctx;
-    double start = engine_now_ms();
-    tsr_status st = b->d->bops->compile(b->d->backend, b->r, b->c, b->arch, data, len, err);
-    b->compile_ms = engine_now_ms() - start;
-    return st;
+    return b->d->bops->compile(b->d->backend, b->r, b->c, b->arch, data, len, err);
 }
 
 static tsr_status engine_binary(tsrd_daemon *d, const tsr_region *r, const tsr_fingerprint *fp,
@@ -167,7 +163,8 @@ static tsr_status engine_binary(tsrd_daemon *d, const tsr_region *r, const tsr_f
     engine_build build = {.d = d, .r = r, .c = c, .arch = arch};
     tsr_status st = tsr_kcache_get_or_build(d->kcache, &out->key, &meta, engine_build_fn, &build,
                                             &out->blob, &out->level, err);
-    out->compile_ms = out->level == TSR_KCACHE_MISS ? build.compile_ms : 0;
+    /* The kernel cache timed the build it made (the blob keeps it). */
+    out->compile_ms = st == TSR_OK && out->level == TSR_KCACHE_MISS ? out->blob->build_ms : 0;
     return st;
 }
 

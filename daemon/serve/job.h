@@ -81,6 +81,10 @@ struct tsrd_job {
      * tenants' work run (a long batch): the job goes to the back of its
      * tenant's queue and execute runs again, on the same stream. */
     bool again;
+    /* After execute: how long the reply waits before it goes (a loop timer;
+     * the worker is free meanwhile), so that it takes as long as the work it
+     * stands for would have (serve/scope.h). */
+    double hold_ms;
     uv_work_t work;
     tsrd_job *stream_next;
 };

@@ -12,7 +12,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/nvrtc.h"
@@ -24,23 +23,12 @@ typedef struct offline_build {
     const tsr_region *r;
     const tsr_candidate *c;
     const char *arch;
-    double compile_ms;
 } offline_build;
-
-static double offline_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static tsr_status offline_build_fn(void *ctx, uint8_t **data, size_t *len, tsr_error *err)
 {
     offline_build *b = ctx;
-    double start = offline_now_ms();
-    tsr_status st = tsrd_cuda_compile(b->nv, 0, b->r, b->c, b->arch, data, len, err);
-    b->compile_ms = offline_now_ms() - start;
-    return st;
+    return tsrd_cuda_compile(b->nv, 0, b->r, b->c, b->arch, data, len, err);
 }
 
 bool tsrd_offline_arch_supported(const char *arch)
@@ -107,7 +95,8 @@ tsr_status tsrd_offline_compile(tsr_kcache *cache, const tsr_region *r, const ch
     offline_build build = {.nv = nv, .r = r, .c = c, .arch = arch};
     st = tsr_kcache_get_or_build(cache, &out->key, &meta, offline_build_fn, &build, &out->blob,
                                  &out->level, err);
-    out->compile_ms = out->level == TSR_KCACHE_MISS ? build.compile_ms : 0;
+    /* The kernel cache timed the build it made (the blob keeps it). */
+    out->compile_ms = st == TSR_OK && out->level == TSR_KCACHE_MISS ? out->blob->build_ms : 0;
     tsrd_nvrtc_close(nv);
     return st;
 }

@@ -3,9 +3,7 @@
  */
 #include "serve/scope.h"
 
-#include <errno.h>
 #include <string.h>
-#include <time.h>
 
 #include "tessera/fingerprint.h"
 
@@ -35,18 +33,6 @@ uint64_t tsrd_scope_cache_view(const tsrd_daemon *d, const tsrd_tenant *t)
     return tsrd_scope_sees_all(d, t) ? TSR_KCACHE_ALL_OWNERS : tsrd_scope_cache_owner(d, t);
 }
 
-static void scope_sleep_ms(double ms)
-{
-    if (!(ms > 0))
-        return;
-    if (ms > SCOPE_MAX_PAD_MS)
-        ms = SCOPE_MAX_PAD_MS;
-    struct timespec ts = {.tv_sec = (time_t)(ms / 1e3),
-                          .tv_nsec = (long)((ms - (double)(time_t)(ms / 1e3) * 1e3) * 1e6)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
 static bool scope_key_set(const tsr_fingerprint *key)
 {
     static const tsr_fingerprint zero;
@@ -54,8 +40,9 @@ static bool scope_key_set(const tsr_fingerprint *key)
 }
 
 tsr_status tsrd_scope_compiled(tsrd_daemon *d, const tsrd_tenant *t, tsrd_compiled *c,
-                               tsr_status st)
+                               tsr_status st, double *hold_ms)
 {
+    *hold_ms = 0;
     if (st == TSR_CORRUPT && scope_key_set(&c->key)) {
         /* Authentic but made for another region: no request can use it. */
         tsr_kcache_evict(d->kcache, &c->key, NULL, NULL);
@@ -75,7 +62,7 @@ tsr_status tsrd_scope_compiled(tsrd_daemon *d, const tsrd_tenant *t, tsrd_compil
     if (c->level != TSR_KCACHE_MISS) {
         c->level = TSR_KCACHE_MISS;
         c->compile_ms = c->blob->build_ms;
-        scope_sleep_ms(c->blob->build_ms);
+        *hold_ms = c->blob->build_ms < SCOPE_MAX_PAD_MS ? c->blob->build_ms : SCOPE_MAX_PAD_MS;
     }
     return st;
 }

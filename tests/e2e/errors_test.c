@@ -107,9 +107,7 @@ Test(errors, message_over_the_limit_fails_and_the_next_request_works)
 static Tessera__V1__Region *errors_region_pb(const char *json)
 {
     tsr_region *r = fixture_region_json(json);
-    Tessera__V1__Region *pb = NULL;
-    tsr_error err;
-    cr_assert_eq(tsr_region_to_pb(r, &pb, &err), TSR_OK, "%s", err.message);
+    Tessera__V1__Region *pb = fixture_region_pb(r);
     tsr_client_region_free(r);
     return pb;
 }

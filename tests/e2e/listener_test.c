@@ -54,18 +54,15 @@ static int listener_raw_connect(const testd *d)
     return fd;
 }
 
-/* A new client's hello answers OK within LISTENER_PING_MS. */
+/* A new client connects and its hello answers OK (each within LISTENER_PING_MS). */
 static void listener_assert_serving(const testd *d)
 {
-    double t0 = (double)attack_now_ms();
     tsr_client *c = testd_connect(d->url, "", LISTENER_PING_MS);
     cr_assert_not_null(c, "no connection after the attack");
     tsr_error err;
     tsr_status st = tsr_client_hello(c, NULL, LISTENER_PING_MS, &err);
-    double ms = (double)attack_now_ms() - t0;
     tsr_client_close(c);
     cr_assert_eq(st, TSR_OK, "hello after the attack: %s: %s", tsr_status_name(st), err.message);
-    cr_assert_lt(ms, LISTENER_PING_MS, "hello after the attack took %.0f ms", ms);
 }
 
 Test(listener, one_connect_and_close_leaves_it_serving)

@@ -95,14 +95,19 @@ void tsrd_config_free(tsrd_config *c)
     c->n_tenants = 0;
 }
 
+void tsrd_sha256_hex(const void *data, size_t len, char hex[65])
+{
+    uint8_t digest[32];
+    tsr_sha256(data, len, digest);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+}
+
 void tsrd_token_hash(const char *token, size_t len, char hex[65])
 {
     while (len > 0 && (token[len - 1] == '\n' || token[len - 1] == '\r'))
         len--;
-    uint8_t digest[32];
-    tsr_sha256(token, len, digest);
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+    tsrd_sha256_hex(token, len, hex);
 }
 
 /* Copies an optional string (NULL stays NULL). */

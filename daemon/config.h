@@ -160,6 +160,9 @@ tsr_status tsrd_config_copy(tsrd_config *dst, const tsrd_config *src, tsr_error 
 
 void tsrd_config_free(tsrd_config *c);
 
+/* The lower-case hex SHA-256 of len bytes, exactly those. */
+void tsrd_sha256_hex(const void *data, size_t len, char hex[65]);
+
 /* The lower-case hex SHA-256 of a token (its trailing newline, if any, is not
  * part of it). */
 void tsrd_token_hash(const char *token, size_t len, char hex[65]);

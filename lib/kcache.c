@@ -45,6 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <mbedtls/constant_time.h>
 #include <mbedtls/md.h>
 #include <mbedtls/platform_util.h>
 
@@ -634,16 +635,6 @@ tsr_status tsri_kcache_entry_mac(const uint8_t mac_key[TSRI_KCACHE_KEY_BYTES],
     return ok ? TSR_OK : TSR_NO_MEMORY; /* setup allocates; nothing else can fail */
 }
 
-/* Compares without an early exit, so that the time taken says nothing about
- * how much of a forged MAC matched. */
-static bool kcache_mac_equal(const uint8_t *a, const uint8_t *b)
-{
-    unsigned diff = 0;
-    for (int i = 0; i < 32; i++)
-        diff |= (unsigned)(a[i] ^ b[i]);
-    return diff == 0;
-}
-
 /* A header of the format before entries were authenticated: its checksum
  * could have been recomputed by anyone. */
 static bool kcache_header_old(const uint8_t *h)
@@ -692,7 +683,9 @@ tsr_status tsri_kcache_entry_parse(const uint8_t mac_key[TSRI_KCACHE_KEY_BYTES],
     tsr_status st = tsri_kcache_entry_mac(mac_key, header, payload, payload_len, mac);
     if (st != TSR_OK)
         return st;
-    if (!kcache_mac_equal(mac, header + KCACHE_OFF_MAC))
+    /* In constant time: how long it takes says nothing of how much of a
+     * forged MAC matched. */
+    if (mbedtls_ct_memcmp(mac, header + KCACHE_OFF_MAC, sizeof mac) != 0)
         return TSR_UNAUTHENTICATED;
     kcache_header_meta(header, meta);
     if (build_ms != NULL)

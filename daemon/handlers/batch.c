@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "handlers/common.h"
 #include "handlers/handlers.h"
@@ -152,13 +151,6 @@ static tsr_status batch_run_all(tsrd_job *job, tsrd_stream *stream)
     return batch_run_range(job, stream, 0, s->n);
 }
 
-static uint64_t batch_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 /* Launches from where the last slice stopped until BATCH_SLICE_MS have gone;
  * sets job->again when launches remain. Calls start at one launch and double
  * while they take under a quarter of the slice, so a backend that queues
@@ -167,18 +159,18 @@ static uint64_t batch_now_ns(void)
 static tsr_status batch_run_slice(tsrd_job *job, tsrd_stream *stream)
 {
     batch_state *s = job->state;
-    uint64_t start = batch_now_ns();
+    uint64_t start = uv_hrtime();
     const uint64_t slice = (uint64_t)BATCH_SLICE_MS * 1000000u;
     if (s->chunk == 0)
         s->chunk = 1;
     while (s->next < s->n) {
         size_t n = s->n - s->next < s->chunk ? s->n - s->next : s->chunk;
-        uint64_t t0 = batch_now_ns();
+        uint64_t t0 = uv_hrtime();
         tsr_status st = batch_run_range(job, stream, s->next, n);
         if (st != TSR_OK)
             return st;
         s->next += n;
-        uint64_t now = batch_now_ns();
+        uint64_t now = uv_hrtime();
         if (now - t0 < slice / 4)
             s->chunk *= 2;
         if (s->next < s->n && now - start >= slice) {

@@ -206,6 +206,19 @@ tsr_status tsrd_engine_run_host(tsrd_daemon *d, tsrd_kobj *k, const tsr_region *
     return st;
 }
 
+/* Loads the binary of compiled for r. A binary the backend refuses as made for
+ * another region (TSR_CORRUPT) is authentic but of no use to any request: its
+ * key is evicted, so that the next request rebuilds it. */
+static tsr_status engine_load_binary(tsrd_daemon *d, const tsr_region *r, const tsr_candidate *c,
+                                     tsrd_compiled *compiled, tsr_error *err)
+{
+    tsr_status st = d->bops->load(d->backend, 0, r, c, compiled->blob->data, compiled->blob->len,
+                                  &compiled->kobj, err);
+    if (st == TSR_CORRUPT)
+        tsr_kcache_evict(d->kcache, &compiled->key, NULL, NULL);
+    return st;
+}
+
 typedef struct engine_loaded {
     tsrd_daemon *d;
     tsrd_compiled compiled;
@@ -223,8 +236,7 @@ static tsr_status engine_load(tsrd_daemon *d, const tsr_candidate *c, const tsr_
     if (st == TSR_OK)
         st = engine_binary(d, r, &out->compiled.fingerprint, c, arch, &out->compiled, err);
     if (st == TSR_OK)
-        st = d->bops->load(d->backend, 0, r, c, out->compiled.blob->data, out->compiled.blob->len,
-                           &out->compiled.kobj, err);
+        st = engine_load_binary(d, r, c, &out->compiled, err);
     if (st != TSR_OK)
         tsrd_compiled_release(d, &out->compiled);
     return st;
@@ -464,8 +476,7 @@ tsr_status tsrd_engine_compile(tsrd_daemon *d, const tsr_region *r,
     if (st == TSR_OK)
         st = engine_binary(d, r, &out->fingerprint, &out->decision.candidate, out->arch, out, err);
     if (st == TSR_OK && load)
-        st = d->bops->load(d->backend, 0, r, &out->decision.candidate, out->blob->data,
-                           out->blob->len, &out->kobj, err);
+        st = engine_load_binary(d, r, &out->decision.candidate, out, err);
     if (st != TSR_OK)
         tsrd_compiled_release(d, out);
     return st;

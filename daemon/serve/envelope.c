@@ -110,7 +110,6 @@ tsr_status tsrd_envelope_parse(const uint8_t *data, size_t len, tsrd_envelope *e
             if (f.type != WIRE_LEN)
                 return envelope_bad(len, err);
             env->body_case = (int)f.number;
-            env->body_len = f.len;
         }
     }
     return TSR_OK;

@@ -39,7 +39,6 @@ typedef struct tsrd_envelope {
     const uint8_t *auth; /* the auth field's bytes, all of them (NULL: absent) */
     size_t auth_len;
     int body_case; /* the Request.body field number present last; 0: none */
-    size_t body_len;
 } tsrd_envelope;
 
 /* Reads the envelope of len bytes. TSR_BAD_MESSAGE when the top level is not

@@ -33,21 +33,10 @@ uint64_t tsrd_scope_cache_view(const tsrd_daemon *d, const tsrd_tenant *t)
     return tsrd_scope_sees_all(d, t) ? TSR_KCACHE_ALL_OWNERS : tsrd_scope_cache_owner(d, t);
 }
 
-static bool scope_key_set(const tsr_fingerprint *key)
-{
-    static const tsr_fingerprint zero;
-    return memcmp(key->bytes, zero.bytes, sizeof zero.bytes) != 0;
-}
-
 tsr_status tsrd_scope_compiled(tsrd_daemon *d, const tsrd_tenant *t, tsrd_compiled *c,
                                tsr_status st, double *hold_ms)
 {
     *hold_ms = 0;
-    if (st == TSR_CORRUPT && scope_key_set(&c->key)) {
-        /* Authentic but made for another region: no request can use it. */
-        tsr_kcache_evict(d->kcache, &c->key, NULL, NULL);
-        return st;
-    }
     uint64_t owner = tsrd_scope_cache_owner(d, t);
     if (st != TSR_OK || owner == TSR_KCACHE_ALL_OWNERS || c->blob == NULL)
         return st;

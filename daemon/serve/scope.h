@@ -39,9 +39,7 @@ uint64_t tsrd_scope_cache_view(const tsrd_daemon *d, const tsrd_tenant *t);
  * before, c is made to say what a miss would: level MISS, the entry's own build
  * time as compile_ms, verdict_cached false, and *hold_ms (otherwise 0) says how
  * long the reply should wait to take as long as a build would have (the job's
- * hold_ms: the dispatcher waits on a loop timer, not on a worker). On
- * TSR_CORRUPT (a stored binary made for another region, refused by the
- * backend), evicts the key so that the next request rebuilds it. Returns st.
+ * hold_ms: the dispatcher waits on a loop timer, not on a worker). Returns st.
  * Worker thread. */
 tsr_status tsrd_scope_compiled(tsrd_daemon *d, const tsrd_tenant *t, tsrd_compiled *c,
                                tsr_status st, double *hold_ms);

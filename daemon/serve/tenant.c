@@ -8,6 +8,7 @@
  * sessions point at them, and a reload that drops a tenant only stops it from
  * attributing anything new.
  */
+#include <mbedtls/constant_time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,29 +68,18 @@ void tsrd_tenants_fini(tsrd_daemon *d)
     }
 }
 
-/* Compares two hex hashes without an early exit, so that the time taken says
- * nothing about how much of a guessed token's hash matched. */
-static bool tenant_hash_equal(const char *a, const char *b)
-{
-    unsigned diff = 0;
-    for (int i = 0; i < 64; i++)
-        diff |= (unsigned)(a[i] ^ b[i]);
-    return diff == 0;
-}
-
 /* The field's exact bytes: no trailing newline is dropped here (that is for
  * tokens read from a file by --hash-token), and an embedded NUL is hashed. */
 static tsrd_tenant *tenant_by_token(tsrd_daemon *d, const uint8_t *auth, size_t len)
 {
-    uint8_t digest[32];
     char hex[65];
-    tsr_sha256(auth, len, digest);
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", digest[i]);
+    tsrd_sha256_hex(auth, len, hex);
     tsrd_tenant *found = NULL;
+    /* Every hash is compared, each in constant time: how long it takes says
+     * nothing about which tenant, or how much of a guessed token's hash, matched. */
     for (tsrd_tenant *t = d->tenants; t != NULL; t = t->next)
         for (int i = 0; !t->removed && i < t->conf.n_tokens; i++)
-            if (tenant_hash_equal(hex, t->conf.token_sha256[i]) && found == NULL)
+            if (mbedtls_ct_memcmp(hex, t->conf.token_sha256[i], 64) == 0 && found == NULL)
                 found = t;
     return found;
 }

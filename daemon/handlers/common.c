@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 
+#include "serve/scope.h"
 #include "serve/session.h"
 #include "tessera/region_pb.h"
 
@@ -37,6 +38,14 @@ tsr_status tsrd_job_region(tsrd_job *job, const Tessera__V1__Region *pb, const c
     if (st != TSR_OK)
         tsr_error_prefix(&job->err, "%s", field);
     return st;
+}
+
+tsr_status tsrd_job_compile(tsrd_job *job, const tsr_region *region,
+                            const Tessera__V1__CompileOptions *options, bool load,
+                            tsrd_compiled *out)
+{
+    tsr_status st = tsrd_engine_compile(job->d, region, options, load, out, &job->err);
+    return tsrd_scope_compiled(job->d, job->session->tenant, out, st, &job->hold_ms);
 }
 
 Tessera__V1__Verdict *tsrd_verdict_pb(tsrd_job *job, const tsr_verdict *v, bool ran, bool cached)

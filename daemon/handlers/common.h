@@ -24,6 +24,13 @@ tsr_status tsrd_dtype_from_pb(tsrd_job *job, int pb_dtype, const char *field, ts
 /* Decodes and validates a wire region; on failure err is prefixed with field. */
 tsr_status tsrd_job_region(tsrd_job *job, const Tessera__V1__Region *pb, const char *field,
                            tsr_region *out);
+/* Compiles region for the job's tenant (tsrd_engine_compile, loading the
+ * kernel when load) and scopes the answer to what the tenant may learn of the
+ * shared cache (tsrd_scope_compiled, which sets job->hold_ms). */
+tsr_status tsrd_job_compile(tsrd_job *job, const tsr_region *region,
+                            const Tessera__V1__CompileOptions *options, bool load,
+                            tsrd_compiled *out);
+
 /* NULL when out of memory. ran=false gives a VERDICT_NOT_RUN verdict. */
 Tessera__V1__Verdict *tsrd_verdict_pb(tsrd_job *job, const tsr_verdict *v, bool ran, bool cached);
 Tessera__V1__Decision *tsrd_decision_pb(tsrd_job *job, const tsrd_compiled *c);

@@ -14,7 +14,6 @@
 #include "handlers/common.h"
 #include "handlers/handlers.h"
 #include "serve/offline_compile.h"
-#include "serve/scope.h"
 #include "serve/session.h"
 
 /* ---- compile ---- */
@@ -41,11 +40,8 @@ static tsr_status compile_execute(tsrd_job *job)
         return tsr_error_set(&job->err, TSR_NO_MEMORY, "compile: out of memory");
     tsr_status st = tsrd_job_region(job, req->region, "compile.region", &s->region);
     if (st == TSR_OK)
-        st = tsrd_scope_compiled(job->d, job->session->tenant, &s->compiled,
-                                 tsrd_engine_compile(job->d, &s->region, req->options,
-                                                     !compile_is_offline(job, req), &s->compiled,
-                                                     &job->err),
-                                 &job->hold_ms);
+        st = tsrd_job_compile(job, &s->region, req->options, !compile_is_offline(job, req),
+                              &s->compiled);
     if (st != TSR_OK)
         return st;
     Tessera__V1__CompileReply *r = &job->body.compile;

@@ -13,7 +13,6 @@
 
 #include "handlers/common.h"
 #include "handlers/handlers.h"
-#include "serve/scope.h"
 #include "serve/session.h"
 #include "serve/shm.h"
 
@@ -358,10 +357,7 @@ static tsr_status run_execute(tsrd_job *job)
     if (st == TSR_OK)
         st = run_check(job, sig, n, &out);
     if (st == TSR_OK)
-        st = tsrd_scope_compiled(
-            job->d, job->session->tenant, &s->compiled,
-            tsrd_engine_compile(job->d, &s->region, req->options, true, &s->compiled, &job->err),
-            &job->hold_ms);
+        st = tsrd_job_compile(job, &s->region, req->options, true, &s->compiled);
     if (st == TSR_OK)
         st = run_device_buffers(job, n, &out, inputs, &output);
     if (st == TSR_OK)

@@ -487,10 +487,12 @@ static void server_async_cb(uv_async_t *handle)
     tsrd_server *s = handle->data;
     server_event *ev = server_take_all(s);
     tsrd_daemon *d = s->d;
+    /* The pipe callbacks count on nng's threads; the metrics read the loop's
+     * copy, brought up to date on every wake (a connection added wakes it). */
+    d->metrics.connections = (uint64_t)atomic_load(&s->connections);
+    d->metrics.connections_refused = (uint64_t)atomic_load(&s->refused);
     while (ev != NULL) {
         server_event *next = ev->next;
-        d->metrics.connections = (uint64_t)atomic_load(&s->connections);
-        d->metrics.connections_refused = (uint64_t)atomic_load(&s->refused);
         switch (ev->kind) {
         case SERVER_EV_RECV:
             server_received(s, ev);

@@ -16,16 +16,21 @@ bool tsrd_scope_sees_all(const tsrd_daemon *d, const tsrd_tenant *t)
     return t == NULL || t == &d->default_tenant || t->conf.admin;
 }
 
-uint64_t tsrd_scope_cache_owner(const tsrd_daemon *d, const tsrd_tenant *t)
+uint64_t tsrd_scope_owner_of(const char *tenant_name)
 {
-    if (t == NULL || t == &d->default_tenant)
-        return TSR_KCACHE_ALL_OWNERS;
     uint8_t digest[32];
-    tsr_sha256(t->name, strlen(t->name), digest);
+    tsr_sha256(tenant_name, strlen(tenant_name), digest);
     uint64_t owner = 0;
     for (int i = 0; i < 8; i++)
         owner = owner << 8 | digest[i];
     return owner != TSR_KCACHE_ALL_OWNERS ? owner : 1;
+}
+
+uint64_t tsrd_scope_cache_owner(const tsrd_daemon *d, const tsrd_tenant *t)
+{
+    if (t == NULL || t == &d->default_tenant)
+        return TSR_KCACHE_ALL_OWNERS;
+    return t->cache_owner;
 }
 
 uint64_t tsrd_scope_cache_view(const tsrd_daemon *d, const tsrd_tenant *t)

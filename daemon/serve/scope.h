@@ -25,9 +25,13 @@
  * default tenant (no tenants configured) and a tenant with "admin": true. */
 bool tsrd_scope_sees_all(const tsrd_daemon *d, const tsrd_tenant *t);
 
-/* The owner t's cache entries are held under: a hash of its name, so the same
- * tenant keeps its entries across a reload. TSR_KCACHE_ALL_OWNERS for the
- * default tenant, which holds nothing of its own. */
+/* The owner a tenant's cache entries are held under: a hash of its name, so
+ * the same tenant keeps its entries across a reload (never
+ * TSR_KCACHE_ALL_OWNERS). Computed once, when the tenant is made. */
+uint64_t tsrd_scope_owner_of(const char *tenant_name);
+
+/* The owner t's cache entries are held under (t->cache_owner);
+ * TSR_KCACHE_ALL_OWNERS for the default tenant, which holds nothing of its own. */
 uint64_t tsrd_scope_cache_owner(const tsrd_daemon *d, const tsrd_tenant *t);
 
 /* The owner a listing or eviction for t is scoped to: TSR_KCACHE_ALL_OWNERS

@@ -50,6 +50,7 @@ typedef struct tsrd_tenant {
     char name[TSRD_TENANT_NAME_MAX];
     tsrd_tenant_config conf; /* identities and quotas, replaced on reload */
     bool removed;            /* gone from the config: attributes nothing */
+    uint64_t cache_owner;    /* tsrd_scope_owner_of(name) */
     /* Accounting, checked against conf.quota. */
     uint64_t buffers;
     uint64_t buffer_bytes;

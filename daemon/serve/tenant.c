@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "serve/envelope.h"
+#include "serve/scope.h"
 #include "serve/tenant.h"
 #include "tessera/fingerprint.h"
 
@@ -42,6 +43,7 @@ tsr_status tsrd_tenants_apply(tsrd_daemon *d, const tsrd_config *config, tsr_err
             return tsr_error_set(err, TSR_NO_MEMORY, "tenants: out of memory");
         }
         snprintf(t->name, sizeof t->name, "%s", config->tenants[i].name);
+        t->cache_owner = tsrd_scope_owner_of(t->name);
         t->next = fresh;
         fresh = t;
     }

@@ -59,10 +59,15 @@ struct oracle_rng {
     bool has_spare;
 };
 
+uint64_t tsri_oracle_next(uint64_t *state)
+{
+    *state += UINT64_C(0x9e3779b97f4a7c15);
+    return tsri_oracle_mix64(*state);
+}
+
 static uint64_t oracle_rng_next(struct oracle_rng *g)
 {
-    g->state += UINT64_C(0x9e3779b97f4a7c15);
-    return tsri_oracle_mix64(g->state);
+    return tsri_oracle_next(&g->state);
 }
 
 /* A uniform double in (-1, 1), from the top 53 bits. */

@@ -22,6 +22,10 @@
 /* splitmix64's finaliser. */
 uint64_t tsri_oracle_mix64(uint64_t z);
 
+/* One step of splitmix64 on *state: the oracle's probe data and the sampled
+ * oracle's positions draw from it. */
+uint64_t tsri_oracle_next(uint64_t *state);
+
 /* The special values of a storage dtype, in the order oracle.c documents:
  * NaN, +inf, -inf, +0, -0, ±largest finite, ±a value whose square overflows,
  * smallest normal, ±smallest subnormal, 1, -1, 0.5, -0.5, 2, -2.5, 3, 88.5,

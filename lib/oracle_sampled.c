@@ -102,15 +102,9 @@ typedef struct sample_rng {
     uint64_t state;
 } sample_rng;
 
-static uint64_t sample_next(sample_rng *g)
-{
-    g->state += UINT64_C(0x9e3779b97f4a7c15);
-    return tsri_oracle_mix64(g->state);
-}
-
 static int64_t sample_below(sample_rng *g, int64_t n)
 {
-    return n <= 1 ? 0 : (int64_t)(sample_next(g) % (uint64_t)n);
+    return n <= 1 ? 0 : (int64_t)(tsri_oracle_next(&g->state) % (uint64_t)n);
 }
 
 static void coords_tile(coords *c, int64_t i, int64_t d, int64_t t)

@@ -319,7 +319,7 @@ static void region_pw_where(const tsr_pointwise_desc *pw, int v, char *buf, size
         snprintf(buf, size, "ops[%d].out", v - pw->n_inputs);
 }
 
-static void region_shape_text(const int64_t *shape, int rank, char *buf, size_t size)
+void tsr_shape_text(const int64_t *shape, int rank, char *buf, size_t size)
 {
     size_t used = 0;
     int n = snprintf(buf, size, "[");
@@ -475,9 +475,9 @@ static tsr_status region_validate_pointwise(tsr_pointwise_desc *pw, int *out_ran
         if ((st = region_check_tensor(err, field, in->rank, in->shape)))
             return st;
         char have[160], got[160];
-        region_shape_text(out_shape, *out_rank, have, sizeof have);
+        tsr_shape_text(out_shape, *out_rank, have, sizeof have);
         if (!region_broadcast(out_rank, out_shape, in->rank, in->shape)) {
-            region_shape_text(in->shape, in->rank, got, sizeof got);
+            tsr_shape_text(in->shape, in->rank, got, sizeof got);
             return tsr_error_set(err, TSR_SHAPE_MISMATCH,
                                  "inputs[%d].shape: %s does not broadcast with %s (the earlier "
                                  "inputs' shape)",

@@ -264,11 +264,9 @@ static tsr_status cpu_compile(tsrd_backend *b, const tsr_region *r, const tsr_ca
 /* "f32[4]": a tensor's dtype and shape, for the refusal below. */
 static void cpu_tensor_text(const tsr_tensor_desc *t, char *buf, size_t size)
 {
-    int at = snprintf(buf, size, "%s[", tsr_dtype_name(t->dtype));
-    for (int i = 0; i < t->rank && at > 0 && (size_t)at < size; i++)
-        at += snprintf(buf + at, size - (size_t)at, "%s%lld", i ? "," : "", (long long)t->shape[i]);
+    int at = snprintf(buf, size, "%s", tsr_dtype_name(t->dtype));
     if (at > 0 && (size_t)at < size)
-        snprintf(buf + at, size - (size_t)at, "]");
+        tsr_shape_text(t->shape, t->rank, buf + at, size - (size_t)at);
 }
 
 /* The plan runs as it is written, on buffers sized for r: a plan of a larger

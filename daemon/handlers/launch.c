@@ -32,16 +32,6 @@ typedef struct launch_state {
 
 #define LAUNCH_SHM_OUT TSR_MAX_REGION_INPUTS
 
-static void launch_shape_text(const int64_t *shape, int rank, char *buf, size_t size)
-{
-    size_t used = (size_t)snprintf(buf, size, "[");
-    for (int i = 0; i < rank && used < size; i++)
-        used +=
-            (size_t)snprintf(buf + used, size - used, "%s%lld", i ? "," : "", (long long)shape[i]);
-    if (used < size)
-        snprintf(buf + used, size - used, "]");
-}
-
 /* A buffer's fit for a signature slot: dtype and byte size. */
 static tsr_status launch_check_buffer(tsrd_job *job, const tsrd_buffer *b,
                                       const tsr_tensor_desc *want, const char *field)
@@ -214,8 +204,8 @@ static tsr_status run_check_input(tsrd_job *job, size_t i, const tsr_tensor_desc
         for (int d = 0; same && d < want->rank; d++)
             same = t->shape[d] == want->shape[d];
         if (!same) {
-            launch_shape_text(t->shape, (int)(t->n_shape < 8 ? t->n_shape : 8), got, sizeof got);
-            launch_shape_text(want->shape, want->rank, need, sizeof need);
+            tsr_shape_text(t->shape, (int)(t->n_shape < 8 ? t->n_shape : 8), got, sizeof got);
+            tsr_shape_text(want->shape, want->rank, need, sizeof need);
             return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
                                  "%s (%s): shape %s, the region takes %s", field, want->name, got,
                                  need);

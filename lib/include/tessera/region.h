@@ -197,6 +197,10 @@ uint64_t tsr_tensor_desc_bytes(const tsr_tensor_desc *t);
  * TSR_MAX_REGION_INPUTS entries. Returns the input count. r must be validated. */
 int tsr_region_signature(const tsr_region *r, tsr_tensor_desc *inputs, tsr_tensor_desc *output);
 
+/* A shape as error messages write it, "[2,3,4]" ("[]" for a scalar), cut to
+ * fit size bytes (always terminated when size > 0). */
+void tsr_shape_text(const int64_t *shape, int rank, char *buf, size_t size);
+
 /* Multiply-adds or elementwise ops performed, for FLOP/s figures (2*M*N*K for a
  * matmul, ...). */
 double tsr_region_flops(const tsr_region *r);

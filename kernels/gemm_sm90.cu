@@ -26,6 +26,7 @@
 
 #include "gemm_params.h"
 #include "gemm_common.cuh"
+#include "sm90_common.cuh"
 
 namespace
 {
@@ -40,79 +41,6 @@ constexpr int kChunkBytes = kBK * 64 * 2; /* one 64 x 64 tensor-map box */
 constexpr int kScratchStride = 32 + 4; /* floats; the padding spreads rows over banks */
 constexpr int kScratchFloats = 16 * kScratchStride; /* one warp's 16 x 32 block */
 
-/* ---- PTX wrappers ---- */
-
-__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count));
-}
-
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
-                 "r"(bytes)
-                 : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(uint64_t *bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
-{
-    asm volatile("{\n"
-                 ".reg .pred done;\n"
-                 "wait_%=:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra wait_%=;\n"
-                 "}\n" ::"r"(smem_addr(bar)),
-                 "r"(parity)
-                 : "memory");
-}
-
-__device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, uint64_t *bar,
-                                            int c0, int c1)
-{
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%3, %4}], [%2];" ::"r"(smem_addr(dst)),
-                 "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
-                 : "memory");
-}
-
-__device__ __forceinline__ void wgmma_fence()
-{
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit()
-{
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int Pending> __device__ __forceinline__ void wgmma_wait()
-{
-    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(Pending) : "memory");
-}
-
-template <unsigned Regs> __device__ __forceinline__ void regs_grow()
-{
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(Regs));
-}
-template <unsigned Regs> __device__ __forceinline__ void regs_shrink()
-{
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(Regs));
-}
-
-/* Shared-memory matrix descriptor with 128-byte swizzle. */
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo)
-{
-    uint64_t desc = 0;
-    desc |= static_cast<uint64_t>((addr & 0x3FFFF) >> 4);
-    desc |= static_cast<uint64_t>((lbo & 0x3FFFF) >> 4) << 16;
-    desc |= static_cast<uint64_t>((sbo & 0x3FFFF) >> 4) << 32;
-    desc |= 1ull << 62;
-    return desc;
-}
-
 /* ---- wgmma instructions ----
  *
  * wgmma.mma_async m64nNk16 with f32 accumulators: every thread of the
@@ -122,30 +50,8 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
  * N / 2 and N / 2 + 1. The trailing immediates: accumulate (scale-d 1), A and B
  * not negated, A K-major, B MN-major (the transpose bit). */
 
-/* The register lists are laid out by hand, ten registers a group. */
 /* clang-format off */
-#define WGMMA_REG(tens, unit) "%" #tens #unit
-#define WGMMA_REGS4(tens)                                                                          \
-    WGMMA_REG(tens, 0) ", " WGMMA_REG(tens, 1) ", " WGMMA_REG(tens, 2) ", " WGMMA_REG(tens, 3)
-#define WGMMA_REGS8(tens)                                                                          \
-    WGMMA_REGS4(tens) ", "                                                                         \
-    WGMMA_REG(tens, 4) ", " WGMMA_REG(tens, 5) ", " WGMMA_REG(tens, 6) ", " WGMMA_REG(tens, 7)
-#define WGMMA_REGS10(tens) WGMMA_REGS8(tens) ", " WGMMA_REG(tens, 8) ", " WGMMA_REG(tens, 9)
-
-/* n128: accumulators %0 .. %63, descriptors %64 and %65. */
-#define WGMMA_N128_REGS                                                                            \
-    WGMMA_REGS10() ", " WGMMA_REGS10(1) ", " WGMMA_REGS10(2) ", "                                  \
-    WGMMA_REGS10(3) ", " WGMMA_REGS10(4) ", " WGMMA_REGS10(5) ", "                                 \
-    WGMMA_REGS4(6)
 #define WGMMA_N128_DESCS "%64, %65"
-
-/* n256: accumulators %0 .. %127, descriptors %128 and %129. */
-#define WGMMA_N256_REGS                                                                            \
-    WGMMA_REGS10() ", " WGMMA_REGS10(1) ", " WGMMA_REGS10(2) ", "                                  \
-    WGMMA_REGS10(3) ", " WGMMA_REGS10(4) ", " WGMMA_REGS10(5) ", "                                 \
-    WGMMA_REGS10(6) ", " WGMMA_REGS10(7) ", " WGMMA_REGS10(8) ", "                                 \
-    WGMMA_REGS10(9) ", " WGMMA_REGS10(10) ", " WGMMA_REGS10(11) ", "                               \
-    WGMMA_REGS8(12)
 #define WGMMA_N256_DESCS "%128, %129"
 
 /* The whole asm text for N columns of PTX input type ab (scale-d p is true). */
@@ -157,17 +63,6 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint3
     "{" WGMMA_N##n##_REGS "}, " WGMMA_N##n##_DESCS ", p, 1, 1, 0, 1;\n"                            \
     "}\n"
 /* clang-format on */
-
-/* The accumulators as "+f" operands, eight at a time. */
-#define WGMMA_ACC8(i)                                                                              \
-    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]),    \
-        "+f"(d[i + 6]), "+f"(d[i + 7])
-#define WGMMA_N128_ACC                                                                             \
-    WGMMA_ACC8(0), WGMMA_ACC8(8), WGMMA_ACC8(16), WGMMA_ACC8(24), WGMMA_ACC8(32), WGMMA_ACC8(40),  \
-        WGMMA_ACC8(48), WGMMA_ACC8(56)
-#define WGMMA_N256_ACC                                                                             \
-    WGMMA_N128_ACC, WGMMA_ACC8(64), WGMMA_ACC8(72), WGMMA_ACC8(80), WGMMA_ACC8(88),                \
-        WGMMA_ACC8(96), WGMMA_ACC8(104), WGMMA_ACC8(112), WGMMA_ACC8(120)
 
 /* d += A (64 x 16, from desc_a) @ B (16 x N, from desc_b) for input type T. */
 template <int N, typename T>

@@ -78,15 +78,22 @@ def main():
             print("torch.compile unavailable:", exc)
 
     if not which or "attention" in which:
-        q = torch.randn(4, 32, 4096, 128, device=dev, dtype=bf)
-        k = torch.randn(4, 32, 4096, 128, device=dev, dtype=bf)
-        v = torch.randn(4, 32, 4096, 128, device=dev, dtype=bf)
         sdpa = torch.nn.functional.scaled_dot_product_attention
-        flop = 4 * 4 * 32 * 4096 * 4096 * 128
-        report("sdpa bf16 B4 H32 S4096 D128", median_ms(lambda: sdpa(q, k, v)), flop=flop)
-        report("sdpa causal bf16 B4 H32 S4096 D128",
-               median_ms(lambda: sdpa(q, k, v, is_causal=True)), flop=flop / 2)
-
+        # (name, B, H, Hkv, seq_q, seq_k, D, causal): the shapes of
+        # tests/bench/shapes/att_*.json and kernels/attn_check.cu's timed cases.
+        cases = [("B4 H32 S4096 D128", 4, 32, 32, 4096, 4096, 128, False),
+                 ("causal B4 H32 kv8 S4096 D128", 4, 32, 8, 4096, 4096, 128, True),
+                 ("B4 H32 S4096 D64", 4, 32, 32, 4096, 4096, 64, False),
+                 ("causal B4 H32 S4096 D64", 4, 32, 32, 4096, 4096, 64, True),
+                 ("decode B32 H32 kv8 seq_k 8192 D128", 32, 32, 8, 1, 8192, 128, False)]
+        for name, b, h, hkv, m, n, d, causal in cases:
+            q = torch.randn(b, h, m, d, device=dev, dtype=bf)
+            k = torch.randn(b, hkv, n, d, device=dev, dtype=bf)
+            v = torch.randn(b, hkv, n, d, device=dev, dtype=bf)
+            flop = 4 * b * h * m * n * d / (2 if causal and m == n else 1)
+            gqa = {"enable_gqa": True} if hkv != h else {}
+            report(f"sdpa bf16 {name}",
+                   median_ms(lambda: sdpa(q, k, v, is_causal=causal, **gqa)), flop=flop)
 
 if __name__ == "__main__":
     main()

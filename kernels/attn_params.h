@@ -1,0 +1,44 @@
+/*
+ * attn_params.h — the launch contract between the daemon and the tier-3
+ * attention kernels of kernels/attn_sm90.cu (shared by host C and device CUDA
+ * code).
+ *
+ * Every kernel takes three CUtensorMap parameters by value — Q, K and V, each
+ * seen as a 3-D tensor {head_dim, seq, batch · heads} (K and V with heads_kv),
+ * boxes of 64 head_dim columns (128 bytes, 128-byte swizzle) by the tile's rows
+ * by one head — and one tsr_attn_params. The output (B, H, seq_q, head_dim) is
+ * dense in the output dtype and written with ordinary stores.
+ *
+ * Requirements checked by the host before launch (the candidate declines
+ * otherwise): bf16 or f16 inputs, head_dim = head_dim_v ∈ {64, 128}, device
+ * pointers 16-byte aligned. seq_q and seq_k are any size: the tensor-map loads
+ * fill rows past the end with zeros, keys past seq_k are masked and the stores
+ * are predicated.
+ *
+ * Grid: (ceil(seq_q / TSR_ATTN_BM), heads, batch), TSR_ATTN_THREADS threads,
+ * TSR_ATTN_SMEM_BYTES(head_dim) of dynamic shared memory.
+ */
+#ifndef TSR_ATTN_PARAMS_H
+#define TSR_ATTN_PARAMS_H
+
+#define TSR_ATTN_BM 128      /* query rows per CTA: two consumer warpgroups of 64 */
+#define TSR_ATTN_BN 128      /* keys per K / V tile */
+#define TSR_ATTN_THREADS 384 /* one producer and two consumer warpgroups */
+
+/* K and V stages in the shared-memory ring: two for head_dim 128, three for 64. */
+#define TSR_ATTN_STAGES(hd) ((hd) == 128 ? 2 : 3)
+/* Q tile, the K and V stages, 16 zero rows of V, 1 KiB of alignment slack,
+ * barriers. */
+#define TSR_ATTN_SMEM_BYTES(hd)                                                                    \
+    (TSR_ATTN_BM * (hd)*2 + TSR_ATTN_STAGES(hd) * 2 * TSR_ATTN_BN * (hd)*2 + 16 * (hd)*2 + 1024 +  \
+     256)
+
+typedef struct tsr_attn_params {
+    int seq_q, seq_k;
+    int heads, heads_kv;
+    int causal;       /* bottom-right: key n is visible to query m when n <= m + seq_k - seq_q */
+    float scale_log2; /* the region's scale times log2(e): softmax runs in exp2 */
+    void *out;        /* (B, H, seq_q, head_dim) in the output dtype */
+} tsr_attn_params;
+
+#endif

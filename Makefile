@@ -54,7 +54,7 @@ DAEMON_OBJ := $(DAEMON_SRC:%.c=$(BUILD)/%.o)
 DAEMON_A := $(BUILD)/daemon/libtesserad.a
 
 # Tier-3 kernels: kernels/*.cu built by nvcc into images that are embedded into
-# the daemon as C arrays: gemm_sm90.cu as an sm_90a cubin, gemm_sm80.cu as a
+# the daemon as C arrays: gemm_sm90.cu and attn_sm90.cu as sm_90a cubins, gemm_sm80.cu as a
 # fatbin with sm_80 code (every sm_8x), sm_90 code (Hopper runs no sm_8x code)
 # and compute_80 PTX. Without nvcc the daemon is built with empty images
 # (kernels/embedded_none.c) and its tier-3 candidates decline. NVCC=false forces that.
@@ -64,9 +64,11 @@ NVCC80FLAGS ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code
                -gencode=arch=compute_80,code=compute_80 -fatbin -O3 -std=c++17
 HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && $(NVCC) --version >/dev/null 2>&1 && echo 1)
 KERNEL_CUBIN := $(BUILD)/kernels/gemm_sm90.cubin
+ATTN_CUBIN := $(BUILD)/kernels/attn_sm90.cubin
 KERNEL80_IMAGE := $(BUILD)/kernels/gemm_sm80.fatbin
 ifeq ($(HAVE_NVCC),1)
-KERNEL_OBJ := $(BUILD)/gen/kernels_embedded.o $(BUILD)/gen/kernels80_embedded.o
+KERNEL_OBJ := $(BUILD)/gen/kernels_embedded.o $(BUILD)/gen/kernels80_embedded.o \
+              $(BUILD)/gen/attn_embedded.o
 else
 KERNEL_OBJ := $(BUILD)/kernels/embedded_none.o
 endif
@@ -101,7 +103,7 @@ BENCH_BIN := $(BENCH_SRC:%.c=$(BUILD)/%)
 ALL_LIBS := $(DAEMON_A) $(CLIENT_A) $(LIB_A)
 
 .PHONY: all test unit e2e gpu run bench install format format-check clean fuzz fuzz-smoke \
-        fuzz-build fuzz-seeds soak gemm80-check check-layers install-check attack image k8s-check
+        fuzz-build fuzz-seeds soak gemm80-check attn-check check-layers install-check attack image k8s-check
 all: $(TESSERAD) $(CLI) $(CLIENT_SO)
 
 # ---- generated protobuf code ----
@@ -121,7 +123,8 @@ $(BUILD)/%.o: %.c | $(PROTO_H) $(NNG_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
-$(KERNEL_CUBIN): kernels/gemm_sm90.cu kernels/gemm_params.h kernels/gemm_common.cuh
+$(KERNEL_CUBIN): kernels/gemm_sm90.cu kernels/gemm_params.h kernels/gemm_common.cuh \
+                 kernels/sm90_common.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) kernels/gemm_sm90.cu -o $@
 
@@ -134,6 +137,21 @@ $(BUILD)/gen/kernels_embedded.c: $(KERNEL_CUBIN)
 	mv $@.tmp $@
 
 $(BUILD)/gen/kernels_embedded.o: $(BUILD)/gen/kernels_embedded.c
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(ATTN_CUBIN): kernels/attn_sm90.cu kernels/attn_params.h kernels/sm90_common.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) kernels/attn_sm90.cu -o $@
+
+$(BUILD)/gen/attn_embedded.c: $(ATTN_CUBIN)
+	@mkdir -p $(dir $@)
+	{ echo '/* Generated from $< by the Makefile. */' && echo '#include <stddef.h>' && \
+	  echo '__attribute__((aligned(64))) const unsigned char tsrd_attn_sm90_cubin[] = {' && \
+	  xxd -i < $< && echo '};' && \
+	  echo 'const size_t tsrd_attn_sm90_cubin_len = sizeof tsrd_attn_sm90_cubin;'; } > $@.tmp
+	mv $@.tmp $@
+
+$(BUILD)/gen/attn_embedded.o: $(BUILD)/gen/attn_embedded.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
 $(KERNEL80_IMAGE): kernels/gemm_sm80.cu kernels/gemm80_params.h kernels/gemm_params.h kernels/gemm_common.cuh
@@ -150,6 +168,14 @@ $(BUILD)/gen/kernels80_embedded.c: $(KERNEL80_IMAGE)
 
 $(BUILD)/gen/kernels80_embedded.o: $(BUILD)/gen/kernels80_embedded.c
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+# The stand-alone check of the Hopper attention kernels (kernels/attn_check.cu); it needs an
+# sm_90 GPU to run.
+ATTN_CHECK := $(BUILD)/gpu/bin/attn_check
+attn-check: $(ATTN_CHECK)
+$(ATTN_CHECK): kernels/attn_check.cu kernels/attn_sm90.cu kernels/attn_params.h kernels/sm90_common.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -o $@ kernels/attn_check.cu -lcuda
 
 # The stand-alone check of the sm_80 family (kernels/gemm80_check.cu); it needs a GPU to run.
 GEMM80_CHECK := $(BUILD)/gpu/bin/gemm80_check

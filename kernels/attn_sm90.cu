@@ -18,7 +18,9 @@
  *    from registers (the S accumulators, rounded to the input dtype, are
  *    already in wgmma's A-fragment layout) and V MN-major (transpose bit).
  *  - Within a warpgroup, S of tile j is issued before P·V of tile j − 1, so the
- *    softmax of tile j runs while the tensor cores multiply tile j − 1.
+ *    softmax of tile j runs while the tensor cores multiply tile j − 1; and
+ *    the two consumer warpgroups take turns at issuing (ping-pong), so one's
+ *    softmax overlaps the other's products.
  *  - Online softmax in exp2 with the scale folded in; max is NaN-propagating,
  *    so a NaN score makes its row NaN as in the reference; a row that sees no
  *    key is written as 0.
@@ -128,6 +130,17 @@ __device__ __forceinline__ void warpgroup_sync(int id)
     asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
 
+/* Named barrier id across both consumer warpgroups: one waits, the other
+ * arrives. */
+__device__ __forceinline__ void consumers_wait(int id)
+{
+    asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void consumers_arrive(int id)
+{
+    asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory");
+}
+
 /* ---- wgmma ---- */
 
 /* Pins accumulator registers at this point of the program, so that no copy of
@@ -219,7 +232,7 @@ __device__ __forceinline__ attn_tile attn_tile_of(const tsr_attn_params &p)
     return t;
 }
 
-template <typename T, typename TOut, int HD>
+template <typename T, typename TOut, int HD, bool PingPong>
 __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtensorMap *map_k,
                                           const CUtensorMap *map_v, const tsr_attn_params &p)
 {
@@ -476,8 +489,26 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
                 mbar_arrive(&v_empty[j % kStages]);
         };
 
+        /* Ping-pong: the consumer warpgroups take turns at issuing their
+         * products (named barriers 3 and 4), so that one's softmax runs while
+         * the other's products hold the tensor cores. Warpgroup 0 goes first;
+         * each takes n_tiles + 1 turns, and warpgroup 1 lets its last one go
+         * without handing over, so every arrive meets a wait. */
+        auto turn_begin = [&]() {
+            if (PingPong)
+                consumers_wait(3 + cw);
+        };
+        auto turn_end = [&](bool last) {
+            if (PingPong && !(last && cw == 1))
+                consumers_arrive(3 + (1 - cw));
+        };
+        if (PingPong && cw == 1)
+            consumers_arrive(3);
+
+        turn_begin();
         mbar_wait(&k_full[0], 0);
         issue_qk(0);
+        turn_end(false);
         wgmma_wait<0>();
         fence_operands(s);
         if (tid == 0)
@@ -488,9 +519,11 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
         for (int j = 1; j < t.n_tiles; j++) {
             fence_operands(o);
             fence_operands(s);
+            turn_begin();
             mbar_wait(&k_full[j % kStages], (j / kStages) & 1);
             issue_qk(j % kStages);
             const bool exact = pv_issue(j - 1);
+            turn_end(false);
             wgmma_wait<1>(); /* S of tile j is done; P·V may run on */
             fence_operands(s);
             if (tid == 0)
@@ -502,7 +535,9 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
             rescale_and_pack();
         }
         fence_operands(o);
+        turn_begin();
         const bool exact = pv_issue(t.n_tiles - 1);
+        turn_end(true);
         wgmma_wait<0>();
         fence_operands(o);
         pv_finish(t.n_tiles - 1, exact);
@@ -541,7 +576,7 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
         name(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k, \
              const __grid_constant__ CUtensorMap map_v, const __grid_constant__ tsr_attn_params p) \
     {                                                                                              \
-        attn_body<tin, tout, hd>(&map_q, &map_k, &map_v, p);                                       \
+        attn_body<tin, tout, hd, true>(&map_q, &map_k, &map_v, p);                                 \
     }
 
 TSR_ATTN_ENTRY(tsr_attn_bf16_f32_d64, __nv_bfloat16, float, 64)

@@ -297,3 +297,91 @@ Test(cuda_backend, kernels_from_the_disk_cache_launch_after_a_restart)
     cr_assert_str_eq(again.decision.cache_level, "disk");
     check_region(&r, "tier1", "fused bf16 from disk", NULL);
 }
+
+/* The tier-3 attention kernels through the daemon's default path: picked for
+ * bf16 and f16 at head_dim 64 and 128, and matching the reference on ragged
+ * shapes, causal with seq_q above, equal to and below seq_k, GQA ratios 1, 4
+ * and 8, and a decode step. */
+Test(cuda_backend, tier3_attention_is_the_default_and_matches_the_reference)
+{
+    const char *shapes[] = {
+        "\"batch\":1,\"heads\":2,\"seq_q\":77,\"seq_k\":130,\"head_dim\":128",
+        "\"batch\":2,\"heads\":8,\"heads_kv\":2,\"seq_q\":300,\"seq_k\":77,\"head_dim\":64,"
+        "\"causal\":true",
+        "\"batch\":1,\"heads\":8,\"heads_kv\":1,\"seq_q\":77,\"seq_k\":300,\"head_dim\":128,"
+        "\"causal\":true",
+        "\"batch\":2,\"heads\":4,\"seq_q\":200,\"seq_k\":200,\"head_dim\":64,\"causal\":true",
+        "\"batch\":3,\"heads\":16,\"heads_kv\":4,\"seq_q\":1,\"seq_k\":1000,\"head_dim\":128",
+    };
+    const char *dtypes[] = {"bf16", "f16"};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int j = 0; j < 2; j++) {
+            char json[512];
+            snprintf(json, sizeof json, "{\"kind\":\"attention\",\"dtype\":\"%s\",%s}", dtypes[j],
+                     shapes[i]);
+            tsr_region r;
+            tsr_error e;
+            cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &e), TSR_OK, "%s", e.message);
+            char cand[TSR_CLIENT_NAME_MAX];
+            check_region(&r, NULL, json, cand);
+            cr_expect_str_eq(cand, "attention_wgmma", "%s", json);
+            tsr_region_free(&r);
+        }
+}
+
+/* A NaN in one row of Q, K or V, with causal masking: the kernels give NaN
+ * exactly where the reference does (a masked key's NaN value reaches no row
+ * that cannot see it) and the same values elsewhere. */
+Test(cuda_backend, tier3_attention_places_nan_like_the_reference)
+{
+    const char *json = "{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":4,"
+                       "\"heads_kv\":2,\"seq_q\":256,\"seq_k\":256,\"head_dim\":128,"
+                       "\"causal\":true}";
+    tsr_region r;
+    tsr_error e;
+    cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &e), TSR_OK, "%s", e.message);
+    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out_desc;
+    tsr_region_signature(&r, sig, &out_desc);
+    size_t count = (size_t)tsr_tensor_desc_elements(&out_desc);
+    size_t bytes = (size_t)tsr_tensor_desc_bytes(&out_desc);
+    uint16_t *got = malloc(bytes), *want = malloc(bytes);
+    cr_assert(got != NULL && want != NULL);
+    /* Input, row: Q row 37 of head 0; K row 100 and V row 100 of kv head 0. */
+    const int which[] = {0, 1, 2};
+    const int row[] = {37, 100, 100};
+    for (int c = 0; c < 3; c++) {
+        void *inputs[TSR_MAX_REGION_INPUTS] = {0};
+        cr_assert_eq(tsr_oracle_make_probe(&r, 99, 0, 1, inputs, &e), TSR_OK, "%s", e.message);
+        uint16_t *x = inputs[which[c]];
+        for (int d = 0; d < 128; d++)
+            x[row[c] * 128 + d] = 0x7FC0; /* bf16 NaN */
+        memset(got, 0, bytes);
+        tsr_client_decision decision;
+        cr_assert_eq(tsr_client_run(client_, (const struct tsr_region *)&r, NULL,
+                                    (const void *const *)inputs, got, &decision, GPU_TIMEOUT_MS,
+                                    &e),
+                     TSR_OK, "%s", e.message);
+        cr_expect_str_eq(decision.candidate, "attention_wgmma");
+        cr_assert_eq(tsr_ref_run(&r, (const void *const *)inputs, want, 0, &e), TSR_OK);
+        size_t nan_want = 0, misplaced = 0;
+        for (size_t i = 0; i < count; i++) {
+            int gn = isnan(tsr_dtype_load(TSR_BF16, got, i));
+            int wn = isnan(tsr_dtype_load(TSR_BF16, want, i));
+            nan_want += (size_t)wn;
+            misplaced += (size_t)(gn != wn);
+        }
+        cr_expect_gt(nan_want, 0, "input %d: the reference has no NaN", which[c]);
+        cr_expect_eq(misplaced, 0, "input %d: %zu of %zu NaN positions differ", which[c], misplaced,
+                     count);
+        tsr_verdict v;
+        tsr_verdict_init(&v, 0, TSR_BF16);
+        tsr_oracle_compare(&v, 0, TSR_BF16, got, want, count);
+        char line[256];
+        tsr_verdict_format(&v, line, sizeof line);
+        cr_expect(v.pass, "input %d: %s", which[c], line);
+        tsr_oracle_free_probe(&r, inputs);
+    }
+    free(got);
+    free(want);
+    tsr_region_free(&r);
+}

@@ -9,9 +9,9 @@
  *
  * Candidates and their binaries come from cuda_kernels.c: "tier1" kernels are
  * cubins from NVRTC inside a self-describing blob; the tier-3 kernels are
- * entries of the images embedded at build time (the Hopper cubin and the Ampere
- * fatbin), each loaded once per device and shared by every kernel object that
- * uses it.
+ * entries of the images embedded at build time (the Hopper GEMM and attention
+ * cubins and the Ampere fatbin), each loaded once per device and shared by every
+ * kernel object that uses it.
  *
  * Ordering: session streams are created blocking (flags 0), and buffer copies
  * are the driver's synchronous copies, which run on the legacy default stream.
@@ -59,6 +59,14 @@
 #define CUDA_STAGING_MIN (256u << 10)
 #define CUDA_DEFAULT_SHARED_LIMIT (48u << 10)
 
+/* The images embedded at build time, one module each per device. */
+typedef enum cuda_embedded {
+    CUDA_EMBEDDED_GEMM90 = 0, /* kernels/gemm_sm90.cu */
+    CUDA_EMBEDDED_GEMM80,     /* kernels/gemm_sm80.cu */
+    CUDA_EMBEDDED_ATTN90,     /* kernels/attn_sm90.cu */
+    CUDA_EMBEDDED_COUNT
+} cuda_embedded;
+
 typedef struct cuda_device {
     CUdevice dev;
     CUcontext ctx;
@@ -66,8 +74,7 @@ typedef struct cuda_device {
     atomic_int lost;
     atomic_uint generation;      /* bumped by each recovery */
     pthread_mutex_t module_lock; /* guards the lazy load of the tier-3 modules */
-    CUmodule tier3_module;       /* kernels/gemm_sm90.cu */
-    CUmodule mma80_module;       /* kernels/gemm_sm80.cu */
+    CUmodule modules[CUDA_EMBEDDED_COUNT];
 } cuda_device;
 
 typedef struct cuda_staging {
@@ -128,8 +135,10 @@ struct tsrd_kobj {
     CUmodule module;       /* owned; NULL for the shared tier-3 module */
     CUfunction function;
     tsrd_cuda_launch_desc desc;
-    int tier3;
+    int tier3; /* a GEMM-family kernel: plan */
     tsrd_gemm_plan plan;
+    int attention; /* attention_wgmma: attn */
+    tsrd_attn_plan attn;
 };
 
 struct tsrd_stream {
@@ -240,13 +249,10 @@ static void cuda_close(tsrd_backend *b)
         pthread_mutex_destroy(&d->module_lock);
         if (d->ctx == NULL)
             continue;
-        if ((d->tier3_module != NULL || d->mma80_module != NULL) &&
-            b->drv->ctx_set_current(d->ctx) == CUDA_SUCCESS) {
-            if (d->tier3_module != NULL)
-                b->drv->module_unload(d->tier3_module);
-            if (d->mma80_module != NULL)
-                b->drv->module_unload(d->mma80_module);
-        }
+        if (b->drv->ctx_set_current(d->ctx) == CUDA_SUCCESS)
+            for (int m = 0; m < CUDA_EMBEDDED_COUNT; m++)
+                if (d->modules[m] != NULL)
+                    b->drv->module_unload(d->modules[m]);
         b->drv->primary_ctx_release(d->dev);
     }
     while (b->staging_idle != NULL) {
@@ -706,27 +712,34 @@ static tsr_status cuda_compile(tsrd_backend *b, const tsr_region *r, const tsr_c
     return tsrd_cuda_compile(b->nv, sms, r, c, arch, bin, len, err);
 }
 
-/* The embedded tier-3 module of a family on a device, loaded on first use. */
-static tsr_status cuda_tier3_module(tsrd_backend *b, int device, tsrd_gemm_family family,
-                                    CUmodule *out, tsr_error *err)
+/* An embedded tier-3 module on a device, loaded on first use. */
+static tsr_status cuda_embedded_module(tsrd_backend *b, int device, cuda_embedded which,
+                                       CUmodule *out, tsr_error *err)
 {
+    static const struct {
+        const unsigned char *image;
+        const size_t *len;
+        const char *what;
+    } images[CUDA_EMBEDDED_COUNT] = {
+        [CUDA_EMBEDDED_GEMM90] = {tsrd_gemm_sm90_cubin, &tsrd_gemm_sm90_cubin_len,
+                                  "cuModuleLoadData (tier-3 kernels)"},
+        [CUDA_EMBEDDED_GEMM80] = {tsrd_gemm_sm80_image, &tsrd_gemm_sm80_image_len,
+                                  "cuModuleLoadData (sm_80 tier-3 kernels)"},
+        [CUDA_EMBEDDED_ATTN90] = {tsrd_attn_sm90_cubin, &tsrd_attn_sm90_cubin_len,
+                                  "cuModuleLoadData (tier-3 attention kernels)"},
+    };
     cuda_device *d = &b->devices[device];
-    const int mma80 = family == TSRD_GEMM_MMA80;
-    CUmodule *module = mma80 ? &d->mma80_module : &d->tier3_module;
-    const unsigned char *image = mma80 ? tsrd_gemm_sm80_image : tsrd_gemm_sm90_cubin;
-    size_t image_len = mma80 ? tsrd_gemm_sm80_image_len : tsrd_gemm_sm90_cubin_len;
     tsr_status st = TSR_OK;
     pthread_mutex_lock(&d->module_lock);
-    if (*module == NULL) {
-        if (image_len == 0)
+    if (d->modules[which] == NULL) {
+        if (*images[which].len == 0)
             st = tsr_error_set(err, TSR_UNSUPPORTED, "built without the tier-3 kernels");
         else
-            st = cuda_check(b, device, b->drv->module_load_data(module, image),
-                            mma80 ? "cuModuleLoadData (sm_80 tier-3 kernels)"
-                                  : "cuModuleLoadData (tier-3 kernels)",
-                            err);
+            st = cuda_check(b, device,
+                            b->drv->module_load_data(&d->modules[which], images[which].image),
+                            images[which].what, err);
     }
-    *out = *module;
+    *out = d->modules[which];
     pthread_mutex_unlock(&d->module_lock);
     return st;
 }
@@ -782,14 +795,26 @@ static tsr_status cuda_load(tsrd_backend *b, int device, const tsr_region *r,
         *out = k;
         return TSR_OK;
     }
-    if (st == TSR_OK && k->desc.image == TSRD_CUDA_IMAGE_EMBEDDED) {
+    if (st == TSR_OK && k->desc.image == TSRD_CUDA_IMAGE_EMBEDDED &&
+        tsrd_cuda_candidate_is_attention(c)) {
+        k->attention = 1;
+        st = tsrd_attn_plan_make(r, &k->attn, err);
+        if (st == TSR_OK && strcmp(k->attn.entry, k->desc.entry) != 0)
+            st = tsr_error_set(err, TSR_CORRUPT, "stored entry %s does not serve this region",
+                               k->desc.entry);
+        if (st == TSR_OK)
+            st = cuda_embedded_module(b, device, CUDA_EMBEDDED_ATTN90, &module, err);
+    } else if (st == TSR_OK && k->desc.image == TSRD_CUDA_IMAGE_EMBEDDED) {
         k->tier3 = 1;
         st = tsrd_gemm_plan_for(c, r, &k->plan, err);
         if (st == TSR_OK && strcmp(k->plan.entry, k->desc.entry) != 0)
             st = tsr_error_set(err, TSR_CORRUPT, "stored entry %s does not serve this region",
                                k->desc.entry);
         if (st == TSR_OK)
-            st = cuda_tier3_module(b, device, k->plan.family, &module, err);
+            st = cuda_embedded_module(b, device,
+                                      k->plan.family == TSRD_GEMM_MMA80 ? CUDA_EMBEDDED_GEMM80
+                                                                        : CUDA_EMBEDDED_GEMM90,
+                                      &module, err);
     } else if (st == TSR_OK) {
         /* The blob may sit at any offset in the cache's memory; the driver reads
          * the ELF image with its natural alignment, so give it a malloc'd copy. */
@@ -915,6 +940,17 @@ static tsr_status cuda_launch_reference(tsrd_backend *b, tsrd_kobj *k, tsrd_stre
     return st;
 }
 
+static tsr_status cuda_tensor_map(tsrd_backend *b, int device, const tsrd_tmap_args *t,
+                                  CUtensorMap *map, tsr_error *err)
+{
+    return cuda_check(b, device,
+                      b->drv->tensor_map_encode_tiled(map, t->dtype, t->rank, t->address, t->dims,
+                                                      t->strides, t->box, t->element_strides,
+                                                      t->interleave, t->swizzle, t->l2_promotion,
+                                                      t->oob_fill),
+                      "cuTensorMapEncodeTiled", err);
+}
+
 static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
                               tsrd_dbuf *const *inputs, int n_inputs, tsrd_dbuf *output,
                               tsr_error *err)
@@ -950,7 +986,19 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
     CUtensorMap maps[3];
     CUdeviceptr operands[3];
     tsr_gemm_params params;
-    if (k->tier3 && k->plan.family == TSRD_GEMM_MMA80) {
+    tsr_attn_params attn_params;
+    tsrd_tmap_args ta[3];
+    if (k->attention) {
+        st = tsrd_attn_launch_args(&k->attn, ptrs, n_inputs, output->ptr, ta, &attn_params, err);
+        for (int i = 0; st == TSR_OK && i < 3; i++)
+            st = cuda_tensor_map(b, s->device, &ta[i], &maps[i], err);
+        if (st != TSR_OK)
+            return st;
+        args[0] = &maps[0];
+        args[1] = &maps[1];
+        args[2] = &maps[2];
+        args[3] = &attn_params;
+    } else if (k->tier3 && k->plan.family == TSRD_GEMM_MMA80) {
         st = tsrd_gemm80_launch_args(&k->plan, ptrs, n_inputs, output->ptr, operands, &params, err);
         if (st != TSR_OK)
             return st;
@@ -959,15 +1007,9 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
         args[2] = &operands[2];
         args[3] = &params;
     } else if (k->tier3) {
-        tsrd_tmap_args ta[3];
         st = tsrd_gemm_launch_args(&k->plan, ptrs, n_inputs, output->ptr, ta, &params, err);
         for (int i = 0; st == TSR_OK && i < 3; i++)
-            st = cuda_check(b, s->device,
-                            b->drv->tensor_map_encode_tiled(
-                                &maps[i], ta[i].dtype, ta[i].rank, ta[i].address, ta[i].dims,
-                                ta[i].strides, ta[i].box, ta[i].element_strides, ta[i].interleave,
-                                ta[i].swizzle, ta[i].l2_promotion, ta[i].oob_fill),
-                            "cuTensorMapEncodeTiled", err);
+            st = cuda_tensor_map(b, s->device, &ta[i], &maps[i], err);
         if (st != TSR_OK)
             return st;
         args[0] = &maps[0];
@@ -1048,8 +1090,7 @@ static tsr_status cuda_device_recover(tsrd_backend *b, int index, tsr_error *err
     cuda_device *d = &b->devices[index];
     /* The reset frees every allocation, module, stream and pinned page of the
      * old context: forget the handles to them without calling the driver. */
-    d->tier3_module = NULL;
-    d->mma80_module = NULL;
+    memset(d->modules, 0, sizeof d->modules);
     /* The poisoned context must not stay current here: calls made with it
      * current report its sticky error instead of doing their work. */
     drv->ctx_set_current(NULL);

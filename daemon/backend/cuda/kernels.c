@@ -12,6 +12,8 @@
  */
 #include "backend/cuda/kernels.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -326,6 +328,93 @@ tsr_status tsrd_gemm80_launch_args(const tsrd_gemm_plan *plan, const CUdeviceptr
     return TSR_OK;
 }
 
+/* ---- tier-3 attention plan ---- */
+
+tsr_status tsrd_attn_plan_make(const tsr_region *r, tsrd_attn_plan *out, tsr_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (r->kind != TSR_KIND_ATTENTION)
+        return tsr_error_set(err, TSR_UNSUPPORTED, "%s regions are not attention",
+                             tsr_region_kind_name(r->kind));
+    const tsr_attention_desc *d = &r->u.attention;
+    if (r->dtype != TSR_BF16 && r->dtype != TSR_F16)
+        return tsr_error_set(err, TSR_UNSUPPORTED, "dtype %s (needs bf16 or f16)",
+                             tsr_dtype_name(r->dtype));
+    if (d->head_dim_v != d->head_dim)
+        return tsr_error_set(err, TSR_UNSUPPORTED, "head_dim_v %lld differs from head_dim %lld",
+                             (long long)d->head_dim_v, (long long)d->head_dim);
+    if (d->head_dim != 64 && d->head_dim != 128)
+        return tsr_error_set(err, TSR_UNSUPPORTED, "head_dim %lld (serves 64 and 128)",
+                             (long long)d->head_dim);
+    /* Tensor-map coordinates and the grid are 32-bit; y and z stop at 65535. */
+    int64_t group = d->heads / d->heads_kv;
+    if (d->batch * d->heads * d->seq_q > INT32_MAX || d->batch * d->heads_kv > INT32_MAX ||
+        d->seq_k > INT32_MAX)
+        return tsr_error_set(err, TSR_UNSUPPORTED, "more than 2^31 - 1 rows of Q, K or V");
+    if (d->heads_kv > 65535 || d->batch > 65535)
+        return tsr_error_set(err, TSR_UNSUPPORTED, "batch or heads_kv past 65535");
+    double scale_log2 = d->scale * 1.4426950408889634;
+    if (!(fabs(scale_log2) <= FLT_MAX))
+        return tsr_error_set(err, TSR_UNSUPPORTED, "scale %g out of f32 range", d->scale);
+    out->batch = (int)d->batch;
+    out->heads = (int)d->heads;
+    out->heads_kv = (int)d->heads_kv;
+    out->seq_q = (int)d->seq_q;
+    out->seq_k = (int)d->seq_k;
+    out->head_dim = (int)d->head_dim;
+    out->causal = d->causal;
+    out->scale_log2 = (float)scale_log2;
+    out->grid[0] = (uint32_t)((group * d->seq_q + TSR_ATTN_BM - 1) / TSR_ATTN_BM);
+    out->grid[1] = (uint32_t)d->heads_kv;
+    out->grid[2] = (uint32_t)d->batch;
+    out->block = TSR_ATTN_THREADS;
+    out->shared_bytes = TSR_ATTN_SMEM_BYTES(out->head_dim);
+    out->map_dtype =
+        r->dtype == TSR_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    snprintf(out->entry, sizeof out->entry, "tsr_attn_%s_%s_d%d", kernels_dtype_tag(r->dtype),
+             kernels_dtype_tag(r->out_dtype), out->head_dim);
+    return TSR_OK;
+}
+
+tsr_status tsrd_attn_launch_args(const tsrd_attn_plan *plan, const CUdeviceptr *inputs,
+                                 int n_inputs, CUdeviceptr output, tsrd_tmap_args maps[3],
+                                 tsr_attn_params *params, tsr_error *err)
+{
+    if (n_inputs != 3)
+        return tsr_error_set(err, TSR_INTERNAL, "attention launch: %d inputs, expected 3",
+                             n_inputs);
+    for (int i = 0; i < n_inputs; i++)
+        if (inputs[i] % 16 != 0)
+            return tsr_error_set(err, TSR_BUFFER_MISMATCH,
+                                 "attention launch: input %d is not 16-byte aligned", i);
+    if (output % 16 != 0)
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH,
+                             "attention launch: the output is not 16-byte aligned");
+    cuuint64_t d = (cuuint64_t)plan->head_dim;
+    /* Q: {D, B·H·seq_q}; K and V: {D, seq_k, B·Hkv}, so that a K or V box
+     * never reaches into the next head: rows past seq_k read as zeros. */
+    kernels_tmap(&maps[0], plan->map_dtype, inputs[0], plan->batch * plan->heads * plan->seq_q,
+                 plan->head_dim, 64, TSR_ATTN_BM);
+    for (int i = 1; i < 3; i++) {
+        kernels_tmap(&maps[i], plan->map_dtype, inputs[i], plan->seq_k, plan->head_dim, 64,
+                     TSR_ATTN_BN);
+        maps[i].rank = 3;
+        maps[i].dims[2] = (cuuint64_t)plan->batch * (cuuint64_t)plan->heads_kv;
+        maps[i].strides[1] = (cuuint64_t)plan->seq_k * d * 2;
+        maps[i].box[2] = 1;
+        maps[i].element_strides[2] = 1;
+    }
+    memset(params, 0, sizeof *params);
+    params->seq_q = plan->seq_q;
+    params->seq_k = plan->seq_k;
+    params->heads = plan->heads;
+    params->heads_kv = plan->heads_kv;
+    params->causal = plan->causal;
+    params->scale_log2 = plan->scale_log2;
+    params->out = (void *)(uintptr_t)output;
+    return TSR_OK;
+}
+
 /* ---- candidates ---- */
 
 static bool kernels_tier1_applies(const tsr_candidate *c, const tsr_region *r, const char *arch,
@@ -389,9 +478,31 @@ static bool kernels_mma80_applies(const tsr_candidate *c, const tsr_region *r, c
     return kernels_gemm_applies(tsrd_gemm_sm80_image_len, tsrd_gemm80_plan_make, r, why, why_len);
 }
 
+static bool kernels_attn_applies(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                                 char *why, size_t why_len)
+{
+    (void)c;
+    if (strcmp(arch, TSRD_CUDA_TIER3_ARCH) != 0) {
+        snprintf(why, why_len, "built for %s only, not %s", TSRD_CUDA_TIER3_ARCH, arch);
+        return false;
+    }
+    if (tsrd_attn_sm90_cubin_len == 0) {
+        snprintf(why, why_len, "this tesserad was built without nvcc (no tier-3 kernels)");
+        return false;
+    }
+    tsrd_attn_plan plan;
+    tsr_error err;
+    if (tsrd_attn_plan_make(r, &plan, &err) != TSR_OK) {
+        snprintf(why, why_len, "%s", err.message);
+        return false;
+    }
+    return true;
+}
+
 #define KERNELS_ALL_KINDS ((1u << TSR_KIND_COUNT) - 1)
 #define KERNELS_GEMM_KINDS (1u << TSR_KIND_MATMUL | 1u << TSR_KIND_FUSED)
 #define KERNELS_GATED_KINDS (1u << TSR_KIND_GATED)
+#define KERNELS_ATTENTION_KINDS (1u << TSR_KIND_ATTENTION)
 
 /* What tells one candidate from another; the rest of a tsr_candidate is 0. */
 typedef struct kernels_candidate_row {
@@ -406,8 +517,8 @@ typedef struct kernels_candidate_row {
     bool test_only;
     /* The output tile edge, whose boundaries sampled verification checks
      * (0: the oracle's 128): Tier-1's 64 x 64 tiles, the wgmma kernels' 128
-     * rows (and 256 or 2 x 128 columns), mma80's 128 x 128, and 64 columns
-     * of both products for its gated kernels. */
+     * rows (and 256 or 2 x 128 columns), mma80's 128 x 128, 64 columns
+     * of both products for its gated kernels, and attention's 128 query rows. */
     int tile;
 } kernels_candidate_row;
 
@@ -426,6 +537,8 @@ static const kernels_candidate_row kernels_candidates[] = {
      128},
     {TSRD_CUDA_SWIGLU80, 3, TSRD_CUDA_MMA80_VERSION, KERNELS_GATED_KINDS, kernels_mma80_applies,
      false, 64},
+    {TSRD_CUDA_ATTN, 3, TSRD_CUDA_ATTN_VERSION, KERNELS_ATTENTION_KINDS, kernels_attn_applies,
+     false, TSR_ATTN_BM},
     {TSRD_CUDA_TEST_FAULT, 1, TSRD_CUDA_TEST_FAULT_VERSION, KERNELS_ALL_KINDS, NULL, true, 0},
 };
 #define KERNELS_N_CANDIDATES (sizeof kernels_candidates / sizeof kernels_candidates[0])
@@ -485,6 +598,11 @@ int tsrd_cuda_candidate_is_tier3(const tsr_candidate *c)
 {
     return strcmp(c->name, TSRD_CUDA_GEMM) == 0 || strcmp(c->name, TSRD_CUDA_SWIGLU) == 0 ||
            kernels_is_mma80(c);
+}
+
+int tsrd_cuda_candidate_is_attention(const tsr_candidate *c)
+{
+    return strcmp(c->name, TSRD_CUDA_ATTN) == 0;
 }
 
 tsr_status tsrd_cuda_register_candidates(tsr_arbiter *arbiter, tsr_error *err)
@@ -613,7 +731,7 @@ tsr_status tsrd_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_regio
             return tsr_error_set(err, TSR_UNSUPPORTED, "tier1: %s", why);
         return kernels_compile_tier1(nv, sm_count, r, &fp, arch, bin, len, err);
     }
-    if (!tsrd_cuda_candidate_is_tier3(c))
+    if (!tsrd_cuda_candidate_is_tier3(c) && !tsrd_cuda_candidate_is_attention(c))
         return tsr_error_set(err, TSR_UNSUPPORTED, "cuda backend: no candidate '%s'", c->name);
     if ((c->kinds & (1u << r->kind)) == 0)
         return tsr_error_set(err, TSR_UNSUPPORTED, "%s: does not serve %s regions", c->name,
@@ -621,6 +739,20 @@ tsr_status tsrd_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_regio
     /* The table's predicate, which c (perhaps a caller's copy) need not carry. */
     if (!kernels_candidate_find(c->name)->applies(c, r, arch, why, sizeof why))
         return tsr_error_set(err, TSR_UNSUPPORTED, "%s: %s", c->name, why);
+    if (tsrd_cuda_candidate_is_attention(c)) {
+        tsrd_attn_plan plan;
+        st = tsrd_attn_plan_make(r, &plan, err);
+        if (st != TSR_OK)
+            return st;
+        tsrd_cuda_launch_desc desc = {.image = TSRD_CUDA_IMAGE_EMBEDDED,
+                                      .grid = {plan.grid[0], plan.grid[1], plan.grid[2]},
+                                      .block = {plan.block, 1, 1},
+                                      .shared_bytes = plan.shared_bytes,
+                                      .n_params = 4,
+                                      .region = fp};
+        snprintf(desc.entry, sizeof desc.entry, "%s", plan.entry);
+        return tsrd_cuda_blob_encode(&desc, NULL, 0, bin, len, err);
+    }
     tsrd_gemm_plan plan;
     st = tsrd_gemm_plan_for(c, r, &plan, err);
     if (st != TSR_OK)

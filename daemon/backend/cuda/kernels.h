@@ -10,7 +10,9 @@
  *    gated), served by the hand-written Hopper kernels of kernels/gemm_sm90.cu,
  *    and "gemm_mma80" / "swiglu_mma80" (tier 3, the same kinds), served by the
  *    Ampere kernels of kernels/gemm_sm80.cu for sm_80 .. sm_89 and, behind the
- *    wgmma pair, on Hopper. The build embeds both families into the daemon.
+ *    wgmma pair, on Hopper; and "attention_wgmma" (tier 3, attention), the
+ *    flash-attention kernels of kernels/attn_sm90.cu. The build embeds all
+ *    three images into the daemon.
  *  - The compiled blob the kernel cache stores: a fixed 128-byte header with the
  *    launch description (entry, grid, block, dynamic shared bytes, parameter
  *    count, image kind) followed by the cubin. A disk-cache hit after a restart
@@ -31,6 +33,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../../../kernels/attn_params.h"
 #include "../../../kernels/gemm80_params.h"
 #include "../../../kernels/gemm_params.h"
 #include "tessera/codegen.h"
@@ -56,6 +59,8 @@
 #define TSRD_CUDA_GEMM80 "gemm_mma80"
 #define TSRD_CUDA_SWIGLU80 "swiglu_mma80"
 #define TSRD_CUDA_MMA80_VERSION 1
+#define TSRD_CUDA_ATTN "attention_wgmma"
+#define TSRD_CUDA_ATTN_VERSION 1
 
 /* The tier-0 reference on a CUDA device: a launch copies the inputs to the
  * host, runs the CPU reference executor and copies the output back. Rule 3 of
@@ -84,6 +89,10 @@ extern const size_t tsrd_gemm_sm90_cubin_len;
  * does not run sm_8x code) and compute_80 PTX. Length 0 without nvcc. */
 extern const unsigned char tsrd_gemm_sm80_image[];
 extern const size_t tsrd_gemm_sm80_image_len;
+
+/* The cubin of kernels/attn_sm90.cu (sm_90a); length 0 without nvcc. */
+extern const unsigned char tsrd_attn_sm90_cubin[];
+extern const size_t tsrd_attn_sm90_cubin_len;
 
 typedef enum tsrd_cuda_image {
     TSRD_CUDA_IMAGE_CUBIN = 1,     /* the blob's payload is a cubin */
@@ -118,9 +127,10 @@ tsr_status tsrd_cuda_blob_decode(const uint8_t *bin, size_t len, tsrd_cuda_launc
  * Hopper compiles for its architecture-specific features. */
 void tsrd_cuda_arch_name(int major, int minor, char *buf, size_t size);
 
-/* Registers reference (tier 0), tier1, gemm_wgmma, swiglu_wgmma, gemm_mma80 and
- * swiglu_mma80, in that order: on Hopper both tier-3 pairs apply and the tie
- * goes to the wgmma kernels, while the mma80 ones stay forceable. */
+/* Registers reference (tier 0), tier1, gemm_wgmma, swiglu_wgmma, gemm_mma80,
+ * swiglu_mma80 and attention_wgmma, in that order: on Hopper both tier-3 GEMM
+ * pairs apply and the tie goes to the wgmma kernels, while the mma80 ones stay
+ * forceable. */
 tsr_status tsrd_cuda_register_candidates(tsr_arbiter *arbiter, tsr_error *err);
 
 /* Fills *out with the candidate called name, test_fault included, with the
@@ -133,8 +143,10 @@ void tsrd_cuda_candidate_gemm(tsr_candidate *out);
 void tsrd_cuda_candidate_swiglu(tsr_candidate *out);
 void tsrd_cuda_candidate_test_fault(tsr_candidate *out);
 
-/* True for the four tier-3 candidates. */
+/* True for the four tier-3 GEMM candidates (not attention_wgmma). */
 int tsrd_cuda_candidate_is_tier3(const tsr_candidate *c);
+/* True for attention_wgmma. */
+int tsrd_cuda_candidate_is_attention(const tsr_candidate *c);
 
 /* Builds candidate c for r on arch. tier1: code generation for {arch, sm_count}
  * and NVRTC (nv required); tier-3: a blob naming the embedded entry (nv may be
@@ -178,15 +190,15 @@ tsr_status tsrd_gemm80_plan_make(const tsr_region *r, tsrd_gemm_plan *out, tsr_e
 tsr_status tsrd_gemm_plan_for(const tsr_candidate *c, const tsr_region *r, tsrd_gemm_plan *out,
                               tsr_error *err);
 
-/* The arguments of one cuTensorMapEncodeTiled call. */
+/* The arguments of one cuTensorMapEncodeTiled call (rank 2 or 3). */
 typedef struct tsrd_tmap_args {
     CUtensorMapDataType dtype;
     cuuint32_t rank;
     void *address;
-    cuuint64_t dims[2];
-    cuuint64_t strides[1];
-    cuuint32_t box[2];
-    cuuint32_t element_strides[2];
+    cuuint64_t dims[3];
+    cuuint64_t strides[2];
+    cuuint32_t box[3];
+    cuuint32_t element_strides[3];
     CUtensorMapInterleave interleave;
     CUtensorMapSwizzle swizzle;
     CUtensorMapL2promotion l2_promotion;
@@ -207,5 +219,33 @@ tsr_status tsrd_gemm_launch_args(const tsrd_gemm_plan *plan, const CUdeviceptr *
 tsr_status tsrd_gemm80_launch_args(const tsrd_gemm_plan *plan, const CUdeviceptr *inputs,
                                    int n_inputs, CUdeviceptr output, CUdeviceptr operands[3],
                                    tsr_gemm_params *params, tsr_error *err);
+
+/* ---- the tier-3 attention plan ---- */
+
+typedef struct tsrd_attn_plan {
+    char entry[64]; /* tsr_attn_<in>_<out>_d<head_dim> */
+    uint32_t grid[3];
+    uint32_t block, shared_bytes;
+    CUtensorMapDataType map_dtype;
+    int batch, heads, heads_kv, seq_q, seq_k, head_dim;
+    int causal;
+    float scale_log2;
+} tsrd_attn_plan;
+
+/* Plans an attention region for kernels/attn_sm90.cu: bf16 or f16, head_dim =
+ * head_dim_v ∈ {64, 128}, any output dtype. TSR_UNSUPPORTED naming the rule
+ * otherwise (the candidate's applies reads the same message). The grid packs
+ * the query heads of each kv head: (ceil(group · seq_q / TSR_ATTN_BM),
+ * heads_kv, batch). */
+tsr_status tsrd_attn_plan_make(const tsr_region *r, tsrd_attn_plan *out, tsr_error *err);
+
+/* The three tensor maps (Q as {head_dim, batch · heads · seq_q}; K and V as
+ * {head_dim, seq_k, batch · heads_kv}; 64-column, 128-byte-swizzled boxes of
+ * TSR_ATTN_BM or TSR_ATTN_BN rows) and the kernel parameters, from the inputs'
+ * device addresses (q, k, v) and the output's. TSR_BUFFER_MISMATCH when an
+ * address is not 16-byte aligned. */
+tsr_status tsrd_attn_launch_args(const tsrd_attn_plan *plan, const CUdeviceptr *inputs,
+                                 int n_inputs, CUdeviceptr output, tsrd_tmap_args maps[3],
+                                 tsr_attn_params *params, tsr_error *err);
 
 #endif

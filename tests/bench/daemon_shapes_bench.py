@@ -1,0 +1,128 @@
+"""The shapes a framework sends, through a running tesserad's default path,
+against torch on the same tensors in the same run.
+
+    TESSERA_URL=ipc:///path/sock python3 tests/bench/daemon_shapes_bench.py [NAME ...]
+
+For each region (NAME filters by substring): torch tensors on the GPU, a
+`compile` with default options (no force, verification on: the arbiter's own
+pick, its verdict and the compile time are printed), the tensors imported by
+the daemon with CUDA IPC, then batches of 20 launches in one request each; the
+figure is the median over 5 batches of the batch's wall time / 20, as a client
+sees it. torch runs the same computation on the same tensors, 20 calls between
+two synchronizations, median of 5. The outputs of one launch are compared
+(max |tesserad - torch| / max |torch|). Prints a markdown table. Exits 0 with
+"skipped" when torch or a GPU is missing.
+"""
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
+
+try:
+    import torch
+except ImportError:
+    print("daemon_shapes_bench: skipped: torch is not installed")
+    sys.exit(0)
+if not torch.cuda.is_available():
+    print("daemon_shapes_bench: skipped: torch sees no GPU")
+    sys.exit(0)
+
+import tessera  # noqa: E402
+from tessera import torch_support  # noqa: E402
+
+BATCH = 20
+REPEATS = 5
+F = torch.nn.functional
+
+
+def attention(name, b, h, hkv, m, n, d, causal):
+    region = {"kind": "attention", "dtype": "bf16", "batch": b, "heads": h, "heads_kv": hkv,
+              "seq_q": m, "seq_k": n, "head_dim": d, "causal": causal}
+    # The region's causal mask is bottom-right, torch's is_causal top-left: the
+    # same for seq_q = seq_k, and decode shapes here are not causal.
+    assert not causal or m == n
+    gqa = {"enable_gqa": True} if hkv != h else {}
+    flop = 4 * b * h * m * n * d / (2 if causal else 1)
+
+    return (name, region, [(b, h, m, d), (b, hkv, n, d), (b, hkv, n, d)],
+            lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal, **gqa),
+            flop)
+
+
+def matmul(name, dtype, m, n, k):
+    return (name, {"kind": "matmul", "dtype": dtype, "m": m, "n": n, "k": k},
+            [(m, k), (k, n)], lambda a, w: a @ w, 2 * m * n * k)
+
+
+CASES = [
+    attention("attention B4 H32 S4096 D128", 4, 32, 32, 4096, 4096, 128, False),
+    attention("attention causal B4 H32 kv8 S4096 D128", 4, 32, 8, 4096, 4096, 128, True),
+    attention("attention B4 H32 S4096 D64", 4, 32, 32, 4096, 4096, 64, False),
+    attention("attention causal B4 H32 S4096 D64", 4, 32, 32, 4096, 4096, 64, True),
+    attention("attention decode B32 H32 kv8 seq_k 8192", 32, 32, 8, 1, 8192, 128, False),
+    matmul("matmul bf16 8192^3", "bf16", 8192, 8192, 8192),
+    matmul("matmul f16 4096^3", "f16", 4096, 4096, 4096),
+    matmul("matmul bf16 3000x5000x4000", "bf16", 3000, 5000, 4000),
+    matmul("matmul bf16 M16 N8192 K8192", "bf16", 16, 8192, 8192),
+]
+
+TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
+
+
+def median_per_call(fn):
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(REPEATS):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3 / BATCH)
+    return statistics.median(times)
+
+
+def main():
+    want = sys.argv[1:]
+    client = tessera.connect()
+    dev = torch.device("cuda")
+    print("\n### Through tesserad's default path vs torch, %s (ms per call, median of %d "
+          "batches of %d)\n" % (torch.cuda.get_device_name(0), REPEATS, BATCH))
+    print("| region | candidate (tier) | verdict | compile ms | tesserad ms | TFLOP/s | "
+          "torch ms | TFLOP/s | torch / tesserad | max rel diff |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, spec, shapes, torch_fn, flop in CASES:
+        if want and not any(w in name for w in want):
+            continue
+        dtype = TORCH_DTYPES[spec["dtype"]]
+        torch.manual_seed(0)
+        ins = [torch.randn(shape, device=dev, dtype=dtype) for shape in shapes]
+        region = tessera.Region(spec)
+        out = torch.empty(region.output.shape, dtype=dtype, device=dev)
+        t0 = time.perf_counter()
+        compiled = client.compile(region)
+        compile_ms = (time.perf_counter() - t0) * 1e3
+        d = compiled.decision
+        torch.cuda.synchronize()
+        bufs = [torch_support._import(client, torch, t, s) for t, s in zip(ins, region.inputs)]
+        out_buf = torch_support._import(client, torch, out, region.output)
+        launches = [(compiled, bufs, out_buf)] * BATCH
+        ms = median_per_call(lambda: client.batch(launches))
+        ref = torch_fn(*ins)
+        torch_ms = median_per_call(lambda: [torch_fn(*ins) for _ in range(BATCH)])
+        client.batch([(compiled, bufs, out_buf)])
+        diff = ((out.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+        print("| %s | %s (%d) | %s | %.0f | %.3f | %.1f | %.3f | %.1f | %.2f | %.1e |"
+              % (name, d.candidate, d.tier, "%s (%s)" % (d.verdict.state, d.verdict.method),
+                 compile_ms, ms,
+                 flop / (ms * 1e-3) / 1e12, torch_ms, flop / (torch_ms * 1e-3) / 1e12,
+                 torch_ms / ms, diff), flush=True)
+        client.release_imports()
+        del ins, out, ref
+        torch.cuda.empty_cache()
+    client.close()
+
+
+if __name__ == "__main__":
+    main()

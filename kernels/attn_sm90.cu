@@ -176,6 +176,29 @@ __device__ __forceinline__ void wgmma_qk(float *d, uint64_t desc_q, uint64_t des
 ATTN_DEFINE_QK(__nv_bfloat16, "bf16")
 ATTN_DEFINE_QK(__half, "f16")
 
+/* S (64 x 128) (+)= Q (64 x 16, four registers of A fragment) · Kᵀ (16 x 128,
+ * shared memory, K-major). */
+template <typename T>
+__device__ __forceinline__ void wgmma_qk_rs(float *d, const uint32_t *a, uint64_t desc_k,
+                                            int accumulate);
+
+#define ATTN_DEFINE_QK_RS(type, ab)                                                                \
+    template <>                                                                                    \
+    __device__ __forceinline__ void wgmma_qk_rs<type>(float *d, const uint32_t *a,                 \
+                                                      uint64_t desc_k, int accumulate)             \
+    {                                                                                              \
+        asm volatile("{\n"                                                                         \
+                     ".reg .pred p;\n"                                                             \
+                     "setp.ne.b32 p, %69, 0;\n"                                                    \
+                     "wgmma.mma_async.sync.aligned.m64n128k16.f32." ab "." ab " "                  \
+                     "{" WGMMA_N128_REGS "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n"             \
+                     "}\n"                                                                         \
+                     : WGMMA_N128_ACC                                                              \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_k), "r"(accumulate));  \
+    }
+ATTN_DEFINE_QK_RS(__nv_bfloat16, "bf16")
+ATTN_DEFINE_QK_RS(__half, "f16")
+
 /* O (64 x HD) += P (64 x 16, four registers of A fragment) · V (16 x HD, shared
  * memory, MN-major: the transpose bit). */
 template <int HD, typename T>
@@ -232,7 +255,7 @@ __device__ __forceinline__ attn_tile attn_tile_of(const tsr_attn_params &p)
     return t;
 }
 
-template <typename T, typename TOut, int HD, bool PingPong>
+template <typename T, typename TOut, int HD, bool PingPong, bool QInRegisters>
 __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtensorMap *map_k,
                                           const CUtensorMap *map_v, const tsr_attn_params &p)
 {
@@ -337,16 +360,36 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
         float corr[2], rsum[2];
         mbar_wait(q_full, 0);
         const uint32_t q_base = sm90_smem_addr(sq) + cw * 64 * 128;
+        /* Q as A fragments, read once from the swizzled tile: register 4kk + q
+         * holds row lane/4 (+8 for q odd) of the warp's 16, columns 16kk +
+         * 2(lane%4) (+8 for q >= 2), so S reads only K from shared memory. */
+        uint32_t qa[QInRegisters ? HD / 4 : 1];
+        if (QInRegisters) {
+#pragma unroll
+            for (int kk = 0; kk < HD / 16; kk++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    const int row = cw * 64 + (tid / 32) * 16 + lane / 4 + 8 * (q & 1);
+                    const int unit = ((2 * kk + (q >> 1)) % 8) ^ (row % 8);
+                    qa[4 * kk + q] = *reinterpret_cast<const uint32_t *>(
+                        sq + (kk / 4) * kQChunk + row * 128 + unit * 16 + quad * 4);
+                }
+        }
 
         /* S = Q · K_j ᵀ into s, issued and committed (not waited). */
         auto issue_qk = [&](int stage) {
             const uint32_t k_base = sm90_smem_addr(sk + stage * kKVBytes);
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < HD / 16; kk++)
-                wgmma_qk<T>(s, smem_desc(q_base + (kk / 4) * kQChunk + (kk % 4) * 32, 16, 1024),
-                            smem_desc(k_base + (kk / 4) * kKVChunk + (kk % 4) * 32, 16, 1024),
-                            kk > 0);
+            for (int kk = 0; kk < HD / 16; kk++) {
+                const uint64_t desc_k =
+                    smem_desc(k_base + (kk / 4) * kKVChunk + (kk % 4) * 32, 16, 1024);
+                if (QInRegisters)
+                    wgmma_qk_rs<T>(s, &qa[4 * kk], desc_k, kk > 0);
+                else
+                    wgmma_qk<T>(s, smem_desc(q_base + (kk / 4) * kQChunk + (kk % 4) * 32, 16, 1024),
+                                desc_k, kk > 0);
+            }
             wgmma_commit();
         };
         /* O += P · V from pa, issued and committed: V of a stage, or the
@@ -369,10 +412,17 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
          * touched: P·V of the previous tile may still be running. */
         auto softmax = [&](int j) {
             const int n0 = j * kBN;
+            /* With a positive scale the maximum of the raw scores is the
+             * maximum of the scaled ones, and each probability is one fma and
+             * one exp2; otherwise the scores are scaled first (and masked
+             * after: -inf times a negative or zero scale is not -inf). */
+            const bool positive = p.scale_log2 > 0.0f;
+            const float c = positive ? p.scale_log2 : 1.0f;
+            if (!positive) {
 #pragma unroll
-            for (int i = 0; i < kBN / 2; i++)
-                s[i] *= p.scale_log2;
-            /* Masked after scaling: -inf times a negative or zero scale is not -inf. */
+                for (int i = 0; i < kBN / 2; i++)
+                    s[i] *= p.scale_log2;
+            }
             if (n0 + kBN > p.seq_k || (p.causal && n0 + kBN - 1 > wg_min_m + t.diag)) {
 #pragma unroll
                 for (int i = 0; i < kBN / 2; i++) {
@@ -390,7 +440,7 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
             for (int h = 0; h < 2; h++) {
                 mx[h] = max_nan(mx[h], __shfl_xor_sync(0xFFFFFFFFu, mx[h], 1));
                 mx[h] = max_nan(mx[h], __shfl_xor_sync(0xFFFFFFFFu, mx[h], 2));
-                const float m_new = max_nan(m_run[h], mx[h]);
+                const float m_new = max_nan(m_run[h], mx[h] * c);
                 /* A row with no finite score yet keeps exp2(-inf - 0) = 0. */
                 m_use[h] = m_new == -INFINITY ? 0.0f : m_new;
                 corr[h] = exp2_approx(m_run[h] - m_use[h]);
@@ -399,7 +449,7 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
             }
 #pragma unroll
             for (int i = 0; i < kBN / 2; i++) {
-                s[i] = exp2_approx(s[i] - m_use[(i >> 1) & 1]);
+                s[i] = exp2_approx(fmaf(s[i], c, -m_use[(i >> 1) & 1]));
                 rsum[(i >> 1) & 1] += s[i];
             }
         };
@@ -576,7 +626,7 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
         name(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k, \
              const __grid_constant__ CUtensorMap map_v, const __grid_constant__ tsr_attn_params p) \
     {                                                                                              \
-        attn_body<tin, tout, hd, true>(&map_q, &map_k, &map_v, p);                                 \
+        attn_body<tin, tout, hd, true, true>(&map_q, &map_k, &map_v, p);                           \
     }
 
 TSR_ATTN_ENTRY(tsr_attn_bf16_f32_d64, __nv_bfloat16, float, 64)

@@ -25,13 +25,18 @@
 #define TSR_ATTN_BN 128      /* keys per K / V tile */
 #define TSR_ATTN_THREADS 384 /* one producer and two consumer warpgroups */
 
-/* K and V stages in the shared-memory ring: two for head_dim 128, three for 64. */
-#define TSR_ATTN_STAGES(hd) ((hd) == 128 ? 2 : 3)
+/* Stages of the K and V rings in shared memory. K, needed first, has the deeper
+ * one: 3 and 2 for head_dim 128, 4 and 3 for 64. */
+#define TSR_ATTN_K_STAGES(hd) ((hd) == 128 ? 3 : 4)
+#define TSR_ATTN_V_STAGES(hd) ((hd) == 128 ? 2 : 3)
 /* Q tile, the K and V stages, 16 zero rows of V, 1 KiB of alignment slack,
  * barriers. */
+/* clang-format off */
 #define TSR_ATTN_SMEM_BYTES(hd)                                                                    \
-    (TSR_ATTN_BM * (hd)*2 + TSR_ATTN_STAGES(hd) * 2 * TSR_ATTN_BN * (hd)*2 + 16 * (hd)*2 + 1024 +  \
-     256)
+    (TSR_ATTN_BM * (hd) * 2 +                                                                      \
+     (TSR_ATTN_K_STAGES(hd) + TSR_ATTN_V_STAGES(hd)) * TSR_ATTN_BN * (hd) * 2 +                    \
+     16 * (hd) * 2 + 1024 + 256)
+/* clang-format on */
 
 typedef struct tsr_attn_params {
     int seq_q, seq_k;

@@ -255,11 +255,11 @@ __device__ __forceinline__ attn_tile attn_tile_of(const tsr_attn_params &p)
     return t;
 }
 
-template <typename T, typename TOut, int HD, bool PingPong, bool QInRegisters>
+template <typename T, typename TOut, int HD, bool PingPong, bool QInRegisters,
+          int kKStages = TSR_ATTN_K_STAGES(HD), int kVStages = TSR_ATTN_V_STAGES(HD)>
 __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtensorMap *map_k,
                                           const CUtensorMap *map_v, const tsr_attn_params &p)
 {
-    constexpr int kStages = TSR_ATTN_STAGES(HD);
     constexpr int kChunks = HD / 64;    /* 128-byte column boxes per row */
     constexpr int kQChunk = kBM * 128;  /* bytes of one Q box */
     constexpr int kKVChunk = kBN * 128; /* bytes of one K or V box */
@@ -272,13 +272,13 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
         (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
     unsigned char *sq = smem;
     unsigned char *sk = sq + kQBytes;
-    unsigned char *sv = sk + kStages * kKVBytes;
-    unsigned char *szero = sv + kStages * kKVBytes; /* 16 zero rows of V, see issue_pv */
+    unsigned char *sv = sk + kKStages * kKVBytes;
+    unsigned char *szero = sv + kVStages * kKVBytes; /* 16 zero rows of V, see issue_pv */
     uint64_t *q_full = reinterpret_cast<uint64_t *>(szero + kZeroBytes);
     uint64_t *k_full = q_full + 1;
-    uint64_t *k_empty = k_full + kStages;
-    uint64_t *v_full = k_empty + kStages;
-    uint64_t *v_empty = v_full + kStages;
+    uint64_t *k_empty = k_full + kKStages;
+    uint64_t *v_full = k_empty + kKStages;
+    uint64_t *v_empty = v_full + kVStages;
 
     const attn_tile t = attn_tile_of(p);
     const int kv_head = blockIdx.z * p.heads_kv + blockIdx.y;
@@ -286,10 +286,12 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
 
     if (threadIdx.x == 0) {
         mbar_init(q_full, 1);
-        for (int s = 0; s < kStages; s++) {
+        for (int s = 0; s < kKStages; s++) {
             mbar_init(&k_full[s], 1);
-            mbar_init(&v_full[s], 1);
             mbar_init(&k_empty[s], 2);
+        }
+        for (int s = 0; s < kVStages; s++) {
+            mbar_init(&v_full[s], 1);
             mbar_init(&v_empty[s], 2);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -306,21 +308,25 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
             mbar_expect_tx(q_full, kQBytes);
             for (int c = 0; c < kChunks; c++)
                 tma_load_2d(sq + c * kQChunk, map_q, q_full, 64 * c, static_cast<int>(t.q_row0));
-            /* K of tile j and V of tile j alternate; V's slot frees a tile
-             * later than K's, so K of tile j + 1 is loaded while tile j runs. */
-            for (int j = 0; j < t.n_tiles; j++) {
-                const int s = j % kStages;
-                const unsigned parity = ((j / kStages) & 1) ^ 1;
-                mbar_wait(&k_empty[s], parity);
-                mbar_expect_tx(&k_full[s], kKVBytes);
-                for (int c = 0; c < kChunks; c++)
-                    tma_load_3d(sk + s * kKVBytes + c * kKVChunk, map_k, &k_full[s], 64 * c,
-                                j * kBN, kv_head);
-                mbar_wait(&v_empty[s], parity);
-                mbar_expect_tx(&v_full[s], kKVBytes);
-                for (int c = 0; c < kChunks; c++)
-                    tma_load_3d(sv + s * kKVBytes + c * kKVChunk, map_v, &v_full[s], 64 * c,
-                                j * kBN, kv_head);
+            /* K leads V by one tile (K_0, K_1, V_0, K_2, V_1, ...): S of tile
+             * j + 1 is issued beside P·V of tile j, and K has the deeper ring. */
+            for (int j = 0; j <= t.n_tiles; j++) {
+                if (j < t.n_tiles) {
+                    const int s = j % kKStages;
+                    mbar_wait(&k_empty[s], ((j / kKStages) & 1) ^ 1);
+                    mbar_expect_tx(&k_full[s], kKVBytes);
+                    for (int c = 0; c < kChunks; c++)
+                        tma_load_3d(sk + s * kKVBytes + c * kKVChunk, map_k, &k_full[s], 64 * c,
+                                    j * kBN, kv_head);
+                }
+                if (j > 0) {
+                    const int v = j - 1, s = v % kVStages;
+                    mbar_wait(&v_empty[s], ((v / kVStages) & 1) ^ 1);
+                    mbar_expect_tx(&v_full[s], kKVBytes);
+                    for (int c = 0; c < kChunks; c++)
+                        tma_load_3d(sv + s * kKVBytes + c * kKVChunk, map_v, &v_full[s], 64 * c,
+                                    v * kBN, kv_head);
+                }
             }
         }
         return;
@@ -522,8 +528,8 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
          * one commit group, so the waits count the same; no wgmma sits in a
          * branch, which would serialize them all. */
         auto pv_issue = [&](int j) {
-            const int stage = j % kStages;
-            mbar_wait(&v_full[stage], (j / kStages) & 1);
+            const int stage = j % kVStages;
+            mbar_wait(&v_full[stage], (j / kVStages) & 1);
             const bool exact = v_needs_exact(stage, j);
             issue_pv(stage, exact);
             return exact;
@@ -532,11 +538,11 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
          * goes back to the producer. */
         auto pv_finish = [&](int j, bool exact) {
             if (exact) {
-                pv_exact(j % kStages, j);
+                pv_exact(j % kVStages, j);
                 warpgroup_sync(bar_id); /* every thread is done reading V */
             }
             if (tid == 0)
-                mbar_arrive(&v_empty[j % kStages]);
+                mbar_arrive(&v_empty[j % kVStages]);
         };
 
         /* Ping-pong: the consumer warpgroups take turns at issuing their
@@ -570,14 +576,14 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
             fence_operands(o);
             fence_operands(s);
             turn_begin();
-            mbar_wait(&k_full[j % kStages], (j / kStages) & 1);
-            issue_qk(j % kStages);
+            mbar_wait(&k_full[j % kKStages], (j / kKStages) & 1);
+            issue_qk(j % kKStages);
             const bool exact = pv_issue(j - 1);
             turn_end(false);
             wgmma_wait<1>(); /* S of tile j is done; P·V may run on */
             fence_operands(s);
             if (tid == 0)
-                mbar_arrive(&k_empty[j % kStages]);
+                mbar_arrive(&k_empty[j % kKStages]);
             softmax(j);
             wgmma_wait<0>();
             fence_operands(o);

@@ -799,8 +799,15 @@ static tsr_status cuda_load(tsrd_backend *b, int device, const tsr_region *r,
         tsrd_cuda_candidate_is_attention(c)) {
         k->attention = 1;
         st = tsrd_attn_plan_make(r, &k->attn, err);
-        if (st == TSR_OK && strcmp(k->attn.entry, k->desc.entry) != 0)
-            st = tsr_error_set(err, TSR_CORRUPT, "stored entry %s does not serve this region",
+        /* The launch takes its geometry from the blob: it must be this
+         * build's plan (a blob from a build with other tiles is refused). */
+        if (st == TSR_OK &&
+            (strcmp(k->attn.entry, k->desc.entry) != 0 ||
+             k->attn.shared_bytes != k->desc.shared_bytes || k->attn.block != k->desc.block[0] ||
+             memcmp(k->attn.grid, k->desc.grid, sizeof k->attn.grid) != 0))
+            st = tsr_error_set(err, TSR_CORRUPT,
+                               "stored entry %s does not serve this region with this build's "
+                               "geometry",
                                k->desc.entry);
         if (st == TSR_OK)
             st = cuda_embedded_module(b, device, CUDA_EMBEDDED_ATTN90, &module, err);

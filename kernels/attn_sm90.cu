@@ -437,10 +437,29 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
                         s[i] = -INFINITY;
                 }
             }
-            float mx[2] = {-INFINITY, -INFINITY};
+            /* Row maxima as trees (a chain of 32 dependent max would
+             * stall a warp that has its sub-partition to itself). */
+            float mx[2];
 #pragma unroll
-            for (int i = 0; i < kBN / 2; i++)
-                mx[(i >> 1) & 1] = max_nan(mx[(i >> 1) & 1], s[i]);
+            for (int h = 0; h < 2; h++) {
+                float t[kBN / 4];
+#pragma unroll
+                for (int i = 0; i < kBN / 8; i++) {
+                    t[2 * i] = s[4 * i + 2 * h];
+                    t[2 * i + 1] = s[4 * i + 2 * h + 1];
+                }
+                static_assert(kBN / 4 == 32, "the tree below folds 32 values");
+#pragma unroll
+                for (int i = 0; i < 16; i++)
+                    t[i] = max_nan(t[i], t[i + 16]);
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    t[i] = max_nan(t[i], t[i + 8]);
+#pragma unroll
+                for (int i = 0; i < 4; i++)
+                    t[i] = max_nan(t[i], t[i + 4]);
+                mx[h] = max_nan(max_nan(t[0], t[2]), max_nan(t[1], t[3]));
+            }
             float m_use[2];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
@@ -453,18 +472,27 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
                 m_run[h] = m_new;
                 rsum[h] = 0.0f;
             }
+            /* Four partial sums per row, for the same reason. */
+            float part[2][4] = {};
 #pragma unroll
             for (int i = 0; i < kBN / 2; i++) {
                 s[i] = exp2_approx(fmaf(s[i], c, -m_use[(i >> 1) & 1]));
-                rsum[(i >> 1) & 1] += s[i];
+                part[(i >> 1) & 1][(i >> 2) & 3] += s[i];
             }
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                rsum[h] = (part[h][0] + part[h][1]) + (part[h][2] + part[h][3]);
         };
         /* After P·V of the previous tile: rescale O, fold the sums, and round
          * P into the A fragments (register 4c + q holds s[8c + 2q], s[8c + 2q + 1]). */
         auto rescale_and_pack = [&]() {
+            /* Once the row maxima settle, corr is 1 for the whole warp and
+             * the rescale is skipped. */
+            if (!__all_sync(0xFFFFFFFFu, corr[0] == 1.0f && corr[1] == 1.0f)) {
 #pragma unroll
-            for (int i = 0; i < HD / 2; i++)
-                o[i] *= corr[(i >> 1) & 1];
+                for (int i = 0; i < HD / 2; i++)
+                    o[i] *= corr[(i >> 1) & 1];
+            }
 #pragma unroll
             for (int h = 0; h < 2; h++)
                 l_run[h] = l_run[h] * corr[h] + rsum[h];

@@ -29,13 +29,19 @@
         }                                                                                          \
     } while (0)
 
-extern "C" __global__ void tsr_gemm_bf16_f32(CUtensorMap, CUtensorMap, CUtensorMap,
-                                             tsr_gemm_params);
-extern "C" __global__ void tsr_gemm_bf16_bf16(CUtensorMap, CUtensorMap, CUtensorMap,
-                                              tsr_gemm_params);
-extern "C" __global__ void tsr_gemm_f16_f16(CUtensorMap, CUtensorMap, CUtensorMap, tsr_gemm_params);
-extern "C" __global__ void tsr_gemm_bf16_bf16_gated(CUtensorMap, CUtensorMap, CUtensorMap,
-                                                    tsr_gemm_params);
+/* The kernels' source is part of this program, so that it can also build a
+ * variant that prefetches the epilogue's inputs at the tile's start (the old
+ * placement) and time both. */
+#include "gemm_sm90.cu"
+
+extern "C" __global__ void __launch_bounds__(TSR_GEMM_THREADS, 1)
+    check_prefetch_at_start(const __grid_constant__ CUtensorMap map_a,
+                            const __grid_constant__ CUtensorMap map_b,
+                            const __grid_constant__ CUtensorMap map_b2,
+                            const __grid_constant__ tsr_gemm_params p)
+{
+    gemm_body<__nv_bfloat16, __nv_bfloat16, false, 1 << 30>(&map_a, &map_b, &map_b2, p);
+}
 
 typedef void (*gemm_fn)(CUtensorMap, CUtensorMap, CUtensorMap, tsr_gemm_params);
 
@@ -184,6 +190,17 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
         tflops = check_tflops(c.gated, c.m, c.n, c.k, ms);
         if (!quiet)
             printf("  time %.3f ms\n", ms);
+        if (!c.gated && c.epi != 0 && c.out_kind == 1 && !quiet) {
+            CHECK_RT(cudaFuncSetAttribute((const void *)check_prefetch_at_start,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          TSR_GEMM_SMEM_BYTES));
+            double alt = check_time_ms([&] {
+                check_prefetch_at_start<<<tiles, TSR_GEMM_THREADS, TSR_GEMM_SMEM_BYTES>>>(ma, mb,
+                                                                                          mb2, p);
+            });
+            printf("  prefetch at the tile's start: %.3f ms, %.1f TFLOP/s\n", alt,
+                   check_tflops(c.gated, c.m, c.n, c.k, alt));
+        }
     }
     if (!quiet)
         printf("%-28s m %5d n %5d k %5d  lbo %5u sbo %5u  rel %.3e  nonfinite %zu (first %zd)  "

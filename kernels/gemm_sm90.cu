@@ -151,7 +151,30 @@ __device__ __noinline__ void epilogue_block(const tsr_gemm_params &p, const floa
     }
 }
 
-template <typename TIn, typename TOut, bool Gated>
+/* Prefetches a 128 x 256 tile's residual (128-byte lines: four per tile row,
+ * two per consumer thread) and its 256 bias values into L2. */
+template <typename TIn>
+__device__ __forceinline__ void epilogue_prefetch(const tsr_gemm_params &p, int m0, int n0)
+{
+    const int t = threadIdx.x - 128;
+    if (p.residual != nullptr) {
+#pragma unroll
+        for (int l = 0; l < 2; l++) {
+            const int line = 2 * t + l;
+            const int row = m0 + line / 4, col = n0 + (line % 4) * 64;
+            if (row < p.m && col < p.n) {
+                const TIn *addr =
+                    static_cast<const TIn *>(p.residual) + static_cast<size_t>(row) * p.n + col;
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(addr));
+            }
+        }
+    }
+    if (p.bias != nullptr && t < 4 && n0 + 64 * t < p.n)
+        asm volatile(
+            "prefetch.global.L2 [%0];" ::"l"(static_cast<const TIn *>(p.bias) + n0 + 64 * t));
+}
+
+template <typename TIn, typename TOut, bool Gated, int PrefetchAhead = 4>
 __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtensorMap *map_b,
                                           const CUtensorMap *map_b2, const tsr_gemm_params &p)
 {
@@ -244,6 +267,12 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtens
             }
         }
         for (int kt = 0; kt < k_tiles; kt++, it++) {
+            /* A few K slices before the end, pull the epilogue's residual
+             * and bias into L2: issued at the tile's start they were evicted
+             * by the A and B streams before the epilogue read them, and the
+             * tensor cores wait for those reads. */
+            if (!Gated && kt == (k_tiles > PrefetchAhead ? k_tiles - PrefetchAhead : 0))
+                epilogue_prefetch<TIn>(p, m0, n0);
             int s = it % kStages;
             mbar_wait(&full[s], (it / kStages) & 1);
             uint32_t a_base = smem_addr(smem_a + s * kABytes) + consumer * 64 * 128;

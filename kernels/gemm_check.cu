@@ -154,13 +154,19 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
     }
     if (c.epi == 1 || c.epi == 3)
         p.residual = d.res;
+    /* At most TSR_GEMM_NARROW_M rows: the narrow kernels, as the daemon plans. */
+    const bool narrow = !c.gated && c.m <= TSR_GEMM_NARROW_M;
     gemm_fn fn =
         c.gated ? tsr_gemm_bf16_bf16_gated
-                : (c.out_kind == 0 ? tsr_gemm_bf16_f32
-                                   : (c.out_kind == 1 ? tsr_gemm_bf16_bf16 : tsr_gemm_f16_f16));
-    CHECK_RT(cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  TSR_GEMM_SMEM_BYTES));
-    int bn = c.gated ? TSR_GEMM_BN_GATED : TSR_GEMM_BN;
+        : narrow
+            ? (c.out_kind == 0 ? tsr_gemm_bf16_f32_n64
+                               : (c.out_kind == 1 ? tsr_gemm_bf16_bf16_n64 : tsr_gemm_f16_f16_n64))
+            : (c.out_kind == 0 ? tsr_gemm_bf16_f32
+                               : (c.out_kind == 1 ? tsr_gemm_bf16_bf16 : tsr_gemm_f16_f16));
+    const int smem = narrow ? TSR_GEMM_SMEM_BYTES_NARROW : TSR_GEMM_SMEM_BYTES;
+    CHECK_RT(
+        cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    int bn = c.gated ? TSR_GEMM_BN_GATED : (narrow ? TSR_GEMM_BN_NARROW : TSR_GEMM_BN);
     int tiles = ((c.m + TSR_GEMM_BM - 1) / TSR_GEMM_BM) * ((c.n + bn - 1) / bn);
     int sms = 0;
     CHECK_RT(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -169,7 +175,7 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
     if (!c.timed && (c.m & 1))
         sms = tiles;
     tiles = std::min(tiles, sms);
-    fn<<<tiles, TSR_GEMM_THREADS, TSR_GEMM_SMEM_BYTES>>>(ma, mb, mb2, p);
+    fn<<<tiles, TSR_GEMM_THREADS, smem>>>(ma, mb, mb2, p);
     CHECK_RT(cudaGetLastError());
     CHECK_RT(cudaDeviceSynchronize());
 
@@ -185,12 +191,11 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
 
     double tflops = 0;
     if (c.timed) {
-        double ms = check_time_ms(
-            [&] { fn<<<tiles, TSR_GEMM_THREADS, TSR_GEMM_SMEM_BYTES>>>(ma, mb, mb2, p); });
+        double ms = check_time_ms([&] { fn<<<tiles, TSR_GEMM_THREADS, smem>>>(ma, mb, mb2, p); });
         tflops = check_tflops(c.gated, c.m, c.n, c.k, ms);
         if (!quiet)
             printf("  time %.3f ms\n", ms);
-        if (!c.gated && c.epi != 0 && c.out_kind == 1 && !quiet) {
+        if (!c.gated && !narrow && c.epi != 0 && c.out_kind == 1 && !quiet) {
             CHECK_RT(cudaFuncSetAttribute((const void *)check_prefetch_at_start,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           TSR_GEMM_SMEM_BYTES));
@@ -249,6 +254,10 @@ int main(int argc, char **argv)
         {"plain_8192x14336x4096", 8192, 14336, 4096, 1, 0, 0, 1},
         {"bias_gelu_only_8192x14336x4096", 8192, 14336, 4096, 1, 2, 0, 1},
         {"residual_only_8192x14336x4096", 8192, 14336, 4096, 1, 3, 0, 1},
+        {"narrow_ragged_epilogue", 33, 1000, 520, 1, 1, 0, 0},
+        {"narrow_f32out", 64, 776, 264, 0, 0, 0, 0},
+        {"narrow_decode_m16_8192", 16, 8192, 8192, 1, 0, 0, 1},
+        {"narrow_decode_m64_8192", 64, 8192, 8192, 1, 0, 0, 1},
     };
     int failed = 0;
     int only = argc > 1 ? atoi(argv[1]) : -1;

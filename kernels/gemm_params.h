@@ -32,6 +32,15 @@
 /* Four stages of A (16 KiB) + B (32 KiB), eight warps' 16 x 36 f32 epilogue
  * scratch, 1 KiB of alignment slack, barriers. */
 #define TSR_GEMM_SMEM_BYTES (TSR_GEMM_STAGES * (16384 + 32768) + 8 * 16 * 36 * 4 + 1024 + 256)
+/* The narrow plain kernels (tsr_gemm_<in>_<out>_n64) for M <= TSR_GEMM_NARROW_M:
+ * 128 x 64 tiles, so that a decode-size product's few row tiles still make
+ * enough tiles for every multiprocessor, and eight stages of A (16 KiB) + B
+ * (8 KiB) in flight, as such a product is bound by the weights' stream. */
+#define TSR_GEMM_NARROW_M 64
+#define TSR_GEMM_BN_NARROW 64
+#define TSR_GEMM_STAGES_NARROW 8
+#define TSR_GEMM_SMEM_BYTES_NARROW                                                                 \
+    (TSR_GEMM_STAGES_NARROW * (16384 + 8192) + 8 * 16 * 36 * 4 + 1024 + 256)
 
 typedef struct tsr_gemm_params {
     int m, n, k;

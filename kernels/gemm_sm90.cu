@@ -33,10 +33,9 @@ namespace
 
 constexpr int kBM = TSR_GEMM_BM;
 constexpr int kBK = TSR_GEMM_BK;
-constexpr int kStages = TSR_GEMM_STAGES;
-constexpr int kABytes = kBM * kBK * 2;    /* 16 KiB */
-constexpr int kBBytes = kBK * 256 * 2;    /* 32 KiB: 256 columns of B, or 2 x 128 */
-constexpr int kChunkBytes = kBK * 64 * 2; /* one 64 x 64 tensor-map box */
+constexpr int kABytes = kBM * kBK * 2;     /* 16 KiB */
+constexpr int kBBytesWide = kBK * 256 * 2; /* 32 KiB: 256 columns of B, or 2 x 128 */
+constexpr int kChunkBytes = kBK * 64 * 2;  /* one 64 x 64 tensor-map box */
 /* Per-warp epilogue scratch: 16 rows of 32 f32 columns. */
 constexpr int kScratchStride = 32 + 4; /* floats; the padding spreads rows over banks */
 constexpr int kScratchFloats = 16 * kScratchStride; /* one warp's 16 x 32 block */
@@ -51,6 +50,7 @@ constexpr int kScratchFloats = 16 * kScratchStride; /* one warp's 16 x 32 block 
  * not negated, A K-major, B MN-major (the transpose bit). */
 
 /* clang-format off */
+#define WGMMA_N64_DESCS "%32, %33"
 #define WGMMA_N128_DESCS "%64, %65"
 #define WGMMA_N256_DESCS "%128, %129"
 
@@ -76,6 +76,8 @@ __device__ __forceinline__ void wgmma(float *d, uint64_t desc_a, uint64_t desc_b
     }
 
 DEFINE_WGMMA(256, __nv_bfloat16, "bf16")
+DEFINE_WGMMA(64, __nv_bfloat16, "bf16")
+DEFINE_WGMMA(64, __half, "f16")
 DEFINE_WGMMA(128, __nv_bfloat16, "bf16")
 DEFINE_WGMMA(256, __half, "f16")
 DEFINE_WGMMA(128, __half, "f16")
@@ -151,17 +153,17 @@ __device__ __noinline__ void epilogue_block(const tsr_gemm_params &p, const floa
     }
 }
 
-/* Prefetches a 128 x 256 tile's residual (128-byte lines: four per tile row,
- * two per consumer thread) and its 256 bias values into L2. */
-template <typename TIn>
+/* Prefetches a 128 x BN tile's residual (128-byte lines, BN / 64 per tile row,
+ * spread over the consumer threads) and its BN bias values into L2. */
+template <typename TIn, int BN>
 __device__ __forceinline__ void epilogue_prefetch(const tsr_gemm_params &p, int m0, int n0)
 {
     const int t = threadIdx.x - 128;
+    constexpr int per_row = BN / 64;
     if (p.residual != nullptr) {
 #pragma unroll
-        for (int l = 0; l < 2; l++) {
-            const int line = 2 * t + l;
-            const int row = m0 + line / 4, col = n0 + (line % 4) * 64;
+        for (int line = t; line < kBM * per_row; line += 256) {
+            const int row = m0 + line / per_row, col = n0 + (line % per_row) * 64;
             if (row < p.m && col < p.n) {
                 const TIn *addr =
                     static_cast<const TIn *>(p.residual) + static_cast<size_t>(row) * p.n + col;
@@ -169,25 +171,34 @@ __device__ __forceinline__ void epilogue_prefetch(const tsr_gemm_params &p, int 
             }
         }
     }
-    if (p.bias != nullptr && t < 4 && n0 + 64 * t < p.n)
+    if (p.bias != nullptr && t < per_row && n0 + 64 * t < p.n)
         asm volatile(
             "prefetch.global.L2 [%0];" ::"l"(static_cast<const TIn *>(p.bias) + n0 + 64 * t));
 }
 
-template <typename TIn, typename TOut, bool Gated, int PrefetchAhead = 4>
+/* BN: the plain kernels' tile width, 256, or 64 for products of at most 64
+ * rows (a decode step), which one 256-wide column of tiles would leave on a
+ * few multiprocessors: 64-wide tiles spread the weights' stream over the card.
+ * Stages: the ring's depth (the narrow tiles' stages are small, and their
+ * kernel is bound by the stream, so it keeps more in flight). */
+template <typename TIn, typename TOut, bool Gated, int PrefetchAhead = 4, int BN = TSR_GEMM_BN,
+          int Stages = TSR_GEMM_STAGES>
 __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtensorMap *map_b,
                                           const CUtensorMap *map_b2, const tsr_gemm_params &p)
 {
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char *smem = reinterpret_cast<unsigned char *>(
         (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+    static_assert(!Gated || BN == TSR_GEMM_BN, "the gated kernels have one tile shape");
+    constexpr int kStages = Stages;
+    constexpr int kBBytes = Gated ? kBBytesWide : kBK * BN * 2;
     unsigned char *smem_a = smem;
     unsigned char *smem_b = smem + kStages * kABytes;
     float *scratch_all = reinterpret_cast<float *>(smem_b + kStages * kBBytes);
     uint64_t *full = reinterpret_cast<uint64_t *>(scratch_all + 8 * kScratchFloats);
     uint64_t *empty = full + kStages;
 
-    constexpr int bn = Gated ? TSR_GEMM_BN_GATED : TSR_GEMM_BN;
+    constexpr int bn = Gated ? TSR_GEMM_BN_GATED : BN;
     const int tiles_m = (p.m + kBM - 1) / kBM;
     const int tiles_n = (p.n + bn - 1) / bn;
     const int tiles = tiles_m * tiles_n;
@@ -226,7 +237,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtens
                         tma_load_2d(b + 2 * kChunkBytes, map_b2, &full[s], n0, kt * kBK);
                         tma_load_2d(b + 3 * kChunkBytes, map_b2, &full[s], n0 + 64, kt * kBK);
                     } else {
-                        for (int c = 0; c < 4; c++)
+                        for (int c = 0; c < BN / 64; c++)
                             tma_load_2d(b + c * kChunkBytes, map_b, &full[s], n0 + 64 * c,
                                         kt * kBK);
                     }
@@ -241,14 +252,15 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtens
     const int lane = threadIdx.x % 32;
     const int warp = (threadIdx.x % 128) / 32;
     float *scratch = scratch_all + (consumer * 4 + warp) * kScratchFloats;
-    float acc[128];
+    constexpr int kAcc = Gated ? 128 : BN / 2; /* accumulators per thread */
+    float acc[kAcc];
     int it = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         int tm, tn;
         tile_coords(tile, tiles_m, tiles_n, tm, tn);
         const int m0 = tm * kBM, n0 = tn * bn;
 #pragma unroll
-        for (int i = 0; i < 128; i++)
+        for (int i = 0; i < kAcc; i++)
             acc[i] = 0.0f;
         if (!Gated && p.residual != nullptr) {
             /* Pull this tile's residual into L2 now, so that the epilogue's
@@ -272,7 +284,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtens
              * by the A and B streams before the epilogue read them, and the
              * tensor cores wait for those reads. */
             if (!Gated && kt == (k_tiles > PrefetchAhead ? k_tiles - PrefetchAhead : 0))
-                epilogue_prefetch<TIn>(p, m0, n0);
+                epilogue_prefetch<TIn, BN>(p, m0, n0);
             int s = it % kStages;
             mbar_wait(&full[s], (it / kStages) & 1);
             uint32_t a_base = smem_addr(smem_a + s * kABytes) + consumer * 64 * 128;
@@ -287,7 +299,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtens
                         acc + 64, da,
                         smem_desc(b_base + 2 * kChunkBytes + kk * 2048, p.b_lbo, p.b_sbo));
                 } else {
-                    wgmma<256, TIn>(acc, da, smem_desc(b_base + kk * 2048, p.b_lbo, p.b_sbo));
+                    wgmma<BN, TIn>(acc, da, smem_desc(b_base + kk * 2048, p.b_lbo, p.b_sbo));
                 }
             }
             wgmma_commit();
@@ -306,7 +318,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtens
          * rows and column 8j + 2 * (lane % 4) (+ 1 when r is odd). */
         const int row0 = m0 + consumer * 64 + warp * 16;
         const int fr = lane / 4, fc = 2 * (lane % 4);
-        constexpr int passes = Gated ? 8 : 8;
+        constexpr int passes = Gated ? 8 : BN / 32;
 #pragma unroll
         for (int pass = 0; pass < passes; pass++) {
 #pragma unroll
@@ -353,3 +365,20 @@ TSR_GEMM_ENTRY(tsr_gemm_bf16_f16_gated, __nv_bfloat16, __half, true)
 TSR_GEMM_ENTRY(tsr_gemm_f16_f32_gated, __half, float, true)
 TSR_GEMM_ENTRY(tsr_gemm_f16_bf16_gated, __half, __nv_bfloat16, true)
 TSR_GEMM_ENTRY(tsr_gemm_f16_f16_gated, __half, __half, true)
+
+/* The narrow tiles for products of at most 64 rows: tsr_gemm_<in>_<out>_n64. */
+#define TSR_GEMM_ENTRY_N64(name, tin, tout)                                                        \
+    extern "C" __global__ void __launch_bounds__(TSR_GEMM_THREADS, 1) name(                        \
+        const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,      \
+        const __grid_constant__ CUtensorMap map_b2, const __grid_constant__ tsr_gemm_params p)     \
+    {                                                                                              \
+        gemm_body<tin, tout, false, 4, TSR_GEMM_BN_NARROW, TSR_GEMM_STAGES_NARROW>(&map_a, &map_b, \
+                                                                                   &map_b2, p);    \
+    }
+
+TSR_GEMM_ENTRY_N64(tsr_gemm_bf16_f32_n64, __nv_bfloat16, float)
+TSR_GEMM_ENTRY_N64(tsr_gemm_bf16_bf16_n64, __nv_bfloat16, __nv_bfloat16)
+TSR_GEMM_ENTRY_N64(tsr_gemm_bf16_f16_n64, __nv_bfloat16, __half)
+TSR_GEMM_ENTRY_N64(tsr_gemm_f16_f32_n64, __half, float)
+TSR_GEMM_ENTRY_N64(tsr_gemm_f16_bf16_n64, __half, __nv_bfloat16)
+TSR_GEMM_ENTRY_N64(tsr_gemm_f16_f16_n64, __half, __half)

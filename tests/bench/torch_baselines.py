@@ -47,6 +47,10 @@ def main():
             a = torch.randn(n, n, device=dev, dtype=bf)
             b = torch.randn(n, n, device=dev, dtype=bf)
             report(f"matmul bf16 {n}^3", median_ms(lambda: a @ b), flop=2 * n ** 3)
+        for m in (16, 64):
+            a = torch.randn(m, 8192, device=dev, dtype=bf)
+            b = torch.randn(8192, 8192, device=dev, dtype=bf)
+            report(f"matmul bf16 M{m} N8192 K8192", median_ms(lambda: a @ b), flop=2 * m * 8192 * 8192)
         m, k, h = 8192, 4096, 14336
         a = torch.randn(m, k, device=dev, dtype=bf)
         w = torch.randn(k, h, device=dev, dtype=bf)

@@ -385,3 +385,26 @@ Test(cuda_backend, tier3_attention_places_nan_like_the_reference)
     free(want);
     tsr_region_free(&r);
 }
+
+/* Products of at most 64 rows take the narrow 128 x 64 tiles (a decode step);
+ * through the default path they match the reference, epilogue included. */
+Test(cuda_backend, narrow_gemm_tiles_serve_small_m)
+{
+    const char *regions[] = {
+        "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":16,\"n\":1000,\"k\":520}",
+        "{\"kind\":\"matmul\",\"dtype\":\"f16\",\"out_dtype\":\"f32\",\"m\":64,\"n\":776,"
+        "\"k\":264}",
+        "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":33,\"n\":1000,\"k\":520,"
+        "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}",
+    };
+    for (size_t i = 0; i < sizeof regions / sizeof regions[0]; i++) {
+        tsr_region r;
+        tsr_error e;
+        cr_assert_eq(tsr_region_from_json(regions[i], strlen(regions[i]), &r, &e), TSR_OK, "%s",
+                     e.message);
+        char cand[TSR_CLIENT_NAME_MAX];
+        check_region(&r, NULL, regions[i], cand);
+        cr_expect_str_eq(cand, "gemm_wgmma", "%s", regions[i]);
+        tsr_region_free(&r);
+    }
+}

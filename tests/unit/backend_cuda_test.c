@@ -167,6 +167,23 @@ Test(backend_cuda, gemm_plan_names_the_entry_and_counts_tiles)
     cr_assert_eq(plan.bias_input, -1);
     cr_assert_eq(plan.residual_input, -1);
 
+    /* At most 64 rows: the narrow 128 x 64 tiles, so that a decode step's
+     * single row of tiles still spreads over the card. */
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 16, 8192, 8192, NULL), TSR_OK);
+    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_bf16_n64");
+    cr_assert_eq(plan.grid, 8192 / 64);
+    cr_assert_eq(plan.shared_bytes, TSR_GEMM_SMEM_BYTES_NARROW);
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_F16, 64, 1000, 64, NULL), TSR_OK);
+    r.out_dtype = TSR_F32;
+    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f32_n64");
+    cr_assert_eq(plan.grid, 16); /* ceil(1000/64) */
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_F16, 65, 1000, 64, NULL), TSR_OK);
+    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f16");
+    cr_assert_eq(plan.grid, 4); /* ceil(1000/256) */
+
     cr_assert_eq(tsr_region_init_gated(&r, TSR_F16, 300, 256, 264, TSR_OP_SILU, NULL), TSR_OK);
     cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
     cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f16_gated");
@@ -256,8 +273,9 @@ Test(backend_cuda, embeds_the_tier3_cubin)
                         4),
                  0);
     /* Every entry the planner can name is in the image's string table. */
-    const char *entries[] = {"tsr_gemm_bf16_f32", "tsr_gemm_f16_bf16", "tsr_gemm_bf16_bf16_gated",
-                             "tsr_gemm_f16_f16_gated"};
+    const char *entries[] = {"tsr_gemm_bf16_f32",        "tsr_gemm_f16_bf16",
+                             "tsr_gemm_bf16_bf16_gated", "tsr_gemm_f16_f16_gated",
+                             "tsr_gemm_bf16_f32_n64",    "tsr_gemm_f16_f16_n64"};
     for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++)
         cr_assert_not_null(memmem(tsrd_gemm_sm90_cubin, tsrd_gemm_sm90_cubin_len, entries[i],
                                   strlen(entries[i]) + 1),

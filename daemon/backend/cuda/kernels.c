@@ -202,16 +202,21 @@ static tsr_status kernels_plan_tiles(tsrd_gemm_plan *out, int bm, int bn, tsr_er
 tsr_status tsrd_gemm_plan_make(const tsr_region *r, tsrd_gemm_plan *out, tsr_error *err)
 {
     tsr_status st = kernels_plan_rules(r, out, err);
-    if (st == TSR_OK)
-        st =
-            kernels_plan_tiles(out, TSR_GEMM_BM, out->gated ? TSR_GEMM_BN_GATED : TSR_GEMM_BN, err);
+    if (st != TSR_OK)
+        return st;
+    /* At most TSR_GEMM_NARROW_M rows: the 64-column tiles, or a few columns of
+     * wide tiles would hold the whole product on a few multiprocessors. */
+    const int narrow = !out->gated && out->m <= TSR_GEMM_NARROW_M;
+    st = kernels_plan_tiles(
+        out, TSR_GEMM_BM,
+        out->gated ? TSR_GEMM_BN_GATED : (narrow ? TSR_GEMM_BN_NARROW : TSR_GEMM_BN), err);
     if (st != TSR_OK)
         return st;
     out->family = TSRD_GEMM_WGMMA;
     out->block = TSR_GEMM_THREADS;
-    out->shared_bytes = TSR_GEMM_SMEM_BYTES;
+    out->shared_bytes = narrow ? TSR_GEMM_SMEM_BYTES_NARROW : TSR_GEMM_SMEM_BYTES;
     snprintf(out->entry, sizeof out->entry, "tsr_gemm_%s_%s%s", kernels_dtype_tag(r->dtype),
-             kernels_dtype_tag(r->out_dtype), out->gated ? "_gated" : "");
+             kernels_dtype_tag(r->out_dtype), out->gated ? "_gated" : (narrow ? "_n64" : ""));
     return TSR_OK;
 }
 

@@ -55,7 +55,7 @@
 #define TSRD_CUDA_GEMM "gemm_wgmma"
 #define TSRD_CUDA_SWIGLU "swiglu_wgmma"
 #define TSRD_CUDA_TIER1_VERSION 1
-#define TSRD_CUDA_TIER3_VERSION 3
+#define TSRD_CUDA_TIER3_VERSION 4
 #define TSRD_CUDA_GEMM80 "gemm_mma80"
 #define TSRD_CUDA_SWIGLU80 "swiglu_mma80"
 #define TSRD_CUDA_MMA80_VERSION 1

@@ -13,42 +13,14 @@
  * kernel on the same device that follows the region's definition literally:
  * only the visible keys enter, the maximum propagates NaN, a row that sees no
  * key is 0. Pass: the non-finite positions agree exactly and the relative L2
- * error of the finite ones is below 1e-2. Timing: events around 20 launches
- * after 3 warm-ups, median of 5 such batches, TFLOP/s = 4·B·H·M·N·D (halved
- * for causal square shapes).
+ * error of the finite ones is below 1e-2. Timing: check_time_ms (events around
+ * 30 launches after 5 warm-ups, median of 5 such batches), TFLOP/s =
+ * 4·B·H·M·N·D (halved for causal square shapes).
  */
-#include <cuda.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <vector>
 
 #include "attn_params.h"
-
-#define CHECK_RT(x)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-#define CHECK_DRV(x)                                                                               \
-    do {                                                                                           \
-        CUresult r_ = (x);                                                                         \
-        if (r_ != CUDA_SUCCESS) {                                                                  \
-            const char *s_ = "?";                                                                  \
-            cuGetErrorString(r_, &s_);                                                             \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, s_);                         \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "check_common.cuh"
 
 /* The kernels' source is part of this program, so that it can also build
  * the variant without ping-pong between the consumer warpgroups and time both. */
@@ -87,34 +59,10 @@ static const attn_fn kernels[2][2][3] = {
      {tsr_attn_f16_f32_d128, tsr_attn_f16_bf16_d128, tsr_attn_f16_f16_d128}},
 };
 
-__device__ float random_signed_unit(unsigned long long seed, size_t i)
-{
-    unsigned long long z = seed + i * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return ((float)(z >> 40) / (float)(1ull << 24) - 0.5f) * 2.0f;
-}
-
-template <typename T>
-__global__ void fill_random(T *p, size_t n, unsigned long long seed, float scale)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        p[i] = (T)(random_signed_unit(seed, i) * scale);
-}
-
 template <typename T> __global__ void set_row(T *p, size_t row, int d, float value)
 {
     for (int i = threadIdx.x; i < d; i += blockDim.x)
         p[row * d + i] = (T)value;
-}
-
-template <typename T> __global__ void widen(const T *p, float *q, size_t n)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        q[i] = (float)p[i];
 }
 
 __device__ float nan_max(float a, float b)
@@ -181,32 +129,6 @@ __global__ void ref_rows(const T *q, const T *k, const T *v, float *out, const l
             acc += sc[n] / sum * (float)v[(kv0 + n) * D + x];
         o[x] = acc;
     }
-}
-
-/* Median milliseconds of one launch: events around 20 launches after 3
- * warm-ups, median of 5 batches. */
-template <typename F> static double time_ms(F launch)
-{
-    cudaEvent_t e0, e1;
-    CHECK_RT(cudaEventCreate(&e0));
-    CHECK_RT(cudaEventCreate(&e1));
-    for (int i = 0; i < 3; i++)
-        launch();
-    std::vector<double> t;
-    for (int rep = 0; rep < 5; rep++) {
-        CHECK_RT(cudaEventRecord(e0));
-        for (int i = 0; i < 20; i++)
-            launch();
-        CHECK_RT(cudaEventRecord(e1));
-        CHECK_RT(cudaEventSynchronize(e1));
-        float f;
-        CHECK_RT(cudaEventElapsedTime(&f, e0, e1));
-        t.push_back(f / 20);
-    }
-    CHECK_RT(cudaEventDestroy(e0));
-    CHECK_RT(cudaEventDestroy(e1));
-    std::sort(t.begin(), t.end());
-    return t[2];
 }
 
 static CUtensorMap tensor_map(CUtensorMapDataType dt, void *base, int rank, const cuuint64_t *dims,
@@ -301,9 +223,9 @@ static int run_case(const attn_case &c, double *ms_out)
     if (c.out_kind == 0)
         CHECK_RT(cudaMemcpy(outf, out, nq * 4, cudaMemcpyDeviceToDevice));
     else if (c.out_kind == 1)
-        widen<<<1024, 256>>>((__nv_bfloat16 *)out, outf, nq);
+        to_float<<<1024, 256>>>((__nv_bfloat16 *)out, outf, nq);
     else
-        widen<<<1024, 256>>>((__half *)out, outf, nq);
+        to_float<<<1024, 256>>>((__half *)out, outf, nq);
 
     /* Sampled rows: every row when small, else a spread of rows plus the
      * poisoned row's neighbourhood and the last row. */
@@ -365,7 +287,7 @@ static int run_case(const attn_case &c, double *ms_out)
 
     double ms = 0;
     if (c.timed)
-        ms = time_ms([&] { fn<<<grid, TSR_ATTN_THREADS, smem>>>(mq, mk, mv, p); });
+        ms = check_time_ms([&] { fn<<<grid, TSR_ATTN_THREADS, smem>>>(mq, mk, mv, p); });
     /* The variants (no ping-pong; Q read from shared memory by every S), for
      * the bf16 -> bf16 timed cases. */
     double ms_nopp = 0, ms_qsmem = 0, ms_rings = 0;
@@ -373,15 +295,15 @@ static int run_case(const attn_case &c, double *ms_out)
         attn_fn alt = c.d == 128 ? check_no_pingpong_d128 : check_no_pingpong_d64;
         CHECK_RT(cudaFuncSetAttribute((const void *)alt,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        ms_nopp = time_ms([&] { alt<<<grid, TSR_ATTN_THREADS, smem>>>(mq, mk, mv, p); });
+        ms_nopp = check_time_ms([&] { alt<<<grid, TSR_ATTN_THREADS, smem>>>(mq, mk, mv, p); });
         alt = c.d == 128 ? check_q_in_smem_d128 : check_q_in_smem_d64;
         CHECK_RT(cudaFuncSetAttribute((const void *)alt,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        ms_qsmem = time_ms([&] { alt<<<grid, TSR_ATTN_THREADS, smem>>>(mq, mk, mv, p); });
+        ms_qsmem = check_time_ms([&] { alt<<<grid, TSR_ATTN_THREADS, smem>>>(mq, mk, mv, p); });
         alt = c.d == 128 ? check_equal_rings_d128 : check_equal_rings_d64;
         CHECK_RT(cudaFuncSetAttribute((const void *)alt,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        ms_rings = time_ms([&] { alt<<<grid, TSR_ATTN_THREADS, smem>>>(mq, mk, mv, p); });
+        ms_rings = check_time_ms([&] { alt<<<grid, TSR_ATTN_THREADS, smem>>>(mq, mk, mv, p); });
     }
     double flop = 4.0 * c.b * c.h * (double)c.m * c.n * c.d;
     if (c.causal && c.m == c.n)

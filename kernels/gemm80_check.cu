@@ -107,14 +107,6 @@ __global__ void ref_gemm(const T *a, const T *b, const T *b2, const T *bias, con
     out[(size_t)row * n + col] = acc;
 }
 
-template <typename T>
-__global__ void fill_random(T *p, size_t n, unsigned long long seed, float scale)
-{
-    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    for (; i < n; i += (size_t)gridDim.x * blockDim.x)
-        p[i] = (T)(random_signed_unit(seed, i) * scale);
-}
-
 struct gemm_case {
     const char *name;
     int m, n, k; /* n is H for gated cases */

@@ -18,17 +18,6 @@
 #include "gemm_check_common.cuh"
 #include "gemm_params.h"
 
-#define CHECK_DRV(x)                                                                               \
-    do {                                                                                           \
-        CUresult r_ = (x);                                                                         \
-        if (r_ != CUDA_SUCCESS) {                                                                  \
-            const char *n_ = "?";                                                                  \
-            cuGetErrorName(r_, &n_);                                                               \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, n_);                         \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
 /* The kernels' source is part of this program, so that it can also build a
  * variant that prefetches the epilogue's inputs at the tile's start (the old
  * placement) and time both. */
@@ -71,13 +60,6 @@ __global__ void ref_gemm(const T *a, const T *b, const T *b2, const T *bias, con
     out[(size_t)row * n + col] = acc;
 }
 
-template <typename T> __global__ void fill_random(T *p, size_t n, unsigned long long seed)
-{
-    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    for (; i < n; i += (size_t)gridDim.x * blockDim.x)
-        p[i] = (T)random_signed_unit(seed, i);
-}
-
 static CUtensorMap make_map(const void *ptr, CUtensorMapDataType type, int rows, int cols,
                             int box_cols, int box_rows)
 {
@@ -106,11 +88,11 @@ template <typename T>
 static void fill_all(const gemm_case &c, const check_buffers &d, size_t na, size_t nb, size_t nc,
                      unsigned long long seed)
 {
-    fill_random<<<1024, 256>>>((T *)d.a, na, seed);
-    fill_random<<<1024, 256>>>((T *)d.b, nb, seed + 1);
-    fill_random<<<1024, 256>>>((T *)d.b2, nb, seed + 2);
-    fill_random<<<1024, 256>>>((T *)d.bias, c.n, seed + 3);
-    fill_random<<<1024, 256>>>((T *)d.res, nc, seed + 4);
+    fill_random<<<1024, 256>>>((T *)d.a, na, seed, 1.0f);
+    fill_random<<<1024, 256>>>((T *)d.b, nb, seed + 1, 1.0f);
+    fill_random<<<1024, 256>>>((T *)d.b2, nb, seed + 2, 1.0f);
+    fill_random<<<1024, 256>>>((T *)d.bias, c.n, seed + 3, 1.0f);
+    fill_random<<<1024, 256>>>((T *)d.res, nc, seed + 4, 1.0f);
 }
 
 template <typename T> static void run_ref(const gemm_case &c, const check_buffers &d)

@@ -1,45 +1,16 @@
 /*
  * gemm_check_common.cuh — what the stand-alone GEMM checks (gemm_check.cu for
- * the Hopper family, gemm80_check.cu for the Ampere family) share: the error
- * check, the case's device buffers, the random inputs, widening the output,
- * the comparison with the reference and the timing. One copy, so both checks
- * judge and time their kernels the same way.
+ * the Hopper family, gemm80_check.cu for the Ampere family) share beyond
+ * check_common.cuh: the reference products, the case's device buffers,
+ * widening the output and the comparison with the reference. One copy, so both
+ * checks judge their kernels the same way.
  *
  * Single-threaded host code; every call works on the current device.
  */
 #ifndef TSR_GEMM_CHECK_COMMON_CUH
 #define TSR_GEMM_CHECK_COMMON_CUH
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <vector>
-
-#define CHECK_RT(x)                                                                                \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));     \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-/* Element i of a fixed random sequence, uniform in [-1, 1): splitmix64 of
- * seed + i times the golden ratio, its top 24 bits. */
-__device__ __forceinline__ float random_signed_unit(unsigned long long seed, size_t i)
-{
-    unsigned long long z = seed + i * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    float u = (float)(z >> 40) / (float)(1ull << 24); /* [0,1) */
-    return (u - 0.5f) * 2.0f;
-}
+#include "check_common.cuh"
 
 /* The reference kernels' products, one output (row, col) per thread: A's row
  * times B's column, and times B2's column too when gated, accumulated in f32. */
@@ -55,13 +26,6 @@ __device__ __forceinline__ void ref_products(const T *a, const T *b, const T *b2
         if (gated)
             acc2 += x * (float)b2[(size_t)i * n + col];
     }
-}
-
-template <typename T> __global__ void to_float(const T *p, float *q, size_t n)
-{
-    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    for (; i < n; i += (size_t)gridDim.x * blockDim.x)
-        q[i] = (float)p[i];
 }
 
 /* One case's device memory: A (na), B and the second weights (nb), bias (n)
@@ -137,33 +101,6 @@ static check_result check_compare(const check_buffers &d, size_t nc)
     }
     r.rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
     return r;
-}
-
-/* Milliseconds per launch: events around 30 launches after 5 warm-ups, the
- * median of 5 such batches. */
-template <typename Launch> static double check_time_ms(Launch launch)
-{
-    cudaEvent_t e0, e1;
-    CHECK_RT(cudaEventCreate(&e0));
-    CHECK_RT(cudaEventCreate(&e1));
-    for (int i = 0; i < 5; i++)
-        launch();
-    std::vector<float> ms;
-    for (int rep = 0; rep < 5; rep++) {
-        CHECK_RT(cudaEventRecord(e0));
-        for (int i = 0; i < 30; i++)
-            launch();
-        CHECK_RT(cudaEventRecord(e1));
-        CHECK_RT(cudaEventSynchronize(e1));
-        float t;
-        CHECK_RT(cudaEventElapsedTime(&t, e0, e1));
-        ms.push_back(t / 30);
-    }
-    CHECK_RT(cudaGetLastError());
-    std::sort(ms.begin(), ms.end());
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    return ms[2];
 }
 
 /* TFLOP/s of an M x N x K product (gated: two of them) taking ms. */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tessera/fingerprint.h"
 #include "tessera/json.h"
 
 void unit_daemon_start(unit_daemon *u, const char *name, uint64_t max_message_bytes)
@@ -59,6 +60,24 @@ bool unit_applies(const tsr_candidate *c, const tsr_region *r, const char *arch,
 {
     why[0] = '\0';
     return c->applies(c, r, arch, why, 160);
+}
+
+const char *unit_select(tsr_arbiter *a, const tsr_region *r, const char *arch, const char *force)
+{
+    static char name[TSR_CANDIDATE_NAME_MAX];
+    tsr_fingerprint fp;
+    tsr_error e;
+    cr_assert_eq(tsr_region_fingerprint(r, &fp, &e), TSR_OK, "%s", e.message);
+    tsr_select_request req = {.region = r,
+                              .fingerprint = &fp,
+                              .arch = arch,
+                              .force = force,
+                              .policy = TSR_POLICY_TIER,
+                              .verify = false};
+    tsr_decision d;
+    cr_assert_eq(tsr_arbiter_select(a, &req, &d, &e), TSR_OK, "%s: %s", arch, e.message);
+    snprintf(name, sizeof name, "%s", d.candidate.name);
+    return name;
 }
 
 void unit_expect_declines(const tsr_candidate *c, const tsr_region *r, const char *arch,

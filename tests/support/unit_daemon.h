@@ -17,6 +17,7 @@
 #include "backend/cuda/kernels.h"
 #include "config.h"
 #include "daemon.h"
+#include "tessera/arbiter.h"
 #include "tessera/region.h"
 
 /* A daemon context on its own loop: the CPU backend, error-level logging and
@@ -46,6 +47,11 @@ void unit_load_example(const char *path, tsr_dtype dtype, tsr_region *r);
 /* Whether c applies to r on arch; why (160 bytes) holds its reason, "" when it
  * gives none. */
 bool unit_applies(const tsr_candidate *c, const tsr_region *r, const char *arch, char *why);
+
+/* The arbiter's pick for r on arch (policy tier, no verification, force may be
+ * NULL), asserted TSR_OK: the candidate's name, in a buffer the next call
+ * overwrites. */
+const char *unit_select(tsr_arbiter *a, const tsr_region *r, const char *arch, const char *force);
 
 /* Asserts that c declines r on arch for the reason want. */
 void unit_expect_declines(const tsr_candidate *c, const tsr_region *r, const char *arch,

@@ -219,20 +219,6 @@ Test(cuda_attention, embeds_every_entry_the_planner_names)
             }
 }
 
-static const char *select_on(tsr_arbiter *a, const tsr_region *r, const char *arch)
-{
-    static char name[TSR_CANDIDATE_NAME_MAX];
-    tsr_fingerprint fp;
-    tsr_error e;
-    cr_assert_eq(tsr_region_fingerprint(r, &fp, &e), TSR_OK, "%s", e.message);
-    tsr_select_request req = {
-        .region = r, .fingerprint = &fp, .arch = arch, .policy = TSR_POLICY_TIER, .verify = false};
-    tsr_decision d;
-    cr_assert_eq(tsr_arbiter_select(a, &req, &d, &e), TSR_OK, "%s: %s", arch, e.message);
-    snprintf(name, sizeof name, "%s", d.candidate.name);
-    return name;
-}
-
 /* With every candidate registered, bf16 and f16 attention on sm_90a go to the
  * tier-3 kernels by the tier rule; f32, head_dim 96 and Ampere stay with tier1. */
 Test(cuda_attention, the_arbiter_picks_it_on_hopper)
@@ -244,18 +230,18 @@ Test(cuda_attention, the_arbiter_picks_it_on_hopper)
     cr_assert_eq(tsrd_cuda_register_candidates(a, &e), TSR_OK, "%s", e.message);
     tsr_region r;
     unit_load_example("examples/attention.json", TSR_BF16, &r);
-    cr_assert_str_eq(select_on(a, &r, "sm_90a"), "attention_wgmma");
-    cr_assert_str_eq(select_on(a, &r, "sm_80"), "tier1");
+    cr_assert_str_eq(unit_select(a, &r, "sm_90a", NULL), "attention_wgmma");
+    cr_assert_str_eq(unit_select(a, &r, "sm_80", NULL), "tier1");
     tsr_region_free(&r);
     unit_load_example("examples/attention.json", TSR_F16, &r);
-    cr_assert_str_eq(select_on(a, &r, "sm_90a"), "attention_wgmma");
+    cr_assert_str_eq(unit_select(a, &r, "sm_90a", NULL), "attention_wgmma");
     tsr_region_free(&r);
     unit_load_example("examples/attention.json", TSR_F32, &r);
-    cr_assert_str_eq(select_on(a, &r, "sm_90a"), "tier1");
+    cr_assert_str_eq(unit_select(a, &r, "sm_90a", NULL), "tier1");
     tsr_region_free(&r);
     attention(&r, "{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":2,"
                   "\"seq_q\":8,\"seq_k\":8,\"head_dim\":96}");
-    cr_assert_str_eq(select_on(a, &r, "sm_90a"), "tier1");
+    cr_assert_str_eq(unit_select(a, &r, "sm_90a", NULL), "tier1");
     tsr_region_free(&r);
     tsr_arbiter_destroy(a);
 }

@@ -98,25 +98,6 @@ Test(cuda_kernels80, declines_with_the_rule_it_breaks)
 }
 
 /* Registration order decides the tier tie on Hopper; on Ampere only mma80 is left. */
-static const char *select_on(tsr_arbiter *a, const tsr_region *r, const char *arch,
-                             const char *force)
-{
-    static char name[TSR_CANDIDATE_NAME_MAX];
-    tsr_fingerprint fp;
-    tsr_error e;
-    cr_assert_eq(tsr_region_fingerprint(r, &fp, &e), TSR_OK, "%s", e.message);
-    tsr_select_request req = {.region = r,
-                              .fingerprint = &fp,
-                              .arch = arch,
-                              .force = force,
-                              .policy = TSR_POLICY_TIER,
-                              .verify = false};
-    tsr_decision d;
-    cr_assert_eq(tsr_arbiter_select(a, &req, &d, &e), TSR_OK, "%s: %s", arch, e.message);
-    snprintf(name, sizeof name, "%s", d.candidate.name);
-    return name;
-}
-
 Test(cuda_kernels80, wgmma_wins_the_tie_on_hopper_and_mma80_serves_ampere)
 {
     skip_without_image();
@@ -129,13 +110,13 @@ Test(cuda_kernels80, wgmma_wins_the_tie_on_hopper_and_mma80_serves_ampere)
     cr_assert_eq(tsr_region_init_gated(&g, TSR_BF16, 256, 256, 256, TSR_OP_SILU, NULL), TSR_OK);
     const char *want_gemm = tsrd_gemm_sm90_cubin_len > 0 ? "gemm_wgmma" : "gemm_mma80";
     const char *want_swiglu = tsrd_gemm_sm90_cubin_len > 0 ? "swiglu_wgmma" : "swiglu_mma80";
-    cr_assert_str_eq(select_on(a, &r, "sm_90a", NULL), want_gemm);
-    cr_assert_str_eq(select_on(a, &g, "sm_90a", NULL), want_swiglu);
-    cr_assert_str_eq(select_on(a, &r, "sm_90a", "gemm_mma80"), "gemm_mma80");
-    cr_assert_str_eq(select_on(a, &g, "sm_90a", "swiglu_mma80"), "swiglu_mma80");
-    cr_assert_str_eq(select_on(a, &r, "sm_80", NULL), "gemm_mma80");
-    cr_assert_str_eq(select_on(a, &g, "sm_86", NULL), "swiglu_mma80");
-    cr_assert_str_eq(select_on(a, &r, "sm_75", NULL), "tier1");
+    cr_assert_str_eq(unit_select(a, &r, "sm_90a", NULL), want_gemm);
+    cr_assert_str_eq(unit_select(a, &g, "sm_90a", NULL), want_swiglu);
+    cr_assert_str_eq(unit_select(a, &r, "sm_90a", "gemm_mma80"), "gemm_mma80");
+    cr_assert_str_eq(unit_select(a, &g, "sm_90a", "swiglu_mma80"), "swiglu_mma80");
+    cr_assert_str_eq(unit_select(a, &r, "sm_80", NULL), "gemm_mma80");
+    cr_assert_str_eq(unit_select(a, &g, "sm_86", NULL), "swiglu_mma80");
+    cr_assert_str_eq(unit_select(a, &r, "sm_75", NULL), "tier1");
     tsr_arbiter_destroy(a);
 }
 

@@ -995,34 +995,28 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
     tsr_gemm_params params;
     tsr_attn_params attn_params;
     tsrd_tmap_args ta[3];
+    /* Tier 3: three operands (tensor maps, or plain pointers for mma80) and
+     * the family's parameter block. */
+    void *tier3_params = NULL;
     if (k->attention) {
         st = tsrd_attn_launch_args(&k->attn, ptrs, n_inputs, output->ptr, ta, &attn_params, err);
-        for (int i = 0; st == TSR_OK && i < 3; i++)
-            st = cuda_tensor_map(b, s->device, &ta[i], &maps[i], err);
-        if (st != TSR_OK)
-            return st;
-        args[0] = &maps[0];
-        args[1] = &maps[1];
-        args[2] = &maps[2];
-        args[3] = &attn_params;
+        tier3_params = &attn_params;
     } else if (k->tier3 && k->plan.family == TSRD_GEMM_MMA80) {
         st = tsrd_gemm80_launch_args(&k->plan, ptrs, n_inputs, output->ptr, operands, &params, err);
-        if (st != TSR_OK)
-            return st;
-        args[0] = &operands[0];
-        args[1] = &operands[1];
-        args[2] = &operands[2];
-        args[3] = &params;
+        tier3_params = &params;
     } else if (k->tier3) {
         st = tsrd_gemm_launch_args(&k->plan, ptrs, n_inputs, output->ptr, ta, &params, err);
-        for (int i = 0; st == TSR_OK && i < 3; i++)
-            st = cuda_tensor_map(b, s->device, &ta[i], &maps[i], err);
-        if (st != TSR_OK)
-            return st;
-        args[0] = &maps[0];
-        args[1] = &maps[1];
-        args[2] = &maps[2];
-        args[3] = &params;
+        tier3_params = &params;
+    }
+    const bool maps_used = k->attention || (k->tier3 && k->plan.family == TSRD_GEMM_WGMMA);
+    for (int i = 0; st == TSR_OK && maps_used && i < 3; i++)
+        st = cuda_tensor_map(b, s->device, &ta[i], &maps[i], err);
+    if (st != TSR_OK)
+        return st;
+    if (tier3_params != NULL) {
+        for (int i = 0; i < 3; i++)
+            args[i] = maps_used ? (void *)&maps[i] : (void *)&operands[i];
+        args[3] = tier3_params;
     } else {
         if (n_inputs + 1 != k->desc.n_params)
             return tsr_error_set(err, TSR_INTERNAL, "cuda backend: %d buffers for %d parameters",

@@ -270,6 +270,21 @@ static void kernels_tmap(tsrd_tmap_args *t, CUtensorMapDataType dtype, CUdevicep
     t->oob_fill = CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE;
 }
 
+/* Tensor maps and vector loads need 16-byte aligned operands; a pointer that
+ * is not is refused rather than faulting. */
+static tsr_status kernels_check_aligned(const char *what, const CUdeviceptr *inputs, int n_inputs,
+                                        CUdeviceptr output, tsr_error *err)
+{
+    for (int i = 0; i < n_inputs; i++)
+        if (inputs[i] % 16 != 0)
+            return tsr_error_set(err, TSR_BUFFER_MISMATCH,
+                                 "%s launch: input %d is not 16-byte aligned", what, i);
+    if (output % 16 != 0)
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH,
+                             "%s launch: the output is not 16-byte aligned", what);
+    return TSR_OK;
+}
+
 /* The checks both families' launches make, then the shared kernel parameters. */
 static tsr_status kernels_launch_params(const tsrd_gemm_plan *plan, const CUdeviceptr *inputs,
                                         int n_inputs, CUdeviceptr output, tsr_gemm_params *params,
@@ -279,13 +294,9 @@ static tsr_status kernels_launch_params(const tsrd_gemm_plan *plan, const CUdevi
     if (n_inputs != want)
         return tsr_error_set(err, TSR_INTERNAL, "gemm launch: %d inputs, expected %d", n_inputs,
                              want);
-    for (int i = 0; i < n_inputs; i++)
-        if (inputs[i] % 16 != 0)
-            return tsr_error_set(err, TSR_BUFFER_MISMATCH,
-                                 "gemm launch: input %d is not 16-byte aligned", i);
-    if (output % 16 != 0)
-        return tsr_error_set(err, TSR_BUFFER_MISMATCH,
-                             "gemm launch: the output is not 16-byte aligned");
+    tsr_status st = kernels_check_aligned("gemm", inputs, n_inputs, output, err);
+    if (st != TSR_OK)
+        return st;
     memset(params, 0, sizeof *params);
     params->m = plan->m;
     params->n = plan->n;
@@ -388,13 +399,9 @@ tsr_status tsrd_attn_launch_args(const tsrd_attn_plan *plan, const CUdeviceptr *
     if (n_inputs != 3)
         return tsr_error_set(err, TSR_INTERNAL, "attention launch: %d inputs, expected 3",
                              n_inputs);
-    for (int i = 0; i < n_inputs; i++)
-        if (inputs[i] % 16 != 0)
-            return tsr_error_set(err, TSR_BUFFER_MISMATCH,
-                                 "attention launch: input %d is not 16-byte aligned", i);
-    if (output % 16 != 0)
-        return tsr_error_set(err, TSR_BUFFER_MISMATCH,
-                             "attention launch: the output is not 16-byte aligned");
+    tsr_status st = kernels_check_aligned("attention", inputs, n_inputs, output, err);
+    if (st != TSR_OK)
+        return st;
     cuuint64_t d = (cuuint64_t)plan->head_dim;
     /* Q: {D, B·H·seq_q}; K and V: {D, seq_k, B·Hkv}, so that a K or V box
      * never reaches into the next head: rows past seq_k read as zeros. */
@@ -433,6 +440,24 @@ static bool kernels_tier1_applies(const tsr_candidate *c, const tsr_region *r, c
     return false;
 }
 
+/* The build embedded an image of image_len bytes; why says so otherwise. */
+static bool kernels_image_embedded(size_t image_len, char *why, size_t why_len)
+{
+    if (image_len == 0)
+        snprintf(why, why_len, "this tesserad was built without nvcc (no tier-3 kernels)");
+    return image_len > 0;
+}
+
+/* The checks of the Hopper images: arch sm_90a, and the image embedded. */
+static bool kernels_sm90a_image(const char *arch, size_t image_len, char *why, size_t why_len)
+{
+    if (strcmp(arch, TSRD_CUDA_TIER3_ARCH) != 0) {
+        snprintf(why, why_len, "built for %s only, not %s", TSRD_CUDA_TIER3_ARCH, arch);
+        return false;
+    }
+    return kernels_image_embedded(image_len, why, why_len);
+}
+
 /* Past the arch check, a tier-3 family applies when the build embedded its
  * image and its plan accepts r; why is then the rule r breaks. */
 static bool kernels_gemm_applies(size_t image_len,
@@ -440,10 +465,8 @@ static bool kernels_gemm_applies(size_t image_len,
                                                          tsr_error *),
                                  const tsr_region *r, char *why, size_t why_len)
 {
-    if (image_len == 0) {
-        snprintf(why, why_len, "this tesserad was built without nvcc (no tier-3 kernels)");
+    if (!kernels_image_embedded(image_len, why, why_len))
         return false;
-    }
     tsrd_gemm_plan plan;
     tsr_error err;
     if (plan_make(r, &plan, &err) != TSR_OK) {
@@ -457,11 +480,8 @@ static bool kernels_tier3_applies(const tsr_candidate *c, const tsr_region *r, c
                                   char *why, size_t why_len)
 {
     (void)c;
-    if (strcmp(arch, TSRD_CUDA_TIER3_ARCH) != 0) {
-        snprintf(why, why_len, "built for %s only, not %s", TSRD_CUDA_TIER3_ARCH, arch);
-        return false;
-    }
-    return kernels_gemm_applies(tsrd_gemm_sm90_cubin_len, tsrd_gemm_plan_make, r, why, why_len);
+    return kernels_sm90a_image(arch, tsrd_gemm_sm90_cubin_len, why, why_len) &&
+           kernels_gemm_applies(tsrd_gemm_sm90_cubin_len, tsrd_gemm_plan_make, r, why, why_len);
 }
 
 /* sm_80 .. sm_89 run the image's sm_80 code, Hopper its sm_90 code. */
@@ -487,14 +507,8 @@ static bool kernels_attn_applies(const tsr_candidate *c, const tsr_region *r, co
                                  char *why, size_t why_len)
 {
     (void)c;
-    if (strcmp(arch, TSRD_CUDA_TIER3_ARCH) != 0) {
-        snprintf(why, why_len, "built for %s only, not %s", TSRD_CUDA_TIER3_ARCH, arch);
+    if (!kernels_sm90a_image(arch, tsrd_attn_sm90_cubin_len, why, why_len))
         return false;
-    }
-    if (tsrd_attn_sm90_cubin_len == 0) {
-        snprintf(why, why_len, "this tesserad was built without nvcc (no tier-3 kernels)");
-        return false;
-    }
     tsrd_attn_plan plan;
     tsr_error err;
     if (tsrd_attn_plan_make(r, &plan, &err) != TSR_OK) {

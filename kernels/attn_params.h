@@ -3,10 +3,11 @@
  * attention kernels of kernels/attn_sm90.cu (shared by host C and device CUDA
  * code).
  *
- * Every kernel takes three CUtensorMap parameters by value — Q, K and V, each
- * seen as a 3-D tensor {head_dim, seq, batch · heads} (K and V with heads_kv),
- * boxes of 64 head_dim columns (128 bytes, 128-byte swizzle) by the tile's rows
- * by one head — and one tsr_attn_params. The output (B, H, seq_q, head_dim) is
+ * Every kernel takes three CUtensorMap parameters by value — Q as a 2-D tensor
+ * {head_dim, batch · heads · seq_q} in boxes of 64 x TSR_ATTN_BM, K and V as 3-D
+ * tensors {head_dim, seq_k, batch · heads_kv} in boxes of 64 x TSR_ATTN_BN x 1
+ * (so a box never reaches into the next head), all 128-byte swizzled — and one
+ * tsr_attn_params. The output (B, H, seq_q, head_dim) is
  * dense in the output dtype and written with ordinary stores.
  *
  * Requirements checked by the host before launch (the candidate declines
@@ -15,13 +16,15 @@
  * fill rows past the end with zeros, keys past seq_k are masked and the stores
  * are predicated.
  *
- * Grid: (ceil(seq_q / TSR_ATTN_BM), heads, batch), TSR_ATTN_THREADS threads,
- * TSR_ATTN_SMEM_BYTES(head_dim) of dynamic shared memory.
+ * Grid: (ceil(group · seq_q / TSR_ATTN_BM), heads_kv, batch) with group =
+ * heads / heads_kv (the query heads of a kv head are packed into its rows),
+ * TSR_ATTN_THREADS threads, TSR_ATTN_SMEM_BYTES(head_dim) of dynamic shared
+ * memory.
  */
 #ifndef TSR_ATTN_PARAMS_H
 #define TSR_ATTN_PARAMS_H
 
-#define TSR_ATTN_BM 128      /* query rows per CTA: two consumer warpgroups of 64 */
+#define TSR_ATTN_BM 128      /* packed query rows per CTA: two consumer warpgroups of 64 */
 #define TSR_ATTN_BN 128      /* keys per K / V tile */
 #define TSR_ATTN_THREADS 384 /* one producer and two consumer warpgroups */
 

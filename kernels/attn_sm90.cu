@@ -14,9 +14,10 @@
  *    into separate shared-memory rings with the tensor-memory accelerator
  *    (128-byte swizzle); K and V each have their own full and empty mbarriers,
  *    so a K stage is refilled as soon as S = Q·Kᵀ has read it.
- *  - S = Q·Kᵀ is wgmma m64n128k16 from shared memory (both K-major); P·V takes P
- *    from registers (the S accumulators, rounded to the input dtype, are
- *    already in wgmma's A-fragment layout) and V MN-major (transpose bit).
+ *  - S = Q·Kᵀ is wgmma m64n128k16 with Q from registers (read once from the
+ *    tile as A fragments) and K from shared memory (K-major); P·V takes P from
+ *    registers too (the S accumulators, rounded to the input dtype, are already
+ *    in wgmma's A-fragment layout) and V MN-major (transpose bit).
  *  - Within a warpgroup, S of tile j is issued before P·V of tile j − 1, so the
  *    softmax of tile j runs while the tensor cores multiply tile j − 1; and
  *    the two consumer warpgroups take turns at issuing (ping-pong), so one's
@@ -25,9 +26,10 @@
  *    so a NaN score makes its row NaN as in the reference; a row that sees no
  *    key is written as 0.
  *  - Exactness on masked keys: the tensor cores compute 0 · v for a masked key,
- *    which is NaN when v is not finite, while the reference skips the key. A
- *    tile with masked keys (causal diagonal) whose V holds a non-finite value
- *    takes P·V on the CUDA cores instead, skipping masked pairs. Keys past
+ *    which is NaN when v is not finite, while the reference skips the key. On
+ *    a tile with masked keys (causal diagonal) whose V holds a non-finite
+ *    value, the tensor cores multiply P by a block of zeros instead and the
+ *    CUDA cores add the tile's products, skipping masked pairs. Keys past
  *    seq_k are zero-filled by the loads and cannot carry one.
  */
 #include <cuda.h>

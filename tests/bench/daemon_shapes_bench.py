@@ -62,6 +62,7 @@ CASES = [
     attention("attention B4 H32 S4096 D64", 4, 32, 32, 4096, 4096, 64, False),
     attention("attention causal B4 H32 S4096 D64", 4, 32, 32, 4096, 4096, 64, True),
     attention("attention decode B32 H32 kv8 seq_k 8192", 32, 32, 8, 1, 8192, 128, False),
+    attention("attention decode B1 H32 kv8 seq_k 8192", 1, 32, 8, 1, 8192, 128, False),
     matmul("matmul bf16 8192^3", "bf16", 8192, 8192, 8192),
     matmul("matmul f16 4096^3", "f16", 4096, 4096, 4096),
     matmul("matmul bf16 3000x5000x4000", "bf16", 3000, 5000, 4000),

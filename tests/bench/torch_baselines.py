@@ -89,7 +89,8 @@ def main():
                  ("causal B4 H32 kv8 S4096 D128", 4, 32, 8, 4096, 4096, 128, True),
                  ("B4 H32 S4096 D64", 4, 32, 32, 4096, 4096, 64, False),
                  ("causal B4 H32 S4096 D64", 4, 32, 32, 4096, 4096, 64, True),
-                 ("decode B32 H32 kv8 seq_k 8192 D128", 32, 32, 8, 1, 8192, 128, False)]
+                 ("decode B32 H32 kv8 seq_k 8192 D128", 32, 32, 8, 1, 8192, 128, False),
+                 ("decode B1 H32 kv8 seq_k 8192 D128", 1, 32, 8, 1, 8192, 128, False)]
         for name, b, h, hkv, m, n, d, causal in cases:
             q = torch.randn(b, h, m, d, device=dev, dtype=bf)
             k = torch.randn(b, hkv, n, d, device=dev, dtype=bf)

@@ -265,6 +265,15 @@ Test(kcache, creates_missing_directories)
     tsr_kcache_close(c);
 }
 
+/* Builds entry 1 through a cache on d (a miss that writes it to disk), then
+ * closes the cache. */
+static void disk_entry_made(const char *d, struct builder *b)
+{
+    tsr_kcache *c = cache_open(d, 0, 0);
+    cr_expect_eq(get_checked(c, 1, b), TSR_KCACHE_MISS);
+    tsr_kcache_close(c);
+}
+
 Test(kcache, reopened_directory_serves_from_disk_without_building)
 {
     const char *d = dir_make();
@@ -354,16 +363,14 @@ static void check_discarded_and_rebuilt(enum damage how)
 {
     const char *d = dir_make();
     struct builder b = {.len = 256, .fill = 3};
-    tsr_kcache *c = cache_open(d, 0, 0);
-    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
-    tsr_kcache_close(c);
+    disk_entry_made(d, &b);
 
     tsr_fingerprint k = key_of(1);
     char path[512];
     entry_path(d, &k, path, sizeof path);
     damage_file(path, how);
 
-    c = cache_open(d, 0, 0);
+    tsr_kcache *c = cache_open(d, 0, 0);
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
     cr_expect_eq(atomic_load(&b.calls), 2);
     tsr_kcache_stats s;
@@ -927,9 +934,7 @@ Test(kcache, entry_parse_accepts_a_written_entry_and_rejects_any_changed_byte)
 {
     const char *d = dir_make();
     struct builder b = {.len = 40, .fill = 9};
-    tsr_kcache *c = cache_open(d, 0, 0);
-    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
-    tsr_kcache_close(c);
+    disk_entry_made(d, &b);
 
     tsr_fingerprint k = key_of(1), other = key_of(2);
     char path[512];
@@ -1040,9 +1045,7 @@ Test(kcache, a_forged_entry_with_a_recomputed_sha256_is_discarded)
 {
     const char *d = dir_make();
     struct builder b = {.len = 64, .fill = 4};
-    tsr_kcache *c = cache_open(d, 0, 0);
-    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
-    tsr_kcache_close(c);
+    disk_entry_made(d, &b);
 
     /* Whoever can write the directory changes the payload and puts a digest
      * anyone can compute where the MAC goes. */
@@ -1066,9 +1069,7 @@ Test(kcache, an_entry_written_under_another_key_is_discarded)
 {
     const char *d = dir_make();
     struct builder b = {.len = 64, .fill = 4};
-    tsr_kcache *c = cache_open(d, 0, 0);
-    cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
-    tsr_kcache_close(c);
+    disk_entry_made(d, &b);
     /* A new key (the old file deleted) makes every entry written before
      * untrustworthy. */
     char path[512];

@@ -458,15 +458,12 @@ static bool kernels_sm90a_image(const char *arch, size_t image_len, char *why, s
     return kernels_image_embedded(image_len, why, why_len);
 }
 
-/* Past the arch check, a tier-3 family applies when the build embedded its
- * image and its plan accepts r; why is then the rule r breaks. */
-static bool kernels_gemm_applies(size_t image_len,
-                                 tsr_status (*plan_make)(const tsr_region *, tsrd_gemm_plan *,
+/* Past the arch and image checks, a GEMM family applies when its plan accepts
+ * r; why is then the rule r breaks. */
+static bool kernels_gemm_applies(tsr_status (*plan_make)(const tsr_region *, tsrd_gemm_plan *,
                                                          tsr_error *),
                                  const tsr_region *r, char *why, size_t why_len)
 {
-    if (!kernels_image_embedded(image_len, why, why_len))
-        return false;
     tsrd_gemm_plan plan;
     tsr_error err;
     if (plan_make(r, &plan, &err) != TSR_OK) {
@@ -481,7 +478,7 @@ static bool kernels_tier3_applies(const tsr_candidate *c, const tsr_region *r, c
 {
     (void)c;
     return kernels_sm90a_image(arch, tsrd_gemm_sm90_cubin_len, why, why_len) &&
-           kernels_gemm_applies(tsrd_gemm_sm90_cubin_len, tsrd_gemm_plan_make, r, why, why_len);
+           kernels_gemm_applies(tsrd_gemm_plan_make, r, why, why_len);
 }
 
 /* sm_80 .. sm_89 run the image's sm_80 code, Hopper its sm_90 code. */
@@ -500,7 +497,8 @@ static bool kernels_mma80_applies(const tsr_candidate *c, const tsr_region *r, c
         snprintf(why, why_len, "built for sm_80 .. sm_89 and sm_90, not %s", arch);
         return false;
     }
-    return kernels_gemm_applies(tsrd_gemm_sm80_image_len, tsrd_gemm80_plan_make, r, why, why_len);
+    return kernels_image_embedded(tsrd_gemm_sm80_image_len, why, why_len) &&
+           kernels_gemm_applies(tsrd_gemm80_plan_make, r, why, why_len);
 }
 
 static bool kernels_attn_applies(const tsr_candidate *c, const tsr_region *r, const char *arch,
@@ -732,6 +730,22 @@ static tsr_status kernels_compile_test_fault(const tsrd_nvrtc *nv, const tsr_reg
     return st;
 }
 
+/* A tier-3 blob: the embedded entry and its launch geometry, no payload (the
+ * kernels take three operands and a parameter block). */
+static tsr_status kernels_embedded_blob(const char *entry, const uint32_t grid[3], uint32_t block,
+                                        uint32_t shared_bytes, const tsr_fingerprint *fp,
+                                        uint8_t **bin, size_t *len, tsr_error *err)
+{
+    tsrd_cuda_launch_desc desc = {.image = TSRD_CUDA_IMAGE_EMBEDDED,
+                                  .grid = {grid[0], grid[1], grid[2]},
+                                  .block = {block, 1, 1},
+                                  .shared_bytes = shared_bytes,
+                                  .n_params = 4,
+                                  .region = *fp};
+    snprintf(desc.entry, sizeof desc.entry, "%s", entry);
+    return tsrd_cuda_blob_encode(&desc, NULL, 0, bin, len, err);
+}
+
 tsr_status tsrd_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_region *r,
                              const tsr_candidate *c, const char *arch, uint8_t **bin, size_t *len,
                              tsr_error *err)
@@ -761,27 +775,14 @@ tsr_status tsrd_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_regio
     if (tsrd_cuda_candidate_is_attention(c)) {
         tsrd_attn_plan plan;
         st = tsrd_attn_plan_make(r, &plan, err);
-        if (st != TSR_OK)
-            return st;
-        tsrd_cuda_launch_desc desc = {.image = TSRD_CUDA_IMAGE_EMBEDDED,
-                                      .grid = {plan.grid[0], plan.grid[1], plan.grid[2]},
-                                      .block = {plan.block, 1, 1},
-                                      .shared_bytes = plan.shared_bytes,
-                                      .n_params = 4,
-                                      .region = fp};
-        snprintf(desc.entry, sizeof desc.entry, "%s", plan.entry);
-        return tsrd_cuda_blob_encode(&desc, NULL, 0, bin, len, err);
+        return st != TSR_OK ? st
+                            : kernels_embedded_blob(plan.entry, plan.grid, plan.block,
+                                                    plan.shared_bytes, &fp, bin, len, err);
     }
     tsrd_gemm_plan plan;
     st = tsrd_gemm_plan_for(c, r, &plan, err);
-    if (st != TSR_OK)
-        return st;
-    tsrd_cuda_launch_desc desc = {.image = TSRD_CUDA_IMAGE_EMBEDDED,
-                                  .grid = {plan.grid, 1, 1},
-                                  .block = {plan.block, 1, 1},
-                                  .shared_bytes = plan.shared_bytes,
-                                  .n_params = 4,
-                                  .region = fp};
-    snprintf(desc.entry, sizeof desc.entry, "%s", plan.entry);
-    return tsrd_cuda_blob_encode(&desc, NULL, 0, bin, len, err);
+    const uint32_t grid[3] = {plan.grid, 1, 1};
+    return st != TSR_OK ? st
+                        : kernels_embedded_blob(plan.entry, grid, plan.block, plan.shared_bytes,
+                                                &fp, bin, len, err);
 }

@@ -763,6 +763,22 @@ static tsr_status cuda_blob_check(const tsr_fingerprint *made_for, const tsr_reg
                          what, have_hex, tsr_region_kind_name(r->kind), want_hex);
 }
 
+/* A tier-3 launch takes its geometry from the blob: the blob must carry this
+ * build's plan for the region (one stored by a build with other tiles, or for
+ * another entry, is refused rather than launched with the wrong shape). */
+static tsr_status cuda_blob_matches_plan(const tsrd_cuda_launch_desc *desc, const char *entry,
+                                         const uint32_t grid[3], uint32_t block,
+                                         uint32_t shared_bytes, tsr_error *err)
+{
+    if (strcmp(entry, desc->entry) != 0 || shared_bytes != desc->shared_bytes ||
+        block != desc->block[0] || memcmp(grid, desc->grid, sizeof desc->grid) != 0)
+        return tsr_error_set(err, TSR_CORRUPT,
+                             "stored entry %s does not serve this region with this build's "
+                             "geometry",
+                             desc->entry);
+    return TSR_OK;
+}
+
 static tsr_status cuda_load(tsrd_backend *b, int device, const tsr_region *r,
                             const tsr_candidate *c, const uint8_t *bin, size_t len, tsrd_kobj **out,
                             tsr_error *err)
@@ -799,24 +815,18 @@ static tsr_status cuda_load(tsrd_backend *b, int device, const tsr_region *r,
         tsrd_cuda_candidate_is_attention(c)) {
         k->attention = 1;
         st = tsrd_attn_plan_make(r, &k->attn, err);
-        /* The launch takes its geometry from the blob: it must be this
-         * build's plan (a blob from a build with other tiles is refused). */
-        if (st == TSR_OK &&
-            (strcmp(k->attn.entry, k->desc.entry) != 0 ||
-             k->attn.shared_bytes != k->desc.shared_bytes || k->attn.block != k->desc.block[0] ||
-             memcmp(k->attn.grid, k->desc.grid, sizeof k->attn.grid) != 0))
-            st = tsr_error_set(err, TSR_CORRUPT,
-                               "stored entry %s does not serve this region with this build's "
-                               "geometry",
-                               k->desc.entry);
+        if (st == TSR_OK)
+            st = cuda_blob_matches_plan(&k->desc, k->attn.entry, k->attn.grid, k->attn.block,
+                                        k->attn.shared_bytes, err);
         if (st == TSR_OK)
             st = cuda_embedded_module(b, device, CUDA_EMBEDDED_ATTN90, &module, err);
     } else if (st == TSR_OK && k->desc.image == TSRD_CUDA_IMAGE_EMBEDDED) {
         k->tier3 = 1;
         st = tsrd_gemm_plan_for(c, r, &k->plan, err);
-        if (st == TSR_OK && strcmp(k->plan.entry, k->desc.entry) != 0)
-            st = tsr_error_set(err, TSR_CORRUPT, "stored entry %s does not serve this region",
-                               k->desc.entry);
+        const uint32_t grid[3] = {k->plan.grid, 1, 1};
+        if (st == TSR_OK)
+            st = cuda_blob_matches_plan(&k->desc, k->plan.entry, grid, k->plan.block,
+                                        k->plan.shared_bytes, err);
         if (st == TSR_OK)
             st = cuda_embedded_module(b, device,
                                       k->plan.family == TSRD_GEMM_MMA80 ? CUDA_EMBEDDED_GEMM80

@@ -56,8 +56,11 @@ int main(int argc, char **argv)
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         config.workers = cpus > 0 ? (int)(cpus < TSRD_MAX_WORKERS ? cpus : TSRD_MAX_WORKERS) : 4;
     }
+    /* One thread more than the jobs the pool runs at once (work_slots): large
+     * requests are decoded there and never wait behind long compiles. */
     char workers[16];
-    snprintf(workers, sizeof workers, "%d", config.workers);
+    snprintf(workers, sizeof workers, "%d",
+             config.workers < TSRD_MAX_WORKERS ? config.workers + 1 : TSRD_MAX_WORKERS);
     setenv("UV_THREADPOOL_SIZE", workers, 1);
     int status = tsrd_service_run(&config);
     tsrd_config_free(&config);

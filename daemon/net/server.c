@@ -451,6 +451,13 @@ static void server_reply(void *sink, void *origin, const uint8_t *data, size_t l
     nng_ctx_send(slot->ctx, slot->send_aio);
 }
 
+/* A received message, once the request path is done with its bytes (any
+ * thread: nng messages may be freed anywhere). */
+static void server_msg_release(void *msg)
+{
+    nng_msg_free(msg);
+}
+
 /* A request: counted on its session, refused past the connection's cap,
  * else dispatched. */
 static void server_received(tsrd_server *s, server_event *ev)
@@ -477,9 +484,11 @@ static void server_received(tsrd_server *s, server_event *ev)
                  sess->net_held - 1, (unsigned long long)cap);
         d->metrics.requests_refused_connection++;
         tsrd_dispatch_refuse(d, slot, body, len, TSR_RESOURCE_EXHAUSTED, msg);
+        nng_msg_free(ev->msg);
     } else {
-        tsrd_dispatch(d, sess, slot, body, len);
+        tsrd_dispatch(d, sess, slot, body, len, server_msg_release, ev->msg);
     }
+    ev->msg = NULL;
 }
 
 static void server_async_cb(uv_async_t *handle)
@@ -495,8 +504,7 @@ static void server_async_cb(uv_async_t *handle)
         server_event *next = ev->next;
         switch (ev->kind) {
         case SERVER_EV_RECV:
-            server_received(s, ev);
-            nng_msg_free(ev->msg);
+            server_received(s, ev); /* the message goes with the request */
             free(ev);
             break;
         case SERVER_EV_SENT:

@@ -378,9 +378,11 @@ static tsr_status dispatch_exhausted(tsrd_job *job, const char *quota, uint64_t 
                          (unsigned long long)limit);
 }
 
-/* Admits the job against its tenant's quotas and takes its share of them
- * (given back by dispatch_release when it is answered). A refused request
- * changes nothing, so the tenant's other work is untouched. */
+/* Admits the job against its tenant's quotas for what its body asks and takes
+ * its share of them (given back by dispatch_release when it is answered). The
+ * request itself was counted in in_flight before decoding
+ * (dispatch_admit_request). A refused request takes nothing more, so the
+ * tenant's other work is untouched. */
 static tsr_status dispatch_admit(tsrd_job *job)
 {
     tsrd_tenant *t = job->tenant;
@@ -388,8 +390,6 @@ static tsr_status dispatch_admit(tsrd_job *job)
     bool compile = dispatch_is_compile(job->body_case);
     uint64_t bytes = 0;
     bool alloc = job->body_case == TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC;
-    if (q->in_flight != 0 && t->in_flight >= q->in_flight)
-        return dispatch_exhausted(job, "in_flight", t->in_flight, 1, q->in_flight);
     if (compile && q->compiles != 0 && t->compiles >= q->compiles)
         return dispatch_exhausted(job, "compiles", t->compiles, 1, q->compiles);
     if (alloc) {
@@ -402,7 +402,6 @@ static tsr_status dispatch_admit(tsrd_job *job)
             return dispatch_exhausted(job, "device_memory_bytes", held, bytes,
                                       q->device_memory_bytes);
     }
-    t->in_flight++;
     job->holds_compile = compile;
     if (compile)
         t->compiles++;
@@ -429,13 +428,11 @@ static tsr_status dispatch_validate(tsrd_job *job)
     /* health is for probes, which carry no token; it tells only the state. */
     if (req->body_case == TESSERA__V1__REQUEST__BODY_HEALTH)
         return TSR_OK;
-    /* Attributed from the envelope's auth before the body was decoded. */
-    job->tenant = job->session->tenant;
+    /* Attributed from the envelope's auth before the body was decoded, and
+     * already holding its request of the in_flight quota. */
     tsr_status st;
-    if ((st = dispatch_admit(job)) != TSR_OK) {
-        job->tenant = NULL; /* nothing taken, nothing to give back */
+    if ((st = dispatch_admit(job)) != TSR_OK)
         return st;
-    }
     if (req->body_case == TESSERA__V1__REQUEST__BODY_RUN)
         return dispatch_check_tensors(job, req->run->inputs, req->run->n_inputs, "run.inputs");
     if (req->body_case == TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC &&
@@ -505,70 +502,58 @@ static bool dispatch_replay(tsrd_daemon *d, tsrd_session *s, void *origin, uint6
 /* A health request needs no token, so it gets no more than this to read. */
 #define DISPATCH_HEALTH_MAX 4096
 
-void tsrd_dispatch(tsrd_daemon *d, tsrd_session *s, void *origin, const uint8_t *data, size_t len)
-{
-    uint64_t start = uv_hrtime();
-    d->metrics.bytes_in += len;
-    tsrd_envelope env;
-    tsr_error err;
-    if (tsrd_envelope_parse(data, len, &env, &err) != TSR_OK) {
-        dispatch_reply_bare(d, origin, 0, err.code, err.message);
-        return;
-    }
-    if (s == NULL || d->draining) {
-        dispatch_reply_bare_as(d, origin, env.id, env.body_case, TSR_UNAVAILABLE,
-                               s == NULL ? "connection is closing" : "tesserad is shutting down");
-        return;
-    }
-    bool health = env.body_case == TESSERA__V1__REQUEST__BODY_HEALTH;
-    if (health && len > DISPATCH_HEALTH_MAX) {
-        snprintf(err.message, sizeof err.message,
-                 "health: a %zu-byte request; a health request carries no data (at most %d "
-                 "bytes)",
-                 len, DISPATCH_HEALTH_MAX);
-        dispatch_reply_bare_as(d, origin, env.id, env.body_case, TSR_MESSAGE_TOO_LARGE,
-                               err.message);
-        return;
-    }
-    tsrd_job *job = calloc(1, sizeof *job);
-    if (job == NULL) {
-        dispatch_reply_bare_as(d, origin, env.id, env.body_case, TSR_NO_MEMORY, "out of memory");
-        return;
-    }
-    /* Who is asking comes before anything else, the request-id memory
-     * included: a stored reply goes only to the session's own tenant. */
-    if (!health) {
-        tsrd_tenant *tenant = NULL;
-        if (tsrd_tenant_attribute_bytes(d, s, env.auth, env.auth_len, &tenant, &err) != TSR_OK) {
-            free(job);
-            dispatch_reply_bare_as(d, origin, env.id, env.body_case, err.code, err.message);
-            return;
-        }
-        dispatch_bind_replay(d, s);
-        if (dispatch_replay(d, s, origin, env.id, env.body_case)) {
-            free(job);
-            return;
-        }
-    }
-    Tessera__V1__Reply init = TESSERA__V1__REPLY__INIT;
-    job->reply = init;
-    job->d = d;
-    job->session = s;
-    tsrd_session_ref(s);
-    job->origin = origin;
-    job->id = env.id;
-    job->start_ns = start;
-    job->body_case = env.body_case;
-    d->inflight++;
+/* Bodies up to this size (at most ~2 000 fields) are checked and decoded on the
+ * loop, which takes microseconds; larger ones on the worker pool, so that a
+ * tenant's megabytes of fields never hold up the loop that serves the others. */
+#define DISPATCH_DECODE_INLINE_MAX 4096
 
+/* The request's bytes are no longer needed. */
+static void dispatch_raw_done(tsrd_job *job)
+{
+    if (job->raw_release != NULL)
+        job->raw_release(job->raw_owner);
+    job->raw = NULL;
+    job->raw_len = 0;
+    job->raw_release = NULL;
+    job->raw_owner = NULL;
+}
+
+/* Makes the job own its bytes (they outlive tsrd_dispatch from here on):
+ * borrowed bytes are copied. False when out of memory. */
+static bool dispatch_raw_own(tsrd_job *job)
+{
+    if (job->raw_release != NULL)
+        return true;
+    uint8_t *copy = malloc(job->raw_len ? job->raw_len : 1);
+    if (copy == NULL)
+        return false;
+    memcpy(copy, job->raw, job->raw_len);
+    job->raw = copy;
+    job->raw_release = free;
+    job->raw_owner = copy;
+    return true;
+}
+
+/* Checks the shape of the job's bytes and decodes them (any thread: touches
+ * the job alone). */
+static tsr_status dispatch_decode(tsrd_job *job)
+{
     /* Bounded in fields and nesting before protobuf-c allocates for them. */
-    tsr_status st = tsrd_request_check_shape(data, len, &job->err);
-    if (st == TSR_OK) {
-        job->req = tessera__v1__request__unpack(NULL, len, data);
-        if (job->req == NULL)
-            st = tsr_error_set(&job->err, TSR_BAD_MESSAGE,
-                               "%zu bytes do not decode as a tessera.v1.Request", len);
-    }
+    tsr_status st = tsrd_request_check_shape(job->raw, job->raw_len, &job->err);
+    if (st != TSR_OK)
+        return st;
+    job->req = tessera__v1__request__unpack(NULL, job->raw_len, job->raw);
+    if (job->req == NULL)
+        return tsr_error_set(&job->err, TSR_BAD_MESSAGE,
+                             "%zu bytes do not decode as a tessera.v1.Request", job->raw_len);
+    return TSR_OK;
+}
+
+/* A decoded request (or one that failed to decode) goes on: validation, the
+ * handler's prepare step, then where its row says. Loop thread. */
+static void dispatch_decoded(tsrd_job *job, tsr_status st)
+{
+    tsrd_daemon *d = job->d;
     if (st != TSR_OK) {
         dispatch_complete(job, st);
         return;
@@ -589,6 +574,192 @@ void tsrd_dispatch(tsrd_daemon *d, tsrd_session *s, void *origin, const uint8_t 
         dispatch_queue_work(job);
     else
         dispatch_complete(job, st == TSR_OK ? job->handler->execute(job) : st);
+}
+
+static void dispatch_decode_work(uv_work_t *w)
+{
+    tsrd_job *job = w->data;
+    job->err.code = dispatch_decode(job);
+    dispatch_raw_done(job); /* the message goes from this thread too */
+}
+
+static void dispatch_start(tsrd_job *job);
+
+/* Starts the session's parked requests in arrival order, until one of them
+ * decodes off the loop again. */
+static void dispatch_unpark(tsrd_daemon *d, tsrd_session *s)
+{
+    (void)d;
+    while (!s->decoding && s->parked_head != NULL) {
+        tsrd_job *job = s->parked_head;
+        s->parked_head = job->parked_next;
+        if (s->parked_head == NULL)
+            s->parked_tail = NULL;
+        dispatch_start(job);
+    }
+}
+
+static void dispatch_decode_after(uv_work_t *w, int uv_status)
+{
+    tsrd_job *job = w->data;
+    tsrd_daemon *d = job->d;
+    tsrd_session *s = job->session;
+    tsr_status st = job->err.code;
+    if (uv_status == UV_ECANCELED) {
+        dispatch_raw_done(job);
+        st = tsr_error_set(&job->err, TSR_CANCELLED, "request cancelled while being decoded");
+    }
+    tsrd_session_ref(s);
+    s->decoding = false;
+    dispatch_decoded(job, st);
+    dispatch_unpark(d, s);
+    tsrd_session_unref(d, s);
+}
+
+/* Decodes the job on the loop when it is small, else on the worker pool (the
+ * session's later requests park until it is back). */
+static void dispatch_start(tsrd_job *job)
+{
+    tsrd_daemon *d = job->d;
+    tsrd_session *s = job->session;
+    if (job->raw_len <= DISPATCH_DECODE_INLINE_MAX) {
+        tsr_status st = dispatch_decode(job);
+        dispatch_raw_done(job);
+        dispatch_decoded(job, st);
+        return;
+    }
+    if (!dispatch_raw_own(job)) {
+        dispatch_raw_done(job);
+        dispatch_complete(job, tsr_error_set(&job->err, TSR_NO_MEMORY, "out of memory"));
+        return;
+    }
+    s->decoding = true;
+    d->metrics.decoded_off_loop++;
+    job->work.data = job;
+    job->err.code = TSR_OK;
+    int rc = uv_queue_work(d->loop, &job->work, dispatch_decode_work, dispatch_decode_after);
+    if (rc != 0) {
+        s->decoding = false;
+        dispatch_raw_done(job);
+        dispatch_complete(
+            job, tsr_error_set(&job->err, TSR_INTERNAL, "uv_queue_work: %s", uv_strerror(rc)));
+        dispatch_unpark(d, s);
+    }
+}
+
+/* Takes one request of the tenant's in_flight quota for the job, before
+ * anything of its body is decoded: a flood of large requests waits within
+ * the quota, decoding included. */
+static tsr_status dispatch_admit_request(tsrd_job *job, tsrd_tenant *t)
+{
+    const tsrd_quota *q = &t->conf.quota;
+    if (q->in_flight != 0 && t->in_flight >= q->in_flight) {
+        job->tenant = t;
+        tsr_status st = dispatch_exhausted(job, "in_flight", t->in_flight, 1, q->in_flight);
+        job->tenant = NULL;
+        return st;
+    }
+    t->in_flight++;
+    job->tenant = t;
+    return TSR_OK;
+}
+
+void tsrd_dispatch(tsrd_daemon *d, tsrd_session *s, void *origin, const uint8_t *data, size_t len,
+                   void (*release)(void *owner), void *owner)
+{
+    uint64_t start = uv_hrtime();
+    d->metrics.bytes_in += len;
+    tsrd_envelope env;
+    tsr_error err;
+    if (tsrd_envelope_parse(data, len, &env, &err) != TSR_OK) {
+        if (release != NULL)
+            release(owner);
+        dispatch_reply_bare(d, origin, 0, err.code, err.message);
+        return;
+    }
+    tsr_status refused = TSR_OK;
+    if (s == NULL || d->draining) {
+        refused = TSR_UNAVAILABLE;
+        snprintf(err.message, sizeof err.message, "%s",
+                 s == NULL ? "connection is closing" : "tesserad is shutting down");
+    }
+    bool health = env.body_case == TESSERA__V1__REQUEST__BODY_HEALTH;
+    if (refused == TSR_OK && health && len > DISPATCH_HEALTH_MAX) {
+        refused = TSR_MESSAGE_TOO_LARGE;
+        snprintf(err.message, sizeof err.message,
+                 "health: a %zu-byte request; a health request carries no data (at most %d "
+                 "bytes)",
+                 len, DISPATCH_HEALTH_MAX);
+    }
+    if (refused != TSR_OK) {
+        if (release != NULL)
+            release(owner);
+        dispatch_reply_bare_as(d, origin, env.id, env.body_case, refused, err.message);
+        return;
+    }
+    tsrd_job *job = calloc(1, sizeof *job);
+    if (job == NULL) {
+        if (release != NULL)
+            release(owner);
+        dispatch_reply_bare_as(d, origin, env.id, env.body_case, TSR_NO_MEMORY, "out of memory");
+        return;
+    }
+    job->raw = data;
+    job->raw_len = len;
+    job->raw_release = release;
+    job->raw_owner = owner;
+    /* Who is asking comes before anything else, the request-id memory
+     * included: a stored reply goes only to the session's own tenant. */
+    if (!health) {
+        tsrd_tenant *tenant = NULL;
+        if (tsrd_tenant_attribute_bytes(d, s, env.auth, env.auth_len, &tenant, &err) != TSR_OK) {
+            dispatch_raw_done(job);
+            free(job);
+            dispatch_reply_bare_as(d, origin, env.id, env.body_case, err.code, err.message);
+            return;
+        }
+        dispatch_bind_replay(d, s);
+        if (dispatch_replay(d, s, origin, env.id, env.body_case)) {
+            dispatch_raw_done(job);
+            free(job);
+            return;
+        }
+    }
+    Tessera__V1__Reply init = TESSERA__V1__REPLY__INIT;
+    job->reply = init;
+    job->d = d;
+    job->session = s;
+    tsrd_session_ref(s);
+    job->origin = origin;
+    job->id = env.id;
+    job->start_ns = start;
+    job->body_case = env.body_case;
+    d->inflight++;
+    if (!health) {
+        tsr_status st = dispatch_admit_request(job, s->tenant);
+        if (st != TSR_OK) {
+            dispatch_raw_done(job);
+            dispatch_complete(job, st);
+            return;
+        }
+    }
+    /* A request of this session is decoding off the loop: this one waits its
+     * turn, so that the session's requests are served in arrival order. */
+    if (s->decoding || s->parked_head != NULL) {
+        if (!dispatch_raw_own(job)) {
+            dispatch_raw_done(job);
+            dispatch_complete(job, tsr_error_set(&job->err, TSR_NO_MEMORY, "out of memory"));
+            return;
+        }
+        job->parked_next = NULL;
+        if (s->parked_tail != NULL)
+            s->parked_tail->parked_next = job;
+        else
+            s->parked_head = job;
+        s->parked_tail = job;
+        return;
+    }
+    dispatch_start(job);
 }
 
 void tsrd_dispatch_refuse(tsrd_daemon *d, void *origin, const uint8_t *data, size_t len,

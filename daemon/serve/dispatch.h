@@ -6,8 +6,11 @@
  * does not parse is answered BAD_MESSAGE with id 0) -> attribution to a tenant
  * from the auth bytes or the peer (health alone skips it; a refusal costs no
  * decoding) -> the request-id memory (a resent id is answered from memory, or
- * waits for the first copy within the tenant's in_flight quota) -> the shape
- * check (field count and nesting) -> decode -> one central validation step
+ * waits for the first copy within the tenant's in_flight quota) -> one request
+ * of the tenant's in_flight quota -> the shape check (field count and nesting)
+ * and decode, on the loop for bodies up to 4 KiB and on the worker pool for
+ * larger ones (the session's later requests wait their turn meanwhile, so a
+ * session's requests keep their arrival order) -> one central validation step
  * (body present and known, quotas, payload sizes) -> the handler for the body
  * (d->handler_find: handlers/handlers.h) -> encode -> reply. The steps of a
  * handler and where each runs are in serve/job.h.
@@ -31,8 +34,13 @@
 
 /* Serves one received message of session s (tsrd_session_get; NULL when the
  * connection is already gone, which is answered UNAVAILABLE). origin is handed
- * back to d->reply_fn exactly once (possibly later, when the work completes). */
-void tsrd_dispatch(tsrd_daemon *d, tsrd_session *s, void *origin, const uint8_t *data, size_t len);
+ * back to d->reply_fn exactly once (possibly later, when the work completes).
+ * Ownership of data: with release set, the message is handed over and
+ * release(owner) is called exactly once, on whichever thread is done with it
+ * (possibly before tsrd_dispatch returns); with release NULL the bytes are
+ * only borrowed for the call, and copied where they must outlive it. */
+void tsrd_dispatch(tsrd_daemon *d, tsrd_session *s, void *origin, const uint8_t *data, size_t len,
+                   void (*release)(void *owner), void *owner);
 
 /* Answers one received message with status and message at once, without
  * serving it (the transport's refusals: a connection past its request cap).

@@ -35,6 +35,8 @@ char *tsrd_job_strdup(tsrd_job *job, const char *s)
 
 void tsrd_job_free(tsrd_job *job)
 {
+    if (job->raw_release != NULL)
+        job->raw_release(job->raw_owner);
     while (job->arena != NULL) {
         tsrd_arena_block *next = job->arena->next;
         free(job->arena);

@@ -87,12 +87,19 @@ struct tsrd_job {
     double hold_ms;
     uv_work_t work;
     tsrd_job *stream_next;
+    /* The request's bytes until it is decoded: released (raw_release, when
+     * set, else they were only borrowed) as soon as the decode is done. */
+    const uint8_t *raw;
+    size_t raw_len;
+    void (*raw_release)(void *owner);
+    void *raw_owner;
+    tsrd_job *parked_next; /* in the session's parked requests */
 };
 
 /* Zeroed memory that lives as long as the job; NULL when out of memory. */
 void *tsrd_job_alloc(tsrd_job *job, size_t size);
 char *tsrd_job_strdup(tsrd_job *job, const char *s);
-/* Frees the job, its arena and its request. */
+/* Frees the job, its arena, its request and the request's bytes if it still holds them. */
 void tsrd_job_free(tsrd_job *job);
 
 /* The session's stream, created on first use (stream jobs only, worker thread). */

@@ -97,6 +97,12 @@ typedef struct tsrd_session {
     struct tsrd_session_kernel *kernels;
     bool stream_busy;
     tsrd_job *stream_head, *stream_tail;
+    /* A request decoding on the worker pool holds back the session's later
+     * requests (parked here, in arrival order) until it is decoded and
+     * dispatched, so that decoding off the loop never reorders a session's
+     * requests (dispatch.c). */
+    bool decoding;
+    tsrd_job *parked_head, *parked_tail;
     struct tsrd_session *next;
 } tsrd_session;
 
@@ -138,7 +144,8 @@ typedef struct tsrd_latency {
 typedef struct tsrd_metrics {
     uint64_t requests[TSRD_BODY_CASES][TSR_STATUS_COUNT];
     tsrd_latency latency[TSRD_BODY_CASES];
-    uint64_t replays; /* answered from the request-id memory */
+    uint64_t replays;          /* answered from the request-id memory */
+    uint64_t decoded_off_loop; /* request bodies checked and decoded on the worker pool */
     /* The transport (net/server.c): connections open, those closed at once
      * past max_connections, those closed for replies left unread, requests
      * refused past max_requests_per_connection, and the nng contexts open. */

@@ -137,7 +137,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     uint32_t pipe = ++h->next_pipe;
     h->replies = 0;
     h->bad_replies = 0;
-    tsrd_dispatch(&h->d, tsrd_session_get(&h->d, pipe), (void *)(uintptr_t)pipe, data, size);
+    tsrd_dispatch(&h->d, tsrd_session_get(&h->d, pipe), (void *)(uintptr_t)pipe, data, size, NULL,
+                  NULL);
     uv_run(&h->loop, UV_RUN_DEFAULT);
     if (h->replies != 1)
         fuzz_fail(h->replies == 0 ? "a request was never answered"

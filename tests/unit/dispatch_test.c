@@ -56,7 +56,8 @@ static void teardown(void)
 /* Hands len bytes from origin on pipe to the dispatcher; the loop does not run. */
 static void dispatch_on(int origin, uint32_t pipe, const uint8_t *data, size_t len)
 {
-    tsrd_dispatch(&h->u.d, tsrd_session_get(&h->u.d, pipe), (void *)(intptr_t)origin, data, len);
+    tsrd_dispatch(&h->u.d, tsrd_session_get(&h->u.d, pipe), (void *)(intptr_t)origin, data, len,
+                  NULL, NULL);
 }
 
 /* Sends req from origin on pipe 1 and runs the loop until all work is done. */

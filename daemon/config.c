@@ -376,6 +376,7 @@ static tsr_status config_json_quotas(const cJSON *v, tsrd_quota *q, tsr_error *e
                          : strcmp(item->string, "buffers") == 0           ? &q->buffers
                          : strcmp(item->string, "in_flight") == 0         ? &q->in_flight
                          : strcmp(item->string, "compiles") == 0          ? &q->compiles
+                         : strcmp(item->string, "replay_bytes") == 0      ? &q->replay_bytes
                                                                           : NULL;
         if (slot == NULL)
             return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "quotas: unknown key '%s'", item->string);

@@ -13,7 +13,7 @@
  *   replay_bytes_per_tenant, cache_key_file
  *
  * tenants is an array of objects {name, token_sha256 [hex], uids [n], gids [n],
- * shm_uid n, quotas {device_memory_bytes, buffers, in_flight, compiles}}; tokens
+ * shm_uid n, quotas {device_memory_bytes, buffers, in_flight, compiles, replay_bytes}}; tokens
  * are kept only as SHA-256 hashes (tesserad --hash-token prints one). shm_uid,
  * which needs a token, is the user whose shared memory the tenant may name on
  * a connection without peer credentials (tcp, tls). tls is an object
@@ -72,6 +72,9 @@ typedef struct tsrd_quota {
     uint64_t buffers;             /* live buffers */
     uint64_t in_flight;           /* requests executing or queued */
     uint64_t compiles;            /* compile, run, verify, candidates at once */
+    /* Bytes of stored replies kept for resends over the tenant's connections.
+     * Never unlimited: 0 takes the daemon-wide replay_bytes_per_tenant. */
+    uint64_t replay_bytes;
 } tsrd_quota;
 
 typedef struct tsrd_tenant_config {

@@ -446,11 +446,12 @@ static tsr_status dispatch_validate(tsrd_job *job)
 /* ---- the entry point ---- */
 
 /* The session's stored replies draw on its tenant's budget from its first
- * attributed request on. */
+ * attributed request on: the tenant's replay_bytes quota, else the daemon-wide
+ * replay_bytes_per_tenant (taken again on every request, so a reload applies). */
 static void dispatch_bind_replay(tsrd_daemon *d, tsrd_session *s)
 {
     tsrd_tenant *t = s->tenant;
-    t->replay.budget = (size_t)d->config.replay_bytes_per_tenant;
+    t->replay.budget = (size_t)tsrd_tenant_replay_budget(d, t);
     if (s->replay.pool == NULL)
         tsrd_replay_set_pool(&s->replay, &t->replay, (size_t)d->config.replay_bytes_per_connection);
 }

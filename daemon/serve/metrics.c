@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "serve/metrics.h"
+#include "serve/tenant.h"
 
 #include "serve/nvml.h"
 #include "serve/scope.h"
@@ -281,6 +282,9 @@ static void metrics_tenants(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
          "Bytes of stored replies kept for resends, over the tenant's connections."},
         {"tenant_replay_evictions_total", "counter",
          "Stored replies dropped to keep within the replay budgets."},
+        {"tenant_replay_quota_bytes", "gauge",
+         "The most bytes of stored replies kept over the tenant's connections (its "
+         "replay_bytes quota, else replay_bytes_per_tenant)."},
     };
     for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
         const char *family = fams[f].family;
@@ -291,9 +295,11 @@ static void metrics_tenants(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
             uint64_t queued = 0;
             for (tsrd_job *j = t->work_head; j != NULL; j = j->work_next)
                 queued++;
-            const uint64_t v[] = {t->buffers,       t->buffer_bytes, t->kernels,
-                                  t->in_flight,     t->compiles,     queued,
-                                  t->refused_quota, t->replay.bytes, t->replay.evictions};
+            const uint64_t v[] = {t->buffers,          t->buffer_bytes,
+                                  t->kernels,          t->in_flight,
+                                  t->compiles,         queued,
+                                  t->refused_quota,    t->replay.bytes,
+                                  t->replay.evictions, tsrd_tenant_replay_budget(d, t)};
             metrics_row *row = metrics_add(l, family, fams[f].type, fams[f].help, (double)v[f]);
             if (row == NULL)
                 return;

@@ -141,3 +141,9 @@ tsr_status tsrd_tenant_attribute(tsrd_daemon *d, tsrd_session *s, const char *au
     return tsrd_tenant_attribute_bytes(d, s, (const uint8_t *)auth, auth ? strlen(auth) : 0, out,
                                        err);
 }
+
+uint64_t tsrd_tenant_replay_budget(const tsrd_daemon *d, const tsrd_tenant *t)
+{
+    return t->conf.quota.replay_bytes != 0 ? t->conf.quota.replay_bytes
+                                           : d->config.replay_bytes_per_tenant;
+}

@@ -26,4 +26,8 @@ tsr_status tsrd_tenant_attribute_bytes(tsrd_daemon *d, tsrd_session *s, const ui
 tsr_status tsrd_tenant_attribute(tsrd_daemon *d, tsrd_session *s, const char *auth,
                                  tsrd_tenant **out, tsr_error *err);
 
+/* The most bytes of stored replies t's connections keep: its replay_bytes
+ * quota, else the daemon-wide replay_bytes_per_tenant. */
+uint64_t tsrd_tenant_replay_budget(const tsrd_daemon *d, const tsrd_tenant *t);
+
 #endif

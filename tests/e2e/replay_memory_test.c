@@ -11,6 +11,7 @@
  * from memory, and a resend of an evicted one runs again.
  */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,8 +32,9 @@ static void replay_teardown(void)
 
 TestSuite(replay_memory, .fini = replay_teardown, .timeout = 120);
 
-/* y = 2x + 1 over REPLAY_ELEMENTS inline, as wire bytes with id. */
-static uint8_t *replay_run_bytes(uint64_t id, const float *x, size_t *len)
+/* y = 2x + 1 over REPLAY_ELEMENTS inline, as wire bytes with id and auth
+ * (NULL: none). */
+static uint8_t *replay_run_bytes_as(uint64_t id, const char *auth, const float *x, size_t *len)
 {
     tsr_region *r = fixture_affine(REPLAY_ELEMENTS);
     Tessera__V1__Region *pb = fixture_region_pb(r);
@@ -47,9 +49,16 @@ static uint8_t *replay_run_bytes(uint64_t id, const float *x, size_t *len)
     run.n_inputs = 1;
     Tessera__V1__Request req;
     testd_request_run(&req, &run, id);
+    if (auth != NULL)
+        req.auth = (char *)auth;
     uint8_t *out = testd_request_pack(&req, len);
     tsr_region_pb_free(pb);
     return out;
+}
+
+static uint8_t *replay_run_bytes(uint64_t id, const float *x, size_t *len)
+{
+    return replay_run_bytes_as(id, NULL, x, len);
 }
 
 /* Sends a run and checks its answer: y[i] = 2 * x[i] + 1 for x[i] = i + seed. */
@@ -149,4 +158,60 @@ Test(replay_memory, stored_replies_are_counted_and_bounded_per_connection_and_pe
     free(last);
     free(x);
     tsr_client_close(c);
+}
+
+/* Three 4 MiB runs on one connection of a tenant, then its gauges as that
+ * tenant sees them in stats. */
+static void replay_tenant_runs(const char *token, const float *x, double *kept, double *evicted,
+                               double *quota)
+{
+    uint32_t sock = 0;
+    cr_assert_eq(testd_raw_open(&replay_d, &sock), 0);
+    for (int j = 0; j < REPLAY_RUNS; j++) {
+        size_t len = 0;
+        uint8_t *bytes = replay_run_bytes_as(0x700 + (uint64_t)j, token, x, &len);
+        replay_run(sock, 0x700 + (uint64_t)j, bytes, len, 0);
+        free(bytes);
+    }
+    tsr_client *c = testd_connect(replay_d.url, token, 30000);
+    cr_assert_not_null(c);
+    tsr_client_stats *st = NULL;
+    cr_assert_eq(tsr_client_stats_get(c, false, &st, 0, NULL), TSR_OK);
+    const char *tenant = strcmp(token, ATTACK_TOKEN_ALICE) == 0 ? "alice" : "bob";
+    char name[128];
+    snprintf(name, sizeof name, "tenant_replay_bytes{tenant=\"%s\"}", tenant);
+    *kept = tsr_client_stats_counter(st, name, -1);
+    snprintf(name, sizeof name, "tenant_replay_evictions_total{tenant=\"%s\"}", tenant);
+    *evicted = tsr_client_stats_counter(st, name, -1);
+    snprintf(name, sizeof name, "tenant_replay_quota_bytes{tenant=\"%s\"}", tenant);
+    *quota = tsr_client_stats_counter(st, name, -1);
+    tsr_client_stats_free(st);
+    tsr_client_close(c);
+    testd_raw_close(sock);
+}
+
+Test(replay_memory, a_tenants_replay_bytes_quota_bounds_its_stored_replies)
+{
+    /* alice may keep 6 MiB of replies, bob the daemon-wide 64 MiB; either's
+     * connection 16 MiB. */
+    cr_assert_eq(attack_start_tenants(&replay_d,
+                                      "\"replay_bytes_per_connection\": 16777216, "
+                                      "\"replay_bytes_per_tenant\": 67108864, ",
+                                      "\"replay_bytes\": 6291456", "", 0, NULL),
+                 0);
+    float *x = malloc(REPLAY_ELEMENTS * sizeof(float));
+    for (int i = 0; i < REPLAY_ELEMENTS; i++)
+        x[i] = (float)i;
+    double kept, evicted, quota;
+    replay_tenant_runs(ATTACK_TOKEN_ALICE, x, &kept, &evicted, &quota);
+    cr_expect_eq(quota, 6291456.0);
+    /* One 4 MiB reply fits alice's 6 MiB: the two older ones went. */
+    cr_expect_leq(kept, 6291456.0);
+    cr_expect_geq(kept, (double)(4 << 20), "the newest reply is kept and counted");
+    cr_expect_eq(evicted, 2.0);
+    replay_tenant_runs(ATTACK_TOKEN_BOB, x, &kept, &evicted, &quota);
+    cr_expect_eq(quota, 67108864.0);
+    cr_expect_geq(kept, (double)(3 * (4 << 20)), "bob keeps all three");
+    cr_expect_eq(evicted, 0.0);
+    free(x);
 }

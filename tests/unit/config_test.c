@@ -257,6 +257,22 @@ Test(config, cache_key_file_and_a_tenants_admin_flag)
     expect_parse("{\"cache_key_file\":7}", TSR_BAD_ATTRIBUTE, NULL);
 }
 
+Test(config, a_tenants_replay_bytes_quota)
+{
+    tsrd_config c;
+    parse_ok(&c, "{\"tenants\":[{\"name\":\"a\",\"uids\":[1],"
+                 "\"quotas\":{\"replay_bytes\":6291456,\"in_flight\":3}},"
+                 "{\"name\":\"b\",\"uids\":[2]}]}");
+    cr_assert_eq(c.n_tenants, 2);
+    cr_expect_eq(c.tenants[0].quota.replay_bytes, UINT64_C(6291456));
+    cr_expect_eq(c.tenants[0].quota.in_flight, 3);
+    cr_expect_eq(c.tenants[1].quota.replay_bytes, 0, "absent: the daemon-wide budget applies");
+    tsrd_config_free(&c);
+    expect_parse("{\"tenants\":[{\"name\":\"a\",\"uids\":[1],"
+                 "\"quotas\":{\"replay_bytes\":-1}}]}",
+                 TSR_BAD_ATTRIBUTE, NULL);
+}
+
 Test(config, the_shipped_configs_validate_and_the_default_declares_no_tenants)
 {
     tsrd_config c;

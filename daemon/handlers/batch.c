@@ -10,13 +10,24 @@
  * graph after (serve/graphs.h); one that cannot runs the launches one by one, which
  * gives the same results.
  *
- * Launched one by one, a long batch yields between launches once it has run
- * for BATCH_SLICE_MS: the job goes back to its tenant's queue (job->again) and
- * the worker pool serves the other tenants' work first, so a batch of slow
- * launches delays another tenant's request by one launch, not the whole batch.
- * The session's stream stays the batch's meanwhile, so its order is kept. A
- * captured graph is one device call and is not divided.
+ * A long batch yields: its launches go in chunks planned from what each kernel
+ * took when last measured (tsrd_kernel.launch_ns), at most half of
+ * BATCH_SLICE_MS of device work per chunk, and a kernel not measured yet goes
+ * alone. After each chunk but the last the stream is synchronized, which
+ * measures the chunk (and bounds the device work queued ahead of other
+ * tenants' copies); once BATCH_SLICE_MS have gone the job goes back to its
+ * tenant's queue (job->again) and the worker pool serves the other tenants'
+ * work first. The session's stream stays the batch's meanwhile, so its order is
+ * kept. A batch whose launches all fit one chunk runs as one backend call and
+ * one synchronize, as before. Captured graphs follow the same plan: each chunk
+ * is a graph of its own (serve/graphs.h keeps them by their exact launch
+ * sequence, and a later batch replays the longest kept one that matches where
+ * it stands), so a captured batch yields between graphs just the same. A batch
+ * is captured only once every kernel in it has been measured by an earlier
+ * batch, so the first batch of new kernels runs uncaptured, the next captures,
+ * and replays start with the third.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,8 +50,11 @@ typedef struct batch_entry {
 typedef struct batch_state {
     size_t n; /* entries resolved (and pinned) so far */
     batch_entry *entries;
-    size_t next;  /* launches issued by earlier slices */
-    size_t chunk; /* launches per backend call, grown while calls are quick */
+    size_t next;    /* launches issued so far, over all slices */
+    bool started;   /* the first slice ran */
+    bool use_graph; /* capture and replay (graph=true on a backend that can) */
+    bool all_replayed;
+    double device_ms; /* summed over the synchronizes */
 } batch_state;
 
 static tsr_status batch_check_buffer(tsrd_job *job, const tsrd_buffer *b,
@@ -144,87 +158,108 @@ static tsr_status batch_run_range(tsrd_job *job, tsrd_stream *stream, size_t fro
     return st;
 }
 
-/* The whole sequence in one backend call (a graph capture). */
-static tsr_status batch_run_all(tsrd_job *job, tsrd_stream *stream)
-{
-    batch_state *s = job->state;
-    return batch_run_range(job, stream, 0, s->n);
-}
+/* Half a slice of device work per chunk: a chunk that runs a little over its
+ * estimate still ends within the slice. */
+#define BATCH_CHUNK_NS ((uint64_t)BATCH_SLICE_MS * 1000000u / 2)
 
-/* Launches from where the last slice stopped until BATCH_SLICE_MS have gone;
- * sets job->again when launches remain. Calls start at one launch and double
- * while they take under a quarter of the slice, so a backend that queues
- * launches without waiting (a GPU) needs few calls, and one that runs them in
- * the call (the CPU) stops after the launch that used up the slice. */
-static tsr_status batch_run_slice(tsrd_job *job, tsrd_stream *stream)
+/* How many launches from `from` make the next chunk: at least one; more while
+ * every kernel has been measured and the estimates fit BATCH_CHUNK_NS. */
+static size_t batch_plan(const batch_state *s, size_t from)
 {
-    batch_state *s = job->state;
-    uint64_t start = uv_hrtime();
-    const uint64_t slice = (uint64_t)BATCH_SLICE_MS * 1000000u;
-    if (s->chunk == 0)
-        s->chunk = 1;
-    while (s->next < s->n) {
-        size_t n = s->n - s->next < s->chunk ? s->n - s->next : s->chunk;
-        uint64_t t0 = uv_hrtime();
-        tsr_status st = batch_run_range(job, stream, s->next, n);
-        if (st != TSR_OK)
-            return st;
-        s->next += n;
-        uint64_t now = uv_hrtime();
-        if (now - t0 < slice / 4)
-            s->chunk *= 2;
-        if (s->next < s->n && now - start >= slice) {
-            job->again = true;
-            return TSR_OK;
-        }
+    uint64_t sum = atomic_load_explicit(&s->entries[from].kernel->launch_ns, memory_order_relaxed);
+    if (sum == 0)
+        return 1;
+    size_t n = 1;
+    while (from + n < s->n) {
+        uint64_t est =
+            atomic_load_explicit(&s->entries[from + n].kernel->launch_ns, memory_order_relaxed);
+        if (est == 0 || sum + est > BATCH_CHUNK_NS)
+            break;
+        sum += est;
+        n++;
     }
-    return TSR_OK;
-}
-
-static size_t batch_key_len(const Tessera__V1__BatchRequest *req)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < req->n_launches; i++)
-        n += 2 + req->launches[i]->n_inputs;
     return n;
 }
 
-static void batch_key_fill(const Tessera__V1__BatchRequest *req, uint64_t *key)
+/* Spreads a chunk's measured time over its kernels: in proportion to their
+ * estimates when all had one, else (a chunk of one unmeasured kernel, or a
+ * replayed graph) evenly over its launches. */
+static void batch_learn(const batch_state *s, size_t from, size_t n, uint64_t took_ns)
 {
+    uint64_t sum = 0;
+    bool all_known = true;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t est =
+            atomic_load_explicit(&s->entries[from + i].kernel->launch_ns, memory_order_relaxed);
+        sum += est;
+        all_known = all_known && est != 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        tsrd_kernel *k = s->entries[from + i].kernel;
+        uint64_t est = atomic_load_explicit(&k->launch_ns, memory_order_relaxed);
+        uint64_t now = all_known && sum > 0
+                           ? (uint64_t)((double)est * (double)took_ns / (double)sum)
+                           : took_ns / n;
+        atomic_store_explicit(&k->launch_ns, now > 0 ? now : 1, memory_order_relaxed);
+    }
+}
+
+/* The handles of launches [from, from + n) as a graph key: per launch the
+ * kernel, its inputs and its output (*len words, malloc'd; NULL when out of
+ * memory). */
+static uint64_t *batch_key(const tsrd_job *job, size_t from, size_t n, size_t *len)
+{
+    const Tessera__V1__BatchRequest *req = job->req->batch;
+    size_t words = 0;
+    for (size_t i = from; i < from + n; i++)
+        words += 2 + req->launches[i]->n_inputs;
+    uint64_t *key = malloc((words ? words : 1) * sizeof *key);
+    if (key == NULL)
+        return NULL;
     size_t at = 0;
-    for (size_t i = 0; i < req->n_launches; i++) {
+    for (size_t i = from; i < from + n; i++) {
         const Tessera__V1__BatchLaunch *l = req->launches[i];
         key[at++] = l->kernel;
         for (size_t k = 0; k < l->n_inputs; k++)
             key[at++] = l->inputs[k];
         key[at++] = l->output;
     }
+    *len = words;
+    return key;
 }
 
-/* Replays a captured graph or captures one. TSR_UNSUPPORTED (err cleared)
- * when the backend cannot capture: the caller then launches one by one. */
-static tsr_status batch_graph_run(tsrd_job *job, tsrd_stream *stream)
+/* The next chunk as a graph (every kernel of the batch has been measured, so
+ * the plan is known): the longest kept graph whose launches are the ones that
+ * come next is replayed when it is within a factor of two of the planned
+ * chunk (estimates move a little from batch to batch; the kept graphs should
+ * not); else the planned chunk is captured, kept and replayed. *count gets the
+ * launches done. TSR_UNSUPPORTED (err cleared) when the backend cannot
+ * capture: the caller goes on without graphs. */
+static tsr_status batch_graph_chunk(tsrd_job *job, tsrd_stream *stream, size_t *count)
 {
-    const Tessera__V1__BatchRequest *req = job->req->batch;
     tsrd_daemon *d = job->d;
     batch_state *s = job->state;
-    size_t n = batch_key_len(req);
-    uint64_t *key = malloc(n * sizeof *key);
-    if (key == NULL)
+    size_t n = batch_plan(s, s->next);
+    size_t rest_len = 0;
+    uint64_t *rest = batch_key(job, s->next, s->n - s->next, &rest_len);
+    if (rest == NULL)
         return tsr_error_set(&job->err, TSR_NO_MEMORY, "batch: out of memory");
-    batch_key_fill(req, key);
-    tsrd_graph *cached = tsrd_graphs_find(job->session, key, n);
-    if (cached != NULL) {
-        free(key);
-        tsr_status st = d->bops->graph->graph_launch(d->backend, cached, stream, &job->err);
+    size_t launches = 0;
+    tsrd_graph *kept = tsrd_graphs_match(job->session, rest, rest_len, &launches);
+    free(rest);
+    if (kept != NULL && launches * 2 >= n && launches <= 2 * n) {
+        tsr_status st = d->bops->graph->graph_launch(d->backend, kept, stream, &job->err);
         if (st == TSR_OK) {
-            job->body.batch.launched = (uint32_t)s->n;
-            job->body.batch.graph_replayed = true;
+            job->body.batch.launched += (uint32_t)launches;
+            *count = launches;
         }
         return st;
     }
-    if (d->bops->graph == NULL)
-        return TSR_UNSUPPORTED;
+    s->all_replayed = false;
+    size_t key_len = 0;
+    uint64_t *key = batch_key(job, s->next, n, &key_len);
+    if (key == NULL)
+        return tsr_error_set(&job->err, TSR_NO_MEMORY, "batch: out of memory");
     tsr_status st = d->bops->graph->graph_begin(d->backend, stream, &job->err);
     if (st == TSR_UNSUPPORTED) {
         free(key);
@@ -232,8 +267,9 @@ static tsr_status batch_graph_run(tsrd_job *job, tsrd_stream *stream)
         return TSR_UNSUPPORTED;
     }
     tsrd_graph *graph = NULL;
+    uint32_t before = job->body.batch.launched;
     if (st == TSR_OK) {
-        st = batch_run_all(job, stream);
+        st = batch_run_range(job, stream, s->next, n);
         tsr_error err_end;
         tsr_status end = d->bops->graph->graph_end(d->backend, stream, &graph, &err_end);
         if (st == TSR_OK && end != TSR_OK) {
@@ -242,51 +278,95 @@ static tsr_status batch_graph_run(tsrd_job *job, tsrd_stream *stream)
         }
     }
     /* Captured launches did not run: the replay below is their execution. */
-    job->body.batch.launched = 0;
+    job->body.batch.launched = before;
     if (st != TSR_OK) {
         if (graph != NULL)
             d->bops->graph->graph_destroy(d->backend, graph);
         free(key);
         return st;
     }
-    st = tsrd_graphs_keep(d, job->session, key, n, graph, &job->err);
+    st = tsrd_graphs_keep(d, job->session, key, key_len, n, graph, &job->err);
     if (st != TSR_OK)
         return tsr_error_prefix(&job->err, "batch");
     st = d->bops->graph->graph_launch(d->backend, graph, stream, &job->err);
-    if (st == TSR_OK)
-        job->body.batch.launched = (uint32_t)s->n;
+    if (st == TSR_OK) {
+        job->body.batch.launched += (uint32_t)n;
+        *count = n;
+    }
+    return st;
+}
+
+/* Synchronizes the stream, adding its device time to the batch's. */
+static tsr_status batch_sync(tsrd_job *job, tsrd_stream *stream, tsr_error *err)
+{
+    batch_state *s = job->state;
+    double ms = 0;
+    tsr_status st = job->d->bops->synchronize(job->d->backend, stream, &ms, err);
+    s->device_ms += ms;
     return st;
 }
 
 static tsr_status batch_execute(tsrd_job *job)
 {
     batch_state *s = job->state;
-    bool first = s->next == 0 && s->chunk == 0;
-    if (first) {
+    tsrd_daemon *d = job->d;
+    if (!s->started) {
+        s->started = true;
         Tessera__V1__BatchReply init = TESSERA__V1__BATCH_REPLY__INIT;
         job->body.batch = init;
         job->reply.body_case = TESSERA__V1__REPLY__BODY_BATCH;
         job->reply.batch = &job->body.batch;
+        /* Captured only once every kernel has been measured (by an earlier
+         * batch): until then the launches go uncaptured and are measured. */
+        s->use_graph = job->req->batch->graph && d->bops->graph != NULL;
+        for (size_t i = 0; s->use_graph && i < s->n; i++)
+            if (atomic_load_explicit(&s->entries[i].kernel->launch_ns, memory_order_relaxed) == 0)
+                s->use_graph = false;
+        s->all_replayed = true;
     }
     tsrd_stream *stream;
     tsr_status st = tsrd_job_stream(job, &stream);
     if (st != TSR_OK)
         return st;
-    st = first && job->req->batch->graph ? batch_graph_run(job, stream) : TSR_UNSUPPORTED;
-    if (st == TSR_UNSUPPORTED) {
-        st = batch_run_slice(job, stream);
-        if (st == TSR_OK && job->again)
-            return TSR_OK; /* the rest in a later slice; synchronize then */
+    const uint64_t slice = (uint64_t)BATCH_SLICE_MS * 1000000u;
+    uint64_t slice_start = uv_hrtime();
+    for (;;) {
+        size_t from = s->next, count = 0;
+        uint64_t t0 = uv_hrtime();
+        if (s->use_graph) {
+            st = batch_graph_chunk(job, stream, &count);
+            if (st == TSR_UNSUPPORTED) {
+                s->use_graph = false;
+                continue;
+            }
+        } else {
+            count = batch_plan(s, from);
+            st = batch_run_range(job, stream, from, count);
+        }
+        s->next += count;
+        /* Each chunk is measured to its end before the next one goes, so the
+         * device queue never holds more than a chunk of this batch ahead of
+         * other tenants' work; the last one (or a failure) ends the batch, its
+         * launches finished before the reply. */
+        tsr_error sync_err;
+        tsr_status sync = batch_sync(job, stream, &sync_err);
+        if (st == TSR_OK && sync != TSR_OK) {
+            job->err = sync_err;
+            st = sync;
+        }
+        if (st != TSR_OK)
+            break;
+        uint64_t now = uv_hrtime();
+        batch_learn(s, from, count, now - t0);
+        if (s->next == s->n)
+            break;
+        if (now - slice_start >= slice) {
+            job->again = true;
+            return TSR_OK;
+        }
     }
-    /* Launches already queued finish before the reply, whatever failed. */
-    double ms = 0;
-    tsr_error sync_err;
-    tsr_status sync = job->d->bops->synchronize(job->d->backend, stream, &ms, &sync_err);
-    if (st == TSR_OK && sync != TSR_OK) {
-        job->err = sync_err;
-        st = sync;
-    }
-    job->body.batch.device_ms = ms;
+    job->body.batch.device_ms = s->device_ms;
+    job->body.batch.graph_replayed = s->use_graph && s->all_replayed;
     return st;
 }
 

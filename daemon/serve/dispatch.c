@@ -226,6 +226,7 @@ static void dispatch_after_work(uv_work_t *w, int uv_status)
         /* A slice of a long job: behind the other tenants' work it goes, and
          * the session's stream stays its own until it completes. */
         job->again = false;
+        d->metrics.job_yields++;
         dispatch_queue_work(job);
         return;
     }

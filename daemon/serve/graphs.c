@@ -11,6 +11,7 @@ struct tsrd_graph_cache {
     struct tsrd_graph_cache *next;
     size_t n_key;
     uint64_t *key; /* per launch: kernel, inputs..., output */
+    size_t launches;
     tsrd_graph *graph;
 };
 
@@ -25,22 +26,27 @@ static void graphs_free_list(tsrd_daemon *d, struct tsrd_graph_cache *g)
     }
 }
 
-tsrd_graph *tsrd_graphs_find(tsrd_session *s, const uint64_t *key, size_t n)
+tsrd_graph *tsrd_graphs_match(tsrd_session *s, const uint64_t *seq, size_t n_seq, size_t *launches)
 {
+    struct tsrd_graph_cache **best = NULL;
     for (struct tsrd_graph_cache **p = &s->graphs; *p != NULL; p = &(*p)->next) {
         struct tsrd_graph_cache *g = *p;
-        if (g->n_key == n && memcmp(g->key, key, n * sizeof *key) == 0) {
-            *p = g->next;
-            g->next = s->graphs;
-            s->graphs = g;
-            return g->graph;
-        }
+        if (g->n_key <= n_seq && memcmp(g->key, seq, g->n_key * sizeof *seq) == 0 &&
+            (best == NULL || g->n_key > (*best)->n_key))
+            best = p;
     }
-    return NULL;
+    if (best == NULL)
+        return NULL;
+    struct tsrd_graph_cache *g = *best;
+    *best = g->next;
+    g->next = s->graphs;
+    s->graphs = g;
+    *launches = g->launches;
+    return g->graph;
 }
 
-tsr_status tsrd_graphs_keep(tsrd_daemon *d, tsrd_session *s, uint64_t *key, size_t n,
-                            tsrd_graph *graph, tsr_error *err)
+tsr_status tsrd_graphs_keep(tsrd_daemon *d, tsrd_session *s, uint64_t *key, size_t n_key,
+                            size_t launches, tsrd_graph *graph, tsr_error *err)
 {
     struct tsrd_graph_cache *g = calloc(1, sizeof *g);
     if (g == NULL) {
@@ -49,7 +55,8 @@ tsr_status tsrd_graphs_keep(tsrd_daemon *d, tsrd_session *s, uint64_t *key, size
         return tsr_error_set(err, TSR_NO_MEMORY, "out of memory");
     }
     g->key = key;
-    g->n_key = n;
+    g->n_key = n_key;
+    g->launches = launches;
     g->graph = graph;
     g->next = s->graphs;
     s->graphs = g;

@@ -387,6 +387,9 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
     metrics_latency(d, l);
     metrics_plain(l, "replays_total", "counter", "Requests answered from the request-id memory.",
                   (double)d->metrics.replays);
+    metrics_plain(l, "job_yields_total", "counter",
+                  "Times a long job (a batch) gave its worker to other tenants' work midway.",
+                  (double)d->metrics.job_yields);
     metrics_plain(l, "requests_decoded_off_loop_total", "counter",
                   "Request bodies over 4 KiB, checked and decoded on the worker pool.",
                   (double)d->metrics.decoded_off_loop);

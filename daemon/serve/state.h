@@ -20,6 +20,7 @@
 #ifndef TESSERAD_SERVE_STATE_H
 #define TESSERAD_SERVE_STATE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <uv.h>
@@ -124,6 +125,10 @@ typedef struct tsrd_kernel {
     tsr_region region;   /* validated; the signature launches are checked against */
     char candidate[TSR_CANDIDATE_NAME_MAX];
     tsrd_tenant *tenant;
+    /* How long one launch took when a batch last measured it (issue to
+     * synchronize, ns; 0: not yet): batches plan their slices with it. Written
+     * and read by the session's stream jobs on worker threads. */
+    _Atomic uint64_t launch_ns;
 } tsrd_kernel;
 
 /* Fixed latency buckets (metrics.c holds the bounds, 50 us to 60 s) plus the
@@ -146,6 +151,7 @@ typedef struct tsrd_metrics {
     tsrd_latency latency[TSRD_BODY_CASES];
     uint64_t replays;          /* answered from the request-id memory */
     uint64_t decoded_off_loop; /* request bodies checked and decoded on the worker pool */
+    uint64_t job_yields;       /* long jobs that gave their worker to other work midway */
     /* The transport (net/server.c): connections open, those closed at once
      * past max_connections, those closed for replies left unread, requests
      * refused past max_requests_per_connection, and the nng contexts open. */

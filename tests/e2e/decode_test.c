@@ -57,8 +57,7 @@ static Tessera__V1__Reply *decode_recv(nng_ctx ctx)
 {
     nng_msg *msg = NULL;
     cr_assert_eq(nng_ctx_recvmsg(ctx, &msg, 0), 0);
-    Tessera__V1__Reply *r =
-        tessera__v1__reply__unpack(NULL, nng_msg_len(msg), nng_msg_body(msg));
+    Tessera__V1__Reply *r = tessera__v1__reply__unpack(NULL, nng_msg_len(msg), nng_msg_body(msg));
     nng_msg_free(msg);
     cr_assert_not_null(r);
     return r;

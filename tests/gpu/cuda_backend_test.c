@@ -3,7 +3,8 @@
  * the CPU reference: every example region in every dtype, random ragged and
  * broadcasting regions (pointwise with NaN / inf probes), verification of the
  * tier1 and tier-3 candidates (both tier-3 families), the default choice of the
- * tier-3 GEMM and its escape hatches, and a kernel served from the disk cache after a restart.
+ * tier-3 GEMM and its escape hatches, a kernel served from the disk cache after a restart,
+ * and a captured batch that yields to another client's run.
  *
  * Without a CUDA driver every test skips; with one, a daemon that does not come
  * up on --backend cuda is a failure.
@@ -11,16 +12,20 @@
 #include <criterion/criterion.h>
 #include <dlfcn.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tessera/client.h"
 #include "tessera/json.h"
 #include "tessera/oracle.h"
 #include "tessera/refexec.h"
 #include "tessera/region.h"
+#include "../support/fixture.h"
 #include "../support/testd.h"
+#include "../support/testdata.h"
 
 #define GPU_TIMEOUT_MS 120000
 
@@ -407,4 +412,100 @@ Test(cuda_backend, narrow_gemm_tiles_serve_small_m)
         cr_expect_str_eq(cand, "gemm_wgmma", "%s", regions[i]);
         tsr_region_free(&r);
     }
+}
+
+typedef struct gpu_batch {
+    tsr_client *c;
+    tsr_client_launch_desc *descs;
+    size_t n;
+    tsr_status status;
+    tsr_client_batch_result result;
+    int finished; /* order of completion: 1 first, 2 second */
+} gpu_batch;
+
+static int gpu_done_order;
+static pthread_mutex_t gpu_done_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int gpu_mark_done(void)
+{
+    pthread_mutex_lock(&gpu_done_lock);
+    int order = ++gpu_done_order;
+    pthread_mutex_unlock(&gpu_done_lock);
+    return order;
+}
+
+static void *gpu_batch_main(void *arg)
+{
+    gpu_batch *b = arg;
+    tsr_error err;
+    b->status = tsr_client_batch(b->c, b->descs, b->n, true, &b->result, GPU_TIMEOUT_MS, &err);
+    b->finished = gpu_mark_done();
+    return NULL;
+}
+
+/* A captured batch of 2000 bf16 4096³ products (about 0.4 s of device work)
+ * runs as graphs of a few milliseconds each with a synchronize between them:
+ * another client's 4-element run, sent while it runs, is answered before the
+ * batch, and the batch gave its worker away midway (job_yields_total). As one
+ * graph, the run's copy would wait on the device for the whole batch. */
+Test(cuda_backend, a_captured_batch_yields_to_another_clients_run)
+{
+    const char *json = "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":4096,\"n\":4096,\"k\":4096}";
+    tsr_region r;
+    tsr_error err;
+    cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &err), TSR_OK, "%s", err.message);
+    tsr_client_compiled k;
+    cr_assert_eq(tsr_client_compile(client_, &r, NULL, &k, GPU_TIMEOUT_MS, &err), TSR_OK, "%s",
+                 err.message);
+    tsr_region_free(&r);
+    int64_t shape[2] = {4096, 4096};
+    tsr_buffer ab[3];
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(tsr_client_buffer_alloc(client_, TSR_CLIENT_BF16, 2, shape, &ab[i], NULL,
+                                             GPU_TIMEOUT_MS, &err),
+                     TSR_OK, "%s", err.message);
+    enum { LAUNCHES = 2000 };
+    tsr_client_launch_desc *descs = calloc(LAUNCHES, sizeof *descs);
+    for (int i = 0; i < LAUNCHES; i++)
+        descs[i] = (tsr_client_launch_desc){k.kernel, 2, ab, ab[2]};
+
+    /* The other client's run, compiled beforehand. */
+    tsr_client *other = testd_client(&daemon_, GPU_TIMEOUT_MS);
+    cr_assert_not_null(other);
+    tsr_region *tiny = testdata_affine(4);
+    float in[4] = {1, 2, 3, 4}, out[4];
+    const void *inputs[1] = {in};
+    cr_assert_eq(tsr_client_run(other, tiny, NULL, inputs, out, NULL, GPU_TIMEOUT_MS, &err), TSR_OK,
+                 "%s", err.message);
+
+    /* The first batch measures the kernel, the second captures, the third
+     * replays: the one timed against the run. */
+    for (int round = 0; round < 2; round++) {
+        tsr_client_batch_result res;
+        cr_assert_eq(tsr_client_batch(client_, descs, LAUNCHES, true, &res, GPU_TIMEOUT_MS, &err),
+                     TSR_OK, "%s", err.message);
+        cr_assert_eq(res.launched, LAUNCHES);
+    }
+    double yields = fixture_counter(client_, "job_yields_total");
+    gpu_batch b = {.c = client_, .descs = descs, .n = LAUNCHES};
+    gpu_done_order = 0;
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, gpu_batch_main, &b), 0);
+    struct timespec pause = {0, 30 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    cr_expect_eq(tsr_client_run(other, tiny, NULL, inputs, out, NULL, GPU_TIMEOUT_MS, &err), TSR_OK,
+                 "%s", err.message);
+    int run_finished = gpu_mark_done();
+    pthread_join(th, NULL);
+    cr_assert_eq(b.status, TSR_OK);
+    cr_expect_eq(b.result.launched, LAUNCHES);
+    cr_expect(b.result.graph_replayed, "the third batch replays its graphs");
+    cr_expect_eq(out[3], 9.0f, "y = 2x + 1");
+    cr_log_info("batch of %d launches: %.1f ms of device time", LAUNCHES, b.result.device_ms);
+    cr_expect_eq(run_finished, 1, "the run was answered after the whole batch");
+    cr_expect_gt(fixture_counter(client_, "job_yields_total"), yields,
+                 "the batch never gave its worker away");
+    tsr_client_region_free(tiny);
+    tsr_client_close(other);
+    free(descs);
 }

@@ -475,8 +475,10 @@ typedef struct tsr_client_batch_result {
  * waits for all of them. Every launch is checked before any runs; a bad one
  * fails the call with its index in the message (TSR_NOT_FOUND,
  * TSR_BUFFER_MISMATCH). graph=true lets a CUDA daemon capture the sequence and
- * replay it when the same kernels and buffers come again (the CPU backend
- * launches one by one). out may be NULL. */
+ * replay it when the same kernels and buffers come again: a batch is captured
+ * once each of its kernels has been measured by an earlier batch, in graphs of
+ * a few milliseconds each, so replays start with the third batch of new
+ * kernels (the CPU backend launches one by one). out may be NULL. */
 tsr_status tsr_client_batch(tsr_client *c, const tsr_client_launch_desc *launches, size_t n,
                             bool graph, tsr_client_batch_result *out, int timeout_ms,
                             tsr_error *err);

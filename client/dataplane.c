@@ -128,8 +128,8 @@ static void dataplane_acl_entry(uint8_t *p, uint16_t tag, uint16_t perm, uint32_
 
 /* Lets the daemon's user (uid) read and write the segment, and nobody else
  * beyond its owner: owner rw, that user rw, group and others nothing. */
-static tsr_status dataplane_grant(tsr_client *c, const tsr_client_shm *shm, int timeout_ms,
-                                  tsr_error *err)
+tsr_status tsri_client_shm_grant(tsr_client *c, const tsr_client_shm *shm, int timeout_ms,
+                                 tsr_error *err)
 {
     uint32_t uid;
     tsr_status st = tsri_client_daemon_uid(c, &uid, timeout_ms, err);
@@ -182,7 +182,7 @@ static tsr_status dataplane_shm_range(tsr_client *c, const tsr_client_shm *shm, 
 {
     tsr_status st = dataplane_range_check(shm, offset, len, err);
     if (st == TSR_OK)
-        st = dataplane_grant(c, shm, timeout_ms, err);
+        st = tsri_client_shm_grant(c, shm, timeout_ms, err);
     if (st == TSR_OK)
         dataplane_shm_ref(ref, shm, offset, len);
     return st;
@@ -237,7 +237,7 @@ tsr_status tsr_client_run_shm(tsr_client *c, const tsr_region *r,
     int n = tsr_region_signature(r, in, &out_desc);
     if (n > 0 && in_offsets == NULL)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "in_offsets is NULL");
-    tsr_status st = dataplane_grant(c, shm, timeout_ms, err);
+    tsr_status st = tsri_client_shm_grant(c, shm, timeout_ms, err);
     if (st != TSR_OK)
         return st;
     Tessera__V1__SharedMemory refs[TSR_MAX_REGION_INPUTS + 1];

@@ -18,6 +18,7 @@
 #include "handlers/handlers.h"
 #include "serve/nvml.h"
 #include "serve/recovery.h"
+#include "serve/ring.h"
 #include "serve/session.h"
 #include "serve/tenant.h"
 
@@ -116,6 +117,7 @@ tsr_status tsrd_daemon_init(tsrd_daemon *d, const tsrd_config *config, uv_loop_t
 
 void tsrd_daemon_fini(tsrd_daemon *d)
 {
+    tsrd_rings_end_every(d, TSR_UNAVAILABLE, "tesserad is shutting down");
     tsrd_session_close_all(d);
     tsrd_recovery_fini(d);
     tsrd_nvml_close(d->nvml);

@@ -28,5 +28,7 @@ extern const tsrd_handler tsrd_handler_launch, tsrd_handler_run;
 extern const tsrd_handler tsrd_handler_batch, tsrd_handler_buffer_import;
 /* health.c */
 extern const tsrd_handler tsrd_handler_health;
+/* ring.c: submission rings */
+extern const tsrd_handler tsrd_handler_ring_open, tsrd_handler_ring_close;
 
 #endif

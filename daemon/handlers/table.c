@@ -22,6 +22,8 @@ static const tsrd_handler *const handler_table[TSRD_BODY_CASES] = {
     [TESSERA__V1__REQUEST__BODY_BUFFER_IMPORT] = &tsrd_handler_buffer_import,
     [TESSERA__V1__REQUEST__BODY_HEALTH] = &tsrd_handler_health,
     [TESSERA__V1__REQUEST__BODY_KERNEL_FREE] = &tsrd_handler_kernel_free,
+    [TESSERA__V1__REQUEST__BODY_RING_OPEN] = &tsrd_handler_ring_open,
+    [TESSERA__V1__REQUEST__BODY_RING_CLOSE] = &tsrd_handler_ring_close,
 };
 
 const tsrd_handler *tsrd_handler_find(int body_case)

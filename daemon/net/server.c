@@ -53,6 +53,7 @@
 
 #include "daemon.h"
 #include "serve/dispatch.h"
+#include "serve/ring.h"
 #include "serve/session.h"
 
 /* A stalled pipe: this many replies waiting in nng for it ... */
@@ -511,6 +512,7 @@ static void server_async_cb(uv_async_t *handle)
             server_slot_done(s, ev->slot, ev->taken); /* the slot's own event */
             break;
         case SERVER_EV_PIPE_REM:
+            tsrd_rings_end_pipe(d, ev->pipe_id); /* their threads use the session's maps */
             tsrd_session_close(d, ev->pipe_id);
             free(ev);
             break;

@@ -67,6 +67,8 @@ struct tsrd_job {
         Tessera__V1__BatchReply batch;
         Tessera__V1__BufferImportReply buffer_import;
         Tessera__V1__HealthReply health;
+        Tessera__V1__RingOpenReply ring_open;
+        Tessera__V1__RingCloseReply ring_close;
     } body;
     /* The tenant the request is attributed to and what it holds of the
      * tenant's quotas until it is answered (dispatch.c). */

@@ -25,6 +25,7 @@
 #include "serve/tenant.h"
 
 #include "serve/nvml.h"
+#include "serve/ring.h"
 #include "serve/scope.h"
 
 /* Bucket bounds: from a cached hello (tens of microseconds) to a cold compile
@@ -387,6 +388,12 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
     metrics_latency(d, l);
     metrics_plain(l, "replays_total", "counter", "Requests answered from the request-id memory.",
                   (double)d->metrics.replays);
+    uint64_t ring_launches = d->ring_launches_closed;
+    for (tsrd_session *s = d->sessions; s != NULL; s = s->next)
+        ring_launches += tsrd_rings_launches(s);
+    metrics_plain(l, "rings", "gauge", "Submission rings open.", (double)d->rings_open);
+    metrics_plain(l, "ring_launches_total", "counter",
+                  "Slots served by submission rings, failed ones included.", (double)ring_launches);
     metrics_plain(l, "job_yields_total", "counter",
                   "Times a long job (a batch) gave its worker to other tenants' work midway.",
                   (double)d->metrics.job_yields);

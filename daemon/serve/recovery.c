@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #include "serve/graphs.h"
+#include "serve/ring.h"
 #include "serve/recovery.h"
 #include "serve/session.h"
 #include "serve/shm.h"
@@ -197,6 +198,8 @@ static void recovery_start_rebuild(tsrd_daemon *d)
 {
     struct tsrd_recovery *r = d->recovery;
     for (tsrd_session *s = d->sessions; s != NULL; s = s->next) {
+        tsrd_rings_stop_all(s, TSR_DEVICE_LOST,
+                            "the device was recovered after a fault; open the ring again");
         tsrd_graphs_release(d, s);
         if (s->stream != NULL) {
             d->bops->stream_destroy(d->backend, s->stream);

@@ -104,6 +104,7 @@ typedef struct tsrd_session {
      * requests (dispatch.c). */
     bool decoding;
     tsrd_job *parked_head, *parked_tail;
+    struct tsrd_ring *rings; /* ring.c: the session's submission rings */
     struct tsrd_session *next;
 } tsrd_session;
 
@@ -215,6 +216,9 @@ struct tsrd_daemon {
     uint64_t start_ns;
     tsrd_session *sessions;
     size_t n_sessions;
+    /* Submission rings open (serve/ring.c), and the launches of those closed. */
+    int rings_open;
+    uint64_t ring_launches_closed;
     /* Pipes already gone, so that a message that raced its pipe's removal does
      * not open a session nobody would close. */
     uint32_t removed_pipes[64];

@@ -499,6 +499,49 @@ tsr_status tsr_client_buffer_import(tsr_client *c, const void *ipc_handle, uint6
                                     const int64_t *shape, tsr_buffer *out, int timeout_ms,
                                     tsr_error *err);
 
+/* ---- submission rings: the same-node fast path ---- */
+
+/* A submission ring lets a client on the daemon's node launch resident kernels
+ * on resident buffers without a message per launch: the launches are fixed when
+ * the ring opens (bindings, each a kernel with its buffers, checked then as a
+ * launch would be), and each launch after is a write into shared memory and a
+ * wait for the daemon's answer there (tessera/ring.h). The connection stays the
+ * ring's control channel; a ring ends with tsr_client_ring_close, with the
+ * connection, or when the daemon ends it (a device recovery: DEVICE_LOST).
+ *
+ * Launches of one ring run one at a time in submission order on a stream of
+ * their own: they are not ordered with the connection's other requests, so
+ * do not launch through a ring on buffers that a request in flight writes.
+ * An open ring holds one request of the tenant's in_flight quota. Threading: a
+ * ring is used by one thread at a time; open one ring per thread for
+ * throughput. Needs a local daemon (ipc) and shared memory, like
+ * tsr_client_shm_create. */
+typedef struct tsr_client_ring tsr_client_ring;
+
+/* Opens a ring of `slots` slots (1 .. 1024; 1 suffices for launch-and-wait)
+ * over n bindings (1 .. 256). Errors are those of a launch with the binding's
+ * index in the message (NOT_FOUND, BUFFER_MISMATCH), RESOURCE_EXHAUSTED past 8
+ * rings on a connection or the tenant's in_flight quota, and those of
+ * tsr_client_shm_create. */
+tsr_status tsr_client_ring_open(tsr_client *c, const tsr_client_launch_desc *bindings, size_t n,
+                                unsigned slots, tsr_client_ring **out, int timeout_ms,
+                                tsr_error *err);
+
+/* Launches binding `binding` and waits up to timeout_ms (0: the connection's
+ * default) for it to finish. *device_ms (may be NULL) gets the launch's time in
+ * the daemon, issue to synchronize. The launch's own error comes back as from
+ * tsr_client_launch (an unknown binding is INVALID_ARGUMENT); a ring the daemon
+ * ended answers its reason (DEVICE_LOST, UNAVAILABLE, BUFFER_MISMATCH) from
+ * then on; TSR_TIMEOUT when no answer came (the launch may still run: close the
+ * ring). */
+tsr_status tsr_client_ring_launch(tsr_client_ring *ring, uint32_t binding, double *device_ms,
+                                  int timeout_ms, tsr_error *err);
+
+/* Closes the ring (the daemon lets go of its kernels and buffers) and frees
+ * it, whatever the answer. *launches (may be NULL) gets the slots it served. */
+tsr_status tsr_client_ring_close(tsr_client_ring *ring, uint64_t *launches, int timeout_ms,
+                                 tsr_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,206 @@
+/*
+ * ring.c — the client's side of submission rings (client.h, "submission
+ * rings"; the segment's layout in tessera/ring.h).
+ *
+ * A launch writes the binding into the next slot and counts it in
+ * `submitted` (waking the ring thread only when it said it sleeps), then waits
+ * for `completed` to pass it: spinning first, since a tiny launch comes back
+ * within tens of microseconds, then sleeping on the futex after saying so in
+ * `client_sleeping`, so that the daemon wakes it.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client_int.h"
+#include "tessera/ring.h"
+
+/* How long a launch spins on `completed` before it sleeps. */
+#define RING_SPIN_NS 200000u
+
+struct tsr_client_ring {
+    tsr_client *c;
+    tsr_client_shm *shm;
+    tsr_ring_header *hdr;
+    tsr_ring_slot *slots;
+    uint32_t n_slots;
+    uint32_t next; /* the next submission's number */
+    uint64_t id;
+    int timeout_ms;
+};
+
+static uint64_t ring_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static long ring_futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, (uint32_t *)word, op, val, ts, NULL, 0);
+}
+
+tsr_status tsr_client_ring_open(tsr_client *c, const tsr_client_launch_desc *bindings, size_t n,
+                                unsigned slots, tsr_client_ring **out, int timeout_ms,
+                                tsr_error *err)
+{
+    if (c == NULL || out == NULL || (n > 0 && bindings == NULL))
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                             "client, bindings and out must not be NULL");
+    if (slots < 1 || slots > TSR_RING_SLOTS_MAX)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring: %u slots, 1 .. %u", slots,
+                             TSR_RING_SLOTS_MAX);
+    if (n < 1 || n > TSR_RING_BINDINGS_MAX)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring: %zu bindings, 1 .. %u", n,
+                             TSR_RING_BINDINGS_MAX);
+    for (size_t i = 0; i < n; i++)
+        if (bindings[i].n_inputs < 0 || (bindings[i].n_inputs > 0 && !bindings[i].inputs))
+            return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring: binding %zu has bad inputs",
+                                 i);
+    tsr_client_ring *r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "ring: out of memory");
+    tsr_status st = tsr_client_shm_create(tsr_ring_bytes(slots), &r->shm, err);
+    if (st != TSR_OK) {
+        free(r);
+        return st;
+    }
+    r->c = c;
+    r->timeout_ms = timeout_ms;
+    r->n_slots = slots;
+    r->hdr = tsr_client_shm_data(r->shm);
+    r->slots = (tsr_ring_slot *)(r->hdr + 1);
+    r->hdr->magic = TSR_RING_MAGIC;
+    r->hdr->version = TSR_RING_VERSION;
+    r->hdr->slots = slots;
+    st = tsri_client_shm_grant(c, r->shm, timeout_ms, err);
+
+    Tessera__V1__RingBinding *items = calloc(n, sizeof *items);
+    Tessera__V1__RingBinding **ptrs = calloc(n, sizeof *ptrs);
+    if (st == TSR_OK && (items == NULL || ptrs == NULL))
+        st = tsr_error_set(err, TSR_NO_MEMORY, "ring: out of memory");
+    for (size_t i = 0; st == TSR_OK && i < n; i++) {
+        tessera__v1__ring_binding__init(&items[i]);
+        items[i].kernel = bindings[i].kernel;
+        items[i].n_inputs = (size_t)bindings[i].n_inputs;
+        items[i].inputs = (uint64_t *)bindings[i].inputs;
+        items[i].output = bindings[i].output;
+        ptrs[i] = &items[i];
+    }
+    Tessera__V1__SharedMemory ref = TESSERA__V1__SHARED_MEMORY__INIT;
+    ref.name = (char *)tsr_client_shm_name(r->shm);
+    ref.offset = 0;
+    ref.length = tsr_ring_bytes(slots);
+    Tessera__V1__RingOpenRequest body = TESSERA__V1__RING_OPEN_REQUEST__INIT;
+    body.shm = &ref;
+    body.slots = slots;
+    body.n_bindings = n;
+    body.bindings = ptrs;
+    Tessera__V1__Reply *reply = NULL;
+    if (st == TSR_OK)
+        st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_RING_OPEN, &body, &reply,
+                                 timeout_ms, err);
+    free(items);
+    free(ptrs);
+    if (st != TSR_OK) {
+        tsr_client_shm_free(r->shm);
+        free(r);
+        return st;
+    }
+    r->id = reply->ring_open->ring;
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    *out = r;
+    return TSR_OK;
+}
+
+/* The reason the daemon ended the ring, as an error. */
+static tsr_status ring_closed_error(const tsr_client_ring *r, tsr_error *err)
+{
+    char message[TSR_RING_MESSAGE_MAX + 1];
+    memcpy(message, r->hdr->close_message, TSR_RING_MESSAGE_MAX);
+    message[TSR_RING_MESSAGE_MAX] = '\0';
+    tsr_status st = (tsr_status)r->hdr->close_status;
+    if (st == TSR_OK || st >= TSR_STATUS_COUNT)
+        st = TSR_UNAVAILABLE;
+    return tsr_error_set(err, st, "%s", message[0] ? message : "the ring was ended");
+}
+
+tsr_status tsr_client_ring_launch(tsr_client_ring *r, uint32_t binding, double *device_ms,
+                                  int timeout_ms, tsr_error *err)
+{
+    if (r == NULL)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring must not be NULL");
+    tsr_ring_header *h = r->hdr;
+    if (atomic_load_explicit(&h->closed, memory_order_acquire))
+        return ring_closed_error(r, err);
+    uint32_t seq = r->next;
+    tsr_ring_slot *slot = &r->slots[seq % r->n_slots];
+    slot->binding = binding;
+    slot->status = -1;
+    atomic_store_explicit(&h->submitted, seq + 1, memory_order_seq_cst);
+    r->next = seq + 1;
+    if (atomic_load_explicit(&h->daemon_sleeping, memory_order_seq_cst))
+        ring_futex(&h->submitted, FUTEX_WAKE, INT_MAX, NULL);
+
+    int wait_ms = timeout_ms > 0 ? timeout_ms : r->timeout_ms > 0 ? r->timeout_ms : 30000;
+    uint64_t start = ring_now_ns();
+    uint64_t deadline = start + (uint64_t)wait_ms * 1000000u;
+    for (;;) {
+        uint32_t done = atomic_load_explicit(&h->completed, memory_order_acquire);
+        if ((int32_t)(done - (seq + 1)) >= 0)
+            break;
+        if (atomic_load_explicit(&h->closed, memory_order_acquire))
+            return ring_closed_error(r, err);
+        uint64_t now = ring_now_ns();
+        if (now >= deadline)
+            return tsr_error_set(err, TSR_TIMEOUT, "ring: no answer to launch %u within %d ms",
+                                 seq, wait_ms);
+        if (now - start < RING_SPIN_NS)
+            continue;
+        atomic_store_explicit(&h->client_sleeping, 1, memory_order_seq_cst);
+        done = atomic_load_explicit(&h->completed, memory_order_seq_cst);
+        if ((int32_t)(done - (seq + 1)) < 0 && !atomic_load(&h->closed)) {
+            uint64_t left = deadline - now;
+            struct timespec ts = {(time_t)(left / 1000000000u), (long)(left % 1000000000u)};
+            ring_futex(&h->completed, FUTEX_WAIT, done, &ts);
+        }
+        atomic_store_explicit(&h->client_sleeping, 0, memory_order_seq_cst);
+    }
+    if (device_ms != NULL)
+        *device_ms = (double)slot->device_ns / 1e6;
+    tsr_status st = (tsr_status)slot->status;
+    if (st == TSR_OK)
+        return TSR_OK;
+    char message[TSR_RING_MESSAGE_MAX + 1];
+    memcpy(message, slot->message, TSR_RING_MESSAGE_MAX);
+    message[TSR_RING_MESSAGE_MAX] = '\0';
+    if (st < 0 || st >= TSR_STATUS_COUNT)
+        st = TSR_INTERNAL;
+    return tsr_error_set(err, st, "%s", message);
+}
+
+tsr_status tsr_client_ring_close(tsr_client_ring *r, uint64_t *launches, int timeout_ms,
+                                 tsr_error *err)
+{
+    if (r == NULL)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring must not be NULL");
+    Tessera__V1__RingCloseRequest body = TESSERA__V1__RING_CLOSE_REQUEST__INIT;
+    body.ring = r->id;
+    Tessera__V1__Reply *reply = NULL;
+    tsr_status st = tsri_client_request(r->c, TESSERA__V1__REQUEST__BODY_RING_CLOSE, &body, &reply,
+                                        timeout_ms, err);
+    if (st == TSR_OK) {
+        if (launches != NULL)
+            *launches = reply->ring_close->launches;
+        tessera__v1__reply__free_unpacked(reply, NULL);
+    }
+    tsr_client_shm_free(r->shm);
+    free(r);
+    return st;
+}

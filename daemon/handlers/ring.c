@@ -1,0 +1,132 @@
+/*
+ * ring.c — ring_open and ring_close: the control side of submission rings
+ * (serve/ring.h; protocol.md, "Submission rings").
+ *
+ * ring_open checks every binding as a launch checks its request — the kernel
+ * and buffers are the session's own, the buffers fit the kernel's signature —
+ * pins them, maps the segment for the session, and starts the ring. Both run
+ * on the loop: nothing here waits on the device except ring_close, which joins
+ * the ring's thread after its launch in progress.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "handlers/common.h"
+#include "handlers/handlers.h"
+#include "serve/ring.h"
+#include "serve/session.h"
+#include "serve/shm.h"
+#include "tessera/ring.h"
+
+static tsr_status ring_check_buffer(tsrd_job *job, const tsrd_buffer *b,
+                                    const tsr_tensor_desc *want, const char *field)
+{
+    uint64_t bytes = tsr_tensor_desc_bytes(want);
+    if (b->dtype != want->dtype || b->bytes != bytes)
+        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                             "%s (%s): buffer holds %llu bytes of %s, the kernel needs %llu bytes "
+                             "of %s",
+                             field, want->name, (unsigned long long)b->bytes,
+                             tsr_dtype_name(b->dtype), (unsigned long long)bytes,
+                             tsr_dtype_name(want->dtype));
+    return TSR_OK;
+}
+
+/* Resolves and pins binding i into b (what it pinned stays in b, to be
+ * unpinned with the rest whatever happens). */
+static tsr_status ring_binding_resolve(tsrd_job *job, size_t i, const Tessera__V1__RingBinding *pb,
+                                       tsrd_ring_binding *b)
+{
+    char field[64];
+    b->kernel = tsrd_kernel_lookup(job->d, job->session, pb->kernel);
+    if (b->kernel == NULL)
+        return tsr_error_set(&job->err, TSR_NOT_FOUND, "ring_open.bindings[%zu].kernel: no kernel %#llx",
+                             i, (unsigned long long)pb->kernel);
+    tsrd_kernel_ref(b->kernel);
+    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out;
+    int n = tsr_region_signature(&b->kernel->region, sig, &out);
+    if (pb->n_inputs != (size_t)n)
+        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                             "ring_open.bindings[%zu].inputs: %zu buffers, the kernel takes %d", i,
+                             pb->n_inputs, n);
+    for (int k = 0; k < n; k++) {
+        snprintf(field, sizeof field, "ring_open.bindings[%zu].inputs[%d]", i, k);
+        tsr_status st = tsrd_job_buffer(job, pb->inputs[k], field, &b->inputs[k]);
+        if (st != TSR_OK)
+            return st;
+        b->n_inputs = k + 1;
+        if ((st = ring_check_buffer(job, b->inputs[k], &sig[k], field)) != TSR_OK)
+            return st;
+    }
+    snprintf(field, sizeof field, "ring_open.bindings[%zu].output", i);
+    tsr_status st = tsrd_job_buffer(job, pb->output, field, &b->output);
+    if (st == TSR_OK)
+        st = ring_check_buffer(job, b->output, &out, field);
+    return st;
+}
+
+static tsr_status ring_open_execute(tsrd_job *job)
+{
+    const Tessera__V1__RingOpenRequest *req = job->req->ring_open;
+    if (req->slots < 1 || req->slots > TSR_RING_SLOTS_MAX)
+        return tsr_error_set(&job->err, TSR_INVALID_ARGUMENT, "ring_open.slots: %u, 1 .. %u",
+                             req->slots, TSR_RING_SLOTS_MAX);
+    if (req->n_bindings < 1 || req->n_bindings > TSR_RING_BINDINGS_MAX)
+        return tsr_error_set(&job->err, TSR_INVALID_ARGUMENT, "ring_open.bindings: %zu, 1 .. %u",
+                             req->n_bindings, TSR_RING_BINDINGS_MAX);
+    if (req->shm == NULL)
+        return tsr_error_set(&job->err, TSR_INVALID_ARGUMENT,
+                             "ring_open.shm: the ring's segment is required");
+    if (req->shm->offset != 0)
+        return tsr_error_set(&job->err, TSR_INVALID_ARGUMENT,
+                             "ring_open.shm.offset: %llu; a ring is a whole segment (offset 0)",
+                             (unsigned long long)req->shm->offset);
+    tsrd_ring_binding *bindings = calloc(req->n_bindings, sizeof *bindings);
+    if (bindings == NULL)
+        return tsr_error_set(&job->err, TSR_NO_MEMORY, "ring_open: out of memory");
+    tsr_status st = TSR_OK;
+    size_t resolved = 0;
+    for (size_t i = 0; st == TSR_OK && i < req->n_bindings; i++) {
+        resolved = i + 1;
+        st = ring_binding_resolve(job, i, req->bindings[i], &bindings[i]);
+    }
+    tsrd_shm_map *map = NULL;
+    uint8_t *ptr = NULL;
+    if (st == TSR_OK)
+        st = tsrd_shm_resolve(job, req->shm, "ring_open.shm", tsr_ring_bytes(req->slots), &map,
+                              &ptr);
+    uint64_t id = 0;
+    if (st == TSR_OK) {
+        /* The ring owns the bindings from here, whatever happens. */
+        st = tsrd_ring_open(job->d, job->session, map, req->slots, bindings, (int)resolved, &id,
+                            &job->err);
+    } else {
+        tsrd_ring_binding_release(job->d, bindings, (int)resolved);
+    }
+    if (st != TSR_OK)
+        return st;
+    Tessera__V1__RingOpenReply init = TESSERA__V1__RING_OPEN_REPLY__INIT;
+    job->body.ring_open = init;
+    job->body.ring_open.ring = id;
+    job->reply.body_case = TESSERA__V1__REPLY__BODY_RING_OPEN;
+    job->reply.ring_open = &job->body.ring_open;
+    return TSR_OK;
+}
+
+static tsr_status ring_close_execute(tsrd_job *job)
+{
+    uint64_t launches = 0;
+    tsr_status st =
+        tsrd_ring_close(job->d, job->session, job->req->ring_close->ring, &launches, &job->err);
+    if (st != TSR_OK)
+        return st;
+    Tessera__V1__RingCloseReply init = TESSERA__V1__RING_CLOSE_REPLY__INIT;
+    job->body.ring_close = init;
+    job->body.ring_close.launches = launches;
+    job->reply.body_case = TESSERA__V1__REPLY__BODY_RING_CLOSE;
+    job->reply.ring_close = &job->body.ring_close;
+    return TSR_OK;
+}
+
+const tsrd_handler tsrd_handler_ring_open = {.execute = ring_open_execute};
+const tsrd_handler tsrd_handler_ring_close = {.execute = ring_close_execute};

@@ -1,0 +1,357 @@
+/*
+ * ring_test.c — submission rings: launches of resident kernels through shared
+ * memory, checked like launches, isolated like launches, and ended cleanly
+ * whatever the client does to the segment or the connection.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tessera/ring.h"
+#include "../support/attack.h"
+#include "../support/fixture.h"
+#include "../support/testdata.h"
+
+#define RING_N 256
+
+static testd ring_d;
+static tsr_client *ring_c;
+
+static void ring_teardown(void)
+{
+    fixture_stop(&ring_d, ring_c);
+    ring_c = NULL;
+}
+
+TestSuite(ring, .fini = ring_teardown, .timeout = 120);
+
+/* y = 2x + 1 over RING_N floats, compiled, with buffers x (holding x0) and y. */
+typedef struct ring_affine {
+    tsr_kernel kernel;
+    tsr_buffer x, y;
+} ring_affine;
+
+static ring_affine ring_affine_make(tsr_client *c, float x0)
+{
+    ring_affine a;
+    tsr_region *r = fixture_affine(RING_N);
+    tsr_client_compiled k;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    tsr_client_region_free(r);
+    a.kernel = k.kernel;
+    a.x = fixture_alloc_f32(c, RING_N);
+    a.y = fixture_alloc_f32(c, RING_N);
+    float x[RING_N];
+    for (int i = 0; i < RING_N; i++)
+        x[i] = x0 + (float)i;
+    cr_assert_eq(tsr_client_buffer_write(c, a.x, 0, x, sizeof x, 0, &err), TSR_OK, "%s",
+                 err.message);
+    return a;
+}
+
+static tsr_client_launch_desc ring_bind(const ring_affine *a, const tsr_buffer *in, tsr_buffer out)
+{
+    return (tsr_client_launch_desc){.kernel = a->kernel, .n_inputs = 1, .inputs = in, .output = out};
+}
+
+static void ring_expect_y(tsr_client *c, tsr_buffer y, float x0, const char *what)
+{
+    float got[RING_N];
+    tsr_error err;
+    cr_assert_eq(tsr_client_buffer_read(c, y, 0, got, sizeof got, NULL, 0, &err), TSR_OK, "%s",
+                 err.message);
+    for (int i = 0; i < RING_N; i++)
+        cr_assert_eq(got[i], 2.0f * (x0 + (float)i) + 1.0f, "%s: y[%d] = %g", what, i,
+                     (double)got[i]);
+}
+
+Test(ring, launches_through_the_ring_run_in_order_and_are_counted)
+{
+    ring_c = fixture_start_client(&ring_d, NULL, 30000);
+    ring_affine a = ring_affine_make(ring_c, 0.0f);
+    /* Binding 0: y = f(x); binding 1: x = f(y), so the order is visible. */
+    tsr_client_launch_desc b[2] = {ring_bind(&a, &a.x, a.y), ring_bind(&a, &a.y, a.x)};
+    tsr_client_ring *ring = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_ring_open(ring_c, b, 2, 4, &ring, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_expect_eq(fixture_counter(ring_c, "rings"), 1.0);
+    /* x -> y -> x four times over: x ends as 16 x0 + 15 with x0 = i (exact in f32). */
+    for (int round = 0; round < 4; round++) {
+        double ms = -1;
+        cr_assert_eq(tsr_client_ring_launch(ring, 0, &ms, 0, &err), TSR_OK, "%s", err.message);
+        cr_expect_geq(ms, 0.0);
+        cr_assert_eq(tsr_client_ring_launch(ring, 1, NULL, 0, &err), TSR_OK, "%s", err.message);
+    }
+    float got[RING_N];
+    cr_assert_eq(tsr_client_buffer_read(ring_c, a.x, 0, got, sizeof got, NULL, 0, &err), TSR_OK);
+    for (int i = 0; i < RING_N; i++)
+        cr_assert_eq(got[i], 256.0f * (float)i + 255.0f, "x[%d] = %g", i, (double)got[i]);
+    /* Many more, one binding, then the count. */
+    for (int i = 0; i < 992; i++)
+        cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
+    uint64_t launches = 0;
+    cr_assert_eq(tsr_client_ring_close(ring, &launches, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(launches, 1000);
+    cr_expect_eq(fixture_counter(ring_c, "rings"), 0.0);
+    cr_expect_geq(fixture_counter(ring_c, "ring_launches_total"), 1000.0);
+}
+
+Test(ring, a_bad_slot_fails_alone_and_the_ring_serves_on)
+{
+    ring_c = fixture_start_client(&ring_d, NULL, 30000);
+    ring_affine a = ring_affine_make(ring_c, 1.0f);
+    tsr_client_launch_desc b = ring_bind(&a, &a.x, a.y);
+    tsr_client_ring *ring = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_expect_eq(tsr_client_ring_launch(ring, 7, NULL, 0, &err), TSR_INVALID_ARGUMENT);
+    cr_expect_str_eq(err.message, "ring slot: binding 7, the ring has 1 (0 .. 0)");
+    cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
+    ring_expect_y(ring_c, a.y, 1.0f, "after a bad slot");
+    cr_expect_eq(tsr_client_ring_close(ring, NULL, 0, &err), TSR_OK, "%s", err.message);
+}
+
+Test(ring, bindings_are_checked_like_launches)
+{
+    ring_c = fixture_start_client(&ring_d, NULL, 30000);
+    ring_affine a = ring_affine_make(ring_c, 0.0f);
+    tsr_client_ring *ring = NULL;
+    tsr_error err;
+    /* Another connection's kernel and buffers are unknown here. */
+    tsr_client *other = fixture_client(&ring_d, 30000);
+    ring_affine o = ring_affine_make(other, 0.0f);
+    tsr_client_launch_desc foreign = ring_bind(&o, &o.x, o.y);
+    cr_expect_eq(tsr_client_ring_open(ring_c, &foreign, 1, 1, &ring, 0, &err), TSR_NOT_FOUND);
+    char want[128];
+    snprintf(want, sizeof want, "ring_open.bindings[0].kernel: no kernel %#llx",
+             (unsigned long long)o.kernel);
+    cr_expect_str_eq(err.message, want);
+    /* A buffer of the wrong size. */
+    tsr_buffer small = fixture_alloc_f32(ring_c, RING_N / 2);
+    tsr_client_launch_desc wrong[2] = {ring_bind(&a, &a.x, a.y), ring_bind(&a, &small, a.y)};
+    cr_expect_eq(tsr_client_ring_open(ring_c, wrong, 2, 1, &ring, 0, &err), TSR_BUFFER_MISMATCH);
+    cr_expect_str_eq(err.message, "ring_open.bindings[1].inputs[0] (x): buffer holds 512 bytes "
+                                  "of f32, the kernel needs 1024 bytes of f32");
+    /* Nothing stayed open or pinned. */
+    cr_expect_eq(fixture_counter(ring_c, "rings"), 0.0);
+    tsr_client_close(other);
+}
+
+Test(ring, a_ring_pins_what_it_binds_until_it_closes)
+{
+    ring_c = fixture_start_client(&ring_d, NULL, 30000);
+    ring_affine a = ring_affine_make(ring_c, 2.0f);
+    tsr_client_launch_desc b = ring_bind(&a, &a.x, a.y);
+    tsr_client_ring *ring = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s",
+                 err.message);
+    /* The handles go; the ring still launches on what they named. */
+    cr_assert_eq(tsr_client_buffer_free(ring_c, a.x, 0, &err), TSR_OK);
+    cr_assert_eq(tsr_client_kernel_free(ring_c, a.kernel, 0, &err), TSR_OK);
+    cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
+    ring_expect_y(ring_c, a.y, 2.0f, "x freed but pinned by the ring");
+    double live = fixture_counter(ring_c, "tenant_buffers{tenant=\"default\"}");
+    cr_assert_eq(tsr_client_ring_close(ring, NULL, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(fixture_counter(ring_c, "tenant_buffers{tenant=\"default\"}"), live - 1,
+                 "x is freed with the ring");
+}
+
+Test(ring, a_segment_shrunk_under_the_ring_ends_it_and_nothing_else)
+{
+    ring_c = fixture_start_client(&ring_d, NULL, 30000);
+    ring_affine a = ring_affine_make(ring_c, 0.0f);
+    tsr_client_launch_desc b = ring_bind(&a, &a.x, a.y);
+    tsr_client_ring *ring = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
+    /* The ring's segment is the only /dev/shm object this test made last. */
+    char path[256];
+    snprintf(path, sizeof path, "/proc/%d/maps", (int)getpid());
+    FILE *maps = fopen(path, "r");
+    cr_assert_not_null(maps);
+    char line[512], name[256] = "";
+    while (fgets(line, sizeof line, maps) != NULL) {
+        char *p = strstr(line, "/dev/shm/tsr-");
+        if (p != NULL)
+            sscanf(p + strlen("/dev/shm"), "%255s", name);
+    }
+    fclose(maps);
+    cr_assert_neq(name[0], '\0', "no ring segment mapped");
+    int fd = shm_open(name, O_RDWR, 0);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(ftruncate(fd, 0), 0);
+    close(fd);
+    /* The daemon's next touch of the segment faults in its guard: the ring
+     * ends; the client's own view of the header is gone too, so the launch is
+     * not tried on it. */
+    for (int i = 0; i < 100 && fixture_counter(ring_c, "rings") != 0; i++)
+        usleep(20000);
+    tsr_client_info info;
+    cr_assert_eq(tsr_client_hello(ring_c, &info, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(fixture_counter(ring_c, "rings"), 1.0, "an ended ring stays until closed");
+    cr_expect_eq(tsr_client_ring_close(ring, NULL, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(fixture_counter(ring_c, "rings"), 0.0);
+}
+
+Test(ring, a_ring_holds_one_of_the_tenants_in_flight)
+{
+    cr_assert_eq(attack_start_tenants(&ring_d, "", "\"in_flight\": 2", "", 0, NULL), 0);
+    ring_c = fixture_client(&ring_d, 30000);
+    ring_affine a = ring_affine_make(ring_c, 0.0f);
+    tsr_client_launch_desc b = ring_bind(&a, &a.x, a.y);
+    tsr_client_ring *one = NULL, *two = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &one, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_expect_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &two, 0, &err), TSR_RESOURCE_EXHAUSTED);
+    cr_expect_str_eq(err.message, "quota in_flight of tenant alice: 2 in use, 1 asked, the quota "
+                                  "is 2 (an open ring holds one)");
+    cr_assert_eq(tsr_client_ring_launch(one, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_ring_close(one, NULL, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &two, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_expect_eq(tsr_client_ring_close(two, NULL, 0, &err), TSR_OK, "%s", err.message);
+}
+
+/* The child's part: connect to url, open a ring, launch once, exit without a
+ * word. Its exit status says how far it got. */
+static void ring_child(int from_parent)
+{
+    char url[256] = "";
+    ssize_t got = read(from_parent, url, sizeof url - 1);
+    if (got <= 0)
+        _exit(2);
+    tsr_client *c = testd_connect(url, "", 30000);
+    if (c == NULL)
+        _exit(3);
+    tsr_region *r = testdata_affine(RING_N);
+    tsr_client_compiled k;
+    tsr_error err;
+    int64_t shape[1] = {RING_N};
+    tsr_buffer x, y;
+    if (r == NULL || tsr_client_compile(c, r, NULL, &k, 0, &err) != TSR_OK ||
+        tsr_client_buffer_alloc(c, TSR_CLIENT_F32, 1, shape, &x, NULL, 0, &err) != TSR_OK ||
+        tsr_client_buffer_alloc(c, TSR_CLIENT_F32, 1, shape, &y, NULL, 0, &err) != TSR_OK)
+        _exit(4);
+    tsr_client_launch_desc b = {.kernel = k.kernel, .n_inputs = 1, .inputs = &x, .output = y};
+    tsr_client_ring *ring = NULL;
+    if (tsr_client_ring_open(c, &b, 1, 1, &ring, 0, &err) != TSR_OK ||
+        tsr_client_ring_launch(ring, 0, NULL, 0, &err) != TSR_OK)
+        _exit(5);
+    _exit(0);
+}
+
+Test(ring, a_client_that_dies_with_a_ring_open_leaves_nothing_behind)
+{
+    /* Forked before this process starts any nng thread: the child is a
+     * client of its own. */
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        close(fds[1]);
+        ring_child(fds[0]);
+    }
+    close(fds[0]);
+    ring_c = fixture_start_client(&ring_d, NULL, 30000);
+    cr_assert_eq(write(fds[1], ring_d.url, strlen(ring_d.url)), (ssize_t)strlen(ring_d.url));
+    close(fds[1]);
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child failed: %d", status);
+    /* What the child left in /dev/shm (its segments are named after it). */
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "/dev/shm/tsr-%d-*", (int)pid);
+    glob_t left;
+    if (glob(pattern, 0, NULL, &left) == 0) {
+        for (size_t i = 0; i < left.gl_pathc; i++)
+            unlink(left.gl_pathv[i]);
+        globfree(&left);
+    }
+    for (int i = 0; i < 100 && fixture_counter(ring_c, "rings") != 0; i++)
+        usleep(20000);
+    cr_expect_eq(fixture_counter(ring_c, "rings"), 0.0, "the ring outlived its connection");
+    cr_expect_eq(fixture_counter(ring_c, "tenant_buffers{tenant=\"default\"}"), 0.0,
+                 "the ring's buffers outlived it");
+    cr_expect_eq(fixture_counter(ring_c, "tenant_inflight_requests{tenant=\"default\"}"), 1.0,
+                 "only the stats request itself is in flight");
+}
+
+Test(ring, rings_work_on_the_isolated_backend)
+{
+    const char *const flags[] = {"--backend", "cpu-isolated", NULL};
+    ring_c = fixture_start_client(&ring_d, flags, 30000);
+    ring_affine a = ring_affine_make(ring_c, 3.0f);
+    tsr_client_launch_desc b = ring_bind(&a, &a.x, a.y);
+    tsr_client_ring *ring = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s",
+                 err.message);
+    for (int i = 0; i < 100; i++)
+        cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
+    ring_expect_y(ring_c, a.y, 3.0f, "cpu-isolated");
+    uint64_t launches = 0;
+    cr_assert_eq(tsr_client_ring_close(ring, &launches, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(launches, 100);
+}
+
+/* A device recovery ends every ring (its pins are of the old context) and
+ * says so in the segment; the connection opens a new one on new buffers. */
+Test(ring, a_device_recovery_ends_the_rings_with_device_lost)
+{
+    const char *const flags[] = {"--backend", "cpu-isolated", NULL};
+    cr_assert_eq(testd_start_config(&ring_d, flags, "{\"test_faults\": true}\n"), 0);
+    ring_c = fixture_client(&ring_d, 30000);
+    ring_affine a = ring_affine_make(ring_c, 0.0f);
+    tsr_client_launch_desc b = ring_bind(&a, &a.x, a.y);
+    tsr_client_ring *ring = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
+
+    /* Another connection faults the device. */
+    tsr_client *faulty = fixture_client(&ring_d, 30000);
+    tsr_region *r = fixture_affine(RING_N);
+    tsr_client_compile_opts fault = {.force = "test_fault", .skip_verify = true};
+    float x[RING_N] = {0}, y[RING_N];
+    const void *in[] = {x};
+    cr_assert_eq(tsr_client_run(faulty, r, &fault, in, y, NULL, 0, &err), TSR_DEVICE_LOST, "%s",
+                 err.message);
+    tsr_client_health h;
+    for (int i = 0; i < 3000; i++) {
+        cr_assert_eq(tsr_client_health_get(ring_c, &h, 0, &err), TSR_OK, "%s", err.message);
+        if (h.state == TSR_CLIENT_HEALTH_READY && h.recoveries >= 1)
+            break;
+        usleep(2000);
+    }
+    cr_assert_eq(h.recoveries, 1);
+    cr_expect_eq(tsr_client_ring_launch(ring, 0, NULL, 1000, &err), TSR_DEVICE_LOST);
+    cr_expect_str_eq(err.message, "the device was recovered after a fault; open the ring again");
+    cr_expect_eq(tsr_client_ring_close(ring, NULL, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(fixture_counter(ring_c, "rings"), 0.0);
+
+    /* A new ring on new buffers serves. */
+    ring_affine fresh = ring_affine_make(ring_c, 5.0f);
+    b = ring_bind(&fresh, &fresh.x, fresh.y);
+    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
+    ring_expect_y(ring_c, fresh.y, 5.0f, "after the recovery");
+    cr_expect_eq(tsr_client_ring_close(ring, NULL, 0, &err), TSR_OK, "%s", err.message);
+    tsr_client_region_free(r);
+    tsr_client_close(faulty);
+}

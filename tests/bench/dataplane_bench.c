@@ -11,6 +11,8 @@
  *    (hello) and of a tiny launch (4-element pointwise, buffers resident), over
  *    ipc and tcp, beside a bare nng REQ/REP echo of 64 bytes on the same
  *    transports and a raw Unix-socket echo (a thread answering on a socketpair).
+ *    The tiny launch is also measured through a submission ring (shared memory),
+ *    and from 8 threads at once, by request and through a ring each.
  * 2. 100 tiny launches: one batch request (and one with graph capture), 100
  *    launch requests, and the same 100 launches made in process through the
  *    backend interface (the driver API on cuda) with one synchronize.
@@ -245,16 +247,22 @@ static void tiny_make(tsr_client *c, tiny *t)
     tsr_client_region_free(r);
 }
 
-/* One round of each path per iteration, so that the three see the same load on
- * the machine: the bare echo, an empty request and a tiny launch. */
-static void latency_measure(tsr_client *c, echo_client *echo, int iters, double p[3][2])
+/* One round of each path per iteration, so that the three see the same load
+ * on the machine: the bare echo, an empty request and a tiny launch; then
+ * (with_ring) the same launch through a submission ring. */
+static void latency_measure(tsr_client *c, echo_client *echo, int iters, bool with_ring,
+                            double p[4][2])
 {
     tiny t = {0};
     tiny_make(c, &t);
-    double *v[3];
-    for (int k = 0; k < 3; k++)
-        v[k] = calloc((size_t)iters, sizeof *v[k]);
     tsr_error e;
+    tsr_client_ring *ring = NULL;
+    tsr_client_launch_desc bind = {.kernel = t.k, .n_inputs = 1, .inputs = &t.in, .output = t.out};
+    if (with_ring && tsr_client_ring_open(c, &bind, 1, 1, &ring, 0, &e) != TSR_OK)
+        bench_die("ring_open", &e);
+    double *v[4];
+    for (int k = 0; k < 4; k++)
+        v[k] = calloc((size_t)iters, sizeof *v[k]);
     for (int i = -iters / 10; i < iters; i++) {
         double t0 = bench_now_us();
         echo_nng_once(echo);
@@ -271,11 +279,23 @@ static void latency_measure(tsr_client *c, echo_client *echo, int iters, double 
             v[2][i] = t3 - t2;
         }
     }
-    for (int k = 0; k < 3; k++) {
+    /* The ring on its own, launch after launch, as a client of the fast path
+     * runs it (between requests its thread would sleep, and each launch would
+     * pay a wake-up). */
+    for (int i = -iters / 10; ring != NULL && i < iters; i++) {
+        double t0 = bench_now_us();
+        if (tsr_client_ring_launch(ring, 0, NULL, 0, &e) != TSR_OK)
+            bench_die("ring launch", &e);
+        if (i >= 0)
+            v[3][i] = bench_now_us() - t0;
+    }
+    for (int k = 0; k < 4; k++) {
         p[k][0] = bench_quantile(v[k], iters, 0.5);
         p[k][1] = bench_quantile(v[k], iters, 0.99);
         free(v[k]);
     }
+    if (ring != NULL && tsr_client_ring_close(ring, NULL, 0, &e) != TSR_OK)
+        bench_die("ring_close", &e);
 }
 
 static void section_latency(const bench_daemon *d, const bench_opts *o)
@@ -299,8 +319,9 @@ static void section_latency(const bench_daemon *d, const bench_opts *o)
         echo_client echo;
         echo_nng_open(&echo, echo_url);
         tsr_client *c = bench_connect(urls[tr]);
-        double p[3][2];
-        latency_measure(c, &echo, o->iters, p);
+        double p[4][2];
+        /* Rings need shared memory, so a local (ipc) connection. */
+        latency_measure(c, &echo, o->iters, tr == 0, p);
         tsr_client_close(c);
         echo_nng_close(&echo);
         printf("| bare nng req/rep echo, 64 B | %s | %.1f | %.1f | |\n", names[tr], p[0][0],
@@ -309,6 +330,73 @@ static void section_latency(const bench_daemon *d, const bench_opts *o)
                p[1][0], p[1][1], p[1][0] - p[0][0]);
         printf("| tesserad tiny launch (4 floats) | %s | %.1f | %.1f | %+.1f |\n", names[tr],
                p[2][0], p[2][1], p[2][0] - p[0][0]);
+        if (tr == 0)
+            printf("| tesserad tiny launch through a submission ring | shared memory | %.1f | %.1f "
+                   "| %+.1f |\n",
+                   p[3][0], p[3][1], p[3][0] - p[0][0]);
+    }
+}
+
+/* Tiny launches from several threads, each with its own connection: by
+ * request, and through a ring of its own. */
+#define BENCH_THREADS 8
+#define BENCH_SECONDS 1.0
+
+typedef struct launcher {
+    const char *url;
+    bool ring;
+    double seconds;
+    long launches;
+} launcher;
+
+static void *launcher_main(void *arg)
+{
+    launcher *l = arg;
+    tsr_client *c = bench_connect(l->url);
+    tiny t = {0};
+    tiny_make(c, &t);
+    tsr_error e;
+    tsr_client_ring *ring = NULL;
+    tsr_client_launch_desc bind = {.kernel = t.k, .n_inputs = 1, .inputs = &t.in, .output = t.out};
+    if (l->ring && tsr_client_ring_open(c, &bind, 1, 1, &ring, 0, &e) != TSR_OK)
+        bench_die("ring_open", &e);
+    double t0 = bench_now_us(), now = t0;
+    long n = 0;
+    while (now - t0 < l->seconds * 1e6) {
+        tsr_status st = ring != NULL ? tsr_client_ring_launch(ring, 0, NULL, 0, &e)
+                                     : tsr_client_launch(c, t.k, &t.in, 1, t.out, NULL, 0, &e);
+        if (st != TSR_OK)
+            bench_die("launch", &e);
+        n++;
+        now = bench_now_us();
+    }
+    l->launches = n;
+    l->seconds = (now - t0) / 1e6;
+    if (ring != NULL)
+        tsr_client_ring_close(ring, NULL, 0, &e);
+    tsr_client_close(c);
+    return NULL;
+}
+
+static void section_threads(const bench_daemon *d)
+{
+    printf("\n### Tiny launches from %d threads, a connection each (launches/s, %.0f s)\n\n",
+           BENCH_THREADS, BENCH_SECONDS);
+    printf("| path | launches/s |\n| --- | --- |\n");
+    for (int ring = 0; ring < 2; ring++) {
+        launcher l[BENCH_THREADS];
+        pthread_t th[BENCH_THREADS];
+        for (int i = 0; i < BENCH_THREADS; i++) {
+            l[i] = (launcher){.url = d->ipc, .ring = ring != 0, .seconds = BENCH_SECONDS};
+            pthread_create(&th[i], NULL, launcher_main, &l[i]);
+        }
+        double rate = 0;
+        for (int i = 0; i < BENCH_THREADS; i++) {
+            pthread_join(th[i], NULL);
+            rate += (double)l[i].launches / l[i].seconds;
+        }
+        printf("| %s | %.0f |\n", ring ? "a submission ring per thread" : "launch requests (ipc)",
+               rate);
     }
 }
 
@@ -605,6 +693,7 @@ int main(int argc, char **argv)
     bench_daemon d;
     daemon_start(&d, &o);
     section_latency(&d, &o);
+    section_threads(&d);
     section_batch(&d, &o);
     section_throughput(&d, &o);
     daemon_stop(&d);

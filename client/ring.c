@@ -61,8 +61,7 @@ tsr_status tsr_client_ring_open(tsr_client *c, const tsr_client_launch_desc *bin
                              TSR_RING_BINDINGS_MAX);
     for (size_t i = 0; i < n; i++)
         if (bindings[i].n_inputs < 0 || (bindings[i].n_inputs > 0 && !bindings[i].inputs))
-            return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring: binding %zu has bad inputs",
-                                 i);
+            return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring: binding %zu has bad inputs", i);
     tsr_client_ring *r = calloc(1, sizeof *r);
     if (r == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "ring: out of memory");
@@ -104,8 +103,8 @@ tsr_status tsr_client_ring_open(tsr_client *c, const tsr_client_launch_desc *bin
     body.bindings = ptrs;
     Tessera__V1__Reply *reply = NULL;
     if (st == TSR_OK)
-        st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_RING_OPEN, &body, &reply,
-                                 timeout_ms, err);
+        st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_RING_OPEN, &body, &reply, timeout_ms,
+                                 err);
     free(items);
     free(ptrs);
     if (st != TSR_OK) {
@@ -159,8 +158,8 @@ tsr_status tsr_client_ring_launch(tsr_client_ring *r, uint32_t binding, double *
             return ring_closed_error(r, err);
         uint64_t now = ring_now_ns();
         if (now >= deadline)
-            return tsr_error_set(err, TSR_TIMEOUT, "ring: no answer to launch %u within %d ms",
-                                 seq, wait_ms);
+            return tsr_error_set(err, TSR_TIMEOUT, "ring: no answer to launch %u within %d ms", seq,
+                                 wait_ms);
         if (now - start < RING_SPIN_NS)
             continue;
         atomic_store_explicit(&h->client_sleeping, 1, memory_order_seq_cst);

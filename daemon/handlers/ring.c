@@ -40,8 +40,9 @@ static tsr_status ring_binding_resolve(tsrd_job *job, size_t i, const Tessera__V
     char field[64];
     b->kernel = tsrd_kernel_lookup(job->d, job->session, pb->kernel);
     if (b->kernel == NULL)
-        return tsr_error_set(&job->err, TSR_NOT_FOUND, "ring_open.bindings[%zu].kernel: no kernel %#llx",
-                             i, (unsigned long long)pb->kernel);
+        return tsr_error_set(&job->err, TSR_NOT_FOUND,
+                             "ring_open.bindings[%zu].kernel: no kernel %#llx", i,
+                             (unsigned long long)pb->kernel);
     tsrd_kernel_ref(b->kernel);
     tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out;
     int n = tsr_region_signature(&b->kernel->region, sig, &out);

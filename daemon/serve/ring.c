@@ -252,8 +252,7 @@ static void *ring_main(void *arg)
         if (!ring_wait(r, served, &submitted, &fault)) {
             if (fault) {
                 end = TSR_BUFFER_MISMATCH;
-                ring_say(why, "ring: the segment %s no longer holds the ring",
-                         r->map->name);
+                ring_say(why, "ring: the segment %s no longer holds the ring", r->map->name);
             }
             break;
         }
@@ -264,15 +263,13 @@ static void *ring_main(void *arg)
             ring_access a = {.seq = served};
             if (!ring_guarded(r, ring_load_binding, &a)) {
                 end = TSR_BUFFER_MISMATCH;
-                ring_say(why, "ring: the segment %s no longer holds the ring",
-                         r->map->name);
+                ring_say(why, "ring: the segment %s no longer holds the ring", r->map->name);
                 break;
             }
             ring_launch(r, stream, a.value, &a.result);
             if (!ring_guarded(r, ring_store_result, &a)) {
                 end = TSR_BUFFER_MISMATCH;
-                ring_say(why, "ring: the segment %s no longer holds the ring",
-                         r->map->name);
+                ring_say(why, "ring: the segment %s no longer holds the ring", r->map->name);
                 break;
             }
             if (a.value != 0)
@@ -349,8 +346,8 @@ static void ring_check_header(void *arg)
 {
     ring_access *a = arg;
     const tsr_ring_header *h = ring_header(a->r);
-    a->value = h->magic == TSR_RING_MAGIC && h->version == TSR_RING_VERSION &&
-               h->slots == a->r->slots;
+    a->value =
+        h->magic == TSR_RING_MAGIC && h->version == TSR_RING_VERSION && h->slots == a->r->slots;
     a->seq = atomic_load(&h->submitted);
     atomic_store(&ring_header(a->r)->completed, a->seq);
     atomic_store(&ring_header(a->r)->closed, 0);

@@ -58,7 +58,8 @@ static ring_affine ring_affine_make(tsr_client *c, float x0)
 
 static tsr_client_launch_desc ring_bind(const ring_affine *a, const tsr_buffer *in, tsr_buffer out)
 {
-    return (tsr_client_launch_desc){.kernel = a->kernel, .n_inputs = 1, .inputs = in, .output = out};
+    return (tsr_client_launch_desc){
+        .kernel = a->kernel, .n_inputs = 1, .inputs = in, .output = out};
 }
 
 static void ring_expect_y(tsr_client *c, tsr_buffer y, float x0, const char *what)
@@ -80,8 +81,7 @@ Test(ring, launches_through_the_ring_run_in_order_and_are_counted)
     tsr_client_launch_desc b[2] = {ring_bind(&a, &a.x, a.y), ring_bind(&a, &a.y, a.x)};
     tsr_client_ring *ring = NULL;
     tsr_error err;
-    cr_assert_eq(tsr_client_ring_open(ring_c, b, 2, 4, &ring, 0, &err), TSR_OK, "%s",
-                 err.message);
+    cr_assert_eq(tsr_client_ring_open(ring_c, b, 2, 4, &ring, 0, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(fixture_counter(ring_c, "rings"), 1.0);
     /* x -> y -> x four times over: x ends as 16 x0 + 15 with x0 = i (exact in f32). */
     for (int round = 0; round < 4; round++) {
@@ -111,8 +111,7 @@ Test(ring, a_bad_slot_fails_alone_and_the_ring_serves_on)
     tsr_client_launch_desc b = ring_bind(&a, &a.x, a.y);
     tsr_client_ring *ring = NULL;
     tsr_error err;
-    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s",
-                 err.message);
+    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(tsr_client_ring_launch(ring, 7, NULL, 0, &err), TSR_INVALID_ARGUMENT);
     cr_expect_str_eq(err.message, "ring slot: binding 7, the ring has 1 (0 .. 0)");
     cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
@@ -153,8 +152,7 @@ Test(ring, a_ring_pins_what_it_binds_until_it_closes)
     tsr_client_launch_desc b = ring_bind(&a, &a.x, a.y);
     tsr_client_ring *ring = NULL;
     tsr_error err;
-    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s",
-                 err.message);
+    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s", err.message);
     /* The handles go; the ring still launches on what they named. */
     cr_assert_eq(tsr_client_buffer_free(ring_c, a.x, 0, &err), TSR_OK);
     cr_assert_eq(tsr_client_kernel_free(ring_c, a.kernel, 0, &err), TSR_OK);
@@ -173,8 +171,7 @@ Test(ring, a_segment_shrunk_under_the_ring_ends_it_and_nothing_else)
     tsr_client_launch_desc b = ring_bind(&a, &a.x, a.y);
     tsr_client_ring *ring = NULL;
     tsr_error err;
-    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s",
-                 err.message);
+    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s", err.message);
     cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
     /* The ring's segment is the only /dev/shm object this test made last. */
     char path[256];
@@ -213,15 +210,13 @@ Test(ring, a_ring_holds_one_of_the_tenants_in_flight)
     tsr_client_launch_desc b = ring_bind(&a, &a.x, a.y);
     tsr_client_ring *one = NULL, *two = NULL;
     tsr_error err;
-    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &one, 0, &err), TSR_OK, "%s",
-                 err.message);
+    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &one, 0, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &two, 0, &err), TSR_RESOURCE_EXHAUSTED);
     cr_expect_str_eq(err.message, "quota in_flight of tenant alice: 2 in use, 1 asked, the quota "
                                   "is 2 (an open ring holds one)");
     cr_assert_eq(tsr_client_ring_launch(one, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
     cr_assert_eq(tsr_client_ring_close(one, NULL, 0, &err), TSR_OK, "%s", err.message);
-    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &two, 0, &err), TSR_OK, "%s",
-                 err.message);
+    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &two, 0, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(tsr_client_ring_close(two, NULL, 0, &err), TSR_OK, "%s", err.message);
 }
 
@@ -298,8 +293,7 @@ Test(ring, rings_work_on_the_isolated_backend)
     tsr_client_launch_desc b = ring_bind(&a, &a.x, a.y);
     tsr_client_ring *ring = NULL;
     tsr_error err;
-    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s",
-                 err.message);
+    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s", err.message);
     for (int i = 0; i < 100; i++)
         cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
     ring_expect_y(ring_c, a.y, 3.0f, "cpu-isolated");
@@ -319,8 +313,7 @@ Test(ring, a_device_recovery_ends_the_rings_with_device_lost)
     tsr_client_launch_desc b = ring_bind(&a, &a.x, a.y);
     tsr_client_ring *ring = NULL;
     tsr_error err;
-    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s",
-                 err.message);
+    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s", err.message);
     cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
 
     /* Another connection faults the device. */
@@ -347,8 +340,7 @@ Test(ring, a_device_recovery_ends_the_rings_with_device_lost)
     /* A new ring on new buffers serves. */
     ring_affine fresh = ring_affine_make(ring_c, 5.0f);
     b = ring_bind(&fresh, &fresh.x, fresh.y);
-    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s",
-                 err.message);
+    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s", err.message);
     cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
     ring_expect_y(ring_c, fresh.y, 5.0f, "after the recovery");
     cr_expect_eq(tsr_client_ring_close(ring, NULL, 0, &err), TSR_OK, "%s", err.message);

@@ -54,9 +54,9 @@ typedef struct tsr_ring_header {
 } tsr_ring_header;
 
 typedef struct tsr_ring_slot {
-    uint32_t binding;  /* client: the index into the ring's bindings */
-    int32_t status;    /* daemon: a tsr_status */
-    uint64_t device_ns; /* daemon: the launch, issue to synchronize */
+    uint32_t binding;                   /* client: the index into the ring's bindings */
+    int32_t status;                     /* daemon: a tsr_status */
+    uint64_t device_ns;                 /* daemon: the launch, issue to synchronize */
     char message[TSR_RING_MESSAGE_MAX]; /* daemon: why, when status is not TSR_OK */
 } tsr_ring_slot;
 

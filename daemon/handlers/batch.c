@@ -358,6 +358,12 @@ static tsr_status batch_execute(tsrd_job *job)
             break;
         uint64_t now = uv_hrtime();
         batch_learn(s, from, count, now - t0);
+        tsrd_log_debug(&d->log, "batch: launches %zu..%zu of %zu took %.3f ms%s; %.3f ms each now",
+                       from, from + count - 1, s->n, (double)(now - t0) / 1e6,
+                       s->use_graph ? " (graph)" : "",
+                       (double)atomic_load_explicit(&s->entries[from].kernel->launch_ns,
+                                                    memory_order_relaxed) /
+                           1e6);
         if (s->next == s->n)
             break;
         if (now - slice_start >= slice) {

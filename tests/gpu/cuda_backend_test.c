@@ -450,6 +450,13 @@ static void *gpu_batch_main(void *arg)
  * graph, the run's copy would wait on the device for the whole batch. */
 Test(cuda_backend, a_captured_batch_yields_to_another_clients_run)
 {
+    /* With the batch's chunks in the log. */
+    tsr_client_close(client_);
+    testd_stop(&daemon_);
+    const char *const debug_flags[] = {"--backend", "cuda", "--log-level", "debug", NULL};
+    cr_assert_eq(testd_restart(&daemon_, debug_flags), 0);
+    client_ = testd_client(&daemon_, GPU_TIMEOUT_MS);
+    cr_assert_not_null(client_);
     const char *json = "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":4096,\"n\":4096,\"k\":4096}";
     tsr_region r;
     tsr_error err;

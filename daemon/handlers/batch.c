@@ -182,26 +182,32 @@ static size_t batch_plan(const batch_state *s, size_t from)
 }
 
 /* Spreads a chunk's measured time over its kernels: in proportion to their
- * estimates when all had one, else (a chunk of one unmeasured kernel, or a
- * replayed graph) evenly over its launches. */
+ * estimates when all had one, else (a chunk of one unmeasured kernel) evenly
+ * over its launches. Every new estimate is worked out from the old ones
+ * before any is stored, since a kernel appears in many launches of a chunk. */
 static void batch_learn(const batch_state *s, size_t from, size_t n, uint64_t took_ns)
 {
+    uint64_t *now = malloc(n * sizeof *now);
+    if (now == NULL)
+        return; /* the estimates stay as they were */
     uint64_t sum = 0;
     bool all_known = true;
     for (size_t i = 0; i < n; i++) {
-        uint64_t est =
-            atomic_load_explicit(&s->entries[from + i].kernel->launch_ns, memory_order_relaxed);
-        sum += est;
-        all_known = all_known && est != 0;
+        now[i] = atomic_load_explicit(&s->entries[from + i].kernel->launch_ns,
+                                      memory_order_relaxed);
+        sum += now[i];
+        all_known = all_known && now[i] != 0;
     }
     for (size_t i = 0; i < n; i++) {
-        tsrd_kernel *k = s->entries[from + i].kernel;
-        uint64_t est = atomic_load_explicit(&k->launch_ns, memory_order_relaxed);
-        uint64_t now = all_known && sum > 0
-                           ? (uint64_t)((double)est * (double)took_ns / (double)sum)
-                           : took_ns / n;
-        atomic_store_explicit(&k->launch_ns, now > 0 ? now : 1, memory_order_relaxed);
+        uint64_t v = all_known && sum > 0
+                         ? (uint64_t)((double)now[i] * (double)took_ns / (double)sum)
+                         : took_ns / n;
+        now[i] = v > 0 ? v : 1;
     }
+    for (size_t i = 0; i < n; i++)
+        atomic_store_explicit(&s->entries[from + i].kernel->launch_ns, now[i],
+                              memory_order_relaxed);
+    free(now);
 }
 
 /* The handles of launches [from, from + n) as a graph key: per launch the

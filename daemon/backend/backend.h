@@ -140,10 +140,28 @@ typedef struct tsrd_backend_graph_ops {
     void (*graph_destroy)(tsrd_backend *b, tsrd_graph *g);
 } tsrd_backend_graph_ops;
 
-/* Every member of the core is set. The three optional groups are NULL where
+/* Submission rings served where the device is (ring_loop.h). A backend whose
+ * device lives in the daemon's process needs none of this: the daemon runs the
+ * ring's loop itself. One whose device lives elsewhere runs it there. */
+typedef struct tsrd_bring tsrd_bring;
+typedef struct tsrd_backend_ring_ops {
+    /* Serves the ring in the segment fd (slots slots, bytes long, the header
+     * checked, from submission `first` on) over the n launches, whose kernels
+     * and buffers the caller keeps until ring_stop. A launch that runs past
+     * timeout_ms (0: none) is treated as a hung device. */
+    tsr_status (*ring_start)(tsrd_backend *b, int fd, uint64_t bytes, uint32_t slots,
+                             uint32_t first, const tsrd_launch_desc *launches, int n,
+                             uint64_t timeout_ms, tsrd_bring **out, tsr_error *err);
+    /* Stops the ring (its launch in progress finishes first) and frees it;
+     * *served gets the slots it served (0 when the device is gone). */
+    void (*ring_stop)(tsrd_backend *b, tsrd_bring *r, uint64_t *served);
+} tsrd_backend_ring_ops;
+
+/* Every member of the core is set. The four optional groups are NULL where
  * the backend has no such capability, and then callers do without: copies are
  * staged through buffer_write and buffer_read, buffer_import is refused with
- * TSR_UNSUPPORTED, batches are launched one by one. */
+ * TSR_UNSUPPORTED, batches are launched one by one, rings are served by the
+ * daemon itself. */
 typedef struct tsrd_backend_ops {
     const char *name;         /* "cpu", "cuda" */
     uint32_t codegen_version; /* goes into every kernel key this backend compiles */
@@ -228,6 +246,7 @@ typedef struct tsrd_backend_ops {
     const tsrd_backend_hostmem_ops *hostmem;
     const tsrd_backend_ipc_ops *ipc;
     const tsrd_backend_graph_ops *graph;
+    const tsrd_backend_ring_ops *ring;
 } tsrd_backend_ops;
 
 /* launch_many for a backend whose launches cost no round trip: one launch

@@ -193,8 +193,8 @@ static void batch_learn(const batch_state *s, size_t from, size_t n, uint64_t to
     uint64_t sum = 0;
     bool all_known = true;
     for (size_t i = 0; i < n; i++) {
-        now[i] = atomic_load_explicit(&s->entries[from + i].kernel->launch_ns,
-                                      memory_order_relaxed);
+        now[i] =
+            atomic_load_explicit(&s->entries[from + i].kernel->launch_ns, memory_order_relaxed);
         sum += now[i];
         all_known = all_known && now[i] != 0;
     }

@@ -13,6 +13,8 @@
 
 #include "handlers/common.h"
 #include "handlers/handlers.h"
+#include "serve/dispatch.h"
+#include "serve/recovery.h"
 #include "serve/ring.h"
 #include "serve/session.h"
 #include "serve/shm.h"
@@ -119,6 +121,10 @@ static tsr_status ring_close_execute(tsrd_job *job)
     uint64_t launches = 0;
     tsr_status st =
         tsrd_ring_close(job->d, job->session, job->req->ring_close->ring, &launches, &job->err);
+    /* A ring's device can be lost with no request in flight (its launch hung
+     * and the device worker ended itself): stopping the ring is how the daemon
+     * learns it, and the recovery starts here. */
+    tsrd_recovery_poll(job->d, tsrd_dispatch_pump);
     if (st != TSR_OK)
         return st;
     Tessera__V1__RingCloseReply init = TESSERA__V1__RING_CLOSE_REPLY__INIT;

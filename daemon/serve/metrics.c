@@ -389,11 +389,10 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
     metrics_plain(l, "replays_total", "counter", "Requests answered from the request-id memory.",
                   (double)d->metrics.replays);
     uint64_t ring_launches = d->ring_launches_closed;
-    for (tsrd_session *s = d->sessions; s != NULL; s = s->next)
-        ring_launches += tsrd_rings_launches(s);
     metrics_plain(l, "rings", "gauge", "Submission rings open.", (double)d->rings_open);
     metrics_plain(l, "ring_launches_total", "counter",
-                  "Slots served by submission rings, failed ones included.", (double)ring_launches);
+                  "Slots served by submission rings that stopped, failed ones included.",
+                  (double)ring_launches);
     metrics_plain(l, "job_yields_total", "counter",
                   "Times a long job (a batch) gave its worker to other tenants' work midway.",
                   (double)d->metrics.job_yields);

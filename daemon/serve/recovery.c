@@ -198,7 +198,7 @@ static void recovery_start_rebuild(tsrd_daemon *d)
 {
     struct tsrd_recovery *r = d->recovery;
     for (tsrd_session *s = d->sessions; s != NULL; s = s->next) {
-        tsrd_rings_stop_all(s, TSR_DEVICE_LOST,
+        tsrd_rings_stop_all(d, s, TSR_DEVICE_LOST,
                             "the device was recovered after a fault; open the ring again");
         tsrd_graphs_release(d, s);
         if (s->stream != NULL) {

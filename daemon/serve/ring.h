@@ -5,12 +5,13 @@
  *
  * A ring is opened by a ring_open request (handlers/ring.c), which resolves and
  * pins every kernel and buffer its bindings name and maps the client's segment
- * for the session. Each ring then has a thread of its own that waits on the
- * segment's `submitted` counter, launches the bound kernel of each new slot on
- * the ring's own stream, synchronizes, and writes the slot's result. Launches
- * of one ring run one at a time, in submission order; they are not ordered
- * with the session's requests on the nng path (those run on the session's
- * stream).
+ * for the session. Each ring then has a loop of its own (backend/ring_loop.h)
+ * that waits on the segment's `submitted` counter, launches the bound kernel of
+ * each new slot on the ring's own stream, synchronizes, and writes the slot's
+ * result: a thread of the daemon for the in-process backends, a thread of the
+ * device worker for the isolated ones (the backend's ring ops). Launches of one
+ * ring run one at a time, in submission order; they are not ordered with the
+ * session's requests on the nng path (those run on the session's stream).
  *
  * An open ring holds one request of its tenant's in_flight quota (it has at
  * most one launch executing), and its kernels and buffers stay counted as the
@@ -76,14 +77,11 @@ void tsrd_rings_end_all(tsrd_daemon *d, tsrd_session *s, tsr_status status, cons
 /* Stops every ring of s with status and message (a device recovery:
  * TSR_DEVICE_LOST) but keeps them, pins and quota included, until each is
  * closed or the session ends, as a ring that ended on its own. */
-void tsrd_rings_stop_all(tsrd_session *s, tsr_status status, const char *message);
+void tsrd_rings_stop_all(tsrd_daemon *d, tsrd_session *s, tsr_status status, const char *message);
 
 /* tsrd_rings_end_all for the session of pipe_id, if it has one (a
  * connection gone), and for every session. */
 void tsrd_rings_end_pipe(tsrd_daemon *d, uint32_t pipe_id);
 void tsrd_rings_end_every(tsrd_daemon *d, tsr_status status, const char *message);
-
-/* Launches served by s's open rings (metrics). */
-uint64_t tsrd_rings_launches(const tsrd_session *s);
 
 #endif

@@ -347,3 +347,40 @@ Test(ring, a_device_recovery_ends_the_rings_with_device_lost)
     tsr_client_region_free(r);
     tsr_client_close(faulty);
 }
+
+/* A ring's launch that never ends, on the isolated backend: past
+ * kernel_timeout_ms the device worker ends itself; the client's wait times
+ * out, closing the ring tells the daemon, which recovers and serves on. */
+Test(ring, a_ring_launch_that_never_ends_costs_the_worker_after_the_timeout)
+{
+    const char *const flags[] = {"--backend", "cpu-isolated", NULL};
+    cr_assert_eq(
+        testd_start_config(&ring_d, flags, "{\"test_faults\": true, \"kernel_timeout_ms\": 500}\n"),
+        0);
+    ring_c = fixture_client(&ring_d, 30000);
+    tsr_region *r = fixture_affine(RING_N);
+    tsr_client_compile_opts hang = {.force = "test_hang", .skip_verify = true};
+    tsr_client_compiled k;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(ring_c, r, &hang, &k, 0, &err), TSR_OK, "%s", err.message);
+    tsr_buffer x = fixture_alloc_f32(ring_c, RING_N), y = fixture_alloc_f32(ring_c, RING_N);
+    tsr_client_launch_desc b = {.kernel = k.kernel, .n_inputs = 1, .inputs = &x, .output = y};
+    tsr_client_ring *ring = NULL;
+    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(tsr_client_ring_launch(ring, 0, NULL, 3000, &err), TSR_TIMEOUT);
+    tsr_client_ring_close(ring, NULL, 0, &err);
+    tsr_client_health h;
+    for (int i = 0; i < 3000; i++) {
+        cr_assert_eq(tsr_client_health_get(ring_c, &h, 0, &err), TSR_OK, "%s", err.message);
+        if (h.state == TSR_CLIENT_HEALTH_READY && h.recoveries >= 1)
+            break;
+        usleep(2000);
+    }
+    cr_assert_eq(h.recoveries, 1, "the daemon did not recover");
+    float in[RING_N] = {0}, out[RING_N];
+    const void *inputs[] = {in};
+    cr_assert_eq(tsr_client_run(ring_c, r, NULL, inputs, out, NULL, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_expect_eq(out[0], 1.0f);
+    tsr_client_region_free(r);
+}

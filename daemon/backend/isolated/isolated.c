@@ -946,6 +946,103 @@ static tsr_status iso_recover(tsrd_backend *b, tsr_error *err)
     return st;
 }
 
+/* ---- submission rings, served in the worker ---- */
+
+struct tsrd_bring {
+    uint64_t id; /* the worker's ring */
+    unsigned generation;
+};
+
+/* The launches as LAUNCH_MANY's payload (malloc'd, *words long); NULL when out
+ * of memory or a launch is of another worker (*stale set). */
+static uint64_t *iso_launch_payload(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n,
+                                    size_t *words, bool *stale)
+{
+    *stale = false;
+    size_t w = 0;
+    unsigned gen = atomic_load(&b->generation);
+    for (size_t i = 0; i < n; i++) {
+        w += 3 + (size_t)launches[i].n_inputs;
+        if (launches[i].kernel->remote.generation != gen ||
+            launches[i].output->remote.generation != gen)
+            *stale = true;
+        for (int k = 0; k < launches[i].n_inputs; k++)
+            if (launches[i].inputs[k]->remote.generation != gen)
+                *stale = true;
+    }
+    if (*stale)
+        return NULL;
+    uint64_t *payload = malloc((w ? w : 1) * sizeof *payload);
+    if (payload == NULL)
+        return NULL;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        const tsrd_launch_desc *l = &launches[i];
+        payload[at++] = l->kernel->remote.id;
+        payload[at++] = (uint64_t)l->n_inputs;
+        payload[at++] = l->output->remote.id;
+        for (int k = 0; k < l->n_inputs; k++)
+            payload[at++] = l->inputs[k]->remote.id;
+    }
+    *words = w;
+    return payload;
+}
+
+static tsr_status iso_ring_start(tsrd_backend *b, int fd, uint64_t bytes, uint32_t slots,
+                                 uint32_t first, const tsrd_launch_desc *launches, int n,
+                                 uint64_t timeout_ms, tsrd_bring **out, tsr_error *err)
+{
+    unsigned gen = atomic_load(&b->generation);
+    tsr_status st = iso_current(b, gen, "the device", err);
+    if (st != TSR_OK)
+        return st;
+    size_t words = 0;
+    bool stale = false;
+    uint64_t *payload = iso_launch_payload(b, launches, (size_t)n, &words, &stale);
+    if (payload == NULL)
+        return stale ? tsr_error_set(err, TSR_DEVICE_LOST,
+                                     "a kernel or buffer of the ring was lost when device 0 was "
+                                     "recovered after a fault")
+                     : tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
+    tsrd_bring *r = calloc(1, sizeof *r);
+    if (r == NULL) {
+        free(payload);
+        return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
+    }
+    tsrd_dw_request q = {.op = TSRD_DW_RING_START,
+                         .payload_len = (uint32_t)(words * sizeof *payload),
+                         .a = {bytes, slots, first, (uint64_t)n, timeout_ms}};
+    uint64_t rr[2];
+    st = iso_call_fd(b, &q, payload, fd, rr, err);
+    free(payload);
+    if (st != TSR_OK) {
+        free(r);
+        return st;
+    }
+    r->id = rr[0];
+    r->generation = gen;
+    *out = r;
+    return TSR_OK;
+}
+
+static void iso_ring_stop(tsrd_backend *b, tsrd_bring *r, uint64_t *served)
+{
+    *served = 0;
+    tsr_error err;
+    if (r->generation == atomic_load(&b->generation) && !atomic_load(&b->lost)) {
+        tsrd_dw_request q = {.op = TSRD_DW_RING_STOP, .a = {r->id}};
+        uint64_t rr[2];
+        if (iso_call(b, &q, NULL, rr, &err) == TSR_OK)
+            *served = rr[0];
+    }
+    free(r);
+}
+
+static const tsrd_backend_ring_ops iso_ring = {
+    .ring_start = iso_ring_start,
+    .ring_stop = iso_ring_stop,
+};
+
 static const tsrd_backend_hostmem_ops iso_hostmem = {
     .host_register = iso_host_register,
     .host_unregister = iso_host_unregister,
@@ -974,7 +1071,7 @@ static const tsrd_backend_graph_ops iso_graph = {
     .load = iso_load, .unload = iso_unload, .stream_create = iso_stream_create,                    \
     .stream_destroy = iso_stream_destroy, .launch = iso_launch, .launch_many = iso_launch_many,    \
     .synchronize = iso_synchronize, .lost = iso_lost, .recover = iso_recover,                      \
-    .hostmem = &iso_hostmem
+    .hostmem = &iso_hostmem, .ring = &iso_ring
 
 const tsrd_backend_ops tsrd_backend_cuda_isolated = {
     .name = "cuda",

@@ -57,6 +57,10 @@ typedef enum tsrd_dw_op {
                            * a5 1 = to the device */
     TSRD_DW_LAUNCH_MANY,  /* a0 stream, a1 count; payload per launch: kernel, n_inputs,
                            * output, then n_inputs input ids -> r0 launched */
+    TSRD_DW_RING_START,   /* a0 segment bytes, a1 slots, a2 first, a3 count, a4 timeout ms;
+                           * payload as LAUNCH_MANY's; the segment's descriptor rides along
+                           * (SCM_RIGHTS): the worker serves the ring -> r0 ring id */
+    TSRD_DW_RING_STOP,    /* a0 ring id -> r0 slots served */
 } tsrd_dw_op;
 
 typedef struct tsrd_dw_request {

@@ -23,6 +23,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend/isolated/worker.h"
@@ -30,15 +31,22 @@
 #include "backend/guard.h"
 #include "backend/isolated/wire.h"
 #include "backend/registry.h"
+#include "backend/ring_loop.h"
 #include "tessera/json.h"
 
 /* The largest request payload accepted (a kernel binary and its region). */
 #define WORKER_PAYLOAD_MAX (256u << 20)
 
+typedef struct worker_ring worker_ring;
+
 typedef struct worker {
     const tsrd_backend_ops *ops;
     tsrd_backend *b;
     tsr_arbiter *arbiter;
+    /* The rings served here, and whether the thread watching them runs. */
+    pthread_mutex_t rings_lock;
+    worker_ring *rings;
+    bool watchdog_started;
 } worker;
 
 /* A client segment mapped and pinned here (TSRD_DW_PIN). */
@@ -158,6 +166,127 @@ static void worker_pin_free(worker *w, worker_pin *p)
     munmap(p->base, (size_t)p->len);
     close(p->fd);
     free(p);
+}
+
+/* ---- submission rings ---- */
+
+/* A ring this worker serves (TSRD_DW_RING_START), on the watchdog's list. */
+struct worker_ring {
+    struct worker_ring *next;
+    tsrd_ring_loop *loop;
+    uint8_t *base;
+    uint64_t bytes;
+    uint64_t timeout_ns; /* 0: none */
+};
+
+/* The thread that watches the rings' launches: one that runs past the kernel
+ * timeout means a hung device, and the worker ends itself (as the daemon ends
+ * it for a hung call), so that the daemon recovers. */
+static void *worker_watchdog(void *arg)
+{
+    worker *w = arg;
+    for (;;) {
+        struct timespec pause = {0, 50 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        pthread_mutex_lock(&w->rings_lock);
+        for (worker_ring *r = w->rings; r != NULL; r = r->next) {
+            uint64_t busy = tsrd_ring_loop_busy_ns(r->loop);
+            if (r->timeout_ns != 0 && busy > r->timeout_ns) {
+                fprintf(stderr,
+                        "tesserad device worker: a ring's launch has run %.0f ms, past the "
+                        "kernel timeout; the device is taken for hung\n",
+                        (double)busy / 1e6);
+                _exit(3);
+            }
+        }
+        pthread_mutex_unlock(&w->rings_lock);
+    }
+    return NULL;
+}
+
+static tsr_status worker_ring_start(worker *w, const tsrd_dw_request *q, const uint8_t *payload,
+                                    int fd, uint64_t *id, tsr_error *err)
+{
+    uint64_t bytes = q->a[0], n = q->a[3];
+    if (fd < 0 || n == 0 || n > 1024)
+        return tsr_error_set(err, TSR_INTERNAL, "device worker: malformed ring");
+    size_t words = q->payload_len / sizeof(uint64_t), at = 0;
+    tsrd_launch_desc *descs = calloc(n, sizeof *descs);
+    tsrd_dbuf **bufs = calloc(n * TSR_MAX_REGION_INPUTS, sizeof *bufs);
+    worker_ring *r = calloc(1, sizeof *r);
+    tsr_status st = TSR_OK;
+    if (descs == NULL || bufs == NULL || r == NULL)
+        st = tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
+    for (uint64_t i = 0; st == TSR_OK && i < n; i++) {
+        uint64_t head[3];
+        if (at + 3 > words) {
+            st = tsr_error_set(err, TSR_INTERNAL, "device worker: malformed ring");
+            break;
+        }
+        memcpy(head, payload + at * sizeof(uint64_t), sizeof head);
+        at += 3;
+        int k_n = (int)head[1];
+        if (k_n < 0 || k_n > TSR_MAX_REGION_INPUTS || at + (size_t)k_n > words) {
+            st = tsr_error_set(err, TSR_INTERNAL, "device worker: malformed ring");
+            break;
+        }
+        tsrd_dbuf **in = bufs + i * TSR_MAX_REGION_INPUTS;
+        for (int k = 0; k < k_n; k++) {
+            uint64_t v;
+            memcpy(&v, payload + (at + (size_t)k) * sizeof v, sizeof v);
+            in[k] = (tsrd_dbuf *)(uintptr_t)v;
+        }
+        at += (size_t)k_n;
+        descs[i] = (tsrd_launch_desc){.kernel = (tsrd_kobj *)(uintptr_t)head[0],
+                                      .inputs = in,
+                                      .n_inputs = k_n,
+                                      .output = (tsrd_dbuf *)(uintptr_t)head[2]};
+    }
+    void *base = MAP_FAILED;
+    if (st == TSR_OK) {
+        base = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (base == MAP_FAILED)
+            st = tsr_error_set(err, TSR_IO_ERROR, "device worker: mmap ring: %s", strerror(errno));
+    }
+    if (st == TSR_OK)
+        st = tsrd_ring_loop_start(w->ops, w->b, base, bytes, (uint32_t)q->a[1], (uint32_t)q->a[2],
+                                  descs, (int)n, &r->loop, err);
+    if (st == TSR_OK) {
+        r->base = base;
+        r->bytes = bytes;
+        r->timeout_ns = q->a[4] * 1000000u;
+        pthread_mutex_lock(&w->rings_lock);
+        r->next = w->rings;
+        w->rings = r;
+        pthread_t watchdog;
+        if (!w->watchdog_started && pthread_create(&watchdog, NULL, worker_watchdog, w) == 0) {
+            pthread_detach(watchdog);
+            w->watchdog_started = true;
+        }
+        pthread_mutex_unlock(&w->rings_lock);
+        *id = (uint64_t)(uintptr_t)r;
+    } else {
+        if (base != MAP_FAILED)
+            munmap(base, (size_t)bytes);
+        free(r);
+    }
+    free(descs);
+    free(bufs);
+    return st;
+}
+
+static void worker_ring_stop(worker *w, worker_ring *r, uint64_t *served)
+{
+    pthread_mutex_lock(&w->rings_lock);
+    for (worker_ring **p = &w->rings; *p != NULL; p = &(*p)->next)
+        if (*p == r) {
+            *p = r->next;
+            break;
+        }
+    pthread_mutex_unlock(&w->rings_lock);
+    tsrd_ring_loop_stop(r->loop, served);
+    munmap(r->base, (size_t)r->bytes);
+    free(r);
 }
 
 /* Serves one request; -1 when the channel is gone. */
@@ -356,6 +485,12 @@ static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint
     case TSRD_DW_COPY_PINNED:
         st = worker_copy_pinned(w, q, &err);
         break;
+    case TSRD_DW_RING_START:
+        st = worker_ring_start(w, q, payload, passed_fd, &r[0], &err);
+        break;
+    case TSRD_DW_RING_STOP:
+        worker_ring_stop(w, (worker_ring *)(uintptr_t)q->a[0], &r[0]);
+        break;
     default:
         st = tsr_error_set(&err, TSR_INTERNAL, "device worker: unknown operation %u", q->op);
         break;
@@ -385,7 +520,7 @@ static void *worker_channel_run(void *arg)
         if (rc == 0)
             rc = worker_serve(ch, &q, payload, passed_fd);
         if (passed_fd >= 0)
-            close(passed_fd); /* a pin keeps its own mapping */
+            close(passed_fd); /* a pin or a ring keeps its own mapping */
         if (rc != 0)
             break;
     }
@@ -419,6 +554,7 @@ int tsrd_device_worker_main(int argc, char **argv)
         return 2;
     static worker w;
     static worker_channel channels[TSRD_DW_CHANNELS];
+    pthread_mutex_init(&w.rings_lock, NULL);
     tsrd_backend_options opts = {.test_faults = strcmp(argv[3], "1") == 0};
     tsr_error err;
     tsr_status st = TSR_UNAVAILABLE;

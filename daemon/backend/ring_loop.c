@@ -1,0 +1,356 @@
+/*
+ * ring_loop.c — the thread that serves a submission ring (ring_loop.h).
+ */
+#include "backend/ring_loop.h"
+
+#include <limits.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend/guard.h"
+#include "tessera/ring.h"
+
+/* How long the thread spins on `submitted` before it sleeps, and how long one
+ * sleep lasts before it looks at its stop flag. */
+#define RING_SPIN_NS 50000u
+#define RING_WAIT_MS 50
+
+typedef struct ring_launch {
+    tsrd_kobj *kernel;
+    int n_inputs;
+    tsrd_dbuf *inputs[TSR_MAX_REGION_INPUTS];
+    tsrd_dbuf *output;
+} ring_launch;
+
+struct tsrd_ring_loop {
+    const tsrd_backend_ops *ops;
+    tsrd_backend *b;
+    uint8_t *base; /* the segment: header, then slots */
+    uint64_t bytes;
+    uint32_t slots;
+    uint32_t first;
+    ring_launch *launches;
+    int n;
+    pthread_t thread;
+    atomic_bool stop;
+    _Atomic uint64_t served;
+    _Atomic uint64_t busy_since; /* ns on CLOCK_MONOTONIC; 0 when no launch runs */
+};
+
+static uint64_t ring_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* A message for the segment, cut to TSR_RING_MESSAGE_MAX. */
+static void ring_say(char *dst, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void ring_say(char *dst, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dst, TSR_RING_MESSAGE_MAX, fmt, ap);
+    va_end(ap);
+}
+
+static long ring_futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *ts)
+{
+    return syscall(SYS_futex, (uint32_t *)word, op, val, ts, NULL, 0);
+}
+
+static tsr_ring_header *ring_header(uint8_t *base)
+{
+    return (tsr_ring_header *)base;
+}
+
+static tsr_ring_slot *ring_slot(const tsrd_ring_loop *l, uint32_t seq)
+{
+    return (tsr_ring_slot *)(l->base + sizeof(tsr_ring_header)) + seq % l->slots;
+}
+
+/* ---- guarded accesses to the segment ---- */
+
+typedef struct ring_access {
+    const tsrd_ring_loop *l;
+    uint8_t *base;
+    uint32_t value; /* loaded, or to store */
+    uint32_t seq;
+    uint32_t slots;
+    tsr_ring_slot result;
+} ring_access;
+
+static void ring_load_submitted(void *arg)
+{
+    ring_access *a = arg;
+    a->value = atomic_load_explicit(&ring_header(a->base)->submitted, memory_order_acquire);
+}
+
+static void ring_load_binding(void *arg)
+{
+    ring_access *a = arg;
+    a->value = ring_slot(a->l, a->seq)->binding;
+}
+
+static void ring_store_sleeping(void *arg)
+{
+    ring_access *a = arg;
+    tsr_ring_header *h = ring_header(a->base);
+    atomic_store_explicit(&h->daemon_sleeping, a->value, memory_order_seq_cst);
+    /* A submission the client made before it could see the flag. */
+    if (a->value != 0)
+        a->seq = atomic_load_explicit(&h->submitted, memory_order_seq_cst);
+}
+
+/* Writes the slot's result, counts it, and says whether the client sleeps. */
+static void ring_store_result(void *arg)
+{
+    ring_access *a = arg;
+    tsr_ring_slot *slot = ring_slot(a->l, a->seq);
+    slot->status = a->result.status;
+    slot->device_ns = a->result.device_ns;
+    memcpy(slot->message, a->result.message, sizeof slot->message);
+    tsr_ring_header *h = ring_header(a->base);
+    atomic_store_explicit(&h->completed, a->seq + 1, memory_order_seq_cst);
+    a->value = atomic_load_explicit(&h->client_sleeping, memory_order_seq_cst);
+}
+
+static void ring_store_closed(void *arg)
+{
+    ring_access *a = arg;
+    tsr_ring_header *h = ring_header(a->base);
+    a->value = 0;
+    if (atomic_load(&h->closed))
+        return;
+    h->close_status = a->result.status;
+    memcpy(h->close_message, a->result.message, sizeof h->close_message);
+    atomic_store_explicit(&h->closed, 1, memory_order_seq_cst);
+    a->value = 1;
+}
+
+static void ring_load_header(void *arg)
+{
+    ring_access *a = arg;
+    const tsr_ring_header *h = ring_header(a->base);
+    a->value = h->magic == TSR_RING_MAGIC && h->version == TSR_RING_VERSION && h->slots == a->slots;
+    a->seq = atomic_load(&h->submitted);
+}
+
+static bool ring_guarded(uint8_t *base, uint64_t bytes, void (*fn)(void *), ring_access *a)
+{
+    a->base = base;
+    return tsrd_guard_run(base, bytes, fn, a);
+}
+
+bool tsrd_ring_close_segment(uint8_t *base, uint64_t bytes, tsr_status status,
+                             const char *message)
+{
+    ring_access a = {.result.status = (int32_t)status};
+    ring_say(a.result.message, "%s", message);
+    if (!ring_guarded(base, bytes, ring_store_closed, &a))
+        return false;
+    if (a.value != 0) {
+        ring_futex(&ring_header(base)->completed, FUTEX_WAKE, INT_MAX, NULL);
+        ring_futex(&ring_header(base)->closed, FUTEX_WAKE, INT_MAX, NULL);
+    }
+    return true;
+}
+
+bool tsrd_ring_check_header(uint8_t *base, uint64_t bytes, uint32_t slots, uint32_t *submitted,
+                            bool *faulted)
+{
+    ring_access a = {.slots = slots};
+    *faulted = !ring_guarded(base, bytes, ring_load_header, &a);
+    if (*faulted)
+        return false;
+    *submitted = a.seq;
+    return a.value != 0;
+}
+
+/* ---- the thread ---- */
+
+/* Runs binding b on stream and fills the slot's result. */
+static void ring_launch_one(tsrd_ring_loop *l, tsrd_stream *stream, uint32_t b,
+                            tsr_ring_slot *out)
+{
+    tsr_error err;
+    tsr_error_clear(&err);
+    tsr_status st;
+    uint64_t t0 = ring_now_ns();
+    if (b >= (uint32_t)l->n) {
+        st = tsr_error_set(&err, TSR_INVALID_ARGUMENT,
+                           "ring slot: binding %u, the ring has %d (0 .. %d)", b, l->n, l->n - 1);
+    } else {
+        const ring_launch *rl = &l->launches[b];
+        tsrd_launch_desc desc = {.kernel = rl->kernel,
+                                 .inputs = rl->inputs,
+                                 .n_inputs = rl->n_inputs,
+                                 .output = rl->output};
+        atomic_store_explicit(&l->busy_since, t0, memory_order_relaxed);
+        size_t launched = 0;
+        st = l->ops->launch_many(l->b, &desc, 1, stream, &launched, &err);
+        double ms = 0;
+        tsr_error sync_err;
+        tsr_status sync = l->ops->synchronize(l->b, stream, &ms, &sync_err);
+        atomic_store_explicit(&l->busy_since, 0, memory_order_relaxed);
+        if (st == TSR_OK && sync != TSR_OK) {
+            err = sync_err;
+            st = sync;
+        }
+    }
+    out->status = (int32_t)st;
+    out->device_ns = ring_now_ns() - t0;
+    ring_say(out->message, "%s", st == TSR_OK ? "" : err.message);
+}
+
+/* Waits for a submission past `served`: true with *submitted set, false when
+ * the ring must end (stop asked, or the segment faulted: *fault set). */
+static bool ring_wait(tsrd_ring_loop *l, uint32_t served, uint32_t *submitted, bool *fault)
+{
+    ring_access a = {.l = l};
+    uint64_t spin_start = ring_now_ns();
+    for (;;) {
+        if (atomic_load_explicit(&l->stop, memory_order_acquire))
+            return false;
+        if (!ring_guarded(l->base, l->bytes, ring_load_submitted, &a)) {
+            *fault = true;
+            return false;
+        }
+        if (a.value != served) {
+            *submitted = a.value;
+            return true;
+        }
+        if (ring_now_ns() - spin_start < RING_SPIN_NS)
+            continue;
+        a.value = 1;
+        if (!ring_guarded(l->base, l->bytes, ring_store_sleeping, &a)) {
+            *fault = true;
+            return false;
+        }
+        if (a.seq == served) {
+            struct timespec ts = {0, RING_WAIT_MS * 1000000L};
+            ring_futex(&ring_header(l->base)->submitted, FUTEX_WAIT, served, &ts);
+        }
+        a.value = 0;
+        if (!ring_guarded(l->base, l->bytes, ring_store_sleeping, &a)) {
+            *fault = true;
+            return false;
+        }
+        spin_start = ring_now_ns();
+    }
+}
+
+static void *ring_main(void *arg)
+{
+    tsrd_ring_loop *l = arg;
+    tsrd_stream *stream = NULL;
+    tsr_error err;
+    tsr_status end = TSR_OK;
+    char why[TSR_RING_MESSAGE_MAX] = "";
+    if (l->ops->stream_create(l->b, 0, &stream, &err) != TSR_OK) {
+        end = err.code;
+        ring_say(why, "ring: no stream: %s", err.message);
+    }
+    uint32_t served = l->first;
+    while (end == TSR_OK) {
+        uint32_t submitted = 0;
+        bool fault = false;
+        if (!ring_wait(l, served, &submitted, &fault)) {
+            if (fault) {
+                end = TSR_BUFFER_MISMATCH;
+                ring_say(why, "ring: the segment no longer holds the ring");
+            }
+            break;
+        }
+        while (served != submitted && end == TSR_OK &&
+               !atomic_load_explicit(&l->stop, memory_order_acquire)) {
+            ring_access a = {.l = l, .seq = served};
+            if (!ring_guarded(l->base, l->bytes, ring_load_binding, &a)) {
+                end = TSR_BUFFER_MISMATCH;
+                ring_say(why, "ring: the segment no longer holds the ring");
+                break;
+            }
+            ring_launch_one(l, stream, a.value, &a.result);
+            if (!ring_guarded(l->base, l->bytes, ring_store_result, &a)) {
+                end = TSR_BUFFER_MISMATCH;
+                ring_say(why, "ring: the segment no longer holds the ring");
+                break;
+            }
+            if (a.value != 0)
+                ring_futex(&ring_header(l->base)->completed, FUTEX_WAKE, INT_MAX, NULL);
+            served++;
+            atomic_fetch_add_explicit(&l->served, 1, memory_order_relaxed);
+            if (a.result.status == TSR_DEVICE_LOST) {
+                end = TSR_DEVICE_LOST;
+                ring_say(why, "ring: %s", a.result.message);
+            }
+        }
+    }
+    if (stream != NULL)
+        l->ops->stream_destroy(l->b, stream);
+    if (end != TSR_OK)
+        tsrd_ring_close_segment(l->base, l->bytes, end, why);
+    return NULL;
+}
+
+tsr_status tsrd_ring_loop_start(const tsrd_backend_ops *ops, tsrd_backend *b, uint8_t *base,
+                                uint64_t bytes, uint32_t slots, uint32_t first,
+                                const tsrd_launch_desc *launches, int n, tsrd_ring_loop **out,
+                                tsr_error *err)
+{
+    tsrd_ring_loop *l = calloc(1, sizeof *l);
+    ring_launch *copies = calloc((size_t)(n > 0 ? n : 1), sizeof *copies);
+    if (l == NULL || copies == NULL) {
+        free(l);
+        free(copies);
+        return tsr_error_set(err, TSR_NO_MEMORY, "ring: out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        copies[i].kernel = launches[i].kernel;
+        copies[i].n_inputs = launches[i].n_inputs;
+        for (int k = 0; k < launches[i].n_inputs && k < TSR_MAX_REGION_INPUTS; k++)
+            copies[i].inputs[k] = launches[i].inputs[k];
+        copies[i].output = launches[i].output;
+    }
+    l->ops = ops;
+    l->b = b;
+    l->base = base;
+    l->bytes = bytes;
+    l->slots = slots;
+    l->first = first;
+    l->launches = copies;
+    l->n = n;
+    int rc = pthread_create(&l->thread, NULL, ring_main, l);
+    if (rc != 0) {
+        free(copies);
+        free(l);
+        return tsr_error_set(err, TSR_INTERNAL, "ring: pthread_create: %s", strerror(rc));
+    }
+    *out = l;
+    return TSR_OK;
+}
+
+void tsrd_ring_loop_stop(tsrd_ring_loop *l, uint64_t *served)
+{
+    atomic_store_explicit(&l->stop, true, memory_order_release);
+    ring_futex(&ring_header(l->base)->submitted, FUTEX_WAKE, INT_MAX, NULL);
+    pthread_join(l->thread, NULL);
+    if (served != NULL)
+        *served = atomic_load(&l->served);
+    free(l->launches);
+    free(l);
+}
+
+uint64_t tsrd_ring_loop_busy_ns(const tsrd_ring_loop *l)
+{
+    uint64_t since = atomic_load_explicit(&l->busy_since, memory_order_relaxed);
+    return since == 0 ? 0 : ring_now_ns() - since;
+}

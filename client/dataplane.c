@@ -286,6 +286,24 @@ tsr_status tsr_client_run_shm(tsr_client *c, const tsr_region *r,
     return st;
 }
 
+tsr_status tsri_client_launches_pb(const tsr_client_launch_desc *launches, size_t n,
+                                   const char *what, Tessera__V1__BatchLaunch *items,
+                                   Tessera__V1__BatchLaunch **ptrs, tsr_error *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        tessera__v1__batch_launch__init(&items[i]);
+        if (launches[i].n_inputs < 0 || (launches[i].n_inputs > 0 && !launches[i].inputs))
+            return tsr_error_set(err, TSR_INVALID_ARGUMENT, "%s: launch %zu has bad inputs", what,
+                                 i);
+        items[i].kernel = launches[i].kernel;
+        items[i].n_inputs = (size_t)launches[i].n_inputs;
+        items[i].inputs = (uint64_t *)launches[i].inputs;
+        items[i].output = launches[i].output;
+        ptrs[i] = &items[i];
+    }
+    return TSR_OK;
+}
+
 tsr_status tsr_client_batch(tsr_client *c, const tsr_client_launch_desc *launches, size_t n,
                             bool graph, tsr_client_batch_result *out, int timeout_ms,
                             tsr_error *err)
@@ -299,19 +317,7 @@ tsr_status tsr_client_batch(tsr_client *c, const tsr_client_launch_desc *launche
         free(ptrs);
         return tsr_error_set(err, TSR_NO_MEMORY, "batch: out of memory");
     }
-    tsr_status st = TSR_OK;
-    for (size_t i = 0; i < n; i++) {
-        tessera__v1__batch_launch__init(&items[i]);
-        if (launches[i].n_inputs < 0 || (launches[i].n_inputs > 0 && !launches[i].inputs)) {
-            st = tsr_error_set(err, TSR_INVALID_ARGUMENT, "batch: launch %zu has bad inputs", i);
-            break;
-        }
-        items[i].kernel = launches[i].kernel;
-        items[i].n_inputs = (size_t)launches[i].n_inputs;
-        items[i].inputs = (uint64_t *)launches[i].inputs;
-        items[i].output = launches[i].output;
-        ptrs[i] = &items[i];
-    }
+    tsr_status st = tsri_client_launches_pb(launches, n, "batch", items, ptrs, err);
     Tessera__V1__BatchRequest body = TESSERA__V1__BATCH_REQUEST__INIT;
     body.n_launches = n;
     body.launches = ptrs;

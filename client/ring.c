@@ -59,9 +59,6 @@ tsr_status tsr_client_ring_open(tsr_client *c, const tsr_client_launch_desc *bin
     if (n < 1 || n > TSR_RING_BINDINGS_MAX)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring: %zu bindings, 1 .. %u", n,
                              TSR_RING_BINDINGS_MAX);
-    for (size_t i = 0; i < n; i++)
-        if (bindings[i].n_inputs < 0 || (bindings[i].n_inputs > 0 && !bindings[i].inputs))
-            return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring: binding %zu has bad inputs", i);
     tsr_client_ring *r = calloc(1, sizeof *r);
     if (r == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "ring: out of memory");
@@ -80,18 +77,12 @@ tsr_status tsr_client_ring_open(tsr_client *c, const tsr_client_launch_desc *bin
     r->hdr->slots = slots;
     st = tsri_client_shm_grant(c, r->shm, timeout_ms, err);
 
-    Tessera__V1__RingBinding *items = calloc(n, sizeof *items);
-    Tessera__V1__RingBinding **ptrs = calloc(n, sizeof *ptrs);
+    Tessera__V1__BatchLaunch *items = calloc(n, sizeof *items);
+    Tessera__V1__BatchLaunch **ptrs = calloc(n, sizeof *ptrs);
     if (st == TSR_OK && (items == NULL || ptrs == NULL))
         st = tsr_error_set(err, TSR_NO_MEMORY, "ring: out of memory");
-    for (size_t i = 0; st == TSR_OK && i < n; i++) {
-        tessera__v1__ring_binding__init(&items[i]);
-        items[i].kernel = bindings[i].kernel;
-        items[i].n_inputs = (size_t)bindings[i].n_inputs;
-        items[i].inputs = (uint64_t *)bindings[i].inputs;
-        items[i].output = bindings[i].output;
-        ptrs[i] = &items[i];
-    }
+    if (st == TSR_OK)
+        st = tsri_client_launches_pb(bindings, n, "ring", items, ptrs, err);
     Tessera__V1__SharedMemory ref = TESSERA__V1__SHARED_MEMORY__INIT;
     ref.name = (char *)tsr_client_shm_name(r->shm);
     ref.offset = 0;

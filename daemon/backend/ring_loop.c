@@ -150,8 +150,7 @@ static bool ring_guarded(uint8_t *base, uint64_t bytes, void (*fn)(void *), ring
     return tsrd_guard_run(base, bytes, fn, a);
 }
 
-bool tsrd_ring_close_segment(uint8_t *base, uint64_t bytes, tsr_status status,
-                             const char *message)
+bool tsrd_ring_close_segment(uint8_t *base, uint64_t bytes, tsr_status status, const char *message)
 {
     ring_access a = {.result.status = (int32_t)status};
     ring_say(a.result.message, "%s", message);
@@ -178,8 +177,7 @@ bool tsrd_ring_check_header(uint8_t *base, uint64_t bytes, uint32_t slots, uint3
 /* ---- the thread ---- */
 
 /* Runs binding b on stream and fills the slot's result. */
-static void ring_launch_one(tsrd_ring_loop *l, tsrd_stream *stream, uint32_t b,
-                            tsr_ring_slot *out)
+static void ring_launch_one(tsrd_ring_loop *l, tsrd_stream *stream, uint32_t b, tsr_ring_slot *out)
 {
     tsr_error err;
     tsr_error_clear(&err);

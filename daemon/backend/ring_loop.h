@@ -47,8 +47,7 @@ uint64_t tsrd_ring_loop_busy_ns(const tsrd_ring_loop *l);
 
 /* Marks the ring at base (bytes long) closed with status and message, unless
  * it is already, and wakes its client; false when the segment faulted. */
-bool tsrd_ring_close_segment(uint8_t *base, uint64_t bytes, tsr_status status,
-                             const char *message);
+bool tsrd_ring_close_segment(uint8_t *base, uint64_t bytes, tsr_status status, const char *message);
 
 /* Reads the header of the ring at base: true when it says magic, version
  * and `slots`; *submitted gets its submitted count. false also when the

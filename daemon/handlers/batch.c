@@ -37,19 +37,12 @@
 #include "serve/graphs.h"
 #include "serve/session.h"
 
-typedef struct batch_entry {
-    tsrd_kernel *kernel;
-    int n_inputs;
-    tsrd_buffer *inputs[TSR_MAX_REGION_INPUTS];
-    tsrd_buffer *output;
-} batch_entry;
-
 /* How long a batch launches before it lets other work run. */
 #define BATCH_SLICE_MS 10
 
 typedef struct batch_state {
     size_t n; /* entries resolved (and pinned) so far */
-    batch_entry *entries;
+    tsrd_bound_launch *entries;
     size_t next;    /* launches issued so far, over all slices */
     bool started;   /* the first slice ran */
     bool use_graph; /* capture and replay (graph=true on a backend that can) */
@@ -57,51 +50,13 @@ typedef struct batch_state {
     double device_ms; /* summed over the synchronizes */
 } batch_state;
 
-static tsr_status batch_check_buffer(tsrd_job *job, const tsrd_buffer *b,
-                                     const tsr_tensor_desc *want, const char *field)
-{
-    uint64_t bytes = tsr_tensor_desc_bytes(want);
-    if (b->dtype != want->dtype || b->bytes != bytes)
-        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
-                             "%s (%s): buffer holds %llu bytes of %s, the kernel needs %llu bytes "
-                             "of %s",
-                             field, want->name, (unsigned long long)b->bytes,
-                             tsr_dtype_name(b->dtype), (unsigned long long)bytes,
-                             tsr_dtype_name(want->dtype));
-    return TSR_OK;
-}
-
+/* Resolves and pins launch i of the request into e. */
 static tsr_status batch_entry_resolve(tsrd_job *job, size_t i, const Tessera__V1__BatchLaunch *l,
-                                      batch_entry *e)
+                                      tsrd_bound_launch *e)
 {
-    char field[64];
-    e->kernel = tsrd_kernel_lookup(job->d, job->session, l->kernel);
-    if (e->kernel == NULL)
-        return tsr_error_set(&job->err, TSR_NOT_FOUND,
-                             "batch.launches[%zu].kernel: no kernel %#llx", i,
-                             (unsigned long long)l->kernel);
-    tsrd_kernel_ref(e->kernel);
-    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out;
-    int n = tsr_region_signature(&e->kernel->region, sig, &out);
-    if (l->n_inputs != (size_t)n)
-        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
-                             "batch.launches[%zu].inputs: %zu buffers, the kernel takes %d", i,
-                             l->n_inputs, n);
-    tsr_status st = TSR_OK;
-    for (int k = 0; st == TSR_OK && k < n; k++) {
-        snprintf(field, sizeof field, "batch.launches[%zu].inputs[%d]", i, k);
-        st = tsrd_job_buffer(job, l->inputs[k], field, &e->inputs[k]);
-        if (st == TSR_OK) {
-            e->n_inputs = k + 1;
-            st = batch_check_buffer(job, e->inputs[k], &sig[k], field);
-        }
-    }
-    snprintf(field, sizeof field, "batch.launches[%zu].output", i);
-    if (st == TSR_OK)
-        st = tsrd_job_buffer(job, l->output, field, &e->output);
-    if (st == TSR_OK)
-        st = batch_check_buffer(job, e->output, &out, field);
-    return st;
+    char field[48];
+    snprintf(field, sizeof field, "batch.launches[%zu]", i);
+    return tsrd_job_bind_launch(job, field, l->kernel, l->inputs, l->n_inputs, l->output, e);
 }
 
 static tsr_status batch_prepare(tsrd_job *job)
@@ -138,7 +93,7 @@ static tsr_status batch_run_range(tsrd_job *job, tsrd_stream *stream, size_t fro
         return tsr_error_set(&job->err, TSR_NO_MEMORY, "batch: out of memory");
     }
     for (size_t i = 0; i < n; i++) {
-        batch_entry *e = &s->entries[from + i];
+        tsrd_bound_launch *e = &s->entries[from + i];
         tsrd_dbuf **in = bufs + i * TSR_MAX_REGION_INPUTS;
         for (int k = 0; k < e->n_inputs; k++)
             in[k] = e->inputs[k]->dbuf;
@@ -385,15 +340,8 @@ static tsr_status batch_execute(tsrd_job *job)
 static tsr_status batch_complete(tsrd_job *job, tsr_status status)
 {
     batch_state *s = job->state;
-    for (size_t i = 0; s != NULL && s->entries != NULL && i < s->n; i++) {
-        batch_entry *e = &s->entries[i];
-        for (int k = 0; k < e->n_inputs; k++)
-            tsrd_buffer_unref(job->d, e->inputs[k]);
-        if (e->output != NULL)
-            tsrd_buffer_unref(job->d, e->output);
-        if (e->kernel != NULL)
-            tsrd_kernel_unref(job->d, e->kernel);
-    }
+    for (size_t i = 0; s != NULL && s->entries != NULL && i < s->n; i++)
+        tsrd_bound_launch_release(job->d, &s->entries[i]);
     return status;
 }
 

@@ -22,6 +22,51 @@ tsr_status tsrd_job_buffer(tsrd_job *job, uint64_t handle, const char *field, ts
     return TSR_OK;
 }
 
+static tsr_status common_check_buffer(tsrd_job *job, const tsrd_buffer *b,
+                                      const tsr_tensor_desc *want, const char *field)
+{
+    uint64_t bytes = tsr_tensor_desc_bytes(want);
+    if (b->dtype != want->dtype || b->bytes != bytes)
+        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                             "%s (%s): buffer holds %llu bytes of %s, the kernel needs %llu bytes "
+                             "of %s",
+                             field, want->name, (unsigned long long)b->bytes,
+                             tsr_dtype_name(b->dtype), (unsigned long long)bytes,
+                             tsr_dtype_name(want->dtype));
+    return TSR_OK;
+}
+
+tsr_status tsrd_job_bind_launch(tsrd_job *job, const char *field, uint64_t kernel,
+                                const uint64_t *inputs, size_t n_inputs, uint64_t output,
+                                tsrd_bound_launch *out)
+{
+    char name[128];
+    out->kernel = tsrd_kernel_lookup(job->d, job->session, kernel);
+    if (out->kernel == NULL)
+        return tsr_error_set(&job->err, TSR_NOT_FOUND, "%s.kernel: no kernel %#llx", field,
+                             (unsigned long long)kernel);
+    tsrd_kernel_ref(out->kernel);
+    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], want_out;
+    int n = tsr_region_signature(&out->kernel->region, sig, &want_out);
+    if (n_inputs != (size_t)n)
+        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                             "%s.inputs: %zu buffers, the kernel takes %d", field, n_inputs, n);
+    for (int k = 0; k < n; k++) {
+        snprintf(name, sizeof name, "%s.inputs[%d]", field, k);
+        tsr_status st = tsrd_job_buffer(job, inputs[k], name, &out->inputs[k]);
+        if (st != TSR_OK)
+            return st;
+        out->n_inputs = k + 1;
+        if ((st = common_check_buffer(job, out->inputs[k], &sig[k], name)) != TSR_OK)
+            return st;
+    }
+    snprintf(name, sizeof name, "%s.output", field);
+    tsr_status st = tsrd_job_buffer(job, output, name, &out->output);
+    if (st == TSR_OK)
+        st = common_check_buffer(job, out->output, &want_out, name);
+    return st;
+}
+
 tsr_status tsrd_dtype_from_pb(tsrd_job *job, int pb_dtype, const char *field, tsr_dtype *out)
 {
     if (pb_dtype < 1 || pb_dtype > TSR_DTYPE_COUNT)

@@ -17,6 +17,17 @@
  * field when the handle is unknown, freed or foreign. Loop thread. */
 tsr_status tsrd_job_buffer(tsrd_job *job, uint64_t handle, const char *field, tsrd_buffer **out);
 
+/* Resolves and pins a launch of the job's session into *out: the kernel, then
+ * n_inputs input buffers and the output, each checked against the kernel's
+ * signature. Errors name field ("batch.launches[3]") and what is wrong:
+ * NOT_FOUND ("FIELD.kernel: no kernel 0x…", likewise for buffers),
+ * BUFFER_MISMATCH (the input count; "FIELD.inputs[i] (name): buffer holds …
+ * bytes of …, the kernel needs …"). What was pinned stays in *out for the
+ * caller to release whatever happened. Loop thread. */
+tsr_status tsrd_job_bind_launch(tsrd_job *job, const char *field, uint64_t kernel,
+                                const uint64_t *inputs, size_t n_inputs, uint64_t output,
+                                tsrd_bound_launch *out);
+
 /* The proto dtype as a tsr_dtype; TSR_BAD_DTYPE naming field when unset or
  * unknown. */
 tsr_status tsrd_dtype_from_pb(tsrd_job *job, int pb_dtype, const char *field, tsr_dtype *out);

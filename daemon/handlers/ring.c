@@ -20,54 +20,6 @@
 #include "serve/shm.h"
 #include "tessera/ring.h"
 
-static tsr_status ring_check_buffer(tsrd_job *job, const tsrd_buffer *b,
-                                    const tsr_tensor_desc *want, const char *field)
-{
-    uint64_t bytes = tsr_tensor_desc_bytes(want);
-    if (b->dtype != want->dtype || b->bytes != bytes)
-        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
-                             "%s (%s): buffer holds %llu bytes of %s, the kernel needs %llu bytes "
-                             "of %s",
-                             field, want->name, (unsigned long long)b->bytes,
-                             tsr_dtype_name(b->dtype), (unsigned long long)bytes,
-                             tsr_dtype_name(want->dtype));
-    return TSR_OK;
-}
-
-/* Resolves and pins binding i into b (what it pinned stays in b, to be
- * unpinned with the rest whatever happens). */
-static tsr_status ring_binding_resolve(tsrd_job *job, size_t i, const Tessera__V1__RingBinding *pb,
-                                       tsrd_ring_binding *b)
-{
-    char field[64];
-    b->kernel = tsrd_kernel_lookup(job->d, job->session, pb->kernel);
-    if (b->kernel == NULL)
-        return tsr_error_set(&job->err, TSR_NOT_FOUND,
-                             "ring_open.bindings[%zu].kernel: no kernel %#llx", i,
-                             (unsigned long long)pb->kernel);
-    tsrd_kernel_ref(b->kernel);
-    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out;
-    int n = tsr_region_signature(&b->kernel->region, sig, &out);
-    if (pb->n_inputs != (size_t)n)
-        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
-                             "ring_open.bindings[%zu].inputs: %zu buffers, the kernel takes %d", i,
-                             pb->n_inputs, n);
-    for (int k = 0; k < n; k++) {
-        snprintf(field, sizeof field, "ring_open.bindings[%zu].inputs[%d]", i, k);
-        tsr_status st = tsrd_job_buffer(job, pb->inputs[k], field, &b->inputs[k]);
-        if (st != TSR_OK)
-            return st;
-        b->n_inputs = k + 1;
-        if ((st = ring_check_buffer(job, b->inputs[k], &sig[k], field)) != TSR_OK)
-            return st;
-    }
-    snprintf(field, sizeof field, "ring_open.bindings[%zu].output", i);
-    tsr_status st = tsrd_job_buffer(job, pb->output, field, &b->output);
-    if (st == TSR_OK)
-        st = ring_check_buffer(job, b->output, &out, field);
-    return st;
-}
-
 static tsr_status ring_open_execute(tsrd_job *job)
 {
     const Tessera__V1__RingOpenRequest *req = job->req->ring_open;
@@ -84,14 +36,18 @@ static tsr_status ring_open_execute(tsrd_job *job)
         return tsr_error_set(&job->err, TSR_INVALID_ARGUMENT,
                              "ring_open.shm.offset: %llu; a ring is a whole segment (offset 0)",
                              (unsigned long long)req->shm->offset);
-    tsrd_ring_binding *bindings = calloc(req->n_bindings, sizeof *bindings);
+    tsrd_bound_launch *bindings = calloc(req->n_bindings, sizeof *bindings);
     if (bindings == NULL)
         return tsr_error_set(&job->err, TSR_NO_MEMORY, "ring_open: out of memory");
     tsr_status st = TSR_OK;
     size_t resolved = 0;
     for (size_t i = 0; st == TSR_OK && i < req->n_bindings; i++) {
+        const Tessera__V1__BatchLaunch *b = req->bindings[i];
+        char field[48];
+        snprintf(field, sizeof field, "ring_open.bindings[%zu]", i);
         resolved = i + 1;
-        st = ring_binding_resolve(job, i, req->bindings[i], &bindings[i]);
+        st = tsrd_job_bind_launch(job, field, b->kernel, b->inputs, b->n_inputs, b->output,
+                                  &bindings[i]);
     }
     tsrd_shm_map *map = NULL;
     uint8_t *ptr = NULL;
@@ -104,7 +60,7 @@ static tsr_status ring_open_execute(tsrd_job *job)
         st = tsrd_ring_open(job->d, job->session, map, req->slots, bindings, (int)resolved, &id,
                             &job->err);
     } else {
-        tsrd_ring_binding_release(job->d, bindings, (int)resolved);
+        tsrd_ring_bindings_release(job->d, bindings, (int)resolved);
     }
     if (st != TSR_OK)
         return st;

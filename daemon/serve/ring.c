@@ -24,30 +24,23 @@ struct tsrd_ring {
     tsrd_tenant *tenant; /* holds one of its in_flight while the ring exists */
     tsrd_shm_map *map;
     uint32_t slots;
-    tsrd_ring_binding *bindings;
+    tsrd_bound_launch *bindings;
     int n_bindings;
     tsrd_ring_loop *loop; /* served here (backends without ring ops) */
     tsrd_bring *remote;   /* served by the backend */
     uint64_t served;      /* once stopped */
 };
 
-void tsrd_ring_binding_release(tsrd_daemon *d, tsrd_ring_binding *bindings, int n)
+void tsrd_ring_bindings_release(tsrd_daemon *d, tsrd_bound_launch *bindings, int n)
 {
-    for (int i = 0; i < n; i++) {
-        tsrd_ring_binding *b = &bindings[i];
-        if (b->kernel != NULL)
-            tsrd_kernel_unref(d, b->kernel);
-        for (int k = 0; k < b->n_inputs; k++)
-            tsrd_buffer_unref(d, b->inputs[k]);
-        if (b->output != NULL)
-            tsrd_buffer_unref(d, b->output);
-    }
+    for (int i = 0; i < n; i++)
+        tsrd_bound_launch_release(d, &bindings[i]);
     free(bindings);
 }
 
 static void ring_release(tsrd_daemon *d, tsrd_ring *r)
 {
-    tsrd_ring_binding_release(d, r->bindings, r->n_bindings);
+    tsrd_ring_bindings_release(d, r->bindings, r->n_bindings);
     if (r->tenant != NULL)
         r->tenant->in_flight--;
     d->ring_launches_closed += r->served;
@@ -89,7 +82,7 @@ static tsr_status ring_start(tsrd_daemon *d, tsrd_ring *r, uint32_t first, tsr_e
         return tsr_error_set(err, TSR_NO_MEMORY, "ring_open: out of memory");
     }
     for (int i = 0; i < r->n_bindings; i++) {
-        const tsrd_ring_binding *b = &r->bindings[i];
+        const tsrd_bound_launch *b = &r->bindings[i];
         tsrd_dbuf **in = bufs + (size_t)i * TSR_MAX_REGION_INPUTS;
         for (int k = 0; k < b->n_inputs; k++)
             in[k] = b->inputs[k]->dbuf;
@@ -111,11 +104,11 @@ static tsr_status ring_start(tsrd_daemon *d, tsrd_ring *r, uint32_t first, tsr_e
 }
 
 tsr_status tsrd_ring_open(tsrd_daemon *d, tsrd_session *s, tsrd_shm_map *map, uint32_t slots,
-                          tsrd_ring_binding *bindings, int n, uint64_t *id, tsr_error *err)
+                          tsrd_bound_launch *bindings, int n, uint64_t *id, tsr_error *err)
 {
     tsrd_ring *r = calloc(1, sizeof *r);
     if (r == NULL) {
-        tsrd_ring_binding_release(d, bindings, n);
+        tsrd_ring_bindings_release(d, bindings, n);
         return tsr_error_set(err, TSR_NO_MEMORY, "ring_open: out of memory");
     }
     r->session = s;

@@ -40,18 +40,10 @@
 #define TSRD_RINGS_PER_SESSION 8
 #define TSRD_RINGS_MAX 256 /* in the daemon: a thread each */
 
-/* One bound launch: pinned on the loop, read by the ring thread. */
-typedef struct tsrd_ring_binding {
-    tsrd_kernel *kernel;
-    int n_inputs;
-    tsrd_buffer *inputs[TSR_MAX_REGION_INPUTS];
-    tsrd_buffer *output;
-} tsrd_ring_binding;
-
 typedef struct tsrd_ring tsrd_ring;
 
 /* Unpins what bindings[0 .. n) hold and frees the array (loop). */
-void tsrd_ring_binding_release(tsrd_daemon *d, tsrd_ring_binding *bindings, int n);
+void tsrd_ring_bindings_release(tsrd_daemon *d, tsrd_bound_launch *bindings, int n);
 
 /* Starts a ring of session s over the mapped segment (checked: the whole
  * mapping is the ring's size for slots, its header says so). Takes the
@@ -62,7 +54,7 @@ void tsrd_ring_binding_release(tsrd_daemon *d, tsrd_ring_binding *bindings, int 
  * RESOURCE_EXHAUSTED (rings of this session or daemon, the tenant's in_flight),
  * INTERNAL (no thread). */
 tsr_status tsrd_ring_open(tsrd_daemon *d, tsrd_session *s, tsrd_shm_map *map, uint32_t slots,
-                          tsrd_ring_binding *bindings, int n, uint64_t *id, tsr_error *err);
+                          tsrd_bound_launch *bindings, int n, uint64_t *id, tsr_error *err);
 
 /* Ends ring id of s: stops and joins its thread, writes `closed` with status
  * TSR_CANCELLED into the segment, releases its pins and quota. *launches gets

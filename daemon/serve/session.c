@@ -263,3 +263,14 @@ void tsrd_kernel_unref(tsrd_daemon *d, tsrd_kernel *k)
     tsr_region_free(&k->region);
     free(k);
 }
+
+void tsrd_bound_launch_release(tsrd_daemon *d, tsrd_bound_launch *b)
+{
+    if (b->kernel != NULL)
+        tsrd_kernel_unref(d, b->kernel);
+    for (int k = 0; k < b->n_inputs; k++)
+        tsrd_buffer_unref(d, b->inputs[k]);
+    if (b->output != NULL)
+        tsrd_buffer_unref(d, b->output);
+    memset(b, 0, sizeof *b);
+}

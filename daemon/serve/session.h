@@ -44,6 +44,8 @@ void tsrd_buffer_ref(tsrd_buffer *b);
 void tsrd_buffer_unref(tsrd_daemon *d, tsrd_buffer *b);
 void tsrd_kernel_ref(tsrd_kernel *k);
 void tsrd_kernel_unref(tsrd_daemon *d, tsrd_kernel *k);
+/* Unpins what b holds and clears it. */
+void tsrd_bound_launch_release(tsrd_daemon *d, tsrd_bound_launch *b);
 
 /* Records an ipc peer's credentials on its session (server.c, before the
  * session's first dispatch). */

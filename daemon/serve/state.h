@@ -132,6 +132,16 @@ typedef struct tsrd_kernel {
     _Atomic uint64_t launch_ns;
 } tsrd_kernel;
 
+/* A launch checked and pinned for later (a batch entry, a ring binding): a
+ * kernel with its buffers in signature order; what is pinned is set, the
+ * rest NULL. Released with tsrd_bound_launch_release (serve/session.h). */
+typedef struct tsrd_bound_launch {
+    tsrd_kernel *kernel;
+    int n_inputs;
+    tsrd_buffer *inputs[TSR_MAX_REGION_INPUTS];
+    tsrd_buffer *output;
+} tsrd_bound_launch;
+
 /* Fixed latency buckets (metrics.c holds the bounds, 50 us to 60 s) plus the
  * overflow bucket, +Inf. */
 #define TSRD_LATENCY_BUCKETS 20

@@ -73,6 +73,16 @@ static void ring_expect_y(tsr_client *c, tsr_buffer y, float x0, const char *wha
                      (double)got[i]);
 }
 
+/* A ring of one slot over the one binding y = f(x) of a. */
+static tsr_client_ring *ring_open_one(tsr_client *c, const ring_affine *a)
+{
+    tsr_client_launch_desc b = ring_bind(a, &a->x, a->y);
+    tsr_client_ring *ring = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_ring_open(c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s", err.message);
+    return ring;
+}
+
 Test(ring, launches_through_the_ring_run_in_order_and_are_counted)
 {
     ring_c = fixture_start_client(&ring_d, NULL, 30000);
@@ -108,10 +118,8 @@ Test(ring, a_bad_slot_fails_alone_and_the_ring_serves_on)
 {
     ring_c = fixture_start_client(&ring_d, NULL, 30000);
     ring_affine a = ring_affine_make(ring_c, 1.0f);
-    tsr_client_launch_desc b = ring_bind(&a, &a.x, a.y);
-    tsr_client_ring *ring = NULL;
+    tsr_client_ring *ring = ring_open_one(ring_c, &a);
     tsr_error err;
-    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(tsr_client_ring_launch(ring, 7, NULL, 0, &err), TSR_INVALID_ARGUMENT);
     cr_expect_str_eq(err.message, "ring slot: binding 7, the ring has 1 (0 .. 0)");
     cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
@@ -149,10 +157,8 @@ Test(ring, a_ring_pins_what_it_binds_until_it_closes)
 {
     ring_c = fixture_start_client(&ring_d, NULL, 30000);
     ring_affine a = ring_affine_make(ring_c, 2.0f);
-    tsr_client_launch_desc b = ring_bind(&a, &a.x, a.y);
-    tsr_client_ring *ring = NULL;
+    tsr_client_ring *ring = ring_open_one(ring_c, &a);
     tsr_error err;
-    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s", err.message);
     /* The handles go; the ring still launches on what they named. */
     cr_assert_eq(tsr_client_buffer_free(ring_c, a.x, 0, &err), TSR_OK);
     cr_assert_eq(tsr_client_kernel_free(ring_c, a.kernel, 0, &err), TSR_OK);
@@ -168,10 +174,8 @@ Test(ring, a_segment_shrunk_under_the_ring_ends_it_and_nothing_else)
 {
     ring_c = fixture_start_client(&ring_d, NULL, 30000);
     ring_affine a = ring_affine_make(ring_c, 0.0f);
-    tsr_client_launch_desc b = ring_bind(&a, &a.x, a.y);
-    tsr_client_ring *ring = NULL;
+    tsr_client_ring *ring = ring_open_one(ring_c, &a);
     tsr_error err;
-    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s", err.message);
     cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
     /* The ring's segment is the only /dev/shm object this test made last. */
     char path[256];
@@ -290,10 +294,8 @@ Test(ring, rings_work_on_the_isolated_backend)
     const char *const flags[] = {"--backend", "cpu-isolated", NULL};
     ring_c = fixture_start_client(&ring_d, flags, 30000);
     ring_affine a = ring_affine_make(ring_c, 3.0f);
-    tsr_client_launch_desc b = ring_bind(&a, &a.x, a.y);
-    tsr_client_ring *ring = NULL;
+    tsr_client_ring *ring = ring_open_one(ring_c, &a);
     tsr_error err;
-    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s", err.message);
     for (int i = 0; i < 100; i++)
         cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
     ring_expect_y(ring_c, a.y, 3.0f, "cpu-isolated");
@@ -310,10 +312,8 @@ Test(ring, a_device_recovery_ends_the_rings_with_device_lost)
     cr_assert_eq(testd_start_config(&ring_d, flags, "{\"test_faults\": true}\n"), 0);
     ring_c = fixture_client(&ring_d, 30000);
     ring_affine a = ring_affine_make(ring_c, 0.0f);
-    tsr_client_launch_desc b = ring_bind(&a, &a.x, a.y);
-    tsr_client_ring *ring = NULL;
+    tsr_client_ring *ring = ring_open_one(ring_c, &a);
     tsr_error err;
-    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s", err.message);
     cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
 
     /* Another connection faults the device. */
@@ -339,8 +339,7 @@ Test(ring, a_device_recovery_ends_the_rings_with_device_lost)
 
     /* A new ring on new buffers serves. */
     ring_affine fresh = ring_affine_make(ring_c, 5.0f);
-    b = ring_bind(&fresh, &fresh.x, fresh.y);
-    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s", err.message);
+    ring = ring_open_one(ring_c, &fresh);
     cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
     ring_expect_y(ring_c, fresh.y, 5.0f, "after the recovery");
     cr_expect_eq(tsr_client_ring_close(ring, NULL, 0, &err), TSR_OK, "%s", err.message);

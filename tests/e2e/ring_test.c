@@ -83,6 +83,20 @@ static tsr_client_ring *ring_open_one(tsr_client *c, const ring_affine *a)
     return ring;
 }
 
+/* Health once the daemon is ready again after a recovery (at most 6 s). */
+static tsr_client_health ring_wait_recovered(tsr_client *c)
+{
+    tsr_client_health h;
+    tsr_error err;
+    for (int i = 0; i < 3000; i++) {
+        cr_assert_eq(tsr_client_health_get(c, &h, 0, &err), TSR_OK, "%s", err.message);
+        if (h.state == TSR_CLIENT_HEALTH_READY && h.recoveries >= 1)
+            break;
+        usleep(2000);
+    }
+    return h;
+}
+
 Test(ring, launches_through_the_ring_run_in_order_and_are_counted)
 {
     ring_c = fixture_start_client(&ring_d, NULL, 30000);
@@ -324,13 +338,7 @@ Test(ring, a_device_recovery_ends_the_rings_with_device_lost)
     const void *in[] = {x};
     cr_assert_eq(tsr_client_run(faulty, r, &fault, in, y, NULL, 0, &err), TSR_DEVICE_LOST, "%s",
                  err.message);
-    tsr_client_health h;
-    for (int i = 0; i < 3000; i++) {
-        cr_assert_eq(tsr_client_health_get(ring_c, &h, 0, &err), TSR_OK, "%s", err.message);
-        if (h.state == TSR_CLIENT_HEALTH_READY && h.recoveries >= 1)
-            break;
-        usleep(2000);
-    }
+    tsr_client_health h = ring_wait_recovered(ring_c);
     cr_assert_eq(h.recoveries, 1);
     cr_expect_eq(tsr_client_ring_launch(ring, 0, NULL, 1000, &err), TSR_DEVICE_LOST);
     cr_expect_str_eq(err.message, "the device was recovered after a fault; open the ring again");
@@ -368,13 +376,7 @@ Test(ring, a_ring_launch_that_never_ends_costs_the_worker_after_the_timeout)
     cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(tsr_client_ring_launch(ring, 0, NULL, 3000, &err), TSR_TIMEOUT);
     tsr_client_ring_close(ring, NULL, 0, &err);
-    tsr_client_health h;
-    for (int i = 0; i < 3000; i++) {
-        cr_assert_eq(tsr_client_health_get(ring_c, &h, 0, &err), TSR_OK, "%s", err.message);
-        if (h.state == TSR_CLIENT_HEALTH_READY && h.recoveries >= 1)
-            break;
-        usleep(2000);
-    }
+    tsr_client_health h = ring_wait_recovered(ring_c);
     cr_assert_eq(h.recoveries, 1, "the daemon did not recover");
     float in[RING_N] = {0}, out[RING_N];
     const void *inputs[] = {in};

@@ -793,6 +793,30 @@ static void iso_stream_destroy(tsrd_backend *b, tsrd_stream *s)
     free(s);
 }
 
+/* Launches as the worker reads them (TSRD_DW_LAUNCH_MANY's payload): per
+ * launch the kernel, the input count, the output and the inputs. malloc'd,
+ * *words long; NULL when out of memory. */
+static uint64_t *iso_launches_encode(const tsrd_launch_desc *launches, size_t n, size_t *words)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < n; i++)
+        w += 3 + (size_t)launches[i].n_inputs;
+    uint64_t *payload = malloc((w ? w : 1) * sizeof *payload);
+    if (payload == NULL)
+        return NULL;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        const tsrd_launch_desc *l = &launches[i];
+        payload[at++] = l->kernel->remote.id;
+        payload[at++] = (uint64_t)l->n_inputs;
+        payload[at++] = l->output->remote.id;
+        for (int k = 0; k < l->n_inputs; k++)
+            payload[at++] = l->inputs[k]->remote.id;
+    }
+    *words = w;
+    return payload;
+}
+
 static tsr_status iso_launch_many(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n,
                                   tsrd_stream *s, size_t *launched, tsr_error *err)
 {
@@ -830,21 +854,12 @@ static tsr_status iso_launch_many(tsrd_backend *b, const tsrd_launch_desc *launc
     if (valid == 0)
         return st;
     size_t words = 0;
-    for (size_t i = 0; i < valid; i++)
-        words += 3 + (size_t)launches[i].n_inputs;
-    if (words * sizeof(uint64_t) > UINT32_MAX)
-        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "device worker: batch too large");
-    uint64_t *payload = malloc(words * sizeof *payload);
+    uint64_t *payload = iso_launches_encode(launches, valid, &words);
     if (payload == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
-    size_t at = 0;
-    for (size_t i = 0; i < valid; i++) {
-        const tsrd_launch_desc *l = &launches[i];
-        payload[at++] = l->kernel->remote.id;
-        payload[at++] = (uint64_t)l->n_inputs;
-        payload[at++] = l->output->remote.id;
-        for (int k = 0; k < l->n_inputs; k++)
-            payload[at++] = l->inputs[k]->remote.id;
+    if (words * sizeof(uint64_t) > UINT32_MAX) {
+        free(payload);
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "device worker: batch too large");
     }
     tsrd_dw_request q = {.op = TSRD_DW_LAUNCH_MANY,
                          .payload_len = (uint32_t)(words * sizeof *payload),
@@ -953,39 +968,19 @@ struct tsrd_bring {
     unsigned generation;
 };
 
-/* The launches as LAUNCH_MANY's payload (malloc'd, *words long); NULL when out
- * of memory or a launch is of another worker (*stale set). */
-static uint64_t *iso_launch_payload(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n,
-                                    size_t *words, bool *stale)
+/* Whether a launch names an object of another worker than the current one. */
+static bool iso_launches_stale(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n)
 {
-    *stale = false;
-    size_t w = 0;
     unsigned gen = atomic_load(&b->generation);
     for (size_t i = 0; i < n; i++) {
-        w += 3 + (size_t)launches[i].n_inputs;
         if (launches[i].kernel->remote.generation != gen ||
             launches[i].output->remote.generation != gen)
-            *stale = true;
+            return true;
         for (int k = 0; k < launches[i].n_inputs; k++)
             if (launches[i].inputs[k]->remote.generation != gen)
-                *stale = true;
+                return true;
     }
-    if (*stale)
-        return NULL;
-    uint64_t *payload = malloc((w ? w : 1) * sizeof *payload);
-    if (payload == NULL)
-        return NULL;
-    size_t at = 0;
-    for (size_t i = 0; i < n; i++) {
-        const tsrd_launch_desc *l = &launches[i];
-        payload[at++] = l->kernel->remote.id;
-        payload[at++] = (uint64_t)l->n_inputs;
-        payload[at++] = l->output->remote.id;
-        for (int k = 0; k < l->n_inputs; k++)
-            payload[at++] = l->inputs[k]->remote.id;
-    }
-    *words = w;
-    return payload;
+    return false;
 }
 
 static tsr_status iso_ring_start(tsrd_backend *b, int fd, uint64_t bytes, uint32_t slots,
@@ -996,14 +991,14 @@ static tsr_status iso_ring_start(tsrd_backend *b, int fd, uint64_t bytes, uint32
     tsr_status st = iso_current(b, gen, "the device", err);
     if (st != TSR_OK)
         return st;
+    if (iso_launches_stale(b, launches, (size_t)n))
+        return tsr_error_set(err, TSR_DEVICE_LOST,
+                             "a kernel or buffer of the ring was lost when device 0 was recovered "
+                             "after a fault");
     size_t words = 0;
-    bool stale = false;
-    uint64_t *payload = iso_launch_payload(b, launches, (size_t)n, &words, &stale);
+    uint64_t *payload = iso_launches_encode(launches, (size_t)n, &words);
     if (payload == NULL)
-        return stale ? tsr_error_set(err, TSR_DEVICE_LOST,
-                                     "a kernel or buffer of the ring was lost when device 0 was "
-                                     "recovered after a fault")
-                     : tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
+        return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
     tsrd_bring *r = calloc(1, sizeof *r);
     if (r == NULL) {
         free(payload);

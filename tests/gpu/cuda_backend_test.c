@@ -516,3 +516,45 @@ Test(cuda_backend, a_captured_batch_yields_to_another_clients_run)
     tsr_client_close(other);
     free(descs);
 }
+
+/* Submission rings on the GPU: a kernel launched through shared memory gives
+ * what the same launch by request gives, in order, from the device worker. */
+Test(cuda_backend, ring_launches_match_request_launches)
+{
+    enum { N = 4096 };
+    tsr_region *r = testdata_affine(N);
+    cr_assert_not_null(r);
+    tsr_client_compiled k;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(client_, r, NULL, &k, GPU_TIMEOUT_MS, &err), TSR_OK, "%s",
+                 err.message);
+    int64_t shape[1] = {N};
+    tsr_buffer x, y;
+    cr_assert_eq(tsr_client_buffer_alloc(client_, TSR_CLIENT_F32, 1, shape, &x, NULL, 0, &err),
+                 TSR_OK);
+    cr_assert_eq(tsr_client_buffer_alloc(client_, TSR_CLIENT_F32, 1, shape, &y, NULL, 0, &err),
+                 TSR_OK);
+    static float in[N], out[N];
+    for (int i = 0; i < N; i++)
+        in[i] = (float)(i % 64);
+    cr_assert_eq(tsr_client_buffer_write(client_, x, 0, in, sizeof in, 0, &err), TSR_OK);
+    /* x -> y, then y -> x: ten rounds of both. */
+    tsr_client_launch_desc b[2] = {{k.kernel, 1, &x, y}, {k.kernel, 1, &y, x}};
+    tsr_client_ring *ring = NULL;
+    cr_assert_eq(tsr_client_ring_open(client_, b, 2, 4, &ring, 0, &err), TSR_OK, "%s",
+                 err.message);
+    for (int i = 0; i < 20; i++) {
+        double ms = -1;
+        cr_assert_eq(tsr_client_ring_launch(ring, (uint32_t)(i % 2), &ms, 0, &err), TSR_OK, "%s",
+                     err.message);
+        cr_expect_geq(ms, 0.0);
+    }
+    uint64_t served = 0;
+    cr_assert_eq(tsr_client_ring_close(ring, &served, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(served, 20);
+    cr_assert_eq(tsr_client_buffer_read(client_, x, 0, out, sizeof out, NULL, 0, &err), TSR_OK);
+    /* 20 steps of 2v+1 from v: 2^20 v + 2^20 - 1, exact in f32 for v < 64. */
+    for (int i = 0; i < N; i++)
+        cr_assert_eq(out[i], 1048576.0f * in[i] + 1048575.0f, "x[%d] = %g", i, (double)out[i]);
+    tsr_client_region_free(r);
+}

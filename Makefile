@@ -303,7 +303,7 @@ install: all $(CLIENT_DIST_A)
 # the end-to-end attacks on the listeners, admission, shared memory and the
 # kernel cache, and the unit checks of the files a person hands the CLI, as a
 # target of its own, bounded in time.
-ATTACK_SUITES := e2e/listener e2e/transport e2e/admission e2e/decode e2e/contention e2e/replay_memory \
+ATTACK_SUITES := e2e/listener e2e/transport e2e/admission e2e/decode e2e/ring e2e/contention e2e/replay_memory \
                  e2e/connections e2e/watchdog e2e/shm_shrink e2e/shm_owner e2e/cache_trust \
                  e2e/cache_tenants e2e/cli unit/npy unit/json unit/envelope unit/guard
 ATTACK_BIN := $(ATTACK_SUITES:%=$(BUILD)/tests/%_test)

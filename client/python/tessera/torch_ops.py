@@ -36,6 +36,7 @@ client's force setting ($TESSERA_FORCE).
 """
 import functools
 import json
+import math
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -445,7 +446,8 @@ torch.library.register_autograd("tessera::gated", _gated_backward, setup_context
 def _attention_setup(ctx: Any, inputs: Tuple[Any, ...], output: Tensor) -> None:
     region, q, k, v = inputs
     spec = json.loads(_region(region).json)
-    ctx.scale = float(spec["scale"])
+    # The region's default scale, as validation fills it in.
+    ctx.scale = float(spec.get("scale", 1.0 / math.sqrt(spec["head_dim"])))
     ctx.causal = bool(spec.get("causal", False))
     ctx.save_for_backward(q, k, v)
 

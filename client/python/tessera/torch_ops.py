@@ -45,7 +45,8 @@ import torch
 import tessera
 from tessera import torch_support
 
-__all__ = ["set_client", "get_client", "matmul_region", "region_text", "chain_derivative"]
+__all__ = ["set_client", "get_client", "matmul_region", "region_text", "chain_derivative",
+           "attention_probabilities"]
 
 Tensor = torch.Tensor
 

@@ -38,6 +38,7 @@ are not formed.
 """
 import json
 import logging
+import math
 import operator
 import threading
 from collections import Counter, deque
@@ -258,6 +259,17 @@ def _product(node: fx.Node) -> _Product:
         if tuple(bv.shape) != (n,) or bv.dtype != xv.dtype:
             raise _Skip("the bias is not an (N,) tensor of the operands' dtype")
     return _Product(node, x, w, bias, transpose, m, k, n, _DTYPES[xv.dtype])
+
+
+def _number(x: Any) -> Any:
+    """A Python number as region JSON writes it: infinities as "inf" and
+    "-inf" (JSON has none); NaN leaves the chain to the fallback."""
+    v = float(x)
+    if math.isnan(v):
+        raise _Skip("a NaN constant (regions reject NaN attributes)")
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    return v
 
 
 class _Rewriter:
@@ -519,7 +531,7 @@ class _Rewriter:
                     spec_inputs.append({"name": names[a], "shape": list(av.shape)})
                 return names[a]
             out = "c%d" % len(ops)
-            ops.append({"op": "const", "value": float(a), "out": out})
+            ops.append({"op": "const", "value": _number(a), "out": out})
             return out
 
         for n in group:
@@ -529,9 +541,9 @@ class _Rewriter:
                 op: Dict[str, Any] = {"op": "clamp", "args": [name_of(n.args[0])], "out": out}
                 lo, hi = _arg(n, 1, "min"), _arg(n, 2, "max")
                 if lo is not None:
-                    op["min"] = float(lo)
+                    op["min"] = _number(lo)
                 if hi is not None:
-                    op["max"] = float(hi)
+                    op["max"] = _number(hi)
             else:
                 op = {"op": kind, "args": [name_of(a) for a in n.args], "out": out}
             ops.append(op)

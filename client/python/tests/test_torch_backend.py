@@ -235,3 +235,17 @@ def test_options():
         torch.compile(lambda x, w: torch.relu(x @ w), backend=be)(torch.randn(4, 3),
                                                                    torch.randn(3, 2))
     assert be.reports[-1].counts == {}
+
+
+def test_infinite_constants_and_clamp_bounds():
+    def f(x):
+        return torch.clamp(x * 2.0, min=float("-inf"), max=1.0) + x / float("inf")
+
+    x = torch.tensor([-3.0, -0.25, 0.0, 0.5, 2.0])
+    be = torch_backend.make_backend(fallback="eager")
+    with torch.no_grad():
+        got = torch.compile(f, backend=be)(x)
+    (kind, _, region), = be.reports[-1].taken
+    assert kind == "pointwise"
+    assert '"min": "-inf", "max": 1.0' in region and '"value": "inf"' in region
+    assert got.tolist() == [-6.0, -0.5, 0.0, 1.0, 1.0]

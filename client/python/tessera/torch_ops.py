@@ -129,7 +129,8 @@ def _fake(r: tessera.Region, ts: List[Tensor]) -> Tensor:
 
 # ---- the ops ----
 
-@torch.library.custom_op("tessera::matmul", mutates_args=(), schema="(str region, Tensor a, Tensor b) -> Tensor")
+@torch.library.custom_op("tessera::matmul", mutates_args=(),
+                         schema="(str region, Tensor a, Tensor b) -> Tensor")
 def _matmul(region: str, a: Tensor, b: Tensor) -> Tensor:
     return _run(*_prepare("matmul", region, [a, b], ["a", "b"]))
 

@@ -47,8 +47,8 @@ def main() -> int:
         got = torch.compile(model, backend="tessera")(x)
     report = tessera.torch_backend.default.reports[-1]
     print(report.summary())
-    for kind, nodes, _ in report.taken:
-        print("  %s region: %s" % (kind, ", ".join(nodes)))
+    for kind, nodes, _, pick in report.taken:
+        print("  %s region: %s, served by %s" % (kind, ", ".join(nodes), pick))
     for node, target, reason in report.left:
         print("  left %s (%s): %s" % (node, target, reason))
     err = ((got.double() - want.double()).norm() / want.double().norm()).item()

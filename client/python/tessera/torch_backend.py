@@ -48,6 +48,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Set, Tu
 import torch
 import torch.fx as fx
 
+import tessera
 from tessera import torch_ops
 
 __all__ = ["Backend", "Report", "make_backend", "default", "tessera_backend"]
@@ -84,17 +85,18 @@ _METHODS.update({"clip": "clamp", "__add__": "add", "__mul__": "mul", "__sub__":
 @dataclass
 class Report:
     """What the backend did with one graph: taken lists (region kind, the FX
-    nodes it replaced, the region's JSON), left lists (node, target, reason)
+    nodes it replaced, the region's JSON, the daemon's pick as "candidate
+    (tier N)", or "" when not compiled ahead), left lists (node, target, reason)
     for each call it kept, counts the regions per kind and reasons counts the
     nodes left per reason."""
 
-    taken: List[Tuple[str, List[str], str]] = field(default_factory=list)
+    taken: List[Tuple[str, List[str], str, str]] = field(default_factory=list)
     left: List[Tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def counts(self) -> Dict[str, int]:
         """Regions taken, per kind."""
-        return dict(Counter(kind for kind, _, _ in self.taken))
+        return dict(Counter(t[0] for t in self.taken))
 
     @property
     def reasons(self) -> Dict[str, int]:
@@ -274,19 +276,22 @@ def _number(x: Any) -> Any:
 
 class _Rewriter:
     def __init__(self, gm: fx.GraphModule, report: Report, grad: bool,
-                 min_pointwise_ops: int) -> None:
+                 min_pointwise_ops: int, compile_fn: Optional[Callable[[str], str]]) -> None:
         self.gm = gm
         self.g = gm.graph
         self.report = report
         self.grad = grad
         self.min_pointwise_ops = min_pointwise_ops
+        self.compile_fn = compile_fn
         self.taken: Set[fx.Node] = set()
         self.why: Dict[fx.Node, str] = {}
 
     def replace(self, kind: str, nodes: List[fx.Node], root: fx.Node, fn: Callable[..., Any],
                 args: Tuple[Any, ...], region: str) -> None:
         """Replaces the pattern nodes (root last: its users get the region's
-        output) with one call of fn(*args)."""
+        output) with one call of fn(*args), once the daemon has compiled the
+        region (when compiling ahead; its refusal leaves the pattern)."""
+        pick = self.compile_fn(region) if self.compile_fn is not None else ""
         with self.g.inserting_before(root):
             new = self.g.call_function(fn, args)
         new.meta.update(root.meta)
@@ -295,8 +300,9 @@ class _Rewriter:
             if not n.users:
                 self.g.erase_node(n)
         self.taken.update(nodes)
-        self.report.taken.append((kind, [n.name for n in nodes], region))
-        log.info("tessera: took %s region for %s", kind, ", ".join(n.name for n in nodes))
+        self.report.taken.append((kind, [n.name for n in nodes], region, pick))
+        log.info("tessera: took %s region for %s%s", kind, ", ".join(n.name for n in nodes),
+                 " (%s)" % pick if pick else "")
 
     # products
 
@@ -570,6 +576,16 @@ class _Rewriter:
                 log.info("tessera: left %s (%s): %s", node.name, _target_name(node), reason)
 
 
+def _compile_ahead(region: str) -> str:
+    """Compiles region on the ops' client (remembered there, so the op's first
+    call finds it); the daemon's pick, or _Skip with its error."""
+    try:
+        k = torch_ops.get_client().compiled(region)
+    except tessera.TesseraError as e:
+        raise _Skip("the daemon did not compile it: %s" % e) from None
+    return "%s (tier %d)" % (k.decision.candidate, k.decision.tier)
+
+
 class Backend:
     """A torch.compile backend: backend=Backend(...) or make_backend(...).
 
@@ -579,16 +595,22 @@ class Backend:
     min_pointwise_ops: the fewest elementwise ops worth a pointwise region
     (one op alone is better fused by inductor into its neighbours).
     attention, products, pointwise: switch each kind of mapping off.
+    compile_ahead: compile each region on the daemon while rewriting, so the
+    first call does not pay for it and a region the daemon refuses (an
+    ARBITER error for a forced candidate that does not apply, say) is left
+    to the fallback with the daemon's error as the reason.
     reports keeps the Report of the last 64 graphs compiled."""
 
     def __init__(self, client: Any = None, fallback: Any = "inductor", min_pointwise_ops: int = 2,
-                 attention: bool = True, products: bool = True, pointwise: bool = True) -> None:
+                 attention: bool = True, products: bool = True, pointwise: bool = True,
+                 compile_ahead: bool = True) -> None:
         if isinstance(fallback, str) and fallback not in ("inductor", "eager"):
             raise ValueError("fallback is 'inductor', 'eager' or a backend, got %r" % (fallback,))
         self.client = client
         self.fallback = fallback
         self.min_pointwise_ops = min_pointwise_ops
         self.kinds = {"attention": attention, "products": products, "pointwise": pointwise}
+        self.compile_ahead = compile_ahead
         self.reports: Deque[Report] = deque(maxlen=64)
         self._lock = threading.Lock()
 
@@ -597,7 +619,8 @@ class Backend:
         report = Report()
         grad = torch.is_grad_enabled() and any(
             isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
-        rw = _Rewriter(gm, report, grad, self.min_pointwise_ops)
+        rw = _Rewriter(gm, report, grad, self.min_pointwise_ops,
+                       _compile_ahead if self.compile_ahead else None)
         if self.kinds["attention"]:
             rw.attentions()
         if self.kinds["products"]:

@@ -51,9 +51,9 @@ def test_torch_compile_example_runs(daemon):
     lines = run_example(daemon, "torch_compile.py")
     assert lines[:5] == [
         "tessera: took 2 fused, 1 gated; left 1 node to the fallback",
-        "  gated region: linear, linear_1, silu, mul",
-        "  fused region: linear_2, x",
-        "  fused region: linear_3, gelu",
+        "  gated region: linear, linear_1, silu, mul, served by reference (tier 0)",
+        "  fused region: linear_2, x, served by reference (tier 0)",
+        "  fused region: linear_3, gelu, served by reference (tier 0)",
         "  left h (rms_norm): no region for rms_norm",
     ]
     assert lines[5].startswith("output (4, 16, 128), relative error against eager ")

@@ -85,7 +85,9 @@ def test_block_inference_eager_fallback():
     report = be.reports[-1]
     assert report.counts == TAKEN
     assert report.reasons == LEFT
-    kinds = [(k, len(nodes)) for k, nodes, _ in report.taken]
+    kinds = [(k, len(nodes)) for k, nodes, _, _ in report.taken]
+    # Compiled ahead: the CPU backend serves every kind by its reference.
+    assert {pick for _, _, _, pick in report.taken} == {"reference (tier 0)"}
     # attention; q, k, v; o-proj + residual; the SwiGLU (2 products, silu, mul);
     # w2 + residual; the tail (mul, add, tanh).
     assert kinds == [("attention", 1), ("matmul", 1), ("matmul", 1), ("matmul", 1),
@@ -184,7 +186,7 @@ def test_pointwise_chains_and_min_ops():
     assert rel(a, torch.sigmoid(x.double() * y.double() + 2.0)) <= \
         forward_bound(torch.float32, 3)
     assert torch.equal(b, torch.exp(w))
-    _, region = report.taken[0][1], report.taken[0][2]
+    region = report.taken[0][2]
     assert '"op": "const", "value": 2.0' in region
 
 
@@ -210,7 +212,7 @@ def test_linear_with_bias_and_activation_is_one_fused_region():
     with torch.no_grad():
         got = torch.compile(f, backend=be)(x)
         want = f(x)
-    (kind, nodes, region), = be.reports[-1].taken
+    (kind, nodes, region, pick), = be.reports[-1].taken
     assert kind == "fused"
     assert '"epilogue": ["bias", "gelu"], "residual": true' in region
     assert '"m": 6, "n": 5, "k": 6' in region
@@ -225,6 +227,7 @@ def test_log_lines(caplog):
     lines = [r.getMessage() for r in caplog.records if r.name == "tessera.compile"]
     assert lines[-1] == "tessera: took 1 fused; left 0 nodes to the fallback"
     assert lines[0].startswith("tessera: took fused region for ")
+    assert lines[0].endswith(" (reference (tier 0))")
 
 
 def test_options():
@@ -245,7 +248,33 @@ def test_infinite_constants_and_clamp_bounds():
     be = torch_backend.make_backend(fallback="eager")
     with torch.no_grad():
         got = torch.compile(f, backend=be)(x)
-    (kind, _, region), = be.reports[-1].taken
+    (kind, _, region, _), = be.reports[-1].taken
     assert kind == "pointwise"
     assert '"min": "-inf", "max": 1.0' in region and '"value": "inf"' in region
     assert got.tolist() == [-6.0, -0.5, 0.0, 1.0, 1.0]
+
+
+def test_a_region_the_daemon_refuses_is_left_with_its_error(daemon):
+    """Compiled ahead on a client forcing a matmul candidate that does not
+    exist: the plain product is left to the fallback with the daemon's
+    ARBITER error; the fused one (another kind) is taken."""
+    import tessera
+    with tessera.connect(daemon.url, force="matmul=no_such") as c:
+        be = torch_backend.make_backend(client=c, fallback="eager")
+        x, w = torch.randn(4, 3), torch.randn(3, 2)
+        with torch.no_grad():
+            plain, fused = torch.compile(lambda x, w: (x @ w, torch.relu(x @ w)), backend=be)(x, w)
+        report = be.reports[-1]
+        assert [(k, nodes) for k, nodes, _, _ in report.taken] == [("fused", ["matmul_1", "relu"])]
+        assert [(t, why) for _, t, why in report.left] == [
+            ("matmul", "the daemon did not compile it: ARBITER: forced candidate 'no_such' is "
+                       "not registered for matmul; registered: reference (tier 0)")]
+        assert torch.equal(plain, x @ w)
+        assert rel(fused, torch.relu(x.double() @ w.double())) <= forward_bound(torch.float32, 3)
+
+
+def test_without_compiling_ahead_the_pick_is_empty():
+    be = torch_backend.make_backend(fallback="eager", compile_ahead=False)
+    with torch.no_grad():
+        torch.compile(lambda x, w: x @ w, backend=be)(torch.randn(4, 3), torch.randn(3, 2))
+    assert [(k, pick) for k, _, _, pick in be.reports[-1].taken] == [("matmul", "")]

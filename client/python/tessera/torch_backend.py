@@ -148,7 +148,7 @@ def _tensor(x: Any, what: str) -> torch.Tensor:
     if v is None:
         raise _Skip("%s is not a tensor of the graph" % what)
     if not _static(v.shape):
-        raise _Skip("%s has a dynamic shape" % what)
+        raise _Skip("%s has a dynamic shape (regions have static shapes)" % what)
     if v.dtype not in _DTYPES:
         raise _Skip("%s is %s (regions take float32, float16, bfloat16)"
                     % (what, str(v.dtype).replace("torch.", "")))
@@ -468,10 +468,17 @@ class _Rewriter:
 
     def elementwise(self, node: fx.Node) -> bool:
         kind = _classify(node)
-        if kind is None or node in self.taken:
+        if kind not in _UNARY + _BINARY + ("clamp",) or node in self.taken:
             return False
         v = _val(node)
-        if v is None or v.dtype not in _DTYPES or not _static(v.shape) or v.dim() > 8:
+        if v is None:
+            return False
+        if not _static(v.shape):
+            self.why[node] = "a dynamic shape (regions have static shapes)"
+            return False
+        if v.dtype not in _DTYPES:
+            self.why[node] = "%s (regions take float32, float16, bfloat16)" % str(
+                v.dtype).replace("torch.", "")
             return False
         if kind == "gelu":
             if _arg(node, 1, "approximate", "none") != "tanh":

@@ -161,7 +161,7 @@ def test_what_is_left_and_why():
     out, report, left = left_reasons(f, q, kv, mask, x, w3, xi)
     assert report.counts == {}
     assert left == [
-        ("add", "no region for add"),
+        ("add", "int64 (regions take float32, float16, bfloat16)"),
         ("gelu", "gelu with approximate='none' (erf): regions have the tanh form"),
         ("matmul", "the right operand is 3-D (regions take a 2-D right operand)"),
         ("scaled_dot_product_attention", "attn_mask is given (regions take no mask but causal)"),
@@ -278,3 +278,20 @@ def test_without_compiling_ahead_the_pick_is_empty():
     with torch.no_grad():
         torch.compile(lambda x, w: x @ w, backend=be)(torch.randn(4, 3), torch.randn(3, 2))
     assert [(k, pick) for k, _, _, pick in be.reports[-1].taken] == [("matmul", "")]
+
+
+def test_dynamic_shapes_are_left():
+    be = torch_backend.make_backend(fallback="eager")
+    x, w = torch.randn(4, 3), torch.randn(3, 2)
+    with torch.no_grad():
+        f = torch.compile(lambda x, w: torch.tanh(torch.relu(x @ w) * 2.0), backend=be,
+                          dynamic=True)
+        got = f(x, w)
+    report = be.reports[-1]
+    assert report.counts == {}
+    assert [(t, why) for _, t, why in report.left] == [
+        ("matmul", "the left operand has a dynamic shape (regions have static shapes)"),
+        ("relu", "a dynamic shape (regions have static shapes)"),
+        ("mul", "a dynamic shape (regions have static shapes)"),
+        ("tanh", "a dynamic shape (regions have static shapes)")]
+    assert torch.equal(got, torch.tanh(torch.relu(x @ w) * 2.0))

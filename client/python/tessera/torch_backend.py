@@ -484,7 +484,7 @@ class _Rewriter:
             if _arg(node, 1, "approximate", "none") != "tanh":
                 self.why[node] = "gelu with approximate='none' (erf): regions have the tanh form"
                 return False
-            return True
+            return isinstance(node.args[0], fx.Node)
         if kind == "clamp":
             lo, hi = _arg(node, 1, "min"), _arg(node, 2, "max")
             return all(x is None or isinstance(x, (int, float)) for x in (lo, hi)) and \
@@ -557,6 +557,8 @@ class _Rewriter:
                     op["min"] = _number(lo)
                 if hi is not None:
                     op["max"] = _number(hi)
+            elif kind in _UNARY:
+                op = {"op": kind, "args": [name_of(n.args[0])], "out": out}
             else:
                 op = {"op": kind, "args": [name_of(a) for a in n.args], "out": out}
             ops.append(op)

@@ -174,7 +174,7 @@ def test_what_is_left_and_why():
 
 def test_pointwise_chains_and_min_ops():
     def f(x, y, w):
-        a = F.gelu(torch.sigmoid(x * y + 2.0), "tanh")  # 4 ops: one region
+        a = F.gelu(torch.sigmoid(x * y + 2.0), approximate="tanh")  # 4 ops: one region
         b = torch.exp(w)                    # 1 op: left
         return a, b
 

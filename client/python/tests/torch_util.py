@@ -43,3 +43,8 @@ def rounded(shape, dtype: torch.dtype, seed: int, scale: float = 1.0,
 def f64(t: torch.Tensor) -> torch.Tensor:
     """A float64 leaf with t's values, requiring grad when t does."""
     return t.detach().double().requires_grad_(t.requires_grad)
+
+
+# The oracle's default bound per output dtype (tsr_dtype_tolerance, lib/dtype.c):
+# what a candidate the daemon verified may be off by, relative L2, on any backend.
+ORACLE_BOUND = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}

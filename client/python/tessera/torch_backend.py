@@ -670,9 +670,13 @@ def tessera_backend(gm: fx.GraphModule, example_inputs: Sequence[Any]) -> Callab
 
 
 def _register() -> None:
-    from torch._dynamo.backends.registry import _BACKENDS, register_backend
-    if "tessera" not in _BACKENDS or _BACKENDS["tessera"] is None:
-        register_backend(name="tessera")(tessera_backend)
+    """Registers backend="tessera" unless it is registered already, or left to
+    torch to register from the package's entry point (torch loads this module
+    for that, then registers tessera_backend itself)."""
+    from torch._dynamo.backends import registry
+    if "tessera" in registry._COMPILER_FNS or registry._BACKENDS.get("tessera") is not None:
+        return
+    registry.register_backend(name="tessera")(tessera_backend)
 
 
 _register()

@@ -114,10 +114,13 @@ def test_block_bf16_inductor_matches_eager_within_the_bf16_bound():
     assert rel(got, eager) <= 2 * bound
 
 
-def test_block_training_gradients():
+@pytest.mark.parametrize("fallback", ["eager", "inductor"])
+def test_block_training_gradients(fallback):
+    """Forward and backward: under inductor, AOTAutograd traces the ops'
+    backward (more regions, and torch) through their fake implementations."""
     m = Block()
     x = inputs(torch.float32).requires_grad_(True)
-    be = torch_backend.make_backend(fallback="eager")
+    be = torch_backend.make_backend(fallback=fallback)
     out = torch.compile(m, backend=be)(x)
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(9))
     out.backward(g)

@@ -5,7 +5,11 @@
 # collected") is a failure here: the suite must not silently vanish. The suite
 # installs the package into a fresh venv (`pip install client/python`, numpy
 # from PyPI), which needs the interpreter's venv module: Debian's python3-venv,
-# installed here when missing and run as root.
+# installed here when missing and run as root. The torch tests (custom ops, the
+# compile backend) need torch: when that interpreter lacks it, a venv over it
+# (its site packages visible, so numpy and pytest stay Debian's) gets torch from
+# PyPI once, at $TESSERA_TORCH_VENV (default ~/.cache/tesserad/torch-venv), and
+# runs the suite; where torch cannot be installed those tests skip, saying so.
 set -u
 cd "$(dirname "$0")/.."
 . tools/find-python.sh
@@ -21,6 +25,17 @@ if ! "$py" -c "import ensurepip, venv" >/dev/null 2>&1 && [ "$py" = /usr/bin/pyt
         apt-get update && apt-get install -y --no-install-recommends python3-venv
     else
         echo "tools/python-test.sh: python3 has no venv module; install python3-venv as root" >&2
+    fi
+fi
+if ! "$py" -c "import torch" >/dev/null 2>&1; then
+    venv=${TESSERA_TORCH_VENV:-$HOME/.cache/tesserad/torch-venv}
+    if ! "$venv/bin/python" -c "import torch, numpy, pytest" >/dev/null 2>&1; then
+        echo "installing: torch into $venv"
+        "$py" -m venv --system-site-packages "$venv" && "$venv/bin/pip" install -q torch ||
+            echo "tools/python-test.sh: torch could not be installed; the torch tests skip" >&2
+    fi
+    if "$venv/bin/python" -c "import torch, numpy, pytest" >/dev/null 2>&1; then
+        py=$venv/bin/python
     fi
 fi
 export BUILD=${BUILD:-build}

@@ -184,3 +184,44 @@ def test_public_functions_carry_type_hints():
                     p.annotation is inspect.Parameter.empty for p in params):
                 unhinted.append(label)
     assert unhinted == []
+
+
+def test_the_compile_backend_entry_point_is_installed(venv, tmp_path):
+    """torch.compile(backend="tessera") finds the backend through this entry
+    point in an installed package, with no import of tessera first."""
+    p = _python(venv, "import importlib.metadata as m\n"
+                      "for e in m.entry_points(group='torch_dynamo_backends'):\n"
+                      "    print(e.name, e.value)", tmp_path, TESSERA_CLIENT_LIB=LIB)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["tessera tessera.torch_backend:tessera_backend"]
+
+
+def test_the_torch_modules_are_documented_and_hinted():
+    pytest.importorskip("torch")
+    from tessera import torch_backend, torch_ops
+    missing, unhinted = [], []
+    for mod in (torch_ops, torch_backend):
+        if not (mod.__doc__ or "").strip():
+            missing.append(mod.__name__)
+        for name in mod.__all__:
+            obj = getattr(mod, name)
+            label = "%s.%s" % (mod.__name__, name)
+            fns = []
+            if inspect.isfunction(obj):
+                fns.append((label, obj))
+            elif inspect.isclass(obj):
+                fns += [("%s.%s" % (label, a), m) for a, m in _public(obj)
+                        if inspect.isfunction(m)]
+            if not inspect.isfunction(obj) and not inspect.isclass(obj):
+                continue
+            if not (obj.__doc__ or "").strip():
+                missing.append(label)
+            for fl, fn in fns:
+                if not (fn.__doc__ or "").strip():
+                    missing.append(fl)
+                sig = inspect.signature(fn)
+                params = [p for p in sig.parameters.values() if p.name not in ("self", "cls")]
+                if sig.return_annotation is inspect.Signature.empty or any(
+                        p.annotation is inspect.Parameter.empty for p in params):
+                    unhinted.append(fl)
+    assert missing == [] and unhinted == []

@@ -40,7 +40,7 @@ from ._lib import lib
 from ._version import __version__
 
 __all__ = ["__version__", "Status", "TesseraError", "SharedMemoryFallbackWarning", "Region",
-           "TensorSpec", "Client", "Buffer", "Compiled", "Decision", "Verdict", "SharedMemory",
+           "TensorSpec", "Client", "Buffer", "Compiled", "Decision", "Verdict", "SharedMemory", "Ring",
            "connect", "run", "default_client", "f32_to_bf16_bits", "f64_to_bf16_bits",
            "bf16_bits_to_f32"]
 
@@ -622,6 +622,59 @@ def _shm_threshold_from_env() -> int:
     return value
 
 
+class Ring:
+    """A submission ring of a Client (Client.ring): launch(i) runs binding i and
+    returns its device time in ms. Use from one thread at a time; close() (or
+    the with-block's end) lets the daemon go of its kernels and buffers."""
+
+    def __init__(self, client: "Client", handle: c_void_p, bindings: int) -> None:
+        self._client = client  # the connection must outlive the ring
+        self._h: Optional[c_void_p] = handle
+        self.bindings = bindings
+        self.launches = 0
+        self._served = 0
+
+    def launch(self, binding: int = 0, timeout_ms: int = 0) -> float:
+        """Runs binding `binding` and waits for it (timeout_ms 0: the client's)."""
+        if self._h is None:
+            raise TesseraError(Status.INVALID_ARGUMENT, "ring: closed")
+        ms = c_double()
+        err = _lib.Error()
+        _check(lib.tsr_client_ring_launch(self._h, binding, byref(ms), timeout_ms, byref(err)),
+               err)
+        self.launches += 1
+        return ms.value
+
+    def close(self) -> int:
+        """Closes the ring; returns the slots the daemon served (again on a
+        second call)."""
+        if self._h is None:
+            return self._served
+        served = c_uint64()
+        err = _lib.Error()
+        h, self._h = self._h, None
+        _check(lib.tsr_client_ring_close(h, byref(served), self._client.timeout_ms, byref(err)),
+               err)
+        self._served = served.value
+        return self._served
+
+    def __enter__(self) -> "Ring":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return "Ring(%d bindings, %d launches%s)" % (self.bindings, self.launches,
+                                                     ", closed" if self._h is None else "")
+
+
 class Client:
     """A connection to one tesserad.
 
@@ -984,6 +1037,27 @@ class Client:
                                     self.timeout_ms, byref(err)), err)
         return {"device_ms": res.device_ms, "launched": res.launched,
                 "graph_replayed": res.graph_replayed}
+
+    def ring(self, launches: Sequence[Tuple[Union[Compiled, int], Sequence[Buffer], Buffer]],
+             slots: int = 1) -> "Ring":
+        """Opens a submission ring over launches — (kernel, [input Buffers],
+        output Buffer) tuples, each checked as a launch is — for the same-node
+        fast path: Ring.launch(i) runs launches[i] through shared memory, with
+        no message (docs/protocol.md, "Submission rings"). Needs a local
+        (ipc://) daemon. The ring holds one of the tenant's in_flight until
+        closed; its launches are not ordered with this client's other calls."""
+        descs = (_lib.LaunchDesc * max(1, len(launches)))()
+        keep = []
+        for i, (k, ins, out) in enumerate(launches):
+            hs = (c_uint64 * max(1, len(ins)))(*[b.handle for b in ins])
+            keep.append(hs)
+            kern = k.kernel if isinstance(k, Compiled) else int(k)
+            descs[i] = _lib.LaunchDesc(kern, len(ins), hs, out.handle)
+        handle = c_void_p()
+        err = _lib.Error()
+        _check(lib.tsr_client_ring_open(self._c, descs, len(launches), slots, byref(handle),
+                                        self.timeout_ms, byref(err)), err)
+        return Ring(self, handle, len(launches))
 
     def import_cuda(self, ipc_handle: bytes, nbytes: int, dtype: str, shape: Sequence[int],
                     offset: int = 0) -> Buffer:

@@ -26,7 +26,7 @@ import ctypes
 import ctypes.util
 import os
 from ctypes import (POINTER, Structure, c_bool, c_char, c_char_p, c_double, c_int,
-                    c_int64, c_size_t, c_uint32, c_uint64, c_void_p)
+                    c_int64, c_size_t, c_uint, c_uint32, c_uint64, c_void_p)
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 NAME_MAX = 64
@@ -244,6 +244,10 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
                                      POINTER(BatchResult), c_int, E]),
         "tsr_client_buffer_import": (c_int, [P, c_char_p, c_uint64, c_uint64, c_int, c_int,
                                              POINTER(c_int64), POINTER(c_uint64), c_int, E]),
+        "tsr_client_ring_open": (c_int, [P, POINTER(LaunchDesc), c_size_t, c_uint, POINTER(P),
+                                         c_int, E]),
+        "tsr_client_ring_launch": (c_int, [P, c_uint32, POINTER(c_double), c_int, E]),
+        "tsr_client_ring_close": (c_int, [P, POINTER(c_uint64), c_int, E]),
     })
     for name, (res, args) in sig.items():
         try:

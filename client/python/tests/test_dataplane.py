@@ -93,3 +93,30 @@ def test_imported_failure_is_not_remembered(client):
             client.imported(b"\1" * 64, 1024, "f32", (16,))
         assert e.value.code == tessera.Status.UNSUPPORTED
     assert len(client._imports) == 0
+
+
+def test_ring_ping_pong_and_errors(client):
+    small = dict(AFFINE, inputs=[{"name": "x", "shape": [4]}])
+    k = client.compile(small)
+    a, b = client.buffer("f32", (4,)), client.buffer("f32", (4,))
+    a.write(np.array([1, 2, 3, 4], np.float32))
+    with client.ring([(k, [a], b), (k, [b], a)]) as ring:
+        for i in range(10):
+            assert ring.launch(i % 2) >= 0.0
+        with pytest.raises(tessera.TesseraError) as e:
+            ring.launch(5)
+        assert e.value.code == tessera.Status.INVALID_ARGUMENT
+        assert str(e.value).endswith("ring slot: binding 5, the ring has 2 (0 .. 1)")
+        assert ring.launches == 10
+    assert ring.close() == 11  # the failed slot was served too
+    np.testing.assert_array_equal(a.read(), np.array([1, 2, 3, 4], np.float32) * 1024)
+
+
+def test_ring_binding_checked_like_a_launch(client):
+    small = dict(AFFINE, inputs=[{"name": "x", "shape": [4]}])
+    k = client.compile(small)
+    a, wrong = client.buffer("f32", (4,)), client.buffer("f32", (8,))
+    with pytest.raises(tessera.TesseraError) as e:
+        client.ring([(k, [wrong], a)])
+    assert e.value.code == tessera.Status.BUFFER_MISMATCH
+    assert "ring_open.bindings[0].inputs[0] (x): buffer holds 32 bytes of f32" in str(e.value)

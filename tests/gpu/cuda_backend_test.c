@@ -541,8 +541,7 @@ Test(cuda_backend, ring_launches_match_request_launches)
     /* x -> y, then y -> x: five rounds of both. */
     tsr_client_launch_desc b[2] = {{k.kernel, 1, &x, y}, {k.kernel, 1, &y, x}};
     tsr_client_ring *ring = NULL;
-    cr_assert_eq(tsr_client_ring_open(client_, b, 2, 4, &ring, 0, &err), TSR_OK, "%s",
-                 err.message);
+    cr_assert_eq(tsr_client_ring_open(client_, b, 2, 4, &ring, 0, &err), TSR_OK, "%s", err.message);
     for (int i = 0; i < 10; i++) {
         double ms = -1;
         cr_assert_eq(tsr_client_ring_launch(ring, (uint32_t)(i % 2), &ms, 0, &err), TSR_OK, "%s",

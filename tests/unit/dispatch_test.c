@@ -494,3 +494,56 @@ Test(dispatch, stats_count_requests_and_render_prometheus)
             found = r->stats->counters[i]->value == 1;
     cr_assert(found);
 }
+
+/* A body over 4 KiB decodes on the worker pool; a small request of the same
+ * session that the daemon receives right behind it waits for it (parked), so
+ * a read sent after a large write sees what the write wrote. Without parking
+ * the read would decode at once and reach the session's stream first. */
+Test(dispatch, a_small_read_behind_a_large_write_waits_for_its_decode, .init = setup,
+     .fini = teardown)
+{
+    enum { N = 1 << 18 }; /* 1 MiB of f32 */
+    uint64_t buffer = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 1, N);
+    float *data = malloc(N * sizeof *data);
+    for (int i = 0; i < N; i++)
+        data[i] = (float)(i % 977) + 0.5f;
+    Tessera__V1__Request wreq = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__BufferWriteRequest w = TESSERA__V1__BUFFER_WRITE_REQUEST__INIT;
+    w.buffer = buffer;
+    w.data.data = (uint8_t *)data;
+    w.data.len = N * sizeof *data;
+    wreq.id = 11;
+    wreq.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_WRITE;
+    wreq.buffer_write = &w;
+    Tessera__V1__Request rreq = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__BufferReadRequest rd = TESSERA__V1__BUFFER_READ_REQUEST__INIT;
+    rd.buffer = buffer;
+    rd.offset = (N - 8) * sizeof(float);
+    rd.length = 8 * sizeof(float);
+    rreq.id = 12;
+    rreq.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_READ;
+    rreq.buffer_read = &rd;
+    size_t wlen = tessera__v1__request__get_packed_size(&wreq);
+    size_t rlen = tessera__v1__request__get_packed_size(&rreq);
+    uint8_t *wbuf = malloc(wlen), *rbuf = malloc(rlen);
+    tessera__v1__request__pack(&wreq, wbuf);
+    tessera__v1__request__pack(&rreq, rbuf);
+    /* Both handed over before the loop runs: the write's decode has not even
+     * begun when the read arrives. */
+    dispatch_on(1, 1, wbuf, wlen);
+    dispatch_on(2, 1, rbuf, rlen);
+    free(wbuf);
+    free(rbuf);
+    uv_run(&h->u.loop, UV_RUN_DEFAULT);
+    cr_assert_eq(h->count[1], 1);
+    cr_assert_eq(h->last[1]->status, TSR_OK, "%s", h->last[1]->message);
+    cr_assert_eq(h->count[2], 1);
+    Tessera__V1__Reply *r = h->last[2];
+    cr_assert_eq(r->status, TSR_OK, "%s", r->message);
+    cr_assert_eq(r->buffer_read->data.len, 8 * sizeof(float));
+    const float *got = (const float *)r->buffer_read->data.data;
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(got[i], data[N - 8 + i], "element %d: read %g, the write stored %g", i,
+                     (double)got[i], (double)data[N - 8 + i]);
+    free(data);
+}

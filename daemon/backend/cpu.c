@@ -155,6 +155,21 @@ static int cpu_serves_arch(tsrd_backend *b, const char *arch)
     return strcmp(arch, "cpu") == 0;
 }
 
+/* The reference executor reads every dimension at run time: a plan serves
+ * every M of a matmul-like region and every batch and sequence length of an
+ * attention region (pointwise plans stay per shape: their broadcast pattern
+ * is the shape). */
+static void cpu_variant(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                        tsr_variant *out)
+{
+    (void)c, (void)arch;
+    memset(out, 0, sizeof *out);
+    if (r->kind == TSR_KIND_MATMUL || r->kind == TSR_KIND_FUSED || r->kind == TSR_KIND_GATED)
+        out->free_dims = TSR_VARIANT_ROWS;
+    else if (r->kind == TSR_KIND_ATTENTION)
+        out->free_dims = TSR_VARIANT_BATCH | TSR_VARIANT_SEQ_Q | TSR_VARIANT_SEQ_K;
+}
+
 static tsr_status cpu_register_candidates(tsrd_backend *b, tsr_arbiter *arbiter, tsr_error *err)
 {
     tsr_candidate reference = {
@@ -162,6 +177,7 @@ static tsr_status cpu_register_candidates(tsrd_backend *b, tsr_arbiter *arbiter,
         .tier = 0,
         .version = CPU_PLAN_VERSION,
         .kinds = (1u << TSR_KIND_COUNT) - 1,
+        .variant = cpu_variant,
     };
     tsr_status st = tsr_arbiter_register(arbiter, &reference, err);
     if (st != TSR_OK || !b->test_faults)
@@ -172,6 +188,7 @@ static tsr_status cpu_register_candidates(tsrd_backend *b, tsr_arbiter *arbiter,
         .version = CPU_PLAN_VERSION,
         .kinds = (1u << TSR_KIND_COUNT) - 1,
         .forced_only = true,
+        .variant = cpu_variant,
     };
     st = tsr_arbiter_register(arbiter, &fault, err);
     const char *more[] = {TSRD_TEST_HANG_CANDIDATE, TSRD_TEST_WRONG_ELEMENT_CANDIDATE};
@@ -269,16 +286,17 @@ static void cpu_tensor_text(const tsr_tensor_desc *t, char *buf, size_t size)
         tsr_shape_text(t->shape, t->rank, buf + at, size - (size_t)at);
 }
 
-/* The plan runs as it is written, on buffers sized for r: a plan of a larger
- * region would read and write past them. It must be r itself (same
- * fingerprint: kind, dtypes, shapes and ops), whatever key it was stored
- * under. */
-static tsr_status cpu_plan_check(const tsr_region *plan, const tsr_region *r, tsr_error *err)
+/* A plan serves r only when it was made for r's variant (same variant
+ * fingerprint: kind, dtypes, ops and every dimension the variant does not
+ * leave free), whatever key it was stored under; it then runs at r's own
+ * shape, on buffers sized for r. */
+static tsr_status cpu_plan_check(const tsr_candidate *c, const tsr_region *plan,
+                                 const tsr_region *r, tsr_error *err)
 {
     tsr_fingerprint have, want;
-    tsr_status st = tsr_region_fingerprint(plan, &have, err);
+    tsr_status st = tsr_candidate_variant(c, plan, "cpu", NULL, &have, err);
     if (st == TSR_OK)
-        st = tsr_region_fingerprint(r, &want, err);
+        st = tsr_candidate_variant(c, r, "cpu", NULL, &want, err);
     if (st != TSR_OK || memcmp(have.bytes, want.bytes, sizeof have.bytes) == 0)
         return st;
     tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], plan_out, want_out;
@@ -316,7 +334,12 @@ static tsr_status cpu_load(tsrd_backend *b, int device, const tsr_region *r, con
         free(k);
         return tsr_error_prefix(err, "cpu backend: stored plan does not load");
     }
-    st = cpu_plan_check(&k->region, r, err);
+    st = cpu_plan_check(c, &k->region, r, err);
+    if (st == TSR_OK) {
+        /* Proven of r's variant: the kernel runs at r's shape. */
+        tsr_region_free(&k->region);
+        st = tsr_region_copy(&k->region, r, err);
+    }
     if (st != TSR_OK) {
         tsr_region_free(&k->region);
         free(k);

@@ -321,8 +321,11 @@ Test(backend_cuda, tier1_compiles_every_example_in_every_dtype, .timeout = 120)
                                 "ELF",
                                 4),
                          0);
+            /* Matmul, fused and gated kernels take M after the output. */
             tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out;
-            cr_assert_eq(b.desc.n_params, tsr_region_signature(&r, sig, &out) + 1);
+            bool rows = r.kind == TSR_KIND_MATMUL || r.kind == TSR_KIND_FUSED ||
+                        r.kind == TSR_KIND_GATED;
+            cr_assert_eq(b.desc.n_params, tsr_region_signature(&r, sig, &out) + 1 + rows);
             free(b.bin);
             tsr_region_free(&r);
         }
@@ -381,8 +384,12 @@ Test(backend_cuda, the_reference_blob_carries_the_region)
     cr_assert_eq(tsr_region_fingerprint(&r, &f1, &e), TSR_OK);
     cr_assert_eq(tsr_region_fingerprint(&back, &f2, &e), TSR_OK);
     cr_expect_eq(memcmp(f1.bytes, f2.bytes, sizeof f1.bytes), 0);
-    /* Its header names the region it was made for, which a load checks. */
-    cr_expect_eq(memcmp(b.desc.region.bytes, f1.bytes, sizeof f1.bytes), 0);
+    /* Its header names the variant it was made for (every batch and length
+     * of this attention), which a load checks. */
+    tsr_variant v = {.free_dims = TSR_VARIANT_BATCH | TSR_VARIANT_SEQ_Q | TSR_VARIANT_SEQ_K};
+    tsr_fingerprint fv;
+    cr_assert_eq(tsr_region_variant_fingerprint(&r, &v, &fv, &e), TSR_OK);
+    cr_expect_eq(memcmp(b.desc.region.bytes, fv.bytes, sizeof fv.bytes), 0);
     /* A reference blob without its payload is refused. */
     cr_expect_eq(tsrd_cuda_blob_decode(b.bin, TSRD_CUDA_BLOB_HEADER, &b.desc, &b.payload,
                                        &b.payload_len, &e),

@@ -57,7 +57,7 @@ bool tsr_fingerprint_parse(const char *hex, tsr_fingerprint *out);
 #define TSR_VARIANT_BATCH (1u << 1) /* attention: batch */
 #define TSR_VARIANT_SEQ_Q (1u << 2) /* attention: seq_q */
 #define TSR_VARIANT_SEQ_K (1u << 3) /* attention: seq_k */
-#define TSR_VARIANT_CLASS_MAX 48
+#define TSR_VARIANT_CLASS_MAX 64
 
 typedef struct tsr_variant {
     unsigned free_dims;              /* TSR_VARIANT_* bits valid for the region's kind */

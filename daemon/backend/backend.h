@@ -84,6 +84,12 @@ typedef struct tsrd_backend_options {
  * 128) of the output's last row: an edge tile's corner, which sampled
  * verification must catch. */
 #define TSRD_TEST_WRONG_ELEMENT_CANDIDATE "test_wrong_element"
+/* Also with test_faults, on the CPU backend: right for outputs of at most 64
+ * rows (the output's last dimension is a row), wrong past that as
+ * test_wrong_element is: a kernel variant that passes its complete
+ * verification at a small shape and breaks at a larger one, which the
+ * sampled check of the new shape must catch. */
+#define TSRD_TEST_WRONG_PAST_64_ROWS_CANDIDATE "test_wrong_past_64_rows"
 
 /* One launch of a sequence (launch_many). */
 typedef struct tsrd_launch_desc {

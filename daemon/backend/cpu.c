@@ -20,7 +20,12 @@
  * launch does not return, which the isolated backends' kernel_timeout_ms ends
  * by stopping the worker. "test_wrong_element" (forced only) plays a kernel
  * that is right but for one output in an edge tile, to show that sampled
- * verification of a large region catches it.
+ * verification of a large region catches it; "test_wrong_past_64_rows" is
+ * right up to 64 output rows and wrong so past them.
+ *
+ * Plans are kept per kernel variant (cpu_variant): the executor reads every
+ * dimension at run time, so one plan serves every M of a matmul-like region
+ * and every batch and length of an attention region.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -58,6 +63,7 @@ struct tsrd_kobj {
     bool faults; /* the test_fault candidate */
     bool hangs;  /* the test_hang candidate */
     bool wrong;  /* the test_wrong_element candidate */
+    bool wrong_past_64_rows;
     unsigned generation;
 };
 
@@ -191,7 +197,8 @@ static tsr_status cpu_register_candidates(tsrd_backend *b, tsr_arbiter *arbiter,
         .variant = cpu_variant,
     };
     st = tsr_arbiter_register(arbiter, &fault, err);
-    const char *more[] = {TSRD_TEST_HANG_CANDIDATE, TSRD_TEST_WRONG_ELEMENT_CANDIDATE};
+    const char *more[] = {TSRD_TEST_HANG_CANDIDATE, TSRD_TEST_WRONG_ELEMENT_CANDIDATE,
+                          TSRD_TEST_WRONG_PAST_64_ROWS_CANDIDATE};
     for (size_t i = 0; st == TSR_OK && i < sizeof more / sizeof more[0]; i++) {
         tsr_candidate c = fault;
         snprintf(c.name, sizeof c.name, "%s", more[i]);
@@ -264,7 +271,8 @@ static tsr_status cpu_compile(tsrd_backend *b, const tsr_region *r, const tsr_ca
     bool known = strcmp(c->name, "reference") == 0 ||
                  (b->test_faults && (strcmp(c->name, TSRD_TEST_FAULT_CANDIDATE) == 0 ||
                                      strcmp(c->name, TSRD_TEST_HANG_CANDIDATE) == 0 ||
-                                     strcmp(c->name, TSRD_TEST_WRONG_ELEMENT_CANDIDATE) == 0));
+                                     strcmp(c->name, TSRD_TEST_WRONG_ELEMENT_CANDIDATE) == 0 ||
+                                     strcmp(c->name, TSRD_TEST_WRONG_PAST_64_ROWS_CANDIDATE) == 0));
     if (!known || strcmp(arch, "cpu") != 0)
         return tsr_error_set(err, TSR_UNSUPPORTED,
                              "cpu backend: cannot compile candidate '%s' for arch '%s'", c->name,
@@ -328,6 +336,7 @@ static tsr_status cpu_load(tsrd_backend *b, int device, const tsr_region *r, con
     k->faults = strcmp(c->name, TSRD_TEST_FAULT_CANDIDATE) == 0;
     k->hangs = strcmp(c->name, TSRD_TEST_HANG_CANDIDATE) == 0;
     k->wrong = strcmp(c->name, TSRD_TEST_WRONG_ELEMENT_CANDIDATE) == 0;
+    k->wrong_past_64_rows = strcmp(c->name, TSRD_TEST_WRONG_PAST_64_ROWS_CANDIDATE) == 0;
     k->generation = atomic_load(&b->generation);
     st = tsr_region_from_json((const char *)bin, len, &k->region, err);
     if (st != TSR_OK) {
@@ -397,6 +406,15 @@ static void cpu_wrong_element(const tsr_region *r, void *out)
     tsr_dtype_store(r->out_dtype, out, at, v + 1000.0 * (1.0 + fabs(v)));
 }
 
+/* The output's elements over its last dimension. */
+static int64_t cpu_output_rows(const tsr_region *r)
+{
+    tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], desc;
+    tsr_region_signature(r, in, &desc);
+    int64_t width = desc.rank > 0 ? desc.shape[desc.rank - 1] : 1;
+    return width > 0 ? tsr_tensor_desc_elements(&desc) / width : 0;
+}
+
 static tsr_status cpu_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
                              tsrd_dbuf *const *inputs, int n_inputs, tsrd_dbuf *output,
                              tsr_error *err)
@@ -427,7 +445,7 @@ static tsr_status cpu_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
     }
     double start = cpu_now_ms();
     st = tsr_ref_run(&k->region, in, output->data, b->threads, err);
-    if (st == TSR_OK && k->wrong)
+    if (st == TSR_OK && (k->wrong || (k->wrong_past_64_rows && cpu_output_rows(&k->region) > 64)))
         cpu_wrong_element(&k->region, output->data);
     s->pending_ms += cpu_now_ms() - start;
     return st;

@@ -819,8 +819,8 @@ static void arbiter_check_slot(tsr_arbiter *a, const tsr_select_request *req, ar
         /* Only a complete verification (every output, or sampled with the
          * small-shape probes) lets later shapes reuse it; a failure at any
          * shape withdraws that for good. */
-        bool complete = !reuse && (s->verdict.method == TSR_VERIFY_FULL ||
-                                   s->verdict.small_probes > 0);
+        bool complete =
+            !reuse && (s->verdict.method == TSR_VERIFY_FULL || s->verdict.small_probes > 0);
         pthread_mutex_lock(&a->lock);
         arbiter_verdict_put(a, c, req->fingerprint, req->arch, &s->verdict);
         if (variant && !s->verdict.pass)

@@ -309,8 +309,8 @@ static tsr_status engine_verify_run_fn(void *ctx, const tsr_region *r, const voi
 }
 
 static tsr_status engine_verify(tsrd_daemon *d, const tsr_candidate *c, const tsr_region *r,
-                                const char *arch, uint64_t seed, int random_probes,
-                                bool shape_only, tsr_verdict *v, bool *refused, tsr_error *err)
+                                const char *arch, uint64_t seed, int random_probes, bool shape_only,
+                                tsr_verdict *v, bool *refused, tsr_error *err)
 {
     *refused = false;
     tsr_status st = engine_verify_admit(d, c, r, arch, random_probes, shape_only, v, err);

@@ -87,8 +87,8 @@ static tsr_buffer alloc_like(tsr_client *c, const tsr_tensor_desc *t)
 {
     tsr_buffer b;
     tsr_error e;
-    if (tsr_client_buffer_alloc(c, client_dtype(t->dtype), t->rank, t->shape, &b, NULL,
-                                TIMEOUT_MS, &e) != TSR_OK)
+    if (tsr_client_buffer_alloc(c, client_dtype(t->dtype), t->rank, t->shape, &b, NULL, TIMEOUT_MS,
+                                &e) != TSR_OK)
         die("buffer_alloc", &e);
     return b;
 }
@@ -166,8 +166,8 @@ static void run_layer(tsr_client *c, const layer *l, bool verbose)
         if (verbose)
             printf("  m/batch %5lld: %-16s %-8s small %d  cold %8.2f ms  first launch %8.2f ms  "
                    "warm %6.2f ms%s\n",
-                   m, k.decision.candidate, v->method, v->small_probes, cold[i], first[i],
-                   warm[i], k.decision.cache_hit ? "  (binary cached)" : "");
+                   m, k.decision.candidate, v->method, v->small_probes, cold[i], first[i], warm[i],
+                   k.decision.cache_hit ? "  (binary cached)" : "");
         tsr_client_kernel_free(c, k.kernel, TIMEOUT_MS, NULL);
         tsr_client_kernel_free(c, again.kernel, TIMEOUT_MS, NULL);
         for (int j = 0; j < n; j++)
@@ -184,9 +184,9 @@ static void run_layer(tsr_client *c, const layer *l, bool verbose)
     qsort(warm, SHAPES, sizeof(double), cmp_double);
     printf("| %s | %s | %.0f | %d | %.1f / %.1f | %.1f / %.1f / %.1f | %.1f / %.1f / %.1f | "
            "%.2f | %d full, %d sampled, %d shape-only, %d not verified |\n",
-           l->name, candidates, builds, distinct, cold[0], first[0], rest_cold[49],
-           rest_cold[89], rest_cold[SHAPES - 2], rest_first[49], rest_first[89],
-           rest_first[SHAPES - 2], warm[SHAPES / 2], full, sampled, reused, unverified);
+           l->name, candidates, builds, distinct, cold[0], first[0], rest_cold[49], rest_cold[89],
+           rest_cold[SHAPES - 2], rest_first[49], rest_first[89], rest_first[SHAPES - 2],
+           warm[SHAPES / 2], full, sampled, reused, unverified);
 }
 
 static int bench_daemon(bool verbose)

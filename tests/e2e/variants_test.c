@@ -49,9 +49,9 @@ static void variants_run_exact(tsr_region *r, uint64_t seed)
     size_t bytes = (size_t)tsr_tensor_desc_bytes(&out);
     void *got = calloc(1, bytes), *want = calloc(1, bytes);
     cr_assert(got != NULL && want != NULL);
-    cr_assert_eq(tsr_client_run(suite_client, r, NULL, (const void *const *)inputs, got, NULL,
-                                120000, &err),
-                 TSR_OK, "run: %s: %s", tsr_status_name(err.code), err.message);
+    cr_assert_eq(
+        tsr_client_run(suite_client, r, NULL, (const void *const *)inputs, got, NULL, 120000, &err),
+        TSR_OK, "run: %s: %s", tsr_status_name(err.code), err.message);
     cr_assert_eq(tsr_ref_run(r, (const void *const *)inputs, want, 1, &err), TSR_OK, "%s",
                  err.message);
     cr_expect_eq(memcmp(got, want, bytes), 0, "output differs from the reference");

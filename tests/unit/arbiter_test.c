@@ -1432,8 +1432,9 @@ static tsr_status variant_select(tsr_arbiter *arb, variant_ctx *f, int64_t m, bo
                                  tsr_decision *out)
 {
     char json[128];
-    snprintf(json, sizeof json, "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":%lld,\"n\":64,"
-                                "\"k\":64}",
+    snprintf(json, sizeof json,
+             "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":%lld,\"n\":64,"
+             "\"k\":64}",
              (long long)m);
     tsr_region r;
     region_parse(json, &r);

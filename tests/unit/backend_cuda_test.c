@@ -323,8 +323,8 @@ Test(backend_cuda, tier1_compiles_every_example_in_every_dtype, .timeout = 120)
                          0);
             /* Matmul, fused and gated kernels take M after the output. */
             tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out;
-            bool rows = r.kind == TSR_KIND_MATMUL || r.kind == TSR_KIND_FUSED ||
-                        r.kind == TSR_KIND_GATED;
+            bool rows =
+                r.kind == TSR_KIND_MATMUL || r.kind == TSR_KIND_FUSED || r.kind == TSR_KIND_GATED;
             cr_assert_eq(b.desc.n_params, tsr_region_signature(&r, sig, &out) + 1 + rows);
             free(b.bin);
             tsr_region_free(&r);

@@ -674,27 +674,34 @@ Test(fingerprint, a_variant_with_m_free_is_one_for_every_m)
 
 /* Wherever the kernel's code can differ, the variants differ: never one key
  * for two codes. */
+#define FP_FUSED_AS(dtype, out, prologue)                                                          \
+    "{\"kind\":\"fused\",\"dtype\":" dtype ",\"out_dtype\":" out                                   \
+    ",\"m\":8,\"n\":64,\"k\":32,\"prologue\":" prologue                                            \
+    ",\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}"
+
 Test(fingerprint, variants_differ_wherever_the_code_does)
 {
     const unsigned rows = TSR_VARIANT_ROWS;
     const char *base = FP_FUSED(8, 64, 32, "[\"bias\",\"gelu\"]", "true", "null");
+    /* Each differs from base in one thing: N, K, an epilogue op, the
+     * epilogue's order, residual, two reductions, dtype, out_dtype, a
+     * prologue, the kind. */
     const char *others[] = {
-        FP_FUSED(8, 72, 32, "[\"bias\",\"gelu\"]", "true", "null"),         /* N */
-        FP_FUSED(8, 64, 40, "[\"bias\",\"gelu\"]", "true", "null"),         /* K */
-        FP_FUSED(8, 64, 32, "[\"bias\",\"relu\"]", "true", "null"),         /* epilogue op */
-        FP_FUSED(8, 64, 32, "[\"gelu\",\"bias\"]", "true", "null"),         /* epilogue order */
-        FP_FUSED(8, 64, 32, "[\"bias\",\"gelu\"]", "false", "null"),        /* residual */
-        FP_FUSED(8, 64, 32, "[\"bias\",\"gelu\"]", "false", "\"rmsnorm\""), /* reduction */
-        FP_FUSED(8, 64, 32, "[\"bias\",\"gelu\"]", "false", "\"softmax\""), /* reduction */
-        "{\"kind\":\"fused\",\"dtype\":\"f16\",\"m\":8,\"n\":64,\"k\":32,"  /* dtype */
-        "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}",
-        "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"out_dtype\":\"f32\",\"m\":8,\"n\":64,\"k\":32," /* out */
-        "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}",
-        "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":8,\"n\":64,\"k\":32,\"prologue\":[\"exp\"]," /* prologue */
-        "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}",
-        "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":8,\"n\":64,\"k\":32}", /* kind */
+        FP_FUSED(8, 72, 32, "[\"bias\",\"gelu\"]", "true", "null"),
+        FP_FUSED(8, 64, 40, "[\"bias\",\"gelu\"]", "true", "null"),
+        FP_FUSED(8, 64, 32, "[\"bias\",\"relu\"]", "true", "null"),
+        FP_FUSED(8, 64, 32, "[\"gelu\",\"bias\"]", "true", "null"),
+        FP_FUSED(8, 64, 32, "[\"bias\",\"gelu\"]", "false", "null"),
+        FP_FUSED(8, 64, 32, "[\"bias\",\"gelu\"]", "false", "\"rmsnorm\""),
+        FP_FUSED(8, 64, 32, "[\"bias\",\"gelu\"]", "false", "\"softmax\""),
+        FP_FUSED_AS("\"f16\"", "\"f16\"", "[]"),
+        FP_FUSED_AS("\"bf16\"", "\"f32\"", "[]"),
+        FP_FUSED_AS("\"bf16\"", "\"bf16\"", "[\"exp\"]"),
+        "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":8,\"n\":64,\"k\":32}",
     };
     tsr_fingerprint b = fp_variant(base, rows, "");
+    /* The second form, written out with base's values, is base. */
+    cr_assert(fp_equal(b, fp_variant(FP_FUSED_AS("\"bf16\"", "\"bf16\"", "[]"), rows, "")));
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
         cr_expect_not(fp_equal(b, fp_variant(others[i], rows, "")), "%s", others[i]);
     /* The class (a tile configuration chosen by size) and the free set count. */
@@ -710,13 +717,13 @@ Test(fingerprint, variants_differ_wherever_the_code_does)
         fp_variant("{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":8,\"n\":64,\"k\":32,"
                    "\"epilogue\":[],\"residual\":false,\"reduction\":\"rmsnorm\",\"eps\":0.001}",
                    rows, "")));
-    cr_expect_not(fp_equal(
-        fp_variant("{\"kind\":\"gated\",\"dtype\":\"bf16\",\"m\":1,\"k\":64,\"h\":128,"
-                   "\"gate_act\":\"silu\"}",
-                   rows, ""),
-        fp_variant("{\"kind\":\"gated\",\"dtype\":\"bf16\",\"m\":1,\"k\":64,\"h\":128,"
-                   "\"gate_act\":\"gelu\"}",
-                   rows, "")));
+    cr_expect_not(
+        fp_equal(fp_variant("{\"kind\":\"gated\",\"dtype\":\"bf16\",\"m\":1,\"k\":64,\"h\":128,"
+                            "\"gate_act\":\"silu\"}",
+                            rows, ""),
+                 fp_variant("{\"kind\":\"gated\",\"dtype\":\"bf16\",\"m\":1,\"k\":64,\"h\":128,"
+                            "\"gate_act\":\"gelu\"}",
+                            rows, "")));
 }
 
 #define FP_ATTN(b, h, hkv, sq, sk, d, causal)                                                      \

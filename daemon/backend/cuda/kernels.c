@@ -525,8 +525,8 @@ static bool kernels_rows_kind(const tsr_region *r)
 
 /* The reference reads every dimension at run time; pointwise stays per shape
  * (its broadcast pattern is the shape). */
-static void kernels_reference_variant(const tsr_candidate *c, const tsr_region *r,
-                                      const char *arch, tsr_variant *out)
+static void kernels_reference_variant(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                                      tsr_variant *out)
 {
     (void)c, (void)arch;
     memset(out, 0, sizeof *out);

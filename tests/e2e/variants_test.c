@@ -183,3 +183,81 @@ Test(variants, a_new_shape_of_a_verified_variant_gets_its_sampled_check)
     cr_expect_eq(v->probes, 2);
     cr_expect_eq(v->elements, 2 * 24 * 160);
 }
+
+/* Compiles r on the suite's session; the kernel handle. */
+static tsr_kernel variants_compile(tsr_region *r, char *key, size_t key_size)
+{
+    tsr_client_compiled out;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(suite_client, r, NULL, &out, 120000, &err), TSR_OK, "%s",
+                 err.message);
+    snprintf(key, key_size, "%s", out.key);
+    return out.kernel;
+}
+
+/* Launches k on seeded inputs in buffers of r's shapes; asserts the output
+ * equals the reference's. */
+static void variants_launch_exact(tsr_kernel k, tsr_region *r, uint64_t seed)
+{
+    void *inputs[TSR_MAX_REGION_INPUTS] = {0};
+    tsr_error err;
+    cr_assert_eq(tsr_oracle_make_probe(r, seed, 0, 1, inputs, &err), TSR_OK, "%s", err.message);
+    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out;
+    int n = tsr_region_signature(r, sig, &out);
+    tsr_buffer in[TSR_MAX_REGION_INPUTS], ob;
+    for (int i = 0; i < n; i++) {
+        in[i] = fixture_alloc(suite_client, TSR_CLIENT_F32, sig[i].rank, sig[i].shape);
+        cr_assert_eq(tsr_client_buffer_write(suite_client, in[i], 0, inputs[i],
+                                             (size_t)tsr_tensor_desc_bytes(&sig[i]), 10000, &err),
+                     TSR_OK, "%s", err.message);
+    }
+    ob = fixture_alloc(suite_client, TSR_CLIENT_F32, out.rank, out.shape);
+    cr_assert_eq(tsr_client_launch(suite_client, k, in, n, ob, NULL, 120000, &err), TSR_OK,
+                 "launch: %s: %s", tsr_status_name(err.code), err.message);
+    size_t bytes = (size_t)tsr_tensor_desc_bytes(&out);
+    void *got = calloc(1, bytes), *want = calloc(1, bytes);
+    cr_assert(got != NULL && want != NULL);
+    cr_assert_eq(tsr_client_buffer_read(suite_client, ob, 0, got, bytes, NULL, 10000, &err), TSR_OK,
+                 "%s", err.message);
+    cr_assert_eq(tsr_ref_run(r, (const void *const *)inputs, want, 1, &err), TSR_OK, "%s",
+                 err.message);
+    cr_expect_eq(memcmp(got, want, bytes), 0, "output differs from the reference");
+    free(got);
+    free(want);
+    for (int i = 0; i < n; i++)
+        tsr_client_buffer_free(suite_client, in[i], 10000, NULL);
+    tsr_client_buffer_free(suite_client, ob, 10000, NULL);
+    tsr_oracle_free_probe(r, inputs);
+}
+
+/* One kernel key for both shapes, but each compile's handle is loaded for its
+ * own shape: a recompile of a shape the session holds returns that shape's
+ * handle, never another shape's. */
+Test(variants, each_shape_of_a_variant_gets_its_own_kernel_handle)
+{
+    tsr_region *r8 = variants_region(LAYER, 8), *r24 = variants_region(LAYER, 24);
+    char key8[TSR_CLIENT_KEY_MAX], key24[TSR_CLIENT_KEY_MAX], again[TSR_CLIENT_KEY_MAX];
+    tsr_kernel k8 = variants_compile(r8, key8, sizeof key8);
+    tsr_kernel k24 = variants_compile(r24, key24, sizeof key24);
+    cr_expect_str_eq(key8, key24);
+    cr_expect_neq(k8, k24);
+    cr_expect_eq(variants_compile(r8, again, sizeof again), k8);
+    cr_expect_eq(variants_compile(r24, again, sizeof again), k24);
+    variants_launch_exact(k8, r8, 8);
+    variants_launch_exact(k24, r24, 24);
+    /* A handle keeps its own shape: another shape's buffers do not fit it. */
+    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out;
+    int n = tsr_region_signature(r24, sig, &out);
+    tsr_buffer in[TSR_MAX_REGION_INPUTS], ob;
+    for (int i = 0; i < n; i++)
+        in[i] = fixture_alloc(suite_client, TSR_CLIENT_F32, sig[i].rank, sig[i].shape);
+    ob = fixture_alloc(suite_client, TSR_CLIENT_F32, out.rank, out.shape);
+    tsr_error err;
+    cr_expect_eq(tsr_client_launch(suite_client, k8, in, n, ob, NULL, 10000, &err),
+                 TSR_BUFFER_MISMATCH);
+    for (int i = 0; i < n; i++)
+        tsr_client_buffer_free(suite_client, in[i], 10000, NULL);
+    tsr_client_buffer_free(suite_client, ob, 10000, NULL);
+    tsr_client_region_free(r8);
+    tsr_client_region_free(r24);
+}

@@ -152,17 +152,22 @@ static tsr_status cg_resolve(const tsr_region *r, const tsr_codegen_target *targ
     if (t->max_shared == 0)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT,
                              "arch: '%.32s' is not a real architecture (sm_NN[a|f])", t->arch);
-    bool rows_kind =
-        r->kind == TSR_KIND_MATMUL || r->kind == TSR_KIND_FUSED || r->kind == TSR_KIND_GATED;
-    if (t->free_dims != 0 && (t->free_dims != TSR_VARIANT_ROWS || !rows_kind))
+    /* What each kind's kernel can take at run time: all of it or nothing. */
+    const unsigned attention = TSR_VARIANT_BATCH | TSR_VARIANT_SEQ_Q | TSR_VARIANT_SEQ_K;
+    unsigned can = 0;
+    const char *what = "nothing";
+    if (r->kind == TSR_KIND_MATMUL || r->kind == TSR_KIND_FUSED || r->kind == TSR_KIND_GATED)
+        can = TSR_VARIANT_ROWS, what = "M";
+    else if (r->kind == TSR_KIND_ATTENTION)
+        can = attention, what = "batch, seq_q and seq_k together";
+    if (t->free_dims != 0 && t->free_dims != can)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT,
-                             "free dimensions 0x%x: a %s kernel can take only M at run time%s",
-                             t->free_dims, tsr_region_kind_name(r->kind),
-                             rows_kind ? "" : " (none for this kind)");
+                             "free dimensions 0x%x: a %s kernel can take %s at run time",
+                             t->free_dims, tsr_region_kind_name(r->kind), what);
     tsr_tensor_desc inputs[TSR_MAX_REGION_INPUTS], output;
     int n_inputs = tsr_region_signature(r, inputs, &output);
     l->n_inputs = n_inputs;
-    l->n_dims = t->free_dims != 0 ? 1 : 0;
+    l->n_dims = t->free_dims == 0 ? 0 : t->free_dims == TSR_VARIANT_ROWS ? 1 : 3;
     l->n_params = n_inputs + 1 + l->n_dims;
     snprintf(l->entry, sizeof l->entry, "tsr_t1_%s", tsr_region_kind_name(r->kind));
     return TSR_OK;

@@ -19,8 +19,9 @@
  * first shape's times and the median, 90th percentile and largest of the other
  * 99, and the verdicts' methods. -v prints every shape.
  *
- * tier1: each region's Tier-1 kernel built twice, with M baked in (as before
- * variants) and with M a parameter (what the daemon builds now), both through
+ * tier1: each region's Tier-1 kernel built twice, with its free dimensions
+ * baked in (as before variants) and as parameters (what the daemon builds
+ * now: M of the matmul kinds, batch and lengths of attention), both through
  * NVRTC and the backend's load and launch; device time per launch, median of
  * 10 after 3 warm-ups, on the same buffers.
  *
@@ -360,6 +361,13 @@ static int bench_tier1(void)
     t1_region(&t, "fused f32 rmsnorm 2048x4096x4096",
               "{\"kind\":\"fused\",\"dtype\":\"f32\",\"m\":2048,\"n\":4096,\"k\":4096,"
               "\"reduction\":\"rmsnorm\"}");
+    t1_region(&t, "attention f32 B4 H32 S1024 D128 causal",
+              "{\"kind\":\"attention\",\"dtype\":\"f32\",\"batch\":4,\"heads\":32,"
+              "\"heads_kv\":32,\"seq_q\":1024,\"seq_k\":1024,\"head_dim\":128,"
+              "\"causal\":true}");
+    t1_region(&t, "attention f32 decode B32 H32 kv8 seq_k 4096 D128",
+              "{\"kind\":\"attention\",\"dtype\":\"f32\",\"batch\":32,\"heads\":32,"
+              "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":4096,\"head_dim\":128}");
     t1_region(&t, "gated f32 silu M2048 K4096 H4096",
               "{\"kind\":\"gated\",\"dtype\":\"f32\",\"m\":2048,\"k\":4096,\"h\":4096,"
               "\"gate_act\":\"silu\"}");

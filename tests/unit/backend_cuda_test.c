@@ -321,11 +321,11 @@ Test(backend_cuda, tier1_compiles_every_example_in_every_dtype, .timeout = 120)
                                 "ELF",
                                 4),
                          0);
-            /* Matmul, fused and gated kernels take M after the output. */
+            /* Matmul, fused and gated kernels take M after the output,
+             * attention batch, seq_q and seq_k. */
             tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out;
-            bool rows =
-                r.kind == TSR_KIND_MATMUL || r.kind == TSR_KIND_FUSED || r.kind == TSR_KIND_GATED;
-            cr_assert_eq(b.desc.n_params, tsr_region_signature(&r, sig, &out) + 1 + rows);
+            int dims = r.kind == TSR_KIND_POINTWISE ? 0 : r.kind == TSR_KIND_ATTENTION ? 3 : 1;
+            cr_assert_eq(b.desc.n_params, tsr_region_signature(&r, sig, &out) + 1 + dims);
             free(b.bin);
             tsr_region_free(&r);
         }
@@ -466,23 +466,70 @@ Test(backend_cuda, tier1_builds_one_binary_for_every_m, .timeout = 120)
     tsrd_nvrtc_close(nv);
 }
 
-/* Tier-1 leaves only M free, and only for the matmul kinds. */
-Test(backend_cuda, tier1_builds_other_kinds_per_shape)
+/* Tier-1 pointwise kernels are built per shape, and a kind's kernel takes
+ * its free dimensions all or none. */
+Test(backend_cuda, tier1_builds_pointwise_per_shape)
 {
     tsr_candidate tier1;
     tsrd_cuda_candidate_tier1(&tier1);
     tsr_region r;
-    unit_load_example("examples/attention.json", TSR_BF16, &r);
+    unit_load_example("examples/pointwise.json", TSR_F32, &r);
     tsr_fingerprint v = unit_variant_of(&tier1, &r), fp;
     cr_assert_eq(tsr_region_fingerprint(&r, &fp, NULL), TSR_OK);
     cr_expect_eq(memcmp(v.bytes, fp.bytes, sizeof v.bytes), 0);
-    tsr_codegen_target t = {.arch = "sm_90a", .free_dims = TSR_VARIANT_BATCH};
+    tsr_codegen_target t = {.arch = "sm_90a", .free_dims = TSR_VARIANT_ROWS};
     tsr_codegen_kernel k;
     tsr_error e;
     cr_expect_eq(tsr_codegen_emit(&r, &t, &k, &e), TSR_INVALID_ARGUMENT);
-    cr_expect_str_eq(e.message, "free dimensions 0x2: a attention kernel can take only M at run "
-                                "time (none for this kind)");
+    cr_expect_str_eq(e.message, "free dimensions 0x1: a pointwise kernel can take nothing at run "
+                                "time");
     tsr_region_free(&r);
+    unit_load_example("examples/attention.json", TSR_BF16, &r);
+    t.free_dims = TSR_VARIANT_BATCH;
+    cr_expect_eq(tsr_codegen_emit(&r, &t, &k, &e), TSR_INVALID_ARGUMENT);
+    cr_expect_str_eq(e.message, "free dimensions 0x2: a attention kernel can take batch, seq_q "
+                                "and seq_k together at run time");
+    tsr_region_free(&r);
+}
+
+/* Two shapes of one Tier-1 attention variant (batch and both lengths
+ * differ): one key, one cubin, each shape's own grid. */
+Test(backend_cuda, tier1_builds_one_attention_binary_for_every_batch_and_length, .timeout = 120)
+{
+    tsrd_nvrtc *nv = NULL;
+    tsr_error e;
+    if (tsrd_nvrtc_open(NULL, &nv, &e) != TSR_OK)
+        cr_skip_test("no NVRTC: %s", e.message);
+    tsr_candidate tier1;
+    tsrd_cuda_candidate_tier1(&tier1);
+    tsr_region a, b;
+    unit_load_example("examples/attention.json", TSR_F32, &a);
+    unit_load_example("examples/attention.json", TSR_F32, &b);
+    b.u.attention.batch = 5;
+    b.u.attention.seq_q = 1;
+    b.u.attention.seq_k = 1000;
+    cr_assert_eq(tsr_region_validate(&b, NULL), TSR_OK);
+    tsr_fingerprint va = unit_variant_of(&tier1, &a), vb = unit_variant_of(&tier1, &b);
+    cr_expect_eq(memcmp(va.bytes, vb.bytes, sizeof va.bytes), 0);
+    unit_blob ba, bb;
+    unit_compile_blob(nv, 132, &a, &tier1, "sm_90a", &ba);
+    unit_compile_blob(nv, 132, &b, &tier1, "sm_90a", &bb);
+    cr_assert_eq(ba.payload_len, bb.payload_len);
+    cr_expect_eq(memcmp(ba.payload, bb.payload, ba.payload_len), 0, "one cubin");
+    cr_expect_eq(ba.desc.n_params, 4 + 3);
+    tsr_codegen_target t = {.arch = "sm_90a",
+                            .free_dims = TSR_VARIANT_BATCH | TSR_VARIANT_SEQ_Q | TSR_VARIANT_SEQ_K};
+    tsr_codegen_launch la, lb;
+    cr_assert_eq(tsr_codegen_launch_of(&a, &t, &la, &e), TSR_OK, "%s", e.message);
+    cr_assert_eq(tsr_codegen_launch_of(&b, &t, &lb, &e), TSR_OK, "%s", e.message);
+    cr_expect_eq(la.n_dims, 3);
+    cr_expect_eq(la.grid[0], 1u * 8 * 1); /* batch 1, 8 heads, one tile of 64 queries */
+    cr_expect_eq(lb.grid[0], 5u * 8 * 1);
+    free(ba.bin);
+    free(bb.bin);
+    tsr_region_free(&a);
+    tsr_region_free(&b);
+    tsrd_nvrtc_close(nv);
 }
 
 /* The tier-3 GEMM's entry is its variant's class: the narrow tiles of at most

@@ -536,8 +536,9 @@ static void kernels_reference_variant(const tsr_candidate *c, const tsr_region *
         out->free_dims = TSR_VARIANT_BATCH | TSR_VARIANT_SEQ_Q | TSR_VARIANT_SEQ_K;
 }
 
-/* Tier-1 matmul, fused and gated kernels take M as a parameter (their tiles
- * and code do not depend on it); the other kinds are built per shape. */
+/* Tier-1 matmul, fused and gated kernels take M as a parameter, attention
+ * kernels batch, seq_q and seq_k (their tiles and code do not depend on
+ * them); pointwise kernels are built per shape. */
 static void kernels_tier1_variant(const tsr_candidate *c, const tsr_region *r, const char *arch,
                                   tsr_variant *out)
 {
@@ -545,6 +546,8 @@ static void kernels_tier1_variant(const tsr_candidate *c, const tsr_region *r, c
     memset(out, 0, sizeof *out);
     if (kernels_rows_kind(r))
         out->free_dims = TSR_VARIANT_ROWS;
+    else if (r->kind == TSR_KIND_ATTENTION)
+        out->free_dims = TSR_VARIANT_BATCH | TSR_VARIANT_SEQ_Q | TSR_VARIANT_SEQ_K;
 }
 
 /* The tier-3 GEMMs read M, N and K from their parameter block and tensor

@@ -7,7 +7,8 @@
  * constant, except the dimensions the target leaves free
  * (tsr_codegen_target.free_dims): those the kernel takes as parameters, so
  * that one binary serves every value of them (a kernel variant,
- * fingerprint.h). Matmul, fused and gated kernels can leave M free.
+ * fingerprint.h). Matmul, fused and gated kernels can leave M free;
+ * attention kernels batch, seq_q and seq_k (the three together).
  *
  * Parameter convention (every kind): the kernel's parameters are device
  * pointers (8 bytes each, CUdeviceptr), first the inputs in tsr_region_signature
@@ -53,7 +54,8 @@ typedef struct tsr_codegen_target {
     const char *arch; /* "sm_90a", "sm_80", ...; NULL means "sm_90a" */
     int sm_count;     /* multiprocessors of the device; 0 means the default */
     /* TSR_VARIANT_* dimensions taken at run time; 0 bakes every one in.
-     * Only TSR_VARIANT_ROWS, of matmul, fused and gated regions. */
+     * TSR_VARIANT_ROWS for matmul, fused and gated regions; BATCH | SEQ_Q |
+     * SEQ_K for attention; nothing for pointwise. */
     unsigned free_dims;
 } tsr_codegen_target;
 

@@ -261,3 +261,33 @@ Test(variants, each_shape_of_a_variant_gets_its_own_kernel_handle)
     tsr_client_region_free(r8);
     tsr_client_region_free(r24);
 }
+
+static tsr_status variants_forced_attention(long long batch, tsr_client_compiled *out,
+                                            tsr_error *err)
+{
+    tsr_region *r = variants_region(DECODE, batch);
+    tsr_client_compile_opts opts = {.force = "test_wrong_past_64_rows"};
+    tsr_status st = tsr_client_compile(suite_client, r, &opts, out, 120000, err);
+    tsr_client_region_free(r);
+    return st;
+}
+
+/* The same for attention, whose variant leaves batch and both lengths free:
+ * the sampled check of a new batch size takes whole query rows, the last
+ * (batch, head)'s among them. The output has batch · 4 heads · 3 queries
+ * rows of 16. */
+Test(variants, attention_at_a_new_batch_size_gets_its_sampled_check)
+{
+    tsr_client_compiled out;
+    tsr_error err;
+    tsr_client_verdict *v = &out.decision.verdict;
+    cr_assert_eq(variants_forced_attention(1, &out, &err), TSR_OK, "%s", err.message);
+    cr_expect_str_eq(v->method, "full");
+    cr_assert_eq(variants_forced_attention(5, &out, &err), TSR_OK, "%s", err.message);
+    cr_expect_str_eq(v->method, "sampled");
+    cr_expect_eq(v->small_probes, 0);
+    cr_expect_eq(v->probes, 1);
+    /* 6 · 4 · 3 = 72 rows: the last row's first element is off. */
+    cr_expect_eq(variants_forced_attention(6, &out, &err), TSR_VERIFY_FAILED, "%s", err.message);
+    cr_expect_neq(strstr(err.message, "largest error at [1136]"), NULL, "%s", err.message);
+}

@@ -153,9 +153,8 @@ static tsr_status engine_build_fn(void *ctx, uint8_t **data, size_t *len, tsr_er
     return b->d->bops->compile(b->d->backend, b->r, b->c, b->arch, data, len, err);
 }
 
-static tsr_status engine_binary(tsrd_daemon *d, const tsr_region *r, const tsr_fingerprint *fp,
-                                const tsr_candidate *c, const char *arch, tsrd_compiled *out,
-                                tsr_error *err)
+static tsr_status engine_binary(tsrd_daemon *d, const tsr_region *r, const tsr_candidate *c,
+                                const char *arch, tsrd_compiled *out, tsr_error *err)
 {
     tsr_kernel_key_parts parts = {
         .candidate = c->name,
@@ -168,7 +167,6 @@ static tsr_status engine_binary(tsrd_daemon *d, const tsr_region *r, const tsr_f
     };
     /* Keyed by the candidate's variant: every shape of a kernel that takes
      * its dimensions at run time shares one binary (docs/cache.md). */
-    (void)fp;
     tsr_fingerprint variant;
     tsr_status st = tsr_candidate_variant(c, r, arch, NULL, &variant, err);
     if (st != TSR_OK)
@@ -249,7 +247,7 @@ static tsr_status engine_load(tsrd_daemon *d, const tsr_candidate *c, const tsr_
     out->candidate = *c;
     tsr_status st = tsr_region_fingerprint(r, &out->compiled.fingerprint, err);
     if (st == TSR_OK)
-        st = engine_binary(d, r, &out->compiled.fingerprint, c, arch, &out->compiled, err);
+        st = engine_binary(d, r, c, arch, &out->compiled, err);
     if (st == TSR_OK)
         st = engine_load_binary(d, r, c, &out->compiled, err);
     if (st != TSR_OK)
@@ -503,7 +501,7 @@ tsr_status tsrd_engine_compile(tsrd_daemon *d, const tsr_region *r,
         out->decision.candidate.tier == 0)
         st = tsrd_engine_check_work(d, r, "a launch of the reference", tsr_ref_work(r), err);
     if (st == TSR_OK)
-        st = engine_binary(d, r, &out->fingerprint, &out->decision.candidate, out->arch, out, err);
+        st = engine_binary(d, r, &out->decision.candidate, out->arch, out, err);
     if (st == TSR_OK && load)
         st = engine_load_binary(d, r, &out->decision.candidate, out, err);
     if (st != TSR_OK)

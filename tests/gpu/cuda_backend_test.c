@@ -3,8 +3,7 @@
  * the CPU reference: every example region in every dtype, random ragged and
  * broadcasting regions (pointwise with NaN / inf probes), verification of the
  * tier1 and tier-3 candidates (both tier-3 families), the default choice of the
- * tier-3 GEMM and its escape hatches, a kernel served from the disk cache after a restart,
- * and kernel variants: one binary for every shape of a layer.
+ * tier-3 GEMM and its escape hatches, and a kernel served from the disk cache after a restart.
  *
  * Without a CUDA driver every test skips; with one, a daemon that does not come
  * up on --backend cuda is a failure.
@@ -389,27 +388,6 @@ Test(cuda_backend, tier3_attention_places_nan_like_the_reference)
 
 /* Products of at most 64 rows take the narrow 128 x 64 tiles (a decode step);
  * through the default path they match the reference, epilogue included. */
-Test(cuda_backend, narrow_gemm_tiles_serve_small_m)
-{
-    const char *regions[] = {
-        "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":16,\"n\":1000,\"k\":520}",
-        "{\"kind\":\"matmul\",\"dtype\":\"f16\",\"out_dtype\":\"f32\",\"m\":64,\"n\":776,"
-        "\"k\":264}",
-        "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":33,\"n\":1000,\"k\":520,"
-        "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}",
-    };
-    for (size_t i = 0; i < sizeof regions / sizeof regions[0]; i++) {
-        tsr_region r;
-        tsr_error e;
-        cr_assert_eq(tsr_region_from_json(regions[i], strlen(regions[i]), &r, &e), TSR_OK, "%s",
-                     e.message);
-        char cand[TSR_CLIENT_NAME_MAX];
-        check_region(&r, NULL, regions[i], cand);
-        cr_expect_str_eq(cand, "gemm_wgmma", "%s", regions[i]);
-        tsr_region_free(&r);
-    }
-}
-
 static double gpu_counter(const char *name)
 {
     tsr_client_stats *s = NULL;
@@ -473,5 +451,26 @@ Test(cuda_backend, every_shape_of_a_variant_runs_one_binary_and_matches_the_refe
          * small-shape build), so the builds are the variants. */
         double made = gpu_counter("kcache_builds_total") - builds;
         cr_expect_eq(made, (double)layers[l].builds, "%s: %.0f builds", layers[l].fmt, made);
+    }
+}
+
+Test(cuda_backend, narrow_gemm_tiles_serve_small_m)
+{
+    const char *regions[] = {
+        "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":16,\"n\":1000,\"k\":520}",
+        "{\"kind\":\"matmul\",\"dtype\":\"f16\",\"out_dtype\":\"f32\",\"m\":64,\"n\":776,"
+        "\"k\":264}",
+        "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":33,\"n\":1000,\"k\":520,"
+        "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}",
+    };
+    for (size_t i = 0; i < sizeof regions / sizeof regions[0]; i++) {
+        tsr_region r;
+        tsr_error e;
+        cr_assert_eq(tsr_region_from_json(regions[i], strlen(regions[i]), &r, &e), TSR_OK, "%s",
+                     e.message);
+        char cand[TSR_CLIENT_NAME_MAX];
+        check_region(&r, NULL, regions[i], cand);
+        cr_expect_str_eq(cand, "gemm_wgmma", "%s", regions[i]);
+        tsr_region_free(&r);
     }
 }

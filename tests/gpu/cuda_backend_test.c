@@ -386,8 +386,6 @@ Test(cuda_backend, tier3_attention_places_nan_like_the_reference)
     tsr_region_free(&r);
 }
 
-/* Products of at most 64 rows take the narrow 128 x 64 tiles (a decode step);
- * through the default path they match the reference, epilogue included. */
 static double gpu_counter(const char *name)
 {
     tsr_client_stats *s = NULL;
@@ -454,6 +452,8 @@ Test(cuda_backend, every_shape_of_a_variant_runs_one_binary_and_matches_the_refe
     }
 }
 
+/* Products of at most 64 rows take the narrow 128 x 64 tiles (a decode step);
+ * through the default path they match the reference, epilogue included. */
 Test(cuda_backend, narrow_gemm_tiles_serve_small_m)
 {
     const char *regions[] = {

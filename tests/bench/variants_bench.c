@@ -5,7 +5,10 @@
  *                           ($TESSERA_URL): one layer sent at 100 batch sizes
  *   variants_bench tier1    in process, through the CUDA backend: the speed
  *                           cost of Tier-1 kernels taking M at run time
- *   variants_bench          both (make bench)
+ *   variants_bench host     the host's share of a new shape's check (probe
+ *                           inputs, sampled positions, the reference at
+ *                           them), on any machine
+ *   variants_bench          all three (make bench)
  *
  * daemon: for each layer (a bf16 fused bias+gelu+residual GEMM that tier 3
  * serves, the same in f32 that Tier-1 serves, a bf16 decode attention over
@@ -38,6 +41,8 @@
 #include "tessera/codegen.h"
 #include "tessera/fingerprint.h"
 #include "tessera/json.h"
+#include "tessera/oracle.h"
+#include "tessera/refexec.h"
 #include "../support/bench_stats.h"
 
 #define SHAPES 100
@@ -377,6 +382,72 @@ static int bench_tier1(void)
     return 0;
 }
 
+/* ---- host: the CPU's share of a new shape's check ---- */
+
+/* What the host does for a new shape of a verified variant, beside the
+ * candidate's one launch: the probe's inputs at the shape (every core), the
+ * sampled positions, the reference at them. Median of 5 per shape. */
+static int bench_host(void)
+{
+    static const struct {
+        const char *name, *fmt;
+        long long dims[3];
+    } cases[] = {
+        {"fused bf16 bias+gelu+residual N4096 K4096",
+         "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":%lld,\"n\":4096,\"k\":4096,"
+         "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}",
+         {16, 256, 1600}},
+        {"attention bf16 decode H32 kv8 seq_k 4096 D128",
+         "{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":%lld,\"heads\":32,"
+         "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":4096,\"head_dim\":128}",
+         {1, 16, 100}},
+    };
+    printf("| region | M or batch | positions | inputs (ms) | positions (ms) | reference at "
+           "them (ms) | total (ms) |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        for (int d = 0; d < 3; d++) {
+            char json[512];
+            snprintf(json, sizeof json, cases[c].fmt, cases[c].dims[d]);
+            tsr_region r;
+            tsr_error e;
+            if (tsr_region_from_json(json, strlen(json), &r, &e) != TSR_OK)
+                die(json, &e);
+            tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out;
+            tsr_region_signature(&r, sig, &out);
+            double t_in[5], t_pos[5], t_ref[5], t_all[5];
+            size_t count = 0;
+            for (int rep = 0; rep < 5; rep++) {
+                void *inputs[TSR_MAX_REGION_INPUTS] = {0};
+                uint64_t *index = NULL;
+                double t0 = now_ms();
+                if (tsr_oracle_make_sampled_probe(&r, 0, 0, 0, inputs, &e) != TSR_OK)
+                    die("probe", &e);
+                double t1 = now_ms();
+                if (tsr_oracle_sample(&r, 0, 0, 0, 0, &index, &count, &e) != TSR_OK)
+                    die("sample", &e);
+                double t2 = now_ms();
+                void *want = malloc(count * tsr_dtype_size(r.out_dtype) + 1);
+                if (want == NULL || tsr_ref_run_at(&r, (const void *const *)inputs, index, count,
+                                                   want, 0, &e) != TSR_OK)
+                    die("reference", &e);
+                double t3 = now_ms();
+                t_in[rep] = t1 - t0, t_pos[rep] = t2 - t1, t_ref[rep] = t3 - t2;
+                t_all[rep] = t3 - t0;
+                free(want);
+                free(index);
+                tsr_oracle_free_probe(&r, inputs);
+            }
+            printf("| %s | %lld | %zu | %.1f | %.1f | %.1f | %.1f |\n", cases[c].name,
+                   cases[c].dims[d], count, bench_quantile(t_in, 5, 0.5),
+                   bench_quantile(t_pos, 5, 0.5), bench_quantile(t_ref, 5, 0.5),
+                   bench_quantile(t_all, 5, 0.5));
+            tsr_region_free(&r);
+        }
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     bool verbose = argc > 2 && strcmp(argv[2], "-v") == 0;
@@ -384,12 +455,17 @@ int main(int argc, char **argv)
         return bench_daemon(verbose);
     if (argc >= 2 && strcmp(argv[1], "tier1") == 0)
         return bench_tier1();
+    if (argc >= 2 && strcmp(argv[1], "host") == 0)
+        return bench_host();
     if (argc >= 2) {
-        fprintf(stderr, "usage: variants_bench [daemon [-v] | tier1]\n");
+        fprintf(stderr, "usage: variants_bench [daemon [-v] | tier1 | host]\n");
         return 2;
     }
-    /* make bench: both, each skipping what is missing. */
-    int rc = bench_tier1();
+    /* make bench: all three, each skipping what is missing. */
+    int rc = bench_host();
+    printf("\n");
+    if (rc == 0)
+        rc = bench_tier1();
     printf("\n");
     return rc != 0 ? rc : bench_daemon(false);
 }

@@ -305,6 +305,47 @@ static void arbiter_verdict_put(tsr_arbiter *a, const tsr_candidate *c, const ts
     a->n_verdicts++;
 }
 
+/* Replaces whatever is stored under the key (a variant's record, whose
+ * failure must win over an earlier pass). */
+static void arbiter_verdict_set(tsr_arbiter *a, const tsr_candidate *c, const tsr_fingerprint *fp,
+                                const char *arch, const tsr_verdict *v)
+{
+    uint64_t hash = arbiter_verdict_hash(c->name, c->version, fp, arch);
+    arbiter_verdict_node *old = arbiter_verdict_find(a, hash, c->name, c->version, fp, arch);
+    if (old != NULL) {
+        old->verdict = *v;
+        return;
+    }
+    arbiter_verdict_put(a, c, fp, arch, v);
+}
+
+/* ---- variants ---- */
+
+tsr_status tsr_candidate_variant(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                                 tsr_variant *v, tsr_fingerprint *out, tsr_error *err)
+{
+    if (c == NULL || r == NULL || out == NULL)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "candidate variant: NULL argument");
+    tsr_variant own;
+    if (v == NULL)
+        v = &own;
+    memset(v, 0, sizeof *v);
+    if (c->variant != NULL)
+        c->variant(c, r, arch != NULL ? arch : "", v);
+    return tsr_region_variant_fingerprint(r, v, out, err);
+}
+
+/* A variant's record lives in the verdict cache under a key no region's
+ * fingerprint can take: the SHA-256 of a tag and the variant's fingerprint. */
+static void arbiter_variant_record_key(const tsr_fingerprint *variant, tsr_fingerprint *out)
+{
+    static const char tag[24] = "tessera verified variant";
+    uint8_t buf[sizeof tag + TSR_FINGERPRINT_BYTES];
+    memcpy(buf, tag, sizeof tag);
+    memcpy(buf + sizeof tag, variant->bytes, TSR_FINGERPRINT_BYTES);
+    tsr_sha256(buf, sizeof buf, out->bytes);
+}
+
 /* ---- measured winners and their store file ---- */
 
 static arbiter_winner *arbiter_winner_find(tsr_arbiter *a, const char *arch, tsr_region_kind kind,
@@ -732,12 +773,30 @@ static void arbiter_check_slot(tsr_arbiter *a, const tsr_select_request *req, ar
         arbiter_verdict_assumed(&s->verdict, "not verified: no verifier");
         return;
     }
+    /* A kernel that takes dimensions at run time: its variant's record says
+     * whether a complete verification passed at another shape. A variant
+     * whose key cannot be made is verified per shape, as a fixed kernel. */
+    tsr_variant var;
+    tsr_fingerprint vfp, record;
+    bool variant = req->verify_shape_fn != NULL && c->variant != NULL &&
+                   tsr_candidate_variant(c, req->region, req->arch, &var, &vfp, NULL) == TSR_OK &&
+                   var.free_dims != 0;
+    if (variant)
+        arbiter_variant_record_key(&vfp, &record);
+
     uint64_t hash = arbiter_verdict_hash(c->name, c->version, req->fingerprint, req->arch);
     pthread_mutex_lock(&a->lock);
     const arbiter_verdict_node *hit =
         arbiter_verdict_find(a, hash, c->name, c->version, req->fingerprint, req->arch);
     if (hit != NULL)
         s->verdict = hit->verdict;
+    bool reuse = false;
+    if (hit == NULL && variant) {
+        const arbiter_verdict_node *rec =
+            arbiter_verdict_find(a, arbiter_verdict_hash(c->name, c->version, &record, req->arch),
+                                 c->name, c->version, &record, req->arch);
+        reuse = rec != NULL && rec->verdict.pass;
+    }
     pthread_mutex_unlock(&a->lock);
 
     if (hit != NULL) {
@@ -747,7 +806,8 @@ static void arbiter_check_slot(tsr_arbiter *a, const tsr_select_request *req, ar
         tsr_error_clear(&verr);
         arbiter_verdict_assumed(&s->verdict, "");
         s->verdict.pass = false;
-        tsr_status st = req->verify_fn(req->ctx, c, req->region, &s->verdict, &verr);
+        tsr_arbiter_verify_fn fn = reuse ? req->verify_shape_fn : req->verify_fn;
+        tsr_status st = fn(req->ctx, c, req->region, &s->verdict, &verr);
         if (st != TSR_OK) {
             s->check = ARBITER_CHECK_ERROR;
             s->verify_status = st;
@@ -755,8 +815,18 @@ static void arbiter_check_slot(tsr_arbiter *a, const tsr_select_request *req, ar
             slot_why(s, "not verified: %s: %s", tsr_status_name(st), verr.message);
             return;
         }
+        s->verdict.variant_reused = reuse;
+        /* Only a complete verification (every output, or sampled with the
+         * small-shape probes) lets later shapes reuse it; a failure at any
+         * shape withdraws that for good. */
+        bool complete =
+            !reuse && (s->verdict.method == TSR_VERIFY_FULL || s->verdict.small_probes > 0);
         pthread_mutex_lock(&a->lock);
         arbiter_verdict_put(a, c, req->fingerprint, req->arch, &s->verdict);
+        if (variant && !s->verdict.pass)
+            arbiter_verdict_set(a, c, &record, req->arch, &s->verdict);
+        else if (variant && complete)
+            arbiter_verdict_put(a, c, &record, req->arch, &s->verdict);
         pthread_mutex_unlock(&a->lock);
     }
     s->check = s->verdict.pass ? ARBITER_CHECK_PASS : ARBITER_CHECK_FAIL;

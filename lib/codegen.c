@@ -137,6 +137,68 @@ static void cg_common_prelude(tsri_cg_buf *b, const tsr_region *r, const tsri_cg
 
 /* ---- entry point ---- */
 
+/* The resolved target and the launch fields every kind shares. */
+static tsr_status cg_resolve(const tsr_region *r, const tsr_codegen_target *target,
+                             tsri_cg_target *t, tsr_codegen_launch *l, tsr_error *err)
+{
+    *t = (tsri_cg_target){"sm_90a", TSR_CODEGEN_DEFAULT_SM_COUNT, 0, 0};
+    if (target != NULL && target->arch != NULL)
+        t->arch = target->arch;
+    if (target != NULL && target->sm_count > 0)
+        t->sm_count = target->sm_count;
+    if (target != NULL)
+        t->free_dims = target->free_dims;
+    t->max_shared = tsr_codegen_max_shared_bytes(t->arch);
+    if (t->max_shared == 0)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                             "arch: '%.32s' is not a real architecture (sm_NN[a|f])", t->arch);
+    /* What each kind's kernel can take at run time: all of it or nothing. */
+    const unsigned attention = TSR_VARIANT_BATCH | TSR_VARIANT_SEQ_Q | TSR_VARIANT_SEQ_K;
+    unsigned can = 0;
+    const char *what = "nothing";
+    if (r->kind == TSR_KIND_MATMUL || r->kind == TSR_KIND_FUSED || r->kind == TSR_KIND_GATED)
+        can = TSR_VARIANT_ROWS, what = "M";
+    else if (r->kind == TSR_KIND_ATTENTION)
+        can = attention, what = "batch, seq_q and seq_k together";
+    if (t->free_dims != 0 && t->free_dims != can)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                             "free dimensions 0x%x: a %s kernel can take %s at run time",
+                             t->free_dims, tsr_region_kind_name(r->kind), what);
+    tsr_tensor_desc inputs[TSR_MAX_REGION_INPUTS], output;
+    int n_inputs = tsr_region_signature(r, inputs, &output);
+    l->n_inputs = n_inputs;
+    l->n_dims = t->free_dims == 0 ? 0 : t->free_dims == TSR_VARIANT_ROWS ? 1 : 3;
+    l->n_params = n_inputs + 1 + l->n_dims;
+    snprintf(l->entry, sizeof l->entry, "tsr_t1_%s", tsr_region_kind_name(r->kind));
+    return TSR_OK;
+}
+
+tsr_status tsr_codegen_launch_of(const tsr_region *r, const tsr_codegen_target *target,
+                                 tsr_codegen_launch *out, tsr_error *err)
+{
+    if (out == NULL)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "out: must not be NULL");
+    memset(out, 0, sizeof *out);
+    if (r == NULL)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "region: must not be NULL");
+    if (r->kind == TSR_KIND_MATMUL || r->kind == TSR_KIND_FUSED || r->kind == TSR_KIND_GATED) {
+        tsri_cg_target t;
+        tsr_status st = cg_resolve(r, target, &t, out, err);
+        if (st == TSR_OK)
+            st = tsri_cg_matmul_launch(r, out, err);
+        if (st != TSR_OK)
+            memset(out, 0, sizeof *out);
+        return st;
+    }
+    /* The other kinds are built per shape: their geometry is the emission's. */
+    tsr_codegen_kernel k;
+    tsr_status st = tsr_codegen_emit(r, target, &k, err);
+    if (st == TSR_OK)
+        *out = k.launch;
+    tsr_codegen_kernel_free(&k);
+    return st;
+}
+
 tsr_status tsr_codegen_emit(const tsr_region *r, const tsr_codegen_target *target,
                             tsr_codegen_kernel *out, tsr_error *err)
 {
@@ -146,22 +208,13 @@ tsr_status tsr_codegen_emit(const tsr_region *r, const tsr_codegen_target *targe
     if (r == NULL)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "region: must not be NULL");
 
-    tsri_cg_target t = {"sm_90a", TSR_CODEGEN_DEFAULT_SM_COUNT, 0};
-    if (target != NULL && target->arch != NULL)
-        t.arch = target->arch;
-    if (target != NULL && target->sm_count > 0)
-        t.sm_count = target->sm_count;
-    t.max_shared = tsr_codegen_max_shared_bytes(t.arch);
-    if (t.max_shared == 0)
-        return tsr_error_set(err, TSR_INVALID_ARGUMENT,
-                             "arch: '%.32s' is not a real architecture (sm_NN[a|f])", t.arch);
-
-    tsr_tensor_desc inputs[TSR_MAX_REGION_INPUTS], output;
-    int n_inputs = tsr_region_signature(r, inputs, &output);
+    tsri_cg_target t;
     tsr_codegen_launch *l = &out->launch;
-    l->n_inputs = n_inputs;
-    l->n_params = n_inputs + 1;
-    snprintf(l->entry, sizeof l->entry, "tsr_t1_%s", tsr_region_kind_name(r->kind));
+    tsr_status rs = cg_resolve(r, target, &t, l, err);
+    if (rs != TSR_OK) {
+        memset(out, 0, sizeof *out);
+        return rs;
+    }
 
     tsri_cg_buf b = {0};
     cg_common_prelude(&b, r, &t);

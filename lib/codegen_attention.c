@@ -78,16 +78,25 @@ tsr_status tsri_cg_attention(tsri_cg_buf *b, const tsr_region *r, const tsri_cg_
     l->shared_bytes = at_shared_bytes(bq, bkv, d, dv);
 
     char scale[32];
+    if (t->free_dims != 0)
+        tsri_cg_puts(b, "/* batch, seq_q and seq_k are kernel parameters: one binary serves\n"
+                        " * every value of them. */\n"
+                        "#define TSR_B tsr_b\n#define TSR_SQ tsr_sq\n#define TSR_SK tsr_sk\n"
+                        "#define TSR_DIM_PARAMS , const long long tsr_b, const long long tsr_sq, "
+                        "const long long tsr_sk\n");
+    else
+        tsri_cg_printf(b,
+                       "#define TSR_B %lldLL\n#define TSR_SQ %lldLL\n#define TSR_SK %lldLL\n"
+                       "#define TSR_DIM_PARAMS\n",
+                       (long long)a->batch, (long long)a->seq_q, (long long)a->seq_k);
     tsri_cg_printf(b,
-                   "#define TSR_B %lldLL\n#define TSR_H %lldLL\n#define TSR_HKV %lldLL\n"
-                   "#define TSR_SQ %lldLL\n#define TSR_SK %lldLL\n"
+                   "#define TSR_H %lldLL\n#define TSR_HKV %lldLL\n"
                    "#define TSR_D %lld\n#define TSR_DV %lld\n"
                    "#define TSR_SCALE %s\n#define TSR_CAUSAL %d\n"
                    "#define TSR_TPR %d /* threads per query row */\n"
                    "#define TSR_BQ %d  /* queries per block */\n"
                    "#define TSR_BKV %d /* keys per tile */\n",
-                   (long long)a->batch, (long long)a->heads, (long long)a->heads_kv,
-                   (long long)a->seq_q, (long long)a->seq_k, (long long)d, (long long)dv,
+                   (long long)a->heads, (long long)a->heads_kv, (long long)d, (long long)dv,
                    tsri_cg_float(scale, a->scale), a->causal ? 1 : 0, tpr, bq, bkv);
     tsri_cg_puts(b, "#define TSR_GROUP (TSR_H / TSR_HKV)\n"
                     "#define TSR_Q_TILES ((TSR_SQ + TSR_BQ - 1) / TSR_BQ)\n"
@@ -98,10 +107,11 @@ tsr_status tsri_cg_attention(tsri_cg_buf *b, const tsr_region *r, const tsri_cg_
                     "#define TSR_NEG_INF __uint_as_float(0xff800000u)\n\n");
 
     tsri_cg_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d)\n", AT_THREADS);
-    tsri_cg_printf(b,
-                   "%s(const tsr_in_t *__restrict__ Q, const tsr_in_t *__restrict__ K,\n"
-                   "    const tsr_in_t *__restrict__ V, tsr_out_t *__restrict__ out)\n",
-                   l->entry);
+    tsri_cg_printf(
+        b,
+        "%s(const tsr_in_t *__restrict__ Q, const tsr_in_t *__restrict__ K,\n"
+        "    const tsr_in_t *__restrict__ V, tsr_out_t *__restrict__ out TSR_DIM_PARAMS)\n",
+        l->entry);
     tsri_cg_puts(
         b, "{\n"
            "    extern __shared__ float tsr_smem[];\n"
@@ -109,6 +119,7 @@ tsr_status tsri_cg_attention(tsri_cg_buf *b, const tsr_region *r, const tsri_cg_
            "    float *Ks = Qs + TSR_BQ * TSR_DP;     /* [BKV][DP] */\n"
            "    float *Vs = Ks + TSR_BKV * TSR_DP;    /* [BKV][DV] */\n"
            "    float *Ps = Vs + TSR_BKV * TSR_DV;    /* [BQ][PP] */\n"
+           "    (void)TSR_B; /* the grid covers the batch */\n"
            "    const int tid = threadIdx.x, row = tid / TSR_TPR, g = tid % TSR_TPR;\n"
            "    const long long bid = blockIdx.x;\n"
            "    const long long qt = (TSR_Q_TILES - 1) - bid % TSR_Q_TILES;\n"

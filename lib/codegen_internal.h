@@ -21,12 +21,15 @@ typedef struct tsri_cg_target {
     const char *arch;
     int sm_count;
     uint32_t max_shared; /* tsr_codegen_max_shared_bytes(arch) */
+    unsigned free_dims;  /* TSR_VARIANT_* taken at run time */
 } tsri_cg_target;
 
 tsr_status tsri_cg_pointwise(tsri_cg_buf *b, const tsr_region *r, const tsri_cg_target *t,
                              tsr_codegen_launch *l, tsr_error *err);
 tsr_status tsri_cg_matmul(tsri_cg_buf *b, const tsr_region *r, const tsri_cg_target *t,
                           tsr_codegen_launch *l, tsr_error *err);
+/* The matmul kinds' launch geometry alone (what tsri_cg_matmul fills). */
+tsr_status tsri_cg_matmul_launch(const tsr_region *r, tsr_codegen_launch *l, tsr_error *err);
 tsr_status tsri_cg_attention(tsri_cg_buf *b, const tsr_region *r, const tsri_cg_target *t,
                              tsr_codegen_launch *l, tsr_error *err);
 

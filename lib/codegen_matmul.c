@@ -64,14 +64,21 @@ static void mm_shape_of(const tsr_region *r, mm_shape *s)
     }
 }
 
-static void mm_emit_constants(tsri_cg_buf *b, const mm_shape *s)
+static void mm_emit_constants(tsri_cg_buf *b, const mm_shape *s, bool rows_free)
 {
+    if (rows_free)
+        tsri_cg_puts(b, "/* M is a kernel parameter: one binary serves every M. */\n"
+                        "#define TSR_M tsr_m\n"
+                        "#define TSR_M_PARAM , const long long tsr_m\n"
+                        "#define TSR_M_ARG , tsr_m\n");
+    else
+        tsri_cg_printf(b, "#define TSR_M %lldLL\n#define TSR_M_PARAM\n#define TSR_M_ARG\n",
+                       (long long)s->m);
     tsri_cg_printf(b,
-                   "#define TSR_M %lldLL\n#define TSR_N %lldLL\n#define TSR_K %lldLL\n"
+                   "#define TSR_N %lldLL\n#define TSR_K %lldLL\n"
                    "#define TSR_BM %d\n#define TSR_BN %d\n#define TSR_BK %d\n"
                    "#define TSR_TM %d\n#define TSR_TN %d\n",
-                   (long long)s->m, (long long)s->n, (long long)s->k, s->bm, s->bn, s->bk, s->tm,
-                   s->tn);
+                   (long long)s->n, (long long)s->k, s->bm, s->bn, s->bk, s->tm, s->tn);
     tsri_cg_puts(b, "#define TSR_TX (TSR_BN / TSR_TN) /* threads along a tile row */\n"
                     "#define TSR_TY (TSR_BM / TSR_TM) /* threads along a tile column */\n"
                     "#define TSR_THREADS (TSR_TX * TSR_TY)\n"
@@ -136,7 +143,7 @@ static void mm_emit_mainloop(tsri_cg_buf *b, const mm_shape *s)
         "__device__ __forceinline__ void tsr_mainloop(const tsr_in_t *__restrict__ A,\n"
         "    const tsr_in_t *__restrict__ B,%s long long m0, long long n0,\n"
         "    float (*As)[TSR_BM + 1], float (*Bs)[TSR_BN],%s\n"
-        "    float (&acc)[TSR_TM][TSR_TN]%s)\n"
+        "    float (&acc)[TSR_TM][TSR_TN]%s TSR_M_PARAM)\n"
         "{\n"
         "    const int tid = threadIdx.x, tx = tid %% TSR_TX, ty = tid / TSR_TX;\n"
         "#pragma unroll\n"
@@ -209,7 +216,7 @@ static void mm_emit_signature(tsri_cg_buf *b, const tsr_codegen_launch *l, const
         tsri_cg_puts(b, "const tsr_in_t *__restrict__ bias, ");
     if (s->has_residual)
         tsri_cg_puts(b, "const tsr_in_t *__restrict__ residual, ");
-    tsri_cg_printf(b, "tsr_out_t *__restrict__ out)\n{\n"
+    tsri_cg_printf(b, "tsr_out_t *__restrict__ out TSR_M_PARAM)\n{\n"
                       "    __shared__ float As[TSR_BK][TSR_BM + 1];\n"
                       "    __shared__ float Bs[TSR_BK][TSR_BN];\n");
     if (s->gated)
@@ -229,7 +236,7 @@ static void mm_emit_tiled_kernel(tsri_cg_buf *b, const tsr_region *r, const tsr_
                    "    const long long tile = blockIdx.x;\n"
                    "    const long long m0 = (tile / TSR_TILES_N) * TSR_BM;\n"
                    "    const long long n0 = (tile %% TSR_TILES_N) * TSR_BN;\n"
-                   "    tsr_mainloop(A, B, %sm0, n0, As, Bs, %sacc%s);\n"
+                   "    tsr_mainloop(A, B, %sm0, n0, As, Bs, %sacc%s TSR_M_ARG);\n"
                    "#pragma unroll\n"
                    "    for (int j = 0; j < TSR_TN; j++) {\n"
                    "        const long long gn = n0 + tx + TSR_TX * j;\n"
@@ -321,7 +328,7 @@ static void mm_emit_reduction_kernel(tsri_cg_buf *b, const tsr_codegen_launch *l
                    "    float seen = 0.0f;\n"
                    "    /* Pass 1: row statistics over every column tile. */\n"
                    "    for (long long n0 = 0; n0 < TSR_N; n0 += TSR_BN) {\n"
-                   "        tsr_mainloop(A, B, m0, n0, As, Bs, acc);\n"
+                   "        tsr_mainloop(A, B, m0, n0, As, Bs, acc TSR_M_ARG);\n"
                    "        const float cnt = (float)(TSR_N - n0 < TSR_BN ? TSR_N - n0 : TSR_BN);\n"
                    "        float bv[TSR_TN];\n"
                    "        bool ok[TSR_TN];\n"
@@ -359,7 +366,7 @@ static void mm_emit_reduction_kernel(tsri_cg_buf *b, const tsr_codegen_launch *l
     tsri_cg_printf(b,
                    "    /* Pass 2: the same values again, normalized and stored. */\n"
                    "    for (long long n0 = 0; n0 < TSR_N; n0 += TSR_BN) {\n"
-                   "        tsr_mainloop(A, B, m0, n0, As, Bs, acc);\n"
+                   "        tsr_mainloop(A, B, m0, n0, As, Bs, acc TSR_M_ARG);\n"
                    "#pragma unroll\n"
                    "        for (int j = 0; j < TSR_TN; j++) {\n"
                    "            const long long gn = n0 + tx + TSR_TX * j;\n"
@@ -380,21 +387,28 @@ static void mm_emit_reduction_kernel(tsri_cg_buf *b, const tsr_codegen_launch *l
                    s->has_bias ? "tsr_load(bias, gn)" : "0.0f", normalize);
 }
 
-tsr_status tsri_cg_matmul(tsri_cg_buf *b, const tsr_region *r, const tsri_cg_target *t,
-                          tsr_codegen_launch *l, tsr_error *err)
+tsr_status tsri_cg_matmul_launch(const tsr_region *r, tsr_codegen_launch *l, tsr_error *err)
 {
-    (void)t;
     mm_shape s;
     mm_shape_of(r, &s);
     const int64_t tiles_m = (s.m + s.bm - 1) / s.bm;
     const int64_t tiles_n = (s.n + s.bn - 1) / s.bn;
     const int64_t blocks = s.reduction != TSR_REDUCTION_NONE ? tiles_m : tiles_m * tiles_n;
     tsr_status st = tsri_cg_geometry(l, blocks, MM_THREADS, err);
+    l->shared_bytes = 0; /* the tiles are static shared memory, under 16 KiB */
+    return st;
+}
+
+tsr_status tsri_cg_matmul(tsri_cg_buf *b, const tsr_region *r, const tsri_cg_target *t,
+                          tsr_codegen_launch *l, tsr_error *err)
+{
+    mm_shape s;
+    mm_shape_of(r, &s);
+    tsr_status st = tsri_cg_matmul_launch(r, l, err);
     if (st != TSR_OK)
         return st;
-    l->shared_bytes = 0; /* the tiles are static shared memory, under 16 KiB */
 
-    mm_emit_constants(b, &s);
+    mm_emit_constants(b, &s, (t->free_dims & TSR_VARIANT_ROWS) != 0);
     mm_emit_functions(b, r, &s);
     mm_emit_mainloop(b, &s);
     if (s.reduction != TSR_REDUCTION_NONE)

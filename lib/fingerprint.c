@@ -252,6 +252,84 @@ tsr_status tsr_region_fingerprint(const tsr_region *r, tsr_fingerprint *out, tsr
     return TSR_OK;
 }
 
+static void fp_key_put(mbedtls_sha256_context *ctx, const void *data, size_t len);
+static void fp_key_str(mbedtls_sha256_context *ctx, const char *s);
+static void fp_key_u32(mbedtls_sha256_context *ctx, uint32_t v);
+
+/* The free bits each kind has. */
+static unsigned fp_variant_bits(tsr_region_kind kind)
+{
+    switch (kind) {
+    case TSR_KIND_MATMUL:
+    case TSR_KIND_FUSED:
+    case TSR_KIND_GATED:
+        return TSR_VARIANT_ROWS;
+    case TSR_KIND_ATTENTION:
+        return TSR_VARIANT_BATCH | TSR_VARIANT_SEQ_Q | TSR_VARIANT_SEQ_K;
+    default:
+        return 0;
+    }
+}
+
+tsr_status tsr_region_variant_fingerprint(const tsr_region *r, const tsr_variant *v,
+                                          tsr_fingerprint *out, tsr_error *err)
+{
+    if (r == NULL || v == NULL || out == NULL)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "variant fingerprint: NULL argument");
+    if (memchr(v->cls, '\0', sizeof v->cls) == NULL)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "variant: class not terminated");
+    if ((unsigned)r->kind >= TSR_KIND_COUNT)
+        return tsr_error_set(err, TSR_UNKNOWN_KIND, "kind: %d out of range", (int)r->kind);
+    if ((v->free_dims & ~fp_variant_bits(r->kind)) != 0)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                             "variant: free dimensions 0x%x are not all dimensions of a %s region",
+                             v->free_dims, tsr_region_kind_name(r->kind));
+    if (v->free_dims == 0 && v->cls[0] == '\0')
+        return tsr_region_fingerprint(r, out, err);
+    /* A shallow copy: only the scalar dimensions change, the pointwise nodes
+     * (no free bits) are never touched. */
+    tsr_region erased = *r;
+    unsigned f = v->free_dims;
+    switch (r->kind) {
+    case TSR_KIND_MATMUL:
+        erased.u.matmul.m = 0;
+        break;
+    case TSR_KIND_FUSED:
+        erased.u.fused.m = 0;
+        break;
+    case TSR_KIND_GATED:
+        erased.u.gated.m = 0;
+        break;
+    case TSR_KIND_ATTENTION:
+        if (f & TSR_VARIANT_BATCH)
+            erased.u.attention.batch = 0;
+        if (f & TSR_VARIANT_SEQ_Q)
+            erased.u.attention.seq_q = 0;
+        if (f & TSR_VARIANT_SEQ_K)
+            erased.u.attention.seq_k = 0;
+        break;
+    default:
+        break;
+    }
+    uint8_t *buf;
+    size_t len;
+    tsr_status st = tsr_region_canonical(&erased, &buf, &len, err);
+    if (st != TSR_OK)
+        return st;
+    static const char tag[] = "tessera kernel variant";
+    mbedtls_sha256_context ctx;
+    mbedtls_sha256_init(&ctx);
+    (void)mbedtls_sha256_starts_ret(&ctx, 0);
+    fp_key_put(&ctx, tag, sizeof tag - 1);
+    fp_key_put(&ctx, buf, len);
+    fp_key_u32(&ctx, f);
+    fp_key_str(&ctx, v->cls);
+    (void)mbedtls_sha256_finish_ret(&ctx, out->bytes);
+    mbedtls_sha256_free(&ctx);
+    free(buf);
+    return TSR_OK;
+}
+
 void tsr_fingerprint_hex(const tsr_fingerprint *fp, char hex[TSR_FINGERPRINT_HEX])
 {
     static const char digits[] = "0123456789abcdef";

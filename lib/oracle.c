@@ -364,13 +364,14 @@ void tsr_verdict_format(const tsr_verdict *v, char *buf, size_t size)
         return;
     const char *probes = v->probes == 1 ? "probe" : "probes";
     bool sampled = v->method == TSR_VERIFY_SAMPLED;
-    char counts[128];
+    char counts[200];
     if (sampled)
         snprintf(counts, sizeof counts,
                  "%llu elements, %llu of them sampled at the real shape, %d %s, %d at a small "
-                 "shape",
+                 "shape%s",
                  (unsigned long long)v->elements, (unsigned long long)v->sampled_elements,
-                 v->probes, probes, v->small_probes);
+                 v->probes, probes, v->small_probes,
+                 v->variant_reused ? ", the variant's complete check reused" : "");
     else
         snprintf(counts, sizeof counts, "%llu elements, %d %s", (unsigned long long)v->elements,
                  v->probes, probes);

@@ -9,7 +9,8 @@
  * the serving code (serve/, handlers/, net/): `make check-layers` says so.
  *
  * The life of a kernel: compile (region + candidate + target arch -> a binary
- * blob, which the kernel cache stores under the kernel key) -> load (blob ->
+ * blob, which the kernel cache stores under the kernel key: one per kernel
+ * variant, shared by every shape of it) -> load (blob ->
  * kernel object on a device) -> launch (kernel + input buffers + output buffer on
  * a stream) -> synchronize (wait for the stream) -> unload.
  *
@@ -84,6 +85,12 @@ typedef struct tsrd_backend_options {
  * 128) of the output's last row: an edge tile's corner, which sampled
  * verification must catch. */
 #define TSRD_TEST_WRONG_ELEMENT_CANDIDATE "test_wrong_element"
+/* Also with test_faults, on the CPU backend: right for outputs of at most 64
+ * rows (the output's last dimension is a row), wrong past that as
+ * test_wrong_element is: a kernel variant that passes its complete
+ * verification at a small shape and breaks at a larger one, which the
+ * sampled check of the new shape must catch. */
+#define TSRD_TEST_WRONG_PAST_64_ROWS_CANDIDATE "test_wrong_past_64_rows"
 
 /* One launch of a sequence (launch_many). */
 typedef struct tsrd_launch_desc {
@@ -204,9 +211,12 @@ typedef struct tsrd_backend_ops {
      * (the kernel cache takes it). TSR_COMPILE_FAILED with the compiler log. */
     tsr_status (*compile)(tsrd_backend *b, const tsr_region *r, const tsr_candidate *c,
                           const char *arch, uint8_t **bin, size_t *len, tsr_error *err);
-    /* Makes a launchable kernel of a binary on a device. The blob is not kept.
-     * A binary is trusted only for the region it was made for: one that
-     * describes another region than r is refused TSR_CORRUPT, never run. */
+    /* Makes a launchable kernel of a binary on a device, for region r. The
+     * blob is not kept. A binary is trusted only for the kernel variant it was
+     * made for (candidate c's variant, tsr_candidate_variant): one made for
+     * another variant than r's is refused TSR_CORRUPT, never run; one of r's
+     * variant made at another shape runs at r's shape (the grid and the free
+     * dimensions are computed for r, never taken from the blob). */
     tsr_status (*load)(tsrd_backend *b, int device, const tsr_region *r, const tsr_candidate *c,
                        const uint8_t *bin, size_t len, tsrd_kobj **out, tsr_error *err);
     void (*unload)(tsrd_backend *b, tsrd_kobj *k);

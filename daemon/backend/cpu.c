@@ -20,7 +20,12 @@
  * launch does not return, which the isolated backends' kernel_timeout_ms ends
  * by stopping the worker. "test_wrong_element" (forced only) plays a kernel
  * that is right but for one output in an edge tile, to show that sampled
- * verification of a large region catches it.
+ * verification of a large region catches it; "test_wrong_past_64_rows" is
+ * right up to 64 output rows and wrong so past them.
+ *
+ * Plans are kept per kernel variant (cpu_variant): the executor reads every
+ * dimension at run time, so one plan serves every M of a matmul-like region
+ * and every batch and length of an attention region.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -58,6 +63,7 @@ struct tsrd_kobj {
     bool faults; /* the test_fault candidate */
     bool hangs;  /* the test_hang candidate */
     bool wrong;  /* the test_wrong_element candidate */
+    bool wrong_past_64_rows;
     unsigned generation;
 };
 
@@ -155,6 +161,21 @@ static int cpu_serves_arch(tsrd_backend *b, const char *arch)
     return strcmp(arch, "cpu") == 0;
 }
 
+/* The reference executor reads every dimension at run time: a plan serves
+ * every M of a matmul-like region and every batch and sequence length of an
+ * attention region (pointwise plans stay per shape: their broadcast pattern
+ * is the shape). */
+static void cpu_variant(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                        tsr_variant *out)
+{
+    (void)c, (void)arch;
+    memset(out, 0, sizeof *out);
+    if (r->kind == TSR_KIND_MATMUL || r->kind == TSR_KIND_FUSED || r->kind == TSR_KIND_GATED)
+        out->free_dims = TSR_VARIANT_ROWS;
+    else if (r->kind == TSR_KIND_ATTENTION)
+        out->free_dims = TSR_VARIANT_BATCH | TSR_VARIANT_SEQ_Q | TSR_VARIANT_SEQ_K;
+}
+
 static tsr_status cpu_register_candidates(tsrd_backend *b, tsr_arbiter *arbiter, tsr_error *err)
 {
     tsr_candidate reference = {
@@ -162,6 +183,7 @@ static tsr_status cpu_register_candidates(tsrd_backend *b, tsr_arbiter *arbiter,
         .tier = 0,
         .version = CPU_PLAN_VERSION,
         .kinds = (1u << TSR_KIND_COUNT) - 1,
+        .variant = cpu_variant,
     };
     tsr_status st = tsr_arbiter_register(arbiter, &reference, err);
     if (st != TSR_OK || !b->test_faults)
@@ -172,9 +194,11 @@ static tsr_status cpu_register_candidates(tsrd_backend *b, tsr_arbiter *arbiter,
         .version = CPU_PLAN_VERSION,
         .kinds = (1u << TSR_KIND_COUNT) - 1,
         .forced_only = true,
+        .variant = cpu_variant,
     };
     st = tsr_arbiter_register(arbiter, &fault, err);
-    const char *more[] = {TSRD_TEST_HANG_CANDIDATE, TSRD_TEST_WRONG_ELEMENT_CANDIDATE};
+    const char *more[] = {TSRD_TEST_HANG_CANDIDATE, TSRD_TEST_WRONG_ELEMENT_CANDIDATE,
+                          TSRD_TEST_WRONG_PAST_64_ROWS_CANDIDATE};
     for (size_t i = 0; st == TSR_OK && i < sizeof more / sizeof more[0]; i++) {
         tsr_candidate c = fault;
         snprintf(c.name, sizeof c.name, "%s", more[i]);
@@ -247,7 +271,8 @@ static tsr_status cpu_compile(tsrd_backend *b, const tsr_region *r, const tsr_ca
     bool known = strcmp(c->name, "reference") == 0 ||
                  (b->test_faults && (strcmp(c->name, TSRD_TEST_FAULT_CANDIDATE) == 0 ||
                                      strcmp(c->name, TSRD_TEST_HANG_CANDIDATE) == 0 ||
-                                     strcmp(c->name, TSRD_TEST_WRONG_ELEMENT_CANDIDATE) == 0));
+                                     strcmp(c->name, TSRD_TEST_WRONG_ELEMENT_CANDIDATE) == 0 ||
+                                     strcmp(c->name, TSRD_TEST_WRONG_PAST_64_ROWS_CANDIDATE) == 0));
     if (!known || strcmp(arch, "cpu") != 0)
         return tsr_error_set(err, TSR_UNSUPPORTED,
                              "cpu backend: cannot compile candidate '%s' for arch '%s'", c->name,
@@ -269,16 +294,17 @@ static void cpu_tensor_text(const tsr_tensor_desc *t, char *buf, size_t size)
         tsr_shape_text(t->shape, t->rank, buf + at, size - (size_t)at);
 }
 
-/* The plan runs as it is written, on buffers sized for r: a plan of a larger
- * region would read and write past them. It must be r itself (same
- * fingerprint: kind, dtypes, shapes and ops), whatever key it was stored
- * under. */
-static tsr_status cpu_plan_check(const tsr_region *plan, const tsr_region *r, tsr_error *err)
+/* A plan serves r only when it was made for r's variant (same variant
+ * fingerprint: kind, dtypes, ops and every dimension the variant does not
+ * leave free), whatever key it was stored under; it then runs at r's own
+ * shape, on buffers sized for r. */
+static tsr_status cpu_plan_check(const tsr_candidate *c, const tsr_region *plan,
+                                 const tsr_region *r, tsr_error *err)
 {
     tsr_fingerprint have, want;
-    tsr_status st = tsr_region_fingerprint(plan, &have, err);
+    tsr_status st = tsr_candidate_variant(c, plan, "cpu", NULL, &have, err);
     if (st == TSR_OK)
-        st = tsr_region_fingerprint(r, &want, err);
+        st = tsr_candidate_variant(c, r, "cpu", NULL, &want, err);
     if (st != TSR_OK || memcmp(have.bytes, want.bytes, sizeof have.bytes) == 0)
         return st;
     tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], plan_out, want_out;
@@ -310,13 +336,19 @@ static tsr_status cpu_load(tsrd_backend *b, int device, const tsr_region *r, con
     k->faults = strcmp(c->name, TSRD_TEST_FAULT_CANDIDATE) == 0;
     k->hangs = strcmp(c->name, TSRD_TEST_HANG_CANDIDATE) == 0;
     k->wrong = strcmp(c->name, TSRD_TEST_WRONG_ELEMENT_CANDIDATE) == 0;
+    k->wrong_past_64_rows = strcmp(c->name, TSRD_TEST_WRONG_PAST_64_ROWS_CANDIDATE) == 0;
     k->generation = atomic_load(&b->generation);
     st = tsr_region_from_json((const char *)bin, len, &k->region, err);
     if (st != TSR_OK) {
         free(k);
         return tsr_error_prefix(err, "cpu backend: stored plan does not load");
     }
-    st = cpu_plan_check(&k->region, r, err);
+    st = cpu_plan_check(c, &k->region, r, err);
+    if (st == TSR_OK) {
+        /* Proven of r's variant: the kernel runs at r's shape. */
+        tsr_region_free(&k->region);
+        st = tsr_region_copy(&k->region, r, err);
+    }
     if (st != TSR_OK) {
         tsr_region_free(&k->region);
         free(k);
@@ -374,6 +406,15 @@ static void cpu_wrong_element(const tsr_region *r, void *out)
     tsr_dtype_store(r->out_dtype, out, at, v + 1000.0 * (1.0 + fabs(v)));
 }
 
+/* The output's elements over its last dimension. */
+static int64_t cpu_output_rows(const tsr_region *r)
+{
+    tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], desc;
+    tsr_region_signature(r, in, &desc);
+    int64_t width = desc.rank > 0 ? desc.shape[desc.rank - 1] : 1;
+    return width > 0 ? tsr_tensor_desc_elements(&desc) / width : 0;
+}
+
 static tsr_status cpu_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
                              tsrd_dbuf *const *inputs, int n_inputs, tsrd_dbuf *output,
                              tsr_error *err)
@@ -404,7 +445,7 @@ static tsr_status cpu_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
     }
     double start = cpu_now_ms();
     st = tsr_ref_run(&k->region, in, output->data, b->threads, err);
-    if (st == TSR_OK && k->wrong)
+    if (st == TSR_OK && (k->wrong || (k->wrong_past_64_rows && cpu_output_rows(&k->region) > 64)))
         cpu_wrong_element(&k->region, output->data);
     s->pending_ms += cpu_now_ms() - start;
     return st;

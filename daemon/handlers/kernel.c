@@ -70,7 +70,9 @@ static tsr_status compile_complete(tsrd_job *job, tsr_status status)
         tsr_region_free(&s->region);
         return status;
     }
-    uint64_t held = status == TSR_OK ? tsrd_session_kernel_find(job->session, &s->compiled.key) : 0;
+    uint64_t held = status == TSR_OK ? tsrd_session_kernel_find(job->session, &s->compiled.key,
+                                                                &s->compiled.fingerprint)
+                                     : 0;
     if (held != 0 && tsrd_kernel_lookup(job->d, job->session, held) != NULL) {
         /* The session compiled this key before: the same handle again, so a
          * framework that recompiles in a loop does not pile up loaded copies. */
@@ -87,6 +89,7 @@ static tsr_status compile_complete(tsrd_job *job, tsr_status status)
     if (status == TSR_OK) {
         k->kobj = s->compiled.kobj;
         k->key = s->compiled.key;
+        k->fingerprint = s->compiled.fingerprint;
         k->region = s->region;
         snprintf(k->candidate, sizeof k->candidate, "%s", s->compiled.decision.candidate.name);
         status =

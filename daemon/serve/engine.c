@@ -65,18 +65,20 @@ tsr_verify_method tsrd_engine_verify_method(const tsr_region *r)
 /* The oracle's options for verifying c on r; with sampling, *small is the
  * small shape when c serves it (*has_small; free it with tsr_region_free). */
 static void engine_oracle_options(const tsr_candidate *c, const tsr_region *r, const char *arch,
-                                  uint64_t seed, int random_probes, tsr_oracle_options *o,
-                                  tsr_region *small, bool *has_small)
+                                  uint64_t seed, int random_probes, bool shape_only,
+                                  tsr_oracle_options *o, tsr_region *small, bool *has_small)
 {
     memset(o, 0, sizeof *o);
     o->seed = seed;
     o->random_probes = random_probes;
     o->bound = c != NULL ? c->tolerance : 0;
     o->ref_threads = 0;
-    o->method = tsrd_engine_verify_method(r);
+    /* A new shape of a completely verified variant: the sampled check at
+     * this shape only, whatever its size (docs/arbiter.md, "Variants"). */
+    o->method = shape_only ? TSR_VERIFY_SAMPLED : tsrd_engine_verify_method(r);
     o->tile = c != NULL ? c->tile : 0;
     *has_small = false;
-    if (o->method != TSR_VERIFY_SAMPLED ||
+    if (shape_only || o->method != TSR_VERIFY_SAMPLED ||
         tsr_oracle_small_region(r, o->tile, small, NULL) != TSR_OK)
         return;
     char why[128] = "";
@@ -90,14 +92,14 @@ static void engine_oracle_options(const tsr_candidate *c, const tsr_region *r, c
     o->small = small;
 }
 
-double tsrd_engine_verify_work(const tsr_candidate *c, const tsr_region *r, const char *arch,
-                               int random_probes)
+static double engine_verify_work(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                                 int random_probes, bool shape_only)
 {
     /* The candidate's own runs are host work on the CPU backend, and for a
      * device backend's tier-0 reference too. */
     bool host = engine_arch_is_host(arch) || (c != NULL && c->tier == 0);
     double run = tsr_ref_work(r);
-    if (tsrd_engine_verify_method(r) == TSR_VERIFY_FULL) {
+    if (!shape_only && tsrd_engine_verify_method(r) == TSR_VERIFY_FULL) {
         /* In double: random_probes plus the special probes can pass INT_MAX. */
         int special = tsr_oracle_probe_count(r, 1) - 1;
         double probes =
@@ -107,7 +109,7 @@ double tsrd_engine_verify_work(const tsr_candidate *c, const tsr_region *r, cons
     tsr_oracle_options o;
     tsr_region small;
     bool has_small;
-    engine_oracle_options(c, r, arch, 0, random_probes, &o, &small, &has_small);
+    engine_oracle_options(c, r, arch, 0, random_probes, shape_only, &o, &small, &has_small);
     tsr_oracle_cost cost;
     tsr_oracle_cost_of(r, &o, &cost);
     double work = cost.work + ((double)cost.real_probes + cost.small_probes) * ENGINE_PROBE_WORK;
@@ -116,6 +118,12 @@ double tsrd_engine_verify_work(const tsr_candidate *c, const tsr_region *r, cons
     if (has_small)
         tsr_region_free(&small);
     return work;
+}
+
+double tsrd_engine_verify_work(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                               int random_probes)
+{
+    return engine_verify_work(c, r, arch, random_probes, false);
 }
 
 tsr_status tsrd_engine_check_work(const tsrd_daemon *d, const tsr_region *r, const char *what,
@@ -145,9 +153,8 @@ static tsr_status engine_build_fn(void *ctx, uint8_t **data, size_t *len, tsr_er
     return b->d->bops->compile(b->d->backend, b->r, b->c, b->arch, data, len, err);
 }
 
-static tsr_status engine_binary(tsrd_daemon *d, const tsr_region *r, const tsr_fingerprint *fp,
-                                const tsr_candidate *c, const char *arch, tsrd_compiled *out,
-                                tsr_error *err)
+static tsr_status engine_binary(tsrd_daemon *d, const tsr_region *r, const tsr_candidate *c,
+                                const char *arch, tsrd_compiled *out, tsr_error *err)
 {
     tsr_kernel_key_parts parts = {
         .candidate = c->name,
@@ -158,11 +165,17 @@ static tsr_status engine_binary(tsrd_daemon *d, const tsr_region *r, const tsr_f
         .options = "",
         .codegen_version = d->bops->codegen_version,
     };
-    tsr_kernel_key(fp, &parts, &out->key);
+    /* Keyed by the candidate's variant: every shape of a kernel that takes
+     * its dimensions at run time shares one binary (docs/cache.md). */
+    tsr_fingerprint variant;
+    tsr_status st = tsr_candidate_variant(c, r, arch, NULL, &variant, err);
+    if (st != TSR_OK)
+        return st;
+    tsr_kernel_key(&variant, &parts, &out->key);
     tsr_kcache_meta meta = tsr_kcache_meta_of(c->name, tsr_region_kind_name(r->kind), arch);
     engine_build build = {.d = d, .r = r, .c = c, .arch = arch};
-    tsr_status st = tsr_kcache_get_or_build(d->kcache, &out->key, &meta, engine_build_fn, &build,
-                                            &out->blob, &out->level, err);
+    st = tsr_kcache_get_or_build(d->kcache, &out->key, &meta, engine_build_fn, &build, &out->blob,
+                                 &out->level, err);
     /* The kernel cache timed the build it made (the blob keeps it). */
     out->compile_ms = st == TSR_OK && out->level == TSR_KCACHE_MISS ? out->blob->build_ms : 0;
     return st;
@@ -234,7 +247,7 @@ static tsr_status engine_load(tsrd_daemon *d, const tsr_candidate *c, const tsr_
     out->candidate = *c;
     tsr_status st = tsr_region_fingerprint(r, &out->compiled.fingerprint, err);
     if (st == TSR_OK)
-        st = engine_binary(d, r, &out->compiled.fingerprint, c, arch, &out->compiled, err);
+        st = engine_binary(d, r, c, arch, &out->compiled, err);
     if (st == TSR_OK)
         st = engine_load_binary(d, r, c, &out->compiled, err);
     if (st != TSR_OK)
@@ -251,11 +264,11 @@ static tsr_status engine_candidate_run(void *ctx, const tsr_region *r, const voi
 
 /* The work check of a verification; a refusal leaves a failed verdict saying so. */
 static tsr_status engine_verify_admit(tsrd_daemon *d, const tsr_candidate *c, const tsr_region *r,
-                                      const char *arch, int random_probes, tsr_verdict *v,
-                                      tsr_error *err)
+                                      const char *arch, int random_probes, bool shape_only,
+                                      tsr_verdict *v, tsr_error *err)
 {
-    tsr_status st = tsrd_engine_check_work(d, r, "the verification",
-                                           tsrd_engine_verify_work(c, r, arch, random_probes), err);
+    tsr_status st = tsrd_engine_check_work(
+        d, r, "the verification", engine_verify_work(c, r, arch, random_probes, shape_only), err);
     if (st != TSR_OK) {
         tsr_verdict_init(v, c->tolerance, r->out_dtype);
         v->pass = false;
@@ -294,11 +307,11 @@ static tsr_status engine_verify_run_fn(void *ctx, const tsr_region *r, const voi
 }
 
 static tsr_status engine_verify(tsrd_daemon *d, const tsr_candidate *c, const tsr_region *r,
-                                const char *arch, uint64_t seed, int random_probes, tsr_verdict *v,
-                                bool *refused, tsr_error *err)
+                                const char *arch, uint64_t seed, int random_probes, bool shape_only,
+                                tsr_verdict *v, bool *refused, tsr_error *err)
 {
     *refused = false;
-    tsr_status st = engine_verify_admit(d, c, r, arch, random_probes, v, err);
+    tsr_status st = engine_verify_admit(d, c, r, arch, random_probes, shape_only, v, err);
     if (st != TSR_OK) {
         *refused = true;
         return st;
@@ -314,7 +327,7 @@ static tsr_status engine_verify(tsrd_daemon *d, const tsr_candidate *c, const ts
     tsr_oracle_options opts;
     tsr_region small;
     bool has_small;
-    engine_oracle_options(c, r, arch, seed, random_probes, &opts, &small, &has_small);
+    engine_oracle_options(c, r, arch, seed, random_probes, shape_only, &opts, &small, &has_small);
     run.small_region = opts.small;
     st = tsr_oracle_verify(r, engine_verify_run_fn, &run, &opts, v, err);
     tsrd_compiled_release(d, &run.real.compiled);
@@ -330,20 +343,33 @@ tsr_status tsrd_engine_verify(tsrd_daemon *d, const tsr_candidate *c, const tsr_
                               tsr_error *err)
 {
     bool refused;
-    return engine_verify(d, c, r, arch, seed, random_probes, v, &refused, err);
+    return engine_verify(d, c, r, arch, seed, random_probes, false, v, &refused, err);
 }
 
-static tsr_status engine_verify_cb(void *ctx, const tsr_candidate *c, const tsr_region *r,
-                                   tsr_verdict *v, tsr_error *err)
+static tsr_status engine_verify_with(void *ctx, const tsr_candidate *c, const tsr_region *r,
+                                     bool shape_only, tsr_verdict *v, tsr_error *err)
 {
     tsrd_engine_ctx *e = ctx;
     bool refused;
-    tsr_status st = engine_verify(e->d, c, r, e->arch, 0, 0, v, &refused, err);
+    tsr_status st = engine_verify(e->d, c, r, e->arch, 0, 0, shape_only, v, &refused, err);
     if (refused && !e->refused && err != NULL) {
         e->refused = true;
         e->refusal = *err;
     }
     return st;
+}
+
+static tsr_status engine_verify_cb(void *ctx, const tsr_candidate *c, const tsr_region *r,
+                                   tsr_verdict *v, tsr_error *err)
+{
+    return engine_verify_with(ctx, c, r, false, v, err);
+}
+
+/* A new shape of a variant verified completely at another shape. */
+static tsr_status engine_verify_shape_cb(void *ctx, const tsr_candidate *c, const tsr_region *r,
+                                         tsr_verdict *v, tsr_error *err)
+{
+    return engine_verify_with(ctx, c, r, true, v, err);
 }
 
 static int engine_cmp_double(const void *a, const void *b)
@@ -424,6 +450,7 @@ void tsrd_engine_select_request(tsrd_engine_ctx *ctx, const tsr_region *r,
         out->reference_refused = ctx->reference_refusal;
     }
     out->verify_fn = engine_verify_cb;
+    out->verify_shape_fn = engine_verify_shape_cb;
     out->measure_fn = engine_measure_cb;
     out->ctx = ctx;
 }
@@ -474,7 +501,7 @@ tsr_status tsrd_engine_compile(tsrd_daemon *d, const tsr_region *r,
         out->decision.candidate.tier == 0)
         st = tsrd_engine_check_work(d, r, "a launch of the reference", tsr_ref_work(r), err);
     if (st == TSR_OK)
-        st = engine_binary(d, r, &out->fingerprint, &out->decision.candidate, out->arch, out, err);
+        st = engine_binary(d, r, &out->decision.candidate, out->arch, out, err);
     if (st == TSR_OK && load)
         st = engine_load_binary(d, r, &out->decision.candidate, out, err);
     if (st != TSR_OK)

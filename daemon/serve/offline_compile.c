@@ -90,7 +90,14 @@ tsr_status tsrd_offline_compile(tsr_kcache *cache, const tsr_region *r, const ch
         .options = options,
         .codegen_version = TSRD_CUDA_CODEGEN_VERSION,
     };
-    tsr_kernel_key(&out->fingerprint, &parts, &out->key);
+    /* The same key as the daemon's engine: the candidate's variant. */
+    tsr_fingerprint variant;
+    st = tsr_candidate_variant(c, r, arch, NULL, &variant, err);
+    if (st != TSR_OK) {
+        tsrd_nvrtc_close(nv);
+        return st;
+    }
+    tsr_kernel_key(&variant, &parts, &out->key);
     tsr_kcache_meta meta = tsr_kcache_meta_of(c->name, tsr_region_kind_name(r->kind), arch);
     offline_build build = {.nv = nv, .r = r, .c = c, .arch = arch};
     st = tsr_kcache_get_or_build(cache, &out->key, &meta, offline_build_fn, &build, &out->blob,

@@ -68,15 +68,17 @@ void tsrd_session_ref(tsrd_session *s)
 }
 
 typedef struct tsrd_session_kernel {
-    tsr_fingerprint key;
+    tsr_fingerprint key, fingerprint;
     uint64_t handle;
     struct tsrd_session_kernel *next;
 } tsrd_session_kernel;
 
-uint64_t tsrd_session_kernel_find(const tsrd_session *s, const tsr_fingerprint *key)
+uint64_t tsrd_session_kernel_find(const tsrd_session *s, const tsr_fingerprint *key,
+                                  const tsr_fingerprint *fingerprint)
 {
     for (const tsrd_session_kernel *e = s->kernels; e != NULL; e = e->next)
-        if (memcmp(e->key.bytes, key->bytes, sizeof key->bytes) == 0)
+        if (memcmp(e->key.bytes, key->bytes, sizeof key->bytes) == 0 &&
+            memcmp(e->fingerprint.bytes, fingerprint->bytes, sizeof fingerprint->bytes) == 0)
             return e->handle;
     return 0;
 }
@@ -193,6 +195,7 @@ tsr_status tsrd_kernel_register(tsrd_daemon *d, tsrd_session *s, tsrd_kernel *k,
     tsrd_session_kernel *e = malloc(sizeof *e);
     if (e != NULL) {
         e->key = k->key;
+        e->fingerprint = k->fingerprint;
         e->handle = *handle;
         e->next = s->kernels;
         s->kernels = e;

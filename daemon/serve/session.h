@@ -31,9 +31,12 @@ tsr_status tsrd_buffer_adopt(tsrd_daemon *d, tsrd_session *s, tsr_status status,
                              uint64_t *handle, tsr_error *err);
 tsr_status tsrd_kernel_register(tsrd_daemon *d, tsrd_session *s, tsrd_kernel *k, uint64_t *handle,
                                 tsr_error *err);
-/* The handle of a kernel with this cache key that the session already holds,
- * or 0. Kernel handles live until kernel_free or the session's close. */
-uint64_t tsrd_session_kernel_find(const tsrd_session *s, const tsr_fingerprint *key);
+/* The handle of a kernel with this cache key, loaded for the region of this
+ * fingerprint, that the session already holds, or 0 (one key serves every
+ * shape of a kernel variant; a loaded kernel, one region). Kernel handles live
+ * until kernel_free or the session's close. */
+uint64_t tsrd_session_kernel_find(const tsrd_session *s, const tsr_fingerprint *key,
+                                  const tsr_fingerprint *fingerprint);
 /* Removes a buffer handle; false when it is not the session's. */
 bool tsrd_buffer_release_handle(tsrd_daemon *d, tsrd_session *s, uint64_t handle);
 /* Removes a kernel handle and the session's note of its key (a later compile of

@@ -124,6 +124,9 @@ typedef struct tsrd_kernel {
     tsrd_kobj *kobj;
     tsr_fingerprint key; /* kernel cache key of the loaded binary */
     tsr_region region;   /* validated; the signature launches are checked against */
+    /* region's fingerprint: one binary (key) serves every shape of a kernel
+     * variant, but a loaded kernel serves its own region only. */
+    tsr_fingerprint fingerprint;
     char candidate[TSR_CANDIDATE_NAME_MAX];
     tsrd_tenant *tenant;
     /* How long one launch took when a batch last measured it (issue to

@@ -391,6 +391,72 @@ Test(cuda_backend, tier3_attention_places_nan_like_the_reference)
     tsr_region_free(&r);
 }
 
+static double gpu_counter(const char *name)
+{
+    tsr_client_stats *s = NULL;
+    tsr_error e;
+    cr_assert_eq(tsr_client_stats_get(client_, false, &s, GPU_TIMEOUT_MS, &e), TSR_OK, "%s",
+                 e.message);
+    double v = tsr_client_stats_counter(s, name, -1);
+    tsr_client_stats_free(s);
+    return v;
+}
+
+/* Kernel variants on the GPU: one layer at many batch sizes (and one
+ * attention at many batches and lengths) is one build per variant, each shape
+ * verified (the first completely, the others by their sampled check) and each
+ * result matching the reference. Tier-1 f32 (M and attention's batch and
+ * lengths as kernel parameters), the tier-3 GEMM (narrow and wide variants)
+ * and the tier-3 attention. */
+Test(cuda_backend, every_shape_of_a_variant_runs_one_binary_and_matches_the_reference)
+{
+    static const struct {
+        const char *fmt; /* one %d */
+        const char *cand;
+        int first, step, count, builds;
+    } layers[] = {
+        {"{\"kind\":\"fused\",\"dtype\":\"f32\",\"m\":%d,\"n\":200,\"k\":136,"
+         "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}",
+         "tier1", 1, 37, 12, 1},
+        {"{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":%d,\"n\":1000,\"k\":520,"
+         "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}",
+         "gemm_wgmma", 16, 24, 12, 2},
+        {"{\"kind\":\"attention\",\"dtype\":\"f32\",\"batch\":%d,\"heads\":4,\"heads_kv\":2,"
+         "\"seq_q\":33,\"seq_k\":130,\"head_dim\":64,\"causal\":true}",
+         "tier1", 1, 1, 6, 1},
+        {"{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":%d,\"heads\":8,\"heads_kv\":2,"
+         "\"seq_q\":1,\"seq_k\":777,\"head_dim\":128}",
+         "attention_wgmma", 1, 3, 6, 1},
+    };
+    for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++) {
+        double builds = gpu_counter("kcache_builds_total");
+        char key[TSR_CLIENT_KEY_MAX] = "";
+        for (int i = 0; i < layers[l].count; i++) {
+            char json[512];
+            snprintf(json, sizeof json, layers[l].fmt, layers[l].first + i * layers[l].step);
+            tsr_region r;
+            tsr_error e;
+            cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &e), TSR_OK, "%s", e.message);
+            tsr_client_compiled out;
+            cr_assert_eq(tsr_client_compile(client_, (const struct tsr_region *)&r, NULL, &out,
+                                            GPU_TIMEOUT_MS, &e),
+                         TSR_OK, "%s: %s", json, e.message);
+            cr_expect_str_eq(out.decision.candidate, layers[l].cand, "%s", json);
+            cr_expect_eq(out.decision.verdict.state, TSR_CLIENT_VERDICT_PASS, "%s", json);
+            if (i > 0 && layers[l].builds == 1)
+                cr_expect_str_eq(out.key, key, "%s", json);
+            snprintf(key, sizeof key, "%s", out.key);
+            char cand[TSR_CLIENT_NAME_MAX];
+            check_region(&r, NULL, json, cand);
+            tsr_region_free(&r);
+        }
+        /* Every first shape here is small enough to be verified in full (no
+         * small-shape build), so the builds are the variants. */
+        double made = gpu_counter("kcache_builds_total") - builds;
+        cr_expect_eq(made, (double)layers[l].builds, "%s: %.0f builds", layers[l].fmt, made);
+    }
+}
+
 /* Products of at most 64 rows take the narrow 128 x 64 tiles (a decode step);
  * through the default path they match the reference, epilogue included. */
 Test(cuda_backend, narrow_gemm_tiles_serve_small_m)

@@ -1378,3 +1378,171 @@ Test(arbiter, a_refused_reference_is_never_the_fallback_and_the_error_names_ever
     cr_expect_neq(strstr(err.message, "reference: tier 0: fallback not allowed by the request"),
                   NULL, "%s", err.message);
 }
+
+/* ---- variants: one complete verification per variant ---- */
+
+typedef struct variant_ctx {
+    int complete, shape; /* calls of verify_fn and verify_shape_fn */
+    int64_t fail_past_m; /* verdicts fail for M above this; 0: never */
+    bool no_small;       /* complete verdicts are sampled without small probes */
+} variant_ctx;
+
+static void variant_rows(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                         tsr_variant *out)
+{
+    (void)c, (void)arch;
+    memset(out, 0, sizeof *out);
+    out->free_dims = TSR_VARIANT_ROWS;
+    (void)r;
+}
+
+static void variant_verdict(variant_ctx *f, const tsr_region *r, bool complete, tsr_verdict *v)
+{
+    memset(v, 0, sizeof *v);
+    v->pass = f->fail_past_m == 0 || r->u.matmul.m <= f->fail_past_m;
+    v->first_bad_index = v->pass ? -1 : 3;
+    v->first_bad_probe = v->pass ? -1 : 0;
+    v->method = complete && !f->no_small ? TSR_VERIFY_FULL : TSR_VERIFY_SAMPLED;
+    v->probes = complete && !f->no_small ? 2 : 1;
+    snprintf(v->reason, sizeof v->reason, "%s", v->pass ? "pass" : "rel 0.5 > 0.016");
+}
+
+static tsr_status variant_complete(void *ctx, const tsr_candidate *c, const tsr_region *r,
+                                   tsr_verdict *v, tsr_error *err)
+{
+    (void)c, (void)err;
+    variant_ctx *f = ctx;
+    f->complete++;
+    variant_verdict(f, r, true, v);
+    return TSR_OK;
+}
+
+static tsr_status variant_shape(void *ctx, const tsr_candidate *c, const tsr_region *r,
+                                tsr_verdict *v, tsr_error *err)
+{
+    (void)c, (void)err;
+    variant_ctx *f = ctx;
+    f->shape++;
+    variant_verdict(f, r, false, v);
+    return TSR_OK;
+}
+
+/* Selects the forced "t1v" for matmul M x 64 x 64; the status. */
+static tsr_status variant_select(tsr_arbiter *arb, variant_ctx *f, int64_t m, bool shape_fn,
+                                 tsr_decision *out)
+{
+    char json[128];
+    snprintf(json, sizeof json,
+             "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":%lld,\"n\":64,"
+             "\"k\":64}",
+             (long long)m);
+    tsr_region r;
+    region_parse(json, &r);
+    tsr_fingerprint fp;
+    cr_assert_eq(tsr_region_fingerprint(&r, &fp, NULL), TSR_OK);
+    tsr_select_request req = {.region = &r,
+                              .fingerprint = &fp,
+                              .arch = "sm_90a",
+                              .force = "t1v",
+                              .verify = true,
+                              .verify_fn = variant_complete,
+                              .verify_shape_fn = shape_fn ? variant_shape : NULL,
+                              .ctx = f};
+    tsr_status st = tsr_arbiter_select(arb, &req, out, NULL);
+    tsr_region_free(&r);
+    return st;
+}
+
+static tsr_arbiter *variant_arbiter(void)
+{
+    tsr_arbiter *arb = arbiter_new(NULL);
+    tsr_candidate c = fake_candidate("t1v", 1, 1, NULL);
+    c.variant = variant_rows;
+    reg(arb, c);
+    return arb;
+}
+
+Test(arbiter_variants, a_new_shape_of_a_verified_variant_gets_the_shape_check)
+{
+    tsr_arbiter *arb = variant_arbiter();
+    variant_ctx f = {0};
+    tsr_decision d;
+    cr_assert_eq(variant_select(arb, &f, 8, true, &d), TSR_OK);
+    cr_expect_eq(f.complete, 1);
+    cr_expect_eq(f.shape, 0);
+    cr_expect_not(d.verdict.variant_reused);
+    for (int64_t m = 9; m <= 20; m++) {
+        cr_assert_eq(variant_select(arb, &f, m, true, &d), TSR_OK);
+        cr_expect(d.verified);
+        cr_expect(d.verdict.variant_reused, "m %lld", (long long)m);
+        cr_expect_not(d.verdict_cached);
+    }
+    cr_expect_eq(f.complete, 1);
+    cr_expect_eq(f.shape, 12);
+    /* A shape seen before: its own cached verdict, no call. */
+    cr_assert_eq(variant_select(arb, &f, 12, true, &d), TSR_OK);
+    cr_expect(d.verdict_cached);
+    cr_expect(d.verdict.variant_reused);
+    cr_expect_eq(f.shape, 12);
+    char text[256];
+    tsr_verdict_format(&d.verdict, text, sizeof text);
+    cr_expect_str_eq(text, "PASS sampled rel 0 <= 0 (max abs 0, 0 elements, 0 of them sampled "
+                           "at the real shape, 1 probe, 0 at a small shape, the variant's "
+                           "complete check reused)");
+    tsr_arbiter_destroy(arb);
+}
+
+Test(arbiter_variants, a_failure_at_any_shape_withdraws_the_variants_pass)
+{
+    tsr_arbiter *arb = variant_arbiter();
+    variant_ctx f = {.fail_past_m = 64};
+    tsr_decision d;
+    cr_assert_eq(variant_select(arb, &f, 8, true, &d), TSR_OK);
+    cr_assert_eq(variant_select(arb, &f, 16, true, &d), TSR_OK);
+    cr_expect_eq(f.shape, 1);
+    /* The shape check catches the breakage... */
+    cr_expect_eq(variant_select(arb, &f, 100, true, &d), TSR_VERIFY_FAILED);
+    cr_expect_eq(f.shape, 2);
+    cr_expect(d.verdict.variant_reused);
+    /* ...and every later new shape is verified completely. */
+    cr_assert_eq(variant_select(arb, &f, 24, true, &d), TSR_OK);
+    cr_expect_eq(f.complete, 2);
+    cr_expect_eq(f.shape, 2);
+    cr_expect_not(d.verdict.variant_reused);
+    cr_assert_eq(variant_select(arb, &f, 25, true, &d), TSR_OK);
+    cr_expect_eq(f.complete, 3, "a later pass does not restore it");
+    tsr_arbiter_destroy(arb);
+}
+
+Test(arbiter_variants, only_a_complete_verification_is_reused)
+{
+    /* Sampled without small-shape probes (the candidate declined the small
+     * shape): not complete, so the next shape is verified completely too. */
+    tsr_arbiter *arb = variant_arbiter();
+    variant_ctx f = {.no_small = true};
+    tsr_decision d;
+    cr_assert_eq(variant_select(arb, &f, 8, true, &d), TSR_OK);
+    cr_assert_eq(variant_select(arb, &f, 9, true, &d), TSR_OK);
+    cr_expect_eq(f.complete, 2);
+    cr_expect_eq(f.shape, 0);
+    tsr_arbiter_destroy(arb);
+
+    /* Without verify_shape_fn every shape gets verify_fn. */
+    arb = variant_arbiter();
+    variant_ctx g = {0};
+    cr_assert_eq(variant_select(arb, &g, 8, false, &d), TSR_OK);
+    cr_assert_eq(variant_select(arb, &g, 9, false, &d), TSR_OK);
+    cr_expect_eq(g.complete, 2);
+    cr_expect_eq(g.shape, 0);
+    tsr_arbiter_destroy(arb);
+
+    /* A candidate built per shape (no variant callback) likewise. */
+    arb = arbiter_new(NULL);
+    reg(arb, fake_candidate("t1v", 1, 1, NULL));
+    variant_ctx h = {0};
+    cr_assert_eq(variant_select(arb, &h, 8, true, &d), TSR_OK);
+    cr_assert_eq(variant_select(arb, &h, 9, true, &d), TSR_OK);
+    cr_expect_eq(h.complete, 2);
+    cr_expect_eq(h.shape, 0);
+    tsr_arbiter_destroy(arb);
+}

@@ -321,8 +321,11 @@ Test(backend_cuda, tier1_compiles_every_example_in_every_dtype, .timeout = 120)
                                 "ELF",
                                 4),
                          0);
+            /* Matmul, fused and gated kernels take M after the output,
+             * attention batch, seq_q and seq_k. */
             tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out;
-            cr_assert_eq(b.desc.n_params, tsr_region_signature(&r, sig, &out) + 1);
+            int dims = r.kind == TSR_KIND_POINTWISE ? 0 : r.kind == TSR_KIND_ATTENTION ? 3 : 1;
+            cr_assert_eq(b.desc.n_params, tsr_region_signature(&r, sig, &out) + 1 + dims);
             free(b.bin);
             tsr_region_free(&r);
         }
@@ -381,8 +384,12 @@ Test(backend_cuda, the_reference_blob_carries_the_region)
     cr_assert_eq(tsr_region_fingerprint(&r, &f1, &e), TSR_OK);
     cr_assert_eq(tsr_region_fingerprint(&back, &f2, &e), TSR_OK);
     cr_expect_eq(memcmp(f1.bytes, f2.bytes, sizeof f1.bytes), 0);
-    /* Its header names the region it was made for, which a load checks. */
-    cr_expect_eq(memcmp(b.desc.region.bytes, f1.bytes, sizeof f1.bytes), 0);
+    /* Its header names the variant it was made for (every batch and length
+     * of this attention), which a load checks. */
+    tsr_variant v = {.free_dims = TSR_VARIANT_BATCH | TSR_VARIANT_SEQ_Q | TSR_VARIANT_SEQ_K};
+    tsr_fingerprint fv;
+    cr_assert_eq(tsr_region_variant_fingerprint(&r, &v, &fv, &e), TSR_OK);
+    cr_expect_eq(memcmp(b.desc.region.bytes, fv.bytes, sizeof fv.bytes), 0);
     /* A reference blob without its payload is refused. */
     cr_expect_eq(tsrd_cuda_blob_decode(b.bin, TSRD_CUDA_BLOB_HEADER, &b.desc, &b.payload,
                                        &b.payload_len, &e),
@@ -390,4 +397,190 @@ Test(backend_cuda, the_reference_blob_carries_the_region)
     free(b.bin);
     tsr_region_free(&back);
     tsr_region_free(&r);
+}
+
+/* ---- kernel variants ---- */
+
+static void unit_region_m(const char *path, tsr_dtype dtype, int64_t m, tsr_region *r)
+{
+    unit_load_example(path, dtype, r);
+    if (r->kind == TSR_KIND_MATMUL)
+        r->u.matmul.m = m;
+    else if (r->kind == TSR_KIND_FUSED)
+        r->u.fused.m = m;
+    else
+        r->u.gated.m = m;
+    cr_assert_eq(tsr_region_validate(r, NULL), TSR_OK);
+}
+
+static tsr_fingerprint unit_variant_of(const tsr_candidate *c, const tsr_region *r)
+{
+    tsr_fingerprint fp;
+    tsr_error e;
+    cr_assert_eq(tsrd_cuda_variant(c, r, "sm_90a", NULL, &fp, &e), TSR_OK, "%s", e.message);
+    return fp;
+}
+
+/* Two shapes of one Tier-1 variant: one key, one cubin; the blob's header
+ * names the variant, and each shape's grid comes from tsr_codegen_launch_of. */
+Test(backend_cuda, tier1_builds_one_binary_for_every_m, .timeout = 120)
+{
+    tsrd_nvrtc *nv = NULL;
+    tsr_error e;
+    if (tsrd_nvrtc_open(NULL, &nv, &e) != TSR_OK)
+        cr_skip_test("no NVRTC: %s", e.message);
+    tsr_candidate tier1;
+    tsrd_cuda_candidate_tier1(&tier1);
+    const char *paths[] = {"examples/matmul.json", "examples/fused.json", "examples/gated.json"};
+    for (size_t i = 0; i < 3; i++) {
+        tsr_region a, b;
+        unit_region_m(paths[i], TSR_BF16, 37, &a);
+        unit_region_m(paths[i], TSR_BF16, 1000, &b);
+        tsr_fingerprint va = unit_variant_of(&tier1, &a), vb = unit_variant_of(&tier1, &b);
+        cr_expect_eq(memcmp(va.bytes, vb.bytes, sizeof va.bytes), 0, "%s", paths[i]);
+        unit_blob ba, bb;
+        unit_compile_blob(nv, 132, &a, &tier1, "sm_90a", &ba);
+        unit_compile_blob(nv, 132, &b, &tier1, "sm_90a", &bb);
+        cr_expect_eq(memcmp(ba.desc.region.bytes, va.bytes, sizeof va.bytes), 0);
+        cr_assert_eq(ba.payload_len, bb.payload_len, "%s", paths[i]);
+        cr_expect_eq(memcmp(ba.payload, bb.payload, ba.payload_len), 0, "%s: one cubin", paths[i]);
+        /* The source is one text whatever M is. */
+        tsr_codegen_target t = {.arch = "sm_90a", .free_dims = TSR_VARIANT_ROWS};
+        tsr_codegen_kernel ka, kb;
+        cr_assert_eq(tsr_codegen_emit(&a, &t, &ka, &e), TSR_OK, "%s", e.message);
+        cr_assert_eq(tsr_codegen_emit(&b, &t, &kb, &e), TSR_OK, "%s", e.message);
+        cr_expect_str_eq(ka.source, kb.source);
+        cr_expect_eq(ka.launch.n_dims, 1);
+        /* b's grid, computed for b without its source, is b's emission's. */
+        tsr_codegen_launch lb;
+        cr_assert_eq(tsr_codegen_launch_of(&b, &t, &lb, &e), TSR_OK, "%s", e.message);
+        cr_expect_eq(memcmp(&lb, &kb.launch, sizeof lb), 0);
+        cr_expect_neq(ka.launch.grid[0], kb.launch.grid[0]);
+        tsr_codegen_kernel_free(&ka);
+        tsr_codegen_kernel_free(&kb);
+        free(ba.bin);
+        free(bb.bin);
+        tsr_region_free(&a);
+        tsr_region_free(&b);
+    }
+    tsrd_nvrtc_close(nv);
+}
+
+/* Tier-1 pointwise kernels are built per shape, and a kind's kernel takes
+ * its free dimensions all or none. */
+Test(backend_cuda, tier1_builds_pointwise_per_shape)
+{
+    tsr_candidate tier1;
+    tsrd_cuda_candidate_tier1(&tier1);
+    tsr_region r;
+    unit_load_example("examples/pointwise.json", TSR_F32, &r);
+    tsr_fingerprint v = unit_variant_of(&tier1, &r), fp;
+    cr_assert_eq(tsr_region_fingerprint(&r, &fp, NULL), TSR_OK);
+    cr_expect_eq(memcmp(v.bytes, fp.bytes, sizeof v.bytes), 0);
+    tsr_codegen_target t = {.arch = "sm_90a", .free_dims = TSR_VARIANT_ROWS};
+    tsr_codegen_kernel k;
+    tsr_error e;
+    cr_expect_eq(tsr_codegen_emit(&r, &t, &k, &e), TSR_INVALID_ARGUMENT);
+    cr_expect_str_eq(e.message, "free dimensions 0x1: a pointwise kernel can take nothing at run "
+                                "time");
+    tsr_region_free(&r);
+    unit_load_example("examples/attention.json", TSR_BF16, &r);
+    t.free_dims = TSR_VARIANT_BATCH;
+    cr_expect_eq(tsr_codegen_emit(&r, &t, &k, &e), TSR_INVALID_ARGUMENT);
+    cr_expect_str_eq(e.message, "free dimensions 0x2: a attention kernel can take batch, seq_q "
+                                "and seq_k together at run time");
+    tsr_region_free(&r);
+}
+
+/* Two shapes of one Tier-1 attention variant (batch and both lengths
+ * differ): one key, one cubin, each shape's own grid. */
+Test(backend_cuda, tier1_builds_one_attention_binary_for_every_batch_and_length, .timeout = 120)
+{
+    tsrd_nvrtc *nv = NULL;
+    tsr_error e;
+    if (tsrd_nvrtc_open(NULL, &nv, &e) != TSR_OK)
+        cr_skip_test("no NVRTC: %s", e.message);
+    tsr_candidate tier1;
+    tsrd_cuda_candidate_tier1(&tier1);
+    tsr_region a, b;
+    unit_load_example("examples/attention.json", TSR_F32, &a);
+    unit_load_example("examples/attention.json", TSR_F32, &b);
+    b.u.attention.batch = 5;
+    b.u.attention.seq_q = 1;
+    b.u.attention.seq_k = 1000;
+    cr_assert_eq(tsr_region_validate(&b, NULL), TSR_OK);
+    tsr_fingerprint va = unit_variant_of(&tier1, &a), vb = unit_variant_of(&tier1, &b);
+    cr_expect_eq(memcmp(va.bytes, vb.bytes, sizeof va.bytes), 0);
+    unit_blob ba, bb;
+    unit_compile_blob(nv, 132, &a, &tier1, "sm_90a", &ba);
+    unit_compile_blob(nv, 132, &b, &tier1, "sm_90a", &bb);
+    cr_assert_eq(ba.payload_len, bb.payload_len);
+    cr_expect_eq(memcmp(ba.payload, bb.payload, ba.payload_len), 0, "one cubin");
+    cr_expect_eq(ba.desc.n_params, 4 + 3);
+    tsr_codegen_target t = {.arch = "sm_90a",
+                            .free_dims = TSR_VARIANT_BATCH | TSR_VARIANT_SEQ_Q | TSR_VARIANT_SEQ_K};
+    tsr_codegen_launch la, lb;
+    cr_assert_eq(tsr_codegen_launch_of(&a, &t, &la, &e), TSR_OK, "%s", e.message);
+    cr_assert_eq(tsr_codegen_launch_of(&b, &t, &lb, &e), TSR_OK, "%s", e.message);
+    cr_expect_eq(la.n_dims, 3);
+    cr_expect_eq(la.grid[0], 1u * 8 * 1); /* batch 1, 8 heads, one tile of 64 queries */
+    cr_expect_eq(lb.grid[0], 5u * 8 * 1);
+    free(ba.bin);
+    free(bb.bin);
+    tsr_region_free(&a);
+    tsr_region_free(&b);
+    tsrd_nvrtc_close(nv);
+}
+
+/* The tier-3 GEMM's entry is its variant's class: the narrow tiles of at most
+ * 64 rows are one variant, the wide ones another. */
+Test(backend_cuda, tier3_variants_split_at_the_narrow_tiles)
+{
+    tsr_candidate gemm;
+    tsrd_cuda_candidate_gemm(&gemm);
+    tsr_region r16, r64, r65, r8192;
+    unit_region_m("examples/matmul.json", TSR_BF16, 16, &r16);
+    unit_region_m("examples/matmul.json", TSR_BF16, 64, &r64);
+    unit_region_m("examples/matmul.json", TSR_BF16, 65, &r65);
+    unit_region_m("examples/matmul.json", TSR_BF16, 8192, &r8192);
+    tsr_fingerprint v16 = unit_variant_of(&gemm, &r16), v64 = unit_variant_of(&gemm, &r64),
+                    v65 = unit_variant_of(&gemm, &r65), v8192 = unit_variant_of(&gemm, &r8192);
+    cr_expect_eq(memcmp(v16.bytes, v64.bytes, 32), 0);
+    cr_expect_neq(memcmp(v64.bytes, v65.bytes, 32), 0);
+    cr_expect_eq(memcmp(v65.bytes, v8192.bytes, 32), 0);
+    tsr_variant v;
+    tsr_fingerprint fp;
+    cr_assert_eq(tsrd_cuda_variant(&gemm, &r16, "sm_90a", &v, &fp, NULL), TSR_OK);
+    cr_expect_eq(v.free_dims, TSR_VARIANT_ROWS);
+    cr_expect_str_eq(v.cls, "tsr_gemm_bf16_bf16_n64");
+    /* A region the kernels do not serve has no variant: built per shape. */
+    tsr_region f32;
+    unit_region_m("examples/matmul.json", TSR_F32, 16, &f32);
+    cr_assert_eq(tsrd_cuda_variant(&gemm, &f32, "sm_90a", &v, &fp, NULL), TSR_OK);
+    cr_expect_eq(v.free_dims, 0);
+    tsr_region_free(&r16);
+    tsr_region_free(&r64);
+    tsr_region_free(&r65);
+    tsr_region_free(&r8192);
+    tsr_region_free(&f32);
+}
+
+Test(backend_cuda, attention_variants_free_batch_and_lengths)
+{
+    tsr_candidate attn;
+    cr_assert(tsrd_cuda_candidate(TSRD_CUDA_ATTN, &attn));
+    tsr_region a, b;
+    unit_load_example("examples/attention.json", TSR_BF16, &a);
+    unit_load_example("examples/attention.json", TSR_BF16, &b);
+    b.u.attention.batch = 7;
+    b.u.attention.seq_q = 1;
+    b.u.attention.seq_k = 8191;
+    cr_assert_eq(tsr_region_validate(&b, NULL), TSR_OK);
+    tsr_fingerprint va = unit_variant_of(&attn, &a), vb = unit_variant_of(&attn, &b);
+    cr_expect_eq(memcmp(va.bytes, vb.bytes, 32), 0);
+    b.u.attention.causal = false;
+    vb = unit_variant_of(&attn, &b);
+    cr_expect_neq(memcmp(va.bytes, vb.bytes, 32), 0);
+    tsr_region_free(&a);
+    tsr_region_free(&b);
 }

@@ -169,3 +169,90 @@ Test(engine, a_device_backend_refuses_its_host_reference_past_the_bound)
     cr_expect_null(req.reference_refused);
     tsr_region_free(&r);
 }
+
+/* ---- one binary per variant ---- */
+
+#include "../support/unit_daemon.h"
+#include "serve/offline_compile.h"
+
+static unit_daemon *variants_daemon;
+
+static void variants_setup(void)
+{
+    variants_daemon = calloc(1, sizeof *variants_daemon);
+    unit_daemon_start(variants_daemon, "variants", 0);
+}
+
+static void variants_teardown(void)
+{
+    unit_daemon_stop(variants_daemon);
+    free(variants_daemon);
+}
+
+TestSuite(engine_variants, .init = variants_setup, .fini = variants_teardown, .timeout = 120);
+
+/* A gated layer at 100 batch sizes on the CPU backend: one plan in the kernel
+ * cache (memory and disk), one key, each shape loaded at its own size. */
+Test(engine_variants, the_kernel_cache_holds_one_plan_for_a_hundred_batch_sizes)
+{
+    tsrd_daemon *d = &variants_daemon->d;
+    tsr_fingerprint key;
+    for (int m = 1; m <= 100; m++) {
+        char json[160];
+        snprintf(json, sizeof json,
+                 "{\"kind\":\"gated\",\"dtype\":\"f32\",\"m\":%d,\"k\":24,\"h\":40,"
+                 "\"gate_act\":\"silu\"}",
+                 m);
+        tsr_region r = engine_region(json);
+        tsrd_compiled out;
+        tsr_error err;
+        cr_assert_eq(tsrd_engine_compile(d, &r, NULL, true, &out, &err), TSR_OK, "m %d: %s", m,
+                     err.message);
+        cr_expect_str_eq(out.decision.candidate.name, "reference");
+        cr_expect_eq(out.level, m == 1 ? TSR_KCACHE_MISS : TSR_KCACHE_MEMORY, "m %d", m);
+        if (m == 1)
+            key = out.key;
+        cr_expect_eq(memcmp(out.key.bytes, key.bytes, sizeof key.bytes), 0, "m %d", m);
+        tsrd_compiled_release(d, &out);
+        tsr_region_free(&r);
+    }
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(d->kcache, &s);
+    cr_expect_eq(s.builds, 1);
+    cr_expect_eq(s.memory_entries, 1);
+    cr_expect_eq(s.disk_entries, 1);
+    cr_expect_eq(s.memory_hits, 99);
+}
+
+/* The same through the compile-only path for sm_90a: Tier-1 code generation
+ * and NVRTC run once for every M (f32, which the tier-3 kernels decline). */
+Test(engine_variants, sm90a_tier1_compiles_once_for_every_m)
+{
+    tsrd_daemon *d = &variants_daemon->d;
+    tsrd_compiled first = {0};
+    for (int m = 1; m <= 12; m++) {
+        char json[128];
+        snprintf(json, sizeof json,
+                 "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":%d,\"n\":96,\"k\":64}", m * 7);
+        tsr_region r = engine_region(json);
+        tsrd_compiled out;
+        tsr_error err;
+        tsr_status st = tsrd_offline_compile(d->kcache, &r, "sm_90a", NULL, &out, &err);
+        if (st == TSR_UNSUPPORTED && m == 1)
+            cr_skip_test("no NVRTC: %s", err.message);
+        cr_assert_eq(st, TSR_OK, "m %d: %s", m * 7, err.message);
+        cr_expect_str_eq(out.decision.candidate.name, "tier1");
+        if (m == 1) {
+            first = out;
+            tsr_kcache_blob_retain(first.blob);
+        }
+        cr_expect_eq(memcmp(out.key.bytes, first.key.bytes, 32), 0);
+        cr_expect_eq(out.blob, first.blob, "one blob for every M");
+        tsrd_compiled_release(d, &out);
+        tsr_region_free(&r);
+    }
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(d->kcache, &s);
+    cr_expect_eq(s.builds, 1);
+    tsr_kcache_blob_release(first.blob);
+}

@@ -617,3 +617,179 @@ Test(fingerprint, kernel_key_differs_from_the_region_fingerprint)
     tsr_fingerprint key = key_of(&fp, empty);
     cr_assert_not(fp_equal(key, fp));
 }
+
+/* ---- kernel variants ---- */
+
+static tsr_region fp_parse(const char *json)
+{
+    tsr_region r;
+    tsr_error err;
+    cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &err), TSR_OK, "%s: %s", json,
+                 err.message);
+    return r;
+}
+
+static tsr_fingerprint fp_variant(const char *json, unsigned free_dims, const char *cls)
+{
+    tsr_region r = fp_parse(json);
+    tsr_variant v = {.free_dims = free_dims};
+    snprintf(v.cls, sizeof v.cls, "%s", cls);
+    tsr_fingerprint out;
+    tsr_error err;
+    cr_assert_eq(tsr_region_variant_fingerprint(&r, &v, &out, &err), TSR_OK, "%s", err.message);
+    tsr_region_free(&r);
+    return out;
+}
+
+#define FP_FUSED(m, n, k, epi, res, red)                                                           \
+    "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":" #m ",\"n\":" #n ",\"k\":" #k                   \
+    ",\"epilogue\":" epi ",\"residual\":" res ",\"reduction\":" red "}"
+
+Test(fingerprint, a_variant_with_m_free_is_one_for_every_m)
+{
+    const unsigned rows = TSR_VARIANT_ROWS;
+    tsr_fingerprint a =
+        fp_variant(FP_FUSED(1, 4096, 4096, "[\"bias\",\"gelu\"]", "true", "null"), rows, "");
+    int64_t ms[] = {2, 7, 64, 65, 100, 4096, 4097, 1 << 20};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        char json[256];
+        snprintf(json, sizeof json,
+                 "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":%lld,\"n\":4096,\"k\":4096,"
+                 "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true,\"reduction\":null}",
+                 (long long)ms[i]);
+        cr_expect(fp_equal(a, fp_variant(json, rows, "")), "m %lld", (long long)ms[i]);
+    }
+    /* matmul and gated the same way */
+    cr_expect(fp_equal(
+        fp_variant("{\"kind\":\"matmul\",\"dtype\":\"f16\",\"m\":3,\"n\":8,\"k\":16}", rows, ""),
+        fp_variant("{\"kind\":\"matmul\",\"dtype\":\"f16\",\"m\":3000,\"n\":8,\"k\":16}", rows,
+                   "")));
+    cr_expect(fp_equal(fp_variant("{\"kind\":\"gated\",\"dtype\":\"bf16\",\"m\":1,\"k\":64,"
+                                  "\"h\":128,\"gate_act\":\"silu\"}",
+                                  rows, ""),
+                       fp_variant("{\"kind\":\"gated\",\"dtype\":\"bf16\",\"m\":77,\"k\":64,"
+                                  "\"h\":128,\"gate_act\":\"silu\"}",
+                                  rows, "")));
+}
+
+/* Wherever the kernel's code can differ, the variants differ: never one key
+ * for two codes. */
+#define FP_FUSED_AS(dtype, out, prologue)                                                          \
+    "{\"kind\":\"fused\",\"dtype\":" dtype ",\"out_dtype\":" out                                   \
+    ",\"m\":8,\"n\":64,\"k\":32,\"prologue\":" prologue                                            \
+    ",\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}"
+
+Test(fingerprint, variants_differ_wherever_the_code_does)
+{
+    const unsigned rows = TSR_VARIANT_ROWS;
+    const char *base = FP_FUSED(8, 64, 32, "[\"bias\",\"gelu\"]", "true", "null");
+    /* Each differs from base in one thing: N, K, an epilogue op, the
+     * epilogue's order, residual, two reductions, dtype, out_dtype, a
+     * prologue, the kind. */
+    const char *others[] = {
+        FP_FUSED(8, 72, 32, "[\"bias\",\"gelu\"]", "true", "null"),
+        FP_FUSED(8, 64, 40, "[\"bias\",\"gelu\"]", "true", "null"),
+        FP_FUSED(8, 64, 32, "[\"bias\",\"relu\"]", "true", "null"),
+        FP_FUSED(8, 64, 32, "[\"gelu\",\"bias\"]", "true", "null"),
+        FP_FUSED(8, 64, 32, "[\"bias\",\"gelu\"]", "false", "null"),
+        FP_FUSED(8, 64, 32, "[\"bias\",\"gelu\"]", "false", "\"rmsnorm\""),
+        FP_FUSED(8, 64, 32, "[\"bias\",\"gelu\"]", "false", "\"softmax\""),
+        FP_FUSED_AS("\"f16\"", "\"f16\"", "[]"),
+        FP_FUSED_AS("\"bf16\"", "\"f32\"", "[]"),
+        FP_FUSED_AS("\"bf16\"", "\"bf16\"", "[\"exp\"]"),
+        "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":8,\"n\":64,\"k\":32}",
+    };
+    tsr_fingerprint b = fp_variant(base, rows, "");
+    /* The second form, written out with base's values, is base. */
+    cr_assert(fp_equal(b, fp_variant(FP_FUSED_AS("\"bf16\"", "\"bf16\"", "[]"), rows, "")));
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++)
+        cr_expect_not(fp_equal(b, fp_variant(others[i], rows, "")), "%s", others[i]);
+    /* The class (a tile configuration chosen by size) and the free set count. */
+    cr_expect_not(fp_equal(b, fp_variant(base, rows, "tsr_gemm_bf16_bf16_n64")));
+    cr_expect_not(fp_equal(fp_variant(base, rows, "a"), fp_variant(base, rows, "b")));
+    tsr_fingerprint exact = fp_variant(base, 0, "");
+    cr_expect_not(fp_equal(b, exact));
+    cr_expect_not(fp_equal(exact, fp_variant(base, 0, "x")));
+    /* eps only matters with a norm, but is written anyway (a spare compile,
+     * never a wrong binary). */
+    cr_expect_not(fp_equal(
+        fp_variant(FP_FUSED(8, 64, 32, "[]", "false", "\"rmsnorm\""), rows, ""),
+        fp_variant("{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":8,\"n\":64,\"k\":32,"
+                   "\"epilogue\":[],\"residual\":false,\"reduction\":\"rmsnorm\",\"eps\":0.001}",
+                   rows, "")));
+    cr_expect_not(
+        fp_equal(fp_variant("{\"kind\":\"gated\",\"dtype\":\"bf16\",\"m\":1,\"k\":64,\"h\":128,"
+                            "\"gate_act\":\"silu\"}",
+                            rows, ""),
+                 fp_variant("{\"kind\":\"gated\",\"dtype\":\"bf16\",\"m\":1,\"k\":64,\"h\":128,"
+                            "\"gate_act\":\"gelu\"}",
+                            rows, "")));
+}
+
+#define FP_ATTN(b, h, hkv, sq, sk, d, causal)                                                      \
+    "{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":" #b ",\"heads\":" #h                    \
+    ",\"heads_kv\":" #hkv ",\"seq_q\":" #sq ",\"seq_k\":" #sk ",\"head_dim\":" #d                  \
+    ",\"causal\":" causal "}"
+
+Test(fingerprint, attention_variants_free_only_the_dimensions_named)
+{
+    const unsigned all = TSR_VARIANT_BATCH | TSR_VARIANT_SEQ_Q | TSR_VARIANT_SEQ_K;
+    tsr_fingerprint a = fp_variant(FP_ATTN(1, 32, 8, 1, 4096, 128, "true"), all, "");
+    cr_expect(fp_equal(a, fp_variant(FP_ATTN(32, 32, 8, 1, 8192, 128, "true"), all, "")));
+    cr_expect(fp_equal(a, fp_variant(FP_ATTN(4, 32, 8, 4096, 4096, 128, "true"), all, "")));
+    /* heads, kv heads, head dim and the causal mask stay in */
+    cr_expect_not(fp_equal(a, fp_variant(FP_ATTN(1, 16, 8, 1, 4096, 128, "true"), all, "")));
+    cr_expect_not(fp_equal(a, fp_variant(FP_ATTN(1, 32, 4, 1, 4096, 128, "true"), all, "")));
+    cr_expect_not(fp_equal(a, fp_variant(FP_ATTN(1, 32, 8, 1, 4096, 64, "true"), all, "")));
+    cr_expect_not(fp_equal(a, fp_variant(FP_ATTN(1, 32, 8, 1, 4096, 128, "false"), all, "")));
+    /* only the batch free: a new length is another variant */
+    const unsigned batch = TSR_VARIANT_BATCH;
+    cr_expect(fp_equal(fp_variant(FP_ATTN(1, 32, 8, 1, 4096, 128, "true"), batch, ""),
+                       fp_variant(FP_ATTN(9, 32, 8, 1, 4096, 128, "true"), batch, "")));
+    cr_expect_not(fp_equal(fp_variant(FP_ATTN(1, 32, 8, 1, 4096, 128, "true"), batch, ""),
+                           fp_variant(FP_ATTN(1, 32, 8, 1, 4097, 128, "true"), batch, "")));
+    cr_expect_not(fp_equal(a, fp_variant(FP_ATTN(1, 32, 8, 1, 4096, 128, "true"), batch, "")));
+}
+
+Test(fingerprint, a_variant_without_free_dimensions_is_the_region)
+{
+    tsr_region r = fp_parse(FP_FUSED(8, 64, 32, "[\"bias\"]", "false", "null"));
+    tsr_fingerprint region, variant;
+    tsr_variant none = {0};
+    cr_assert_eq(tsr_region_fingerprint(&r, &region, NULL), TSR_OK);
+    cr_assert_eq(tsr_region_variant_fingerprint(&r, &none, &variant, NULL), TSR_OK);
+    cr_expect(fp_equal(region, variant));
+    /* With M free it is no region's fingerprint, not even of M 0's encoding. */
+    tsr_variant rows = {.free_dims = TSR_VARIANT_ROWS};
+    cr_assert_eq(tsr_region_variant_fingerprint(&r, &rows, &variant, NULL), TSR_OK);
+    cr_expect_not(fp_equal(region, variant));
+    r.u.fused.m = 0;
+    cr_assert_eq(tsr_region_fingerprint(&r, &region, NULL), TSR_OK);
+    cr_expect_not(fp_equal(region, variant));
+    tsr_region_free(&r);
+}
+
+Test(fingerprint, a_variant_names_only_dimensions_of_its_kind)
+{
+    tsr_error err;
+    tsr_fingerprint out;
+    tsr_region mm = fp_parse("{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":2,\"n\":3,\"k\":4}");
+    tsr_variant v = {.free_dims = TSR_VARIANT_BATCH};
+    cr_expect_eq(tsr_region_variant_fingerprint(&mm, &v, &out, &err), TSR_INVALID_ARGUMENT);
+    cr_expect_str_eq(err.message,
+                     "variant: free dimensions 0x2 are not all dimensions of a matmul region");
+    v.free_dims = 1u << 9;
+    cr_expect_eq(tsr_region_variant_fingerprint(&mm, &v, &out, &err), TSR_INVALID_ARGUMENT);
+    v.free_dims = TSR_VARIANT_ROWS;
+    memset(v.cls, 'x', sizeof v.cls);
+    cr_expect_eq(tsr_region_variant_fingerprint(&mm, &v, &out, &err), TSR_INVALID_ARGUMENT);
+    cr_expect_str_eq(err.message, "variant: class not terminated");
+    cr_expect_eq(tsr_region_variant_fingerprint(&mm, NULL, &out, &err), TSR_INVALID_ARGUMENT);
+    tsr_region_free(&mm);
+    tsr_region pw = fp_parse("{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":"
+                             "\"x\",\"shape\":[4]}],\"ops\":[{\"op\":\"relu\",\"args\":[\"x\"],"
+                             "\"out\":\"y\"}],\"output\":\"y\"}");
+    tsr_variant rows = {.free_dims = TSR_VARIANT_ROWS};
+    cr_expect_eq(tsr_region_variant_fingerprint(&pw, &rows, &out, &err), TSR_INVALID_ARGUMENT);
+    tsr_region_free(&pw);
+}

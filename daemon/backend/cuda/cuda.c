@@ -139,6 +139,10 @@ struct tsrd_kobj {
     tsrd_gemm_plan plan;
     int attention; /* attention_wgmma: attn */
     tsrd_attn_plan attn;
+    /* A Tier-1 kernel of a variant: the free dimensions' values, passed after
+     * the output. */
+    int n_dims;
+    long long dims[3];
 };
 
 struct tsrd_stream {
@@ -744,14 +748,16 @@ static tsr_status cuda_embedded_module(tsrd_backend *b, int device, cuda_embedde
     return st;
 }
 
-/* A blob's geometry and code hold for the region it was made for only: one
- * made for another (stored under the wrong key) would index past the buffers
- * sized for r. TSR_CORRUPT naming both fingerprints. */
-static tsr_status cuda_blob_check(const tsr_fingerprint *made_for, const tsr_region *r,
-                                  const char *what, tsr_error *err)
+/* A blob's code holds for the variant it was made for only (its geometry
+ * for the shape, recomputed below for another shape of the variant): one made
+ * for another (stored under the wrong key) would index past the buffers sized
+ * for r. TSR_CORRUPT naming both fingerprints. */
+static tsr_status cuda_blob_check(const tsr_fingerprint *made_for, const tsr_candidate *c,
+                                  const tsr_region *r, const char *arch, const char *what,
+                                  tsr_error *err)
 {
     tsr_fingerprint want;
-    tsr_status st = tsr_region_fingerprint(r, &want, err);
+    tsr_status st = tsrd_cuda_variant(c, r, arch, NULL, &want, err);
     if (st != TSR_OK || memcmp(made_for->bytes, want.bytes, sizeof want.bytes) == 0)
         return st;
     char have_hex[TSR_FINGERPRINT_HEX], want_hex[TSR_FINGERPRINT_HEX];
@@ -766,16 +772,53 @@ static tsr_status cuda_blob_check(const tsr_fingerprint *made_for, const tsr_reg
 /* A tier-3 launch takes its geometry from the blob: the blob must carry this
  * build's plan for the region (one stored by a build with other tiles, or for
  * another entry, is refused rather than launched with the wrong shape). */
-static tsr_status cuda_blob_matches_plan(const tsrd_cuda_launch_desc *desc, const char *entry,
+static tsr_status cuda_blob_matches_plan(tsrd_cuda_launch_desc *desc, const char *entry,
                                          const uint32_t grid[3], uint32_t block,
-                                         uint32_t shared_bytes, tsr_error *err)
+                                         uint32_t shared_bytes, bool variant, tsr_error *err)
 {
+    /* A variant's blob carries the grid of the shape it was built at: this
+     * shape's comes from the plan. */
     if (strcmp(entry, desc->entry) != 0 || shared_bytes != desc->shared_bytes ||
-        block != desc->block[0] || memcmp(grid, desc->grid, sizeof desc->grid) != 0)
+        block != desc->block[0] || (!variant && memcmp(grid, desc->grid, sizeof desc->grid) != 0))
         return tsr_error_set(err, TSR_CORRUPT,
                              "stored entry %s does not serve this region with this build's "
                              "geometry",
                              desc->entry);
+    memcpy(desc->grid, grid, sizeof desc->grid);
+    return TSR_OK;
+}
+
+/* A Tier-1 kernel that takes dimensions at run time: the geometry of r's own
+ * shape, which must agree with the blob in everything but the grid, and the
+ * values of the dimensions. */
+static tsr_status cuda_tier1_bind(tsrd_backend *b, int device, const tsr_region *r,
+                                  const tsr_variant *v, tsrd_kobj *k, tsr_error *err)
+{
+    tsr_codegen_target target = {.arch = b->devices[device].info.arch,
+                                 .sm_count = b->devices[device].info.multiprocessors,
+                                 .free_dims = v->free_dims};
+    tsr_codegen_launch l;
+    tsr_status st = tsr_codegen_launch_of(r, &target, &l, err);
+    if (st != TSR_OK)
+        return st;
+    if (strcmp(l.entry, k->desc.entry) != 0 || l.n_params != k->desc.n_params ||
+        l.shared_bytes != k->desc.shared_bytes || l.block[0] != k->desc.block[0] || l.n_dims < 1 ||
+        l.n_dims > 3)
+        return tsr_error_set(err, TSR_CORRUPT,
+                             "stored entry %s does not serve this region with this build's "
+                             "geometry",
+                             k->desc.entry);
+    memcpy(k->desc.grid, l.grid, sizeof k->desc.grid);
+    k->n_dims = l.n_dims;
+    if (r->kind == TSR_KIND_ATTENTION) {
+        k->dims[0] = r->u.attention.batch;
+        k->dims[1] = r->u.attention.seq_q;
+        k->dims[2] = r->u.attention.seq_k;
+    } else {
+        k->dims[0] = r->kind == TSR_KIND_MATMUL  ? r->u.matmul.m
+                     : r->kind == TSR_KIND_FUSED ? r->u.fused.m
+                                                 : r->u.gated.m;
+    }
     return TSR_OK;
 }
 
@@ -793,15 +836,27 @@ static tsr_status cuda_load(tsrd_backend *b, int device, const tsr_region *r,
     k->generation = cuda_generation(b, device);
     const uint8_t *payload = NULL;
     size_t payload_len = 0;
+    const char *arch = b->devices[device].info.arch;
+    tsr_variant variant;
+    tsr_fingerprint want;
     st = tsrd_cuda_blob_decode(bin, len, &k->desc, &payload, &payload_len, err);
     if (st == TSR_OK)
-        st = cuda_blob_check(&k->desc.region, r, "the stored kernel", err);
+        st = tsrd_cuda_variant(c, r, arch, &variant, &want, err);
+    if (st == TSR_OK)
+        st = cuda_blob_check(&k->desc.region, c, r, arch, "the stored kernel", err);
+    const bool is_variant = st == TSR_OK && variant.free_dims != 0;
     CUmodule module = NULL;
     if (st == TSR_OK && k->desc.image == TSRD_CUDA_IMAGE_REFERENCE) {
         st = tsr_region_from_json((const char *)payload, payload_len, &k->ref_region, err);
         tsr_fingerprint plan;
-        if (st == TSR_OK && (st = tsr_region_fingerprint(&k->ref_region, &plan, err)) == TSR_OK)
-            st = cuda_blob_check(&plan, r, "the stored reference plan", err);
+        if (st == TSR_OK &&
+            (st = tsrd_cuda_variant(c, &k->ref_region, arch, NULL, &plan, err)) == TSR_OK)
+            st = cuda_blob_check(&plan, c, r, arch, "the stored reference plan", err);
+        if (st == TSR_OK) {
+            /* Proven of r's variant: it runs at r's own shape. */
+            tsr_region_free(&k->ref_region);
+            st = tsr_region_copy(&k->ref_region, r, err);
+        }
         if (st != TSR_OK) {
             tsr_region_free(&k->ref_region);
             free(k);
@@ -817,7 +872,7 @@ static tsr_status cuda_load(tsrd_backend *b, int device, const tsr_region *r,
         st = tsrd_attn_plan_make(r, &k->attn, err);
         if (st == TSR_OK)
             st = cuda_blob_matches_plan(&k->desc, k->attn.entry, k->attn.grid, k->attn.block,
-                                        k->attn.shared_bytes, err);
+                                        k->attn.shared_bytes, is_variant, err);
         if (st == TSR_OK)
             st = cuda_embedded_module(b, device, CUDA_EMBEDDED_ATTN90, &module, err);
     } else if (st == TSR_OK && k->desc.image == TSRD_CUDA_IMAGE_EMBEDDED) {
@@ -826,17 +881,19 @@ static tsr_status cuda_load(tsrd_backend *b, int device, const tsr_region *r,
         const uint32_t grid[3] = {k->plan.grid, 1, 1};
         if (st == TSR_OK)
             st = cuda_blob_matches_plan(&k->desc, k->plan.entry, grid, k->plan.block,
-                                        k->plan.shared_bytes, err);
+                                        k->plan.shared_bytes, is_variant, err);
         if (st == TSR_OK)
             st = cuda_embedded_module(b, device,
                                       k->plan.family == TSRD_GEMM_MMA80 ? CUDA_EMBEDDED_GEMM80
                                                                         : CUDA_EMBEDDED_GEMM90,
                                       &module, err);
     } else if (st == TSR_OK) {
+        if (is_variant)
+            st = cuda_tier1_bind(b, device, r, &variant, k, err);
         /* The blob may sit at any offset in the cache's memory; the driver reads
          * the ELF image with its natural alignment, so give it a malloc'd copy. */
-        void *image = malloc(payload_len);
-        if (image == NULL)
+        void *image = st == TSR_OK ? malloc(payload_len) : NULL;
+        if (st == TSR_OK && image == NULL)
             st = tsr_error_set(err, TSR_NO_MEMORY, "cuda backend: out of memory");
         if (st == TSR_OK) {
             memcpy(image, payload, payload_len);
@@ -999,7 +1056,7 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
     for (int i = 0; i < n_inputs; i++)
         ptrs[i] = inputs[i]->ptr;
     ptrs[n_inputs] = output->ptr;
-    void *args[TSR_MAX_REGION_INPUTS + 1];
+    void *args[TSR_MAX_REGION_INPUTS + 4];
     CUtensorMap maps[3];
     CUdeviceptr operands[3];
     tsr_gemm_params params;
@@ -1028,11 +1085,13 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
             args[i] = maps_used ? (void *)&maps[i] : (void *)&operands[i];
         args[3] = tier3_params;
     } else {
-        if (n_inputs + 1 != k->desc.n_params)
+        if (n_inputs + 1 + k->n_dims != k->desc.n_params)
             return tsr_error_set(err, TSR_INTERNAL, "cuda backend: %d buffers for %d parameters",
                                  n_inputs + 1, k->desc.n_params);
         for (int i = 0; i <= n_inputs; i++)
             args[i] = &ptrs[i];
+        for (int i = 0; i < k->n_dims; i++)
+            args[n_inputs + 1 + i] = &k->dims[i];
     }
     /* While capturing, timing events would become graph nodes: graph_launch
      * records them around the whole replay instead. */

@@ -516,6 +516,69 @@ static bool kernels_attn_applies(const tsr_candidate *c, const tsr_region *r, co
     return true;
 }
 
+/* ---- variants: what one binary serves ---- */
+
+static bool kernels_rows_kind(const tsr_region *r)
+{
+    return r->kind == TSR_KIND_MATMUL || r->kind == TSR_KIND_FUSED || r->kind == TSR_KIND_GATED;
+}
+
+/* The reference reads every dimension at run time; pointwise stays per shape
+ * (its broadcast pattern is the shape). */
+static void kernels_reference_variant(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                                      tsr_variant *out)
+{
+    (void)c, (void)arch;
+    memset(out, 0, sizeof *out);
+    if (kernels_rows_kind(r))
+        out->free_dims = TSR_VARIANT_ROWS;
+    else if (r->kind == TSR_KIND_ATTENTION)
+        out->free_dims = TSR_VARIANT_BATCH | TSR_VARIANT_SEQ_Q | TSR_VARIANT_SEQ_K;
+}
+
+/* Tier-1 matmul, fused and gated kernels take M as a parameter, attention
+ * kernels batch, seq_q and seq_k (their tiles and code do not depend on
+ * them); pointwise kernels are built per shape. */
+static void kernels_tier1_variant(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                                  tsr_variant *out)
+{
+    (void)c, (void)arch;
+    memset(out, 0, sizeof *out);
+    if (kernels_rows_kind(r))
+        out->free_dims = TSR_VARIANT_ROWS;
+    else if (r->kind == TSR_KIND_ATTENTION)
+        out->free_dims = TSR_VARIANT_BATCH | TSR_VARIANT_SEQ_Q | TSR_VARIANT_SEQ_K;
+}
+
+/* The tier-3 GEMMs read M, N and K from their parameter block and tensor
+ * maps; the entry (its tile configuration, narrow for at most
+ * TSR_GEMM_NARROW_M rows) depends on M, so it is the variant's class. */
+static void kernels_gemm_variant(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                                 tsr_variant *out)
+{
+    (void)arch;
+    memset(out, 0, sizeof *out);
+    tsrd_gemm_plan plan;
+    if (tsrd_gemm_plan_for(c, r, &plan, NULL) != TSR_OK)
+        return;
+    out->free_dims = TSR_VARIANT_ROWS;
+    snprintf(out->cls, sizeof out->cls, "%s", plan.entry);
+}
+
+/* The attention kernel reads batch and both lengths from its parameters and
+ * tensor maps; its entry (dtypes, head dim) is the class. */
+static void kernels_attn_variant(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                                 tsr_variant *out)
+{
+    (void)c, (void)arch;
+    memset(out, 0, sizeof *out);
+    tsrd_attn_plan plan;
+    if (tsrd_attn_plan_make(r, &plan, NULL) != TSR_OK)
+        return;
+    out->free_dims = TSR_VARIANT_BATCH | TSR_VARIANT_SEQ_Q | TSR_VARIANT_SEQ_K;
+    snprintf(out->cls, sizeof out->cls, "%s", plan.entry);
+}
+
 #define KERNELS_ALL_KINDS ((1u << TSR_KIND_COUNT) - 1)
 #define KERNELS_GEMM_KINDS (1u << TSR_KIND_MATMUL | 1u << TSR_KIND_FUSED)
 #define KERNELS_GATED_KINDS (1u << TSR_KIND_GATED)
@@ -537,26 +600,30 @@ typedef struct kernels_candidate_row {
      * rows (and 256 or 2 x 128 columns), mma80's 128 x 128, 64 columns
      * of both products for its gated kernels, and attention's 128 query rows. */
     int tile;
+    /* The kernel variant (arbiter.h); NULL: built per shape. */
+    void (*variant)(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                    tsr_variant *out);
 } kernels_candidate_row;
 
 /* In registration order, which breaks tier ties: the mma80 pair follows the
  * wgmma pair so that Hopper picks the latter. Name and version enter every
  * kernel cache key. */
 static const kernels_candidate_row kernels_candidates[] = {
-    {TSRD_CUDA_REFERENCE, 0, TSRD_CUDA_REFERENCE_VERSION, KERNELS_ALL_KINDS, NULL, false, 0},
+    {TSRD_CUDA_REFERENCE, 0, TSRD_CUDA_REFERENCE_VERSION, KERNELS_ALL_KINDS, NULL, false, 0,
+     kernels_reference_variant},
     {TSRD_CUDA_TIER1, 1, TSRD_CUDA_TIER1_VERSION, KERNELS_ALL_KINDS, kernels_tier1_applies, false,
-     64},
+     64, kernels_tier1_variant},
     {TSRD_CUDA_GEMM, 3, TSRD_CUDA_TIER3_VERSION, KERNELS_GEMM_KINDS, kernels_tier3_applies, false,
-     128},
+     128, kernels_gemm_variant},
     {TSRD_CUDA_SWIGLU, 3, TSRD_CUDA_TIER3_VERSION, KERNELS_GATED_KINDS, kernels_tier3_applies,
-     false, 128},
+     false, 128, kernels_gemm_variant},
     {TSRD_CUDA_GEMM80, 3, TSRD_CUDA_MMA80_VERSION, KERNELS_GEMM_KINDS, kernels_mma80_applies, false,
-     128},
+     128, kernels_gemm_variant},
     {TSRD_CUDA_SWIGLU80, 3, TSRD_CUDA_MMA80_VERSION, KERNELS_GATED_KINDS, kernels_mma80_applies,
-     false, 64},
+     false, 64, kernels_gemm_variant},
     {TSRD_CUDA_ATTN, 3, TSRD_CUDA_ATTN_VERSION, KERNELS_ATTENTION_KINDS, kernels_attn_applies,
-     false, TSR_ATTN_BM},
-    {TSRD_CUDA_TEST_FAULT, 1, TSRD_CUDA_TEST_FAULT_VERSION, KERNELS_ALL_KINDS, NULL, true, 0},
+     false, TSR_ATTN_BM, kernels_attn_variant},
+    {TSRD_CUDA_TEST_FAULT, 1, TSRD_CUDA_TEST_FAULT_VERSION, KERNELS_ALL_KINDS, NULL, true, 0, NULL},
 };
 #define KERNELS_N_CANDIDATES (sizeof kernels_candidates / sizeof kernels_candidates[0])
 
@@ -570,6 +637,7 @@ static void kernels_candidate_fill(const kernels_candidate_row *row, tsr_candida
     out->applies = row->applies;
     out->forced_only = row->test_only;
     out->tile = row->tile;
+    out->variant = row->variant;
 }
 
 static const kernels_candidate_row *kernels_candidate_find(const char *name)
@@ -638,12 +706,14 @@ tsr_status tsrd_cuda_register_candidates(tsr_arbiter *arbiter, tsr_error *err)
 /* ---- compile ---- */
 
 static tsr_status kernels_compile_tier1(const tsrd_nvrtc *nv, int sm_count, const tsr_region *r,
-                                        const tsr_fingerprint *fp, const char *arch, uint8_t **bin,
-                                        size_t *len, tsr_error *err)
+                                        const tsr_variant *variant, const tsr_fingerprint *fp,
+                                        const char *arch, uint8_t **bin, size_t *len,
+                                        tsr_error *err)
 {
     if (nv == NULL)
         return tsr_error_set(err, TSR_UNSUPPORTED, "tier1: NVRTC is not available");
-    tsr_codegen_target target = {.arch = arch, .sm_count = sm_count};
+    tsr_codegen_target target = {
+        .arch = arch, .sm_count = sm_count, .free_dims = variant->free_dims};
     tsr_codegen_kernel kernel;
     tsr_status st = tsr_codegen_emit(r, &target, &kernel, err);
     if (st != TSR_OK)
@@ -746,13 +816,24 @@ static tsr_status kernels_embedded_blob(const char *entry, const uint32_t grid[3
     return tsrd_cuda_blob_encode(&desc, NULL, 0, bin, len, err);
 }
 
+tsr_status tsrd_cuda_variant(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                             tsr_variant *v, tsr_fingerprint *fp, tsr_error *err)
+{
+    /* The table's callback, which c (perhaps a caller's copy) need not carry. */
+    const kernels_candidate_row *row = kernels_candidate_find(c->name);
+    tsr_candidate own = *c;
+    own.variant = row != NULL ? row->variant : NULL;
+    return tsr_candidate_variant(&own, r, arch, v, fp, err);
+}
+
 tsr_status tsrd_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_region *r,
                              const tsr_candidate *c, const char *arch, uint8_t **bin, size_t *len,
                              tsr_error *err)
 {
     char why[160] = "";
     tsr_fingerprint fp;
-    tsr_status st = tsr_region_fingerprint(r, &fp, err);
+    tsr_variant variant;
+    tsr_status st = tsrd_cuda_variant(c, r, arch, &variant, &fp, err);
     if (st != TSR_OK)
         return st;
     if (strcmp(c->name, TSRD_CUDA_TEST_FAULT) == 0)
@@ -762,7 +843,7 @@ tsr_status tsrd_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_regio
     if (strcmp(c->name, TSRD_CUDA_TIER1) == 0) {
         if (!kernels_tier1_applies(c, r, arch, why, sizeof why))
             return tsr_error_set(err, TSR_UNSUPPORTED, "tier1: %s", why);
-        return kernels_compile_tier1(nv, sm_count, r, &fp, arch, bin, len, err);
+        return kernels_compile_tier1(nv, sm_count, r, &variant, &fp, arch, bin, len, err);
     }
     if (!tsrd_cuda_candidate_is_tier3(c) && !tsrd_cuda_candidate_is_attention(c))
         return tsr_error_set(err, TSR_UNSUPPORTED, "cuda backend: no candidate '%s'", c->name);

@@ -46,7 +46,7 @@
 /* Version of the CUDA backend's binaries: the blob format and the tier-3 launch
  * contract. Enters every kernel key the backend compiles (with the codegen
  * version folded in, see TSRD_CUDA_CODEGEN_VERSION). */
-#define TSRD_CUDA_BLOB_VERSION 2
+#define TSRD_CUDA_BLOB_VERSION 3
 #define TSRD_CUDA_CODEGEN_VERSION (TSR_CODEGEN_VERSION * 100 + TSRD_CUDA_BLOB_VERSION)
 #define TSRD_CUDA_BLOB_HEADER 160
 
@@ -108,8 +108,11 @@ typedef struct tsrd_cuda_launch_desc {
     uint32_t block[3];
     uint32_t shared_bytes; /* dynamic shared memory per block */
     int32_t n_params;      /* kernel parameters */
-    /* The fingerprint of the region the kernel was made for: its geometry and
-     * code hold for that region only, so a load for another refuses it. */
+    /* The fingerprint of the kernel variant it was made for
+     * (tsrd_cuda_variant; the region's own fingerprint for a kernel built per
+     * shape): its code holds for that variant only, so a load for a region of
+     * another variant refuses it. A variant's grid is the one of the shape it
+     * was built at; a load for another shape of it computes its own. */
     tsr_fingerprint region;
 } tsrd_cuda_launch_desc;
 
@@ -147,6 +150,11 @@ void tsrd_cuda_candidate_test_fault(tsr_candidate *out);
 int tsrd_cuda_candidate_is_tier3(const tsr_candidate *c);
 /* True for attention_wgmma. */
 int tsrd_cuda_candidate_is_attention(const tsr_candidate *c);
+
+/* The variant of candidate c (one of this backend's, by name) that serves r
+ * on arch, and its fingerprint: what a blob is made for and keyed by. */
+tsr_status tsrd_cuda_variant(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                             tsr_variant *v, tsr_fingerprint *fp, tsr_error *err);
 
 /* Builds candidate c for r on arch. tier1: code generation for {arch, sm_count}
  * and NVRTC (nv required); tier-3: a blob naming the embedded entry (nv may be

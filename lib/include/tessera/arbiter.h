@@ -26,7 +26,11 @@
  *
  * Tier-0 candidates are the reference itself and are never verified against
  * it. Verdicts are cached per (candidate name, version, region fingerprint,
- * arch), so a candidate is verified once per region and device kind.
+ * arch), so a candidate is verified once per region and device kind. A
+ * candidate whose kernel takes dimensions at run time (its variant callback)
+ * is verified completely once per variant; a new shape of a variant that
+ * passed gets only its sampled check (verify_shape_fn), and any failure
+ * withdraws the variant's pass.
  *
  * The arbiter holds no device state: verification and timing are callbacks the
  * backend supplies.
@@ -72,7 +76,19 @@ struct tsr_candidate {
     /* Considered only when forced by name (a test candidate that must never
      * be chosen on its own); declines every other selection. */
     bool forced_only;
+    /* The kernel variant that serves r on arch (fingerprint.h): the
+     * dimensions its binary takes at run time and a class for whatever else
+     * of the shape its code depends on. One binary, and one complete
+     * verification, serve every shape of a variant. NULL: every dimension is
+     * baked in (the variant is the region). Pure function of its arguments. */
+    void (*variant)(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                    tsr_variant *out);
 };
+
+/* c's variant for r on arch (*v, may be NULL) and its fingerprint: the key
+ * its binary is cached under and its verdicts are shared by. */
+tsr_status tsr_candidate_variant(const tsr_candidate *c, const tsr_region *r, const char *arch,
+                                 tsr_variant *v, tsr_fingerprint *out, tsr_error *err);
 
 typedef struct tsr_arbiter tsr_arbiter;
 
@@ -122,7 +138,12 @@ typedef struct tsr_select_request {
      * allow_reference (a device backend's reference launch past the work
      * bound); it is that candidate's reason in the error. */
     const char *reference_refused;
-    tsr_arbiter_verify_fn verify_fn;   /* NULL: candidates are taken as verified */
+    tsr_arbiter_verify_fn verify_fn; /* NULL: candidates are taken as verified */
+    /* The check of a new shape of a variant that passed a complete
+     * verification at another shape (docs/arbiter.md, "Variants"): the
+     * sampled check at the region's own shape. NULL: every shape gets
+     * verify_fn. */
+    tsr_arbiter_verify_fn verify_shape_fn;
     tsr_arbiter_measure_fn measure_fn; /* needed for TSR_POLICY_MEASURE */
     void *ctx;                         /* passed to both callbacks */
 } tsr_select_request;

@@ -3,13 +3,17 @@
  *
  * tsr_codegen_emit turns one validated region into one complete CUDA C
  * translation unit holding one kernel, plus the description a launcher needs.
- * Each region is compiled for its exact shape: every dimension, stride and
- * attribute is baked into the source as a constant, so the kernel takes nothing
- * but tensor pointers.
+ * Every dimension, stride and attribute is baked into the source as a
+ * constant, except the dimensions the target leaves free
+ * (tsr_codegen_target.free_dims): those the kernel takes as parameters, so
+ * that one binary serves every value of them (a kernel variant,
+ * fingerprint.h). Matmul, fused and gated kernels can leave M free;
+ * attention kernels batch, seq_q and seq_k (the three together).
  *
  * Parameter convention (every kind): the kernel's parameters are device
  * pointers (8 bytes each, CUdeviceptr), first the inputs in tsr_region_signature
- * order, then the output; nothing else. Tensors are dense row-major in the
+ * order, then the output; then one 64-bit signed integer (long long) per free
+ * dimension, in TSR_VARIANT_* bit order (launch.n_dims of them). Tensors are dense row-major in the
  * signature's dtypes. Every pointer must be aligned to its element size; the
  * pointwise kernel checks at run time whether all of them are 16-byte aligned
  * and takes its vectorized path only then.
@@ -33,6 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tessera/fingerprint.h"
 #include "tessera/region.h"
 #include "tessera/status.h"
 
@@ -40,7 +45,7 @@
 extern "C" {
 #endif
 
-#define TSR_CODEGEN_VERSION 2
+#define TSR_CODEGEN_VERSION 3
 
 /* Default multiprocessor count (H100 SXM / H200) when the target gives none. */
 #define TSR_CODEGEN_DEFAULT_SM_COUNT 132
@@ -48,6 +53,10 @@ extern "C" {
 typedef struct tsr_codegen_target {
     const char *arch; /* "sm_90a", "sm_80", ...; NULL means "sm_90a" */
     int sm_count;     /* multiprocessors of the device; 0 means the default */
+    /* TSR_VARIANT_* dimensions taken at run time; 0 bakes every one in.
+     * TSR_VARIANT_ROWS for matmul, fused and gated regions; BATCH | SEQ_Q |
+     * SEQ_K for attention; nothing for pointwise. */
+    unsigned free_dims;
 } tsr_codegen_target;
 
 /* How to launch the emitted kernel. */
@@ -60,7 +69,8 @@ typedef struct tsr_codegen_launch {
      * to this value (the attention kernel needs it for large head dims). */
     uint32_t shared_bytes;
     int n_inputs; /* pointer parameters before the output */
-    int n_params; /* n_inputs + 1 */
+    int n_dims;   /* 64-bit dimension parameters after the output */
+    int n_params; /* n_inputs + 1 + n_dims */
 } tsr_codegen_launch;
 
 typedef struct tsr_codegen_kernel {
@@ -78,6 +88,12 @@ typedef struct tsr_codegen_kernel {
  * failure. */
 tsr_status tsr_codegen_emit(const tsr_region *r, const tsr_codegen_target *target,
                             tsr_codegen_kernel *out, tsr_error *err);
+
+/* The launch description tsr_codegen_emit would give for r on target,
+ * without the source: for a kernel built for another shape of r's variant,
+ * the grid of r's own shape. Same errors as tsr_codegen_emit. */
+tsr_status tsr_codegen_launch_of(const tsr_region *r, const tsr_codegen_target *target,
+                                 tsr_codegen_launch *out, tsr_error *err);
 
 /* Frees the source and zeroes *k. Safe on a zeroed kernel and safe to repeat. */
 void tsr_codegen_kernel_free(tsr_codegen_kernel *k);

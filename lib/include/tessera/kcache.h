@@ -1,7 +1,8 @@
 /*
  * tessera/kcache.h — the compiled-kernel cache (docs/cache.md).
  *
- * Maps a kernel key (tsr_kernel_key: region fingerprint + candidate + arch +
+ * Maps a kernel key (tsr_kernel_key: the kernel variant's fingerprint, which
+ * is the region's for a kernel built per shape, + candidate + arch +
  * compiler/driver versions + options + codegen version) to an immutable binary
  * blob (a cubin for the CUDA backend, a prepared plan for the CPU backend).
  *

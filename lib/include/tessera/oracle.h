@@ -60,6 +60,10 @@ typedef struct tsr_verdict {
     tsr_verify_method method;
     uint64_t sampled_elements; /* sampled: outputs compared at the real shape (of elements) */
     int small_probes;          /* sampled: probes run in full at the small shape (part of probes) */
+    /* The check of a new shape of a variant verified completely at another
+     * shape: sampled at this shape, the small-shape and special-value probes
+     * reused (docs/arbiter.md, "Variants"). */
+    bool variant_reused;
 } tsr_verdict;
 
 /* Compares count elements of got with want, both dense in dtype. bound <= 0

@@ -499,8 +499,7 @@ Test(dispatch, stats_count_requests_and_render_prometheus)
  * session that the daemon receives right behind it waits for it (parked), so
  * a read sent after a large write sees what the write wrote. Without parking
  * the read would decode at once and reach the session's stream first. */
-Test(dispatch, a_small_read_behind_a_large_write_waits_for_its_decode, .init = setup,
-     .fini = teardown)
+Test(dispatch, a_small_read_behind_a_large_write_waits_for_its_decode)
 {
     enum { N = 1 << 18 }; /* 1 MiB of f32 */
     uint64_t buffer = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 1, N);

@@ -132,17 +132,6 @@ __device__ __forceinline__ void warpgroup_sync(int id)
     asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
 
-/* Named barrier id across both consumer warpgroups: one waits, the other
- * arrives. */
-__device__ __forceinline__ void consumers_wait(int id)
-{
-    asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory");
-}
-__device__ __forceinline__ void consumers_arrive(int id)
-{
-    asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory");
-}
-
 /* ---- wgmma ---- */
 
 /* Pins accumulator registers at this point of the program, so that no copy of

@@ -8,8 +8,11 @@
  * poisons the output with NaN, runs the kernel, and compares with a simple f32
  * reference kernel on the same device by ||out - ref|| / ||ref|| (bf16 inputs
  * are exact in f32, so the only differences are accumulation order and the
- * output rounding). Timing: events around 30 launches after 5 warm-ups, median
- * of 5 such batches, TFLOP/s = 2*M*N*K / time (gated: 4*M*H*K).
+ * output rounding). Every output must be finite exactly where the reference's
+ * is: the NaN cases put one NaN into A and one into B, which must reach one
+ * whole row and one whole column of the output and nothing else. Timing:
+ * events around 30 launches after 5 warm-ups, median of 5 such batches,
+ * TFLOP/s = 2*M*N*K / time (gated: 4*M*H*K).
  */
 #include <cuda.h>
 
@@ -18,26 +21,69 @@
 #include "gemm_check_common.cuh"
 #include "gemm_params.h"
 
-/* The kernels' source is part of this program, so that it can also build a
- * variant that prefetches the epilogue's inputs at the tile's start (the old
- * placement) and time both. */
+/* The kernels' source is part of this program, so that it can also build
+ * variants of the design and time them in the same run. */
 #include "gemm_sm90.cu"
 
+/* Ping-pong with 128 x 128 tiles per consumer (two wgmma.m64n128k16 per K
+ * step, A in 128-row boxes), timed beside the 64 x 256 entry points: six
+ * stages of A (16 KiB) + B (16 KiB). */
+#define CHECK_SQUARE_SMEM (6 * (16384 + 16384) + TSR_GEMM_SCRATCH_BYTES + 1024 + 256)
 extern "C" __global__ void __launch_bounds__(TSR_GEMM_THREADS, 1)
-    check_prefetch_at_start(const __grid_constant__ CUtensorMap map_a,
-                            const __grid_constant__ CUtensorMap map_b,
-                            const __grid_constant__ CUtensorMap map_b2,
-                            const __grid_constant__ tsr_gemm_params p)
+    check_pingpong_square(const __grid_constant__ CUtensorMap map_a,
+                          const __grid_constant__ CUtensorMap map_b,
+                          const __grid_constant__ CUtensorMap map_b2,
+                          const __grid_constant__ tsr_gemm_params p)
 {
-    gemm_body<__nv_bfloat16, __nv_bfloat16, false, 1 << 30>(&map_a, &map_b, &map_b2, p);
+    gemm_pingpong_body<__nv_bfloat16, __nv_bfloat16, 128, 128, 6>(&map_a, &map_b, p);
 }
 
 typedef void (*gemm_fn)(CUtensorMap, CUtensorMap, CUtensorMap, tsr_gemm_params);
 
-/* Reference: one thread per output, f32 accumulation, same epilogue. */
+/* The epilogue chains the cases use, as tsr_op numbers (bias 25, relu 16,
+ * sigmoid 17, tanh 18, silu 19, gelu 22), and whether the residual follows. */
+struct epilogue {
+    int n_ops;
+    int ops[4];
+    int residual;
+};
+static const epilogue kEpilogues[] = {
+    {0, {0}, 0},          /* 0: none */
+    {2, {25, 22}, 1},     /* 1: bias + gelu + residual */
+    {2, {25, 22}, 0},     /* 2: bias + gelu */
+    {0, {0}, 1},          /* 3: residual */
+    {2, {25, 16}, 0},     /* 4: bias + relu */
+    {2, {25, 17}, 0},     /* 5: bias + sigmoid */
+    {3, {25, 19, 18}, 1}, /* 6: bias + silu + tanh + residual */
+    {3, {16, 25, 17}, 1}, /* 7: relu + bias + sigmoid + residual */
+};
+
+/* The reference's activations, written from the op definitions. */
+__device__ float ref_act(int op, float x)
+{
+    switch (op) {
+    case 16:
+        return isnan(x) ? x : (x > 0.0f ? x : 0.0f);
+    case 17:
+        return 1.0f / (1.0f + expf(-x));
+    case 18:
+        return tanhf(x);
+    case 19:
+        return x / (1.0f + expf(-x));
+    case 22: {
+        float t = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+        t = fminf(fmaxf(t, -30.0f), 30.0f);
+        return 0.5f * x * (1.0f + tanhf(t));
+    }
+    default:
+        return x;
+    }
+}
+
+/* Reference: one thread per output, f32 accumulation, the same epilogue. */
 template <typename T>
 __global__ void ref_gemm(const T *a, const T *b, const T *b2, const T *bias, const T *res,
-                         float *out, int m, int n, int k, int epi, int gated)
+                         float *out, int m, int n, int k, epilogue epi, int gated)
 {
     int col = blockIdx.x * blockDim.x + threadIdx.x;
     int row = blockIdx.y;
@@ -46,15 +92,11 @@ __global__ void ref_gemm(const T *a, const T *b, const T *b2, const T *bias, con
     float acc, acc2;
     ref_products(a, b, b2, row, col, n, k, gated, acc, acc2);
     if (gated) {
-        acc = acc / (1.0f + expf(-acc)) * acc2; /* silu */
+        acc = ref_act(19, acc) * acc2; /* silu */
     } else {
-        if (epi == 1 || epi == 2) {
-            acc += (float)bias[col];
-            float t = 0.7978845608028654f * (acc + 0.044715f * acc * acc * acc);
-            t = fminf(fmaxf(t, -30.0f), 30.0f);
-            acc = 0.5f * acc * (1.0f + tanhf(t));
-        }
-        if (epi == 1 || epi == 3)
+        for (int o = 0; o < epi.n_ops; o++)
+            acc = epi.ops[o] == 25 ? acc + (float)bias[col] : ref_act(epi.ops[o], acc);
+        if (epi.residual)
             acc += (float)res[(size_t)row * n + col];
     }
     out[(size_t)row * n + col] = acc;
@@ -79,9 +121,11 @@ struct gemm_case {
     const char *name;
     int m, n, k;
     int out_kind; /* 0 f32, 1 bf16, 2 f16-in-f16-out */
-    int epi;      /* 1 bias + gelu + residual, 2 bias + gelu, 3 residual (timing only) */
+    int epi;      /* index into kEpilogues */
     int gated;
     int timed;
+    int grid; /* 0: the daemon's grid; else this many CTAs walk the tiles */
+    int nan;  /* one NaN in A (row m - 2) and one in B (column n - 3) */
 };
 
 template <typename T>
@@ -98,8 +142,15 @@ static void fill_all(const gemm_case &c, const check_buffers &d, size_t na, size
 template <typename T> static void run_ref(const gemm_case &c, const check_buffers &d)
 {
     ref_gemm<<<dim3((c.n + 255) / 256, c.m), 256>>>((T *)d.a, (T *)d.b, (T *)d.b2, (T *)d.bias,
-                                                    (T *)d.res, d.ref, c.m, c.n, c.k, c.epi,
-                                                    c.gated);
+                                                    (T *)d.res, d.ref, c.m, c.n, c.k,
+                                                    kEpilogues[c.epi], c.gated);
+}
+
+/* Writes one NaN of the 16-bit input dtype at element i of p. */
+static void put_nan(void *p, size_t i, bool f16)
+{
+    const unsigned short bits = f16 ? 0x7E00 : 0x7FC0;
+    CHECK_RT(cudaMemcpy(static_cast<unsigned short *>(p) + i, &bits, 2, cudaMemcpyHostToDevice));
 }
 
 static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quiet)
@@ -114,9 +165,16 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
         fill_all<__half>(c, d, na, nb, nc, seed);
     else
         fill_all<__nv_bfloat16>(c, d, na, nb, nc, seed);
+    if (c.nan) {
+        put_nan(d.a, (size_t)(c.m - 2) * c.k + c.k / 3, f16);
+        put_nan(d.b, (size_t)(c.k / 2) * c.n + (c.n - 3), f16);
+    }
     CHECK_RT(cudaMemset(d.out, 0xFF, nc * 4)); /* NaN poison */
 
-    CUtensorMap ma = make_map(d.a, dt, c.m, c.k, 64, 128);
+    /* A in 128-row boxes (cooperative, gated, narrow) and in 64-row ones
+     * (ping-pong). */
+    CUtensorMap ma128 = make_map(d.a, dt, c.m, c.k, 64, 128);
+    CUtensorMap ma64 = make_map(d.a, dt, c.m, c.k, 64, TSR_GEMM_BM_PINGPONG);
     CUtensorMap mb = make_map(d.b, dt, c.k, c.n, 64, 64);
     CUtensorMap mb2 = make_map(d.b2, dt, c.k, c.n, 64, 64);
     tsr_gemm_params p;
@@ -128,34 +186,49 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
     p.b_lbo = lbo;
     p.b_sbo = sbo;
     p.gate_act = 19; /* silu */
-    if (c.epi == 1 || c.epi == 2) {
-        p.n_ops = 2;
-        p.ops[0] = 25; /* bias */
-        p.ops[1] = 22; /* gelu */
-        p.bias = d.bias;
+    const epilogue &epi = kEpilogues[c.epi];
+    p.n_ops = epi.n_ops;
+    for (int o = 0; o < epi.n_ops; o++) {
+        p.ops[o] = epi.ops[o];
+        if (epi.ops[o] == 25)
+            p.bias = d.bias;
     }
-    if (c.epi == 1 || c.epi == 3)
+    if (epi.residual)
         p.residual = d.res;
-    /* At most TSR_GEMM_NARROW_M rows: the narrow kernels, as the daemon plans. */
+    /* As the daemon plans: at most TSR_GEMM_NARROW_M rows, the narrow kernels;
+     * else with an epilogue the ping-pong ones, without one the cooperative. */
     const bool narrow = !c.gated && c.m <= TSR_GEMM_NARROW_M;
+    const bool pp = !c.gated && !narrow && c.epi != 0;
     gemm_fn fn =
         c.gated ? tsr_gemm_bf16_bf16_gated
         : narrow
             ? (c.out_kind == 0 ? tsr_gemm_bf16_f32_n64
                                : (c.out_kind == 1 ? tsr_gemm_bf16_bf16_n64 : tsr_gemm_f16_f16_n64))
-            : (c.out_kind == 0 ? tsr_gemm_bf16_f32
-                               : (c.out_kind == 1 ? tsr_gemm_bf16_bf16 : tsr_gemm_f16_f16));
-    const int smem = narrow ? TSR_GEMM_SMEM_BYTES_NARROW : TSR_GEMM_SMEM_BYTES;
+        : pp ? (c.out_kind == 0 ? tsr_gemm_bf16_f32_pp
+                                : (c.out_kind == 1 ? tsr_gemm_bf16_bf16_pp : tsr_gemm_f16_f16_pp))
+             : (c.out_kind == 0 ? tsr_gemm_bf16_f32
+                                : (c.out_kind == 1 ? tsr_gemm_bf16_bf16 : tsr_gemm_f16_f16));
+    const int smem = narrow ? TSR_GEMM_SMEM_BYTES_NARROW
+                     : pp   ? TSR_GEMM_SMEM_BYTES_PINGPONG
+                            : TSR_GEMM_SMEM_BYTES;
     CHECK_RT(
         cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    int bn = c.gated ? TSR_GEMM_BN_GATED : (narrow ? TSR_GEMM_BN_NARROW : TSR_GEMM_BN);
-    int tiles = ((c.m + TSR_GEMM_BM - 1) / TSR_GEMM_BM) * ((c.n + bn - 1) / bn);
+    int bn = c.gated  ? TSR_GEMM_BN_GATED
+             : narrow ? TSR_GEMM_BN_NARROW
+             : pp     ? TSR_GEMM_BN_PINGPONG
+                      : TSR_GEMM_BN;
+    const int bm = pp ? TSR_GEMM_BM_PINGPONG : TSR_GEMM_BM;
+    const CUtensorMap ma = pp ? ma64 : ma128;
+    int tiles = ((c.m + bm - 1) / bm) * ((c.n + bn - 1) / bn);
     int sms = 0;
     CHECK_RT(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     /* Persistent kernels: one CTA per multiprocessor walks the tiles. Small
-     * cases also run with one CTA per tile to check both walks. */
+     * cases also run with one CTA per tile, or with a few CTAs that each walk
+     * many tiles (both ping-pong consumers, the ring across tiles). */
     if (!c.timed && (c.m & 1))
         sms = tiles;
+    if (c.grid > 0)
+        sms = c.grid;
     tiles = std::min(tiles, sms);
     fn<<<tiles, TSR_GEMM_THREADS, smem>>>(ma, mb, mb2, p);
     CHECK_RT(cudaGetLastError());
@@ -169,7 +242,9 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
     check_widen_output(d, c.out_kind, nc);
     CHECK_RT(cudaDeviceSynchronize());
     const check_result r = check_compare(d, nc);
-    const bool pass = r.bad == 0 && r.rel < 1e-2;
+    /* With the two NaNs: exactly row m - 2 and column n - 3 are NaN. */
+    const size_t nonfinite = c.nan ? (size_t)c.m + c.n - 1 : 0;
+    bool pass = r.mismatch == 0 && r.bad == nonfinite && r.rel < 1e-2;
 
     double tflops = 0;
     if (c.timed) {
@@ -177,22 +252,48 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
         tflops = check_tflops(c.gated, c.m, c.n, c.k, ms);
         if (!quiet)
             printf("  time %.3f ms\n", ms);
-        if (!c.gated && !narrow && c.epi != 0 && c.out_kind == 1 && !quiet) {
-            CHECK_RT(cudaFuncSetAttribute((const void *)check_prefetch_at_start,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          TSR_GEMM_SMEM_BYTES));
-            double alt = check_time_ms([&] {
-                check_prefetch_at_start<<<tiles, TSR_GEMM_THREADS, TSR_GEMM_SMEM_BYTES>>>(ma, mb,
-                                                                                          mb2, p);
-            });
-            printf("  prefetch at the tile's start: %.3f ms, %.1f TFLOP/s\n", alt,
-                   check_tflops(c.gated, c.m, c.n, c.k, alt));
+        if (!c.gated && !narrow && c.out_kind == 1 && !quiet) {
+            /* The other designs of the same product, timed beside it, each
+             * checked first: cooperative 128 x 256, ping-pong 64 x 256 (the
+             * _pp entry points) and ping-pong 128 x 128. */
+            struct variant {
+                const char *name;
+                gemm_fn fn;
+                int smem, bm, bn;
+                const CUtensorMap *map_a;
+            } const variants[] = {
+                {"cooperative 128 x 256", tsr_gemm_bf16_bf16, TSR_GEMM_SMEM_BYTES, TSR_GEMM_BM,
+                 TSR_GEMM_BN, &ma128},
+                {"ping-pong 64 x 256", tsr_gemm_bf16_bf16_pp, TSR_GEMM_SMEM_BYTES_PINGPONG,
+                 TSR_GEMM_BM_PINGPONG, TSR_GEMM_BN_PINGPONG, &ma64},
+                {"ping-pong 128 x 128", check_pingpong_square, CHECK_SQUARE_SMEM, 128, 128, &ma128},
+            };
+            for (const variant &v : variants) {
+                if (v.fn == fn)
+                    continue;
+                CHECK_RT(cudaFuncSetAttribute((const void *)v.fn,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, v.smem));
+                const int grid =
+                    std::min(((c.m + v.bm - 1) / v.bm) * ((c.n + v.bn - 1) / v.bn), sms);
+                CHECK_RT(cudaMemset(d.out, 0xFF, nc * 4));
+                v.fn<<<grid, TSR_GEMM_THREADS, v.smem>>>(*v.map_a, mb, mb2, p);
+                CHECK_RT(cudaGetLastError());
+                check_widen_output(d, c.out_kind, nc);
+                CHECK_RT(cudaDeviceSynchronize());
+                const check_result rv = check_compare(d, nc);
+                const double alt = check_time_ms(
+                    [&] { v.fn<<<grid, TSR_GEMM_THREADS, v.smem>>>(*v.map_a, mb, mb2, p); });
+                printf("  %s: %.3f ms, %.1f TFLOP/s (rel %.3e, mismatch %zu)\n", v.name, alt,
+                       check_tflops(c.gated, c.m, c.n, c.k, alt), rv.rel, rv.mismatch);
+                if (rv.mismatch != 0 || rv.rel > 1e-2)
+                    pass = false;
+            }
         }
     }
     if (!quiet)
         printf("%-28s m %5d n %5d k %5d  lbo %5u sbo %5u  rel %.3e  nonfinite %zu (first %zd)  "
-               "%s  %.1f TFLOP/s\n",
-               c.name, c.m, c.n, c.k, lbo, sbo, r.rel, r.bad, (ssize_t)r.first_bad,
+               "mismatch %zu  %s  %.1f TFLOP/s\n",
+               c.name, c.m, c.n, c.k, lbo, sbo, r.rel, r.bad, (ssize_t)r.first_bad, r.mismatch,
                pass ? "PASS" : "FAIL", tflops);
     check_free(d);
     return pass ? r.rel : -1.0;
@@ -208,7 +309,7 @@ int main(int argc, char **argv)
     const unsigned cand[][2] = {{8192, 1024}, {1024, 8192}};
     int found = 0;
     for (auto &cs : cand) {
-        gemm_case probe = {"probe", 256, 512, 128, 0, 0, 0, 0};
+        gemm_case probe = {"probe", 256, 512, 128, 0, 0, 0, 0, 0, 0};
         double r = run_case(probe, cs[0], cs[1], false);
         if (r >= 0 && !found) {
             lbo = cs[0];
@@ -221,25 +322,40 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("B descriptor: lbo %u sbo %u\n", lbo, sbo);
+    /* name, m, n, k, out (0 f32, 1 bf16, 2 f16), epilogue, gated, timed, grid, nan */
     const gemm_case cases[] = {
-        {"square_f32out", 512, 512, 512, 0, 0, 0, 0},
-        {"ragged_bf16out", 1000, 1000, 1000, 1, 0, 0, 0},
-        {"ragged_small", 77, 136, 40, 1, 0, 0, 0},
-        {"f16", 1000, 520, 264, 2, 0, 0, 0},
-        {"epilogue_bias_gelu_res", 1000, 776, 512, 1, 1, 0, 0},
-        {"gated_silu", 1000, 776, 512, 1, 0, 1, 0},
-        {"bf16_8192", 8192, 8192, 8192, 1, 0, 0, 1},
-        {"bf16_8192_f32out", 8192, 8192, 8192, 0, 0, 0, 1},
-        {"fused_bias_gelu_8192x14336x4096", 8192, 14336, 4096, 1, 1, 0, 1},
-        {"gated_8192x14336x4096", 8192, 14336, 4096, 1, 0, 1, 1},
-        {"bf16_4096", 4096, 4096, 4096, 1, 0, 0, 1},
-        {"plain_8192x14336x4096", 8192, 14336, 4096, 1, 0, 0, 1},
-        {"bias_gelu_only_8192x14336x4096", 8192, 14336, 4096, 1, 2, 0, 1},
-        {"residual_only_8192x14336x4096", 8192, 14336, 4096, 1, 3, 0, 1},
-        {"narrow_ragged_epilogue", 33, 1000, 520, 1, 1, 0, 0},
-        {"narrow_f32out", 64, 776, 264, 0, 0, 0, 0},
-        {"narrow_decode_m16_8192", 16, 8192, 8192, 1, 0, 0, 1},
-        {"narrow_decode_m64_8192", 64, 8192, 8192, 1, 0, 0, 1},
+        {"square_f32out", 512, 512, 512, 0, 0, 0, 0, 0, 0},
+        {"ragged_bf16out", 1000, 1000, 1000, 1, 0, 0, 0, 0, 0},
+        {"ragged_small", 77, 136, 40, 1, 0, 0, 0, 0, 0},
+        {"f16", 1000, 520, 264, 2, 0, 0, 0, 0, 0},
+        {"ragged_mnk_walk1", 1000, 776, 520, 1, 1, 0, 0, 1, 0},
+        {"ragged_mnk_walk3", 999, 1032, 200, 0, 6, 0, 0, 3, 0},
+        {"epilogue_bias_gelu_res", 1000, 776, 512, 1, 1, 0, 0, 0, 0},
+        {"epilogue_bias_relu_f32", 1000, 776, 512, 0, 4, 0, 0, 0, 0},
+        {"epilogue_bias_sigmoid_f32", 515, 392, 200, 0, 5, 0, 0, 0, 0},
+        {"epilogue_silu_tanh_res_f16", 515, 392, 200, 2, 6, 0, 0, 2, 0},
+        {"epilogue_relu_sigmoid_res", 300, 1032, 96, 1, 7, 0, 0, 0, 0},
+        {"epilogue_residual_only", 300, 1032, 96, 1, 3, 0, 0, 0, 0},
+        {"nan_plain_walk2", 999, 776, 264, 0, 0, 0, 0, 2, 1},
+        {"nan_bias_gelu_res", 1000, 520, 136, 1, 1, 0, 0, 0, 1},
+        {"nan_relu_f16", 515, 392, 200, 2, 4, 0, 0, 0, 1},
+        {"nan_gated", 333, 264, 136, 1, 0, 1, 0, 0, 1},
+        {"nan_narrow", 33, 1000, 520, 0, 1, 0, 0, 0, 1},
+        {"gated_silu", 1000, 776, 512, 1, 0, 1, 0, 0, 0},
+        {"bf16_8192", 8192, 8192, 8192, 1, 0, 0, 1, 0, 0},
+        {"bf16_8192_f32out", 8192, 8192, 8192, 0, 0, 0, 1, 0, 0},
+        {"fused_bias_gelu_8192x14336x4096", 8192, 14336, 4096, 1, 1, 0, 1, 0, 0},
+        {"gated_8192x14336x4096", 8192, 14336, 4096, 1, 0, 1, 1, 0, 0},
+        {"bf16_4096", 4096, 4096, 4096, 1, 0, 0, 1, 0, 0},
+        {"f16_4096", 4096, 4096, 4096, 2, 0, 0, 1, 0, 0},
+        {"bf16_3000x5000x4000", 3000, 5000, 4000, 1, 0, 0, 1, 0, 0},
+        {"plain_8192x14336x4096", 8192, 14336, 4096, 1, 0, 0, 1, 0, 0},
+        {"bias_gelu_only_8192x14336x4096", 8192, 14336, 4096, 1, 2, 0, 1, 0, 0},
+        {"residual_only_8192x14336x4096", 8192, 14336, 4096, 1, 3, 0, 1, 0, 0},
+        {"narrow_ragged_epilogue", 33, 1000, 520, 1, 1, 0, 0, 0, 0},
+        {"narrow_f32out", 64, 776, 264, 0, 0, 0, 0, 0, 0},
+        {"narrow_decode_m16_8192", 16, 8192, 8192, 1, 0, 0, 1, 0, 0},
+        {"narrow_decode_m64_8192", 64, 8192, 8192, 1, 0, 0, 1, 0, 0},
     };
     int failed = 0;
     int only = argc > 1 ? atoi(argv[1]) : -1;

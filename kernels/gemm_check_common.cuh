@@ -74,9 +74,10 @@ static void check_widen_output(const check_buffers &d, int out_kind, size_t nc)
 }
 
 struct check_result {
-    double rel;       /* ||out - ref|| / ||ref|| over the finite outputs */
+    double rel;       /* ||out - ref|| / ||ref|| where both are finite */
     size_t bad;       /* non-finite outputs */
     size_t first_bad; /* the first one's index, or (size_t)-1 */
+    size_t mismatch;  /* outputs finite where the reference is not, or the reverse */
 };
 
 /* Copies the widened output and the reference back (after the device is
@@ -87,15 +88,20 @@ static check_result check_compare(const check_buffers &d, size_t nc)
     CHECK_RT(cudaMemcpy(h_out.data(), d.outf, nc * 4, cudaMemcpyDeviceToHost));
     CHECK_RT(cudaMemcpy(h_ref.data(), d.ref, nc * 4, cudaMemcpyDeviceToHost));
     double num = 0, den = 0;
-    check_result r = {0, 0, (size_t)-1};
+    check_result r = {0, 0, (size_t)-1, 0};
     for (size_t i = 0; i < nc; i++) {
         double diff = (double)h_out[i] - h_ref[i];
-        if (!std::isfinite(h_out[i])) {
+        const bool out_finite = std::isfinite(h_out[i]), ref_finite = std::isfinite(h_ref[i]);
+        if (out_finite != ref_finite)
+            r.mismatch++;
+        if (!out_finite) {
             if (r.first_bad == (size_t)-1)
                 r.first_bad = i;
             r.bad++;
             continue;
         }
+        if (!ref_finite)
+            continue;
         num += diff * diff;
         den += (double)h_ref[i] * h_ref[i];
     }

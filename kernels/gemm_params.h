@@ -24,14 +24,31 @@
 
 /* Tile geometry, fixed at build time. */
 #define TSR_GEMM_BM 128
-#define TSR_GEMM_BN 256       /* plain kernels: one 256-wide B tile */
+#define TSR_GEMM_BN 256       /* plain kernels without an epilogue: cooperative */
 #define TSR_GEMM_BN_GATED 128 /* gated kernels: two 128-wide B tiles */
 #define TSR_GEMM_BK 64
 #define TSR_GEMM_STAGES 4
 #define TSR_GEMM_THREADS 384 /* one producer and two consumer warpgroups */
-/* Four stages of A (16 KiB) + B (32 KiB), eight warps' 16 x 36 f32 epilogue
- * scratch, 1 KiB of alignment slack, barriers. */
-#define TSR_GEMM_SMEM_BYTES (TSR_GEMM_STAGES * (16384 + 32768) + 8 * 16 * 36 * 4 + 1024 + 256)
+/* The epilogue's scratch: one 16 x 32 f32 block per consumer warp, rows padded
+ * to 40 floats so that neither the fragment writes nor the row reads of a
+ * half-warp meet in a bank. */
+#define TSR_GEMM_SCRATCH_STRIDE 40
+#define TSR_GEMM_SCRATCH_BYTES (8 * 16 * TSR_GEMM_SCRATCH_STRIDE * 4)
+/* Four stages of A (16 KiB) + B (32 KiB), the scratch, 1 KiB of alignment
+ * slack, barriers. */
+#define TSR_GEMM_SMEM_BYTES                                                                        \
+    (TSR_GEMM_STAGES * (16384 + 32768) + TSR_GEMM_SCRATCH_BYTES + 1024 + 256)
+/* The kernels with an epilogue (tsr_gemm_<in>_<out>_pp) for more than
+ * TSR_GEMM_NARROW_M rows: ping-pong. Each of the two consumer warpgroups owns
+ * a whole 64 x 256 output tile and the two take the CTA's tiles in turn, so one's
+ * epilogue runs while the other's products keep the tensor cores busy. A's
+ * tensor map has 64-row boxes (TSR_GEMM_BM_PINGPONG); five stages of A (8 KiB)
+ * + B (32 KiB), the scratch, slack and barriers. */
+#define TSR_GEMM_BM_PINGPONG 64
+#define TSR_GEMM_BN_PINGPONG 256
+#define TSR_GEMM_STAGES_PINGPONG 5
+#define TSR_GEMM_SMEM_BYTES_PINGPONG                                                               \
+    (TSR_GEMM_STAGES_PINGPONG * (8192 + 32768) + TSR_GEMM_SCRATCH_BYTES + 1024 + 256)
 /* The narrow plain kernels (tsr_gemm_<in>_<out>_n64) for M <= TSR_GEMM_NARROW_M:
  * 128 x 64 tiles, so that a decode-size product's few row tiles still make
  * enough tiles for every multiprocessor, and eight stages of A (16 KiB) + B
@@ -40,7 +57,7 @@
 #define TSR_GEMM_BN_NARROW 64
 #define TSR_GEMM_STAGES_NARROW 8
 #define TSR_GEMM_SMEM_BYTES_NARROW                                                                 \
-    (TSR_GEMM_STAGES_NARROW * (16384 + 8192) + 8 * 16 * 36 * 4 + 1024 + 256)
+    (TSR_GEMM_STAGES_NARROW * (16384 + 8192) + TSR_GEMM_SCRATCH_BYTES + 1024 + 256)
 
 typedef struct tsr_gemm_params {
     int m, n, k;

@@ -23,6 +23,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "gemm_params.h"
 #include "gemm_common.cuh"
@@ -37,8 +38,8 @@ constexpr int kABytes = kBM * kBK * 2;     /* 16 KiB */
 constexpr int kBBytesWide = kBK * 256 * 2; /* 32 KiB: 256 columns of B, or 2 x 128 */
 constexpr int kChunkBytes = kBK * 64 * 2;  /* one 64 x 64 tensor-map box */
 /* Per-warp epilogue scratch: 16 rows of 32 f32 columns. */
-constexpr int kScratchStride = 32 + 4; /* floats; the padding spreads rows over banks */
-constexpr int kScratchFloats = 16 * kScratchStride; /* one warp's 16 x 32 block */
+constexpr int kScratchStride = TSR_GEMM_SCRATCH_STRIDE; /* floats */
+constexpr int kScratchFloats = 16 * kScratchStride;     /* one warp's 16 x 32 block */
 
 /* ---- wgmma instructions ----
  *
@@ -82,74 +83,177 @@ DEFINE_WGMMA(128, __nv_bfloat16, "bf16")
 DEFINE_WGMMA(256, __half, "f16")
 DEFINE_WGMMA(128, __half, "f16")
 
-/* Stores one warp's 16 x 32 block (gated: 16 x 16 gate products beside 16 x 16
- * up products) from its scratch tile to the output, applying the epilogue.
- * Not inlined: the fragment passes that call it are unrolled, and one copy of
- * the op switch keeps the instruction cache warm. */
-template <typename TIn, typename TOut, bool Gated>
-__device__ __noinline__ void epilogue_block(const tsr_gemm_params &p, const float *scratch,
-                                            int row0, int col0)
+/* The residual's and the output's accesses, optionally marked streaming
+ * (evict first), so that the epilogue's once-touched lines leave the A and B
+ * tiles that other CTAs still read in L2. */
+template <typename TIn, bool Stream>
+__device__ __forceinline__ float2 residual_pair(const void *p, size_t i)
+{
+    if (!Stream)
+        return elem<TIn>::load_pair(p, i);
+    const unsigned bits =
+        __ldcs(reinterpret_cast<const unsigned *>(static_cast<const TIn *>(p) + i));
+    TIn two[2];
+    memcpy(two, &bits, 4);
+    return make_float2(static_cast<float>(two[0]), static_cast<float>(two[1]));
+}
+template <bool Stream, typename TOut>
+__device__ __forceinline__ void output_pair(TOut *out, size_t i, float a, float b)
+{
+    if (!Stream) {
+        store_pair(out, i, a, b);
+    } else if (sizeof(TOut) == 4) {
+        __stcs(reinterpret_cast<float2 *>(out + i), make_float2(a, b));
+    } else {
+        TOut two[2] = {static_cast<TOut>(a), static_cast<TOut>(b)};
+        unsigned bits;
+        memcpy(&bits, two, 4);
+        __stcs(reinterpret_cast<unsigned *>(out + i), bits);
+    }
+}
+
+/* Applies one epilogue op to n values. The switch sits outside the loops, so
+ * each case is one unrolled loop of independent values the scheduler can
+ * interleave (a switch per value left one dependent chain at a time). */
+template <int N> __device__ __forceinline__ void act_apply_all(int op, float *v)
+{
+    switch (op) {
+    case GEMM_OP_GELU:
+#pragma unroll
+        for (int i = 0; i < N; i++)
+            v[i] = act_apply(GEMM_OP_GELU, v[i]);
+        break;
+    case GEMM_OP_SILU:
+#pragma unroll
+        for (int i = 0; i < N; i++)
+            v[i] = act_apply(GEMM_OP_SILU, v[i]);
+        break;
+    case GEMM_OP_RELU:
+#pragma unroll
+        for (int i = 0; i < N; i++)
+            v[i] = act_apply(GEMM_OP_RELU, v[i]);
+        break;
+    default:
+#pragma unroll
+        for (int i = 0; i < N; i++)
+            v[i] = act_apply(op, v[i]);
+        break;
+    }
+}
+
+/* The epilogue of one warp's 16 rows (row0 ..) of a tile, from the wgmma
+ * accumulators acc: register 4j + r holds row lane / 4 (+ 8 when r >= 2) and
+ * column col0 + 8j + 2 * (lane % 4) (+ 1 when r is odd); gated, acc + 64 holds
+ * the up products in the same layout. Pass by pass, 32 columns (gated: 16 of
+ * both products) go through the warp's scratch, so that each lane then owns
+ * two adjacent columns of two-row steps and the stores are row-contiguous.
+ * The residual and bias of the next pass are loaded before this pass's
+ * arithmetic, so their latency hides behind it. */
+template <typename TIn, typename TOut, bool Gated, int Passes, bool Stream = false>
+__device__ __forceinline__ void epilogue_warp(const tsr_gemm_params &p, const float *acc,
+                                              float *scratch, int row0, int col0)
 {
     constexpr int cols = Gated ? 16 : 32;
     constexpr int lanes_per_row = cols / 2;
     constexpr int rows_per_step = 32 / lanes_per_row;
     constexpr int steps = 16 / rows_per_step;
+    constexpr int js = Gated ? 2 : 4; /* accumulator column groups per pass */
     const int lane = threadIdx.x % 32;
     const int sub_row = lane / lanes_per_row;
     const int c = 2 * (lane % lanes_per_row);
-    const int col = col0 + c;
-    if (col >= p.n)
-        return;
-    float2 v[steps], extra[steps];
-#pragma unroll
-    for (int i = 0; i < steps; i++) {
-        const int r = sub_row + i * rows_per_step;
-        v[i] = *reinterpret_cast<const float2 *>(scratch + r * kScratchStride + c);
-        extra[i] = make_float2(0.0f, 0.0f);
-        if (Gated)
-            extra[i] = *reinterpret_cast<const float2 *>(scratch + r * kScratchStride + 16 + c);
-        else if (p.residual != nullptr && row0 + r < p.m) {
-            const size_t at = static_cast<size_t>(row0 + r) * p.n + col;
-            extra[i] = elem<TIn>::load_pair(p.residual, at);
-        }
-    }
-    if (Gated) {
+    const int fr = lane / 4, fc = 2 * (lane % 4);
+    const bool has_res = !Gated && p.residual != nullptr;
+    const bool has_bias = !Gated && p.bias != nullptr;
+    float2 res_next[steps], bias_next = make_float2(0.0f, 0.0f);
+    auto load_inputs = [&](int pass) {
+        const int col = col0 + pass * cols + c;
 #pragma unroll
         for (int i = 0; i < steps; i++) {
-            v[i].x = act_apply(p.gate_act, v[i].x) * extra[i].x;
-            v[i].y = act_apply(p.gate_act, v[i].y) * extra[i].y;
+            const int row = row0 + sub_row + i * rows_per_step;
+            res_next[i] = make_float2(0.0f, 0.0f);
+            if (has_res && row < p.m && col < p.n)
+                res_next[i] =
+                    residual_pair<TIn, Stream>(p.residual, static_cast<size_t>(row) * p.n + col);
         }
-    } else {
-        for (int o = 0; o < p.n_ops; o++) {
-            const int op = p.ops[o];
-            if (op == GEMM_OP_BIAS) {
-                const float b0 = elem<TIn>::load(p.bias, col);
-                const float b1 = elem<TIn>::load(p.bias, col + 1);
-#pragma unroll
-                for (int i = 0; i < steps; i++) {
-                    v[i].x += b0;
-                    v[i].y += b1;
-                }
-            } else {
-#pragma unroll
-                for (int i = 0; i < steps; i++) {
-                    v[i].x = act_apply(op, v[i].x);
-                    v[i].y = act_apply(op, v[i].y);
-                }
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < steps; i++) {
-            v[i].x += extra[i].x;
-            v[i].y += extra[i].y;
-        }
-    }
+        if (has_bias && col < p.n)
+            bias_next = elem<TIn>::load_pair(p.bias, col);
+    };
+    load_inputs(0);
     TOut *out = static_cast<TOut *>(p.out);
 #pragma unroll
-    for (int i = 0; i < steps; i++) {
-        const int row = row0 + sub_row + i * rows_per_step;
-        if (row < p.m)
-            store_pair(out, static_cast<size_t>(row) * p.n + col, v[i].x, v[i].y);
+    for (int pass = 0; pass < Passes; pass++) {
+#pragma unroll
+        for (int jj = 0; jj < js; jj++) {
+            const int j = pass * js + jj;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                float *at = scratch + (fr + 8 * h) * kScratchStride + 8 * jj + fc;
+                *reinterpret_cast<float2 *>(at) =
+                    make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                if (Gated)
+                    *reinterpret_cast<float2 *>(at + 16) =
+                        make_float2(acc[64 + 4 * j + 2 * h], acc[64 + 4 * j + 2 * h + 1]);
+            }
+        }
+        float2 res[steps];
+#pragma unroll
+        for (int i = 0; i < steps; i++)
+            res[i] = res_next[i];
+        const float2 bias = bias_next;
+        if (pass + 1 < Passes)
+            load_inputs(pass + 1);
+        __syncwarp();
+        float v[2 * steps];
+#pragma unroll
+        for (int i = 0; i < steps; i++) {
+            const float2 x = *reinterpret_cast<const float2 *>(
+                scratch + (sub_row + i * rows_per_step) * kScratchStride + c);
+            v[2 * i] = x.x;
+            v[2 * i + 1] = x.y;
+        }
+        if (Gated) {
+            float u[2 * steps];
+#pragma unroll
+            for (int i = 0; i < steps; i++) {
+                const float2 x = *reinterpret_cast<const float2 *>(
+                    scratch + (sub_row + i * rows_per_step) * kScratchStride + 16 + c);
+                u[2 * i] = x.x;
+                u[2 * i + 1] = x.y;
+            }
+            act_apply_all<2 * steps>(p.gate_act, v);
+#pragma unroll
+            for (int i = 0; i < 2 * steps; i++)
+                v[i] *= u[i];
+        } else {
+            for (int o = 0; o < p.n_ops; o++) {
+                const int op = p.ops[o];
+                if (op == GEMM_OP_BIAS) {
+#pragma unroll
+                    for (int i = 0; i < steps; i++) {
+                        v[2 * i] += bias.x;
+                        v[2 * i + 1] += bias.y;
+                    }
+                } else {
+                    act_apply_all<2 * steps>(op, v);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < steps; i++) {
+                v[2 * i] += res[i].x;
+                v[2 * i + 1] += res[i].y;
+            }
+        }
+        const int col = col0 + pass * cols + c;
+        if (col < p.n) {
+#pragma unroll
+            for (int i = 0; i < steps; i++) {
+                const int row = row0 + sub_row + i * rows_per_step;
+                if (row < p.m)
+                    output_pair<Stream>(out, static_cast<size_t>(row) * p.n + col, v[2 * i],
+                                        v[2 * i + 1]);
+            }
+        }
+        __syncwarp();
     }
 }
 
@@ -249,7 +353,6 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtens
 
     regs_grow<232>();
     const int consumer = warpgroup - 1; /* rows 64 * consumer .. + 63 of each tile */
-    const int lane = threadIdx.x % 32;
     const int warp = (threadIdx.x % 128) / 32;
     float *scratch = scratch_all + (consumer * 4 + warp) * kScratchFloats;
     constexpr int kAcc = Gated ? 128 : BN / 2; /* accumulators per thread */
@@ -313,31 +416,162 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtens
         if (threadIdx.x % 128 == 0)
             mbar_arrive(&empty[(it - 1) % kStages]);
 
-        /* Epilogue, one warp at a time through its own scratch: accumulator
-         * register 4j + r holds row lane / 4 (+ 8 when r >= 2) of the warp's 16
-         * rows and column 8j + 2 * (lane % 4) (+ 1 when r is odd). */
-        const int row0 = m0 + consumer * 64 + warp * 16;
-        const int fr = lane / 4, fc = 2 * (lane % 4);
+        /* Epilogue, each warp through its own scratch. */
         constexpr int passes = Gated ? 8 : BN / 32;
+        epilogue_warp<TIn, TOut, Gated, passes>(p, acc, scratch, m0 + consumer * 64 + warp * 16,
+                                                n0);
+    }
+}
+
+/* Prefetches one consumer's TM x TN tile of residual (128-byte lines, TN / 64
+ * per row, spread over the warpgroup) and its bias into L2. */
+template <typename TIn, int TM, int TN>
+__device__ __forceinline__ void pingpong_prefetch(const tsr_gemm_params &p, int m0, int n0)
+{
+    const int t = threadIdx.x % 128;
+    constexpr int per_row = TN / 64;
+    if (p.residual != nullptr) {
 #pragma unroll
-        for (int pass = 0; pass < passes; pass++) {
+        for (int line = t; line < TM * per_row; line += 128) {
+            const int row = m0 + line / per_row, col = n0 + (line % per_row) * 64;
+            if (row < p.m && col < p.n) {
+                const TIn *addr =
+                    static_cast<const TIn *>(p.residual) + static_cast<size_t>(row) * p.n + col;
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(addr));
+            }
+        }
+    }
+    if (p.bias != nullptr && t < per_row && n0 + 64 * t < p.n)
+        asm volatile(
+            "prefetch.global.L2 [%0];" ::"l"(static_cast<const TIn *>(p.bias) + n0 + 64 * t));
+}
+
+/* The kernels with an epilogue for more than TSR_GEMM_NARROW_M rows:
+ * ping-pong. The CTA walks its tiles blockIdx.x, + gridDim.x, ... in the
+ * grouped order; the producer streams every tile's K slices through one ring
+ * in that order, and consumer warpgroup c takes the CTA's tiles c, c + 2, ...,
+ * each a whole tile: 64 x 256 for the entry points (one wgmma.m64n256k16 per
+ * K step), 128 x 128 as measured beside it (two m64n128k16); 128 accumulators
+ * per thread either way. A consumer starts a tile's products only once the other has
+ * issued its previous tile's (named barriers 1 and 2), so each one's epilogue
+ * runs while the other's products occupy the tensor cores. That order is also
+ * what makes the ring's parity waits sound: a consumer never waits on a stage
+ * more than one phase ahead of the last one completed. */
+template <typename TIn, typename TOut, int TM = TSR_GEMM_BM_PINGPONG, int TN = TSR_GEMM_BN_PINGPONG,
+          int Stages = TSR_GEMM_STAGES_PINGPONG, bool Stream = true, int PrefetchAhead = 4>
+__device__ __forceinline__ void
+gemm_pingpong_body(const CUtensorMap *map_a, const CUtensorMap *map_b, const tsr_gemm_params &p)
+{
+    /* 128 x 128 (two wgmma.m64n128k16 per K step) or 64 x 256 (one m64n256k16);
+     * either way 128 accumulators per thread. A's tensor map has TM-row boxes. */
+    static_assert((TM == 128 && TN == 128) || (TM == 64 && TN == 256), "tile shape");
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char *smem = reinterpret_cast<unsigned char *>(
+        (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+    constexpr int kStages = Stages;
+    constexpr int bn = TN;
+    constexpr int kTileABytes = TM * kBK * 2;
+    constexpr int kBBytes = kBK * bn * 2; /* TN / 64 boxes of 64 columns */
+    unsigned char *smem_a = smem;
+    unsigned char *smem_b = smem + kStages * kTileABytes;
+    float *scratch_all = reinterpret_cast<float *>(smem_b + kStages * kBBytes);
+    uint64_t *full = reinterpret_cast<uint64_t *>(scratch_all + 8 * kScratchFloats);
+    uint64_t *empty = full + kStages;
+
+    const int tiles_m = (p.m + TM - 1) / TM;
+    const int tiles_n = (p.n + bn - 1) / bn;
+    const int tiles = tiles_m * tiles_n;
+    const int k_tiles = (p.k + kBK - 1) / kBK;
+    const int warpgroup = threadIdx.x / 128;
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kStages; s++) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], 1); /* each stage has one consumer */
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+        regs_shrink<40>();
+        if (threadIdx.x == 0) {
+            int it = 0;
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                int tm, tn;
+                tile_coords(tile, tiles_m, tiles_n, tm, tn);
+                const int m0 = tm * TM, n0 = tn * bn;
+                for (int kt = 0; kt < k_tiles; kt++, it++) {
+                    const int s = it % kStages;
+                    mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+                    mbar_expect_tx(&full[s], kTileABytes + kBBytes);
+                    tma_load_2d(smem_a + s * kTileABytes, map_a, &full[s], kt * kBK, m0);
+                    unsigned char *b = smem_b + s * kBBytes;
 #pragma unroll
-            for (int jj = 0; jj < (Gated ? 2 : 4); jj++) {
-                const int j = pass * (Gated ? 2 : 4) + jj;
-#pragma unroll
-                for (int half = 0; half < 2; half++) {
-                    float *at = scratch + (fr + 8 * half) * kScratchStride + 8 * jj + fc;
-                    *reinterpret_cast<float2 *>(at) =
-                        make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
-                    if (Gated)
-                        *reinterpret_cast<float2 *>(at + 16) =
-                            make_float2(acc[64 + 4 * j + 2 * half], acc[64 + 4 * j + 2 * half + 1]);
+                    for (int c = 0; c < bn / 64; c++)
+                        tma_load_2d(b + c * kChunkBytes, map_b, &full[s], n0 + 64 * c, kt * kBK);
                 }
             }
-            __syncwarp();
-            epilogue_block<TIn, TOut, Gated>(p, scratch, row0, n0 + pass * (Gated ? 16 : 32));
-            __syncwarp();
         }
+        return;
+    }
+
+    regs_grow<232>();
+    const int consumer = warpgroup - 1;
+    const int warp = (threadIdx.x % 128) / 32;
+    float *scratch = scratch_all + (consumer * 4 + warp) * kScratchFloats;
+    float acc[128]; /* [0, 64): rows 0-63 of the tile; [64, 128): rows 64-127 */
+    int local = consumer;
+    for (int tile = blockIdx.x + consumer * gridDim.x; tile < tiles;
+         tile += 2 * gridDim.x, local += 2) {
+        /* Wait for the other consumer to have issued the CTA's previous tile. */
+        if (local > 0)
+            consumers_wait(1 + consumer);
+        int tm, tn;
+        tile_coords(tile, tiles_m, tiles_n, tm, tn);
+        const int m0 = tm * TM, n0 = tn * bn;
+#pragma unroll
+        for (int i = 0; i < 128; i++)
+            acc[i] = 0.0f;
+        /* The ring position of this tile's first slice: every tile has k_tiles. */
+        int it = local * k_tiles;
+        for (int kt = 0; kt < k_tiles; kt++, it++) {
+            if (kt == (k_tiles > PrefetchAhead ? k_tiles - PrefetchAhead : 0))
+                pingpong_prefetch<TIn, TM, TN>(p, m0, n0);
+            const int s = it % kStages;
+            mbar_wait(&full[s], (it / kStages) & 1);
+            const uint32_t a_base = smem_addr(smem_a + s * kTileABytes);
+            const uint32_t b_base = smem_addr(smem_b + s * kBBytes);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < kBK / 16; kk++) {
+                const uint64_t db = smem_desc(b_base + kk * 2048, p.b_lbo, p.b_sbo);
+                if (TM == 64) {
+                    wgmma<256, TIn>(acc, smem_desc(a_base + kk * 32, 16, 1024), db);
+                } else {
+                    wgmma<128, TIn>(acc, smem_desc(a_base + kk * 32, 16, 1024), db);
+                    wgmma<128, TIn>(acc + 64, smem_desc(a_base + 64 * 128 + kk * 32, 16, 1024), db);
+                }
+            }
+            wgmma_commit();
+            wgmma_wait<1>();
+            if (kt > 0 && threadIdx.x % 128 == 0)
+                mbar_arrive(&empty[(it - 1) % kStages]);
+        }
+        /* Every slice of this tile is issued: the other consumer may start the
+         * CTA's next tile, if there is one (an arrival nobody waits for would
+         * be left on the barrier). */
+        if (tile + gridDim.x < tiles)
+            consumers_arrive(2 - consumer);
+        wgmma_wait<0>();
+        if (threadIdx.x % 128 == 0)
+            mbar_arrive(&empty[(it - 1) % kStages]);
+
+        /* Epilogue: warp w stores rows 16w .. 16w + 15 of each 64-row half. */
+        epilogue_warp<TIn, TOut, false, bn / 32, Stream>(p, acc, scratch, m0 + warp * 16, n0);
+        if (TM == 128)
+            epilogue_warp<TIn, TOut, false, bn / 32, Stream>(p, acc + 64, scratch,
+                                                             m0 + 64 + warp * 16, n0);
     }
 }
 
@@ -353,12 +587,33 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtens
         gemm_body<tin, tout, gated>(&map_a, &map_b, &map_b2, p);                                   \
     }
 
+/* The plain products without an epilogue: tsr_gemm_<in>_<out>, cooperative
+ * (both consumers on one 128 x 256 tile, which reads B from shared memory once
+ * for 256 rows: measured the faster main loop). */
 TSR_GEMM_ENTRY(tsr_gemm_bf16_f32, __nv_bfloat16, float, false)
 TSR_GEMM_ENTRY(tsr_gemm_bf16_bf16, __nv_bfloat16, __nv_bfloat16, false)
 TSR_GEMM_ENTRY(tsr_gemm_bf16_f16, __nv_bfloat16, __half, false)
 TSR_GEMM_ENTRY(tsr_gemm_f16_f32, __half, float, false)
 TSR_GEMM_ENTRY(tsr_gemm_f16_bf16, __half, __nv_bfloat16, false)
 TSR_GEMM_ENTRY(tsr_gemm_f16_f16, __half, __half, false)
+
+/* The products with an epilogue (bias, activations, residual):
+ * tsr_gemm_<in>_<out>_pp, ping-pong, so that the epilogue overlaps the
+ * tensor cores. */
+#define TSR_GEMM_ENTRY_PINGPONG(name, tin, tout)                                                   \
+    extern "C" __global__ void __launch_bounds__(TSR_GEMM_THREADS, 1) name(                        \
+        const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,      \
+        const __grid_constant__ CUtensorMap map_b2, const __grid_constant__ tsr_gemm_params p)     \
+    {                                                                                              \
+        gemm_pingpong_body<tin, tout>(&map_a, &map_b, p);                                          \
+    }
+
+TSR_GEMM_ENTRY_PINGPONG(tsr_gemm_bf16_f32_pp, __nv_bfloat16, float)
+TSR_GEMM_ENTRY_PINGPONG(tsr_gemm_bf16_bf16_pp, __nv_bfloat16, __nv_bfloat16)
+TSR_GEMM_ENTRY_PINGPONG(tsr_gemm_bf16_f16_pp, __nv_bfloat16, __half)
+TSR_GEMM_ENTRY_PINGPONG(tsr_gemm_f16_f32_pp, __half, float)
+TSR_GEMM_ENTRY_PINGPONG(tsr_gemm_f16_bf16_pp, __half, __nv_bfloat16)
+TSR_GEMM_ENTRY_PINGPONG(tsr_gemm_f16_f16_pp, __half, __half)
 TSR_GEMM_ENTRY(tsr_gemm_bf16_f32_gated, __nv_bfloat16, float, true)
 TSR_GEMM_ENTRY(tsr_gemm_bf16_bf16_gated, __nv_bfloat16, __nv_bfloat16, true)
 TSR_GEMM_ENTRY(tsr_gemm_bf16_f16_gated, __nv_bfloat16, __half, true)

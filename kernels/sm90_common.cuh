@@ -77,6 +77,17 @@ template <unsigned Regs> __device__ __forceinline__ void regs_shrink()
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(Regs));
 }
 
+/* Named barrier id across two consumer warpgroups (256 threads): one waits,
+ * the other arrives without waiting. */
+__device__ __forceinline__ void consumers_wait(int id)
+{
+    asm volatile("bar.sync %0, 256;" ::"r"(id) : "memory");
+}
+__device__ __forceinline__ void consumers_arrive(int id)
+{
+    asm volatile("bar.arrive %0, 256;" ::"r"(id) : "memory");
+}
+
 /* Shared-memory matrix descriptor with 128-byte swizzle. */
 __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo, uint32_t sbo)
 {

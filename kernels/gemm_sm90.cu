@@ -18,6 +18,10 @@
  *  - The epilogue applies bias / activations / residual in f32 and stores the
  *    output dtype with predicated stores, so ragged M and N need no padding;
  *    ragged K is zero-filled by the tensor-map loads.
+ *  - Products with an epilogue take the ping-pong kernels (_pp) instead: each
+ *    consumer owns a whole 64 x 256 tile and the two alternate tiles, so one's
+ *    epilogue overlaps the other's products (gemm_pingpong_body). Products
+ *    without one keep the cooperative kernel above, whose main loop is faster.
  */
 #include <cuda.h>
 #include <cuda_bf16.h>

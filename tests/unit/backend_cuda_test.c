@@ -163,6 +163,7 @@ Test(backend_cuda, gemm_plan_names_the_entry_and_counts_tiles)
     cr_assert_eq(plan.grid, 8 * 4); /* ceil(1000/128) x ceil(1000/256) */
     cr_assert_eq(plan.block, 384);
     cr_assert_eq(plan.shared_bytes, TSR_GEMM_SMEM_BYTES);
+    cr_assert_eq(plan.a_box_rows, 128);
     cr_assert_eq(plan.map_dtype, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
     cr_assert_eq(plan.bias_input, -1);
     cr_assert_eq(plan.residual_input, -1);
@@ -188,8 +189,80 @@ Test(backend_cuda, gemm_plan_names_the_entry_and_counts_tiles)
     cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
     cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f16_gated");
     cr_assert_eq(plan.grid, 3 * 3); /* ceil(300/128) x ceil(264/128) */
+    cr_assert_eq(plan.shared_bytes, TSR_GEMM_SMEM_BYTES);
+    cr_assert_eq(plan.a_box_rows, 128);
     cr_assert_eq(plan.gate_act, TSR_OP_SILU);
     cr_assert_eq(plan.map_dtype, CU_TENSOR_MAP_DATA_TYPE_FLOAT16);
+}
+
+/* A validated fused region: M x N x K, the epilogue chain, the residual. */
+static void unit_fused(tsr_region *r, tsr_dtype dtype, int64_t m, int64_t n, int64_t k,
+                       const tsr_op *chain, int n_chain, bool residual)
+{
+    memset(r, 0, sizeof *r);
+    r->kind = TSR_KIND_FUSED;
+    r->dtype = dtype;
+    r->out_dtype = dtype;
+    r->u.fused.m = m;
+    r->u.fused.n = n;
+    r->u.fused.k = k;
+    r->u.fused.n_epilogue = n_chain;
+    for (int i = 0; i < n_chain; i++)
+        r->u.fused.epilogue[i] = chain[i];
+    r->u.fused.residual = residual;
+    tsr_error e;
+    cr_assert_eq(tsr_region_validate(r, &e), TSR_OK, "%s", e.message);
+}
+
+/* A product with an epilogue takes the ping-pong kernels: 64 x 256 tiles, each
+ * a whole tile of one consumer warpgroup, A in 64-row boxes; without one (or at
+ * most 64 rows) the cooperative or narrow kernels. */
+Test(backend_cuda, gemm_plan_takes_ping_pong_for_an_epilogue)
+{
+    tsr_region r;
+    tsrd_gemm_plan plan;
+    const tsr_op chain[] = {TSR_OP_BIAS, TSR_OP_GELU};
+    unit_fused(&r, TSR_BF16, 8192, 14336, 4096, chain, 2, true);
+    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_bf16_pp");
+    cr_assert_eq(plan.grid, (8192 / 64) * (14336 / 256));
+    cr_assert_eq(plan.block, 384);
+    cr_assert_eq(plan.shared_bytes, TSR_GEMM_SMEM_BYTES_PINGPONG);
+    cr_assert_eq(plan.a_box_rows, 64);
+    cr_assert_eq(plan.bias_input, 2);
+    cr_assert_eq(plan.residual_input, 3);
+    tsr_region_free(&r);
+
+    /* Ragged: a residual alone is an epilogue too. */
+    unit_fused(&r, TSR_F16, 1000, 520, 264, NULL, 0, true);
+    r.out_dtype = TSR_F32;
+    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f32_pp");
+    cr_assert_eq(plan.grid, 16 * 3); /* ceil(1000/64) x ceil(520/256) */
+    cr_assert_eq(plan.residual_input, 2);
+    tsr_region_free(&r);
+
+    /* The same product without an epilogue (a matmul region): cooperative. */
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 1000, 520, 264, NULL), TSR_OK);
+    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_bf16");
+    cr_assert_eq(plan.grid, 8 * 3); /* ceil(1000/128) x ceil(520/256) */
+    cr_assert_eq(plan.shared_bytes, TSR_GEMM_SMEM_BYTES);
+    cr_assert_eq(plan.a_box_rows, 128);
+    tsr_region_free(&r);
+
+    /* At most 64 rows the narrow kernel keeps the epilogue. */
+    unit_fused(&r, TSR_BF16, 64, 1000, 264, chain, 2, false);
+    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_bf16_n64");
+    cr_assert_eq(plan.shared_bytes, TSR_GEMM_SMEM_BYTES_NARROW);
+    cr_assert_eq(plan.a_box_rows, 128);
+    tsr_region_free(&r);
+
+    /* Every plan's shared memory fits one CTA of an sm_90 multiprocessor. */
+    cr_assert_leq(TSR_GEMM_SMEM_BYTES_PINGPONG, 227 * 1024);
+    cr_assert_leq(TSR_GEMM_SMEM_BYTES, 227 * 1024);
+    cr_assert_leq(TSR_GEMM_SMEM_BYTES_NARROW, 227 * 1024);
 }
 
 /* A tensor map's address, its two dims, its row stride in bytes and its box. */
@@ -211,7 +284,7 @@ Test(backend_cuda, launch_arguments_follow_the_kernel_contract)
     r.out_dtype = TSR_F32;
     tsrd_gemm_plan plan;
     cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
-    cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_f32");
+    cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_f32_pp");
     cr_assert_eq(plan.n_ops, 2);
     cr_assert_eq(plan.ops[0], TSR_OP_BIAS);
     cr_assert_eq(plan.ops[1], TSR_OP_GELU);
@@ -222,8 +295,9 @@ Test(backend_cuda, launch_arguments_follow_the_kernel_contract)
     tsrd_tmap_args maps[3];
     tsr_gemm_params p;
     cr_assert_eq(tsrd_gemm_launch_args(&plan, in, 4, 0x50000, maps, &p, NULL), TSR_OK);
-    /* A is K x M, B is N x K; the third map repeats B for the plain kernel. */
-    expect_map(&maps[0], 0x10000, 64, 128, 64 * 2, 64, 128);
+    /* A is K x M in the ping-pong kernel's 64-row boxes, B is N x K; the third
+     * map repeats B for the plain kernel. */
+    expect_map(&maps[0], 0x10000, 64, 128, 64 * 2, 64, 64);
     expect_map(&maps[1], 0x20000, 96, 64, 96 * 2, 64, 64);
     cr_assert_eq(maps[2].address, (void *)0x20000);
     for (int i = 0; i < 3; i++) {
@@ -255,6 +329,7 @@ Test(backend_cuda, launch_arguments_follow_the_kernel_contract)
     cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
     CUdeviceptr g[3] = {0x1000, 0x2000, 0x3000};
     cr_assert_eq(tsrd_gemm_launch_args(&plan, g, 3, 0x4000, maps, &p, NULL), TSR_OK);
+    cr_assert_eq(maps[0].box[1], 128); /* A in 128-row boxes */
     cr_assert_eq(maps[2].address, (void *)0x3000);
     cr_assert_eq(maps[2].dims[0], 96); /* H */
     cr_assert_null(p.bias);
@@ -275,7 +350,8 @@ Test(backend_cuda, embeds_the_tier3_cubin)
     /* Every entry the planner can name is in the image's string table. */
     const char *entries[] = {"tsr_gemm_bf16_f32",        "tsr_gemm_f16_bf16",
                              "tsr_gemm_bf16_bf16_gated", "tsr_gemm_f16_f16_gated",
-                             "tsr_gemm_bf16_f32_n64",    "tsr_gemm_f16_f16_n64"};
+                             "tsr_gemm_bf16_f32_n64",    "tsr_gemm_f16_f16_n64",
+                             "tsr_gemm_bf16_bf16_pp",    "tsr_gemm_f16_f32_pp"};
     for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++)
         cr_assert_not_null(memmem(tsrd_gemm_sm90_cubin, tsrd_gemm_sm90_cubin_len, entries[i],
                                   strlen(entries[i]) + 1),

@@ -205,18 +205,29 @@ tsr_status tsrd_gemm_plan_make(const tsr_region *r, tsrd_gemm_plan *out, tsr_err
     if (st != TSR_OK)
         return st;
     /* At most TSR_GEMM_NARROW_M rows: the 64-column tiles, or a few columns of
-     * wide tiles would hold the whole product on a few multiprocessors. */
+     * wide tiles would hold the whole product on a few multiprocessors. Above
+     * that, a product with an epilogue takes the ping-pong kernels (the epilogue
+     * overlaps the other consumer's products) and one without the cooperative
+     * kernels (the faster main loop). */
     const int narrow = !out->gated && out->m <= TSR_GEMM_NARROW_M;
-    st = kernels_plan_tiles(
-        out, TSR_GEMM_BM,
-        out->gated ? TSR_GEMM_BN_GATED : (narrow ? TSR_GEMM_BN_NARROW : TSR_GEMM_BN), err);
+    const int pingpong = !out->gated && !narrow && (out->n_ops > 0 || out->residual_input >= 0);
+    const int bm = pingpong ? TSR_GEMM_BM_PINGPONG : TSR_GEMM_BM;
+    const int bn = out->gated ? TSR_GEMM_BN_GATED
+                   : narrow   ? TSR_GEMM_BN_NARROW
+                   : pingpong ? TSR_GEMM_BN_PINGPONG
+                              : TSR_GEMM_BN;
+    st = kernels_plan_tiles(out, bm, bn, err);
     if (st != TSR_OK)
         return st;
     out->family = TSRD_GEMM_WGMMA;
     out->block = TSR_GEMM_THREADS;
-    out->shared_bytes = narrow ? TSR_GEMM_SMEM_BYTES_NARROW : TSR_GEMM_SMEM_BYTES;
+    out->shared_bytes = narrow     ? TSR_GEMM_SMEM_BYTES_NARROW
+                        : pingpong ? TSR_GEMM_SMEM_BYTES_PINGPONG
+                                   : TSR_GEMM_SMEM_BYTES;
+    out->a_box_rows = (uint32_t)bm;
     snprintf(out->entry, sizeof out->entry, "tsr_gemm_%s_%s%s", kernels_dtype_tag(r->dtype),
-             kernels_dtype_tag(r->out_dtype), out->gated ? "_gated" : (narrow ? "_n64" : ""));
+             kernels_dtype_tag(r->out_dtype),
+             out->gated ? "_gated" : (narrow ? "_n64" : (pingpong ? "_pp" : "")));
     return TSR_OK;
 }
 
@@ -318,9 +329,11 @@ tsr_status tsrd_gemm_launch_args(const tsrd_gemm_plan *plan, const CUdeviceptr *
     tsr_status st = kernels_launch_params(plan, inputs, n_inputs, output, params, err);
     if (st != TSR_OK)
         return st;
-    /* A (M,K) is K-contiguous: dims {K, M}, 64 x 128 boxes. B (K,N) is
-     * N-contiguous: dims {N, K}, 64 x 64 boxes (the kernel loads four per stage). */
-    kernels_tmap(&maps[0], plan->map_dtype, inputs[0], plan->m, plan->k, TSR_GEMM_BK, TSR_GEMM_BM);
+    /* A (M,K) is K-contiguous: dims {K, M}, boxes of 64 x a_box_rows (128, or
+     * 64 for the ping-pong kernels). B (K,N) is N-contiguous: dims {N, K},
+     * 64 x 64 boxes (the kernel loads two to four per stage). */
+    kernels_tmap(&maps[0], plan->map_dtype, inputs[0], plan->m, plan->k, TSR_GEMM_BK,
+                 plan->a_box_rows);
     kernels_tmap(&maps[1], plan->map_dtype, inputs[1], plan->k, plan->n, 64, TSR_GEMM_BK);
     kernels_tmap(&maps[2], plan->map_dtype, plan->gated ? inputs[2] : inputs[1], plan->k, plan->n,
                  64, TSR_GEMM_BK);

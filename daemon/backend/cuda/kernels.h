@@ -55,7 +55,7 @@
 #define TSRD_CUDA_GEMM "gemm_wgmma"
 #define TSRD_CUDA_SWIGLU "swiglu_wgmma"
 #define TSRD_CUDA_TIER1_VERSION 1
-#define TSRD_CUDA_TIER3_VERSION 4
+#define TSRD_CUDA_TIER3_VERSION 5
 #define TSRD_CUDA_GEMM80 "gemm_mma80"
 #define TSRD_CUDA_SWIGLU80 "swiglu_mma80"
 #define TSRD_CUDA_MMA80_VERSION 1
@@ -173,10 +173,11 @@ typedef enum tsrd_gemm_family {
 
 typedef struct tsrd_gemm_plan {
     tsrd_gemm_family family;
-    char entry[64]; /* tsr_gemm_<in>_<out>[_gated] or tsr_gemm80_<in>_<out>[_gated] */
+    char entry[64]; /* tsr_gemm_<in>_<out>[_gated|_pp|_n64] or tsr_gemm80_<in>_<out>[_gated] */
     int gated;
     int m, n, k; /* n is H for a gated region */
     uint32_t grid, block, shared_bytes;
+    uint32_t a_box_rows; /* rows of A's tensor-map box (wgmma family) */
     CUtensorMapDataType map_dtype;
     int n_ops;
     int ops[TSR_GEMM_MAX_EPILOGUE];

@@ -64,6 +64,22 @@ def main():
         silu = torch.nn.functional.silu
         report("swiglu eager 8192x14336x4096",
                median_ms(lambda: silu(a @ w) * (a @ wu)), flop=4 * m * h * k)
+        a16 = torch.randn(4096, 4096, device=dev, dtype=torch.float16)
+        b16 = torch.randn(4096, 4096, device=dev, dtype=torch.float16)
+        report("matmul f16 4096^3", median_ms(lambda: a16 @ b16), flop=2 * 4096 ** 3)
+        ar = torch.randn(3000, 4000, device=dev, dtype=bf)
+        br = torch.randn(4000, 5000, device=dev, dtype=bf)
+        report("matmul bf16 3000x5000x4000", median_ms(lambda: ar @ br),
+               flop=2 * 3000 * 5000 * 4000)
+        try:
+            fused = torch.compile(lambda p, q, bb, r: gelu(p @ q + bb, approximate="tanh") + r)
+            report("fused bias+gelu+residual compiled 8192x14336x4096",
+                   median_ms(lambda: fused(a, w, bias, res)), flop=2 * m * h * k)
+            swiglu = torch.compile(lambda p, q, u: silu(p @ q) * (p @ u))
+            report("swiglu compiled 8192x14336x4096", median_ms(lambda: swiglu(a, w, wu)),
+                   flop=4 * m * h * k)
+        except Exception as exc:  # torch.compile needs a working toolchain there
+            print("torch.compile unavailable:", exc)
 
     if not which or "pointwise" in which:
         n = 1 << 28

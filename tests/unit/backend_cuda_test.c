@@ -231,6 +231,14 @@ Test(backend_cuda, gemm_plan_takes_ping_pong_for_an_epilogue)
     cr_assert_eq(plan.a_box_rows, 64);
     cr_assert_eq(plan.bias_input, 2);
     cr_assert_eq(plan.residual_input, 3);
+    /* The entry is the variant's class, M its free dimension. */
+    tsr_candidate gemm;
+    tsrd_cuda_candidate_gemm(&gemm);
+    tsr_variant v;
+    tsr_fingerprint fp;
+    cr_assert_eq(tsrd_cuda_variant(&gemm, &r, "sm_90a", &v, &fp, NULL), TSR_OK);
+    cr_expect_str_eq(v.cls, "tsr_gemm_bf16_bf16_pp");
+    cr_expect_eq(v.free_dims, TSR_VARIANT_ROWS);
     tsr_region_free(&r);
 
     /* Ragged: a residual alone is an epilogue too. */

@@ -565,7 +565,8 @@ static void kernels_tier1_variant(const tsr_candidate *c, const tsr_region *r, c
 
 /* The tier-3 GEMMs read M, N and K from their parameter block and tensor
  * maps; the entry (its tile configuration, narrow for at most
- * TSR_GEMM_NARROW_M rows) depends on M, so it is the variant's class. */
+ * TSR_GEMM_NARROW_M rows, ping-pong for an epilogue) depends on M, so it is
+ * the variant's class. */
 static void kernels_gemm_variant(const tsr_candidate *c, const tsr_region *r, const char *arch,
                                  tsr_variant *out)
 {
@@ -610,7 +611,8 @@ typedef struct kernels_candidate_row {
     bool test_only;
     /* The output tile edge, whose boundaries sampled verification checks
      * (0: the oracle's 128): Tier-1's 64 x 64 tiles, the wgmma kernels' 128
-     * rows (and 256 or 2 x 128 columns), mma80's 128 x 128, 64 columns
+     * rows (and 256 or 2 x 128 columns; the ping-pong kernels' 64-row tiles
+     * pair up inside them), mma80's 128 x 128, 64 columns
      * of both products for its gated kernels, and attention's 128 query rows. */
     int tile;
     /* The kernel variant (arbiter.h); NULL: built per shape. */

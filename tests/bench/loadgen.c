@@ -262,14 +262,15 @@ static void lg_kernel_free(lg_thread *t, enum lg_op op, tsr_client *c, tsr_kerne
 static void lg_compile_miss(lg_thread *t, tsr_client *c)
 {
     lg_shared *s = t->shared;
-    /* m is unique to this thread (index < 1024) and call, so the key was never
-     * built before; the call count goes in the high bits so that m stays small
-     * (a few million) and the region within the daemon's per-request work
-     * bound, which a thread index in the high bits passed. */
-    int64_t m = ((int64_t)++t->misses << 10 | (int64_t)t->index) + 1;
+    /* n is unique to this thread (index < 1024) and call, so the key was never
+     * built before (n, not m: every m of one n and k is one kernel variant and
+     * shares its key); the call count goes in the high bits so that n stays
+     * small (a few million) and the region within the daemon's per-request
+     * work bound, which a thread index in the high bits passed. */
+    int64_t n = ((int64_t)++t->misses << 10 | (int64_t)t->index) + 1;
     tsr_region r;
     tsr_error err;
-    if (tsr_region_init_matmul(&r, TSR_F32, m, 2, 2, &err) != TSR_OK) {
+    if (tsr_region_init_matmul(&r, TSR_F32, 2, n, 2, &err) != TSR_OK) {
         t->counts[LG_COMPILE_MISS].wrong++;
         lg_note(t, LG_COMPILE_MISS, "region", &err);
         return;

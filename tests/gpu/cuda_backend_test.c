@@ -460,16 +460,11 @@ Test(cuda_backend, every_shape_of_a_variant_runs_one_binary_and_matches_the_refe
 
 /* Products of at most 64 rows take the narrow 128 x 64 tiles (a decode step);
  * through the default path they match the reference, epilogue included. */
-Test(cuda_backend, narrow_gemm_tiles_serve_small_m)
+/* Each of n regions (JSON) is served by gemm_wgmma by default and matches the
+ * reference on every probe set. */
+static void expect_gemm_wgmma(const char *const *regions, size_t n)
 {
-    const char *regions[] = {
-        "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":16,\"n\":1000,\"k\":520}",
-        "{\"kind\":\"matmul\",\"dtype\":\"f16\",\"out_dtype\":\"f32\",\"m\":64,\"n\":776,"
-        "\"k\":264}",
-        "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":33,\"n\":1000,\"k\":520,"
-        "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}",
-    };
-    for (size_t i = 0; i < sizeof regions / sizeof regions[0]; i++) {
+    for (size_t i = 0; i < n; i++) {
         tsr_region r;
         tsr_error e;
         cr_assert_eq(tsr_region_from_json(regions[i], strlen(regions[i]), &r, &e), TSR_OK, "%s",
@@ -479,6 +474,18 @@ Test(cuda_backend, narrow_gemm_tiles_serve_small_m)
         cr_expect_str_eq(cand, "gemm_wgmma", "%s", regions[i]);
         tsr_region_free(&r);
     }
+}
+
+Test(cuda_backend, narrow_gemm_tiles_serve_small_m)
+{
+    const char *regions[] = {
+        "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":16,\"n\":1000,\"k\":520}",
+        "{\"kind\":\"matmul\",\"dtype\":\"f16\",\"out_dtype\":\"f32\",\"m\":64,\"n\":776,"
+        "\"k\":264}",
+        "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":33,\"n\":1000,\"k\":520,"
+        "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}",
+    };
+    expect_gemm_wgmma(regions, sizeof regions / sizeof regions[0]);
 }
 
 typedef struct gpu_batch {
@@ -640,16 +647,7 @@ Test(cuda_backend, ping_pong_gemm_serves_every_epilogue_and_places_nan)
         "\"epilogue\":[\"relu\",\"bias\",\"sigmoid\"]}",
         "{\"kind\":\"fused\",\"dtype\":\"f16\",\"m\":999,\"n\":264,\"k\":136,\"residual\":true}",
     };
-    for (size_t i = 0; i < sizeof regions / sizeof regions[0]; i++) {
-        tsr_region r;
-        tsr_error e;
-        cr_assert_eq(tsr_region_from_json(regions[i], strlen(regions[i]), &r, &e), TSR_OK, "%s",
-                     e.message);
-        char cand[TSR_CLIENT_NAME_MAX];
-        check_region(&r, NULL, regions[i], cand);
-        cr_expect_str_eq(cand, "gemm_wgmma", "%s", regions[i]);
-        tsr_region_free(&r);
-    }
+    expect_gemm_wgmma(regions, sizeof regions / sizeof regions[0]);
 
     const char *json = "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":300,\"n\":520,\"k\":264,"
                        "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}";

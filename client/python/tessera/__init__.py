@@ -622,6 +622,20 @@ def _shm_threshold_from_env() -> int:
     return value
 
 
+def _launch_descs(launches: Sequence[Tuple[Union["Compiled", int], Sequence["Buffer"], "Buffer"]]
+                  ) -> Tuple[Any, List[Any]]:
+    """The C form of (kernel, [inputs], output) tuples, and the arrays it
+    points into (keep them alive for the call)."""
+    descs = (_lib.LaunchDesc * max(1, len(launches)))()
+    keep = []
+    for i, (k, ins, out) in enumerate(launches):
+        hs = (c_uint64 * max(1, len(ins)))(*[b.handle for b in ins])
+        keep.append(hs)
+        kern = k.kernel if isinstance(k, Compiled) else int(k)
+        descs[i] = _lib.LaunchDesc(kern, len(ins), hs, out.handle)
+    return descs, keep
+
+
 class Ring:
     """A submission ring of a Client (Client.ring): launch(i) runs binding i and
     returns its device time in ms. Use from one thread at a time; close() (or
@@ -1024,13 +1038,7 @@ class Client:
         """Runs launches — (kernel, [input Buffers], output Buffer) tuples — in order
         with one round trip. graph=True lets a CUDA daemon capture and replay the
         sequence. Returns {"device_ms", "launched", "graph_replayed"}."""
-        descs = (_lib.LaunchDesc * max(1, len(launches)))()
-        keep = []
-        for i, (k, ins, out) in enumerate(launches):
-            hs = (c_uint64 * max(1, len(ins)))(*[b.handle for b in ins])
-            keep.append(hs)
-            kern = k.kernel if isinstance(k, Compiled) else int(k)
-            descs[i] = _lib.LaunchDesc(kern, len(ins), hs, out.handle)
+        descs, keep = _launch_descs(launches)
         res = _lib.BatchResult()
         err = _lib.Error()
         _check(lib.tsr_client_batch(self._c, descs, len(launches), graph, byref(res),
@@ -1046,13 +1054,7 @@ class Client:
         no message (docs/protocol.md, "Submission rings"). Needs a local
         (ipc://) daemon. The ring holds one of the tenant's in_flight until
         closed; its launches are not ordered with this client's other calls."""
-        descs = (_lib.LaunchDesc * max(1, len(launches)))()
-        keep = []
-        for i, (k, ins, out) in enumerate(launches):
-            hs = (c_uint64 * max(1, len(ins)))(*[b.handle for b in ins])
-            keep.append(hs)
-            kern = k.kernel if isinstance(k, Compiled) else int(k)
-            descs[i] = _lib.LaunchDesc(kern, len(ins), hs, out.handle)
+        descs, keep = _launch_descs(launches)
         handle = c_void_p()
         err = _lib.Error()
         _check(lib.tsr_client_ring_open(self._c, descs, len(launches), slots, byref(handle),

@@ -1003,6 +1003,111 @@ static int cmd_candidates(cli *c, int argc, char **argv)
     return cmd_with_region(c, path, cmd_candidates_call, NULL);
 }
 
+/* ---- ring: the same-node fast path, timed ---- */
+
+typedef struct cmd_ring_args {
+    long launches;
+} cmd_ring_args;
+
+static int cmd_double_cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Compiles the region, gives it zeroed buffers, opens a submission ring over
+ * that one launch and times args->launches launches through it. */
+static int cmd_ring_call(cli *c, const tsr_region *r, void *args)
+{
+    const cmd_ring_args *a = args;
+    tsr_client_tensor sig[TSR_CLIENT_MAX_INPUTS], out;
+    int n = tsr_client_region_signature(r, sig, &out);
+    tsr_client_compiled k;
+    tsr_error err;
+    if (tsr_client_compile(c->client, r, NULL, &k, c->timeout_ms, &err) != TSR_OK)
+        return cli_fail_call(&err);
+    tsr_buffer bufs[TSR_CLIENT_MAX_INPUTS + 1] = {0};
+    int made = 0, rc = CLI_EXIT_OK;
+    for (int i = 0; i <= n && rc == CLI_EXIT_OK; i++) {
+        const tsr_client_tensor *t = i < n ? &sig[i] : &out;
+        if (tsr_client_buffer_alloc(c->client, t->dtype, t->rank, t->shape, &bufs[i], NULL,
+                                    c->timeout_ms, &err) != TSR_OK)
+            rc = cli_fail_call(&err);
+        else
+            made = i + 1;
+    }
+    double *rt = rc == CLI_EXIT_OK ? malloc((size_t)a->launches * sizeof *rt) : NULL;
+    double *dev = rc == CLI_EXIT_OK ? malloc((size_t)a->launches * sizeof *dev) : NULL;
+    if (rc == CLI_EXIT_OK && (rt == NULL || dev == NULL))
+        rc = cli_fail_call(&(tsr_error){.code = TSR_NO_MEMORY, .message = "out of memory"});
+    tsr_client_ring *ring = NULL;
+    tsr_client_launch_desc bind = {
+        .kernel = k.kernel, .n_inputs = n, .inputs = bufs, .output = bufs[n]};
+    if (rc == CLI_EXIT_OK &&
+        tsr_client_ring_open(c->client, &bind, 1, 1, &ring, c->timeout_ms, &err) != TSR_OK)
+        rc = cli_fail_call(&err);
+    for (long i = 0; rc == CLI_EXIT_OK && i < a->launches; i++) {
+        double t0 = cmd_now_ms();
+        if (tsr_client_ring_launch(ring, 0, &dev[i], c->timeout_ms, &err) != TSR_OK)
+            rc = cli_fail_call(&err);
+        rt[i] = (cmd_now_ms() - t0) * 1000.0;
+        dev[i] *= 1000.0;
+    }
+    uint64_t served = 0;
+    if (ring != NULL && tsr_client_ring_close(ring, &served, c->timeout_ms, &err) != TSR_OK &&
+        rc == CLI_EXIT_OK)
+        rc = cli_fail_call(&err);
+    if (rc == CLI_EXIT_OK) {
+        qsort(rt, (size_t)a->launches, sizeof *rt, cmd_double_cmp);
+        qsort(dev, (size_t)a->launches, sizeof *dev, cmd_double_cmp);
+        double p50 = rt[a->launches / 2], p99 = rt[(a->launches * 99) / 100];
+        double dev50 = dev[a->launches / 2];
+        if (c->json) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "candidate", k.decision.candidate);
+            cJSON_AddNumberToObject(o, "launches", (double)served);
+            cJSON_AddNumberToObject(o, "round_trip_us_p50", p50);
+            cJSON_AddNumberToObject(o, "round_trip_us_p99", p99);
+            cJSON_AddNumberToObject(o, "daemon_us_p50", dev50);
+            cli_json_print(o);
+        } else {
+            printf("%llu launches of %s through a submission ring: round trip p50 %.1f us, p99 "
+                   "%.1f us; in the daemon p50 %.1f us\n",
+                   (unsigned long long)served, k.decision.candidate, p50, p99, dev50);
+        }
+    }
+    free(rt);
+    free(dev);
+    for (int i = 0; i < made; i++)
+        tsr_client_buffer_free(c->client, bufs[i], c->timeout_ms, NULL);
+    tsr_client_kernel_free(c->client, k.kernel, c->timeout_ms, NULL);
+    return rc;
+}
+
+static int cmd_ring(cli *c, int argc, char **argv)
+{
+    const char *path = NULL;
+    cmd_ring_args args = {.launches = 1000};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--launches") == 0) {
+            const char *v = cmd_value(argc, argv, &i);
+            char *end;
+            long n = v ? strtol(v, &end, 10) : 0;
+            if (!v || *v == '\0' || *end != '\0' || n < 1 || n > 10000000)
+                return cli_fail_usage("ring", "--launches wants a number from 1 to 10000000");
+            args.launches = n;
+        } else if (a[0] == '-' || path) {
+            return cli_fail_usage("ring", "unexpected argument '%s'", a);
+        } else {
+            path = a;
+        }
+    }
+    if (!path)
+        return cli_fail_usage("ring", "missing REGION.json");
+    return cmd_with_region(c, path, cmd_ring_call, &args);
+}
+
 const cli_command cli_commands[] = {
     {"ping", cmd_ping,
      "usage: tessera-cli ping\n"
@@ -1052,5 +1157,10 @@ const cli_command cli_commands[] = {
      "usage: tessera-cli candidates REGION.json\n"
      "Lists every candidate for the region's kind: tier, version, whether it\n"
      "applies, its verdict and why it was or was not selected (* = selected).\n"},
+    {"ring", cmd_ring,
+     "usage: tessera-cli ring REGION.json [--launches N]\n"
+     "Compiles the region, gives it zeroed buffers and launches it N times (default\n"
+     "1000) through a submission ring, the same-node fast path (a local daemon and\n"
+     "shared memory); prints the round trip's p50 and p99 and the time in the daemon.\n"},
     {NULL, NULL, NULL},
 };

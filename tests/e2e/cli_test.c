@@ -445,3 +445,36 @@ Test(cli, run_writes_devices_in_place_keeps_links_and_bounds_inputs)
     testdata_free(&t);
     tsr_client_region_free(r);
 }
+
+/* ring: a region launched through a submission ring, timed; its usage errors. */
+Test(cli, ring_launches_through_shared_memory_and_checks_its_arguments)
+{
+    cli_result res;
+    cli_exec(&res, true, "--json", "ring", "examples/pointwise.json", "--launches", "50", NULL);
+    cr_assert_eq(res.code, 0, "stderr: %s", res.err);
+    cJSON *doc = cli_json(&res);
+    cr_expect_eq(cJSON_GetNumberValue(cJSON_GetObjectItem(doc, "launches")), 50.0);
+    cr_expect_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(doc, "candidate")), "reference");
+    cr_expect_gt(cJSON_GetNumberValue(cJSON_GetObjectItem(doc, "round_trip_us_p50")), 0.0);
+    cJSON_Delete(doc);
+    cli_exec(&res, true, "ring", "examples/pointwise.json", "--launches", "0", NULL);
+    cr_expect_eq(res.code, 2);
+    cr_expect_not_null(strstr(res.err, "--launches wants a number from 1 to 10000000"), "%s",
+                       res.err);
+    cli_exec(&res, true, "ring", NULL);
+    cr_expect_eq(res.code, 2);
+    cr_expect_not_null(strstr(res.err, "missing REGION.json"), "%s", res.err);
+    /* No ring, buffer or kernel outlives the command. */
+    cli_exec(&res, true, "--json", "stats", NULL);
+    cr_assert_eq(res.code, 0, "stderr: %s", res.err);
+    doc = cli_json(&res);
+    const cJSON *row, *rows = cJSON_GetObjectItem(doc, "counters");
+    double rings = -1;
+    cJSON_ArrayForEach(row, rows)
+    {
+        if (strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(row, "name")), "rings") == 0)
+            rings = cJSON_GetNumberValue(cJSON_GetObjectItem(row, "value"));
+    }
+    cr_expect_eq(rings, 0.0, "%s", res.out);
+    cJSON_Delete(doc);
+}

@@ -214,9 +214,10 @@ static void unit_fused(tsr_region *r, tsr_dtype dtype, int64_t m, int64_t n, int
     cr_assert_eq(tsr_region_validate(r, &e), TSR_OK, "%s", e.message);
 }
 
-/* A product with an epilogue takes the ping-pong kernels: 64 x 256 tiles, each
- * a whole tile of one consumer warpgroup, A in 64-row boxes; without one (or at
- * most 64 rows) the cooperative or narrow kernels. */
+/* A product whose epilogue has ops and a residual takes the ping-pong kernels:
+ * 64 x 256 tiles, each a whole tile of one consumer warpgroup, A in 64-row
+ * boxes; a lighter epilogue, none, or at most 64 rows the cooperative or
+ * narrow kernels. */
 Test(backend_cuda, gemm_plan_takes_ping_pong_for_an_epilogue)
 {
     tsr_region r;
@@ -241,13 +242,27 @@ Test(backend_cuda, gemm_plan_takes_ping_pong_for_an_epilogue)
     cr_expect_eq(v.free_dims, TSR_VARIANT_ROWS);
     tsr_region_free(&r);
 
-    /* Ragged: a residual alone is an epilogue too. */
-    unit_fused(&r, TSR_F16, 1000, 520, 264, NULL, 0, true);
+    /* Ragged, ops and a residual: ping-pong in 64-row tiles. */
+    unit_fused(&r, TSR_F16, 1000, 520, 264, chain, 2, true);
     r.out_dtype = TSR_F32;
     cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
     cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f32_pp");
     cr_assert_eq(plan.grid, 16 * 3); /* ceil(1000/64) x ceil(520/256) */
+    cr_assert_eq(plan.residual_input, 3);
+    tsr_region_free(&r);
+
+    /* A residual alone, or ops alone: the cooperative kernel, whose main loop
+     * is faster and which the lighter epilogue does not slow enough to lose. */
+    unit_fused(&r, TSR_F16, 1000, 520, 264, NULL, 0, true);
+    r.out_dtype = TSR_F32;
+    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f32");
+    cr_assert_eq(plan.grid, 8 * 3); /* ceil(1000/128) x ceil(520/256) */
     cr_assert_eq(plan.residual_input, 2);
+    tsr_region_free(&r);
+    unit_fused(&r, TSR_BF16, 1000, 520, 264, chain, 2, false);
+    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_bf16");
     tsr_region_free(&r);
 
     /* The same product without an epilogue (a matmul region): cooperative. */

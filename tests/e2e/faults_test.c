@@ -59,6 +59,16 @@ static tsr_region *faults_matmul(int64_t m)
     return fixture_region_json(json);
 }
 
+/* A matmul of n columns: each n is a kernel of its own (every m of one n and k
+ * shares one kernel variant, one cache entry). */
+static tsr_region *faults_matmul_n(int64_t n)
+{
+    static const char fmt[] = "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":3,\"n\":%lld,\"k\":5}";
+    char json[128];
+    snprintf(json, sizeof json, fmt, (long long)n);
+    return fixture_region_json(json);
+}
+
 /* Runs a small matmul through the daemon and compares it with the reference:
  * the check that the daemon still serves right answers. */
 static void faults_run_is_right(tsr_client *c, int64_t m)
@@ -171,7 +181,7 @@ typedef struct faults_compiler {
     pthread_t thread;
     int index;
     atomic_bool *stop;
-    int64_t done[KILL_MAX_DONE]; /* m of every compile the daemon acknowledged */
+    int64_t done[KILL_MAX_DONE]; /* n of every compile the daemon acknowledged */
     int n_done;
 } faults_compiler;
 
@@ -182,11 +192,11 @@ static void *faults_compile_loop(void *arg)
     if (c == NULL)
         return NULL;
     for (int i = 0; !atomic_load(fc->stop) && fc->n_done < KILL_MAX_DONE; i++) {
-        int64_t m = 1000 + fc->index * 100000 + i;
-        tsr_region *r = faults_matmul(m);
+        int64_t n = 1000 + fc->index * 100000 + i;
+        tsr_region *r = faults_matmul_n(n);
         tsr_client_compiled out;
         if (tsr_client_compile(c, r, NULL, &out, 3000, NULL) == TSR_OK)
-            fc->done[fc->n_done++] = m;
+            fc->done[fc->n_done++] = n;
         tsr_client_region_free(r);
     }
     tsr_client_close(c);
@@ -224,12 +234,12 @@ Test(faults, sigkill_during_compiles_leaves_only_whole_entries)
     /* Every acknowledged compile comes back from the cache, not rebuilt. */
     for (int i = 0; i < KILL_THREADS; i++) {
         for (int j = 0; j < fc[i].n_done; j += 7) {
-            tsr_region *r = faults_matmul(fc[i].done[j]);
+            tsr_region *r = faults_matmul_n(fc[i].done[j]);
             tsr_client_compiled out;
             tsr_error err;
             cr_assert_eq(tsr_client_compile(c, r, NULL, &out, 10000, &err), TSR_OK, "%s",
                          err.message);
-            cr_expect(out.decision.cache_hit, "m=%lld was rebuilt after the restart",
+            cr_expect(out.decision.cache_hit, "n=%lld was rebuilt after the restart",
                       (long long)fc[i].done[j]);
             tsr_client_region_free(r);
         }

@@ -109,16 +109,23 @@ tsr_status tsr_client_ring_open(tsr_client *c, const tsr_client_launch_desc *bin
     return TSR_OK;
 }
 
+/* A status and message the daemon wrote into the segment, as an error; a
+ * status out of range (the segment is shared memory) becomes fallback. */
+static tsr_status ring_error(int32_t status, const char *field, tsr_status fallback,
+                             const char *otherwise, tsr_error *err)
+{
+    char message[TSR_RING_MESSAGE_MAX + 1];
+    memcpy(message, field, TSR_RING_MESSAGE_MAX);
+    message[TSR_RING_MESSAGE_MAX] = '\0';
+    tsr_status st = status > 0 && status < TSR_STATUS_COUNT ? (tsr_status)status : fallback;
+    return tsr_error_set(err, st, "%s", message[0] ? message : otherwise);
+}
+
 /* The reason the daemon ended the ring, as an error. */
 static tsr_status ring_closed_error(const tsr_client_ring *r, tsr_error *err)
 {
-    char message[TSR_RING_MESSAGE_MAX + 1];
-    memcpy(message, r->hdr->close_message, TSR_RING_MESSAGE_MAX);
-    message[TSR_RING_MESSAGE_MAX] = '\0';
-    tsr_status st = (tsr_status)r->hdr->close_status;
-    if (st == TSR_OK || st >= TSR_STATUS_COUNT)
-        st = TSR_UNAVAILABLE;
-    return tsr_error_set(err, st, "%s", message[0] ? message : "the ring was ended");
+    return ring_error(r->hdr->close_status, r->hdr->close_message, TSR_UNAVAILABLE,
+                      "the ring was ended", err);
 }
 
 tsr_status tsr_client_ring_launch(tsr_client_ring *r, uint32_t binding, double *device_ms,
@@ -164,15 +171,9 @@ tsr_status tsr_client_ring_launch(tsr_client_ring *r, uint32_t binding, double *
     }
     if (device_ms != NULL)
         *device_ms = (double)slot->device_ns / 1e6;
-    tsr_status st = (tsr_status)slot->status;
-    if (st == TSR_OK)
+    if (slot->status == TSR_OK)
         return TSR_OK;
-    char message[TSR_RING_MESSAGE_MAX + 1];
-    memcpy(message, slot->message, TSR_RING_MESSAGE_MAX);
-    message[TSR_RING_MESSAGE_MAX] = '\0';
-    if (st < 0 || st >= TSR_STATUS_COUNT)
-        st = TSR_INTERNAL;
-    return tsr_error_set(err, st, "%s", message);
+    return ring_error(slot->status, slot->message, TSR_INTERNAL, "", err);
 }
 
 tsr_status tsr_client_ring_close(tsr_client_ring *r, uint64_t *launches, int timeout_ms,

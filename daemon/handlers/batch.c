@@ -190,9 +190,9 @@ static uint64_t *batch_key(const tsrd_job *job, size_t from, size_t n, size_t *l
 }
 
 /* The next chunk as a graph (every kernel of the batch has been measured, so
- * the plan is known): the longest kept graph whose launches are the ones that
- * come next is replayed when it is within a factor of two of the planned
- * chunk (estimates move a little from batch to batch; the kept graphs should
+ * the plan is known): the longest kept graph, of at most twice the planned
+ * chunk, whose launches are the ones that come next is replayed when it has at
+ * least half the planned chunk (estimates move a little from batch to batch; the kept graphs should
  * not); else the planned chunk is captured, kept and replayed. *count gets the
  * launches done. TSR_UNSUPPORTED (err cleared) when the backend cannot
  * capture: the caller goes on without graphs. */
@@ -201,14 +201,17 @@ static tsr_status batch_graph_chunk(tsrd_job *job, tsrd_stream *stream, size_t *
     tsrd_daemon *d = job->d;
     batch_state *s = job->state;
     size_t n = batch_plan(s, s->next);
+    /* Only a kept graph of at most twice the plan is replayed, so the launches
+     * past that need no key. */
+    size_t ahead = s->n - s->next < 2 * n ? s->n - s->next : 2 * n;
     size_t rest_len = 0;
-    uint64_t *rest = batch_key(job, s->next, s->n - s->next, &rest_len);
+    uint64_t *rest = batch_key(job, s->next, ahead, &rest_len);
     if (rest == NULL)
         return tsr_error_set(&job->err, TSR_NO_MEMORY, "batch: out of memory");
     size_t launches = 0;
     tsrd_graph *kept = tsrd_graphs_match(job->session, rest, rest_len, &launches);
     free(rest);
-    if (kept != NULL && launches * 2 >= n && launches <= 2 * n) {
+    if (kept != NULL && launches * 2 >= n) {
         tsr_status st = d->bops->graph->graph_launch(d->backend, kept, stream, &job->err);
         if (st == TSR_OK) {
             job->body.batch.launched += (uint32_t)launches;

@@ -589,9 +589,8 @@ static void dispatch_start(tsrd_job *job);
 
 /* Starts the session's parked requests in arrival order, until one of them
  * decodes off the loop again. */
-static void dispatch_unpark(tsrd_daemon *d, tsrd_session *s)
+static void dispatch_unpark(tsrd_session *s)
 {
-    (void)d;
     while (!s->decoding && s->parked_head != NULL) {
         tsrd_job *job = s->parked_head;
         s->parked_head = job->parked_next;
@@ -614,7 +613,7 @@ static void dispatch_decode_after(uv_work_t *w, int uv_status)
     tsrd_session_ref(s);
     s->decoding = false;
     dispatch_decoded(job, st);
-    dispatch_unpark(d, s);
+    dispatch_unpark(s);
     tsrd_session_unref(d, s);
 }
 
@@ -645,7 +644,7 @@ static void dispatch_start(tsrd_job *job)
         dispatch_raw_done(job);
         dispatch_complete(
             job, tsr_error_set(&job->err, TSR_INTERNAL, "uv_queue_work: %s", uv_strerror(rc)));
-        dispatch_unpark(d, s);
+        dispatch_unpark(s);
     }
 }
 

@@ -20,7 +20,6 @@
 struct tsrd_ring {
     struct tsrd_ring *next; /* in the session's rings */
     uint64_t id;
-    tsrd_session *session;
     tsrd_tenant *tenant; /* holds one of its in_flight while the ring exists */
     tsrd_shm_map *map;
     uint32_t slots;
@@ -111,7 +110,6 @@ tsr_status tsrd_ring_open(tsrd_daemon *d, tsrd_session *s, tsrd_shm_map *map, ui
         tsrd_ring_bindings_release(d, bindings, n);
         return tsr_error_set(err, TSR_NO_MEMORY, "ring_open: out of memory");
     }
-    r->session = s;
     r->map = map;
     r->slots = slots;
     r->bindings = bindings;

@@ -538,24 +538,12 @@ static bool kernels_rows_kind(const tsr_region *r)
     return r->kind == TSR_KIND_MATMUL || r->kind == TSR_KIND_FUSED || r->kind == TSR_KIND_GATED;
 }
 
-/* The reference reads every dimension at run time; pointwise stays per shape
- * (its broadcast pattern is the shape). */
-static void kernels_reference_variant(const tsr_candidate *c, const tsr_region *r, const char *arch,
-                                      tsr_variant *out)
-{
-    (void)c, (void)arch;
-    memset(out, 0, sizeof *out);
-    if (kernels_rows_kind(r))
-        out->free_dims = TSR_VARIANT_ROWS;
-    else if (r->kind == TSR_KIND_ATTENTION)
-        out->free_dims = TSR_VARIANT_BATCH | TSR_VARIANT_SEQ_Q | TSR_VARIANT_SEQ_K;
-}
-
-/* Tier-1 matmul, fused and gated kernels take M as a parameter, attention
- * kernels batch, seq_q and seq_k (their tiles and code do not depend on
- * them); pointwise kernels are built per shape. */
-static void kernels_tier1_variant(const tsr_candidate *c, const tsr_region *r, const char *arch,
-                                  tsr_variant *out)
+/* The reference, and Tier-1's matmul, fused and gated kernels (M) and
+ * attention kernels (batch, seq_q, seq_k), take these dimensions at run time:
+ * their tiles and code do not depend on them. Pointwise kernels are built per
+ * shape (the broadcast pattern is the shape). */
+static void kernels_run_time_dims_variant(const tsr_candidate *c, const tsr_region *r,
+                                          const char *arch, tsr_variant *out)
 {
     (void)c, (void)arch;
     memset(out, 0, sizeof *out);
@@ -567,7 +555,7 @@ static void kernels_tier1_variant(const tsr_candidate *c, const tsr_region *r, c
 
 /* The tier-3 GEMMs read M, N and K from their parameter block and tensor
  * maps; the entry (its tile configuration, narrow for at most
- * TSR_GEMM_NARROW_M rows, ping-pong for an epilogue) depends on M, so it is
+ * TSR_GEMM_NARROW_M rows, ping-pong for ops with a residual) depends on M, so it is
  * the variant's class. */
 static void kernels_gemm_variant(const tsr_candidate *c, const tsr_region *r, const char *arch,
                                  tsr_variant *out)
@@ -627,9 +615,9 @@ typedef struct kernels_candidate_row {
  * kernel cache key. */
 static const kernels_candidate_row kernels_candidates[] = {
     {TSRD_CUDA_REFERENCE, 0, TSRD_CUDA_REFERENCE_VERSION, KERNELS_ALL_KINDS, NULL, false, 0,
-     kernels_reference_variant},
+     kernels_run_time_dims_variant},
     {TSRD_CUDA_TIER1, 1, TSRD_CUDA_TIER1_VERSION, KERNELS_ALL_KINDS, kernels_tier1_applies, false,
-     64, kernels_tier1_variant},
+     64, kernels_run_time_dims_variant},
     {TSRD_CUDA_GEMM, 3, TSRD_CUDA_TIER3_VERSION, KERNELS_GEMM_KINDS, kernels_tier3_applies, false,
      128, kernels_gemm_variant},
     {TSRD_CUDA_SWIGLU, 3, TSRD_CUDA_TIER3_VERSION, KERNELS_GATED_KINDS, kernels_tier3_applies,

@@ -34,21 +34,16 @@ typedef struct owner_env {
     char tcp[64];
 } owner_env;
 
-static int owner_port(void)
-{
-    /* A port of this process's own, clear of transport_test's. */
-    return 20000 + (int)((getpid() + 7919) % 20000);
-}
-
-/* A daemon on ipc and plain tcp with tenants a and b (tokens); a_extra and
- * b_extra are more keys of each tenant's object ("" for none). */
-static void owner_start(owner_env *e, const char *a_extra, const char *b_extra)
+/* A daemon on ipc and plain tcp (port) with tenants a and b (tokens); a_extra
+ * and b_extra are more keys of each tenant's object ("" for none). */
+static void owner_start_on(owner_env *e, int port, const char *a_extra, const char *b_extra)
 {
     memset(e, 0, sizeof *e);
     char ha[65], hb[65];
     tsrd_token_hash(OWNER_TOKEN_A, strlen(OWNER_TOKEN_A), ha);
     tsrd_token_hash(OWNER_TOKEN_B, strlen(OWNER_TOKEN_B), hb);
-    snprintf(e->tcp, sizeof e->tcp, "tcp://127.0.0.1:%d", owner_port());
+    cr_assert_gt(port, 0, "no free tcp port");
+    snprintf(e->tcp, sizeof e->tcp, "tcp://127.0.0.1:%d", port);
     setenv("TESSERA_TOKEN", OWNER_TOKEN_A, 1); /* testd's own hello */
     const char *flags[] = {"--listen", e->tcp, NULL};
     cr_assert_eq(testd_start_config(&e->d, flags,
@@ -57,6 +52,11 @@ static void owner_start(owner_env *e, const char *a_extra, const char *b_extra)
                                     "{\"name\": \"b\", \"token_sha256\": [\"%s\"]%s}]}\n",
                                     ha, a_extra, hb, b_extra),
                  0);
+}
+
+static void owner_start(owner_env *e, const char *a_extra, const char *b_extra)
+{
+    owner_start_on(e, testd_free_tcp_port(), a_extra, b_extra);
 }
 
 static void owner_stop(owner_env *e)
@@ -277,13 +277,14 @@ Test(shm_owner, another_user_over_tcp_cannot_use_roots_segment, .timeout = 60)
     if (geteuid() != 0)
         cr_skip_test("needs root to run a client as uid 65534");
     char name[64], url[64];
-    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", owner_port());
+    int port = testd_free_tcp_port();
+    snprintf(url, sizeof url, "tcp://127.0.0.1:%d", port);
     snprintf(name, sizeof name, "/tsr-owner-root-%ld", (long)getpid());
     int go_write, go_read;
     pid_t writer = owner_spawn_nobody(url, name, 1, &go_write);
     pid_t reader = owner_spawn_nobody(url, name, 0, &go_read);
     owner_env e;
-    owner_start(&e, "", "");
+    owner_start_on(&e, port, "", "");
     cr_assert_str_eq(e.tcp, url);
     owner_segment(name, sizeof name, "root");
     cr_expect_eq(owner_wait_nobody(writer, go_write), TSR_UNAUTHENTICATED);

@@ -27,14 +27,9 @@
 /* The daemon, its certificates (in its directory) and its tls+tcp:// url. */
 typedef struct tls_env {
     char listen[64];
+    int port;
     testd d;
 } tls_env;
-
-static int tls_port(void)
-{
-    /* A port of this process's own; collisions between suites are unlikely. */
-    return 20000 + (int)(getpid() % 20000);
-}
 
 static int tls_sh(const char *dir, const char *cmd)
 {
@@ -72,7 +67,9 @@ static void tls_start(tls_env *e, bool verify_clients)
                                     "\"verify_clients\": %s}}\n",
                                     dir, dir, dir, verify_clients ? "true" : "false"),
                  0);
-    snprintf(e->listen, sizeof e->listen, "tls+tcp://127.0.0.1:%d", tls_port());
+    e->port = testd_free_tcp_port();
+    cr_assert_gt(e->port, 0, "no free tcp port");
+    snprintf(e->listen, sizeof e->listen, "tls+tcp://127.0.0.1:%d", e->port);
     const char *extra[] = {"--listen", e->listen, NULL};
     cr_assert_eq(testd_spawn(&e->d, extra), 0, "tesserad did not start");
 }
@@ -159,7 +156,7 @@ Test(transport, tls_client_certificate_is_required_when_configured)
 Test(transport, plain_tcp_needs_allow_plain_tcp)
 {
     char listen[64];
-    snprintf(listen, sizeof listen, "tcp://127.0.0.1:%d", tls_port() + 1);
+    snprintf(listen, sizeof listen, "tcp://127.0.0.1:%d", testd_free_tcp_port());
     testd d;
     const char *extra[] = {"--listen", listen, NULL};
     cr_expect_eq(testd_start(&d, extra), -1); /* refused: exits at start-up */
@@ -216,7 +213,7 @@ Test(transport, tls_listener_survives_plain_connects_garbage_and_half_handshakes
 {
     tls_env e;
     tls_start(&e, false);
-    int port = tls_port();
+    int port = e.port;
     for (int i = 0; i < 200; i++)
         close(transport_tcp_connect(port));
     static const char garbage[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";

@@ -11,6 +11,9 @@
 #include <grp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -373,4 +376,19 @@ int testd_raw_request(uint32_t sock_id, const Tessera__V1__Request *req, int tim
     int rv = testd_raw_send(sock_id, buf, len, timeout_ms, reply);
     free(buf);
     return rv;
+}
+
+int testd_free_tcp_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
 }

@@ -85,6 +85,11 @@ tsr_client *testd_connect(const char *url, const char *token, int timeout_ms);
 /* Path of a built program: "<build>/bin/<name>" into buf. */
 void testd_bin(const testd *d, const char *name, char *buf, size_t size);
 
+/* A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick for
+ * a socket bound to port 0, released at once), for a daemon's tcp listener;
+ * -1 when none could be had. */
+int testd_free_tcp_port(void);
+
 /* Opens a REQ socket dialed to the daemon. Returns 0 or an nng error. */
 int testd_raw_open(const testd *d, uint32_t *sock_id);
 void testd_raw_close(uint32_t sock_id);

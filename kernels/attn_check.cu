@@ -45,8 +45,8 @@ CHECK_VARIANT(check_q_in_smem_d128, 128, true, false)
         name(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k, \
              const __grid_constant__ CUtensorMap map_v, const __grid_constant__ tsr_attn_params p) \
     {                                                                                              \
-        attn_body<__nv_bfloat16, __nv_bfloat16, hd, true, true, stages, stages>(&map_q, &map_k,    \
-                                                                                &map_v, p);        \
+        attn_body<__nv_bfloat16, __nv_bfloat16, hd, true, true, 1, stages, stages>(&map_q, &map_k, \
+                                                                                   &map_v, p);     \
     }
 CHECK_EQUAL_RINGS(check_equal_rings_d64, 64, 3)
 CHECK_EQUAL_RINGS(check_equal_rings_d128, 128, 2)
@@ -57,6 +57,14 @@ static const attn_fn kernels[2][2][3] = {
      {tsr_attn_f16_f32_d64, tsr_attn_f16_bf16_d64, tsr_attn_f16_f16_d64}},
     {{tsr_attn_bf16_f32_d128, tsr_attn_bf16_bf16_d128, tsr_attn_bf16_f16_d128},
      {tsr_attn_f16_f32_d128, tsr_attn_f16_bf16_d128, tsr_attn_f16_f16_d128}},
+};
+
+/* [d128][f16 in][8 splits]: the split-key entries (bf16 -> bf16, f16 -> f16). */
+static const attn_fn split_kernels[2][2][2] = {
+    {{tsr_attn_bf16_bf16_d64_s4, tsr_attn_bf16_bf16_d64_s8},
+     {tsr_attn_f16_f16_d64_s4, tsr_attn_f16_f16_d64_s8}},
+    {{tsr_attn_bf16_bf16_d128_s4, tsr_attn_bf16_bf16_d128_s8},
+     {tsr_attn_f16_f16_d128_s4, tsr_attn_f16_f16_d128_s8}},
 };
 
 template <typename T> __global__ void set_row(T *p, size_t row, int d, float value)
@@ -155,6 +163,7 @@ struct attn_case {
     int poison;     /* 0 none, 1 NaN in a Q row, 2 NaN in a K row, 3 NaN in a V row, 4 inf in V */
     long long poison_row; /* row of the (B·H(kv)·seq) view */
     int timed;
+    int splits; /* 0: the unsplit entry; 4 or 8: the split-key entry (same in and out dtype) */
 };
 
 template <typename T>
@@ -212,11 +221,23 @@ static int run_case(const attn_case &c, double *ms_out)
     CUtensorMap mk = tensor_map(dt, k, 3, kvdims, kvbox);
     CUtensorMap mv = tensor_map(dt, v, 3, kvdims, kvbox);
     attn_fn fn = kernels[c.d == 128][c.f16_in][c.out_kind];
+    const attn_fn unsplit = fn;
+    if (c.splits) {
+        if (c.out_kind != (c.f16_in ? 2 : 1) || (c.splits != 4 && c.splits != 8)) {
+            printf("%s: split entries are 4 or 8 with the input dtype out\n", c.name);
+            return 1;
+        }
+        fn = split_kernels[c.d == 128][c.f16_in][c.splits == 8];
+    }
     const int smem = TSR_ATTN_SMEM_BYTES(c.d);
     CHECK_RT(
         cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    CHECK_RT(cudaFuncSetAttribute((const void *)unsplit,
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const int group = c.h / c.hkv;
-    dim3 grid((group * c.m + TSR_ATTN_BM - 1) / TSR_ATTN_BM, c.hkv, c.b);
+    const unsigned row_tiles = (group * c.m + TSR_ATTN_BM - 1) / TSR_ATTN_BM;
+    dim3 grid(row_tiles * (c.splits ? c.splits : 1), c.hkv, c.b);
+    dim3 unsplit_grid(row_tiles, c.hkv, c.b);
     fn<<<grid, TSR_ATTN_THREADS, smem>>>(mq, mk, mv, p);
     CHECK_RT(cudaGetLastError());
     CHECK_RT(cudaDeviceSynchronize());
@@ -290,8 +311,11 @@ static int run_case(const attn_case &c, double *ms_out)
         ms = check_time_ms([&] { fn<<<grid, TSR_ATTN_THREADS, smem>>>(mq, mk, mv, p); });
     /* The variants (no ping-pong; Q read from shared memory by every S), for
      * the bf16 -> bf16 timed cases. */
-    double ms_nopp = 0, ms_qsmem = 0, ms_rings = 0;
-    if (c.timed && !c.f16_in && c.out_kind == 1) {
+    double ms_nopp = 0, ms_qsmem = 0, ms_rings = 0, ms_unsplit = 0;
+    if (c.timed && c.splits)
+        ms_unsplit = check_time_ms(
+            [&] { unsplit<<<unsplit_grid, TSR_ATTN_THREADS, smem>>>(mq, mk, mv, p); });
+    if (c.timed && !c.splits && !c.f16_in && c.out_kind == 1) {
         attn_fn alt = c.d == 128 ? check_no_pingpong_d128 : check_no_pingpong_d64;
         CHECK_RT(cudaFuncSetAttribute((const void *)alt,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -315,6 +339,8 @@ static int run_case(const attn_case &c, double *ms_out)
            pass ? "PASS" : "FAIL");
     if (c.timed)
         printf("  %.3f ms  %.1f TFLOP/s", ms, flop / (ms * 1e-3) / 1e12);
+    if (ms_unsplit > 0)
+        printf("  (unsplit %.3f ms)", ms_unsplit);
     if (ms_nopp > 0)
         printf("  (no ping-pong %.1f; Q in shared memory %.1f; equal K and V rings %.1f TFLOP/s)",
                flop / (ms_nopp * 1e-3) / 1e12, flop / (ms_qsmem * 1e-3) / 1e12,
@@ -364,6 +390,18 @@ int main(int argc, char **argv)
         {"prefill_d64", 4, 32, 32, 4096, 4096, 64, 0, 0, 1, 0, 0, 0, 0, 1},
         {"prefill_causal_d64", 4, 32, 32, 4096, 4096, 64, 1, 0, 1, 0, 0, 0, 0, 1},
         {"decode_b32h32kv8_8192", 32, 32, 8, 1, 8192, 128, 0, 0, 1, 0, 0, 0, 0, 1},
+        /* Split keys (name, ..., timed, splits). */
+        {"split8_decode_b1h32kv8_8192", 1, 32, 8, 1, 8192, 128, 0, 0, 1, 0, 0, 0, 0, 1, 8},
+        {"split4_decode_b4h32kv8_8192", 4, 32, 8, 1, 8192, 128, 0, 0, 1, 0, 0, 0, 0, 1, 4},
+        {"split8_decode_d64_f16", 1, 16, 4, 1, 4096, 64, 0, 1, 2, 0, 0, 0, 0, 1, 8},
+        {"split8_causal_m5_ragged", 2, 8, 2, 5, 1000, 128, 1, 0, 1, 0, 0, 0, 0, 0, 8},
+        {"split8_empty_shares", 1, 8, 8, 3, 300, 128, 1, 0, 1, 0, 0, 0, 0, 0, 8},
+        {"split4_causal_q_gt_k", 1, 4, 1, 300, 77, 64, 1, 1, 2, 0, 0, 0, 0, 0, 4},
+        {"split4_nan_v_masked_for_some", 1, 2, 2, 64, 700, 128, 1, 0, 1, 0, 0, 3, 650, 0, 4},
+        {"split4_inf_v_masked_for_some", 1, 2, 2, 64, 700, 64, 1, 1, 2, 0, 0, 4, 1350, 0, 4},
+        {"split8_nan_q_row", 1, 8, 2, 1, 3000, 128, 0, 0, 1, 0, 0, 1, 3, 0, 8},
+        {"split8_nan_k_row", 1, 8, 2, 1, 3000, 64, 0, 0, 1, 0, 0, 2, 2500, 0, 8},
+        {"split8_negative_scale", 1, 4, 4, 2, 2000, 128, 0, 0, 1, -0.3f, 0, 0, 0, 0, 8},
     };
     const int n_cases = sizeof cases / sizeof cases[0];
     int only = argc > 1 ? atoi(argv[1]) : -1;

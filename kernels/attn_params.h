@@ -19,7 +19,9 @@
  * Grid: (ceil(group · seq_q / TSR_ATTN_BM), heads_kv, batch) with group =
  * heads / heads_kv (the query heads of a kv head are packed into its rows),
  * TSR_ATTN_THREADS threads, TSR_ATTN_SMEM_BYTES(head_dim) of dynamic shared
- * memory.
+ * memory. The split-key entries (_s4, _s8: input dtype out only) are compiled
+ * with clusters of S CTAs along x and take S times as many CTAs in x: the S
+ * CTAs of a cluster share a row tile, each takes 1/S of its key tiles.
  */
 #ifndef TSR_ATTN_PARAMS_H
 #define TSR_ATTN_PARAMS_H
@@ -27,6 +29,9 @@
 #define TSR_ATTN_BM 128      /* packed query rows per CTA: two consumer warpgroups of 64 */
 #define TSR_ATTN_BN 128      /* keys per K / V tile */
 #define TSR_ATTN_THREADS 384 /* one producer and two consumer warpgroups */
+/* Split keys (the _s4 and _s8 entries) are planned against this many
+ * multiprocessors (an H100 or H200 SXM). */
+#define TSR_ATTN_SPLIT_SMS 132
 
 /* Stages of the K and V rings in shared memory. K, needed first, has the deeper
  * one: 3 and 2 for head_dim 128, 4 and 3 for 64. */

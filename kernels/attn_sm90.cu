@@ -221,17 +221,29 @@ ATTN_DEFINE_PV(64, __half, "f16", "%32", "%33", "%34", "%35", "%36")
 struct attn_tile {
     int rows;      /* packed rows of the kv head: group · seq_q */
     int r0;        /* first packed row of the CTA */
-    int diag;      /* seq_k - seq_q: key n is visible to query m when n <= m + diag */
-    int n_tiles;   /* key tiles any row of the CTA sees */
+    int diag;      /* seq_k - seq_q: key n is visible to query m when n <= m + seq_k - seq_q */
+    int j0;        /* first key tile of the CTA's share (0 unless the keys are split) */
+    int n_tiles;   /* key tiles of that share that any row of the CTA sees */
     size_t q_row0; /* the CTA's first row in the (B·H·seq_q, HD) view of Q and O */
 };
 
-__device__ __forceinline__ attn_tile attn_tile_of(const tsr_attn_params &p)
+/* The CTA's rank in its cluster: its share of the keys when they are split. */
+__device__ __forceinline__ int cluster_rank()
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return static_cast<int>(r);
+}
+
+template <int Splits> __device__ __forceinline__ attn_tile attn_tile_of(const tsr_attn_params &p)
 {
     attn_tile t;
     const int group = p.heads / p.heads_kv;
     t.rows = group * p.seq_q;
-    const int x = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x; /* long tiles first */
+    /* With split keys, the Splits CTAs of a cluster share one row tile. */
+    const int tile = static_cast<int>(blockIdx.x) / Splits;
+    const int n_row_tiles = static_cast<int>(gridDim.x) / Splits;
+    const int x = p.causal ? n_row_tiles - 1 - tile : tile; /* long tiles first */
     t.r0 = x * kBM;
     t.diag = p.seq_k - p.seq_q;
     t.q_row0 = (static_cast<size_t>(blockIdx.z) * p.heads_kv + blockIdx.y) * t.rows + t.r0;
@@ -242,11 +254,126 @@ __device__ __forceinline__ attn_tile attn_tile_of(const tsr_attn_params &p)
         const int m_max = last / p.seq_q == t.r0 / p.seq_q ? last % p.seq_q : p.seq_q - 1;
         n_end = min(p.seq_k, m_max + t.diag + 1);
     }
-    t.n_tiles = n_end > 0 ? (n_end + kBN - 1) / kBN : 0;
+    const int total = n_end > 0 ? (n_end + kBN - 1) / kBN : 0;
+    t.j0 = 0;
+    t.n_tiles = total;
+    if (Splits > 1) {
+        /* Contiguous shares of the key tiles; a share past the end is empty. */
+        const int per = (total + Splits - 1) / Splits;
+        t.j0 = cluster_rank() * per;
+        t.n_tiles = max(0, min(per, total - t.j0));
+    }
     return t;
 }
 
-template <typename T, typename TOut, int HD, bool PingPong, bool QInRegisters,
+/* ---- split keys: the partial results combined across the cluster ---- */
+
+/* Barrier over every thread of the cluster; the writes to shared memory before
+ * it are seen by the reads of any CTA after it. */
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release;\n"
+                 "barrier.cluster.wait.acquire;" ::
+                     : "memory");
+}
+
+/* addr (this CTA's shared memory) as the same offset in CTA rank's. */
+__device__ __forceinline__ uint32_t cluster_addr(uint32_t addr, int rank)
+{
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+
+__device__ __forceinline__ float cluster_load(uint32_t addr)
+{
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ float4 cluster_load4(uint32_t addr)
+{
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+}
+
+/* Split keys: each CTA of the cluster holds, for the rows of one row tile, the
+ * softmax state of its share of the keys (the running maximum m, the sum l and
+ * the unnormalized O, both relative to m, or to 0 where m is -inf). The CTAs
+ * leave it in their shared memory and then combine it together, each taking
+ * its part of the (row, four columns) items and reading every CTA's values
+ * through distributed shared memory:
+ *   M = max m_c,  w_c = 2^(m_c - M) (0 where m_c is -inf),
+ *   O = Σ w_c · O_c / Σ w_c · l_c.
+ * A NaN maximum makes the row NaN; a row whose every score is -inf gets
+ * 0 / 0 = NaN, and 0 · NaN keeps a non-finite value of V, as the unsplit
+ * kernel and the reference do. */
+template <typename TOut, int HD, int Splits>
+__device__ __forceinline__ void attn_combine(unsigned char *smem, const attn_tile &t,
+                                             const tsr_attn_params &p, const float (&o)[HD / 2],
+                                             const float (&m_run)[2], const float (&l_run)[2],
+                                             const int (&rr)[2], int ct, int quad)
+{
+    constexpr int kStride = HD + 8; /* floats per row: rows start 8 banks apart */
+    float *so = reinterpret_cast<float *>(smem);
+    float *sm = so + kBM * kStride;
+    float *sl = sm + kBM;
+    /* Both consumer warpgroups are past every read of Q, K and V. */
+    consumers_wait(5);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int row = rr[h] - t.r0;
+#pragma unroll
+        for (int jo = 0; jo < HD / 8; jo++)
+            *reinterpret_cast<float2 *>(so + row * kStride + 8 * jo + 2 * quad) =
+                make_float2(o[4 * jo + 2 * h], o[4 * jo + 2 * h + 1]);
+        if (quad == 0) {
+            sm[row] = m_run[h];
+            sl[row] = l_run[h];
+        }
+    }
+    cluster_sync();
+    const int rank = cluster_rank();
+    const int n_rows = min(kBM, t.rows - t.r0);
+    const uint32_t so_addr = sm90_smem_addr(so), sm_addr = sm90_smem_addr(sm),
+                   sl_addr = sm90_smem_addr(sl);
+    TOut *out = static_cast<TOut *>(p.out);
+    for (int i = rank * 256 + ct; i < n_rows * (HD / 4); i += Splits * 256) {
+        const int row = i / (HD / 4), col = 4 * (i % (HD / 4));
+        float m[Splits], mx = -INFINITY;
+#pragma unroll
+        for (int c = 0; c < Splits; c++) {
+            m[c] = cluster_load(cluster_addr(sm_addr + 4 * row, c));
+            mx = max_nan(mx, m[c]);
+        }
+        float l = 0.0f;
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int c = 0; c < Splits; c++) {
+            const float w = m[c] == -INFINITY ? 0.0f : exp2_approx(m[c] - mx);
+            l += w * cluster_load(cluster_addr(sl_addr + 4 * row, c));
+            const float4 v = cluster_load4(cluster_addr(so_addr + 4 * (row * kStride + col), c));
+            acc.x += w * v.x;
+            acc.y += w * v.y;
+            acc.z += w * v.z;
+            acc.w += w * v.w;
+        }
+        const bool none = p.causal && (t.r0 + row) % p.seq_q + t.diag < 0;
+        const float inv = 1.0f / l;
+        const size_t at = (t.q_row0 + static_cast<size_t>(row)) * HD + col;
+        store_pair(out, at, none ? 0.0f : acc.x * inv, none ? 0.0f : acc.y * inv);
+        store_pair(out, at + 2, none ? 0.0f : acc.z * inv, none ? 0.0f : acc.w * inv);
+    }
+    /* No CTA leaves while another may still read its shared memory. */
+    cluster_sync();
+}
+
+template <typename T, typename TOut, int HD, bool PingPong, bool QInRegisters, int Splits = 1,
           int kKStages = TSR_ATTN_K_STAGES(HD), int kVStages = TSR_ATTN_V_STAGES(HD)>
 __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtensorMap *map_k,
                                           const CUtensorMap *map_v, const tsr_attn_params &p)
@@ -271,7 +398,7 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
     uint64_t *v_full = k_empty + kKStages;
     uint64_t *v_empty = v_full + kVStages;
 
-    const attn_tile t = attn_tile_of(p);
+    const attn_tile t = attn_tile_of<Splits>(p);
     const int kv_head = blockIdx.z * p.heads_kv + blockIdx.y;
     const int warpgroup = threadIdx.x / 128;
 
@@ -308,7 +435,7 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
                     mbar_expect_tx(&k_full[s], kKVBytes);
                     for (int c = 0; c < kChunks; c++)
                         tma_load_3d(sk + s * kKVBytes + c * kKVChunk, map_k, &k_full[s], 64 * c,
-                                    j * kBN, kv_head);
+                                    (t.j0 + j) * kBN, kv_head);
                 }
                 if (j > 0) {
                     const int v = j - 1, s = v % kVStages;
@@ -316,9 +443,14 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
                     mbar_expect_tx(&v_full[s], kKVBytes);
                     for (int c = 0; c < kChunks; c++)
                         tma_load_3d(sv + s * kKVBytes + c * kKVChunk, map_v, &v_full[s], 64 * c,
-                                    v * kBN, kv_head);
+                                    (t.j0 + v) * kBN, kv_head);
                 }
             }
+        }
+        if constexpr (Splits > 1) {
+            /* The consumers' two cluster barriers (see the end). */
+            cluster_sync();
+            cluster_sync();
         }
         return;
     }
@@ -343,7 +475,6 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
     const int wg_last = min(wg_first + 63, t.rows - 1);
     const int wg_min_m =
         wg_first >= t.rows ? 0 : (wg_first / p.seq_q == wg_last / p.seq_q ? wg_first % p.seq_q : 0);
-    TOut *out = static_cast<TOut *>(p.out);
 
     float o[HD / 2];
 #pragma unroll
@@ -408,7 +539,7 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
          * rsum get each row's rescale factor and partial sum. O is not
          * touched: P·V of the previous tile may still be running. */
         auto softmax = [&](int j) {
-            const int n0 = j * kBN;
+            const int n0 = (t.j0 + j) * kBN;
             /* With a positive scale the maximum of the raw scores is the
              * maximum of the scaled ones, and each probability is one fma and
              * one exp2; otherwise the scores are scaled first (and masked
@@ -495,7 +626,7 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
          * the quad's four lanes hold a row's 128 probabilities between them. */
         auto pv_exact = [&](int stage, int j) {
             const unsigned char *v = sv + stage * kKVBytes;
-            const int n0 = j * kBN;
+            const int n0 = (t.j0 + j) * kBN;
             for (int src = 0; src < 4; src++) {
 #pragma unroll
                 for (int i = 0; i < kBN / 4; i++) {
@@ -527,7 +658,7 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
         };
         /* Does V of tile j hold an inf or NaN that a masked key could carry? */
         auto v_needs_exact = [&](int stage, int j) {
-            const int n0 = j * kBN;
+            const int n0 = (t.j0 + j) * kBN;
             if (!p.causal || n0 + kBN - 1 <= wg_min_m + t.diag)
                 return false;
             const uint4 *v = reinterpret_cast<const uint4 *>(sv + stage * kKVBytes);
@@ -624,20 +755,25 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
         l_run[h] += __shfl_xor_sync(0xFFFFFFFFu, l_run[h], 1);
         l_run[h] += __shfl_xor_sync(0xFFFFFFFFu, l_run[h], 2);
     }
+    if constexpr (Splits > 1) {
+        attn_combine<TOut, HD, Splits>(smem, t, p, o, m_run, l_run, rr, cw * 128 + tid, quad);
+    } else {
+        TOut *out = static_cast<TOut *>(p.out);
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        if (!valid[h])
-            continue;
-        /* A row that sees no key is 0; one whose every score is -inf gets
-         * 0 / 0 = NaN, as the reference's exp(-inf - -inf). */
-        const bool none = p.causal && mq[h] + t.diag < 0;
-        const float inv = 1.0f / l_run[h];
-        const size_t row = t.q_row0 - t.r0 + static_cast<size_t>(rr[h]);
+        for (int h = 0; h < 2; h++) {
+            if (!valid[h])
+                continue;
+            /* A row that sees no key is 0; one whose every score is -inf gets
+             * 0 / 0 = NaN, as the reference's exp(-inf - -inf). */
+            const bool none = p.causal && mq[h] + t.diag < 0;
+            const float inv = 1.0f / l_run[h];
+            const size_t row = t.q_row0 - t.r0 + static_cast<size_t>(rr[h]);
 #pragma unroll
-        for (int jo = 0; jo < HD / 8; jo++) {
-            const float a = none ? 0.0f : o[4 * jo + 2 * h] * inv;
-            const float b = none ? 0.0f : o[4 * jo + 2 * h + 1] * inv;
-            store_pair(out, row * HD + 8 * jo + 2 * quad, a, b);
+            for (int jo = 0; jo < HD / 8; jo++) {
+                const float a = none ? 0.0f : o[4 * jo + 2 * h] * inv;
+                const float b = none ? 0.0f : o[4 * jo + 2 * h + 1] * inv;
+                store_pair(out, row * HD + 8 * jo + 2 * quad, a, b);
+            }
         }
     }
 }
@@ -666,3 +802,26 @@ TSR_ATTN_ENTRY(tsr_attn_bf16_f16_d128, __nv_bfloat16, __half, 128)
 TSR_ATTN_ENTRY(tsr_attn_f16_f32_d128, __half, float, 128)
 TSR_ATTN_ENTRY(tsr_attn_f16_bf16_d128, __half, __nv_bfloat16, 128)
 TSR_ATTN_ENTRY(tsr_attn_f16_f16_d128, __half, __half, 128)
+
+/* Split keys for grids that would leave most multiprocessors idle (a decode
+ * step of a small batch): a cluster of S CTAs shares each row tile, each takes
+ * 1/S of its key tiles, and they combine their partial results through
+ * distributed shared memory. Same input and output dtype only:
+ * tsr_attn_<in>_<in>_d<head_dim>_s<S>, grid (S · row tiles, heads_kv, batch). */
+#define TSR_ATTN_SPLIT_ENTRY(name, t, hd, splits)                                                  \
+    extern "C" __global__ void __cluster_dims__(splits, 1, 1) __launch_bounds__(TSR_ATTN_THREADS,  \
+                                                                                1)                 \
+        name(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k, \
+             const __grid_constant__ CUtensorMap map_v, const __grid_constant__ tsr_attn_params p) \
+    {                                                                                              \
+        attn_body<t, t, hd, true, true, splits>(&map_q, &map_k, &map_v, p);                        \
+    }
+
+TSR_ATTN_SPLIT_ENTRY(tsr_attn_bf16_bf16_d64_s4, __nv_bfloat16, 64, 4)
+TSR_ATTN_SPLIT_ENTRY(tsr_attn_bf16_bf16_d64_s8, __nv_bfloat16, 64, 8)
+TSR_ATTN_SPLIT_ENTRY(tsr_attn_f16_f16_d64_s4, __half, 64, 4)
+TSR_ATTN_SPLIT_ENTRY(tsr_attn_f16_f16_d64_s8, __half, 64, 8)
+TSR_ATTN_SPLIT_ENTRY(tsr_attn_bf16_bf16_d128_s4, __nv_bfloat16, 128, 4)
+TSR_ATTN_SPLIT_ENTRY(tsr_attn_bf16_bf16_d128_s8, __nv_bfloat16, 128, 8)
+TSR_ATTN_SPLIT_ENTRY(tsr_attn_f16_f16_d128_s4, __half, 128, 4)
+TSR_ATTN_SPLIT_ENTRY(tsr_attn_f16_f16_d128_s8, __half, 128, 8)

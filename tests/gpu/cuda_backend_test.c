@@ -318,6 +318,10 @@ Test(cuda_backend, tier3_attention_is_the_default_and_matches_the_reference)
         "\"causal\":true",
         "\"batch\":2,\"heads\":4,\"seq_q\":200,\"seq_k\":200,\"head_dim\":64,\"causal\":true",
         "\"batch\":3,\"heads\":16,\"heads_kv\":4,\"seq_q\":1,\"seq_k\":1000,\"head_dim\":128",
+        /* Split keys: 8 ways with a ragged last tile, and 4 ways causal. */
+        "\"batch\":1,\"heads\":32,\"heads_kv\":8,\"seq_q\":1,\"seq_k\":2100,\"head_dim\":128",
+        "\"batch\":2,\"heads\":8,\"heads_kv\":2,\"seq_q\":5,\"seq_k\":1100,\"head_dim\":64,"
+        "\"causal\":true",
     };
     const char *dtypes[] = {"bf16", "f16"};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
@@ -337,12 +341,27 @@ Test(cuda_backend, tier3_attention_is_the_default_and_matches_the_reference)
 
 /* A NaN in one row of Q, K or V, with causal masking: the kernels give NaN
  * exactly where the reference does (a masked key's NaN value reaches no row
- * that cannot see it) and the same values elsewhere. */
+ * that cannot see it) and the same values elsewhere. Once with one CTA per
+ * row tile, once with the keys split 8 ways (16 queries, the poisoned key
+ * visible to half of them). */
+static void expect_attention_nan_placement(const char *json, const int row[3]);
+
 Test(cuda_backend, tier3_attention_places_nan_like_the_reference)
 {
-    const char *json = "{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":4,"
-                       "\"heads_kv\":2,\"seq_q\":256,\"seq_k\":256,\"head_dim\":128,"
-                       "\"causal\":true}";
+    const int rows[] = {37, 100, 100};
+    expect_attention_nan_placement("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,"
+                                   "\"heads\":4,\"heads_kv\":2,\"seq_q\":256,\"seq_k\":256,"
+                                   "\"head_dim\":128,\"causal\":true}",
+                                   rows);
+    const int split_rows[] = {5, 2040, 2040};
+    expect_attention_nan_placement("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,"
+                                   "\"heads\":4,\"heads_kv\":2,\"seq_q\":16,\"seq_k\":2048,"
+                                   "\"head_dim\":128,\"causal\":true}",
+                                   split_rows);
+}
+
+static void expect_attention_nan_placement(const char *json, const int row[3])
+{
     tsr_region r;
     tsr_error e;
     cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &e), TSR_OK, "%s", e.message);
@@ -352,9 +371,8 @@ Test(cuda_backend, tier3_attention_places_nan_like_the_reference)
     size_t bytes = (size_t)tsr_tensor_desc_bytes(&out_desc);
     uint16_t *got = malloc(bytes), *want = malloc(bytes);
     cr_assert(got != NULL && want != NULL);
-    /* Input, row: Q row 37 of head 0; K row 100 and V row 100 of kv head 0. */
+    /* Input, row: a Q row of head 0; a K row and a V row of kv head 0. */
     const int which[] = {0, 1, 2};
-    const int row[] = {37, 100, 100};
     for (int c = 0; c < 3; c++) {
         void *inputs[TSR_MAX_REGION_INPUTS] = {0};
         cr_assert_eq(tsr_oracle_make_probe(&r, 99, 0, 1, inputs, &e), TSR_OK, "%s", e.message);
@@ -376,9 +394,9 @@ Test(cuda_backend, tier3_attention_places_nan_like_the_reference)
             nan_want += (size_t)wn;
             misplaced += (size_t)(gn != wn);
         }
-        cr_expect_gt(nan_want, 0, "input %d: the reference has no NaN", which[c]);
-        cr_expect_eq(misplaced, 0, "input %d: %zu of %zu NaN positions differ", which[c], misplaced,
-                     count);
+        cr_expect_gt(nan_want, 0, "%s input %d: the reference has no NaN", json, which[c]);
+        cr_expect_eq(misplaced, 0, "%s input %d: %zu of %zu NaN positions differ", json, which[c],
+                     misplaced, count);
         tsr_verdict v;
         tsr_verdict_init(&v, 0, TSR_BF16);
         tsr_oracle_compare(&v, 0, TSR_BF16, got, want, count);

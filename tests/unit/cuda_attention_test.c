@@ -114,6 +114,52 @@ Test(cuda_attention, the_plan_packs_the_query_heads_of_each_kv_head)
     cr_assert_str_eq(e.message, "matmul regions are not attention");
 }
 
+/* One attention region's plan: entry, splits and grid x. */
+static void expect_split(const char *json, tsr_dtype out_dtype, const char *entry, int splits,
+                         uint32_t grid_x)
+{
+    tsr_region r;
+    attention(&r, json);
+    r.out_dtype = out_dtype;
+    tsrd_attn_plan plan;
+    tsr_error e;
+    cr_assert_eq(tsrd_attn_plan_make(&r, &plan, &e), TSR_OK, "%s", e.message);
+    cr_assert_str_eq(plan.entry, entry, "%s", json);
+    cr_assert_eq(plan.splits, splits, "%s", json);
+    cr_assert_eq(plan.grid[0], grid_x, "%s", json);
+    tsr_region_free(&r);
+}
+
+/* A decode step of a small batch fills 8 or 32 CTAs of 132 multiprocessors:
+ * the keys are split 8 or 4 ways where each share keeps two tiles. */
+Test(cuda_attention, small_grids_split_the_keys)
+{
+    const char *b1 = "{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":32,"
+                     "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":8192,\"head_dim\":128}";
+    expect_split(b1, TSR_BF16, "tsr_attn_bf16_bf16_d128_s8", 8, 8);
+    /* The split entries write the input dtype only. */
+    expect_split(b1, TSR_F32, "tsr_attn_bf16_f32_d128", 1, 1);
+    expect_split("{\"kind\":\"attention\",\"dtype\":\"f16\",\"batch\":4,\"heads\":32,"
+                 "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":8192,\"head_dim\":64}",
+                 TSR_F16, "tsr_attn_f16_f16_d64_s4", 4, 4);
+    /* 8 key tiles: two each for 4 shares, not for 8. */
+    expect_split("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":32,"
+                 "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":1000,\"head_dim\":128}",
+                 TSR_BF16, "tsr_attn_bf16_bf16_d128_s4", 4, 4);
+    /* 7 key tiles: too few to share. */
+    expect_split("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":32,"
+                 "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":896,\"head_dim\":128}",
+                 TSR_BF16, "tsr_attn_bf16_bf16_d128", 1, 1);
+    /* 256 CTAs already. */
+    expect_split("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":32,\"heads\":32,"
+                 "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":8192,\"head_dim\":128}",
+                 TSR_BF16, "tsr_attn_bf16_bf16_d128", 1, 1);
+    /* A short causal prefill of one head: 2 row tiles, each split 8 ways. */
+    expect_split("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":1,"
+                 "\"seq_q\":256,\"seq_k\":4096,\"head_dim\":64,\"causal\":true}",
+                 TSR_BF16, "tsr_attn_bf16_bf16_d64_s8", 8, 16);
+}
+
 Test(cuda_attention, launch_arguments_follow_the_kernel_contract)
 {
     tsr_region r;
@@ -216,6 +262,16 @@ Test(cuda_attention, embeds_every_entry_the_planner_names)
                 cr_assert_not_null(memmem(tsrd_attn_sm90_cubin, tsrd_attn_sm90_cubin_len, entry,
                                           strlen(entry) + 1),
                                    "%s", entry);
+                if (o != i + 1)
+                    continue;
+                /* The split-key entries: the input dtype out. */
+                for (int splits = 4; splits <= 8; splits += 4) {
+                    char split[72];
+                    snprintf(split, sizeof split, "%s_s%d", entry, splits);
+                    cr_assert_not_null(memmem(tsrd_attn_sm90_cubin, tsrd_attn_sm90_cubin_len, split,
+                                              strlen(split) + 1),
+                                       "%s", split);
+                }
             }
 }
 

@@ -395,15 +395,30 @@ tsr_status tsrd_attn_plan_make(const tsr_region *r, tsrd_attn_plan *out, tsr_err
     out->head_dim = (int)d->head_dim;
     out->causal = d->causal;
     out->scale_log2 = (float)scale_log2;
-    out->grid[0] = (uint32_t)((group * d->seq_q + TSR_ATTN_BM - 1) / TSR_ATTN_BM);
+    const int64_t row_tiles = (group * d->seq_q + TSR_ATTN_BM - 1) / TSR_ATTN_BM;
+    /* Split the keys where the grid would leave most multiprocessors idle (a
+     * decode step of a small batch) and every share keeps two key tiles or
+     * more; the split entries exist for the input dtype out only. */
+    const int64_t ctas = row_tiles * d->heads_kv * d->batch;
+    const int64_t key_tiles = (d->seq_k + TSR_ATTN_BN - 1) / TSR_ATTN_BN;
+    out->splits = 1;
+    if (r->out_dtype == r->dtype) {
+        if (ctas * 8 <= TSR_ATTN_SPLIT_SMS && key_tiles >= 16)
+            out->splits = 8;
+        else if (ctas * 4 <= TSR_ATTN_SPLIT_SMS && key_tiles >= 8)
+            out->splits = 4;
+    }
+    out->grid[0] = (uint32_t)(row_tiles * out->splits);
     out->grid[1] = (uint32_t)d->heads_kv;
     out->grid[2] = (uint32_t)d->batch;
     out->block = TSR_ATTN_THREADS;
     out->shared_bytes = TSR_ATTN_SMEM_BYTES(out->head_dim);
     out->map_dtype =
         r->dtype == TSR_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-    snprintf(out->entry, sizeof out->entry, "tsr_attn_%s_%s_d%d", kernels_dtype_tag(r->dtype),
-             kernels_dtype_tag(r->out_dtype), out->head_dim);
+    int n = snprintf(out->entry, sizeof out->entry, "tsr_attn_%s_%s_d%d",
+                     kernels_dtype_tag(r->dtype), kernels_dtype_tag(r->out_dtype), out->head_dim);
+    if (out->splits > 1)
+        snprintf(out->entry + n, sizeof out->entry - (size_t)n, "_s%d", out->splits);
     return TSR_OK;
 }
 

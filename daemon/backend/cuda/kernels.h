@@ -60,7 +60,7 @@
 #define TSRD_CUDA_SWIGLU80 "swiglu_mma80"
 #define TSRD_CUDA_MMA80_VERSION 1
 #define TSRD_CUDA_ATTN "attention_wgmma"
-#define TSRD_CUDA_ATTN_VERSION 1
+#define TSRD_CUDA_ATTN_VERSION 2
 
 /* The tier-0 reference on a CUDA device: a launch copies the inputs to the
  * host, runs the CPU reference executor and copies the output back. Rule 3 of
@@ -232,7 +232,8 @@ tsr_status tsrd_gemm80_launch_args(const tsrd_gemm_plan *plan, const CUdeviceptr
 /* ---- the tier-3 attention plan ---- */
 
 typedef struct tsrd_attn_plan {
-    char entry[64]; /* tsr_attn_<in>_<out>_d<head_dim> */
+    char entry[64]; /* tsr_attn_<in>_<out>_d<head_dim>, _s<splits> with split keys */
+    int splits;     /* CTAs (one cluster) sharing a row tile's keys: 1, 4 or 8 */
     uint32_t grid[3];
     uint32_t block, shared_bytes;
     CUtensorMapDataType map_dtype;
@@ -244,8 +245,10 @@ typedef struct tsrd_attn_plan {
 /* Plans an attention region for kernels/attn_sm90.cu: bf16 or f16, head_dim =
  * head_dim_v ∈ {64, 128}, any output dtype. TSR_UNSUPPORTED naming the rule
  * otherwise (the candidate's applies reads the same message). The grid packs
- * the query heads of each kv head: (ceil(group · seq_q / TSR_ATTN_BM),
- * heads_kv, batch). */
+ * the query heads of each kv head: (splits · ceil(group · seq_q / TSR_ATTN_BM),
+ * heads_kv, batch); splits is 8 or 4 where fewer than TSR_ATTN_SPLIT_SMS / 8
+ * (or / 4) CTAs would run and the keys give each share two tiles, with the
+ * input dtype out, else 1. */
 tsr_status tsrd_attn_plan_make(const tsr_region *r, tsrd_attn_plan *out, tsr_error *err);
 
 /* The three tensor maps (Q as {head_dim, batch · heads · seq_q}; K and V as

@@ -130,8 +130,9 @@ static void expect_split(const char *json, tsr_dtype out_dtype, const char *entr
     tsr_region_free(&r);
 }
 
-/* A decode step of a small batch fills 8 or 32 CTAs of 132 multiprocessors:
- * the keys are split 8 or 4 ways where each share keeps two tiles. */
+/* A decode step of a small batch fills 8 to 64 CTAs of 132 multiprocessors:
+ * the keys are split 8 or 4 ways, within two CTAs per multiprocessor, where
+ * each share keeps two tiles. */
 Test(cuda_attention, small_grids_split_the_keys)
 {
     const char *b1 = "{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":32,"
@@ -141,7 +142,11 @@ Test(cuda_attention, small_grids_split_the_keys)
     expect_split(b1, TSR_F32, "tsr_attn_bf16_f32_d128", 1, 1);
     expect_split("{\"kind\":\"attention\",\"dtype\":\"f16\",\"batch\":4,\"heads\":32,"
                  "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":8192,\"head_dim\":64}",
-                 TSR_F16, "tsr_attn_f16_f16_d64_s4", 4, 4);
+                 TSR_F16, "tsr_attn_f16_f16_d64_s8", 8, 8);
+    /* 64 CTAs: 4 ways. */
+    expect_split("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":8,\"heads\":32,"
+                 "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":8192,\"head_dim\":128}",
+                 TSR_BF16, "tsr_attn_bf16_bf16_d128_s4", 4, 4);
     /* 8 key tiles: two each for 4 shares, not for 8. */
     expect_split("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":32,"
                  "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":1000,\"head_dim\":128}",
@@ -150,7 +155,10 @@ Test(cuda_attention, small_grids_split_the_keys)
     expect_split("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":32,"
                  "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":896,\"head_dim\":128}",
                  TSR_BF16, "tsr_attn_bf16_bf16_d128", 1, 1);
-    /* 256 CTAs already. */
+    /* 128 and 256 CTAs: unsplit. */
+    expect_split("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":16,\"heads\":32,"
+                 "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":8192,\"head_dim\":128}",
+                 TSR_BF16, "tsr_attn_bf16_bf16_d128", 1, 1);
     expect_split("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":32,\"heads\":32,"
                  "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":8192,\"head_dim\":128}",
                  TSR_BF16, "tsr_attn_bf16_bf16_d128", 1, 1);

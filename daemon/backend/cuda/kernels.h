@@ -246,9 +246,9 @@ typedef struct tsrd_attn_plan {
  * head_dim_v ∈ {64, 128}, any output dtype. TSR_UNSUPPORTED naming the rule
  * otherwise (the candidate's applies reads the same message). The grid packs
  * the query heads of each kv head: (splits · ceil(group · seq_q / TSR_ATTN_BM),
- * heads_kv, batch); splits is 8 or 4 where fewer than TSR_ATTN_SPLIT_SMS / 8
- * (or / 4) CTAs would run and the keys give each share two tiles, with the
- * input dtype out, else 1. */
+ * heads_kv, batch); splits is 8 (or 4) where that many times the CTAs stay
+ * within 2 · TSR_ATTN_SPLIT_SMS and the keys give each share two tiles, with
+ * the input dtype out, else 1. */
 tsr_status tsrd_attn_plan_make(const tsr_region *r, tsrd_attn_plan *out, tsr_error *err);
 
 /* The three tensor maps (Q as {head_dim, batch · heads · seq_q}; K and V as

@@ -20,25 +20,12 @@
 #include <time.h>
 
 #include "backend/isolated/isolated.h"
-#include "backend/cuda/driver.h"
 #include "tessera/json.h"
+#include "../support/gpu.h"
 #include "../support/recovery.h"
 #include "../support/testdata.h"
 
 #define BACKEND_N 4096
-
-static void skip_without_gpu(void)
-{
-    tsrd_cuda_driver *drv = NULL;
-    tsr_error err;
-    if (tsrd_cuda_driver_load(&drv, &err) != TSR_OK)
-        cr_skip_test("no CUDA driver or device: %s", err.message);
-    int count = 0;
-    bool have = drv->device_get_count(&count) == CUDA_SUCCESS && count > 0;
-    tsrd_cuda_driver_unload(drv);
-    if (!have)
-        cr_skip_test("no CUDA device");
-}
 
 static double now_ms(void)
 {
@@ -87,7 +74,7 @@ static void backend_run_ok(backend_env *e)
 
 Test(gpu_recovery, the_isolated_cuda_backend_survives_two_faults, .timeout = 300)
 {
-    skip_without_gpu();
+    gpu_require_device();
     backend_env e = {.ops = &tsrd_backend_cuda_isolated};
     const tsrd_backend_ops *ops = e.ops;
     tsr_error err;
@@ -164,7 +151,7 @@ Test(gpu_recovery, the_isolated_cuda_backend_survives_two_faults, .timeout = 300
 
 Test(gpu_recovery, an_illegal_address_in_one_tenant_is_survived_by_the_daemon, .timeout = 300)
 {
-    skip_without_gpu();
+    gpu_require_device();
     recovery_figures f;
     recovery_scenario("cuda", 1 << 20, &f);
     printf("gpu recovery: fault -> ready %.1f ms as a client saw it, %.1f ms inside the daemon; "

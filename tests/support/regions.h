@@ -1,6 +1,6 @@
 /*
- * regions.h — regions from JSON text for the unit suites that verify
- * candidates against the reference (oracle_test.c, oracle_sampled_test.c).
+ * regions.h — regions from JSON text for the unit suites (the oracle suites,
+ * fingerprint_test.c).
  *
  * Failures are Criterion's, in the calling test. Threading: reentrant.
  */

@@ -41,6 +41,20 @@ void unit_daemon_stop(unit_daemon *u)
     cr_assert_eq(system(cmd), 0);
 }
 
+unit_daemon *unit_daemon_new(const char *name)
+{
+    unit_daemon *u = calloc(1, sizeof *u);
+    cr_assert_not_null(u);
+    unit_daemon_start(u, name, 0);
+    return u;
+}
+
+void unit_daemon_free(unit_daemon *u)
+{
+    unit_daemon_stop(u);
+    free(u);
+}
+
 tsr_status unit_config_parse(tsrd_config *c, const char *text, tsr_error *err)
 {
     cr_assert_eq(tsrd_config_defaults(c, err), TSR_OK);

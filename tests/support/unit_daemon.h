@@ -36,6 +36,11 @@ void unit_daemon_start(unit_daemon *u, const char *name, uint64_t max_message_by
  * and removes the directory. */
 void unit_daemon_stop(unit_daemon *u);
 
+/* A suite's daemon, for TestSuite .init and .fini: unit_daemon_start on a new
+ * allocation (with the default message limit), and unit_daemon_stop then free. */
+unit_daemon *unit_daemon_new(const char *name);
+void unit_daemon_free(unit_daemon *u);
+
 /* Fills *c with the defaults (asserted) and parses text over them: the parse's
  * status, with *err set on a failure. Free *c with tsrd_config_free either way. */
 tsr_status unit_config_parse(tsrd_config *c, const char *text, tsr_error *err);

@@ -179,14 +179,12 @@ static unit_daemon *variants_daemon;
 
 static void variants_setup(void)
 {
-    variants_daemon = calloc(1, sizeof *variants_daemon);
-    unit_daemon_start(variants_daemon, "variants", 0);
+    variants_daemon = unit_daemon_new("variants");
 }
 
 static void variants_teardown(void)
 {
-    unit_daemon_stop(variants_daemon);
-    free(variants_daemon);
+    unit_daemon_free(variants_daemon);
 }
 
 TestSuite(engine_variants, .init = variants_setup, .fini = variants_teardown, .timeout = 120);

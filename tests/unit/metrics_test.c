@@ -64,14 +64,12 @@ static unit_daemon *h;
 
 static void setup(void)
 {
-    h = calloc(1, sizeof *h);
-    unit_daemon_start(h, "metrics", 0);
+    h = unit_daemon_new("metrics");
 }
 
 static void teardown(void)
 {
-    unit_daemon_stop(h);
-    free(h);
+    unit_daemon_free(h);
 }
 
 TestSuite(metrics_render, .init = setup, .fini = teardown, .timeout = 60);

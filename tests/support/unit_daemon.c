@@ -41,18 +41,20 @@ void unit_daemon_stop(unit_daemon *u)
     cr_assert_eq(system(cmd), 0);
 }
 
-unit_daemon *unit_daemon_new(const char *name)
+unit_daemon *unit_suite;
+
+void unit_suite_start(void)
 {
-    unit_daemon *u = calloc(1, sizeof *u);
-    cr_assert_not_null(u);
-    unit_daemon_start(u, name, 0);
-    return u;
+    unit_suite = calloc(1, sizeof *unit_suite);
+    cr_assert_not_null(unit_suite);
+    unit_daemon_start(unit_suite, "suite", 0);
 }
 
-void unit_daemon_free(unit_daemon *u)
+void unit_suite_stop(void)
 {
-    unit_daemon_stop(u);
-    free(u);
+    unit_daemon_stop(unit_suite);
+    free(unit_suite);
+    unit_suite = NULL;
 }
 
 tsr_status unit_config_parse(tsrd_config *c, const char *text, tsr_error *err)

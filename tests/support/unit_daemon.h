@@ -36,10 +36,13 @@ void unit_daemon_start(unit_daemon *u, const char *name, uint64_t max_message_by
  * and removes the directory. */
 void unit_daemon_stop(unit_daemon *u);
 
-/* A suite's daemon, for TestSuite .init and .fini: unit_daemon_start on a new
- * allocation (with the default message limit), and unit_daemon_stop then free. */
-unit_daemon *unit_daemon_new(const char *name);
-void unit_daemon_free(unit_daemon *u);
+/* The daemon context of a suite whose tests share one:
+ * TestSuite(name, .init = unit_suite_start, .fini = unit_suite_stop). The
+ * start allocates unit_suite and unit_daemon_starts it (directory name
+ * "suite", the default message limit); the stop unit_daemon_stops and frees it. */
+extern unit_daemon *unit_suite;
+void unit_suite_start(void);
+void unit_suite_stop(void);
 
 /* Fills *c with the defaults (asserted) and parses text over them: the parse's
  * status, with *err set on a failure. Free *c with tsrd_config_free either way. */

@@ -175,25 +175,13 @@ Test(engine, a_device_backend_refuses_its_host_reference_past_the_bound)
 #include "../support/unit_daemon.h"
 #include "serve/offline_compile.h"
 
-static unit_daemon *variants_daemon;
-
-static void variants_setup(void)
-{
-    variants_daemon = unit_daemon_new("variants");
-}
-
-static void variants_teardown(void)
-{
-    unit_daemon_free(variants_daemon);
-}
-
-TestSuite(engine_variants, .init = variants_setup, .fini = variants_teardown, .timeout = 120);
+TestSuite(engine_variants, .init = unit_suite_start, .fini = unit_suite_stop, .timeout = 120);
 
 /* A gated layer at 100 batch sizes on the CPU backend: one plan in the kernel
  * cache (memory and disk), one key, each shape loaded at its own size. */
 Test(engine_variants, the_kernel_cache_holds_one_plan_for_a_hundred_batch_sizes)
 {
-    tsrd_daemon *d = &variants_daemon->d;
+    tsrd_daemon *d = &unit_suite->d;
     tsr_fingerprint key;
     for (int m = 1; m <= 100; m++) {
         char json[160];
@@ -226,7 +214,7 @@ Test(engine_variants, the_kernel_cache_holds_one_plan_for_a_hundred_batch_sizes)
  * and NVRTC run once for every M (f32, which the tier-3 kernels decline). */
 Test(engine_variants, sm90a_tier1_compiles_once_for_every_m)
 {
-    tsrd_daemon *d = &variants_daemon->d;
+    tsrd_daemon *d = &unit_suite->d;
     tsrd_compiled first = {0};
     for (int m = 1; m <= 12; m++) {
         char json[128];

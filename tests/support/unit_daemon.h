@@ -65,6 +65,17 @@ const char *unit_select(tsr_arbiter *a, const tsr_region *r, const char *arch, c
 void unit_expect_declines(const tsr_candidate *c, const tsr_region *r, const char *arch,
                           const char *want);
 
+/* Asserts that gemm and swiglu, tier-3 GEMM candidates of one family, decline
+ * on arch what their shared rules exclude, each with its reason: an f32 matmul
+ * (the dtype), K or N of a matmul not a multiple of 8, H of a gated layer not
+ * a multiple of 8. */
+void unit_expect_shape_rules(const tsr_candidate *gemm, const tsr_candidate *swiglu,
+                             const char *arch);
+
+/* An arbiter without a store, every CUDA candidate registered (asserted);
+ * destroy with tsr_arbiter_destroy. */
+tsr_arbiter *unit_cuda_arbiter(void);
+
 /* Asserts that gemm serves examples/fused.json in bf16 on arch and declines it
  * with a prologue and with a row reduction. */
 void unit_expect_fused_rules(const tsr_candidate *gemm, const char *arch);

@@ -1,6 +1,6 @@
 /*
- * regions.h — regions from JSON text for the unit suites (the oracle suites,
- * fingerprint_test.c).
+ * regions.h — regions from JSON text for the unit suites, parsed and asserted
+ * in one place.
  *
  * Failures are Criterion's, in the calling test. Threading: reentrant.
  */

@@ -17,18 +17,13 @@
 #include "tessera/arbiter.h"
 #include "tessera/fingerprint.h"
 #include "tessera/json.h"
+#include "../support/regions.h"
 #include "../support/unit_daemon.h"
 
 static void skip_without_image(void)
 {
     if (tsrd_attn_sm90_cubin_len == 0)
         cr_skip_test("built without nvcc");
-}
-
-static void attention(tsr_region *r, const char *json)
-{
-    tsr_error e;
-    cr_assert_eq(tsr_region_from_json(json, strlen(json), r, &e), TSR_OK, "%s", e.message);
 }
 
 Test(cuda_attention, the_candidate_is_tier3_for_attention_only)
@@ -76,7 +71,7 @@ Test(cuda_attention, applies_only_where_its_rules_hold)
          "scale 1e+300 out of f32 range"},
     };
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
-        attention(&r, no[i].json);
+        r = regions_parse(no[i].json);
         unit_expect_declines(&c, &r, "sm_90a", no[i].why);
         tsr_region_free(&r);
     }
@@ -104,8 +99,8 @@ Test(cuda_attention, the_plan_packs_the_query_heads_of_each_kv_head)
     tsr_region_free(&r);
 
     /* A decode step: 32 x 8 kv heads, the 4 queries of each in one CTA. */
-    attention(&r, "{\"kind\":\"attention\",\"dtype\":\"f16\",\"batch\":32,\"heads\":32,"
-                  "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":8192,\"head_dim\":128}");
+    r = regions_parse("{\"kind\":\"attention\",\"dtype\":\"f16\",\"batch\":32,\"heads\":32,"
+                      "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":8192,\"head_dim\":128}");
     cr_assert_eq(tsrd_attn_plan_make(&r, &plan, &e), TSR_OK, "%s", e.message);
     cr_assert_str_eq(plan.entry, "tsr_attn_f16_f16_d128");
     cr_assert_eq(plan.grid[0], 1);
@@ -242,8 +237,8 @@ Test(cuda_attention, the_arbiter_picks_it_on_hopper)
     unit_load_example("examples/attention.json", TSR_F32, &r);
     cr_assert_str_eq(unit_select(a, &r, "sm_90a", NULL), "tier1");
     tsr_region_free(&r);
-    attention(&r, "{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":2,"
-                  "\"seq_q\":8,\"seq_k\":8,\"head_dim\":96}");
+    r = regions_parse("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":2,"
+                      "\"seq_q\":8,\"seq_k\":8,\"head_dim\":96}");
     cr_assert_str_eq(unit_select(a, &r, "sm_90a", NULL), "tier1");
     tsr_region_free(&r);
     tsr_arbiter_destroy(a);

@@ -28,10 +28,17 @@
 
 #include "testd.h"
 
-static void testd_sleep_ms(int ms)
+void testd_sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+double testd_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 void testd_bin(const testd *d, const char *name, char *buf, size_t size)

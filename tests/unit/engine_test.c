@@ -81,9 +81,7 @@ Test(engine, regions_past_the_sample_threshold_are_verified_by_sampling)
 Test(engine, a_sampled_verification_counts_the_work_it_does)
 {
     tsr_region r = regions_parse(MM_8192), small;
-    tsr_error err;
-    cr_assert_eq(tsr_oracle_small_region(&r, 0, &small, &err), TSR_OK);
-    tsr_oracle_options o = {.method = TSR_VERIFY_SAMPLED, .small = &small};
+    tsr_oracle_options o = regions_sampled_options(&r, &small);
     tsr_oracle_cost cost;
     tsr_oracle_cost_of(&r, &o, &cost);
     cr_expect_eq(cost.real_probes, 1);

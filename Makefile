@@ -123,51 +123,41 @@ $(BUILD)/%.o: %.c | $(PROTO_H) $(NNG_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
 
+# A kernel image as C: the array $(1) (64-byte aligned, for the driver) and its
+# length $(1)_len, generated from the rule's first prerequisite.
+define embed_image
+	@mkdir -p $(dir $@)
+	{ echo '/* Generated from $< by the Makefile. */' && echo '#include <stddef.h>' && \
+	  echo '__attribute__((aligned(64))) const unsigned char $(1)[] = {' && \
+	  xxd -i < $< && echo '};' && \
+	  echo 'const size_t $(1)_len = sizeof $(1);'; } > $@.tmp
+	mv $@.tmp $@
+endef
+
+$(BUILD)/gen/%_embedded.o: $(BUILD)/gen/%_embedded.c
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
 $(KERNEL_CUBIN): kernels/gemm_sm90.cu kernels/gemm_params.h kernels/gemm_common.cuh \
                  kernels/sm90_common.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) kernels/gemm_sm90.cu -o $@
 
 $(BUILD)/gen/kernels_embedded.c: $(KERNEL_CUBIN)
-	@mkdir -p $(dir $@)
-	{ echo '/* Generated from $< by the Makefile. */' && echo '#include <stddef.h>' && \
-	  echo '__attribute__((aligned(64))) const unsigned char tsrd_gemm_sm90_cubin[] = {' && \
-	  xxd -i < $< && echo '};' && \
-	  echo 'const size_t tsrd_gemm_sm90_cubin_len = sizeof tsrd_gemm_sm90_cubin;'; } > $@.tmp
-	mv $@.tmp $@
-
-$(BUILD)/gen/kernels_embedded.o: $(BUILD)/gen/kernels_embedded.c
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(call embed_image,tsrd_gemm_sm90_cubin)
 
 $(ATTN_CUBIN): kernels/attn_sm90.cu kernels/attn_params.h kernels/sm90_common.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) kernels/attn_sm90.cu -o $@
 
 $(BUILD)/gen/attn_embedded.c: $(ATTN_CUBIN)
-	@mkdir -p $(dir $@)
-	{ echo '/* Generated from $< by the Makefile. */' && echo '#include <stddef.h>' && \
-	  echo '__attribute__((aligned(64))) const unsigned char tsrd_attn_sm90_cubin[] = {' && \
-	  xxd -i < $< && echo '};' && \
-	  echo 'const size_t tsrd_attn_sm90_cubin_len = sizeof tsrd_attn_sm90_cubin;'; } > $@.tmp
-	mv $@.tmp $@
-
-$(BUILD)/gen/attn_embedded.o: $(BUILD)/gen/attn_embedded.c
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(call embed_image,tsrd_attn_sm90_cubin)
 
 $(KERNEL80_IMAGE): kernels/gemm_sm80.cu kernels/gemm80_params.h kernels/gemm_params.h kernels/gemm_common.cuh
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC80FLAGS) kernels/gemm_sm80.cu -o $@
 
 $(BUILD)/gen/kernels80_embedded.c: $(KERNEL80_IMAGE)
-	@mkdir -p $(dir $@)
-	{ echo '/* Generated from $< by the Makefile. */' && echo '#include <stddef.h>' && \
-	  echo '__attribute__((aligned(64))) const unsigned char tsrd_gemm_sm80_image[] = {' && \
-	  xxd -i < $< && echo '};' && \
-	  echo 'const size_t tsrd_gemm_sm80_image_len = sizeof tsrd_gemm_sm80_image;'; } > $@.tmp
-	mv $@.tmp $@
-
-$(BUILD)/gen/kernels80_embedded.o: $(BUILD)/gen/kernels80_embedded.c
-	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+	$(call embed_image,tsrd_gemm_sm80_image)
 
 # The stand-alone check of the Hopper attention kernels (kernels/attn_check.cu); it needs an
 # sm_90 GPU to run.

@@ -60,12 +60,14 @@ tsr_status tsri_client_hello_reply(tsr_client *c, Tessera__V1__Reply **reply, in
 /* The uid the daemon runs as, learnt with one hello per connection. */
 tsr_status tsri_client_daemon_uid(tsr_client *c, uint32_t *uid, int timeout_ms, tsr_error *err);
 
-/* The wire form of n launches: items[0 .. n) filled and ptrs[i] = &items[i]
- * (the inputs point into launches). TSR_INVALID_ARGUMENT naming what (a
- * "batch" or a "ring") and the index of a launch with bad inputs. */
+/* The wire form of n launches: *ptrs gets n pointers to filled messages, all
+ * in one allocation that the caller frees with free(*ptrs) (the inputs point
+ * into launches). TSR_INVALID_ARGUMENT naming what (a "batch" or a "ring")
+ * and the index of a launch with bad inputs, TSR_NO_MEMORY "WHAT: out of
+ * memory"; *ptrs is NULL after either. */
 tsr_status tsri_client_launches_pb(const tsr_client_launch_desc *launches, size_t n,
-                                   const char *what, Tessera__V1__BatchLaunch *items,
-                                   Tessera__V1__BatchLaunch **ptrs, tsr_error *err);
+                                   const char *what, Tessera__V1__BatchLaunch ***ptrs,
+                                   tsr_error *err);
 
 /* Lets the daemon's user read and write shm (a POSIX ACL entry) when it runs
  * as another user; dataplane.c. */

@@ -287,20 +287,31 @@ tsr_status tsr_client_run_shm(tsr_client *c, const tsr_region *r,
 }
 
 tsr_status tsri_client_launches_pb(const tsr_client_launch_desc *launches, size_t n,
-                                   const char *what, Tessera__V1__BatchLaunch *items,
-                                   Tessera__V1__BatchLaunch **ptrs, tsr_error *err)
+                                   const char *what, Tessera__V1__BatchLaunch ***ptrs,
+                                   tsr_error *err)
 {
+    /* The pointers first, then the messages they point at, in one block (at
+     * least one of each, so that n = 0 still has a block to free). */
+    size_t count = n ? n : 1;
+    Tessera__V1__BatchLaunch **p = malloc(count * (sizeof *p + sizeof **p));
+    *ptrs = NULL;
+    if (p == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "%s: out of memory", what);
+    Tessera__V1__BatchLaunch *items = (Tessera__V1__BatchLaunch *)(p + count);
     for (size_t i = 0; i < n; i++) {
         tessera__v1__batch_launch__init(&items[i]);
-        if (launches[i].n_inputs < 0 || (launches[i].n_inputs > 0 && !launches[i].inputs))
+        if (launches[i].n_inputs < 0 || (launches[i].n_inputs > 0 && !launches[i].inputs)) {
+            free(p);
             return tsr_error_set(err, TSR_INVALID_ARGUMENT, "%s: launch %zu has bad inputs", what,
                                  i);
+        }
         items[i].kernel = launches[i].kernel;
         items[i].n_inputs = (size_t)launches[i].n_inputs;
         items[i].inputs = (uint64_t *)launches[i].inputs;
         items[i].output = launches[i].output;
-        ptrs[i] = &items[i];
+        p[i] = &items[i];
     }
+    *ptrs = p;
     return TSR_OK;
 }
 
@@ -310,23 +321,16 @@ tsr_status tsr_client_batch(tsr_client *c, const tsr_client_launch_desc *launche
 {
     if (c == NULL || (n > 0 && launches == NULL))
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "client and launches must not be NULL");
-    Tessera__V1__BatchLaunch *items = calloc(n ? n : 1, sizeof *items);
-    Tessera__V1__BatchLaunch **ptrs = calloc(n ? n : 1, sizeof *ptrs);
-    if (items == NULL || ptrs == NULL) {
-        free(items);
-        free(ptrs);
-        return tsr_error_set(err, TSR_NO_MEMORY, "batch: out of memory");
-    }
-    tsr_status st = tsri_client_launches_pb(launches, n, "batch", items, ptrs, err);
+    Tessera__V1__BatchLaunch **ptrs;
+    tsr_status st = tsri_client_launches_pb(launches, n, "batch", &ptrs, err);
+    if (st != TSR_OK)
+        return st;
     Tessera__V1__BatchRequest body = TESSERA__V1__BATCH_REQUEST__INIT;
     body.n_launches = n;
     body.launches = ptrs;
     body.graph = graph;
     Tessera__V1__Reply *reply = NULL;
-    if (st == TSR_OK)
-        st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_BATCH, &body, &reply, timeout_ms,
-                                 err);
-    free(items);
+    st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_BATCH, &body, &reply, timeout_ms, err);
     free(ptrs);
     if (st != TSR_OK)
         return st;

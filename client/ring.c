@@ -77,12 +77,9 @@ tsr_status tsr_client_ring_open(tsr_client *c, const tsr_client_launch_desc *bin
     r->hdr->slots = slots;
     st = tsri_client_shm_grant(c, r->shm, timeout_ms, err);
 
-    Tessera__V1__BatchLaunch *items = calloc(n, sizeof *items);
-    Tessera__V1__BatchLaunch **ptrs = calloc(n, sizeof *ptrs);
-    if (st == TSR_OK && (items == NULL || ptrs == NULL))
-        st = tsr_error_set(err, TSR_NO_MEMORY, "ring: out of memory");
+    Tessera__V1__BatchLaunch **ptrs = NULL;
     if (st == TSR_OK)
-        st = tsri_client_launches_pb(bindings, n, "ring", items, ptrs, err);
+        st = tsri_client_launches_pb(bindings, n, "ring", &ptrs, err);
     Tessera__V1__SharedMemory ref = TESSERA__V1__SHARED_MEMORY__INIT;
     ref.name = (char *)tsr_client_shm_name(r->shm);
     ref.offset = 0;
@@ -96,7 +93,6 @@ tsr_status tsr_client_ring_open(tsr_client *c, const tsr_client_launch_desc *bin
     if (st == TSR_OK)
         st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_RING_OPEN, &body, &reply, timeout_ms,
                                  err);
-    free(items);
     free(ptrs);
     if (st != TSR_OK) {
         tsr_client_shm_free(r->shm);

@@ -360,11 +360,7 @@ static int run_case(const attn_case &c, double *ms_out)
 
 int main(int argc, char **argv)
 {
-    CHECK_RT(cudaFree(0));
-    cudaDeviceProp prop;
-    CHECK_RT(cudaGetDeviceProperties(&prop, 0));
-    printf("device %s sm_%d%d, %d multiprocessors\n", prop.name, prop.major, prop.minor,
-           prop.multiProcessorCount);
+    check_device_banner();
     /* name, b, h, hkv, m, n, d, causal, f16_in, out_kind, scale, zero_scale, poison,
      * poison_row, timed */
     const attn_case cases[] = {
@@ -404,14 +400,11 @@ int main(int argc, char **argv)
         {"split8_negative_scale", 1, 4, 4, 2, 2000, 128, 0, 0, 1, -0.3f, 0, 0, 0, 0, 8},
     };
     const int n_cases = sizeof cases / sizeof cases[0];
-    int only = argc > 1 ? atoi(argv[1]) : -1;
-    int failed = 0;
-    for (int i = 0; i < n_cases; i++) {
-        if (only >= 0 && i != only)
-            continue;
+    int only = check_only_case(argc, argv);
+    int failed = check_cases(only, n_cases, [&](int i) {
         double ms;
-        failed += run_case(cases[i], &ms);
-    }
+        return run_case(cases[i], &ms) != 0;
+    });
     printf("%d of %d cases failed\n", failed, only >= 0 ? 1 : n_cases);
     return failed ? 1 : 0;
 }

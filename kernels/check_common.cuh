@@ -1,8 +1,9 @@
 /*
  * check_common.cuh — what the stand-alone kernel checks (gemm_check.cu,
- * gemm80_check.cu, attn_check.cu) share: the error checks, the random inputs,
- * widening a 16-bit output and the timing. One copy, so every check draws its
- * data and times its kernels the same way.
+ * gemm80_check.cu, attn_check.cu) share: the error checks, the device line and
+ * the loop over the cases, the random inputs, widening a 16-bit output and the
+ * timing. One copy, so every check draws its data and times its kernels the
+ * same way.
  *
  * Single-threaded host code; every call works on the current device.
  */
@@ -38,6 +39,35 @@
             exit(1);                                                                               \
         }                                                                                          \
     } while (0)
+
+/* Starts the runtime on device 0 and prints its name, arch and multiprocessors,
+ * the first line of a check's output. */
+static inline void check_device_banner(void)
+{
+    CHECK_RT(cudaFree(0));
+    cudaDeviceProp prop;
+    CHECK_RT(cudaGetDeviceProperties(&prop, 0));
+    printf("device %s sm_%d%d, %d multiprocessors\n", prop.name, prop.major, prop.minor,
+           prop.multiProcessorCount);
+}
+
+/* The one case a check was asked to run (its index, the first argument), or -1
+ * for all of them. */
+static inline int check_only_case(int argc, char **argv)
+{
+    return argc > 1 ? atoi(argv[1]) : -1;
+}
+
+/* Runs failed(i) for each case i of n_cases, or only case only when it is not
+ * negative; failed(i) says whether case i failed. Returns how many did. */
+template <typename Failed> static int check_cases(int only, int n_cases, Failed failed)
+{
+    int n_failed = 0;
+    for (int i = 0; i < n_cases; i++)
+        if (only < 0 || i == only)
+            n_failed += failed(i) ? 1 : 0;
+    return n_failed;
+}
 
 /* Element i of a fixed random sequence, uniform in [-1, 1): splitmix64 of
  * seed + i times the golden ratio, its top 24 bits. */

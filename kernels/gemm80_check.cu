@@ -211,11 +211,7 @@ static int run_case(const gemm_case &c)
 
 int main(int argc, char **argv)
 {
-    CHECK_RT(cudaFree(0));
-    cudaDeviceProp prop;
-    CHECK_RT(cudaGetDeviceProperties(&prop, 0));
-    printf("device %s sm_%d%d, %d multiprocessors\n", prop.name, prop.major, prop.minor,
-           prop.multiProcessorCount);
+    check_device_banner();
     /* name, m, n, k, f16_in, out_kind, gated, n_ops, ops, residual, gate_act, timed, walk */
     const gemm_case cases[] = {
         {"square_f32out", 512, 512, 512, 0, 0, 0, 0, {0}, 0, 0, 0, 0},
@@ -267,13 +263,8 @@ int main(int argc, char **argv)
          0},
         {"gated_silu_8192x14336x4096", 8192, 14336, 4096, 0, 1, 1, 0, {0}, 0, OP_SILU, 1, 0},
     };
-    int failed = 0;
-    int only = argc > 1 ? atoi(argv[1]) : -1;
-    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
-        if (only >= 0 && i != only)
-            continue;
-        failed += run_case(cases[i]);
-    }
+    int failed = check_cases(check_only_case(argc, argv), (int)(sizeof cases / sizeof cases[0]),
+                             [&](int i) { return run_case(cases[i]) != 0; });
     printf("gemm80_check: %d failed\n", failed);
     return failed ? 1 : 0;
 }

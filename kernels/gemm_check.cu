@@ -357,14 +357,8 @@ int main(int argc, char **argv)
         {"narrow_decode_m16_8192", 16, 8192, 8192, 1, 0, 0, 1, 0, 0},
         {"narrow_decode_m64_8192", 64, 8192, 8192, 1, 0, 0, 1, 0, 0},
     };
-    int failed = 0;
-    int only = argc > 1 ? atoi(argv[1]) : -1;
-    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
-        if (only >= 0 && i != only)
-            continue;
-        if (run_case(cases[i], lbo, sbo, false) < 0)
-            failed++;
-    }
+    int failed = check_cases(check_only_case(argc, argv), (int)(sizeof cases / sizeof cases[0]),
+                             [&](int i) { return run_case(cases[i], lbo, sbo, false) < 0; });
     printf("gemm_check: %d failed\n", failed);
     return failed ? 1 : 0;
 }

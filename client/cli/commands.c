@@ -19,6 +19,7 @@
 
 #include "cli.h"
 #include "tessera/dtype.h"
+#include "tessera/latch.h"
 #include "tessera/npy.h"
 #include "tessera/region.h"
 
@@ -167,30 +168,21 @@ typedef int (*cmd_call)(cli *c, const tsr_region *r, void *args);
 /* A line on a terminal's stderr while a call takes more than a second (a
  * verification of a large region, a cold compile), so long work is not silent. */
 typedef struct cmd_progress {
-    pthread_mutex_t mu;
-    pthread_cond_t done_cv;
-    bool done;
+    tsr_latch done;
     bool shown;
 } cmd_progress;
 
 static void *cmd_progress_main(void *arg)
 {
     cmd_progress *p = arg;
-    struct timespec start;
-    clock_gettime(CLOCK_REALTIME, &start);
-    pthread_mutex_lock(&p->mu);
-    for (int seconds = 1; !p->done; seconds++) {
-        struct timespec until = {.tv_sec = start.tv_sec + seconds, .tv_nsec = start.tv_nsec};
-        while (!p->done && pthread_cond_timedwait(&p->done_cv, &p->mu, &until) == 0)
-            ;
-        if (!p->done) {
-            fprintf(stderr, "\r  waiting for tesserad: %d s\033[K", seconds);
-            p->shown = true;
-        }
+    struct timespec until;
+    tsr_latch_deadline(&until, 1000);
+    for (int seconds = 1; !tsr_latch_wait_until(&p->done, &until); seconds++, until.tv_sec++) {
+        fprintf(stderr, "\r  waiting for tesserad: %d s\033[K", seconds);
+        p->shown = true;
     }
     if (p->shown)
         fprintf(stderr, "\r\033[K");
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -201,18 +193,17 @@ static int cmd_with_daemon(cli *c, cmd_call call, const tsr_region *r, void *arg
     int rc = cli_connect(c);
     if (rc)
         return rc;
-    cmd_progress p = {.mu = PTHREAD_MUTEX_INITIALIZER, .done_cv = PTHREAD_COND_INITIALIZER};
+    cmd_progress p = {.shown = false};
     pthread_t thread;
-    bool progress = !c->json && isatty(STDERR_FILENO) &&
-                    pthread_create(&thread, NULL, cmd_progress_main, &p) == 0;
+    bool latch = !c->json && isatty(STDERR_FILENO) && tsr_latch_init(&p.done, NULL) == TSR_OK;
+    bool progress = latch && pthread_create(&thread, NULL, cmd_progress_main, &p) == 0;
     rc = call(c, r, args);
     if (progress) {
-        pthread_mutex_lock(&p.mu);
-        p.done = true;
-        pthread_cond_signal(&p.done_cv);
-        pthread_mutex_unlock(&p.mu);
+        tsr_latch_set(&p.done);
         pthread_join(thread, NULL);
     }
+    if (latch)
+        tsr_latch_destroy(&p.done);
     return rc;
 }
 

@@ -92,14 +92,12 @@ static tsr_status buffer_alloc_complete(tsrd_job *job, tsr_status status)
 {
     tsrd_buffer *b = job->state;
     Tessera__V1__BufferAllocReply *r = &job->body.buffer_alloc;
-    Tessera__V1__BufferAllocReply init = TESSERA__V1__BUFFER_ALLOC_REPLY__INIT;
-    *r = init;
+    tessera__v1__buffer_alloc_reply__init(r);
     status = tsrd_buffer_adopt(job->d, job->session, status, b, &r->buffer, &job->err);
     if (status != TSR_OK)
         return status;
     r->bytes = b->bytes;
-    job->reply.body_case = TESSERA__V1__REPLY__BODY_BUFFER_ALLOC;
-    job->reply.buffer_alloc = r;
+    TSRD_JOB_REPLY(job, buffer_alloc, BUFFER_ALLOC);
     return TSR_OK;
 }
 
@@ -143,10 +141,8 @@ static tsr_status buffer_write_execute(tsrd_job *job)
                         ? buffer_io_shm_copy(job, req->offset, req->shm->length, 1)
                         : job->d->bops->buffer_write(job->d->backend, io->buf->dbuf, req->offset,
                                                      req->data.data, req->data.len, &job->err);
-    Tessera__V1__BufferWriteReply init = TESSERA__V1__BUFFER_WRITE_REPLY__INIT;
-    job->body.buffer_write = init;
-    job->reply.body_case = TESSERA__V1__REPLY__BODY_BUFFER_WRITE;
-    job->reply.buffer_write = &job->body.buffer_write;
+    tessera__v1__buffer_write_reply__init(&job->body.buffer_write);
+    TSRD_JOB_REPLY(job, buffer_write, BUFFER_WRITE);
     return st;
 }
 
@@ -184,8 +180,7 @@ static tsr_status buffer_read_prepare(tsrd_job *job)
                              "%llu-byte buffer",
                              (unsigned long long)len, (unsigned long long)req->offset,
                              (unsigned long long)b->bytes);
-    Tessera__V1__BufferReadReply init = TESSERA__V1__BUFFER_READ_REPLY__INIT;
-    job->body.buffer_read = init;
+    tessera__v1__buffer_read_reply__init(&job->body.buffer_read);
     if (req->shm != NULL) {
         buffer_io *io = job->state;
         return tsrd_shm_resolve(job, req->shm, "buffer_read.shm", 0, &io->map, &io->host);
@@ -207,8 +202,7 @@ static tsr_status buffer_read_execute(tsrd_job *job)
     tsrd_buffer *b = io->buf;
     Tessera__V1__BufferReadReply *r = &job->body.buffer_read;
     if (req->shm != NULL) {
-        job->reply.body_case = TESSERA__V1__REPLY__BODY_BUFFER_READ;
-        job->reply.buffer_read = r;
+        TSRD_JOB_REPLY(job, buffer_read, BUFFER_READ);
         return buffer_io_shm_copy(job, req->offset, req->shm->length, 0);
     }
     r->data.data = tsrd_job_alloc(job, r->data.len);
@@ -216,8 +210,7 @@ static tsr_status buffer_read_execute(tsrd_job *job)
         return tsr_error_set(&job->err, TSR_NO_MEMORY, "buffer_read: out of memory");
     tsr_status st = job->d->bops->buffer_read(job->d->backend, b->dbuf, req->offset, r->data.data,
                                               r->data.len, &job->err);
-    job->reply.body_case = TESSERA__V1__REPLY__BODY_BUFFER_READ;
-    job->reply.buffer_read = r;
+    TSRD_JOB_REPLY(job, buffer_read, BUFFER_READ);
     return st;
 }
 
@@ -236,10 +229,8 @@ static tsr_status buffer_free_execute(tsrd_job *job)
     if (!tsrd_buffer_release_handle(job->d, job->session, handle))
         return tsr_error_set(&job->err, TSR_NOT_FOUND, "buffer_free.buffer: no buffer %#llx",
                              (unsigned long long)handle);
-    Tessera__V1__BufferFreeReply init = TESSERA__V1__BUFFER_FREE_REPLY__INIT;
-    job->body.buffer_free = init;
-    job->reply.body_case = TESSERA__V1__REPLY__BODY_BUFFER_FREE;
-    job->reply.buffer_free = &job->body.buffer_free;
+    tessera__v1__buffer_free_reply__init(&job->body.buffer_free);
+    TSRD_JOB_REPLY(job, buffer_free, BUFFER_FREE);
     return TSR_OK;
 }
 

@@ -12,6 +12,15 @@
 #include "serve/engine.h"
 #include "serve/job.h"
 
+/* Makes job->body.FIELD, already filled, the job's reply under the Reply
+ * body case CASE (FIELD's upper-case name): TSRD_JOB_REPLY(job, stats, STATS).
+ * One statement, so that the case and the member set always agree. */
+#define TSRD_JOB_REPLY(job, field, CASE)                                                           \
+    do {                                                                                           \
+        (job)->reply.body_case = TESSERA__V1__REPLY__BODY_##CASE;                                  \
+        (job)->reply.field = &(job)->body.field;                                                   \
+    } while (0)
+
 /* Looks a buffer handle up for the job's session and pins it (the caller
  * unpins with tsrd_buffer_unref in its complete step). TSR_NOT_FOUND naming
  * field when the handle is unknown, freed or foreign. Loop thread. */

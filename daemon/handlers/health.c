@@ -8,14 +8,14 @@
  */
 #include <stdio.h>
 
+#include "handlers/common.h"
 #include "handlers/handlers.h"
 
 static tsr_status health_execute(tsrd_job *job)
 {
     tsrd_daemon *d = job->d;
     Tessera__V1__HealthReply *r = &job->body.health;
-    Tessera__V1__HealthReply init = TESSERA__V1__HEALTH_REPLY__INIT;
-    *r = init;
+    tessera__v1__health_reply__init(r);
     r->state = (Tessera__V1__HealthState)tsrd_daemon_health(d);
     r->uptime_ms = (uv_hrtime() - d->start_ns) / 1000000;
     r->sessions = (uint32_t)d->n_sessions;
@@ -33,8 +33,7 @@ static tsr_status health_execute(tsrd_job *job)
         failing[r->n_failing_endpoints++] = line;
     }
     r->failing_endpoints = failing;
-    job->reply.body_case = TESSERA__V1__REPLY__BODY_HEALTH;
-    job->reply.health = r;
+    TSRD_JOB_REPLY(job, health, HEALTH);
     return TSR_OK;
 }
 

@@ -12,6 +12,7 @@
 #include <nng/nng.h>
 #include <unistd.h>
 
+#include "handlers/common.h"
 #include "handlers/handlers.h"
 #include "serve/metrics.h"
 #include "serve/scope.h"
@@ -20,8 +21,7 @@ static tsr_status hello_execute(tsrd_job *job)
 {
     tsrd_daemon *d = job->d;
     Tessera__V1__HelloReply *r = &job->body.hello;
-    Tessera__V1__HelloReply init = TESSERA__V1__HELLO_REPLY__INIT;
-    *r = init;
+    tessera__v1__hello_reply__init(r);
     r->daemon_version = TSRD_VERSION;
     r->protocol_version = TSRD_PROTOCOL_VERSION;
     r->backend = (char *)d->bops->name;
@@ -46,8 +46,7 @@ static tsr_status hello_execute(tsrd_job *job)
         dev->multiprocessors = d->devices[i].multiprocessors;
         r->devices[i] = dev;
     }
-    job->reply.body_case = TESSERA__V1__REPLY__BODY_HELLO;
-    job->reply.hello = r;
+    TSRD_JOB_REPLY(job, hello, HELLO);
     return TSR_OK;
 }
 
@@ -56,11 +55,9 @@ const tsrd_handler tsrd_handler_hello = {.execute = hello_execute};
 static tsr_status stats_execute(tsrd_job *job)
 {
     Tessera__V1__StatsReply *r = &job->body.stats;
-    Tessera__V1__StatsReply init = TESSERA__V1__STATS_REPLY__INIT;
-    *r = init;
+    tessera__v1__stats_reply__init(r);
     tsr_status st = tsrd_metrics_fill(job->d, job, r, job->req->stats->prometheus);
-    job->reply.body_case = TESSERA__V1__REPLY__BODY_STATS;
-    job->reply.stats = r;
+    TSRD_JOB_REPLY(job, stats, STATS);
     return st;
 }
 
@@ -106,8 +103,7 @@ static tsr_status cache_scope_prepare(tsrd_job *job)
 static tsr_status cache_list_execute(tsrd_job *job)
 {
     Tessera__V1__CacheListReply *r = &job->body.cache_list;
-    Tessera__V1__CacheListReply init = TESSERA__V1__CACHE_LIST_REPLY__INIT;
-    *r = init;
+    tessera__v1__cache_list_reply__init(r);
     tsr_kcache_entry_info *entries = NULL;
     size_t n = 0;
     const uint64_t *view = job->state;
@@ -120,8 +116,7 @@ static tsr_status cache_list_execute(tsrd_job *job)
     for (size_t i = 0; st == TSR_OK && i < n; i++, r->n_entries++)
         st = cache_entry_fill(job, &entries[i], &r->entries[i]);
     free(entries);
-    job->reply.body_case = TESSERA__V1__REPLY__BODY_CACHE_LIST;
-    job->reply.cache_list = r;
+    TSRD_JOB_REPLY(job, cache_list, CACHE_LIST);
     return st;
 }
 
@@ -140,16 +135,14 @@ static tsr_status cache_evict_execute(tsrd_job *job)
         return tsr_error_set(&job->err, TSR_INVALID_ARGUMENT,
                              "cache_evict.key: '%.80s' is neither 'all' nor 64 hex digits", text);
     Tessera__V1__CacheEvictReply *r = &job->body.cache_evict;
-    Tessera__V1__CacheEvictReply init = TESSERA__V1__CACHE_EVICT_REPLY__INIT;
-    *r = init;
+    tessera__v1__cache_evict_reply__init(r);
     /* Another tenant's key answers as an absent one: NOT_FOUND, the same words. */
     const uint64_t *view = job->state;
     tsr_status st =
         tsr_kcache_evict_owned(job->d->kcache, all ? NULL : &key, *view, &r->evicted, &job->err);
     if (st == TSR_NOT_FOUND)
         tsr_error_set(&job->err, TSR_NOT_FOUND, "cache_evict.key: no entry %s", text);
-    job->reply.body_case = TESSERA__V1__REPLY__BODY_CACHE_EVICT;
-    job->reply.cache_evict = r;
+    TSRD_JOB_REPLY(job, cache_evict, CACHE_EVICT);
     return st;
 }
 

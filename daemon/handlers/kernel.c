@@ -45,8 +45,7 @@ static tsr_status compile_execute(tsrd_job *job)
     if (st != TSR_OK)
         return st;
     Tessera__V1__CompileReply *r = &job->body.compile;
-    Tessera__V1__CompileReply init = TESSERA__V1__COMPILE_REPLY__INIT;
-    *r = init;
+    tessera__v1__compile_reply__init(r);
     r->key = tsrd_job_hex(job, &s->compiled.key);
     r->fingerprint = tsrd_job_hex(job, &s->compiled.fingerprint);
     r->decision = tsrd_decision_pb(job, &s->compiled);
@@ -64,8 +63,7 @@ static tsr_status compile_complete(tsrd_job *job, tsr_status status)
     if (status == TSR_OK && s->compiled.kobj == NULL) {
         /* Compiled for an architecture without a local device: cached, not
          * loaded, so there is no kernel handle (0 in the reply). */
-        job->reply.body_case = TESSERA__V1__REPLY__BODY_COMPILE;
-        job->reply.compile = &job->body.compile;
+        TSRD_JOB_REPLY(job, compile, COMPILE);
         tsrd_compiled_release(job->d, &s->compiled);
         tsr_region_free(&s->region);
         return status;
@@ -77,8 +75,7 @@ static tsr_status compile_complete(tsrd_job *job, tsr_status status)
         /* The session compiled this key before: the same handle again, so a
          * framework that recompiles in a loop does not pile up loaded copies. */
         job->body.compile.kernel = held;
-        job->reply.body_case = TESSERA__V1__REPLY__BODY_COMPILE;
-        job->reply.compile = &job->body.compile;
+        TSRD_JOB_REPLY(job, compile, COMPILE);
         tsrd_compiled_release(job->d, &s->compiled);
         tsr_region_free(&s->region);
         return status;
@@ -97,8 +94,7 @@ static tsr_status compile_complete(tsrd_job *job, tsr_status status)
         if (status == TSR_OK) {
             s->compiled.kobj = NULL; /* the kernel owns both now */
             memset(&s->region, 0, sizeof s->region);
-            job->reply.body_case = TESSERA__V1__REPLY__BODY_COMPILE;
-            job->reply.compile = &job->body.compile;
+            TSRD_JOB_REPLY(job, compile, COMPILE);
         } else {
             free(k);
         }
@@ -194,15 +190,13 @@ static tsr_status verify_execute(tsrd_job *job)
     if (st != TSR_OK)
         return st;
     Tessera__V1__VerifyReply *r = &job->body.verify;
-    Tessera__V1__VerifyReply init = TESSERA__V1__VERIFY_REPLY__INIT;
-    *r = init;
+    tessera__v1__verify_reply__init(r);
     r->candidate = tsrd_job_strdup(job, cand.name);
     r->tier = cand.tier;
     r->verdict = tsrd_verdict_pb(job, &v, true, false);
     if (r->candidate == NULL || r->verdict == NULL)
         return tsr_error_set(&job->err, TSR_NO_MEMORY, "verify: out of memory");
-    job->reply.body_case = TESSERA__V1__REPLY__BODY_VERIFY;
-    job->reply.verify = r;
+    TSRD_JOB_REPLY(job, verify, VERIFY);
     return TSR_OK;
 }
 
@@ -252,8 +246,7 @@ static tsr_status candidates_execute(tsrd_job *job)
                                  &job->err);
     }
     Tessera__V1__CandidatesReply *r = &job->body.candidates;
-    Tessera__V1__CandidatesReply init = TESSERA__V1__CANDIDATES_REPLY__INIT;
-    *r = init;
+    tessera__v1__candidates_reply__init(r);
     if (st == TSR_OK && (r->candidates = tsrd_job_alloc(job, n * sizeof *r->candidates)) == NULL)
         st = tsr_error_set(&job->err, TSR_NO_MEMORY, "candidates: out of memory");
     for (size_t i = 0; st == TSR_OK && i < n; i++, r->n_candidates++)
@@ -261,8 +254,7 @@ static tsr_status candidates_execute(tsrd_job *job)
             st = tsr_error_set(&job->err, TSR_NO_MEMORY, "candidates: out of memory");
     free(rows);
     tsr_region_free(&region);
-    job->reply.body_case = TESSERA__V1__REPLY__BODY_CANDIDATES;
-    job->reply.candidates = r;
+    TSRD_JOB_REPLY(job, candidates, CANDIDATES);
     return st;
 }
 
@@ -286,8 +278,7 @@ static tsr_status kernel_free_execute(tsrd_job *job)
     if (!tsrd_kernel_release_handle(job->d, job->session, handle))
         return tsr_error_set(&job->err, TSR_NOT_FOUND, "kernel_free.kernel: no kernel %#llx",
                              (unsigned long long)handle);
-    Tessera__V1__KernelFreeReply init = TESSERA__V1__KERNEL_FREE_REPLY__INIT;
-    *r = init;
+    tessera__v1__kernel_free_reply__init(r);
     job->reply.body_case = TESSERA__V1__REPLY__BODY_KERNEL_FREE;
     job->reply.kernel_free = r;
     return TSR_OK;

@@ -64,11 +64,9 @@ static tsr_status ring_open_execute(tsrd_job *job)
     }
     if (st != TSR_OK)
         return st;
-    Tessera__V1__RingOpenReply init = TESSERA__V1__RING_OPEN_REPLY__INIT;
-    job->body.ring_open = init;
+    tessera__v1__ring_open_reply__init(&job->body.ring_open);
     job->body.ring_open.ring = id;
-    job->reply.body_case = TESSERA__V1__REPLY__BODY_RING_OPEN;
-    job->reply.ring_open = &job->body.ring_open;
+    TSRD_JOB_REPLY(job, ring_open, RING_OPEN);
     return TSR_OK;
 }
 
@@ -83,11 +81,9 @@ static tsr_status ring_close_execute(tsrd_job *job)
     tsrd_recovery_poll(job->d, tsrd_dispatch_pump);
     if (st != TSR_OK)
         return st;
-    Tessera__V1__RingCloseReply init = TESSERA__V1__RING_CLOSE_REPLY__INIT;
-    job->body.ring_close = init;
+    tessera__v1__ring_close_reply__init(&job->body.ring_close);
     job->body.ring_close.launches = launches;
-    job->reply.body_case = TESSERA__V1__REPLY__BODY_RING_CLOSE;
-    job->reply.ring_close = &job->body.ring_close;
+    TSRD_JOB_REPLY(job, ring_close, RING_CLOSE);
     return TSR_OK;
 }
 

@@ -55,6 +55,7 @@
 #include "serve/dispatch.h"
 #include "serve/ring.h"
 #include "serve/session.h"
+#include "tessera/latch.h"
 
 /* A stalled pipe: this many replies waiting in nng for it ... */
 #define SERVER_STUCK_REPLIES 8
@@ -831,19 +832,14 @@ void tsrd_server_stop_accepting(tsrd_server *s)
 
 typedef struct server_closer {
     nng_socket sock;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    bool done;
+    tsr_latch closed;
 } server_closer;
 
 static void *server_closer_main(void *arg)
 {
     server_closer *c = arg;
     nng_close(c->sock);
-    pthread_mutex_lock(&c->mu);
-    c->done = true;
-    pthread_cond_signal(&c->cv);
-    pthread_mutex_unlock(&c->mu);
+    tsr_latch_set(&c->closed);
     return NULL;
 }
 
@@ -853,42 +849,24 @@ static bool server_close_socket(tsrd_server *s)
 {
     server_closer *c = calloc(1, sizeof *c);
     pthread_t th;
-    if (c == NULL) {
+    if (c == NULL || tsr_latch_init(&c->closed, NULL) != TSR_OK) {
+        free(c);
         nng_close(s->sock);
         return true;
     }
     c->sock = s->sock;
-    pthread_mutex_init(&c->mu, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cv, &attr);
-    pthread_condattr_destroy(&attr);
     if (pthread_create(&th, NULL, server_closer_main, c) != 0) {
         nng_close(s->sock);
-        c->done = true;
     } else {
         struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_sec += SERVER_CLOSE_WAIT_MS / 1000;
-        until.tv_nsec += (long)(SERVER_CLOSE_WAIT_MS % 1000) * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-        pthread_mutex_lock(&c->mu);
-        while (!c->done && pthread_cond_timedwait(&c->cv, &c->mu, &until) == 0)
-            ;
-        bool done = c->done;
-        pthread_mutex_unlock(&c->mu);
-        if (!done) {
+        tsr_latch_deadline(&until, SERVER_CLOSE_WAIT_MS);
+        if (!tsr_latch_wait_until(&c->closed, &until)) {
             pthread_detach(th);
             return false;
         }
         pthread_join(th, NULL);
     }
-    pthread_cond_destroy(&c->cv);
-    pthread_mutex_destroy(&c->mu);
+    tsr_latch_destroy(&c->closed);
     free(c);
     return true;
 }

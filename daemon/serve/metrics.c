@@ -386,65 +386,67 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
     metrics_build_info(d, l);
     metrics_requests(d, l);
     metrics_latency(d, l);
-    metrics_plain(l, "replays_total", "counter", "Requests answered from the request-id memory.",
-                  (double)d->metrics.replays);
-    uint64_t ring_launches = d->ring_launches_closed;
-    metrics_plain(l, "rings", "gauge", "Submission rings open.", (double)d->rings_open);
-    metrics_plain(l, "ring_launches_total", "counter",
-                  "Slots served by submission rings that stopped, failed ones included.",
-                  (double)ring_launches);
-    metrics_plain(l, "job_yields_total", "counter",
-                  "Times a long job (a batch) gave its worker to other tenants' work midway.",
-                  (double)d->metrics.job_yields);
-    metrics_plain(l, "requests_decoded_off_loop_total", "counter",
-                  "Request bodies over 4 KiB, checked and decoded on the worker pool.",
-                  (double)d->metrics.decoded_off_loop);
-    metrics_plain(l, "replay_bytes", "gauge", "Bytes of stored replies kept for resends.",
-                  (double)all.replay.bytes);
-    metrics_plain(l, "sessions", "gauge", "Open sessions (connections).", (double)d->n_sessions);
-    metrics_plain(l, "connections", "gauge",
-                  "Connections open (nng pipes), the daemon's own probes not counted.",
-                  (double)d->metrics.connections);
-    metrics_plain(l, "connections_refused_total", "counter",
-                  "Connections closed as they came, past max_connections.",
-                  (double)d->metrics.connections_refused);
-    metrics_plain(l, "connections_closed_unread_total", "counter",
-                  "Connections closed for replies they left unread.",
-                  (double)d->metrics.connections_closed_unread);
-    metrics_plain(l, "requests_refused_connection_total", "counter",
-                  "Requests refused past max_requests_per_connection.",
-                  (double)d->metrics.requests_refused_connection);
-    metrics_plain(l, "server_contexts", "gauge",
-                  "nng contexts open (receiving, serving a request, or idle).",
-                  (double)d->metrics.contexts);
-    metrics_plain(l, "sessions_opened_total", "counter", "Sessions ever opened.",
-                  (double)d->metrics.sessions_opened);
-    metrics_plain(l, "inflight_requests", "gauge", "Requests being executed.", (double)d->inflight);
-    metrics_plain(l, "buffers", "gauge", "Live buffers.", (double)all.buffers);
-    metrics_plain(l, "buffer_bytes", "gauge", "Bytes in live buffers.", (double)all.buffer_bytes);
-    metrics_plain(l, "kernels", "gauge", "Live kernel handles.", (double)all.kernels);
-    metrics_plain(l, "work_queued", "gauge",
-                  "Heavy jobs (compiles, launches, copies) waiting for a worker.", (double)queued);
-    metrics_plain(l, "work_running", "gauge", "Jobs on the worker pool.", (double)d->work_running);
-    /* The same default as the dispatch pump's. */
-    metrics_plain(l, "work_slots", "gauge", "Jobs the worker pool runs at once, at most.",
-                  (double)(d->work_slots > 0 ? d->work_slots : 4));
-    metrics_plain(l, "recovering", "gauge", "1 while the device context is being rebuilt.",
-                  d->recovering ? 1.0 : 0.0);
-    metrics_plain(l, "device_recoveries_total", "counter", "Device context rebuilds.",
-                  (double)d->recoveries);
-    metrics_plain(l, "device_faults_total", "counter",
-                  "Sticky device faults noticed (each starts a recovery).",
-                  (double)d->device_faults);
-    metrics_plain(l, "device_buffers_lost_total", "counter",
-                  "Buffer handles whose device memory a fault took.", (double)d->buffers_lost);
-    metrics_plain(l, "device_recovery_last_seconds", "gauge",
-                  "Fault noticed to serving again, in the last recovery.",
-                  (double)d->recovery_last_ms / 1e3);
-    metrics_plain(l, "received_bytes_total", "counter", "Request bytes received.",
-                  (double)d->metrics.bytes_in);
-    metrics_plain(l, "sent_bytes_total", "counter", "Reply bytes sent.",
-                  (double)d->metrics.bytes_out);
+    /* The daemon's own figures, one row each. */
+    const struct {
+        const char *name, *type, *help;
+        double value;
+    } plain[] = {
+        {"replays_total", "counter", "Requests answered from the request-id memory.",
+         (double)d->metrics.replays},
+        {"rings", "gauge", "Submission rings open.", (double)d->rings_open},
+        {"ring_launches_total", "counter",
+         "Slots served by submission rings that stopped, failed ones included.",
+         (double)d->ring_launches_closed},
+        {"job_yields_total", "counter",
+         "Times a long job (a batch) gave its worker to other tenants' work midway.",
+         (double)d->metrics.job_yields},
+        {"requests_decoded_off_loop_total", "counter",
+         "Request bodies over 4 KiB, checked and decoded on the worker pool.",
+         (double)d->metrics.decoded_off_loop},
+        {"replay_bytes", "gauge", "Bytes of stored replies kept for resends.",
+         (double)all.replay.bytes},
+        {"sessions", "gauge", "Open sessions (connections).", (double)d->n_sessions},
+        {"connections", "gauge",
+         "Connections open (nng pipes), the daemon's own probes not counted.",
+         (double)d->metrics.connections},
+        {"connections_refused_total", "counter",
+         "Connections closed as they came, past max_connections.",
+         (double)d->metrics.connections_refused},
+        {"connections_closed_unread_total", "counter",
+         "Connections closed for replies they left unread.",
+         (double)d->metrics.connections_closed_unread},
+        {"requests_refused_connection_total", "counter",
+         "Requests refused past max_requests_per_connection.",
+         (double)d->metrics.requests_refused_connection},
+        {"server_contexts", "gauge", "nng contexts open (receiving, serving a request, or idle).",
+         (double)d->metrics.contexts},
+        {"sessions_opened_total", "counter", "Sessions ever opened.",
+         (double)d->metrics.sessions_opened},
+        {"inflight_requests", "gauge", "Requests being executed.", (double)d->inflight},
+        {"buffers", "gauge", "Live buffers.", (double)all.buffers},
+        {"buffer_bytes", "gauge", "Bytes in live buffers.", (double)all.buffer_bytes},
+        {"kernels", "gauge", "Live kernel handles.", (double)all.kernels},
+        {"work_queued", "gauge", "Heavy jobs (compiles, launches, copies) waiting for a worker.",
+         (double)queued},
+        {"work_running", "gauge", "Jobs on the worker pool.", (double)d->work_running},
+        /* The same default as the dispatch pump's. */
+        {"work_slots", "gauge", "Jobs the worker pool runs at once, at most.",
+         (double)(d->work_slots > 0 ? d->work_slots : 4)},
+        {"recovering", "gauge", "1 while the device context is being rebuilt.",
+         d->recovering ? 1.0 : 0.0},
+        {"device_recoveries_total", "counter", "Device context rebuilds.", (double)d->recoveries},
+        {"device_faults_total", "counter", "Sticky device faults noticed (each starts a recovery).",
+         (double)d->device_faults},
+        {"device_buffers_lost_total", "counter", "Buffer handles whose device memory a fault took.",
+         (double)d->buffers_lost},
+        {"device_recovery_last_seconds", "gauge",
+         "Fault noticed to serving again, in the last recovery.",
+         (double)d->recovery_last_ms / 1e3},
+        {"received_bytes_total", "counter", "Request bytes received.", (double)d->metrics.bytes_in},
+        {"sent_bytes_total", "counter", "Reply bytes sent.", (double)d->metrics.bytes_out},
+    };
+    for (size_t i = 0; i < sizeof plain / sizeof plain[0]; i++)
+        metrics_plain(l, plain[i].name, plain[i].type, plain[i].help, plain[i].value);
     if (viewer == NULL) {
         metrics_cache(d, l);
         metrics_gpus(d, l);

@@ -13,21 +13,12 @@ two synchronizations, median of 5. The outputs of one launch are compared
 (max |tesserad - torch| / max |torch|). Prints a markdown table. Exits 0 with
 "skipped" when torch or a GPU is missing.
 """
-import os
-import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
+import bench_util
 
-try:
-    import torch
-except ImportError:
-    print("daemon_shapes_bench: skipped: torch is not installed")
-    sys.exit(0)
-if not torch.cuda.is_available():
-    print("daemon_shapes_bench: skipped: torch sees no GPU")
-    sys.exit(0)
+torch = bench_util.torch_or_skip("daemon_shapes_bench", need_gpu=True)
 
 import tessera  # noqa: E402
 from tessera import torch_support  # noqa: E402
@@ -73,15 +64,7 @@ TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float
 
 
 def median_per_call(fn):
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3 / BATCH)
-    return statistics.median(times)
+    return bench_util.timed(fn, torch.cuda.synchronize, REPEATS, warmup=1, calls=BATCH)
 
 
 def main():

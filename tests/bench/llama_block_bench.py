@@ -27,18 +27,12 @@ markdown tables. Exits 0 with "skipped" when torch is not installed.
 """
 import argparse
 import json
-import os
-import statistics
 import sys
-import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
+import bench_util
+from bench_util import timed
 
-try:
-    import torch
-except ImportError:
-    print("llama_block_bench: skipped: torch is not installed")
-    sys.exit(0)
+torch = bench_util.torch_or_skip("llama_block_bench")
 
 import tessera  # noqa: E402
 from tessera import torch_backend, torch_ops  # noqa: E402
@@ -75,20 +69,6 @@ class Block(nn.Module):
         x = x + self.wo(o.transpose(1, 2).reshape(b, s, d))
         h = self.n2(x)
         return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
-
-
-def timed(fn, sync, repeats, warmup=3):
-    """Median wall ms of fn() over repeats calls (after warmup calls)."""
-    for _ in range(warmup):
-        fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 def rel(a, b):

@@ -8,18 +8,11 @@ and shared memory) otherwise. Prints a markdown table: median wall time of
 tessera.run and of the eager expression, and their ratio. Exits 0 with
 "skipped" when torch is not installed.
 """
-import os
-import statistics
 import sys
-import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
+import bench_util
 
-try:
-    import torch
-except ImportError:
-    print("python_bench: skipped: torch is not installed")
-    sys.exit(0)
+torch = bench_util.torch_or_skip("python_bench")
 
 import tessera  # noqa: E402
 
@@ -31,19 +24,6 @@ def region(n):
         "ops": [{"op": "add", "args": ["a", "b"], "out": "t"},
                 {"op": "gelu", "args": ["t"], "out": "y"}],
         "output": "y"})
-
-
-def timed(fn, sync, repeats=20):
-    for _ in range(3):
-        fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 def main():
@@ -60,8 +40,8 @@ def main():
         r = region(n)
         a = torch.randn(n, device=device)
         b = torch.randn(n, device=device)
-        ours = timed(lambda: client.run(r, [a, b]), sync)
-        eager = timed(lambda: torch.nn.functional.gelu(a + b, approximate="tanh"), sync)
+        ours = bench_util.timed(lambda: client.run(r, [a, b]), sync, 20)
+        eager = bench_util.timed(lambda: torch.nn.functional.gelu(a + b, approximate="tanh"), sync, 20)
         y = client.run(r, [a, b])
         err = (y - torch.nn.functional.gelu(a + b, approximate="tanh")).abs().max().item()
         print("| %d | %.3f | %.3f | %.2f× (max abs diff %.1e) |" % (n, ours, eager, ours / eager,

@@ -75,7 +75,7 @@ static void *admission_probe_main(void *arg)
         uint64_t took = attack_now_ms() - t0;
         if (took > atomic_load(&p->worst_ms))
             atomic_store(&p->worst_ms, took);
-        attack_sleep_ms(20);
+        testd_sleep_ms(20);
     }
     return NULL;
 }
@@ -185,7 +185,7 @@ static void admission_revoke_alice(void)
         testd_raw_close(s);
         if (refused)
             return;
-        attack_sleep_ms(20);
+        testd_sleep_ms(20);
     }
     cr_assert_fail("alice's old token still works after the reload");
 }

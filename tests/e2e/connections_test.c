@@ -63,8 +63,8 @@ Test(connections, connections_past_max_connections_are_closed_at_once_and_counte
      * not be the order in which this side's ended: count, not positions. */
     uint64_t until = attack_now_ms() + 3000;
     while (conn_count_closed(fds, 11) < 4 && attack_now_ms() < until)
-        attack_sleep_ms(10);
-    attack_sleep_ms(200); /* and no more than four */
+        testd_sleep_ms(10);
+    testd_sleep_ms(200); /* and no more than four */
     int closed = conn_count_closed(fds, 11);
     cr_expect_eq(closed, 4, "%d of 11 connections closed, 4 past the cap expected", closed);
     cr_expect_eq(tsr_client_hello(c, NULL, 5000, NULL), TSR_OK, "the open client still works");
@@ -78,7 +78,7 @@ Test(connections, connections_past_max_connections_are_closed_at_once_and_counte
     for (int i = 0; i < 50 && st != TSR_OK; i++) {
         st = conn_fresh_hello(2000);
         if (st != TSR_OK)
-            attack_sleep_ms(100);
+            testd_sleep_ms(100);
     }
     cr_expect_eq(st, TSR_OK, "no connection is served after the others closed");
     tsr_client_close(c);
@@ -95,7 +95,7 @@ Test(connections, the_default_cap_keeps_connections_under_the_descriptor_limit)
         int n = attack_fd_count(conn_d.pid);
         peak = n > peak ? n : peak;
     }
-    attack_sleep_ms(300);
+    testd_sleep_ms(300);
     for (int i = 0; i < 100; i++) {
         if (fds[i] >= 0 && !attack_sp_closed(fds[i]))
             open_++;
@@ -117,7 +117,7 @@ Test(connections, the_default_cap_keeps_connections_under_the_descriptor_limit)
     tsr_status st = TSR_UNAVAILABLE;
     for (int i = 0; i < 50 && st != TSR_OK; i++)
         if ((st = conn_fresh_hello(2000)) != TSR_OK)
-            attack_sleep_ms(100);
+            testd_sleep_ms(100);
     cr_expect_eq(st, TSR_OK);
     tsr_client_close(c);
 }
@@ -138,7 +138,7 @@ static void *conn_active_main(void *arg)
             atomic_fetch_add(&a->ok, 1);
         else
             atomic_fetch_add(&a->failed, 1);
-        attack_sleep_ms(10);
+        testd_sleep_ms(10);
     }
     return NULL;
 }
@@ -156,7 +156,7 @@ Test(connections, the_ipc_listener_accepts_again_once_the_descriptors_come_back)
             i < 150 ? attack_sp_connect(conn_d.url, 100) : attack_sp_connect_nowait(conn_d.url);
         handshaken += i < 150 && fds[i] >= 0;
     }
-    attack_sleep_ms(1000);
+    testd_sleep_ms(1000);
     int at_limit = attack_fd_count(conn_d.pid);
     for (int i = 0; i < 200; i++)
         if (fds[i] >= 0)
@@ -166,7 +166,7 @@ Test(connections, the_ipc_listener_accepts_again_once_the_descriptors_come_back)
     tsr_status st = TSR_UNAVAILABLE;
     while (st != TSR_OK && attack_now_ms() - t0 < 15000)
         if ((st = conn_fresh_hello(1000)) != TSR_OK)
-            attack_sleep_ms(100);
+            testd_sleep_ms(100);
     uint64_t back_ms = attack_now_ms() - t0;
     int served = 0;
     for (int i = 0; i < 10; i++)

@@ -80,7 +80,7 @@ Test(contention, peers_that_leave_replies_unread_do_not_hold_the_daemon)
         uint64_t took = contention_hello_ms(alice);
         worst = took > worst ? took : worst;
         probes++;
-        attack_sleep_ms(100);
+        testd_sleep_ms(100);
     }
     for (int i = 0; i < CONTENTION_PEERS; i++)
         if (fds[i] >= 0)
@@ -202,7 +202,7 @@ Test(contention, resends_of_a_slow_request_wait_within_in_flight_and_hold_no_oth
     r.bytes = contention_slow_run(0x51017, 8192, &r.len);
     pthread_t th;
     cr_assert_eq(pthread_create(&th, NULL, contention_resend_main, &r), 0);
-    attack_sleep_ms(alone_ms / 4 < 300 ? (int)(alone_ms / 4) : 300);
+    testd_sleep_ms(alone_ms / 4 < 300 ? (int)(alone_ms / 4) : 300);
     tsr_client *bob = contention_client(ATTACK_TOKEN_BOB);
     uint64_t bob_t0 = attack_now_ms();
     tsr_error err;
@@ -292,7 +292,7 @@ Test(contention, a_long_batch_yields_between_launches_to_another_tenants_run)
     pthread_t th;
     uint64_t batch_t0 = attack_now_ms();
     cr_assert_eq(pthread_create(&th, NULL, contention_batch_main, &b), 0);
-    attack_sleep_ms(3 * (int)launch_ms + 50);
+    testd_sleep_ms(3 * (int)launch_ms + 50);
     uint64_t run_t0 = attack_now_ms();
     cr_expect_eq(tsr_client_run(bob, tiny, NULL, inputs, out, NULL, 60000, &err), TSR_OK, "%s",
                  err.message);
@@ -366,10 +366,10 @@ Test(contention, a_tenants_unread_replies_past_its_cap_close_its_worst_connectio
      * taken, one connection goes, and the other three stay. */
     double closed = 0;
     for (int i = 0; i < 40 && closed < 1; i++) {
-        attack_sleep_ms(100);
+        testd_sleep_ms(100);
         closed = fixture_counter(bob, "connections_closed_unread_total");
     }
-    attack_sleep_ms(2500);
+    testd_sleep_ms(2500);
     int hung_up = 0;
     for (int k = 0; k < CONTENTION_READERS; k++) {
         hung_up += attack_sp_closed(fds[k]);

@@ -151,7 +151,7 @@ Test(replay_memory, stored_replies_are_counted_and_bounded_per_connection_and_pe
     for (int i = 0; i < 100 && (after < 0 || after >= 1 << 20); i++) {
         after = fixture_counter(c, "replay_bytes");
         if (after < 0 || after >= 1 << 20)
-            attack_sleep_ms(20);
+            testd_sleep_ms(20);
     }
     cr_expect_lt(after, 1 << 20, "%.0f bytes still kept with the connections gone", after);
     free(first);

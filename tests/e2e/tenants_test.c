@@ -28,12 +28,6 @@
 #define TOKEN_ERIN "erin-token-4444"
 #define TOKEN_OPS "ops-token-55555"
 
-static void tenants_sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
 static void tenants_hash(const char *token, char hex[65])
 {
     tsrd_token_hash(token, strlen(token), hex);
@@ -303,7 +297,7 @@ static double tenants_wait_counter(tsr_client *c, const char *name, double want)
 {
     double v = -1;
     for (int i = 0; i < 3000 && (v = fixture_counter(c, name)) < want; i++)
-        tenants_sleep_ms(10);
+        testd_sleep_ms(10);
     return v;
 }
 
@@ -380,7 +374,7 @@ Test(tenants, disconnect_frees_the_sessions_buffers)
     for (int i = 0; i < 500 && left != 0; i++) {
         left = fixture_counter(ops, "tenant_buffers{tenant=\"bob\"}");
         if (left != 0)
-            tenants_sleep_ms(10);
+            testd_sleep_ms(10);
     }
     cr_expect_eq(left, 0.0);
     cr_expect_eq(fixture_counter(ops, "tenant_buffer_bytes{tenant=\"bob\"}"), 0.0);
@@ -411,7 +405,7 @@ Test(tenants, sighup_reloads_quotas_without_dropping_connections)
     for (int i = 0; i < 500 && st == TSR_UNAUTHENTICATED; i++) {
         st = tsr_client_hello(x, NULL, 0, &err);
         if (st == TSR_UNAUTHENTICATED)
-            tenants_sleep_ms(10);
+            testd_sleep_ms(10);
     }
     cr_assert_eq(st, TSR_OK, "%s", err.message);
     /* The same connection, its buffers intact, under the new quota. */

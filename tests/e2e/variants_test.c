@@ -133,9 +133,12 @@ Test(variants, a_layer_at_every_batch_size_compiles_once_per_variant)
 
 #define PAST64 "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":%lld,\"n\":160,\"k\":24}"
 
-static tsr_status variants_forced(long long m, tsr_client_compiled *out, tsr_error *err)
+/* Compiles the region of fmt at n (variants_region) with the candidate that
+ * is wrong past 64 rows forced. */
+static tsr_status variants_forced(const char *fmt, long long n, tsr_client_compiled *out,
+                                  tsr_error *err)
 {
-    tsr_region *r = variants_region(PAST64, m);
+    tsr_region *r = variants_region(fmt, n);
     tsr_client_compile_opts opts = {.force = "test_wrong_past_64_rows"};
     tsr_status st = tsr_client_compile(suite_client, r, &opts, out, 120000, err);
     tsr_client_region_free(r);
@@ -147,7 +150,7 @@ Test(variants, a_new_shape_of_a_verified_variant_gets_its_sampled_check)
     tsr_client_compiled out;
     tsr_error err;
     /* The first shape: the complete verification, every output of 2 probes. */
-    cr_assert_eq(variants_forced(8, &out, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(variants_forced(PAST64, 8, &out, &err), TSR_OK, "%s", err.message);
     tsr_client_verdict *v = &out.decision.verdict;
     cr_expect_eq(v->state, TSR_CLIENT_VERDICT_PASS);
     cr_expect_str_eq(v->method, "full");
@@ -156,7 +159,7 @@ Test(variants, a_new_shape_of_a_verified_variant_gets_its_sampled_check)
 
     /* A new shape of the variant: its sampled check only (one probe at the
      * real shape, none at a small one), and the same binary. */
-    cr_assert_eq(variants_forced(16, &out, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(variants_forced(PAST64, 16, &out, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(v->state, TSR_CLIENT_VERDICT_PASS);
     cr_expect_str_eq(v->method, "sampled");
     cr_expect_eq(v->probes, 1);
@@ -168,17 +171,17 @@ Test(variants, a_new_shape_of_a_verified_variant_gets_its_sampled_check)
     cr_expect_eq(v->elements, v->sampled_elements);
     cr_expect(out.decision.cache_hit);
     /* The same shape again: its own verdict, cached. */
-    cr_assert_eq(variants_forced(16, &out, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(variants_forced(PAST64, 16, &out, &err), TSR_OK, "%s", err.message);
     cr_expect(v->cached);
 
     /* Past 64 rows the candidate breaks; the new shape's sampled check
      * catches it at the last row's last tile. */
-    cr_expect_eq(variants_forced(65, &out, &err), TSR_VERIFY_FAILED, "%s", err.message);
+    cr_expect_eq(variants_forced(PAST64, 65, &out, &err), TSR_VERIFY_FAILED, "%s", err.message);
     cr_expect_neq(strstr(err.message, "largest error at [10368]"), NULL, "%s", err.message);
 
     /* The failure withdrew the variant's pass: a new shape is verified
      * completely again. */
-    cr_assert_eq(variants_forced(24, &out, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(variants_forced(PAST64, 24, &out, &err), TSR_OK, "%s", err.message);
     cr_expect_str_eq(v->method, "full");
     cr_expect_eq(v->probes, 2);
     cr_expect_eq(v->elements, 2 * 24 * 160);
@@ -262,16 +265,6 @@ Test(variants, each_shape_of_a_variant_gets_its_own_kernel_handle)
     tsr_client_region_free(r24);
 }
 
-static tsr_status variants_forced_attention(long long batch, tsr_client_compiled *out,
-                                            tsr_error *err)
-{
-    tsr_region *r = variants_region(DECODE, batch);
-    tsr_client_compile_opts opts = {.force = "test_wrong_past_64_rows"};
-    tsr_status st = tsr_client_compile(suite_client, r, &opts, out, 120000, err);
-    tsr_client_region_free(r);
-    return st;
-}
-
 /* The same for attention, whose variant leaves batch and both lengths free:
  * the sampled check of a new batch size takes whole query rows, the last
  * (batch, head)'s among them. The output has batch · 4 heads · 3 queries
@@ -281,13 +274,13 @@ Test(variants, attention_at_a_new_batch_size_gets_its_sampled_check)
     tsr_client_compiled out;
     tsr_error err;
     tsr_client_verdict *v = &out.decision.verdict;
-    cr_assert_eq(variants_forced_attention(1, &out, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(variants_forced(DECODE, 1, &out, &err), TSR_OK, "%s", err.message);
     cr_expect_str_eq(v->method, "full");
-    cr_assert_eq(variants_forced_attention(5, &out, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(variants_forced(DECODE, 5, &out, &err), TSR_OK, "%s", err.message);
     cr_expect_str_eq(v->method, "sampled");
     cr_expect_eq(v->small_probes, 0);
     cr_expect_eq(v->probes, 1);
     /* 6 · 4 · 3 = 72 rows: the last row's first element is off. */
-    cr_expect_eq(variants_forced_attention(6, &out, &err), TSR_VERIFY_FAILED, "%s", err.message);
+    cr_expect_eq(variants_forced(DECODE, 6, &out, &err), TSR_VERIFY_FAILED, "%s", err.message);
     cr_expect_neq(strstr(err.message, "largest error at [1136]"), NULL, "%s", err.message);
 }

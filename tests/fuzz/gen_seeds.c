@@ -44,6 +44,15 @@ static void seed_request(const char *name, Tessera__V1__Request *req)
     free(buf);
 }
 
+/* Points req's body at body (its member FIELD, body case CASE) and writes
+ * req as the seed name. */
+#define SEED_BODY(req, field, CASE, body, name)                                                    \
+    do {                                                                                           \
+        (req)->body_case = TESSERA__V1__REQUEST__BODY_##CASE;                                      \
+        (req)->field = (body);                                                                     \
+        seed_request((name), (req));                                                               \
+    } while (0)
+
 static Tessera__V1__Region *seed_region(const char *json)
 {
     tsr_region r;
@@ -80,26 +89,18 @@ static void seed_requests(void)
     Tessera__V1__HelloRequest hello = TESSERA__V1__HELLO_REQUEST__INIT;
     hello.client_version = "0.1.0";
     hello.protocol_version = 1;
-    req.body_case = TESSERA__V1__REQUEST__BODY_HELLO;
-    req.hello = &hello;
-    seed_request("hello", &req);
+    SEED_BODY(&req, hello, HELLO, &hello, "hello");
 
     Tessera__V1__StatsRequest stats = TESSERA__V1__STATS_REQUEST__INIT;
     stats.prometheus = 1;
-    req.body_case = TESSERA__V1__REQUEST__BODY_STATS;
-    req.stats = &stats;
-    seed_request("stats", &req);
+    SEED_BODY(&req, stats, STATS, &stats, "stats");
 
     Tessera__V1__CacheListRequest list = TESSERA__V1__CACHE_LIST_REQUEST__INIT;
-    req.body_case = TESSERA__V1__REQUEST__BODY_CACHE_LIST;
-    req.cache_list = &list;
-    seed_request("cache_list", &req);
+    SEED_BODY(&req, cache_list, CACHE_LIST, &list, "cache_list");
 
     Tessera__V1__CacheEvictRequest evict = TESSERA__V1__CACHE_EVICT_REQUEST__INIT;
     evict.key = "all";
-    req.body_case = TESSERA__V1__REQUEST__BODY_CACHE_EVICT;
-    req.cache_evict = &evict;
-    seed_request("cache_evict_all", &req);
+    SEED_BODY(&req, cache_evict, CACHE_EVICT, &evict, "cache_evict_all");
     evict.key = "00ff";
     seed_request("cache_evict_bad_key", &req);
 
@@ -108,9 +109,7 @@ static void seed_requests(void)
     alloc.dtype = TESSERA__V1__DTYPE__DTYPE_F32;
     alloc.shape = shape;
     alloc.n_shape = 2;
-    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC;
-    req.buffer_alloc = &alloc;
-    seed_request("buffer_alloc", &req);
+    SEED_BODY(&req, buffer_alloc, BUFFER_ALLOC, &alloc, "buffer_alloc");
 
     uint8_t bytes[24] = {0, 0, 0x80, 0x3f};
     Tessera__V1__BufferWriteRequest w = TESSERA__V1__BUFFER_WRITE_REQUEST__INIT;
@@ -118,22 +117,16 @@ static void seed_requests(void)
     w.offset = 4;
     w.data.data = bytes;
     w.data.len = sizeof bytes;
-    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_WRITE;
-    req.buffer_write = &w;
-    seed_request("buffer_write_unknown", &req);
+    SEED_BODY(&req, buffer_write, BUFFER_WRITE, &w, "buffer_write_unknown");
 
     Tessera__V1__BufferReadRequest rd = TESSERA__V1__BUFFER_READ_REQUEST__INIT;
     rd.buffer = 0x1234;
     rd.length = 8;
-    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_READ;
-    req.buffer_read = &rd;
-    seed_request("buffer_read_unknown", &req);
+    SEED_BODY(&req, buffer_read, BUFFER_READ, &rd, "buffer_read_unknown");
 
     Tessera__V1__BufferFreeRequest fr = TESSERA__V1__BUFFER_FREE_REQUEST__INIT;
     fr.buffer = 0x1234;
-    req.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_FREE;
-    req.buffer_free = &fr;
-    seed_request("buffer_free_unknown", &req);
+    SEED_BODY(&req, buffer_free, BUFFER_FREE, &fr, "buffer_free_unknown");
 
     uint64_t inputs[2] = {1, 2};
     Tessera__V1__LaunchRequest launch = TESSERA__V1__LAUNCH_REQUEST__INIT;
@@ -141,9 +134,7 @@ static void seed_requests(void)
     launch.inputs = inputs;
     launch.n_inputs = 2;
     launch.output = 3;
-    req.body_case = TESSERA__V1__REQUEST__BODY_LAUNCH;
-    req.launch = &launch;
-    seed_request("launch_unknown", &req);
+    SEED_BODY(&req, launch, LAUNCH, &launch, "launch_unknown");
 
     for (size_t i = 0; i < SEED_REGIONS; i++) {
         Tessera__V1__Region *pb = seed_region(seed_regions[i]);
@@ -151,26 +142,20 @@ static void seed_requests(void)
 
         Tessera__V1__CompileRequest compile = TESSERA__V1__COMPILE_REQUEST__INIT;
         compile.region = pb;
-        req.body_case = TESSERA__V1__REQUEST__BODY_COMPILE;
-        req.compile = &compile;
         snprintf(name, sizeof name, "compile_%zu", i);
-        seed_request(name, &req);
+        SEED_BODY(&req, compile, COMPILE, &compile, name);
 
         Tessera__V1__VerifyRequest verify = TESSERA__V1__VERIFY_REQUEST__INIT;
         verify.region = pb;
         verify.seed = 5;
         verify.random_probes = 1;
-        req.body_case = TESSERA__V1__REQUEST__BODY_VERIFY;
-        req.verify = &verify;
         snprintf(name, sizeof name, "verify_%zu", i);
-        seed_request(name, &req);
+        SEED_BODY(&req, verify, VERIFY, &verify, name);
 
         Tessera__V1__CandidatesRequest cands = TESSERA__V1__CANDIDATES_REQUEST__INIT;
         cands.region = pb;
-        req.body_case = TESSERA__V1__REQUEST__BODY_CANDIDATES;
-        req.candidates = &cands;
         snprintf(name, sizeof name, "candidates_%zu", i);
-        seed_request(name, &req);
+        SEED_BODY(&req, candidates, CANDIDATES, &cands, name);
         tsr_region_pb_free(pb);
     }
 
@@ -199,9 +184,7 @@ static void seed_requests(void)
     run.region = pb;
     run.inputs = tensors;
     run.n_inputs = 2;
-    req.body_case = TESSERA__V1__REQUEST__BODY_RUN;
-    req.run = &run;
-    seed_request("run_matmul", &req);
+    SEED_BODY(&req, run, RUN, &run, "run_matmul");
     run.n_inputs = 1;
     seed_request("run_missing_input", &req);
     tsr_region_pb_free(pb);

@@ -20,32 +20,13 @@
 #include <time.h>
 
 #include "backend/isolated/isolated.h"
-#include "backend/cuda/driver.h"
 #include "tessera/json.h"
+#include "../support/gpu.h"
 #include "../support/recovery.h"
+#include "../support/testd.h"
 #include "../support/testdata.h"
 
 #define BACKEND_N 4096
-
-static void skip_without_gpu(void)
-{
-    tsrd_cuda_driver *drv = NULL;
-    tsr_error err;
-    if (tsrd_cuda_driver_load(&drv, &err) != TSR_OK)
-        cr_skip_test("no CUDA driver or device: %s", err.message);
-    int count = 0;
-    bool have = drv->device_get_count(&count) == CUDA_SUCCESS && count > 0;
-    tsrd_cuda_driver_unload(drv);
-    if (!have)
-        cr_skip_test("no CUDA device");
-}
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 typedef struct backend_env {
     const tsrd_backend_ops *ops;
@@ -87,7 +68,7 @@ static void backend_run_ok(backend_env *e)
 
 Test(gpu_recovery, the_isolated_cuda_backend_survives_two_faults, .timeout = 300)
 {
-    skip_without_gpu();
+    gpu_require_device();
     backend_env e = {.ops = &tsrd_backend_cuda_isolated};
     const tsrd_backend_ops *ops = e.ops;
     tsr_error err;
@@ -133,9 +114,9 @@ Test(gpu_recovery, the_isolated_cuda_backend_survives_two_faults, .timeout = 300
         float probe = 0;
         cr_assert_eq(ops->buffer_write(e.b, x, 0, &probe, sizeof probe, &err), TSR_DEVICE_LOST);
 
-        double t0 = now_ms();
+        double t0 = testd_now_ms();
         st = ops->recover(e.b, &err);
-        double t1 = now_ms();
+        double t1 = testd_now_ms();
         cr_assert_eq(st, TSR_OK, "round %d: recover: %s", round, err.message);
         cr_assert_not(ops->lost(e.b));
         printf("cuda backend recover, round %d: %.1f ms\n", round, t1 - t0);
@@ -150,10 +131,10 @@ Test(gpu_recovery, the_isolated_cuda_backend_survives_two_faults, .timeout = 300
         ops->stream_destroy(e.b, s);
         ops->unload(e.b, kf);
 
-        double t2 = now_ms();
+        double t2 = testd_now_ms();
         backend_run_ok(&e);
         printf("cuda backend after recover, round %d: first load+launch+read %.1f ms\n", round,
-               now_ms() - t2);
+               testd_now_ms() - t2);
     }
     free(e.bin1);
     free(e.binf);
@@ -164,7 +145,7 @@ Test(gpu_recovery, the_isolated_cuda_backend_survives_two_faults, .timeout = 300
 
 Test(gpu_recovery, an_illegal_address_in_one_tenant_is_survived_by_the_daemon, .timeout = 300)
 {
-    skip_without_gpu();
+    gpu_require_device();
     recovery_figures f;
     recovery_scenario("cuda", 1 << 20, &f);
     printf("gpu recovery: fault -> ready %.1f ms as a client saw it, %.1f ms inside the daemon; "

@@ -7,23 +7,10 @@
  */
 #include <criterion/criterion.h>
 
-#include "backend/cuda/driver.h"
+#include "../support/gpu.h"
 #include "../support/shm_shrink.h"
 
-static void shrink_gpu_check(void)
-{
-    tsrd_cuda_driver *drv = NULL;
-    tsr_error err;
-    if (tsrd_cuda_driver_load(&drv, &err) != TSR_OK)
-        cr_skip_test("no CUDA driver or device: %s", err.message);
-    int count = 0;
-    bool none = drv->device_get_count(&count) != CUDA_SUCCESS || count == 0;
-    tsrd_cuda_driver_unload(drv);
-    if (none)
-        cr_skip_test("no CUDA device");
-}
-
-TestSuite(shm_shrink_gpu, .init = shrink_gpu_check, .timeout = 300);
+TestSuite(shm_shrink_gpu, .init = gpu_require_device, .timeout = 300);
 
 Test(shm_shrink_gpu, buffer_write_from_a_segment_cut_to_nothing_cuda)
 {

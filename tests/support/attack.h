@@ -26,9 +26,8 @@
 #include "tessera.pb-c.h"
 #include "testd.h"
 
-/* Milliseconds on a monotonic clock. */
+/* testd_now_ms in whole milliseconds. */
 uint64_t attack_now_ms(void);
-void attack_sleep_ms(int ms);
 
 /* ---- raw SP over ipc ---- */
 

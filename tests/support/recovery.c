@@ -20,13 +20,6 @@
 #define RECOVERY_TIMEOUT_MS 120000
 #define RECOVERY_MAX_N (1 << 20)
 
-static double recovery_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static void recovery_fill(float *x, int n, int seed)
 {
     for (int i = 0; i < n; i++)
@@ -148,7 +141,7 @@ void recovery_scenario(const char *backend, int n, recovery_figures *out)
     tsr_client_compile_opts fault = {.force = "test_fault", .skip_verify = true};
     const void *in[] = {x};
     tsr_status st = tsr_client_run(alice, r, &fault, in, y, NULL, 0, &err);
-    double t_fault = recovery_now_ms();
+    double t_fault = testd_now_ms();
     cr_assert_eq(st, TSR_DEVICE_LOST, "the faulting run answered %s: %s", tsr_status_name(st),
                  err.message);
 
@@ -159,10 +152,10 @@ void recovery_scenario(const char *backend, int n, recovery_figures *out)
         if (h.state == TSR_CLIENT_HEALTH_READY && h.recoveries >= 1)
             break;
         cr_assert_eq(h.state, TSR_CLIENT_HEALTH_RECOVERING);
-        cr_assert_lt(recovery_now_ms() - t_fault, 60000.0, "no recovery within 60 s");
+        cr_assert_lt(testd_now_ms() - t_fault, 60000.0, "no recovery within 60 s");
         usleep(200);
     }
-    out->fault_to_ready_ms = recovery_now_ms() - t_fault;
+    out->fault_to_ready_ms = testd_now_ms() - t_fault;
     cr_expect_eq(h.recoveries, 1);
     atomic_store(&rr.recovered, true);
 
@@ -200,8 +193,8 @@ void recovery_scenario(const char *backend, int n, recovery_figures *out)
 
     /* Bob's other connection kept going: right answers, or DEVICE_LOST for
      * what was in flight at the fault, nothing else. */
-    double t_wait = recovery_now_ms();
-    while (atomic_load(&rr.after) < 3 && recovery_now_ms() - t_wait < 60000.0)
+    double t_wait = testd_now_ms();
+    while (atomic_load(&rr.after) < 3 && testd_now_ms() - t_wait < 60000.0)
         usleep(1000);
     atomic_store(&rr.stop, true);
     pthread_join(runner, NULL);

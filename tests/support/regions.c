@@ -18,6 +18,13 @@ tsr_region regions_parse(const char *json)
     return r;
 }
 
+tsr_oracle_options regions_sampled_options(const tsr_region *r, tsr_region *small)
+{
+    tsr_error err;
+    cr_assert_eq(tsr_oracle_small_region(r, 0, small, &err), TSR_OK, "%s", err.message);
+    return (tsr_oracle_options){.method = TSR_VERIFY_SAMPLED, .small = small};
+}
+
 int64_t regions_output_elements(const tsr_region *r)
 {
     tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], out;

@@ -28,10 +28,17 @@
 
 #include "testd.h"
 
-static void testd_sleep_ms(int ms)
+void testd_sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+double testd_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 void testd_bin(const testd *d, const char *name, char *buf, size_t size)
@@ -307,42 +314,44 @@ int testd_raw_send(uint32_t sock_id, const void *bytes, size_t len, int timeout_
     return *reply ? 0 : -1;
 }
 
+/* *req as a request with id whose body is of body_case; the caller points
+ * the matching member at the body. */
+static void testd_request_wrap(Tessera__V1__Request *req, uint64_t id,
+                               Tessera__V1__Request__BodyCase body_case)
+{
+    tessera__v1__request__init(req);
+    req->id = id;
+    req->body_case = body_case;
+}
+
 void testd_request_hello(Tessera__V1__Request *req, Tessera__V1__HelloRequest *body, uint64_t id)
 {
-    *body = (Tessera__V1__HelloRequest)TESSERA__V1__HELLO_REQUEST__INIT;
-    *req = (Tessera__V1__Request)TESSERA__V1__REQUEST__INIT;
-    req->id = id;
-    req->body_case = TESSERA__V1__REQUEST__BODY_HELLO;
+    tessera__v1__hello_request__init(body);
+    testd_request_wrap(req, id, TESSERA__V1__REQUEST__BODY_HELLO);
     req->hello = body;
 }
 
 void testd_request_alloc_f32(Tessera__V1__Request *req, Tessera__V1__BufferAllocRequest *body,
                              uint64_t id, int64_t *shape, size_t rank)
 {
-    *body = (Tessera__V1__BufferAllocRequest)TESSERA__V1__BUFFER_ALLOC_REQUEST__INIT;
+    tessera__v1__buffer_alloc_request__init(body);
     body->dtype = TESSERA__V1__DTYPE__DTYPE_F32;
     body->shape = shape;
     body->n_shape = rank;
-    *req = (Tessera__V1__Request)TESSERA__V1__REQUEST__INIT;
-    req->id = id;
-    req->body_case = TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC;
+    testd_request_wrap(req, id, TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC);
     req->buffer_alloc = body;
 }
 
 void testd_request_run(Tessera__V1__Request *req, Tessera__V1__RunRequest *body, uint64_t id)
 {
-    *req = (Tessera__V1__Request)TESSERA__V1__REQUEST__INIT;
-    req->id = id;
-    req->body_case = TESSERA__V1__REQUEST__BODY_RUN;
+    testd_request_wrap(req, id, TESSERA__V1__REQUEST__BODY_RUN);
     req->run = body;
 }
 
 void testd_request_buffer_write(Tessera__V1__Request *req, Tessera__V1__BufferWriteRequest *body,
                                 uint64_t id)
 {
-    *req = (Tessera__V1__Request)TESSERA__V1__REQUEST__INIT;
-    req->id = id;
-    req->body_case = TESSERA__V1__REQUEST__BODY_BUFFER_WRITE;
+    testd_request_wrap(req, id, TESSERA__V1__REQUEST__BODY_BUFFER_WRITE);
     req->buffer_write = body;
 }
 

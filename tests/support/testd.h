@@ -85,6 +85,11 @@ tsr_client *testd_connect(const char *url, const char *token, int timeout_ms);
 /* Path of a built program: "<build>/bin/<name>" into buf. */
 void testd_bin(const testd *d, const char *name, char *buf, size_t size);
 
+/* Sleeps ms milliseconds; the time CLOCK_MONOTONIC reads, in milliseconds
+ * (with their fraction). The waits and measures of every suite. */
+void testd_sleep_ms(int ms);
+double testd_now_ms(void);
+
 /* A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick for
  * a socket bound to port 0, released at once), for a daemon's tcp listener;
  * -1 when none could be had. */

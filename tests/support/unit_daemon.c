@@ -41,6 +41,22 @@ void unit_daemon_stop(unit_daemon *u)
     cr_assert_eq(system(cmd), 0);
 }
 
+unit_daemon *unit_suite;
+
+void unit_suite_start(void)
+{
+    unit_suite = calloc(1, sizeof *unit_suite);
+    cr_assert_not_null(unit_suite);
+    unit_daemon_start(unit_suite, "suite", 0);
+}
+
+void unit_suite_stop(void)
+{
+    unit_daemon_stop(unit_suite);
+    free(unit_suite);
+    unit_suite = NULL;
+}
+
 tsr_status unit_config_parse(tsrd_config *c, const char *text, tsr_error *err)
 {
     cr_assert_eq(tsrd_config_defaults(c, err), TSR_OK);
@@ -101,6 +117,29 @@ void unit_expect_fused_rules(const tsr_candidate *gemm, const char *arch)
     r.u.fused.residual = false;
     r.u.fused.reduction = TSR_REDUCTION_RMSNORM;
     unit_expect_declines(gemm, &r, arch, "has a row reduction");
+}
+
+void unit_expect_shape_rules(const tsr_candidate *gemm, const tsr_candidate *swiglu,
+                             const char *arch)
+{
+    tsr_region r;
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_F32, 128, 128, 128, NULL), TSR_OK);
+    unit_expect_declines(gemm, &r, arch, "dtype f32 (needs bf16 or f16)");
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_F16, 128, 128, 60, NULL), TSR_OK);
+    unit_expect_declines(gemm, &r, arch, "K not a multiple of 8");
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_F16, 128, 100, 64, NULL), TSR_OK);
+    unit_expect_declines(gemm, &r, arch, "N not a multiple of 8");
+    cr_assert_eq(tsr_region_init_gated(&r, TSR_BF16, 64, 128, 100, TSR_OP_SILU, NULL), TSR_OK);
+    unit_expect_declines(swiglu, &r, arch, "H not a multiple of 8");
+}
+
+tsr_arbiter *unit_cuda_arbiter(void)
+{
+    tsr_arbiter *a = NULL;
+    tsr_error e;
+    cr_assert_eq(tsr_arbiter_create(NULL, &a, &e), TSR_OK, "%s", e.message);
+    cr_assert_eq(tsrd_cuda_register_candidates(a, &e), TSR_OK, "%s", e.message);
+    return a;
 }
 
 void unit_compile_blob(const tsrd_nvrtc *nv, int sm_count, const tsr_region *r,

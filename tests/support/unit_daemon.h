@@ -36,6 +36,14 @@ void unit_daemon_start(unit_daemon *u, const char *name, uint64_t max_message_by
  * and removes the directory. */
 void unit_daemon_stop(unit_daemon *u);
 
+/* The daemon context of a suite whose tests share one:
+ * TestSuite(name, .init = unit_suite_start, .fini = unit_suite_stop). The
+ * start allocates unit_suite and unit_daemon_starts it (directory name
+ * "suite", the default message limit); the stop unit_daemon_stops and frees it. */
+extern unit_daemon *unit_suite;
+void unit_suite_start(void);
+void unit_suite_stop(void);
+
 /* Fills *c with the defaults (asserted) and parses text over them: the parse's
  * status, with *err set on a failure. Free *c with tsrd_config_free either way. */
 tsr_status unit_config_parse(tsrd_config *c, const char *text, tsr_error *err);
@@ -56,6 +64,17 @@ const char *unit_select(tsr_arbiter *a, const tsr_region *r, const char *arch, c
 /* Asserts that c declines r on arch for the reason want. */
 void unit_expect_declines(const tsr_candidate *c, const tsr_region *r, const char *arch,
                           const char *want);
+
+/* Asserts that gemm and swiglu, tier-3 GEMM candidates of one family, decline
+ * on arch what their shared rules exclude, each with its reason: an f32 matmul
+ * (the dtype), K or N of a matmul not a multiple of 8, H of a gated layer not
+ * a multiple of 8. */
+void unit_expect_shape_rules(const tsr_candidate *gemm, const tsr_candidate *swiglu,
+                             const char *arch);
+
+/* An arbiter without a store, every CUDA candidate registered (asserted);
+ * destroy with tsr_arbiter_destroy. */
+tsr_arbiter *unit_cuda_arbiter(void);
 
 /* Asserts that gemm serves examples/fused.json in bf16 on arch and declines it
  * with a prologue and with a row reduction. */

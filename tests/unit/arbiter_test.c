@@ -20,6 +20,7 @@
 #include "tessera/arbiter.h"
 #include "tessera/fingerprint.h"
 #include "tessera/json.h"
+#include "../support/regions.h"
 
 #define FAKE_MAX 8
 
@@ -176,13 +177,6 @@ typedef struct fixture {
     tsr_select_request req;
 } fixture;
 
-static void region_parse(const char *json, tsr_region *r)
-{
-    tsr_error err;
-    tsr_status st = tsr_region_from_json(json, strlen(json), r, &err);
-    cr_assert_eq(st, TSR_OK, "%s: %s", json, err.message);
-}
-
 static void fixture_init(fixture *fx, int64_t k)
 {
     char json[160];
@@ -190,7 +184,7 @@ static void fixture_init(fixture *fx, int64_t k)
     memset(fx, 0, sizeof *fx);
     snprintf(json, sizeof json,
              "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":64,\"n\":64,\"k\":%lld}", (long long)k);
-    region_parse(json, &fx->region);
+    fx->region = regions_parse(json);
     cr_assert_eq(tsr_region_fingerprint(&fx->region, &fx->fp, &err), TSR_OK, "%s", err.message);
     fx->req.region = &fx->region;
     fx->req.fingerprint = &fx->fp;
@@ -746,7 +740,7 @@ Test(arbiter, verdict_cache_keys_on_the_candidate_version, .init = init_empty, .
      * test hands the same fingerprint with a region of each kind: the version is
      * then the only part of the key that differs. */
     tsr_region gated;
-    region_parse("{\"kind\":\"gated\",\"dtype\":\"bf16\",\"m\":64,\"k\":64,\"h\":64}", &gated);
+    gated = regions_parse("{\"kind\":\"gated\",\"dtype\":\"bf16\",\"m\":64,\"k\":64,\"h\":64}");
     tsr_candidate for_matmul = fake_candidate("tier1", 1, 1, NULL);
     tsr_candidate for_gated = fake_candidate("tier1", 1, 2, NULL);
     for_gated.kinds = KIND_BIT(TSR_KIND_GATED);
@@ -1178,7 +1172,7 @@ static void expect_bucket(const char *json, const char *want)
 {
     tsr_region r;
     char buf[96];
-    region_parse(json, &r);
+    r = regions_parse(json);
     tsr_arbiter_shape_bucket(&r, buf, sizeof buf);
     cr_expect_str_eq(buf, want, "%s", json);
     tsr_region_free(&r);
@@ -1206,7 +1200,7 @@ Test(arbiter, shape_bucket_rounds_each_dimension_up_to_a_power_of_two)
 
     tsr_region r;
     char small[6];
-    region_parse("{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":4096,\"n\":4096,\"k\":4096}", &r);
+    r = regions_parse("{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":4096,\"n\":4096,\"k\":4096}");
     tsr_arbiter_shape_bucket(&r, small, sizeof small);
     cr_expect_str_eq(small, "m4096");
 }
@@ -1324,8 +1318,8 @@ Test(arbiter, skip_verify_is_shown_in_explain_for_the_tier_rule, .init = init_st
 static void init_large_refused(void)
 {
     fixture_init(&fx, 64);
-    region_parse("{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":8192,\"n\":8192,\"k\":8192}",
-                 &fx.region);
+    fx.region =
+        regions_parse("{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":8192,\"n\":8192,\"k\":8192}");
     cr_assert_eq(tsr_region_fingerprint(&fx.region, &fx.fp, NULL), TSR_OK);
     fx.req.allow_reference = true;
     fx.req.reference_refused = REFUSED;
@@ -1437,7 +1431,7 @@ static tsr_status variant_select(tsr_arbiter *arb, variant_ctx *f, int64_t m, bo
              "\"k\":64}",
              (long long)m);
     tsr_region r;
-    region_parse(json, &r);
+    r = regions_parse(json);
     tsr_fingerprint fp;
     cr_assert_eq(tsr_region_fingerprint(&r, &fp, NULL), TSR_OK);
     tsr_select_request req = {.region = &r,

@@ -14,21 +14,15 @@
 #include "backend/cuda/nvrtc.h"
 #include "tessera/codegen.h"
 #include "tessera/json.h"
+#include "../support/regions.h"
 
 static const char *const codegen_dtypes[] = {"f32", "f16", "bf16"};
-
-static void codegen_region(tsr_region *r, const char *json)
-{
-    tsr_error err;
-    cr_assert_eq(tsr_region_from_json(json, strlen(json), r, &err), TSR_OK, "%s: %s", json,
-                 err.message);
-}
 
 /* Emits json for arch; checks what every source must satisfy. */
 static void codegen_emit(tsr_codegen_kernel *k, const char *json, const char *arch)
 {
     tsr_region r;
-    codegen_region(&r, json);
+    r = regions_parse(json);
     tsr_codegen_target target = {.arch = arch};
     tsr_error err;
     cr_assert_eq(tsr_codegen_emit(&r, &target, k, &err), TSR_OK, "%s: %s", json, err.message);
@@ -117,7 +111,7 @@ Test(codegen, pointwise_launch_is_sized_for_the_device)
     tsr_codegen_kernel_free(&k); /* safe to repeat */
 
     tsr_region r;
-    codegen_region(&r, json);
+    r = regions_parse(json);
     tsr_codegen_target small = {.arch = "sm_80", .sm_count = 16};
     tsr_error err;
     cr_assert_eq(tsr_codegen_emit(&r, &small, &k, &err), TSR_OK, "%s", err.message);
@@ -245,7 +239,7 @@ Test(codegen, attention_launch_and_shared_memory)
     tsr_codegen_kernel_free(&k);
 
     tsr_region r;
-    codegen_region(&r, wide);
+    r = regions_parse(wide);
     tsr_codegen_target t86 = {.arch = "sm_86"};
     tsr_error err;
     cr_assert_eq(tsr_codegen_emit(&r, &t86, &k, &err), TSR_UNSUPPORTED);
@@ -254,8 +248,8 @@ Test(codegen, attention_launch_and_shared_memory)
     tsr_region_free(&r);
 
     /* head_dim_v 2048 still fits the registers (64 per thread at 32 threads a row). */
-    codegen_region(&r, "{\"kind\":\"attention\",\"dtype\":\"f16\",\"batch\":1,\"heads\":1,"
-                       "\"seq_q\":4,\"seq_k\":4,\"head_dim\":8,\"head_dim_v\":4096}");
+    r = regions_parse("{\"kind\":\"attention\",\"dtype\":\"f16\",\"batch\":1,\"heads\":1,"
+                      "\"seq_q\":4,\"seq_k\":4,\"head_dim\":8,\"head_dim_v\":4096}");
     cr_assert_eq(tsr_codegen_emit(&r, NULL, &k, &err), TSR_UNSUPPORTED);
     cr_assert_not_null(strstr(err.message, "head_dim_v"), "%s", err.message);
     tsr_region_free(&r);
@@ -264,7 +258,7 @@ Test(codegen, attention_launch_and_shared_memory)
 Test(codegen, bad_arguments)
 {
     tsr_region r;
-    codegen_region(&r, "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":2,\"n\":2,\"k\":2}");
+    r = regions_parse("{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":2,\"n\":2,\"k\":2}");
     tsr_codegen_kernel k;
     tsr_error err;
     tsr_codegen_target bad = {.arch = "compute_90"};

@@ -17,18 +17,13 @@
 #include "tessera/arbiter.h"
 #include "tessera/fingerprint.h"
 #include "tessera/json.h"
+#include "../support/regions.h"
 #include "../support/unit_daemon.h"
 
 static void skip_without_image(void)
 {
     if (tsrd_attn_sm90_cubin_len == 0)
         cr_skip_test("built without nvcc");
-}
-
-static void attention(tsr_region *r, const char *json)
-{
-    tsr_error e;
-    cr_assert_eq(tsr_region_from_json(json, strlen(json), r, &e), TSR_OK, "%s", e.message);
 }
 
 Test(cuda_attention, the_candidate_is_tier3_for_attention_only)
@@ -58,22 +53,28 @@ Test(cuda_attention, applies_only_where_its_rules_hold)
     unit_load_example("examples/attention.json", TSR_F32, &r);
     unit_expect_declines(&c, &r, "sm_90a", "dtype f32 (needs bf16 or f16)");
     tsr_region_free(&r);
-    attention(&r, "{\"kind\":\"attention\",\"dtype\":\"f16\",\"batch\":1,\"heads\":2,"
-                  "\"seq_q\":8,\"seq_k\":8,\"head_dim\":96}");
-    unit_expect_declines(&c, &r, "sm_90a", "head_dim 96 (serves 64 and 128)");
-    tsr_region_free(&r);
-    attention(&r, "{\"kind\":\"attention\",\"dtype\":\"f16\",\"batch\":1,\"heads\":2,"
-                  "\"seq_q\":8,\"seq_k\":8,\"head_dim\":128,\"head_dim_v\":64}");
-    unit_expect_declines(&c, &r, "sm_90a", "head_dim_v 64 differs from head_dim 128");
-    tsr_region_free(&r);
-    attention(&r, "{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":70000,\"heads\":1,"
-                  "\"seq_q\":1,\"seq_k\":8,\"head_dim\":64}");
-    unit_expect_declines(&c, &r, "sm_90a", "batch or heads_kv past 65535");
-    tsr_region_free(&r);
-    attention(&r, "{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":1,"
-                  "\"seq_q\":8,\"seq_k\":8,\"head_dim\":64,\"scale\":1e300}");
-    unit_expect_declines(&c, &r, "sm_90a", "scale 1e+300 out of f32 range");
-    tsr_region_free(&r);
+    /* Regions it declines on its own architecture, and why. */
+    static const struct {
+        const char *json, *why;
+    } no[] = {
+        {"{\"kind\":\"attention\",\"dtype\":\"f16\",\"batch\":1,\"heads\":2,\"seq_q\":8,"
+         "\"seq_k\":8,\"head_dim\":96}",
+         "head_dim 96 (serves 64 and 128)"},
+        {"{\"kind\":\"attention\",\"dtype\":\"f16\",\"batch\":1,\"heads\":2,\"seq_q\":8,"
+         "\"seq_k\":8,\"head_dim\":128,\"head_dim_v\":64}",
+         "head_dim_v 64 differs from head_dim 128"},
+        {"{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":70000,\"heads\":1,\"seq_q\":1,"
+         "\"seq_k\":8,\"head_dim\":64}",
+         "batch or heads_kv past 65535"},
+        {"{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":1,\"seq_q\":8,"
+         "\"seq_k\":8,\"head_dim\":64,\"scale\":1e300}",
+         "scale 1e+300 out of f32 range"},
+    };
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        r = regions_parse(no[i].json);
+        unit_expect_declines(&c, &r, "sm_90a", no[i].why);
+        tsr_region_free(&r);
+    }
 }
 
 /* examples/attention.json: B1 H8 Hkv2 seq_q 64 seq_k 96 D64, causal. The four
@@ -98,8 +99,8 @@ Test(cuda_attention, the_plan_packs_the_query_heads_of_each_kv_head)
     tsr_region_free(&r);
 
     /* A decode step: 32 x 8 kv heads, the 4 queries of each in one CTA. */
-    attention(&r, "{\"kind\":\"attention\",\"dtype\":\"f16\",\"batch\":32,\"heads\":32,"
-                  "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":8192,\"head_dim\":128}");
+    r = regions_parse("{\"kind\":\"attention\",\"dtype\":\"f16\",\"batch\":32,\"heads\":32,"
+                      "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":8192,\"head_dim\":128}");
     cr_assert_eq(tsrd_attn_plan_make(&r, &plan, &e), TSR_OK, "%s", e.message);
     cr_assert_str_eq(plan.entry, "tsr_attn_f16_f16_d128");
     cr_assert_eq(plan.grid[0], 1);
@@ -288,10 +289,7 @@ Test(cuda_attention, embeds_every_entry_the_planner_names)
 Test(cuda_attention, the_arbiter_picks_it_on_hopper)
 {
     skip_without_image();
-    tsr_arbiter *a = NULL;
-    tsr_error e;
-    cr_assert_eq(tsr_arbiter_create(NULL, &a, &e), TSR_OK, "%s", e.message);
-    cr_assert_eq(tsrd_cuda_register_candidates(a, &e), TSR_OK, "%s", e.message);
+    tsr_arbiter *a = unit_cuda_arbiter();
     tsr_region r;
     unit_load_example("examples/attention.json", TSR_BF16, &r);
     cr_assert_str_eq(unit_select(a, &r, "sm_90a", NULL), "attention_wgmma");
@@ -303,8 +301,8 @@ Test(cuda_attention, the_arbiter_picks_it_on_hopper)
     unit_load_example("examples/attention.json", TSR_F32, &r);
     cr_assert_str_eq(unit_select(a, &r, "sm_90a", NULL), "tier1");
     tsr_region_free(&r);
-    attention(&r, "{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":2,"
-                  "\"seq_q\":8,\"seq_k\":8,\"head_dim\":96}");
+    r = regions_parse("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":2,"
+                      "\"seq_q\":8,\"seq_k\":8,\"head_dim\":96}");
     cr_assert_str_eq(unit_select(a, &r, "sm_90a", NULL), "tier1");
     tsr_region_free(&r);
     tsr_arbiter_destroy(a);

@@ -15,6 +15,7 @@
 #include "tessera/fingerprint.h"
 #include "tessera/json.h"
 #include "tessera/refexec.h"
+#include "../support/regions.h"
 
 static tsr_region engine_example(const char *path)
 {
@@ -64,21 +65,13 @@ Test(engine, check_work_refuses_past_the_limit_and_0_is_no_bound)
 
 #define MM_8192 "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":8192,\"n\":8192,\"k\":8192}"
 
-static tsr_region engine_region(const char *json)
-{
-    tsr_region r;
-    tsr_error err;
-    cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &err), TSR_OK, "%s", err.message);
-    return r;
-}
-
 Test(engine, regions_past_the_sample_threshold_are_verified_by_sampling)
 {
     tsr_region r = engine_example("examples/matmul.json");
     cr_expect_eq(tsrd_engine_verify_method(&r), TSR_VERIFY_FULL);
     tsr_region_free(&r);
     /* 2·1024·1024·512 + 32·io is just past 2^30. */
-    r = engine_region("{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":1024,\"n\":1024,"
+    r = regions_parse("{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":1024,\"n\":1024,"
                       "\"k\":512}");
     cr_expect_gt(tsr_ref_work(&r), TSRD_ENGINE_SAMPLE_WORK);
     cr_expect_eq(tsrd_engine_verify_method(&r), TSR_VERIFY_SAMPLED);
@@ -87,10 +80,8 @@ Test(engine, regions_past_the_sample_threshold_are_verified_by_sampling)
 
 Test(engine, a_sampled_verification_counts_the_work_it_does)
 {
-    tsr_region r = engine_region(MM_8192), small;
-    tsr_error err;
-    cr_assert_eq(tsr_oracle_small_region(&r, 0, &small, &err), TSR_OK);
-    tsr_oracle_options o = {.method = TSR_VERIFY_SAMPLED, .small = &small};
+    tsr_region r = regions_parse(MM_8192), small;
+    tsr_oracle_options o = regions_sampled_options(&r, &small);
     tsr_oracle_cost cost;
     tsr_oracle_cost_of(&r, &o, &cost);
     cr_expect_eq(cost.real_probes, 1);
@@ -124,7 +115,7 @@ static bool engine_declines_small(const tsr_candidate *c, const tsr_region *r, c
 
 Test(engine, a_candidate_that_declines_the_small_shape_is_sampled_at_the_real_one_only)
 {
-    tsr_region r = engine_region(MM_8192);
+    tsr_region r = regions_parse(MM_8192);
     tsr_candidate c = {.name = "big_only",
                        .tier = 3,
                        .kinds = 1u << TSR_KIND_MATMUL,
@@ -140,7 +131,7 @@ Test(engine, a_device_backend_refuses_its_host_reference_past_the_bound)
 {
     static tsrd_daemon d; /* only the config is read */
     d.config.max_request_work = UINT64_C(40000000000);
-    tsr_region r = engine_region(MM_8192);
+    tsr_region r = regions_parse(MM_8192);
     tsr_fingerprint fp;
     cr_assert_eq(tsr_region_fingerprint(&r, &fp, NULL), TSR_OK);
     tsrd_engine_ctx ctx = {.d = &d, .arch = "sm_90a"};
@@ -175,27 +166,13 @@ Test(engine, a_device_backend_refuses_its_host_reference_past_the_bound)
 #include "../support/unit_daemon.h"
 #include "serve/offline_compile.h"
 
-static unit_daemon *variants_daemon;
-
-static void variants_setup(void)
-{
-    variants_daemon = calloc(1, sizeof *variants_daemon);
-    unit_daemon_start(variants_daemon, "variants", 0);
-}
-
-static void variants_teardown(void)
-{
-    unit_daemon_stop(variants_daemon);
-    free(variants_daemon);
-}
-
-TestSuite(engine_variants, .init = variants_setup, .fini = variants_teardown, .timeout = 120);
+TestSuite(engine_variants, .init = unit_suite_start, .fini = unit_suite_stop, .timeout = 120);
 
 /* A gated layer at 100 batch sizes on the CPU backend: one plan in the kernel
  * cache (memory and disk), one key, each shape loaded at its own size. */
 Test(engine_variants, the_kernel_cache_holds_one_plan_for_a_hundred_batch_sizes)
 {
-    tsrd_daemon *d = &variants_daemon->d;
+    tsrd_daemon *d = &unit_suite->d;
     tsr_fingerprint key;
     for (int m = 1; m <= 100; m++) {
         char json[160];
@@ -203,7 +180,7 @@ Test(engine_variants, the_kernel_cache_holds_one_plan_for_a_hundred_batch_sizes)
                  "{\"kind\":\"gated\",\"dtype\":\"f32\",\"m\":%d,\"k\":24,\"h\":40,"
                  "\"gate_act\":\"silu\"}",
                  m);
-        tsr_region r = engine_region(json);
+        tsr_region r = regions_parse(json);
         tsrd_compiled out;
         tsr_error err;
         cr_assert_eq(tsrd_engine_compile(d, &r, NULL, true, &out, &err), TSR_OK, "m %d: %s", m,
@@ -228,13 +205,13 @@ Test(engine_variants, the_kernel_cache_holds_one_plan_for_a_hundred_batch_sizes)
  * and NVRTC run once for every M (f32, which the tier-3 kernels decline). */
 Test(engine_variants, sm90a_tier1_compiles_once_for_every_m)
 {
-    tsrd_daemon *d = &variants_daemon->d;
+    tsrd_daemon *d = &unit_suite->d;
     tsrd_compiled first = {0};
     for (int m = 1; m <= 12; m++) {
         char json[128];
         snprintf(json, sizeof json,
                  "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":%d,\"n\":96,\"k\":64}", m * 7);
-        tsr_region r = engine_region(json);
+        tsr_region r = regions_parse(json);
         tsrd_compiled out;
         tsr_error err;
         tsr_status st = tsrd_offline_compile(d->kcache, &r, "sm_90a", NULL, &out, &err);

@@ -14,16 +14,14 @@
 
 #include "tessera/fingerprint.h"
 #include "tessera/json.h"
+#include "../support/regions.h"
 
 static tsr_fingerprint fp_of(const char *json)
 {
-    tsr_region r;
+    tsr_region r = regions_parse(json);
     tsr_error err;
-    tsr_error_clear(&err);
-    tsr_status st = tsr_region_from_json(json, strlen(json), &r, &err);
-    cr_assert_eq(st, TSR_OK, "parse of %s: %s", json, err.message);
     tsr_fingerprint fp;
-    st = tsr_region_fingerprint(&r, &fp, &err);
+    tsr_status st = tsr_region_fingerprint(&r, &fp, &err);
     cr_assert_eq(st, TSR_OK, "fingerprint of %s: %s", json, err.message);
     tsr_region_free(&r);
     return fp;
@@ -121,12 +119,6 @@ Test(fingerprint, parse_rejects_malformed_hex_and_leaves_output_alone)
 
 /* ---- the canonical encoding ---- */
 
-static void region_parse(const char *json, tsr_region *r)
-{
-    tsr_error err;
-    cr_assert_eq(tsr_region_from_json(json, strlen(json), r, &err), TSR_OK, "%s", err.message);
-}
-
 /* The canonical encoding of json is exactly want[0..n): *r gets the region and
  * *buf the encoding, both the caller's to free. */
 static void expect_canonical(const char *json, const uint8_t *want, size_t n, tsr_region *r,
@@ -134,7 +126,7 @@ static void expect_canonical(const char *json, const uint8_t *want, size_t n, ts
 {
     tsr_error err;
     size_t len = 0;
-    region_parse(json, r);
+    *r = regions_parse(json);
     cr_assert_eq(tsr_region_canonical(r, buf, &len, &err), TSR_OK);
     cr_assert_eq(len, n);
     cr_assert_arr_eq(*buf, want, n);
@@ -513,7 +505,7 @@ Test(fingerprint, unused_attribute_fields_do_not_reach_the_encoding)
     /* A hand-built region may leave junk in attributes its ops do not take. */
     const char *json = PW_AB("{\"op\":\"sub\",\"args\":[\"a\",\"b\"],\"out\":\"y\"}", "y");
     tsr_region r;
-    region_parse(json, &r);
+    r = regions_parse(json);
     tsr_fingerprint before, after;
     cr_assert_eq(tsr_region_fingerprint(&r, &before, NULL), TSR_OK);
     r.u.pointwise.nodes[0].attrs.value = 42.0;
@@ -620,18 +612,9 @@ Test(fingerprint, kernel_key_differs_from_the_region_fingerprint)
 
 /* ---- kernel variants ---- */
 
-static tsr_region fp_parse(const char *json)
-{
-    tsr_region r;
-    tsr_error err;
-    cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &err), TSR_OK, "%s: %s", json,
-                 err.message);
-    return r;
-}
-
 static tsr_fingerprint fp_variant(const char *json, unsigned free_dims, const char *cls)
 {
-    tsr_region r = fp_parse(json);
+    tsr_region r = regions_parse(json);
     tsr_variant v = {.free_dims = free_dims};
     snprintf(v.cls, sizeof v.cls, "%s", cls);
     tsr_fingerprint out;
@@ -753,7 +736,7 @@ Test(fingerprint, attention_variants_free_only_the_dimensions_named)
 
 Test(fingerprint, a_variant_without_free_dimensions_is_the_region)
 {
-    tsr_region r = fp_parse(FP_FUSED(8, 64, 32, "[\"bias\"]", "false", "null"));
+    tsr_region r = regions_parse(FP_FUSED(8, 64, 32, "[\"bias\"]", "false", "null"));
     tsr_fingerprint region, variant;
     tsr_variant none = {0};
     cr_assert_eq(tsr_region_fingerprint(&r, &region, NULL), TSR_OK);
@@ -773,7 +756,8 @@ Test(fingerprint, a_variant_names_only_dimensions_of_its_kind)
 {
     tsr_error err;
     tsr_fingerprint out;
-    tsr_region mm = fp_parse("{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":2,\"n\":3,\"k\":4}");
+    tsr_region mm =
+        regions_parse("{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":2,\"n\":3,\"k\":4}");
     tsr_variant v = {.free_dims = TSR_VARIANT_BATCH};
     cr_expect_eq(tsr_region_variant_fingerprint(&mm, &v, &out, &err), TSR_INVALID_ARGUMENT);
     cr_expect_str_eq(err.message,
@@ -786,9 +770,10 @@ Test(fingerprint, a_variant_names_only_dimensions_of_its_kind)
     cr_expect_str_eq(err.message, "variant: class not terminated");
     cr_expect_eq(tsr_region_variant_fingerprint(&mm, NULL, &out, &err), TSR_INVALID_ARGUMENT);
     tsr_region_free(&mm);
-    tsr_region pw = fp_parse("{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":"
-                             "\"x\",\"shape\":[4]}],\"ops\":[{\"op\":\"relu\",\"args\":[\"x\"],"
-                             "\"out\":\"y\"}],\"output\":\"y\"}");
+    tsr_region pw =
+        regions_parse("{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":"
+                      "\"x\",\"shape\":[4]}],\"ops\":[{\"op\":\"relu\",\"args\":[\"x\"],"
+                      "\"out\":\"y\"}],\"output\":\"y\"}");
     tsr_variant rows = {.free_dims = TSR_VARIANT_ROWS};
     cr_expect_eq(tsr_region_variant_fingerprint(&pw, &rows, &out, &err), TSR_INVALID_ARGUMENT);
     tsr_region_free(&pw);

@@ -60,28 +60,14 @@ Test(metrics, bounds_rise_from_50us_to_60s_and_their_labels_say_so)
 
 /* ---- on a daemon context ---- */
 
-static unit_daemon *h;
-
-static void setup(void)
-{
-    h = calloc(1, sizeof *h);
-    unit_daemon_start(h, "metrics", 0);
-}
-
-static void teardown(void)
-{
-    unit_daemon_stop(h);
-    free(h);
-}
-
-TestSuite(metrics_render, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(metrics_render, .init = unit_suite_start, .fini = unit_suite_stop, .timeout = 60);
 
 static char *render(void)
 {
     char *text = NULL;
     size_t len = 0;
     tsr_error err;
-    cr_assert_eq(tsrd_metrics_render(&h->d, &text, &len, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsrd_metrics_render(&unit_suite->d, &text, &len, &err), TSR_OK, "%s", err.message);
     cr_assert_eq(strlen(text), len);
     return text;
 }
@@ -95,7 +81,7 @@ static void expect_line(const char *text, const char *line)
 
 Test(metrics_render, a_histogram_is_cumulative_with_sum_and_count)
 {
-    tsrd_daemon *d = &h->d;
+    tsrd_daemon *d = &unit_suite->d;
     tsrd_metrics_record(d, TESSERA__V1__REQUEST__BODY_HELLO, TSR_OK, 40000);
     tsrd_metrics_record(d, TESSERA__V1__REQUEST__BODY_HELLO, TSR_OK, 50000);
     tsrd_metrics_record(d, TESSERA__V1__REQUEST__BODY_HELLO, TSR_UNAUTHENTICATED, 2000000);
@@ -132,9 +118,9 @@ Test(metrics_render, a_histogram_is_cumulative_with_sum_and_count)
 
 Test(metrics_render, each_family_has_one_help_and_one_type_line)
 {
-    tsrd_metrics_record(&h->d, TESSERA__V1__REQUEST__BODY_HELLO, TSR_OK, 1000);
-    tsrd_metrics_record(&h->d, TESSERA__V1__REQUEST__BODY_STATS, TSR_OK, 1000);
-    tsrd_metrics_count(&h->d, 0, TSR_BAD_MESSAGE);
+    tsrd_metrics_record(&unit_suite->d, TESSERA__V1__REQUEST__BODY_HELLO, TSR_OK, 1000);
+    tsrd_metrics_record(&unit_suite->d, TESSERA__V1__REQUEST__BODY_STATS, TSR_OK, 1000);
+    tsrd_metrics_count(&unit_suite->d, 0, TSR_BAD_MESSAGE);
     char *text = render();
     int families = 0;
     for (const char *line = text; *line != '\0'; line = strchr(line, '\n') + 1) {
@@ -168,8 +154,9 @@ Test(metrics_render, each_family_has_one_help_and_one_type_line)
 
 Test(metrics_render, label_values_are_escaped)
 {
-    snprintf(h->d.default_tenant.name, sizeof h->d.default_tenant.name, "a\"b\\c\nd");
-    h->d.default_tenant.buffer_bytes = 4096;
+    snprintf(unit_suite->d.default_tenant.name, sizeof unit_suite->d.default_tenant.name,
+             "a\"b\\c\nd");
+    unit_suite->d.default_tenant.buffer_bytes = 4096;
     char *text = render();
     expect_line(text, "tesserad_tenant_buffer_bytes{tenant=\"a\\\"b\\\\c\\nd\"} 4096");
     free(text);
@@ -178,11 +165,11 @@ Test(metrics_render, label_values_are_escaped)
 /* The StatsReply carries sum and count but not the buckets. */
 Test(metrics_render, stats_reply_counters_have_sum_and_count_only)
 {
-    tsrd_metrics_record(&h->d, TESSERA__V1__REQUEST__BODY_HELLO, TSR_OK, 1500000000);
+    tsrd_metrics_record(&unit_suite->d, TESSERA__V1__REQUEST__BODY_HELLO, TSR_OK, 1500000000);
     tsrd_job *job = calloc(1, sizeof *job);
-    job->d = &h->d;
+    job->d = &unit_suite->d;
     Tessera__V1__StatsReply r = TESSERA__V1__STATS_REPLY__INIT;
-    cr_assert_eq(tsrd_metrics_fill(&h->d, job, &r, true), TSR_OK, "%s", job->err.message);
+    cr_assert_eq(tsrd_metrics_fill(&unit_suite->d, job, &r, true), TSR_OK, "%s", job->err.message);
     double count = -1, sum = -1;
     for (size_t i = 0; i < r.n_counters; i++) {
         const char *name = r.counters[i]->name;

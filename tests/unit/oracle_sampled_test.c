@@ -112,9 +112,9 @@ static tsr_status verify_sampled(const tsr_region *r, edit *e, bool with_small, 
                                  tsr_error *err)
 {
     tsr_region small;
+    tsr_oracle_options o = {.method = TSR_VERIFY_SAMPLED};
     if (with_small)
-        cr_assert_eq(tsr_oracle_small_region(r, 0, &small, err), TSR_OK, "%s", err->message);
-    tsr_oracle_options o = {.method = TSR_VERIFY_SAMPLED, .small = with_small ? &small : NULL};
+        o = regions_sampled_options(r, &small);
     e->real = r;
     tsr_status st = tsr_oracle_verify(r, cand_edit, e, &o, v, err);
     if (with_small)
@@ -439,10 +439,9 @@ static tsr_status cand_fails_small(void *ctx, const tsr_region *r, const void *c
 Test(oracle_sampled, a_candidate_that_cannot_run_at_the_small_shape_is_an_error)
 {
     tsr_region r = regions_parse(MM_BIG), small;
-    tsr_error err;
-    cr_assert_eq(tsr_oracle_small_region(&r, 0, &small, &err), TSR_OK);
-    tsr_oracle_options o = {.method = TSR_VERIFY_SAMPLED, .small = &small};
+    tsr_oracle_options o = regions_sampled_options(&r, &small);
     tsr_verdict v;
+    tsr_error err;
     cr_expect_eq(tsr_oracle_verify(&r, cand_fails_small, &r, &o, &v, &err), TSR_COMPILE_FAILED);
     cr_expect_not(v.pass);
     cr_expect_str_eq(err.message, "candidate failed on probe 1, small shape: nvrtc: boom");

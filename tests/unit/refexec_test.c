@@ -26,6 +26,7 @@
 #include "tessera/json.h"
 #include "tessera/npy.h"
 #include "tessera/refexec.h"
+#include "../support/regions.h"
 
 static const char *data_dir(void)
 {
@@ -239,12 +240,6 @@ Test(refexec, null_arguments_are_rejected)
     cr_assert_eq(tsr_ref_run(NULL, in, &x, 1, &err), TSR_INVALID_ARGUMENT);
 }
 
-static void work_region(const char *json, tsr_region *r)
-{
-    tsr_error err;
-    cr_assert_eq(tsr_region_from_json(json, strlen(json), r, &err), TSR_OK, "%s", err.message);
-}
-
 Test(refexec, work_of_matmul_like_kinds)
 {
     tsr_region r;
@@ -308,16 +303,16 @@ Test(refexec, work_of_pointwise_reads_broadcast_inputs_per_output_element)
     tsr_region_free(&r);
     /* The output takes the broadcast shape of every input, (1000, 1000); a const
      * counts as an op, and an output that names an input still reads and writes. */
-    work_region("{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"a\",\"shape\":"
-                "[1000,1]},{\"name\":\"b\",\"shape\":[1000]}],\"ops\":[{\"op\":\"const\",\"value\":"
-                "2,\"out\":\"c\"},{\"op\":\"pow\",\"args\":[\"a\",\"c\"],\"out\":\"y\"}],"
-                "\"output\":\"b\"}",
-                &r);
+    r = regions_parse(
+        "{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"a\",\"shape\":"
+        "[1000,1]},{\"name\":\"b\",\"shape\":[1000]}],\"ops\":[{\"op\":\"const\",\"value\":"
+        "2,\"out\":\"c\"},{\"op\":\"pow\",\"args\":[\"a\",\"c\"],\"out\":\"y\"}],"
+        "\"output\":\"b\"}");
     cr_assert_eq(tsr_ref_work(&r), 32.0 * 1000000 * 5);
     tsr_region_free(&r);
-    work_region("{\"kind\":\"pointwise\",\"dtype\":\"bf16\",\"inputs\":[{\"name\":\"a\",\"shape\":"
-                "[]}],\"ops\":[],\"output\":\"a\"}",
-                &r);
+    r = regions_parse(
+        "{\"kind\":\"pointwise\",\"dtype\":\"bf16\",\"inputs\":[{\"name\":\"a\",\"shape\":"
+        "[]}],\"ops\":[],\"output\":\"a\"}");
     cr_assert_eq(tsr_ref_work(&r), 64.0);
     tsr_region_free(&r);
 }

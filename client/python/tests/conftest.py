@@ -57,12 +57,18 @@ class Daemon:
         return self.proc.returncode
 
 
-@pytest.fixture(scope="module")
-def daemon():
-    d = Daemon()
+def serve(extra=(), wrap=()):
+    """The body of a module's daemon fixture (`yield from serve(...)`): a Daemon
+    for the module's tests, then stopped, its clean exit asserted."""
+    d = Daemon(extra=extra, wrap=wrap)
     yield d
     rc = d.stop()
     assert rc == 0, d.output()
+
+
+@pytest.fixture(scope="module")
+def daemon():
+    yield from serve()
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """The Python client against a real tesserad on the CPU backend: regions,
 run, compile + buffers + launch, verify, candidates, stats and errors."""
+import contextlib
 import json
 import os
 
@@ -14,6 +15,19 @@ ADD = {"kind": "pointwise", "dtype": "f32",
        "ops": [{"op": "add", "args": ["a", "b"], "out": "t"},
                {"op": "relu", "args": ["t"], "out": "y"}],
        "output": "y"}
+ADD_A = np.arange(12, dtype=np.float32).reshape(4, 3) - 6
+ADD_B = np.array([1, 2, 3], dtype=np.float32)
+ADD_Y = np.maximum(ADD_A + ADD_B, 0)
+
+
+@contextlib.contextmanager
+def add_buffers(client):
+    """Buffers for ADD's a, b and y, with ADD_A and ADD_B written; freed after."""
+    with client.buffer("f32", (4, 3)) as ba, client.buffer("f32", (3,)) as bb, \
+            client.buffer("f32", (4, 3)) as by:
+        ba.write(ADD_A)
+        bb.write(ADD_B)
+        yield ba, bb, by
 
 
 def test_region_from_dict_has_signature():
@@ -80,15 +94,10 @@ def test_compile_buffers_launch(client):
     r = tessera.Region(ADD)
     k = client.compile(r)
     assert k.kernel != 0 and len(k.fingerprint) == 64
-    a = np.arange(12, dtype=np.float32).reshape(4, 3) - 6
-    b = np.array([1, 2, 3], dtype=np.float32)
-    with client.buffer("f32", (4, 3)) as ba, client.buffer("f32", (3,)) as bb, \
-            client.buffer("f32", (4, 3)) as by:
+    with add_buffers(client) as (ba, bb, by):
         assert ba.nbytes == 48
-        ba.write(a)
-        bb.write(b)
         client.launch(k, [ba, bb], by)
-        np.testing.assert_array_equal(by.read(), np.maximum(a + b, 0))
+        np.testing.assert_array_equal(by.read(), ADD_Y)
 
 
 def test_launch_on_freed_buffer_is_not_found(client):
@@ -108,12 +117,7 @@ def test_launch_on_freed_buffer_is_not_found(client):
 
 def test_kernel_free_then_launch_is_not_found_and_recompile_works(client):
     k = client.compiled(ADD)
-    a = np.arange(12, dtype=np.float32).reshape(4, 3) - 6
-    b = np.array([1, 2, 3], dtype=np.float32)
-    with client.buffer("f32", (4, 3)) as ba, client.buffer("f32", (3,)) as bb, \
-            client.buffer("f32", (4, 3)) as by:
-        ba.write(a)
-        bb.write(b)
+    with add_buffers(client) as (ba, bb, by):
         client.kernel_free(k)
         with pytest.raises(tessera.TesseraError) as e:
             client.launch(k, [ba, bb], by)
@@ -126,7 +130,7 @@ def test_kernel_free_then_launch_is_not_found_and_recompile_works(client):
         assert k2.kernel not in (0, k.kernel)
         assert k2.key == k.key
         client.launch(k2, [ba, bb], by)
-        np.testing.assert_array_equal(by.read(), np.maximum(a + b, 0))
+        np.testing.assert_array_equal(by.read(), ADD_Y)
 
 
 def test_launch_with_wrong_sized_buffer_is_mismatch(client):

@@ -9,6 +9,16 @@ AFFINE = {"kind": "pointwise", "dtype": "f32",
           "ops": [{"op": "const", "value": 2, "out": "two"},
                   {"op": "mul", "args": ["x", "two"], "out": "y"}],
           "output": "y"}
+SMALL = dict(AFFINE, inputs=[{"name": "x", "shape": [4]}])
+ONE_TO_FOUR = np.array([1, 2, 3, 4], np.float32)
+
+
+def small_pair(client):
+    """The 4-element y = 2x kernel and two buffers for it, the first holding 1..4."""
+    k = client.compile(SMALL)
+    a, b = client.buffer("f32", (4,)), client.buffer("f32", (4,))
+    a.write(ONE_TO_FOUR)
+    return k, a, b
 
 
 @pytest.fixture
@@ -51,19 +61,15 @@ def test_shared_memory_array_bounds():
 
 
 def test_batch_ping_pong(client):
-    small = dict(AFFINE, inputs=[{"name": "x", "shape": [4]}])
-    k = client.compile(small)
-    a, b = client.buffer("f32", (4,)), client.buffer("f32", (4,))
-    a.write(np.array([1, 2, 3, 4], np.float32))
+    k, a, b = small_pair(client)
     bufs = [a, b]
     res = client.batch([(k, [bufs[i % 2]], bufs[(i + 1) % 2]) for i in range(10)], graph=True)
     assert res["launched"] == 10 and res["graph_replayed"] is False
-    np.testing.assert_array_equal(a.read(), np.array([1, 2, 3, 4], np.float32) * 1024)
+    np.testing.assert_array_equal(a.read(), ONE_TO_FOUR * 1024)
 
 
 def test_batch_error_names_the_entry(client):
-    small = dict(AFFINE, inputs=[{"name": "x", "shape": [4]}])
-    k = client.compile(small)
+    k = client.compile(SMALL)
     a, wrong = client.buffer("f32", (4,)), client.buffer("f32", (5,))
     with pytest.raises(tessera.TesseraError) as e:
         client.batch([(k, [a], a), (k, [wrong], a)])
@@ -96,10 +102,7 @@ def test_imported_failure_is_not_remembered(client):
 
 
 def test_ring_ping_pong_and_errors(client):
-    small = dict(AFFINE, inputs=[{"name": "x", "shape": [4]}])
-    k = client.compile(small)
-    a, b = client.buffer("f32", (4,)), client.buffer("f32", (4,))
-    a.write(np.array([1, 2, 3, 4], np.float32))
+    k, a, b = small_pair(client)
     with client.ring([(k, [a], b), (k, [b], a)]) as ring:
         for i in range(10):
             assert ring.launch(i % 2) >= 0.0
@@ -109,12 +112,11 @@ def test_ring_ping_pong_and_errors(client):
         assert str(e.value).endswith("ring slot: binding 5, the ring has 2 (0 .. 1)")
         assert ring.launches == 10
     assert ring.close() == 11  # the failed slot was served too
-    np.testing.assert_array_equal(a.read(), np.array([1, 2, 3, 4], np.float32) * 1024)
+    np.testing.assert_array_equal(a.read(), ONE_TO_FOUR * 1024)
 
 
 def test_ring_binding_checked_like_a_launch(client):
-    small = dict(AFFINE, inputs=[{"name": "x", "shape": [4]}])
-    k = client.compile(small)
+    k = client.compile(SMALL)
     a, wrong = client.buffer("f32", (4,)), client.buffer("f32", (8,))
     with pytest.raises(tessera.TesseraError) as e:
         client.ring([(k, [wrong], a)])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tessera
-from conftest import Daemon
+from conftest import serve
 
 X = {"kind": "pointwise", "dtype": "f32",
      "inputs": [{"name": "x", "shape": [1024]}],
@@ -34,11 +34,8 @@ def other_namespace():
     if not _private_shm_works():
         pytest.skip("needs root and unshare -m to give a daemon its own /dev/shm "
                     "(the injected failure below covers the fallback without it)")
-    d = Daemon(wrap=["unshare", "-m", "sh", "-c",
-                     'mount -t tmpfs tmpfs /dev/shm && exec "$0" "$@"'])
-    yield d
-    rc = d.stop()
-    assert rc == 0, d.output()
+    yield from serve(wrap=["unshare", "-m", "sh", "-c",
+                           'mount -t tmpfs tmpfs /dev/shm && exec "$0" "$@"'])
 
 
 def _recorded(fn):

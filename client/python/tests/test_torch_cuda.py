@@ -12,7 +12,7 @@ if not torch.cuda.is_available():
     pytest.skip("torch sees no GPU", allow_module_level=True)
 
 import tessera  # noqa: E402
-from conftest import Daemon  # noqa: E402
+from conftest import serve  # noqa: E402
 from tessera import torch_backend, torch_ops  # noqa: E402
 from torch_util import ORACLE_BOUND, f64, rel, rounded  # noqa: E402
 
@@ -21,10 +21,7 @@ F = torch.nn.functional
 
 @pytest.fixture(scope="module")
 def cuda_daemon():
-    d = Daemon(extra=("--backend", "cuda"))
-    yield d
-    rc = d.stop()
-    assert rc == 0, d.output()
+    yield from serve(extra=("--backend", "cuda"))
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@
  * BUFFER_MISMATCH. Buffers are pinned on the loop in prepare and unpinned in
  * complete; the device work runs on the session's stream.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,9 +130,30 @@ static tsr_status launch_execute(tsrd_job *job)
     if (st == TSR_OK)
         st = job->d->bops->synchronize(job->d->backend, stream, &job->body.launch.device_ms,
                                        &job->err);
+    /* The kernel's own time on the device, which decides whether its next
+     * launch may run on the loop (launch_quick); the calls' round trips to a
+     * device worker are not the kernel's and stay out of it. */
+    if (st == TSR_OK) {
+        double ns = job->body.launch.device_ms * 1e6;
+        atomic_store_explicit(&s->kernel->launch_ns, ns >= 1.0 ? (uint64_t)ns : 1,
+                              memory_order_relaxed);
+    }
     job->reply.body_case = TESSERA__V1__REPLY__BODY_LAUNCH;
     job->reply.launch = &job->body.launch;
     return st;
+}
+
+/* A kernel measured at most this long on the device (tsrd_kernel.launch_ns)
+ * is launched and synchronized on the loop when the device is otherwise idle:
+ * the loop then waits for it about as long as a hand-off to the worker pool
+ * and back would take. */
+#define LAUNCH_QUICK_NS 100000u
+
+static bool launch_quick(const tsrd_job *job)
+{
+    const launch_state *s = job->state;
+    uint64_t ns = atomic_load_explicit(&s->kernel->launch_ns, memory_order_relaxed);
+    return ns != 0 && ns <= LAUNCH_QUICK_NS;
 }
 
 const tsrd_handler tsrd_handler_launch = {
@@ -139,6 +161,7 @@ const tsrd_handler tsrd_handler_launch = {
     .prepare = launch_prepare,
     .execute = launch_execute,
     .complete = launch_unpin_complete,
+    .quick = launch_quick,
 };
 
 /* ---- run ---- */

@@ -114,6 +114,25 @@ static tsr_status launch_prepare(tsrd_job *job)
     return st;
 }
 
+/* Keeps the kernel's shortest time on the device, which decides whether its
+ * later launches may run on the loop (launch_quick). The shortest: one
+ * kernel's work does not change from launch to launch, and a launch that took
+ * longer was held up by something else (a preempted thread, another process
+ * on the device), which must not send the kernel back and forth between the
+ * loop and the pool. The calls' round trips to a device worker are not the
+ * kernel's and stay out of it. A batch may store its own estimate, which a
+ * shorter launch replaces. */
+static void launch_measured(tsrd_kernel *k, double device_ms)
+{
+    double ns = device_ms * 1e6;
+    uint64_t now = ns >= 1.0 ? (uint64_t)ns : 1;
+    uint64_t old = atomic_load_explicit(&k->launch_ns, memory_order_relaxed);
+    while ((old == 0 || now < old) &&
+           !atomic_compare_exchange_weak_explicit(&k->launch_ns, &old, now, memory_order_relaxed,
+                                                  memory_order_relaxed))
+        ;
+}
+
 static tsr_status launch_execute(tsrd_job *job)
 {
     launch_state *s = job->state;
@@ -130,14 +149,8 @@ static tsr_status launch_execute(tsrd_job *job)
     if (st == TSR_OK)
         st = job->d->bops->synchronize(job->d->backend, stream, &job->body.launch.device_ms,
                                        &job->err);
-    /* The kernel's own time on the device, which decides whether its next
-     * launch may run on the loop (launch_quick); the calls' round trips to a
-     * device worker are not the kernel's and stay out of it. */
-    if (st == TSR_OK) {
-        double ns = job->body.launch.device_ms * 1e6;
-        atomic_store_explicit(&s->kernel->launch_ns, ns >= 1.0 ? (uint64_t)ns : 1,
-                              memory_order_relaxed);
-    }
+    if (st == TSR_OK)
+        launch_measured(s->kernel, job->body.launch.device_ms);
     job->reply.body_case = TESSERA__V1__REPLY__BODY_LAUNCH;
     job->reply.launch = &job->body.launch;
     return st;

@@ -92,7 +92,8 @@ static void inline_launches_count(const char *const *flags)
     cr_expect_eq(inline_count(c), 0, "a kernel's first launch is measured on the pool");
     for (int i = 0; i < 9; i++)
         inline_launch(c, t.kernel, t.x, t.y);
-    cr_expect_eq(inline_count(c), 9, "every later launch ran on the loop");
+    double n = inline_count(c);
+    cr_expect_eq(n, 9, "every later launch ran on the loop: %g of 9", n);
     inline_expect(c, t.y, (const float[4]){3, 5, 7, 9});
     tsr_region *r = fixture_affine(4);
     float in[4] = {1, 2, 3, 4}, out[4];

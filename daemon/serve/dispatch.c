@@ -504,9 +504,16 @@ static bool dispatch_replay(tsrd_daemon *d, tsrd_session *s, void *origin, uint6
     size_t stored_len = 0;
     bool ok = true;
     tsrd_tenant *t = s->tenant;
-    if (tsrd_replay_state(&s->replay, id) == TSRD_REPLAY_PENDING) {
-        const tsrd_quota *q = &t->conf.quota;
-        if (q->in_flight != 0 && t->in_flight >= q->in_flight) {
+    const tsrd_quota *q = &t->conf.quota;
+    bool may_wait = q->in_flight == 0 || t->in_flight < q->in_flight;
+    switch (tsrd_replay_begin(&s->replay, id, origin, may_wait, &stored, &stored_len, &ok)) {
+    case TSRD_REPLAY_DONE:
+        d->metrics.replays++;
+        d->reply_fn(d->reply_sink, origin, stored, stored_len);
+        d->metrics.bytes_out += stored_len;
+        return true;
+    case TSRD_REPLAY_PENDING:
+        if (!may_wait) {
             char msg[256];
             t->refused_quota++;
             snprintf(msg, sizeof msg,
@@ -514,17 +521,7 @@ static bool dispatch_replay(tsrd_daemon *d, tsrd_session *s, void *origin, uint6
                      "resend of a request still executing counts as one)",
                      t->name, (unsigned long long)t->in_flight, (unsigned long long)q->in_flight);
             dispatch_reply_bare_as(d, origin, id, body_case, TSR_RESOURCE_EXHAUSTED, msg);
-            return true;
-        }
-    }
-    switch (tsrd_replay_begin(&s->replay, id, origin, &stored, &stored_len, &ok)) {
-    case TSRD_REPLAY_DONE:
-        d->metrics.replays++;
-        d->reply_fn(d->reply_sink, origin, stored, stored_len);
-        d->metrics.bytes_out += stored_len;
-        return true;
-    case TSRD_REPLAY_PENDING:
-        if (!ok) {
+        } else if (!ok) {
             dispatch_reply_bare(d, origin, id, TSR_NO_MEMORY, "out of memory queueing a resend");
         } else {
             d->metrics.replays++;

@@ -123,6 +123,37 @@ Test(inline, later_launches_of_a_short_kernel_run_on_the_loop_cpu_isolated)
     inline_launches_count(flags);
 }
 
+/* Handles are pinned in one step; a refusal still names the first one the
+ * request cannot use, in the order the request names them. */
+Test(inline, a_launch_names_the_first_handle_it_cannot_use)
+{
+    inline_client = fixture_start_client(&inline_d, NULL, 60000);
+    tsr_client *c = inline_client;
+    inline_tiny t = inline_tiny_make(c);
+    tsr_buffer small = fixture_alloc_f32(c, 2);
+    tsr_buffer bogus = 0x5eed1234;
+    tsr_error err;
+    cr_expect_eq(tsr_client_launch(c, 0x5eed4321, &t.x, 1, t.y, NULL, 30000, &err), TSR_NOT_FOUND);
+    cr_expect_str_eq(err.message, "launch.kernel: no kernel 0x5eed4321");
+    cr_expect_eq(tsr_client_launch(c, t.kernel, &bogus, 1, t.y, NULL, 30000, &err), TSR_NOT_FOUND);
+    cr_expect_str_eq(err.message, "launch.inputs[0]: no buffer 0x5eed1234");
+    cr_expect_eq(tsr_client_launch(c, t.kernel, &t.x, 1, bogus, NULL, 30000, &err), TSR_NOT_FOUND);
+    cr_expect_str_eq(err.message, "launch.output: no buffer 0x5eed1234");
+    /* A misfit input before an unknown output is the misfit. */
+    cr_expect_eq(tsr_client_launch(c, t.kernel, &small, 1, bogus, NULL, 30000, &err),
+                 TSR_BUFFER_MISMATCH);
+    cr_expect_str_eq(err.message, "launch.inputs[0] (x): buffer holds 8 bytes of f32, the region "
+                                  "needs 16 bytes of f32");
+    /* Every refused launch gave its pins back: a freed buffer goes at once
+     * (a pinned one would stay counted until its last pin went). */
+    double live = fixture_counter(c, "buffers");
+    cr_expect_eq(tsr_client_buffer_free(c, small, 30000, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(fixture_counter(c, "buffers"), live - 1);
+    inline_launch(c, t.kernel, t.x, t.y);
+    inline_expect(c, t.y, (const float[4]){3, 5, 7, 9});
+    cr_expect_eq(inline_count(c), 0, "the kernel's first launch that ran went to the pool");
+}
+
 /* ---- the request-id memory ---- */
 
 static Tessera__V1__Reply *inline_raw(uint32_t s, Tessera__V1__Request *req, uint64_t id)

@@ -117,7 +117,11 @@ static tsr_status cpu_open(const tsrd_backend_options *opts, tsrd_backend **out,
     if (b == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "cpu backend: out of memory");
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    b->threads = opts != NULL && opts->threads > 0 ? opts->threads : 0;
+    /* The core count is read once here: asked per launch (threads 0), it costs
+     * an open and read of /sys, most of a tiny kernel's time. */
+    b->threads = opts != NULL && opts->threads > 0 ? opts->threads
+                 : cpus > 0                        ? (int)(cpus < 256 ? cpus : 256)
+                                                   : 1;
     b->test_faults = opts != NULL && opts->test_faults;
     atomic_init(&b->lost, 0);
     atomic_init(&b->generation, 1);

@@ -7,6 +7,7 @@
  * BUFFER_MISMATCH. Buffers are pinned on the loop in prepare and unpinned in
  * complete; the device work runs on the session's stream.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,12 +17,13 @@
 #include "serve/session.h"
 #include "serve/shm.h"
 
+/* A run's state (a launch's is a tsrd_bound_launch): the buffers it pinned,
+ * the kernel it compiled, its temporaries. */
 typedef struct launch_state {
     tsrd_kernel *kernel;
     int n_inputs;
     tsrd_buffer *inputs[TSR_MAX_REGION_INPUTS];
     tsrd_buffer *output;
-    /* run only */
     tsr_region region;
     tsrd_compiled compiled;
     tsrd_dbuf *temps[TSR_MAX_REGION_INPUTS + 1];
@@ -82,63 +84,108 @@ static tsr_status launch_unpin_complete(tsrd_job *job, tsr_status status)
 
 /* ---- launch ---- */
 
+/* A launch's state is the kernel and buffers it pinned, in one call to the
+ * session's handles; the reasons for a refusal are worded here, in the order
+ * the request names them. */
 static tsr_status launch_prepare(tsrd_job *job)
 {
     const Tessera__V1__LaunchRequest *req = job->req->launch;
-    launch_state *s = job->state = tsrd_job_alloc(job, sizeof *s);
-    if (s == NULL)
+    tsrd_bound_launch *b = job->state = tsrd_job_alloc(job, sizeof *b);
+    if (b == NULL)
         return tsr_error_set(&job->err, TSR_NO_MEMORY, "launch: out of memory");
-    s->kernel = tsrd_kernel_lookup(job->d, job->session, req->kernel);
-    if (s->kernel == NULL)
+    int missing = tsrd_launch_pin(job->d, job->session, req->kernel, req->inputs, req->n_inputs,
+                                  req->output, b);
+    if (missing == -2)
         return tsr_error_set(&job->err, TSR_NOT_FOUND, "launch.kernel: no kernel %#llx",
                              (unsigned long long)req->kernel);
-    tsrd_kernel_ref(s->kernel);
     tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out;
-    int n = tsr_region_signature(&s->kernel->region, sig, &out);
+    int n = tsr_region_signature(&b->kernel->region, sig, &out);
     tsr_status st =
-        launch_check_count(job, "launch.inputs", req->n_inputs, sig, n, s->kernel->region.kind);
+        launch_check_count(job, "launch.inputs", req->n_inputs, sig, n, b->kernel->region.kind);
     char field[48];
     for (int i = 0; st == TSR_OK && i < n; i++) {
         snprintf(field, sizeof field, "launch.inputs[%d]", i);
-        st = tsrd_job_buffer(job, req->inputs[i], field, &s->inputs[i]);
-        if (st == TSR_OK) {
-            s->n_inputs = i + 1;
-            st = launch_check_buffer(job, s->inputs[i], &sig[i], field);
-        }
+        if (missing == i)
+            return tsr_error_set(&job->err, TSR_NOT_FOUND, "%s: no buffer %#llx", field,
+                                 (unsigned long long)req->inputs[i]);
+        st = launch_check_buffer(job, b->inputs[i], &sig[i], field);
     }
+    if (st == TSR_OK && missing == n)
+        return tsr_error_set(&job->err, TSR_NOT_FOUND, "launch.output: no buffer %#llx",
+                             (unsigned long long)req->output);
     if (st == TSR_OK)
-        st = tsrd_job_buffer(job, req->output, "launch.output", &s->output);
-    if (st == TSR_OK)
-        st = launch_check_buffer(job, s->output, &out, "launch.output");
+        st = launch_check_buffer(job, b->output, &out, "launch.output");
     return st;
+}
+
+static tsr_status launch_complete(tsrd_job *job, tsr_status status)
+{
+    if (job->state != NULL)
+        tsrd_bound_launch_release(job->d, job->state);
+    return status;
+}
+
+/* Keeps the kernel's shortest time on the device, which decides whether its
+ * later launches may run on the loop (launch_quick). The shortest: one
+ * kernel's work does not change from launch to launch, and a launch that took
+ * longer was held up by something else (a preempted thread, another process
+ * on the device), which must not send the kernel back and forth between the
+ * loop and the pool. The calls' round trips to a device worker are not the
+ * kernel's and stay out of it. A batch may store its own estimate, which a
+ * shorter launch replaces. */
+static void launch_measured(tsrd_kernel *k, double device_ms)
+{
+    double ns = device_ms * 1e6;
+    uint64_t now = ns >= 1.0 ? (uint64_t)ns : 1;
+    uint64_t old = atomic_load_explicit(&k->launch_ns, memory_order_relaxed);
+    while ((old == 0 || now < old) &&
+           !atomic_compare_exchange_weak_explicit(&k->launch_ns, &old, now, memory_order_relaxed,
+                                                  memory_order_relaxed))
+        ;
 }
 
 static tsr_status launch_execute(tsrd_job *job)
 {
-    launch_state *s = job->state;
+    tsrd_bound_launch *b = job->state;
     tsrd_dbuf *inputs[TSR_MAX_REGION_INPUTS];
-    for (int i = 0; i < s->n_inputs; i++)
-        inputs[i] = s->inputs[i]->dbuf;
+    for (int i = 0; i < b->n_inputs; i++)
+        inputs[i] = b->inputs[i]->dbuf;
     tsrd_stream *stream;
     Tessera__V1__LaunchReply init = TESSERA__V1__LAUNCH_REPLY__INIT;
     job->body.launch = init;
     tsr_status st = tsrd_job_stream(job, &stream);
     if (st == TSR_OK)
-        st = job->d->bops->launch(job->d->backend, s->kernel->kobj, stream, inputs, s->n_inputs,
-                                  s->output->dbuf, &job->err);
+        st = job->d->bops->launch(job->d->backend, b->kernel->kobj, stream, inputs, b->n_inputs,
+                                  b->output->dbuf, &job->err);
     if (st == TSR_OK)
         st = job->d->bops->synchronize(job->d->backend, stream, &job->body.launch.device_ms,
                                        &job->err);
+    if (st == TSR_OK)
+        launch_measured(b->kernel, job->body.launch.device_ms);
     job->reply.body_case = TESSERA__V1__REPLY__BODY_LAUNCH;
     job->reply.launch = &job->body.launch;
     return st;
+}
+
+/* A kernel measured at most this long on the device (tsrd_kernel.launch_ns)
+ * is launched and synchronized on the loop when the device is otherwise idle:
+ * the loop then waits for it about as long as a hand-off to the worker pool
+ * and back would take. */
+#define LAUNCH_QUICK_NS 100000u
+
+static bool launch_quick(const tsrd_job *job)
+{
+    const tsrd_bound_launch *b = job->state;
+    uint64_t ns = atomic_load_explicit(&b->kernel->launch_ns, memory_order_relaxed);
+    return ns != 0 && ns <= LAUNCH_QUICK_NS;
 }
 
 const tsrd_handler tsrd_handler_launch = {
     .flags = TSRD_HEAVY | TSRD_STREAM,
     .prepare = launch_prepare,
     .execute = launch_execute,
-    .complete = launch_unpin_complete,
+    .complete = launch_complete,
+    .quick = launch_quick,
 };
 
 /* ---- run ---- */

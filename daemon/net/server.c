@@ -2,10 +2,13 @@
  * server.c — nng contexts feeding the libuv loop.
  *
  * nng calls the aio and pipe callbacks on its own threads. Those callbacks
- * never look at the daemon: they put an event on a mutex-protected queue and
- * call uv_async_send. Several sends may fold into one async callback, so the
- * loop takes the whole queue at once and serves every event on it: received
- * messages, completed sends, pipes added and removed.
+ * never look at the daemon: they put an event on a mutex-protected queue and,
+ * when the queue was empty, wake the loop through an eventfd it polls. Several
+ * events may so fold into one wake-up, and the loop takes the whole queue at
+ * once and serves every event on it: received messages, completed sends,
+ * pipes added and removed. (An eventfd rather than uv_async_send: libuv's
+ * async handle makes the loop spin until the sending thread has returned from
+ * its write, which on a busy machine costs the loop microseconds per request.)
  *
  * A context stays busy from its request until its reply has been handed to the
  * pipe, and nng's REP hands a pipe one reply at a time: the others wait in the
@@ -41,12 +44,14 @@
 #include <nng/protocol/reqrep0/rep.h>
 #include <nng/supplemental/tls/tls.h>
 #include <arpa/inet.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -104,8 +109,9 @@ struct tsrd_server {
     int n_slots;
     server_slot *idle;    /* neither receiving nor serving (loop) */
     atomic_int receiving; /* slots with a receive pending */
-    uv_async_t async;
-    pthread_mutex_t mu; /* guards head and tail */
+    uv_poll_t wake;       /* readable when wake_fd was written: events are queued */
+    int wake_fd;          /* an eventfd, written by whoever queues on an empty queue */
+    pthread_mutex_t mu;   /* guards head and tail */
     server_event *head, *tail;
     atomic_bool stopping;
     nng_tls_config *tls; /* shared by the tls+tcp:// listeners; NULL: none */
@@ -117,20 +123,28 @@ struct tsrd_server {
     atomic_uint_fast64_t refused; /* pipes closed as added, past max_connections */
     int waiting;                  /* replies with nng, over every slot (loop) */
     uv_timer_t stall_timer;       /* runs while replies wait */
-    int open_handles;             /* async and stall_timer until their close callbacks */
+    int open_handles;             /* wake and stall_timer until their close callbacks */
 };
 
 static void server_push(tsrd_server *s, server_event *ev)
 {
     ev->next = NULL;
     pthread_mutex_lock(&s->mu);
+    bool was_empty = s->head == NULL;
     if (s->tail != NULL)
         s->tail->next = ev;
     else
         s->head = ev;
     s->tail = ev;
     pthread_mutex_unlock(&s->mu);
-    uv_async_send(&s->async);
+    /* The loop reads the eventfd before it takes the queue, so an event put
+     * on a queue that was not empty is taken with the one that wrote, or
+     * with a later one. */
+    if (was_empty) {
+        uint64_t one = 1;
+        while (write(s->wake_fd, &one, sizeof one) < 0 && errno == EINTR)
+            ;
+    }
 }
 
 static server_event *server_take_all(tsrd_server *s)
@@ -225,8 +239,8 @@ static void server_pipe_cb(nng_pipe pipe, nng_pipe_ev event, void *arg)
     }
     if (event == NNG_PIPE_EV_REM_POST && !own)
         atomic_fetch_sub(&s->connections, 1);
-    /* Closing: the sessions go with the daemon, and the loop's async handle may
-     * already be closed. */
+    /* Closing: the sessions go with the daemon, and the loop's wake-up handle
+     * may already be closed. */
     if (atomic_load(&s->stopping))
         return;
     server_event *ev = calloc(1, sizeof *ev);
@@ -493,9 +507,14 @@ static void server_received(tsrd_server *s, server_event *ev)
     ev->msg = NULL;
 }
 
-static void server_async_cb(uv_async_t *handle)
+static void server_wake_cb(uv_poll_t *handle, int status, int events)
 {
+    (void)status;
+    (void)events;
     tsrd_server *s = handle->data;
+    uint64_t count;
+    while (read(s->wake_fd, &count, sizeof count) < 0 && errno == EINTR)
+        ;
     server_event *ev = server_take_all(s);
     tsrd_daemon *d = s->d;
     /* The pipe callbacks count on nng's threads; the metrics read the loop's
@@ -681,6 +700,7 @@ static void server_free(tsrd_server *s)
     if (s->tls != NULL)
         nng_tls_config_free(s->tls);
     pthread_mutex_destroy(&s->mu);
+    close(s->wake_fd);
     free(s);
 }
 
@@ -696,7 +716,8 @@ static void server_close_handles(tsrd_server *s, uv_close_cb cb)
 {
     uv_timer_stop(&s->stall_timer);
     uv_close((uv_handle_t *)&s->stall_timer, cb);
-    uv_close((uv_handle_t *)&s->async, cb);
+    uv_poll_stop(&s->wake);
+    uv_close((uv_handle_t *)&s->wake, cb);
 }
 
 static void server_free_aios(tsrd_server *s)
@@ -751,18 +772,28 @@ tsr_status tsrd_server_start(tsrd_daemon *d, tsrd_server **out, tsr_error *err)
     atomic_init(&s->connections, 0);
     atomic_init(&s->refused, 0);
     s->max_connections = server_max_connections(d);
-    s->async.data = s;
-    int rv = uv_async_init(d->loop, &s->async, server_async_cb);
+    s->wake.data = s;
+    s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    /* A poll handle that fails to initialise is not registered with the loop. */
+    int rv = s->wake_fd < 0 ? uv_translate_sys_error(errno)
+                            : uv_poll_init(d->loop, &s->wake, s->wake_fd);
     if (rv != 0) {
+        if (s->wake_fd >= 0)
+            close(s->wake_fd);
         pthread_mutex_destroy(&s->mu);
         free(s->slots);
         free(s);
-        return tsr_error_set(err, TSR_INTERNAL, "uv_async_init: %s", uv_strerror(rv));
+        return tsr_error_set(err, TSR_INTERNAL, "the loop's wake-up eventfd: %s", uv_strerror(rv));
     }
     uv_timer_init(d->loop, &s->stall_timer); /* cannot fail on unix */
     s->stall_timer.data = s;
     s->open_handles = 2;
     tsr_status st = TSR_OK;
+    if ((rv = uv_poll_start(&s->wake, UV_READABLE, server_wake_cb)) != 0) {
+        st = tsr_error_set(err, TSR_INTERNAL, "the loop's wake-up eventfd: %s", uv_strerror(rv));
+        server_close_handles(s, server_handle_closed);
+        return st;
+    }
     if ((rv = nng_rep0_open(&s->sock)) != 0) {
         st = server_nng_error(err, rv, "socket", NULL);
         server_close_handles(s, server_handle_closed);

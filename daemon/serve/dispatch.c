@@ -322,6 +322,42 @@ static void dispatch_stream_push(tsrd_job *job)
     dispatch_stream_next(job->d, s);
 }
 
+/* ---- short stream jobs on the loop ---- */
+
+/* Whether a prepared stream job may execute on the loop. Its handler must say
+ * the job is short (quick: a launch of a kernel measured short); the session's
+ * stream must be idle with nothing queued on it and already made, so the job
+ * keeps its place in the session's order and its execute makes no stream; and
+ * no other device work may be running or waiting (no heavy job on the pool,
+ * no submission ring, no recovery), so that nothing on the device, and no
+ * other caller of the device worker's channels, can hold the launch and its
+ * synchronize up while the loop waits for them. */
+static bool dispatch_inline_ok(const tsrd_job *job)
+{
+    const tsrd_daemon *d = job->d;
+    const tsrd_session *s = job->session;
+    return (job->handler->flags & TSRD_STREAM) && job->handler->quick != NULL && !s->stream_busy &&
+           s->stream_head == NULL && s->stream != NULL && d->work_running == 0 &&
+           d->ready_head == NULL && d->rings_open == 0 && !d->work_paused && !d->recovering &&
+           job->handler->quick(job);
+}
+
+/* Executes the job on the loop, then ends it as if the pool had run it: the
+ * same accounting (the session's stream held for the call, the work slot,
+ * the reply, the replay memory, the quotas, the recovery poll) on the same
+ * thread as always. */
+static void dispatch_inline(tsrd_job *job)
+{
+    tsrd_daemon *d = job->d;
+    d->metrics.inline_jobs++;
+    job->session->stream_busy = true;
+    d->work_running++;
+    job->work.data = job;
+    job->err.code = TSR_OK;
+    dispatch_work(&job->work);
+    dispatch_after_work(&job->work, 0);
+}
+
 /* ---- validation ---- */
 
 static tsr_status dispatch_check_tensors(tsrd_job *job, Tessera__V1__Tensor **tensors, size_t n,
@@ -468,9 +504,16 @@ static bool dispatch_replay(tsrd_daemon *d, tsrd_session *s, void *origin, uint6
     size_t stored_len = 0;
     bool ok = true;
     tsrd_tenant *t = s->tenant;
-    if (tsrd_replay_state(&s->replay, id) == TSRD_REPLAY_PENDING) {
-        const tsrd_quota *q = &t->conf.quota;
-        if (q->in_flight != 0 && t->in_flight >= q->in_flight) {
+    const tsrd_quota *q = &t->conf.quota;
+    bool may_wait = q->in_flight == 0 || t->in_flight < q->in_flight;
+    switch (tsrd_replay_begin(&s->replay, id, origin, may_wait, &stored, &stored_len, &ok)) {
+    case TSRD_REPLAY_DONE:
+        d->metrics.replays++;
+        d->reply_fn(d->reply_sink, origin, stored, stored_len);
+        d->metrics.bytes_out += stored_len;
+        return true;
+    case TSRD_REPLAY_PENDING:
+        if (!may_wait) {
             char msg[256];
             t->refused_quota++;
             snprintf(msg, sizeof msg,
@@ -478,17 +521,7 @@ static bool dispatch_replay(tsrd_daemon *d, tsrd_session *s, void *origin, uint6
                      "resend of a request still executing counts as one)",
                      t->name, (unsigned long long)t->in_flight, (unsigned long long)q->in_flight);
             dispatch_reply_bare_as(d, origin, id, body_case, TSR_RESOURCE_EXHAUSTED, msg);
-            return true;
-        }
-    }
-    switch (tsrd_replay_begin(&s->replay, id, origin, &stored, &stored_len, &ok)) {
-    case TSRD_REPLAY_DONE:
-        d->metrics.replays++;
-        d->reply_fn(d->reply_sink, origin, stored, stored_len);
-        d->metrics.bytes_out += stored_len;
-        return true;
-    case TSRD_REPLAY_PENDING:
-        if (!ok) {
+        } else if (!ok) {
             dispatch_reply_bare(d, origin, id, TSR_NO_MEMORY, "out of memory queueing a resend");
         } else {
             d->metrics.replays++;
@@ -570,7 +603,9 @@ static void dispatch_decoded(tsrd_job *job, tsr_status st)
     }
     if (job->handler->prepare != NULL)
         st = job->handler->prepare(job);
-    if (st == TSR_OK && (job->handler->flags & TSRD_STREAM))
+    if (st == TSR_OK && dispatch_inline_ok(job))
+        dispatch_inline(job);
+    else if (st == TSR_OK && (job->handler->flags & TSRD_STREAM))
         dispatch_stream_push(job);
     else if (st == TSR_OK && (job->handler->flags & TSRD_HEAVY))
         dispatch_queue_work(job);

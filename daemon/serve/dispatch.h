@@ -17,7 +17,14 @@
  *
  * Rows flagged TSRD_STREAM run in order on the session's stream: one such job
  * per session at a time, so a client's writes, launches and reads neither
- * overlap nor pass each other.
+ * overlap nor pass each other. A stream job its row's quick step calls short
+ * (a launch of a kernel measured short on the device) executes on the loop
+ * instead, without the two thread hops of the pool, when the session's stream
+ * is made and idle with nothing queued on it, and no other device work runs or
+ * waits (no heavy job, no submission ring, no recovery): nothing can then hold
+ * its launch and synchronize up. Its reply, request-id memory, quotas and
+ * metrics are settled exactly as for a job back from the pool, on the same
+ * thread; requests_inline_total counts such jobs.
  *
  * Heavy work is queued per tenant and handed to the worker pool (at most
  * work_slots jobs at once) by taking the tenants with queued work in turn, so a

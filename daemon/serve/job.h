@@ -12,6 +12,12 @@
  * execute step may yield (job->again): it is queued again behind the other
  * tenants' work and runs once more, holding the session's stream meanwhile.
  *
+ * A stream row may also have a quick step (on the loop, after prepare): true
+ * when this job's execute is known to return within microseconds (a launch of
+ * a kernel measured short). The dispatcher then runs execute on the loop
+ * itself, without the two thread hops of the worker pool, when the session's
+ * stream is idle and no other device work is running (serve/dispatch.h).
+ *
  * Threading: a job is touched by one thread at a time: the loop, or the worker
  * running its execute step. Memory: a reply is built in the job; its extra
  * allocations come from the job's arena and go when the job does.
@@ -32,6 +38,8 @@ typedef struct tsrd_handler {
     tsr_status (*execute)(tsrd_job *job);
     /* status is the outcome so far; the return value replaces it. */
     tsr_status (*complete)(tsrd_job *job, tsr_status status);
+    /* NULL: execute always goes to the worker pool. */
+    bool (*quick)(const tsrd_job *job);
 } tsrd_handler;
 
 typedef struct tsrd_arena_block {

@@ -403,6 +403,10 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
         {"requests_decoded_off_loop_total", "counter",
          "Request bodies over 4 KiB, checked and decoded on the worker pool.",
          (double)d->metrics.decoded_off_loop},
+        {"requests_inline_total", "counter",
+         "Short stream jobs (launches of kernels measured short) executed on the loop, their "
+         "session's stream idle and no other device work running.",
+         (double)d->metrics.inline_jobs},
         {"replay_bytes", "gauge", "Bytes of stored replies kept for resends.",
          (double)all.replay.bytes},
         {"sessions", "gauge", "Open sessions (connections).", (double)d->n_sessions},

@@ -89,7 +89,7 @@ tsrd_replay_result tsrd_replay_state(const tsrd_replay *r, uint64_t id)
     return e->done ? TSRD_REPLAY_DONE : TSRD_REPLAY_PENDING;
 }
 
-tsrd_replay_result tsrd_replay_begin(tsrd_replay *r, uint64_t id, void *waiter,
+tsrd_replay_result tsrd_replay_begin(tsrd_replay *r, uint64_t id, void *waiter, bool may_wait,
                                      const uint8_t **reply, size_t *len, bool *ok)
 {
     *ok = true;
@@ -101,6 +101,8 @@ tsrd_replay_result tsrd_replay_begin(tsrd_replay *r, uint64_t id, void *waiter,
         *len = e->len;
         return TSRD_REPLAY_DONE;
     }
+    if (e != NULL && !may_wait)
+        return TSRD_REPLAY_PENDING;
     if (e != NULL) {
         void **grown = realloc(e->waiters, (e->n_waiters + 1) * sizeof *grown);
         if (grown == NULL) {

@@ -81,9 +81,11 @@ void tsrd_replay_set_pool(tsrd_replay *r, tsrd_replay_pool *pool, size_t budget)
 tsrd_replay_result tsrd_replay_state(const tsrd_replay *r, uint64_t id);
 
 /* Looks id up. For DONE, *reply stays valid until the next call on r (or on a
- * table of the same pool). For PENDING, waiter is recorded (false returned
- * through *ok when out of memory, then the caller should answer on its own). */
-tsrd_replay_result tsrd_replay_begin(tsrd_replay *r, uint64_t id, void *waiter,
+ * table of the same pool). For PENDING, waiter is recorded when may_wait
+ * (false returned through *ok when out of memory, then the caller should
+ * answer on its own), and nothing is when not (the caller refuses the resend:
+ * one call tells the request path whether to answer, wait or execute). */
+tsrd_replay_result tsrd_replay_begin(tsrd_replay *r, uint64_t id, void *waiter, bool may_wait,
                                      const uint8_t **reply, size_t *len, bool *ok);
 
 /* Records the reply of an executing id (copied when it fits the budgets) and

@@ -277,3 +277,27 @@ void tsrd_bound_launch_release(tsrd_daemon *d, tsrd_bound_launch *b)
         tsrd_buffer_unref(d, b->output);
     memset(b, 0, sizeof *b);
 }
+
+int tsrd_launch_pin(tsrd_daemon *d, tsrd_session *s, uint64_t kernel, const uint64_t *inputs,
+                    size_t n_inputs, uint64_t output, tsrd_bound_launch *out)
+{
+    memset(out, 0, sizeof *out);
+    out->kernel = tsrd_kernel_lookup(d, s, kernel);
+    if (out->kernel == NULL)
+        return -2;
+    tsrd_kernel_ref(out->kernel);
+    int n = n_inputs <= TSR_MAX_REGION_INPUTS ? (int)n_inputs : 0;
+    for (int i = 0; i < n; i++) {
+        tsrd_buffer *b = tsrd_buffer_lookup(d, s, inputs[i]);
+        if (b == NULL)
+            return i;
+        tsrd_buffer_ref(b);
+        out->inputs[i] = b;
+        out->n_inputs = i + 1;
+    }
+    out->output = tsrd_buffer_lookup(d, s, output);
+    if (out->output == NULL)
+        return (int)n_inputs;
+    tsrd_buffer_ref(out->output);
+    return -1;
+}

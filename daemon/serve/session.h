@@ -49,6 +49,15 @@ void tsrd_kernel_ref(tsrd_kernel *k);
 void tsrd_kernel_unref(tsrd_daemon *d, tsrd_kernel *k);
 /* Unpins what b holds and clears it. */
 void tsrd_bound_launch_release(tsrd_daemon *d, tsrd_bound_launch *b);
+/* Looks up and pins, for one launch request, its kernel, then its inputs in
+ * order (when n_inputs is at most TSR_MAX_REGION_INPUTS; else none), then its
+ * output, into *out (cleared first), stopping at the first handle the session
+ * does not own. Returns which one that was: -2 the kernel, 0 .. n_inputs - 1
+ * an input, n_inputs the output, -1 none. What was pinned is released with
+ * tsrd_bound_launch_release whatever the answer. The caller checks the
+ * buffers against the kernel's signature. */
+int tsrd_launch_pin(tsrd_daemon *d, tsrd_session *s, uint64_t kernel, const uint64_t *inputs,
+                    size_t n_inputs, uint64_t output, tsrd_bound_launch *out);
 
 /* Records an ipc peer's credentials on its session (server.c, before the
  * session's first dispatch). */

@@ -1,8 +1,8 @@
 /*
  * dataplane_bench.c — the data plane measured against its floors, in one run.
  *
- *   dataplane_bench [--daemon PATH] [--backend auto|cpu|cuda|cuda-inprocess] [--iters N] [--max-mb
- * M]
+ *   dataplane_bench [--daemon PATH] [--backend auto|cpu|cpu-isolated|cuda|cuda-inprocess]
+ *                   [--iters N] [--max-mb M] [--baseline PATH] [--only latency]
  *
  * Starts its own tesserad (PATH, default $BUILD/bin/tesserad) listening on ipc
  * and tcp, and measures, with every floor in the same program:
@@ -21,6 +21,13 @@
  *    registered host memory (cuMemcpyHtoD from cuMemHostRegister'ed memory on
  *    cuda, memcpy on cpu); with cuda, a CUDA IPC import of the same size, which
  *    copies nothing (its time is the import round trip).
+ *
+ * With --baseline PATH, a second tesserad (another build, the one a change is
+ * measured against) runs beside the first with the same backend, and the tiny
+ * launch over ipc is measured on both in one loop, one launch on each per
+ * iteration beside one bare nng echo, so that the two builds see the same
+ * load on the machine. --only latency runs the latency section (and the
+ * comparison) alone.
  *
  * Prints markdown tables. Medians of repeats; no warm-up in the figures. Exits 1
  * when the daemon cannot be started.
@@ -56,6 +63,8 @@ typedef struct bench_opts {
     const char *backend;
     int iters;
     int max_mb;
+    const char *baseline; /* NULL: no comparison */
+    bool only_latency;
 } bench_opts;
 
 static void bench_die(const char *what, const tsr_error *e)
@@ -170,7 +179,7 @@ typedef struct bench_daemon {
     char tcp[64];
 } bench_daemon;
 
-static void daemon_start(bench_daemon *d, const bench_opts *o)
+static void daemon_start(bench_daemon *d, const bench_opts *o, const char *path, int port_offset)
 {
     strcpy(d->dir, "/tmp/tsr-bench-XXXXXX");
     if (mkdtemp(d->dir) == NULL) {
@@ -178,7 +187,8 @@ static void daemon_start(bench_daemon *d, const bench_opts *o)
         exit(1);
     }
     snprintf(d->ipc, sizeof d->ipc, "ipc://%s/sock", d->dir);
-    snprintf(d->tcp, sizeof d->tcp, "tcp://127.0.0.1:%d", 20000 + (int)(getpid() % 20000));
+    snprintf(d->tcp, sizeof d->tcp, "tcp://127.0.0.1:%d",
+             20000 + port_offset + (int)(getpid() % 10000));
     char cache[96], config[96];
     snprintf(cache, sizeof cache, "%s/cache", d->dir);
     /* Plain tcp on loopback: the figures are the transport's, not TLS's. */
@@ -190,9 +200,9 @@ static void daemon_start(bench_daemon *d, const bench_opts *o)
     }
     d->pid = fork();
     if (d->pid == 0) {
-        execl(o->daemon, o->daemon, "--config", config, "--listen", d->ipc, "--listen", d->tcp,
-              "--cache-dir", cache, "--backend", o->backend, "--log-level", "warn", (char *)NULL);
-        perror(o->daemon);
+        execl(path, path, "--config", config, "--listen", d->ipc, "--listen", d->tcp, "--cache-dir",
+              cache, "--backend", o->backend, "--log-level", "warn", (char *)NULL);
+        perror(path);
         _exit(127);
     }
 }
@@ -258,8 +268,6 @@ static void latency_measure(tsr_client *c, echo_client *echo, int iters, bool wi
     tsr_error e;
     tsr_client_ring *ring = NULL;
     tsr_client_launch_desc bind = {.kernel = t.k, .n_inputs = 1, .inputs = &t.in, .output = t.out};
-    if (with_ring && tsr_client_ring_open(c, &bind, 1, 1, &ring, 0, &e) != TSR_OK)
-        bench_die("ring_open", &e);
     double *v[4];
     for (int k = 0; k < 4; k++)
         v[k] = calloc((size_t)iters, sizeof *v[k]);
@@ -281,7 +289,10 @@ static void latency_measure(tsr_client *c, echo_client *echo, int iters, bool wi
     }
     /* The ring on its own, launch after launch, as a client of the fast path
      * runs it (between requests its thread would sleep, and each launch would
-     * pay a wake-up). */
+     * pay a wake-up). Opened only now: while a ring is open, the daemon runs
+     * no launch request on its loop. */
+    if (with_ring && tsr_client_ring_open(c, &bind, 1, 1, &ring, 0, &e) != TSR_OK)
+        bench_die("ring_open", &e);
     for (int i = -iters / 10; ring != NULL && i < iters; i++) {
         double t0 = bench_now_us();
         if (tsr_client_ring_launch(ring, 0, NULL, 0, &e) != TSR_OK)
@@ -335,6 +346,72 @@ static void section_latency(const bench_daemon *d, const bench_opts *o)
                    "| %+.1f |\n",
                    p[3][0], p[3][1], p[3][0] - p[0][0]);
     }
+}
+
+/* The tiny launch over ipc on this build and on the baseline build, one of
+ * each per iteration beside one bare nng echo: before and after a change,
+ * under the same load. */
+static void section_compare(const bench_daemon *d, const bench_opts *o)
+{
+    bench_daemon base;
+    daemon_start(&base, o, o->baseline, 10000);
+    char echo_url[160];
+    snprintf(echo_url, sizeof echo_url, "ipc://%s/echo-compare", d->dir);
+    echo_client echo;
+    echo_nng_open(&echo, echo_url);
+    tsr_client *c[2] = {bench_connect(base.ipc), bench_connect(d->ipc)};
+    tiny t[2] = {{0}, {0}};
+    tiny_make(c[0], &t[0]);
+    tiny_make(c[1], &t[1]);
+    double *v[3];
+    for (int k = 0; k < 3; k++)
+        v[k] = calloc((size_t)o->iters, sizeof *v[k]);
+    tsr_error e;
+    for (int i = -o->iters / 10; i < o->iters; i++) {
+        double t0 = bench_now_us();
+        echo_nng_once(&echo);
+        double t1 = bench_now_us();
+        if (tsr_client_launch(c[0], t[0].k, &t[0].in, 1, t[0].out, NULL, 0, &e) != TSR_OK)
+            bench_die("baseline launch", &e);
+        double t2 = bench_now_us();
+        if (tsr_client_launch(c[1], t[1].k, &t[1].in, 1, t[1].out, NULL, 0, &e) != TSR_OK)
+            bench_die("launch", &e);
+        double t3 = bench_now_us();
+        if (i >= 0) {
+            v[0][i] = t1 - t0;
+            v[1][i] = t2 - t1;
+            v[2][i] = t3 - t2;
+        }
+    }
+    double p[3][2];
+    for (int k = 0; k < 3; k++) {
+        p[k][0] = bench_quantile(v[k], o->iters, 0.5);
+        p[k][1] = bench_quantile(v[k], o->iters, 0.99);
+        free(v[k]);
+    }
+    /* How many launches ran on the loop (a build without the counter: -1). */
+    double inlined[2] = {-1, -1};
+    for (int k = 0; k < 2; k++) {
+        tsr_client_stats *st = NULL;
+        if (tsr_client_stats_get(c[k], false, &st, 0, &e) == TSR_OK) {
+            inlined[k] = tsr_client_stats_counter(st, "requests_inline_total", -1);
+            tsr_client_stats_free(st);
+        }
+    }
+    tsr_client_close(c[0]);
+    tsr_client_close(c[1]);
+    echo_nng_close(&echo);
+    daemon_stop(&base);
+    printf("\n### Tiny launch over ipc, baseline build against this one (µs, %d each, backend "
+           "%s)\n\n",
+           o->iters, o->backend);
+    printf("| path | p50 | p99 | p50 over bare nng echo | launches on the loop |\n");
+    printf("| --- | --- | --- | --- | --- |\n");
+    printf("| bare nng req/rep echo, 64 B | %.1f | %.1f | | |\n", p[0][0], p[0][1]);
+    printf("| tiny launch, baseline (%s) | %.1f | %.1f | %+.1f | %.0f |\n", o->baseline, p[1][0],
+           p[1][1], p[1][0] - p[0][0], inlined[0]);
+    printf("| tiny launch, this build (%s) | %.1f | %.1f | %+.1f | %.0f |\n", o->daemon, p[2][0],
+           p[2][1], p[2][0] - p[0][0], inlined[1]);
 }
 
 /* Tiny launches from several threads, each with its own connection: by
@@ -680,22 +757,29 @@ int main(int argc, char **argv)
             o.iters = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--max-mb") == 0)
             o.max_mb = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--baseline") == 0)
+            o.baseline = argv[i + 1];
+        else if (strcmp(argv[i], "--only") == 0 && strcmp(argv[i + 1], "latency") == 0)
+            o.only_latency = true;
         else {
-            fprintf(
-                stderr,
-                "usage: dataplane_bench [--daemon PATH] [--backend auto|cpu|cuda|cuda-inprocess] "
-                "[--iters N] [--max-mb M]\n");
+            fprintf(stderr, "usage: dataplane_bench [--daemon PATH] [--backend "
+                            "auto|cpu|cpu-isolated|cuda|cuda-inprocess] [--iters N] [--max-mb M] "
+                            "[--baseline PATH] [--only latency]\n");
             return 2;
         }
     }
     if (o.iters < 10)
         o.iters = 10;
     bench_daemon d;
-    daemon_start(&d, &o);
+    daemon_start(&d, &o, o.daemon, 0);
     section_latency(&d, &o);
-    section_threads(&d);
-    section_batch(&d, &o);
-    section_throughput(&d, &o);
+    if (o.baseline != NULL)
+        section_compare(&d, &o);
+    if (!o.only_latency) {
+        section_threads(&d);
+        section_batch(&d, &o);
+        section_throughput(&d, &o);
+    }
     daemon_stop(&d);
     return 0;
 }

@@ -546,3 +546,90 @@ Test(dispatch, a_small_read_behind_a_large_write_waits_for_its_decode)
                      (double)got[i], (double)data[N - 8 + i]);
     free(data);
 }
+
+/* Packs req with id and hands it to the dispatcher from origin on pipe 1,
+ * without running the loop: whatever is answered by then was answered on the
+ * loop's own call. */
+static void dispatch_id(Tessera__V1__Request *req, uint64_t id, int origin)
+{
+    req->id = id;
+    size_t len = tessera__v1__request__get_packed_size(req);
+    uint8_t *buf = malloc(len + 1);
+    tessera__v1__request__pack(req, buf);
+    dispatch_on(origin, 1, buf, len);
+    free(buf);
+}
+
+/* The loop runs a launch itself only when the kernel was measured short, the
+ * session's stream is idle and made, and no other work holds the device; the
+ * session's order and the request-id memory hold around it. */
+Test(dispatch, a_short_launch_runs_on_the_loop_only_with_its_stream_and_the_device_free)
+{
+    Tessera__V1__Request req;
+    Tessera__V1__CompileRequest comp;
+    uint64_t kernel = compile_matmul(&req, &comp)->compile->kernel;
+    tsr_region_pb_free(comp.region);
+    float av[4] = {1, 2, 3, 4}, bv[4] = {1, 0, 0, 1};
+    uint64_t inputs[2] = {buffer_2x2(av), buffer_2x2(bv)};
+    uint64_t out = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 2, 2);
+    Tessera__V1__Request lreq;
+    Tessera__V1__LaunchRequest launch;
+    launch_request(&lreq, &launch, kernel, inputs, out);
+    const tsrd_metrics *m = &h->u.d.metrics;
+
+    /* The first launch measures the kernel, on the pool. */
+    dispatch_id(&lreq, 0x1a01, 1);
+    cr_assert_eq(h->count[1], 0, "the first launch waits for the pool");
+    uv_run(&h->u.loop, UV_RUN_DEFAULT);
+    cr_assert_eq(h->count[1], 1);
+    cr_assert_eq(h->last[1]->status, TSR_OK, "%s", h->last[1]->message);
+    cr_assert_eq(m->inline_jobs, 0);
+
+    /* The second is answered before the loop runs at all. */
+    dispatch_id(&lreq, 0x1a02, 2);
+    cr_assert_eq(h->count[2], 1, "answered on the dispatcher's own call");
+    cr_assert_eq(h->last[2]->status, TSR_OK, "%s", h->last[2]->message);
+    cr_assert_eq(h->last[2]->id, 0x1a02);
+    cr_assert_eq(m->inline_jobs, 1);
+
+    /* A write holds the session's stream on the pool: the launch behind it
+     * waits for it there, and reads what it wrote. */
+    float av2[4] = {5, 6, 7, 8};
+    Tessera__V1__Request wreq = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__BufferWriteRequest w = TESSERA__V1__BUFFER_WRITE_REQUEST__INIT;
+    w.buffer = inputs[0];
+    w.data.data = (uint8_t *)av2;
+    w.data.len = sizeof av2;
+    wreq.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_WRITE;
+    wreq.buffer_write = &w;
+    dispatch_id(&wreq, 0x1a03, 3);
+    dispatch_id(&lreq, 0x1a04, 4);
+    cr_assert_eq(h->count[3], 0);
+    cr_assert_eq(h->count[4], 0, "the launch waits behind the write");
+    uv_run(&h->u.loop, UV_RUN_DEFAULT);
+    cr_assert_eq(h->count[3], 1);
+    cr_assert_eq(h->count[4], 1);
+    cr_assert_eq(h->last[4]->status, TSR_OK, "%s", h->last[4]->message);
+    cr_assert_eq(m->inline_jobs, 1);
+    Tessera__V1__Reply *r = read_buffer(out, 0);
+    cr_assert_eq(r->buffer_read->data.len, 16);
+    cr_assert_eq(memcmp(r->buffer_read->data.data, av2, 16), 0, "the launch read the write");
+
+    /* A resend of the launch answered on the loop is answered from memory,
+     * and not run again. */
+    uint64_t replays = m->replays;
+    dispatch_id(&lreq, 0x1a02, 5);
+    cr_assert_eq(h->count[5], 1);
+    cr_assert_eq(h->last[5]->id, 0x1a02);
+    cr_assert_eq(h->last[5]->status, TSR_OK);
+    cr_assert_eq(m->replays, replays + 1);
+    cr_assert_eq(m->inline_jobs, 1);
+
+    /* With the stream idle again, the next launch is back on the loop; its
+     * tenant's in_flight is given back each time. */
+    dispatch_id(&lreq, 0x1a05, 6);
+    cr_assert_eq(h->count[6], 1);
+    cr_assert_eq(m->inline_jobs, 2);
+    cr_assert_eq(h->u.d.default_tenant.in_flight, 0);
+    cr_assert_eq(h->u.d.inflight, 0);
+}

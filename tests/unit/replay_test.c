@@ -38,7 +38,7 @@ static void budget_of_8(void)
 static tsrd_replay_result begin(uint64_t id, void *waiter)
 {
     bool ok;
-    tsrd_replay_result res = tsrd_replay_begin(&mem, id, waiter, &reply, &len, &ok);
+    tsrd_replay_result res = tsrd_replay_begin(&mem, id, waiter, true, &reply, &len, &ok);
     cr_assert(ok);
     return res;
 }
@@ -70,6 +70,25 @@ Test(replay, a_resend_while_executing_waits_for_the_first)
     cr_assert_eq(waiters[0], &waiter_b);
     cr_assert_eq(waiters[1], &waiter_a);
     free(waiters);
+}
+
+Test(replay, a_resend_that_may_not_wait_is_told_pending_and_not_recorded)
+{
+    cr_assert_eq(begin(10, &waiter_a), TSRD_REPLAY_NEW);
+    bool ok = false;
+    cr_assert_eq(tsrd_replay_begin(&mem, 10, &waiter_b, false, &reply, &len, &ok),
+                 TSRD_REPLAY_PENDING);
+    cr_assert(ok);
+    cr_assert_eq(begin(10, &waiter_a), TSRD_REPLAY_PENDING);
+    finish(10, "ten");
+    cr_assert_eq(n, 1, "only the resend that may wait is a waiter");
+    cr_assert_eq(waiters[0], &waiter_a);
+    free(waiters);
+    /* Answered: stored bytes for anyone, waiting or not. */
+    cr_assert_eq(tsrd_replay_begin(&mem, 10, &waiter_b, false, &reply, &len, &ok),
+                 TSRD_REPLAY_DONE);
+    cr_assert_eq(len, 3);
+    cr_assert_eq(memcmp(reply, "ten", 3), 0);
 }
 
 Test(replay, id_zero_is_never_remembered)
@@ -117,7 +136,7 @@ static void pooled_begin(tsrd_replay *t, uint64_t id)
     bool ok;
     const uint8_t *r;
     size_t l;
-    cr_assert_eq(tsrd_replay_begin(t, id, NULL, &r, &l, &ok), TSRD_REPLAY_NEW);
+    cr_assert_eq(tsrd_replay_begin(t, id, NULL, true, &r, &l, &ok), TSRD_REPLAY_NEW);
 }
 
 /* tsrd_replay_finish for id on t with the text of a reply. */

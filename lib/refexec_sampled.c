@@ -519,3 +519,149 @@ double tsr_ref_work_at(const tsr_region *r, const uint64_t *index, size_t count)
     }
     return at_mm_work(r, index, count);
 }
+
+/* ---- what a sampled run reads ---- */
+
+/* The signature slots of a matmul-like region's operands (-1: none), in the
+ * order tsri_mm_operands_of assigns them. */
+static void at_mm_slots(const tsr_region *r, int *b2, int *bias, int *residual)
+{
+    *b2 = *bias = *residual = -1;
+    if (r->kind == TSR_KIND_GATED) {
+        *b2 = 2;
+        return;
+    }
+    if (r->kind != TSR_KIND_FUSED)
+        return;
+    const tsr_fused_desc *f = &r->u.fused;
+    int next = 2;
+    for (int e = 0; e < f->n_epilogue; e++)
+        if (f->epilogue[e] == TSR_OP_BIAS) {
+            *bias = next++;
+            break;
+        }
+    if (f->residual)
+        *residual = next;
+}
+
+static tsr_status at_mm_reads(const tsr_region *r, const uint64_t *index, size_t count,
+                              tsri_ref_read_fn fn, void *ctx)
+{
+    tsri_mm_operands o;
+    const void *none[TSR_MAX_REGION_INPUTS] = {0};
+    tsri_mm_operands_of(r, none, &o);
+    int b2, bias, residual;
+    at_mm_slots(r, &b2, &bias, &residual);
+    at_row *whole = NULL, *part = NULL;
+    size_t n_whole = 0, n_part = 0, n_cols = 0;
+    int64_t *cols = NULL;
+    if (at_rows(index, count, o.n, at_reduces(r), &whole, &n_whole, &part, &n_part) != TSR_OK ||
+        at_columns(index, o.n, part, n_part, &cols, &n_cols) != TSR_OK) {
+        free(whole);
+        free(part);
+        return TSR_NO_MEMORY;
+    }
+    uint64_t n = (uint64_t)o.n, k = (uint64_t)o.k;
+    /* A's rows, and the residual where the epilogue reads it. */
+    for (size_t i = 0; i < n_whole; i++) {
+        fn(ctx, 0, (uint64_t)whole[i].row * k, k);
+        if (residual >= 0)
+            fn(ctx, residual, (uint64_t)whole[i].row * n, n);
+    }
+    for (size_t i = 0; i < n_part; i++) {
+        fn(ctx, 0, (uint64_t)part[i].row * k, k);
+        for (size_t t = part[i].first; residual >= 0 && t < part[i].first + part[i].count; t++)
+            fn(ctx, residual, index[t], 1);
+    }
+    /* B (and Wu) whole when a whole row streams it, else the named columns;
+     * the bias likewise. */
+    if (n_whole > 0) {
+        fn(ctx, 1, 0, k * n);
+        if (b2 >= 0)
+            fn(ctx, b2, 0, k * n);
+        if (bias >= 0)
+            fn(ctx, bias, 0, n);
+    } else {
+        for (size_t c = 0; c < n_cols; c++) {
+            for (uint64_t p = 0; p < k; p++) {
+                fn(ctx, 1, p * n + (uint64_t)cols[c], 1);
+                if (b2 >= 0)
+                    fn(ctx, b2, p * n + (uint64_t)cols[c], 1);
+            }
+            if (bias >= 0)
+                fn(ctx, bias, (uint64_t)cols[c], 1);
+        }
+    }
+    free(whole);
+    free(part);
+    free(cols);
+    return TSR_OK;
+}
+
+static tsr_status at_att_reads(const tsr_region *r, const uint64_t *index, size_t count,
+                               tsri_ref_read_fn fn, void *ctx)
+{
+    const tsr_attention_desc *d = &r->u.attention;
+    uint64_t D = (uint64_t)d->head_dim, Dv = (uint64_t)d->head_dim_v, N = (uint64_t)d->seq_k;
+    uint64_t group = (uint64_t)(d->heads / d->heads_kv);
+    int64_t *kv = malloc((count ? count : 1) * sizeof *kv);
+    if (kv == NULL)
+        return TSR_NO_MEMORY;
+    size_t n_kv = 0;
+    for (size_t t = 0; t < count; t++) {
+        uint64_t row = index[t] / Dv;
+        if (t > 0 && index[t - 1] / Dv == row)
+            continue;
+        fn(ctx, 0, row * D, D);
+        uint64_t bh = row / (uint64_t)d->seq_q;
+        uint64_t b = bh / (uint64_t)d->heads, h = bh % (uint64_t)d->heads;
+        kv[n_kv++] = (int64_t)(b * (uint64_t)d->heads_kv + h / group);
+    }
+    /* Each kv head's keys and values once, however many query rows read them. */
+    qsort(kv, n_kv, sizeof *kv, at_cmp_i64);
+    for (size_t i = 0; i < n_kv; i++) {
+        if (i > 0 && kv[i] == kv[i - 1])
+            continue;
+        fn(ctx, 1, (uint64_t)kv[i] * N * D, N * D);
+        fn(ctx, 2, (uint64_t)kv[i] * N * Dv, N * Dv);
+    }
+    free(kv);
+    return TSR_OK;
+}
+
+static void at_pw_reads(const tsr_region *r, const uint64_t *index, size_t count,
+                        tsri_ref_read_fn fn, void *ctx)
+{
+    const void *none[TSR_MAX_REGION_INPUTS] = {0};
+    tsri_pw_plan plan;
+    tsri_pw_plan_of(r, none, &plan);
+    for (size_t t = 0; t < count; t++) {
+        int64_t rest = (int64_t)index[t];
+        int64_t off[TSR_MAX_PW_INPUTS] = {0};
+        for (int d = plan.rank - 1; d >= 0; d--) {
+            int64_t x = rest % plan.shape[d];
+            rest /= plan.shape[d];
+            for (int i = 0; i < r->u.pointwise.n_inputs; i++)
+                off[i] += x * plan.strides[i][d];
+        }
+        for (int i = 0; i < r->u.pointwise.n_inputs; i++)
+            fn(ctx, i, (uint64_t)off[i], 1);
+    }
+}
+
+tsr_status tsri_ref_at_reads(const tsr_region *r, const uint64_t *index, size_t count,
+                             tsri_ref_read_fn fn, void *ctx)
+{
+    switch (r->kind) {
+    case TSR_KIND_POINTWISE:
+        at_pw_reads(r, index, count, fn, ctx);
+        return TSR_OK;
+    case TSR_KIND_ATTENTION:
+        return at_att_reads(r, index, count, fn, ctx);
+    case TSR_KIND_MATMUL:
+    case TSR_KIND_FUSED:
+    case TSR_KIND_GATED:
+    default:
+        return at_mm_reads(r, index, count, fn, ctx);
+    }
+}

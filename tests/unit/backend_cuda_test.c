@@ -16,6 +16,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/nvrtc.h"
 #include "tessera/json.h"
+#include "tessera/oracle.h"
 #include "../support/unit_daemon.h"
 
 static const char *const examples[] = {"examples/matmul.json", "examples/fused.json",
@@ -682,4 +683,32 @@ Test(backend_cuda, attention_variants_free_batch_and_lengths)
     cr_expect_neq(memcmp(va.bytes, vb.bytes, 32), 0);
     tsr_region_free(&a);
     tsr_region_free(&b);
+}
+
+/* The sampled check's probe generator, as the backend compiles it on first
+ * use: the oracle's own source, for sm_90a and sm_80. */
+Test(backend_cuda, the_probe_generator_compiles_for_every_served_arch)
+{
+    tsrd_nvrtc *nv = NULL;
+    tsr_error e;
+    if (tsrd_nvrtc_open(NULL, &nv, &e) != TSR_OK)
+        cr_skip_test("no NVRTC: %s", e.message);
+    const char *arches[] = {"sm_90a", "sm_80"};
+    for (size_t i = 0; i < sizeof arches / sizeof arches[0]; i++) {
+        uint8_t *cubin = NULL;
+        size_t len = 0;
+        cr_assert_eq(tsrd_nvrtc_compile(nv, tsr_oracle_sampled_fill_source(), "probe_fill.cu",
+                                        arches[i], &cubin, &len, NULL, &e),
+                     TSR_OK, "%s: %s", arches[i], e.message);
+        cr_assert_eq(memcmp(cubin,
+                            "\x7f"
+                            "ELF",
+                            4),
+                     0);
+        cr_expect_not_null(
+            memmem(cubin, len, TSR_ORACLE_FILL_ENTRY, strlen(TSR_ORACLE_FILL_ENTRY) + 1),
+            "%s names its entry", arches[i]);
+        free(cubin);
+    }
+    tsrd_nvrtc_close(nv);
 }

@@ -50,6 +50,7 @@
 #include "backend/cuda/nvrtc.h"
 #include "tessera/codegen.h"
 #include "tessera/json.h"
+#include "tessera/oracle.h"
 #include "tessera/refexec.h"
 
 /* Pinned staging: chunks of this size, at most this many alive. */
@@ -75,6 +76,10 @@ typedef struct cuda_device {
     atomic_uint generation;      /* bumped by each recovery */
     pthread_mutex_t module_lock; /* guards the lazy load of the tier-3 modules */
     CUmodule modules[CUDA_EMBEDDED_COUNT];
+    /* The sampled check's probe generator (tsr_oracle_sampled_fill_source),
+     * compiled by NVRTC and loaded on first use; under module_lock. */
+    CUmodule probe_module;
+    CUfunction probe_fill;
 } cuda_device;
 
 typedef struct cuda_staging {
@@ -253,10 +258,13 @@ static void cuda_close(tsrd_backend *b)
         pthread_mutex_destroy(&d->module_lock);
         if (d->ctx == NULL)
             continue;
-        if (b->drv->ctx_set_current(d->ctx) == CUDA_SUCCESS)
+        if (b->drv->ctx_set_current(d->ctx) == CUDA_SUCCESS) {
             for (int m = 0; m < CUDA_EMBEDDED_COUNT; m++)
                 if (d->modules[m] != NULL)
                     b->drv->module_unload(d->modules[m]);
+            if (d->probe_module != NULL)
+                b->drv->module_unload(d->probe_module);
+        }
         b->drv->primary_ctx_release(d->dev);
     }
     while (b->staging_idle != NULL) {
@@ -702,6 +710,92 @@ static void cuda_graph_destroy(tsrd_backend *b, tsrd_graph *g)
     }
     pthread_rwlock_unlock(&b->reset_lock);
     free(g);
+}
+
+/* ---- the sampled check's probe inputs ---- */
+
+/* The generator kernel on a device: NVRTC compiles the oracle's own source
+ * for the device's arch on first use (tens of milliseconds, once per device
+ * and context). */
+static tsr_status cuda_probe_function(tsrd_backend *b, int device, CUfunction *out, tsr_error *err)
+{
+    cuda_device *d = &b->devices[device];
+    tsr_status st = TSR_OK;
+    pthread_mutex_lock(&d->module_lock);
+    if (d->probe_fill == NULL) {
+        uint8_t *cubin = NULL;
+        size_t len = 0;
+        st = tsrd_nvrtc_compile(b->nv, tsr_oracle_sampled_fill_source(), "probe_fill.cu",
+                                d->info.arch, &cubin, &len, NULL, err);
+        CUmodule module = NULL;
+        if (st == TSR_OK)
+            st = cuda_check(b, device, b->drv->module_load_data(&module, cubin),
+                            "cuModuleLoadData (probe generator)", err);
+        free(cubin);
+        if (st == TSR_OK)
+            st = cuda_check(
+                b, device,
+                b->drv->module_get_function(&d->probe_fill, module, TSR_ORACLE_FILL_ENTRY),
+                "cuModuleGetFunction (" TSR_ORACLE_FILL_ENTRY ")", err);
+        if (st == TSR_OK)
+            d->probe_module = module;
+        else if (module != NULL)
+            b->drv->module_unload(module);
+    }
+    *out = d->probe_fill;
+    pthread_mutex_unlock(&d->module_lock);
+    return st;
+}
+
+/* On the legacy default stream, which orders with the blocking session
+ * streams and the synchronous copies (see the top of this file), and waited
+ * for, so that the fill is as synchronous as buffer_write. */
+static tsr_status cuda_buffer_fill_probe(tsrd_backend *b, tsrd_dbuf *buf, tsr_dtype dtype,
+                                         uint64_t elements, uint64_t key, tsr_error *err)
+{
+    size_t size = tsr_dtype_size(dtype);
+    if (size == 0 || elements > buf->bytes / size)
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH, "cuda backend: fill out of bounds");
+    tsr_status st =
+        cuda_enter_object(b, buf->device, buf->generation, "the buffer's device memory", err);
+    if (st != TSR_OK || elements == 0)
+        return st;
+    CUfunction fn = NULL;
+    st = cuda_probe_function(b, buf->device, &fn, err);
+    if (st != TSR_OK)
+        return st;
+    /* A grid-stride loop: enough blocks to fill every SM, no more. */
+    uint64_t blocks = (elements + 255) / 256;
+    uint64_t most = (uint64_t)b->devices[buf->device].info.multiprocessors * 16;
+    unsigned grid = (unsigned)(blocks < most ? blocks : most > 0 ? most : 1);
+    CUdeviceptr dst = buf->ptr;
+    unsigned long long n = elements, k = key;
+    int code = (int)dtype;
+    void *params[] = {&dst, &n, &k, &code};
+    st = cuda_check(b, buf->device,
+                    b->drv->launch_kernel(fn, grid, 1, 1, 256, 1, 1, 0, NULL, params, NULL),
+                    "cuLaunchKernel (probe generator)", err);
+    if (st == TSR_OK)
+        st = cuda_check(b, buf->device, b->drv->stream_synchronize(NULL),
+                        "cuStreamSynchronize (probe generator)", err);
+    return st;
+}
+
+static tsr_status cuda_buffer_fill_ones(tsrd_backend *b, tsrd_dbuf *buf, uint64_t bytes,
+                                        tsr_error *err)
+{
+    if (bytes > buf->bytes)
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH, "cuda backend: fill out of bounds");
+    tsr_status st =
+        cuda_enter_object(b, buf->device, buf->generation, "the buffer's device memory", err);
+    if (st != TSR_OK || bytes == 0)
+        return st;
+    st = cuda_check(b, buf->device, b->drv->memset_d8_async(buf->ptr, 0xff, (size_t)bytes, NULL),
+                    "cuMemsetD8Async", err);
+    if (st == TSR_OK)
+        st = cuda_check(b, buf->device, b->drv->stream_synchronize(NULL), "cuStreamSynchronize",
+                        err);
+    return st;
 }
 
 /* ---- kernels ---- */
@@ -1161,6 +1255,8 @@ static tsr_status cuda_device_recover(tsrd_backend *b, int index, tsr_error *err
     /* The reset frees every allocation, module, stream and pinned page of the
      * old context: forget the handles to them without calling the driver. */
     memset(d->modules, 0, sizeof d->modules);
+    d->probe_module = NULL;
+    d->probe_fill = NULL;
     /* The poisoned context must not stay current here: calls made with it
      * current report its sticky error instead of doing their work. */
     drv->ctx_set_current(NULL);
@@ -1239,6 +1335,11 @@ static const tsrd_backend_hostmem_ops cuda_hostmem = {
 
 static const tsrd_backend_ipc_ops cuda_ipc = {.buffer_import = cuda_buffer_import};
 
+static const tsrd_backend_probe_ops cuda_probe = {
+    .buffer_fill_probe = cuda_buffer_fill_probe,
+    .buffer_fill_ones = cuda_buffer_fill_ones,
+};
+
 static const tsrd_backend_graph_ops cuda_graph = {
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
@@ -1274,4 +1375,5 @@ const tsrd_backend_ops tsrd_backend_cuda = {
     .hostmem = &cuda_hostmem,
     .ipc = &cuda_ipc,
     .graph = &cuda_graph,
+    .probe = &cuda_probe,
 };

@@ -649,6 +649,29 @@ static tsr_status iso_buffer_read(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offs
     return iso_copy(b, buf, offset, data, len, 0, err);
 }
 
+/* The sampled check's probe inputs, made by the worker's backend. */
+static tsr_status iso_fill(tsrd_backend *b, tsrd_dbuf *buf, uint64_t mode, uint64_t dtype,
+                           uint64_t n, uint64_t key, tsr_error *err)
+{
+    tsr_status st = iso_current(b, buf->remote.generation, "the buffer's device memory", err);
+    if (st != TSR_OK)
+        return st;
+    tsrd_dw_request q = {.op = TSRD_DW_FILL, .a = {buf->remote.id, mode, dtype, n, key}};
+    return iso_call(b, &q, NULL, NULL, err);
+}
+
+static tsr_status iso_buffer_fill_probe(tsrd_backend *b, tsrd_dbuf *buf, tsr_dtype dtype,
+                                        uint64_t elements, uint64_t key, tsr_error *err)
+{
+    return iso_fill(b, buf, 0, (uint64_t)dtype, elements, key, err);
+}
+
+static tsr_status iso_buffer_fill_ones(tsrd_backend *b, tsrd_dbuf *buf, uint64_t bytes,
+                                       tsr_error *err)
+{
+    return iso_fill(b, buf, 1, 0, bytes, 0, err);
+}
+
 /* The worker maps the segment through fd and pins it; without a descriptor
  * there is nothing to pin and copies go through the windows. */
 static tsr_status iso_host_register(tsrd_backend *b, void *host, uint64_t len, int fd, void **token,
@@ -1046,6 +1069,11 @@ static const tsrd_backend_hostmem_ops iso_hostmem = {
 
 static const tsrd_backend_ipc_ops iso_ipc = {.buffer_import = iso_buffer_import};
 
+static const tsrd_backend_probe_ops iso_probe = {
+    .buffer_fill_probe = iso_buffer_fill_probe,
+    .buffer_fill_ones = iso_buffer_fill_ones,
+};
+
 static const tsrd_backend_graph_ops iso_graph = {
     .graph_begin = iso_graph_begin,
     .graph_end = iso_graph_end,
@@ -1066,7 +1094,7 @@ static const tsrd_backend_graph_ops iso_graph = {
     .load = iso_load, .unload = iso_unload, .stream_create = iso_stream_create,                    \
     .stream_destroy = iso_stream_destroy, .launch = iso_launch, .launch_many = iso_launch_many,    \
     .synchronize = iso_synchronize, .lost = iso_lost, .recover = iso_recover,                      \
-    .hostmem = &iso_hostmem, .ring = &iso_ring
+    .hostmem = &iso_hostmem, .ring = &iso_ring, .probe = &iso_probe
 
 const tsrd_backend_ops tsrd_backend_cuda_isolated = {
     .name = "cuda",

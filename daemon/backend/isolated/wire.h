@@ -61,6 +61,8 @@ typedef enum tsrd_dw_op {
                            * payload as LAUNCH_MANY's; the segment's descriptor rides along
                            * (SCM_RIGHTS): the worker serves the ring -> r0 ring id */
     TSRD_DW_RING_STOP,    /* a0 ring id -> r0 slots served */
+    TSRD_DW_FILL,         /* a0 buffer, a1 0 = probe values (a2 dtype, a3 elements, a4 key),
+                           * 1 = all-ones bytes (a3 bytes) */
 } tsrd_dw_op;
 
 typedef struct tsrd_dw_request {

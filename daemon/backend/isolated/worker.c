@@ -388,6 +388,20 @@ static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint
     case TSRD_DW_FREE:
         ops->buffer_free(b, (tsrd_dbuf *)(uintptr_t)q->a[0]);
         break;
+    case TSRD_DW_FILL: {
+        tsrd_dbuf *buf = (tsrd_dbuf *)(uintptr_t)q->a[0];
+        if (ops->probe == NULL)
+            st = tsr_error_set(&err, TSR_UNSUPPORTED, "device worker: %s makes no probes",
+                               ops->name);
+        else if (q->a[1] == 0 && q->a[2] >= TSR_DTYPE_COUNT)
+            st = tsr_error_set(&err, TSR_INVALID_ARGUMENT, "device worker: dtype %llu",
+                               (unsigned long long)q->a[2]);
+        else if (q->a[1] == 0)
+            st = ops->probe->buffer_fill_probe(b, buf, (tsr_dtype)q->a[2], q->a[3], q->a[4], &err);
+        else
+            st = ops->probe->buffer_fill_ones(b, buf, q->a[3], &err);
+        break;
+    }
     case TSRD_DW_WRITE:
     case TSRD_DW_READ: {
         tsrd_dbuf *buf = (tsrd_dbuf *)(uintptr_t)q->a[0];

@@ -409,8 +409,8 @@ static double gpu_counter(const char *name)
  * attention at many batches and lengths) is one build per variant, each shape
  * verified (the first completely, the others by their sampled check) and each
  * result matching the reference. Tier-1 f32 (M and attention's batch and
- * lengths as kernel parameters), the tier-3 GEMM (narrow and wide variants)
- * and the tier-3 attention. */
+ * lengths as kernel parameters), the tier-3 GEMM (narrow and wide variants),
+ * the tier-3 attention, and Tier-1 pointwise (the whole shape a parameter). */
 Test(cuda_backend, every_shape_of_a_variant_runs_one_binary_and_matches_the_reference)
 {
     static const struct {
@@ -430,12 +430,26 @@ Test(cuda_backend, every_shape_of_a_variant_runs_one_binary_and_matches_the_refe
         {"{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":%d,\"heads\":8,\"heads_kv\":2,"
          "\"seq_q\":1,\"seq_k\":777,\"head_dim\":128}",
          "attention_wgmma", 1, 3, 6, 1},
+        /* Pointwise: x·w then silu, rows of a broadcast weight (tiled rows of
+         * 4096), and relu(a+b)·sigmoid(c) over ragged lengths (vectors and a
+         * scalar tail). One binary each. */
+        {"{\"kind\":\"pointwise\",\"dtype\":\"bf16\",\"inputs\":[{\"name\":\"x\",\"shape\":[%d,"
+         "4096]},{\"name\":\"w\",\"shape\":[4096]}],\"ops\":[{\"op\":\"mul\",\"args\":[\"x\",\"w\"]"
+         ","
+         "\"out\":\"t\"},{\"op\":\"silu\",\"args\":[\"t\"],\"out\":\"y\"}],\"output\":\"y\"}",
+         "tier1", 2, 37, 12, 1},
+        {"{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"a\",\"shape\":[%d]},"
+         "{\"name\":\"b\",\"shape\":[1]},{\"name\":\"c\",\"shape\":[1]}],\"ops\":[{\"op\":\"add\","
+         "\"args\":[\"a\",\"b\"],\"out\":\"s\"},{\"op\":\"relu\",\"args\":[\"s\"],\"out\":\"r\"},"
+         "{\"op\":\"sigmoid\",\"args\":[\"c\"],\"out\":\"g\"},{\"op\":\"mul\",\"args\":[\"r\","
+         "\"g\"],\"out\":\"y\"}],\"output\":\"y\"}",
+         "tier1", 1001, 333, 12, 1},
     };
     for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++) {
         double builds = gpu_counter("kcache_builds_total");
         char key[TSR_CLIENT_KEY_MAX] = "";
         for (int i = 0; i < layers[l].count; i++) {
-            char json[512];
+            char json[768];
             snprintf(json, sizeof json, layers[l].fmt, layers[l].first + i * layers[l].step);
             tsr_region r;
             tsr_error e;

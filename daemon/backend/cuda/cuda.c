@@ -147,7 +147,7 @@ struct tsrd_kobj {
     /* A Tier-1 kernel of a variant: the free dimensions' values, passed after
      * the output. */
     int n_dims;
-    long long dims[3];
+    long long dims[TSR_MAX_RANK];
 };
 
 struct tsrd_stream {
@@ -896,23 +896,15 @@ static tsr_status cuda_tier1_bind(tsrd_backend *b, int device, const tsr_region 
     if (st != TSR_OK)
         return st;
     if (strcmp(l.entry, k->desc.entry) != 0 || l.n_params != k->desc.n_params ||
-        l.shared_bytes != k->desc.shared_bytes || l.block[0] != k->desc.block[0] || l.n_dims < 1 ||
-        l.n_dims > 3)
+        l.shared_bytes != k->desc.shared_bytes || l.block[0] != k->desc.block[0] || l.n_dims < 0 ||
+        l.n_dims > TSR_MAX_RANK)
         return tsr_error_set(err, TSR_CORRUPT,
                              "stored entry %s does not serve this region with this build's "
                              "geometry",
                              k->desc.entry);
     memcpy(k->desc.grid, l.grid, sizeof k->desc.grid);
     k->n_dims = l.n_dims;
-    if (r->kind == TSR_KIND_ATTENTION) {
-        k->dims[0] = r->u.attention.batch;
-        k->dims[1] = r->u.attention.seq_q;
-        k->dims[2] = r->u.attention.seq_k;
-    } else {
-        k->dims[0] = r->kind == TSR_KIND_MATMUL  ? r->u.matmul.m
-                     : r->kind == TSR_KIND_FUSED ? r->u.fused.m
-                                                 : r->u.gated.m;
-    }
+    memcpy(k->dims, l.dims, sizeof k->dims);
     return TSR_OK;
 }
 
@@ -1150,7 +1142,7 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
     for (int i = 0; i < n_inputs; i++)
         ptrs[i] = inputs[i]->ptr;
     ptrs[n_inputs] = output->ptr;
-    void *args[TSR_MAX_REGION_INPUTS + 4];
+    void *args[TSR_MAX_REGION_INPUTS + 1 + TSR_MAX_RANK];
     CUtensorMap maps[3];
     CUdeviceptr operands[3];
     tsr_gemm_params params;

@@ -213,12 +213,14 @@ static tsr_status at_mm_whole_finish(void *arg, int64_t lo, int64_t hi)
     return TSR_OK;
 }
 
+/* Row by row of B, so that one row's named columns share its pages and
+ * cache lines (column by column, every load is another page). */
 static tsr_status at_mm_gather(void *arg, int64_t lo, int64_t hi)
 {
     at_mm *c = arg;
     int64_t n = c->o.n, k = c->o.k;
-    for (int64_t i = lo; i < hi; i++) {
-        for (int64_t p = 0; p < k; p++) {
+    for (int64_t p = 0; p < k; p++) {
+        for (int64_t i = lo; i < hi; i++) {
             c->bcol[i * k + p] = tsr_dtype_load(c->r->dtype, c->o.b, (size_t)(p * n + c->cols[i]));
             if (c->bcol2 != NULL)
                 c->bcol2[i * k + p] =
@@ -226,6 +228,24 @@ static tsr_status at_mm_gather(void *arg, int64_t lo, int64_t hi)
         }
     }
     return TSR_OK;
+}
+
+/* The dot products of one row's A with up to four named columns of B (and
+ * Wu), side by side: each sum keeps its own order, k ascending (so its bits),
+ * and the four chains of additions overlap instead of waiting on each other. */
+#define AT_DOTS 4
+static void at_mm_dots(const double *a, const double *const *b, int cnt, int64_t k, double *s)
+{
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    const double *b0 = b[0], *b1 = b[cnt > 1 ? 1 : 0], *b2 = b[cnt > 2 ? 2 : 0],
+                 *b3 = b[cnt > 3 ? 3 : 0];
+    for (int64_t p = 0; p < k; p++) {
+        s0 += a[p] * b0[p];
+        s1 += a[p] * b1[p];
+        s2 += a[p] * b2[p];
+        s3 += a[p] * b3[p];
+    }
+    s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
 }
 
 static tsr_status at_mm_part(void *arg, int64_t lo, int64_t hi)
@@ -238,20 +258,24 @@ static tsr_status at_mm_part(void *arg, int64_t lo, int64_t hi)
     for (int64_t i = lo; i < hi; i++) {
         const at_row *g = &c->part[i];
         at_mm_load_a(c, g->row, a);
-        for (size_t t = g->first; t < g->first + g->count; t++) {
-            int64_t col = (int64_t)(c->index[t] - (uint64_t)(g->row * n));
-            size_t slot = at_column_slot(c->cols, c->n_cols, col);
-            const double *b = c->bcol + (int64_t)slot * k;
-            double s = 0, s2 = 0;
-            for (int64_t p = 0; p < k; p++)
-                s += a[p] * b[p];
-            if (c->bcol2 != NULL) {
-                const double *b2 = c->bcol2 + (int64_t)slot * k;
-                for (int64_t p = 0; p < k; p++)
-                    s2 += a[p] * b2[p];
+        for (size_t t0 = g->first; t0 < g->first + g->count; t0 += AT_DOTS) {
+            int cnt =
+                (int)(g->first + g->count - t0 < AT_DOTS ? g->first + g->count - t0 : AT_DOTS);
+            int64_t col[AT_DOTS];
+            const double *b[AT_DOTS], *b2[AT_DOTS];
+            for (int q = 0; q < cnt; q++) {
+                col[q] = (int64_t)(c->index[t0 + q] - (uint64_t)(g->row * n));
+                size_t slot = at_column_slot(c->cols, c->n_cols, col[q]);
+                b[q] = c->bcol + (int64_t)slot * k;
+                b2[q] = c->bcol2 != NULL ? c->bcol2 + (int64_t)slot * k : NULL;
             }
-            tsr_dtype_store(c->r->out_dtype, c->out, t,
-                            tsri_mm_element(c->r, &c->o, g->row, col, s, s2));
+            double s[AT_DOTS], s2[AT_DOTS] = {0, 0, 0, 0};
+            at_mm_dots(a, b, cnt, k, s);
+            if (c->bcol2 != NULL)
+                at_mm_dots(a, b2, cnt, k, s2);
+            for (int q = 0; q < cnt; q++)
+                tsr_dtype_store(c->r->out_dtype, c->out, t0 + (size_t)q,
+                                tsri_mm_element(c->r, &c->o, g->row, col[q], s[q], s2[q]));
         }
     }
     free(a);

@@ -105,8 +105,25 @@ GEN_CODE(static inline)
     "    }\n"                                                                                      \
     "}\n"
 
+/* The sampled outputs, gathered where the output is so that only they travel
+ * back: dst[t] = src[index[t]] for elements of 2 or 4 bytes. */
+#define GATHER_KERNEL                                                                              \
+    "extern \"C\" __global__ void " TSR_ORACLE_GATHER_ENTRY                                        \
+    "(void *dst, const void *src, const unsigned long long *index, unsigned long long n,"          \
+    " int size)\n"                                                                                 \
+    "{\n"                                                                                          \
+    "    unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;\n"                  \
+    "    unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;\n"      \
+    "    for (; t < n; t += step) {\n"                                                             \
+    "        if (size == 4)\n"                                                                     \
+    "            ((unsigned int *)dst)[t] = ((const unsigned int *)src)[index[t]];\n"              \
+    "        else\n"                                                                               \
+    "            ((unsigned short *)dst)[t] = ((const unsigned short *)src)[index[t]];\n"          \
+    "    }\n"                                                                                      \
+    "}\n"
+
 static const char gen_source[] = "/* tessera: the sampled check's probe inputs */\n" GEN_TEXT(
-    GEN_CODE(static __device__ __forceinline__)) "\n" GEN_KERNEL;
+    GEN_CODE(static __device__ __forceinline__)) "\n" GEN_KERNEL GATHER_KERNEL;
 
 const char *tsr_oracle_sampled_fill_source(void)
 {

@@ -177,6 +177,12 @@ typedef struct tsrd_backend_probe_ops {
     /* Sets bytes 0 .. bytes of buf to 0xff, a NaN in every storage dtype.
      * Synchronous and ordered as buffer_write is. */
     tsr_status (*buffer_fill_ones)(tsrd_backend *b, tsrd_dbuf *buf, uint64_t bytes, tsr_error *err);
+    /* Copies the elements at positions index[0..count) of buf (elements of
+     * size 2 or 4 bytes) into out, dense: only the sampled outputs travel.
+     * TSR_BUFFER_MISMATCH for a position past the buffer, TSR_INVALID_ARGUMENT
+     * for another size. Synchronous and ordered as buffer_read is. */
+    tsr_status (*buffer_gather)(tsrd_backend *b, tsrd_dbuf *buf, uint32_t size,
+                                const uint64_t *index, size_t count, void *out, tsr_error *err);
 } tsrd_backend_probe_ops;
 
 /* Every member of the core is set. The five optional groups are NULL where

@@ -294,6 +294,25 @@ static tsr_status cpu_buffer_fill_ones(tsrd_backend *b, tsrd_dbuf *buf, uint64_t
     return TSR_OK;
 }
 
+static tsr_status cpu_buffer_gather(tsrd_backend *b, tsrd_dbuf *buf, uint32_t size,
+                                    const uint64_t *index, size_t count, void *out, tsr_error *err)
+{
+    tsr_status st = cpu_current(b, buf->generation, "the buffer's device memory", err);
+    if (st != TSR_OK)
+        return st;
+    if (size != 2 && size != 4)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "cpu backend: gather of %u-byte elements",
+                             size);
+    for (size_t t = 0; t < count; t++)
+        if (index[t] >= buf->bytes / size)
+            return tsr_error_set(err, TSR_BUFFER_MISMATCH,
+                                 "cpu backend: gather position %llu past the buffer",
+                                 (unsigned long long)index[t]);
+    for (size_t t = 0; t < count; t++)
+        memcpy((uint8_t *)out + t * size, buf->data + index[t] * size, size);
+    return TSR_OK;
+}
+
 static tsr_status cpu_compile(tsrd_backend *b, const tsr_region *r, const tsr_candidate *c,
                               const char *arch, uint8_t **bin, size_t *len, tsr_error *err)
 {
@@ -514,6 +533,7 @@ static tsr_status cpu_recover(tsrd_backend *b, tsr_error *err)
 static const tsrd_backend_probe_ops cpu_probe = {
     .buffer_fill_probe = cpu_buffer_fill_probe,
     .buffer_fill_ones = cpu_buffer_fill_ones,
+    .buffer_gather = cpu_buffer_gather,
 };
 
 const tsrd_backend_ops tsrd_backend_cpu = {

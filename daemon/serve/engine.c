@@ -253,9 +253,6 @@ static tsr_status engine_run_keyed(tsrd_daemon *d, tsrd_kobj *k, const tsr_regio
     tsrd_stream *stream = NULL;
     uint64_t out_bytes = tsr_tensor_desc_bytes(&out_desc);
     size_t size = tsr_dtype_size(r->out_dtype);
-    /* The sampled positions' span, read back in one copy. */
-    uint64_t first = count > 0 ? index[0] : 0, span = count > 0 ? index[count - 1] - first + 1 : 0;
-    uint8_t *host = NULL;
     tsr_status st = ops->stream_create(d->backend, 0, &stream, err);
     for (int i = 0; st == TSR_OK && i < n; i++) {
         st = ops->buffer_alloc(d->backend, 0, tsr_tensor_desc_bytes(&sig[i]), &bufs[i], err);
@@ -272,17 +269,9 @@ static tsr_status engine_run_keyed(tsrd_daemon *d, tsrd_kobj *k, const tsr_regio
         st = ops->launch(d->backend, k, stream, bufs, n, out_buf, err);
     if (st == TSR_OK)
         st = ops->synchronize(d->backend, stream, NULL, err);
-    if (st == TSR_OK && span > SIZE_MAX / size)
-        st = tsr_error_set(err, TSR_NO_MEMORY, "verify: %llu sampled output bytes",
-                           (unsigned long long)span);
-    if (st == TSR_OK && (host = malloc(span * size + 1)) == NULL)
-        st = tsr_error_set(err, TSR_NO_MEMORY, "verify: %llu sampled output bytes",
-                           (unsigned long long)(span * size));
+    /* Only the sampled outputs come back. */
     if (st == TSR_OK)
-        st = ops->buffer_read(d->backend, out_buf, first * size, host, span * size, err);
-    for (size_t t = 0; st == TSR_OK && t < count; t++)
-        memcpy((uint8_t *)out + t * size, host + (index[t] - first) * size, size);
-    free(host);
+        st = ops->probe->buffer_gather(d->backend, out_buf, (uint32_t)size, index, count, out, err);
     for (int i = 0; i < n; i++)
         if (bufs[i] != NULL)
             ops->buffer_free(d->backend, bufs[i]);

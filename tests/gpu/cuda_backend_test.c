@@ -704,7 +704,8 @@ Test(cuda_backend, ping_pong_gemm_serves_every_epilogue_and_places_nan)
 
 /* The sampled check's probe inputs made on the device hold, element for
  * element, what the host reference makes of the same keys: every dtype, a
- * length that no block or grid divides, and a fill of all-ones bytes. */
+ * length that no block or grid divides, and a fill of all-ones bytes; the
+ * device's gather of sampled positions returns their bytes. */
 Test(cuda_backend, device_probe_inputs_equal_the_host_formula_element_for_element)
 {
     const tsrd_backend_ops *ops = &tsrd_backend_cuda;
@@ -734,6 +735,25 @@ Test(cuda_backend, device_probe_inputs_equal_the_host_formula_element_for_elemen
                 cr_assert_eq(got[x], want[x], "%s key %d: byte %llu", tsr_dtype_name(dtypes[j]), k,
                              (unsigned long long)x);
         }
+        /* Gathered on the device: every 997th element and the last. */
+        size_t count = 0;
+        uint64_t *index = malloc((n / 997 + 2) * sizeof *index);
+        cr_assert_not_null(index);
+        for (uint64_t x = 0; x < n; x += 997)
+            index[count++] = x;
+        index[count++] = n - 1;
+        uint8_t *picked = malloc(count * size);
+        cr_assert_not_null(picked);
+        cr_assert_eq(ops->probe->buffer_gather(b, buf, (uint32_t)size, index, count, picked, &e),
+                     TSR_OK, "%s", e.message);
+        for (size_t t = 0; t < count; t++)
+            cr_assert_eq(memcmp(picked + t * size, got + index[t] * size, size), 0, "[%llu]",
+                         (unsigned long long)index[t]);
+        index[0] = (n * size + 64) / size;
+        cr_expect_eq(ops->probe->buffer_gather(b, buf, (uint32_t)size, index, 1, picked, &e),
+                     TSR_BUFFER_MISMATCH);
+        free(index);
+        free(picked);
         /* Past the buffer: refused, the buffer untouched. */
         cr_expect_eq(ops->probe->buffer_fill_probe(b, buf, dtypes[j], n + 64, 1, &e),
                      TSR_BUFFER_MISMATCH);

@@ -718,8 +718,8 @@ Test(backend_cuda, attention_variants_free_batch_and_lengths)
     tsr_region_free(&b);
 }
 
-/* The sampled check's probe generator, as the backend compiles it on first
- * use: the oracle's own source, for sm_90a and sm_80. */
+/* The sampled check's probe generator and output gather, as the backend
+ * compiles them on first use: the oracle's own source, for sm_90a and sm_80. */
 Test(backend_cuda, the_probe_generator_compiles_for_every_served_arch)
 {
     tsrd_nvrtc *nv = NULL;
@@ -741,6 +741,9 @@ Test(backend_cuda, the_probe_generator_compiles_for_every_served_arch)
         cr_expect_not_null(
             memmem(cubin, len, TSR_ORACLE_FILL_ENTRY, strlen(TSR_ORACLE_FILL_ENTRY) + 1),
             "%s names its entry", arches[i]);
+        cr_expect_not_null(
+            memmem(cubin, len, TSR_ORACLE_GATHER_ENTRY, strlen(TSR_ORACLE_GATHER_ENTRY) + 1),
+            "%s names the gather", arches[i]);
         free(cubin);
     }
     tsrd_nvrtc_close(nv);

@@ -79,7 +79,7 @@ typedef struct cuda_device {
     /* The sampled check's probe generator (tsr_oracle_sampled_fill_source),
      * compiled by NVRTC and loaded on first use; under module_lock. */
     CUmodule probe_module;
-    CUfunction probe_fill;
+    CUfunction probe_fill, probe_gather;
 } cuda_device;
 
 typedef struct cuda_staging {
@@ -714,15 +714,16 @@ static void cuda_graph_destroy(tsrd_backend *b, tsrd_graph *g)
 
 /* ---- the sampled check's probe inputs ---- */
 
-/* The generator kernel on a device: NVRTC compiles the oracle's own source
+/* The generator's module on a device: NVRTC compiles the oracle's own source
  * for the device's arch on first use (tens of milliseconds, once per device
- * and context). */
-static tsr_status cuda_probe_function(tsrd_backend *b, int device, CUfunction *out, tsr_error *err)
+ * and context); *fn is the kernel named entry in it. */
+static tsr_status cuda_probe_function(tsrd_backend *b, int device, bool gather, CUfunction *fn,
+                                      tsr_error *err)
 {
     cuda_device *d = &b->devices[device];
     tsr_status st = TSR_OK;
     pthread_mutex_lock(&d->module_lock);
-    if (d->probe_fill == NULL) {
+    if (d->probe_module == NULL) {
         uint8_t *cubin = NULL;
         size_t len = 0;
         st = tsrd_nvrtc_compile(b->nv, tsr_oracle_sampled_fill_source(), "probe_fill.cu",
@@ -738,12 +739,36 @@ static tsr_status cuda_probe_function(tsrd_backend *b, int device, CUfunction *o
                 b->drv->module_get_function(&d->probe_fill, module, TSR_ORACLE_FILL_ENTRY),
                 "cuModuleGetFunction (" TSR_ORACLE_FILL_ENTRY ")", err);
         if (st == TSR_OK)
+            st = cuda_check(
+                b, device,
+                b->drv->module_get_function(&d->probe_gather, module, TSR_ORACLE_GATHER_ENTRY),
+                "cuModuleGetFunction (" TSR_ORACLE_GATHER_ENTRY ")", err);
+        if (st == TSR_OK) {
             d->probe_module = module;
-        else if (module != NULL)
-            b->drv->module_unload(module);
+        } else {
+            d->probe_fill = d->probe_gather = NULL;
+            if (module != NULL)
+                b->drv->module_unload(module);
+        }
     }
-    *out = d->probe_fill;
+    *fn = gather ? d->probe_gather : d->probe_fill;
     pthread_mutex_unlock(&d->module_lock);
+    return st;
+}
+
+/* A grid-stride launch over n items on the legacy default stream, waited for. */
+static tsr_status cuda_probe_launch(tsrd_backend *b, int device, CUfunction fn, uint64_t n,
+                                    void **params, const char *what, tsr_error *err)
+{
+    /* Enough blocks to fill every SM, no more. */
+    uint64_t blocks = (n + 255) / 256;
+    uint64_t most = (uint64_t)b->devices[device].info.multiprocessors * 16;
+    unsigned grid = (unsigned)(blocks < most ? blocks : most > 0 ? most : 1);
+    tsr_status st = cuda_check(
+        b, device, b->drv->launch_kernel(fn, grid, 1, 1, 256, 1, 1, 0, NULL, params, NULL), what,
+        err);
+    if (st == TSR_OK)
+        st = cuda_check(b, device, b->drv->stream_synchronize(NULL), "cuStreamSynchronize", err);
     return st;
 }
 
@@ -761,24 +786,15 @@ static tsr_status cuda_buffer_fill_probe(tsrd_backend *b, tsrd_dbuf *buf, tsr_dt
     if (st != TSR_OK || elements == 0)
         return st;
     CUfunction fn = NULL;
-    st = cuda_probe_function(b, buf->device, &fn, err);
+    st = cuda_probe_function(b, buf->device, false, &fn, err);
     if (st != TSR_OK)
         return st;
-    /* A grid-stride loop: enough blocks to fill every SM, no more. */
-    uint64_t blocks = (elements + 255) / 256;
-    uint64_t most = (uint64_t)b->devices[buf->device].info.multiprocessors * 16;
-    unsigned grid = (unsigned)(blocks < most ? blocks : most > 0 ? most : 1);
     CUdeviceptr dst = buf->ptr;
     unsigned long long n = elements, k = key;
     int code = (int)dtype;
     void *params[] = {&dst, &n, &k, &code};
-    st = cuda_check(b, buf->device,
-                    b->drv->launch_kernel(fn, grid, 1, 1, 256, 1, 1, 0, NULL, params, NULL),
-                    "cuLaunchKernel (probe generator)", err);
-    if (st == TSR_OK)
-        st = cuda_check(b, buf->device, b->drv->stream_synchronize(NULL),
-                        "cuStreamSynchronize (probe generator)", err);
-    return st;
+    return cuda_probe_launch(b, buf->device, fn, elements, params,
+                             "cuLaunchKernel (probe generator)", err);
 }
 
 static tsr_status cuda_buffer_fill_ones(tsrd_backend *b, tsrd_dbuf *buf, uint64_t bytes,
@@ -795,6 +811,49 @@ static tsr_status cuda_buffer_fill_ones(tsrd_backend *b, tsrd_dbuf *buf, uint64_
     if (st == TSR_OK)
         st = cuda_check(b, buf->device, b->drv->stream_synchronize(NULL), "cuStreamSynchronize",
                         err);
+    return st;
+}
+
+/* The positions go up, the kernel gathers, the elements come back: two
+ * small copies instead of the whole output. */
+static tsr_status cuda_buffer_gather(tsrd_backend *b, tsrd_dbuf *buf, uint32_t size,
+                                     const uint64_t *index, size_t count, void *out, tsr_error *err)
+{
+    if (size != 2 && size != 4)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "cuda backend: gather of %u-byte elements",
+                             size);
+    for (size_t t = 0; t < count; t++)
+        if (index[t] >= buf->bytes / size)
+            return tsr_error_set(err, TSR_BUFFER_MISMATCH,
+                                 "cuda backend: gather position %llu past the buffer",
+                                 (unsigned long long)index[t]);
+    tsr_status st =
+        cuda_enter_object(b, buf->device, buf->generation, "the buffer's device memory", err);
+    if (st != TSR_OK || count == 0)
+        return st;
+    CUfunction fn = NULL;
+    st = cuda_probe_function(b, buf->device, true, &fn, err);
+    tsrd_dbuf *idx = NULL, *dst = NULL;
+    if (st == TSR_OK)
+        st = cuda_buffer_alloc(b, buf->device, count * sizeof *index, &idx, err);
+    if (st == TSR_OK)
+        st = cuda_buffer_alloc(b, buf->device, count * size, &dst, err);
+    if (st == TSR_OK)
+        st = cuda_buffer_copy(b, idx, 0, (void *)index, count * sizeof *index, 1, err);
+    if (st == TSR_OK) {
+        CUdeviceptr d_dst = dst->ptr, d_src = buf->ptr, d_idx = idx->ptr;
+        unsigned long long n = count;
+        int esize = (int)size;
+        void *params[] = {&d_dst, &d_src, &d_idx, &n, &esize};
+        st = cuda_probe_launch(b, buf->device, fn, count, params,
+                               "cuLaunchKernel (sampled outputs)", err);
+    }
+    if (st == TSR_OK)
+        st = cuda_buffer_copy(b, dst, 0, out, count * size, 0, err);
+    if (idx != NULL)
+        cuda_buffer_free(b, idx);
+    if (dst != NULL)
+        cuda_buffer_free(b, dst);
     return st;
 }
 
@@ -1248,7 +1307,7 @@ static tsr_status cuda_device_recover(tsrd_backend *b, int index, tsr_error *err
      * old context: forget the handles to them without calling the driver. */
     memset(d->modules, 0, sizeof d->modules);
     d->probe_module = NULL;
-    d->probe_fill = NULL;
+    d->probe_fill = d->probe_gather = NULL;
     /* The poisoned context must not stay current here: calls made with it
      * current report its sticky error instead of doing their work. */
     drv->ctx_set_current(NULL);
@@ -1330,6 +1389,7 @@ static const tsrd_backend_ipc_ops cuda_ipc = {.buffer_import = cuda_buffer_impor
 static const tsrd_backend_probe_ops cuda_probe = {
     .buffer_fill_probe = cuda_buffer_fill_probe,
     .buffer_fill_ones = cuda_buffer_fill_ones,
+    .buffer_gather = cuda_buffer_gather,
 };
 
 static const tsrd_backend_graph_ops cuda_graph = {

@@ -402,6 +402,29 @@ static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint
             st = ops->probe->buffer_fill_ones(b, buf, q->a[3], &err);
         break;
     }
+    case TSRD_DW_GATHER: {
+        tsrd_dbuf *buf = (tsrd_dbuf *)(uintptr_t)q->a[0];
+        uint64_t n = q->a[2];
+        if (ops->probe == NULL)
+            st = tsr_error_set(&err, TSR_UNSUPPORTED, "device worker: %s gathers nothing",
+                               ops->name);
+        else if (n > TSRD_DW_WINDOW / sizeof(uint64_t))
+            st = tsr_error_set(&err, TSR_INTERNAL, "device worker: gather larger than the window");
+        else {
+            /* The positions are read out of the window before the elements
+             * overwrite it. */
+            uint64_t *index = malloc(n * sizeof *index + 1);
+            if (index == NULL) {
+                st = tsr_error_set(&err, TSR_NO_MEMORY, "device worker: out of memory");
+            } else {
+                memcpy(index, ch->window, n * sizeof *index);
+                st = ops->probe->buffer_gather(b, buf, (uint32_t)q->a[1], index, (size_t)n,
+                                               ch->window, &err);
+                free(index);
+            }
+        }
+        break;
+    }
     case TSRD_DW_WRITE:
     case TSRD_DW_READ: {
         tsrd_dbuf *buf = (tsrd_dbuf *)(uintptr_t)q->a[0];

@@ -169,8 +169,12 @@ tsr_status tsr_oracle_make_sampled_probe(const tsr_region *r, uint64_t seed, int
  * long long n, unsigned long long key, int dtype (tsr_dtype's number)), that
  * writes elements 0 .. n of dst bit for bit as tsr_oracle_sampled_fill does,
  * from the same text (lib/oracle_gen.c); any 1-D grid covers every element.
- * Pure; the source is static. */
+ * The same source holds TSR_ORACLE_GATHER_ENTRY(void *dst, const void *src,
+ * const unsigned long long *index, unsigned long long n, int size): dst[t] =
+ * src[index[t]] for t < n, elements of size 2 or 4 bytes (the sampled
+ * outputs). Pure; the source is static. */
 #define TSR_ORACLE_FILL_ENTRY "tsr_probe_fill"
+#define TSR_ORACLE_GATHER_ENTRY "tsr_probe_gather"
 uint64_t tsr_oracle_sampled_key(uint64_t seed, int probe, int input);
 float tsr_oracle_sampled_value(uint64_t key, uint64_t e);
 void tsr_oracle_sampled_fill(tsr_dtype dtype, void *base, uint64_t first, uint64_t count,

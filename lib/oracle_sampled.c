@@ -477,7 +477,6 @@ typedef struct sparse_inputs {
     size_t bytes[TSR_MAX_REGION_INPUTS];
     uint64_t keys[TSR_MAX_REGION_INPUTS];
     int threads;
-    double made; /* elements made (counted again where a run is named twice) */
 } sparse_inputs;
 
 static void sparse_free(sparse_inputs *s)
@@ -506,8 +505,7 @@ static tsr_status sparse_reserve(sparse_inputs *s, const tsr_region *r, uint64_t
             s->data[i] = NULL;
             sparse_free(s);
             return tsr_error_set(err, TSR_NO_MEMORY,
-                                 "probe: %llu bytes of address space for "
-                                 "input '%s'",
+                                 "probe: %llu bytes of address space for input '%s'",
                                  (unsigned long long)bytes, s->descs[i].name);
         }
     }
@@ -519,7 +517,6 @@ static void sparse_make(void *ctx, int input, uint64_t first, uint64_t count)
     sparse_inputs *s = ctx;
     tsri_oracle_fill_parallel(s->descs[input].dtype, s->data[input], first, count, s->keys[input],
                               s->threads);
-    s->made += (double)count;
 }
 
 static void sparse_count(void *ctx, int input, uint64_t first, uint64_t count)

@@ -468,7 +468,7 @@ static tsr_status sampled_make_inputs(const tsr_region *r, uint64_t seed, int pr
 
 /* Full-size inputs of which only the elements the sampled reference reads
  * are made: reserved address space (untouched pages cost no memory and read
- * as zeros), filled run by run as tsri_ref_at_reads names them. */
+ * as zeros), filled where tsri_ref_at_reads names runs of elements. */
 typedef struct sparse_inputs {
     const tsr_region *r;
     int n;
@@ -512,11 +512,129 @@ static tsr_status sparse_reserve(sparse_inputs *s, const tsr_region *r, uint64_t
     return TSR_OK;
 }
 
-static void sparse_make(void *ctx, int input, uint64_t first, uint64_t count)
+/* The runs to make, collected first and then made in one parallel pass over
+ * all of them: made one call at a time, a decode attention's 76 runs of K
+ * and V would start their threads 76 times over. */
+typedef struct sparse_run {
+    int input;
+    uint64_t first, count;
+    uint64_t end; /* elements of this run and every one before it */
+} sparse_run;
+
+typedef struct sparse_runs {
+    sparse_inputs *s;
+    sparse_run *v;
+    size_t n, cap;
+    bool oom;
+} sparse_runs;
+
+static void sparse_collect(void *ctx, int input, uint64_t first, uint64_t count)
 {
-    sparse_inputs *s = ctx;
-    tsri_oracle_fill_parallel(s->descs[input].dtype, s->data[input], first, count, s->keys[input],
-                              s->threads);
+    sparse_runs *rs = ctx;
+    if (rs->oom || count == 0)
+        return;
+    /* Single elements next to each other (a B column's rows are not, a
+     * pointwise row's are) join one run. */
+    if (rs->n > 0 && rs->v[rs->n - 1].input == input &&
+        rs->v[rs->n - 1].first + rs->v[rs->n - 1].count == first) {
+        rs->v[rs->n - 1].count += count;
+        rs->v[rs->n - 1].end += count;
+        return;
+    }
+    if (rs->n == rs->cap) {
+        size_t cap = rs->cap ? rs->cap * 2 : 256;
+        sparse_run *grown = realloc(rs->v, cap * sizeof *grown);
+        if (grown == NULL) {
+            rs->oom = true;
+            return;
+        }
+        rs->v = grown;
+        rs->cap = cap;
+    }
+    uint64_t before = rs->n > 0 ? rs->v[rs->n - 1].end : 0;
+    rs->v[rs->n++] = (sparse_run){input, first, count, before + count};
+}
+
+/* Elements [lo, hi) · SAMPLE_GEN_CHUNK of all runs laid end to end. */
+static tsr_status sparse_make_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const sparse_runs *rs = ctx;
+    uint64_t total = rs->n > 0 ? rs->v[rs->n - 1].end : 0;
+    uint64_t a = (uint64_t)lo * SAMPLE_GEN_CHUNK, b = (uint64_t)hi * SAMPLE_GEN_CHUNK;
+    if (b > total)
+        b = total;
+    /* The run holding element a: the first whose end passes it. */
+    size_t r = 0, top = rs->n;
+    while (r < top) {
+        size_t mid = (r + top) / 2;
+        if (rs->v[mid].end <= a)
+            r = mid + 1;
+        else
+            top = mid;
+    }
+    for (; a < b && r < rs->n; r++) {
+        const sparse_run *run = &rs->v[r];
+        uint64_t start = run->end - run->count; /* this run's first element laid end to end */
+        uint64_t from = a - start, to = (b < run->end ? b : run->end) - start;
+        tsr_oracle_sampled_fill(rs->s->descs[run->input].dtype, rs->s->data[run->input],
+                                run->first + from, to - from, rs->s->keys[run->input]);
+        a = start + to;
+    }
+    return TSR_OK;
+}
+
+static int sparse_run_cmp(const void *a, const void *b)
+{
+    const sparse_run *x = a, *y = b;
+    if (x->input != y->input)
+        return x->input < y->input ? -1 : 1;
+    return (x->first > y->first) - (x->first < y->first);
+}
+
+/* Sorted, with overlapping runs merged (a broadcast input is named once per
+ * position that reads it), so that no element is made twice, nor by two
+ * threads at once. */
+static void sparse_runs_merge(sparse_runs *rs)
+{
+    if (rs->n == 0)
+        return;
+    qsort(rs->v, rs->n, sizeof *rs->v, sparse_run_cmp);
+    size_t u = 0;
+    for (size_t i = 1; i < rs->n; i++) {
+        sparse_run *last = &rs->v[u];
+        const sparse_run *cur = &rs->v[i];
+        if (cur->input == last->input && cur->first <= last->first + last->count) {
+            uint64_t end = cur->first + cur->count;
+            if (end > last->first + last->count)
+                last->count = end - last->first;
+        } else {
+            rs->v[++u] = *cur;
+        }
+    }
+    rs->n = u + 1;
+    uint64_t total = 0;
+    for (size_t i = 0; i < rs->n; i++) {
+        total += rs->v[i].count;
+        rs->v[i].end = total;
+    }
+}
+
+static tsr_status sparse_make(sparse_inputs *s, const tsr_region *r, const uint64_t *index,
+                              size_t count)
+{
+    sparse_runs rs = {.s = s};
+    tsr_status st = tsri_ref_at_reads(r, index, count, sparse_collect, &rs);
+    if (st == TSR_OK && rs.oom)
+        st = TSR_NO_MEMORY;
+    if (st == TSR_OK)
+        sparse_runs_merge(&rs);
+    if (st == TSR_OK && rs.n > 0) {
+        int64_t chunks = (int64_t)((rs.v[rs.n - 1].end + SAMPLE_GEN_CHUNK - 1) / SAMPLE_GEN_CHUNK);
+        st = tsri_ref_parallel(chunks < s->threads ? (int)chunks : s->threads, chunks,
+                               sparse_make_range, &rs);
+    }
+    free(rs.v);
+    return st;
 }
 
 static void sparse_count(void *ctx, int input, uint64_t first, uint64_t count)
@@ -555,7 +673,7 @@ tsr_status tsr_oracle_sampled_reference(const tsr_region *r, uint64_t seed, int 
                                "index: positions must ascend, [%zu] = %llu after %llu", t,
                                (unsigned long long)index[t], (unsigned long long)index[t - 1]);
     }
-    if (st == TSR_OK && tsri_ref_at_reads(r, index, count, sparse_make, &s) != TSR_OK)
+    if (st == TSR_OK && sparse_make(&s, r, index, count) != TSR_OK)
         st = tsr_error_set(err, TSR_NO_MEMORY, "sampled reference: scratch for %zu positions",
                            count);
     if (st == TSR_OK)

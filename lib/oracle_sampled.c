@@ -270,8 +270,17 @@ static void sample_query_rows(pos_set *s, const tsr_attention_desc *d, int64_t t
     int64_t total = d->batch * d->heads * d->seq_q;
     int64_t count = (samples + d->head_dim_v - 1) / d->head_dim_v;
     count = count > SAMPLE_QUERY_ROWS ? count : SAMPLE_QUERY_ROWS;
-    for (int64_t i = 0; i < count && i < total; i++)
-        pos_add(&rows, (uint64_t)sample_below(g, total));
+    /* A seeded row, then the same query position in the other heads of its
+     * kv group: every head's mapping to its kv head is compared, and the
+     * reference reads a group's keys and values once for all its heads (the
+     * host makes a quarter of them for a grouped decode). */
+    for (int64_t i = 0; i < count && i < total;) {
+        int64_t row = sample_below(g, total);
+        int64_t m = row % d->seq_q, bh = row / d->seq_q;
+        int64_t b = bh / d->heads, h0 = bh % d->heads / group * group;
+        for (int64_t j = 0; j < group && i < count && i < total; j++, i++)
+            pos_add(&rows, (uint64_t)((b * d->heads + h0 + j) * d->seq_q + m));
+    }
     pos_unique(&rows);
     pos_rows(s, &rows, d->head_dim_v);
     s->oom |= ms.oom | rows.oom;

@@ -146,7 +146,8 @@ tsr_status tsr_oracle_verify(const tsr_region *r, tsr_candidate_run_fn run, void
  * first and last tile and max(16, samples / N) seeded ones. Attention takes
  * whole query rows: those rows of the first and last tile of seq_q in the
  * first and last (batch, head) and at the first kv-group boundary, and
- * max(32, samples / head_dim_v) seeded ones. A pure function of its
+ * max(32, samples / head_dim_v) seeded ones, taken a kv group at a time (a
+ * seeded row and the same query position in every head of its group). A pure function of its
  * arguments; TSR_NO_MEMORY only. */
 tsr_status tsr_oracle_sample(const tsr_region *r, int tile, uint64_t seed, int probe, int samples,
                              uint64_t **index, size_t *count, tsr_error *err);

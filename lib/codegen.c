@@ -160,6 +160,8 @@ static tsr_status cg_resolve(const tsr_region *r, const tsr_codegen_target *targ
         can = TSR_VARIANT_ROWS, what = "M";
     else if (r->kind == TSR_KIND_ATTENTION)
         can = attention, what = "batch, seq_q and seq_k together";
+    else if (r->kind == TSR_KIND_POINTWISE)
+        can = TSR_VARIANT_SHAPE, what = "its whole shape";
     if (t->free_dims != 0 && t->free_dims != can)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT,
                              "free dimensions 0x%x: a %s kernel can take %s at run time",
@@ -167,7 +169,20 @@ static tsr_status cg_resolve(const tsr_region *r, const tsr_codegen_target *targ
     tsr_tensor_desc inputs[TSR_MAX_REGION_INPUTS], output;
     int n_inputs = tsr_region_signature(r, inputs, &output);
     l->n_inputs = n_inputs;
-    l->n_dims = t->free_dims == 0 ? 0 : t->free_dims == TSR_VARIANT_ROWS ? 1 : 3;
+    /* The free dimensions' values at r's shape; pointwise's (its merged
+     * dims) are the generator's to count. */
+    l->n_dims = 0;
+    if (t->free_dims == TSR_VARIANT_ROWS) {
+        l->n_dims = 1;
+        l->dims[0] = r->kind == TSR_KIND_MATMUL  ? r->u.matmul.m
+                     : r->kind == TSR_KIND_FUSED ? r->u.fused.m
+                                                 : r->u.gated.m;
+    } else if (t->free_dims == attention) {
+        l->n_dims = 3;
+        l->dims[0] = r->u.attention.batch;
+        l->dims[1] = r->u.attention.seq_q;
+        l->dims[2] = r->u.attention.seq_k;
+    }
     l->n_params = n_inputs + 1 + l->n_dims;
     snprintf(l->entry, sizeof l->entry, "tsr_t1_%s", tsr_region_kind_name(r->kind));
     return TSR_OK;
@@ -186,6 +201,16 @@ tsr_status tsr_codegen_launch_of(const tsr_region *r, const tsr_codegen_target *
         tsr_status st = cg_resolve(r, target, &t, out, err);
         if (st == TSR_OK)
             st = tsri_cg_matmul_launch(r, out, err);
+        if (st != TSR_OK)
+            memset(out, 0, sizeof *out);
+        return st;
+    }
+    if (r->kind == TSR_KIND_POINTWISE && target != NULL &&
+        (target->free_dims & TSR_VARIANT_SHAPE)) {
+        tsri_cg_target t;
+        tsr_status st = cg_resolve(r, target, &t, out, err);
+        if (st == TSR_OK)
+            st = tsri_cg_pointwise_launch(r, &t, out, err);
         if (st != TSR_OK)
             memset(out, 0, sizeof *out);
         return st;

@@ -26,6 +26,9 @@ typedef struct tsri_cg_target {
 
 tsr_status tsri_cg_pointwise(tsri_cg_buf *b, const tsr_region *r, const tsri_cg_target *t,
                              tsr_codegen_launch *l, tsr_error *err);
+/* The pointwise kernel's launch alone, for a target with TSR_VARIANT_SHAPE. */
+tsr_status tsri_cg_pointwise_launch(const tsr_region *r, const tsri_cg_target *t,
+                                    tsr_codegen_launch *l, tsr_error *err);
 tsr_status tsri_cg_matmul(tsri_cg_buf *b, const tsr_region *r, const tsri_cg_target *t,
                           tsr_codegen_launch *l, tsr_error *err);
 /* The matmul kinds' launch geometry alone (what tsri_cg_matmul fills). */

@@ -15,11 +15,22 @@
  * whenever every pointer is 16-byte aligned, with a scalar tail; only a
  * broadcast input pays for index decomposition, over the output dims merged
  * where the broadcast pattern allows, with divisions by constants.
+ *
+ * With TSR_VARIANT_SHAPE the kernel serves every shape of one broadcast
+ * pattern (which dimension of which input is 1): the merged dims are kernel
+ * parameters, and with them the element count and every stride. The classes
+ * come from the pattern alone (a dimension every input broadcasts is 1 and
+ * dropped). A broadcast region walks its rows in tiles of 256·VW elements of
+ * the innermost merged dim: a block decomposes its tile's row once (32-bit
+ * divisions where the dims fit), loads the inputs that broadcast along the row
+ * once, and moves 16-byte vectors along it when the row length allows; rows
+ * shorter than half a tile take one index decomposition per element instead.
  */
 #include "codegen_emit.h"
 #include "codegen_internal.h"
 
 #include <stdio.h>
+#include <string.h>
 
 enum { PW_THREADS = 256, PW_BLOCKS_PER_SM = 8 };
 
@@ -214,9 +225,326 @@ static void pw_emit_decompose(tsri_cg_buf *b, const tsr_pointwise_desc *pw, cons
     }
 }
 
+/* ---- one kernel for every shape of a broadcast pattern ---- */
+
+enum { PW_TILED_MIN = PW_THREADS * 2 }; /* shortest row walked in tiles, in vectors: see below */
+
+/* The broadcast pattern: output dims merged where every input's broadcast
+ * mask is the same, dims that every input broadcasts (size 1) dropped. */
+typedef struct pw_pattern {
+    int n_dims;
+    unsigned mask[TSR_MAX_RANK]; /* inputs broadcasting along the merged dim */
+    int64_t size[TSR_MAX_RANK];
+    pw_class cls[TSR_MAX_PW_INPUTS];
+    bool any_bcast;
+} pw_pattern;
+
+static void pw_pattern_of(const tsr_pointwise_desc *pw, pw_pattern *p)
+{
+    memset(p, 0, sizeof *p);
+    const unsigned all = pw->n_inputs >= 32 ? ~0u : (1u << pw->n_inputs) - 1u;
+    for (int d = 0; d < pw->out_rank; d++) {
+        unsigned mask = 0;
+        for (int k = 0; k < pw->n_inputs; k++) {
+            const tsr_pw_input *in = &pw->inputs[k];
+            int id = d - (pw->out_rank - in->rank);
+            if (id < 0 || in->shape[id] == 1)
+                mask |= 1u << k;
+        }
+        if (mask == all)
+            continue;
+        if (p->n_dims > 0 && p->mask[p->n_dims - 1] == mask) {
+            p->size[p->n_dims - 1] *= pw->out_shape[d];
+        } else {
+            p->mask[p->n_dims] = mask;
+            p->size[p->n_dims] = pw->out_shape[d];
+            p->n_dims++;
+        }
+    }
+    for (int k = 0; k < pw->n_inputs; k++) {
+        int along = 0;
+        for (int d = 0; d < p->n_dims; d++)
+            along += (p->mask[d] >> k) & 1u;
+        p->cls[k] = along == 0 ? PW_FULL : along == p->n_dims ? PW_SCALAR : PW_BCAST;
+        p->any_bcast |= p->cls[k] == PW_BCAST;
+    }
+}
+
+void tsr_codegen_pointwise_class(const tsr_region *r, char cls[TSR_VARIANT_CLASS_MAX])
+{
+    pw_pattern p;
+    pw_pattern_of(&r->u.pointwise, &p);
+    int n = snprintf(cls, TSR_VARIANT_CLASS_MAX, "pw");
+    for (int d = 0; d < p.n_dims && n > 0 && n < TSR_VARIANT_CLASS_MAX; d++)
+        n += snprintf(cls + n, (size_t)(TSR_VARIANT_CLASS_MAX - n), ".%x", p.mask[d]);
+}
+
+static int pw_vector_width(const tsr_region *r)
+{
+    return r->dtype == TSR_F32 && r->out_dtype == TSR_F32 ? 4 : 8;
+}
+
+/* The generic kernel's grid for r's own shape, and the dims' values. */
+static tsr_status pw_generic_launch(const tsr_region *r, const tsri_cg_target *t,
+                                    const pw_pattern *p, tsr_codegen_launch *l, tsr_error *err)
+{
+    const int vw = pw_vector_width(r);
+    int64_t elems = 1;
+    for (int d = 0; d < p->n_dims; d++) {
+        elems *= p->size[d];
+        l->dims[d] = p->size[d];
+    }
+    int64_t inner = p->n_dims > 0 ? p->size[p->n_dims - 1] : 1;
+    int64_t items;
+    if (p->any_bcast && inner >= (int64_t)PW_TILED_MIN * vw) {
+        int64_t per_tile = (int64_t)PW_THREADS * vw;
+        items = elems / inner * ((inner + per_tile - 1) / per_tile) * PW_THREADS;
+    } else {
+        items = p->any_bcast ? elems : (elems + vw - 1) / vw;
+    }
+    int64_t blocks = (items + PW_THREADS - 1) / PW_THREADS;
+    if (blocks > (int64_t)t->sm_count * PW_BLOCKS_PER_SM)
+        blocks = (int64_t)t->sm_count * PW_BLOCKS_PER_SM;
+    l->shared_bytes = 0;
+    return tsri_cg_geometry(l, blocks, PW_THREADS, err);
+}
+
+tsr_status tsri_cg_pointwise_launch(const tsr_region *r, const tsri_cg_target *t,
+                                    tsr_codegen_launch *l, tsr_error *err)
+{
+    pw_pattern p;
+    pw_pattern_of(&r->u.pointwise, &p);
+    l->n_dims = p.n_dims;
+    l->n_params = l->n_inputs + 1 + p.n_dims;
+    return pw_generic_launch(r, t, &p, l, err);
+}
+
+/* The arguments of tsr_pw_eval for element j of a row (or e of the flat
+ * range): x<k>[t] from a vector, or a scalar per class. */
+static void pw_emit_args(tsri_cg_buf *b, const tsr_pointwise_desc *pw, const pw_pattern *p,
+                         bool vector, const char *full_index, const char *row_index)
+{
+    const unsigned inner = p->n_dims > 0 ? p->mask[p->n_dims - 1] : 0;
+    for (int k = 0; k < pw->n_inputs; k++) {
+        const char *sep = k ? ", " : "";
+        if (p->cls[k] == PW_SCALAR)
+            tsri_cg_printf(b, "%ss%d", sep, k);
+        else if (p->cls[k] == PW_BCAST && ((inner >> k) & 1u))
+            tsri_cg_printf(b, "%sr%d", sep, k); /* broadcast along the row */
+        else if (vector)
+            tsri_cg_printf(b, "%sx%d[t]", sep, k);
+        else if (p->cls[k] == PW_FULL)
+            tsri_cg_printf(b, "%stsr_in_to_f32(in%d[%s])", sep, k, full_index);
+        else
+            tsri_cg_printf(b, "%stsr_in_to_f32(in%d[o%d + %s])", sep, k, k, row_index);
+    }
+}
+
+/* o<k> = the offsets of the broadcast inputs at the multi-index of `what`
+ * over the merged dims [0, last) (the row: every dim but the innermost, or
+ * the element: all of them). */
+static void pw_emit_generic_decompose(tsri_cg_buf *b, const tsr_pointwise_desc *pw,
+                                      const pw_pattern *p, const char *what, int last,
+                                      const char *indent)
+{
+    tsri_cg_printf(b, "%sunsigned long long rest = %s;\n", indent, what);
+    for (int k = 0; k < pw->n_inputs; k++)
+        if (p->cls[k] == PW_BCAST)
+            tsri_cg_printf(b, "%sunsigned long long o%d = 0;\n", indent, k);
+    for (int d = last - 1; d >= 0; d--) {
+        tsri_cg_printf(b, "%s{\n", indent);
+        if (d > 0)
+            tsri_cg_printf(b,
+                           "%s    const unsigned long long q = tsr_div(rest, n%d);\n"
+                           "%s    const unsigned long long c = rest - q * n%d;\n"
+                           "%s    rest = q;\n",
+                           indent, d, indent, d, indent);
+        else
+            tsri_cg_printf(b, "%s    const unsigned long long c = rest;\n", indent);
+        for (int k = 0; k < pw->n_inputs; k++)
+            if (p->cls[k] == PW_BCAST && !((p->mask[d] >> k) & 1u))
+                tsri_cg_printf(b, "%s    o%d += c * st%d_%d;\n", indent, k, k, d);
+        tsri_cg_printf(b, "%s}\n", indent);
+    }
+}
+
+static tsr_status pw_emit_generic(tsri_cg_buf *b, const tsr_region *r, const tsri_cg_target *t,
+                                  tsr_codegen_launch *l, tsr_error *err)
+{
+    const tsr_pointwise_desc *pw = &r->u.pointwise;
+    pw_pattern p;
+    pw_pattern_of(pw, &p);
+    l->n_dims = p.n_dims;
+    l->n_params = l->n_inputs + 1 + p.n_dims;
+    tsr_status st = pw_generic_launch(r, t, &p, l, err);
+    if (st != TSR_OK)
+        return st;
+    const int vw = pw_vector_width(r);
+    const unsigned inner_mask = p.n_dims > 0 ? p.mask[p.n_dims - 1] : 0;
+
+    tsri_cg_printf(b,
+                   "/* Every shape of one broadcast pattern: the merged dims n0.. are\n"
+                   " * parameters. */\n"
+                   "typedef unsigned long long tsr_idx_t;\n"
+                   "#define TSR_VW %d\n\n"
+                   "/* a / b in 32 bits where both fit (the common case, and far cheaper). */\n"
+                   "__device__ __forceinline__ unsigned long long tsr_div(unsigned long long a,\n"
+                   "                                                      unsigned long long b)\n"
+                   "{\n"
+                   "    return ((a | b) >> 32) == 0 ? (unsigned long long)((unsigned int)a / "
+                   "(unsigned int)b) : a / b;\n"
+                   "}\n\n",
+                   vw);
+    pw_emit_eval(b, pw);
+    pw_emit_vector_io(b, r, vw);
+
+    tsri_cg_printf(b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", PW_THREADS,
+                   l->entry);
+    for (int k = 0; k < pw->n_inputs; k++)
+        tsri_cg_printf(b, "const tsr_in_t *__restrict__ in%d, ", k);
+    tsri_cg_puts(b, "tsr_out_t *__restrict__ out");
+    for (int d = 0; d < p.n_dims; d++)
+        tsri_cg_printf(b, ", long long d%d", d);
+    tsri_cg_puts(b, ")\n{\n    unsigned long long elems = 1;\n");
+    for (int d = 0; d < p.n_dims; d++)
+        tsri_cg_printf(b,
+                       "    const unsigned long long n%d = (unsigned long long)d%d;\n"
+                       "    elems *= n%d;\n",
+                       d, d, d);
+    /* A broadcast input's stride along each merged dim it does not broadcast
+     * along: the product of the dims inside it that it does not broadcast. */
+    for (int k = 0; k < pw->n_inputs; k++) {
+        if (p.cls[k] != PW_BCAST)
+            continue;
+        tsri_cg_printf(b, "    unsigned long long run%d = 1;\n", k);
+        for (int d = p.n_dims - 1; d >= 0; d--)
+            if (!((p.mask[d] >> k) & 1u))
+                tsri_cg_printf(b,
+                               "    const unsigned long long st%d_%d = run%d;\n"
+                               "    run%d *= n%d;\n",
+                               k, d, k, k, d);
+        tsri_cg_printf(b, "    (void)run%d;\n", k);
+    }
+    tsri_cg_puts(b,
+                 "    const tsr_idx_t start = (tsr_idx_t)blockIdx.x * blockDim.x + threadIdx.x;\n"
+                 "    const tsr_idx_t step = (tsr_idx_t)gridDim.x * blockDim.x;\n");
+    for (int k = 0; k < pw->n_inputs; k++)
+        if (p.cls[k] == PW_SCALAR)
+            tsri_cg_printf(b, "    const float s%d = tsr_in_to_f32(in%d[0]);\n", k, k);
+
+    if (!p.any_bcast) {
+        /* Dense: the per-shape kernel's vector loop, with the count a value. */
+        tsri_cg_puts(b, "    const unsigned long long addresses = 0");
+        for (int k = 0; k < pw->n_inputs; k++)
+            if (p.cls[k] == PW_FULL)
+                tsri_cg_printf(b, " | (unsigned long long)in%d", k);
+        tsri_cg_puts(b, " | (unsigned long long)out;\n"
+                        "    const tsr_idx_t nvec = elems / TSR_VW;\n"
+                        "    tsr_idx_t first_scalar = 0;\n"
+                        "    if ((addresses & 15u) == 0) {\n"
+                        "        for (tsr_idx_t v = start; v < nvec; v += step) {\n");
+        for (int k = 0; k < pw->n_inputs; k++)
+            if (p.cls[k] == PW_FULL)
+                tsri_cg_printf(b,
+                               "            float x%d[TSR_VW];\n"
+                               "            tsr_loadv(in%d, v, x%d);\n",
+                               k, k, k);
+        tsri_cg_puts(b, "            float y[TSR_VW];\n"
+                        "#pragma unroll\n"
+                        "            for (int t = 0; t < TSR_VW; t++)\n"
+                        "                y[t] = tsr_pw_eval(");
+        pw_emit_args(b, pw, &p, true, "", "");
+        tsri_cg_puts(b, ");\n"
+                        "            tsr_storev(out, v, y);\n"
+                        "        }\n"
+                        "        first_scalar = nvec * TSR_VW;\n"
+                        "    }\n"
+                        "    for (tsr_idx_t e = first_scalar + start; e < elems; e += step)\n"
+                        "        out[e] = tsr_f32_to_out(tsr_pw_eval(");
+        pw_emit_args(b, pw, &p, false, "e", "");
+        tsri_cg_puts(b, "));\n}\n");
+        return TSR_OK;
+    }
+
+    /* Broadcast: rows of the innermost merged dim, in tiles; short rows flat. */
+    tsri_cg_printf(b,
+                   "    const unsigned long long inner = n%d;\n"
+                   "    if (inner >= %du * TSR_VW) {\n"
+                   "        const unsigned long long per_tile = (unsigned long long)blockDim.x * "
+                   "TSR_VW;\n"
+                   "        const unsigned long long tiles_per_row = (inner + per_tile - 1) / "
+                   "per_tile;\n"
+                   "        const unsigned long long tiles = elems / inner * tiles_per_row;\n"
+                   "        const unsigned long long addresses = (inner %% TSR_VW) | "
+                   "(unsigned long long)out",
+                   p.n_dims - 1, (unsigned)PW_TILED_MIN);
+    for (int k = 0; k < pw->n_inputs; k++)
+        if (p.cls[k] == PW_FULL || (p.cls[k] == PW_BCAST && !((inner_mask >> k) & 1u)))
+            tsri_cg_printf(b, " | (unsigned long long)in%d", k);
+    tsri_cg_puts(b, ";\n"
+                    "        const bool vector = (addresses & 15u) == 0 && (inner % TSR_VW) == 0;\n"
+                    "        for (unsigned long long tile = blockIdx.x; tile < tiles; tile += "
+                    "gridDim.x) {\n"
+                    "            const unsigned long long row = tsr_div(tile, tiles_per_row);\n"
+                    "            const unsigned long long j0 = (tile - row * tiles_per_row) * "
+                    "per_tile + (unsigned long long)threadIdx.x * TSR_VW;\n");
+    pw_emit_generic_decompose(b, pw, &p, "row", p.n_dims - 1, "            ");
+    tsri_cg_puts(b, "            const unsigned long long base = row * inner;\n");
+    for (int k = 0; k < pw->n_inputs; k++)
+        if (p.cls[k] == PW_BCAST && ((inner_mask >> k) & 1u))
+            tsri_cg_printf(b, "            const float r%d = tsr_in_to_f32(in%d[o%d]);\n", k, k, k);
+    tsri_cg_puts(b, "            if (j0 >= inner)\n"
+                    "                continue;\n"
+                    "            if (vector) {\n");
+    for (int k = 0; k < pw->n_inputs; k++) {
+        if (p.cls[k] == PW_FULL)
+            tsri_cg_printf(b,
+                           "                float x%d[TSR_VW];\n"
+                           "                tsr_loadv(in%d, (base + j0) / TSR_VW, x%d);\n",
+                           k, k, k);
+        else if (p.cls[k] == PW_BCAST && !((inner_mask >> k) & 1u))
+            tsri_cg_printf(b,
+                           "                float x%d[TSR_VW];\n"
+                           "                tsr_loadv(in%d, (o%d + j0) / TSR_VW, x%d);\n",
+                           k, k, k, k);
+    }
+    tsri_cg_puts(b, "                float y[TSR_VW];\n"
+                    "#pragma unroll\n"
+                    "                for (int t = 0; t < TSR_VW; t++)\n"
+                    "                    y[t] = tsr_pw_eval(");
+    pw_emit_args(b, pw, &p, true, "", "");
+    tsri_cg_puts(b, ");\n"
+                    "                tsr_storev(out, (base + j0) / TSR_VW, y);\n"
+                    "            } else {\n"
+                    "                const unsigned long long end = j0 + TSR_VW < inner ? j0 + "
+                    "TSR_VW : inner;\n"
+                    "                for (unsigned long long j = j0; j < end; j++)\n"
+                    "                    out[base + j] = tsr_f32_to_out(tsr_pw_eval(");
+    pw_emit_args(b, pw, &p, false, "base + j", "j");
+    tsri_cg_puts(b, "));\n"
+                    "            }\n"
+                    "        }\n"
+                    "        return;\n"
+                    "    }\n"
+                    "    for (tsr_idx_t e = start; e < elems; e += step) {\n");
+    /* Flat: the row and the position in it, then the row's offsets. */
+    tsri_cg_puts(b, "        const unsigned long long row = tsr_div(e, inner);\n"
+                    "        const unsigned long long j = e - row * inner;\n");
+    pw_emit_generic_decompose(b, pw, &p, "row", p.n_dims - 1, "        ");
+    for (int k = 0; k < pw->n_inputs; k++)
+        if (p.cls[k] == PW_BCAST && ((inner_mask >> k) & 1u))
+            tsri_cg_printf(b, "        const float r%d = tsr_in_to_f32(in%d[o%d]);\n", k, k, k);
+    tsri_cg_puts(b, "        out[e] = tsr_f32_to_out(tsr_pw_eval(");
+    pw_emit_args(b, pw, &p, false, "e", "j");
+    tsri_cg_puts(b, "));\n    }\n}\n");
+    return TSR_OK;
+}
+
 tsr_status tsri_cg_pointwise(tsri_cg_buf *b, const tsr_region *r, const tsri_cg_target *t,
                              tsr_codegen_launch *l, tsr_error *err)
 {
+    if (t->free_dims & TSR_VARIANT_SHAPE)
+        return pw_emit_generic(b, r, t, l, err);
     const tsr_pointwise_desc *pw = &r->u.pointwise;
     const int64_t elems = pw_product(pw->out_shape, pw->out_rank);
     pw_class cls[TSR_MAX_PW_INPUTS];

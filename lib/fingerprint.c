@@ -266,6 +266,8 @@ static unsigned fp_variant_bits(tsr_region_kind kind)
         return TSR_VARIANT_ROWS;
     case TSR_KIND_ATTENTION:
         return TSR_VARIANT_BATCH | TSR_VARIANT_SEQ_Q | TSR_VARIANT_SEQ_K;
+    case TSR_KIND_POINTWISE:
+        return TSR_VARIANT_SHAPE;
     default:
         return 0;
     }
@@ -286,8 +288,8 @@ tsr_status tsr_region_variant_fingerprint(const tsr_region *r, const tsr_variant
                              v->free_dims, tsr_region_kind_name(r->kind));
     if (v->free_dims == 0 && v->cls[0] == '\0')
         return tsr_region_fingerprint(r, out, err);
-    /* A shallow copy: only the scalar dimensions change, the pointwise nodes
-     * (no free bits) are never touched. */
+    /* A shallow copy: only dimensions change (the pointwise shapes are held
+     * in the struct), the pointwise nodes are never touched. */
     tsr_region erased = *r;
     unsigned f = v->free_dims;
     switch (r->kind) {
@@ -307,6 +309,14 @@ tsr_status tsr_region_variant_fingerprint(const tsr_region *r, const tsr_variant
             erased.u.attention.seq_q = 0;
         if (f & TSR_VARIANT_SEQ_K)
             erased.u.attention.seq_k = 0;
+        break;
+    case TSR_KIND_POINTWISE:
+        /* Ranks stay; which dimensions are 1 is the class's to say. */
+        for (int i = 0; i < erased.u.pointwise.n_inputs; i++)
+            for (int d = 0; d < erased.u.pointwise.inputs[i].rank; d++)
+                erased.u.pointwise.inputs[i].shape[d] = 0;
+        for (int d = 0; d < erased.u.pointwise.out_rank; d++)
+            erased.u.pointwise.out_shape[d] = 0;
         break;
     default:
         break;

@@ -38,6 +38,16 @@ void tsri_oracle_specials(tsr_dtype dtype, double out[TSRI_ORACLE_SPECIALS]);
 void tsri_oracle_compare(tsr_verdict *v, int probe, tsr_dtype dtype, const void *got,
                          const void *want, size_t count, const uint64_t *index, const char *where);
 
+/* tsr_oracle_sampled_fill over `threads` cores (oracle_gen.c). */
+void tsri_oracle_fill_parallel(tsr_dtype dtype, void *base, uint64_t first, uint64_t count,
+                               uint64_t key, int threads);
+
+/* The f32 to bf16 and f16 roundings of the sampled probe values, as the
+ * device runs them (oracle_gen.c): for finite values below 65504 in
+ * magnitude. */
+uint16_t tsri_oracle_gen_bf16(float v);
+uint16_t tsri_oracle_gen_f16(float v);
+
 /* The full verification (oracle.c) and the sampled one (oracle_sampled.c),
  * between which tsr_oracle_verify (oracle_verify.c) chooses; o has its seed
  * filled. */

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "oracle_internal.h"
 #include "refexec_internal.h"
@@ -269,8 +270,17 @@ static void sample_query_rows(pos_set *s, const tsr_attention_desc *d, int64_t t
     int64_t total = d->batch * d->heads * d->seq_q;
     int64_t count = (samples + d->head_dim_v - 1) / d->head_dim_v;
     count = count > SAMPLE_QUERY_ROWS ? count : SAMPLE_QUERY_ROWS;
-    for (int64_t i = 0; i < count && i < total; i++)
-        pos_add(&rows, (uint64_t)sample_below(g, total));
+    /* A seeded row, then the same query position in the other heads of its
+     * kv group: every head's mapping to its kv head is compared, and the
+     * reference reads a group's keys and values once for all its heads (the
+     * host makes a quarter of them for a grouped decode). */
+    for (int64_t i = 0; i < count && i < total;) {
+        int64_t row = sample_below(g, total);
+        int64_t m = row % d->seq_q, bh = row / d->seq_q;
+        int64_t b = bh / d->heads, h0 = bh % d->heads / group * group;
+        for (int64_t j = 0; j < group && i < count && i < total; j++, i++)
+            pos_add(&rows, (uint64_t)((b * d->heads + h0 + j) * d->seq_q + m));
+    }
     pos_unique(&rows);
     pos_rows(s, &rows, d->head_dim_v);
     s->oom |= ms.oom | rows.oom;
@@ -441,45 +451,6 @@ static int sampled_small_count(const tsr_region *small)
     return small == NULL ? 0 : tsr_oracle_probe_count(small, 0) + sampled_specials_count(small);
 }
 
-typedef struct gen_ctx {
-    tsr_dtype dtype;
-    void *data;
-    uint64_t key;
-} gen_ctx;
-
-/* Element e's value, rounded to f32 (and from there to the storage dtype by
- * the caller: the conversions from f32 are a few bit operations). */
-static float gen_value(uint64_t key, int64_t e)
-{
-    uint64_t h = tsri_oracle_mix64(key + (uint64_t)e * UINT64_C(0x9e3779b97f4a7c15));
-    int64_t sum = (int64_t)(h & 0xffff) + (int64_t)((h >> 16) & 0xffff) +
-                  (int64_t)((h >> 32) & 0xffff) + (int64_t)(h >> 48);
-    /* Four uniforms on 0..65535: mean 131070, variance 4·(65536² - 1)/12. */
-    return (float)((double)(sum - 131070) * (1.7320508075688772 / 65536.0));
-}
-
-static tsr_status gen_range(void *arg, int64_t lo, int64_t hi)
-{
-    const gen_ctx *c = arg;
-    if (c->dtype == TSR_F32) {
-        for (int64_t e = lo; e < hi; e++)
-            ((float *)c->data)[e] = gen_value(c->key, e);
-    } else if (c->dtype == TSR_BF16) {
-        for (int64_t e = lo; e < hi; e++)
-            ((uint16_t *)c->data)[e] = tsr_f32_to_bf16(gen_value(c->key, e));
-    } else {
-        for (int64_t e = lo; e < hi; e++)
-            ((uint16_t *)c->data)[e] = tsr_f32_to_f16(gen_value(c->key, e));
-    }
-    return TSR_OK;
-}
-
-static int sampled_units(int threads, int64_t n)
-{
-    int64_t units = n / SAMPLE_GEN_CHUNK + 1;
-    return units < threads ? (int)units : threads;
-}
-
 /* Allocates and fills the inputs of the real-shape probe `probe`. */
 static tsr_status sampled_make_inputs(const tsr_region *r, uint64_t seed, int probe, int threads,
                                       void **inputs, tsr_error *err)
@@ -496,13 +467,228 @@ static tsr_status sampled_make_inputs(const tsr_region *r, uint64_t seed, int pr
             return tsr_error_set(err, TSR_NO_MEMORY, "probe: %llu bytes for input '%s'",
                                  (unsigned long long)bytes, descs[i].name);
         }
-        uint64_t key = tsri_oracle_mix64(seed ^ UINT64_C(0x3c6ef372fe94f82b));
-        key = tsri_oracle_mix64(key + (uint64_t)(uint32_t)probe * UINT64_C(0x9e3779b97f4a7c15));
-        key = tsri_oracle_mix64(key + (uint64_t)(uint32_t)i * UINT64_C(0xd1b54a32d192ed03));
-        gen_ctx c = {descs[i].dtype, inputs[i], key};
-        tsri_ref_parallel(sampled_units(threads, elems), elems, gen_range, &c);
+        tsri_oracle_fill_parallel(descs[i].dtype, inputs[i], 0, (uint64_t)elems,
+                                  tsr_oracle_sampled_key(seed, probe, i), threads);
     }
     return TSR_OK;
+}
+
+/* ---- the reference on inputs it makes only in part ---- */
+
+/* Full-size inputs of which only the elements the sampled reference reads
+ * are made: reserved address space (untouched pages cost no memory and read
+ * as zeros), filled where tsri_ref_at_reads names runs of elements. */
+typedef struct sparse_inputs {
+    const tsr_region *r;
+    int n;
+    tsr_tensor_desc descs[TSR_MAX_REGION_INPUTS];
+    void *data[TSR_MAX_REGION_INPUTS];
+    size_t bytes[TSR_MAX_REGION_INPUTS];
+    uint64_t keys[TSR_MAX_REGION_INPUTS];
+    int threads;
+} sparse_inputs;
+
+static void sparse_free(sparse_inputs *s)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->data[i] != NULL && s->data[i] != MAP_FAILED)
+            munmap(s->data[i], s->bytes[i]);
+}
+
+static tsr_status sparse_reserve(sparse_inputs *s, const tsr_region *r, uint64_t seed, int probe,
+                                 int threads, tsr_error *err)
+{
+    memset(s, 0, sizeof *s);
+    s->r = r;
+    s->threads = threads;
+    tsr_tensor_desc out;
+    s->n = tsr_region_signature(r, s->descs, &out);
+    for (int i = 0; i < s->n; i++) {
+        uint64_t bytes = tsr_tensor_desc_bytes(&s->descs[i]);
+        s->keys[i] = tsr_oracle_sampled_key(seed, probe, i);
+        s->bytes[i] = bytes > 0 && bytes <= SIZE_MAX ? (size_t)bytes : 1;
+        s->data[i] = bytes <= SIZE_MAX ? mmap(NULL, s->bytes[i], PROT_READ | PROT_WRITE,
+                                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                                       : MAP_FAILED;
+        if (s->data[i] == MAP_FAILED) {
+            s->data[i] = NULL;
+            sparse_free(s);
+            return tsr_error_set(err, TSR_NO_MEMORY,
+                                 "probe: %llu bytes of address space for input '%s'",
+                                 (unsigned long long)bytes, s->descs[i].name);
+        }
+    }
+    return TSR_OK;
+}
+
+/* The runs to make, collected first and then made in one parallel pass over
+ * all of them: made one call at a time, a decode attention's 76 runs of K
+ * and V would start their threads 76 times over. */
+typedef struct sparse_run {
+    int input;
+    uint64_t first, count;
+    uint64_t end; /* elements of this run and every one before it */
+} sparse_run;
+
+typedef struct sparse_runs {
+    sparse_inputs *s;
+    sparse_run *v;
+    size_t n, cap;
+    bool oom;
+} sparse_runs;
+
+static void sparse_collect(void *ctx, int input, uint64_t first, uint64_t count)
+{
+    sparse_runs *rs = ctx;
+    if (rs->oom || count == 0)
+        return;
+    /* Single elements next to each other (a B column's rows are not, a
+     * pointwise row's are) join one run. */
+    if (rs->n > 0 && rs->v[rs->n - 1].input == input &&
+        rs->v[rs->n - 1].first + rs->v[rs->n - 1].count == first) {
+        rs->v[rs->n - 1].count += count;
+        rs->v[rs->n - 1].end += count;
+        return;
+    }
+    if (rs->n == rs->cap) {
+        size_t cap = rs->cap ? rs->cap * 2 : 256;
+        sparse_run *grown = realloc(rs->v, cap * sizeof *grown);
+        if (grown == NULL) {
+            rs->oom = true;
+            return;
+        }
+        rs->v = grown;
+        rs->cap = cap;
+    }
+    uint64_t before = rs->n > 0 ? rs->v[rs->n - 1].end : 0;
+    rs->v[rs->n++] = (sparse_run){input, first, count, before + count};
+}
+
+/* Elements [lo, hi) · SAMPLE_GEN_CHUNK of all runs laid end to end. */
+static tsr_status sparse_make_range(void *ctx, int64_t lo, int64_t hi)
+{
+    const sparse_runs *rs = ctx;
+    uint64_t total = rs->n > 0 ? rs->v[rs->n - 1].end : 0;
+    uint64_t a = (uint64_t)lo * SAMPLE_GEN_CHUNK, b = (uint64_t)hi * SAMPLE_GEN_CHUNK;
+    if (b > total)
+        b = total;
+    /* The run holding element a: the first whose end passes it. */
+    size_t r = 0, top = rs->n;
+    while (r < top) {
+        size_t mid = (r + top) / 2;
+        if (rs->v[mid].end <= a)
+            r = mid + 1;
+        else
+            top = mid;
+    }
+    for (; a < b && r < rs->n; r++) {
+        const sparse_run *run = &rs->v[r];
+        uint64_t start = run->end - run->count; /* this run's first element laid end to end */
+        uint64_t from = a - start, to = (b < run->end ? b : run->end) - start;
+        tsr_oracle_sampled_fill(rs->s->descs[run->input].dtype, rs->s->data[run->input],
+                                run->first + from, to - from, rs->s->keys[run->input]);
+        a = start + to;
+    }
+    return TSR_OK;
+}
+
+static int sparse_run_cmp(const void *a, const void *b)
+{
+    const sparse_run *x = a, *y = b;
+    if (x->input != y->input)
+        return x->input < y->input ? -1 : 1;
+    return (x->first > y->first) - (x->first < y->first);
+}
+
+/* Sorted, with overlapping runs merged (a broadcast input is named once per
+ * position that reads it), so that no element is made twice, nor by two
+ * threads at once. */
+static void sparse_runs_merge(sparse_runs *rs)
+{
+    if (rs->n == 0)
+        return;
+    qsort(rs->v, rs->n, sizeof *rs->v, sparse_run_cmp);
+    size_t u = 0;
+    for (size_t i = 1; i < rs->n; i++) {
+        sparse_run *last = &rs->v[u];
+        const sparse_run *cur = &rs->v[i];
+        if (cur->input == last->input && cur->first <= last->first + last->count) {
+            uint64_t end = cur->first + cur->count;
+            if (end > last->first + last->count)
+                last->count = end - last->first;
+        } else {
+            rs->v[++u] = *cur;
+        }
+    }
+    rs->n = u + 1;
+    uint64_t total = 0;
+    for (size_t i = 0; i < rs->n; i++) {
+        total += rs->v[i].count;
+        rs->v[i].end = total;
+    }
+}
+
+static tsr_status sparse_make(sparse_inputs *s, const tsr_region *r, const uint64_t *index,
+                              size_t count)
+{
+    sparse_runs rs = {.s = s};
+    tsr_status st = tsri_ref_at_reads(r, index, count, sparse_collect, &rs);
+    if (st == TSR_OK && rs.oom)
+        st = TSR_NO_MEMORY;
+    if (st == TSR_OK)
+        sparse_runs_merge(&rs);
+    if (st == TSR_OK && rs.n > 0) {
+        int64_t chunks = (int64_t)((rs.v[rs.n - 1].end + SAMPLE_GEN_CHUNK - 1) / SAMPLE_GEN_CHUNK);
+        st = tsri_ref_parallel(chunks < s->threads ? (int)chunks : s->threads, chunks,
+                               sparse_make_range, &rs);
+    }
+    free(rs.v);
+    return st;
+}
+
+static void sparse_count(void *ctx, int input, uint64_t first, uint64_t count)
+{
+    (void)input;
+    (void)first;
+    *(double *)ctx += (double)count;
+}
+
+tsr_status tsr_oracle_sampled_reference(const tsr_region *r, uint64_t seed, int probe,
+                                        const uint64_t *index, size_t count, void *out, int threads,
+                                        tsr_error *err)
+{
+    if (r == NULL || (count > 0 && (index == NULL || out == NULL)))
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "sampled reference: NULL argument");
+    if ((unsigned)r->kind >= TSR_KIND_COUNT)
+        return tsr_error_set(err, TSR_UNKNOWN_KIND, "sampled reference: unknown region kind %d",
+                             (int)r->kind);
+    sparse_inputs s;
+    tsr_status st = sparse_reserve(&s, r, seed ? seed : TSRI_ORACLE_DEFAULT_SEED, probe,
+                                   tsri_ref_threads(threads), err);
+    if (st != TSR_OK)
+        return st;
+    /* The positions are checked before anything is made from them
+     * (tsr_ref_run_at checks them again, with the same messages). */
+    tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], o;
+    tsr_region_signature(r, in, &o);
+    uint64_t total = (uint64_t)tsr_tensor_desc_elements(&o);
+    for (size_t t = 0; st == TSR_OK && t < count; t++) {
+        if (index[t] >= total)
+            st = tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                               "index: position %llu is past the %llu outputs of the region",
+                               (unsigned long long)index[t], (unsigned long long)total);
+        else if (t > 0 && index[t] <= index[t - 1])
+            st = tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                               "index: positions must ascend, [%zu] = %llu after %llu", t,
+                               (unsigned long long)index[t], (unsigned long long)index[t - 1]);
+    }
+    if (st == TSR_OK && sparse_make(&s, r, index, count) != TSR_OK)
+        st = tsr_error_set(err, TSR_NO_MEMORY, "sampled reference: scratch for %zu positions",
+                           count);
+    if (st == TSR_OK)
+        st = tsr_ref_run_at(r, (const void *const *)s.data, index, count, out, threads, err);
+    sparse_free(&s);
+    return st;
 }
 
 tsr_status tsr_oracle_make_sampled_probe(const tsr_region *r, uint64_t seed, int index, int threads,
@@ -510,8 +696,7 @@ tsr_status tsr_oracle_make_sampled_probe(const tsr_region *r, uint64_t seed, int
 {
     if (r == NULL || inputs == NULL)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "probe: NULL argument");
-    return sampled_make_inputs(r, seed ? seed : TSRI_ORACLE_DEFAULT_SEED, index,
-                               tsri_ref_threads(threads), inputs, err);
+    return sampled_make_inputs(r, seed, index, tsri_ref_threads(threads), inputs, err);
 }
 
 /* Epilogue probe q at the small shape: row i of A holds one special value in
@@ -599,9 +784,14 @@ void tsr_oracle_cost_of(const tsr_region *r, const tsr_oracle_options *opts, tsr
         out->work = INFINITY;
         return;
     }
-    /* The comparison reads both sides of every sampled position. */
-    double probe = sampled_probe_work(r) + tsr_ref_work_at(r, index, count) +
-                   TSR_REF_WORK_ELEMENT * 2.0 * (double)count;
+    /* The comparison reads both sides of every sampled position. A candidate
+     * that makes its own inputs leaves the host only the elements the
+     * reference reads to make. */
+    double made = 0;
+    if (o.run_keyed != NULL && tsri_ref_at_reads(r, index, count, sparse_count, &made) != TSR_OK)
+        made = INFINITY;
+    double probe = (o.run_keyed != NULL ? SAMPLED_GEN_WORK * made : sampled_probe_work(r)) +
+                   tsr_ref_work_at(r, index, count) + TSR_REF_WORK_ELEMENT * 2.0 * (double)count;
     free(index);
     out->work = (double)out->real_probes * probe;
     if (o.small != NULL)
@@ -691,6 +881,51 @@ static tsr_status sampled_real_probe(const tsr_region *r, tsr_candidate_run_fn r
     return st;
 }
 
+/* One probe at the real shape, where the candidate makes its own inputs
+ * from the keys and returns only the sampled outputs: the host makes just
+ * the input elements that the reference reads. */
+static tsr_status sampled_keyed_probe(const tsr_region *r, void *ctx, const tsr_oracle_options *o,
+                                      int probe, tsr_verdict *v, tsr_error *err)
+{
+    uint64_t *index = NULL, keys[TSR_MAX_REGION_INPUTS];
+    size_t count = 0;
+    size_t size = tsr_dtype_size(r->out_dtype);
+    void *want = NULL, *got = NULL;
+    tsr_tensor_desc descs[TSR_MAX_REGION_INPUTS], out;
+    int n = tsr_region_signature(r, descs, &out);
+    for (int i = 0; i < n; i++)
+        keys[i] = tsr_oracle_sampled_key(o->seed, probe, i);
+    tsr_status st = tsr_oracle_sample(r, o->tile, o->seed, probe, o->samples, &index, &count, err);
+    if (st == TSR_OK &&
+        ((want = malloc(count * size + 1)) == NULL || (got = malloc(count * size + 1)) == NULL))
+        st = tsr_error_set(err, TSR_NO_MEMORY, "verify: %zu sampled outputs", count);
+    if (st == TSR_OK) {
+        st = tsr_oracle_sampled_reference(r, o->seed, probe, index, count, want, o->ref_threads,
+                                          err);
+        if (st != TSR_OK) {
+            tsr_error_prefix(err, "reference on probe %d", probe);
+            snprintf(v->reason, sizeof v->reason, "reference failed on probe %d", probe);
+        }
+    }
+    if (st == TSR_OK) {
+        /* All-ones bytes (NaN) where the candidate writes nothing, as below. */
+        memset(got, 0xff, count * size);
+        tsr_error cerr;
+        tsr_error_clear(&cerr);
+        st = o->run_keyed(ctx, r, keys, index, count, got, &cerr);
+        if (st != TSR_OK)
+            sampled_candidate_failed(v, probe, "", st, &cerr, err);
+    }
+    if (st == TSR_OK) {
+        tsri_oracle_compare(v, probe, r->out_dtype, got, want, count, index, "");
+        v->sampled_elements += count;
+    }
+    free(index);
+    free(want);
+    free(got);
+    return st;
+}
+
 /* One probe at the small shape, compared in full. */
 static tsr_status sampled_small_probe(const tsr_region *small, tsr_candidate_run_fn run, void *ctx,
                                       const tsr_oracle_options *o, int q, int probe, tsr_verdict *v,
@@ -747,13 +982,18 @@ tsr_status tsri_oracle_verify_sampled(const tsr_region *r, tsr_candidate_run_fn 
     tsr_tensor_desc descs[TSR_MAX_REGION_INPUTS], out;
     (void)tsr_region_signature(r, descs, &out);
     uint64_t out_bytes = tsr_tensor_desc_bytes(&out);
-    void *got = out_bytes <= SIZE_MAX ? malloc((size_t)out_bytes + 1) : NULL;
-    if (got == NULL)
+    /* A keyed candidate returns only the sampled outputs. */
+    void *got = o.run_keyed != NULL     ? NULL
+                : out_bytes <= SIZE_MAX ? malloc((size_t)out_bytes + 1)
+                                        : NULL;
+    if (got == NULL && o.run_keyed == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "verify: output of %llu bytes",
                              (unsigned long long)out_bytes);
     tsr_status st = TSR_OK;
     for (int p = 0; p < o.random_probes && st == TSR_OK; p++)
-        st = sampled_real_probe(r, run, ctx, &o, p, threads, got, out_bytes, v, err);
+        st = o.run_keyed != NULL
+                 ? sampled_keyed_probe(r, ctx, &o, p, v, err)
+                 : sampled_real_probe(r, run, ctx, &o, p, threads, got, out_bytes, v, err);
     free(got);
     int small = sampled_small_count(o.small);
     for (int q = 0; q < small && st == TSR_OK; q++)

@@ -78,4 +78,15 @@ tsr_status tsri_pw_eval(const tsri_pw_plan *p, int64_t lo, int64_t hi, void *out
 void tsri_att_row(const tsr_region *r, const void *const *inputs, const double *k, const double *v,
                   int64_t row, double *q, double *p, double *o);
 
+/* ---- what a sampled run reads ---- */
+
+/* Calls fn once or more for every run of input elements that tsr_ref_run_at
+ * at these positions reads (input: its signature slot; the elements first ..
+ * first + count of it), so that a caller can make only those. A run may be
+ * named more than once. index as tsr_ref_run_at's (checked by the caller).
+ * TSR_NO_MEMORY when scratch space cannot be had. */
+typedef void (*tsri_ref_read_fn)(void *ctx, int input, uint64_t first, uint64_t count);
+tsr_status tsri_ref_at_reads(const tsr_region *r, const uint64_t *index, size_t count,
+                             tsri_ref_read_fn fn, void *ctx);
+
 #endif

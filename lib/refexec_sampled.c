@@ -213,12 +213,14 @@ static tsr_status at_mm_whole_finish(void *arg, int64_t lo, int64_t hi)
     return TSR_OK;
 }
 
+/* Row by row of B, so that one row's named columns share its pages and
+ * cache lines (column by column, every load is another page). */
 static tsr_status at_mm_gather(void *arg, int64_t lo, int64_t hi)
 {
     at_mm *c = arg;
     int64_t n = c->o.n, k = c->o.k;
-    for (int64_t i = lo; i < hi; i++) {
-        for (int64_t p = 0; p < k; p++) {
+    for (int64_t p = 0; p < k; p++) {
+        for (int64_t i = lo; i < hi; i++) {
             c->bcol[i * k + p] = tsr_dtype_load(c->r->dtype, c->o.b, (size_t)(p * n + c->cols[i]));
             if (c->bcol2 != NULL)
                 c->bcol2[i * k + p] =
@@ -226,6 +228,24 @@ static tsr_status at_mm_gather(void *arg, int64_t lo, int64_t hi)
         }
     }
     return TSR_OK;
+}
+
+/* The dot products of one row's A with up to four named columns of B (and
+ * Wu), side by side: each sum keeps its own order, k ascending (so its bits),
+ * and the four chains of additions overlap instead of waiting on each other. */
+#define AT_DOTS 4
+static void at_mm_dots(const double *a, const double *const *b, int cnt, int64_t k, double *s)
+{
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    const double *b0 = b[0], *b1 = b[cnt > 1 ? 1 : 0], *b2 = b[cnt > 2 ? 2 : 0],
+                 *b3 = b[cnt > 3 ? 3 : 0];
+    for (int64_t p = 0; p < k; p++) {
+        s0 += a[p] * b0[p];
+        s1 += a[p] * b1[p];
+        s2 += a[p] * b2[p];
+        s3 += a[p] * b3[p];
+    }
+    s[0] = s0, s[1] = s1, s[2] = s2, s[3] = s3;
 }
 
 static tsr_status at_mm_part(void *arg, int64_t lo, int64_t hi)
@@ -238,20 +258,24 @@ static tsr_status at_mm_part(void *arg, int64_t lo, int64_t hi)
     for (int64_t i = lo; i < hi; i++) {
         const at_row *g = &c->part[i];
         at_mm_load_a(c, g->row, a);
-        for (size_t t = g->first; t < g->first + g->count; t++) {
-            int64_t col = (int64_t)(c->index[t] - (uint64_t)(g->row * n));
-            size_t slot = at_column_slot(c->cols, c->n_cols, col);
-            const double *b = c->bcol + (int64_t)slot * k;
-            double s = 0, s2 = 0;
-            for (int64_t p = 0; p < k; p++)
-                s += a[p] * b[p];
-            if (c->bcol2 != NULL) {
-                const double *b2 = c->bcol2 + (int64_t)slot * k;
-                for (int64_t p = 0; p < k; p++)
-                    s2 += a[p] * b2[p];
+        for (size_t t0 = g->first; t0 < g->first + g->count; t0 += AT_DOTS) {
+            int cnt =
+                (int)(g->first + g->count - t0 < AT_DOTS ? g->first + g->count - t0 : AT_DOTS);
+            int64_t col[AT_DOTS];
+            const double *b[AT_DOTS], *b2[AT_DOTS];
+            for (int q = 0; q < cnt; q++) {
+                col[q] = (int64_t)(c->index[t0 + q] - (uint64_t)(g->row * n));
+                size_t slot = at_column_slot(c->cols, c->n_cols, col[q]);
+                b[q] = c->bcol + (int64_t)slot * k;
+                b2[q] = c->bcol2 != NULL ? c->bcol2 + (int64_t)slot * k : NULL;
             }
-            tsr_dtype_store(c->r->out_dtype, c->out, t,
-                            tsri_mm_element(c->r, &c->o, g->row, col, s, s2));
+            double s[AT_DOTS], s2[AT_DOTS] = {0, 0, 0, 0};
+            at_mm_dots(a, b, cnt, k, s);
+            if (c->bcol2 != NULL)
+                at_mm_dots(a, b2, cnt, k, s2);
+            for (int q = 0; q < cnt; q++)
+                tsr_dtype_store(c->r->out_dtype, c->out, t0 + (size_t)q,
+                                tsri_mm_element(c->r, &c->o, g->row, col[q], s[q], s2[q]));
         }
     }
     free(a);
@@ -518,4 +542,150 @@ double tsr_ref_work_at(const tsr_region *r, const uint64_t *index, size_t count)
         break;
     }
     return at_mm_work(r, index, count);
+}
+
+/* ---- what a sampled run reads ---- */
+
+/* The signature slots of a matmul-like region's operands (-1: none), in the
+ * order tsri_mm_operands_of assigns them. */
+static void at_mm_slots(const tsr_region *r, int *b2, int *bias, int *residual)
+{
+    *b2 = *bias = *residual = -1;
+    if (r->kind == TSR_KIND_GATED) {
+        *b2 = 2;
+        return;
+    }
+    if (r->kind != TSR_KIND_FUSED)
+        return;
+    const tsr_fused_desc *f = &r->u.fused;
+    int next = 2;
+    for (int e = 0; e < f->n_epilogue; e++)
+        if (f->epilogue[e] == TSR_OP_BIAS) {
+            *bias = next++;
+            break;
+        }
+    if (f->residual)
+        *residual = next;
+}
+
+static tsr_status at_mm_reads(const tsr_region *r, const uint64_t *index, size_t count,
+                              tsri_ref_read_fn fn, void *ctx)
+{
+    tsri_mm_operands o;
+    const void *none[TSR_MAX_REGION_INPUTS] = {0};
+    tsri_mm_operands_of(r, none, &o);
+    int b2, bias, residual;
+    at_mm_slots(r, &b2, &bias, &residual);
+    at_row *whole = NULL, *part = NULL;
+    size_t n_whole = 0, n_part = 0, n_cols = 0;
+    int64_t *cols = NULL;
+    if (at_rows(index, count, o.n, at_reduces(r), &whole, &n_whole, &part, &n_part) != TSR_OK ||
+        at_columns(index, o.n, part, n_part, &cols, &n_cols) != TSR_OK) {
+        free(whole);
+        free(part);
+        return TSR_NO_MEMORY;
+    }
+    uint64_t n = (uint64_t)o.n, k = (uint64_t)o.k;
+    /* A's rows, and the residual where the epilogue reads it. */
+    for (size_t i = 0; i < n_whole; i++) {
+        fn(ctx, 0, (uint64_t)whole[i].row * k, k);
+        if (residual >= 0)
+            fn(ctx, residual, (uint64_t)whole[i].row * n, n);
+    }
+    for (size_t i = 0; i < n_part; i++) {
+        fn(ctx, 0, (uint64_t)part[i].row * k, k);
+        for (size_t t = part[i].first; residual >= 0 && t < part[i].first + part[i].count; t++)
+            fn(ctx, residual, index[t], 1);
+    }
+    /* B (and Wu) whole when a whole row streams it, else the named columns;
+     * the bias likewise. */
+    if (n_whole > 0) {
+        fn(ctx, 1, 0, k * n);
+        if (b2 >= 0)
+            fn(ctx, b2, 0, k * n);
+        if (bias >= 0)
+            fn(ctx, bias, 0, n);
+    } else {
+        for (size_t c = 0; c < n_cols; c++) {
+            for (uint64_t p = 0; p < k; p++) {
+                fn(ctx, 1, p * n + (uint64_t)cols[c], 1);
+                if (b2 >= 0)
+                    fn(ctx, b2, p * n + (uint64_t)cols[c], 1);
+            }
+            if (bias >= 0)
+                fn(ctx, bias, (uint64_t)cols[c], 1);
+        }
+    }
+    free(whole);
+    free(part);
+    free(cols);
+    return TSR_OK;
+}
+
+static tsr_status at_att_reads(const tsr_region *r, const uint64_t *index, size_t count,
+                               tsri_ref_read_fn fn, void *ctx)
+{
+    const tsr_attention_desc *d = &r->u.attention;
+    uint64_t D = (uint64_t)d->head_dim, Dv = (uint64_t)d->head_dim_v, N = (uint64_t)d->seq_k;
+    uint64_t group = (uint64_t)(d->heads / d->heads_kv);
+    int64_t *kv = malloc((count ? count : 1) * sizeof *kv);
+    if (kv == NULL)
+        return TSR_NO_MEMORY;
+    size_t n_kv = 0;
+    for (size_t t = 0; t < count; t++) {
+        uint64_t row = index[t] / Dv;
+        if (t > 0 && index[t - 1] / Dv == row)
+            continue;
+        fn(ctx, 0, row * D, D);
+        uint64_t bh = row / (uint64_t)d->seq_q;
+        uint64_t b = bh / (uint64_t)d->heads, h = bh % (uint64_t)d->heads;
+        kv[n_kv++] = (int64_t)(b * (uint64_t)d->heads_kv + h / group);
+    }
+    /* Each kv head's keys and values once, however many query rows read them. */
+    qsort(kv, n_kv, sizeof *kv, at_cmp_i64);
+    for (size_t i = 0; i < n_kv; i++) {
+        if (i > 0 && kv[i] == kv[i - 1])
+            continue;
+        fn(ctx, 1, (uint64_t)kv[i] * N * D, N * D);
+        fn(ctx, 2, (uint64_t)kv[i] * N * Dv, N * Dv);
+    }
+    free(kv);
+    return TSR_OK;
+}
+
+static void at_pw_reads(const tsr_region *r, const uint64_t *index, size_t count,
+                        tsri_ref_read_fn fn, void *ctx)
+{
+    const void *none[TSR_MAX_REGION_INPUTS] = {0};
+    tsri_pw_plan plan;
+    tsri_pw_plan_of(r, none, &plan);
+    for (size_t t = 0; t < count; t++) {
+        int64_t rest = (int64_t)index[t];
+        int64_t off[TSR_MAX_PW_INPUTS] = {0};
+        for (int d = plan.rank - 1; d >= 0; d--) {
+            int64_t x = rest % plan.shape[d];
+            rest /= plan.shape[d];
+            for (int i = 0; i < r->u.pointwise.n_inputs; i++)
+                off[i] += x * plan.strides[i][d];
+        }
+        for (int i = 0; i < r->u.pointwise.n_inputs; i++)
+            fn(ctx, i, (uint64_t)off[i], 1);
+    }
+}
+
+tsr_status tsri_ref_at_reads(const tsr_region *r, const uint64_t *index, size_t count,
+                             tsri_ref_read_fn fn, void *ctx)
+{
+    switch (r->kind) {
+    case TSR_KIND_POINTWISE:
+        at_pw_reads(r, index, count, fn, ctx);
+        return TSR_OK;
+    case TSR_KIND_ATTENTION:
+        return at_att_reads(r, index, count, fn, ctx);
+    case TSR_KIND_MATMUL:
+    case TSR_KIND_FUSED:
+    case TSR_KIND_GATED:
+    default:
+        return at_mm_reads(r, index, count, fn, ctx);
+    }
 }

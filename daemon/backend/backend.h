@@ -164,11 +164,32 @@ typedef struct tsrd_backend_ring_ops {
     void (*ring_stop)(tsrd_backend *b, tsrd_bring *r, uint64_t *served);
 } tsrd_backend_ring_ops;
 
-/* Every member of the core is set. The four optional groups are NULL where
+/* The sampled check's probe inputs made where the buffers are, so that the
+ * host makes only the few input elements its reference reads (oracle.h,
+ * tsr_candidate_run_keyed_fn). */
+typedef struct tsrd_backend_probe_ops {
+    /* Fills elements 0 .. elements of buf (of dtype; the caller has checked
+     * the size) with the sampled probe values of key, bit for bit as
+     * tsr_oracle_sampled_fill writes them. Synchronous and ordered as
+     * buffer_write is. */
+    tsr_status (*buffer_fill_probe)(tsrd_backend *b, tsrd_dbuf *buf, tsr_dtype dtype,
+                                    uint64_t elements, uint64_t key, tsr_error *err);
+    /* Sets bytes 0 .. bytes of buf to 0xff, a NaN in every storage dtype.
+     * Synchronous and ordered as buffer_write is. */
+    tsr_status (*buffer_fill_ones)(tsrd_backend *b, tsrd_dbuf *buf, uint64_t bytes, tsr_error *err);
+    /* Copies the elements at positions index[0..count) of buf (elements of
+     * size 2 or 4 bytes) into out, dense: only the sampled outputs travel.
+     * TSR_BUFFER_MISMATCH for a position past the buffer, TSR_INVALID_ARGUMENT
+     * for another size. Synchronous and ordered as buffer_read is. */
+    tsr_status (*buffer_gather)(tsrd_backend *b, tsrd_dbuf *buf, uint32_t size,
+                                const uint64_t *index, size_t count, void *out, tsr_error *err);
+} tsrd_backend_probe_ops;
+
+/* Every member of the core is set. The five optional groups are NULL where
  * the backend has no such capability, and then callers do without: copies are
  * staged through buffer_write and buffer_read, buffer_import is refused with
  * TSR_UNSUPPORTED, batches are launched one by one, rings are served by the
- * daemon itself. */
+ * daemon itself, sampled probes are made on the host and copied. */
 typedef struct tsrd_backend_ops {
     const char *name;         /* "cpu", "cuda" */
     uint32_t codegen_version; /* goes into every kernel key this backend compiles */
@@ -257,6 +278,7 @@ typedef struct tsrd_backend_ops {
     const tsrd_backend_ipc_ops *ipc;
     const tsrd_backend_graph_ops *graph;
     const tsrd_backend_ring_ops *ring;
+    const tsrd_backend_probe_ops *probe;
 } tsrd_backend_ops;
 
 /* launch_many for a backend whose launches cost no round trip: one launch

@@ -38,6 +38,7 @@
 #include "backend/cpu.h"
 #include "tessera/fingerprint.h"
 #include "tessera/json.h"
+#include "tessera/oracle.h"
 #include "tessera/refexec.h"
 
 /* The plan format: bump when the meaning of a stored plan changes. */
@@ -269,6 +270,53 @@ static tsr_status cpu_buffer_read(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offs
     return TSR_OK;
 }
 
+/* The sampled check's probe inputs, made in place: "device" memory is the
+ * host's, so this saves the copy the oracle's own inputs would need. */
+static tsr_status cpu_buffer_fill_probe(tsrd_backend *b, tsrd_dbuf *buf, tsr_dtype dtype,
+                                        uint64_t elements, uint64_t key, tsr_error *err)
+{
+    tsr_status st = cpu_current(b, buf->generation, "the buffer's device memory", err);
+    if (st != TSR_OK)
+        return st;
+    size_t size = tsr_dtype_size(dtype);
+    if (size == 0 || elements > buf->bytes / size)
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH, "cpu backend: fill out of bounds");
+    tsr_oracle_sampled_fill(dtype, buf->data, 0, elements, key);
+    return TSR_OK;
+}
+
+static tsr_status cpu_buffer_fill_ones(tsrd_backend *b, tsrd_dbuf *buf, uint64_t bytes,
+                                       tsr_error *err)
+{
+    tsr_status st = cpu_current(b, buf->generation, "the buffer's device memory", err);
+    if (st != TSR_OK)
+        return st;
+    if (bytes > buf->bytes)
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH, "cpu backend: fill out of bounds");
+    if (bytes > 0)
+        memset(buf->data, 0xff, (size_t)bytes);
+    return TSR_OK;
+}
+
+static tsr_status cpu_buffer_gather(tsrd_backend *b, tsrd_dbuf *buf, uint32_t size,
+                                    const uint64_t *index, size_t count, void *out, tsr_error *err)
+{
+    tsr_status st = cpu_current(b, buf->generation, "the buffer's device memory", err);
+    if (st != TSR_OK)
+        return st;
+    if (size != 2 && size != 4)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "cpu backend: gather of %u-byte elements",
+                             size);
+    for (size_t t = 0; t < count; t++)
+        if (index[t] >= buf->bytes / size)
+            return tsr_error_set(err, TSR_BUFFER_MISMATCH,
+                                 "cpu backend: gather position %llu past the buffer",
+                                 (unsigned long long)index[t]);
+    for (size_t t = 0; t < count; t++)
+        memcpy((uint8_t *)out + t * size, buf->data + index[t] * size, size);
+    return TSR_OK;
+}
+
 static tsr_status cpu_compile(tsrd_backend *b, const tsr_region *r, const tsr_candidate *c,
                               const char *arch, uint8_t **bin, size_t *len, tsr_error *err)
 {
@@ -486,6 +534,12 @@ static tsr_status cpu_recover(tsrd_backend *b, tsr_error *err)
     return TSR_OK;
 }
 
+static const tsrd_backend_probe_ops cpu_probe = {
+    .buffer_fill_probe = cpu_buffer_fill_probe,
+    .buffer_fill_ones = cpu_buffer_fill_ones,
+    .buffer_gather = cpu_buffer_gather,
+};
+
 const tsrd_backend_ops tsrd_backend_cpu = {
     .name = "cpu",
     .codegen_version = CPU_PLAN_VERSION,
@@ -515,4 +569,5 @@ const tsrd_backend_ops tsrd_backend_cpu = {
     .hostmem = NULL,
     .ipc = NULL,
     .graph = NULL,
+    .probe = &cpu_probe,
 };

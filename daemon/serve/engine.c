@@ -62,11 +62,16 @@ tsr_verify_method tsrd_engine_verify_method(const tsr_region *r)
     return tsr_ref_work(r) > TSRD_ENGINE_SAMPLE_WORK ? TSR_VERIFY_SAMPLED : TSR_VERIFY_FULL;
 }
 
+static tsr_status engine_verify_run_keyed_fn(void *ctx, const tsr_region *r, const uint64_t *keys,
+                                             const uint64_t *index, size_t count, void *out,
+                                             tsr_error *err);
+
 /* The oracle's options for verifying c on r; with sampling, *small is the
  * small shape when c serves it (*has_small; free it with tsr_region_free). */
 static void engine_oracle_options(const tsr_candidate *c, const tsr_region *r, const char *arch,
                                   uint64_t seed, int random_probes, bool shape_only,
-                                  tsr_oracle_options *o, tsr_region *small, bool *has_small)
+                                  bool probe_on_device, tsr_oracle_options *o, tsr_region *small,
+                                  bool *has_small)
 {
     memset(o, 0, sizeof *o);
     o->seed = seed;
@@ -77,6 +82,9 @@ static void engine_oracle_options(const tsr_candidate *c, const tsr_region *r, c
      * this shape only, whatever its size (docs/arbiter.md, "Variants"). */
     o->method = shape_only ? TSR_VERIFY_SAMPLED : tsrd_engine_verify_method(r);
     o->tile = c != NULL ? c->tile : 0;
+    /* A backend that makes the probe inputs where its buffers are spares the
+     * host the full-size inputs (docs/arbiter.md, "Verification"). */
+    o->run_keyed = probe_on_device ? engine_verify_run_keyed_fn : NULL;
     *has_small = false;
     if (shape_only || o->method != TSR_VERIFY_SAMPLED ||
         tsr_oracle_small_region(r, o->tile, small, NULL) != TSR_OK)
@@ -93,7 +101,7 @@ static void engine_oracle_options(const tsr_candidate *c, const tsr_region *r, c
 }
 
 static double engine_verify_work(const tsr_candidate *c, const tsr_region *r, const char *arch,
-                                 int random_probes, bool shape_only)
+                                 int random_probes, bool shape_only, bool probe_on_device)
 {
     /* The candidate's own runs are host work on the CPU backend, and for a
      * device backend's tier-0 reference too. */
@@ -109,12 +117,24 @@ static double engine_verify_work(const tsr_candidate *c, const tsr_region *r, co
     tsr_oracle_options o;
     tsr_region small;
     bool has_small;
-    engine_oracle_options(c, r, arch, 0, random_probes, shape_only, &o, &small, &has_small);
+    engine_oracle_options(c, r, arch, 0, random_probes, shape_only, probe_on_device, &o, &small,
+                          &has_small);
     tsr_oracle_cost cost;
     tsr_oracle_cost_of(r, &o, &cost);
     double work = cost.work + ((double)cost.real_probes + cost.small_probes) * ENGINE_PROBE_WORK;
     if (host)
         work += cost.real_probes * run + (has_small ? cost.small_probes * tsr_ref_work(&small) : 0);
+    if (probe_on_device && engine_arch_is_host(arch)) {
+        /* The CPU backend's "device" is the host: it makes every input element
+         * (as many steps as a reference reads them) and fills the output. */
+        tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], out;
+        int n = tsr_region_signature(r, in, &out);
+        double made = 0;
+        for (int i = 0; i < n; i++)
+            made += (double)tsr_tensor_desc_elements(&in[i]);
+        work += cost.real_probes *
+                (TSR_REF_WORK_ELEMENT * made + (double)tsr_tensor_desc_elements(&out));
+    }
     if (has_small)
         tsr_region_free(&small);
     return work;
@@ -123,7 +143,7 @@ static double engine_verify_work(const tsr_candidate *c, const tsr_region *r, co
 double tsrd_engine_verify_work(const tsr_candidate *c, const tsr_region *r, const char *arch,
                                int random_probes)
 {
-    return engine_verify_work(c, r, arch, random_probes, false);
+    return engine_verify_work(c, r, arch, random_probes, false, false);
 }
 
 tsr_status tsrd_engine_check_work(const tsrd_daemon *d, const tsr_region *r, const char *what,
@@ -219,6 +239,49 @@ tsr_status tsrd_engine_run_host(tsrd_daemon *d, tsrd_kobj *k, const tsr_region *
     return st;
 }
 
+/* A run on a sampled probe that the backend makes where the buffers are
+ * (tsr_candidate_run_keyed_fn): only the sampled outputs come back. */
+static tsr_status engine_run_keyed(tsrd_daemon *d, tsrd_kobj *k, const tsr_region *r,
+                                   const uint64_t *keys, const uint64_t *index, size_t count,
+                                   void *out, tsr_error *err)
+{
+    const tsrd_backend_ops *ops = d->bops;
+    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out_desc;
+    int n = tsr_region_signature(r, sig, &out_desc);
+    tsrd_dbuf *bufs[TSR_MAX_REGION_INPUTS] = {0};
+    tsrd_dbuf *out_buf = NULL;
+    tsrd_stream *stream = NULL;
+    uint64_t out_bytes = tsr_tensor_desc_bytes(&out_desc);
+    size_t size = tsr_dtype_size(r->out_dtype);
+    tsr_status st = ops->stream_create(d->backend, 0, &stream, err);
+    for (int i = 0; st == TSR_OK && i < n; i++) {
+        st = ops->buffer_alloc(d->backend, 0, tsr_tensor_desc_bytes(&sig[i]), &bufs[i], err);
+        if (st == TSR_OK)
+            st = ops->probe->buffer_fill_probe(d->backend, bufs[i], sig[i].dtype,
+                                               (uint64_t)tsr_tensor_desc_elements(&sig[i]), keys[i],
+                                               err);
+    }
+    if (st == TSR_OK)
+        st = ops->buffer_alloc(d->backend, 0, out_bytes, &out_buf, err);
+    if (st == TSR_OK)
+        st = ops->probe->buffer_fill_ones(d->backend, out_buf, out_bytes, err);
+    if (st == TSR_OK)
+        st = ops->launch(d->backend, k, stream, bufs, n, out_buf, err);
+    if (st == TSR_OK)
+        st = ops->synchronize(d->backend, stream, NULL, err);
+    /* Only the sampled outputs come back. */
+    if (st == TSR_OK)
+        st = ops->probe->buffer_gather(d->backend, out_buf, (uint32_t)size, index, count, out, err);
+    for (int i = 0; i < n; i++)
+        if (bufs[i] != NULL)
+            ops->buffer_free(d->backend, bufs[i]);
+    if (out_buf != NULL)
+        ops->buffer_free(d->backend, out_buf);
+    if (stream != NULL)
+        ops->stream_destroy(d->backend, stream);
+    return st;
+}
+
 /* Loads the binary of compiled for r. A binary the backend refuses as made for
  * another region (TSR_CORRUPT) is authentic but of no use to any request: its
  * key is evicted, so that the next request rebuilds it. */
@@ -268,7 +331,8 @@ static tsr_status engine_verify_admit(tsrd_daemon *d, const tsr_candidate *c, co
                                       tsr_verdict *v, tsr_error *err)
 {
     tsr_status st = tsrd_engine_check_work(
-        d, r, "the verification", engine_verify_work(c, r, arch, random_probes, shape_only), err);
+        d, r, "the verification",
+        engine_verify_work(c, r, arch, random_probes, shape_only, d->bops->probe != NULL), err);
     if (st != TSR_OK) {
         tsr_verdict_init(v, c->tolerance, r->out_dtype);
         v->pass = false;
@@ -306,6 +370,16 @@ static tsr_status engine_verify_run_fn(void *ctx, const tsr_region *r, const voi
     return engine_candidate_run(l, r, inputs, output, err);
 }
 
+/* The probes at the real shape, on inputs the backend makes (never the small
+ * shape's: those are small, and the special-value ones are not keyed). */
+static tsr_status engine_verify_run_keyed_fn(void *ctx, const tsr_region *r, const uint64_t *keys,
+                                             const uint64_t *index, size_t count, void *out,
+                                             tsr_error *err)
+{
+    engine_verify_run *v = ctx;
+    return engine_run_keyed(v->d, v->real.compiled.kobj, r, keys, index, count, out, err);
+}
+
 static tsr_status engine_verify(tsrd_daemon *d, const tsr_candidate *c, const tsr_region *r,
                                 const char *arch, uint64_t seed, int random_probes, bool shape_only,
                                 tsr_verdict *v, bool *refused, tsr_error *err)
@@ -327,7 +401,8 @@ static tsr_status engine_verify(tsrd_daemon *d, const tsr_candidate *c, const ts
     tsr_oracle_options opts;
     tsr_region small;
     bool has_small;
-    engine_oracle_options(c, r, arch, seed, random_probes, shape_only, &opts, &small, &has_small);
+    engine_oracle_options(c, r, arch, seed, random_probes, shape_only, d->bops->probe != NULL,
+                          &opts, &small, &has_small);
     run.small_region = opts.small;
     st = tsr_oracle_verify(r, engine_verify_run_fn, &run, &opts, v, err);
     tsrd_compiled_release(d, &run.real.compiled);

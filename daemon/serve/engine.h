@@ -74,7 +74,9 @@ tsr_status tsrd_engine_run_host(tsrd_daemon *d, tsrd_kobj *k, const tsr_region *
 
 /* The estimated CPU work of verifying candidate c (NULL: one with the default
  * tile that serves the small shape) on r with random_probes (<= 0: the
- * oracle's default) on arch, in tsr_ref_work units. */
+ * oracle's default) on arch, in tsr_ref_work units, with the probe inputs
+ * made on the host (a backend that makes them on its device costs less: the
+ * verification's own admission counts that). */
 double tsrd_engine_verify_work(const tsr_candidate *c, const tsr_region *r, const char *arch,
                                int random_probes);
 

@@ -12,8 +12,8 @@
  *
  * daemon: for each layer (a bf16 fused bias+gelu+residual GEMM that tier 3
  * serves, the same in f32 that Tier-1 serves, a bf16 decode attention over
- * batch sizes), for each of 100 batch sizes in order: the shape's buffers are
- * allocated (not timed: a framework has its tensors), then `compile` with
+ * batch sizes, a bf16 pointwise x·w then silu over rows), for each of 100 batch sizes in order: the
+ * shape's buffers are allocated (not timed: a framework has its tensors), then `compile` with
  * default options (the arbiter's own pick, verified) and one launch on those
  * buffers; "first launch" is the wall time from the compile request to the
  * launch's return, "cold compile" the compile request alone. The same compile
@@ -24,7 +24,8 @@
  *
  * tier1: each region's Tier-1 kernel built twice, with its free dimensions
  * baked in (as before variants) and as parameters (what the daemon builds
- * now: M of the matmul kinds, batch and lengths of attention), both through
+ * now: M of the matmul kinds, batch and lengths of attention, the whole
+ * shape of pointwise), both through
  * NVRTC and the backend's load and launch; device time per launch, median of
  * 10 after 3 warm-ups, on the same buffers.
  *
@@ -82,6 +83,11 @@ static const layer layers[] = {
      "{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":%lld,\"heads\":32,\"heads_kv\":8,"
      "\"seq_q\":1,\"seq_k\":4096,\"head_dim\":128}",
      1},
+    {"pointwise bf16 x*w then silu, w (8192), rows 16..1600 (tier1)",
+     "{\"kind\":\"pointwise\",\"dtype\":\"bf16\",\"inputs\":[{\"name\":\"x\",\"shape\":[%lld,"
+     "8192]},{\"name\":\"w\",\"shape\":[8192]}],\"ops\":[{\"op\":\"mul\",\"args\":[\"x\",\"w\"],"
+     "\"out\":\"t\"},{\"op\":\"silu\",\"args\":[\"t\"],\"out\":\"y\"}],\"output\":\"y\"}",
+     16},
 };
 
 static tsr_client_dtype client_dtype(tsr_dtype d)
@@ -352,7 +358,7 @@ static int bench_tier1(void)
         die("device", &e);
     printf("device 0: %s (%s, %d SMs), driver %s, NVRTC %s\n\n", t.dev.name, t.dev.arch,
            t.dev.multiprocessors, t.ops->driver_version(t.b), t.ops->compiler_version(t.b));
-    printf("| Tier-1 region | M baked in (ms) | M a parameter (ms) | change |\n");
+    printf("| Tier-1 region | baked in (ms) | parameters (ms) | change |\n");
     printf("| --- | --- | --- | --- |\n");
     t1_region(&t, "matmul f32 2048x4096x4096",
               "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":2048,\"n\":4096,\"k\":4096}");
@@ -376,6 +382,19 @@ static int bench_tier1(void)
     t1_region(&t, "gated f32 silu M2048 K4096 H4096",
               "{\"kind\":\"gated\",\"dtype\":\"f32\",\"m\":2048,\"k\":4096,\"h\":4096,"
               "\"gate_act\":\"silu\"}");
+    /* The pointwise lane's goals: the whole shape a parameter. */
+    t1_region(&t, "pointwise f32 relu(a+b)*sigmoid(c) 2^28",
+              "{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"a\","
+              "\"shape\":[268435456]},{\"name\":\"b\",\"shape\":[268435456]},{\"name\":\"c\","
+              "\"shape\":[268435456]}],\"ops\":[{\"op\":\"add\",\"args\":[\"a\",\"b\"],\"out\":"
+              "\"s\"},{\"op\":\"relu\",\"args\":[\"s\"],\"out\":\"r\"},{\"op\":\"sigmoid\","
+              "\"args\":[\"c\"],\"out\":\"g\"},{\"op\":\"mul\",\"args\":[\"r\",\"g\"],\"out\":"
+              "\"y\"}],\"output\":\"y\"}");
+    t1_region(&t, "pointwise bf16 x*w then silu 16384x8192, w (8192)",
+              "{\"kind\":\"pointwise\",\"dtype\":\"bf16\",\"inputs\":[{\"name\":\"x\",\"shape\":["
+              "16384,8192]},{\"name\":\"w\",\"shape\":[8192]}],\"ops\":[{\"op\":\"mul\",\"args\":["
+              "\"x\",\"w\"],\"out\":\"t\"},{\"op\":\"silu\",\"args\":[\"t\"],\"out\":\"y\"}],"
+              "\"output\":\"y\"}");
     tsrd_nvrtc_close(t.nv);
     t.ops->stream_destroy(t.b, t.stream);
     t.ops->close(t.b);
@@ -386,7 +405,9 @@ static int bench_tier1(void)
 
 /* What the host does for a new shape of a verified variant, beside the
  * candidate's one launch: the probe's inputs at the shape (every core), the
- * sampled positions, the reference at them. Median of 5 per shape. */
+ * sampled positions, the reference at them; and, where the backend makes the
+ * inputs on its device, the reference at the positions making only the input
+ * elements it reads (tsr_oracle_sampled_reference). Median of 5 per shape. */
 static int bench_host(void)
 {
     static const struct {
@@ -403,8 +424,8 @@ static int bench_host(void)
          {1, 16, 100}},
     };
     printf("| region | M or batch | positions | inputs (ms) | positions (ms) | reference at "
-           "them (ms) | total (ms) |\n");
-    printf("| --- | --- | --- | --- | --- | --- | --- |\n");
+           "them (ms) | total (ms) | inputs on the device: total (ms) |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         for (int d = 0; d < 3; d++) {
             char json[512];
@@ -415,7 +436,7 @@ static int bench_host(void)
                 die(json, &e);
             tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out;
             tsr_region_signature(&r, sig, &out);
-            double t_in[5], t_pos[5], t_ref[5], t_all[5];
+            double t_in[5], t_pos[5], t_ref[5], t_all[5], t_part[5];
             size_t count = 0;
             for (int rep = 0; rep < 5; rep++) {
                 void *inputs[TSR_MAX_REGION_INPUTS] = {0};
@@ -432,16 +453,20 @@ static int bench_host(void)
                                                    want, 0, &e) != TSR_OK)
                     die("reference", &e);
                 double t3 = now_ms();
+                if (tsr_oracle_sampled_reference(&r, 0, 0, index, count, want, 0, &e) != TSR_OK)
+                    die("reference on inputs made in part", &e);
+                double t4 = now_ms();
                 t_in[rep] = t1 - t0, t_pos[rep] = t2 - t1, t_ref[rep] = t3 - t2;
                 t_all[rep] = t3 - t0;
+                t_part[rep] = (t2 - t1) + (t4 - t3);
                 free(want);
                 free(index);
                 tsr_oracle_free_probe(&r, inputs);
             }
-            printf("| %s | %lld | %zu | %.1f | %.1f | %.1f | %.1f |\n", cases[c].name,
+            printf("| %s | %lld | %zu | %.1f | %.1f | %.1f | %.1f | %.1f |\n", cases[c].name,
                    cases[c].dims[d], count, bench_quantile(t_in, 5, 0.5),
                    bench_quantile(t_pos, 5, 0.5), bench_quantile(t_ref, 5, 0.5),
-                   bench_quantile(t_all, 5, 0.5));
+                   bench_quantile(t_all, 5, 0.5), bench_quantile(t_part, 5, 0.5));
             tsr_region_free(&r);
         }
     }

@@ -4,7 +4,10 @@
  * candidate test_wrong_element (registered with test_faults; the reference
  * with one output in an edge tile moved far off) is caught at that output;
  * a forced compile of it fails verification, and skip_verify compiles it
- * unverified, says so in the decision and counts it.
+ * unverified, says so in the decision and counts it. The CPU backend makes
+ * the probe inputs in its own memory (the host reference only the elements it
+ * reads); "cpu-isolated" makes them in its worker process, through the
+ * worker's fill call, with the same verdicts.
  *
  * The region, 1024 x 1024 out of K 512 in f32, costs 1.14·10^9 reference
  * units, past the engine's sampling threshold of 2^30, and one candidate run
@@ -110,5 +113,31 @@ Test(sampled_verify, a_forced_wrong_candidate_fails_to_compile_unless_verificati
     cr_expect_eq(s.failed_verification, 1);
     /* Without skip_verify the arbiter's own pick is verified, as before. */
     cr_expect_eq(sampled_stats_of("reference").unverified, 0);
+    tsr_client_region_free(r);
+}
+
+/* The same check on the CPU backend in a worker process: the inputs are made
+ * there (TSRD_DW_FILL), and the verdicts are the in-process ones. */
+static void sampled_start_isolated(void)
+{
+    static const char *const flags[] = {"--backend", "cpu-isolated", NULL};
+    cr_assert_eq(testd_start_config(&suite_daemon, flags, "{\"test_faults\": true}\n"), 0,
+                 "tesserad did not start");
+    suite_client = fixture_client(&suite_daemon, 120000);
+}
+
+TestSuite(sampled_verify_isolated, .init = sampled_start_isolated, .fini = fixture_suite_stop,
+          .timeout = 300);
+
+Test(sampled_verify_isolated, inputs_made_in_the_worker_give_the_same_verdicts)
+{
+    tsr_region *r = fixture_region_json(SAMPLED_REGION);
+    tsr_client_verified v = sampled_verify_of(r, "test_wrong_element");
+    cr_expect_eq(v.verdict.state, TSR_CLIENT_VERDICT_FAIL);
+    cr_expect_eq(v.verdict.first_bad_probe, 0);
+    cr_expect_eq(v.verdict.first_bad_index, SAMPLED_WRONG_AT);
+    v = sampled_verify_of(r, "reference");
+    cr_expect_eq(v.verdict.state, TSR_CLIENT_VERDICT_PASS, "%s", v.verdict.reason);
+    cr_expect_eq(v.verdict.rel_error, 0.0);
     tsr_client_region_free(r);
 }

@@ -89,13 +89,14 @@ Test(work_bound, the_default_refuses_a_huge_verify_run_and_compile_at_once)
     tsr_error err;
 
     /* Verification on the CPU backend samples a region this large: the
-     * candidate's own run at the real shape (154627211264), the reference at
-     * the sampled query rows (each meets all 65536 keys), two probes at a
-     * small shape and 2^16 per probe; still past the limit. */
+     * candidate's own run at the real shape (154627211264), its inputs made
+     * in the backend's memory and, the elements it reads, for the reference,
+     * the reference at the sampled query rows (each meets all 65536 keys),
+     * two probes at a small shape and 2^16 per probe; still past the limit. */
     tsr_client_verify_opts vopts = {.candidate = "reference"};
     work_expect_refused(work_verify(r, &vopts, &err), &err,
                         "max_request_work: the verification of this attention region is "
-                        "estimated at 180746881408 units of CPU work, over the limit of "
+                        "estimated at 180751203168 units of CPU work, over the limit of "
                         "40000000000");
     /* The same without naming the candidate: the arbiter's pick is refused alike. */
     work_expect_refused(work_verify(r, NULL, &err), &err, NULL);

@@ -4,8 +4,9 @@
  * broadcasting regions (pointwise with NaN / inf probes), verification of the
  * tier1 and tier-3 candidates (both tier-3 families), the ping-pong GEMM with
  * every epilogue and NaN placement, the default choice of the tier-3 GEMM and
- * its escape hatches, a kernel served from the disk cache after a restart, and a
- * captured batch that yields to another client's run.
+ * its escape hatches, a kernel served from the disk cache after a restart, a
+ * captured batch that yields to another client's run, and the sampled check's
+ * probe inputs made on the device.
  *
  * Without a CUDA driver every test skips; with one, a daemon that does not come
  * up on --backend cuda is a failure.
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend/cuda/cuda.h"
 #include "tessera/client.h"
 #include "tessera/json.h"
 #include "tessera/oracle.h"
@@ -425,8 +427,8 @@ static double gpu_counter(const char *name)
  * attention at many batches and lengths) is one build per variant, each shape
  * verified (the first completely, the others by their sampled check) and each
  * result matching the reference. Tier-1 f32 (M and attention's batch and
- * lengths as kernel parameters), the tier-3 GEMM (narrow and wide variants)
- * and the tier-3 attention. */
+ * lengths as kernel parameters), the tier-3 GEMM (narrow and wide variants),
+ * the tier-3 attention, and Tier-1 pointwise (the whole shape a parameter). */
 Test(cuda_backend, every_shape_of_a_variant_runs_one_binary_and_matches_the_reference)
 {
     static const struct {
@@ -446,12 +448,26 @@ Test(cuda_backend, every_shape_of_a_variant_runs_one_binary_and_matches_the_refe
         {"{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":%d,\"heads\":8,\"heads_kv\":2,"
          "\"seq_q\":1,\"seq_k\":777,\"head_dim\":128}",
          "attention_wgmma", 1, 3, 6, 1},
+        /* Pointwise: x·w then silu, rows of a broadcast weight (tiled rows of
+         * 4096), and relu(a+b)·sigmoid(c) over ragged lengths (vectors and a
+         * scalar tail). One binary each. */
+        {"{\"kind\":\"pointwise\",\"dtype\":\"bf16\",\"inputs\":[{\"name\":\"x\",\"shape\":[%d,"
+         "4096]},{\"name\":\"w\",\"shape\":[4096]}],\"ops\":[{\"op\":\"mul\",\"args\":[\"x\",\"w\"]"
+         ","
+         "\"out\":\"t\"},{\"op\":\"silu\",\"args\":[\"t\"],\"out\":\"y\"}],\"output\":\"y\"}",
+         "tier1", 2, 37, 12, 1},
+        {"{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"a\",\"shape\":[%d]},"
+         "{\"name\":\"b\",\"shape\":[1]},{\"name\":\"c\",\"shape\":[1]}],\"ops\":[{\"op\":\"add\","
+         "\"args\":[\"a\",\"b\"],\"out\":\"s\"},{\"op\":\"relu\",\"args\":[\"s\"],\"out\":\"r\"},"
+         "{\"op\":\"sigmoid\",\"args\":[\"c\"],\"out\":\"g\"},{\"op\":\"mul\",\"args\":[\"r\","
+         "\"g\"],\"out\":\"y\"}],\"output\":\"y\"}",
+         "tier1", 1001, 333, 12, 1},
     };
     for (size_t l = 0; l < sizeof layers / sizeof layers[0]; l++) {
         double builds = gpu_counter("kcache_builds_total");
         char key[TSR_CLIENT_KEY_MAX] = "";
         for (int i = 0; i < layers[l].count; i++) {
-            char json[512];
+            char json[768];
             snprintf(json, sizeof json, layers[l].fmt, layers[l].first + i * layers[l].step);
             tsr_region r;
             tsr_error e;
@@ -702,4 +718,95 @@ Test(cuda_backend, ping_pong_gemm_serves_every_epilogue_and_places_nan)
     free(got);
     free(want);
     tsr_region_free(&r);
+}
+
+/* The sampled check's probe inputs made on the device hold, element for
+ * element, what the host reference makes of the same keys: every dtype, a
+ * length that no block or grid divides, and a fill of all-ones bytes; the
+ * device's gather of sampled positions returns their bytes. */
+Test(cuda_backend, device_probe_inputs_equal_the_host_formula_element_for_element)
+{
+    const tsrd_backend_ops *ops = &tsrd_backend_cuda;
+    tsrd_backend *b = NULL;
+    tsr_error e;
+    cr_assert_eq(ops->open(NULL, &b, &e), TSR_OK, "%s", e.message);
+    cr_assert_not_null(ops->probe);
+    const tsr_dtype dtypes[] = {TSR_F32, TSR_BF16, TSR_F16};
+    const uint64_t n = 5000011; /* past 132 SMs x 16 blocks x 256 threads: the loop strides */
+    for (int j = 0; j < 3; j++) {
+        size_t size = tsr_dtype_size(dtypes[j]);
+        tsrd_dbuf *buf = NULL;
+        cr_assert_eq(ops->buffer_alloc(b, 0, n * size + 64, &buf, &e), TSR_OK, "%s", e.message);
+        uint8_t *got = malloc(n * size + 64), *want = malloc(n * size + 64);
+        cr_assert(got != NULL && want != NULL);
+        for (int k = 0; k < 2; k++) {
+            uint64_t key = tsr_oracle_sampled_key(77, k, j);
+            cr_assert_eq(ops->probe->buffer_fill_ones(b, buf, n * size + 64, &e), TSR_OK, "%s",
+                         e.message);
+            cr_assert_eq(ops->probe->buffer_fill_probe(b, buf, dtypes[j], n, key, &e), TSR_OK, "%s",
+                         e.message);
+            cr_assert_eq(ops->buffer_read(b, buf, 0, got, n * size + 64, &e), TSR_OK, "%s",
+                         e.message);
+            tsr_oracle_sampled_fill(dtypes[j], want, 0, n, key);
+            memset(want + n * size, 0xff, 64);
+            for (uint64_t x = 0; x < n * size + 64; x++)
+                cr_assert_eq(got[x], want[x], "%s key %d: byte %llu", tsr_dtype_name(dtypes[j]), k,
+                             (unsigned long long)x);
+        }
+        /* Gathered on the device: every 997th element and the last. */
+        size_t count = 0;
+        uint64_t *index = malloc((n / 997 + 2) * sizeof *index);
+        cr_assert_not_null(index);
+        for (uint64_t x = 0; x < n; x += 997)
+            index[count++] = x;
+        index[count++] = n - 1;
+        uint8_t *picked = malloc(count * size);
+        cr_assert_not_null(picked);
+        cr_assert_eq(ops->probe->buffer_gather(b, buf, (uint32_t)size, index, count, picked, &e),
+                     TSR_OK, "%s", e.message);
+        for (size_t t = 0; t < count; t++)
+            cr_assert_eq(memcmp(picked + t * size, got + index[t] * size, size), 0, "[%llu]",
+                         (unsigned long long)index[t]);
+        index[0] = (n * size + 64) / size;
+        cr_expect_eq(ops->probe->buffer_gather(b, buf, (uint32_t)size, index, 1, picked, &e),
+                     TSR_BUFFER_MISMATCH);
+        free(index);
+        free(picked);
+        /* Past the buffer: refused, the buffer untouched. */
+        cr_expect_eq(ops->probe->buffer_fill_probe(b, buf, dtypes[j], n + 64, 1, &e),
+                     TSR_BUFFER_MISMATCH);
+        cr_expect_eq(ops->probe->buffer_fill_ones(b, buf, n * size + 65, &e), TSR_BUFFER_MISMATCH);
+        free(got);
+        free(want);
+        ops->buffer_free(b, buf);
+    }
+    ops->close(b);
+}
+
+/* Decode attention large enough to be checked by sampling, through the
+ * daemon, its inputs made on the device: it passes, sampled, at two batch
+ * sizes. */
+Test(cuda_backend, sampled_decode_attention_verifies_with_inputs_made_on_the_device)
+{
+    const int batches[] = {64, 100};
+    for (int i = 0; i < 2; i++) {
+        char json[256];
+        snprintf(json, sizeof json,
+                 "{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":%d,\"heads\":32,"
+                 "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":4096,\"head_dim\":128}",
+                 batches[i]);
+        tsr_region r;
+        tsr_error e;
+        cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &e), TSR_OK, "%s", e.message);
+        tsr_client_verify_opts opts = {.candidate = "attention_wgmma"};
+        tsr_client_verified out;
+        cr_assert_eq(tsr_client_verify(client_, (const struct tsr_region *)&r, &opts, &out,
+                                       GPU_TIMEOUT_MS, &e),
+                     TSR_OK, "%s", e.message);
+        cr_expect_str_eq(out.verdict.method, "sampled", "%s", json);
+        cr_expect_eq(out.verdict.state, TSR_CLIENT_VERDICT_PASS, "%s: %s", json,
+                     out.verdict.reason);
+        cr_expect_gt(out.verdict.sampled_elements, 0);
+        tsr_region_free(&r);
+    }
 }

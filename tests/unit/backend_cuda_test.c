@@ -16,6 +16,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/nvrtc.h"
 #include "tessera/json.h"
+#include "tessera/oracle.h"
 #include "../support/unit_daemon.h"
 
 static const char *const examples[] = {"examples/matmul.json", "examples/fused.json",
@@ -413,9 +414,10 @@ Test(backend_cuda, tier1_compiles_every_example_in_every_dtype, .timeout = 120)
                                 4),
                          0);
             /* Matmul, fused and gated kernels take M after the output,
-             * attention batch, seq_q and seq_k. */
+             * attention batch, seq_q and seq_k, pointwise its merged dims
+             * (the example's 16 x 32 with a row vector: two). */
             tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out;
-            int dims = r.kind == TSR_KIND_POINTWISE ? 0 : r.kind == TSR_KIND_ATTENTION ? 3 : 1;
+            int dims = r.kind == TSR_KIND_POINTWISE ? 2 : r.kind == TSR_KIND_ATTENTION ? 3 : 1;
             cr_assert_eq(b.desc.n_params, tsr_region_signature(&r, sig, &out) + 1 + dims);
             free(b.bin);
             tsr_region_free(&r);
@@ -557,24 +559,56 @@ Test(backend_cuda, tier1_builds_one_binary_for_every_m, .timeout = 120)
     tsrd_nvrtc_close(nv);
 }
 
-/* Tier-1 pointwise kernels are built per shape, and a kind's kernel takes
- * its free dimensions all or none. */
-Test(backend_cuda, tier1_builds_pointwise_per_shape)
+/* A Tier-1 pointwise kernel serves every shape of its broadcast pattern:
+ * one variant (its class the pattern), one cubin; another pattern is another
+ * variant. A kind's kernel takes its free dimensions all or none. */
+Test(backend_cuda, tier1_builds_one_pointwise_binary_per_broadcast_pattern, .timeout = 60)
 {
     tsr_candidate tier1;
     tsrd_cuda_candidate_tier1(&tier1);
-    tsr_region r;
+    tsr_region r, other, pattern;
     unit_load_example("examples/pointwise.json", TSR_F32, &r);
     tsr_fingerprint v = unit_variant_of(&tier1, &r), fp;
     cr_assert_eq(tsr_region_fingerprint(&r, &fp, NULL), TSR_OK);
-    cr_expect_eq(memcmp(v.bytes, fp.bytes, sizeof v.bytes), 0);
+    cr_expect_neq(memcmp(v.bytes, fp.bytes, sizeof v.bytes), 0);
+    /* 300 x 5000 with the same row vector: the same variant. */
+    tsr_error e;
+    cr_assert_eq(tsr_region_copy(&other, &r, &e), TSR_OK);
+    other.u.pointwise.inputs[0].shape[0] = other.u.pointwise.inputs[1].shape[0] = 300;
+    other.u.pointwise.inputs[0].shape[1] = other.u.pointwise.inputs[1].shape[1] = 5000;
+    other.u.pointwise.inputs[2].shape[0] = 5000;
+    cr_assert_eq(tsr_region_validate(&other, &e), TSR_OK, "%s", e.message);
+    tsr_fingerprint w = unit_variant_of(&tier1, &other);
+    cr_expect_eq(memcmp(v.bytes, w.bytes, sizeof v.bytes), 0);
+    /* c a column instead of a row: another pattern. */
+    cr_assert_eq(tsr_region_copy(&pattern, &r, &e), TSR_OK);
+    pattern.u.pointwise.inputs[2].rank = 2;
+    pattern.u.pointwise.inputs[2].shape[0] = 16;
+    pattern.u.pointwise.inputs[2].shape[1] = 1;
+    cr_assert_eq(tsr_region_validate(&pattern, &e), TSR_OK, "%s", e.message);
+    w = unit_variant_of(&tier1, &pattern);
+    cr_expect_neq(memcmp(v.bytes, w.bytes, sizeof v.bytes), 0);
+
+    tsrd_nvrtc *nv = NULL;
+    if (tsrd_nvrtc_open(NULL, &nv, &e) == TSR_OK) {
+        unit_blob a, b;
+        unit_compile_blob(nv, 132, &r, &tier1, "sm_90a", &a);
+        unit_compile_blob(nv, 132, &other, &tier1, "sm_90a", &b);
+        cr_expect_eq(a.payload_len, b.payload_len);
+        cr_expect_eq(memcmp(a.payload, b.payload, a.payload_len), 0, "one cubin");
+        cr_expect_eq(a.desc.n_params, 4 + 2);
+        free(a.bin);
+        free(b.bin);
+        tsrd_nvrtc_close(nv);
+    }
     tsr_codegen_target t = {.arch = "sm_90a", .free_dims = TSR_VARIANT_ROWS};
     tsr_codegen_kernel k;
-    tsr_error e;
     cr_expect_eq(tsr_codegen_emit(&r, &t, &k, &e), TSR_INVALID_ARGUMENT);
-    cr_expect_str_eq(e.message, "free dimensions 0x1: a pointwise kernel can take nothing at run "
-                                "time");
+    cr_expect_str_eq(e.message, "free dimensions 0x1: a pointwise kernel can take its whole shape "
+                                "at run time");
     tsr_region_free(&r);
+    tsr_region_free(&other);
+    tsr_region_free(&pattern);
     unit_load_example("examples/attention.json", TSR_BF16, &r);
     t.free_dims = TSR_VARIANT_BATCH;
     cr_expect_eq(tsr_codegen_emit(&r, &t, &k, &e), TSR_INVALID_ARGUMENT);
@@ -674,4 +708,35 @@ Test(backend_cuda, attention_variants_free_batch_and_lengths)
     cr_expect_neq(memcmp(va.bytes, vb.bytes, 32), 0);
     tsr_region_free(&a);
     tsr_region_free(&b);
+}
+
+/* The sampled check's probe generator and output gather, as the backend
+ * compiles them on first use: the oracle's own source, for sm_90a and sm_80. */
+Test(backend_cuda, the_probe_generator_compiles_for_every_served_arch)
+{
+    tsrd_nvrtc *nv = NULL;
+    tsr_error e;
+    if (tsrd_nvrtc_open(NULL, &nv, &e) != TSR_OK)
+        cr_skip_test("no NVRTC: %s", e.message);
+    const char *arches[] = {"sm_90a", "sm_80"};
+    for (size_t i = 0; i < sizeof arches / sizeof arches[0]; i++) {
+        uint8_t *cubin = NULL;
+        size_t len = 0;
+        cr_assert_eq(tsrd_nvrtc_compile(nv, tsr_oracle_sampled_fill_source(), "probe_fill.cu",
+                                        arches[i], &cubin, &len, NULL, &e),
+                     TSR_OK, "%s: %s", arches[i], e.message);
+        cr_assert_eq(memcmp(cubin,
+                            "\x7f"
+                            "ELF",
+                            4),
+                     0);
+        cr_expect_not_null(
+            memmem(cubin, len, TSR_ORACLE_FILL_ENTRY, strlen(TSR_ORACLE_FILL_ENTRY) + 1),
+            "%s names its entry", arches[i]);
+        cr_expect_not_null(
+            memmem(cubin, len, TSR_ORACLE_GATHER_ENTRY, strlen(TSR_ORACLE_GATHER_ENTRY) + 1),
+            "%s names the gather", arches[i]);
+        free(cubin);
+    }
+    tsrd_nvrtc_close(nv);
 }

@@ -421,3 +421,159 @@ Test(codegen, attention_every_dtype_compiles)
                     "sm_80");
     tsrd_nvrtc_close(nv);
 }
+
+/* ---- pointwise: one kernel for every shape of a broadcast pattern ---- */
+
+static void codegen_emit_generic(tsr_codegen_kernel *k, const char *json, const char *arch)
+{
+    tsr_region r;
+    codegen_region(&r, json);
+    tsr_codegen_target target = {.arch = arch, .free_dims = TSR_VARIANT_SHAPE};
+    tsr_error err;
+    cr_assert_eq(tsr_codegen_emit(&r, &target, k, &err), TSR_OK, "%s: %s", json, err.message);
+    /* launch_of gives what the emission gives, without the source. */
+    tsr_codegen_launch l;
+    cr_assert_eq(tsr_codegen_launch_of(&r, &target, &l, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(memcmp(&l, &k->launch, sizeof l), 0, "%s", json);
+    tsr_region_free(&r);
+    cr_assert_null(strstr(k->source, "fmaxf("));
+    cr_assert_null(strstr(k->source, "#include"));
+    cr_assert_eq(k->launch.n_params, k->launch.n_inputs + 1 + k->launch.n_dims);
+}
+
+static void codegen_class(const char *json, char cls[TSR_VARIANT_CLASS_MAX])
+{
+    tsr_region r;
+    codegen_region(&r, json);
+    tsr_codegen_pointwise_class(&r, cls);
+    tsr_region_free(&r);
+}
+
+Test(codegen, pointwise_shapes_of_one_pattern_share_one_source)
+{
+    char a[1024], b[1024];
+    tsr_codegen_kernel ka, kb;
+    /* A row vector over a matrix and a column beside it: two dims, b
+     * repeated down the rows (mask 2 on the outer dim) and c along each row
+     * (mask 4 on the inner one). */
+    codegen_relu(a, sizeof a, "f32", "600,7", "7", "600,1");
+    codegen_relu(b, sizeof b, "f32", "3,9000", "9000", "3,1");
+    codegen_emit_generic(&ka, a, "sm_90a");
+    codegen_emit_generic(&kb, b, "sm_90a");
+    cr_assert_str_eq(ka.source, kb.source);
+    cr_assert_eq(ka.launch.n_dims, 2);
+    cr_assert_eq(ka.launch.n_params, 6);
+    cr_assert_eq(ka.launch.dims[0], 600);
+    cr_assert_eq(ka.launch.dims[1], 7);
+    cr_assert_eq(kb.launch.dims[0], 3);
+    cr_assert_eq(kb.launch.dims[1], 9000);
+    /* 600 rows of 7: flat, 4200 elements; 3 rows of 9000 f32: tiles of 1024,
+     * 9 per row. */
+    cr_assert_eq(ka.launch.grid[0], 17);
+    cr_assert_eq(kb.launch.grid[0], 27);
+    /* No dimension is a constant: the divisions are by parameters. */
+    cr_assert_null(strstr(ka.source, "rest % 7u"));
+    cr_assert_not_null(strstr(ka.source, "long long d0, long long d1)"));
+    cr_assert_not_null(strstr(ka.source, "const float r2 = tsr_in_to_f32(in2[o2]);"));
+    cr_assert_not_null(strstr(ka.source, "tsr_loadv(in1, (o1 + j0) / TSR_VW, x1);"));
+    char ca[TSR_VARIANT_CLASS_MAX], cb[TSR_VARIANT_CLASS_MAX];
+    codegen_class(a, ca);
+    codegen_class(b, cb);
+    cr_assert_str_eq(ca, "pw.2.4");
+    cr_assert_str_eq(ca, cb);
+    tsr_codegen_kernel_free(&ka);
+    tsr_codegen_kernel_free(&kb);
+
+    /* Another pattern, another class and another source. */
+    codegen_relu(a, sizeof a, "f32", "600,7", "600,7", "600,1");
+    codegen_class(a, ca);
+    cr_assert_str_eq(ca, "pw.0.4");
+    /* Dense inputs of any rank are one dim; size-1 dims of every input drop. */
+    codegen_relu(a, sizeof a, "f32", "1,5,6", "5,6", "1,5,6");
+    codegen_relu(b, sizeof b, "f32", "1,2,4096", "2,4096", "1,2,4096");
+    codegen_class(a, ca);
+    codegen_class(b, cb);
+    cr_assert_str_eq(ca, "pw.0");
+    cr_assert_str_eq(cb, "pw.0");
+    codegen_emit_generic(&ka, a, "sm_90a");
+    codegen_emit_generic(&kb, b, "sm_90a");
+    cr_assert_str_eq(ka.source, kb.source);
+    cr_assert_eq(ka.launch.n_dims, 1);
+    cr_assert_eq(ka.launch.dims[0], 30);
+    cr_assert_eq(kb.launch.dims[0], 8192);
+    cr_assert_eq(kb.launch.grid[0], 8); /* 2048 float4 vectors */
+    cr_assert_not_null(strstr(kb.source, "const tsr_idx_t nvec = elems / TSR_VW;"));
+    tsr_codegen_kernel_free(&ka);
+    tsr_codegen_kernel_free(&kb);
+
+    /* All scalars: no dims at all. */
+    codegen_relu(a, sizeof a, "bf16", "1", "", "1,1");
+    codegen_class(a, ca);
+    cr_assert_str_eq(ca, "pw");
+    codegen_emit_generic(&ka, a, "sm_90a");
+    cr_assert_eq(ka.launch.n_dims, 0);
+    cr_assert_eq(ka.launch.grid[0], 1);
+    tsr_codegen_kernel_free(&ka);
+}
+
+Test(codegen, pointwise_shape_free_is_refused_for_other_kinds)
+{
+    tsr_region r;
+    codegen_region(&r, "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":4,\"n\":4,\"k\":4}");
+    tsr_codegen_target target = {.free_dims = TSR_VARIANT_SHAPE};
+    tsr_codegen_kernel k;
+    tsr_error err;
+    cr_assert_eq(tsr_codegen_emit(&r, &target, &k, &err), TSR_INVALID_ARGUMENT);
+    cr_assert_str_eq(err.message, "free dimensions 0x10: a matmul kernel can take M at run time");
+    tsr_region_free(&r);
+    char json[1024];
+    codegen_relu(json, sizeof json, "f32", "8", "8", "8");
+    codegen_region(&r, json);
+    target.free_dims = TSR_VARIANT_ROWS;
+    cr_assert_eq(tsr_codegen_emit(&r, &target, &k, &err), TSR_INVALID_ARGUMENT);
+    cr_assert_str_eq(
+        err.message,
+        "free dimensions 0x1: a pointwise kernel can take its whole shape at run time");
+    tsr_region_free(&r);
+}
+
+Test(codegen, pointwise_shape_free_compiles_for_every_pattern_and_dtype)
+{
+    tsrd_nvrtc *nv = codegen_nvrtc_or_skip();
+    static const char *const shapes[][3] = {
+        {"1000,37", "1000,37", "1000,37"}, /* dense */
+        {"600,7", "7", "600,1"},           /* row and column broadcast */
+        {"4,1,300", "5,1", ""},            /* rank 3, a scalar */
+        {"2,3,4,5", "3,1,5", "4,1"},       /* alternating masks */
+        {"1", "1", "1,1"},                 /* no dims */
+    };
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int d = 0; d < 3; d++) {
+            char json[1024];
+            codegen_relu(json, sizeof json, codegen_dtypes[d], shapes[s][0], shapes[s][1],
+                         shapes[s][2]);
+            tsr_codegen_kernel k;
+            codegen_emit_generic(&k, json, "sm_90a");
+            uint8_t *cubin = NULL;
+            size_t len = 0;
+            tsr_error err;
+            cr_assert_eq(
+                tsrd_nvrtc_compile(nv, k.source, "tier1.cu", "sm_90a", &cubin, &len, NULL, &err),
+                TSR_OK, "%s: %s", json, err.message);
+            cr_assert_eq(memcmp(cubin, "\177ELF", 4), 0);
+            free(cubin);
+            tsr_codegen_kernel_free(&k);
+        }
+    char json[8192];
+    codegen_every_op_json(json, sizeof json, "bf16", "f32");
+    tsr_codegen_kernel k;
+    codegen_emit_generic(&k, json, "sm_90a");
+    uint8_t *cubin = NULL;
+    size_t len = 0;
+    tsr_error err;
+    cr_assert_eq(tsrd_nvrtc_compile(nv, k.source, "tier1.cu", "sm_80", &cubin, &len, NULL, &err),
+                 TSR_OK, "%s", err.message);
+    free(cubin);
+    tsr_codegen_kernel_free(&k);
+    tsrd_nvrtc_close(nv);
+}

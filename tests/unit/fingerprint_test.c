@@ -778,3 +778,36 @@ Test(fingerprint, a_variant_names_only_dimensions_of_its_kind)
     cr_expect_eq(tsr_region_variant_fingerprint(&pw, &rows, &out, &err), TSR_INVALID_ARGUMENT);
     tsr_region_free(&pw);
 }
+
+/* Pointwise: every dimension free, ranks and ops kept, the class carries the
+ * broadcast pattern; the bit belongs to no other kind. */
+#define FP_PW(sa, sb)                                                                              \
+    "{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"a\",\"shape\":[" sa "]},"   \
+    "{\"name\":\"b\",\"shape\":[" sb "]}],\"ops\":[{\"op\":\"add\",\"args\":[\"a\",\"b\"],"        \
+    "\"out\":\"y\"}],\"output\":\"y\"}"
+
+Test(fingerprint, a_pointwise_variant_is_one_for_every_shape_of_its_ranks_and_class)
+{
+    const unsigned shape = TSR_VARIANT_SHAPE;
+    tsr_fingerprint a = fp_variant(FP_PW("3,5", "5"), shape, "pw.2");
+    cr_expect(fp_equal(a, fp_variant(FP_PW("3000,17", "17"), shape, "pw.2")));
+    cr_expect_not(fp_equal(a, fp_of(FP_PW("3,5", "5"))));
+    /* Another class, another rank, another op: other variants. */
+    cr_expect_not(fp_equal(a, fp_variant(FP_PW("3,5", "5"), shape, "pw.0")));
+    cr_expect_not(fp_equal(a, fp_variant(FP_PW("3,5", "1,5"), shape, "pw.2")));
+    cr_expect_not(fp_equal(
+        a, fp_variant("{\"kind\":\"pointwise\",\"dtype\":\"f32\",\"inputs\":[{\"name\":\"a\","
+                      "\"shape\":[3,5]},{\"name\":\"b\",\"shape\":[5]}],\"ops\":[{\"op\":\"mul\","
+                      "\"args\":[\"a\",\"b\"],\"out\":\"y\"}],\"output\":\"y\"}",
+                      shape, "pw.2")));
+    tsr_region r;
+    tsr_error err;
+    const char *mm = "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":4,\"n\":4,\"k\":4}";
+    cr_assert_eq(tsr_region_from_json(mm, strlen(mm), &r, &err), TSR_OK);
+    tsr_variant v = {.free_dims = shape};
+    tsr_fingerprint out;
+    cr_expect_eq(tsr_region_variant_fingerprint(&r, &v, &out, &err), TSR_INVALID_ARGUMENT);
+    cr_expect_str_eq(err.message,
+                     "variant: free dimensions 0x10 are not all dimensions of a matmul region");
+    tsr_region_free(&r);
+}

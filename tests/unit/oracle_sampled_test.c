@@ -14,9 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tessera/dtype.h"
 #include "tessera/json.h"
 #include "tessera/oracle.h"
 #include "tessera/refexec.h"
+#include "../../lib/oracle_internal.h"
 #include "../support/regions.h"
 
 /* 1000 x 1200 out of K 64: 8 tile rows (the last from 896, 104 rows) and 10
@@ -512,4 +514,279 @@ Test(oracle_sampled, probe_inputs_are_nearly_normal_and_the_same_on_any_thread_c
     tsr_oracle_free_probe(&r, one);
     tsr_oracle_free_probe(&r, three);
     tsr_region_free(&r);
+}
+
+/* ---- inputs made where the candidate runs ---- */
+
+#define GATED_BIG                                                                                  \
+    "{\"kind\":\"gated\",\"dtype\":\"bf16\",\"m\":300,\"k\":64,\"h\":260,\"gate_act\":\"silu\"}"
+/* N past 65536: no line is taken whole, B only by its named columns. */
+#define MM_WIDE "{\"kind\":\"matmul\",\"dtype\":\"f16\",\"m\":130,\"n\":70000,\"k\":8}"
+#define DECODE(batch)                                                                              \
+    "{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":" #batch ",\"heads\":32,\"heads_kv\":8," \
+    "\"seq_q\":1,\"seq_k\":2048,\"head_dim\":128}"
+
+/* The formula as docs/arbiter.md states it, written out again. */
+static float formula_value(uint64_t key, uint64_t e)
+{
+    uint64_t z = key + e * UINT64_C(0x9e3779b97f4a7c15);
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    z ^= z >> 31;
+    int64_t sum = (int64_t)(z & 0xffff) + (int64_t)((z >> 16) & 0xffff) +
+                  (int64_t)((z >> 32) & 0xffff) + (int64_t)(z >> 48);
+    return (float)((double)(sum - 131070) * (1.7320508075688772 / 65536.0));
+}
+
+Test(oracle_sampled, keyed_values_follow_the_formula_and_round_as_the_dtype_conversions)
+{
+    for (int k = 0; k < 4; k++) {
+        uint64_t key = tsr_oracle_sampled_key((uint64_t)k, k, 3 - k);
+        for (uint64_t e = 0; e < 4096; e++)
+            cr_assert_eq(tsr_oracle_sampled_value(key, e), formula_value(key, e), "e %llu",
+                         (unsigned long long)e);
+        cr_assert_eq(tsr_oracle_sampled_value(key, UINT64_C(1) << 40),
+                     formula_value(key, UINT64_C(1) << 40));
+    }
+    /* The fill's own bf16 and f16 roundings (the text the device runs too)
+     * against lib/dtype.c's, for every value the formula can make: the sums
+     * 0 .. 4·65535. */
+    for (int64_t sum = 0; sum <= 4 * 65535; sum++) {
+        float v = (float)((double)(sum - 131070) * (1.7320508075688772 / 65536.0));
+        cr_assert_eq(tsri_oracle_gen_bf16(v), tsr_f32_to_bf16(v), "bf16 of %a", (double)v);
+        cr_assert_eq(tsri_oracle_gen_f16(v), tsr_f32_to_f16(v), "f16 of %a", (double)v);
+    }
+}
+
+Test(oracle_sampled, a_fill_writes_each_element_alone_and_the_probe_is_its_fill)
+{
+    tsr_region r = regions_parse(GATED_BIG);
+    void *in[TSR_MAX_REGION_INPUTS];
+    tsr_error err;
+    cr_assert_eq(tsr_oracle_make_sampled_probe(&r, 9, 1, 2, in, &err), TSR_OK, "%s", err.message);
+    /* A: 300 x 64 bf16, input 0 of probe 1. A fill of a middle run writes
+     * exactly that run, as the full probe holds it. */
+    uint16_t part[300 * 64];
+    memset(part, 0xab, sizeof part);
+    tsr_oracle_sampled_fill(TSR_BF16, part, 1000, 77, tsr_oracle_sampled_key(9, 1, 0));
+    for (int e = 0; e < 300 * 64; e++) {
+        if (e >= 1000 && e < 1077)
+            cr_assert_eq(part[e], ((const uint16_t *)in[0])[e], "[%d]", e);
+        else
+            cr_assert_eq(part[e], 0xabab, "[%d] written", e);
+    }
+    tsr_oracle_free_probe(&r, in);
+    tsr_region_free(&r);
+}
+
+/* The reference at the sampled positions from inputs made in part equals the
+ * reference on the full inputs, bit for bit: every element it reads was made. */
+static void expect_same_reference(const char *json, uint64_t seed, int probe)
+{
+    tsr_region r = regions_parse(json);
+    uint64_t *index;
+    size_t n;
+    sample(&r, seed, probe, &index, &n);
+    size_t size = tsr_dtype_size(r.out_dtype);
+    void *full = malloc(n * size + 1), *part = malloc(n * size + 1);
+    void *in[TSR_MAX_REGION_INPUTS];
+    tsr_error err;
+    cr_assert_eq(tsr_oracle_make_sampled_probe(&r, seed, probe, 0, in, &err), TSR_OK);
+    cr_assert_eq(tsr_ref_run_at(&r, (const void *const *)in, index, n, full, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_assert_eq(tsr_oracle_sampled_reference(&r, seed, probe, index, n, part, 0, &err), TSR_OK,
+                 "%s", err.message);
+    cr_expect_eq(memcmp(full, part, n * size), 0, "%s: %zu positions", json, n);
+    tsr_oracle_free_probe(&r, in);
+    free(full);
+    free(part);
+    free(index);
+    tsr_region_free(&r);
+}
+
+Test(oracle_sampled, the_reference_on_inputs_made_in_part_is_the_full_inputs_one)
+{
+    expect_same_reference(MM_BIG, 0, 0);
+    expect_same_reference(MM_WIDE, 3, 1);
+    expect_same_reference(RMS_BIG, 0, 0);
+    expect_same_reference(FUSED_RELU, 11, 0);
+    expect_same_reference(GATED_BIG, 0, 2);
+    expect_same_reference(ATT_CAUSAL, 0, 0);
+    expect_same_reference(DECODE(37), 5, 0);
+    expect_same_reference(PW_BIG, 0, 0);
+    expect_same_reference(
+        "{\"kind\":\"pointwise\",\"dtype\":\"f16\",\"inputs\":[{\"name\":\"a\",\"shape\":[3,1,"
+        "500]},{\"name\":\"b\",\"shape\":[400,1]},{\"name\":\"c\",\"shape\":[]}],\"ops\":[{"
+        "\"op\":\"mul\",\"args\":[\"a\",\"b\"],\"out\":\"m\"},{\"op\":\"add\",\"args\":[\"m\","
+        "\"c\"],"
+        "\"out\":\"y\"}],\"output\":\"y\"}",
+        0, 0);
+}
+
+Test(oracle_sampled, the_partial_reference_refuses_positions_out_of_range_or_order)
+{
+    tsr_region r = regions_parse(MM_BIG);
+    uint64_t past[] = {5, 1000 * 1200};
+    uint64_t back[] = {7, 7};
+    float out[2];
+    tsr_error err;
+    cr_expect_eq(tsr_oracle_sampled_reference(&r, 0, 0, past, 2, out, 1, &err),
+                 TSR_INVALID_ARGUMENT);
+    cr_expect_str_eq(err.message, "index: position 1200000 is past the 1200000 outputs of the "
+                                  "region");
+    cr_expect_eq(tsr_oracle_sampled_reference(&r, 0, 0, back, 2, out, 1, &err),
+                 TSR_INVALID_ARGUMENT);
+    cr_expect_str_eq(err.message, "index: positions must ascend, [1] = 7 after 7");
+    tsr_region_free(&r);
+}
+
+/* A candidate that makes its own inputs from the keys (as a device does),
+ * runs cand_edit on them and hands back the sampled outputs. */
+typedef struct keyed {
+    edit e;
+    int keyed_calls;
+    tsr_status fail; /* returned instead of running, when not OK */
+} keyed;
+
+static tsr_status cand_keyed(void *ctx, const tsr_region *r, const uint64_t *keys,
+                             const uint64_t *index, size_t count, void *out, tsr_error *err)
+{
+    keyed *k = ctx;
+    k->keyed_calls++;
+    if (k->fail != TSR_OK)
+        return tsr_error_set(err, k->fail, "device out of memory");
+    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], o;
+    int n = tsr_region_signature(r, sig, &o);
+    void *in[TSR_MAX_REGION_INPUTS];
+    for (int i = 0; i < n; i++) {
+        in[i] = malloc((size_t)tsr_tensor_desc_bytes(&sig[i]) + 1);
+        tsr_oracle_sampled_fill(sig[i].dtype, in[i], 0, (uint64_t)tsr_tensor_desc_elements(&sig[i]),
+                                keys[i]);
+    }
+    size_t size = tsr_dtype_size(r->out_dtype);
+    uint8_t *full = malloc((size_t)tsr_tensor_desc_bytes(&o));
+    memset(full, 0xff, (size_t)tsr_tensor_desc_bytes(&o));
+    tsr_status st = cand_edit(&k->e, r, (const void *const *)in, full, err);
+    for (size_t t = 0; t < count; t++)
+        memcpy((uint8_t *)out + t * size, full + index[t] * size, size);
+    for (int i = 0; i < n; i++)
+        free(in[i]);
+    free(full);
+    return st;
+}
+
+static tsr_status cand_keyed_full(void *ctx, const tsr_region *r, const void *const *inputs,
+                                  void *output, tsr_error *err)
+{
+    keyed *k = ctx;
+    return cand_edit(&k->e, r, inputs, output, err);
+}
+
+static tsr_status verify_keyed(const tsr_region *r, keyed *k, bool with_small, tsr_verdict *v,
+                               tsr_error *err)
+{
+    tsr_region small;
+    if (with_small)
+        cr_assert_eq(tsr_oracle_small_region(r, 0, &small, err), TSR_OK, "%s", err->message);
+    tsr_oracle_options o = {
+        .method = TSR_VERIFY_SAMPLED, .small = with_small ? &small : NULL, .run_keyed = cand_keyed};
+    k->e.real = r;
+    tsr_status st = tsr_oracle_verify(r, cand_keyed_full, k, &o, v, err);
+    if (with_small)
+        tsr_region_free(&small);
+    return st;
+}
+
+Test(oracle_sampled, a_keyed_candidate_gets_the_verdicts_of_host_made_inputs)
+{
+    /* Right: the same pass, with the small shape still run on host inputs. */
+    tsr_region r = regions_parse(FUSED_RELU);
+    keyed k = {.e = {.kind = EDIT_NONE}};
+    tsr_verdict v, host;
+    tsr_error err;
+    cr_assert_eq(verify_keyed(&r, &k, true, &v, &err), TSR_OK, "%s", err.message);
+    cr_expect(v.pass, "%s", v.reason);
+    cr_expect_eq(v.rel_error, 0.0);
+    cr_expect_eq(k.keyed_calls, 1);
+    cr_expect_eq(k.e.calls, 1, "the real shape ran once, keyed");
+    cr_expect_eq(k.e.small_calls, 19);
+    edit plain = {.kind = EDIT_NONE};
+    cr_assert_eq(verify_sampled(&r, &plain, true, &host, &err), TSR_OK);
+    cr_expect_eq(v.sampled_elements, host.sampled_elements);
+    cr_expect_eq(v.elements, host.elements);
+    cr_expect_eq(v.probes, host.probes);
+    tsr_region_free(&r);
+
+    /* Wrong in one place: found at the same position. */
+    r = regions_parse(MM_BIG);
+    k = (keyed){.e = {.kind = EDIT_ELEMENT, .at = (int64_t)AT(896, 639)}};
+    cr_assert_eq(verify_keyed(&r, &k, false, &v, &err), TSR_OK, "%s", err.message);
+    cr_expect_not(v.pass);
+    cr_expect_eq(v.first_bad_probe, 0);
+    cr_expect_eq(v.first_bad_index, (int64_t)AT(896, 639));
+    tsr_region_free(&r);
+
+    r = regions_parse(ATT_CAUSAL);
+    k = (keyed){.e = {.kind = EDIT_QUERY_ROW}};
+    plain = (edit){.kind = EDIT_QUERY_ROW};
+    cr_assert_eq(verify_keyed(&r, &k, false, &v, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(verify_sampled(&r, &plain, false, &host, &err), TSR_OK);
+    cr_expect_not(v.pass);
+    cr_expect_eq(v.first_bad_index, host.first_bad_index);
+    cr_expect_eq(v.rel_error, host.rel_error);
+    tsr_region_free(&r);
+
+    r = regions_parse(PW_BIG);
+    k = (keyed){.e = {.kind = EDIT_NAN, .at = 1000 * 1000 - 1}};
+    cr_assert_eq(verify_keyed(&r, &k, false, &v, &err), TSR_OK, "%s", err.message);
+    cr_expect_str_eq(v.reason, "NaN mismatch at [999999] (probe 0): got nan want 0");
+    tsr_region_free(&r);
+}
+
+Test(oracle_sampled, a_keyed_candidate_that_cannot_run_is_an_error_naming_the_probe)
+{
+    tsr_region r = regions_parse(MM_BIG);
+    keyed k = {.e = {.kind = EDIT_NONE}, .fail = TSR_RESOURCE_EXHAUSTED};
+    tsr_verdict v;
+    tsr_error err;
+    cr_expect_eq(verify_keyed(&r, &k, false, &v, &err), TSR_RESOURCE_EXHAUSTED);
+    cr_expect_not(v.pass);
+    cr_expect_str_eq(err.message, "candidate failed on probe 0: device out of memory");
+    cr_expect_str_eq(v.reason, "candidate failed on probe 0: RESOURCE_EXHAUSTED: device out of "
+                               "memory");
+    tsr_region_free(&r);
+}
+
+static double keyed_cost(const char *json, bool keyed_run)
+{
+    tsr_region r = regions_parse(json);
+    tsr_oracle_options o = {.method = TSR_VERIFY_SAMPLED,
+                            .run_keyed = keyed_run ? cand_keyed : NULL};
+    tsr_oracle_cost c;
+    tsr_oracle_cost_of(&r, &o, &c);
+    tsr_region_free(&r);
+    return c.work;
+}
+
+Test(oracle_sampled, a_keyed_check_of_decode_attention_costs_the_same_at_any_batch)
+{
+    /* Host-made inputs grow with the batch; with inputs made on the device
+     * the host makes the keys and values of the kv heads that the sampled
+     * query rows read, whatever the batch: 38 rows, taken a kv group of 4
+     * heads at a time, read at most 13 of the 800 to 6400 kv heads (5 for the
+     * edge rows, 8 for the seeded ones). */
+    double host100 = keyed_cost(DECODE(100), false), host1600 = keyed_cost(DECODE(1600), false);
+    double dev100 = keyed_cost(DECODE(100), true), dev1600 = keyed_cost(DECODE(1600), true);
+    cr_expect_gt(host1600, 15 * host100);
+    cr_expect_lt(dev100, host100 / 15, "%g vs %g", dev100, host100);
+    cr_expect_lt(fabs(dev1600 - dev100), 0.05 * dev100, "%g vs %g", dev1600, dev100);
+    /* Bounded by: 13 kv heads of 2048 keys and values of 128 and the 38
+     * query rows made; the reference's 38 rows, each reading them with a
+     * product and an exponent per key (tsr_ref_work_at); both sides of the
+     * 38 · 128 positions. */
+    const double E = TSR_REF_WORK_ELEMENT;
+    double row = 2 * 2048.0 * 256 + E * (128 + 2048.0 * 257 + 128);
+    double bound = 13 * E * 2048.0 * 256 + E * 38 * 128 + 38 * row + 2 * E * 38 * 128;
+    cr_expect_leq(dev1600, bound, "%g vs %g", dev1600, bound);
+    cr_expect_gt(dev1600, 38 * row, "the reference's own work is counted");
 }

@@ -50,6 +50,7 @@
 #include "backend/cuda/nvrtc.h"
 #include "tessera/codegen.h"
 #include "tessera/json.h"
+#include "tessera/oracle.h"
 #include "tessera/refexec.h"
 
 /* Pinned staging: chunks of this size, at most this many alive. */
@@ -75,6 +76,10 @@ typedef struct cuda_device {
     atomic_uint generation;      /* bumped by each recovery */
     pthread_mutex_t module_lock; /* guards the lazy load of the tier-3 modules */
     CUmodule modules[CUDA_EMBEDDED_COUNT];
+    /* The sampled check's probe generator (tsr_oracle_sampled_fill_source),
+     * compiled by NVRTC and loaded on first use; under module_lock. */
+    CUmodule probe_module;
+    CUfunction probe_fill, probe_gather;
 } cuda_device;
 
 typedef struct cuda_staging {
@@ -142,7 +147,7 @@ struct tsrd_kobj {
     /* A Tier-1 kernel of a variant: the free dimensions' values, passed after
      * the output. */
     int n_dims;
-    long long dims[3];
+    long long dims[TSR_MAX_RANK];
 };
 
 struct tsrd_stream {
@@ -253,10 +258,13 @@ static void cuda_close(tsrd_backend *b)
         pthread_mutex_destroy(&d->module_lock);
         if (d->ctx == NULL)
             continue;
-        if (b->drv->ctx_set_current(d->ctx) == CUDA_SUCCESS)
+        if (b->drv->ctx_set_current(d->ctx) == CUDA_SUCCESS) {
             for (int m = 0; m < CUDA_EMBEDDED_COUNT; m++)
                 if (d->modules[m] != NULL)
                     b->drv->module_unload(d->modules[m]);
+            if (d->probe_module != NULL)
+                b->drv->module_unload(d->probe_module);
+        }
         b->drv->primary_ctx_release(d->dev);
     }
     while (b->staging_idle != NULL) {
@@ -704,6 +712,151 @@ static void cuda_graph_destroy(tsrd_backend *b, tsrd_graph *g)
     free(g);
 }
 
+/* ---- the sampled check's probe inputs ---- */
+
+/* The generator's module on a device: NVRTC compiles the oracle's own source
+ * for the device's arch on first use (tens of milliseconds, once per device
+ * and context); *fn is the kernel named entry in it. */
+static tsr_status cuda_probe_function(tsrd_backend *b, int device, bool gather, CUfunction *fn,
+                                      tsr_error *err)
+{
+    cuda_device *d = &b->devices[device];
+    tsr_status st = TSR_OK;
+    pthread_mutex_lock(&d->module_lock);
+    if (d->probe_module == NULL) {
+        uint8_t *cubin = NULL;
+        size_t len = 0;
+        st = tsrd_nvrtc_compile(b->nv, tsr_oracle_sampled_fill_source(), "probe_fill.cu",
+                                d->info.arch, &cubin, &len, NULL, err);
+        CUmodule module = NULL;
+        if (st == TSR_OK)
+            st = cuda_check(b, device, b->drv->module_load_data(&module, cubin),
+                            "cuModuleLoadData (probe generator)", err);
+        free(cubin);
+        if (st == TSR_OK)
+            st = cuda_check(
+                b, device,
+                b->drv->module_get_function(&d->probe_fill, module, TSR_ORACLE_FILL_ENTRY),
+                "cuModuleGetFunction (" TSR_ORACLE_FILL_ENTRY ")", err);
+        if (st == TSR_OK)
+            st = cuda_check(
+                b, device,
+                b->drv->module_get_function(&d->probe_gather, module, TSR_ORACLE_GATHER_ENTRY),
+                "cuModuleGetFunction (" TSR_ORACLE_GATHER_ENTRY ")", err);
+        if (st == TSR_OK) {
+            d->probe_module = module;
+        } else {
+            d->probe_fill = d->probe_gather = NULL;
+            if (module != NULL)
+                b->drv->module_unload(module);
+        }
+    }
+    *fn = gather ? d->probe_gather : d->probe_fill;
+    pthread_mutex_unlock(&d->module_lock);
+    return st;
+}
+
+/* A grid-stride launch over n items on the legacy default stream, waited for. */
+static tsr_status cuda_probe_launch(tsrd_backend *b, int device, CUfunction fn, uint64_t n,
+                                    void **params, const char *what, tsr_error *err)
+{
+    /* Enough blocks to fill every SM, no more. */
+    uint64_t blocks = (n + 255) / 256;
+    uint64_t most = (uint64_t)b->devices[device].info.multiprocessors * 16;
+    unsigned grid = (unsigned)(blocks < most ? blocks : most > 0 ? most : 1);
+    tsr_status st = cuda_check(
+        b, device, b->drv->launch_kernel(fn, grid, 1, 1, 256, 1, 1, 0, NULL, params, NULL), what,
+        err);
+    if (st == TSR_OK)
+        st = cuda_check(b, device, b->drv->stream_synchronize(NULL), "cuStreamSynchronize", err);
+    return st;
+}
+
+/* On the legacy default stream, which orders with the blocking session
+ * streams and the synchronous copies (see the top of this file), and waited
+ * for, so that the fill is as synchronous as buffer_write. */
+static tsr_status cuda_buffer_fill_probe(tsrd_backend *b, tsrd_dbuf *buf, tsr_dtype dtype,
+                                         uint64_t elements, uint64_t key, tsr_error *err)
+{
+    size_t size = tsr_dtype_size(dtype);
+    if (size == 0 || elements > buf->bytes / size)
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH, "cuda backend: fill out of bounds");
+    tsr_status st =
+        cuda_enter_object(b, buf->device, buf->generation, "the buffer's device memory", err);
+    if (st != TSR_OK || elements == 0)
+        return st;
+    CUfunction fn = NULL;
+    st = cuda_probe_function(b, buf->device, false, &fn, err);
+    if (st != TSR_OK)
+        return st;
+    CUdeviceptr dst = buf->ptr;
+    unsigned long long n = elements, k = key;
+    int code = (int)dtype;
+    void *params[] = {&dst, &n, &k, &code};
+    return cuda_probe_launch(b, buf->device, fn, elements, params,
+                             "cuLaunchKernel (probe generator)", err);
+}
+
+static tsr_status cuda_buffer_fill_ones(tsrd_backend *b, tsrd_dbuf *buf, uint64_t bytes,
+                                        tsr_error *err)
+{
+    if (bytes > buf->bytes)
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH, "cuda backend: fill out of bounds");
+    tsr_status st =
+        cuda_enter_object(b, buf->device, buf->generation, "the buffer's device memory", err);
+    if (st != TSR_OK || bytes == 0)
+        return st;
+    st = cuda_check(b, buf->device, b->drv->memset_d8_async(buf->ptr, 0xff, (size_t)bytes, NULL),
+                    "cuMemsetD8Async", err);
+    if (st == TSR_OK)
+        st = cuda_check(b, buf->device, b->drv->stream_synchronize(NULL), "cuStreamSynchronize",
+                        err);
+    return st;
+}
+
+/* The positions go up, the kernel gathers, the elements come back: two
+ * small copies instead of the whole output. */
+static tsr_status cuda_buffer_gather(tsrd_backend *b, tsrd_dbuf *buf, uint32_t size,
+                                     const uint64_t *index, size_t count, void *out, tsr_error *err)
+{
+    if (size != 2 && size != 4)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "cuda backend: gather of %u-byte elements",
+                             size);
+    for (size_t t = 0; t < count; t++)
+        if (index[t] >= buf->bytes / size)
+            return tsr_error_set(err, TSR_BUFFER_MISMATCH,
+                                 "cuda backend: gather position %llu past the buffer",
+                                 (unsigned long long)index[t]);
+    tsr_status st =
+        cuda_enter_object(b, buf->device, buf->generation, "the buffer's device memory", err);
+    if (st != TSR_OK || count == 0)
+        return st;
+    CUfunction fn = NULL;
+    st = cuda_probe_function(b, buf->device, true, &fn, err);
+    tsrd_dbuf *idx = NULL, *dst = NULL;
+    if (st == TSR_OK)
+        st = cuda_buffer_alloc(b, buf->device, count * sizeof *index, &idx, err);
+    if (st == TSR_OK)
+        st = cuda_buffer_alloc(b, buf->device, count * size, &dst, err);
+    if (st == TSR_OK)
+        st = cuda_buffer_copy(b, idx, 0, (void *)index, count * sizeof *index, 1, err);
+    if (st == TSR_OK) {
+        CUdeviceptr d_dst = dst->ptr, d_src = buf->ptr, d_idx = idx->ptr;
+        unsigned long long n = count;
+        int esize = (int)size;
+        void *params[] = {&d_dst, &d_src, &d_idx, &n, &esize};
+        st = cuda_probe_launch(b, buf->device, fn, count, params,
+                               "cuLaunchKernel (sampled outputs)", err);
+    }
+    if (st == TSR_OK)
+        st = cuda_buffer_copy(b, dst, 0, out, count * size, 0, err);
+    if (idx != NULL)
+        cuda_buffer_free(b, idx);
+    if (dst != NULL)
+        cuda_buffer_free(b, dst);
+    return st;
+}
+
 /* ---- kernels ---- */
 
 static tsr_status cuda_compile(tsrd_backend *b, const tsr_region *r, const tsr_candidate *c,
@@ -802,23 +955,15 @@ static tsr_status cuda_tier1_bind(tsrd_backend *b, int device, const tsr_region 
     if (st != TSR_OK)
         return st;
     if (strcmp(l.entry, k->desc.entry) != 0 || l.n_params != k->desc.n_params ||
-        l.shared_bytes != k->desc.shared_bytes || l.block[0] != k->desc.block[0] || l.n_dims < 1 ||
-        l.n_dims > 3)
+        l.shared_bytes != k->desc.shared_bytes || l.block[0] != k->desc.block[0] || l.n_dims < 0 ||
+        l.n_dims > TSR_MAX_RANK)
         return tsr_error_set(err, TSR_CORRUPT,
                              "stored entry %s does not serve this region with this build's "
                              "geometry",
                              k->desc.entry);
     memcpy(k->desc.grid, l.grid, sizeof k->desc.grid);
     k->n_dims = l.n_dims;
-    if (r->kind == TSR_KIND_ATTENTION) {
-        k->dims[0] = r->u.attention.batch;
-        k->dims[1] = r->u.attention.seq_q;
-        k->dims[2] = r->u.attention.seq_k;
-    } else {
-        k->dims[0] = r->kind == TSR_KIND_MATMUL  ? r->u.matmul.m
-                     : r->kind == TSR_KIND_FUSED ? r->u.fused.m
-                                                 : r->u.gated.m;
-    }
+    memcpy(k->dims, l.dims, sizeof k->dims);
     return TSR_OK;
 }
 
@@ -1056,7 +1201,7 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
     for (int i = 0; i < n_inputs; i++)
         ptrs[i] = inputs[i]->ptr;
     ptrs[n_inputs] = output->ptr;
-    void *args[TSR_MAX_REGION_INPUTS + 4];
+    void *args[TSR_MAX_REGION_INPUTS + 1 + TSR_MAX_RANK];
     CUtensorMap maps[3];
     CUdeviceptr operands[3];
     tsr_gemm_params params;
@@ -1161,6 +1306,8 @@ static tsr_status cuda_device_recover(tsrd_backend *b, int index, tsr_error *err
     /* The reset frees every allocation, module, stream and pinned page of the
      * old context: forget the handles to them without calling the driver. */
     memset(d->modules, 0, sizeof d->modules);
+    d->probe_module = NULL;
+    d->probe_fill = d->probe_gather = NULL;
     /* The poisoned context must not stay current here: calls made with it
      * current report its sticky error instead of doing their work. */
     drv->ctx_set_current(NULL);
@@ -1239,6 +1386,12 @@ static const tsrd_backend_hostmem_ops cuda_hostmem = {
 
 static const tsrd_backend_ipc_ops cuda_ipc = {.buffer_import = cuda_buffer_import};
 
+static const tsrd_backend_probe_ops cuda_probe = {
+    .buffer_fill_probe = cuda_buffer_fill_probe,
+    .buffer_fill_ones = cuda_buffer_fill_ones,
+    .buffer_gather = cuda_buffer_gather,
+};
+
 static const tsrd_backend_graph_ops cuda_graph = {
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
@@ -1274,4 +1427,5 @@ const tsrd_backend_ops tsrd_backend_cuda = {
     .hostmem = &cuda_hostmem,
     .ipc = &cuda_ipc,
     .graph = &cuda_graph,
+    .probe = &cuda_probe,
 };

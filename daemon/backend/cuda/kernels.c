@@ -556,19 +556,24 @@ static bool kernels_rows_kind(const tsr_region *r)
     return r->kind == TSR_KIND_MATMUL || r->kind == TSR_KIND_FUSED || r->kind == TSR_KIND_GATED;
 }
 
-/* The reference, and Tier-1's matmul, fused and gated kernels (M) and
- * attention kernels (batch, seq_q, seq_k), take these dimensions at run time:
- * their tiles and code do not depend on them. Pointwise kernels are built per
- * shape (the broadcast pattern is the shape). */
+/* The reference, and Tier-1's matmul, fused and gated kernels (M),
+ * attention kernels (batch, seq_q, seq_k) and pointwise kernels (the whole
+ * shape), take these dimensions at run time: their tiles and code do not
+ * depend on them. A pointwise kernel's code does depend on which dimensions
+ * broadcast, which is its class. */
 static void kernels_run_time_dims_variant(const tsr_candidate *c, const tsr_region *r,
                                           const char *arch, tsr_variant *out)
 {
     (void)c, (void)arch;
     memset(out, 0, sizeof *out);
-    if (kernels_rows_kind(r))
+    if (kernels_rows_kind(r)) {
         out->free_dims = TSR_VARIANT_ROWS;
-    else if (r->kind == TSR_KIND_ATTENTION)
+    } else if (r->kind == TSR_KIND_ATTENTION) {
         out->free_dims = TSR_VARIANT_BATCH | TSR_VARIANT_SEQ_Q | TSR_VARIANT_SEQ_K;
+    } else if (r->kind == TSR_KIND_POINTWISE) {
+        out->free_dims = TSR_VARIANT_SHAPE;
+        tsr_codegen_pointwise_class(r, out->cls);
+    }
 }
 
 /* The tier-3 GEMMs read M, N and K from their parameter block and tensor

@@ -649,6 +649,57 @@ static tsr_status iso_buffer_read(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offs
     return iso_copy(b, buf, offset, data, len, 0, err);
 }
 
+/* The sampled check's probe inputs, made by the worker's backend. */
+static tsr_status iso_fill(tsrd_backend *b, tsrd_dbuf *buf, uint64_t mode, uint64_t dtype,
+                           uint64_t n, uint64_t key, tsr_error *err)
+{
+    tsr_status st = iso_current(b, buf->remote.generation, "the buffer's device memory", err);
+    if (st != TSR_OK)
+        return st;
+    tsrd_dw_request q = {.op = TSRD_DW_FILL, .a = {buf->remote.id, mode, dtype, n, key}};
+    return iso_call(b, &q, NULL, NULL, err);
+}
+
+static tsr_status iso_buffer_fill_probe(tsrd_backend *b, tsrd_dbuf *buf, tsr_dtype dtype,
+                                        uint64_t elements, uint64_t key, tsr_error *err)
+{
+    return iso_fill(b, buf, 0, (uint64_t)dtype, elements, key, err);
+}
+
+static tsr_status iso_buffer_fill_ones(tsrd_backend *b, tsrd_dbuf *buf, uint64_t bytes,
+                                       tsr_error *err)
+{
+    return iso_fill(b, buf, 1, 0, bytes, 0, err);
+}
+
+/* The positions go out through a channel's window and the elements come
+ * back through it, a window's worth of positions per call. */
+static tsr_status iso_buffer_gather(tsrd_backend *b, tsrd_dbuf *buf, uint32_t size,
+                                    const uint64_t *index, size_t count, void *out, tsr_error *err)
+{
+    if (size != 2 && size != 4)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "device worker: gather of %u-byte elements",
+                             size);
+    tsr_status st = iso_current(b, buf->remote.generation, "the buffer's device memory", err);
+    if (st != TSR_OK || count == 0)
+        return st;
+    pthread_rwlock_rdlock(&b->reset_lock);
+    iso_channel *c = iso_take(b);
+    const size_t per_call = TSRD_DW_WINDOW / sizeof *index;
+    for (size_t done = 0; st == TSR_OK && done < count; done += per_call) {
+        size_t n = count - done < per_call ? count - done : per_call;
+        memcpy(c->window, index + done, n * sizeof *index);
+        tsrd_dw_request q = {.op = TSRD_DW_GATHER, .a = {buf->remote.id, size, n}};
+        tsrd_dw_reply rep;
+        st = iso_exchange(b, c, &q, NULL, &rep, err);
+        if (st == TSR_OK)
+            memcpy((uint8_t *)out + done * size, c->window, n * size);
+    }
+    iso_give(b, c);
+    pthread_rwlock_unlock(&b->reset_lock);
+    return st;
+}
+
 /* The worker maps the segment through fd and pins it; without a descriptor
  * there is nothing to pin and copies go through the windows. */
 static tsr_status iso_host_register(tsrd_backend *b, void *host, uint64_t len, int fd, void **token,
@@ -1046,6 +1097,12 @@ static const tsrd_backend_hostmem_ops iso_hostmem = {
 
 static const tsrd_backend_ipc_ops iso_ipc = {.buffer_import = iso_buffer_import};
 
+static const tsrd_backend_probe_ops iso_probe = {
+    .buffer_fill_probe = iso_buffer_fill_probe,
+    .buffer_fill_ones = iso_buffer_fill_ones,
+    .buffer_gather = iso_buffer_gather,
+};
+
 static const tsrd_backend_graph_ops iso_graph = {
     .graph_begin = iso_graph_begin,
     .graph_end = iso_graph_end,
@@ -1066,7 +1123,7 @@ static const tsrd_backend_graph_ops iso_graph = {
     .load = iso_load, .unload = iso_unload, .stream_create = iso_stream_create,                    \
     .stream_destroy = iso_stream_destroy, .launch = iso_launch, .launch_many = iso_launch_many,    \
     .synchronize = iso_synchronize, .lost = iso_lost, .recover = iso_recover,                      \
-    .hostmem = &iso_hostmem, .ring = &iso_ring
+    .hostmem = &iso_hostmem, .ring = &iso_ring, .probe = &iso_probe
 
 const tsrd_backend_ops tsrd_backend_cuda_isolated = {
     .name = "cuda",

@@ -61,6 +61,10 @@ typedef enum tsrd_dw_op {
                            * payload as LAUNCH_MANY's; the segment's descriptor rides along
                            * (SCM_RIGHTS): the worker serves the ring -> r0 ring id */
     TSRD_DW_RING_STOP,    /* a0 ring id -> r0 slots served */
+    TSRD_DW_FILL,         /* a0 buffer, a1 0 = probe values (a2 dtype, a3 elements, a4 key),
+                           * 1 = all-ones bytes (a3 bytes) */
+    TSRD_DW_GATHER,       /* a0 buffer, a1 element size, a2 count (count * 8 <= window): the
+                           * positions in the window -> the elements in the window */
 } tsrd_dw_op;
 
 typedef struct tsrd_dw_request {

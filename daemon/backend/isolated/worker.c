@@ -388,6 +388,43 @@ static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint
     case TSRD_DW_FREE:
         ops->buffer_free(b, (tsrd_dbuf *)(uintptr_t)q->a[0]);
         break;
+    case TSRD_DW_FILL: {
+        tsrd_dbuf *buf = (tsrd_dbuf *)(uintptr_t)q->a[0];
+        if (ops->probe == NULL)
+            st = tsr_error_set(&err, TSR_UNSUPPORTED, "device worker: %s makes no probes",
+                               ops->name);
+        else if (q->a[1] == 0 && q->a[2] >= TSR_DTYPE_COUNT)
+            st = tsr_error_set(&err, TSR_INVALID_ARGUMENT, "device worker: dtype %llu",
+                               (unsigned long long)q->a[2]);
+        else if (q->a[1] == 0)
+            st = ops->probe->buffer_fill_probe(b, buf, (tsr_dtype)q->a[2], q->a[3], q->a[4], &err);
+        else
+            st = ops->probe->buffer_fill_ones(b, buf, q->a[3], &err);
+        break;
+    }
+    case TSRD_DW_GATHER: {
+        tsrd_dbuf *buf = (tsrd_dbuf *)(uintptr_t)q->a[0];
+        uint64_t n = q->a[2];
+        if (ops->probe == NULL)
+            st = tsr_error_set(&err, TSR_UNSUPPORTED, "device worker: %s gathers nothing",
+                               ops->name);
+        else if (n > TSRD_DW_WINDOW / sizeof(uint64_t))
+            st = tsr_error_set(&err, TSR_INTERNAL, "device worker: gather larger than the window");
+        else {
+            /* The positions are read out of the window before the elements
+             * overwrite it. */
+            uint64_t *index = malloc(n * sizeof *index + 1);
+            if (index == NULL) {
+                st = tsr_error_set(&err, TSR_NO_MEMORY, "device worker: out of memory");
+            } else {
+                memcpy(index, ch->window, n * sizeof *index);
+                st = ops->probe->buffer_gather(b, buf, (uint32_t)q->a[1], index, (size_t)n,
+                                               ch->window, &err);
+                free(index);
+            }
+        }
+        break;
+    }
     case TSRD_DW_WRITE:
     case TSRD_DW_READ: {
         tsrd_dbuf *buf = (tsrd_dbuf *)(uintptr_t)q->a[0];

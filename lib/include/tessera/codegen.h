@@ -8,7 +8,10 @@
  * (tsr_codegen_target.free_dims): those the kernel takes as parameters, so
  * that one binary serves every value of them (a kernel variant,
  * fingerprint.h). Matmul, fused and gated kernels can leave M free;
- * attention kernels batch, seq_q and seq_k (the three together).
+ * attention kernels batch, seq_q and seq_k (the three together); pointwise
+ * kernels their whole shape (TSR_VARIANT_SHAPE): one binary serves every
+ * shape of a broadcast pattern (tsr_codegen_pointwise_class), and takes the
+ * output's dims merged where the pattern allows.
  *
  * Parameter convention (every kind): the kernel's parameters are device
  * pointers (8 bytes each, CUdeviceptr), first the inputs in tsr_region_signature
@@ -45,7 +48,7 @@
 extern "C" {
 #endif
 
-#define TSR_CODEGEN_VERSION 3
+#define TSR_CODEGEN_VERSION 4
 
 /* Default multiprocessor count (H100 SXM / H200) when the target gives none. */
 #define TSR_CODEGEN_DEFAULT_SM_COUNT 132
@@ -55,7 +58,7 @@ typedef struct tsr_codegen_target {
     int sm_count;     /* multiprocessors of the device; 0 means the default */
     /* TSR_VARIANT_* dimensions taken at run time; 0 bakes every one in.
      * TSR_VARIANT_ROWS for matmul, fused and gated regions; BATCH | SEQ_Q |
-     * SEQ_K for attention; nothing for pointwise. */
+     * SEQ_K for attention; SHAPE for pointwise. */
     unsigned free_dims;
 } tsr_codegen_target;
 
@@ -71,6 +74,9 @@ typedef struct tsr_codegen_launch {
     int n_inputs; /* pointer parameters before the output */
     int n_dims;   /* 64-bit dimension parameters after the output */
     int n_params; /* n_inputs + 1 + n_dims */
+    /* Their values at the region's shape: M; batch, seq_q, seq_k; or the
+     * pointwise output's merged dims, outermost first. */
+    long long dims[TSR_MAX_RANK];
 } tsr_codegen_launch;
 
 typedef struct tsr_codegen_kernel {
@@ -94,6 +100,12 @@ tsr_status tsr_codegen_emit(const tsr_region *r, const tsr_codegen_target *targe
  * the grid of r's own shape. Same errors as tsr_codegen_emit. */
 tsr_status tsr_codegen_launch_of(const tsr_region *r, const tsr_codegen_target *target,
                                  tsr_codegen_launch *out, tsr_error *err);
+
+/* The class of a pointwise region's shape-generic kernel (tsr_variant.cls):
+ * its broadcast pattern, "pw" and per merged output dim the mask of the inputs
+ * broadcasting along it, in hex ("pw.0.2"). Two shapes of one region share a
+ * binary exactly when their classes are equal. r must be validated. */
+void tsr_codegen_pointwise_class(const tsr_region *r, char cls[TSR_VARIANT_CLASS_MAX]);
 
 /* Frees the source and zeroes *k. Safe on a zeroed kernel and safe to repeat. */
 void tsr_codegen_kernel_free(tsr_codegen_kernel *k);

@@ -57,6 +57,9 @@ bool tsr_fingerprint_parse(const char *hex, tsr_fingerprint *out);
 #define TSR_VARIANT_BATCH (1u << 1) /* attention: batch */
 #define TSR_VARIANT_SEQ_Q (1u << 2) /* attention: seq_q */
 #define TSR_VARIANT_SEQ_K (1u << 3) /* attention: seq_k */
+/* pointwise: every dimension of every input (and so of the output); the
+ * ranks stay, and the class must say which dimensions are 1 */
+#define TSR_VARIANT_SHAPE (1u << 4)
 #define TSR_VARIANT_CLASS_MAX 64
 
 typedef struct tsr_variant {

@@ -87,6 +87,17 @@ void tsr_oracle_free_probe(const tsr_region *r, void **inputs);
 typedef tsr_status (*tsr_candidate_run_fn)(void *ctx, const tsr_region *r,
                                            const void *const *inputs, void *output, tsr_error *err);
 
+/* Runs the candidate at r's shape on the inputs of a sampled probe that it
+ * makes itself, where they are (on the device): input i's element e holds
+ * tsr_oracle_sampled_value(keys[i], e) rounded to the input dtype
+ * (tsr_oracle_sampled_fill), and the output is filled with all-ones bytes
+ * before the run. Writes the outputs at the flat positions index[0..count)
+ * (ascending) into out, dense in r->out_dtype. Returns non-OK if the
+ * candidate could not run. */
+typedef tsr_status (*tsr_candidate_run_keyed_fn)(void *ctx, const tsr_region *r,
+                                                 const uint64_t *keys, const uint64_t *index,
+                                                 size_t count, void *out, tsr_error *err);
+
 /* The tile edge that sampling and the small shape assume when the candidate
  * names none, and the seeded positions per sampled probe. */
 #define TSR_ORACLE_TILE 128
@@ -103,6 +114,11 @@ typedef struct tsr_oracle_options {
     int samples;             /* <= 0: TSR_ORACLE_SAMPLES */
     const tsr_region *small; /* tsr_oracle_small_region of r; NULL: no small-shape probes
                                 (the candidate does not serve it) */
+    /* The probes at the real shape through this (with the same ctx as run)
+     * instead of run: the host then makes only the input elements that the
+     * reference reads, never the full-size inputs or output. NULL: they are
+     * made on the host and passed to run. */
+    tsr_candidate_run_keyed_fn run_keyed;
 } tsr_oracle_options;
 
 /* Verifies a candidate. Returns TSR_OK when the check ran (the verdict says pass
@@ -130,7 +146,8 @@ tsr_status tsr_oracle_verify(const tsr_region *r, tsr_candidate_run_fn run, void
  * first and last tile and max(16, samples / N) seeded ones. Attention takes
  * whole query rows: those rows of the first and last tile of seq_q in the
  * first and last (batch, head) and at the first kv-group boundary, and
- * max(32, samples / head_dim_v) seeded ones. A pure function of its
+ * max(32, samples / head_dim_v) seeded ones, taken a kv group at a time (a
+ * seeded row and the same query position in every head of its group). A pure function of its
  * arguments; TSR_NO_MEMORY only. */
 tsr_status tsr_oracle_sample(const tsr_region *r, int tile, uint64_t seed, int probe, int samples,
                              uint64_t **index, size_t *count, tsr_error *err);
@@ -141,6 +158,42 @@ tsr_status tsr_oracle_sample(const tsr_region *r, int tile, uint64_t seed, int p
  * with tsr_oracle_free_probe). Also what a large region is timed on. */
 tsr_status tsr_oracle_make_sampled_probe(const tsr_region *r, uint64_t seed, int index, int threads,
                                          void **inputs, tsr_error *err);
+
+/* The values of sampled probe inputs, element by element, so that a device
+ * can make full-size inputs while the host makes only the elements it reads.
+ * tsr_oracle_sampled_key is input `input`'s key in probe `probe` (seed 0:
+ * the default); element e of it is tsr_oracle_sampled_value(key, e) (nearly
+ * normal, bounded by ±3.47, an f32) rounded to nearest even to the input's
+ * dtype. tsr_oracle_sampled_fill writes elements first .. first + count of
+ * one input at base[first ..], in dtype. tsr_oracle_sampled_fill_source is
+ * CUDA C of one kernel, extern "C" TSR_ORACLE_FILL_ENTRY(void *dst, unsigned
+ * long long n, unsigned long long key, int dtype (tsr_dtype's number)), that
+ * writes elements 0 .. n of dst bit for bit as tsr_oracle_sampled_fill does,
+ * from the same text (lib/oracle_gen.c); any 1-D grid covers every element.
+ * The same source holds TSR_ORACLE_GATHER_ENTRY(void *dst, const void *src,
+ * const unsigned long long *index, unsigned long long n, int size): dst[t] =
+ * src[index[t]] for t < n, elements of size 2 or 4 bytes (the sampled
+ * outputs). Pure; the source is static. */
+#define TSR_ORACLE_FILL_ENTRY "tsr_probe_fill"
+#define TSR_ORACLE_GATHER_ENTRY "tsr_probe_gather"
+uint64_t tsr_oracle_sampled_key(uint64_t seed, int probe, int input);
+float tsr_oracle_sampled_value(uint64_t key, uint64_t e);
+void tsr_oracle_sampled_fill(tsr_dtype dtype, void *base, uint64_t first, uint64_t count,
+                             uint64_t key);
+const char *tsr_oracle_sampled_fill_source(void);
+
+/* The reference at the positions index[0..count) (ascending, as
+ * tsr_oracle_sample gives them) of sampled probe `probe`'s inputs, into out
+ * (dense in r->out_dtype), bit for bit what tsr_ref_run_at writes on the full
+ * inputs of tsr_oracle_make_sampled_probe, but making only the input elements
+ * the reference reads: the A rows and the B columns (all of B when a row is
+ * wanted whole) of matmul-like kinds, the keys and values of the kv heads the
+ * query rows read for attention, the elements pointwise positions read. Uses
+ * `threads` cores (<= 0: all). TSR_INVALID_ARGUMENT for a position out of
+ * range or order, TSR_NO_MEMORY when memory or address space cannot be had. */
+tsr_status tsr_oracle_sampled_reference(const tsr_region *r, uint64_t seed, int probe,
+                                        const uint64_t *index, size_t count, void *out, int threads,
+                                        tsr_error *err);
 
 /* The small shape that sampled verification runs in full: r with every
  * tiled dimension D above 2·tile cut to tile + (D mod tile) (2·tile when

@@ -427,7 +427,7 @@ Test(codegen, attention_every_dtype_compiles)
 static void codegen_emit_generic(tsr_codegen_kernel *k, const char *json, const char *arch)
 {
     tsr_region r;
-    codegen_region(&r, json);
+    r = regions_parse(json);
     tsr_codegen_target target = {.arch = arch, .free_dims = TSR_VARIANT_SHAPE};
     tsr_error err;
     cr_assert_eq(tsr_codegen_emit(&r, &target, k, &err), TSR_OK, "%s: %s", json, err.message);
@@ -444,7 +444,7 @@ static void codegen_emit_generic(tsr_codegen_kernel *k, const char *json, const 
 static void codegen_class(const char *json, char cls[TSR_VARIANT_CLASS_MAX])
 {
     tsr_region r;
-    codegen_region(&r, json);
+    r = regions_parse(json);
     tsr_codegen_pointwise_class(&r, cls);
     tsr_region_free(&r);
 }
@@ -519,7 +519,7 @@ Test(codegen, pointwise_shapes_of_one_pattern_share_one_source)
 Test(codegen, pointwise_shape_free_is_refused_for_other_kinds)
 {
     tsr_region r;
-    codegen_region(&r, "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":4,\"n\":4,\"k\":4}");
+    r = regions_parse("{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":4,\"n\":4,\"k\":4}");
     tsr_codegen_target target = {.free_dims = TSR_VARIANT_SHAPE};
     tsr_codegen_kernel k;
     tsr_error err;
@@ -528,7 +528,7 @@ Test(codegen, pointwise_shape_free_is_refused_for_other_kinds)
     tsr_region_free(&r);
     char json[1024];
     codegen_relu(json, sizeof json, "f32", "8", "8", "8");
-    codegen_region(&r, json);
+    r = regions_parse(json);
     target.free_dims = TSR_VARIANT_ROWS;
     cr_assert_eq(tsr_codegen_emit(&r, &target, &k, &err), TSR_INVALID_ARGUMENT);
     cr_assert_str_eq(

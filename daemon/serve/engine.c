@@ -11,6 +11,7 @@
  * operations, never a compile, a probe or a reference run.
  */
 #include "serve/engine.h"
+#include "serve/fleet.h"
 #include "serve/offline_compile.h"
 
 #include <stdio.h>
@@ -227,8 +228,12 @@ static tsr_status engine_load_binary(tsrd_daemon *d, const tsr_region *r, const 
 {
     tsr_status st = d->bops->load(d->backend, 0, r, c, compiled->blob->data, compiled->blob->len,
                                   &compiled->kobj, err);
-    if (st == TSR_CORRUPT)
+    if (st == TSR_CORRUPT) {
         tsr_kcache_evict(d->kcache, &compiled->key, NULL, NULL);
+        /* One that came from the fleet is deleted there too. */
+        if (compiled->blob->origin == TSR_KCACHE_FLEET)
+            tsrd_fleet_discard(d->fleet, &compiled->key);
+    }
     return st;
 }
 
@@ -319,6 +324,7 @@ static tsr_status engine_verify(tsrd_daemon *d, const tsr_candidate *c, const ts
     engine_verify_run run = {.d = d, .c = c, .arch = arch};
     st = engine_load(d, c, r, arch, &run.real, err);
     if (st != TSR_OK) {
+        tsrd_fleet_abandon(d->fleet, &run.real.compiled.key);
         tsr_verdict_init(v, c->tolerance, r->out_dtype);
         v->pass = false;
         snprintf(v->reason, sizeof v->reason, "could not build: %.120s", err ? err->message : "");
@@ -330,6 +336,12 @@ static tsr_status engine_verify(tsrd_daemon *d, const tsr_candidate *c, const ts
     engine_oracle_options(c, r, arch, seed, random_probes, shape_only, &opts, &small, &has_small);
     run.small_region = opts.small;
     st = tsr_oracle_verify(r, engine_verify_run_fn, &run, &opts, v, err);
+    /* Every candidate that verifies goes to the fleet (a measured selection
+     * verifies several), and one that does not frees its lease at once. */
+    if (st == TSR_OK && v->pass)
+        tsrd_fleet_publish(d->fleet, &run.real.compiled.key, run.real.compiled.blob);
+    else
+        tsrd_fleet_abandon(d->fleet, &run.real.compiled.key);
     tsrd_compiled_release(d, &run.real.compiled);
     if (run.small_loaded)
         tsrd_compiled_release(d, &run.small.compiled);
@@ -502,6 +514,14 @@ tsr_status tsrd_engine_compile(tsrd_daemon *d, const tsr_region *r,
         st = tsrd_engine_check_work(d, r, "a launch of the reference", tsr_ref_work(r), err);
     if (st == TSR_OK)
         st = engine_binary(d, r, &out->decision.candidate, out->arch, out, err);
+    /* The fleet gets a kernel this node built only once it verified (a
+     * verdict from the verdict cache counts; verification itself publishes
+     * too), or when it is the reference, which verification is measured
+     * against; never one chosen with verification skipped. */
+    const tsr_decision *dec = &out->decision;
+    if (st == TSR_OK && !dec->verify_skipped &&
+        ((dec->verified && dec->verdict.pass) || dec->candidate.tier == 0))
+        tsrd_fleet_publish(d->fleet, &out->key, out->blob);
     if (st == TSR_OK && load)
         st = engine_load_binary(d, r, &out->decision.candidate, out, err);
     if (st != TSR_OK)

@@ -1,0 +1,400 @@
+/*
+ * fleet_cache_test.c — daemons sharing compiled kernels through a real
+ * redis-server (docs/cache.md, "Fleet level").
+ *
+ * Each test starts redis-server on a free local port, with no persistence,
+ * and daemons whose disk caches are their own but whose fleet_cache names that
+ * server and one fleet key file. What is asserted comes from the daemons'
+ * counters (kcache_builds_total says whether a node compiled) and from Redis
+ * itself, read and changed with hiredis as an operator, or an attacker with
+ * write access to Redis, would. Without redis-server the suite skips, saying
+ * so.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tessera/client.h"
+#include "../support/fixture.h"
+
+TestSuite(fleet_cache, .timeout = 120);
+
+#define FLEET_REDIS "/usr/bin/redis-server"
+
+/* One redis-server and the fleet key file, in a directory of their own. */
+typedef struct fleet_env {
+    pid_t redis;
+    int port;
+    char dir[64];
+    char key_file[96];
+} fleet_env;
+
+static redisContext *fleet_redis_client(const fleet_env *e)
+{
+    struct timeval tv = {.tv_sec = 2};
+    redisContext *rc = redisConnectWithTimeout("127.0.0.1", e->port, tv);
+    if (rc != NULL && rc->err != 0) {
+        redisFree(rc);
+        return NULL;
+    }
+    return rc;
+}
+
+static void fleet_redis_start(fleet_env *e)
+{
+    e->port = testd_free_tcp_port();
+    cr_assert_gt(e->port, 0);
+    char port[16];
+    snprintf(port, sizeof port, "%d", e->port);
+    e->redis = fork();
+    cr_assert_geq(e->redis, 0);
+    if (e->redis == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        dup2(null, 2);
+        execl(FLEET_REDIS, "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
+              "--appendonly", "no", "--dir", e->dir, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 500; i++) {
+        redisContext *rc = fleet_redis_client(e);
+        if (rc != NULL) {
+            redisReply *r = redisCommand(rc, "PING");
+            bool up = r != NULL && r->type == REDIS_REPLY_STATUS;
+            if (r != NULL)
+                freeReplyObject(r);
+            redisFree(rc);
+            if (up)
+                return;
+        }
+        usleep(10000);
+    }
+    cr_assert_fail("redis-server on port %d did not answer", e->port);
+}
+
+static void fleet_redis_kill(fleet_env *e)
+{
+    if (e->redis <= 0)
+        return;
+    kill(e->redis, SIGKILL);
+    waitpid(e->redis, NULL, 0);
+    e->redis = 0;
+}
+
+static void fleet_setup(fleet_env *e)
+{
+    if (access(FLEET_REDIS, X_OK) != 0)
+        cr_skip_test("redis-server is not installed (" FLEET_REDIS "; Debian package "
+                     "redis-server, which tools/install-deps.sh installs)");
+    memset(e, 0, sizeof *e);
+    snprintf(e->dir, sizeof e->dir, "/tmp/tsr-fleet-XXXXXX");
+    cr_assert_not_null(mkdtemp(e->dir));
+    snprintf(e->key_file, sizeof e->key_file, "%s/fleet.key", e->dir);
+    int fd = open(e->key_file, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    cr_assert_geq(fd, 0, "%s: %s", e->key_file, strerror(errno));
+    uint8_t key[32];
+    for (int i = 0; i < 32; i++)
+        key[i] = (uint8_t)(i * 7 + 3);
+    cr_assert_eq(write(fd, key, sizeof key), (ssize_t)sizeof key);
+    close(fd);
+    fleet_redis_start(e);
+}
+
+static void fleet_teardown(fleet_env *e)
+{
+    fleet_redis_kill(e);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", e->dir);
+    cr_expect_eq(system(cmd), 0);
+}
+
+/* A daemon of the fleet: its own directory and disk cache, the shared Redis. */
+static void fleet_daemon(const fleet_env *e, testd *d, int lease_ms)
+{
+    cr_assert_eq(testd_start_config(d, NULL,
+                                    "{\"fleet_cache\": {\"url\": \"redis://127.0.0.1:%d\", "
+                                    "\"key_file\": \"%s\", \"timeout_ms\": 500, "
+                                    "\"lease_ms\": %d}}\n",
+                                    e->port, e->key_file, lease_ms),
+                 0);
+}
+
+static void fleet_compile(const testd *d, int64_t n, tsr_client_compiled *out)
+{
+    tsr_client *c = fixture_client(d, 30000);
+    tsr_region *r = fixture_affine(n);
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(c, r, NULL, out, 0, &err), TSR_OK, "%s", err.message);
+    tsr_client_region_free(r);
+    tsr_client_close(c);
+}
+
+static double fleet_counter(const testd *d, const char *name)
+{
+    tsr_client *c = fixture_client(d, 30000);
+    double v = fixture_counter(c, name);
+    tsr_client_close(c);
+    return v;
+}
+
+/* The Redis key of a kernel key's entry or lease. */
+static void fleet_key(const char *what, const char *hex, char *out, size_t size)
+{
+    snprintf(out, size, "tessera:%s:%s", what, hex);
+}
+
+Test(fleet_cache, a_compile_on_one_node_is_a_fleet_hit_on_another_without_compiling)
+{
+    fleet_env e;
+    fleet_setup(&e);
+    testd a, b;
+    fleet_daemon(&e, &a, 10000);
+    fleet_daemon(&e, &b, 10000);
+    tsr_client_compiled first, second;
+    fleet_compile(&a, 64, &first);
+    cr_expect_eq(first.decision.cache_hit, false);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 1.0);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_misses_total"), 1.0);
+
+    fleet_compile(&b, 64, &second);
+    cr_expect_str_eq(second.key, first.key);
+    cr_expect_eq(second.decision.cache_hit, true);
+    cr_expect_str_eq(second.decision.cache_level, "fleet");
+    cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 0.0);
+    cr_expect_eq(fleet_counter(&b, "kcache_fleet_hits_total"), 1.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_hits_total"), 1.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_publishes_total"), 0.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_degraded"), 0.0);
+
+    /* What b fetched went to its own disk: a restart finds it there. */
+    cr_assert_eq(testd_stop(&b), 0);
+    cr_assert_eq(testd_restart(&b, NULL), 0);
+    tsr_client_compiled third;
+    fleet_compile(&b, 64, &third);
+    cr_expect_str_eq(third.decision.cache_level, "disk");
+    fixture_stop(&a, NULL);
+    fixture_stop(&b, NULL);
+    fleet_teardown(&e);
+}
+
+Test(fleet_cache, a_tampered_entry_is_refused_and_rebuilt)
+{
+    fleet_env e;
+    fleet_setup(&e);
+    testd a, b;
+    fleet_daemon(&e, &a, 10000);
+    fleet_daemon(&e, &b, 10000);
+    tsr_client_compiled first, second;
+    fleet_compile(&a, 16, &first);
+
+    /* Flip the payload's last byte in place, keeping the entry's expiry. */
+    char rkey[160];
+    fleet_key("kernel", first.key, rkey, sizeof rkey);
+    redisContext *rc = fleet_redis_client(&e);
+    cr_assert_not_null(rc);
+    redisReply *r = redisCommand(rc, "GET %s", rkey);
+    cr_assert_eq(r->type, REDIS_REPLY_STRING, "no entry %s in Redis", rkey);
+    size_t len = r->len;
+    char *value = malloc(len);
+    memcpy(value, r->str, len);
+    freeReplyObject(r);
+    value[len - 1] ^= 0x01;
+    r = redisCommand(rc, "SET %s %b KEEPTTL", rkey, value, len);
+    cr_assert_eq(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+
+    fleet_compile(&b, 16, &second);
+    cr_expect_eq(second.decision.cache_hit, false);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_rejected_total"), 1.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_hits_total"), 0.0);
+    cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 1.0);
+    /* b's own build, verified, replaced the tampered entry. */
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_publishes_total"), 1.0);
+    r = redisCommand(rc, "GET %s", rkey);
+    cr_assert_eq(r->type, REDIS_REPLY_STRING);
+    /* The same payload after the 192-byte header (b's own build time and MAC
+     * in it), the flipped byte back. */
+    cr_assert_eq(r->len, len);
+    value[len - 1] ^= 0x01;
+    cr_expect_eq(memcmp(r->str + 192, value + 192, len - 192), 0);
+    freeReplyObject(r);
+    free(value);
+    redisFree(rc);
+    fixture_stop(&a, NULL);
+    fixture_stop(&b, NULL);
+    fleet_teardown(&e);
+}
+
+Test(fleet_cache, an_entry_signed_under_another_fleet_key_is_refused)
+{
+    fleet_env e;
+    fleet_setup(&e);
+    testd a, b;
+    fleet_daemon(&e, &a, 10000);
+    tsr_client_compiled first, second;
+    fleet_compile(&a, 24, &first);
+    /* b holds a different fleet key: a's entries do not authenticate. */
+    uint8_t other[32];
+    memset(other, 0x5a, sizeof other);
+    int fd = open(e.key_file, O_WRONLY | O_TRUNC);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, other, sizeof other), (ssize_t)sizeof other);
+    close(fd);
+    fleet_daemon(&e, &b, 10000);
+    fleet_compile(&b, 24, &second);
+    cr_expect_eq(second.decision.cache_hit, false);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_rejected_total"), 1.0);
+    cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 1.0);
+    fixture_stop(&a, NULL);
+    fixture_stop(&b, NULL);
+    fleet_teardown(&e);
+}
+
+Test(fleet_cache, redis_killed_mid_run_costs_no_request)
+{
+    fleet_env e;
+    fleet_setup(&e);
+    testd a;
+    fleet_daemon(&e, &a, 10000);
+    tsr_client_compiled out;
+    fleet_compile(&a, 8, &out);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 1.0);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_degraded"), 0.0);
+
+    fleet_redis_kill(&e);
+    for (int64_t n = 9; n < 13; n++) {
+        fleet_compile(&a, n, &out);
+        cr_expect_eq(out.decision.cache_hit, false);
+    }
+    cr_expect_eq(fleet_counter(&a, "kcache_builds_total"), 5.0);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_degraded"), 1.0);
+    cr_expect_geq(fleet_counter(&a, "fleet_cache_errors_total"), 1.0);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 1.0);
+
+    /* The health request stays ready and names the fleet cache. */
+    uint32_t sock;
+    cr_assert_eq(testd_raw_open(&a, &sock), 0);
+    Tessera__V1__HealthRequest body = TESSERA__V1__HEALTH_REQUEST__INIT;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.id = 1;
+    req.body_case = TESSERA__V1__REQUEST__BODY_HEALTH;
+    req.health = &body;
+    Tessera__V1__Reply *reply = NULL;
+    cr_assert_eq(testd_raw_request(sock, &req, 10000, &reply), 0);
+    cr_assert_eq(reply->body_case, TESSERA__V1__REPLY__BODY_HEALTH);
+    cr_expect_eq(reply->health->state, TESSERA__V1__HEALTH_STATE__HEALTH_STATE_READY);
+    cr_assert_eq(reply->health->n_degraded, 1);
+    char want[96];
+    snprintf(want, sizeof want, "fleet cache: redis://127.0.0.1:%d/0: redis: ", e.port);
+    cr_expect_eq(strncmp(reply->health->degraded[0], want, strlen(want)), 0, "degraded: '%s'",
+                 reply->health->degraded[0]);
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    testd_raw_close(sock);
+    fixture_stop(&a, NULL);
+    fleet_teardown(&e);
+}
+
+Test(fleet_cache, a_dead_lease_holder_blocks_no_one_past_its_lease)
+{
+    fleet_env e;
+    fleet_setup(&e);
+    /* The key, from a node outside the fleet (same backend, same key). */
+    testd plain, b;
+    fixture_start(&plain, NULL);
+    tsr_client_compiled off;
+    fleet_compile(&plain, 32, &off);
+    fixture_stop(&plain, NULL);
+
+    /* A node that took the lease and died: it expires in one second. */
+    char rkey[160];
+    fleet_key("lease", off.key, rkey, sizeof rkey);
+    redisContext *rc = fleet_redis_client(&e);
+    cr_assert_not_null(rc);
+    redisReply *r = redisCommand(rc, "SET %s dead-node NX PX 1000", rkey);
+    cr_assert_eq(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+
+    fleet_daemon(&e, &b, 5000);
+    tsr_client_compiled out;
+    fleet_compile(&b, 32, &out);
+    cr_expect_str_eq(out.key, off.key);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_lease_waits_total"), 1.0);
+    /* The wait ended with b taking the expired lease, not at b's bound. */
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_lease_timeouts_total"), 0.0);
+    cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 1.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_publishes_total"), 1.0);
+    /* b dropped its own lease after publishing. */
+    r = redisCommand(rc, "EXISTS %s", rkey);
+    cr_expect_eq(r->integer, 0);
+    freeReplyObject(r);
+    redisFree(rc);
+    fixture_stop(&b, NULL);
+    fleet_teardown(&e);
+}
+
+typedef struct fleet_racer {
+    testd *d;
+    tsr_client_compiled out;
+} fleet_racer;
+
+static void *fleet_race(void *arg)
+{
+    fleet_racer *r = arg;
+    fleet_compile(r->d, 48, &r->out);
+    return NULL;
+}
+
+Test(fleet_cache, nodes_that_miss_at_once_compile_once)
+{
+    fleet_env e;
+    fleet_setup(&e);
+    enum { NODES = 3 };
+    testd d[NODES];
+    fleet_racer racers[NODES];
+    pthread_t threads[NODES];
+    for (int i = 0; i < NODES; i++) {
+        fleet_daemon(&e, &d[i], 20000);
+        racers[i].d = &d[i];
+    }
+    for (int i = 0; i < NODES; i++)
+        cr_assert_eq(pthread_create(&threads[i], NULL, fleet_race, &racers[i]), 0);
+    for (int i = 0; i < NODES; i++)
+        pthread_join(threads[i], NULL);
+    double builds = 0, hits = 0;
+    for (int i = 0; i < NODES; i++) {
+        builds += fleet_counter(&d[i], "kcache_builds_total");
+        hits += fleet_counter(&d[i], "fleet_cache_hits_total");
+        cr_expect_str_eq(racers[i].out.key, racers[0].out.key);
+    }
+    cr_expect_eq(builds, 1.0);
+    cr_expect_eq(hits, NODES - 1.0);
+    for (int i = 0; i < NODES; i++)
+        fixture_stop(&d[i], NULL);
+    fleet_teardown(&e);
+}
+
+Test(fleet_cache, a_bad_fleet_key_file_stops_the_start_with_its_reason)
+{
+    fleet_env e;
+    fleet_setup(&e);
+    cr_assert_eq(chmod(e.key_file, 0644), 0);
+    testd d;
+    cr_expect_neq(testd_start_config(&d, NULL,
+                                     "{\"fleet_cache\": {\"url\": \"redis://127.0.0.1:%d\", "
+                                     "\"key_file\": \"%s\"}}\n",
+                                     e.port, e.key_file),
+                  0);
+    testd_stop(&d);
+    testd_remove(&d);
+    fleet_teardown(&e);
+}

@@ -35,6 +35,7 @@ TestSuite(fleet_cache, .timeout = 120);
 typedef struct fleet_env {
     pid_t redis;
     int port;
+    bool tls; /* TLS only, a self-signed certificate for localhost, password "sekret" */
     char dir[64];
     char key_file[96];
 } fleet_env;
@@ -50,23 +51,47 @@ static redisContext *fleet_redis_client(const fleet_env *e)
     return rc;
 }
 
+/* Whether something accepts connections on the port (a TLS server, which
+ * this hiredis cannot PING). */
+static bool fleet_port_open(int port)
+{
+    redisContext *rc = redisConnect("127.0.0.1", port);
+    bool open = rc != NULL && rc->err == 0;
+    if (rc != NULL)
+        redisFree(rc);
+    return open;
+}
+
 static void fleet_redis_start(fleet_env *e)
 {
     e->port = testd_free_tcp_port();
     cr_assert_gt(e->port, 0);
-    char port[16];
+    char port[16], crt[96], key[96];
     snprintf(port, sizeof port, "%d", e->port);
+    snprintf(crt, sizeof crt, "%s/redis.crt", e->dir);
+    snprintf(key, sizeof key, "%s/redis.key", e->dir);
     e->redis = fork();
     cr_assert_geq(e->redis, 0);
     if (e->redis == 0) {
         int null = open("/dev/null", O_WRONLY);
         dup2(null, 1);
         dup2(null, 2);
-        execl(FLEET_REDIS, "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
-              "--appendonly", "no", "--dir", e->dir, (char *)NULL);
+        if (e->tls)
+            execl(FLEET_REDIS, "redis-server", "--port", "0", "--tls-port", port, "--bind",
+                  "127.0.0.1", "--tls-cert-file", crt, "--tls-key-file", key, "--tls-auth-clients",
+                  "no", "--requirepass", "sekret", "--save", "", "--appendonly", "no", "--dir",
+                  e->dir, (char *)NULL);
+        else
+            execl(FLEET_REDIS, "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
+                  "--appendonly", "no", "--dir", e->dir, (char *)NULL);
         _exit(127);
     }
-    for (int i = 0; i < 500; i++) {
+    for (int i = 0; e->tls && i < 500; i++) {
+        if (fleet_port_open(e->port))
+            return;
+        usleep(10000);
+    }
+    for (int i = 0; !e->tls && i < 500; i++) {
         redisContext *rc = fleet_redis_client(e);
         if (rc != NULL) {
             redisReply *r = redisCommand(rc, "PING");
@@ -91,12 +116,13 @@ static void fleet_redis_kill(fleet_env *e)
     e->redis = 0;
 }
 
-static void fleet_setup(fleet_env *e)
+static void fleet_setup_as(fleet_env *e, bool tls)
 {
     if (access(FLEET_REDIS, X_OK) != 0)
         cr_skip_test("redis-server is not installed (" FLEET_REDIS "; Debian package "
                      "redis-server, which tools/install-deps.sh installs)");
     memset(e, 0, sizeof *e);
+    e->tls = tls;
     snprintf(e->dir, sizeof e->dir, "/tmp/tsr-fleet-XXXXXX");
     cr_assert_not_null(mkdtemp(e->dir));
     snprintf(e->key_file, sizeof e->key_file, "%s/fleet.key", e->dir);
@@ -107,7 +133,21 @@ static void fleet_setup(fleet_env *e)
         key[i] = (uint8_t)(i * 7 + 3);
     cr_assert_eq(write(fd, key, sizeof key), (ssize_t)sizeof key);
     close(fd);
+    if (tls) {
+        char cmd[512];
+        snprintf(cmd, sizeof cmd,
+                 "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 "
+                 "-subj /CN=localhost -addext subjectAltName=DNS:localhost -keyout %s/redis.key "
+                 "-out %s/redis.crt 2>/dev/null",
+                 e->dir, e->dir);
+        cr_assert_eq(system(cmd), 0, "openssl could not make a certificate");
+    }
     fleet_redis_start(e);
+}
+
+static void fleet_setup(fleet_env *e)
+{
+    fleet_setup_as(e, false);
 }
 
 static void fleet_teardown(fleet_env *e)
@@ -380,6 +420,63 @@ Test(fleet_cache, nodes_that_miss_at_once_compile_once)
     cr_expect_eq(hits, NODES - 1.0);
     for (int i = 0; i < NODES; i++)
         fixture_stop(&d[i], NULL);
+    fleet_teardown(&e);
+}
+
+/* A daemon on the TLS Redis, trusting ca (a PEM file). */
+static void fleet_daemon_tls(const fleet_env *e, testd *d, const char *ca)
+{
+    cr_assert_eq(
+        testd_start_config(d, NULL,
+                           "{\"fleet_cache\": {\"url\": \"rediss://:sekret@localhost:%d\", "
+                           "\"key_file\": \"%s\", \"tls_ca_file\": \"%s\", "
+                           "\"timeout_ms\": 1000}}\n",
+                           e->port, e->key_file, ca),
+        0);
+}
+
+Test(fleet_cache, nodes_share_through_redis_over_tls_with_a_password)
+{
+    fleet_env e;
+    fleet_setup_as(&e, true);
+    char ca[128];
+    snprintf(ca, sizeof ca, "%s/redis.crt", e.dir);
+    testd a, b;
+    fleet_daemon_tls(&e, &a, ca);
+    fleet_daemon_tls(&e, &b, ca);
+    tsr_client_compiled first, second;
+    fleet_compile(&a, 40, &first);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 1.0);
+    fleet_compile(&b, 40, &second);
+    cr_expect_str_eq(second.decision.cache_level, "fleet");
+    cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 0.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_errors_total"), 0.0);
+    fixture_stop(&a, NULL);
+    fixture_stop(&b, NULL);
+    fleet_teardown(&e);
+}
+
+Test(fleet_cache, a_server_whose_certificate_does_not_verify_is_not_used)
+{
+    fleet_env e;
+    fleet_setup_as(&e, true);
+    /* A CA file that does not hold the server's certificate. */
+    char other[128], cmd[512];
+    snprintf(other, sizeof other, "%s/other.crt", e.dir);
+    snprintf(cmd, sizeof cmd,
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 "
+             "-subj /CN=localhost -keyout %s/other.key -out %s 2>/dev/null",
+             e.dir, other);
+    cr_assert_eq(system(cmd), 0);
+    testd a;
+    fleet_daemon_tls(&e, &a, other);
+    tsr_client_compiled out;
+    fleet_compile(&a, 44, &out);
+    cr_expect_eq(out.decision.cache_hit, false);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_errors_total"), 1.0);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_degraded"), 1.0);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 0.0);
+    fixture_stop(&a, NULL);
     fleet_teardown(&e);
 }
 

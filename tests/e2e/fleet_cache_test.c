@@ -423,6 +423,39 @@ Test(fleet_cache, nodes_that_miss_at_once_compile_once)
     fleet_teardown(&e);
 }
 
+/* tessera-cli cache warm of one example region on d: its one output line. */
+static void fleet_cli_warm(const testd *d, const char *region, char *line, size_t size)
+{
+    char cli[300], cmd[768];
+    testd_bin(d, "tessera-cli", cli, sizeof cli);
+    snprintf(cmd, sizeof cmd, "%s --url %s cache warm %s 2>&1", cli, d->url, region);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    line[0] = '\0';
+    cr_assert_not_null(fgets(line, (int)size, p));
+    line[strcspn(line, "\n")] = '\0';
+    cr_assert_eq(pclose(p), 0, "%s: %s", cmd, line);
+}
+
+Test(fleet_cache, cache_warm_says_where_each_kernel_came_from)
+{
+    fleet_env e;
+    fleet_setup(&e);
+    testd a, b;
+    fleet_daemon(&e, &a, 10000);
+    fleet_daemon(&e, &b, 10000);
+    char line[256];
+    fleet_cli_warm(&a, "examples/pointwise.json", line, sizeof line);
+    cr_expect(strstr(line, "examples/pointwise.json: reference, compiled in ") == line, "%s", line);
+    fleet_cli_warm(&b, "examples/pointwise.json", line, sizeof line);
+    cr_expect_str_eq(line, "examples/pointwise.json: reference, cached (fleet)");
+    fleet_cli_warm(&b, "examples/pointwise.json", line, sizeof line);
+    cr_expect_str_eq(line, "examples/pointwise.json: reference, cached (memory)");
+    fixture_stop(&a, NULL);
+    fixture_stop(&b, NULL);
+    fleet_teardown(&e);
+}
+
 /* A daemon on the TLS Redis, trusting ca (a PEM file). */
 static void fleet_daemon_tls(const fleet_env *e, testd *d, const char *ca)
 {

@@ -213,14 +213,31 @@ static int redis_wait(int fd, short events, int64_t deadline_ms)
     }
 }
 
+static bool redis_would_block(int e)
+{
+    return e == EAGAIN || e == EWOULDBLOCK || e == EINTR;
+}
+
+/* Waits for the socket to be ready for events before the step's deadline:
+ * TSR_OK to retry the step, TSR_TIMEOUT or TSR_UNAVAILABLE naming what. */
+static tsr_status redis_sock_wait(tsrd_redis_conn *c, short events, const char *what,
+                                  tsr_error *err)
+{
+    int w = redis_wait(c->fd, events, c->deadline_ms);
+    if (w == 0)
+        return tsr_error_set(err, TSR_TIMEOUT, "redis: %s timed out", what);
+    if (w < 0)
+        return tsr_error_set(err, TSR_UNAVAILABLE, "redis: %s: %s", what, strerror(errno));
+    return TSR_OK;
+}
+
 static int redis_bio_send(void *ctx, const unsigned char *buf, size_t len)
 {
     tsrd_redis_conn *c = ctx;
     ssize_t n = send(c->fd, buf, len, MSG_NOSIGNAL);
     if (n >= 0)
         return (int)n;
-    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? MBEDTLS_ERR_SSL_WANT_WRITE
-                                                                     : MBEDTLS_ERR_NET_SEND_FAILED;
+    return redis_would_block(errno) ? MBEDTLS_ERR_SSL_WANT_WRITE : MBEDTLS_ERR_NET_SEND_FAILED;
 }
 
 static int redis_bio_recv(void *ctx, unsigned char *buf, size_t len)
@@ -231,8 +248,7 @@ static int redis_bio_recv(void *ctx, unsigned char *buf, size_t len)
         return (int)n;
     if (n == 0)
         return MBEDTLS_ERR_NET_CONN_RESET;
-    return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? MBEDTLS_ERR_SSL_WANT_READ
-                                                                     : MBEDTLS_ERR_NET_RECV_FAILED;
+    return redis_would_block(errno) ? MBEDTLS_ERR_SSL_WANT_READ : MBEDTLS_ERR_NET_RECV_FAILED;
 }
 
 /* One mbedTLS step's WANT_READ / WANT_WRITE turned into a wait; anything else
@@ -247,12 +263,7 @@ static tsr_status redis_tls_again(tsrd_redis_conn *c, int r, const char *what, t
         mbedtls_strerror(r, why, sizeof why);
         return tsr_error_set(err, TSR_UNAVAILABLE, "redis TLS %s: %s", what, why);
     }
-    int w = redis_wait(c->fd, events, c->deadline_ms);
-    if (w == 0)
-        return tsr_error_set(err, TSR_TIMEOUT, "redis TLS %s: timed out", what);
-    if (w < 0)
-        return tsr_error_set(err, TSR_UNAVAILABLE, "redis TLS %s: %s", what, strerror(errno));
-    return TSR_OK;
+    return redis_sock_wait(c, events, what, err);
 }
 
 /* ---- connecting ---- */
@@ -415,12 +426,10 @@ static tsr_status redis_send_all(tsrd_redis_conn *c, const char *p, size_t len, 
             n = r;
         } else {
             n = send(c->fd, p, len, MSG_NOSIGNAL);
-            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-                int w = redis_wait(c->fd, POLLOUT, c->deadline_ms);
-                if (w == 0)
-                    return tsr_error_set(err, TSR_TIMEOUT, "redis: send timed out");
-                if (w < 0)
-                    return tsr_error_set(err, TSR_UNAVAILABLE, "redis: %s", strerror(errno));
+            if (n < 0 && redis_would_block(errno)) {
+                tsr_status st = redis_sock_wait(c, POLLOUT, "send", err);
+                if (st != TSR_OK)
+                    return st;
                 continue;
             }
             if (n < 0)
@@ -453,12 +462,10 @@ static tsr_status redis_recv_some(tsrd_redis_conn *c, char *buf, size_t size, si
             n = recv(c->fd, buf, size, 0);
             if (n == 0)
                 return tsr_error_set(err, TSR_UNAVAILABLE, "redis: connection closed");
-            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-                int w = redis_wait(c->fd, POLLIN, c->deadline_ms);
-                if (w == 0)
-                    return tsr_error_set(err, TSR_TIMEOUT, "redis: no reply in time");
-                if (w < 0)
-                    return tsr_error_set(err, TSR_UNAVAILABLE, "redis: %s", strerror(errno));
+            if (n < 0 && redis_would_block(errno)) {
+                tsr_status st = redis_sock_wait(c, POLLIN, "reply", err);
+                if (st != TSR_OK)
+                    return st;
                 continue;
             }
             if (n < 0)

@@ -13,12 +13,7 @@ TestSuite(cache, .timeout = 120);
 
 static void cache_compile(const testd *d, const char *path, tsr_client_compiled *out)
 {
-    tsr_client *c = fixture_client(d, 30000);
-    tsr_region *r = fixture_region_file(path);
-    tsr_error err;
-    cr_assert_eq(tsr_client_compile(c, r, NULL, out, 0, &err), TSR_OK, "%s", err.message);
-    tsr_client_region_free(r);
-    tsr_client_close(c);
+    fixture_compile(d, fixture_region_file(path), out);
 }
 
 Test(cache, second_compile_is_a_memory_hit)

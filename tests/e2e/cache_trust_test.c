@@ -69,12 +69,7 @@ static uint32_t trust_u32(const uint8_t *p)
 /* Compiles the y = 2x + 1 region of n elements into *out (its key included). */
 static void trust_compile(const testd *d, int64_t n, tsr_client_compiled *out)
 {
-    tsr_client *c = fixture_client(d, 30000);
-    tsr_region *r = fixture_affine(n);
-    tsr_error err;
-    cr_assert_eq(tsr_client_compile(c, r, NULL, out, 0, &err), TSR_OK, "%s", err.message);
-    tsr_client_region_free(r);
-    tsr_client_close(c);
+    fixture_compile_affine(d, n, out);
 }
 
 /* Replaces the entry of small_key by one carrying large_key's payload (the

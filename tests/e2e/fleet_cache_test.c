@@ -158,6 +158,15 @@ static void fleet_teardown(fleet_env *e)
     cr_expect_eq(system(cmd), 0);
 }
 
+/* Stops the daemons (b may be NULL), checking their exit, and ends e. */
+static void fleet_finish(fleet_env *e, testd *a, testd *b)
+{
+    fixture_stop(a, NULL);
+    if (b != NULL)
+        fixture_stop(b, NULL);
+    fleet_teardown(e);
+}
+
 /* A daemon of the fleet: its own directory and disk cache, the shared Redis. */
 static void fleet_daemon(const fleet_env *e, testd *d, int lease_ms)
 {
@@ -169,14 +178,17 @@ static void fleet_daemon(const fleet_env *e, testd *d, int lease_ms)
                  0);
 }
 
+/* fleet_setup, then two daemons of the fleet with a 10 s lease. */
+static void fleet_setup_two(fleet_env *e, testd *a, testd *b)
+{
+    fleet_setup(e);
+    fleet_daemon(e, a, 10000);
+    fleet_daemon(e, b, 10000);
+}
+
 static void fleet_compile(const testd *d, int64_t n, tsr_client_compiled *out)
 {
-    tsr_client *c = fixture_client(d, 30000);
-    tsr_region *r = fixture_affine(n);
-    tsr_error err;
-    cr_assert_eq(tsr_client_compile(c, r, NULL, out, 0, &err), TSR_OK, "%s", err.message);
-    tsr_client_region_free(r);
-    tsr_client_close(c);
+    fixture_compile_affine(d, n, out);
 }
 
 static double fleet_counter(const testd *d, const char *name)
@@ -196,10 +208,8 @@ static void fleet_key(const char *what, const char *hex, char *out, size_t size)
 Test(fleet_cache, a_compile_on_one_node_is_a_fleet_hit_on_another_without_compiling)
 {
     fleet_env e;
-    fleet_setup(&e);
     testd a, b;
-    fleet_daemon(&e, &a, 10000);
-    fleet_daemon(&e, &b, 10000);
+    fleet_setup_two(&e, &a, &b);
     tsr_client_compiled first, second;
     fleet_compile(&a, 64, &first);
     cr_expect_eq(first.decision.cache_hit, false);
@@ -222,18 +232,14 @@ Test(fleet_cache, a_compile_on_one_node_is_a_fleet_hit_on_another_without_compil
     tsr_client_compiled third;
     fleet_compile(&b, 64, &third);
     cr_expect_str_eq(third.decision.cache_level, "disk");
-    fixture_stop(&a, NULL);
-    fixture_stop(&b, NULL);
-    fleet_teardown(&e);
+    fleet_finish(&e, &a, &b);
 }
 
 Test(fleet_cache, a_tampered_entry_is_refused_and_rebuilt)
 {
     fleet_env e;
-    fleet_setup(&e);
     testd a, b;
-    fleet_daemon(&e, &a, 10000);
-    fleet_daemon(&e, &b, 10000);
+    fleet_setup_two(&e, &a, &b);
     tsr_client_compiled first, second;
     fleet_compile(&a, 16, &first);
 
@@ -270,9 +276,7 @@ Test(fleet_cache, a_tampered_entry_is_refused_and_rebuilt)
     freeReplyObject(r);
     free(value);
     redisFree(rc);
-    fixture_stop(&a, NULL);
-    fixture_stop(&b, NULL);
-    fleet_teardown(&e);
+    fleet_finish(&e, &a, &b);
 }
 
 Test(fleet_cache, an_entry_signed_under_another_fleet_key_is_refused)
@@ -295,9 +299,7 @@ Test(fleet_cache, an_entry_signed_under_another_fleet_key_is_refused)
     cr_expect_eq(second.decision.cache_hit, false);
     cr_expect_eq(fleet_counter(&b, "fleet_cache_rejected_total"), 1.0);
     cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 1.0);
-    fixture_stop(&a, NULL);
-    fixture_stop(&b, NULL);
-    fleet_teardown(&e);
+    fleet_finish(&e, &a, &b);
 }
 
 Test(fleet_cache, redis_killed_mid_run_costs_no_request)
@@ -322,15 +324,8 @@ Test(fleet_cache, redis_killed_mid_run_costs_no_request)
     cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 1.0);
 
     /* The health request stays ready and names the fleet cache. */
-    uint32_t sock;
-    cr_assert_eq(testd_raw_open(&a, &sock), 0);
-    Tessera__V1__HealthRequest body = TESSERA__V1__HEALTH_REQUEST__INIT;
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    req.id = 1;
-    req.body_case = TESSERA__V1__REQUEST__BODY_HEALTH;
-    req.health = &body;
-    Tessera__V1__Reply *reply = NULL;
-    cr_assert_eq(testd_raw_request(sock, &req, 10000, &reply), 0);
+    Tessera__V1__Reply *reply = testd_health(&a, 10000);
+    cr_assert_not_null(reply);
     cr_assert_eq(reply->body_case, TESSERA__V1__REPLY__BODY_HEALTH);
     cr_expect_eq(reply->health->state, TESSERA__V1__HEALTH_STATE__HEALTH_STATE_READY);
     cr_assert_eq(reply->health->n_degraded, 1);
@@ -339,9 +334,7 @@ Test(fleet_cache, redis_killed_mid_run_costs_no_request)
     cr_expect_eq(strncmp(reply->health->degraded[0], want, strlen(want)), 0, "degraded: '%s'",
                  reply->health->degraded[0]);
     tessera__v1__reply__free_unpacked(reply, NULL);
-    testd_raw_close(sock);
-    fixture_stop(&a, NULL);
-    fleet_teardown(&e);
+    fleet_finish(&e, &a, NULL);
 }
 
 Test(fleet_cache, a_dead_lease_holder_blocks_no_one_past_its_lease)
@@ -378,8 +371,7 @@ Test(fleet_cache, a_dead_lease_holder_blocks_no_one_past_its_lease)
     cr_expect_eq(r->integer, 0);
     freeReplyObject(r);
     redisFree(rc);
-    fixture_stop(&b, NULL);
-    fleet_teardown(&e);
+    fleet_finish(&e, &b, NULL);
 }
 
 typedef struct fleet_racer {
@@ -440,10 +432,8 @@ static void fleet_cli_warm(const testd *d, const char *region, char *line, size_
 Test(fleet_cache, cache_warm_says_where_each_kernel_came_from)
 {
     fleet_env e;
-    fleet_setup(&e);
     testd a, b;
-    fleet_daemon(&e, &a, 10000);
-    fleet_daemon(&e, &b, 10000);
+    fleet_setup_two(&e, &a, &b);
     char line[256];
     fleet_cli_warm(&a, "examples/pointwise.json", line, sizeof line);
     cr_expect(strstr(line, "examples/pointwise.json: reference, compiled in ") == line, "%s", line);
@@ -451,9 +441,7 @@ Test(fleet_cache, cache_warm_says_where_each_kernel_came_from)
     cr_expect_str_eq(line, "examples/pointwise.json: reference, cached (fleet)");
     fleet_cli_warm(&b, "examples/pointwise.json", line, sizeof line);
     cr_expect_str_eq(line, "examples/pointwise.json: reference, cached (memory)");
-    fixture_stop(&a, NULL);
-    fixture_stop(&b, NULL);
-    fleet_teardown(&e);
+    fleet_finish(&e, &a, &b);
 }
 
 /* A daemon on the TLS Redis, trusting ca (a PEM file). */
@@ -484,9 +472,7 @@ Test(fleet_cache, nodes_share_through_redis_over_tls_with_a_password)
     cr_expect_str_eq(second.decision.cache_level, "fleet");
     cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 0.0);
     cr_expect_eq(fleet_counter(&b, "fleet_cache_errors_total"), 0.0);
-    fixture_stop(&a, NULL);
-    fixture_stop(&b, NULL);
-    fleet_teardown(&e);
+    fleet_finish(&e, &a, &b);
 }
 
 Test(fleet_cache, a_server_whose_certificate_does_not_verify_is_not_used)
@@ -509,8 +495,7 @@ Test(fleet_cache, a_server_whose_certificate_does_not_verify_is_not_used)
     cr_expect_eq(fleet_counter(&a, "fleet_cache_errors_total"), 1.0);
     cr_expect_eq(fleet_counter(&a, "fleet_cache_degraded"), 1.0);
     cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 0.0);
-    fixture_stop(&a, NULL);
-    fleet_teardown(&e);
+    fleet_finish(&e, &a, NULL);
 }
 
 Test(fleet_cache, a_bad_fleet_key_file_stops_the_start_with_its_reason)

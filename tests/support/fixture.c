@@ -79,6 +79,20 @@ tsr_region *fixture_affine(int64_t n)
     return r;
 }
 
+void fixture_compile(const testd *d, tsr_region *r, tsr_client_compiled *out)
+{
+    tsr_client *c = fixture_client(d, 30000);
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(c, r, NULL, out, 0, &err), TSR_OK, "%s", err.message);
+    tsr_client_region_free(r);
+    tsr_client_close(c);
+}
+
+void fixture_compile_affine(const testd *d, int64_t n, tsr_client_compiled *out)
+{
+    fixture_compile(d, fixture_affine(n), out);
+}
+
 Tessera__V1__Region *fixture_region_pb(const tsr_region *r)
 {
     Tessera__V1__Region *pb = NULL;

@@ -1484,6 +1484,17 @@ static tsr_status remote_fetch(void *ctx, const tsr_fingerprint *key, const tsr_
     return TSR_OK;
 }
 
+/* The cache holds one entry, of that origin. */
+static void expect_one_entry_from(tsr_kcache *c, tsr_kcache_level origin)
+{
+    tsr_kcache_entry_info *rows;
+    size_t n;
+    cr_assert_eq(tsr_kcache_list(c, &rows, &n, NULL), TSR_OK);
+    cr_assert_eq(n, 1);
+    cr_expect_eq(rows[0].origin, origin);
+    free(rows);
+}
+
 static tsr_kcache *cache_with_remote(const char *dir, struct remote *r)
 {
     tsr_kcache_remote remote = {.fetch = remote_fetch, .ctx = r};
@@ -1524,12 +1535,7 @@ Test(kcache, a_disk_miss_is_served_by_the_remote_level_then_from_disk)
     cr_expect_eq(s.fleet_hits, 1);
     cr_expect_eq(s.builds, 0);
     cr_expect(entry_exists(d, 5));
-    tsr_kcache_entry_info *rows;
-    size_t n;
-    cr_assert_eq(tsr_kcache_list(c, &rows, &n, NULL), TSR_OK);
-    cr_assert_eq(n, 1);
-    cr_expect_eq(rows[0].origin, TSR_KCACHE_FLEET);
-    free(rows);
+    expect_one_entry_from(c, TSR_KCACHE_FLEET);
     tsr_kcache_close(c);
 
     /* Reopened: the disk has it, the remote level is not asked. */
@@ -1554,12 +1560,7 @@ Test(kcache, a_remote_miss_builds_and_the_entry_says_so)
     cr_expect_eq(get_checked(c, 2, &b), TSR_KCACHE_MISS);
     cr_expect_eq(atomic_load(&b.calls), 1);
     cr_expect_eq(atomic_load(&r.calls), 1);
-    tsr_kcache_entry_info *rows;
-    size_t n;
-    cr_assert_eq(tsr_kcache_list(c, &rows, &n, NULL), TSR_OK);
-    cr_assert_eq(n, 1);
-    cr_expect_eq(rows[0].origin, TSR_KCACHE_MISS);
-    free(rows);
+    expect_one_entry_from(c, TSR_KCACHE_MISS);
     tsr_kcache_close(c);
 }
 

@@ -477,8 +477,13 @@ tsr_status tsrd_engine_compile(tsrd_daemon *d, const tsr_region *r,
      * it; a run needs a device and gets UNSUPPORTED below. */
     const char *want = opts != NULL ? opts->arch : NULL;
     if (!load && want != NULL && want[0] != '\0' && !d->bops->serves_arch(d->backend, want) &&
-        tsrd_offline_arch_supported(want))
-        return tsrd_offline_compile(d->kcache, r, want, opts->force, out, err);
+        tsrd_offline_arch_supported(want)) {
+        /* Nothing verifies an offline build: it is not published, and the
+         * lease its lookup took is dropped at once. */
+        tsr_status st = tsrd_offline_compile(d->kcache, r, want, opts->force, out, err);
+        tsrd_fleet_abandon(d->fleet, &out->key);
+        return st;
+    }
     tsr_status st = tsrd_engine_arch(d, want, out->arch, sizeof out->arch, err);
     /* A kernel loaded on the CPU backend runs on the host at every launch. */
     if (st == TSR_OK && load && engine_arch_is_host(out->arch))
@@ -522,6 +527,8 @@ tsr_status tsrd_engine_compile(tsrd_daemon *d, const tsr_region *r,
     if (st == TSR_OK && !dec->verify_skipped &&
         ((dec->verified && dec->verdict.pass) || dec->candidate.tier == 0))
         tsrd_fleet_publish(d->fleet, &out->key, out->blob);
+    else
+        tsrd_fleet_abandon(d->fleet, &out->key);
     if (st == TSR_OK && load)
         st = engine_load_binary(d, r, &out->decision.candidate, out, err);
     if (st != TSR_OK)

@@ -374,6 +374,67 @@ Test(fleet_cache, a_dead_lease_holder_blocks_no_one_past_its_lease)
     fleet_finish(&e, &b, NULL);
 }
 
+/* Neither key's entry nor the lease its lookup took is in Redis. */
+static void fleet_expect_nothing_of(const fleet_env *e, const char *key)
+{
+    char entry[160], lease[160];
+    fleet_key("kernel", key, entry, sizeof entry);
+    fleet_key("lease", key, lease, sizeof lease);
+    redisContext *rc = fleet_redis_client(e);
+    cr_assert_not_null(rc);
+    redisReply *reply = redisCommand(rc, "EXISTS %s %s", entry, lease);
+    cr_expect_eq(reply->integer, 0, "%s or %s is in Redis", entry, lease);
+    freeReplyObject(reply);
+    redisFree(rc);
+}
+
+#define FLEET_PAST64 "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":%d,\"n\":%d,\"k\":24}"
+
+/* Compiles the matmul of m x n x 24 with the CPU backend's candidate that is
+ * wrong past 64 rows forced: its status, and *out on TSR_OK. */
+static tsr_status fleet_compile_wrong(const testd *d, int m, int n, bool skip_verify,
+                                      tsr_client_compiled *out)
+{
+    char json[128];
+    snprintf(json, sizeof json, FLEET_PAST64, m, n);
+    tsr_client *c = fixture_client(d, 30000);
+    tsr_region *r = fixture_region_json(json);
+    tsr_client_compile_opts opts = {.force = "test_wrong_past_64_rows", .skip_verify = skip_verify};
+    tsr_error err;
+    tsr_status st = tsr_client_compile(c, r, &opts, out, 0, &err);
+    tsr_client_region_free(r);
+    tsr_client_close(c);
+    return st;
+}
+
+Test(fleet_cache, only_verified_kernels_are_published_and_failures_free_the_lease)
+{
+    fleet_env e;
+    fleet_setup(&e);
+    testd a;
+    cr_assert_eq(testd_start_config(&a, NULL,
+                                    "{\"test_faults\": true, \"fleet_cache\": {\"url\": "
+                                    "\"redis://127.0.0.1:%d\", \"key_file\": \"%s\"}}\n",
+                                    e.port, e.key_file),
+                 0);
+    /* Chosen without verification: built, not published, lease dropped. */
+    tsr_client_compiled out;
+    cr_assert_eq(fleet_compile_wrong(&a, 8, 160, true, &out), TSR_OK);
+    cr_expect_eq(out.decision.verify_skipped, true);
+    fleet_expect_nothing_of(&e, out.key);
+    /* Failing its verification (100 rows): not published, lease dropped. */
+    tsr_client_compiled bad;
+    cr_expect_neq(fleet_compile_wrong(&a, 100, 168, false, &bad), TSR_OK);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_misses_total"), 2.0);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 0.0);
+    /* The same kernel passing at 8 rows comes from memory: a node publishes
+     * what its lookup missed and it built, so this one stays out. */
+    tsr_client_compiled good;
+    cr_assert_eq(fleet_compile_wrong(&a, 8, 168, false, &good), TSR_OK);
+    fleet_expect_nothing_of(&e, good.key);
+    fleet_finish(&e, &a, NULL);
+}
+
 typedef struct fleet_racer {
     testd *d;
     tsr_client_compiled out;

@@ -136,18 +136,26 @@ void tsrd_fleet_describe(const tsrd_fleet *f, char *out, size_t size)
 /* ---- connections and failures ---- */
 
 /* Records a failed command or connect: counted, the degraded mark set with
- * where and why, and no command tried for TSRD_FLEET_RETRY_MS. */
+ * where and why, and no command tried for TSRD_FLEET_RETRY_MS. The idle
+ * connections are closed too: after a Redis restart or failover they are as
+ * dead as the one that failed, and each would cost one more failure. */
 static void fleet_failed(tsrd_fleet *f, const tsr_error *err)
 {
     char where[320];
     tsrd_fleet_describe(f, where, sizeof where);
+    tsrd_redis_conn *idle[FLEET_POOL];
     pthread_mutex_lock(&f->lock);
     f->stats.errors++;
     f->stats.degraded = true;
     snprintf(f->stats.degraded_why, sizeof f->stats.degraded_why, "%.80s: %.140s", where,
              err->message);
     f->retry_at_ms = fleet_now_ms() + TSRD_FLEET_RETRY_MS;
+    int n = f->n_idle;
+    memcpy(idle, f->idle, (size_t)n * sizeof idle[0]);
+    f->n_idle = 0;
     pthread_mutex_unlock(&f->lock);
+    for (int i = 0; i < n; i++)
+        tsrd_redis_close(idle[i]);
 }
 
 /* A connection to use, or NULL (counted) while failures hold commands back or

@@ -62,9 +62,11 @@ static bool fleet_port_open(int port)
     return open;
 }
 
+/* Starts redis-server on e->port, or on a free one when it is 0. */
 static void fleet_redis_start(fleet_env *e)
 {
-    e->port = testd_free_tcp_port();
+    if (e->port == 0)
+        e->port = testd_free_tcp_port();
     cr_assert_gt(e->port, 0);
     char port[16], crt[96], key[96];
     snprintf(port, sizeof port, "%d", e->port);
@@ -334,6 +336,19 @@ Test(fleet_cache, redis_killed_mid_run_costs_no_request)
     cr_expect_eq(strncmp(reply->health->degraded[0], want, strlen(want)), 0, "degraded: '%s'",
                  reply->health->degraded[0]);
     tessera__v1__reply__free_unpacked(reply, NULL);
+
+    /* Redis back (empty, on the same port): the node uses it again once the
+     * second without commands has passed, and the mark clears. */
+    fleet_redis_start(&e);
+    int64_t n = 100;
+    for (; n < 200 && fleet_counter(&a, "fleet_cache_degraded") != 0.0; n++) {
+        fleet_compile(&a, n, &out);
+        usleep(50000);
+    }
+    cr_assert_lt(n, 200, "the fleet cache stayed degraded after Redis came back");
+    fleet_compile(&a, 300, &out);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 3.0,
+                 "one publish before the kill, the compile that cleared the mark, and one more");
     fleet_finish(&e, &a, NULL);
 }
 

@@ -111,6 +111,10 @@ tsr_status tsrd_daemon_init(tsrd_daemon *d, const tsrd_config *config, uv_loop_t
     }
     if (st == TSR_OK)
         st = tsr_arbiter_create(d->config.cache_dir, &d->arbiter, err);
+    if (st == TSR_OK && d->fleet != NULL) {
+        tsr_arbiter_remote winners = tsrd_fleet_arbiter_remote(d->fleet);
+        tsr_arbiter_set_remote(d->arbiter, &winners);
+    }
     if (st == TSR_OK)
         st = d->bops->register_candidates(d->backend, d->arbiter, err);
     if (st != TSR_OK) {

@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <mbedtls/constant_time.h>
+#include <mbedtls/md.h>
 #include <mbedtls/platform_util.h>
 
 #include "serve/redis.h"
@@ -485,6 +487,107 @@ void tsrd_fleet_abandon(tsrd_fleet *f, const tsr_fingerprint *key)
     tsr_error err;
     tsr_status st = fleet_lease_drop(f, c, key, &err);
     fleet_conn_give(f, c, st == TSR_OK ? NULL : &err);
+}
+
+/* ---- measured winners ---- */
+
+/* A winner's value: "NAME VERSION MEDIAN_MS " then 64 hex digits, the
+ * HMAC-SHA-256 under the fleet key of a tag, the winner's key and that text,
+ * so that a record cannot be moved to another key or changed. */
+#define FLEET_WINNER_TAG "tessera winner\n"
+
+static bool fleet_winner_mac(const tsrd_fleet *f, const char *key, const char *body, size_t len,
+                             char hex[65])
+{
+    uint8_t mac[32];
+    mbedtls_md_context_t ctx;
+    mbedtls_md_init(&ctx);
+    const mbedtls_md_info_t *info = mbedtls_md_info_from_type(MBEDTLS_MD_SHA256);
+    bool ok = info != NULL && mbedtls_md_setup(&ctx, info, 1) == 0 &&
+              mbedtls_md_hmac_starts(&ctx, f->mac_key, sizeof f->mac_key) == 0 &&
+              mbedtls_md_hmac_update(&ctx, (const uint8_t *)FLEET_WINNER_TAG,
+                                     sizeof FLEET_WINNER_TAG - 1) == 0 &&
+              mbedtls_md_hmac_update(&ctx, (const uint8_t *)key, strlen(key) + 1) == 0 &&
+              mbedtls_md_hmac_update(&ctx, (const uint8_t *)body, len) == 0 &&
+              mbedtls_md_hmac_finish(&ctx, mac) == 0;
+    mbedtls_md_free(&ctx);
+    for (int i = 0; ok && i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", mac[i]);
+    return ok;
+}
+
+static bool fleet_winner_get(void *ctx, const char *key, char *name, uint32_t *version,
+                             double *median_ms)
+{
+    tsrd_fleet *f = ctx;
+    tsrd_redis_conn *c = fleet_conn_take(f);
+    if (c == NULL)
+        return false;
+    char rkey[256];
+    snprintf(rkey, sizeof rkey, "%swinner:%s", f->prefix, key);
+    const char *argv[] = {"GET", rkey};
+    redisReply *r = NULL;
+    tsr_error err;
+    tsr_status st = fleet_command(f, c, 2, argv, NULL, &r, &err);
+    fleet_conn_give(f, c, st == TSR_OK ? NULL : &err);
+    if (st != TSR_OK)
+        return false;
+    bool found = false;
+    if (r->type == REDIS_REPLY_STRING && r->len > 64 && r->len < 256) {
+        char text[256], hex[65], got[TSR_CANDIDATE_NAME_MAX];
+        memcpy(text, r->str, r->len);
+        text[r->len] = '\0';
+        size_t body = r->len - 64;
+        unsigned v = 0;
+        double ms = 0;
+        int used = 0;
+        found = fleet_winner_mac(f, key, text, body, hex) &&
+                mbedtls_ct_memcmp(hex, text + body, 64) == 0 &&
+                sscanf(text, "%47s %u %lf %n", got, &v, &ms, &used) == 3 && (size_t)used == body &&
+                ms >= 0;
+        if (found) {
+            snprintf(name, TSR_CANDIDATE_NAME_MAX, "%s", got);
+            *version = v;
+            *median_ms = ms;
+        }
+    }
+    fleet_count(f, found                        ? &f->stats.winner_hits
+                   : r->type == REDIS_REPLY_NIL ? &f->stats.misses
+                                                : &f->stats.rejected);
+    freeReplyObject(r);
+    return found;
+}
+
+static void fleet_winner_put(void *ctx, const char *key, const char *name, uint32_t version,
+                             double median_ms)
+{
+    tsrd_fleet *f = ctx;
+    char text[256], rkey[256], px[24];
+    int n = snprintf(text, sizeof text, "%s %u %.17g ", name, version, median_ms);
+    if (n <= 0 || (size_t)n + 65 > sizeof text ||
+        !fleet_winner_mac(f, key, text, (size_t)n, text + n))
+        return;
+    tsrd_redis_conn *c = fleet_conn_take(f);
+    if (c == NULL)
+        return;
+    snprintf(rkey, sizeof rkey, "%swinner:%s", f->prefix, key);
+    snprintf(px, sizeof px, "%" PRIu64, f->ttl_ms);
+    const char *argv[] = {"SET", rkey, text, "PX", px};
+    redisReply *r = NULL;
+    tsr_error err;
+    tsr_status st = fleet_command(f, c, 5, argv, NULL, &r, &err);
+    if (r != NULL)
+        freeReplyObject(r);
+    if (st == TSR_OK)
+        fleet_count(f, &f->stats.winner_publishes);
+    fleet_conn_give(f, c, st == TSR_OK ? NULL : &err);
+}
+
+tsr_arbiter_remote tsrd_fleet_arbiter_remote(tsrd_fleet *f)
+{
+    tsr_arbiter_remote r = {
+        .winner_get = fleet_winner_get, .winner_put = fleet_winner_put, .ctx = f};
+    return r;
 }
 
 void tsrd_fleet_discard(tsrd_fleet *f, const tsr_fingerprint *key)

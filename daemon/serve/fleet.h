@@ -20,8 +20,12 @@
  * FLEET_RETRY_MS after a failure no command is tried, so that a dead Redis
  * costs requests nothing. The next command that works clears the mark.
  *
+ * Measured winners go the same way (tsrd_fleet_arbiter_remote): what one node
+ * measured is the others' stored winner.
+ *
  * Threading: tsrd_fleet_open and tsrd_fleet_close on the loop thread at start
- * and end; the fetch (through the kernel cache), tsrd_fleet_publish,
+ * and end; the fetch (through the kernel cache), the winners' calls (through
+ * the arbiter), tsrd_fleet_publish,
  * tsrd_fleet_abandon and tsrd_fleet_discard on worker threads, any number at once;
  * tsrd_fleet_get_stats from any thread. Blocking: fetch, publish and discard
  * block on Redis for at most their bounds (fetch: lease_ms plus one command's
@@ -36,6 +40,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "tessera/arbiter.h"
 #include "tessera/kcache.h"
 #include "tessera/status.h"
 
@@ -59,6 +64,8 @@ typedef struct tsrd_fleet_stats {
     uint64_t publishes;            /* entries written */
     uint64_t publish_errors;       /* entries that could not be written */
     uint64_t publish_skipped_size; /* entries over max_entry_bytes, not written */
+    uint64_t winner_hits;          /* measured winners fetched, checked and handed over */
+    uint64_t winner_publishes;     /* measured winners written */
     /* Lookups' time (the whole lookup, waits included), per bucket (not
      * cumulative), their number and sum. */
     uint64_t latency_buckets[TSRD_FLEET_LATENCY_BUCKETS + 1];
@@ -77,6 +84,14 @@ tsr_status tsrd_fleet_open(const tsrd_fleet_config *cfg, tsrd_fleet **out, tsr_e
 
 /* The kernel cache's remote level backed by f (tsr_kcache_options.remote). */
 tsr_kcache_remote tsrd_fleet_remote(tsrd_fleet *f);
+
+/* The arbiter's remote place for measured winners backed by f
+ * (tsr_arbiter_set_remote): <prefix>winner:<arch>/<kind>/<dtype>/<bucket> holds
+ * the candidate's name, version and median time with an HMAC-SHA-256 under
+ * the fleet key; one that does not verify counts as rejected and is not used.
+ * A winner still has to apply and pass verification on the node that reads
+ * it. */
+tsr_arbiter_remote tsrd_fleet_arbiter_remote(tsrd_fleet *f);
 
 /* Publishes blob as key's entry if this node looked key up and found no
  * usable entry (it built it): a node publishes only what it built, once.

@@ -273,6 +273,11 @@ static void metrics_fleet(tsrd_daemon *d, metrics_list *l)
                   publish_errors),
         FLEET_ROW("fleet_cache_publish_skipped_size_total",
                   "Entries over max_entry_bytes, not written.", publish_skipped_size),
+        FLEET_ROW("fleet_cache_winner_hits_total",
+                  "Measured winners fetched from the fleet cache and handed to the arbiter.",
+                  winner_hits),
+        FLEET_ROW("fleet_cache_winner_publishes_total",
+                  "Measured winners written to the fleet cache.", winner_publishes),
     };
 #undef FLEET_ROW
     if (d->fleet == NULL)

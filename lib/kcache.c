@@ -1144,13 +1144,17 @@ static bool kcache_mkdir_p(const char *dir)
  * a regular file of exactly the key's size, owned by this user and neither
  * readable nor writable by anyone else: a key others can read lets them forge
  * entries, one others could have written may be theirs. */
-static int kcache_key_read(const char *path, uint8_t key[KCACHE_KEY_BYTES], tsr_error *err)
+static int kcache_key_read(const char *path, uint8_t key[KCACHE_KEY_BYTES], bool own,
+                           tsr_error *err)
 {
+    /* own: the disk level's key, which the cache makes itself when missing;
+     * otherwise a key the operator provides (the fleet key). */
+    const char *what = own ? "cache key file" : "key file";
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0 && errno == ENOENT)
         return 0;
     if (fd < 0) {
-        tsr_error_set(err, TSR_IO_ERROR, "cache key file '%s': %s", path, strerror(errno));
+        tsr_error_set(err, TSR_IO_ERROR, "%s '%s': %s", what, path, strerror(errno));
         return -1;
     }
     struct stat st;
@@ -1162,8 +1166,9 @@ static int kcache_key_read(const char *path, uint8_t key[KCACHE_KEY_BYTES], tsr_
     else if (st.st_uid != geteuid())
         why = "owned by another user";
     else if ((st.st_mode & 077) != 0)
-        why = "others may read or write it (it must be mode 0600; delete it to make a new key, "
-              "which discards the cached entries)";
+        why = own ? "others may read or write it (it must be mode 0600; delete it to make a new "
+                    "key, which discards the cached entries)"
+                  : "others may read or write it (it must be mode 0600)";
     else if (st.st_size != KCACHE_KEY_BYTES)
         why = "not a key (wrong size)";
     else if (kcache_read_at(fd, key, KCACHE_KEY_BYTES, 0) != 1)
@@ -1171,7 +1176,7 @@ static int kcache_key_read(const char *path, uint8_t key[KCACHE_KEY_BYTES], tsr_
     close(fd);
     if (why == NULL)
         return 1;
-    tsr_error_set(err, TSR_IO_ERROR, "cache key file '%s': %s", path, why);
+    tsr_error_set(err, TSR_IO_ERROR, "%s '%s': %s", what, path, why);
     return -1;
 }
 
@@ -1180,7 +1185,7 @@ tsr_status tsr_kcache_key_file_read(const char *path, uint8_t key[TSR_KCACHE_MAC
 {
     if (path == NULL || path[0] == '\0')
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "key file: empty name");
-    int r = kcache_key_read(path, key, err);
+    int r = kcache_key_read(path, key, false, err);
     if (r == 0)
         return tsr_error_set(err, TSR_IO_ERROR, "key file '%s': %s", path, strerror(ENOENT));
     return r == 1 ? TSR_OK : err != NULL ? err->code : TSR_IO_ERROR;
@@ -1255,7 +1260,7 @@ static tsr_status kcache_key_load(tsr_kcache *c, const char *key_file, tsr_error
         snprintf(path, sizeof path, "%s/%s", c->dir, KCACHE_KEY_FILE);
     /* Twice at most: a key another process links in between is read next. */
     for (int attempt = 0; attempt < 2; attempt++) {
-        int r = kcache_key_read(path, c->mac_key, err);
+        int r = kcache_key_read(path, c->mac_key, true, err);
         if (r < 0)
             return err != NULL ? err->code : TSR_IO_ERROR;
         if (r == 0) {

@@ -32,6 +32,9 @@ CPPFLAGS += -I$(NNG_PREFIX)/include -D_GNU_SOURCE -Ilib/include -Iclient/include
 CFLAGS ?= -O2 -g
 CFLAGS += -std=c11 -Wall -Wextra -Werror -pthread -fPIC
 LDLIBS += $(NNG_LIB) -lmbedtls -lmbedx509 -lmbedcrypto -luv -lprotobuf-c -lcjson -lsystemd -ldl -lm -pthread
+# The daemon's fleet cache speaks RESP through hiredis (daemon/serve/redis.c);
+# the client library and the CLI do not link it.
+DAEMON_LDLIBS := -lhiredis
 
 ifneq ($(SANITIZE),)
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -213,7 +216,7 @@ $(CLIENT_DIST_A): $(CLIENT_OBJ) $(LIB_OBJ) $(NNG_LIB)
 
 $(TESSERAD): $(BUILD)/daemon/main.o $(DAEMON_A) $(LIB_A)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LDLIBS) $(LDLIBS)
 
 $(CLI): $(CLI_OBJ) $(CLIENT_A) $(LIB_A)
 	@mkdir -p $(dir $@)
@@ -222,7 +225,7 @@ $(CLI): $(CLI_OBJ) $(CLIENT_A) $(LIB_A)
 # Tests link everything: static archives pull in only what a suite uses.
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(TEST_SUPPORT_OBJ) $(ALL_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(ALL_LIBS) $(LDLIBS) -lcriterion
+	$(CC) $(LDFLAGS) -o $@ $< $(TEST_SUPPORT_OBJ) $(ALL_LIBS) $(DAEMON_LDLIBS) $(LDLIBS) -lcriterion
 
 # A stand-in NVML for the GPU gauges' tests (tests/fake/nvml.c), loaded by the
 # daemon through LD_LIBRARY_PATH.
@@ -234,7 +237,7 @@ $(BUILD)/tests/e2e/metrics_http_test: $(FAKE_NVML)
 
 $(BUILD)/tests/bench/%: $(BUILD)/tests/bench/%.o $(ALL_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $< $(ALL_LIBS) $(DAEMON_LDLIBS) $(LDLIBS)
 
 test: check-layers all $(TEST_BIN)
 	BUILD=$(BUILD) tests/run-tests.sh $(TEST_BIN)
@@ -353,7 +356,7 @@ $(FUZZ_BUILD)/%.o: %.c | $(PROTO_H) $(NNG_LIB)
 $(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_OBJ) | $(PROTO_H) $(NNG_LIB)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(CPPFLAGS) $(FUZZ_CFLAGS) -Wall -Wextra -Werror -fsanitize=fuzzer \
-		-o $@ $< $(filter %.o,$^) $(LDLIBS)
+		-o $@ $< $(filter %.o,$^) $(DAEMON_LDLIBS) $(LDLIBS)
 $(FUZZ_BUILD)/fuzz_request: $(FUZZ_DAEMON_OBJ)
 
 # Regenerates the binary seed corpora (request, kcache_entry); deterministic.

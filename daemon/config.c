@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +68,10 @@ tsr_status tsrd_config_defaults(tsrd_config *c, tsr_error *err)
     c->max_unread_replies_per_tenant = TSRD_DEFAULT_UNREAD_REPLIES_PER_TENANT;
     c->replay_bytes_per_connection = TSRD_DEFAULT_REPLAY_BYTES_PER_CONNECTION;
     c->replay_bytes_per_tenant = TSRD_DEFAULT_REPLAY_BYTES_PER_TENANT;
+    c->fleet.ttl_s = TSRD_FLEET_DEFAULT_TTL_S;
+    c->fleet.max_entry_bytes = TSRD_FLEET_DEFAULT_MAX_ENTRY_BYTES;
+    c->fleet.timeout_ms = TSRD_FLEET_DEFAULT_TIMEOUT_MS;
+    c->fleet.lease_ms = TSRD_FLEET_DEFAULT_LEASE_MS;
     tsr_status st = config_add_listen(c, TSRD_DEFAULT_LISTEN, err);
     if (st == TSR_OK)
         st = config_set_string(&c->cache_dir, TSRD_DEFAULT_CACHE_DIR, err);
@@ -93,6 +98,11 @@ void tsrd_config_free(tsrd_config *c)
     c->tls_cert_file = c->tls_key_file = c->tls_ca_file = NULL;
     c->tenants = NULL;
     c->n_tenants = 0;
+    free(c->fleet.url);
+    free(c->fleet.key_file);
+    free(c->fleet.tls_ca_file);
+    free(c->fleet.prefix);
+    c->fleet.url = c->fleet.key_file = c->fleet.tls_ca_file = c->fleet.prefix = NULL;
 }
 
 void tsrd_sha256_hex(const void *data, size_t len, char hex[65])
@@ -125,6 +135,7 @@ tsr_status tsrd_config_copy(tsrd_config *dst, const tsrd_config *src, tsr_error 
     dst->tls_cert_file = dst->tls_key_file = dst->tls_ca_file = NULL;
     dst->metrics_listen = NULL;
     dst->cache_key_file = NULL;
+    dst->fleet.url = dst->fleet.key_file = dst->fleet.tls_ca_file = dst->fleet.prefix = NULL;
     dst->tenants = NULL;
     dst->n_tenants = 0;
     tsr_status st = TSR_OK;
@@ -149,6 +160,14 @@ tsr_status tsrd_config_copy(tsrd_config *dst, const tsrd_config *src, tsr_error 
         st = config_copy_opt(&dst->metrics_listen, src->metrics_listen, err);
     if (st == TSR_OK)
         st = config_copy_opt(&dst->cache_key_file, src->cache_key_file, err);
+    if (st == TSR_OK)
+        st = config_copy_opt(&dst->fleet.url, src->fleet.url, err);
+    if (st == TSR_OK)
+        st = config_copy_opt(&dst->fleet.key_file, src->fleet.key_file, err);
+    if (st == TSR_OK)
+        st = config_copy_opt(&dst->fleet.tls_ca_file, src->fleet.tls_ca_file, err);
+    if (st == TSR_OK)
+        st = config_copy_opt(&dst->fleet.prefix, src->fleet.prefix, err);
     for (int i = 0; st == TSR_OK && i < src->n_listen; i++)
         st = config_add_listen(dst, src->listen[i], err);
     if (st == TSR_OK)
@@ -521,6 +540,64 @@ static tsr_status key_max_request_work(tsrd_config *c, const cJSON *v, tsr_error
     return config_json_u64(v, "max_request_work", 0, max, &c->max_request_work, err);
 }
 
+/* The fleet cache (docs/operations.md, "Fleet cache"): strings name files or
+ * the URL, numbers are bounded so that a typo cannot make a lookup wait for
+ * minutes or an entry take the daemon's memory. */
+static tsr_status key_fleet_cache(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    static const struct {
+        const char *name;
+        size_t offset;
+        uint64_t min, max;
+    } numbers[] = {
+        {"ttl_s", offsetof(tsrd_fleet_config, ttl_s), 1, UINT64_C(1) << 31},
+        {"max_entry_bytes", offsetof(tsrd_fleet_config, max_entry_bytes), 4096, UINT64_C(1) << 30},
+        {"timeout_ms", offsetof(tsrd_fleet_config, timeout_ms), 1, 60000},
+        {"lease_ms", offsetof(tsrd_fleet_config, lease_ms), 10, 600000},
+    };
+    if (!cJSON_IsObject(v))
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "fleet_cache: must be an object");
+    tsr_status st = TSR_OK;
+    for (const cJSON *item = v->child; st == TSR_OK && item != NULL; item = item->next) {
+        char **slot = NULL;
+        bool known = false;
+        if (strcmp(item->string, "url") == 0)
+            slot = &c->fleet.url;
+        else if (strcmp(item->string, "key_file") == 0)
+            slot = &c->fleet.key_file;
+        else if (strcmp(item->string, "tls_ca_file") == 0)
+            slot = &c->fleet.tls_ca_file;
+        else if (strcmp(item->string, "prefix") == 0)
+            slot = &c->fleet.prefix;
+        for (size_t i = 0; slot == NULL && i < sizeof numbers / sizeof numbers[0]; i++) {
+            if (strcmp(item->string, numbers[i].name) != 0)
+                continue;
+            known = true;
+            uint64_t *field = (uint64_t *)((char *)&c->fleet + numbers[i].offset);
+            st = config_json_u64(item, item->string, numbers[i].min, numbers[i].max, field, err);
+        }
+        const char *s = NULL;
+        if (slot != NULL && (st = config_json_string(item, item->string, &s, err)) == TSR_OK) {
+            if (slot == &c->fleet.prefix && strlen(s) > 48)
+                st = tsr_error_set(err, TSR_BAD_ATTRIBUTE, "prefix: at most 48 characters");
+            else
+                st = config_set_string(slot, s, err);
+        }
+        if (slot == NULL && !known)
+            st = tsr_error_set(err, TSR_BAD_ATTRIBUTE, "unknown key '%s'", item->string);
+        if (st == TSR_BAD_ATTRIBUTE)
+            tsr_error_prefix(err, "fleet_cache");
+    }
+    if (st == TSR_OK && (c->fleet.url == NULL) != (c->fleet.key_file == NULL))
+        st = tsr_error_set(err, TSR_BAD_ATTRIBUTE, "fleet_cache: url and key_file go together");
+    if (st == TSR_OK && c->fleet.url != NULL && strncmp(c->fleet.url, "redis://", 8) != 0 &&
+        strncmp(c->fleet.url, "rediss://", 9) != 0)
+        st = tsr_error_set(err, TSR_BAD_ATTRIBUTE,
+                           "fleet_cache: url '%s' must start with redis:// or rediss://",
+                           c->fleet.url);
+    return st;
+}
+
 /* Admission limits (docs/operations.md, "Limits"). */
 static tsr_status key_max_connections(tsrd_config *c, const cJSON *v, tsr_error *err)
 {
@@ -578,6 +655,7 @@ static const struct config_key {
     {"max_unread_replies_per_tenant", key_max_unread_replies_per_tenant},
     {"replay_bytes_per_connection", key_replay_bytes_per_connection},
     {"replay_bytes_per_tenant", key_replay_bytes_per_tenant},
+    {"fleet_cache", key_fleet_cache},
 };
 
 static const struct config_key *config_key_find(const char *name)

@@ -10,7 +10,7 @@
  *   allow_plain_tcp, tls, metrics_listen, max_request_work, kernel_timeout_ms,
  *   test_faults, max_connections, max_requests_per_connection,
  *   max_unread_replies_per_tenant, replay_bytes_per_connection,
- *   replay_bytes_per_tenant, cache_key_file
+ *   replay_bytes_per_tenant, cache_key_file, fleet_cache
  *
  * tenants is an array of objects {name, token_sha256 [hex], uids [n], gids [n],
  * shm_uid n, quotas {device_memory_bytes, buffers, in_flight, compiles, replay_bytes}}; tokens
@@ -24,6 +24,9 @@
  * kernel cache entries and sees every tenant's figures in stats; the others see
  * only their own. cache_key_file names the file holding the key that
  * authenticates the cache's entries (default: kcache.key in cache_dir).
+ * fleet_cache is an object {url, key_file, tls_ca_file, prefix, ttl_s,
+ * max_entry_bytes, timeout_ms, lease_ms}; url and key_file go together, and
+ * without it there is no fleet cache.
  *
  * An unknown key, a wrong JSON type or a value out of range is an error whose
  * message names the key. Nothing here touches the file system beyond reading
@@ -65,6 +68,25 @@
 #define TSRD_DEFAULT_UNREAD_REPLIES_PER_TENANT 256
 #define TSRD_DEFAULT_REPLAY_BYTES_PER_CONNECTION (UINT64_C(1) << 20)
 #define TSRD_DEFAULT_REPLAY_BYTES_PER_TENANT (UINT64_C(64) << 20)
+
+/* The fleet cache's defaults (docs/operations.md, "Fleet cache"). */
+#define TSRD_FLEET_DEFAULT_TTL_S UINT64_C(604800) /* a week */
+#define TSRD_FLEET_DEFAULT_MAX_ENTRY_BYTES (UINT64_C(64) << 20)
+#define TSRD_FLEET_DEFAULT_TIMEOUT_MS UINT64_C(100)
+#define TSRD_FLEET_DEFAULT_LEASE_MS UINT64_C(10000)
+#define TSRD_FLEET_DEFAULT_PREFIX "tessera:"
+
+/* The fleet cache (serve/fleet.h); url NULL: none, and nothing else is used. */
+typedef struct tsrd_fleet_config {
+    char *url;                /* redis://[[user]:password@]host[:port][/db] or rediss://... */
+    char *key_file;           /* the fleet key, 32 bytes, mode 0600; needed with url */
+    char *tls_ca_file;        /* PEM CAs for rediss://; NULL: the system's */
+    char *prefix;             /* of every Redis key; NULL: TSRD_FLEET_DEFAULT_PREFIX */
+    uint64_t ttl_s;           /* an entry's time to live in Redis */
+    uint64_t max_entry_bytes; /* entries larger are neither published nor read */
+    uint64_t timeout_ms;      /* per command, connecting included */
+    uint64_t lease_ms;        /* a build's lease, and the longest a lookup waits on one */
+} tsrd_fleet_config;
 
 /* Per-tenant limits; 0 means unlimited. */
 typedef struct tsrd_quota {
@@ -126,6 +148,7 @@ typedef struct tsrd_config {
     uint64_t max_unread_replies_per_tenant;
     uint64_t replay_bytes_per_connection;
     uint64_t replay_bytes_per_tenant;
+    tsrd_fleet_config fleet;
 } tsrd_config;
 
 /* What the command line asked for besides settings. */

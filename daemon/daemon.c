@@ -16,6 +16,7 @@
 
 #include "backend/registry.h"
 #include "handlers/handlers.h"
+#include "serve/fleet.h"
 #include "serve/nvml.h"
 #include "serve/recovery.h"
 #include "serve/ring.h"
@@ -85,11 +86,23 @@ tsr_status tsrd_daemon_init(tsrd_daemon *d, const tsrd_config *config, uv_loop_t
         st = daemon_open_backend(d, err);
     if (st == TSR_OK)
         st = tsrd_mkdirs(d->config.cache_dir, 0755, err);
+    /* The fleet cache is optional: without a URL nothing of it exists. */
+    tsr_kcache_remote remote = {0};
+    if (st == TSR_OK && d->config.fleet.url != NULL) {
+        st = tsrd_fleet_open(&d->config.fleet, &d->fleet, err);
+        if (st == TSR_OK) {
+            remote = tsrd_fleet_remote(d->fleet);
+            char where[320];
+            tsrd_fleet_describe(d->fleet, where, sizeof where);
+            tsrd_log_info(&d->log, "fleet cache on %s", where);
+        }
+    }
     if (st == TSR_OK) {
         tsr_kcache_options kopts = {.dir = d->config.cache_dir,
                                     .memory_bytes = d->config.cache_memory_bytes,
                                     .disk_bytes = d->config.cache_disk_bytes,
-                                    .key_file = d->config.cache_key_file};
+                                    .key_file = d->config.cache_key_file,
+                                    .remote = d->fleet != NULL ? &remote : NULL};
         st = tsr_kcache_open(&kopts, &d->kcache, err);
         if (st == TSR_OK && tsr_kcache_key_ephemeral(d->kcache))
             tsrd_log_warn(&d->log,
@@ -98,6 +111,10 @@ tsr_status tsrd_daemon_init(tsrd_daemon *d, const tsrd_config *config, uv_loop_t
     }
     if (st == TSR_OK)
         st = tsr_arbiter_create(d->config.cache_dir, &d->arbiter, err);
+    if (st == TSR_OK && d->fleet != NULL) {
+        tsr_arbiter_remote winners = tsrd_fleet_arbiter_remote(d->fleet);
+        tsr_arbiter_set_remote(d->arbiter, &winners);
+    }
     if (st == TSR_OK)
         st = d->bops->register_candidates(d->backend, d->arbiter, err);
     if (st != TSR_OK) {
@@ -128,6 +145,8 @@ void tsrd_daemon_fini(tsrd_daemon *d)
         tsr_arbiter_destroy(d->arbiter);
     if (d->kcache != NULL)
         tsr_kcache_close(d->kcache);
+    tsrd_fleet_close(d->fleet);
+    d->fleet = NULL;
     if (d->backend != NULL)
         d->bops->close(d->backend);
     d->arbiter = NULL;

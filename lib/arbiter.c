@@ -99,6 +99,7 @@ struct tsr_arbiter {
 
     arbiter_winner *winners;
     size_t n_winners, cap_winners;
+    tsr_arbiter_remote remote; /* winner_get NULL: none */
 };
 
 /* ---- small helpers ---- */
@@ -705,7 +706,8 @@ typedef struct arbiter_run_state {
     tsr_decision_reason reason;
     bool have_winner; /* a stored winner for the key */
     arbiter_winner winner;
-    bool new_winner; /* a measurement produced one to remember */
+    bool new_winner;    /* a measurement produced one to remember */
+    bool remote_winner; /* winner came from the remote place */
     char bucket[ARBITER_BUCKET_MAX];
 } arbiter_run_state;
 
@@ -940,6 +942,8 @@ static void arbiter_run_measure(tsr_arbiter *a, const tsr_select_request *req,
             if (slot_passes(s)) {
                 rs->chosen = s;
                 rs->reason = TSR_REASON_MEASURED;
+                /* A winner another node measured is remembered here too. */
+                rs->new_winner = rs->remote_winner;
                 s->median_ms = rs->winner.median_ms;
                 slot_why(s, "selected: stored measured winner (%.4g ms)%s", rs->winner.median_ms,
                          s->skipped ? ", not verified (verify=false)" : "");
@@ -981,6 +985,7 @@ static void arbiter_run_measure(tsr_arbiter *a, const tsr_select_request *req,
     slot_why(best, "selected: fastest measured (%.4g ms)%s", best->median_ms,
              best->skipped ? ", not verified (verify=false)" : "");
     rs->new_winner = true;
+    rs->remote_winner = false;
     arbiter_winner *w = &rs->winner;
     arbiter_copy_text(w->arch, sizeof w->arch, req->arch);
     w->kind = req->region->kind;
@@ -1066,6 +1071,42 @@ static void arbiter_record(tsr_arbiter *a, const arbiter_run_state *rs, tsr_regi
         arbiter_store_write(a, NULL);
 }
 
+void tsr_arbiter_set_remote(tsr_arbiter *a, const tsr_arbiter_remote *remote)
+{
+    if (remote != NULL)
+        a->remote = *remote;
+}
+
+static void arbiter_remote_key(const arbiter_winner *w, char key[TSR_ARBITER_WINNER_KEY_MAX])
+{
+    snprintf(key, TSR_ARBITER_WINNER_KEY_MAX, "%s/%s/%s/%s", w->arch, tsr_region_kind_name(w->kind),
+             tsr_dtype_name(w->dtype), w->bucket);
+}
+
+/* Asks the remote place for the winner of the request's key (this arbiter
+ * has none); outside the lock. */
+static void arbiter_remote_winner(tsr_arbiter *a, const tsr_select_request *req,
+                                  arbiter_run_state *rs)
+{
+    if (a->remote.winner_get == NULL)
+        return;
+    arbiter_winner *w = &rs->winner;
+    memset(w, 0, sizeof *w);
+    arbiter_copy_text(w->arch, sizeof w->arch, req->arch);
+    w->kind = req->region->kind;
+    w->dtype = req->region->dtype;
+    arbiter_copy_text(w->bucket, sizeof w->bucket, rs->bucket);
+    char key[TSR_ARBITER_WINNER_KEY_MAX];
+    arbiter_remote_key(w, key);
+    char name[TSR_CANDIDATE_NAME_MAX] = "";
+    if (!a->remote.winner_get(a->remote.ctx, key, name, &w->version, &w->median_ms))
+        return;
+    name[sizeof name - 1] = '\0';
+    arbiter_copy_text(w->name, sizeof w->name, name);
+    rs->have_winner = true;
+    rs->remote_winner = true;
+}
+
 /* The one selection both select and explain run. explain asks every candidate
  * whether it applies, for the report, and leaves the statistics alone. */
 static tsr_status arbiter_run(tsr_arbiter *a, const tsr_select_request *req, arbiter_run_state *rs,
@@ -1099,6 +1140,8 @@ static tsr_status arbiter_run(tsr_arbiter *a, const tsr_select_request *req, arb
         }
     }
     pthread_mutex_unlock(&a->lock);
+    if (measure && !rs->have_winner && !explain)
+        arbiter_remote_winner(a, req, rs);
 
     if (!forced || explain)
         for (size_t i = 0; i < rs->n; i++)
@@ -1126,6 +1169,12 @@ static tsr_status arbiter_run(tsr_arbiter *a, const tsr_select_request *req, arb
     pthread_mutex_lock(&a->lock);
     arbiter_record(a, rs, kind, !explain);
     pthread_mutex_unlock(&a->lock);
+    if (rs->new_winner && !rs->remote_winner && !explain && a->remote.winner_put != NULL) {
+        char key[TSR_ARBITER_WINNER_KEY_MAX];
+        arbiter_remote_key(&rs->winner, key);
+        a->remote.winner_put(a->remote.ctx, key, rs->winner.name, rs->winner.version,
+                             rs->winner.median_ms);
+    }
     return st;
 }
 

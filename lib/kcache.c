@@ -174,6 +174,7 @@ struct tsr_kcache {
     uint8_t mac_key[KCACHE_KEY_BYTES]; /* with dir: authenticates the entry files */
     bool key_ephemeral;                /* the key file could not be made */
     tsr_kcache_stats stats;
+    tsr_kcache_remote remote; /* fetch NULL: no remote level */
     int64_t last_stamp_ns;
     bool disk_trimming;
 };
@@ -189,6 +190,8 @@ const char *tsr_kcache_level_name(tsr_kcache_level level)
         return "disk";
     case TSR_KCACHE_SHARED:
         return "shared";
+    case TSR_KCACHE_FLEET:
+        return "fleet";
     }
     return "?";
 }
@@ -635,6 +638,25 @@ tsr_status tsri_kcache_entry_mac(const uint8_t mac_key[TSRI_KCACHE_KEY_BYTES],
     return ok ? TSR_OK : TSR_NO_MEMORY; /* setup allocates; nothing else can fail */
 }
 
+/* Fills header (zeroed by the caller) for an entry of key, meta, build_ms and
+ * payload, its MAC under mac_key included. */
+static tsr_status kcache_header_make(const uint8_t mac_key[KCACHE_KEY_BYTES],
+                                     const tsr_fingerprint *key, const tsr_kcache_meta *meta,
+                                     double build_ms, const uint8_t *payload, size_t len,
+                                     uint8_t header[KCACHE_HEADER_BYTES])
+{
+    memcpy(header, KCACHE_MAGIC, 4);
+    kcache_put_u32(header + KCACHE_OFF_VERSION, KCACHE_FORMAT_VERSION);
+    kcache_put_u32(header + KCACHE_OFF_HEADER_LEN, KCACHE_HEADER_BYTES);
+    memcpy(header + KCACHE_OFF_KEY, key->bytes, TSR_FINGERPRINT_BYTES);
+    memcpy(header + KCACHE_OFF_CANDIDATE, meta->candidate, 64);
+    memcpy(header + KCACHE_OFF_KIND, meta->kind, 16);
+    memcpy(header + KCACHE_OFF_ARCH, meta->arch, 16);
+    kcache_put_u64(header + KCACHE_OFF_PAYLOAD_LEN, len);
+    kcache_put_u64(header + KCACHE_OFF_BUILD_US, build_ms > 0 ? (uint64_t)(build_ms * 1e3) : 0);
+    return tsri_kcache_entry_mac(mac_key, header, payload, len, header + KCACHE_OFF_MAC);
+}
+
 /* A header of the format before entries were authenticated: its checksum
  * could have been recomputed by anyone. */
 static bool kcache_header_old(const uint8_t *h)
@@ -690,6 +712,53 @@ tsr_status tsri_kcache_entry_parse(const uint8_t mac_key[TSRI_KCACHE_KEY_BYTES],
     kcache_header_meta(header, meta);
     if (build_ms != NULL)
         *build_ms = (double)kcache_get_u64(header + KCACHE_OFF_BUILD_US) / 1e3;
+    return TSR_OK;
+}
+
+tsr_status tsr_kcache_entry_seal(const uint8_t mac_key[TSR_KCACHE_MAC_KEY_BYTES],
+                                 const tsr_fingerprint *key, const tsr_kcache_meta *meta,
+                                 double build_ms, const uint8_t *payload, size_t len, uint8_t **out,
+                                 size_t *out_len, tsr_error *err)
+{
+    *out = NULL;
+    *out_len = 0;
+    uint8_t *e = calloc(1, KCACHE_HEADER_BYTES + len);
+    if (e == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "kernel cache entry of %zu bytes", len);
+    if (len > 0)
+        memcpy(e + KCACHE_HEADER_BYTES, payload, len);
+    if (kcache_header_make(mac_key, key, meta, build_ms, payload, len, e) != TSR_OK) {
+        free(e);
+        return tsr_error_set(err, TSR_NO_MEMORY, "kernel cache entry: HMAC context");
+    }
+    *out = e;
+    *out_len = KCACHE_HEADER_BYTES + len;
+    return TSR_OK;
+}
+
+tsr_status tsr_kcache_entry_open(const uint8_t mac_key[TSR_KCACHE_MAC_KEY_BYTES],
+                                 const tsr_fingerprint *key, const uint8_t *entry, size_t len,
+                                 const uint8_t **payload, size_t *payload_len,
+                                 tsr_kcache_meta *meta, double *build_ms, tsr_error *err)
+{
+    char hex[TSR_FINGERPRINT_HEX];
+    tsr_fingerprint_hex(key, hex);
+    if (entry == NULL || len < KCACHE_HEADER_BYTES)
+        return tsr_error_set(err, TSR_CORRUPT,
+                             "kernel cache entry %s: %zu bytes, shorter than its header", hex,
+                             entry == NULL ? (size_t)0 : len);
+    size_t plen = len - KCACHE_HEADER_BYTES;
+    tsr_status st = tsri_kcache_entry_parse(mac_key, entry, entry + KCACHE_HEADER_BYTES, plen, key,
+                                            meta, build_ms);
+    if (st == TSR_UNAUTHENTICATED)
+        return tsr_error_set(err, st, "kernel cache entry %s: its HMAC does not verify", hex);
+    if (st != TSR_OK)
+        return tsr_error_set(err, st, "kernel cache entry %s: %s", hex,
+                             st == TSR_CORRUPT ? "a header field does not hold (magic, version, "
+                                                 "key, names or payload length)"
+                                               : tsr_strerror(st));
+    *payload = entry + KCACHE_HEADER_BYTES;
+    *payload_len = plen;
     return TSR_OK;
 }
 
@@ -798,6 +867,7 @@ static tsr_status kcache_disk_read(tsr_kcache *c, const tsr_fingerprint *key,
     struct kcache_blob *b = kcache_blob_new(payload, len, &meta, build_ms);
     if (b == NULL)
         goto unusable;
+    b->pub.origin = TSR_KCACHE_DISK;
     struct timespec ts[2];
     ts[0] = ts[1] = kcache_stamp(c);
     futimens(fd, ts); /* best effort: a stale mtime only makes eviction less exact */
@@ -978,18 +1048,8 @@ static void kcache_disk_write(tsr_kcache *c, const tsr_fingerprint *key,
     kcache_path(c, key, path);
 
     uint8_t header[KCACHE_HEADER_BYTES] = {0};
-    memcpy(header, KCACHE_MAGIC, 4);
-    kcache_put_u32(header + KCACHE_OFF_VERSION, KCACHE_FORMAT_VERSION);
-    kcache_put_u32(header + KCACHE_OFF_HEADER_LEN, KCACHE_HEADER_BYTES);
-    memcpy(header + KCACHE_OFF_KEY, key->bytes, TSR_FINGERPRINT_BYTES);
-    memcpy(header + KCACHE_OFF_CANDIDATE, b->pub.meta.candidate, 64);
-    memcpy(header + KCACHE_OFF_KIND, b->pub.meta.kind, 16);
-    memcpy(header + KCACHE_OFF_ARCH, b->pub.meta.arch, 16);
-    kcache_put_u64(header + KCACHE_OFF_PAYLOAD_LEN, b->pub.len);
-    kcache_put_u64(header + KCACHE_OFF_BUILD_US,
-                   b->pub.build_ms > 0 ? (uint64_t)(b->pub.build_ms * 1e3) : 0);
-    if (tsri_kcache_entry_mac(c->mac_key, header, b->pub.data, b->pub.len,
-                              header + KCACHE_OFF_MAC) != TSR_OK)
+    if (kcache_header_make(c->mac_key, key, &b->pub.meta, b->pub.build_ms, b->pub.data, b->pub.len,
+                           header) != TSR_OK)
         goto failed;
 
     bool created_sub = false;
@@ -1084,13 +1144,17 @@ static bool kcache_mkdir_p(const char *dir)
  * a regular file of exactly the key's size, owned by this user and neither
  * readable nor writable by anyone else: a key others can read lets them forge
  * entries, one others could have written may be theirs. */
-static int kcache_key_read(const char *path, uint8_t key[KCACHE_KEY_BYTES], tsr_error *err)
+static int kcache_key_read(const char *path, uint8_t key[KCACHE_KEY_BYTES], bool own,
+                           tsr_error *err)
 {
+    /* own: the disk level's key, which the cache makes itself when missing;
+     * otherwise a key the operator provides (the fleet key). */
+    const char *what = own ? "cache key file" : "key file";
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0 && errno == ENOENT)
         return 0;
     if (fd < 0) {
-        tsr_error_set(err, TSR_IO_ERROR, "cache key file '%s': %s", path, strerror(errno));
+        tsr_error_set(err, TSR_IO_ERROR, "%s '%s': %s", what, path, strerror(errno));
         return -1;
     }
     struct stat st;
@@ -1102,8 +1166,9 @@ static int kcache_key_read(const char *path, uint8_t key[KCACHE_KEY_BYTES], tsr_
     else if (st.st_uid != geteuid())
         why = "owned by another user";
     else if ((st.st_mode & 077) != 0)
-        why = "others may read or write it (it must be mode 0600; delete it to make a new key, "
-              "which discards the cached entries)";
+        why = own ? "others may read or write it (it must be mode 0600; delete it to make a new "
+                    "key, which discards the cached entries)"
+                  : "others may read or write it (it must be mode 0600)";
     else if (st.st_size != KCACHE_KEY_BYTES)
         why = "not a key (wrong size)";
     else if (kcache_read_at(fd, key, KCACHE_KEY_BYTES, 0) != 1)
@@ -1111,8 +1176,19 @@ static int kcache_key_read(const char *path, uint8_t key[KCACHE_KEY_BYTES], tsr_
     close(fd);
     if (why == NULL)
         return 1;
-    tsr_error_set(err, TSR_IO_ERROR, "cache key file '%s': %s", path, why);
+    tsr_error_set(err, TSR_IO_ERROR, "%s '%s': %s", what, path, why);
     return -1;
+}
+
+tsr_status tsr_kcache_key_file_read(const char *path, uint8_t key[TSR_KCACHE_MAC_KEY_BYTES],
+                                    tsr_error *err)
+{
+    if (path == NULL || path[0] == '\0')
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "key file: empty name");
+    int r = kcache_key_read(path, key, false, err);
+    if (r == 0)
+        return tsr_error_set(err, TSR_IO_ERROR, "key file '%s': %s", path, strerror(ENOENT));
+    return r == 1 ? TSR_OK : err != NULL ? err->code : TSR_IO_ERROR;
 }
 
 /* Writes a new random key to a temporary file beside path and links it into
@@ -1184,7 +1260,7 @@ static tsr_status kcache_key_load(tsr_kcache *c, const char *key_file, tsr_error
         snprintf(path, sizeof path, "%s/%s", c->dir, KCACHE_KEY_FILE);
     /* Twice at most: a key another process links in between is read next. */
     for (int attempt = 0; attempt < 2; attempt++) {
-        int r = kcache_key_read(path, c->mac_key, err);
+        int r = kcache_key_read(path, c->mac_key, true, err);
         if (r < 0)
             return err != NULL ? err->code : TSR_IO_ERROR;
         if (r == 0) {
@@ -1235,6 +1311,8 @@ tsr_status tsr_kcache_open(const tsr_kcache_options *opts, tsr_kcache **out, tsr
         return tsr_error_set(err, TSR_NO_MEMORY, "kcache_open");
     }
     pthread_mutex_init(&c->lock, NULL);
+    if (opts->remote != NULL)
+        c->remote = *opts->remote;
 
     if (c->dir != NULL) {
         if (!kcache_mkdir_p(c->dir)) {
@@ -1446,6 +1524,30 @@ static tsr_status kcache_build(const tsr_fingerprint *key, const tsr_kcache_meta
     return TSR_OK;
 }
 
+/* Asks the remote level for key after a disk miss: true with *out (origin
+ * fleet) on a hit. */
+static bool kcache_remote_fetch(tsr_kcache *c, const tsr_fingerprint *key,
+                                const tsr_kcache_meta *meta, struct kcache_blob **out)
+{
+    if (c->remote.fetch == NULL)
+        return false;
+    uint8_t *data = NULL;
+    size_t len = 0;
+    tsr_kcache_meta got;
+    double build_ms = 0;
+    if (c->remote.fetch(c->remote.ctx, key, meta, &data, &len, &got, &build_ms) != TSR_OK)
+        return false;
+    if (data == NULL && (data = malloc(1)) == NULL)
+        return false;
+    *out = kcache_blob_new(data, len, &got, build_ms);
+    if (*out == NULL) {
+        free(data);
+        return false;
+    }
+    (*out)->pub.origin = TSR_KCACHE_FLEET;
+    return true;
+}
+
 tsr_status tsr_kcache_get_or_build(tsr_kcache *c, const tsr_fingerprint *key,
                                    const tsr_kcache_meta *meta, tsr_kcache_build_fn build,
                                    void *ctx, const tsr_kcache_blob **out, tsr_kcache_level *level,
@@ -1477,12 +1579,17 @@ tsr_status tsr_kcache_get_or_build(tsr_kcache *c, const tsr_fingerprint *key,
     c->flights = f;
     pthread_mutex_unlock(&c->lock);
 
-    /* This thread leads the flight: disk first, then the build. */
+    /* This thread leads the flight: disk first, then the remote level, then
+     * the build. */
     struct kcache_blob *b = NULL;
     tsr_kcache_level got = TSR_KCACHE_DISK;
     tsr_error berr;
     tsr_error_clear(&berr);
     tsr_status st = c->dir != NULL ? kcache_disk_read(c, key, &b) : TSR_NOT_FOUND;
+    if (st != TSR_OK && kcache_remote_fetch(c, key, meta, &b)) {
+        got = TSR_KCACHE_FLEET;
+        st = TSR_OK;
+    }
     if (st != TSR_OK) {
         got = TSR_KCACHE_MISS;
         st = kcache_build(key, meta, build, ctx, &b, &berr);
@@ -1491,13 +1598,15 @@ tsr_status tsr_kcache_get_or_build(tsr_kcache *c, const tsr_fingerprint *key,
     pthread_mutex_lock(&c->lock);
     if (got == TSR_KCACHE_DISK) {
         c->stats.disk_hits++;
+    } else if (got == TSR_KCACHE_FLEET) {
+        c->stats.fleet_hits++;
     } else {
         c->stats.misses++;
         c->stats.builds++;
         if (st != TSR_OK)
             c->stats.build_failures++;
     }
-    kcache_flight_finish(c, f, st, &berr, b, got == TSR_KCACHE_DISK);
+    kcache_flight_finish(c, f, st, &berr, b, got != TSR_KCACHE_MISS);
     pthread_mutex_unlock(&c->lock);
 
     if (st != TSR_OK) {
@@ -1506,7 +1615,7 @@ tsr_status tsr_kcache_get_or_build(tsr_kcache *c, const tsr_fingerprint *key,
         return st;
     }
     /* Waiters are already served; the file is written after they wake. */
-    if (got == TSR_KCACHE_MISS && c->dir != NULL)
+    if (got != TSR_KCACHE_DISK && c->dir != NULL)
         kcache_disk_write(c, key, b);
     *out = &b->pub;
     if (level)
@@ -1588,6 +1697,7 @@ tsr_status tsr_kcache_list(tsr_kcache *c, tsr_kcache_entry_info **entries, size_
         infos[n].in_memory = 1;
         infos[n].last_used_unix_ms = e->last_used_ms;
         infos[n].hits = e->hits;
+        infos[n].origin = e->blob->pub.origin;
     }
     pthread_mutex_unlock(&c->lock);
 
@@ -1611,6 +1721,7 @@ tsr_status tsr_kcache_list(tsr_kcache *c, tsr_kcache_entry_info **entries, size_
             continue;
         }
         row->on_disk = 1;
+        row->origin = TSR_KCACHE_DISK;
         row->last_used_unix_ms = mtime_ms;
         n++;
     }

@@ -4,12 +4,15 @@
 # release (tools/nng.sh: fetched once, checksummed, kept under build/deps), so a
 # ready machine does nothing and needs no network. Run as root. With --ci it
 # also installs what the CI script needs besides (clang-format for `make
-# format-check`, git). python3-yaml and python3-venv are for `make k8s-check`.
+# format-check`, git). python3-yaml and python3-venv are for `make k8s-check`;
+# redis-server and openssl for the fleet cache's tests (tests/e2e/fleet_cache_test.c
+# starts its own servers, plain and TLS; the packaged service is not used).
 set -euo pipefail
 
 packages=(build-essential pkg-config cmake libcjson-dev libuv1-dev libprotobuf-c-dev
-          protobuf-c-compiler libcriterion-dev libmbedtls-dev libsystemd-dev python3-numpy
-          python3-pytest python3-yaml python3-venv xxd)
+          protobuf-c-compiler libcriterion-dev libmbedtls-dev libsystemd-dev libhiredis-dev
+          python3-numpy python3-pytest python3-yaml python3-venv xxd
+          redis-server openssl)
 # pip fetches nng's source distribution (tools/nng.sh); a python3 without it gets Debian's.
 python3 -m pip --version >/dev/null 2>&1 || packages+=(python3-pip)
 if [ "${1:-}" = "--ci" ]; then

@@ -4,12 +4,13 @@
  * Answered on the loop from three flags the loop owns, without tenant
  * attribution (see dispatch_validate), so a liveness or readiness probe needs
  * no token and never waits behind work; it also lists the listeners whose
- * self-probe failed.
+ * self-probe failed, and the fleet cache while it is degraded.
  */
 #include <stdio.h>
 
 #include "handlers/common.h"
 #include "handlers/handlers.h"
+#include "serve/fleet.h"
 
 static tsr_status health_execute(tsrd_job *job)
 {
@@ -33,6 +34,20 @@ static tsr_status health_execute(tsrd_job *job)
         failing[r->n_failing_endpoints++] = line;
     }
     r->failing_endpoints = failing;
+    /* The fleet cache while Redis fails: served without, still ready. */
+    if (d->fleet != NULL) {
+        tsrd_fleet_stats fs;
+        tsrd_fleet_get_stats(d->fleet, &fs);
+        size_t size = sizeof fs.degraded_why + 16;
+        char **degraded = fs.degraded ? tsrd_job_alloc(job, sizeof *degraded) : NULL;
+        char *line = degraded != NULL ? tsrd_job_alloc(job, size) : NULL;
+        if (line != NULL) {
+            snprintf(line, size, "fleet cache: %s", fs.degraded_why);
+            degraded[0] = line;
+            r->degraded = degraded;
+            r->n_degraded = 1;
+        }
+    }
     TSRD_JOB_REPLY(job, health, HEALTH);
     return TSR_OK;
 }

@@ -11,6 +11,7 @@
  * operations, never a compile, a probe or a reference run.
  */
 #include "serve/engine.h"
+#include "serve/fleet.h"
 #include "serve/offline_compile.h"
 
 #include <stdio.h>
@@ -290,8 +291,12 @@ static tsr_status engine_load_binary(tsrd_daemon *d, const tsr_region *r, const 
 {
     tsr_status st = d->bops->load(d->backend, 0, r, c, compiled->blob->data, compiled->blob->len,
                                   &compiled->kobj, err);
-    if (st == TSR_CORRUPT)
+    if (st == TSR_CORRUPT) {
         tsr_kcache_evict(d->kcache, &compiled->key, NULL, NULL);
+        /* One that came from the fleet is deleted there too. */
+        if (compiled->blob->origin == TSR_KCACHE_FLEET)
+            tsrd_fleet_discard(d->fleet, &compiled->key);
+    }
     return st;
 }
 
@@ -393,6 +398,7 @@ static tsr_status engine_verify(tsrd_daemon *d, const tsr_candidate *c, const ts
     engine_verify_run run = {.d = d, .c = c, .arch = arch};
     st = engine_load(d, c, r, arch, &run.real, err);
     if (st != TSR_OK) {
+        tsrd_fleet_abandon(d->fleet, &run.real.compiled.key);
         tsr_verdict_init(v, c->tolerance, r->out_dtype);
         v->pass = false;
         snprintf(v->reason, sizeof v->reason, "could not build: %.120s", err ? err->message : "");
@@ -405,6 +411,12 @@ static tsr_status engine_verify(tsrd_daemon *d, const tsr_candidate *c, const ts
                           &opts, &small, &has_small);
     run.small_region = opts.small;
     st = tsr_oracle_verify(r, engine_verify_run_fn, &run, &opts, v, err);
+    /* Every candidate that verifies goes to the fleet (a measured selection
+     * verifies several), and one that does not frees its lease at once. */
+    if (st == TSR_OK && v->pass)
+        tsrd_fleet_publish(d->fleet, &run.real.compiled.key, run.real.compiled.blob);
+    else
+        tsrd_fleet_abandon(d->fleet, &run.real.compiled.key);
     tsrd_compiled_release(d, &run.real.compiled);
     if (run.small_loaded)
         tsrd_compiled_release(d, &run.small.compiled);
@@ -540,8 +552,13 @@ tsr_status tsrd_engine_compile(tsrd_daemon *d, const tsr_region *r,
      * it; a run needs a device and gets UNSUPPORTED below. */
     const char *want = opts != NULL ? opts->arch : NULL;
     if (!load && want != NULL && want[0] != '\0' && !d->bops->serves_arch(d->backend, want) &&
-        tsrd_offline_arch_supported(want))
-        return tsrd_offline_compile(d->kcache, r, want, opts->force, out, err);
+        tsrd_offline_arch_supported(want)) {
+        /* Nothing verifies an offline build: it is not published, and the
+         * lease its lookup took is dropped at once. */
+        tsr_status st = tsrd_offline_compile(d->kcache, r, want, opts->force, out, err);
+        tsrd_fleet_abandon(d->fleet, &out->key);
+        return st;
+    }
     tsr_status st = tsrd_engine_arch(d, want, out->arch, sizeof out->arch, err);
     /* A kernel loaded on the CPU backend runs on the host at every launch. */
     if (st == TSR_OK && load && engine_arch_is_host(out->arch))
@@ -577,6 +594,16 @@ tsr_status tsrd_engine_compile(tsrd_daemon *d, const tsr_region *r,
         st = tsrd_engine_check_work(d, r, "a launch of the reference", tsr_ref_work(r), err);
     if (st == TSR_OK)
         st = engine_binary(d, r, &out->decision.candidate, out->arch, out, err);
+    /* The fleet gets a kernel this node built only once it verified (a
+     * verdict from the verdict cache counts; verification itself publishes
+     * too), or when it is the reference, which verification is measured
+     * against; never one chosen with verification skipped. */
+    const tsr_decision *dec = &out->decision;
+    if (st == TSR_OK && !dec->verify_skipped &&
+        ((dec->verified && dec->verdict.pass) || dec->candidate.tier == 0))
+        tsrd_fleet_publish(d->fleet, &out->key, out->blob);
+    else
+        tsrd_fleet_abandon(d->fleet, &out->key);
     if (st == TSR_OK && load)
         st = engine_load_binary(d, r, &out->decision.candidate, out, err);
     if (st != TSR_OK)

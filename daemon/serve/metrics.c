@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "serve/metrics.h"
+#include "serve/fleet.h"
 #include "serve/tenant.h"
 
 #include "serve/nvml.h"
@@ -184,6 +185,37 @@ static void metrics_requests(tsrd_daemon *d, metrics_list *l)
     }
 }
 
+/* One histogram: per-bucket counts buckets[0..n] (the last +Inf) whose
+ * bounds' texts le_of gives, as cumulative _bucket rows, _sum and _count.
+ * labels is "" or 'type="x",'; family names the first row's family (NULL when
+ * an earlier histogram of the same family was written). False when a row
+ * could not be added. */
+static bool metrics_histogram(metrics_list *l, const char *name, const char *family,
+                              const char *help, const char *labels, const uint64_t *buckets, int n,
+                              const char *(*le_of)(int i), uint64_t count, double sum_s)
+{
+    uint64_t cumulative = 0;
+    for (int i = 0; i <= n; i++) {
+        cumulative += buckets[i];
+        metrics_row *row = metrics_add(l, family, "histogram", help, (double)cumulative);
+        if (row == NULL)
+            return false;
+        snprintf(row->name, sizeof row->name, "%s_bucket{%sle=\"%s\"}", name, labels, le_of(i));
+        row->text_only = true;
+        family = NULL;
+    }
+    size_t bare = strlen(labels) > 0 ? strlen(labels) - 1 : 0; /* without the last comma */
+    metrics_row *sum = metrics_add(l, NULL, "histogram", help, sum_s);
+    if (sum != NULL)
+        snprintf(sum->name, sizeof sum->name, "%s_sum%s%.*s%s", name, bare ? "{" : "", (int)bare,
+                 labels, bare ? "}" : "");
+    metrics_row *cnt = metrics_add(l, NULL, "histogram", help, (double)count);
+    if (cnt != NULL)
+        snprintf(cnt->name, sizeof cnt->name, "%s_count%s%.*s%s", name, bare ? "{" : "", (int)bare,
+                 labels, bare ? "}" : "");
+    return sum != NULL && cnt != NULL;
+}
+
 /* One histogram per request type that has been answered at least once. */
 static void metrics_latency(tsrd_daemon *d, metrics_list *l)
 {
@@ -193,28 +225,77 @@ static void metrics_latency(tsrd_daemon *d, metrics_list *l)
         const tsrd_latency *h = &d->metrics.latency[c];
         if (h->count == 0 || !metrics_type_known(c))
             continue;
-        const char *type = metrics_type_name(c);
-        uint64_t cumulative = 0;
-        for (int i = 0; i <= TSRD_LATENCY_BUCKETS; i++) {
-            cumulative += h->buckets[i];
-            metrics_row *row = metrics_add(l, family, "histogram", help, (double)cumulative);
-            if (row == NULL)
-                return;
-            snprintf(row->name, sizeof row->name,
-                     "request_duration_seconds_bucket{type=\"%s\",le=\"%s\"}", type,
-                     tsrd_latency_bound_text(i));
-            row->text_only = true;
-            family = NULL;
-        }
-        metrics_row *sum = metrics_add(l, NULL, "histogram", help, (double)h->sum_ns / 1e9);
-        if (sum != NULL)
-            snprintf(sum->name, sizeof sum->name, "request_duration_seconds_sum{type=\"%s\"}",
-                     type);
-        metrics_row *count = metrics_add(l, NULL, "histogram", help, (double)h->count);
-        if (count != NULL)
-            snprintf(count->name, sizeof count->name, "request_duration_seconds_count{type=\"%s\"}",
-                     type);
+        char labels[64];
+        snprintf(labels, sizeof labels, "type=\"%s\",", metrics_type_name(c));
+        if (!metrics_histogram(l, "request_duration_seconds", family, help, labels, h->buckets,
+                               TSRD_LATENCY_BUCKETS, tsrd_latency_bound_text, h->count,
+                               (double)h->sum_ns / 1e9))
+            return;
+        family = NULL;
     }
+}
+
+static const char *metrics_fleet_le(int i)
+{
+    static const char *const texts[TSRD_FLEET_LATENCY_BUCKETS + 1] = {
+        "5e-05", "0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05",
+        "0.1",   "0.25",   "0.5",     "1",      "2.5",   "5",      "7.5",   "10",   "+Inf",
+    };
+    return texts[i];
+}
+
+/* The fleet cache's counters, its degraded mark and its lookups' latency;
+ * nothing without one. */
+static void metrics_fleet(tsrd_daemon *d, metrics_list *l)
+{
+#define FLEET_ROW(name, help, field)                                                               \
+    {                                                                                              \
+        name, help, offsetof(tsrd_fleet_stats, field)                                              \
+    }
+    static const struct {
+        const char *name, *help;
+        size_t offset;
+    } rows[] = {
+        FLEET_ROW("fleet_cache_hits_total", "Fleet cache entries fetched, checked and used.", hits),
+        FLEET_ROW("fleet_cache_misses_total", "Fleet cache lookups without a usable entry.",
+                  misses),
+        FLEET_ROW("fleet_cache_rejected_total",
+                  "Fleet cache entries refused (MAC, format, key or names).", rejected),
+        FLEET_ROW("fleet_cache_errors_total", "Redis commands and connects that failed.", errors),
+        FLEET_ROW("fleet_cache_skipped_total",
+                  "Lookups and publishes not tried for a second after a failure.", skipped),
+        FLEET_ROW("fleet_cache_lease_waits_total", "Lookups that waited on another node's build.",
+                  lease_waits),
+        FLEET_ROW("fleet_cache_lease_timeouts_total",
+                  "Waits that ended with neither entry nor lease.", lease_timeouts),
+        FLEET_ROW("fleet_cache_publishes_total", "Entries written to the fleet cache.", publishes),
+        FLEET_ROW("fleet_cache_publish_errors_total", "Entries that could not be written.",
+                  publish_errors),
+        FLEET_ROW("fleet_cache_publish_skipped_size_total",
+                  "Entries over max_entry_bytes, not written.", publish_skipped_size),
+        FLEET_ROW("fleet_cache_winner_hits_total",
+                  "Measured winners fetched from the fleet cache and handed to the arbiter.",
+                  winner_hits),
+        FLEET_ROW("fleet_cache_winner_publishes_total",
+                  "Measured winners written to the fleet cache.", winner_publishes),
+    };
+#undef FLEET_ROW
+    if (d->fleet == NULL)
+        return;
+    tsrd_fleet_stats fs;
+    tsrd_fleet_get_stats(d->fleet, &fs);
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        uint64_t v;
+        memcpy(&v, (const char *)&fs + rows[i].offset, sizeof v);
+        metrics_plain(l, rows[i].name, "counter", rows[i].help, (double)v);
+    }
+    metrics_plain(l, "fleet_cache_degraded", "gauge",
+                  "1 while the last Redis command failed (the daemon serves from its own caches).",
+                  fs.degraded ? 1.0 : 0.0);
+    metrics_histogram(l, "fleet_cache_lookup_seconds", "fleet_cache_lookup_seconds",
+                      "Fleet cache lookups' time, waits on another node's build included.", "",
+                      fs.latency_buckets, TSRD_FLEET_LATENCY_BUCKETS, metrics_fleet_le,
+                      fs.latency_count, (double)fs.latency_sum_ns / 1e9);
 }
 
 /* The kernel cache's counters and gauges, one row per field of its stats. */
@@ -231,6 +312,8 @@ static void metrics_cache(tsrd_daemon *d, metrics_list *l)
         KCACHE_ROW("kcache_memory_hits_total", "counter", "Kernel cache hits in memory.",
                    memory_hits),
         KCACHE_ROW("kcache_disk_hits_total", "counter", "Kernel cache hits on disk.", disk_hits),
+        KCACHE_ROW("kcache_fleet_hits_total", "counter",
+                   "Kernel cache entries from the fleet cache.", fleet_hits),
         KCACHE_ROW("kcache_shared_waits_total", "counter", "Waits on another request's build.",
                    shared_waits),
         KCACHE_ROW("kcache_misses_total", "counter", "Kernel cache misses.", misses),
@@ -453,6 +536,7 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
         metrics_plain(l, plain[i].name, plain[i].type, plain[i].help, plain[i].value);
     if (viewer == NULL) {
         metrics_cache(d, l);
+        metrics_fleet(d, l);
         metrics_gpus(d, l);
     }
     metrics_tenants(d, l, viewer);

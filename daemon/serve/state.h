@@ -208,6 +208,9 @@ struct tsrd_daemon {
     char compiler_version[64];
 
     tsr_kcache *kcache;
+    /* The kernel cache's level on Redis (serve/fleet.h); NULL: none. Its
+     * calls are thread-safe. */
+    struct tsrd_fleet *fleet;
     tsr_arbiter *arbiter;
     tsrd_handles handles;
     tsrd_tenant default_tenant;

@@ -69,7 +69,7 @@ static uint32_t trust_u32(const uint8_t *p)
 /* Compiles the y = 2x + 1 region of n elements into *out (its key included). */
 static void trust_compile(const testd *d, int64_t n, tsr_client_compiled *out)
 {
-    fixture_compile(d, fixture_affine(n), out);
+    fixture_compile_affine(d, n, out);
 }
 
 /* Replaces the entry of small_key by one carrying large_key's payload (the

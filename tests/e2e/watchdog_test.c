@@ -112,16 +112,8 @@ static Tessera__V1__Reply *watchdog_health(int i)
 {
     testd via = {0};
     snprintf(via.url, sizeof via.url, "%s", env.url[i]);
-    uint32_t s;
-    cr_assert_eq(testd_raw_open(&via, &s), 0);
-    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
-    Tessera__V1__HealthRequest body = TESSERA__V1__HEALTH_REQUEST__INIT;
-    req.id = 0x4ea1;
-    req.body_case = TESSERA__V1__REQUEST__BODY_HEALTH;
-    req.health = &body;
-    Tessera__V1__Reply *reply = NULL;
-    cr_assert_eq(testd_raw_request(s, &req, 5000, &reply), 0);
-    testd_raw_close(s);
+    Tessera__V1__Reply *reply = testd_health(&via, 5000);
+    cr_assert_not_null(reply);
     cr_assert_eq(reply->status, TESSERA__V1__STATUS__OK, "%s", reply->message);
     cr_assert_eq(reply->body_case, TESSERA__V1__REPLY__BODY_HEALTH);
     return reply;

@@ -88,6 +88,11 @@ void fixture_compile(const testd *d, tsr_region *r, tsr_client_compiled *out)
     tsr_client_close(c);
 }
 
+void fixture_compile_affine(const testd *d, int64_t n, tsr_client_compiled *out)
+{
+    fixture_compile(d, fixture_affine(n), out);
+}
+
 Tessera__V1__Region *fixture_region_pb(const tsr_region *r)
 {
     Tessera__V1__Region *pb = NULL;

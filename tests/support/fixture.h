@@ -46,9 +46,11 @@ tsr_region *fixture_region_json(const char *json);
 /* testdata_affine(n): y = 2x + 1 over n f32 elements. */
 tsr_region *fixture_affine(int64_t n);
 
-/* Compiles r (which it frees) on a connection of its own to d, 30 s timeout,
- * into *out, asserted TSR_OK. */
+/* Compiles r (taken: freed here) on d with the default options, on a
+ * connection of its own, into *out (asserted TSR_OK); fixture_compile_affine
+ * compiles fixture_affine(n). */
 void fixture_compile(const testd *d, tsr_region *r, tsr_client_compiled *out);
+void fixture_compile_affine(const testd *d, int64_t n, tsr_client_compiled *out);
 
 /* r in its protobuf form, asserted; free with tsr_region_pb_free. */
 Tessera__V1__Region *fixture_region_pb(const tsr_region *r);

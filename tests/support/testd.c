@@ -331,6 +331,15 @@ void testd_request_hello(Tessera__V1__Request *req, Tessera__V1__HelloRequest *b
     req->hello = body;
 }
 
+void testd_request_health(Tessera__V1__Request *req, Tessera__V1__HealthRequest *body, uint64_t id)
+{
+    *body = (Tessera__V1__HealthRequest)TESSERA__V1__HEALTH_REQUEST__INIT;
+    *req = (Tessera__V1__Request)TESSERA__V1__REQUEST__INIT;
+    req->id = id;
+    req->body_case = TESSERA__V1__REQUEST__BODY_HEALTH;
+    req->health = body;
+}
+
 void testd_request_alloc_f32(Tessera__V1__Request *req, Tessera__V1__BufferAllocRequest *body,
                              uint64_t id, int64_t *shape, size_t rank)
 {
@@ -372,6 +381,24 @@ void testd_tensor_f32(Tessera__V1__Tensor *t, int64_t *shape, size_t rank, void 
     t->data_case = TESSERA__V1__TENSOR__DATA_INLINE_DATA;
     t->inline_data.data = data;
     t->inline_data.len = len;
+}
+
+Tessera__V1__Reply *testd_health(const testd *d, int timeout_ms)
+{
+    uint32_t sock;
+    int rv = testd_raw_open(d, &sock);
+    Tessera__V1__Reply *reply = NULL;
+    if (rv == 0) {
+        Tessera__V1__Request req;
+        Tessera__V1__HealthRequest body;
+        testd_request_health(&req, &body, 0x4ea1);
+        rv = testd_raw_request(sock, &req, timeout_ms, &reply);
+        testd_raw_close(sock);
+    }
+    if (rv != 0)
+        fprintf(stderr, "testd: health of %s: %s\n", d->url,
+                rv < 0 ? "reply does not decode" : nng_strerror(rv));
+    return rv == 0 ? reply : NULL;
 }
 
 int testd_raw_request(uint32_t sock_id, const Tessera__V1__Request *req, int timeout_ms,

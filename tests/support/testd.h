@@ -106,8 +106,10 @@ int testd_raw_send(uint32_t sock_id, const void *bytes, size_t len, int timeout_
                    Tessera__V1__Reply **reply);
 
 /* Requests built in caller-owned storage (*body and shape must outlive *req):
- * a hello, and a buffer_alloc of an f32 tensor of shape[0..rank). */
+ * a hello, a health request, and a buffer_alloc of an f32 tensor of
+ * shape[0..rank). */
 void testd_request_hello(Tessera__V1__Request *req, Tessera__V1__HelloRequest *body, uint64_t id);
+void testd_request_health(Tessera__V1__Request *req, Tessera__V1__HealthRequest *body, uint64_t id);
 void testd_request_alloc_f32(Tessera__V1__Request *req, Tessera__V1__BufferAllocRequest *body,
                              uint64_t id, int64_t *shape, size_t rank);
 
@@ -122,6 +124,11 @@ uint8_t *testd_request_pack(const Tessera__V1__Request *req, size_t *len);
 /* An f32 tensor of shape[0..rank) with len bytes of data inline (shape and
  * data must outlive *t). */
 void testd_tensor_f32(Tessera__V1__Tensor *t, int64_t *shape, size_t rank, void *data, size_t len);
+
+/* The health reply of the daemon at d->url, on a REQ socket of its own; NULL
+ * (with a line on stderr) when it could not be sent, was not answered or does
+ * not decode. Free it with tessera__v1__reply__free_unpacked. */
+Tessera__V1__Reply *testd_health(const testd *d, int timeout_ms);
 
 /* Packs req as it is (id included) and sends it as testd_raw_send does. */
 int testd_raw_request(uint32_t sock_id, const Tessera__V1__Request *req, int timeout_ms,

@@ -1540,3 +1540,90 @@ Test(arbiter_variants, only_a_complete_verification_is_reused)
     cr_expect_eq(h.shape, 0);
     tsr_arbiter_destroy(arb);
 }
+
+/* ---- winners shared through a remote place ---- */
+
+/* One remote place two arbiters share: the last winner put, and the calls. */
+typedef struct fake_remote {
+    char key[TSR_ARBITER_WINNER_KEY_MAX];
+    char name[TSR_CANDIDATE_NAME_MAX];
+    uint32_t version;
+    double median_ms;
+    int gets, puts;
+} fake_remote;
+
+static bool fake_remote_get(void *ctx, const char *key, char *name, uint32_t *version,
+                            double *median_ms)
+{
+    fake_remote *r = ctx;
+    r->gets++;
+    if (r->puts == 0 || strcmp(key, r->key) != 0)
+        return false;
+    snprintf(name, TSR_CANDIDATE_NAME_MAX, "%s", r->name);
+    *version = r->version;
+    *median_ms = r->median_ms;
+    return true;
+}
+
+static void fake_remote_put(void *ctx, const char *key, const char *name, uint32_t version,
+                            double median_ms)
+{
+    fake_remote *r = ctx;
+    r->puts++;
+    snprintf(r->key, sizeof r->key, "%s", key);
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->version = version;
+    r->median_ms = median_ms;
+}
+
+Test(arbiter, a_winner_measured_on_one_node_is_used_untimed_on_another, .init = init_measured,
+     .fini = fini_arbiter)
+{
+    fake_remote shared = {0};
+    tsr_arbiter_remote remote = {fake_remote_get, fake_remote_put, &shared};
+    tsr_arbiter_set_remote(a, &remote);
+    tsr_decision d = select_req(&fx.req);
+    cr_expect_str_eq(d.candidate.name, "emit");
+    cr_expect_eq(shared.gets, 1);
+    cr_expect_eq(shared.puts, 1);
+    cr_expect_str_eq(shared.key, "sm_90a/matmul/bf16/m64n64k64");
+    cr_expect_str_eq(shared.name, "emit");
+    cr_expect_eq(shared.median_ms, 0.5);
+
+    /* A second node: nothing of its own, the shared winner, verified, not
+     * timed, and remembered there (its next selection does not ask again). */
+    fixture other;
+    tsr_arbiter *b = arbiter_measured(NULL, &other);
+    fixture_init(&other, 64);
+    other.req.policy = TSR_POLICY_MEASURE;
+    tsr_arbiter_set_remote(b, &remote);
+    tsr_decision db;
+    cr_assert_eq(tsr_arbiter_select(b, &other.req, &db, NULL), TSR_OK);
+    cr_expect_str_eq(db.candidate.name, "emit");
+    cr_expect_eq(db.reason, TSR_REASON_MEASURED);
+    cr_expect(db.verified);
+    cr_expect_eq(fake_total(other.ctx.measured), 0);
+    cr_expect_eq(fake_calls(other.ctx.verified, "emit"), 1);
+    cr_expect_eq(shared.gets, 2);
+    cr_expect_eq(shared.puts, 1);
+    cr_assert_eq(tsr_arbiter_select(b, &other.req, &db, NULL), TSR_OK);
+    cr_expect_eq(shared.gets, 2);
+
+    /* A shared winner that fails verification here is measured afresh, and
+     * the new winner is shared. */
+    tsr_arbiter *c = arbiter_measured(NULL, &other);
+    fixture third;
+    fixture_init(&third, 64);
+    third.req.policy = TSR_POLICY_MEASURE;
+    third.ctx.times[0] = (fake_time){"tier1", 1.0};
+    third.ctx.times[1] = (fake_time){"emit", 0.5};
+    third.ctx.times[2] = (fake_time){"gemm_wgmma", 0.8};
+    third.ctx.failing[0] = "emit";
+    tsr_arbiter_set_remote(c, &remote);
+    cr_assert_eq(tsr_arbiter_select(c, &third.req, &db, NULL), TSR_OK);
+    cr_expect_str_eq(db.candidate.name, "gemm_wgmma");
+    cr_expect_eq(shared.puts, 2);
+    cr_expect_str_eq(shared.name, "gemm_wgmma");
+    tsr_arbiter_destroy(b);
+    tsr_arbiter_destroy(c);
+}

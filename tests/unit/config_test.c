@@ -314,3 +314,52 @@ Test(config, flags_take_equals_values_and_allow_plain_tcp_is_a_switch)
     expect_args(bad, TSR_INVALID_ARGUMENT,
                 "--log-level: 'loud' is not one of error, warn, info, debug");
 }
+
+Test(config, fleet_cache_is_off_by_default_and_takes_its_keys)
+{
+    tsrd_config c;
+    parse_ok(&c, "{}");
+    cr_expect_null(c.fleet.url);
+    cr_expect_eq(c.fleet.ttl_s, 604800);
+    cr_expect_eq(c.fleet.max_entry_bytes, UINT64_C(64) << 20);
+    cr_expect_eq(c.fleet.timeout_ms, 100);
+    cr_expect_eq(c.fleet.lease_ms, 10000);
+    tsrd_config_free(&c);
+    parse_ok(&c, "{\"fleet_cache\": {\"url\": \"rediss://redis.internal:6380/2\", \"key_file\": "
+                 "\"/etc/tesserad/fleet.key\", \"tls_ca_file\": \"/etc/ssl/ca.pem\", \"prefix\": "
+                 "\"gpu-a:\", \"ttl_s\": 3600, \"max_entry_bytes\": 1048576, \"timeout_ms\": 25, "
+                 "\"lease_ms\": 2000}}");
+    cr_expect_str_eq(c.fleet.url, "rediss://redis.internal:6380/2");
+    cr_expect_str_eq(c.fleet.key_file, "/etc/tesserad/fleet.key");
+    cr_expect_str_eq(c.fleet.tls_ca_file, "/etc/ssl/ca.pem");
+    cr_expect_str_eq(c.fleet.prefix, "gpu-a:");
+    cr_expect_eq(c.fleet.ttl_s, 3600);
+    cr_expect_eq(c.fleet.max_entry_bytes, 1048576);
+    cr_expect_eq(c.fleet.timeout_ms, 25);
+    cr_expect_eq(c.fleet.lease_ms, 2000);
+    tsrd_config copy;
+    cr_assert_eq(tsrd_config_copy(&copy, &c, NULL), TSR_OK);
+    cr_expect_str_eq(copy.fleet.key_file, "/etc/tesserad/fleet.key");
+    cr_expect_neq(copy.fleet.url, c.fleet.url);
+    tsrd_config_free(&copy);
+    tsrd_config_free(&c);
+}
+
+Test(config, fleet_cache_refuses_what_it_cannot_use_naming_the_key)
+{
+    expect_parse("{\"fleet_cache\": {\"url\": \"redis://r:6379\"}}", TSR_BAD_ATTRIBUTE,
+                 "fleet_cache: url and key_file go together");
+    expect_parse("{\"fleet_cache\": {\"url\": \"http://r:6379\", \"key_file\": \"/k\"}}",
+                 TSR_BAD_ATTRIBUTE,
+                 "fleet_cache: url 'http://r:6379' must start with redis:// or rediss://");
+    expect_parse("{\"fleet_cache\": {\"timeout_ms\": 0}}", TSR_BAD_ATTRIBUTE,
+                 "fleet_cache: timeout_ms: must be an integer in [1, 60000], got 0");
+    expect_parse("{\"fleet_cache\": {\"lease_ms\": 600001}}", TSR_BAD_ATTRIBUTE,
+                 "fleet_cache: lease_ms: must be an integer in [10, 600000], got 600001");
+    expect_parse("{\"fleet_cache\": {\"ttl\": 5}}", TSR_BAD_ATTRIBUTE,
+                 "fleet_cache: unknown key 'ttl'");
+    expect_parse("{\"fleet_cache\": {\"key_file\": \"\"}}", TSR_BAD_ATTRIBUTE,
+                 "fleet_cache: key_file: must not be empty");
+    expect_parse("{\"fleet_cache\": \"redis://r\"}", TSR_BAD_ATTRIBUTE,
+                 "fleet_cache: must be an object");
+}

@@ -1455,3 +1455,170 @@ Test(kcache, holders_outlive_a_memory_eviction_but_not_the_entry)
     cr_expect_not(claim(c, 1, OWNER_A));
     tsr_kcache_close(c);
 }
+
+/* ---- the remote level ---- */
+
+/* A remote level that serves one sealed entry (or none) and counts its calls. */
+struct remote {
+    atomic_int calls;
+    uint8_t mac_key[TSR_KCACHE_MAC_KEY_BYTES];
+    uint8_t *entry; /* sealed; NULL: a miss */
+    size_t len;
+};
+
+static tsr_status remote_fetch(void *ctx, const tsr_fingerprint *key, const tsr_kcache_meta *want,
+                               uint8_t **data, size_t *len, tsr_kcache_meta *meta, double *build_ms)
+{
+    struct remote *r = ctx;
+    atomic_fetch_add(&r->calls, 1);
+    const uint8_t *payload;
+    size_t plen;
+    if (r->entry == NULL ||
+        tsr_kcache_entry_open(r->mac_key, key, r->entry, r->len, &payload, &plen, meta, build_ms,
+                              NULL) != TSR_OK ||
+        strcmp(meta->candidate, want->candidate) != 0)
+        return TSR_NOT_FOUND;
+    *data = malloc(plen);
+    memcpy(*data, payload, plen);
+    *len = plen;
+    return TSR_OK;
+}
+
+/* The cache holds one entry, of that origin. */
+static void expect_one_entry_from(tsr_kcache *c, tsr_kcache_level origin)
+{
+    tsr_kcache_entry_info *rows;
+    size_t n;
+    cr_assert_eq(tsr_kcache_list(c, &rows, &n, NULL), TSR_OK);
+    cr_assert_eq(n, 1);
+    cr_expect_eq(rows[0].origin, origin);
+    free(rows);
+}
+
+static tsr_kcache *cache_with_remote(const char *dir, struct remote *r)
+{
+    tsr_kcache_remote remote = {.fetch = remote_fetch, .ctx = r};
+    tsr_kcache_options o = {.dir = dir, .remote = &remote};
+    tsr_kcache *c = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_kcache_open(&o, &c, &err), TSR_OK, "open: %s", err.message);
+    return c;
+}
+
+static void remote_seal(struct remote *r, int n, size_t len, uint8_t fill, double build_ms)
+{
+    memset(r->mac_key, 0x42, sizeof r->mac_key);
+    uint8_t *payload = malloc(len);
+    payload_fill(payload, len, fill);
+    tsr_fingerprint k = key_of(n);
+    tsr_error err;
+    cr_assert_eq(tsr_kcache_entry_seal(r->mac_key, &k, &meta_tier1, build_ms, payload, len,
+                                       &r->entry, &r->len, &err),
+                 TSR_OK, "%s", err.message);
+    cr_assert_eq(r->len, HEADER_BYTES + len);
+    free(payload);
+}
+
+Test(kcache, a_disk_miss_is_served_by_the_remote_level_then_from_disk)
+{
+    const char *d = dir_make();
+    struct remote r = {0};
+    remote_seal(&r, 5, 300, 9, 12.5);
+    tsr_kcache *c = cache_with_remote(d, &r);
+    struct builder b = {.len = 300, .fill = 9};
+    cr_expect_eq(get_checked(c, 5, &b), TSR_KCACHE_FLEET);
+    cr_expect_eq(get_checked(c, 5, &b), TSR_KCACHE_MEMORY);
+    cr_expect_eq(atomic_load(&b.calls), 0);
+    cr_expect_eq(atomic_load(&r.calls), 1);
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(c, &s);
+    cr_expect_eq(s.fleet_hits, 1);
+    cr_expect_eq(s.builds, 0);
+    cr_expect(entry_exists(d, 5));
+    expect_one_entry_from(c, TSR_KCACHE_FLEET);
+    tsr_kcache_close(c);
+
+    /* Reopened: the disk has it, the remote level is not asked. */
+    c = cache_with_remote(d, &r);
+    cr_expect_eq(get_checked(c, 5, &b), TSR_KCACHE_DISK);
+    cr_expect_eq(atomic_load(&r.calls), 1);
+    const tsr_kcache_blob *blob;
+    tsr_fingerprint k = key_of(5);
+    cr_assert_eq(tsr_kcache_lookup(c, &k, &blob, NULL, NULL), TSR_OK);
+    cr_expect_eq(blob->origin, TSR_KCACHE_DISK);
+    cr_expect_eq(blob->build_ms, 12.5);
+    tsr_kcache_blob_release(blob);
+    tsr_kcache_close(c);
+    free(r.entry);
+}
+
+Test(kcache, a_remote_miss_builds_and_the_entry_says_so)
+{
+    struct remote r = {0};
+    tsr_kcache *c = cache_with_remote(NULL, &r);
+    struct builder b = {.len = 64, .fill = 1};
+    cr_expect_eq(get_checked(c, 2, &b), TSR_KCACHE_MISS);
+    cr_expect_eq(atomic_load(&b.calls), 1);
+    cr_expect_eq(atomic_load(&r.calls), 1);
+    expect_one_entry_from(c, TSR_KCACHE_MISS);
+    tsr_kcache_close(c);
+}
+
+Test(kcache, an_entry_opens_only_under_its_key_and_mac_key_and_whole)
+{
+    struct remote r = {0};
+    remote_seal(&r, 7, 40, 3, 0);
+    tsr_fingerprint k = key_of(7), other = key_of(8);
+    const uint8_t *payload;
+    size_t plen;
+    tsr_kcache_meta meta;
+    double ms;
+    tsr_error err;
+    cr_assert_eq(
+        tsr_kcache_entry_open(r.mac_key, &k, r.entry, r.len, &payload, &plen, &meta, &ms, &err),
+        TSR_OK, "%s", err.message);
+    cr_expect_eq(plen, 40);
+    cr_expect_eq(payload, r.entry + HEADER_BYTES);
+    cr_expect_str_eq(meta.candidate, "tier1");
+    cr_expect_eq(tsr_kcache_entry_open(r.mac_key, &other, r.entry, r.len, &payload, &plen, &meta,
+                                       NULL, &err),
+                 TSR_CORRUPT);
+    cr_expect_eq(
+        tsr_kcache_entry_open(r.mac_key, &k, r.entry, 100, &payload, &plen, &meta, NULL, &err),
+        TSR_CORRUPT);
+    cr_expect_eq(tsr_kcache_entry_open(r.mac_key, &k, r.entry, r.len - 1, &payload, &plen, &meta,
+                                       NULL, &err),
+                 TSR_CORRUPT);
+    r.entry[r.len - 1] ^= 0x80;
+    cr_expect_eq(
+        tsr_kcache_entry_open(r.mac_key, &k, r.entry, r.len, &payload, &plen, &meta, NULL, &err),
+        TSR_UNAUTHENTICATED);
+    r.entry[r.len - 1] ^= 0x80;
+    uint8_t wrong[TSR_KCACHE_MAC_KEY_BYTES];
+    memset(wrong, 0x43, sizeof wrong);
+    cr_expect_eq(
+        tsr_kcache_entry_open(wrong, &k, r.entry, r.len, &payload, &plen, &meta, NULL, &err),
+        TSR_UNAUTHENTICATED);
+    free(r.entry);
+}
+
+Test(kcache, a_key_file_that_must_exist_is_read_under_the_disk_keys_rules)
+{
+    const char *d = dir_make();
+    char path[128];
+    snprintf(path, sizeof path, "%s/fleet.key", d);
+    uint8_t key[TSR_KCACHE_MAC_KEY_BYTES];
+    tsr_error err;
+    cr_expect_eq(tsr_kcache_key_file_read(path, key, &err), TSR_IO_ERROR);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    cr_assert_geq(fd, 0);
+    uint8_t want[TSR_KCACHE_MAC_KEY_BYTES];
+    memset(want, 0x17, sizeof want);
+    cr_assert_eq(write(fd, want, sizeof want), (ssize_t)sizeof want);
+    close(fd);
+    cr_assert_eq(tsr_kcache_key_file_read(path, key, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(memcmp(key, want, sizeof key), 0);
+    cr_assert_eq(chmod(path, 0640), 0);
+    cr_expect_eq(tsr_kcache_key_file_read(path, key, &err), TSR_IO_ERROR);
+    cr_expect(strstr(err.message, "others may read or write it") != NULL, "%s", err.message);
+}

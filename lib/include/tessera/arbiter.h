@@ -198,6 +198,28 @@ tsr_status tsr_arbiter_stats(tsr_arbiter *a, tsr_candidate_stats **rows, size_t 
  * power of two. Written as "m4096n4096k4096"-style text into buf. */
 void tsr_arbiter_shape_bucket(const tsr_region *r, char *buf, size_t size);
 
+/* A place measured winners are shared through (tesserad's fleet cache). key is
+ * "ARCH/KIND/DTYPE/BUCKET" (at most TSR_ARBITER_WINNER_KEY_MAX bytes with its
+ * NUL). winner_get fills name (TSR_CANDIDATE_NAME_MAX bytes), *version and
+ * *median_ms and returns true when it has a winner for key; it is asked when
+ * this arbiter has none, and what it returns is used as a stored winner (it
+ * must still apply and pass verification, and is remembered here once it is
+ * chosen). winner_put is told every winner this arbiter measures. Both are
+ * called without the arbiter's lock, on the selecting thread, and may block
+ * (briefly). */
+#define TSR_ARBITER_WINNER_KEY_MAX 160
+typedef struct tsr_arbiter_remote {
+    bool (*winner_get)(void *ctx, const char *key, char *name, uint32_t *version,
+                       double *median_ms);
+    void (*winner_put)(void *ctx, const char *key, const char *name, uint32_t version,
+                       double median_ms);
+    void *ctx;
+} tsr_arbiter_remote;
+
+/* Sets the remote place (copied; ctx must outlive the arbiter). Call it before
+ * the first selection: it is not synchronised with them. */
+void tsr_arbiter_set_remote(tsr_arbiter *a, const tsr_arbiter_remote *remote);
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,6 +19,12 @@
  *
  * Concurrent requests for one key wait on a single build (single flight).
  *
+ * A third level may sit below the disk (tsr_kcache_remote: tesserad's fleet
+ * cache): a leader that misses disk asks it before building, and what it
+ * returns is kept in memory and written to disk like a build. Its entries
+ * travel in the disk format (tsr_kcache_entry_seal, tsr_kcache_entry_open),
+ * authenticated under a key of their own.
+ *
  * Owners: a caller serving several parties (the daemon's tenants) records which
  * of them hold each key (tsr_kcache_claim) and scopes listing and eviction to
  * one of them. Holders are kept in memory only.
@@ -55,6 +61,9 @@ typedef struct tsr_kcache_options {
      * write, fails the open (see tsr_kcache_key_ephemeral for one that cannot
      * be made). Unused without dir. */
     const char *key_file;
+    /* A level below the disk, asked on a disk miss before building (NULL:
+     * none). The struct is copied; ctx must outlive the cache. */
+    const struct tsr_kcache_remote *remote;
 } tsr_kcache_options;
 
 /* Descriptive fields stored with an entry, shown by `cache ls`. */
@@ -68,23 +77,70 @@ typedef struct tsr_kcache_meta {
  * (names longer than the fields are cut). */
 tsr_kcache_meta tsr_kcache_meta_of(const char *candidate, const char *kind, const char *arch);
 
+typedef enum tsr_kcache_level {
+    TSR_KCACHE_MISS = 0,   /* built by this call */
+    TSR_KCACHE_MEMORY = 1, /* found in memory */
+    TSR_KCACHE_DISK = 2,   /* read (and checked) from disk */
+    TSR_KCACHE_SHARED = 3, /* another thread's build of the same key, waited for */
+    TSR_KCACHE_FLEET = 4,  /* fetched (and checked) from the remote level */
+} tsr_kcache_level;
+
 /* An immutable cached binary. data stays valid until the last release. */
 typedef struct tsr_kcache_blob {
     const uint8_t *data;
     size_t len;
     tsr_kcache_meta meta;
     double build_ms; /* how long the build that made it took (kept on disk) */
+    /* Where this process got it: TSR_KCACHE_MISS (built here), _DISK or
+     * _FLEET. */
+    tsr_kcache_level origin;
 } tsr_kcache_blob;
 
-typedef enum tsr_kcache_level {
-    TSR_KCACHE_MISS = 0,   /* built by this call */
-    TSR_KCACHE_MEMORY = 1, /* found in memory */
-    TSR_KCACHE_DISK = 2,   /* read (and checked) from disk */
-    TSR_KCACHE_SHARED = 3, /* another thread's build of the same key, waited for */
-} tsr_kcache_level;
-
-/* "miss", "memory", "disk", "shared". */
+/* "miss", "memory", "disk", "shared", "fleet". */
 const char *tsr_kcache_level_name(tsr_kcache_level level);
+
+/* ---- the remote level ---- */
+
+/* The size of the key that authenticates entries (the disk level's key file
+ * and the fleet key both hold exactly this many bytes). */
+#define TSR_KCACHE_MAC_KEY_BYTES 32
+
+/* A level below the disk. fetch is called by the thread leading a key's
+ * flight after a disk miss, outside the cache's locks, and may block (for a
+ * bounded time: every other caller of the key waits on it). On TSR_OK *data
+ * is a malloc'd payload the cache takes, *len its size, *meta and *build_ms
+ * what its entry says; the implementation has checked the entry
+ * (tsr_kcache_entry_open) and that its meta equals want. Any other status is
+ * a miss, and the cache builds; the remote level never fails a request. */
+typedef struct tsr_kcache_remote {
+    tsr_status (*fetch)(void *ctx, const tsr_fingerprint *key, const tsr_kcache_meta *want,
+                        uint8_t **data, size_t *len, tsr_kcache_meta *meta, double *build_ms);
+    void *ctx;
+} tsr_kcache_remote;
+
+/* An entry in the disk format (docs/cache.md, "Disk level": header, HMAC
+ * under mac_key, payload) for key, meta, build_ms and payload[0..len): *out is
+ * malloc'd (the caller frees it), *out_len its size. TSR_NO_MEMORY. */
+tsr_status tsr_kcache_entry_seal(const uint8_t mac_key[TSR_KCACHE_MAC_KEY_BYTES],
+                                 const tsr_fingerprint *key, const tsr_kcache_meta *meta,
+                                 double build_ms, const uint8_t *payload, size_t len, uint8_t **out,
+                                 size_t *out_len, tsr_error *err);
+
+/* Checks entry[0..len) as an entry stored under key and authenticated under
+ * mac_key, with every check a disk entry passes: TSR_OK with *payload
+ * pointing into entry, *payload_len, *meta and *build_ms (may be NULL);
+ * TSR_CORRUPT when it is short or a field does not hold (a wrong key
+ * included), TSR_UNAUTHENTICATED when its MAC does not verify. Reentrant. */
+tsr_status tsr_kcache_entry_open(const uint8_t mac_key[TSR_KCACHE_MAC_KEY_BYTES],
+                                 const tsr_fingerprint *key, const uint8_t *entry, size_t len,
+                                 const uint8_t **payload, size_t *payload_len,
+                                 tsr_kcache_meta *meta, double *build_ms, tsr_error *err);
+
+/* Reads a key file that must exist, with the disk key file's rules: a regular
+ * file of this user's, mode 0600 (no access for others), of exactly
+ * TSR_KCACHE_MAC_KEY_BYTES bytes. TSR_IO_ERROR naming the file and why. */
+tsr_status tsr_kcache_key_file_read(const char *path, uint8_t key[TSR_KCACHE_MAC_KEY_BYTES],
+                                    tsr_error *err);
 
 /* Opens the cache; with a directory, reads (or makes) the key file and removes
  * stale temporary files left by a crashed writer. TSR_IO_ERROR when the
@@ -129,6 +185,9 @@ typedef struct tsr_kcache_entry_info {
     int on_disk;
     int64_t last_used_unix_ms;
     uint64_t hits;
+    /* Where this process got the entry: TSR_KCACHE_MISS (built here),
+     * _DISK (read from disk, or on disk only), _FLEET. */
+    tsr_kcache_level origin;
 } tsr_kcache_entry_info;
 
 /* Snapshot of all entries (memory and disk, merged by key). *entries is malloc'd;
@@ -176,6 +235,9 @@ typedef struct tsr_kcache_stats {
      * under another key) or of the older format without one. */
     uint64_t auth_failures;
     uint64_t memory_bytes, disk_bytes, memory_entries, disk_entries;
+    /* Flights served by the remote level (the rest of its lookups are
+     * counted by the remote level itself). */
+    uint64_t fleet_hits;
 } tsr_kcache_stats;
 
 void tsr_kcache_get_stats(tsr_kcache *c, tsr_kcache_stats *out);

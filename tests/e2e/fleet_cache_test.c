@@ -1,0 +1,461 @@
+/*
+ * fleet_cache_test.c — daemons sharing compiled kernels through a real
+ * redis-server (docs/cache.md, "Fleet level").
+ *
+ * Each test starts redis-server on a free local port, with no persistence,
+ * and daemons whose disk caches are their own but whose fleet_cache names that
+ * server and one fleet key file. What is asserted comes from the daemons'
+ * counters (kcache_builds_total says whether a node compiled) and from Redis
+ * itself, read and changed with hiredis as an operator, or an attacker with
+ * write access to Redis, would. Without redis-server the suite skips, saying
+ * so.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tessera/client.h"
+#include "../support/fixture.h"
+#include "../support/fleet_env.h"
+
+TestSuite(fleet_cache, .timeout = 120);
+
+/* Stops the daemons (b may be NULL), checking their exit, and ends e. */
+static void fleet_finish(fleet_env *e, testd *a, testd *b)
+{
+    fixture_stop(a, NULL);
+    if (b != NULL)
+        fixture_stop(b, NULL);
+    fleet_teardown(e);
+}
+
+/* A daemon of the fleet: its own directory and disk cache, the shared Redis. */
+static void fleet_daemon(const fleet_env *e, testd *d, int lease_ms)
+{
+    cr_assert_eq(testd_start_config(d, NULL,
+                                    "{\"fleet_cache\": {\"url\": \"redis://127.0.0.1:%d\", "
+                                    "\"key_file\": \"%s\", \"timeout_ms\": 500, "
+                                    "\"lease_ms\": %d}}\n",
+                                    e->port, e->key_file, lease_ms),
+                 0);
+}
+
+/* fleet_setup, then two daemons of the fleet with a 10 s lease. */
+static void fleet_setup_two(fleet_env *e, testd *a, testd *b)
+{
+    fleet_setup(e);
+    fleet_daemon(e, a, 10000);
+    fleet_daemon(e, b, 10000);
+}
+
+static void fleet_compile(const testd *d, int64_t n, tsr_client_compiled *out)
+{
+    fixture_compile_affine(d, n, out);
+}
+
+static double fleet_counter(const testd *d, const char *name)
+{
+    tsr_client *c = fixture_client(d, 30000);
+    double v = fixture_counter(c, name);
+    tsr_client_close(c);
+    return v;
+}
+
+/* The Redis key of a kernel key's entry or lease. */
+static void fleet_key(const char *what, const char *hex, char *out, size_t size)
+{
+    snprintf(out, size, "tessera:%s:%s", what, hex);
+}
+
+Test(fleet_cache, a_compile_on_one_node_is_a_fleet_hit_on_another_without_compiling)
+{
+    fleet_env e;
+    testd a, b;
+    fleet_setup_two(&e, &a, &b);
+    tsr_client_compiled first, second;
+    fleet_compile(&a, 64, &first);
+    cr_expect_eq(first.decision.cache_hit, false);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 1.0);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_misses_total"), 1.0);
+
+    fleet_compile(&b, 64, &second);
+    cr_expect_str_eq(second.key, first.key);
+    cr_expect_eq(second.decision.cache_hit, true);
+    cr_expect_str_eq(second.decision.cache_level, "fleet");
+    cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 0.0);
+    cr_expect_eq(fleet_counter(&b, "kcache_fleet_hits_total"), 1.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_hits_total"), 1.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_publishes_total"), 0.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_degraded"), 0.0);
+
+    /* What b fetched went to its own disk: a restart finds it there. */
+    cr_assert_eq(testd_stop(&b), 0);
+    cr_assert_eq(testd_restart(&b, NULL), 0);
+    tsr_client_compiled third;
+    fleet_compile(&b, 64, &third);
+    cr_expect_str_eq(third.decision.cache_level, "disk");
+    fleet_finish(&e, &a, &b);
+}
+
+Test(fleet_cache, a_tampered_entry_is_refused_and_rebuilt)
+{
+    fleet_env e;
+    testd a, b;
+    fleet_setup_two(&e, &a, &b);
+    tsr_client_compiled first, second;
+    fleet_compile(&a, 16, &first);
+
+    /* Flip the payload's last byte in place, keeping the entry's expiry. */
+    char rkey[160];
+    fleet_key("kernel", first.key, rkey, sizeof rkey);
+    redisContext *rc = fleet_redis_client(&e);
+    cr_assert_not_null(rc);
+    redisReply *r = redisCommand(rc, "GET %s", rkey);
+    cr_assert_eq(r->type, REDIS_REPLY_STRING, "no entry %s in Redis", rkey);
+    size_t len = r->len;
+    char *value = malloc(len);
+    memcpy(value, r->str, len);
+    freeReplyObject(r);
+    value[len - 1] ^= 0x01;
+    r = redisCommand(rc, "SET %s %b KEEPTTL", rkey, value, len);
+    cr_assert_eq(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+
+    fleet_compile(&b, 16, &second);
+    cr_expect_eq(second.decision.cache_hit, false);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_rejected_total"), 1.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_hits_total"), 0.0);
+    cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 1.0);
+    /* b's own build, verified, replaced the tampered entry. */
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_publishes_total"), 1.0);
+    r = redisCommand(rc, "GET %s", rkey);
+    cr_assert_eq(r->type, REDIS_REPLY_STRING);
+    /* The same payload after the 192-byte header (b's own build time and MAC
+     * in it), the flipped byte back. */
+    cr_assert_eq(r->len, len);
+    value[len - 1] ^= 0x01;
+    cr_expect_eq(memcmp(r->str + 192, value + 192, len - 192), 0);
+    freeReplyObject(r);
+    free(value);
+    redisFree(rc);
+    fleet_finish(&e, &a, &b);
+}
+
+Test(fleet_cache, an_entry_signed_under_another_fleet_key_is_refused)
+{
+    fleet_env e;
+    fleet_setup(&e);
+    testd a, b;
+    fleet_daemon(&e, &a, 10000);
+    tsr_client_compiled first, second;
+    fleet_compile(&a, 24, &first);
+    /* b holds a different fleet key: a's entries do not authenticate. */
+    uint8_t other[32];
+    memset(other, 0x5a, sizeof other);
+    int fd = open(e.key_file, O_WRONLY | O_TRUNC);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, other, sizeof other), (ssize_t)sizeof other);
+    close(fd);
+    fleet_daemon(&e, &b, 10000);
+    fleet_compile(&b, 24, &second);
+    cr_expect_eq(second.decision.cache_hit, false);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_rejected_total"), 1.0);
+    cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 1.0);
+    fleet_finish(&e, &a, &b);
+}
+
+Test(fleet_cache, redis_killed_mid_run_costs_no_request)
+{
+    fleet_env e;
+    fleet_setup(&e);
+    testd a;
+    fleet_daemon(&e, &a, 10000);
+    tsr_client_compiled out;
+    fleet_compile(&a, 8, &out);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 1.0);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_degraded"), 0.0);
+
+    fleet_redis_kill(&e);
+    for (int64_t n = 9; n < 13; n++) {
+        fleet_compile(&a, n, &out);
+        cr_expect_eq(out.decision.cache_hit, false);
+    }
+    cr_expect_eq(fleet_counter(&a, "kcache_builds_total"), 5.0);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_degraded"), 1.0);
+    cr_expect_geq(fleet_counter(&a, "fleet_cache_errors_total"), 1.0);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 1.0);
+
+    /* The health request stays ready and names the fleet cache. */
+    Tessera__V1__Reply *reply = testd_health(&a, 10000);
+    cr_assert_not_null(reply);
+    cr_assert_eq(reply->body_case, TESSERA__V1__REPLY__BODY_HEALTH);
+    cr_expect_eq(reply->health->state, TESSERA__V1__HEALTH_STATE__HEALTH_STATE_READY);
+    cr_assert_eq(reply->health->n_degraded, 1);
+    char want[96];
+    snprintf(want, sizeof want, "fleet cache: redis://127.0.0.1:%d/0: redis: ", e.port);
+    cr_expect_eq(strncmp(reply->health->degraded[0], want, strlen(want)), 0, "degraded: '%s'",
+                 reply->health->degraded[0]);
+    tessera__v1__reply__free_unpacked(reply, NULL);
+
+    /* Redis back (empty, on the same port): the node uses it again once the
+     * second without commands has passed, and the mark clears. */
+    fleet_redis_start(&e);
+    int64_t n = 100;
+    for (; n < 200 && fleet_counter(&a, "fleet_cache_degraded") != 0.0; n++) {
+        fleet_compile(&a, n, &out);
+        usleep(50000);
+    }
+    cr_assert_lt(n, 200, "the fleet cache stayed degraded after Redis came back");
+    fleet_compile(&a, 300, &out);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 3.0,
+                 "one publish before the kill, the compile that cleared the mark, and one more");
+    fleet_finish(&e, &a, NULL);
+}
+
+Test(fleet_cache, a_dead_lease_holder_blocks_no_one_past_its_lease)
+{
+    fleet_env e;
+    fleet_setup(&e);
+    /* The key, from a node outside the fleet (same backend, same key). */
+    testd plain, b;
+    fixture_start(&plain, NULL);
+    tsr_client_compiled off;
+    fleet_compile(&plain, 32, &off);
+    fixture_stop(&plain, NULL);
+
+    /* A node that took the lease and died: it expires in one second. */
+    char rkey[160];
+    fleet_key("lease", off.key, rkey, sizeof rkey);
+    redisContext *rc = fleet_redis_client(&e);
+    cr_assert_not_null(rc);
+    redisReply *r = redisCommand(rc, "SET %s dead-node NX PX 1000", rkey);
+    cr_assert_eq(r->type, REDIS_REPLY_STATUS);
+    freeReplyObject(r);
+
+    fleet_daemon(&e, &b, 5000);
+    tsr_client_compiled out;
+    fleet_compile(&b, 32, &out);
+    cr_expect_str_eq(out.key, off.key);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_lease_waits_total"), 1.0);
+    /* The wait ended with b taking the expired lease, not at b's bound. */
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_lease_timeouts_total"), 0.0);
+    cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 1.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_publishes_total"), 1.0);
+    /* b dropped its own lease after publishing. */
+    r = redisCommand(rc, "EXISTS %s", rkey);
+    cr_expect_eq(r->integer, 0);
+    freeReplyObject(r);
+    redisFree(rc);
+    fleet_finish(&e, &b, NULL);
+}
+
+/* Neither key's entry nor the lease its lookup took is in Redis. */
+static void fleet_expect_nothing_of(const fleet_env *e, const char *key)
+{
+    char entry[160], lease[160];
+    fleet_key("kernel", key, entry, sizeof entry);
+    fleet_key("lease", key, lease, sizeof lease);
+    redisContext *rc = fleet_redis_client(e);
+    cr_assert_not_null(rc);
+    redisReply *reply = redisCommand(rc, "EXISTS %s %s", entry, lease);
+    cr_expect_eq(reply->integer, 0, "%s or %s is in Redis", entry, lease);
+    freeReplyObject(reply);
+    redisFree(rc);
+}
+
+#define FLEET_PAST64 "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":%d,\"n\":%d,\"k\":24}"
+
+/* Compiles the matmul of m x n x 24 with the CPU backend's candidate that is
+ * wrong past 64 rows forced: its status, and *out on TSR_OK. */
+static tsr_status fleet_compile_wrong(const testd *d, int m, int n, bool skip_verify,
+                                      tsr_client_compiled *out)
+{
+    char json[128];
+    snprintf(json, sizeof json, FLEET_PAST64, m, n);
+    tsr_client *c = fixture_client(d, 30000);
+    tsr_region *r = fixture_region_json(json);
+    tsr_client_compile_opts opts = {.force = "test_wrong_past_64_rows", .skip_verify = skip_verify};
+    tsr_error err;
+    tsr_status st = tsr_client_compile(c, r, &opts, out, 0, &err);
+    tsr_client_region_free(r);
+    tsr_client_close(c);
+    return st;
+}
+
+Test(fleet_cache, only_verified_kernels_are_published_and_failures_free_the_lease)
+{
+    fleet_env e;
+    fleet_setup(&e);
+    testd a;
+    cr_assert_eq(testd_start_config(&a, NULL,
+                                    "{\"test_faults\": true, \"fleet_cache\": {\"url\": "
+                                    "\"redis://127.0.0.1:%d\", \"key_file\": \"%s\"}}\n",
+                                    e.port, e.key_file),
+                 0);
+    /* Chosen without verification: built, not published, lease dropped. */
+    tsr_client_compiled out;
+    cr_assert_eq(fleet_compile_wrong(&a, 8, 160, true, &out), TSR_OK);
+    cr_expect_eq(out.decision.verify_skipped, true);
+    fleet_expect_nothing_of(&e, out.key);
+    /* Failing its verification (100 rows): not published, lease dropped. */
+    tsr_client_compiled bad;
+    cr_expect_neq(fleet_compile_wrong(&a, 100, 168, false, &bad), TSR_OK);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_misses_total"), 2.0);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 0.0);
+    /* The same kernel passing at 8 rows comes from memory: a node publishes
+     * what its lookup missed and it built, so this one stays out. */
+    tsr_client_compiled good;
+    cr_assert_eq(fleet_compile_wrong(&a, 8, 168, false, &good), TSR_OK);
+    fleet_expect_nothing_of(&e, good.key);
+    fleet_finish(&e, &a, NULL);
+}
+
+typedef struct fleet_racer {
+    testd *d;
+    tsr_client_compiled out;
+} fleet_racer;
+
+static void *fleet_race(void *arg)
+{
+    fleet_racer *r = arg;
+    fleet_compile(r->d, 48, &r->out);
+    return NULL;
+}
+
+Test(fleet_cache, nodes_that_miss_at_once_compile_once)
+{
+    fleet_env e;
+    fleet_setup(&e);
+    enum { NODES = 3 };
+    testd d[NODES];
+    fleet_racer racers[NODES];
+    pthread_t threads[NODES];
+    for (int i = 0; i < NODES; i++) {
+        fleet_daemon(&e, &d[i], 20000);
+        racers[i].d = &d[i];
+    }
+    for (int i = 0; i < NODES; i++)
+        cr_assert_eq(pthread_create(&threads[i], NULL, fleet_race, &racers[i]), 0);
+    for (int i = 0; i < NODES; i++)
+        pthread_join(threads[i], NULL);
+    double builds = 0, hits = 0;
+    for (int i = 0; i < NODES; i++) {
+        builds += fleet_counter(&d[i], "kcache_builds_total");
+        hits += fleet_counter(&d[i], "fleet_cache_hits_total");
+        cr_expect_str_eq(racers[i].out.key, racers[0].out.key);
+    }
+    cr_expect_eq(builds, 1.0);
+    cr_expect_eq(hits, NODES - 1.0);
+    for (int i = 0; i < NODES; i++)
+        fixture_stop(&d[i], NULL);
+    fleet_teardown(&e);
+}
+
+/* tessera-cli cache warm of one example region on d: its one output line. */
+static void fleet_cli_warm(const testd *d, const char *region, char *line, size_t size)
+{
+    char cli[300], cmd[768];
+    testd_bin(d, "tessera-cli", cli, sizeof cli);
+    snprintf(cmd, sizeof cmd, "%s --url %s cache warm %s 2>&1", cli, d->url, region);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    line[0] = '\0';
+    cr_assert_not_null(fgets(line, (int)size, p));
+    line[strcspn(line, "\n")] = '\0';
+    cr_assert_eq(pclose(p), 0, "%s: %s", cmd, line);
+}
+
+Test(fleet_cache, cache_warm_says_where_each_kernel_came_from)
+{
+    fleet_env e;
+    testd a, b;
+    fleet_setup_two(&e, &a, &b);
+    char line[256];
+    fleet_cli_warm(&a, "examples/pointwise.json", line, sizeof line);
+    cr_expect(strstr(line, "examples/pointwise.json: reference, compiled in ") == line, "%s", line);
+    fleet_cli_warm(&b, "examples/pointwise.json", line, sizeof line);
+    cr_expect_str_eq(line, "examples/pointwise.json: reference, cached (fleet)");
+    fleet_cli_warm(&b, "examples/pointwise.json", line, sizeof line);
+    cr_expect_str_eq(line, "examples/pointwise.json: reference, cached (memory)");
+    fleet_finish(&e, &a, &b);
+}
+
+/* A daemon on the TLS Redis, trusting ca (a PEM file). */
+static void fleet_daemon_tls(const fleet_env *e, testd *d, const char *ca)
+{
+    cr_assert_eq(
+        testd_start_config(d, NULL,
+                           "{\"fleet_cache\": {\"url\": \"rediss://:sekret@localhost:%d\", "
+                           "\"key_file\": \"%s\", \"tls_ca_file\": \"%s\", "
+                           "\"timeout_ms\": 1000}}\n",
+                           e->port, e->key_file, ca),
+        0);
+}
+
+Test(fleet_cache, nodes_share_through_redis_over_tls_with_a_password)
+{
+    fleet_env e;
+    fleet_setup_as(&e, true);
+    char ca[128];
+    snprintf(ca, sizeof ca, "%s/redis.crt", e.dir);
+    testd a, b;
+    fleet_daemon_tls(&e, &a, ca);
+    fleet_daemon_tls(&e, &b, ca);
+    tsr_client_compiled first, second;
+    fleet_compile(&a, 40, &first);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 1.0);
+    fleet_compile(&b, 40, &second);
+    cr_expect_str_eq(second.decision.cache_level, "fleet");
+    cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 0.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_errors_total"), 0.0);
+    fleet_finish(&e, &a, &b);
+}
+
+Test(fleet_cache, a_server_whose_certificate_does_not_verify_is_not_used)
+{
+    fleet_env e;
+    fleet_setup_as(&e, true);
+    /* A CA file that does not hold the server's certificate. */
+    char other[128], cmd[512];
+    snprintf(other, sizeof other, "%s/other.crt", e.dir);
+    snprintf(cmd, sizeof cmd,
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 "
+             "-subj /CN=localhost -keyout %s/other.key -out %s 2>/dev/null",
+             e.dir, other);
+    cr_assert_eq(system(cmd), 0);
+    testd a;
+    fleet_daemon_tls(&e, &a, other);
+    tsr_client_compiled out;
+    fleet_compile(&a, 44, &out);
+    cr_expect_eq(out.decision.cache_hit, false);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_errors_total"), 1.0);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_degraded"), 1.0);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 0.0);
+    fleet_finish(&e, &a, NULL);
+}
+
+Test(fleet_cache, a_bad_fleet_key_file_stops_the_start_with_its_reason)
+{
+    fleet_env e;
+    fleet_setup(&e);
+    cr_assert_eq(chmod(e.key_file, 0644), 0);
+    testd d;
+    cr_expect_neq(testd_start_config(&d, NULL,
+                                     "{\"fleet_cache\": {\"url\": \"redis://127.0.0.1:%d\", "
+                                     "\"key_file\": \"%s\"}}\n",
+                                     e.port, e.key_file),
+                  0);
+    testd_stop(&d);
+    testd_remove(&d);
+    fleet_teardown(&e);
+}

@@ -1,0 +1,84 @@
+/*
+ * redis_test.c — the fleet cache's Redis URLs (serve/redis.h), and a
+ * connection to a port nothing listens on, which must fail at once with the
+ * reason rather than wait.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "serve/redis.h"
+#include "../support/testd.h"
+
+static tsrd_redis_url url_ok(const char *text)
+{
+    tsrd_redis_url u;
+    tsr_error err;
+    cr_assert_eq(tsrd_redis_url_parse(text, &u, &err), TSR_OK, "%s: %s", text, err.message);
+    return u;
+}
+
+static void url_bad(const char *text, const char *message)
+{
+    tsrd_redis_url u;
+    tsr_error err;
+    cr_assert_eq(tsrd_redis_url_parse(text, &u, &err), TSR_BAD_ATTRIBUTE, "%s", text);
+    cr_expect_str_eq(err.message, message);
+}
+
+Test(redis, urls_give_host_port_credentials_and_database)
+{
+    tsrd_redis_url u = url_ok("redis://cache.internal");
+    cr_expect_eq(u.tls, false);
+    cr_expect_str_eq(u.host, "cache.internal");
+    cr_expect_str_eq(u.port, "6379");
+    cr_expect_str_eq(u.password, "");
+    cr_expect_eq(u.db, 0);
+    u = url_ok("rediss://fleet:s3cret@10.0.0.5:6380/3");
+    cr_expect_eq(u.tls, true);
+    cr_expect_str_eq(u.user, "fleet");
+    cr_expect_str_eq(u.password, "s3cret");
+    cr_expect_str_eq(u.host, "10.0.0.5");
+    cr_expect_str_eq(u.port, "6380");
+    cr_expect_eq(u.db, 3);
+    u = url_ok("redis://:only-a-password@[::1]:7000/");
+    cr_expect_str_eq(u.user, "");
+    cr_expect_str_eq(u.password, "only-a-password");
+    cr_expect_str_eq(u.host, "::1");
+    cr_expect_str_eq(u.port, "7000");
+    cr_expect_eq(u.db, 0);
+}
+
+Test(redis, bad_urls_say_what_is_wrong)
+{
+    url_bad("http://r", "fleet_cache.url 'http://r': must start with redis:// or rediss://");
+    url_bad("redis://", "fleet_cache.url 'redis://': no host");
+    url_bad("redis://r:0", "fleet_cache.url 'redis://r:0': the port must be 1 to 65535");
+    url_bad("redis://r:70000", "fleet_cache.url 'redis://r:70000': the port must be 1 to 65535");
+    url_bad("redis://r:12x", "fleet_cache.url 'redis://r:12x': the port must be 1 to 65535");
+    url_bad("redis://r/x", "fleet_cache.url 'redis://r/x': the database must be a number");
+    url_bad("redis://[::1:6379", "fleet_cache.url 'redis://[::1:6379': unclosed '['");
+}
+
+Test(redis, a_port_nobody_listens_on_is_unavailable_with_the_reason)
+{
+    int port = testd_free_tcp_port();
+    cr_assert_gt(port, 0);
+    char text[64];
+    snprintf(text, sizeof text, "redis://127.0.0.1:%d", port);
+    tsrd_redis_url u = url_ok(text);
+    tsrd_redis_conn *c = NULL;
+    tsr_error err;
+    cr_assert_eq(tsrd_redis_connect(&u, NULL, 1000, 4096, &c, &err), TSR_UNAVAILABLE);
+    cr_expect_null(c);
+    cr_expect_str_eq(err.message, "redis: connect: Connection refused");
+}
+
+Test(redis, rediss_needs_a_readable_ca_file)
+{
+    tsrd_redis_tls *t = NULL;
+    tsr_error err;
+    cr_assert_eq(tsrd_redis_tls_open("/nonexistent/ca.pem", &t, &err), TSR_IO_ERROR);
+    cr_expect_null(t);
+    cr_expect(strncmp(err.message, "fleet cache TLS CA file '/nonexistent/ca.pem': ", 47) == 0,
+              "%s", err.message);
+}

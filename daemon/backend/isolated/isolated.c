@@ -23,9 +23,10 @@
  * descriptor to the worker (SCM_RIGHTS), which maps and pins it there, so a
  * copy to or from a segment is still one DMA, with no window in between.
  *
- * Costs: a call is one round trip on a Unix socket (a few microseconds), so a
- * launch and its synchronize take two more than in process, and other buffer
- * copies pass through a window (one host memcpy more).
+ * Costs: a call is one round trip on a Unix socket (a few microseconds, two
+ * thread wake-ups across the processes), so a launch and its synchronize,
+ * which go as one call (launch_sync), take one more than in process, and
+ * other buffer copies pass through a window (one host memcpy more).
  *
  * "cpu-isolated" is the same with the CPU backend in the worker: it exists so
  * that the isolation and the worker restart are tested where no GPU is.

@@ -31,7 +31,9 @@
  * except that the calls on one stream are serialized by the caller (one session's
  * stream operations never overlap). Buffer writes and reads are synchronous on
  * the caller's thread. Blocking: compile, launch, synchronize and buffer copies
- * block; none is ever called on the loop thread.
+ * block; none is called on the loop thread but the launch and synchronize (or
+ * launch_sync) of a kernel measured short, while no other device work runs
+ * (serve/dispatch.c).
  */
 #ifndef TESSERAD_BACKEND_BACKEND_H
 #define TESSERAD_BACKEND_BACKEND_H
@@ -185,7 +187,7 @@ typedef struct tsrd_backend_probe_ops {
                                 const uint64_t *index, size_t count, void *out, tsr_error *err);
 } tsrd_backend_probe_ops;
 
-/* Every member of the core is set. The five optional groups are NULL where
+/* Every member of the core is set but launch_sync. The five optional groups are NULL where
  * the backend has no such capability, and then callers do without: copies are
  * staged through buffer_write and buffer_read, buffer_import is refused with
  * TSR_UNSUPPORTED, batches are launched one by one, rings are served by the
@@ -258,6 +260,16 @@ typedef struct tsrd_backend_ops {
     /* Waits for everything enqueued on s; *device_ms gets the device time of the
      * work since the last synchronize when the backend measures it, else 0. */
     tsr_status (*synchronize)(tsrd_backend *b, tsrd_stream *s, double *device_ms, tsr_error *err);
+    /* Optional, NULL where the backend has none (callers then call launch and
+     * synchronize: tsrd_launch_wait): launch, then synchronize s, in one call,
+     * for a backend whose every call costs a round trip (the isolated ones pay
+     * one for the pair). The outcome is exactly the two calls': when the
+     * launch fails, its error, and s is not synchronized; else the
+     * synchronize's, with *device_ms (when not NULL) as synchronize gives it.
+     * A sticky fault in either marks the backend lost as they would. */
+    tsr_status (*launch_sync)(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
+                              tsrd_dbuf *const *inputs, int n_inputs, tsrd_dbuf *output,
+                              double *device_ms, tsr_error *err);
 
     /* ---- faults ---- */
     /* Nonzero once a sticky error has poisoned a device context; stays so until
@@ -298,6 +310,22 @@ tsrd_launch_each(tsr_status (*launch)(tsrd_backend *, tsrd_kobj *, tsrd_stream *
         *launched = i + 1;
     }
     return TSR_OK;
+}
+
+/* One launch and its synchronize: through launch_sync where the backend has
+ * it, else the two calls, the synchronize only after a launch that went.
+ * Blocking, worker thread (or the loop for a launch measured short). */
+static inline tsr_status tsrd_launch_wait(const tsrd_backend_ops *ops, tsrd_backend *b,
+                                          tsrd_kobj *k, tsrd_stream *s, tsrd_dbuf *const *inputs,
+                                          int n_inputs, tsrd_dbuf *output, double *device_ms,
+                                          tsr_error *err)
+{
+    if (ops->launch_sync != NULL)
+        return ops->launch_sync(b, k, s, inputs, n_inputs, output, device_ms, err);
+    if (device_ms != NULL)
+        *device_ms = 0;
+    tsr_status st = ops->launch(b, k, s, inputs, n_inputs, output, err);
+    return st == TSR_OK ? ops->synchronize(b, s, device_ms, err) : st;
 }
 
 #endif

@@ -17,7 +17,7 @@
 #include "serve/session.h"
 #include "serve/shm.h"
 
-/* A run's state (a launch's is a tsrd_bound_launch): the buffers it pinned,
+/* A run's state (a launch's is a launch_job): the buffers it pinned,
  * the kernel it compiled, its temporaries. */
 typedef struct launch_state {
     tsrd_kernel *kernel;
@@ -27,6 +27,7 @@ typedef struct launch_state {
     tsr_region region;
     tsrd_compiled compiled;
     tsrd_dbuf *temps[TSR_MAX_REGION_INPUTS + 1];
+    bool fused; /* launched through the backend's launch_sync */
     /* Shared-memory tensors: inputs by index, the output at the last slot. */
     tsrd_shm_map *maps[TSR_MAX_REGION_INPUTS + 1];
     uint8_t *host[TSR_MAX_REGION_INPUTS + 1];
@@ -79,20 +80,31 @@ static tsr_status launch_unpin_complete(tsrd_job *job, tsr_status status)
             job->d->bops->buffer_free(job->d->backend, s->temps[i]);
     tsrd_compiled_release(job->d, &s->compiled);
     tsr_region_free(&s->region);
+    if (s->fused)
+        job->d->metrics.launches_fused++;
     return status;
 }
 
 /* ---- launch ---- */
 
-/* A launch's state is the kernel and buffers it pinned, in one call to the
- * session's handles; the reasons for a refusal are worded here, in the order
- * the request names them. */
+/* A launch's state: the kernel and buffers it pinned, and whether execute
+ * launched and synchronized in one backend call (counted on the loop, in
+ * complete). */
+typedef struct launch_job {
+    tsrd_bound_launch bound;
+    bool fused;
+} launch_job;
+
+/* The kernel and buffers are pinned in one call to the session's handles;
+ * the reasons for a refusal are worded here, in the order the request names
+ * them. */
 static tsr_status launch_prepare(tsrd_job *job)
 {
     const Tessera__V1__LaunchRequest *req = job->req->launch;
-    tsrd_bound_launch *b = job->state = tsrd_job_alloc(job, sizeof *b);
-    if (b == NULL)
+    launch_job *lj = job->state = tsrd_job_alloc(job, sizeof *lj);
+    if (lj == NULL)
         return tsr_error_set(&job->err, TSR_NO_MEMORY, "launch: out of memory");
+    tsrd_bound_launch *b = &lj->bound;
     int missing = tsrd_launch_pin(job->d, job->session, req->kernel, req->inputs, req->n_inputs,
                                   req->output, b);
     if (missing == -2)
@@ -120,8 +132,12 @@ static tsr_status launch_prepare(tsrd_job *job)
 
 static tsr_status launch_complete(tsrd_job *job, tsr_status status)
 {
-    if (job->state != NULL)
-        tsrd_bound_launch_release(job->d, job->state);
+    launch_job *lj = job->state;
+    if (lj == NULL)
+        return status;
+    tsrd_bound_launch_release(job->d, &lj->bound);
+    if (lj->fused)
+        job->d->metrics.launches_fused++;
     return status;
 }
 
@@ -144,9 +160,13 @@ static void launch_measured(tsrd_kernel *k, double device_ms)
         ;
 }
 
+/* The launch and its synchronize are one backend call where the backend
+ * offers it (launch_sync: one round trip to a device worker instead of two),
+ * on the pool and on the loop alike. */
 static tsr_status launch_execute(tsrd_job *job)
 {
-    tsrd_bound_launch *b = job->state;
+    launch_job *lj = job->state;
+    tsrd_bound_launch *b = &lj->bound;
     tsrd_dbuf *inputs[TSR_MAX_REGION_INPUTS];
     for (int i = 0; i < b->n_inputs; i++)
         inputs[i] = b->inputs[i]->dbuf;
@@ -154,12 +174,11 @@ static tsr_status launch_execute(tsrd_job *job)
     Tessera__V1__LaunchReply init = TESSERA__V1__LAUNCH_REPLY__INIT;
     job->body.launch = init;
     tsr_status st = tsrd_job_stream(job, &stream);
-    if (st == TSR_OK)
-        st = job->d->bops->launch(job->d->backend, b->kernel->kobj, stream, inputs, b->n_inputs,
-                                  b->output->dbuf, &job->err);
-    if (st == TSR_OK)
-        st = job->d->bops->synchronize(job->d->backend, stream, &job->body.launch.device_ms,
-                                       &job->err);
+    if (st == TSR_OK) {
+        lj->fused = job->d->bops->launch_sync != NULL;
+        st = tsrd_launch_wait(job->d->bops, job->d->backend, b->kernel->kobj, stream, inputs,
+                              b->n_inputs, b->output->dbuf, &job->body.launch.device_ms, &job->err);
+    }
     if (st == TSR_OK)
         launch_measured(b->kernel, job->body.launch.device_ms);
     job->reply.body_case = TESSERA__V1__REPLY__BODY_LAUNCH;
@@ -175,7 +194,7 @@ static tsr_status launch_execute(tsrd_job *job)
 
 static bool launch_quick(const tsrd_job *job)
 {
-    const tsrd_bound_launch *b = job->state;
+    const tsrd_bound_launch *b = &((const launch_job *)job->state)->bound;
     uint64_t ns = atomic_load_explicit(&b->kernel->launch_ns, memory_order_relaxed);
     return ns != 0 && ns <= LAUNCH_QUICK_NS;
 }
@@ -399,11 +418,11 @@ static tsr_status run_execute(tsrd_job *job)
         st = run_device_buffers(job, n, &out, inputs, &output);
     if (st == TSR_OK)
         st = tsrd_job_stream(job, &stream);
-    if (st == TSR_OK)
-        st = job->d->bops->launch(job->d->backend, s->compiled.kobj, stream, inputs, n, output,
-                                  &job->err);
-    if (st == TSR_OK)
-        st = job->d->bops->synchronize(job->d->backend, stream, NULL, &job->err);
+    if (st == TSR_OK) {
+        s->fused = job->d->bops->launch_sync != NULL;
+        st = tsrd_launch_wait(job->d->bops, job->d->backend, s->compiled.kobj, stream, inputs, n,
+                              output, NULL, &job->err);
+    }
     if (st == TSR_OK)
         st = run_reply(job, &out, output);
     return st;

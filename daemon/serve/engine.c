@@ -225,9 +225,7 @@ tsr_status tsrd_engine_run_host(tsrd_daemon *d, tsrd_kobj *k, const tsr_region *
     if (st == TSR_OK)
         st = ops->buffer_alloc(d->backend, 0, out_bytes, &out_buf, err);
     if (st == TSR_OK)
-        st = ops->launch(d->backend, k, stream, bufs, n, out_buf, err);
-    if (st == TSR_OK)
-        st = ops->synchronize(d->backend, stream, device_ms, err);
+        st = tsrd_launch_wait(ops, d->backend, k, stream, bufs, n, out_buf, device_ms, err);
     if (st == TSR_OK)
         st = ops->buffer_read(d->backend, out_buf, 0, output, out_bytes, err);
     for (int i = 0; i < n; i++)

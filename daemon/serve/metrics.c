@@ -490,6 +490,10 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
          "Short stream jobs (launches of kernels measured short) executed on the loop, their "
          "session's stream idle and no other device work running.",
          (double)d->metrics.inline_jobs},
+        {"launches_fused_total", "counter",
+         "Launches (launch and run requests) made and synchronized in one backend call: one "
+         "round trip to the device worker instead of two on the isolated backends.",
+         (double)d->metrics.launches_fused},
         {"replay_bytes", "gauge", "Bytes of stored replies kept for resends.",
          (double)all.replay.bytes},
         {"sessions", "gauge", "Open sessions (connections).", (double)d->n_sessions},

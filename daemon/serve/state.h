@@ -166,6 +166,7 @@ typedef struct tsrd_metrics {
     uint64_t replays;          /* answered from the request-id memory */
     uint64_t decoded_off_loop; /* request bodies checked and decoded on the worker pool */
     uint64_t inline_jobs;      /* stream jobs executed on the loop, without the worker pool */
+    uint64_t launches_fused;   /* launches and their synchronize made in one backend call */
     uint64_t job_yields;       /* long jobs that gave their worker to other work midway */
     /* The transport (net/server.c): connections open, those closed at once
      * past max_connections, those closed for replies left unread, requests

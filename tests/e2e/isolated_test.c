@@ -297,3 +297,110 @@ Test(isolated, a_kernel_that_never_ends_costs_its_worker_after_the_timeout)
     tsr_client_region_free(r);
     fixture_stop(&d, c);
 }
+
+/* ---- a launch and its synchronize in one message to the worker ---- */
+
+/* A daemon of its own on backend with test_faults, and a client of it. */
+static tsr_client *iso_start_own(testd *d, const char *backend)
+{
+    const char *const flags[] = {"--backend", backend, NULL};
+    cr_assert_eq(testd_start_config(d, flags, "{\"test_faults\": true}\n"), 0,
+                 "tesserad did not start");
+    return fixture_client(d, 60000);
+}
+
+/* Every launch and run goes to the worker as one LAUNCH_SYNC, on the pool
+ * (the first launch, not yet measured) and on the loop (the later ones)
+ * alike; the in-process CPU backend has no such call and counts none. */
+Test(isolated, each_launch_and_run_is_one_message_to_the_worker)
+{
+    testd d;
+    tsr_client *c = iso_start_own(&d, "cpu-isolated");
+    const int64_t n = 256;
+    tsr_region *r = fixture_affine(n);
+    tsr_client_compiled k;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    tsr_buffer bx = fixture_alloc_f32(c, n), by = fixture_alloc_f32(c, n);
+    float x[256], y[256];
+    iso_fill(x, n);
+    cr_assert_eq(tsr_client_buffer_write(c, bx, 0, x, sizeof x, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_assert_eq(fixture_counter(c, "launches_fused_total"), 0);
+    for (int i = 0; i < 7; i++) {
+        memset(y, 0, sizeof y);
+        cr_assert_eq(tsr_client_launch(c, k.kernel, &bx, 1, by, NULL, 0, &err), TSR_OK, "%s",
+                     err.message);
+        cr_assert_eq(tsr_client_buffer_read(c, by, 0, y, sizeof y, NULL, 0, &err), TSR_OK);
+        iso_assert_affine(x, y, n);
+    }
+    cr_assert_eq(fixture_counter(c, "launches_fused_total"), 7);
+    const void *in[] = {x};
+    memset(y, 0, sizeof y);
+    cr_assert_eq(tsr_client_run(c, r, NULL, in, y, NULL, 0, &err), TSR_OK, "%s", err.message);
+    iso_assert_affine(x, y, n);
+    cr_assert_eq(fixture_counter(c, "launches_fused_total"), 8);
+    /* A batch keeps its launch_many and synchronize. */
+    tsr_client_launch_desc l = {.kernel = k.kernel, .n_inputs = 1, .inputs = &bx, .output = by};
+    cr_assert_eq(tsr_client_batch(c, &l, 1, false, NULL, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(fixture_counter(c, "launches_fused_total"), 8);
+    fixture_stop(&d, c);
+
+    c = iso_start_own(&d, "cpu");
+    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    bx = fixture_alloc_f32(c, n);
+    by = fixture_alloc_f32(c, n);
+    cr_assert_eq(tsr_client_launch(c, k.kernel, &bx, 1, by, NULL, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_assert_eq(fixture_counter(c, "launches_fused_total"), 0);
+    tsr_client_region_free(r);
+    fixture_stop(&d, c);
+}
+
+/* A launch that fails in the worker answers with the launch's own error,
+ * not the synchronize's: test_fault's simulated illegal address, word for
+ * word as the in-process CPU backend says it. The fault is sticky, so the
+ * worker is replaced as for any fault, the kernel handle is loaded into the
+ * new worker and launches again as one message. */
+Test(isolated, a_fault_in_the_fused_launch_says_the_launch_error_and_starts_recovery)
+{
+    testd d;
+    tsr_client *c = iso_start_own(&d, "cpu-isolated");
+    const int64_t n = 256;
+    tsr_region *r = fixture_affine(n);
+    tsr_client_compile_opts fault = {.force = "test_fault", .skip_verify = true};
+    tsr_client_compiled kf, k;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(c, r, &fault, &kf, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    tsr_buffer bx = fixture_alloc_f32(c, n), by = fixture_alloc_f32(c, n);
+    tsr_status st = tsr_client_launch(c, kf.kernel, &bx, 1, by, NULL, 0, &err);
+    cr_assert_eq(st, TSR_DEVICE_LOST, "%s: %s", tsr_status_name(st), err.message);
+    cr_assert_str_eq(err.message,
+                     "cpu backend: test_fault faulted the device (simulated illegal address)");
+    cr_assert_eq(fixture_counter(c, "launches_fused_total"), 1);
+    tsr_client_health h = iso_wait_recovered(c);
+    cr_assert_eq(h.state, TSR_CLIENT_HEALTH_READY);
+    cr_assert_eq(h.recoveries, 1);
+    cr_assert_eq(fixture_counter(c, "device_faults_total"), 1);
+    cr_assert_eq(fixture_counter(c, "device_recoveries_total"), 1);
+
+    /* The old buffers went with the worker; new ones serve the reloaded kernel. */
+    st = tsr_client_launch(c, k.kernel, &bx, 1, by, NULL, 0, &err);
+    cr_assert_eq(st, TSR_DEVICE_LOST, "%s: %s", tsr_status_name(st), err.message);
+    cr_assert_str_eq(err.message, "input buffer 0's device memory was lost when device 0 was "
+                                  "recovered after a fault; free it and allocate it again");
+    bx = fixture_alloc_f32(c, n);
+    by = fixture_alloc_f32(c, n);
+    float x[256], y[256];
+    iso_fill(x, n);
+    cr_assert_eq(tsr_client_buffer_write(c, bx, 0, x, sizeof x, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_assert_eq(tsr_client_launch(c, k.kernel, &bx, 1, by, NULL, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_assert_eq(tsr_client_buffer_read(c, by, 0, y, sizeof y, NULL, 0, &err), TSR_OK);
+    iso_assert_affine(x, y, n);
+    cr_assert_eq(fixture_counter(c, "launches_fused_total"), 3);
+    tsr_client_region_free(r);
+    fixture_stop(&d, c);
+}

@@ -23,9 +23,10 @@
  * descriptor to the worker (SCM_RIGHTS), which maps and pins it there, so a
  * copy to or from a segment is still one DMA, with no window in between.
  *
- * Costs: a call is one round trip on a Unix socket (a few microseconds), so a
- * launch and its synchronize take two more than in process, and other buffer
- * copies pass through a window (one host memcpy more).
+ * Costs: a call is one round trip on a Unix socket (a few microseconds, two
+ * thread wake-ups across the processes), so a launch and its synchronize,
+ * which go as one call (launch_sync), take one more than in process, and
+ * other buffer copies pass through a window (one host memcpy more).
  *
  * "cpu-isolated" is the same with the CPU backend in the worker: it exists so
  * that the isolation and the worker restart are tested where no GPU is.
@@ -181,8 +182,7 @@ static tsr_status iso_exchange_fd(tsrd_backend *b, iso_channel *c, const tsrd_dw
     if (atomic_load(&b->lost))
         return iso_lost_error(err);
     char message[TSR_ERROR_MESSAGE_MAX];
-    if (tsrd_dw_write_all_fd(c->fd, q, sizeof *q, send_fd) != 0 ||
-        tsrd_dw_write_all(c->fd, payload, q->payload_len) != 0)
+    if (tsrd_dw_write_request(c->fd, q, payload, send_fd) != 0)
         return iso_worker_gone(b, err);
     /* A kernel that never ends would hold this thread (and, through it, the
      * daemon's worker pool) for good: past the timeout the worker is
@@ -845,14 +845,16 @@ static void iso_stream_destroy(tsrd_backend *b, tsrd_stream *s)
 }
 
 /* Launches as the worker reads them (TSRD_DW_LAUNCH_MANY's payload): per
- * launch the kernel, the input count, the output and the inputs. malloc'd,
- * *words long; NULL when out of memory. */
-static uint64_t *iso_launches_encode(const tsrd_launch_desc *launches, size_t n, size_t *words)
+ * launch the kernel, the input count, the output and the inputs, *words
+ * long. In stack (room words) when they fit, else malloc'd; NULL when out of
+ * memory. */
+static uint64_t *iso_launches_encode(const tsrd_launch_desc *launches, size_t n, uint64_t *stack,
+                                     size_t room, size_t *words)
 {
     size_t w = 0;
     for (size_t i = 0; i < n; i++)
         w += 3 + (size_t)launches[i].n_inputs;
-    uint64_t *payload = malloc((w ? w : 1) * sizeof *payload);
+    uint64_t *payload = w <= room ? stack : malloc(w * sizeof *payload);
     if (payload == NULL)
         return NULL;
     size_t at = 0;
@@ -868,15 +870,17 @@ static uint64_t *iso_launches_encode(const tsrd_launch_desc *launches, size_t n,
     return payload;
 }
 
-static tsr_status iso_launch_many(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n,
-                                  tsrd_stream *s, size_t *launched, tsr_error *err)
+/* How many of the launches, from the first, the worker may be sent: those
+ * before the first that names an object of an earlier worker (the worker only
+ * ever sees its own ids) or has a bad input count; *st gets that one's
+ * error, else TSR_OK. */
+static size_t iso_launches_valid(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n,
+                                 tsrd_stream *s, tsr_status *st_out, tsr_error *err)
 {
-    *launched = 0;
     tsr_status st = iso_current(b, s->remote.generation, "the session's stream", err);
+    *st_out = st;
     if (st != TSR_OK)
-        return st;
-    /* Checked here as iso_launch does, so the worker only sees its own ids;
-     * the launches before a stale one still go. */
+        return 0;
     size_t valid = n;
     for (size_t i = 0; i < n && valid == n; i++) {
         const tsrd_launch_desc *l = &launches[i];
@@ -902,14 +906,30 @@ static tsr_status iso_launch_many(tsrd_backend *b, const tsrd_launch_desc *launc
             }
         }
     }
+    *st_out = st;
+    return valid;
+}
+
+/* Room on the stack for the payload of a short sequence (a launch of up to
+ * 16 inputs takes 19 words). */
+#define ISO_STACK_WORDS 64
+
+static tsr_status iso_launch_many(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n,
+                                  tsrd_stream *s, size_t *launched, tsr_error *err)
+{
+    *launched = 0;
+    tsr_status st;
+    size_t valid = iso_launches_valid(b, launches, n, s, &st, err);
     if (valid == 0)
         return st;
     size_t words = 0;
-    uint64_t *payload = iso_launches_encode(launches, valid, &words);
+    uint64_t stack[ISO_STACK_WORDS];
+    uint64_t *payload = iso_launches_encode(launches, valid, stack, ISO_STACK_WORDS, &words);
     if (payload == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
     if (words * sizeof(uint64_t) > UINT32_MAX) {
-        free(payload);
+        if (payload != stack)
+            free(payload);
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "device worker: batch too large");
     }
     tsrd_dw_request q = {.op = TSRD_DW_LAUNCH_MANY,
@@ -918,7 +938,8 @@ static tsr_status iso_launch_many(tsrd_backend *b, const tsrd_launch_desc *launc
     uint64_t r[2];
     tsr_error call_err;
     tsr_status call = iso_call(b, &q, payload, r, &call_err);
-    free(payload);
+    if (payload != stack)
+        free(payload);
     *launched = (size_t)r[0];
     if (call != TSR_OK) {
         if (err != NULL)
@@ -949,6 +970,39 @@ static tsr_status iso_synchronize(tsrd_backend *b, tsrd_stream *s, double *devic
     tsrd_dw_request q = {.op = TSRD_DW_SYNC, .a = {s->remote.id}};
     uint64_t r[2];
     st = iso_call(b, &q, NULL, r, err);
+    if (st == TSR_OK && device_ms != NULL)
+        memcpy(device_ms, &r[0], sizeof *device_ms);
+    return st;
+}
+
+/* A launch and its synchronize in one round trip (TSRD_DW_LAUNCH_SYNC): the
+ * same checks as iso_launch, then one frame, encoded on the stack and sent
+ * with one call; the worker answers as the two calls would have. */
+static tsr_status iso_launch_sync(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
+                                  tsrd_dbuf *const *inputs, int n_inputs, tsrd_dbuf *output,
+                                  double *device_ms, tsr_error *err)
+{
+    if (device_ms != NULL)
+        *device_ms = 0;
+    tsrd_launch_desc one = {.kernel = k, .inputs = inputs, .n_inputs = n_inputs, .output = output};
+    tsr_status st;
+    if (iso_launches_valid(b, &one, 1, s, &st, err) == 0)
+        return st;
+    tsrd_dw_launch l = {.stream = s->remote.id,
+                        .kernel = k->remote.id,
+                        .output = output->remote.id,
+                        .n_inputs = (uint32_t)n_inputs};
+    for (int i = 0; i < n_inputs; i++)
+        l.inputs[i] = inputs[i]->remote.id;
+    _Alignas(uint64_t) uint8_t frame[TSRD_DW_LAUNCH_FRAME_MAX];
+    size_t len;
+    st = tsrd_dw_launch_encode(&l, frame, sizeof frame, &len, err);
+    if (st != TSR_OK)
+        return st;
+    tsrd_dw_request q;
+    memcpy(&q, frame, sizeof q);
+    uint64_t r[2];
+    st = iso_call(b, &q, frame + sizeof q, r, err);
     if (st == TSR_OK && device_ms != NULL)
         memcpy(device_ms, &r[0], sizeof *device_ms);
     return st;
@@ -1047,12 +1101,14 @@ static tsr_status iso_ring_start(tsrd_backend *b, int fd, uint64_t bytes, uint32
                              "a kernel or buffer of the ring was lost when device 0 was recovered "
                              "after a fault");
     size_t words = 0;
-    uint64_t *payload = iso_launches_encode(launches, (size_t)n, &words);
+    uint64_t stack[ISO_STACK_WORDS];
+    uint64_t *payload = iso_launches_encode(launches, (size_t)n, stack, ISO_STACK_WORDS, &words);
     if (payload == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
     tsrd_bring *r = calloc(1, sizeof *r);
     if (r == NULL) {
-        free(payload);
+        if (payload != stack)
+            free(payload);
         return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
     }
     tsrd_dw_request q = {.op = TSRD_DW_RING_START,
@@ -1060,7 +1116,8 @@ static tsr_status iso_ring_start(tsrd_backend *b, int fd, uint64_t bytes, uint32
                          .a = {bytes, slots, first, (uint64_t)n, timeout_ms}};
     uint64_t rr[2];
     st = iso_call_fd(b, &q, payload, fd, rr, err);
-    free(payload);
+    if (payload != stack)
+        free(payload);
     if (st != TSR_OK) {
         free(r);
         return st;
@@ -1122,8 +1179,8 @@ static const tsrd_backend_graph_ops iso_graph = {
     .buffer_write = iso_buffer_write, .buffer_read = iso_buffer_read, .compile = iso_compile,      \
     .load = iso_load, .unload = iso_unload, .stream_create = iso_stream_create,                    \
     .stream_destroy = iso_stream_destroy, .launch = iso_launch, .launch_many = iso_launch_many,    \
-    .synchronize = iso_synchronize, .lost = iso_lost, .recover = iso_recover,                      \
-    .hostmem = &iso_hostmem, .ring = &iso_ring, .probe = &iso_probe
+    .synchronize = iso_synchronize, .launch_sync = iso_launch_sync, .lost = iso_lost,              \
+    .recover = iso_recover, .hostmem = &iso_hostmem, .ring = &iso_ring, .probe = &iso_probe
 
 const tsrd_backend_ops tsrd_backend_cuda_isolated = {
     .name = "cuda",

@@ -24,6 +24,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tessera/region.h"
+#include "tessera/status.h"
+
 /* The first argument that makes tesserad a device worker. */
 #define TSRD_DEVICE_WORKER_ARG "--device-worker"
 /* Channels per worker, and the shared window of each. */
@@ -65,6 +68,11 @@ typedef enum tsrd_dw_op {
                            * 1 = all-ones bytes (a3 bytes) */
     TSRD_DW_GATHER,       /* a0 buffer, a1 element size, a2 count (count * 8 <= window): the
                            * positions in the window -> the elements in the window */
+    TSRD_DW_LAUNCH_SYNC,  /* a0 stream; payload: one launch as LAUNCH_MANY's (kernel, n_inputs,
+                           * output, inputs); the worker launches and, when the launch was
+                           * enqueued, synchronizes -> r0 the synchronize's device time as double
+                           * bits, r1 1 when the launch was enqueued. The status and message are
+                           * the launch's when it failed, else the synchronize's. */
 } tsrd_dw_op;
 
 typedef struct tsrd_dw_request {
@@ -88,6 +96,36 @@ typedef struct tsrd_dw_hello {
     char compiler_version[64];
 } tsrd_dw_hello;
 
+/* One launch and its synchronize, as TSRD_DW_LAUNCH_SYNC carries them: the
+ * worker's ids of the stream, the kernel, the output and the inputs in
+ * signature order. */
+typedef struct tsrd_dw_launch {
+    uint64_t stream;
+    uint64_t kernel;
+    uint64_t output;
+    uint32_t n_inputs; /* at most TSR_MAX_REGION_INPUTS */
+    uint64_t inputs[TSR_MAX_REGION_INPUTS];
+} tsrd_dw_launch;
+
+/* The largest TSRD_DW_LAUNCH_SYNC frame: the header, then three words and one
+ * per input. */
+#define TSRD_DW_LAUNCH_FRAME_MAX                                                                   \
+    (sizeof(tsrd_dw_request) + (3 + TSR_MAX_REGION_INPUTS) * sizeof(uint64_t))
+
+/* Writes l as one TSRD_DW_LAUNCH_SYNC frame (header and payload, ready for
+ * one send) into buf, which holds cap bytes (TSRD_DW_LAUNCH_FRAME_MAX always
+ * does); *len gets the frame's length. TSR_INTERNAL, saying which, for more
+ * inputs than a region takes or a buf too small. Any thread; no allocation. */
+tsr_status tsrd_dw_launch_encode(const tsrd_dw_launch *l, uint8_t *buf, size_t cap, size_t *len,
+                                 tsr_error *err);
+/* Reads a TSRD_DW_LAUNCH_SYNC frame of len bytes (header and payload) into
+ * *out. A frame that is not one launch exactly is refused TSR_INTERNAL,
+ * saying how: another op, fewer bytes than its header or its payload claims
+ * (truncated), more (trailing bytes), or an input count past
+ * TSR_MAX_REGION_INPUTS or other than the payload's. Any thread. */
+tsr_status tsrd_dw_launch_decode(const uint8_t *frame, size_t len, tsrd_dw_launch *out,
+                                 tsr_error *err);
+
 /* Whole reads and writes on a blocking socket: 0, or -1 on EOF or error (a
  * dead peer never raises SIGPIPE: writes use MSG_NOSIGNAL). */
 int tsrd_dw_write_all(int fd, const void *buf, size_t len);
@@ -96,5 +134,8 @@ int tsrd_dw_read_all(int fd, void *buf, size_t len);
  * send_fd -1 sends none; *recv_fd gets a received one, else -1. */
 int tsrd_dw_write_all_fd(int fd, const void *buf, size_t len, int send_fd);
 int tsrd_dw_read_all_fd(int fd, void *buf, size_t len, int *recv_fd);
+/* A request's header and payload_len bytes of payload in one send where the
+ * socket takes them (send_fd as tsrd_dw_write_all_fd): 0, or -1. */
+int tsrd_dw_write_request(int fd, const tsrd_dw_request *q, const void *payload, int send_fd);
 
 #endif

@@ -289,7 +289,6 @@ static void worker_ring_stop(worker *w, worker_ring *r, uint64_t *served)
     free(r);
 }
 
-/* Serves one request; -1 when the channel is gone. */
 /* A copy between a device buffer and host memory the worker maps: one direct
  * transfer where that memory is registered with the backend, else staged. */
 static tsr_status worker_copy(worker *w, tsrd_dbuf *buf, uint64_t offset, uint8_t *host,
@@ -369,6 +368,36 @@ static tsr_status worker_graph(const tsrd_backend_ops *ops, tsrd_backend *b,
     }
 }
 
+/* A launch and, when it was enqueued, its synchronize (TSRD_DW_LAUNCH_SYNC):
+ * one round trip for what the daemon's launch request needs. The answer is
+ * what the daemon's two calls would have said: the launch's failure when it
+ * failed (and no synchronize, as the daemon would make none), else the
+ * synchronize's outcome with its device time; a sticky fault in either shows
+ * in the reply's lost flag. */
+static tsr_status worker_launch_sync(worker *w, const uint8_t *frame, size_t len, uint64_t r[2],
+                                     tsr_error *err)
+{
+    tsrd_dw_launch l;
+    tsr_status st = tsrd_dw_launch_decode(frame, len, &l, err);
+    if (st != TSR_OK)
+        return st;
+    tsrd_dbuf *inputs[TSR_MAX_REGION_INPUTS];
+    for (uint32_t k = 0; k < l.n_inputs; k++)
+        inputs[k] = (tsrd_dbuf *)(uintptr_t)l.inputs[k];
+    tsrd_stream *s = (tsrd_stream *)(uintptr_t)l.stream;
+    st = w->ops->launch(w->b, (tsrd_kobj *)(uintptr_t)l.kernel, s, inputs, (int)l.n_inputs,
+                        (tsrd_dbuf *)(uintptr_t)l.output, err);
+    if (st != TSR_OK)
+        return st;
+    r[1] = 1;
+    double ms = 0;
+    st = w->ops->synchronize(w->b, s, &ms, err);
+    memcpy(&r[0], &ms, sizeof ms);
+    return st;
+}
+
+/* Serves one request, whose frame (header and payload) is q; -1 when the
+ * channel is gone. */
 static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint8_t *payload,
                         int passed_fd)
 {
@@ -483,6 +512,9 @@ static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint
         r[0] = launched;
         break;
     }
+    case TSRD_DW_LAUNCH_SYNC:
+        st = worker_launch_sync(w, (const uint8_t *)q, sizeof *q + q->payload_len, r, &err);
+        break;
     case TSRD_DW_SYNC: {
         double ms = 0;
         st = ops->synchronize(b, (tsrd_stream *)(uintptr_t)q->a[0], &ms, &err);
@@ -535,10 +567,12 @@ static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint
     return worker_reply(w, ch->fd, st, &err, r, NULL, 0);
 }
 
+/* Each request is read into one frame, its header followed by its payload,
+ * as the daemon wrote it; the frame's memory is kept for the next request. */
 static void *worker_channel_run(void *arg)
 {
     worker_channel *ch = arg;
-    uint8_t *payload = NULL;
+    uint8_t *frame = NULL;
     size_t cap = 0;
     for (;;) {
         tsrd_dw_request q;
@@ -546,16 +580,18 @@ static void *worker_channel_run(void *arg)
         if (tsrd_dw_read_all_fd(ch->fd, &q, sizeof q, &passed_fd) != 0 ||
             q.payload_len > WORKER_PAYLOAD_MAX)
             break;
-        if (q.payload_len > cap) {
-            uint8_t *p = realloc(payload, q.payload_len);
+        size_t len = sizeof q + q.payload_len;
+        if (len > cap) {
+            uint8_t *p = realloc(frame, len);
             if (p == NULL)
                 break;
-            payload = p;
-            cap = q.payload_len;
+            frame = p;
+            cap = len;
         }
-        int rc = tsrd_dw_read_all(ch->fd, payload, q.payload_len);
+        memcpy(frame, &q, sizeof q);
+        int rc = tsrd_dw_read_all(ch->fd, frame + sizeof q, q.payload_len);
         if (rc == 0)
-            rc = worker_serve(ch, &q, payload, passed_fd);
+            rc = worker_serve(ch, (const tsrd_dw_request *)frame, frame + sizeof q, passed_fd);
         if (passed_fd >= 0)
             close(passed_fd); /* a pin or a ring keeps its own mapping */
         if (rc != 0)

@@ -697,12 +697,19 @@ Test(backend_cuda, attention_variants_free_batch_and_lengths)
     tsr_region a, b;
     unit_load_example("examples/attention.json", TSR_BF16, &a);
     unit_load_example("examples/attention.json", TSR_BF16, &b);
-    b.u.attention.batch = 7;
+    /* 140 CTAs: no split, the same entry. */
+    b.u.attention.batch = 70;
     b.u.attention.seq_q = 1;
     b.u.attention.seq_k = 8191;
     cr_assert_eq(tsr_region_validate(&b, NULL), TSR_OK);
     tsr_fingerprint va = unit_variant_of(&attn, &a), vb = unit_variant_of(&attn, &b);
     cr_expect_eq(memcmp(va.bytes, vb.bytes, 32), 0);
+    /* At batch 7 (14 CTAs) the keys are split 8 ways: another entry, another
+     * variant. */
+    b.u.attention.batch = 7;
+    vb = unit_variant_of(&attn, &b);
+    cr_expect_neq(memcmp(va.bytes, vb.bytes, 32), 0);
+    b.u.attention.batch = 70;
     b.u.attention.causal = false;
     vb = unit_variant_of(&attn, &b);
     cr_expect_neq(memcmp(va.bytes, vb.bytes, 32), 0);

@@ -67,14 +67,32 @@ static bool redis_copy(char *dst, size_t size, const char *text, size_t n)
     return true;
 }
 
-tsr_status tsrd_redis_url_parse(const char *text, tsrd_redis_url *out, tsr_error *err)
+void tsrd_redis_url_shown(const char *text, char *out, size_t size)
+{
+    const char *scheme = strstr(text, "://");
+    const char *auth = scheme != NULL ? scheme + 3 : text;
+    const char *end = auth + strcspn(auth, "/");
+    const char *at = NULL;
+    for (const char *q = auth; q < end; q++)
+        if (*q == '@')
+            at = q;
+    if (at == NULL)
+        snprintf(out, size, "%s", text);
+    else
+        snprintf(out, size, "%.*s***%s", (int)(auth - text), text, at);
+}
+
+tsr_status tsrd_redis_url_parse(const char *url, tsrd_redis_url *out, tsr_error *err)
 {
     memset(out, 0, sizeof *out);
+    /* Messages quote the URL without its credentials. */
+    char text[256];
+    tsrd_redis_url_shown(url, text, sizeof text);
     const char *p;
-    if (strncmp(text, "redis://", 8) == 0) {
-        p = text + 8;
-    } else if (strncmp(text, "rediss://", 9) == 0) {
-        p = text + 9;
+    if (strncmp(url, "redis://", 8) == 0) {
+        p = url + 8;
+    } else if (strncmp(url, "rediss://", 9) == 0) {
+        p = url + 9;
         out->tls = true;
     } else {
         return tsr_error_set(err, TSR_BAD_ATTRIBUTE,

@@ -35,8 +35,14 @@ typedef struct tsrd_redis_url {
     int db; /* 0 when absent */
 } tsrd_redis_url;
 
-/* TSR_BAD_ATTRIBUTE naming what is wrong (scheme, host, port, db). */
+/* TSR_BAD_ATTRIBUTE naming what is wrong (scheme, host, port, db); the
+ * message quotes the URL as tsrd_redis_url_shown writes it. */
 tsr_status tsrd_redis_url_parse(const char *text, tsrd_redis_url *out, tsr_error *err);
+
+/* text as it may be logged: the credentials of a URL (what precedes the last
+ * '@' before the path) replaced by "***", so that a password never reaches
+ * an error message or the log. Cut to size bytes. */
+void tsrd_redis_url_shown(const char *text, char *out, size_t size);
 
 /* The TLS settings shared by every connection: the CA file's certificates (PEM;
  * NULL: the system's, /etc/ssl/certs/ca-certificates.crt), the server's name

@@ -59,6 +59,21 @@ Test(redis, bad_urls_say_what_is_wrong)
     url_bad("redis://[::1:6379", "fleet_cache.url 'redis://[::1:6379': unclosed '['");
 }
 
+Test(redis, bad_urls_are_quoted_without_their_password)
+{
+    url_bad("redis://fleet:s3cret@r:0",
+            "fleet_cache.url 'redis://***@r:0': the port must be 1 to 65535");
+    url_bad("rediss://:s3cret@[::1:6379", "fleet_cache.url 'rediss://***@[::1:6379': unclosed '['");
+    url_bad("redis://:p@ss@r/x",
+            "fleet_cache.url 'redis://***@r/x': the database must be a number");
+    url_bad("redis://:s3cret@", "fleet_cache.url 'redis://***@': no host");
+    char shown[64];
+    tsrd_redis_url_shown("redis://r:6379/0", shown, sizeof shown);
+    cr_expect_str_eq(shown, "redis://r:6379/0");
+    tsrd_redis_url_shown("r@x/a@b", shown, sizeof shown);
+    cr_expect_str_eq(shown, "***@x/a@b");
+}
+
 Test(redis, a_port_nobody_listens_on_is_unavailable_with_the_reason)
 {
     int port = testd_free_tcp_port();

@@ -44,6 +44,12 @@ struct tsrd_redis_conn {
     bool tls_on;
     mbedtls_ssl_context ssl;
     redisReader *reader;
+    /* The reader's reply functions: hiredis's own, but for arrays, which no
+     * command sent here gets back and which a server could otherwise use to
+     * make the reader allocate a pointer and an object per element, past the
+     * byte bound (hiredis 0.14 takes up to 2^31 - 1 elements). */
+    redisReplyObjectFunctions fn;
+    int refused_array; /* the element count of an array refused; -1: none */
     size_t max_reply_bytes;
     int64_t deadline_ms; /* of the step in progress; read by the TLS callbacks */
 };
@@ -286,6 +292,30 @@ static tsr_status redis_tls_again(tsrd_redis_conn *c, int r, const char *what, t
 
 /* ---- connecting ---- */
 
+/* The reader's createArray: every array is refused (the reader then fails
+ * with an out-of-memory error, which tsrd_redis_command words from
+ * refused_array). */
+static void *redis_create_array(const redisReadTask *task, int elements)
+{
+    tsrd_redis_conn *c = task->privdata;
+    c->refused_array = elements;
+    return NULL;
+}
+
+/* A reader whose array replies are refused (redis_create_array). */
+static redisReader *redis_reader_make(tsrd_redis_conn *c)
+{
+    redisReader *r = redisReaderCreate();
+    if (r == NULL)
+        return NULL;
+    c->fn = *r->fn;
+    c->fn.createArray = redis_create_array;
+    r->fn = &c->fn;
+    r->privdata = c;
+    c->refused_array = -1;
+    return r;
+}
+
 static tsr_status redis_dial(const tsrd_redis_url *url, int64_t deadline_ms, int *fd_out,
                              tsr_error *err)
 {
@@ -388,7 +418,7 @@ tsr_status tsrd_redis_connect(const tsrd_redis_url *url, const tsrd_redis_tls *t
         return tsr_error_set(err, TSR_NO_MEMORY, "redis connection");
     c->fd = -1;
     c->max_reply_bytes = max_reply_bytes;
-    c->reader = redisReaderCreate();
+    c->reader = redis_reader_make(c);
     c->deadline_ms = redis_now_ms() + timeout_ms;
     tsr_status st = c->reader != NULL ? redis_dial(url, c->deadline_ms, &c->fd, err)
                                       : tsr_error_set(err, TSR_NO_MEMORY, "redis reader");
@@ -509,7 +539,13 @@ tsr_status tsrd_redis_command(tsrd_redis_conn *c, int argc, const char **argv, c
     size_t taken = 0, limit = c->max_reply_bytes + 4096;
     while (st == TSR_OK) {
         void *r = NULL;
-        if (redisReaderGetReply(c->reader, &r) != REDIS_OK)
+        int parsed = redisReaderGetReply(c->reader, &r);
+        if (parsed != REDIS_OK && c->refused_array >= 0)
+            return tsr_error_set(err, TSR_CORRUPT,
+                                 "redis: reply to %s: an array of %d elements, where no array "
+                                 "is expected",
+                                 argv[0], c->refused_array);
+        if (parsed != REDIS_OK)
             return tsr_error_set(err, TSR_CORRUPT, "redis: reply to %s: %s", argv[0],
                                  c->reader->errstr);
         if (r != NULL) {

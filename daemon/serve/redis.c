@@ -389,15 +389,19 @@ static tsr_status redis_handshake(tsrd_redis_conn *c, const tsrd_redis_url *url,
     }
 }
 
-/* A command whose reply must be the status OK (AUTH, SELECT). */
-static tsr_status redis_expect_ok(tsrd_redis_conn *c, int argc, const char **argv, int timeout_ms,
-                                  tsr_error *err)
+/* A command of the connect whose reply must be the status OK (AUTH,
+ * SELECT), within what is left of the connect's deadline. */
+static tsr_status redis_expect_ok(tsrd_redis_conn *c, int argc, const char **argv,
+                                  int64_t deadline_ms, tsr_error *err)
 {
+    int64_t left = deadline_ms - redis_now_ms();
+    if (left <= 0)
+        return tsr_error_set(err, TSR_TIMEOUT, "redis: connect timed out before %s", argv[0]);
     size_t lens[3];
     for (int i = 0; i < argc; i++)
         lens[i] = strlen(argv[i]);
     redisReply *reply = NULL;
-    tsr_status st = tsrd_redis_command(c, argc, argv, lens, timeout_ms, &reply, err);
+    tsr_status st = tsrd_redis_command(c, argc, argv, lens, (int)left, &reply, err);
     if (st == TSR_OK && reply->type != REDIS_REPLY_STATUS)
         st = tsr_error_set(err, TSR_UNAVAILABLE, "redis %s: %.*s", argv[0],
                            reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 10,
@@ -419,7 +423,9 @@ tsr_status tsrd_redis_connect(const tsrd_redis_url *url, const tsrd_redis_tls *t
     c->fd = -1;
     c->max_reply_bytes = max_reply_bytes;
     c->reader = redis_reader_make(c);
-    c->deadline_ms = redis_now_ms() + timeout_ms;
+    /* Dialling, the handshake, AUTH and SELECT share this one deadline. */
+    const int64_t deadline_ms = redis_now_ms() + timeout_ms;
+    c->deadline_ms = deadline_ms;
     tsr_status st = c->reader != NULL ? redis_dial(url, c->deadline_ms, &c->fd, err)
                                       : tsr_error_set(err, TSR_NO_MEMORY, "redis reader");
     if (st == TSR_OK && url->tls)
@@ -427,14 +433,14 @@ tsr_status tsrd_redis_connect(const tsrd_redis_url *url, const tsrd_redis_tls *t
     if (st == TSR_OK && url->password[0] != '\0') {
         const char *auth_user[] = {"AUTH", url->user, url->password};
         const char *auth[] = {"AUTH", url->password};
-        st = url->user[0] != '\0' ? redis_expect_ok(c, 3, auth_user, timeout_ms, err)
-                                  : redis_expect_ok(c, 2, auth, timeout_ms, err);
+        st = url->user[0] != '\0' ? redis_expect_ok(c, 3, auth_user, deadline_ms, err)
+                                  : redis_expect_ok(c, 2, auth, deadline_ms, err);
     }
     if (st == TSR_OK && url->db != 0) {
         char db[16];
         snprintf(db, sizeof db, "%d", url->db);
         const char *select[] = {"SELECT", db};
-        st = redis_expect_ok(c, 2, select, timeout_ms, err);
+        st = redis_expect_ok(c, 2, select, deadline_ms, err);
     }
     if (st != TSR_OK) {
         tsrd_redis_close(c);

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "tessera/fingerprint.h"
+#include "serve/redis.h"
 
 static tsr_status config_set_string(char **slot, const char *value, tsr_error *err)
 {
@@ -591,10 +592,12 @@ static tsr_status key_fleet_cache(tsrd_config *c, const cJSON *v, tsr_error *err
     if (st == TSR_OK && (c->fleet.url == NULL) != (c->fleet.key_file == NULL))
         st = tsr_error_set(err, TSR_BAD_ATTRIBUTE, "fleet_cache: url and key_file go together");
     if (st == TSR_OK && c->fleet.url != NULL && strncmp(c->fleet.url, "redis://", 8) != 0 &&
-        strncmp(c->fleet.url, "rediss://", 9) != 0)
+        strncmp(c->fleet.url, "rediss://", 9) != 0) {
+        char shown[256];
+        tsrd_redis_url_shown(c->fleet.url, shown, sizeof shown);
         st = tsr_error_set(err, TSR_BAD_ATTRIBUTE,
-                           "fleet_cache: url '%s' must start with redis:// or rediss://",
-                           c->fleet.url);
+                           "fleet_cache: url '%s' must start with redis:// or rediss://", shown);
+    }
     return st;
 }
 

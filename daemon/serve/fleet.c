@@ -83,10 +83,11 @@ tsr_status tsrd_fleet_open(const tsrd_fleet_config *cfg, tsrd_fleet **out, tsr_e
         return tsr_error_set(err, TSR_NO_MEMORY, "fleet cache");
     pthread_mutex_init(&f->lock, NULL);
     tsr_status st = tsrd_redis_url_parse(cfg->url, &f->url, err);
-    if (st == TSR_OK)
+    if (st == TSR_OK) {
         st = tsr_kcache_key_file_read(cfg->key_file, f->mac_key, err);
-    if (st != TSR_OK && err != NULL && err->code == TSR_IO_ERROR)
-        tsr_error_prefix(err, "fleet_cache.key_file");
+        if (st != TSR_OK)
+            tsr_error_prefix(err, "fleet_cache.key_file");
+    }
     if (st == TSR_OK && f->url.tls)
         st = tsrd_redis_tls_open(cfg->tls_ca_file, &f->tls, err);
     if (st != TSR_OK) {

@@ -44,6 +44,12 @@ struct tsrd_redis_conn {
     bool tls_on;
     mbedtls_ssl_context ssl;
     redisReader *reader;
+    /* The reader's reply functions: hiredis's own, but for arrays, which no
+     * command sent here gets back and which a server could otherwise use to
+     * make the reader allocate a pointer and an object per element, past the
+     * byte bound (hiredis 0.14 takes up to 2^31 - 1 elements). */
+    redisReplyObjectFunctions fn;
+    int refused_array; /* the element count of an array refused; -1: none */
     size_t max_reply_bytes;
     int64_t deadline_ms; /* of the step in progress; read by the TLS callbacks */
 };
@@ -67,14 +73,32 @@ static bool redis_copy(char *dst, size_t size, const char *text, size_t n)
     return true;
 }
 
-tsr_status tsrd_redis_url_parse(const char *text, tsrd_redis_url *out, tsr_error *err)
+void tsrd_redis_url_shown(const char *text, char *out, size_t size)
+{
+    const char *scheme = strstr(text, "://");
+    const char *auth = scheme != NULL ? scheme + 3 : text;
+    const char *end = auth + strcspn(auth, "/");
+    const char *at = NULL;
+    for (const char *q = auth; q < end; q++)
+        if (*q == '@')
+            at = q;
+    if (at == NULL)
+        snprintf(out, size, "%s", text);
+    else
+        snprintf(out, size, "%.*s***%s", (int)(auth - text), text, at);
+}
+
+tsr_status tsrd_redis_url_parse(const char *url, tsrd_redis_url *out, tsr_error *err)
 {
     memset(out, 0, sizeof *out);
+    /* Messages quote the URL without its credentials. */
+    char text[256];
+    tsrd_redis_url_shown(url, text, sizeof text);
     const char *p;
-    if (strncmp(text, "redis://", 8) == 0) {
-        p = text + 8;
-    } else if (strncmp(text, "rediss://", 9) == 0) {
-        p = text + 9;
+    if (strncmp(url, "redis://", 8) == 0) {
+        p = url + 8;
+    } else if (strncmp(url, "rediss://", 9) == 0) {
+        p = url + 9;
         out->tls = true;
     } else {
         return tsr_error_set(err, TSR_BAD_ATTRIBUTE,
@@ -268,6 +292,30 @@ static tsr_status redis_tls_again(tsrd_redis_conn *c, int r, const char *what, t
 
 /* ---- connecting ---- */
 
+/* The reader's createArray: every array is refused (the reader then fails
+ * with an out-of-memory error, which tsrd_redis_command words from
+ * refused_array). */
+static void *redis_create_array(const redisReadTask *task, int elements)
+{
+    tsrd_redis_conn *c = task->privdata;
+    c->refused_array = elements;
+    return NULL;
+}
+
+/* A reader whose array replies are refused (redis_create_array). */
+static redisReader *redis_reader_make(tsrd_redis_conn *c)
+{
+    redisReader *r = redisReaderCreate();
+    if (r == NULL)
+        return NULL;
+    c->fn = *r->fn;
+    c->fn.createArray = redis_create_array;
+    r->fn = &c->fn;
+    r->privdata = c;
+    c->refused_array = -1;
+    return r;
+}
+
 static tsr_status redis_dial(const tsrd_redis_url *url, int64_t deadline_ms, int *fd_out,
                              tsr_error *err)
 {
@@ -341,15 +389,19 @@ static tsr_status redis_handshake(tsrd_redis_conn *c, const tsrd_redis_url *url,
     }
 }
 
-/* A command whose reply must be the status OK (AUTH, SELECT). */
-static tsr_status redis_expect_ok(tsrd_redis_conn *c, int argc, const char **argv, int timeout_ms,
-                                  tsr_error *err)
+/* A command of the connect whose reply must be the status OK (AUTH,
+ * SELECT), within what is left of the connect's deadline. */
+static tsr_status redis_expect_ok(tsrd_redis_conn *c, int argc, const char **argv,
+                                  int64_t deadline_ms, tsr_error *err)
 {
+    int64_t left = deadline_ms - redis_now_ms();
+    if (left <= 0)
+        return tsr_error_set(err, TSR_TIMEOUT, "redis: connect timed out before %s", argv[0]);
     size_t lens[3];
     for (int i = 0; i < argc; i++)
         lens[i] = strlen(argv[i]);
     redisReply *reply = NULL;
-    tsr_status st = tsrd_redis_command(c, argc, argv, lens, timeout_ms, &reply, err);
+    tsr_status st = tsrd_redis_command(c, argc, argv, lens, (int)left, &reply, err);
     if (st == TSR_OK && reply->type != REDIS_REPLY_STATUS)
         st = tsr_error_set(err, TSR_UNAVAILABLE, "redis %s: %.*s", argv[0],
                            reply->type == REDIS_REPLY_ERROR ? (int)reply->len : 10,
@@ -370,8 +422,10 @@ tsr_status tsrd_redis_connect(const tsrd_redis_url *url, const tsrd_redis_tls *t
         return tsr_error_set(err, TSR_NO_MEMORY, "redis connection");
     c->fd = -1;
     c->max_reply_bytes = max_reply_bytes;
-    c->reader = redisReaderCreate();
-    c->deadline_ms = redis_now_ms() + timeout_ms;
+    c->reader = redis_reader_make(c);
+    /* Dialling, the handshake, AUTH and SELECT share this one deadline. */
+    const int64_t deadline_ms = redis_now_ms() + timeout_ms;
+    c->deadline_ms = deadline_ms;
     tsr_status st = c->reader != NULL ? redis_dial(url, c->deadline_ms, &c->fd, err)
                                       : tsr_error_set(err, TSR_NO_MEMORY, "redis reader");
     if (st == TSR_OK && url->tls)
@@ -379,14 +433,14 @@ tsr_status tsrd_redis_connect(const tsrd_redis_url *url, const tsrd_redis_tls *t
     if (st == TSR_OK && url->password[0] != '\0') {
         const char *auth_user[] = {"AUTH", url->user, url->password};
         const char *auth[] = {"AUTH", url->password};
-        st = url->user[0] != '\0' ? redis_expect_ok(c, 3, auth_user, timeout_ms, err)
-                                  : redis_expect_ok(c, 2, auth, timeout_ms, err);
+        st = url->user[0] != '\0' ? redis_expect_ok(c, 3, auth_user, deadline_ms, err)
+                                  : redis_expect_ok(c, 2, auth, deadline_ms, err);
     }
     if (st == TSR_OK && url->db != 0) {
         char db[16];
         snprintf(db, sizeof db, "%d", url->db);
         const char *select[] = {"SELECT", db};
-        st = redis_expect_ok(c, 2, select, timeout_ms, err);
+        st = redis_expect_ok(c, 2, select, deadline_ms, err);
     }
     if (st != TSR_OK) {
         tsrd_redis_close(c);
@@ -491,7 +545,13 @@ tsr_status tsrd_redis_command(tsrd_redis_conn *c, int argc, const char **argv, c
     size_t taken = 0, limit = c->max_reply_bytes + 4096;
     while (st == TSR_OK) {
         void *r = NULL;
-        if (redisReaderGetReply(c->reader, &r) != REDIS_OK)
+        int parsed = redisReaderGetReply(c->reader, &r);
+        if (parsed != REDIS_OK && c->refused_array >= 0)
+            return tsr_error_set(err, TSR_CORRUPT,
+                                 "redis: reply to %s: an array of %d elements, where no array "
+                                 "is expected",
+                                 argv[0], c->refused_array);
+        if (parsed != REDIS_OK)
             return tsr_error_set(err, TSR_CORRUPT, "redis: reply to %s: %s", argv[0],
                                  c->reader->errstr);
         if (r != NULL) {

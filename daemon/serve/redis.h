@@ -7,7 +7,9 @@
  * hiredis Debian ships has no TLS). Every step runs against one deadline per
  * command, with poll(2): a Redis that is down, slow or silent costs a caller
  * at most its timeout, never a hang. Replies are bounded in size, so a server
- * cannot make the daemon buffer more than a cached entry's worth.
+ * cannot make the daemon buffer more than a cached entry's worth, and array
+ * replies, which no command sent here gets, are refused as they start (the
+ * reader would allocate per announced element).
  *
  * Threading: a tsrd_redis_tls is read-only after tsrd_redis_tls_open and may be
  * shared by every thread; a tsrd_redis_conn belongs to one thread at a time.
@@ -35,8 +37,14 @@ typedef struct tsrd_redis_url {
     int db; /* 0 when absent */
 } tsrd_redis_url;
 
-/* TSR_BAD_ATTRIBUTE naming what is wrong (scheme, host, port, db). */
+/* TSR_BAD_ATTRIBUTE naming what is wrong (scheme, host, port, db); the
+ * message quotes the URL as tsrd_redis_url_shown writes it. */
 tsr_status tsrd_redis_url_parse(const char *text, tsrd_redis_url *out, tsr_error *err);
+
+/* text as it may be logged: the credentials of a URL (what precedes the last
+ * '@' before the path) replaced by "***", so that a password never reaches
+ * an error message or the log. Cut to size bytes. */
+void tsrd_redis_url_shown(const char *text, char *out, size_t size);
 
 /* The TLS settings shared by every connection: the CA file's certificates (PEM;
  * NULL: the system's, /etc/ssl/certs/ca-certificates.crt), the server's name
@@ -59,7 +67,7 @@ tsr_status tsrd_redis_connect(const tsrd_redis_url *url, const tsrd_redis_tls *t
 /* Sends one command (argv[i] of lens[i] bytes) and reads its reply within
  * timeout_ms. TSR_OK with *reply set, an error reply included (the caller
  * looks at its type); TSR_UNAVAILABLE, TSR_TIMEOUT or TSR_CORRUPT (a reply
- * that does not parse or is too large) otherwise, after which the connection
+ * that does not parse, is too large or is an array) otherwise, after which the connection
  * is unusable and must be closed. */
 tsr_status tsrd_redis_command(tsrd_redis_conn *c, int argc, const char **argv, const size_t *lens,
                               int timeout_ms, redisReply **reply, tsr_error *err);

@@ -352,6 +352,9 @@ Test(config, fleet_cache_refuses_what_it_cannot_use_naming_the_key)
     expect_parse("{\"fleet_cache\": {\"url\": \"http://r:6379\", \"key_file\": \"/k\"}}",
                  TSR_BAD_ATTRIBUTE,
                  "fleet_cache: url 'http://r:6379' must start with redis:// or rediss://");
+    expect_parse("{\"fleet_cache\": {\"url\": \"http://u:s3cret@r:6379\", \"key_file\": \"/k\"}}",
+                 TSR_BAD_ATTRIBUTE,
+                 "fleet_cache: url 'http://***@r:6379' must start with redis:// or rediss://");
     expect_parse("{\"fleet_cache\": {\"timeout_ms\": 0}}", TSR_BAD_ATTRIBUTE,
                  "fleet_cache: timeout_ms: must be an integer in [1, 60000], got 0");
     expect_parse("{\"fleet_cache\": {\"lease_ms\": 600001}}", TSR_BAD_ATTRIBUTE,

@@ -132,3 +132,13 @@ Test(fleet, without_redis_a_winner_is_a_miss_and_the_cache_degraded)
     tsrd_fleet_close(a);
     fleet_teardown(&e);
 }
+
+Test(fleet, an_empty_key_file_name_is_refused_naming_the_setting)
+{
+    tsrd_fleet_config cfg = {.url = "redis://127.0.0.1:1", .key_file = ""};
+    tsrd_fleet *f = NULL;
+    tsr_error err;
+    cr_assert_eq(tsrd_fleet_open(&cfg, &f, &err), TSR_INVALID_ARGUMENT);
+    cr_expect_null(f);
+    cr_expect_str_eq(err.message, "fleet_cache.key_file: key file: empty name");
+}

@@ -3,8 +3,13 @@
  * connection to a port nothing listens on, which must fail at once with the
  * reason rather than wait.
  */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "serve/redis.h"
 #include "../support/testd.h"
@@ -59,6 +64,21 @@ Test(redis, bad_urls_say_what_is_wrong)
     url_bad("redis://[::1:6379", "fleet_cache.url 'redis://[::1:6379': unclosed '['");
 }
 
+Test(redis, bad_urls_are_quoted_without_their_password)
+{
+    url_bad("redis://fleet:s3cret@r:0",
+            "fleet_cache.url 'redis://***@r:0': the port must be 1 to 65535");
+    url_bad("rediss://:s3cret@[::1:6379", "fleet_cache.url 'rediss://***@[::1:6379': unclosed '['");
+    url_bad("redis://:p@ss@r/x",
+            "fleet_cache.url 'redis://***@r/x': the database must be a number");
+    url_bad("redis://:s3cret@", "fleet_cache.url 'redis://***@': no host");
+    char shown[64];
+    tsrd_redis_url_shown("redis://r:6379/0", shown, sizeof shown);
+    cr_expect_str_eq(shown, "redis://r:6379/0");
+    tsrd_redis_url_shown("r@x/a@b", shown, sizeof shown);
+    cr_expect_str_eq(shown, "***@x/a@b");
+}
+
 Test(redis, a_port_nobody_listens_on_is_unavailable_with_the_reason)
 {
     int port = testd_free_tcp_port();
@@ -81,4 +101,58 @@ Test(redis, rediss_needs_a_readable_ca_file)
     cr_expect_null(t);
     cr_expect(strncmp(err.message, "fleet cache TLS CA file '/nonexistent/ca.pem': ", 47) == 0,
               "%s", err.message);
+}
+
+/* A server that answers the first command it reads with reply, then holds
+ * the connection until the client closes it. */
+typedef struct fake_server {
+    int listen_fd;
+    const char *reply;
+} fake_server;
+
+static void *fake_server_main(void *arg)
+{
+    fake_server *f = arg;
+    int fd = accept(f->listen_fd, NULL, NULL);
+    if (fd < 0)
+        return NULL;
+    char buf[512];
+    if (recv(fd, buf, sizeof buf, 0) > 0)
+        send(fd, f->reply, strlen(f->reply), MSG_NOSIGNAL);
+    while (recv(fd, buf, sizeof buf, 0) > 0)
+        ;
+    close(fd);
+    return NULL;
+}
+
+Test(redis, an_array_reply_is_refused_before_the_reader_allocates_its_elements)
+{
+    /* A million elements announced: hiredis would allocate their pointers and
+     * wait for them; no command of the fleet cache gets an array back. */
+    fake_server f = {.listen_fd = socket(AF_INET, SOCK_STREAM, 0), .reply = "*1000000\r\n:1\r\n"};
+    cr_assert_geq(f.listen_fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    cr_assert_eq(bind(f.listen_fd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(f.listen_fd, 1), 0);
+    cr_assert_eq(getsockname(f.listen_fd, (struct sockaddr *)&a, &alen), 0);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, fake_server_main, &f), 0);
+    char text[64];
+    snprintf(text, sizeof text, "redis://127.0.0.1:%d", ntohs(a.sin_port));
+    tsrd_redis_url u = url_ok(text);
+    tsrd_redis_conn *c = NULL;
+    tsr_error err;
+    cr_assert_eq(tsrd_redis_connect(&u, NULL, 5000, 4096, &c, &err), TSR_OK, "%s", err.message);
+    const char *argv[] = {"GET", "k"};
+    const size_t lens[] = {3, 1};
+    redisReply *reply = NULL;
+    cr_expect_eq(tsrd_redis_command(c, 2, argv, lens, 5000, &reply, &err), TSR_CORRUPT);
+    cr_expect_null(reply);
+    cr_expect_str_eq(
+        err.message,
+        "redis: reply to GET: an array of 1000000 elements, where no array is expected");
+    tsrd_redis_close(c);
+    pthread_join(th, NULL);
+    close(f.listen_fd);
 }

@@ -85,23 +85,9 @@ static tsr_status batch_prepare(tsrd_job *job)
 static tsr_status batch_run_range(tsrd_job *job, tsrd_stream *stream, size_t from, size_t n)
 {
     batch_state *s = job->state;
-    tsrd_launch_desc *descs = calloc(n ? n : 1, sizeof *descs);
-    tsrd_dbuf **bufs = calloc(n ? n * TSR_MAX_REGION_INPUTS : 1, sizeof *bufs);
-    if (descs == NULL || bufs == NULL) {
-        free(descs);
-        free(bufs);
+    tsrd_launch_desc *descs = tsrd_bound_launch_descs(&s->entries[from], n);
+    if (descs == NULL)
         return tsr_error_set(&job->err, TSR_NO_MEMORY, "batch: out of memory");
-    }
-    for (size_t i = 0; i < n; i++) {
-        tsrd_bound_launch *e = &s->entries[from + i];
-        tsrd_dbuf **in = bufs + i * TSR_MAX_REGION_INPUTS;
-        for (int k = 0; k < e->n_inputs; k++)
-            in[k] = e->inputs[k]->dbuf;
-        descs[i] = (tsrd_launch_desc){.kernel = e->kernel->kobj,
-                                      .inputs = in,
-                                      .n_inputs = e->n_inputs,
-                                      .output = e->output->dbuf};
-    }
     size_t launched = 0;
     tsr_status st =
         job->d->bops->launch_many(job->d->backend, descs, n, stream, &launched, &job->err);
@@ -109,7 +95,6 @@ static tsr_status batch_run_range(tsrd_job *job, tsrd_stream *stream, size_t fro
     if (st != TSR_OK)
         tsr_error_prefix(&job->err, "batch.launches[%zu]", from + launched);
     free(descs);
-    free(bufs);
     return st;
 }
 

@@ -270,7 +270,7 @@ static double inline_wait_inflight(tsr_client *c, double want)
         n = fixture_counter(c, "inflight_requests");
         if (n == want)
             break;
-        attack_sleep_ms(10);
+        testd_sleep_ms(10);
     }
     return n;
 }

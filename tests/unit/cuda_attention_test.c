@@ -119,8 +119,7 @@ Test(cuda_attention, the_plan_packs_the_query_heads_of_each_kv_head)
 static void expect_split(const char *json, tsr_dtype out_dtype, const char *entry, int splits,
                          uint32_t grid_x)
 {
-    tsr_region r;
-    attention(&r, json);
+    tsr_region r = regions_parse(json);
     r.out_dtype = out_dtype;
     tsrd_attn_plan plan;
     tsr_error e;

@@ -261,10 +261,8 @@ static tsr_status batch_execute(tsrd_job *job)
     tsrd_daemon *d = job->d;
     if (!s->started) {
         s->started = true;
-        Tessera__V1__BatchReply init = TESSERA__V1__BATCH_REPLY__INIT;
-        job->body.batch = init;
-        job->reply.body_case = TESSERA__V1__REPLY__BODY_BATCH;
-        job->reply.batch = &job->body.batch;
+        tessera__v1__batch_reply__init(&job->body.batch);
+        TSRD_JOB_REPLY(job, batch, BATCH);
         /* Captured only once every kernel has been measured (by an earlier
          * batch): until then the launches go uncaptured and are measured. */
         s->use_graph = job->req->batch->graph && d->bops->graph != NULL;

@@ -1,6 +1,5 @@
 /*
- * batch.c — batch (a sequence of launches with one reply) and
- * buffer_import (a local process's device allocation by CUDA IPC).
+ * batch.c — batch: a sequence of launches with one reply.
  *
  * A batch is checked whole on the loop before any device work: every kernel
  * and buffer resolved and pinned, every signature matched, so a bad entry fails
@@ -336,85 +335,4 @@ const tsrd_handler tsrd_handler_batch = {
     .prepare = batch_prepare,
     .execute = batch_execute,
     .complete = batch_complete,
-};
-
-/* ---- buffer_import ---- */
-
-static tsr_status import_prepare(tsrd_job *job)
-{
-    const Tessera__V1__BufferImportRequest *req = job->req->buffer_import;
-    tsrd_buffer *b = calloc(1, sizeof *b);
-    if (b == NULL)
-        return tsr_error_set(&job->err, TSR_NO_MEMORY, "buffer_import: out of memory");
-    job->state = b;
-    tsr_status st = tsrd_dtype_from_pb(job, req->dtype, "buffer_import.dtype", &b->dtype);
-    if (st != TSR_OK)
-        return st;
-    if (req->n_shape > TSR_MAX_RANK)
-        return tsr_error_set(&job->err, TSR_BAD_DIMENSION,
-                             "buffer_import.shape: rank %zu, at most %d", req->n_shape,
-                             TSR_MAX_RANK);
-    uint64_t elements = 1;
-    b->rank = (int)req->n_shape;
-    for (int i = 0; i < b->rank; i++) {
-        int64_t dim = req->shape[i];
-        if (dim <= 0)
-            return tsr_error_set(&job->err, TSR_BAD_DIMENSION,
-                                 "buffer_import.shape[%d]: must be > 0, got %lld", i,
-                                 (long long)dim);
-        if (dim > TSR_MAX_ELEMENTS || elements > (uint64_t)TSR_MAX_ELEMENTS / (uint64_t)dim)
-            return tsr_error_set(&job->err, TSR_TOO_LARGE,
-                                 "buffer_import.shape: more than 2^40 elements");
-        elements *= (uint64_t)dim;
-        b->shape[i] = dim;
-    }
-    b->bytes = elements * tsr_dtype_size(b->dtype);
-    /* The allocation may be larger than the tensor, never smaller. */
-    if (req->offset > req->bytes || req->bytes - req->offset < b->bytes)
-        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
-                             "buffer_import: %llu bytes at offset %llu pass the end of the "
-                             "%llu-byte allocation",
-                             (unsigned long long)b->bytes, (unsigned long long)req->offset,
-                             (unsigned long long)req->bytes);
-    if (req->ipc_handle.len != 64)
-        return tsr_error_set(&job->err, TSR_INVALID_ARGUMENT,
-                             "buffer_import.ipc_handle: %zu bytes, a CUDA IPC handle has 64",
-                             req->ipc_handle.len);
-    return TSR_OK;
-}
-
-static tsr_status import_execute(tsrd_job *job)
-{
-    const Tessera__V1__BufferImportRequest *req = job->req->buffer_import;
-    tsrd_buffer *b = job->state;
-    const tsrd_backend_ops *ops = job->d->bops;
-    if (ops->ipc == NULL)
-        return tsr_error_set(&job->err, TSR_UNSUPPORTED,
-                             "%s backend: no device memory to import (CUDA IPC needs the cuda "
-                             "backend)",
-                             ops->name);
-    return ops->ipc->buffer_import(job->d->backend, 0, req->ipc_handle.data, req->ipc_handle.len,
-                                   req->offset, b->bytes, &b->dbuf, &job->err);
-}
-
-static tsr_status import_complete(tsrd_job *job, tsr_status status)
-{
-    tsrd_buffer *b = job->state;
-    Tessera__V1__BufferImportReply *r = &job->body.buffer_import;
-    Tessera__V1__BufferImportReply init = TESSERA__V1__BUFFER_IMPORT_REPLY__INIT;
-    *r = init;
-    status = tsrd_buffer_adopt(job->d, job->session, status, b, &r->buffer, &job->err);
-    if (status != TSR_OK)
-        return status;
-    r->bytes = b->bytes;
-    job->reply.body_case = TESSERA__V1__REPLY__BODY_BUFFER_IMPORT;
-    job->reply.buffer_import = r;
-    return TSR_OK;
-}
-
-const tsrd_handler tsrd_handler_buffer_import = {
-    .flags = TSRD_HEAVY,
-    .prepare = import_prepare,
-    .execute = import_execute,
-    .complete = import_complete,
 };

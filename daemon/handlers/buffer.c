@@ -90,13 +90,24 @@ static tsr_status buffer_new_prepare(tsrd_job *job, const char *what, int pb_dty
     return TSR_OK;
 }
 
-/* Gives the new buffer (job->state) a handle of the session's whatever
- * status its device memory came with (tsrd_buffer_adopt), and the reply its
- * handle and size. */
-static tsr_status buffer_new_complete(tsrd_job *job, tsr_status status, uint64_t *handle,
-                                      uint64_t *bytes)
+/* Alloc's and import's completion: gives the new buffer (job->state) a
+ * handle of the session whatever status its device memory came with
+ * (tsrd_buffer_adopt), and the reply its handle and size. */
+static tsr_status buffer_new_complete(tsrd_job *job, tsr_status status)
 {
     tsrd_buffer *b = job->state;
+    uint64_t *handle, *bytes;
+    if (job->req->body_case == TESSERA__V1__REQUEST__BODY_BUFFER_IMPORT) {
+        tessera__v1__buffer_import_reply__init(&job->body.buffer_import);
+        TSRD_JOB_REPLY(job, buffer_import, BUFFER_IMPORT);
+        handle = &job->body.buffer_import.buffer;
+        bytes = &job->body.buffer_import.bytes;
+    } else {
+        tessera__v1__buffer_alloc_reply__init(&job->body.buffer_alloc);
+        TSRD_JOB_REPLY(job, buffer_alloc, BUFFER_ALLOC);
+        handle = &job->body.buffer_alloc.buffer;
+        bytes = &job->body.buffer_alloc.bytes;
+    }
     status = tsrd_buffer_adopt(job->d, job->session, status, b, handle, &job->err);
     if (status == TSR_OK)
         *bytes = b->bytes;
@@ -116,19 +127,11 @@ static tsr_status buffer_alloc_execute(tsrd_job *job)
     return job->d->bops->buffer_alloc(job->d->backend, 0, b->bytes, &b->dbuf, &job->err);
 }
 
-static tsr_status buffer_alloc_complete(tsrd_job *job, tsr_status status)
-{
-    Tessera__V1__BufferAllocReply *r = &job->body.buffer_alloc;
-    tessera__v1__buffer_alloc_reply__init(r);
-    TSRD_JOB_REPLY(job, buffer_alloc, BUFFER_ALLOC);
-    return buffer_new_complete(job, status, &r->buffer, &r->bytes);
-}
-
 const tsrd_handler tsrd_handler_buffer_alloc = {
     .flags = TSRD_HEAVY,
     .prepare = buffer_alloc_prepare,
     .execute = buffer_alloc_execute,
-    .complete = buffer_alloc_complete,
+    .complete = buffer_new_complete,
 };
 
 /* ---- import ---- */
@@ -169,19 +172,11 @@ static tsr_status import_execute(tsrd_job *job)
                                    req->offset, b->bytes, &b->dbuf, &job->err);
 }
 
-static tsr_status import_complete(tsrd_job *job, tsr_status status)
-{
-    Tessera__V1__BufferImportReply *r = &job->body.buffer_import;
-    tessera__v1__buffer_import_reply__init(r);
-    TSRD_JOB_REPLY(job, buffer_import, BUFFER_IMPORT);
-    return buffer_new_complete(job, status, &r->buffer, &r->bytes);
-}
-
 const tsrd_handler tsrd_handler_buffer_import = {
     .flags = TSRD_HEAVY,
     .prepare = import_prepare,
     .execute = import_execute,
-    .complete = import_complete,
+    .complete = buffer_new_complete,
 };
 
 /* ---- write ---- */

@@ -340,14 +340,21 @@ tsr_status tsr_client_buffer_alloc(tsr_client *c, tsr_client_dtype dtype, int ra
     body.dtype = (Tessera__V1__DType)(dtype + 1);
     body.n_shape = (size_t)rank;
     body.shape = (int64_t *)shape;
+    return tsri_client_buffer_new(c, TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC, &body, out, bytes,
+                                  timeout_ms, err);
+}
+
+tsr_status tsri_client_buffer_new(tsr_client *c, Tessera__V1__Request__BodyCase kind, void *body,
+                                  tsr_buffer *out, uint64_t *bytes, int timeout_ms, tsr_error *err)
+{
     Tessera__V1__Reply *reply;
-    tsr_status st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC, &body, &reply,
-                                        timeout_ms, err);
+    tsr_status st = tsri_client_request(c, kind, body, &reply, timeout_ms, err);
     if (st != TSR_OK)
         return st;
-    *out = reply->buffer_alloc->buffer;
+    bool imported = kind == TESSERA__V1__REQUEST__BODY_BUFFER_IMPORT;
+    *out = imported ? reply->buffer_import->buffer : reply->buffer_alloc->buffer;
     if (bytes)
-        *bytes = reply->buffer_alloc->bytes;
+        *bytes = imported ? reply->buffer_import->bytes : reply->buffer_alloc->bytes;
     tessera__v1__reply__free_unpacked(reply, NULL);
     return TSR_OK;
 }

@@ -99,34 +99,6 @@ Test(contention, peers_that_leave_replies_unread_do_not_hold_the_daemon)
     tsr_client_close(alice);
 }
 
-/* A matmul kernel of n^3 with its three buffers, on c. */
-typedef struct contention_mm {
-    tsr_kernel kernel;
-    tsr_buffer in[2], out;
-} contention_mm;
-
-static contention_mm contention_matmul(tsr_client *c, int n)
-{
-    char json[160];
-    snprintf(json, sizeof json,
-             "{\"kind\": \"matmul\", \"dtype\": \"f32\", \"m\": %d, \"n\": %d, "
-             "\"k\": %d}",
-             n, n, n);
-    tsr_region *r = fixture_region_json(json);
-    tsr_client_compile_opts opts = {.skip_verify = true};
-    tsr_client_compiled compiled;
-    tsr_error err;
-    cr_assert_eq(tsr_client_compile(c, r, &opts, &compiled, 60000, &err), TSR_OK, "%s",
-                 err.message);
-    tsr_client_region_free(r);
-    contention_mm mm = {.kernel = compiled.kernel};
-    int64_t shape[2] = {n, n};
-    mm.in[0] = fixture_alloc(c, TSR_CLIENT_F32, 2, shape);
-    mm.in[1] = fixture_alloc(c, TSR_CLIENT_F32, 2, shape);
-    mm.out = fixture_alloc(c, TSR_CLIENT_F32, 2, shape);
-    return mm;
-}
-
 typedef struct contention_resends {
     uint8_t *bytes;
     size_t len;
@@ -245,7 +217,7 @@ Test(contention, resends_of_a_slow_request_wait_within_in_flight_and_hold_no_oth
 
 typedef struct contention_batch {
     tsr_client *alice;
-    contention_mm mm;
+    fixture_mm mm;
     int launches;
     tsr_status status;
     tsr_client_batch_result result;
@@ -272,7 +244,7 @@ Test(contention, a_long_batch_yields_between_launches_to_another_tenants_run)
     /* One worker thread: without yielding, the batch would hold it throughout. */
     cr_assert_eq(attack_start_tenants(&contention_d, "\"workers\": 1, ", "", "", 0, NULL), 0);
     contention_batch b = {.alice = contention_client(ATTACK_TOKEN_ALICE), .launches = 60};
-    b.mm = contention_matmul(b.alice, 512);
+    b.mm = fixture_matmul(b.alice, 512);
     /* Bob's 4-element run, compiled once beforehand so that what is timed is
      * the wait for a worker. */
     tsr_client *bob = contention_client(ATTACK_TOKEN_BOB);

@@ -285,21 +285,8 @@ Test(inline, a_launch_behind_a_long_batch_waits_for_it_and_another_session_does_
 
     /* Alice: a slow product, a relu of x into r (the batch's last launch) and
      * the affine kernel, measured short by two launches. */
-    char json[160];
-    snprintf(json, sizeof json,
-             "{\"kind\": \"matmul\", \"dtype\": \"f32\", \"m\": %d, \"n\": %d, \"k\": %d}",
-             INLINE_MM, INLINE_MM, INLINE_MM);
-    tsr_region *mm_region = fixture_region_json(json);
-    tsr_client_compile_opts opts = {.skip_verify = true};
-    tsr_client_compiled mm;
+    fixture_mm mm = fixture_matmul(alice, INLINE_MM);
     tsr_error err;
-    cr_assert_eq(tsr_client_compile(alice, mm_region, &opts, &mm, 60000, &err), TSR_OK, "%s",
-                 err.message);
-    tsr_client_region_free(mm_region);
-    int64_t shape[2] = {INLINE_MM, INLINE_MM};
-    tsr_buffer mm_in[2] = {fixture_alloc(alice, TSR_CLIENT_F32, 2, shape),
-                           fixture_alloc(alice, TSR_CLIENT_F32, 2, shape)};
-    tsr_buffer mm_out = fixture_alloc(alice, TSR_CLIENT_F32, 2, shape);
     tsr_region *relu_region = fixture_region_json(
         "{\"kind\": \"pointwise\", \"dtype\": \"f32\", \"inputs\": [{\"name\": \"x\", "
         "\"shape\": [4]}], \"ops\": [{\"op\": \"relu\", \"args\": [\"x\"], \"out\": \"y\"}], "
@@ -320,14 +307,14 @@ Test(inline, a_launch_behind_a_long_batch_waits_for_it_and_another_session_does_
 
     /* One product alone, for the figures. */
     uint64_t t0 = attack_now_ms();
-    cr_assert_eq(tsr_client_launch(alice, mm.kernel, mm_in, 2, mm_out, NULL, 60000, &err), TSR_OK,
+    cr_assert_eq(tsr_client_launch(alice, mm.kernel, mm.in, 2, mm.out, NULL, 60000, &err), TSR_OK,
                  "%s", err.message);
     uint64_t mm_ms = attack_now_ms() - t0;
 
     inline_batch batch = {.c = alice};
     for (int i = 0; i < INLINE_BATCH; i++)
         batch.descs[i] = (tsr_client_launch_desc){
-            .kernel = mm.kernel, .n_inputs = 2, .inputs = mm_in, .output = mm_out};
+            .kernel = mm.kernel, .n_inputs = 2, .inputs = mm.in, .output = mm.out};
     batch.descs[INLINE_BATCH] =
         (tsr_client_launch_desc){.kernel = relu.kernel, .n_inputs = 1, .inputs = &a.x, .output = r};
     cr_expect_eq(inline_wait_inflight(bob, 1), 1, "bob's stats request alone is in flight");

@@ -57,6 +57,14 @@ Tessera__V1__Region *fixture_region_pb(const tsr_region *r);
 tsr_buffer fixture_alloc(tsr_client *c, tsr_client_dtype dtype, int rank, const int64_t *shape);
 tsr_buffer fixture_alloc_f32(tsr_client *c, int64_t n);
 
+/* An n x n x n f32 matmul compiled on c without verification, with its
+ * three n x n buffers (asserted). */
+typedef struct fixture_mm {
+    tsr_kernel kernel;
+    tsr_buffer in[2], out;
+} fixture_mm;
+fixture_mm fixture_matmul(tsr_client *c, int n);
+
 /* The daemon's counter or gauge name (-1 when it has none), fetched on c with
  * c's default timeout. */
 double fixture_counter(tsr_client *c, const char *name);

@@ -36,6 +36,26 @@ static tsr_status buffer_io_begin(tsrd_job *job, uint64_t handle, const char *fi
     return st;
 }
 
+/* The range of len bytes at offset within the pinned buffer, and for
+ * shared-memory data (shm not NULL) its segment resolved and mapped; what
+ * names the request in errors ("buffer_write"). */
+static tsr_status buffer_io_range(tsrd_job *job, const char *what, uint64_t offset, uint64_t len,
+                                  const Tessera__V1__SharedMemory *shm)
+{
+    buffer_io *io = job->state;
+    uint64_t bytes = io->buf->bytes;
+    if (offset > bytes || len > bytes - offset)
+        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                             "%s: %llu bytes at offset %llu pass the end of the %llu-byte buffer",
+                             what, (unsigned long long)len, (unsigned long long)offset,
+                             (unsigned long long)bytes);
+    if (shm == NULL)
+        return TSR_OK;
+    char field[48];
+    snprintf(field, sizeof field, "%s.shm", what);
+    return tsrd_shm_resolve(job, shm, field, 0, &io->map, &io->host);
+}
+
 static tsr_status buffer_io_shm_copy(tsrd_job *job, uint64_t offset, uint64_t len, int to_device)
 {
     buffer_io *io = job->state;
@@ -191,17 +211,7 @@ static tsr_status buffer_write_prepare(tsrd_job *job)
     uint64_t len = req->shm != NULL ? req->shm->length : req->data.len;
     if (req->shm != NULL && req->data.len != 0)
         return tsr_error_set(&job->err, TSR_CONFLICT, "buffer_write: data and shm both given");
-    if (req->offset > b->bytes || len > b->bytes - req->offset)
-        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
-                             "buffer_write: %llu bytes at offset %llu pass the end of the "
-                             "%llu-byte buffer",
-                             (unsigned long long)len, (unsigned long long)req->offset,
-                             (unsigned long long)b->bytes);
-    if (req->shm != NULL) {
-        buffer_io *io = job->state;
-        return tsrd_shm_resolve(job, req->shm, "buffer_write.shm", 0, &io->map, &io->host);
-    }
-    return TSR_OK;
+    return buffer_io_range(job, "buffer_write", req->offset, len, req->shm);
 }
 
 static tsr_status buffer_write_execute(tsrd_job *job)
@@ -245,17 +255,10 @@ static tsr_status buffer_read_prepare(tsrd_job *job)
                 (unsigned long long)req->length, (unsigned long long)req->shm->length);
         len = req->shm->length;
     }
-    if (len > b->bytes - req->offset)
-        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
-                             "buffer_read: %llu bytes at offset %llu pass the end of the "
-                             "%llu-byte buffer",
-                             (unsigned long long)len, (unsigned long long)req->offset,
-                             (unsigned long long)b->bytes);
     tessera__v1__buffer_read_reply__init(&job->body.buffer_read);
-    if (req->shm != NULL) {
-        buffer_io *io = job->state;
-        return tsrd_shm_resolve(job, req->shm, "buffer_read.shm", 0, &io->map, &io->host);
-    }
+    st = buffer_io_range(job, "buffer_read", req->offset, len, req->shm);
+    if (st != TSR_OK || req->shm != NULL)
+        return st;
     if (len > tsrd_reply_payload_max(job->d))
         return tsr_error_set(&job->err, TSR_MESSAGE_TOO_LARGE,
                              "buffer_read: %llu bytes do not fit one reply (limit %llu); read "

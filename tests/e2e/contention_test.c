@@ -215,36 +215,17 @@ Test(contention, resends_of_a_slow_request_wait_within_in_flight_and_hold_no_oth
     free(r.bytes);
 }
 
-typedef struct contention_batch {
-    tsr_client *alice;
-    fixture_mm mm;
-    int launches;
-    tsr_status status;
-    tsr_client_batch_result result;
-    uint64_t done_ms;
-} contention_batch;
-
-static void *contention_batch_main(void *arg)
-{
-    contention_batch *b = arg;
-    tsr_client_launch_desc *descs = calloc((size_t)b->launches, sizeof *descs);
-    for (int i = 0; i < b->launches; i++)
-        descs[i] = (tsr_client_launch_desc){
-            .kernel = b->mm.kernel, .n_inputs = 2, .inputs = b->mm.in, .output = b->mm.out};
-    tsr_error err;
-    b->status =
-        tsr_client_batch(b->alice, descs, (size_t)b->launches, false, &b->result, 120000, &err);
-    b->done_ms = attack_now_ms();
-    free(descs);
-    return NULL;
-}
-
 Test(contention, a_long_batch_yields_between_launches_to_another_tenants_run)
 {
     /* One worker thread: without yielding, the batch would hold it throughout. */
     cr_assert_eq(attack_start_tenants(&contention_d, "\"workers\": 1, ", "", "", 0, NULL), 0);
-    contention_batch b = {.alice = contention_client(ATTACK_TOKEN_ALICE), .launches = 60};
-    b.mm = fixture_matmul(b.alice, 512);
+    tsr_client *alice = contention_client(ATTACK_TOKEN_ALICE);
+    fixture_mm mm = fixture_matmul(alice, 512);
+    tsr_client_launch_desc descs[60];
+    for (int i = 0; i < 60; i++)
+        descs[i] = (tsr_client_launch_desc){
+            .kernel = mm.kernel, .n_inputs = 2, .inputs = mm.in, .output = mm.out};
+    attack_batch b = {.c = alice, .descs = descs, .n = 60};
     /* Bob's 4-element run, compiled once beforehand so that what is timed is
      * the wait for a worker. */
     tsr_client *bob = contention_client(ATTACK_TOKEN_BOB);
@@ -257,19 +238,17 @@ Test(contention, a_long_batch_yields_between_launches_to_another_tenants_run)
     /* One launch alone, for the figures. */
     double one_ms = 0;
     uint64_t t0 = attack_now_ms();
-    cr_assert_eq(
-        tsr_client_launch(b.alice, b.mm.kernel, b.mm.in, 2, b.mm.out, &one_ms, 30000, &err), TSR_OK,
-        "%s", err.message);
+    cr_assert_eq(tsr_client_launch(alice, mm.kernel, mm.in, 2, mm.out, &one_ms, 30000, &err),
+                 TSR_OK, "%s", err.message);
     uint64_t launch_ms = attack_now_ms() - t0;
-    pthread_t th;
     uint64_t batch_t0 = attack_now_ms();
-    cr_assert_eq(pthread_create(&th, NULL, contention_batch_main, &b), 0);
+    cr_assert_eq(attack_batch_start(&b), 0);
     testd_sleep_ms(3 * (int)launch_ms + 50);
     uint64_t run_t0 = attack_now_ms();
     cr_expect_eq(tsr_client_run(bob, tiny, NULL, inputs, out, NULL, 60000, &err), TSR_OK, "%s",
                  err.message);
     uint64_t run_done = attack_now_ms();
-    pthread_join(th, NULL);
+    attack_batch_join(&b);
     cr_assert_eq(b.status, TSR_OK);
     cr_expect_eq(b.result.launched, 60);
     cr_expect_eq(out[3], 9.0f, "y = 2x + 1");
@@ -282,7 +261,7 @@ Test(contention, a_long_batch_yields_between_launches_to_another_tenants_run)
     cr_expect_lt(run_done, b.done_ms, "bob's run waited for the whole batch");
     tsr_client_region_free(tiny);
     tsr_client_close(bob);
-    tsr_client_close(b.alice);
+    tsr_client_close(alice);
 }
 
 /* A request of alice's as wire bytes. */

@@ -229,23 +229,6 @@ Test(inline, a_resent_launch_id_gets_the_stored_reply_and_runs_once)
 #define INLINE_MM 512
 #define INLINE_BATCH 30
 
-typedef struct inline_batch {
-    tsr_client *c;
-    tsr_client_launch_desc descs[INLINE_BATCH + 1];
-    tsr_status status;
-    tsr_client_batch_result result;
-    uint64_t done_ms;
-} inline_batch;
-
-static void *inline_batch_main(void *arg)
-{
-    inline_batch *b = arg;
-    tsr_error err;
-    b->status = tsr_client_batch(b->c, b->descs, INLINE_BATCH + 1, false, &b->result, 120000, &err);
-    b->done_ms = attack_now_ms();
-    return NULL;
-}
-
 typedef struct inline_behind {
     tsr_client *c;
     inline_tiny *t;
@@ -311,16 +294,17 @@ Test(inline, a_launch_behind_a_long_batch_waits_for_it_and_another_session_does_
                  "%s", err.message);
     uint64_t mm_ms = attack_now_ms() - t0;
 
-    inline_batch batch = {.c = alice};
+    tsr_client_launch_desc descs[INLINE_BATCH + 1];
     for (int i = 0; i < INLINE_BATCH; i++)
-        batch.descs[i] = (tsr_client_launch_desc){
+        descs[i] = (tsr_client_launch_desc){
             .kernel = mm.kernel, .n_inputs = 2, .inputs = mm.in, .output = mm.out};
-    batch.descs[INLINE_BATCH] =
+    descs[INLINE_BATCH] =
         (tsr_client_launch_desc){.kernel = relu.kernel, .n_inputs = 1, .inputs = &a.x, .output = r};
     cr_expect_eq(inline_wait_inflight(bob, 1), 1, "bob's stats request alone is in flight");
-    pthread_t batch_th, behind_th;
+    attack_batch batch = {.c = alice, .descs = descs, .n = INLINE_BATCH + 1};
+    pthread_t behind_th;
     uint64_t batch_t0 = attack_now_ms();
-    cr_assert_eq(pthread_create(&batch_th, NULL, inline_batch_main, &batch), 0);
+    cr_assert_eq(attack_batch_start(&batch), 0);
     cr_assert_eq(inline_wait_inflight(bob, 2), 2, "the batch was received");
     /* z = 2r + 1 on alice's session, behind the batch that writes r. */
     inline_behind behind = {.c = alice, .t = &a, .in = r, .out = z};
@@ -337,7 +321,7 @@ Test(inline, a_launch_behind_a_long_batch_waits_for_it_and_another_session_does_
     cr_expect_eq(fixture_counter(bob, "inflight_requests"), 3,
                  "bob's launch waited for alice's batch");
     cr_expect_eq(inline_count(bob), inlined, "nothing ran on the loop during the batch");
-    pthread_join(batch_th, NULL);
+    attack_batch_join(&batch);
     pthread_join(behind_th, NULL);
     cr_assert_eq(batch.status, TSR_OK);
     cr_expect_eq(batch.result.launched, INLINE_BATCH + 1);

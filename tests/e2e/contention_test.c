@@ -24,18 +24,11 @@
 #include "../support/attack.h"
 #include "../support/fixture.h"
 
-static testd contention_d;
-
-static void contention_teardown(void)
-{
-    fixture_stop(&contention_d, NULL);
-}
-
-TestSuite(contention, .fini = contention_teardown, .timeout = 60);
+TestSuite(contention, .fini = fixture_suite_stop, .timeout = 60);
 
 static tsr_client *contention_client(const char *token)
 {
-    tsr_client *c = testd_connect(contention_d.url, token, 60000);
+    tsr_client *c = testd_connect(suite_daemon.url, token, 60000);
     cr_assert_not_null(c);
     return c;
 }
@@ -54,7 +47,7 @@ static uint64_t contention_hello_ms(tsr_client *c)
 
 Test(contention, peers_that_leave_replies_unread_do_not_hold_the_daemon)
 {
-    cr_assert_eq(attack_start_tenants(&contention_d, "", "", "", 0, NULL), 0);
+    cr_assert_eq(attack_start_tenants(&suite_daemon, "", "", "", 0, NULL), 0);
     tsr_client *alice = contention_client(ATTACK_TOKEN_ALICE);
     size_t len;
     uint8_t *hello = attack_hello(0, NULL, 0, &len); /* no token: UNAUTHENTICATED, small */
@@ -73,7 +66,7 @@ Test(contention, peers_that_leave_replies_unread_do_not_hold_the_daemon)
                 close(fds[i]);
                 reconnects++;
             }
-            fds[i] = attack_sp_connect(contention_d.url, 2000);
+            fds[i] = attack_sp_connect(suite_daemon.url, 2000);
             if (fds[i] >= 0)
                 attack_sp_flood(fds[i], 1, hello, len, 1000);
         }
@@ -111,7 +104,7 @@ typedef struct contention_resends {
 static void *contention_resend_main(void *arg)
 {
     contention_resends *r = arg;
-    r->got = attack_same_request(contention_d.url, r->bytes, r->len, 80, 60000, r->statuses,
+    r->got = attack_same_request(suite_daemon.url, r->bytes, r->len, 80, 60000, r->statuses,
                                  r->messages, r->done_ms);
     return NULL;
 }
@@ -156,12 +149,12 @@ static uint8_t *contention_slow_run(uint64_t id, int64_t seq, size_t *len)
 
 Test(contention, resends_of_a_slow_request_wait_within_in_flight_and_hold_no_other_tenant)
 {
-    cr_assert_eq(attack_start_tenants(&contention_d, "", "\"in_flight\": 8", "", 0, NULL), 0);
+    cr_assert_eq(attack_start_tenants(&suite_daemon, "", "\"in_flight\": 8", "", 0, NULL), 0);
     contention_resends r = {0};
     /* Once alone, to have it compiled and to know how long it takes. */
     r.bytes = contention_slow_run(0x51016, 8192, &r.len);
     uint32_t s;
-    cr_assert_eq(testd_raw_open(&contention_d, &s), 0);
+    cr_assert_eq(testd_raw_open(&suite_daemon, &s), 0);
     uint64_t t0 = attack_now_ms();
     Tessera__V1__Reply *alone = NULL;
     cr_assert_eq(testd_raw_send(s, r.bytes, r.len, 60000, &alone), 0);
@@ -218,7 +211,7 @@ Test(contention, resends_of_a_slow_request_wait_within_in_flight_and_hold_no_oth
 Test(contention, a_long_batch_yields_between_launches_to_another_tenants_run)
 {
     /* One worker thread: without yielding, the batch would hold it throughout. */
-    cr_assert_eq(attack_start_tenants(&contention_d, "\"workers\": 1, ", "", "", 0, NULL), 0);
+    cr_assert_eq(attack_start_tenants(&suite_daemon, "\"workers\": 1, ", "", "", 0, NULL), 0);
     tsr_client *alice = contention_client(ATTACK_TOKEN_ALICE);
     fixture_mm mm = fixture_matmul(alice, 512);
     tsr_client_launch_desc descs[60];
@@ -277,13 +270,13 @@ static uint8_t *contention_pack(Tessera__V1__Request *req, uint64_t id, size_t *
 
 Test(contention, a_tenants_unread_replies_past_its_cap_close_its_worst_connection)
 {
-    cr_assert_eq(attack_start_tenants(&contention_d, "\"max_unread_replies_per_tenant\": 16, ", "",
+    cr_assert_eq(attack_start_tenants(&suite_daemon, "\"max_unread_replies_per_tenant\": 16, ", "",
                                       "", 0, NULL),
                  0);
     tsr_client *bob = contention_client(ATTACK_TOKEN_BOB);
     int fds[CONTENTION_READERS];
     for (int k = 0; k < CONTENTION_READERS; k++) {
-        fds[k] = attack_sp_connect(contention_d.url, 5000);
+        fds[k] = attack_sp_connect(suite_daemon.url, 5000);
         cr_assert_geq(fds[k], 0);
         /* A 256 KiB buffer, its reply read... */
         int64_t shape[1] = {65536};

@@ -23,16 +23,7 @@
 #include "../support/attack.h"
 #include "../support/fixture.h"
 
-static testd inline_d;
-static tsr_client *inline_client;
-
-static void inline_teardown(void)
-{
-    fixture_stop(&inline_d, inline_client);
-    inline_client = NULL;
-}
-
-TestSuite(inline, .fini = inline_teardown, .timeout = 120);
+TestSuite(inline, .fini = fixture_suite_stop, .timeout = 120);
 
 static double inline_count(tsr_client *c)
 {
@@ -84,8 +75,8 @@ static void inline_expect(tsr_client *c, tsr_buffer b, const float want[4])
  * nine on the loop; a run (which compiles) never inline. */
 static void inline_launches_count(const char *const *flags)
 {
-    inline_client = fixture_start_client(&inline_d, flags, 60000);
-    tsr_client *c = inline_client;
+    suite_client = fixture_start_client(&suite_daemon, flags, 60000);
+    tsr_client *c = suite_client;
     inline_tiny t = inline_tiny_make(c);
     cr_assert_eq(inline_count(c), 0);
     inline_launch(c, t.kernel, t.x, t.y);
@@ -127,8 +118,8 @@ Test(inline, later_launches_of_a_short_kernel_run_on_the_loop_cpu_isolated)
  * request cannot use, in the order the request names them. */
 Test(inline, a_launch_names_the_first_handle_it_cannot_use)
 {
-    inline_client = fixture_start_client(&inline_d, NULL, 60000);
-    tsr_client *c = inline_client;
+    suite_client = fixture_start_client(&suite_daemon, NULL, 60000);
+    tsr_client *c = suite_client;
     inline_tiny t = inline_tiny_make(c);
     tsr_buffer small = fixture_alloc_f32(c, 2);
     tsr_buffer bogus = 0x5eed1234;
@@ -181,9 +172,9 @@ static uint64_t inline_raw_alloc(uint32_t s, uint64_t id)
 
 Test(inline, a_resent_launch_id_gets_the_stored_reply_and_runs_once)
 {
-    inline_client = fixture_start_client(&inline_d, NULL, 60000);
+    suite_client = fixture_start_client(&suite_daemon, NULL, 60000);
     uint32_t s;
-    cr_assert_eq(testd_raw_open(&inline_d, &s), 0);
+    cr_assert_eq(testd_raw_open(&suite_daemon, &s), 0);
     tsr_region *r = fixture_affine(4);
     Tessera__V1__Region *pb = fixture_region_pb(r);
     Tessera__V1__CompileRequest compile = TESSERA__V1__COMPILE_REQUEST__INIT;
@@ -206,19 +197,19 @@ Test(inline, a_resent_launch_id_gets_the_stored_reply_and_runs_once)
     req = (Tessera__V1__Request)TESSERA__V1__REQUEST__INIT;
     req.body_case = TESSERA__V1__REQUEST__BODY_LAUNCH;
     req.launch = &launch;
-    double inlined = inline_count(inline_client);
-    double replays = fixture_counter(inline_client, "replays_total");
+    double inlined = inline_count(suite_client);
+    double replays = fixture_counter(suite_client, "replays_total");
     tessera__v1__reply__free_unpacked(inline_raw(s, &req, 0x1a000004), NULL);
-    cr_expect_eq(inline_count(inline_client), inlined, "the first launch went to the pool");
+    cr_expect_eq(inline_count(suite_client), inlined, "the first launch went to the pool");
     Tessera__V1__Reply *first = inline_raw(s, &req, 0x1a000005);
-    cr_expect_eq(inline_count(inline_client), inlined + 1, "the second ran on the loop");
+    cr_expect_eq(inline_count(suite_client), inlined + 1, "the second ran on the loop");
     cr_assert_eq(first->body_case, TESSERA__V1__REPLY__BODY_LAUNCH);
     /* The same id again: the stored reply, byte for byte, and no launch. */
     Tessera__V1__Reply *again = inline_raw(s, &req, 0x1a000005);
     cr_assert_eq(again->body_case, TESSERA__V1__REPLY__BODY_LAUNCH);
     cr_expect_eq(again->launch->device_ms, first->launch->device_ms);
-    cr_expect_eq(fixture_counter(inline_client, "replays_total"), replays + 1);
-    cr_expect_eq(inline_count(inline_client), inlined + 1, "the resend was not executed");
+    cr_expect_eq(fixture_counter(suite_client, "replays_total"), replays + 1);
+    cr_expect_eq(inline_count(suite_client), inlined + 1, "the resend was not executed");
     tessera__v1__reply__free_unpacked(first, NULL);
     tessera__v1__reply__free_unpacked(again, NULL);
     testd_raw_close(s);
@@ -260,10 +251,10 @@ static double inline_wait_inflight(tsr_client *c, double want)
 
 Test(inline, a_launch_behind_a_long_batch_waits_for_it_and_another_session_does_not)
 {
-    cr_assert_eq(attack_start_tenants(&inline_d, "", "\"in_flight\": 2", "", 0, NULL), 0);
-    tsr_client *alice = testd_connect(inline_d.url, ATTACK_TOKEN_ALICE, 60000);
-    tsr_client *alice2 = testd_connect(inline_d.url, ATTACK_TOKEN_ALICE, 60000);
-    tsr_client *bob = testd_connect(inline_d.url, ATTACK_TOKEN_BOB, 60000);
+    cr_assert_eq(attack_start_tenants(&suite_daemon, "", "\"in_flight\": 2", "", 0, NULL), 0);
+    tsr_client *alice = testd_connect(suite_daemon.url, ATTACK_TOKEN_ALICE, 60000);
+    tsr_client *alice2 = testd_connect(suite_daemon.url, ATTACK_TOKEN_ALICE, 60000);
+    tsr_client *bob = testd_connect(suite_daemon.url, ATTACK_TOKEN_BOB, 60000);
     cr_assert(alice != NULL && alice2 != NULL && bob != NULL);
 
     /* Alice: a slow product, a relu of x into r (the batch's last launch) and

@@ -223,11 +223,9 @@ Test(contention, a_long_batch_yields_between_launches_to_another_tenants_run)
      * the wait for a worker. */
     tsr_client *bob = contention_client(ATTACK_TOKEN_BOB);
     tsr_region *tiny = fixture_affine(4);
-    float in[4] = {1, 2, 3, 4}, out[4];
-    const void *inputs[1] = {in};
+    float out[4];
     tsr_error err;
-    cr_assert_eq(tsr_client_run(bob, tiny, NULL, inputs, out, NULL, 30000, &err), TSR_OK, "%s",
-                 err.message);
+    cr_assert_eq(fixture_affine_run4(bob, tiny, out, 30000, &err), TSR_OK, "%s", err.message);
     /* One launch alone, for the figures. */
     double one_ms = 0;
     uint64_t t0 = attack_now_ms();
@@ -238,8 +236,7 @@ Test(contention, a_long_batch_yields_between_launches_to_another_tenants_run)
     cr_assert_eq(attack_batch_start(&b), 0);
     testd_sleep_ms(3 * (int)launch_ms + 50);
     uint64_t run_t0 = attack_now_ms();
-    cr_expect_eq(tsr_client_run(bob, tiny, NULL, inputs, out, NULL, 60000, &err), TSR_OK, "%s",
-                 err.message);
+    cr_expect_eq(fixture_affine_run4(bob, tiny, out, 60000, &err), TSR_OK, "%s", err.message);
     uint64_t run_done = attack_now_ms();
     attack_batch_join(&b);
     cr_assert_eq(b.status, TSR_OK);

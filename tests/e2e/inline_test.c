@@ -87,11 +87,9 @@ static void inline_launches_count(const char *const *flags)
     cr_expect_eq(n, 9, "every later launch ran on the loop: %g of 9", n);
     inline_expect(c, t.y, (const float[4]){3, 5, 7, 9});
     tsr_region *r = fixture_affine(4);
-    float in[4] = {1, 2, 3, 4}, out[4];
-    const void *inputs[1] = {in};
+    float out[4];
     tsr_error err;
-    cr_assert_eq(tsr_client_run(c, r, NULL, inputs, out, NULL, 30000, &err), TSR_OK, "%s",
-                 err.message);
+    cr_assert_eq(fixture_affine_run4(c, r, out, 30000, &err), TSR_OK, "%s", err.message);
     tsr_client_region_free(r);
     cr_expect_eq(out[3], 9.0f);
     cr_expect_eq(inline_count(c), 9, "a run is not a launch: it goes to the pool");

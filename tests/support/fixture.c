@@ -80,6 +80,14 @@ tsr_region *fixture_affine(int64_t n)
     return r;
 }
 
+tsr_status fixture_affine_run4(tsr_client *c, const tsr_region *r, float out[4], int timeout_ms,
+                               tsr_error *err)
+{
+    static const float x[4] = {1, 2, 3, 4};
+    const void *inputs[1] = {x};
+    return tsr_client_run(c, r, NULL, inputs, out, NULL, timeout_ms, err);
+}
+
 void fixture_compile(const testd *d, tsr_region *r, tsr_client_compiled *out)
 {
     tsr_client *c = fixture_client(d, 30000);

@@ -46,6 +46,11 @@ tsr_region *fixture_region_json(const char *json);
 /* testdata_affine(n): y = 2x + 1 over n f32 elements. */
 tsr_region *fixture_affine(int64_t n);
 
+/* Runs r, fixture_affine(4), on c over x = {1, 2, 3, 4} into out: the call's
+ * status, err filled on failure. */
+tsr_status fixture_affine_run4(tsr_client *c, const tsr_region *r, float out[4], int timeout_ms,
+                               tsr_error *err);
+
 /* Compiles r (which it frees) on a connection of its own to d, 30 s timeout,
  * into *out, asserted TSR_OK. */
 void fixture_compile(const testd *d, tsr_region *r, tsr_client_compiled *out);

@@ -86,6 +86,29 @@ tsr_status tsri_client_region_encode(const tsr_client *c, const tsr_region *r,
     return TSR_OK;
 }
 
+/* A request whose body carries a region and its compile options (compile,
+ * run, verify, candidates): r and opts are encoded into *region and
+ * *options (the body's own members) for the round trip and freed after it,
+ * whatever happened. *reply as for tsri_client_request. */
+static tsr_status call_region_request(tsr_client *c, const tsr_region *r,
+                                      const tsr_client_compile_opts *opts,
+                                      Tessera__V1__Request__BodyCase kind, void *body,
+                                      Tessera__V1__Region **region,
+                                      Tessera__V1__CompileOptions **options,
+                                      Tessera__V1__Reply **reply, int timeout_ms, tsr_error *err)
+{
+    Tessera__V1__CompileOptions encoded;
+    tsr_status st = tsri_client_region_encode(c, r, opts, region, &encoded, err);
+    if (st != TSR_OK)
+        return st;
+    *options = &encoded;
+    st = tsri_client_request(c, kind, body, reply, timeout_ms, err);
+    tsr_region_pb_free(*region);
+    *region = NULL;
+    *options = NULL;
+    return st;
+}
+
 tsr_status tsr_client_health_get(tsr_client *c, tsr_client_health *out, int timeout_ms,
                                  tsr_error *err)
 {
@@ -147,14 +170,9 @@ tsr_status tsr_client_compile(tsr_client *c, const tsr_region *r,
 {
     CALL_ARG_CHECK(c && r && out, err, "client, region and out must not be NULL");
     Tessera__V1__CompileRequest body = TESSERA__V1__COMPILE_REQUEST__INIT;
-    Tessera__V1__CompileOptions options;
-    tsr_status st = tsri_client_region_encode(c, r, opts, &body.region, &options, err);
-    if (st != TSR_OK)
-        return st;
-    body.options = &options;
     Tessera__V1__Reply *reply;
-    st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_COMPILE, &body, &reply, timeout_ms, err);
-    tsr_region_pb_free(body.region);
+    tsr_status st = call_region_request(c, r, opts, TESSERA__V1__REQUEST__BODY_COMPILE, &body,
+                                        &body.region, &body.options, &reply, timeout_ms, err);
     if (st != TSR_OK)
         return st;
     const Tessera__V1__CompileReply *cr = reply->compile;
@@ -203,12 +221,6 @@ tsr_status tsr_client_run(tsr_client *c, const tsr_region *r, const tsr_client_c
         CALL_ARG_CHECK(inputs[i], err, "an input pointer is NULL");
 
     Tessera__V1__RunRequest body = TESSERA__V1__RUN_REQUEST__INIT;
-    Tessera__V1__CompileOptions options;
-    tsr_status st = tsri_client_region_encode(c, r, opts, &body.region, &options, err);
-    if (st != TSR_OK)
-        return st;
-    body.options = &options;
-
     Tessera__V1__Tensor tensors[TSR_MAX_REGION_INPUTS];
     Tessera__V1__Tensor *tensor_ptrs[TSR_MAX_REGION_INPUTS];
     for (int i = 0; i < n; i++) {
@@ -226,8 +238,8 @@ tsr_status tsr_client_run(tsr_client *c, const tsr_region *r, const tsr_client_c
     body.n_inputs = (size_t)n;
     body.inputs = tensor_ptrs;
     Tessera__V1__Reply *reply;
-    st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_RUN, &body, &reply, timeout_ms, err);
-    tsr_region_pb_free(body.region);
+    tsr_status st = call_region_request(c, r, opts, TESSERA__V1__REQUEST__BODY_RUN, &body,
+                                        &body.region, &body.options, &reply, timeout_ms, err);
     if (st != TSR_OK)
         return st;
 
@@ -258,11 +270,6 @@ tsr_status tsr_client_verify(tsr_client *c, const tsr_region *r, const tsr_clien
     if (!opts)
         opts = &none;
     Tessera__V1__VerifyRequest body = TESSERA__V1__VERIFY_REQUEST__INIT;
-    Tessera__V1__CompileOptions options;
-    tsr_status st = tsri_client_region_encode(c, r, &opts->compile, &body.region, &options, err);
-    if (st != TSR_OK)
-        return st;
-    body.options = &options;
     const char *candidate = opts->candidate;
     if (!candidate || !*candidate)
         candidate = tsri_client_forced(c, r->kind);
@@ -270,8 +277,9 @@ tsr_status tsr_client_verify(tsr_client *c, const tsr_region *r, const tsr_clien
     body.seed = opts->seed;
     body.random_probes = opts->random_probes;
     Tessera__V1__Reply *reply;
-    st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_VERIFY, &body, &reply, timeout_ms, err);
-    tsr_region_pb_free(body.region);
+    tsr_status st =
+        call_region_request(c, r, &opts->compile, TESSERA__V1__REQUEST__BODY_VERIFY, &body,
+                            &body.region, &body.options, &reply, timeout_ms, err);
     if (st != TSR_OK)
         return st;
     memset(out, 0, sizeof *out);
@@ -290,15 +298,9 @@ tsr_status tsr_client_candidates(tsr_client *c, const tsr_region *r,
     *rows = NULL;
     *count = 0;
     Tessera__V1__CandidatesRequest body = TESSERA__V1__CANDIDATES_REQUEST__INIT;
-    Tessera__V1__CompileOptions options;
-    tsr_status st = tsri_client_region_encode(c, r, opts, &body.region, &options, err);
-    if (st != TSR_OK)
-        return st;
-    body.options = &options;
     Tessera__V1__Reply *reply;
-    st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_CANDIDATES, &body, &reply, timeout_ms,
-                             err);
-    tsr_region_pb_free(body.region);
+    tsr_status st = call_region_request(c, r, opts, TESSERA__V1__REQUEST__BODY_CANDIDATES, &body,
+                                        &body.region, &body.options, &reply, timeout_ms, err);
     if (st != TSR_OK)
         return st;
     const Tessera__V1__CandidatesReply *cr = reply->candidates;
@@ -338,14 +340,21 @@ tsr_status tsr_client_buffer_alloc(tsr_client *c, tsr_client_dtype dtype, int ra
     body.dtype = (Tessera__V1__DType)(dtype + 1);
     body.n_shape = (size_t)rank;
     body.shape = (int64_t *)shape;
+    return tsri_client_buffer_new(c, TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC, &body, out, bytes,
+                                  timeout_ms, err);
+}
+
+tsr_status tsri_client_buffer_new(tsr_client *c, Tessera__V1__Request__BodyCase kind, void *body,
+                                  tsr_buffer *out, uint64_t *bytes, int timeout_ms, tsr_error *err)
+{
     Tessera__V1__Reply *reply;
-    tsr_status st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC, &body, &reply,
-                                        timeout_ms, err);
+    tsr_status st = tsri_client_request(c, kind, body, &reply, timeout_ms, err);
     if (st != TSR_OK)
         return st;
-    *out = reply->buffer_alloc->buffer;
+    bool imported = kind == TESSERA__V1__REQUEST__BODY_BUFFER_IMPORT;
+    *out = imported ? reply->buffer_import->buffer : reply->buffer_alloc->buffer;
     if (bytes)
-        *bytes = reply->buffer_alloc->bytes;
+        *bytes = imported ? reply->buffer_import->bytes : reply->buffer_alloc->bytes;
     tessera__v1__reply__free_unpacked(reply, NULL);
     return TSR_OK;
 }

@@ -51,6 +51,12 @@ tsr_status tsri_client_region_encode(const tsr_client *c, const tsr_region *r,
 tsr_status tsri_client_request(tsr_client *c, Tessera__V1__Request__BodyCase kind, void *body,
                                Tessera__V1__Reply **reply, int timeout_ms, tsr_error *err);
 
+/* Sends a request that makes a buffer (kind BUFFER_ALLOC or BUFFER_IMPORT)
+ * and gives the new buffer's handle in *out and, when bytes is not NULL, its
+ * size; errors as tsri_client_request's. calls.c. */
+tsr_status tsri_client_buffer_new(tsr_client *c, Tessera__V1__Request__BodyCase kind, void *body,
+                                  tsr_buffer *out, uint64_t *bytes, int timeout_ms, tsr_error *err);
+
 /* Sends this client's hello (its version and protocol version) and waits for the
  * daemon's answer; *reply as for tsri_client_request. conn.c learns the daemon's
  * limits and uid with it, tsr_client_hello reports it. */

@@ -188,22 +188,41 @@ static tsr_status dataplane_shm_range(tsr_client *c, const tsr_client_shm *shm, 
     return st;
 }
 
-tsr_status tsr_client_buffer_write_shm(tsr_client *c, tsr_buffer buf, uint64_t offset,
+/* A buffer_read (to_host) or buffer_write of len bytes at the buffer's offset,
+ * into or from shm at shm_offset: the range checked and granted, then one
+ * request whose reply carries nothing more. */
+static tsr_status dataplane_buffer_shm(tsr_client *c, bool to_host, tsr_buffer buf, uint64_t offset,
                                        const tsr_client_shm *shm, uint64_t shm_offset, size_t len,
                                        int timeout_ms, tsr_error *err)
 {
-    if (c == NULL || shm == NULL)
-        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "client and shm must not be NULL");
     Tessera__V1__SharedMemory ref;
     tsr_status st = dataplane_shm_range(c, shm, shm_offset, len, &ref, timeout_ms, err);
     if (st != TSR_OK)
         return st;
+    if (to_host) {
+        Tessera__V1__BufferReadRequest body = TESSERA__V1__BUFFER_READ_REQUEST__INIT;
+        body.buffer = buf;
+        body.offset = offset;
+        body.length = len;
+        body.shm = &ref;
+        return tsri_client_request(c, TESSERA__V1__REQUEST__BODY_BUFFER_READ, &body, NULL,
+                                   timeout_ms, err);
+    }
     Tessera__V1__BufferWriteRequest body = TESSERA__V1__BUFFER_WRITE_REQUEST__INIT;
     body.buffer = buf;
     body.offset = offset;
     body.shm = &ref;
     return tsri_client_request(c, TESSERA__V1__REQUEST__BODY_BUFFER_WRITE, &body, NULL, timeout_ms,
                                err);
+}
+
+tsr_status tsr_client_buffer_write_shm(tsr_client *c, tsr_buffer buf, uint64_t offset,
+                                       const tsr_client_shm *shm, uint64_t shm_offset, size_t len,
+                                       int timeout_ms, tsr_error *err)
+{
+    if (c == NULL || shm == NULL)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "client and shm must not be NULL");
+    return dataplane_buffer_shm(c, false, buf, offset, shm, shm_offset, len, timeout_ms, err);
 }
 
 tsr_status tsr_client_buffer_read_shm(tsr_client *c, tsr_buffer buf, uint64_t offset,
@@ -213,17 +232,7 @@ tsr_status tsr_client_buffer_read_shm(tsr_client *c, tsr_buffer buf, uint64_t of
     if (c == NULL || shm == NULL || len == 0)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT,
                              "client and shm must not be NULL, len not 0");
-    Tessera__V1__SharedMemory ref;
-    tsr_status st = dataplane_shm_range(c, shm, shm_offset, len, &ref, timeout_ms, err);
-    if (st != TSR_OK)
-        return st;
-    Tessera__V1__BufferReadRequest body = TESSERA__V1__BUFFER_READ_REQUEST__INIT;
-    body.buffer = buf;
-    body.offset = offset;
-    body.length = len;
-    body.shm = &ref;
-    return tsri_client_request(c, TESSERA__V1__REQUEST__BODY_BUFFER_READ, &body, NULL, timeout_ms,
-                               err);
+    return dataplane_buffer_shm(c, true, buf, offset, shm, shm_offset, len, timeout_ms, err);
 }
 
 tsr_status tsr_client_run_shm(tsr_client *c, const tsr_region *r,
@@ -361,12 +370,6 @@ tsr_status tsr_client_buffer_import(tsr_client *c, const void *ipc_handle, uint6
     body.dtype = (Tessera__V1__DType)(dtype + 1);
     body.n_shape = (size_t)rank;
     body.shape = (int64_t *)shape;
-    Tessera__V1__Reply *reply;
-    tsr_status st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_BUFFER_IMPORT, &body, &reply,
-                                        timeout_ms, err);
-    if (st != TSR_OK)
-        return st;
-    *out = reply->buffer_import->buffer;
-    tessera__v1__reply__free_unpacked(reply, NULL);
-    return TSR_OK;
+    return tsri_client_buffer_new(c, TESSERA__V1__REQUEST__BODY_BUFFER_IMPORT, &body, out, NULL,
+                                  timeout_ms, err);
 }

@@ -53,14 +53,14 @@ double tsr_dtype_tolerance(tsr_dtype dtype)
     return (unsigned)dtype < TSR_DTYPE_COUNT ? dtype_table[dtype].tolerance : 0.0;
 }
 
-static uint32_t dtype_f32_bits(float value)
+uint32_t tsr_f32_bits(float value)
 {
     uint32_t bits;
     memcpy(&bits, &value, sizeof bits);
     return bits;
 }
 
-static float dtype_f32_from_bits(uint32_t bits)
+float tsr_f32_from_bits(uint32_t bits)
 {
     float value;
     memcpy(&value, &bits, sizeof value);
@@ -69,7 +69,7 @@ static float dtype_f32_from_bits(uint32_t bits)
 
 uint16_t tsr_f32_to_f16(float value)
 {
-    uint32_t x = dtype_f32_bits(value);
+    uint32_t x = tsr_f32_bits(value);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
     x &= 0x7fffffffu;
     if (x >= 0x7f800000u) {
@@ -110,18 +110,18 @@ float tsr_f16_to_f32(uint16_t bits)
     uint32_t e = (bits >> 10) & 0x1fu;
     uint32_t m = bits & 0x3ffu;
     if (e == 0x1fu)
-        return dtype_f32_from_bits(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));
+        return tsr_f32_from_bits(sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0u));
     if (e == 0) {
         /* Zero or subnormal: m * 2^-24 is exact in f32. */
         float v = (float)m * 0x1p-24f;
         return sign ? -v : v;
     }
-    return dtype_f32_from_bits(sign | ((e + 112u) << 23) | (m << 13));
+    return tsr_f32_from_bits(sign | ((e + 112u) << 23) | (m << 13));
 }
 
 uint16_t tsr_f32_to_bf16(float value)
 {
-    uint32_t x = dtype_f32_bits(value);
+    uint32_t x = tsr_f32_bits(value);
     if ((x & 0x7fffffffu) > 0x7f800000u)
         return (uint16_t)((x >> 16) | 0x40u); /* NaN: sign and top payload kept, quiet */
     /* Round to nearest even on the 16 dropped bits; overflow carries into inf. */
@@ -131,7 +131,7 @@ uint16_t tsr_f32_to_bf16(float value)
 
 float tsr_bf16_to_f32(uint16_t bits)
 {
-    return dtype_f32_from_bits((uint32_t)bits << 16);
+    return tsr_f32_from_bits((uint32_t)bits << 16);
 }
 
 /*

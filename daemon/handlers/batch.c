@@ -1,6 +1,5 @@
 /*
- * batch.c — batch (a sequence of launches with one reply) and
- * buffer_import (a local process's device allocation by CUDA IPC).
+ * batch.c — batch: a sequence of launches with one reply.
  *
  * A batch is checked whole on the loop before any device work: every kernel
  * and buffer resolved and pinned, every signature matched, so a bad entry fails
@@ -85,23 +84,9 @@ static tsr_status batch_prepare(tsrd_job *job)
 static tsr_status batch_run_range(tsrd_job *job, tsrd_stream *stream, size_t from, size_t n)
 {
     batch_state *s = job->state;
-    tsrd_launch_desc *descs = calloc(n ? n : 1, sizeof *descs);
-    tsrd_dbuf **bufs = calloc(n ? n * TSR_MAX_REGION_INPUTS : 1, sizeof *bufs);
-    if (descs == NULL || bufs == NULL) {
-        free(descs);
-        free(bufs);
+    tsrd_launch_desc *descs = tsrd_bound_launch_descs(&s->entries[from], n);
+    if (descs == NULL)
         return tsr_error_set(&job->err, TSR_NO_MEMORY, "batch: out of memory");
-    }
-    for (size_t i = 0; i < n; i++) {
-        tsrd_bound_launch *e = &s->entries[from + i];
-        tsrd_dbuf **in = bufs + i * TSR_MAX_REGION_INPUTS;
-        for (int k = 0; k < e->n_inputs; k++)
-            in[k] = e->inputs[k]->dbuf;
-        descs[i] = (tsrd_launch_desc){.kernel = e->kernel->kobj,
-                                      .inputs = in,
-                                      .n_inputs = e->n_inputs,
-                                      .output = e->output->dbuf};
-    }
     size_t launched = 0;
     tsr_status st =
         job->d->bops->launch_many(job->d->backend, descs, n, stream, &launched, &job->err);
@@ -109,7 +94,6 @@ static tsr_status batch_run_range(tsrd_job *job, tsrd_stream *stream, size_t fro
     if (st != TSR_OK)
         tsr_error_prefix(&job->err, "batch.launches[%zu]", from + launched);
     free(descs);
-    free(bufs);
     return st;
 }
 
@@ -276,10 +260,8 @@ static tsr_status batch_execute(tsrd_job *job)
     tsrd_daemon *d = job->d;
     if (!s->started) {
         s->started = true;
-        Tessera__V1__BatchReply init = TESSERA__V1__BATCH_REPLY__INIT;
-        job->body.batch = init;
-        job->reply.body_case = TESSERA__V1__REPLY__BODY_BATCH;
-        job->reply.batch = &job->body.batch;
+        tessera__v1__batch_reply__init(&job->body.batch);
+        TSRD_JOB_REPLY(job, batch, BATCH);
         /* Captured only once every kernel has been measured (by an earlier
          * batch): until then the launches go uncaptured and are measured. */
         s->use_graph = job->req->batch->graph && d->bops->graph != NULL;
@@ -353,85 +335,4 @@ const tsrd_handler tsrd_handler_batch = {
     .prepare = batch_prepare,
     .execute = batch_execute,
     .complete = batch_complete,
-};
-
-/* ---- buffer_import ---- */
-
-static tsr_status import_prepare(tsrd_job *job)
-{
-    const Tessera__V1__BufferImportRequest *req = job->req->buffer_import;
-    tsrd_buffer *b = calloc(1, sizeof *b);
-    if (b == NULL)
-        return tsr_error_set(&job->err, TSR_NO_MEMORY, "buffer_import: out of memory");
-    job->state = b;
-    tsr_status st = tsrd_dtype_from_pb(job, req->dtype, "buffer_import.dtype", &b->dtype);
-    if (st != TSR_OK)
-        return st;
-    if (req->n_shape > TSR_MAX_RANK)
-        return tsr_error_set(&job->err, TSR_BAD_DIMENSION,
-                             "buffer_import.shape: rank %zu, at most %d", req->n_shape,
-                             TSR_MAX_RANK);
-    uint64_t elements = 1;
-    b->rank = (int)req->n_shape;
-    for (int i = 0; i < b->rank; i++) {
-        int64_t dim = req->shape[i];
-        if (dim <= 0)
-            return tsr_error_set(&job->err, TSR_BAD_DIMENSION,
-                                 "buffer_import.shape[%d]: must be > 0, got %lld", i,
-                                 (long long)dim);
-        if (dim > TSR_MAX_ELEMENTS || elements > (uint64_t)TSR_MAX_ELEMENTS / (uint64_t)dim)
-            return tsr_error_set(&job->err, TSR_TOO_LARGE,
-                                 "buffer_import.shape: more than 2^40 elements");
-        elements *= (uint64_t)dim;
-        b->shape[i] = dim;
-    }
-    b->bytes = elements * tsr_dtype_size(b->dtype);
-    /* The allocation may be larger than the tensor, never smaller. */
-    if (req->offset > req->bytes || req->bytes - req->offset < b->bytes)
-        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
-                             "buffer_import: %llu bytes at offset %llu pass the end of the "
-                             "%llu-byte allocation",
-                             (unsigned long long)b->bytes, (unsigned long long)req->offset,
-                             (unsigned long long)req->bytes);
-    if (req->ipc_handle.len != 64)
-        return tsr_error_set(&job->err, TSR_INVALID_ARGUMENT,
-                             "buffer_import.ipc_handle: %zu bytes, a CUDA IPC handle has 64",
-                             req->ipc_handle.len);
-    return TSR_OK;
-}
-
-static tsr_status import_execute(tsrd_job *job)
-{
-    const Tessera__V1__BufferImportRequest *req = job->req->buffer_import;
-    tsrd_buffer *b = job->state;
-    const tsrd_backend_ops *ops = job->d->bops;
-    if (ops->ipc == NULL)
-        return tsr_error_set(&job->err, TSR_UNSUPPORTED,
-                             "%s backend: no device memory to import (CUDA IPC needs the cuda "
-                             "backend)",
-                             ops->name);
-    return ops->ipc->buffer_import(job->d->backend, 0, req->ipc_handle.data, req->ipc_handle.len,
-                                   req->offset, b->bytes, &b->dbuf, &job->err);
-}
-
-static tsr_status import_complete(tsrd_job *job, tsr_status status)
-{
-    tsrd_buffer *b = job->state;
-    Tessera__V1__BufferImportReply *r = &job->body.buffer_import;
-    Tessera__V1__BufferImportReply init = TESSERA__V1__BUFFER_IMPORT_REPLY__INIT;
-    *r = init;
-    status = tsrd_buffer_adopt(job->d, job->session, status, b, &r->buffer, &job->err);
-    if (status != TSR_OK)
-        return status;
-    r->bytes = b->bytes;
-    job->reply.body_case = TESSERA__V1__REPLY__BODY_BUFFER_IMPORT;
-    job->reply.buffer_import = r;
-    return TSR_OK;
-}
-
-const tsrd_handler tsrd_handler_buffer_import = {
-    .flags = TSRD_HEAVY,
-    .prepare = import_prepare,
-    .execute = import_execute,
-    .complete = import_complete,
 };

@@ -1,5 +1,6 @@
 /*
- * handlers_buffer.c — buffer alloc, write, read and free.
+ * handlers_buffer.c — buffer alloc, import (a local process's device
+ * allocation by CUDA IPC), write, read and free.
  *
  * Bounds are checked on the loop before any work is queued, against the size
  * fixed at allocation, so a write past the end is refused (BUFFER_MISMATCH)
@@ -35,6 +36,26 @@ static tsr_status buffer_io_begin(tsrd_job *job, uint64_t handle, const char *fi
     return st;
 }
 
+/* The range of len bytes at offset within the pinned buffer, and for
+ * shared-memory data (shm not NULL) its segment resolved and mapped; what
+ * names the request in errors ("buffer_write"). */
+static tsr_status buffer_io_range(tsrd_job *job, const char *what, uint64_t offset, uint64_t len,
+                                  const Tessera__V1__SharedMemory *shm)
+{
+    buffer_io *io = job->state;
+    uint64_t bytes = io->buf->bytes;
+    if (offset > bytes || len > bytes - offset)
+        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                             "%s: %llu bytes at offset %llu pass the end of the %llu-byte buffer",
+                             what, (unsigned long long)len, (unsigned long long)offset,
+                             (unsigned long long)bytes);
+    if (shm == NULL)
+        return TSR_OK;
+    char field[48];
+    snprintf(field, sizeof field, "%s.shm", what);
+    return tsrd_shm_resolve(job, shm, field, 0, &io->map, &io->host);
+}
+
 static tsr_status buffer_io_shm_copy(tsrd_job *job, uint64_t offset, uint64_t len, int to_device)
 {
     buffer_io *io = job->state;
@@ -52,34 +73,72 @@ static tsr_status buffer_unpin_complete(tsrd_job *job, tsr_status status)
     return status;
 }
 
-/* ---- alloc ---- */
+/* ---- alloc and import ---- */
+
+/* A new buffer's dtype and shape, checked and kept in a tsrd_buffer that
+ * becomes job->state; what names the request in errors ("buffer_alloc"). */
+static tsr_status buffer_new_prepare(tsrd_job *job, const char *what, int pb_dtype,
+                                     const int64_t *shape, size_t n_shape, tsrd_buffer **out)
+{
+    char field[48];
+    tsrd_buffer *b = calloc(1, sizeof *b);
+    if (b == NULL)
+        return tsr_error_set(&job->err, TSR_NO_MEMORY, "%s: out of memory", what);
+    job->state = b;
+    *out = b;
+    snprintf(field, sizeof field, "%s.dtype", what);
+    tsr_status st = tsrd_dtype_from_pb(job, pb_dtype, field, &b->dtype);
+    if (st != TSR_OK)
+        return st;
+    if (n_shape > TSR_MAX_RANK)
+        return tsr_error_set(&job->err, TSR_BAD_DIMENSION, "%s.shape: rank %zu, at most %d", what,
+                             n_shape, TSR_MAX_RANK);
+    uint64_t elements = 1;
+    b->rank = (int)n_shape;
+    for (int i = 0; i < b->rank; i++) {
+        int64_t dim = shape[i];
+        if (dim <= 0)
+            return tsr_error_set(&job->err, TSR_BAD_DIMENSION,
+                                 "%s.shape[%d]: must be > 0, got %lld", what, i, (long long)dim);
+        if (dim > TSR_MAX_ELEMENTS || elements > (uint64_t)TSR_MAX_ELEMENTS / (uint64_t)dim)
+            return tsr_error_set(&job->err, TSR_TOO_LARGE, "%s.shape: more than 2^40 elements",
+                                 what);
+        elements *= (uint64_t)dim;
+        b->shape[i] = dim;
+    }
+    b->bytes = elements * tsr_dtype_size(b->dtype);
+    return TSR_OK;
+}
+
+/* Alloc's and import's completion: gives the new buffer (job->state) a
+ * handle of the session whatever status its device memory came with
+ * (tsrd_buffer_adopt), and the reply its handle and size. */
+static tsr_status buffer_new_complete(tsrd_job *job, tsr_status status)
+{
+    tsrd_buffer *b = job->state;
+    uint64_t *handle, *bytes;
+    if (job->req->body_case == TESSERA__V1__REQUEST__BODY_BUFFER_IMPORT) {
+        tessera__v1__buffer_import_reply__init(&job->body.buffer_import);
+        TSRD_JOB_REPLY(job, buffer_import, BUFFER_IMPORT);
+        handle = &job->body.buffer_import.buffer;
+        bytes = &job->body.buffer_import.bytes;
+    } else {
+        tessera__v1__buffer_alloc_reply__init(&job->body.buffer_alloc);
+        TSRD_JOB_REPLY(job, buffer_alloc, BUFFER_ALLOC);
+        handle = &job->body.buffer_alloc.buffer;
+        bytes = &job->body.buffer_alloc.bytes;
+    }
+    status = tsrd_buffer_adopt(job->d, job->session, status, b, handle, &job->err);
+    if (status == TSR_OK)
+        *bytes = b->bytes;
+    return status;
+}
 
 static tsr_status buffer_alloc_prepare(tsrd_job *job)
 {
     const Tessera__V1__BufferAllocRequest *req = job->req->buffer_alloc;
-    tsrd_buffer *b = calloc(1, sizeof *b);
-    if (b == NULL)
-        return tsr_error_set(&job->err, TSR_NO_MEMORY, "buffer_alloc: out of memory");
-    job->state = b;
-    tsr_status st = tsrd_dtype_from_pb(job, req->dtype, "buffer_alloc.dtype", &b->dtype);
-    if (st != TSR_OK)
-        return st;
-    int64_t elements = 1;
-    b->rank = (int)req->n_shape;
-    for (int i = 0; i < b->rank; i++) {
-        int64_t dim = req->shape[i];
-        if (dim <= 0)
-            return tsr_error_set(&job->err, TSR_BAD_DIMENSION,
-                                 "buffer_alloc.shape[%d]: must be > 0, got %lld", i,
-                                 (long long)dim);
-        if (dim > TSR_MAX_ELEMENTS || elements > TSR_MAX_ELEMENTS / dim)
-            return tsr_error_set(&job->err, TSR_TOO_LARGE,
-                                 "buffer_alloc.shape: more than 2^40 elements");
-        elements *= dim;
-        b->shape[i] = dim;
-    }
-    b->bytes = (uint64_t)elements * tsr_dtype_size(b->dtype);
-    return TSR_OK;
+    tsrd_buffer *b;
+    return buffer_new_prepare(job, "buffer_alloc", req->dtype, req->shape, req->n_shape, &b);
 }
 
 static tsr_status buffer_alloc_execute(tsrd_job *job)
@@ -88,24 +147,56 @@ static tsr_status buffer_alloc_execute(tsrd_job *job)
     return job->d->bops->buffer_alloc(job->d->backend, 0, b->bytes, &b->dbuf, &job->err);
 }
 
-static tsr_status buffer_alloc_complete(tsrd_job *job, tsr_status status)
-{
-    tsrd_buffer *b = job->state;
-    Tessera__V1__BufferAllocReply *r = &job->body.buffer_alloc;
-    tessera__v1__buffer_alloc_reply__init(r);
-    status = tsrd_buffer_adopt(job->d, job->session, status, b, &r->buffer, &job->err);
-    if (status != TSR_OK)
-        return status;
-    r->bytes = b->bytes;
-    TSRD_JOB_REPLY(job, buffer_alloc, BUFFER_ALLOC);
-    return TSR_OK;
-}
-
 const tsrd_handler tsrd_handler_buffer_alloc = {
     .flags = TSRD_HEAVY,
     .prepare = buffer_alloc_prepare,
     .execute = buffer_alloc_execute,
-    .complete = buffer_alloc_complete,
+    .complete = buffer_new_complete,
+};
+
+/* ---- import ---- */
+
+static tsr_status import_prepare(tsrd_job *job)
+{
+    const Tessera__V1__BufferImportRequest *req = job->req->buffer_import;
+    tsrd_buffer *b;
+    tsr_status st =
+        buffer_new_prepare(job, "buffer_import", req->dtype, req->shape, req->n_shape, &b);
+    if (st != TSR_OK)
+        return st;
+    /* The allocation may be larger than the tensor, never smaller. */
+    if (req->offset > req->bytes || req->bytes - req->offset < b->bytes)
+        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                             "buffer_import: %llu bytes at offset %llu pass the end of the "
+                             "%llu-byte allocation",
+                             (unsigned long long)b->bytes, (unsigned long long)req->offset,
+                             (unsigned long long)req->bytes);
+    if (req->ipc_handle.len != 64)
+        return tsr_error_set(&job->err, TSR_INVALID_ARGUMENT,
+                             "buffer_import.ipc_handle: %zu bytes, a CUDA IPC handle has 64",
+                             req->ipc_handle.len);
+    return TSR_OK;
+}
+
+static tsr_status import_execute(tsrd_job *job)
+{
+    const Tessera__V1__BufferImportRequest *req = job->req->buffer_import;
+    tsrd_buffer *b = job->state;
+    const tsrd_backend_ops *ops = job->d->bops;
+    if (ops->ipc == NULL)
+        return tsr_error_set(&job->err, TSR_UNSUPPORTED,
+                             "%s backend: no device memory to import (CUDA IPC needs the cuda "
+                             "backend)",
+                             ops->name);
+    return ops->ipc->buffer_import(job->d->backend, 0, req->ipc_handle.data, req->ipc_handle.len,
+                                   req->offset, b->bytes, &b->dbuf, &job->err);
+}
+
+const tsrd_handler tsrd_handler_buffer_import = {
+    .flags = TSRD_HEAVY,
+    .prepare = import_prepare,
+    .execute = import_execute,
+    .complete = buffer_new_complete,
 };
 
 /* ---- write ---- */
@@ -120,17 +211,7 @@ static tsr_status buffer_write_prepare(tsrd_job *job)
     uint64_t len = req->shm != NULL ? req->shm->length : req->data.len;
     if (req->shm != NULL && req->data.len != 0)
         return tsr_error_set(&job->err, TSR_CONFLICT, "buffer_write: data and shm both given");
-    if (req->offset > b->bytes || len > b->bytes - req->offset)
-        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
-                             "buffer_write: %llu bytes at offset %llu pass the end of the "
-                             "%llu-byte buffer",
-                             (unsigned long long)len, (unsigned long long)req->offset,
-                             (unsigned long long)b->bytes);
-    if (req->shm != NULL) {
-        buffer_io *io = job->state;
-        return tsrd_shm_resolve(job, req->shm, "buffer_write.shm", 0, &io->map, &io->host);
-    }
-    return TSR_OK;
+    return buffer_io_range(job, "buffer_write", req->offset, len, req->shm);
 }
 
 static tsr_status buffer_write_execute(tsrd_job *job)
@@ -174,17 +255,10 @@ static tsr_status buffer_read_prepare(tsrd_job *job)
                 (unsigned long long)req->length, (unsigned long long)req->shm->length);
         len = req->shm->length;
     }
-    if (len > b->bytes - req->offset)
-        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
-                             "buffer_read: %llu bytes at offset %llu pass the end of the "
-                             "%llu-byte buffer",
-                             (unsigned long long)len, (unsigned long long)req->offset,
-                             (unsigned long long)b->bytes);
     tessera__v1__buffer_read_reply__init(&job->body.buffer_read);
-    if (req->shm != NULL) {
-        buffer_io *io = job->state;
-        return tsrd_shm_resolve(job, req->shm, "buffer_read.shm", 0, &io->map, &io->host);
-    }
+    st = buffer_io_range(job, "buffer_read", req->offset, len, req->shm);
+    if (st != TSR_OK || req->shm != NULL)
+        return st;
     if (len > tsrd_reply_payload_max(job->d))
         return tsr_error_set(&job->err, TSR_MESSAGE_TOO_LARGE,
                              "buffer_read: %llu bytes do not fit one reply (limit %llu); read "

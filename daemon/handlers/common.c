@@ -22,17 +22,16 @@ tsr_status tsrd_job_buffer(tsrd_job *job, uint64_t handle, const char *field, ts
     return TSR_OK;
 }
 
-static tsr_status common_check_buffer(tsrd_job *job, const tsrd_buffer *b,
-                                      const tsr_tensor_desc *want, const char *field)
+tsr_status tsrd_job_check_buffer(tsrd_job *job, const tsrd_buffer *b, const tsr_tensor_desc *want,
+                                 const char *field, const char *whose)
 {
     uint64_t bytes = tsr_tensor_desc_bytes(want);
     if (b->dtype != want->dtype || b->bytes != bytes)
-        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
-                             "%s (%s): buffer holds %llu bytes of %s, the kernel needs %llu bytes "
-                             "of %s",
-                             field, want->name, (unsigned long long)b->bytes,
-                             tsr_dtype_name(b->dtype), (unsigned long long)bytes,
-                             tsr_dtype_name(want->dtype));
+        return tsr_error_set(
+            &job->err, TSR_BUFFER_MISMATCH,
+            "%s (%s): buffer holds %llu bytes of %s, the %s needs %llu bytes of %s", field,
+            want->name, (unsigned long long)b->bytes, tsr_dtype_name(b->dtype), whose,
+            (unsigned long long)bytes, tsr_dtype_name(want->dtype));
     return TSR_OK;
 }
 
@@ -57,13 +56,13 @@ tsr_status tsrd_job_bind_launch(tsrd_job *job, const char *field, uint64_t kerne
         if (st != TSR_OK)
             return st;
         out->n_inputs = k + 1;
-        if ((st = common_check_buffer(job, out->inputs[k], &sig[k], name)) != TSR_OK)
+        if ((st = tsrd_job_check_buffer(job, out->inputs[k], &sig[k], name, "kernel")) != TSR_OK)
             return st;
     }
     snprintf(name, sizeof name, "%s.output", field);
     tsr_status st = tsrd_job_buffer(job, output, name, &out->output);
     if (st == TSR_OK)
-        st = common_check_buffer(job, out->output, &want_out, name);
+        st = tsrd_job_check_buffer(job, out->output, &want_out, name, "kernel");
     return st;
 }
 

@@ -26,6 +26,12 @@
  * field when the handle is unknown, freed or foreign. Loop thread. */
 tsr_status tsrd_job_buffer(tsrd_job *job, uint64_t handle, const char *field, tsrd_buffer **out);
 
+/* A pinned buffer's fit for a signature slot: its dtype and byte size.
+ * BUFFER_MISMATCH "FIELD (NAME): buffer holds … bytes of …, the WHOSE needs …
+ * bytes of …", whose naming what the slot belongs to ("kernel", "region"). */
+tsr_status tsrd_job_check_buffer(tsrd_job *job, const tsrd_buffer *b, const tsr_tensor_desc *want,
+                                 const char *field, const char *whose);
+
 /* Resolves and pins a launch of the job's session into *out: the kernel, then
  * n_inputs input buffers and the output, each checked against the kernel's
  * signature. Errors name field ("batch.launches[3]") and what is wrong:

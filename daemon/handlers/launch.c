@@ -35,21 +35,6 @@ typedef struct launch_state {
 
 #define LAUNCH_SHM_OUT TSR_MAX_REGION_INPUTS
 
-/* A buffer's fit for a signature slot: dtype and byte size. */
-static tsr_status launch_check_buffer(tsrd_job *job, const tsrd_buffer *b,
-                                      const tsr_tensor_desc *want, const char *field)
-{
-    uint64_t bytes = tsr_tensor_desc_bytes(want);
-    if (b->dtype != want->dtype || b->bytes != bytes)
-        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
-                             "%s (%s): buffer holds %llu bytes of %s, the region needs %llu "
-                             "bytes of %s",
-                             field, want->name, (unsigned long long)b->bytes,
-                             tsr_dtype_name(b->dtype), (unsigned long long)bytes,
-                             tsr_dtype_name(want->dtype));
-    return TSR_OK;
-}
-
 static tsr_status launch_check_count(tsrd_job *job, const char *what, size_t given,
                                      const tsr_tensor_desc *sig, int n, tsr_region_kind kind)
 {
@@ -120,13 +105,13 @@ static tsr_status launch_prepare(tsrd_job *job)
         if (missing == i)
             return tsr_error_set(&job->err, TSR_NOT_FOUND, "%s: no buffer %#llx", field,
                                  (unsigned long long)req->inputs[i]);
-        st = launch_check_buffer(job, b->inputs[i], &sig[i], field);
+        st = tsrd_job_check_buffer(job, b->inputs[i], &sig[i], field, "region");
     }
     if (st == TSR_OK && missing == n)
         return tsr_error_set(&job->err, TSR_NOT_FOUND, "launch.output: no buffer %#llx",
                              (unsigned long long)req->output);
     if (st == TSR_OK)
-        st = launch_check_buffer(job, b->output, &out, "launch.output");
+        st = tsrd_job_check_buffer(job, b->output, &out, "launch.output", "region");
     return st;
 }
 
@@ -171,8 +156,7 @@ static tsr_status launch_execute(tsrd_job *job)
     for (int i = 0; i < b->n_inputs; i++)
         inputs[i] = b->inputs[i]->dbuf;
     tsrd_stream *stream;
-    Tessera__V1__LaunchReply init = TESSERA__V1__LAUNCH_REPLY__INIT;
-    job->body.launch = init;
+    tessera__v1__launch_reply__init(&job->body.launch);
     tsr_status st = tsrd_job_stream(job, &stream);
     if (st == TSR_OK) {
         lj->fused = job->d->bops->launch_sync != NULL;
@@ -181,8 +165,7 @@ static tsr_status launch_execute(tsrd_job *job)
     }
     if (st == TSR_OK)
         launch_measured(b->kernel, job->body.launch.device_ms);
-    job->reply.body_case = TESSERA__V1__REPLY__BODY_LAUNCH;
-    job->reply.launch = &job->body.launch;
+    TSRD_JOB_REPLY(job, launch, LAUNCH);
     return st;
 }
 
@@ -278,7 +261,7 @@ static tsr_status run_check_input(tsrd_job *job, size_t i, const tsr_tensor_desc
         }
     }
     if (!inline_data)
-        return launch_check_buffer(job, s->inputs[i], want, field);
+        return tsrd_job_check_buffer(job, s->inputs[i], want, field, "region");
     uint64_t bytes = tsr_tensor_desc_bytes(want);
     if (shm && t->shm->length != bytes)
         return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
@@ -300,7 +283,7 @@ static tsr_status run_check(tsrd_job *job, const tsr_tensor_desc *sig, int n,
     for (int i = 0; st == TSR_OK && i < n; i++)
         st = run_check_input(job, (size_t)i, &sig[i]);
     if (st == TSR_OK && s->output != NULL)
-        st = launch_check_buffer(job, s->output, out, "run.output_buffer");
+        st = tsrd_job_check_buffer(job, s->output, out, "run.output_buffer", "region");
     uint64_t out_bytes = tsr_tensor_desc_bytes(out);
     const Tessera__V1__SharedMemory *out_shm = job->req->run->output_shm;
     if (st == TSR_OK && out_shm != NULL && out_shm->length != out_bytes)
@@ -361,8 +344,7 @@ static tsr_status run_reply(tsrd_job *job, const tsr_tensor_desc *out, tsrd_dbuf
 {
     launch_state *s = job->state;
     Tessera__V1__RunReply *r = &job->body.run;
-    Tessera__V1__RunReply init = TESSERA__V1__RUN_REPLY__INIT;
-    *r = init;
+    tessera__v1__run_reply__init(r);
     r->decision = tsrd_decision_pb(job, &s->compiled);
     r->key = tsrd_job_hex(job, &s->compiled.key);
     r->output = tsrd_job_alloc(job, sizeof *r->output);
@@ -396,8 +378,7 @@ static tsr_status run_reply(tsrd_job *job, const tsr_tensor_desc *out, tsrd_dbuf
         if (st != TSR_OK)
             return st;
     }
-    job->reply.body_case = TESSERA__V1__REPLY__BODY_RUN;
-    job->reply.run = r;
+    TSRD_JOB_REPLY(job, run, RUN);
     return TSR_OK;
 }
 

@@ -26,6 +26,7 @@
  */
 #include "net/metrics_http.h"
 
+#include "serve/fifo.h"
 #include "serve/metrics.h"
 #include "serve/recovery.h"
 
@@ -172,12 +173,7 @@ static void metrics_http_handle(nng_aio *aio)
     }
     e->aio = aio;
     e->ask = ask;
-    e->next = NULL;
-    if (m->tail != NULL)
-        m->tail->next = e;
-    else
-        m->head = e;
-    m->tail = e;
+    TSRD_FIFO_PUSH(m->head, m->tail, e, next);
     m->n_pending++;
     nng_aio_defer(aio, metrics_http_cancel, m);
     /* Under mu: close sets stopping under mu before it closes the handle. */

@@ -12,6 +12,7 @@
 #include "serve/dispatch.h"
 
 #include "serve/envelope.h"
+#include "serve/fifo.h"
 #include "serve/metrics.h"
 #include "serve/recovery.h"
 #include "serve/session.h"
@@ -239,36 +240,22 @@ static void dispatch_after_work(uv_work_t *w, int uv_status)
 }
 
 /* Hands queued heavy work to the worker pool while it has free slots, one job
- * per tenant in turn: the tenant served goes to the back of the ring. */
-/* Puts a tenant with queued work at the end of the ring of tenants served in turn. */
-static void dispatch_ready_append(tsrd_daemon *d, tsrd_tenant *t)
-{
-    t->ready_next = NULL;
-    if (d->ready_tail != NULL)
-        d->ready_tail->ready_next = t;
-    else
-        d->ready_head = t;
-    d->ready_tail = t;
-}
-
+ * per tenant in turn: the tenant served goes to the back of the ring of
+ * tenants with queued work. */
 void tsrd_dispatch_pump(tsrd_daemon *d)
 {
     if (d->work_paused)
         return;
     int slots = d->work_slots > 0 ? d->work_slots : 4;
     while (d->work_running < slots && d->ready_head != NULL) {
-        tsrd_tenant *t = d->ready_head;
-        d->ready_head = t->ready_next;
-        if (d->ready_head == NULL)
-            d->ready_tail = NULL;
-        tsrd_job *job = t->work_head;
-        t->work_head = job->work_next;
-        if (t->work_head == NULL) {
-            t->work_tail = NULL;
+        tsrd_tenant *t;
+        tsrd_job *job;
+        TSRD_FIFO_POP(t, d->ready_head, d->ready_tail, ready_next);
+        TSRD_FIFO_POP(job, t->work_head, t->work_tail, work_next);
+        if (t->work_head == NULL)
             t->work_ready = false;
-        } else {
-            dispatch_ready_append(d, t);
-        }
+        else
+            TSRD_FIFO_PUSH(d->ready_head, d->ready_tail, t, ready_next);
         d->work_running++;
         job->work.data = job;
         job->err.code = TSR_OK;
@@ -284,15 +271,10 @@ static void dispatch_queue_work(tsrd_job *job)
 {
     tsrd_daemon *d = job->d;
     tsrd_tenant *t = job->tenant != NULL ? job->tenant : &d->default_tenant;
-    job->work_next = NULL;
-    if (t->work_tail != NULL)
-        t->work_tail->work_next = job;
-    else
-        t->work_head = job;
-    t->work_tail = job;
+    TSRD_FIFO_PUSH(t->work_head, t->work_tail, job, work_next);
     if (!t->work_ready) {
         t->work_ready = true;
-        dispatch_ready_append(d, t);
+        TSRD_FIFO_PUSH(d->ready_head, d->ready_tail, t, ready_next);
     }
     tsrd_dispatch_pump(d);
 }
@@ -300,12 +282,10 @@ static void dispatch_queue_work(tsrd_job *job)
 static void dispatch_stream_next(tsrd_daemon *d, tsrd_session *s)
 {
     (void)d;
-    tsrd_job *job = s->stream_head;
-    if (s->stream_busy || job == NULL)
+    if (s->stream_busy || s->stream_head == NULL)
         return;
-    s->stream_head = job->stream_next;
-    if (s->stream_head == NULL)
-        s->stream_tail = NULL;
+    tsrd_job *job;
+    TSRD_FIFO_POP(job, s->stream_head, s->stream_tail, stream_next);
     s->stream_busy = true;
     dispatch_queue_work(job);
 }
@@ -313,12 +293,7 @@ static void dispatch_stream_next(tsrd_daemon *d, tsrd_session *s)
 static void dispatch_stream_push(tsrd_job *job)
 {
     tsrd_session *s = job->session;
-    job->stream_next = NULL;
-    if (s->stream_tail != NULL)
-        s->stream_tail->stream_next = job;
-    else
-        s->stream_head = job;
-    s->stream_tail = job;
+    TSRD_FIFO_PUSH(s->stream_head, s->stream_tail, job, stream_next);
     dispatch_stream_next(job->d, s);
 }
 
@@ -627,10 +602,8 @@ static void dispatch_start(tsrd_job *job);
 static void dispatch_unpark(tsrd_session *s)
 {
     while (!s->decoding && s->parked_head != NULL) {
-        tsrd_job *job = s->parked_head;
-        s->parked_head = job->parked_next;
-        if (s->parked_head == NULL)
-            s->parked_tail = NULL;
+        tsrd_job *job;
+        TSRD_FIFO_POP(job, s->parked_head, s->parked_tail, parked_next);
         dispatch_start(job);
     }
 }
@@ -787,12 +760,7 @@ void tsrd_dispatch(tsrd_daemon *d, tsrd_session *s, void *origin, const uint8_t 
             dispatch_complete(job, tsr_error_set(&job->err, TSR_NO_MEMORY, "out of memory"));
             return;
         }
-        job->parked_next = NULL;
-        if (s->parked_tail != NULL)
-            s->parked_tail->parked_next = job;
-        else
-            s->parked_head = job;
-        s->parked_tail = job;
+        TSRD_FIFO_PUSH(s->parked_head, s->parked_tail, job, parked_next);
         return;
     }
     dispatch_start(job);

@@ -73,23 +73,9 @@ static void ring_end(tsrd_daemon *d, tsrd_ring *r, tsr_status status, const char
 /* Starts the ring's loop: in the backend where it has ring ops, else here. */
 static tsr_status ring_start(tsrd_daemon *d, tsrd_ring *r, uint32_t first, tsr_error *err)
 {
-    tsrd_launch_desc *descs = calloc((size_t)r->n_bindings, sizeof *descs);
-    tsrd_dbuf **bufs = calloc((size_t)r->n_bindings * TSR_MAX_REGION_INPUTS, sizeof *bufs);
-    if (descs == NULL || bufs == NULL) {
-        free(descs);
-        free(bufs);
+    tsrd_launch_desc *descs = tsrd_bound_launch_descs(r->bindings, (size_t)r->n_bindings);
+    if (descs == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "ring_open: out of memory");
-    }
-    for (int i = 0; i < r->n_bindings; i++) {
-        const tsrd_bound_launch *b = &r->bindings[i];
-        tsrd_dbuf **in = bufs + (size_t)i * TSR_MAX_REGION_INPUTS;
-        for (int k = 0; k < b->n_inputs; k++)
-            in[k] = b->inputs[k]->dbuf;
-        descs[i] = (tsrd_launch_desc){.kernel = b->kernel->kobj,
-                                      .inputs = in,
-                                      .n_inputs = b->n_inputs,
-                                      .output = b->output->dbuf};
-    }
     tsr_status st;
     if (d->bops->ring != NULL)
         st = d->bops->ring->ring_start(d->backend, r->map->fd, r->map->size, r->slots, first, descs,
@@ -98,7 +84,6 @@ static tsr_status ring_start(tsrd_daemon *d, tsrd_ring *r, uint32_t first, tsr_e
         st = tsrd_ring_loop_start(d->bops, d->backend, r->map->base, r->map->size, r->slots, first,
                                   descs, r->n_bindings, &r->loop, err);
     free(descs);
-    free(bufs);
     return st;
 }
 

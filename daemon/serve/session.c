@@ -278,6 +278,27 @@ void tsrd_bound_launch_release(tsrd_daemon *d, tsrd_bound_launch *b)
     memset(b, 0, sizeof *b);
 }
 
+tsrd_launch_desc *tsrd_bound_launch_descs(const tsrd_bound_launch *b, size_t n)
+{
+    /* The descriptions first, then TSR_MAX_REGION_INPUTS input slots each: a
+     * description holds pointers, so the slots after it stay aligned. */
+    size_t each = sizeof(tsrd_launch_desc) + TSR_MAX_REGION_INPUTS * sizeof(tsrd_dbuf *);
+    tsrd_launch_desc *descs = calloc(n ? n : 1, each);
+    if (descs == NULL)
+        return NULL;
+    tsrd_dbuf **bufs = (tsrd_dbuf **)(descs + n);
+    for (size_t i = 0; i < n; i++) {
+        tsrd_dbuf **in = bufs + i * TSR_MAX_REGION_INPUTS;
+        for (int k = 0; k < b[i].n_inputs; k++)
+            in[k] = b[i].inputs[k]->dbuf;
+        descs[i] = (tsrd_launch_desc){.kernel = b[i].kernel->kobj,
+                                      .inputs = in,
+                                      .n_inputs = b[i].n_inputs,
+                                      .output = b[i].output->dbuf};
+    }
+    return descs;
+}
+
 int tsrd_launch_pin(tsrd_daemon *d, tsrd_session *s, uint64_t kernel, const uint64_t *inputs,
                     size_t n_inputs, uint64_t output, tsrd_bound_launch *out)
 {

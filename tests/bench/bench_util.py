@@ -1,5 +1,6 @@
-"""What the Python benchmarks share: the client package on the import path,
-torch or a clean skip, and the median wall time of a call.
+"""What the Python benchmarks share: the client package and the Python tests'
+shared modules on the import path, torch or a clean skip, and the median wall
+time of a call.
 
 A benchmark run as a script finds this module beside it (Python puts the
 script's folder first on the path).
@@ -9,7 +10,10 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
+_ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+sys.path.insert(0, os.path.join(_ROOT, "client", "python"))
+# The Python tests' modules a benchmark shares with them (llama_block, torch_util).
+sys.path.insert(0, os.path.join(_ROOT, "client", "python", "tests"))
 
 
 def torch_or_skip(bench, need_gpu=False):

@@ -257,6 +257,22 @@ static void tiny_make(tsr_client *c, tiny *t)
     tsr_client_region_free(r);
 }
 
+/* One launch of t on c, by request; dies naming what on failure. */
+static void tiny_launch(tsr_client *c, const tiny *t, const char *what)
+{
+    tsr_error e;
+    if (tsr_client_launch(c, t->k, &t->in, 1, t->out, NULL, 0, &e) != TSR_OK)
+        bench_die(what, &e);
+}
+
+/* Keeps iteration i's n steps, the times between at[0] .. at[n], in v[0] ..
+ * v[n - 1]; a warm-up iteration (i < 0) is not kept. */
+static void steps_keep(double **v, int i, const double *at, int n)
+{
+    for (int k = 0; i >= 0 && k < n; k++)
+        v[k][i] = at[k + 1] - at[k];
+}
+
 /* One round of each path per iteration, so that the three see the same load
  * on the machine: the bare echo, an empty request and a tiny launch; then
  * (with_ring) the same launch through a submission ring. */
@@ -272,20 +288,16 @@ static void latency_measure(tsr_client *c, echo_client *echo, int iters, bool wi
     for (int k = 0; k < 4; k++)
         v[k] = calloc((size_t)iters, sizeof *v[k]);
     for (int i = -iters / 10; i < iters; i++) {
-        double t0 = bench_now_us();
+        double at[4];
+        at[0] = bench_now_us();
         echo_nng_once(echo);
-        double t1 = bench_now_us();
+        at[1] = bench_now_us();
         if (tsr_client_hello(c, NULL, 0, &e) != TSR_OK)
             bench_die("hello", &e);
-        double t2 = bench_now_us();
-        if (tsr_client_launch(c, t.k, &t.in, 1, t.out, NULL, 0, &e) != TSR_OK)
-            bench_die("launch", &e);
-        double t3 = bench_now_us();
-        if (i >= 0) {
-            v[0][i] = t1 - t0;
-            v[1][i] = t2 - t1;
-            v[2][i] = t3 - t2;
-        }
+        at[2] = bench_now_us();
+        tiny_launch(c, &t, "launch");
+        at[3] = bench_now_us();
+        steps_keep(v, i, at, 3);
     }
     /* The ring on its own, launch after launch, as a client of the fast path
      * runs it (between requests its thread would sleep, and each launch would
@@ -368,20 +380,15 @@ static void section_compare(const bench_daemon *d, const bench_opts *o)
         v[k] = calloc((size_t)o->iters, sizeof *v[k]);
     tsr_error e;
     for (int i = -o->iters / 10; i < o->iters; i++) {
-        double t0 = bench_now_us();
+        double at[4];
+        at[0] = bench_now_us();
         echo_nng_once(&echo);
-        double t1 = bench_now_us();
-        if (tsr_client_launch(c[0], t[0].k, &t[0].in, 1, t[0].out, NULL, 0, &e) != TSR_OK)
-            bench_die("baseline launch", &e);
-        double t2 = bench_now_us();
-        if (tsr_client_launch(c[1], t[1].k, &t[1].in, 1, t[1].out, NULL, 0, &e) != TSR_OK)
-            bench_die("launch", &e);
-        double t3 = bench_now_us();
-        if (i >= 0) {
-            v[0][i] = t1 - t0;
-            v[1][i] = t2 - t1;
-            v[2][i] = t3 - t2;
-        }
+        at[1] = bench_now_us();
+        tiny_launch(c[0], &t[0], "baseline launch");
+        at[2] = bench_now_us();
+        tiny_launch(c[1], &t[1], "launch");
+        at[3] = bench_now_us();
+        steps_keep(v, i, at, 3);
     }
     double p[3][2];
     for (int k = 0; k < 3; k++) {
@@ -570,8 +577,7 @@ static void section_batch(const bench_daemon *d, const bench_opts *o)
                 replayed = replayed || res.graph_replayed;
             } else {
                 for (int i = 0; i < 100; i++)
-                    if (tsr_client_launch(c, t.k, &t.in, 1, t.out, NULL, 0, &e) != TSR_OK)
-                        bench_die("launch", &e);
+                    tiny_launch(c, &t, "launch");
             }
             if (rep >= 0)
                 v[mode][rep] = bench_now_us() - t0;

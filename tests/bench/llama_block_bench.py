@@ -5,11 +5,12 @@ daemon's empty request, in one run.
     TESSERA_URL=ipc:///path/sock TESSERA_CLIENT_LIB=build/client/libtessera-client.so \\
         python3 tests/bench/llama_block_bench.py [--small] [--repeats N] [--modes LIST]
 
-The block (built here with random weights scaled 1/sqrt(fan-in)): RMSNorm ->
-attention with GQA (causal SDPA) -> residual -> RMSNorm -> SwiGLU MLP ->
-residual; by default batch 8, seq 2048, hidden 4096, 32 heads, 8 kv heads, FFN
-14336, bf16, on the GPU when torch sees one (the daemon must then run the cuda
-backend on the same node). --small runs a small block (batch 2, seq 64, hidden
+The block (client/python/tests/llama_block.py, random weights scaled
+1/sqrt(fan-in), without its pointwise tail): RMSNorm -> attention with GQA
+(causal SDPA) -> residual -> RMSNorm -> SwiGLU MLP -> residual; by default
+batch 8, seq 2048, hidden 4096, 32 heads, 8 kv heads, FFN 14336, bf16, on the
+GPU when torch sees one (the daemon must then run the cuda backend on the same
+node). --small runs a small block (batch 2, seq 64, hidden
 256, 8 heads, 2 kv heads, FFN 512) for a correctness pass on the CPU backend.
 
 For each mode (eager, inductor, inductor max-autotune, tessera) the figure is
@@ -35,45 +36,9 @@ from bench_util import timed
 torch = bench_util.torch_or_skip("llama_block_bench")
 
 import tessera  # noqa: E402
+from llama_block import Block  # noqa: E402
 from tessera import torch_backend, torch_ops  # noqa: E402
-
-nn = torch.nn
-F = torch.nn.functional
-
-
-class Block(nn.Module):
-    def __init__(self, dim, heads, heads_kv, ffn, eps=1e-5):
-        super().__init__()
-        self.heads, self.heads_kv, self.hd = heads, heads_kv, dim // heads
-        self.wq = nn.Linear(dim, dim, bias=False)
-        self.wk = nn.Linear(dim, heads_kv * self.hd, bias=False)
-        self.wv = nn.Linear(dim, heads_kv * self.hd, bias=False)
-        self.wo = nn.Linear(dim, dim, bias=False)
-        self.w1 = nn.Linear(dim, ffn, bias=False)
-        self.w3 = nn.Linear(dim, ffn, bias=False)
-        self.w2 = nn.Linear(ffn, dim, bias=False)
-        self.n1, self.n2 = nn.RMSNorm(dim, eps=eps), nn.RMSNorm(dim, eps=eps)
-        g = torch.Generator().manual_seed(1)
-        with torch.no_grad():
-            for lin in (self.wq, self.wk, self.wv, self.wo, self.w1, self.w3, self.w2):
-                lin.weight.copy_(torch.randn(lin.weight.shape, generator=g)
-                                 * lin.weight.shape[1] ** -0.5)
-
-    def forward(self, x):
-        b, s, d = x.shape
-        y = self.n1(x)
-        q = self.wq(y).view(b, s, self.heads, self.hd).transpose(1, 2)
-        k = self.wk(y).view(b, s, self.heads_kv, self.hd).transpose(1, 2)
-        v = self.wv(y).view(b, s, self.heads_kv, self.hd).transpose(1, 2)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        x = x + self.wo(o.transpose(1, 2).reshape(b, s, d))
-        h = self.n2(x)
-        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
-
-
-def rel(a, b):
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm()).item()
+from torch_util import rel  # noqa: E402
 
 
 def main():
@@ -100,7 +65,8 @@ def main():
     print("block: batch %(batch)d, seq %(seq)d, hidden %(dim)d, heads %(heads)d, kv heads "
           "%(heads_kv)d, ffn %(ffn)d, bf16" % shape)
 
-    block = Block(shape["dim"], shape["heads"], shape["heads_kv"], shape["ffn"]).to(device, dtype)
+    block = Block(shape["dim"], shape["heads"], shape["heads_kv"], shape["ffn"], tail=False,
+                  seed=1).to(device, dtype)
     g = torch.Generator().manual_seed(2)
     x = torch.randn(shape["batch"], shape["seq"], shape["dim"], generator=g).to(device, dtype)
     bound = 16 * torch.finfo(dtype).eps / 2

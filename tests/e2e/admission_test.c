@@ -21,20 +21,13 @@
 #include "../support/attack.h"
 #include "../support/fixture.h"
 
-static testd admission_d;
-
 static void admission_setup(void)
 {
-    cr_assert_eq(attack_start_tenants(&admission_d, "", "", "", 0, NULL), 0,
+    cr_assert_eq(attack_start_tenants(&suite_daemon, "", "", "", 0, NULL), 0,
                  "tesserad did not start");
 }
 
-static void admission_teardown(void)
-{
-    fixture_stop(&admission_d, NULL);
-}
-
-TestSuite(admission, .init = admission_setup, .fini = admission_teardown, .timeout = 60);
+TestSuite(admission, .init = admission_setup, .fini = fixture_suite_stop, .timeout = 60);
 
 /* Sends bytes on a fresh raw connection and returns the decoded reply. */
 static Tessera__V1__Reply *admission_send(uint32_t s, const uint8_t *bytes, size_t len)
@@ -48,7 +41,7 @@ static Tessera__V1__Reply *admission_send(uint32_t s, const uint8_t *bytes, size
 static uint32_t admission_raw(void)
 {
     uint32_t s;
-    cr_assert_eq(testd_raw_open(&admission_d, &s), 0);
+    cr_assert_eq(testd_raw_open(&suite_daemon, &s), 0);
     return s;
 }
 
@@ -65,7 +58,7 @@ static void *admission_probe_main(void *arg)
     admission_prober *p = arg;
     while (!atomic_load(&p->stop)) {
         uint64_t t0 = attack_now_ms();
-        tsr_client *c = testd_connect(admission_d.url, "", 20000);
+        tsr_client *c = testd_connect(suite_daemon.url, "", 20000);
         tsr_client_health h;
         if (c == NULL || tsr_client_health_get(c, &h, 20000, NULL) != TSR_OK)
             atomic_fetch_add(&p->failed, 1);
@@ -86,7 +79,7 @@ Test(admission, an_unauthenticated_63_mib_batch_is_refused_before_its_body_is_de
     const size_t launches = ((size_t)63 << 20) / 2 - 16; /* 33 million */
     uint8_t *bytes = attack_empty_batch(0x4f4f, NULL, launches, &len);
     cr_assert_not_null(bytes);
-    long base_kb = attack_rss_kb(admission_d.pid);
+    long base_kb = attack_rss_kb(suite_daemon.pid);
     admission_prober p = {0};
     cr_assert_eq(pthread_create(&p.thread, NULL, admission_probe_main, &p), 0);
     uint32_t s = admission_raw();
@@ -103,7 +96,7 @@ Test(admission, an_unauthenticated_63_mib_batch_is_refused_before_its_body_is_de
                          "no token, and the connection's peer credentials match no tenant");
         tessera__v1__reply__free_unpacked(r, NULL);
     }
-    long peak_kb = attack_hwm_kb(admission_d.pid);
+    long peak_kb = attack_hwm_kb(suite_daemon.pid);
     atomic_store(&p.stop, true);
     pthread_join(p.thread, NULL);
     testd_raw_close(s);
@@ -167,13 +160,13 @@ static void admission_revoke_alice(void)
     char ha[65], hb[65];
     tsrd_token_hash("alice-token-2", strlen("alice-token-2"), ha);
     tsrd_token_hash(ATTACK_TOKEN_BOB, strlen(ATTACK_TOKEN_BOB), hb);
-    cr_assert_eq(testd_write_config(&admission_d,
+    cr_assert_eq(testd_write_config(&suite_daemon,
                                     "{\"tenants\": ["
                                     "{\"name\": \"alice\", \"token_sha256\": [\"%s\"]},"
                                     "{\"name\": \"bob\", \"token_sha256\": [\"%s\"]}]}\n",
                                     ha, hb),
                  0);
-    cr_assert_eq(kill(admission_d.pid, SIGHUP), 0);
+    cr_assert_eq(kill(suite_daemon.pid, SIGHUP), 0);
     for (int i = 0; i < 250; i++) {
         uint32_t s = admission_raw();
         size_t len;

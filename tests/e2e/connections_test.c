@@ -19,14 +19,7 @@
 #include "../support/attack.h"
 #include "../support/fixture.h"
 
-static testd conn_d;
-
-static void conn_teardown(void)
-{
-    fixture_stop(&conn_d, NULL);
-}
-
-TestSuite(connections, .fini = conn_teardown, .timeout = 60);
+TestSuite(connections, .fini = fixture_suite_stop, .timeout = 60);
 
 /* How many of the n connections the daemon has closed. */
 static int conn_count_closed(const int *fds, int n)
@@ -40,7 +33,7 @@ static int conn_count_closed(const int *fds, int n)
 /* A hello on a connection of its own; TSR_OK when it is answered in time. */
 static tsr_status conn_fresh_hello(int timeout_ms)
 {
-    tsr_client *c = testd_connect(conn_d.url, "", timeout_ms);
+    tsr_client *c = testd_connect(suite_daemon.url, "", timeout_ms);
     if (c == NULL)
         return TSR_UNAVAILABLE;
     tsr_status st = tsr_client_hello(c, NULL, timeout_ms, NULL);
@@ -50,12 +43,12 @@ static tsr_status conn_fresh_hello(int timeout_ms)
 
 Test(connections, connections_past_max_connections_are_closed_at_once_and_counted)
 {
-    cr_assert_eq(attack_start_config(&conn_d, 0, NULL, "{\"max_connections\": 8}\n"), 0);
-    tsr_client *c = fixture_client(&conn_d, 10000);
+    cr_assert_eq(attack_start_config(&suite_daemon, 0, NULL, "{\"max_connections\": 8}\n"), 0);
+    tsr_client *c = fixture_client(&suite_daemon, 10000);
     cr_assert_eq(tsr_client_hello(c, NULL, 5000, NULL), TSR_OK);
     int fds[11];
     for (int i = 0; i < 11; i++) {
-        fds[i] = attack_sp_connect(conn_d.url, 5000);
+        fds[i] = attack_sp_connect(suite_daemon.url, 5000);
         cr_assert_geq(fds[i], 0, "connection %d: no handshake", i);
     }
     /* c and seven more fit; four are closed as they come. The daemon counts a
@@ -86,13 +79,13 @@ Test(connections, connections_past_max_connections_are_closed_at_once_and_counte
 
 Test(connections, the_default_cap_keeps_connections_under_the_descriptor_limit)
 {
-    cr_assert_eq(attack_start_config(&conn_d, 128, NULL, "{}\n"), 0);
-    tsr_client *c = fixture_client(&conn_d, 10000);
+    cr_assert_eq(attack_start_config(&suite_daemon, 128, NULL, "{}\n"), 0);
+    tsr_client *c = fixture_client(&suite_daemon, 10000);
     cr_assert_eq(tsr_client_hello(c, NULL, 5000, NULL), TSR_OK);
     int fds[100], open_ = 0, closed = 0, peak = 0;
     for (int i = 0; i < 100; i++) {
-        fds[i] = attack_sp_connect(conn_d.url, 5000);
-        int n = attack_fd_count(conn_d.pid);
+        fds[i] = attack_sp_connect(suite_daemon.url, 5000);
+        int n = attack_fd_count(suite_daemon.pid);
         peak = n > peak ? n : peak;
     }
     testd_sleep_ms(300);
@@ -146,18 +139,19 @@ static void *conn_active_main(void *arg)
 Test(connections, the_ipc_listener_accepts_again_once_the_descriptors_come_back)
 {
     /* The cap set past the limit on purpose: the descriptors run out. */
-    cr_assert_eq(attack_start_config(&conn_d, 128, NULL, "{\"max_connections\": 100000}\n"), 0);
-    conn_active a = {.c = fixture_client(&conn_d, 10000)};
+    cr_assert_eq(attack_start_config(&suite_daemon, 128, NULL, "{\"max_connections\": 100000}\n"),
+                 0);
+    conn_active a = {.c = fixture_client(&suite_daemon, 10000)};
     cr_assert_eq(tsr_client_hello(a.c, NULL, 5000, NULL), TSR_OK);
     cr_assert_eq(pthread_create(&a.thread, NULL, conn_active_main, &a), 0);
     int fds[200], handshaken = 0;
     for (int i = 0; i < 200; i++) {
-        fds[i] =
-            i < 150 ? attack_sp_connect(conn_d.url, 100) : attack_sp_connect_nowait(conn_d.url);
+        fds[i] = i < 150 ? attack_sp_connect(suite_daemon.url, 100)
+                         : attack_sp_connect_nowait(suite_daemon.url);
         handshaken += i < 150 && fds[i] >= 0;
     }
     testd_sleep_ms(1000);
-    int at_limit = attack_fd_count(conn_d.pid);
+    int at_limit = attack_fd_count(suite_daemon.pid);
     for (int i = 0; i < 200; i++)
         if (fds[i] >= 0)
             close(fds[i]);

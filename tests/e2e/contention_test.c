@@ -24,18 +24,11 @@
 #include "../support/attack.h"
 #include "../support/fixture.h"
 
-static testd contention_d;
-
-static void contention_teardown(void)
-{
-    fixture_stop(&contention_d, NULL);
-}
-
-TestSuite(contention, .fini = contention_teardown, .timeout = 60);
+TestSuite(contention, .fini = fixture_suite_stop, .timeout = 60);
 
 static tsr_client *contention_client(const char *token)
 {
-    tsr_client *c = testd_connect(contention_d.url, token, 60000);
+    tsr_client *c = testd_connect(suite_daemon.url, token, 60000);
     cr_assert_not_null(c);
     return c;
 }
@@ -54,7 +47,7 @@ static uint64_t contention_hello_ms(tsr_client *c)
 
 Test(contention, peers_that_leave_replies_unread_do_not_hold_the_daemon)
 {
-    cr_assert_eq(attack_start_tenants(&contention_d, "", "", "", 0, NULL), 0);
+    cr_assert_eq(attack_start_tenants(&suite_daemon, "", "", "", 0, NULL), 0);
     tsr_client *alice = contention_client(ATTACK_TOKEN_ALICE);
     size_t len;
     uint8_t *hello = attack_hello(0, NULL, 0, &len); /* no token: UNAUTHENTICATED, small */
@@ -73,7 +66,7 @@ Test(contention, peers_that_leave_replies_unread_do_not_hold_the_daemon)
                 close(fds[i]);
                 reconnects++;
             }
-            fds[i] = attack_sp_connect(contention_d.url, 2000);
+            fds[i] = attack_sp_connect(suite_daemon.url, 2000);
             if (fds[i] >= 0)
                 attack_sp_flood(fds[i], 1, hello, len, 1000);
         }
@@ -99,34 +92,6 @@ Test(contention, peers_that_leave_replies_unread_do_not_hold_the_daemon)
     tsr_client_close(alice);
 }
 
-/* A matmul kernel of n^3 with its three buffers, on c. */
-typedef struct contention_mm {
-    tsr_kernel kernel;
-    tsr_buffer in[2], out;
-} contention_mm;
-
-static contention_mm contention_matmul(tsr_client *c, int n)
-{
-    char json[160];
-    snprintf(json, sizeof json,
-             "{\"kind\": \"matmul\", \"dtype\": \"f32\", \"m\": %d, \"n\": %d, "
-             "\"k\": %d}",
-             n, n, n);
-    tsr_region *r = fixture_region_json(json);
-    tsr_client_compile_opts opts = {.skip_verify = true};
-    tsr_client_compiled compiled;
-    tsr_error err;
-    cr_assert_eq(tsr_client_compile(c, r, &opts, &compiled, 60000, &err), TSR_OK, "%s",
-                 err.message);
-    tsr_client_region_free(r);
-    contention_mm mm = {.kernel = compiled.kernel};
-    int64_t shape[2] = {n, n};
-    mm.in[0] = fixture_alloc(c, TSR_CLIENT_F32, 2, shape);
-    mm.in[1] = fixture_alloc(c, TSR_CLIENT_F32, 2, shape);
-    mm.out = fixture_alloc(c, TSR_CLIENT_F32, 2, shape);
-    return mm;
-}
-
 typedef struct contention_resends {
     uint8_t *bytes;
     size_t len;
@@ -139,7 +104,7 @@ typedef struct contention_resends {
 static void *contention_resend_main(void *arg)
 {
     contention_resends *r = arg;
-    r->got = attack_same_request(contention_d.url, r->bytes, r->len, 80, 60000, r->statuses,
+    r->got = attack_same_request(suite_daemon.url, r->bytes, r->len, 80, 60000, r->statuses,
                                  r->messages, r->done_ms);
     return NULL;
 }
@@ -184,12 +149,12 @@ static uint8_t *contention_slow_run(uint64_t id, int64_t seq, size_t *len)
 
 Test(contention, resends_of_a_slow_request_wait_within_in_flight_and_hold_no_other_tenant)
 {
-    cr_assert_eq(attack_start_tenants(&contention_d, "", "\"in_flight\": 8", "", 0, NULL), 0);
+    cr_assert_eq(attack_start_tenants(&suite_daemon, "", "\"in_flight\": 8", "", 0, NULL), 0);
     contention_resends r = {0};
     /* Once alone, to have it compiled and to know how long it takes. */
     r.bytes = contention_slow_run(0x51016, 8192, &r.len);
     uint32_t s;
-    cr_assert_eq(testd_raw_open(&contention_d, &s), 0);
+    cr_assert_eq(testd_raw_open(&suite_daemon, &s), 0);
     uint64_t t0 = attack_now_ms();
     Tessera__V1__Reply *alone = NULL;
     cr_assert_eq(testd_raw_send(s, r.bytes, r.len, 60000, &alone), 0);
@@ -243,61 +208,37 @@ Test(contention, resends_of_a_slow_request_wait_within_in_flight_and_hold_no_oth
     free(r.bytes);
 }
 
-typedef struct contention_batch {
-    tsr_client *alice;
-    contention_mm mm;
-    int launches;
-    tsr_status status;
-    tsr_client_batch_result result;
-    uint64_t done_ms;
-} contention_batch;
-
-static void *contention_batch_main(void *arg)
-{
-    contention_batch *b = arg;
-    tsr_client_launch_desc *descs = calloc((size_t)b->launches, sizeof *descs);
-    for (int i = 0; i < b->launches; i++)
-        descs[i] = (tsr_client_launch_desc){
-            .kernel = b->mm.kernel, .n_inputs = 2, .inputs = b->mm.in, .output = b->mm.out};
-    tsr_error err;
-    b->status =
-        tsr_client_batch(b->alice, descs, (size_t)b->launches, false, &b->result, 120000, &err);
-    b->done_ms = attack_now_ms();
-    free(descs);
-    return NULL;
-}
-
 Test(contention, a_long_batch_yields_between_launches_to_another_tenants_run)
 {
     /* One worker thread: without yielding, the batch would hold it throughout. */
-    cr_assert_eq(attack_start_tenants(&contention_d, "\"workers\": 1, ", "", "", 0, NULL), 0);
-    contention_batch b = {.alice = contention_client(ATTACK_TOKEN_ALICE), .launches = 60};
-    b.mm = contention_matmul(b.alice, 512);
+    cr_assert_eq(attack_start_tenants(&suite_daemon, "\"workers\": 1, ", "", "", 0, NULL), 0);
+    tsr_client *alice = contention_client(ATTACK_TOKEN_ALICE);
+    fixture_mm mm = fixture_matmul(alice, 512);
+    tsr_client_launch_desc descs[60];
+    for (int i = 0; i < 60; i++)
+        descs[i] = (tsr_client_launch_desc){
+            .kernel = mm.kernel, .n_inputs = 2, .inputs = mm.in, .output = mm.out};
+    attack_batch b = {.c = alice, .descs = descs, .n = 60};
     /* Bob's 4-element run, compiled once beforehand so that what is timed is
      * the wait for a worker. */
     tsr_client *bob = contention_client(ATTACK_TOKEN_BOB);
     tsr_region *tiny = fixture_affine(4);
-    float in[4] = {1, 2, 3, 4}, out[4];
-    const void *inputs[1] = {in};
+    float out[4];
     tsr_error err;
-    cr_assert_eq(tsr_client_run(bob, tiny, NULL, inputs, out, NULL, 30000, &err), TSR_OK, "%s",
-                 err.message);
+    cr_assert_eq(fixture_affine_run4(bob, tiny, out, 30000, &err), TSR_OK, "%s", err.message);
     /* One launch alone, for the figures. */
     double one_ms = 0;
     uint64_t t0 = attack_now_ms();
-    cr_assert_eq(
-        tsr_client_launch(b.alice, b.mm.kernel, b.mm.in, 2, b.mm.out, &one_ms, 30000, &err), TSR_OK,
-        "%s", err.message);
+    cr_assert_eq(tsr_client_launch(alice, mm.kernel, mm.in, 2, mm.out, &one_ms, 30000, &err),
+                 TSR_OK, "%s", err.message);
     uint64_t launch_ms = attack_now_ms() - t0;
-    pthread_t th;
     uint64_t batch_t0 = attack_now_ms();
-    cr_assert_eq(pthread_create(&th, NULL, contention_batch_main, &b), 0);
+    cr_assert_eq(attack_batch_start(&b), 0);
     testd_sleep_ms(3 * (int)launch_ms + 50);
     uint64_t run_t0 = attack_now_ms();
-    cr_expect_eq(tsr_client_run(bob, tiny, NULL, inputs, out, NULL, 60000, &err), TSR_OK, "%s",
-                 err.message);
+    cr_expect_eq(fixture_affine_run4(bob, tiny, out, 60000, &err), TSR_OK, "%s", err.message);
     uint64_t run_done = attack_now_ms();
-    pthread_join(th, NULL);
+    attack_batch_join(&b);
     cr_assert_eq(b.status, TSR_OK);
     cr_expect_eq(b.result.launched, 60);
     cr_expect_eq(out[3], 9.0f, "y = 2x + 1");
@@ -310,7 +251,7 @@ Test(contention, a_long_batch_yields_between_launches_to_another_tenants_run)
     cr_expect_lt(run_done, b.done_ms, "bob's run waited for the whole batch");
     tsr_client_region_free(tiny);
     tsr_client_close(bob);
-    tsr_client_close(b.alice);
+    tsr_client_close(alice);
 }
 
 /* A request of alice's as wire bytes. */
@@ -326,13 +267,13 @@ static uint8_t *contention_pack(Tessera__V1__Request *req, uint64_t id, size_t *
 
 Test(contention, a_tenants_unread_replies_past_its_cap_close_its_worst_connection)
 {
-    cr_assert_eq(attack_start_tenants(&contention_d, "\"max_unread_replies_per_tenant\": 16, ", "",
+    cr_assert_eq(attack_start_tenants(&suite_daemon, "\"max_unread_replies_per_tenant\": 16, ", "",
                                       "", 0, NULL),
                  0);
     tsr_client *bob = contention_client(ATTACK_TOKEN_BOB);
     int fds[CONTENTION_READERS];
     for (int k = 0; k < CONTENTION_READERS; k++) {
-        fds[k] = attack_sp_connect(contention_d.url, 5000);
+        fds[k] = attack_sp_connect(suite_daemon.url, 5000);
         cr_assert_geq(fds[k], 0);
         /* A 256 KiB buffer, its reply read... */
         int64_t shape[1] = {65536};

@@ -20,24 +20,11 @@
 #define DECODE_ELEMENTS (1 << 20) /* 4 MiB of f32 */
 #define DECODE_ROUNDS 6
 
-static testd decode_d;
-static tsr_client *decode_client;
-
-static void decode_setup(void)
-{
-    decode_client = fixture_start_client(&decode_d, NULL, 30000);
-}
-
-static void decode_teardown(void)
-{
-    fixture_stop(&decode_d, decode_client);
-}
-
-TestSuite(decode, .init = decode_setup, .fini = decode_teardown, .timeout = 120);
+TestSuite(decode, .init = fixture_suite_start_client, .fini = fixture_suite_stop, .timeout = 120);
 
 static double decode_off_loop(void)
 {
-    return fixture_counter(decode_client, "requests_decoded_off_loop_total");
+    return fixture_counter(suite_client, "requests_decoded_off_loop_total");
 }
 
 /* Sends req on the raw connection fd (framed as nng frames it; the frames go
@@ -60,7 +47,7 @@ static Tessera__V1__Reply *decode_recv(int fd)
 
 Test(decode, large_bodies_decode_on_the_pool_and_small_ones_on_the_loop)
 {
-    int fd = attack_sp_connect(decode_d.url, 5000);
+    int fd = attack_sp_connect(suite_daemon.url, 5000);
     cr_assert_geq(fd, 0);
     Tessera__V1__Request req;
     Tessera__V1__BufferAllocRequest alloc;
@@ -138,7 +125,7 @@ Test(decode, a_large_body_that_does_not_parse_is_refused_and_the_daemon_serves_o
 
     double before = decode_off_loop();
     uint32_t sock = 0;
-    cr_assert_eq(testd_raw_open(&decode_d, &sock), 0);
+    cr_assert_eq(testd_raw_open(&suite_daemon, &sock), 0);
     Tessera__V1__Reply *r = NULL;
     cr_assert_eq(testd_raw_send(sock, bytes, len, 30000, &r), 0);
     cr_assert_eq(r->id, 7);
@@ -150,5 +137,5 @@ Test(decode, a_large_body_that_does_not_parse_is_refused_and_the_daemon_serves_o
 
     tsr_error err;
     tsr_client_info info;
-    cr_assert_eq(tsr_client_hello(decode_client, &info, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_hello(suite_client, &info, 0, &err), TSR_OK, "%s", err.message);
 }

@@ -23,16 +23,7 @@
 #include "../support/attack.h"
 #include "../support/fixture.h"
 
-static testd inline_d;
-static tsr_client *inline_client;
-
-static void inline_teardown(void)
-{
-    fixture_stop(&inline_d, inline_client);
-    inline_client = NULL;
-}
-
-TestSuite(inline, .fini = inline_teardown, .timeout = 120);
+TestSuite(inline, .fini = fixture_suite_stop, .timeout = 120);
 
 static double inline_count(tsr_client *c)
 {
@@ -84,8 +75,8 @@ static void inline_expect(tsr_client *c, tsr_buffer b, const float want[4])
  * nine on the loop; a run (which compiles) never inline. */
 static void inline_launches_count(const char *const *flags)
 {
-    inline_client = fixture_start_client(&inline_d, flags, 60000);
-    tsr_client *c = inline_client;
+    suite_client = fixture_start_client(&suite_daemon, flags, 60000);
+    tsr_client *c = suite_client;
     inline_tiny t = inline_tiny_make(c);
     cr_assert_eq(inline_count(c), 0);
     inline_launch(c, t.kernel, t.x, t.y);
@@ -96,11 +87,9 @@ static void inline_launches_count(const char *const *flags)
     cr_expect_eq(n, 9, "every later launch ran on the loop: %g of 9", n);
     inline_expect(c, t.y, (const float[4]){3, 5, 7, 9});
     tsr_region *r = fixture_affine(4);
-    float in[4] = {1, 2, 3, 4}, out[4];
-    const void *inputs[1] = {in};
+    float out[4];
     tsr_error err;
-    cr_assert_eq(tsr_client_run(c, r, NULL, inputs, out, NULL, 30000, &err), TSR_OK, "%s",
-                 err.message);
+    cr_assert_eq(fixture_affine_run4(c, r, out, 30000, &err), TSR_OK, "%s", err.message);
     tsr_client_region_free(r);
     cr_expect_eq(out[3], 9.0f);
     cr_expect_eq(inline_count(c), 9, "a run is not a launch: it goes to the pool");
@@ -127,8 +116,8 @@ Test(inline, later_launches_of_a_short_kernel_run_on_the_loop_cpu_isolated)
  * request cannot use, in the order the request names them. */
 Test(inline, a_launch_names_the_first_handle_it_cannot_use)
 {
-    inline_client = fixture_start_client(&inline_d, NULL, 60000);
-    tsr_client *c = inline_client;
+    suite_client = fixture_start_client(&suite_daemon, NULL, 60000);
+    tsr_client *c = suite_client;
     inline_tiny t = inline_tiny_make(c);
     tsr_buffer small = fixture_alloc_f32(c, 2);
     tsr_buffer bogus = 0x5eed1234;
@@ -181,9 +170,9 @@ static uint64_t inline_raw_alloc(uint32_t s, uint64_t id)
 
 Test(inline, a_resent_launch_id_gets_the_stored_reply_and_runs_once)
 {
-    inline_client = fixture_start_client(&inline_d, NULL, 60000);
+    suite_client = fixture_start_client(&suite_daemon, NULL, 60000);
     uint32_t s;
-    cr_assert_eq(testd_raw_open(&inline_d, &s), 0);
+    cr_assert_eq(testd_raw_open(&suite_daemon, &s), 0);
     tsr_region *r = fixture_affine(4);
     Tessera__V1__Region *pb = fixture_region_pb(r);
     Tessera__V1__CompileRequest compile = TESSERA__V1__COMPILE_REQUEST__INIT;
@@ -206,19 +195,19 @@ Test(inline, a_resent_launch_id_gets_the_stored_reply_and_runs_once)
     req = (Tessera__V1__Request)TESSERA__V1__REQUEST__INIT;
     req.body_case = TESSERA__V1__REQUEST__BODY_LAUNCH;
     req.launch = &launch;
-    double inlined = inline_count(inline_client);
-    double replays = fixture_counter(inline_client, "replays_total");
+    double inlined = inline_count(suite_client);
+    double replays = fixture_counter(suite_client, "replays_total");
     tessera__v1__reply__free_unpacked(inline_raw(s, &req, 0x1a000004), NULL);
-    cr_expect_eq(inline_count(inline_client), inlined, "the first launch went to the pool");
+    cr_expect_eq(inline_count(suite_client), inlined, "the first launch went to the pool");
     Tessera__V1__Reply *first = inline_raw(s, &req, 0x1a000005);
-    cr_expect_eq(inline_count(inline_client), inlined + 1, "the second ran on the loop");
+    cr_expect_eq(inline_count(suite_client), inlined + 1, "the second ran on the loop");
     cr_assert_eq(first->body_case, TESSERA__V1__REPLY__BODY_LAUNCH);
     /* The same id again: the stored reply, byte for byte, and no launch. */
     Tessera__V1__Reply *again = inline_raw(s, &req, 0x1a000005);
     cr_assert_eq(again->body_case, TESSERA__V1__REPLY__BODY_LAUNCH);
     cr_expect_eq(again->launch->device_ms, first->launch->device_ms);
-    cr_expect_eq(fixture_counter(inline_client, "replays_total"), replays + 1);
-    cr_expect_eq(inline_count(inline_client), inlined + 1, "the resend was not executed");
+    cr_expect_eq(fixture_counter(suite_client, "replays_total"), replays + 1);
+    cr_expect_eq(inline_count(suite_client), inlined + 1, "the resend was not executed");
     tessera__v1__reply__free_unpacked(first, NULL);
     tessera__v1__reply__free_unpacked(again, NULL);
     testd_raw_close(s);
@@ -228,23 +217,6 @@ Test(inline, a_resent_launch_id_gets_the_stored_reply_and_runs_once)
 
 #define INLINE_MM 512
 #define INLINE_BATCH 30
-
-typedef struct inline_batch {
-    tsr_client *c;
-    tsr_client_launch_desc descs[INLINE_BATCH + 1];
-    tsr_status status;
-    tsr_client_batch_result result;
-    uint64_t done_ms;
-} inline_batch;
-
-static void *inline_batch_main(void *arg)
-{
-    inline_batch *b = arg;
-    tsr_error err;
-    b->status = tsr_client_batch(b->c, b->descs, INLINE_BATCH + 1, false, &b->result, 120000, &err);
-    b->done_ms = attack_now_ms();
-    return NULL;
-}
 
 typedef struct inline_behind {
     tsr_client *c;
@@ -277,29 +249,16 @@ static double inline_wait_inflight(tsr_client *c, double want)
 
 Test(inline, a_launch_behind_a_long_batch_waits_for_it_and_another_session_does_not)
 {
-    cr_assert_eq(attack_start_tenants(&inline_d, "", "\"in_flight\": 2", "", 0, NULL), 0);
-    tsr_client *alice = testd_connect(inline_d.url, ATTACK_TOKEN_ALICE, 60000);
-    tsr_client *alice2 = testd_connect(inline_d.url, ATTACK_TOKEN_ALICE, 60000);
-    tsr_client *bob = testd_connect(inline_d.url, ATTACK_TOKEN_BOB, 60000);
+    cr_assert_eq(attack_start_tenants(&suite_daemon, "", "\"in_flight\": 2", "", 0, NULL), 0);
+    tsr_client *alice = testd_connect(suite_daemon.url, ATTACK_TOKEN_ALICE, 60000);
+    tsr_client *alice2 = testd_connect(suite_daemon.url, ATTACK_TOKEN_ALICE, 60000);
+    tsr_client *bob = testd_connect(suite_daemon.url, ATTACK_TOKEN_BOB, 60000);
     cr_assert(alice != NULL && alice2 != NULL && bob != NULL);
 
     /* Alice: a slow product, a relu of x into r (the batch's last launch) and
      * the affine kernel, measured short by two launches. */
-    char json[160];
-    snprintf(json, sizeof json,
-             "{\"kind\": \"matmul\", \"dtype\": \"f32\", \"m\": %d, \"n\": %d, \"k\": %d}",
-             INLINE_MM, INLINE_MM, INLINE_MM);
-    tsr_region *mm_region = fixture_region_json(json);
-    tsr_client_compile_opts opts = {.skip_verify = true};
-    tsr_client_compiled mm;
+    fixture_mm mm = fixture_matmul(alice, INLINE_MM);
     tsr_error err;
-    cr_assert_eq(tsr_client_compile(alice, mm_region, &opts, &mm, 60000, &err), TSR_OK, "%s",
-                 err.message);
-    tsr_client_region_free(mm_region);
-    int64_t shape[2] = {INLINE_MM, INLINE_MM};
-    tsr_buffer mm_in[2] = {fixture_alloc(alice, TSR_CLIENT_F32, 2, shape),
-                           fixture_alloc(alice, TSR_CLIENT_F32, 2, shape)};
-    tsr_buffer mm_out = fixture_alloc(alice, TSR_CLIENT_F32, 2, shape);
     tsr_region *relu_region = fixture_region_json(
         "{\"kind\": \"pointwise\", \"dtype\": \"f32\", \"inputs\": [{\"name\": \"x\", "
         "\"shape\": [4]}], \"ops\": [{\"op\": \"relu\", \"args\": [\"x\"], \"out\": \"y\"}], "
@@ -320,20 +279,21 @@ Test(inline, a_launch_behind_a_long_batch_waits_for_it_and_another_session_does_
 
     /* One product alone, for the figures. */
     uint64_t t0 = attack_now_ms();
-    cr_assert_eq(tsr_client_launch(alice, mm.kernel, mm_in, 2, mm_out, NULL, 60000, &err), TSR_OK,
+    cr_assert_eq(tsr_client_launch(alice, mm.kernel, mm.in, 2, mm.out, NULL, 60000, &err), TSR_OK,
                  "%s", err.message);
     uint64_t mm_ms = attack_now_ms() - t0;
 
-    inline_batch batch = {.c = alice};
+    tsr_client_launch_desc descs[INLINE_BATCH + 1];
     for (int i = 0; i < INLINE_BATCH; i++)
-        batch.descs[i] = (tsr_client_launch_desc){
-            .kernel = mm.kernel, .n_inputs = 2, .inputs = mm_in, .output = mm_out};
-    batch.descs[INLINE_BATCH] =
+        descs[i] = (tsr_client_launch_desc){
+            .kernel = mm.kernel, .n_inputs = 2, .inputs = mm.in, .output = mm.out};
+    descs[INLINE_BATCH] =
         (tsr_client_launch_desc){.kernel = relu.kernel, .n_inputs = 1, .inputs = &a.x, .output = r};
     cr_expect_eq(inline_wait_inflight(bob, 1), 1, "bob's stats request alone is in flight");
-    pthread_t batch_th, behind_th;
+    attack_batch batch = {.c = alice, .descs = descs, .n = INLINE_BATCH + 1};
+    pthread_t behind_th;
     uint64_t batch_t0 = attack_now_ms();
-    cr_assert_eq(pthread_create(&batch_th, NULL, inline_batch_main, &batch), 0);
+    cr_assert_eq(attack_batch_start(&batch), 0);
     cr_assert_eq(inline_wait_inflight(bob, 2), 2, "the batch was received");
     /* z = 2r + 1 on alice's session, behind the batch that writes r. */
     inline_behind behind = {.c = alice, .t = &a, .in = r, .out = z};
@@ -350,7 +310,7 @@ Test(inline, a_launch_behind_a_long_batch_waits_for_it_and_another_session_does_
     cr_expect_eq(fixture_counter(bob, "inflight_requests"), 3,
                  "bob's launch waited for alice's batch");
     cr_expect_eq(inline_count(bob), inlined, "nothing ran on the loop during the batch");
-    pthread_join(batch_th, NULL);
+    attack_batch_join(&batch);
     pthread_join(behind_th, NULL);
     cr_assert_eq(batch.status, TSR_OK);
     cr_expect_eq(batch.result.launched, INLINE_BATCH + 1);

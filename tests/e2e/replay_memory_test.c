@@ -23,14 +23,7 @@
 #define REPLAY_RUNS 3
 #define REPLAY_ELEMENTS (1 << 20) /* 4 MiB of f32 each way */
 
-static testd replay_d;
-
-static void replay_teardown(void)
-{
-    fixture_stop(&replay_d, NULL);
-}
-
-TestSuite(replay_memory, .fini = replay_teardown, .timeout = 120);
+TestSuite(replay_memory, .fini = fixture_suite_stop, .timeout = 120);
 
 /* y = 2x + 1 over REPLAY_ELEMENTS inline, as wire bytes with id and auth
  * (NULL: none). */
@@ -79,20 +72,20 @@ static void replay_run(uint32_t s, uint64_t id, const uint8_t *bytes, size_t len
 
 Test(replay_memory, stored_replies_are_counted_and_bounded_per_connection_and_per_tenant)
 {
-    cr_assert_eq(attack_start_config(&replay_d, 0, NULL,
+    cr_assert_eq(attack_start_config(&suite_daemon, 0, NULL,
                                      "{\"replay_bytes_per_connection\": 16777216, "
                                      "\"replay_bytes_per_tenant\": 33554432}\n"),
                  0);
-    tsr_client *c = fixture_client(&replay_d, 30000);
+    tsr_client *c = fixture_client(&suite_daemon, 30000);
     float *x = malloc(REPLAY_ELEMENTS * sizeof(float));
     for (int i = 0; i < REPLAY_ELEMENTS; i++)
         x[i] = (float)i;
-    long base_kb = attack_rss_kb(replay_d.pid);
+    long base_kb = attack_rss_kb(suite_daemon.pid);
     uint32_t socks[REPLAY_CONNECTIONS];
     uint8_t *first = NULL, *last = NULL;
     size_t first_len = 0, last_len = 0;
     for (int k = 0; k < REPLAY_CONNECTIONS; k++) {
-        cr_assert_eq(testd_raw_open(&replay_d, &socks[k]), 0);
+        cr_assert_eq(testd_raw_open(&suite_daemon, &socks[k]), 0);
         for (int j = 0; j < REPLAY_RUNS; j++) {
             uint64_t id = ((uint64_t)(k + 1) << 8) | (uint64_t)j;
             size_t len;
@@ -109,7 +102,7 @@ Test(replay_memory, stored_replies_are_counted_and_bounded_per_connection_and_pe
             }
         }
     }
-    long grown_kb = attack_rss_kb(replay_d.pid) - base_kb;
+    long grown_kb = attack_rss_kb(suite_daemon.pid) - base_kb;
     /* From one stats reply: c's own requests are remembered too. */
     tsr_client_stats *st = NULL;
     cr_assert_eq(tsr_client_stats_get(c, false, &st, 0, NULL), TSR_OK);
@@ -166,14 +159,14 @@ static void replay_tenant_runs(const char *token, const float *x, double *kept, 
                                double *quota)
 {
     uint32_t sock = 0;
-    cr_assert_eq(testd_raw_open(&replay_d, &sock), 0);
+    cr_assert_eq(testd_raw_open(&suite_daemon, &sock), 0);
     for (int j = 0; j < REPLAY_RUNS; j++) {
         size_t len = 0;
         uint8_t *bytes = replay_run_bytes_as(0x700 + (uint64_t)j, token, x, &len);
         replay_run(sock, 0x700 + (uint64_t)j, bytes, len, 0);
         free(bytes);
     }
-    tsr_client *c = testd_connect(replay_d.url, token, 30000);
+    tsr_client *c = testd_connect(suite_daemon.url, token, 30000);
     cr_assert_not_null(c);
     tsr_client_stats *st = NULL;
     cr_assert_eq(tsr_client_stats_get(c, false, &st, 0, NULL), TSR_OK);
@@ -194,7 +187,7 @@ Test(replay_memory, a_tenants_replay_bytes_quota_bounds_its_stored_replies)
 {
     /* alice may keep 6 MiB of replies, bob the daemon-wide 64 MiB; either's
      * connection 16 MiB. */
-    cr_assert_eq(attack_start_tenants(&replay_d,
+    cr_assert_eq(attack_start_tenants(&suite_daemon,
                                       "\"replay_bytes_per_connection\": 16777216, "
                                       "\"replay_bytes_per_tenant\": 67108864, ",
                                       "\"replay_bytes\": 6291456", "", 0, NULL),

@@ -20,16 +20,7 @@
 
 #define RING_N 256
 
-static testd ring_d;
-static tsr_client *ring_c;
-
-static void ring_teardown(void)
-{
-    fixture_stop(&ring_d, ring_c);
-    ring_c = NULL;
-}
-
-TestSuite(ring, .fini = ring_teardown, .timeout = 120);
+TestSuite(ring, .fini = fixture_suite_stop, .timeout = 120);
 
 /* y = 2x + 1 over RING_N floats, compiled, with buffers x (holding x0) and y. */
 typedef struct ring_affine {
@@ -99,14 +90,15 @@ static tsr_client_health ring_wait_recovered(tsr_client *c)
 
 Test(ring, launches_through_the_ring_run_in_order_and_are_counted)
 {
-    ring_c = fixture_start_client(&ring_d, NULL, 30000);
-    ring_affine a = ring_affine_make(ring_c, 0.0f);
+    suite_client = fixture_start_client(&suite_daemon, NULL, 30000);
+    ring_affine a = ring_affine_make(suite_client, 0.0f);
     /* Binding 0: y = f(x); binding 1: x = f(y), so the order is visible. */
     tsr_client_launch_desc b[2] = {ring_bind(&a, &a.x, a.y), ring_bind(&a, &a.y, a.x)};
     tsr_client_ring *ring = NULL;
     tsr_error err;
-    cr_assert_eq(tsr_client_ring_open(ring_c, b, 2, 4, &ring, 0, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(fixture_counter(ring_c, "rings"), 1.0);
+    cr_assert_eq(tsr_client_ring_open(suite_client, b, 2, 4, &ring, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_expect_eq(fixture_counter(suite_client, "rings"), 1.0);
     /* x -> y -> x four times over: x ends as 16 x0 + 15 with x0 = i (exact in f32). */
     for (int round = 0; round < 4; round++) {
         double ms = -1;
@@ -115,7 +107,8 @@ Test(ring, launches_through_the_ring_run_in_order_and_are_counted)
         cr_assert_eq(tsr_client_ring_launch(ring, 1, NULL, 0, &err), TSR_OK, "%s", err.message);
     }
     float got[RING_N];
-    cr_assert_eq(tsr_client_buffer_read(ring_c, a.x, 0, got, sizeof got, NULL, 0, &err), TSR_OK);
+    cr_assert_eq(tsr_client_buffer_read(suite_client, a.x, 0, got, sizeof got, NULL, 0, &err),
+                 TSR_OK);
     for (int i = 0; i < RING_N; i++)
         cr_assert_eq(got[i], 256.0f * (float)i + 255.0f, "x[%d] = %g", i, (double)got[i]);
     /* Many more, one binding, then the count. */
@@ -124,71 +117,72 @@ Test(ring, launches_through_the_ring_run_in_order_and_are_counted)
     uint64_t launches = 0;
     cr_assert_eq(tsr_client_ring_close(ring, &launches, 0, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(launches, 1000);
-    cr_expect_eq(fixture_counter(ring_c, "rings"), 0.0);
-    cr_expect_geq(fixture_counter(ring_c, "ring_launches_total"), 1000.0);
+    cr_expect_eq(fixture_counter(suite_client, "rings"), 0.0);
+    cr_expect_geq(fixture_counter(suite_client, "ring_launches_total"), 1000.0);
 }
 
 Test(ring, a_bad_slot_fails_alone_and_the_ring_serves_on)
 {
-    ring_c = fixture_start_client(&ring_d, NULL, 30000);
-    ring_affine a = ring_affine_make(ring_c, 1.0f);
-    tsr_client_ring *ring = ring_open_one(ring_c, &a);
+    suite_client = fixture_start_client(&suite_daemon, NULL, 30000);
+    ring_affine a = ring_affine_make(suite_client, 1.0f);
+    tsr_client_ring *ring = ring_open_one(suite_client, &a);
     tsr_error err;
     cr_expect_eq(tsr_client_ring_launch(ring, 7, NULL, 0, &err), TSR_INVALID_ARGUMENT);
     cr_expect_str_eq(err.message, "ring slot: binding 7, the ring has 1 (0 .. 0)");
     cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
-    ring_expect_y(ring_c, a.y, 1.0f, "after a bad slot");
+    ring_expect_y(suite_client, a.y, 1.0f, "after a bad slot");
     cr_expect_eq(tsr_client_ring_close(ring, NULL, 0, &err), TSR_OK, "%s", err.message);
 }
 
 Test(ring, bindings_are_checked_like_launches)
 {
-    ring_c = fixture_start_client(&ring_d, NULL, 30000);
-    ring_affine a = ring_affine_make(ring_c, 0.0f);
+    suite_client = fixture_start_client(&suite_daemon, NULL, 30000);
+    ring_affine a = ring_affine_make(suite_client, 0.0f);
     tsr_client_ring *ring = NULL;
     tsr_error err;
     /* Another connection's kernel and buffers are unknown here. */
-    tsr_client *other = fixture_client(&ring_d, 30000);
+    tsr_client *other = fixture_client(&suite_daemon, 30000);
     ring_affine o = ring_affine_make(other, 0.0f);
     tsr_client_launch_desc foreign = ring_bind(&o, &o.x, o.y);
-    cr_expect_eq(tsr_client_ring_open(ring_c, &foreign, 1, 1, &ring, 0, &err), TSR_NOT_FOUND);
+    cr_expect_eq(tsr_client_ring_open(suite_client, &foreign, 1, 1, &ring, 0, &err), TSR_NOT_FOUND);
     char want[128];
     snprintf(want, sizeof want, "ring_open.bindings[0].kernel: no kernel %#llx",
              (unsigned long long)o.kernel);
     cr_expect_str_eq(err.message, want);
     /* A buffer of the wrong size. */
-    tsr_buffer small = fixture_alloc_f32(ring_c, RING_N / 2);
+    tsr_buffer small = fixture_alloc_f32(suite_client, RING_N / 2);
     tsr_client_launch_desc wrong[2] = {ring_bind(&a, &a.x, a.y), ring_bind(&a, &small, a.y)};
-    cr_expect_eq(tsr_client_ring_open(ring_c, wrong, 2, 1, &ring, 0, &err), TSR_BUFFER_MISMATCH);
+    cr_expect_eq(tsr_client_ring_open(suite_client, wrong, 2, 1, &ring, 0, &err),
+                 TSR_BUFFER_MISMATCH);
     cr_expect_str_eq(err.message, "ring_open.bindings[1].inputs[0] (x): buffer holds 512 bytes "
                                   "of f32, the kernel needs 1024 bytes of f32");
     /* Nothing stayed open or pinned. */
-    cr_expect_eq(fixture_counter(ring_c, "rings"), 0.0);
+    cr_expect_eq(fixture_counter(suite_client, "rings"), 0.0);
     tsr_client_close(other);
 }
 
 Test(ring, a_ring_pins_what_it_binds_until_it_closes)
 {
-    ring_c = fixture_start_client(&ring_d, NULL, 30000);
-    ring_affine a = ring_affine_make(ring_c, 2.0f);
-    tsr_client_ring *ring = ring_open_one(ring_c, &a);
+    suite_client = fixture_start_client(&suite_daemon, NULL, 30000);
+    ring_affine a = ring_affine_make(suite_client, 2.0f);
+    tsr_client_ring *ring = ring_open_one(suite_client, &a);
     tsr_error err;
     /* The handles go; the ring still launches on what they named. */
-    cr_assert_eq(tsr_client_buffer_free(ring_c, a.x, 0, &err), TSR_OK);
-    cr_assert_eq(tsr_client_kernel_free(ring_c, a.kernel, 0, &err), TSR_OK);
+    cr_assert_eq(tsr_client_buffer_free(suite_client, a.x, 0, &err), TSR_OK);
+    cr_assert_eq(tsr_client_kernel_free(suite_client, a.kernel, 0, &err), TSR_OK);
     cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
-    ring_expect_y(ring_c, a.y, 2.0f, "x freed but pinned by the ring");
-    double live = fixture_counter(ring_c, "tenant_buffers{tenant=\"default\"}");
+    ring_expect_y(suite_client, a.y, 2.0f, "x freed but pinned by the ring");
+    double live = fixture_counter(suite_client, "tenant_buffers{tenant=\"default\"}");
     cr_assert_eq(tsr_client_ring_close(ring, NULL, 0, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(fixture_counter(ring_c, "tenant_buffers{tenant=\"default\"}"), live - 1,
+    cr_expect_eq(fixture_counter(suite_client, "tenant_buffers{tenant=\"default\"}"), live - 1,
                  "x is freed with the ring");
 }
 
 Test(ring, a_segment_shrunk_under_the_ring_ends_it_and_nothing_else)
 {
-    ring_c = fixture_start_client(&ring_d, NULL, 30000);
-    ring_affine a = ring_affine_make(ring_c, 0.0f);
-    tsr_client_ring *ring = ring_open_one(ring_c, &a);
+    suite_client = fixture_start_client(&suite_daemon, NULL, 30000);
+    ring_affine a = ring_affine_make(suite_client, 0.0f);
+    tsr_client_ring *ring = ring_open_one(suite_client, &a);
     tsr_error err;
     cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
     /* The ring's segment is the only /dev/shm object this test made last. */
@@ -211,30 +205,33 @@ Test(ring, a_segment_shrunk_under_the_ring_ends_it_and_nothing_else)
     /* The daemon's next touch of the segment faults in its guard: the ring
      * ends; the client's own view of the header is gone too, so the launch is
      * not tried on it. */
-    for (int i = 0; i < 100 && fixture_counter(ring_c, "rings") != 0; i++)
+    for (int i = 0; i < 100 && fixture_counter(suite_client, "rings") != 0; i++)
         usleep(20000);
     tsr_client_info info;
-    cr_assert_eq(tsr_client_hello(ring_c, &info, 0, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(fixture_counter(ring_c, "rings"), 1.0, "an ended ring stays until closed");
+    cr_assert_eq(tsr_client_hello(suite_client, &info, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(fixture_counter(suite_client, "rings"), 1.0, "an ended ring stays until closed");
     cr_expect_eq(tsr_client_ring_close(ring, NULL, 0, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(fixture_counter(ring_c, "rings"), 0.0);
+    cr_expect_eq(fixture_counter(suite_client, "rings"), 0.0);
 }
 
 Test(ring, a_ring_holds_one_of_the_tenants_in_flight)
 {
-    cr_assert_eq(attack_start_tenants(&ring_d, "", "\"in_flight\": 2", "", 0, NULL), 0);
-    ring_c = fixture_client(&ring_d, 30000);
-    ring_affine a = ring_affine_make(ring_c, 0.0f);
+    cr_assert_eq(attack_start_tenants(&suite_daemon, "", "\"in_flight\": 2", "", 0, NULL), 0);
+    suite_client = fixture_client(&suite_daemon, 30000);
+    ring_affine a = ring_affine_make(suite_client, 0.0f);
     tsr_client_launch_desc b = ring_bind(&a, &a.x, a.y);
     tsr_client_ring *one = NULL, *two = NULL;
     tsr_error err;
-    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &one, 0, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &two, 0, &err), TSR_RESOURCE_EXHAUSTED);
+    cr_assert_eq(tsr_client_ring_open(suite_client, &b, 1, 1, &one, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_expect_eq(tsr_client_ring_open(suite_client, &b, 1, 1, &two, 0, &err),
+                 TSR_RESOURCE_EXHAUSTED);
     cr_expect_str_eq(err.message, "quota in_flight of tenant alice: 2 in use, 1 asked, the quota "
                                   "is 2 (an open ring holds one)");
     cr_assert_eq(tsr_client_ring_launch(one, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
     cr_assert_eq(tsr_client_ring_close(one, NULL, 0, &err), TSR_OK, "%s", err.message);
-    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &two, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_ring_open(suite_client, &b, 1, 1, &two, 0, &err), TSR_OK, "%s",
+                 err.message);
     cr_expect_eq(tsr_client_ring_close(two, NULL, 0, &err), TSR_OK, "%s", err.message);
 }
 
@@ -279,8 +276,9 @@ Test(ring, a_client_that_dies_with_a_ring_open_leaves_nothing_behind)
         ring_child(fds[0]);
     }
     close(fds[0]);
-    ring_c = fixture_start_client(&ring_d, NULL, 30000);
-    cr_assert_eq(write(fds[1], ring_d.url, strlen(ring_d.url)), (ssize_t)strlen(ring_d.url));
+    suite_client = fixture_start_client(&suite_daemon, NULL, 30000);
+    cr_assert_eq(write(fds[1], suite_daemon.url, strlen(suite_daemon.url)),
+                 (ssize_t)strlen(suite_daemon.url));
     close(fds[1]);
     int status = 0;
     cr_assert_eq(waitpid(pid, &status, 0), pid);
@@ -294,25 +292,25 @@ Test(ring, a_client_that_dies_with_a_ring_open_leaves_nothing_behind)
             unlink(left.gl_pathv[i]);
         globfree(&left);
     }
-    for (int i = 0; i < 100 && fixture_counter(ring_c, "rings") != 0; i++)
+    for (int i = 0; i < 100 && fixture_counter(suite_client, "rings") != 0; i++)
         usleep(20000);
-    cr_expect_eq(fixture_counter(ring_c, "rings"), 0.0, "the ring outlived its connection");
-    cr_expect_eq(fixture_counter(ring_c, "tenant_buffers{tenant=\"default\"}"), 0.0,
+    cr_expect_eq(fixture_counter(suite_client, "rings"), 0.0, "the ring outlived its connection");
+    cr_expect_eq(fixture_counter(suite_client, "tenant_buffers{tenant=\"default\"}"), 0.0,
                  "the ring's buffers outlived it");
-    cr_expect_eq(fixture_counter(ring_c, "tenant_inflight_requests{tenant=\"default\"}"), 1.0,
+    cr_expect_eq(fixture_counter(suite_client, "tenant_inflight_requests{tenant=\"default\"}"), 1.0,
                  "only the stats request itself is in flight");
 }
 
 Test(ring, rings_work_on_the_isolated_backend)
 {
     const char *const flags[] = {"--backend", "cpu-isolated", NULL};
-    ring_c = fixture_start_client(&ring_d, flags, 30000);
-    ring_affine a = ring_affine_make(ring_c, 3.0f);
-    tsr_client_ring *ring = ring_open_one(ring_c, &a);
+    suite_client = fixture_start_client(&suite_daemon, flags, 30000);
+    ring_affine a = ring_affine_make(suite_client, 3.0f);
+    tsr_client_ring *ring = ring_open_one(suite_client, &a);
     tsr_error err;
     for (int i = 0; i < 100; i++)
         cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
-    ring_expect_y(ring_c, a.y, 3.0f, "cpu-isolated");
+    ring_expect_y(suite_client, a.y, 3.0f, "cpu-isolated");
     uint64_t launches = 0;
     cr_assert_eq(tsr_client_ring_close(ring, &launches, 0, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(launches, 100);
@@ -323,33 +321,33 @@ Test(ring, rings_work_on_the_isolated_backend)
 Test(ring, a_device_recovery_ends_the_rings_with_device_lost)
 {
     const char *const flags[] = {"--backend", "cpu-isolated", NULL};
-    cr_assert_eq(testd_start_config(&ring_d, flags, "{\"test_faults\": true}\n"), 0);
-    ring_c = fixture_client(&ring_d, 30000);
-    ring_affine a = ring_affine_make(ring_c, 0.0f);
-    tsr_client_ring *ring = ring_open_one(ring_c, &a);
+    cr_assert_eq(testd_start_config(&suite_daemon, flags, "{\"test_faults\": true}\n"), 0);
+    suite_client = fixture_client(&suite_daemon, 30000);
+    ring_affine a = ring_affine_make(suite_client, 0.0f);
+    tsr_client_ring *ring = ring_open_one(suite_client, &a);
     tsr_error err;
     cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
 
     /* Another connection faults the device. */
-    tsr_client *faulty = fixture_client(&ring_d, 30000);
+    tsr_client *faulty = fixture_client(&suite_daemon, 30000);
     tsr_region *r = fixture_affine(RING_N);
     tsr_client_compile_opts fault = {.force = "test_fault", .skip_verify = true};
     float x[RING_N] = {0}, y[RING_N];
     const void *in[] = {x};
     cr_assert_eq(tsr_client_run(faulty, r, &fault, in, y, NULL, 0, &err), TSR_DEVICE_LOST, "%s",
                  err.message);
-    tsr_client_health h = ring_wait_recovered(ring_c);
+    tsr_client_health h = ring_wait_recovered(suite_client);
     cr_assert_eq(h.recoveries, 1);
     cr_expect_eq(tsr_client_ring_launch(ring, 0, NULL, 1000, &err), TSR_DEVICE_LOST);
     cr_expect_str_eq(err.message, "the device was recovered after a fault; open the ring again");
     cr_expect_eq(tsr_client_ring_close(ring, NULL, 0, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(fixture_counter(ring_c, "rings"), 0.0);
+    cr_expect_eq(fixture_counter(suite_client, "rings"), 0.0);
 
     /* A new ring on new buffers serves. */
-    ring_affine fresh = ring_affine_make(ring_c, 5.0f);
-    ring = ring_open_one(ring_c, &fresh);
+    ring_affine fresh = ring_affine_make(suite_client, 5.0f);
+    ring = ring_open_one(suite_client, &fresh);
     cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
-    ring_expect_y(ring_c, fresh.y, 5.0f, "after the recovery");
+    ring_expect_y(suite_client, fresh.y, 5.0f, "after the recovery");
     cr_expect_eq(tsr_client_ring_close(ring, NULL, 0, &err), TSR_OK, "%s", err.message);
     tsr_client_region_free(r);
     tsr_client_close(faulty);
@@ -361,26 +359,29 @@ Test(ring, a_device_recovery_ends_the_rings_with_device_lost)
 Test(ring, a_ring_launch_that_never_ends_costs_the_worker_after_the_timeout)
 {
     const char *const flags[] = {"--backend", "cpu-isolated", NULL};
-    cr_assert_eq(
-        testd_start_config(&ring_d, flags, "{\"test_faults\": true, \"kernel_timeout_ms\": 500}\n"),
-        0);
-    ring_c = fixture_client(&ring_d, 30000);
+    cr_assert_eq(testd_start_config(&suite_daemon, flags,
+                                    "{\"test_faults\": true, \"kernel_timeout_ms\": 500}\n"),
+                 0);
+    suite_client = fixture_client(&suite_daemon, 30000);
     tsr_region *r = fixture_affine(RING_N);
     tsr_client_compile_opts hang = {.force = "test_hang", .skip_verify = true};
     tsr_client_compiled k;
     tsr_error err;
-    cr_assert_eq(tsr_client_compile(ring_c, r, &hang, &k, 0, &err), TSR_OK, "%s", err.message);
-    tsr_buffer x = fixture_alloc_f32(ring_c, RING_N), y = fixture_alloc_f32(ring_c, RING_N);
+    cr_assert_eq(tsr_client_compile(suite_client, r, &hang, &k, 0, &err), TSR_OK, "%s",
+                 err.message);
+    tsr_buffer x = fixture_alloc_f32(suite_client, RING_N),
+               y = fixture_alloc_f32(suite_client, RING_N);
     tsr_client_launch_desc b = {.kernel = k.kernel, .n_inputs = 1, .inputs = &x, .output = y};
     tsr_client_ring *ring = NULL;
-    cr_assert_eq(tsr_client_ring_open(ring_c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_ring_open(suite_client, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s",
+                 err.message);
     cr_expect_eq(tsr_client_ring_launch(ring, 0, NULL, 3000, &err), TSR_TIMEOUT);
     tsr_client_ring_close(ring, NULL, 0, &err);
-    tsr_client_health h = ring_wait_recovered(ring_c);
+    tsr_client_health h = ring_wait_recovered(suite_client);
     cr_assert_eq(h.recoveries, 1, "the daemon did not recover");
     float in[RING_N] = {0}, out[RING_N];
     const void *inputs[] = {in};
-    cr_assert_eq(tsr_client_run(ring_c, r, NULL, inputs, out, NULL, 0, &err), TSR_OK, "%s",
+    cr_assert_eq(tsr_client_run(suite_client, r, NULL, inputs, out, NULL, 0, &err), TSR_OK, "%s",
                  err.message);
     cr_expect_eq(out[0], 1.0f);
     tsr_client_region_free(r);

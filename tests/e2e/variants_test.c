@@ -74,6 +74,25 @@ static size_t variants_entries(const char *candidate, const char *kind)
     return found;
 }
 
+/* The daemon has made builds kernels in all, entries of them reference
+ * kernels of kind. */
+static void variants_expect_built(double builds, const char *kind, size_t entries)
+{
+    cr_expect_eq(fixture_counter(suite_client, "kcache_builds_total"), builds);
+    cr_expect_eq(variants_entries("reference", kind), entries);
+}
+
+/* The region of fmt at every n from first to last, each run exactly
+ * (variants_run_exact with seed seed_base + n). */
+static void variants_run_each(const char *fmt, long long first, long long last, uint64_t seed_base)
+{
+    for (long long n = first; n <= last; n++) {
+        tsr_region *r = variants_region(fmt, n);
+        variants_run_exact(r, seed_base + (uint64_t)n);
+        tsr_client_region_free(r);
+    }
+}
+
 #define LAYER                                                                                      \
     "{\"kind\":\"fused\",\"dtype\":\"f32\",\"m\":%lld,\"n\":48,\"k\":40,"                          \
     "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}"
@@ -109,26 +128,15 @@ Test(variants, a_layer_at_every_batch_size_compiles_once_per_variant)
         variants_run_exact(r, (uint64_t)m);
         tsr_client_region_free(r);
     }
-    cr_expect_eq(fixture_counter(suite_client, "kcache_builds_total"), builds + 1);
-    cr_expect_eq(variants_entries("reference", "fused"), 1);
+    variants_expect_built(builds + 1, "fused", 1);
 
     /* Another N is another variant: one more build, for all of its Ms. */
-    for (long long m = 5; m <= 7; m++) {
-        tsr_region *r = variants_region(LAYER_WIDER, m);
-        variants_run_exact(r, (uint64_t)m);
-        tsr_client_region_free(r);
-    }
-    cr_expect_eq(fixture_counter(suite_client, "kcache_builds_total"), builds + 2);
-    cr_expect_eq(variants_entries("reference", "fused"), 2);
+    variants_run_each(LAYER_WIDER, 5, 7, 0);
+    variants_expect_built(builds + 2, "fused", 2);
 
     /* Attention: every batch (and length) of one head layout is one plan. */
-    for (long long b = 1; b <= 6; b++) {
-        tsr_region *r = variants_region(DECODE, b);
-        variants_run_exact(r, (uint64_t)(100 + b));
-        tsr_client_region_free(r);
-    }
-    cr_expect_eq(fixture_counter(suite_client, "kcache_builds_total"), builds + 3);
-    cr_expect_eq(variants_entries("reference", "attention"), 1);
+    variants_run_each(DECODE, 1, 6, 100);
+    variants_expect_built(builds + 3, "attention", 1);
 }
 
 #define PAST64 "{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":%lld,\"n\":160,\"k\":24}"

@@ -437,3 +437,22 @@ int attack_same_request(const char *url, const void *bytes, size_t len, int n, i
     nng_close(sock);
     return got;
 }
+
+static void *attack_batch_main(void *arg)
+{
+    attack_batch *b = arg;
+    tsr_error err;
+    b->status = tsr_client_batch(b->c, b->descs, b->n, false, &b->result, 120000, &err);
+    b->done_ms = attack_now_ms();
+    return NULL;
+}
+
+int attack_batch_start(attack_batch *b)
+{
+    return pthread_create(&b->thread, NULL, attack_batch_main, b);
+}
+
+void attack_batch_join(attack_batch *b)
+{
+    pthread_join(b->thread, NULL);
+}

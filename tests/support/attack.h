@@ -17,6 +17,7 @@
 #ifndef TESSERA_TEST_ATTACK_H
 #define TESSERA_TEST_ATTACK_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -104,6 +105,22 @@ long attack_hwm_kb(pid_t pid);
  * puts them back. 0, or -1 with errno. */
 int attack_nofile_lower(rlim_t n, struct rlimit *saved);
 void attack_nofile_restore(const struct rlimit *saved);
+
+/* tsr_client_batch of n launches (descs, the caller's, kept until the join)
+ * on c, on a thread of its own: attack_batch_start starts it (0, else
+ * pthread_create's error), attack_batch_join waits for it; then status and
+ * result are the call's and done_ms when it returned (attack_now_ms). */
+typedef struct attack_batch {
+    tsr_client *c;
+    const tsr_client_launch_desc *descs;
+    size_t n;
+    tsr_status status;
+    tsr_client_batch_result result;
+    uint64_t done_ms;
+    pthread_t thread;
+} attack_batch;
+int attack_batch_start(attack_batch *b);
+void attack_batch_join(attack_batch *b);
 
 /* Sends the same request bytes from n REQ contexts of one connection to url
  * at once (nng numbers each context's request; the daemon sees one id sent n

@@ -4,6 +4,7 @@
 #include "fixture.h"
 
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "tessera/region_pb.h"
@@ -79,6 +80,14 @@ tsr_region *fixture_affine(int64_t n)
     return r;
 }
 
+tsr_status fixture_affine_run4(tsr_client *c, const tsr_region *r, float out[4], int timeout_ms,
+                               tsr_error *err)
+{
+    static const float x[4] = {1, 2, 3, 4};
+    const void *inputs[1] = {x};
+    return tsr_client_run(c, r, NULL, inputs, out, NULL, timeout_ms, err);
+}
+
 void fixture_compile(const testd *d, tsr_region *r, tsr_client_compiled *out)
 {
     tsr_client *c = fixture_client(d, 30000);
@@ -113,6 +122,27 @@ tsr_buffer fixture_alloc(tsr_client *c, tsr_client_dtype dtype, int rank, const 
 tsr_buffer fixture_alloc_f32(tsr_client *c, int64_t n)
 {
     return fixture_alloc(c, TSR_CLIENT_F32, 1, &n);
+}
+
+fixture_mm fixture_matmul(tsr_client *c, int n)
+{
+    char json[160];
+    snprintf(json, sizeof json,
+             "{\"kind\": \"matmul\", \"dtype\": \"f32\", \"m\": %d, \"n\": %d, \"k\": %d}", n, n,
+             n);
+    tsr_region *r = fixture_region_json(json);
+    tsr_client_compile_opts opts = {.skip_verify = true};
+    tsr_client_compiled compiled;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(c, r, &opts, &compiled, 60000, &err), TSR_OK, "%s",
+                 err.message);
+    tsr_client_region_free(r);
+    fixture_mm mm = {.kernel = compiled.kernel};
+    int64_t shape[2] = {n, n};
+    mm.in[0] = fixture_alloc(c, TSR_CLIENT_F32, 2, shape);
+    mm.in[1] = fixture_alloc(c, TSR_CLIENT_F32, 2, shape);
+    mm.out = fixture_alloc(c, TSR_CLIENT_F32, 2, shape);
+    return mm;
 }
 
 double fixture_counter(tsr_client *c, const char *name)

@@ -46,6 +46,11 @@ tsr_region *fixture_region_json(const char *json);
 /* testdata_affine(n): y = 2x + 1 over n f32 elements. */
 tsr_region *fixture_affine(int64_t n);
 
+/* Runs r, fixture_affine(4), on c over x = {1, 2, 3, 4} into out: the call's
+ * status, err filled on failure. */
+tsr_status fixture_affine_run4(tsr_client *c, const tsr_region *r, float out[4], int timeout_ms,
+                               tsr_error *err);
+
 /* Compiles r (taken: freed here) on d with the default options, on a
  * connection of its own, into *out (asserted TSR_OK); fixture_compile_affine
  * compiles fixture_affine(n). */
@@ -58,6 +63,14 @@ Tessera__V1__Region *fixture_region_pb(const tsr_region *r);
 /* A buffer of the given dtype and shape, or of n f32 elements. */
 tsr_buffer fixture_alloc(tsr_client *c, tsr_client_dtype dtype, int rank, const int64_t *shape);
 tsr_buffer fixture_alloc_f32(tsr_client *c, int64_t n);
+
+/* An n x n x n f32 matmul compiled on c without verification, with its
+ * three n x n buffers (asserted). */
+typedef struct fixture_mm {
+    tsr_kernel kernel;
+    tsr_buffer in[2], out;
+} fixture_mm;
+fixture_mm fixture_matmul(tsr_client *c, int n);
 
 /* The daemon's counter or gauge name (-1 when it has none), fetched on c with
  * c's default timeout. */

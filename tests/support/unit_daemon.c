@@ -142,6 +142,15 @@ tsr_arbiter *unit_cuda_arbiter(void)
     return a;
 }
 
+tsrd_nvrtc *unit_nvrtc_or_skip(void)
+{
+    tsrd_nvrtc *nv = NULL;
+    tsr_error err;
+    if (tsrd_nvrtc_open(NULL, &nv, &err) != TSR_OK)
+        cr_skip_test("NVRTC not loadable: %s", err.message);
+    return nv;
+}
+
 void unit_compile_blob(const tsrd_nvrtc *nv, int sm_count, const tsr_region *r,
                        const tsr_candidate *c, const char *arch, unit_blob *b)
 {

@@ -89,6 +89,10 @@ typedef struct unit_blob {
     size_t payload_len;
 } unit_blob;
 
+/* NVRTC opened (close it with tsrd_nvrtc_close), or the test skipped where
+ * it cannot be loaded. */
+tsrd_nvrtc *unit_nvrtc_or_skip(void);
+
 /* tsrd_cuda_compile(nv, sm_count, r, c, arch) into *b and the blob decoded,
  * both asserted TSR_OK. */
 void unit_compile_blob(const tsrd_nvrtc *nv, int sm_count, const tsr_region *r,

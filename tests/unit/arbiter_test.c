@@ -386,12 +386,10 @@ static void fini_store(void)
     store_cleanup(store_dir);
 }
 
-/* Ends the arbiter within a test (a daemon restart); fini then has none left. */
 /* Selects for f's request: the selection succeeds and picks name. */
 static tsr_decision select_on(fixture *f, const char *name)
 {
-    tsr_decision d;
-    cr_assert_eq(tsr_arbiter_select(a, &f->req, &d, NULL), TSR_OK);
+    tsr_decision d = select_req(&f->req);
     cr_expect_str_eq(d.candidate.name, name);
     return d;
 }
@@ -401,6 +399,7 @@ static tsr_decision select_ok(const char *name)
     return select_on(&fx, name);
 }
 
+/* Ends the arbiter within a test (a daemon restart); fini then has none left. */
 static void arbiter_drop(void)
 {
     tsr_arbiter_destroy(a);
@@ -460,8 +459,7 @@ Test(arbiter, reason_names)
 Test(arbiter, hand_tuned_tier_wins_by_default_when_registered_last, .init = init_standard,
      .fini = fini_arbiter)
 {
-    tsr_decision d = select_req(&fx.req);
-    cr_expect_str_eq(d.candidate.name, "gemm_wgmma");
+    tsr_decision d = select_ok("gemm_wgmma");
     cr_expect_eq(d.candidate.tier, 3);
     cr_expect_eq(d.reason, TSR_REASON_TIER);
     cr_expect(d.verified);
@@ -489,8 +487,7 @@ Test(arbiter, lower_tier_is_forceable, .init = init_standard, .fini = fini_arbit
     tsr_decision d;
     tsr_error err;
     fx.req.force = "tier1";
-    d = select_req(&fx.req);
-    cr_expect_str_eq(d.candidate.name, "tier1");
+    d = select_ok("tier1");
     cr_expect_eq(d.candidate.tier, 1);
     cr_expect_eq(d.reason, TSR_REASON_FORCED);
     cr_expect(d.verified);
@@ -499,8 +496,7 @@ Test(arbiter, lower_tier_is_forceable, .init = init_standard, .fini = fini_arbit
 
     /* The reference is forceable too and never verified against itself. */
     fx.req.force = "reference";
-    d = select_req(&fx.req);
-    cr_expect_str_eq(d.candidate.name, "reference");
+    d = select_ok("reference");
     cr_expect_eq(d.reason, TSR_REASON_FORCED);
     cr_expect_not(d.verified);
     cr_expect(d.verdict.pass);
@@ -559,8 +555,7 @@ Test(arbiter, forced_candidate_failing_verification_is_an_error_unless_verify_is
     cr_expect_eq(d.verdict.first_bad_index, 7);
 
     fx.req.verify = false;
-    d = select_req(&fx.req);
-    cr_expect_str_eq(d.candidate.name, "tier1");
+    d = select_ok("tier1");
     cr_expect_eq(d.reason, TSR_REASON_FORCED);
     cr_expect_not(d.verified);
     cr_expect_not(d.verdict_cached);
@@ -585,13 +580,11 @@ Test(arbiter, decliner_never_wins_even_at_tier_3, .init = init_standard, .fini =
     reg(a, fake_candidate("blackwell", 3, 1, fake_applies_never));
     fixture fx60;
     fixture_init(&fx60, 60); /* gemm_wgmma declines K = 60 as well */
-    tsr_decision d = select_req(&fx60.req);
-    cr_expect_str_eq(d.candidate.name, "tier1");
+    tsr_decision d = select_on(&fx60, "tier1");
     cr_expect_eq(d.reason, TSR_REASON_TIER);
     cr_expect_eq(fake_calls(fx60.ctx.verified, "blackwell"), 0);
     cr_expect_eq(fake_calls(fx60.ctx.verified, "gemm_wgmma"), 0);
-    d = select_req(&fx.req);
-    cr_expect_str_eq(d.candidate.name, "gemm_wgmma");
+    d = select_ok("gemm_wgmma");
     ASSERT_STATS(a, "blackwell", 0, 0, 2, 0);
     ASSERT_STATS(a, "gemm_wgmma", 1, 0, 1, 0);
     ASSERT_STATS(a, "tier1", 1, 0, 0, 0);
@@ -600,8 +593,7 @@ Test(arbiter, decliner_never_wins_even_at_tier_3, .init = init_standard, .fini =
 Test(arbiter, failing_tier_3_falls_to_tier_1, .init = init_standard, .fini = fini_arbiter)
 {
     fx.ctx.failing[0] = "gemm_wgmma";
-    tsr_decision d = select_req(&fx.req);
-    cr_expect_str_eq(d.candidate.name, "tier1");
+    tsr_decision d = select_ok("tier1");
     cr_expect_eq(d.reason, TSR_REASON_TIER);
     cr_expect(d.verified);
     cr_expect_eq(fake_calls(fx.ctx.verified, "gemm_wgmma"), 1);
@@ -643,8 +635,7 @@ Test(arbiter, nothing_applies_falls_back_to_the_reference_only_when_allowed,
                                   "gemm_wgmma: declines: K not a multiple of 8");
 
     fx.req.allow_reference = true;
-    d = select_req(&fx.req);
-    cr_expect_str_eq(d.candidate.name, "reference");
+    d = select_ok("reference");
     cr_expect_eq(d.candidate.tier, 0);
     cr_expect_eq(d.reason, TSR_REASON_FALLBACK);
     cr_expect_not(d.verified);
@@ -667,8 +658,7 @@ Test(arbiter, nothing_applies_and_no_reference_applies_is_an_arbiter_error, .ini
     cr_expect_str_eq(err.message, "no candidate applies and passes verification for matmul: "
                                   "blackwell: declines: needs sm_100");
     reg(a, fake_candidate("reference", 0, 1, NULL));
-    d = select_req(&fx.req);
-    cr_expect_str_eq(d.candidate.name, "reference");
+    d = select_ok("reference");
     cr_expect_eq(d.reason, TSR_REASON_FALLBACK);
     cr_expect_eq(fake_total(fx.ctx.verified), 0);
     ASSERT_STATS(a, "blackwell", 0, 0, 2, 0);
@@ -775,8 +765,7 @@ Test(arbiter, verdict_cache_keys_on_the_candidate_version, .init = init_empty, .
 Test(arbiter, measure_picks_the_fastest_and_reuses_it_untimed, .init = init_measured,
      .fini = fini_arbiter)
 {
-    tsr_decision d = select_req(&fx.req);
-    cr_expect_str_eq(d.candidate.name, "emit");
+    tsr_decision d = select_ok("emit");
     cr_expect_eq(d.reason, TSR_REASON_MEASURED);
     cr_expect(d.verified);
     /* Every applicable candidate above tier 0 is verified and timed once. */
@@ -791,8 +780,7 @@ Test(arbiter, measure_picks_the_fastest_and_reuses_it_untimed, .init = init_meas
     fixture_init(&fx60, 60);
     fx60.req.policy = TSR_POLICY_MEASURE;
     fx60.req.ctx = &fx.ctx;
-    d = select_req(&fx60.req);
-    cr_expect_str_eq(d.candidate.name, "emit");
+    d = select_on(&fx60, "emit");
     cr_expect_eq(d.reason, TSR_REASON_MEASURED);
     cr_expect_eq(fake_total(fx.ctx.measured), 3);
     cr_expect_eq(fake_calls(fx.ctx.verified, "emit"), 2); /* a new region: verified */
@@ -812,8 +800,7 @@ Test(arbiter, measure_skips_candidates_that_fail_or_cannot_be_timed, .init = ini
 {
     fx.ctx.failing[0] = "emit";
     fx.ctx.times[2] = (fake_time){"nobody", 0.0}; /* gemm_wgmma cannot be timed */
-    tsr_decision d = select_req(&fx.req);
-    cr_expect_str_eq(d.candidate.name, "tier1");
+    tsr_decision d = select_ok("tier1");
     cr_expect_eq(d.reason, TSR_REASON_MEASURED);
     cr_expect_eq(fake_calls(fx.ctx.measured, "emit"), 0);
     cr_expect_eq(fake_calls(fx.ctx.measured, "gemm_wgmma"), 1);
@@ -1216,8 +1203,7 @@ Test(arbiter, a_forced_only_candidate_is_never_chosen_unless_forced, .init = ini
     tsr_decision d;
     tsr_error err;
     /* Highest tier, applies to everything, yet not taken: the fallback is. */
-    d = select_req(&fx.req);
-    cr_expect_str_eq(d.candidate.name, "reference");
+    d = select_ok("reference");
     cr_expect_eq(d.reason, TSR_REASON_FALLBACK);
     cr_expect_eq(fake_calls(fx.ctx.verified, "trap"), 0);
 
@@ -1233,8 +1219,7 @@ Test(arbiter, a_forced_only_candidate_is_never_chosen_unless_forced, .init = ini
 
     /* Forced by name, it is the one served. */
     fx.req.force = "trap";
-    d = select_req(&fx.req);
-    cr_expect_str_eq(d.candidate.name, "trap");
+    d = select_ok("trap");
     cr_expect_eq(d.reason, TSR_REASON_FORCED);
 }
 

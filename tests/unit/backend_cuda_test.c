@@ -207,6 +207,22 @@ static void unit_fused(tsr_region *r, tsr_dtype dtype, int64_t m, int64_t n, int
     cr_assert_eq(tsr_region_validate(r, &e), TSR_OK, "%s", e.message);
 }
 
+/* The plan of a fused region (unit_fused, its output out_dtype), asserted made
+ * and entering entry. */
+static tsrd_gemm_plan fused_plan(tsr_dtype dtype, tsr_dtype out_dtype, int64_t m, int64_t n,
+                                 int64_t k, const tsr_op *chain, int n_chain, bool residual,
+                                 const char *entry)
+{
+    tsr_region r;
+    tsrd_gemm_plan plan;
+    unit_fused(&r, dtype, m, n, k, chain, n_chain, residual);
+    r.out_dtype = out_dtype;
+    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, entry);
+    tsr_region_free(&r);
+    return plan;
+}
+
 /* A product whose epilogue has ops and a residual takes the ping-pong kernels:
  * 64 x 256 tiles, each a whole tile of one consumer warpgroup, A in 64-row
  * boxes; a lighter epilogue, none, or at most 64 rows the cooperative or
@@ -236,27 +252,16 @@ Test(backend_cuda, gemm_plan_takes_ping_pong_for_an_epilogue)
     tsr_region_free(&r);
 
     /* Ragged, ops and a residual: ping-pong in 64-row tiles. */
-    unit_fused(&r, TSR_F16, 1000, 520, 264, chain, 2, true);
-    r.out_dtype = TSR_F32;
-    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
-    cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f32_pp");
+    plan = fused_plan(TSR_F16, TSR_F32, 1000, 520, 264, chain, 2, true, "tsr_gemm_f16_f32_pp");
     cr_assert_eq(plan.grid, 16 * 3); /* ceil(1000/64) x ceil(520/256) */
     cr_assert_eq(plan.residual_input, 3);
-    tsr_region_free(&r);
 
     /* A residual alone, or ops alone: the cooperative kernel, whose main loop
      * is faster and which the lighter epilogue does not slow enough to lose. */
-    unit_fused(&r, TSR_F16, 1000, 520, 264, NULL, 0, true);
-    r.out_dtype = TSR_F32;
-    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
-    cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f32");
+    plan = fused_plan(TSR_F16, TSR_F32, 1000, 520, 264, NULL, 0, true, "tsr_gemm_f16_f32");
     cr_assert_eq(plan.grid, 8 * 3); /* ceil(1000/128) x ceil(520/256) */
     cr_assert_eq(plan.residual_input, 2);
-    tsr_region_free(&r);
-    unit_fused(&r, TSR_BF16, 1000, 520, 264, chain, 2, false);
-    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
-    cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_bf16");
-    tsr_region_free(&r);
+    fused_plan(TSR_BF16, TSR_BF16, 1000, 520, 264, chain, 2, false, "tsr_gemm_bf16_bf16");
 
     /* The same product without an epilogue (a matmul region): cooperative. */
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 1000, 520, 264, NULL), TSR_OK);
@@ -268,12 +273,9 @@ Test(backend_cuda, gemm_plan_takes_ping_pong_for_an_epilogue)
     tsr_region_free(&r);
 
     /* At most 64 rows the narrow kernel keeps the epilogue. */
-    unit_fused(&r, TSR_BF16, 64, 1000, 264, chain, 2, false);
-    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
-    cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_bf16_n64");
+    plan = fused_plan(TSR_BF16, TSR_BF16, 64, 1000, 264, chain, 2, false, "tsr_gemm_bf16_bf16_n64");
     cr_assert_eq(plan.shared_bytes, TSR_GEMM_SMEM_BYTES_NARROW);
     cr_assert_eq(plan.a_box_rows, 128);
-    tsr_region_free(&r);
 
     /* Every plan's shared memory fits one CTA of an sm_90 multiprocessor. */
     cr_assert_leq(TSR_GEMM_SMEM_BYTES_PINGPONG, 227 * 1024);
@@ -394,10 +396,7 @@ Test(backend_cuda, tier3_compile_names_the_embedded_entry)
 /* Tier-1 code for every example region in every dtype goes through NVRTC. */
 Test(backend_cuda, tier1_compiles_every_example_in_every_dtype, .timeout = 120)
 {
-    tsrd_nvrtc *nv = NULL;
-    tsr_error e;
-    if (tsrd_nvrtc_open(NULL, &nv, &e) != TSR_OK)
-        cr_skip_test("no NVRTC: %s", e.message);
+    tsrd_nvrtc *nv = unit_nvrtc_or_skip();
     tsr_candidate tier1;
     tsrd_cuda_candidate_tier1(&tier1);
     const tsr_dtype dtypes[] = {TSR_F32, TSR_F16, TSR_BF16};
@@ -434,10 +433,7 @@ Test(backend_cuda, test_fault_compiles_with_the_region_signature, .timeout = 60)
     tsrd_cuda_candidate_test_fault(&fault);
     cr_assert_str_eq(fault.name, "test_fault");
     cr_assert(fault.forced_only);
-    tsrd_nvrtc *nv = NULL;
-    tsr_error e;
-    if (tsrd_nvrtc_open(NULL, &nv, &e) != TSR_OK)
-        cr_skip_test("no NVRTC: %s", e.message);
+    tsrd_nvrtc *nv = unit_nvrtc_or_skip();
     tsr_region r;
     unit_load_example("examples/fused.json", TSR_BF16, &r);
     tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], out;
@@ -518,10 +514,8 @@ static tsr_fingerprint unit_variant_of(const tsr_candidate *c, const tsr_region 
  * names the variant, and each shape's grid comes from tsr_codegen_launch_of. */
 Test(backend_cuda, tier1_builds_one_binary_for_every_m, .timeout = 120)
 {
-    tsrd_nvrtc *nv = NULL;
+    tsrd_nvrtc *nv = unit_nvrtc_or_skip();
     tsr_error e;
-    if (tsrd_nvrtc_open(NULL, &nv, &e) != TSR_OK)
-        cr_skip_test("no NVRTC: %s", e.message);
     tsr_candidate tier1;
     tsrd_cuda_candidate_tier1(&tier1);
     const char *paths[] = {"examples/matmul.json", "examples/fused.json", "examples/gated.json"};
@@ -617,25 +611,32 @@ Test(backend_cuda, tier1_builds_one_pointwise_binary_per_broadcast_pattern, .tim
     tsr_region_free(&r);
 }
 
+/* examples/attention.json in dtype as *a, and as *b with another batch and
+ * other lengths: two shapes of one of c's variants, whose keys are asserted
+ * the same. */
+static void attention_shapes(const tsr_candidate *c, tsr_dtype dtype, int64_t batch, int64_t seq_q,
+                             int64_t seq_k, tsr_region *a, tsr_region *b)
+{
+    unit_load_example("examples/attention.json", dtype, a);
+    unit_load_example("examples/attention.json", dtype, b);
+    b->u.attention.batch = batch;
+    b->u.attention.seq_q = seq_q;
+    b->u.attention.seq_k = seq_k;
+    cr_assert_eq(tsr_region_validate(b, NULL), TSR_OK);
+    tsr_fingerprint va = unit_variant_of(c, a), vb = unit_variant_of(c, b);
+    cr_expect_eq(memcmp(va.bytes, vb.bytes, sizeof va.bytes), 0);
+}
+
 /* Two shapes of one Tier-1 attention variant (batch and both lengths
  * differ): one key, one cubin, each shape's own grid. */
 Test(backend_cuda, tier1_builds_one_attention_binary_for_every_batch_and_length, .timeout = 120)
 {
-    tsrd_nvrtc *nv = NULL;
+    tsrd_nvrtc *nv = unit_nvrtc_or_skip();
     tsr_error e;
-    if (tsrd_nvrtc_open(NULL, &nv, &e) != TSR_OK)
-        cr_skip_test("no NVRTC: %s", e.message);
     tsr_candidate tier1;
     tsrd_cuda_candidate_tier1(&tier1);
     tsr_region a, b;
-    unit_load_example("examples/attention.json", TSR_F32, &a);
-    unit_load_example("examples/attention.json", TSR_F32, &b);
-    b.u.attention.batch = 5;
-    b.u.attention.seq_q = 1;
-    b.u.attention.seq_k = 1000;
-    cr_assert_eq(tsr_region_validate(&b, NULL), TSR_OK);
-    tsr_fingerprint va = unit_variant_of(&tier1, &a), vb = unit_variant_of(&tier1, &b);
-    cr_expect_eq(memcmp(va.bytes, vb.bytes, sizeof va.bytes), 0);
+    attention_shapes(&tier1, TSR_F32, 5, 1, 1000, &a, &b);
     unit_blob ba, bb;
     unit_compile_blob(nv, 132, &a, &tier1, "sm_90a", &ba);
     unit_compile_blob(nv, 132, &b, &tier1, "sm_90a", &bb);
@@ -695,23 +696,16 @@ Test(backend_cuda, attention_variants_free_batch_and_lengths)
     tsr_candidate attn;
     cr_assert(tsrd_cuda_candidate(TSRD_CUDA_ATTN, &attn));
     tsr_region a, b;
-    unit_load_example("examples/attention.json", TSR_BF16, &a);
-    unit_load_example("examples/attention.json", TSR_BF16, &b);
     /* 140 CTAs: no split, the same entry. */
-    b.u.attention.batch = 70;
-    b.u.attention.seq_q = 1;
-    b.u.attention.seq_k = 8191;
-    cr_assert_eq(tsr_region_validate(&b, NULL), TSR_OK);
-    tsr_fingerprint va = unit_variant_of(&attn, &a), vb = unit_variant_of(&attn, &b);
-    cr_expect_eq(memcmp(va.bytes, vb.bytes, 32), 0);
+    attention_shapes(&attn, TSR_BF16, 70, 1, 8191, &a, &b);
     /* At batch 7 (14 CTAs) the keys are split 8 ways: another entry, another
      * variant. */
     b.u.attention.batch = 7;
-    vb = unit_variant_of(&attn, &b);
-    cr_expect_neq(memcmp(va.bytes, vb.bytes, 32), 0);
+    tsr_fingerprint unsplit = unit_variant_of(&attn, &a), split = unit_variant_of(&attn, &b);
+    cr_expect_neq(memcmp(unsplit.bytes, split.bytes, 32), 0);
     b.u.attention.batch = 70;
     b.u.attention.causal = false;
-    vb = unit_variant_of(&attn, &b);
+    tsr_fingerprint va = unit_variant_of(&attn, &a), vb = unit_variant_of(&attn, &b);
     cr_expect_neq(memcmp(va.bytes, vb.bytes, 32), 0);
     tsr_region_free(&a);
     tsr_region_free(&b);

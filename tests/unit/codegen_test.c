@@ -15,6 +15,7 @@
 #include "tessera/codegen.h"
 #include "tessera/json.h"
 #include "../support/regions.h"
+#include "../support/unit_daemon.h"
 
 static const char *const codegen_dtypes[] = {"f32", "f16", "bf16"};
 
@@ -58,15 +59,6 @@ static void codegen_compile(const tsrd_nvrtc *nv, const char *json, const char *
     cr_assert_eq(memcmp(cubin, "\177ELF", 4), 0);
     free(cubin);
     tsr_codegen_kernel_free(&k);
-}
-
-static tsrd_nvrtc *codegen_nvrtc_or_skip(void)
-{
-    tsrd_nvrtc *nv = NULL;
-    tsr_error err;
-    if (tsrd_nvrtc_open(NULL, &nv, &err) != TSR_OK)
-        cr_skip_test("NVRTC not loadable: %s", err.message);
-    return nv;
 }
 
 /* ---- launch descriptions ---- */
@@ -328,7 +320,7 @@ static void codegen_every_op_json(char *buf, size_t size, const char *dtype, con
 
 Test(codegen, pointwise_every_op_and_dtype_compiles)
 {
-    tsrd_nvrtc *nv = codegen_nvrtc_or_skip();
+    tsrd_nvrtc *nv = unit_nvrtc_or_skip();
     char json[8192];
     for (int d = 0; d < 3; d++) {
         codegen_every_op_json(json, sizeof json, codegen_dtypes[d], codegen_dtypes[(d + 1) % 3]);
@@ -356,7 +348,7 @@ Test(codegen, pointwise_every_op_and_dtype_compiles)
 
 Test(codegen, matmul_and_gated_every_dtype_compile)
 {
-    tsrd_nvrtc *nv = codegen_nvrtc_or_skip();
+    tsrd_nvrtc *nv = unit_nvrtc_or_skip();
     static const char *const acts[] = {"silu", "gelu", "relu"};
     char json[512];
     for (int d = 0; d < 3; d++) {
@@ -377,7 +369,7 @@ Test(codegen, matmul_and_gated_every_dtype_compile)
 
 Test(codegen, fused_every_epilogue_and_reduction_compile)
 {
-    tsrd_nvrtc *nv = codegen_nvrtc_or_skip();
+    tsrd_nvrtc *nv = unit_nvrtc_or_skip();
     static const char *const reductions[] = {"rmsnorm", "softmax", "layer_norm"};
     char json[512];
     for (int d = 0; d < 3; d++) {
@@ -401,7 +393,7 @@ Test(codegen, fused_every_epilogue_and_reduction_compile)
 
 Test(codegen, attention_every_dtype_compiles)
 {
-    tsrd_nvrtc *nv = codegen_nvrtc_or_skip();
+    tsrd_nvrtc *nv = unit_nvrtc_or_skip();
     char json[512];
     for (int d = 0; d < 3; d++) {
         snprintf(json, sizeof json,

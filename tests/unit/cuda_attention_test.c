@@ -135,37 +135,43 @@ static void expect_split(const char *json, tsr_dtype out_dtype, const char *entr
  * each share keeps two tiles. */
 Test(cuda_attention, small_grids_split_the_keys)
 {
-    const char *b1 = "{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":32,"
-                     "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":8192,\"head_dim\":128}";
-    expect_split(b1, TSR_BF16, "tsr_attn_bf16_bf16_d128_s8", 8, 8);
-    /* The split entries write the input dtype only. */
-    expect_split(b1, TSR_F32, "tsr_attn_bf16_f32_d128", 1, 1);
-    expect_split("{\"kind\":\"attention\",\"dtype\":\"f16\",\"batch\":4,\"heads\":32,"
-                 "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":8192,\"head_dim\":64}",
-                 TSR_F16, "tsr_attn_f16_f16_d64_s8", 8, 8);
-    /* 64 CTAs: 4 ways. */
-    expect_split("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":8,\"heads\":32,"
-                 "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":8192,\"head_dim\":128}",
-                 TSR_BF16, "tsr_attn_bf16_bf16_d128_s4", 4, 4);
-    /* 8 key tiles: two each for 4 shares, not for 8. */
-    expect_split("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":32,"
-                 "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":1000,\"head_dim\":128}",
-                 TSR_BF16, "tsr_attn_bf16_bf16_d128_s4", 4, 4);
-    /* 7 key tiles: too few to share. */
-    expect_split("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":32,"
-                 "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":896,\"head_dim\":128}",
-                 TSR_BF16, "tsr_attn_bf16_bf16_d128", 1, 1);
-    /* 128 and 256 CTAs: unsplit. */
-    expect_split("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":16,\"heads\":32,"
-                 "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":8192,\"head_dim\":128}",
-                 TSR_BF16, "tsr_attn_bf16_bf16_d128", 1, 1);
-    expect_split("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":32,\"heads\":32,"
-                 "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":8192,\"head_dim\":128}",
-                 TSR_BF16, "tsr_attn_bf16_bf16_d128", 1, 1);
-    /* A short causal prefill of one head: 2 row tiles, each split 8 ways. */
-    expect_split("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":1,"
-                 "\"seq_q\":256,\"seq_k\":4096,\"head_dim\":64,\"causal\":true}",
-                 TSR_BF16, "tsr_attn_bf16_bf16_d64_s8", 8, 16);
+    /* The region (heads_kv 0: left out), its output dtype, and the plan. */
+    static const struct {
+        const char *dtype;
+        int batch, heads, heads_kv, seq_q, seq_k, head_dim;
+        bool causal;
+        tsr_dtype out;
+        const char *entry;
+        int splits;
+        uint32_t grid_x;
+    } cases[] = {
+        {"bf16", 1, 32, 8, 1, 8192, 128, false, TSR_BF16, "tsr_attn_bf16_bf16_d128_s8", 8, 8},
+        /* The split entries write the input dtype only. */
+        {"bf16", 1, 32, 8, 1, 8192, 128, false, TSR_F32, "tsr_attn_bf16_f32_d128", 1, 1},
+        {"f16", 4, 32, 8, 1, 8192, 64, false, TSR_F16, "tsr_attn_f16_f16_d64_s8", 8, 8},
+        /* 64 CTAs: 4 ways. */
+        {"bf16", 8, 32, 8, 1, 8192, 128, false, TSR_BF16, "tsr_attn_bf16_bf16_d128_s4", 4, 4},
+        /* 8 key tiles: two each for 4 shares, not for 8. */
+        {"bf16", 1, 32, 8, 1, 1000, 128, false, TSR_BF16, "tsr_attn_bf16_bf16_d128_s4", 4, 4},
+        /* 7 key tiles: too few to share. */
+        {"bf16", 1, 32, 8, 1, 896, 128, false, TSR_BF16, "tsr_attn_bf16_bf16_d128", 1, 1},
+        /* 128 and 256 CTAs: unsplit. */
+        {"bf16", 16, 32, 8, 1, 8192, 128, false, TSR_BF16, "tsr_attn_bf16_bf16_d128", 1, 1},
+        {"bf16", 32, 32, 8, 1, 8192, 128, false, TSR_BF16, "tsr_attn_bf16_bf16_d128", 1, 1},
+        /* A short causal prefill of one head: 2 row tiles, each split 8 ways. */
+        {"bf16", 1, 1, 0, 256, 4096, 64, true, TSR_BF16, "tsr_attn_bf16_bf16_d64_s8", 8, 16},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char json[256], kv[32] = "";
+        if (cases[i].heads_kv != 0)
+            snprintf(kv, sizeof kv, "\"heads_kv\":%d,", cases[i].heads_kv);
+        snprintf(json, sizeof json,
+                 "{\"kind\":\"attention\",\"dtype\":\"%s\",\"batch\":%d,\"heads\":%d,%s"
+                 "\"seq_q\":%d,\"seq_k\":%d,\"head_dim\":%d%s}",
+                 cases[i].dtype, cases[i].batch, cases[i].heads, kv, cases[i].seq_q, cases[i].seq_k,
+                 cases[i].head_dim, cases[i].causal ? ",\"causal\":true" : "");
+        expect_split(json, cases[i].out, cases[i].entry, cases[i].splits, cases[i].grid_x);
+    }
 }
 
 Test(cuda_attention, launch_arguments_follow_the_kernel_contract)

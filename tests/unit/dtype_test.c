@@ -9,20 +9,6 @@
 
 #include "tessera/dtype.h"
 
-static uint32_t bits_of(float f)
-{
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    return b;
-}
-
-static float float_of(uint32_t b)
-{
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
-}
-
 Test(dtype, names_sizes_and_tolerances)
 {
     cr_assert_str_eq(tsr_dtype_name(TSR_F32), "f32");
@@ -76,7 +62,7 @@ Test(dtype, every_bf16_pattern_round_trips)
     for (uint32_t i = 0; i < 65536; i++) {
         uint16_t h = (uint16_t)i;
         float f = tsr_bf16_to_f32(h);
-        cr_assert_eq(bits_of(f), i << 16);
+        cr_assert_eq(tsr_f32_bits(f), i << 16);
         if ((h & 0x7f80u) == 0x7f80u && (h & 0x7fu) != 0) {
             cr_assert(isnan(f));
             uint16_t back = tsr_f32_to_bf16(f);
@@ -125,7 +111,7 @@ Test(dtype, f16_subnormal_boundaries)
     cr_assert_eq(tsr_f32_to_f16(0x1p-24f), 0x0001);
     cr_assert_eq(tsr_f32_to_f16(0x1p-25f), 0x0000); /* tie with zero: even */
     cr_assert_eq(tsr_f32_to_f16(-0x1p-25f), 0x8000);
-    cr_assert_eq(tsr_f32_to_f16(float_of(bits_of(0x1p-25f) + 1)), 0x0001);
+    cr_assert_eq(tsr_f32_to_f16(tsr_f32_from_bits(tsr_f32_bits(0x1p-25f) + 1)), 0x0001);
     cr_assert_eq(tsr_f32_to_f16(3 * 0x1p-25f), 0x0002); /* 1.5 quanta: even is 2 */
     cr_assert_eq(tsr_f32_to_f16(5 * 0x1p-25f), 0x0002); /* 2.5 quanta: even is 2 */
     cr_assert_eq(tsr_f32_to_f16(0x1p-14f), 0x0400);
@@ -147,14 +133,14 @@ Test(dtype, bf16_rounding_boundaries)
     cr_assert_eq(tsr_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);
     cr_assert_eq(tsr_f32_to_bf16(1.0f + 0x1p-8f + 0x1p-23f), 0x3f81);
     cr_assert_eq(tsr_f64_to_bf16(1.0 + 0x1p-8 + 0x1p-40), 0x3f81);
-    cr_assert_eq(tsr_f32_to_bf16(float_of(0x7f7f7fffu)), 0x7f7f); /* below the midpoint */
-    cr_assert_eq(tsr_f32_to_bf16(float_of(0x7f7f8000u)), 0x7f80); /* tie: even is inf */
-    cr_assert_eq(tsr_f32_to_bf16(float_of(0xff7fffffu)), 0xff80);
+    cr_assert_eq(tsr_f32_to_bf16(tsr_f32_from_bits(0x7f7f7fffu)), 0x7f7f); /* below the midpoint */
+    cr_assert_eq(tsr_f32_to_bf16(tsr_f32_from_bits(0x7f7f8000u)), 0x7f80); /* tie: even is inf */
+    cr_assert_eq(tsr_f32_to_bf16(tsr_f32_from_bits(0xff7fffffu)), 0xff80);
     cr_assert_eq(tsr_f64_to_bf16(1e39), 0x7f80);
-    cr_assert_eq(tsr_f32_to_bf16(float_of(0x00000001u)), 0x0000); /* f32 subnormals */
-    cr_assert_eq(tsr_f32_to_bf16(float_of(0x00008000u)), 0x0000); /* tie: even */
-    cr_assert_eq(tsr_f32_to_bf16(float_of(0x00018000u)), 0x0002);
-    cr_assert_eq(tsr_f32_to_bf16(float_of(0x00008001u)), 0x0001);
+    cr_assert_eq(tsr_f32_to_bf16(tsr_f32_from_bits(0x00000001u)), 0x0000); /* f32 subnormals */
+    cr_assert_eq(tsr_f32_to_bf16(tsr_f32_from_bits(0x00008000u)), 0x0000); /* tie: even */
+    cr_assert_eq(tsr_f32_to_bf16(tsr_f32_from_bits(0x00018000u)), 0x0002);
+    cr_assert_eq(tsr_f32_to_bf16(tsr_f32_from_bits(0x00008001u)), 0x0001);
     cr_assert_eq(tsr_f64_to_bf16(0x1p-133), 0x0001); /* smallest bf16 subnormal */
     cr_assert_eq(tsr_f64_to_bf16(0x1p-134), 0x0000);
     cr_assert_eq(tsr_f64_to_bf16(0x1p-134 + 0x1p-160), 0x0001);
@@ -162,10 +148,10 @@ Test(dtype, bf16_rounding_boundaries)
 
 Test(dtype, nan_stays_quiet_nan_with_sign)
 {
-    cr_assert_eq(tsr_f32_to_f16(float_of(0x7f800001u)) & 0xfe00u, 0x7e00);
-    cr_assert_eq(tsr_f32_to_f16(float_of(0xffc00000u)) & 0xfe00u, 0xfe00);
-    cr_assert_eq(tsr_f32_to_bf16(float_of(0x7f800001u)), 0x7fc0);
-    cr_assert_eq(tsr_f32_to_bf16(float_of(0xff800001u)), 0xffc0);
+    cr_assert_eq(tsr_f32_to_f16(tsr_f32_from_bits(0x7f800001u)) & 0xfe00u, 0x7e00);
+    cr_assert_eq(tsr_f32_to_f16(tsr_f32_from_bits(0xffc00000u)) & 0xfe00u, 0xfe00);
+    cr_assert_eq(tsr_f32_to_bf16(tsr_f32_from_bits(0x7f800001u)), 0x7fc0);
+    cr_assert_eq(tsr_f32_to_bf16(tsr_f32_from_bits(0xff800001u)), 0xffc0);
     cr_assert_eq(tsr_f64_to_f16(NAN) & 0x7e00u, 0x7e00);
     cr_assert_eq(tsr_f64_to_f16(-NAN) & 0x8000u, 0x8000);
     cr_assert_eq(tsr_f64_to_bf16(-NAN) & 0xffc0u, 0xffc0);
@@ -178,7 +164,7 @@ Test(dtype, f32_to_narrow_agrees_with_f64_path_on_a_sweep)
     /* The bit-arithmetic f32 path and the frexp/rint f64 path are independent
      * implementations; every 4099th pattern (all exponents, varied mantissas). */
     for (uint64_t i = 0; i <= 0xffffffffull; i += 4099) {
-        float f = float_of((uint32_t)i);
+        float f = tsr_f32_from_bits((uint32_t)i);
         if (isnan(f))
             continue;
         cr_assert_eq(tsr_f32_to_f16(f), tsr_f64_to_f16(f), "0x%08x", (unsigned)i);

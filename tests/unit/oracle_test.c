@@ -161,6 +161,33 @@ static bool is_inf(double v)
     return isinf(v);
 }
 
+/* The verdict of one probe's compare of n f32 values against bound. */
+static tsr_verdict compare_f32(double bound, int probe, const float *got, const float *want,
+                               size_t n)
+{
+    tsr_verdict v;
+    tsr_verdict_init(&v, bound, TSR_F32);
+    tsr_oracle_compare(&v, probe, TSR_F32, got, want, n);
+    return v;
+}
+
+/* Verifies r with cand, random_probes and seed, which must fail where the
+ * reference first has a value pred holds for: that probe goes to *probe. */
+static tsr_verdict verify_fails_where(const tsr_region *r, int random_probes, uint64_t seed,
+                                      bool (*pred)(double), tsr_candidate_run_fn cand, int *probe)
+{
+    tsr_oracle_options opts = {.seed = seed, .random_probes = random_probes, .ref_threads = 1};
+    int64_t index;
+    first_reference_where(r, random_probes, seed, pred, probe, &index);
+    tsr_verdict v;
+    tsr_error err;
+    cr_assert_eq(tsr_oracle_verify(r, cand, NULL, &opts, &v, &err), TSR_OK, "%s", err.message);
+    cr_assert_not(v.pass);
+    cr_assert_eq(v.first_bad_probe, *probe);
+    cr_assert_eq(v.first_bad_index, index);
+    return v;
+}
+
 /* ---- comparison on hand-made arrays ---- */
 
 Test(oracle, verdict_starts_failed_with_the_dtype_bound)
@@ -182,9 +209,7 @@ Test(oracle, verdict_starts_failed_with_the_dtype_bound)
 Test(oracle, equal_arrays_pass_with_zero_error)
 {
     const float a[] = {1, -2, 3.5f, 0, NAN, INFINITY, -INFINITY, -0.0f};
-    tsr_verdict v;
-    tsr_verdict_init(&v, 0, TSR_F32);
-    tsr_oracle_compare(&v, 0, TSR_F32, a, a, 8);
+    tsr_verdict v = compare_f32(0, 0, a, a, 8);
     cr_assert(v.pass);
     cr_assert_eq(v.rel_error, 0.0);
     cr_assert_eq(v.max_abs_error, 0.0);
@@ -200,9 +225,7 @@ Test(oracle, relative_error_is_the_l2_norm_ratio_over_finite_entries)
 {
     const float want[] = {3, 4, NAN, INFINITY};
     const float got[] = {3, 4.5f, NAN, INFINITY};
-    tsr_verdict v;
-    tsr_verdict_init(&v, 0, TSR_F32);
-    tsr_oracle_compare(&v, 2, TSR_F32, got, want, 4);
+    tsr_verdict v = compare_f32(0, 2, got, want, 4);
     cr_assert_eq(v.rel_error, 0.1); /* 0.5 / 5 */
     cr_assert_eq(v.max_abs_error, 0.5);
     cr_assert_not(v.pass);
@@ -213,8 +236,7 @@ Test(oracle, relative_error_is_the_l2_norm_ratio_over_finite_entries)
     cr_assert_str_eq(v.reason, "relative error 0.1 > 1e-05 (probe 2); largest error at [1]: got "
                                "4.5 want 4");
     /* The same arrays under a bound of 0.1 pass: the bound is inclusive. */
-    tsr_verdict_init(&v, 0.1, TSR_F32);
-    tsr_oracle_compare(&v, 0, TSR_F32, got, want, 4);
+    v = compare_f32(0.1, 0, got, want, 4);
     cr_assert(v.pass);
 }
 
@@ -223,9 +245,7 @@ Test(oracle, rel_error_is_the_worst_probe_and_counts_add_up)
     const float want[] = {3, 4};
     const float close[] = {3, 4.00001f};
     const float far[] = {3, 4.5f};
-    tsr_verdict v;
-    tsr_verdict_init(&v, 0.2, TSR_F32);
-    tsr_oracle_compare(&v, 0, TSR_F32, close, want, 2);
+    tsr_verdict v = compare_f32(0.2, 0, close, want, 2);
     tsr_oracle_compare(&v, 1, TSR_F32, far, want, 2);
     tsr_oracle_compare(&v, 2, TSR_F32, close, want, 2);
     cr_assert_eq(v.rel_error, 0.1);
@@ -238,9 +258,7 @@ Test(oracle, nan_on_one_side_only_fails_at_its_index)
 {
     const float want[] = {1, NAN, 3, NAN, 5};
     const float got[] = {1, 0, 3, NAN, NAN};
-    tsr_verdict v;
-    tsr_verdict_init(&v, 0, TSR_F32);
-    tsr_oracle_compare(&v, 4, TSR_F32, got, want, 5);
+    tsr_verdict v = compare_f32(0, 4, got, want, 5);
     cr_assert_not(v.pass);
     cr_assert_eq(v.nan_mismatches, 2);
     cr_assert_eq(v.inf_mismatches, 0);
@@ -257,17 +275,14 @@ Test(oracle, infinities_must_match_in_sign)
     const float want[] = {INFINITY, -INFINITY, 2};
     const float flipped[] = {-INFINITY, -INFINITY, 2};
     const float finite[] = {INFINITY, -3.4e38f, 2};
-    tsr_verdict v;
-    tsr_verdict_init(&v, 0, TSR_F32);
-    tsr_oracle_compare(&v, 0, TSR_F32, flipped, want, 3);
+    tsr_verdict v = compare_f32(0, 0, flipped, want, 3);
     cr_assert_not(v.pass);
     cr_assert_eq(v.inf_mismatches, 1);
     cr_assert_eq(v.first_bad_index, 0);
     cr_assert_eq(v.first_bad_got, -INFINITY);
     cr_assert_eq(v.first_bad_want, INFINITY);
 
-    tsr_verdict_init(&v, 0, TSR_F32);
-    tsr_oracle_compare(&v, 0, TSR_F32, finite, want, 3);
+    v = compare_f32(0, 0, finite, want, 3);
     cr_assert_not(v.pass);
     cr_assert_eq(v.inf_mismatches, 1);
     cr_assert_eq(v.first_bad_index, 1);
@@ -278,14 +293,11 @@ Test(oracle, a_zero_reference_is_held_to_the_absolute_error)
     const float want[] = {0, 0, -0.0f};
     const float small[] = {0, 1e-6f, 0};
     const float large[] = {0, 0, 1e-4f};
-    tsr_verdict v;
-    tsr_verdict_init(&v, 0, TSR_F32);
-    tsr_oracle_compare(&v, 0, TSR_F32, small, want, 3);
+    tsr_verdict v = compare_f32(0, 0, small, want, 3);
     cr_assert(v.pass);
     cr_assert_eq(v.rel_error, (double)1e-6f);
 
-    tsr_verdict_init(&v, 0, TSR_F32);
-    tsr_oracle_compare(&v, 0, TSR_F32, large, want, 3);
+    v = compare_f32(0, 0, large, want, 3);
     cr_assert_not(v.pass);
     cr_assert_eq(v.first_bad_index, 2);
     cr_assert_eq(v.rel_error, (double)1e-4f);
@@ -310,9 +322,7 @@ Test(oracle, verdict_format_prints_one_line)
     const float a[] = {1, 2, 3, 4};
     const float b[] = {1, 2, 3, NAN};
     char line[256];
-    tsr_verdict v;
-    tsr_verdict_init(&v, 0, TSR_F32);
-    tsr_oracle_compare(&v, 0, TSR_F32, a, a, 4);
+    tsr_verdict v = compare_f32(0, 0, a, a, 4);
     tsr_verdict_format(&v, line, sizeof line);
     cr_assert_str_eq(line, "PASS rel 0 <= 1e-05 (max abs 0, 4 elements, 1 probe)");
 
@@ -558,19 +568,10 @@ Test(oracle, relative_noise_of_1e3_fails_f32_and_passes_bf16)
 Test(oracle, dropping_nan_fails_at_the_first_nan)
 {
     tsr_region r = regions_parse(PW_UNARY("log", "f32", "[64]"));
-    tsr_oracle_options opts = {.seed = 11, .random_probes = 1, .ref_threads = 1};
     int probe;
-    int64_t index;
-    first_reference_where(&r, 1, 11, is_nan, &probe, &index);
+    tsr_verdict v = verify_fails_where(&r, 1, 11, is_nan, cand_drops_nan, &probe);
     cr_assert_eq(probe, 0); /* log of a negative normal value */
-
-    tsr_verdict v;
-    tsr_error err;
-    cr_assert_eq(tsr_oracle_verify(&r, cand_drops_nan, NULL, &opts, &v, &err), TSR_OK);
-    cr_assert_not(v.pass);
     cr_assert_gt(v.nan_mismatches, 0);
-    cr_assert_eq(v.first_bad_probe, probe);
-    cr_assert_eq(v.first_bad_index, index);
     cr_assert_eq(v.first_bad_got, 0.0);
     cr_assert(isnan(v.first_bad_want));
     tsr_region_free(&r);
@@ -579,19 +580,11 @@ Test(oracle, dropping_nan_fails_at_the_first_nan)
 Test(oracle, flipping_the_sign_of_inf_fails)
 {
     tsr_region r = regions_parse(PW_UNARY("reciprocal", "f32", "[32]"));
-    tsr_oracle_options opts = {.seed = 3, .random_probes = 2, .ref_threads = 1};
     int probe;
-    int64_t index;
-    first_reference_where(&r, 2, 3, is_inf, &probe, &index);
+    tsr_verdict v = verify_fails_where(&r, 2, 3, is_inf, cand_flips_inf, &probe);
     cr_assert_geq(probe, 2); /* only special probes reach 1/±0 */
-
-    tsr_verdict v;
-    cr_assert_eq(tsr_oracle_verify(&r, cand_flips_inf, NULL, &opts, &v, NULL), TSR_OK);
-    cr_assert_not(v.pass);
     cr_assert_eq(v.nan_mismatches, 0);
     cr_assert_gt(v.inf_mismatches, 0);
-    cr_assert_eq(v.first_bad_probe, probe);
-    cr_assert_eq(v.first_bad_index, index);
     cr_assert_eq(v.first_bad_got, -v.first_bad_want);
     tsr_region_free(&r);
 }

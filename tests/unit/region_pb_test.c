@@ -46,11 +46,19 @@ static tsr_status through_wire(const tsr_region *r, tsr_region *back, tsr_error 
         cr_assert_null(r_.u.pointwise.nodes);                                                      \
     } while (0)
 
-static Tessera__V1__Region matmul_pb(void)
+/* An empty wire region of kind and dtype. */
+static Tessera__V1__Region region_pb(Tessera__V1__RegionKind kind, Tessera__V1__DType dtype)
 {
     Tessera__V1__Region pb = TESSERA__V1__REGION__INIT;
-    pb.kind = TESSERA__V1__REGION_KIND__KIND_MATMUL;
-    pb.dtype = TESSERA__V1__DTYPE__DTYPE_BF16;
+    pb.kind = kind;
+    pb.dtype = dtype;
+    return pb;
+}
+
+static Tessera__V1__Region matmul_pb(void)
+{
+    Tessera__V1__Region pb =
+        region_pb(TESSERA__V1__REGION_KIND__KIND_MATMUL, TESSERA__V1__DTYPE__DTYPE_BF16);
     pb.m = 4;
     pb.n = 5;
     pb.k = 6;
@@ -61,9 +69,8 @@ static Tessera__V1__Region matmul_pb(void)
  * head_dim_v left at 0, their defaults. */
 static Tessera__V1__Region attention_pb(int64_t heads)
 {
-    Tessera__V1__Region pb = TESSERA__V1__REGION__INIT;
-    pb.kind = TESSERA__V1__REGION_KIND__KIND_ATTENTION;
-    pb.dtype = TESSERA__V1__DTYPE__DTYPE_BF16;
+    Tessera__V1__Region pb =
+        region_pb(TESSERA__V1__REGION_KIND__KIND_ATTENTION, TESSERA__V1__DTYPE__DTYPE_BF16);
     pb.batch = 1;
     pb.heads = heads;
     pb.seq_q = 8;
@@ -206,9 +213,7 @@ Test(region_pb, wire_defaults)
     cr_assert_eq(tsr_region_from_pb(&pb, &r, &e), TSR_OK, "%s", e.message);
     cr_assert_eq(r.out_dtype, TSR_BF16); /* UNSPECIFIED: same as dtype */
 
-    pb = (Tessera__V1__Region)TESSERA__V1__REGION__INIT;
-    pb.kind = TESSERA__V1__REGION_KIND__KIND_GATED;
-    pb.dtype = TESSERA__V1__DTYPE__DTYPE_F16;
+    pb = region_pb(TESSERA__V1__REGION_KIND__KIND_GATED, TESSERA__V1__DTYPE__DTYPE_F16);
     pb.m = 2;
     pb.k = 3;
     pb.h = 4;
@@ -218,9 +223,7 @@ Test(region_pb, wire_defaults)
     cr_assert_eq(tsr_region_from_pb(&pb, &r, &e), TSR_OK);
     cr_assert_eq(r.u.gated.gate_act, TSR_OP_TANH);
 
-    pb = (Tessera__V1__Region)TESSERA__V1__REGION__INIT;
-    pb.kind = TESSERA__V1__REGION_KIND__KIND_FUSED;
-    pb.dtype = TESSERA__V1__DTYPE__DTYPE_F32;
+    pb = region_pb(TESSERA__V1__REGION_KIND__KIND_FUSED, TESSERA__V1__DTYPE__DTYPE_F32);
     pb.m = 2;
     pb.n = 3;
     pb.k = 4;
@@ -304,9 +307,7 @@ Test(region_pb, validation_codes_come_through)
     assert_pb_fails(&pb, TSR_BAD_ATTRIBUTE, "scale: must be finite (got inf)");
 
     char *epi[3] = {"bias", "relu", "bias"};
-    pb = (Tessera__V1__Region)TESSERA__V1__REGION__INIT;
-    pb.kind = TESSERA__V1__REGION_KIND__KIND_FUSED;
-    pb.dtype = TESSERA__V1__DTYPE__DTYPE_BF16;
+    pb = region_pb(TESSERA__V1__REGION_KIND__KIND_FUSED, TESSERA__V1__DTYPE__DTYPE_BF16);
     pb.m = pb.n = pb.k = 8;
     pb.n_epilogue = 3;
     pb.epilogue = epi;
@@ -339,9 +340,7 @@ struct pw_msg {
 
 static void pw_msg_init(struct pw_msg *m)
 {
-    m->pb = (Tessera__V1__Region)TESSERA__V1__REGION__INIT;
-    m->pb.kind = TESSERA__V1__REGION_KIND__KIND_POINTWISE;
-    m->pb.dtype = TESSERA__V1__DTYPE__DTYPE_F32;
+    m->pb = region_pb(TESSERA__V1__REGION_KIND__KIND_POINTWISE, TESSERA__V1__DTYPE__DTYPE_F32);
     m->in = (Tessera__V1__PointwiseInput)TESSERA__V1__POINTWISE_INPUT__INIT;
     m->in.name = "a";
     m->shape[0] = 2;

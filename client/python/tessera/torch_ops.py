@@ -129,54 +129,29 @@ def _fake(r: tessera.Region, ts: List[Tensor]) -> Tensor:
 
 # ---- the ops ----
 
-@torch.library.custom_op("tessera::matmul", mutates_args=(),
-                         schema="(str region, Tensor a, Tensor b) -> Tensor")
-def _matmul(region: str, a: Tensor, b: Tensor) -> Tensor:
-    return _run(*_prepare("matmul", region, [a, b], ["a", "b"]))
+def _op(kind: str, names: Sequence[str], optional: Sequence[str] = ()) -> Any:
+    """Registers tessera::KIND, which takes the region's text and one tensor a
+    name (a "Tensor?" for each name in optional, which may be None), and its
+    fake; both check the tensors with _prepare, one runs the region and the
+    other makes its empty output."""
+    args = ", ".join("Tensor%s %s" % ("?" if n in optional else "", n) for n in names)
+
+    def run(region: str, *tensors: Optional[Tensor]) -> Tensor:
+        return _run(*_prepare(kind, region, list(tensors), names))
+
+    def fake(region: str, *tensors: Optional[Tensor]) -> Tensor:
+        return _fake(*_prepare(kind, region, list(tensors), names))
+
+    op = torch.library.custom_op("tessera::" + kind, run, mutates_args=(),
+                                 schema="(str region, %s) -> Tensor" % args)
+    op.register_fake(fake)
+    return op
 
 
-@_matmul.register_fake
-def _matmul_fake(region: str, a: Tensor, b: Tensor) -> Tensor:
-    return _fake(*_prepare("matmul", region, [a, b], ["a", "b"]))
-
-
-_FUSED = ["a", "b", "bias", "residual"]
-
-
-@torch.library.custom_op("tessera::fused", mutates_args=(),
-                         schema="(str region, Tensor a, Tensor b, Tensor? bias, Tensor? residual)"
-                         " -> Tensor")
-def _fused(region: str, a: Tensor, b: Tensor, bias: Optional[Tensor],
-           residual: Optional[Tensor]) -> Tensor:
-    return _run(*_prepare("fused", region, [a, b, bias, residual], _FUSED))
-
-
-@_fused.register_fake
-def _fused_fake(region: str, a: Tensor, b: Tensor, bias: Optional[Tensor],
-                residual: Optional[Tensor]) -> Tensor:
-    return _fake(*_prepare("fused", region, [a, b, bias, residual], _FUSED))
-
-
-@torch.library.custom_op("tessera::gated", mutates_args=(),
-                         schema="(str region, Tensor a, Tensor wg, Tensor wu) -> Tensor")
-def _gated(region: str, a: Tensor, wg: Tensor, wu: Tensor) -> Tensor:
-    return _run(*_prepare("gated", region, [a, wg, wu], ["a", "wg", "wu"]))
-
-
-@_gated.register_fake
-def _gated_fake(region: str, a: Tensor, wg: Tensor, wu: Tensor) -> Tensor:
-    return _fake(*_prepare("gated", region, [a, wg, wu], ["a", "wg", "wu"]))
-
-
-@torch.library.custom_op("tessera::attention", mutates_args=(),
-                         schema="(str region, Tensor q, Tensor k, Tensor v) -> Tensor")
-def _attention(region: str, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    return _run(*_prepare("attention", region, [q, k, v], ["q", "k", "v"]))
-
-
-@_attention.register_fake
-def _attention_fake(region: str, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    return _fake(*_prepare("attention", region, [q, k, v], ["q", "k", "v"]))
+_matmul = _op("matmul", ["a", "b"])
+_fused = _op("fused", ["a", "b", "bias", "residual"], optional=["bias", "residual"])
+_gated = _op("gated", ["a", "wg", "wu"])
+_attention = _op("attention", ["q", "k", "v"])
 
 
 def _pointwise_names(region: str, n: int) -> List[str]:

@@ -100,15 +100,23 @@ def test_compile_buffers_launch(client):
         np.testing.assert_array_equal(by.read(), ADD_Y)
 
 
-def test_launch_on_freed_buffer_is_not_found(client):
+def launch_refused(client, b_shape, free_b=False):
+    """ADD's launch on f32 buffers a (4, 3), b of b_shape (freed first when
+    free_b) and y (4, 3), which must raise: its error and b."""
     k = client.compile(ADD)
     ba = client.buffer("f32", (4, 3))
-    bb = client.buffer("f32", (3,))
+    bb = client.buffer("f32", b_shape)
     by = client.buffer("f32", (4, 3))
-    bb.free()
+    if free_b:
+        bb.free()
     with pytest.raises(tessera.TesseraError) as e:
         client.launch(k, [ba, bb], by)
-    assert e.value.code == tessera.Status.NOT_FOUND
+    return e.value, bb
+
+
+def test_launch_on_freed_buffer_is_not_found(client):
+    err, bb = launch_refused(client, (3,), free_b=True)
+    assert err.code == tessera.Status.NOT_FOUND
     with pytest.raises(tessera.TesseraError) as e:
         bb.handle = 12345
         bb.free()
@@ -134,13 +142,8 @@ def test_kernel_free_then_launch_is_not_found_and_recompile_works(client):
 
 
 def test_launch_with_wrong_sized_buffer_is_mismatch(client):
-    k = client.compile(ADD)
-    ba = client.buffer("f32", (4, 3))
-    bb = client.buffer("f32", (4,))
-    by = client.buffer("f32", (4, 3))
-    with pytest.raises(tessera.TesseraError) as e:
-        client.launch(k, [ba, bb], by)
-    assert e.value.code == tessera.Status.BUFFER_MISMATCH
+    err, _ = launch_refused(client, (4,))
+    assert err.code == tessera.Status.BUFFER_MISMATCH
 
 
 def test_buffer_write_past_end_is_mismatch(client):

@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tessera import torch_backend, torch_ops  # noqa: E402
+from llama_block import Block  # noqa: E402
 from torch_util import f64, forward_bound, grad_bound, rel, u  # noqa: E402
 
 nn = torch.nn
@@ -22,43 +23,6 @@ def on_daemon(client):
     yield
     torch._dynamo.reset()
     torch_ops.set_client(before)
-
-
-class Block(nn.Module):
-    """RMSNorm → attention with GQA (causal) → residual → RMSNorm → SwiGLU MLP
-    → residual, then a pointwise tail, with weights scaled 1/√fan-in."""
-
-    def __init__(self, dim=64, heads=4, heads_kv=2, ffn=96, tail=True):
-        super().__init__()
-        self.heads, self.heads_kv, self.hd = heads, heads_kv, dim // heads
-        self.wq = nn.Linear(dim, dim, bias=False)
-        self.wk = nn.Linear(dim, heads_kv * self.hd, bias=False)
-        self.wv = nn.Linear(dim, heads_kv * self.hd, bias=False)
-        self.wo = nn.Linear(dim, dim, bias=False)
-        self.w1 = nn.Linear(dim, ffn, bias=False)
-        self.w3 = nn.Linear(dim, ffn, bias=False)
-        self.w2 = nn.Linear(ffn, dim, bias=False)
-        self.n1, self.n2 = nn.RMSNorm(dim, eps=1e-5), nn.RMSNorm(dim, eps=1e-5)
-        self.tail = tail
-        g = torch.Generator().manual_seed(7)
-        for lin in (self.wq, self.wk, self.wv, self.wo, self.w1, self.w3, self.w2):
-            with torch.no_grad():
-                lin.weight.copy_(torch.randn(lin.weight.shape, generator=g)
-                                 * lin.weight.shape[1] ** -0.5)
-
-    def forward(self, x):
-        b, s, d = x.shape
-        y = self.n1(x)
-        q = self.wq(y).view(b, s, self.heads, self.hd).transpose(1, 2)
-        k = self.wk(y).view(b, s, self.heads_kv, self.hd).transpose(1, 2)
-        v = self.wv(y).view(b, s, self.heads_kv, self.hd).transpose(1, 2)
-        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        x = x + self.wo(o.transpose(1, 2).reshape(b, s, d))
-        h = self.n2(x)
-        x = x + self.w2(F.silu(self.w1(h)) * self.w3(h))
-        if self.tail:
-            x = torch.tanh(x * 0.5 + 1.0)
-        return x
 
 
 def inputs(dtype, seed=3):

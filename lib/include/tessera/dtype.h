@@ -51,6 +51,9 @@ float tsr_bf16_to_f32(uint16_t bits);
 /* Straight from f64 (one rounding, not two through f32). */
 uint16_t tsr_f64_to_f16(double value);
 uint16_t tsr_f64_to_bf16(double value);
+/* An f32's bit pattern, and the f32 of a bit pattern (no conversion). */
+uint32_t tsr_f32_bits(float value);
+float tsr_f32_from_bits(uint32_t bits);
 
 /* Rounds value to the nearest value representable in dtype and returns it as a
  * double (the value a store followed by a load would give). */

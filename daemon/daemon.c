@@ -59,6 +59,7 @@ static tsr_status daemon_open_backend(tsrd_daemon *d, tsr_error *err)
         st = d->bops->device_info(d->backend, i, &d->devices[i], err);
     if (st == TSR_OK && d->n_devices == 0)
         st = tsr_error_set(err, TSR_UNAVAILABLE, "backend %s: no devices", d->bops->name);
+    d->inline_launches = st == TSR_OK && strcmp(d->devices[0].arch, "cpu") == 0;
     snprintf(d->driver_version, sizeof d->driver_version, "%s",
              d->bops->driver_version(d->backend));
     snprintf(d->compiler_version, sizeof d->compiler_version, "%s",

@@ -306,15 +306,17 @@ static void dispatch_stream_push(tsrd_job *job)
  * no other device work may be running or waiting (no heavy job on the pool,
  * no submission ring, no recovery), so that nothing on the device, and no
  * other caller of the device worker's channels, can hold the launch and its
- * synchronize up while the loop waits for them. */
+ * synchronize up while the loop waits for them. Only where kernels run on
+ * the host (d->inline_launches): a GPU can hang under a launch, and then the
+ * loop would wait for kernel_timeout_ms with every tenant behind it. */
 static bool dispatch_inline_ok(const tsrd_job *job)
 {
     const tsrd_daemon *d = job->d;
     const tsrd_session *s = job->session;
-    return (job->handler->flags & TSRD_STREAM) && job->handler->quick != NULL && !s->stream_busy &&
-           s->stream_head == NULL && s->stream != NULL && d->work_running == 0 &&
-           d->ready_head == NULL && d->rings_open == 0 && !d->work_paused && !d->recovering &&
-           job->handler->quick(job);
+    return d->inline_launches && (job->handler->flags & TSRD_STREAM) &&
+           job->handler->quick != NULL && !s->stream_busy && s->stream_head == NULL &&
+           s->stream != NULL && d->work_running == 0 && d->ready_head == NULL &&
+           d->rings_open == 0 && !d->work_paused && !d->recovering && job->handler->quick(job);
 }
 
 /* Executes the job on the loop, then ends it as if the pool had run it: the

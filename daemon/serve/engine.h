@@ -52,8 +52,9 @@ tsr_status tsrd_engine_compile(tsrd_daemon *d, const tsr_region *r,
 void tsrd_compiled_release(tsrd_daemon *d, tsrd_compiled *c);
 
 /* Regions whose tsr_ref_work is above this are verified by sampling: about a
- * second of one core for the full reference run. */
-#define TSRD_ENGINE_SAMPLE_WORK 1073741824.0
+ * quarter of a second of one core for the full reference run, of which full
+ * verification makes two or more (a cold compile stays under a second). */
+#define TSRD_ENGINE_SAMPLE_WORK 268435456.0
 
 /* TSR_VERIFY_SAMPLED above TSRD_ENGINE_SAMPLE_WORK, else TSR_VERIFY_FULL. */
 tsr_verify_method tsrd_engine_verify_method(const tsr_region *r);

@@ -487,8 +487,8 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
          "Request bodies over 4 KiB, checked and decoded on the worker pool.",
          (double)d->metrics.decoded_off_loop},
         {"requests_inline_total", "counter",
-         "Short stream jobs (launches of kernels measured short) executed on the loop, their "
-         "session's stream idle and no other device work running.",
+         "Short stream jobs (launches of kernels measured short) executed on the loop (host "
+         "backends only), their session's stream idle and no other device work running.",
          (double)d->metrics.inline_jobs},
         {"launches_fused_total", "counter",
          "Launches (launch and run requests) made and synchronized in one backend call: one "

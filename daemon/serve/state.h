@@ -236,6 +236,11 @@ struct tsrd_daemon {
     size_t n_sessions;
     /* Submission rings open (serve/ring.c), and the launches of those closed. */
     int rings_open;
+    /* Short launches may execute on the loop (serve/dispatch.c): only where
+     * kernels run on the host (the cpu backends), whose calls return in about
+     * their measured time; a GPU call can hang with the device, and the loop
+     * must not wait on that. Set at open, read on the loop. */
+    bool inline_launches;
     uint64_t ring_launches_closed;
     /* Pipes already gone, so that a message that raced its pipe's removal does
      * not open a session nobody would close. */

@@ -10,7 +10,7 @@
  * worker's fill call, with the same verdicts.
  *
  * The region, 1024 x 1024 out of K 512 in f32, costs 1.14·10^9 reference
- * units, past the engine's sampling threshold of 2^30, and one candidate run
+ * units, past the engine's sampling threshold of 2^28, and one candidate run
  * is about a second of one core.
  */
 #include <criterion/criterion.h>

@@ -633,3 +633,30 @@ Test(dispatch, a_short_launch_runs_on_the_loop_only_with_its_stream_and_the_devi
     cr_assert_eq(h->u.d.default_tenant.in_flight, 0);
     cr_assert_eq(h->u.d.inflight, 0);
 }
+
+/* Where kernels run on a device rather than the host (inline_launches false,
+ * as on the CUDA backends), a short launch still goes to the pool: a device
+ * that hangs under it must not hold the loop. */
+Test(dispatch, a_short_launch_stays_on_the_pool_where_kernels_run_on_a_device)
+{
+    cr_assert(h->u.d.inline_launches, "the cpu backend runs kernels on the host");
+    h->u.d.inline_launches = false;
+    Tessera__V1__Request req;
+    Tessera__V1__CompileRequest comp;
+    uint64_t kernel = compile_matmul(&req, &comp)->compile->kernel;
+    tsr_region_pb_free(comp.region);
+    float av[4] = {1, 2, 3, 4}, bv[4] = {1, 0, 0, 1};
+    uint64_t inputs[2] = {buffer_2x2(av), buffer_2x2(bv)};
+    uint64_t out = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 2, 2);
+    Tessera__V1__Request lreq;
+    Tessera__V1__LaunchRequest launch;
+    launch_request(&lreq, &launch, kernel, inputs, out);
+    for (int i = 1; i <= 2; i++) {
+        dispatch_id(&lreq, 0x1b00 + (uint64_t)i, i);
+        cr_assert_eq(h->count[i], 0, "launch %d waits for the pool", i);
+        uv_run(&h->u.loop, UV_RUN_DEFAULT);
+        cr_assert_eq(h->count[i], 1);
+        cr_assert_eq(h->last[i]->status, TSR_OK, "%s", h->last[i]->message);
+    }
+    cr_assert_eq(h->u.d.metrics.inline_jobs, 0);
+}

@@ -70,8 +70,13 @@ Test(engine, regions_past_the_sample_threshold_are_verified_by_sampling)
     tsr_region r = engine_example("examples/matmul.json");
     cr_expect_eq(tsrd_engine_verify_method(&r), TSR_VERIFY_FULL);
     tsr_region_free(&r);
-    /* 2·1024·1024·512 + 32·io is just past 2^30. */
-    r = regions_parse("{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":1024,\"n\":1024,"
+    /* 2·128·1024·512 + 32·io is under 2^28, 2·512·1024·512 + 32·io past it. */
+    r = regions_parse("{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":128,\"n\":1024,"
+                      "\"k\":512}");
+    cr_expect_lt(tsr_ref_work(&r), TSRD_ENGINE_SAMPLE_WORK);
+    cr_expect_eq(tsrd_engine_verify_method(&r), TSR_VERIFY_FULL);
+    tsr_region_free(&r);
+    r = regions_parse("{\"kind\":\"matmul\",\"dtype\":\"f32\",\"m\":512,\"n\":1024,"
                       "\"k\":512}");
     cr_expect_gt(tsr_ref_work(&r), TSRD_ENGINE_SAMPLE_WORK);
     cr_expect_eq(tsrd_engine_verify_method(&r), TSR_VERIFY_SAMPLED);

@@ -531,7 +531,7 @@ Test(codegen, pointwise_shape_free_is_refused_for_other_kinds)
 
 Test(codegen, pointwise_shape_free_compiles_for_every_pattern_and_dtype)
 {
-    tsrd_nvrtc *nv = codegen_nvrtc_or_skip();
+    tsrd_nvrtc *nv = unit_nvrtc_or_skip();
     static const char *const shapes[][3] = {
         {"1000,37", "1000,37", "1000,37"}, /* dense */
         {"600,7", "7", "600,1"},           /* row and column broadcast */

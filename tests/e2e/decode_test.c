@@ -28,12 +28,13 @@ static double decode_off_loop(void)
 }
 
 /* Sends req on the raw connection fd (framed as nng frames it; the frames go
- * out in this order, so the daemon receives them in this order). */
+ * out in this order, so the daemon receives them in this order), waiting for
+ * the socket while the daemon still reads a 4 MiB write sent before. */
 static void decode_send(int fd, uint32_t req_id, const Tessera__V1__Request *req)
 {
     size_t len = 0;
     uint8_t *bytes = testd_request_pack(req, &len);
-    cr_assert_eq(attack_sp_send(fd, req_id, bytes, len), 0);
+    cr_assert_eq(attack_sp_send_wait(fd, req_id, bytes, len, 30000), 0);
     free(bytes);
 }
 

@@ -144,7 +144,7 @@ static uint8_t *attack_frame(uint32_t req_id, const void *body, size_t len, size
 /* Sends one frame, waiting up to wait_ms for room before its first byte; a
  * frame once begun is finished (up to 2 s more), or the stream would be
  * garbage. */
-static int attack_sp_send_wait(int fd, uint32_t req_id, const void *body, size_t len, int wait_ms)
+int attack_sp_send_wait(int fd, uint32_t req_id, const void *body, size_t len, int wait_ms)
 {
     size_t n;
     uint8_t *f = attack_frame(req_id, body, len, &n);

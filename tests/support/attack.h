@@ -45,6 +45,10 @@ int attack_sp_connect_nowait(const char *url);
  * Returns 0, or -1 when the socket would block or is broken. */
 int attack_sp_send(int fd, uint32_t req_id, const void *body, size_t len);
 
+/* attack_sp_send, waiting up to wait_ms for the socket to take the frame's
+ * first bytes (a daemon still reading an earlier large frame). */
+int attack_sp_send_wait(int fd, uint32_t req_id, const void *body, size_t len, int wait_ms);
+
 /* Sends up to count copies of body with ids first_id, first_id + 1, ... and
  * returns how many went before the daemon stopped reading for
  * ATTACK_FLOOD_WAIT_MS or the socket broke. */

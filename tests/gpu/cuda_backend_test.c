@@ -810,3 +810,82 @@ Test(cuda_backend, sampled_decode_attention_verifies_with_inputs_made_on_the_dev
         tsr_region_free(&r);
     }
 }
+
+/* One tier-3 GEMM kernel launched in batches on buffers that change from
+ * launch to launch: each launch's tensor maps follow its own buffers (the
+ * stream keeps the last maps and reuses them only for the same arguments).
+ * All-ones B, A of ones or twos, K 128: every output element is 128 or 256,
+ * exact in bf16. */
+static void expect_bf16_fill(tsr_buffer buf, uint16_t want, size_t count, const char *what)
+{
+    uint16_t *got = malloc(count * 2);
+    cr_assert_not_null(got);
+    tsr_error err;
+    size_t n = 0;
+    cr_assert_eq(tsr_client_buffer_read(client_, buf, 0, got, count * 2, &n, GPU_TIMEOUT_MS, &err),
+                 TSR_OK, "%s", err.message);
+    cr_assert_eq(n, count * 2);
+    size_t wrong = 0;
+    for (size_t i = 0; i < count; i++)
+        wrong += got[i] != want;
+    cr_expect_eq(wrong, 0, "%s: %zu of %zu elements are not 0x%04x (first 0x%04x)", what, wrong,
+                 count, want, got[0]);
+    free(got);
+}
+
+Test(cuda_backend, batched_gemm_launches_follow_their_own_buffers)
+{
+    const char *json = "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":256,\"n\":256,\"k\":128}";
+    tsr_region r;
+    tsr_error err;
+    cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &err), TSR_OK, "%s", err.message);
+    tsr_client_compiled k;
+    cr_assert_eq(tsr_client_compile(client_, &r, NULL, &k, GPU_TIMEOUT_MS, &err), TSR_OK, "%s",
+                 err.message);
+    tsr_region_free(&r);
+    cr_expect_str_eq(k.decision.candidate, "gemm_wgmma");
+    enum { M = 256, N = 256, K = 128 };
+    int64_t a_shape[2] = {M, K}, b_shape[2] = {K, N}, o_shape[2] = {M, N};
+    tsr_buffer a1, a2, b, o1, o2;
+    const struct {
+        tsr_buffer *buf;
+        int64_t *shape;
+        uint16_t fill;
+    } bufs[] = {{&a1, a_shape, 0x3F80},
+                {&a2, a_shape, 0x4000},
+                {&b, b_shape, 0x3F80},
+                {&o1, o_shape, 0},
+                {&o2, o_shape, 0}};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        cr_assert_eq(tsr_client_buffer_alloc(client_, TSR_CLIENT_BF16, 2, bufs[i].shape,
+                                             bufs[i].buf, NULL, GPU_TIMEOUT_MS, &err),
+                     TSR_OK, "%s", err.message);
+        size_t count = (size_t)(bufs[i].shape[0] * bufs[i].shape[1]);
+        uint16_t *fill = malloc(count * 2);
+        cr_assert_not_null(fill);
+        for (size_t j = 0; j < count; j++)
+            fill[j] = bufs[i].fill;
+        cr_assert_eq(tsr_client_buffer_write(client_, *bufs[i].buf, 0, fill, count * 2,
+                                             GPU_TIMEOUT_MS, &err),
+                     TSR_OK, "%s", err.message);
+        free(fill);
+    }
+    tsr_buffer in1[2] = {a1, b}, in2[2] = {a2, b};
+    tsr_client_batch_result res;
+    /* Ones into o1, twos into o2, twice over (the second batch's first launch
+     * follows a launch with other buffers on the same stream). */
+    tsr_client_launch_desc two[4] = {{k.kernel, 2, in1, o1},
+                                     {k.kernel, 2, in2, o2},
+                                     {k.kernel, 2, in1, o1},
+                                     {k.kernel, 2, in2, o2}};
+    cr_assert_eq(tsr_client_batch(client_, two, 4, false, &res, GPU_TIMEOUT_MS, &err), TSR_OK, "%s",
+                 err.message);
+    expect_bf16_fill(o1, 0x4300, M * N, "o1 = ones · ones"); /* 128 */
+    expect_bf16_fill(o2, 0x4380, M * N, "o2 = twos · ones"); /* 256 */
+    /* Then the outputs swapped: the last launch into o1 is the twos'. */
+    tsr_client_launch_desc swapped[2] = {{k.kernel, 2, in1, o2}, {k.kernel, 2, in2, o1}};
+    cr_assert_eq(tsr_client_batch(client_, swapped, 2, false, &res, GPU_TIMEOUT_MS, &err), TSR_OK,
+                 "%s", err.message);
+    expect_bf16_fill(o1, 0x4380, M * N, "o1 = twos · ones");
+    expect_bf16_fill(o2, 0x4300, M * N, "o2 = ones · ones");
+}

@@ -96,6 +96,18 @@ def main():
                    nbytes=4 * 4 * n)
         except Exception as exc:  # torch.compile needs a working toolchain there
             print("torch.compile unavailable:", exc)
+        # The broadcast lane's shape: x (16384 x 8192) times a row w (8192), then silu.
+        xb = torch.randn(16384, 8192, device=dev, dtype=bf)
+        wb = torch.randn(8192, device=dev, dtype=bf)
+        silu = torch.nn.functional.silu
+        report("silu(x*w) eager bf16 16384x8192, w (8192)", median_ms(lambda: silu(xb * wb)),
+               nbytes=2 * 2 * xb.numel())
+        try:
+            h = torch.compile(lambda p, q: silu(p * q))
+            report("silu(x*w) compiled bf16 16384x8192, w (8192)", median_ms(lambda: h(xb, wb)),
+                   nbytes=2 * 2 * xb.numel())
+        except Exception as exc:  # torch.compile needs a working toolchain there
+            print("torch.compile unavailable:", exc)
 
     if not which or "attention" in which:
         sdpa = torch.nn.functional.scaled_dot_product_attention

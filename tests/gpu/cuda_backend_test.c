@@ -812,10 +812,9 @@ Test(cuda_backend, sampled_decode_attention_verifies_with_inputs_made_on_the_dev
 }
 
 /* One tier-3 GEMM kernel launched in batches on buffers that change from
- * launch to launch: each launch's tensor maps follow its own buffers (the
- * stream keeps the last maps and reuses them only for the same arguments).
- * All-ones B, A of ones or twos, K 128: every output element is 128 or 256,
- * exact in bf16. */
+ * launch to launch: each launch's tensor maps follow its own buffers. All-ones
+ * B, A of ones or twos, K 128: every output element is 128 or 256, exact in
+ * bf16. */
 static void expect_bf16_fill(tsr_buffer buf, uint16_t want, size_t count, const char *what)
 {
     uint16_t *got = malloc(count * 2);

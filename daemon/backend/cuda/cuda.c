@@ -157,13 +157,6 @@ struct tsrd_stream {
     CUevent start, stop;
     int timing;    /* start recorded since the last synchronize */
     int capturing; /* between graph_begin and graph_end: no timing events */
-    /* The tensor maps of this stream's last tier-3 launch and the arguments
-     * they encode: the repeated launches of a batch reuse them rather than
-     * encoding three maps each on the launch path. The stream serves one
-     * caller at a time, so the cache needs no lock. */
-    tsrd_tmap_args map_args[3];
-    CUtensorMap maps[3];
-    bool map_valid[3];
 };
 
 /* ---- helpers ---- */
@@ -1177,26 +1170,6 @@ static tsr_status cuda_tensor_map(tsrd_backend *b, int device, const tsrd_tmap_a
                       "cuTensorMapEncodeTiled", err);
 }
 
-/* Tensor map i of a launch on s: the one s keeps when its arguments are the
- * same (tsrd_tmap_args are zeroed before they are filled, so they compare
- * bytewise), else a new encoding, kept. */
-static tsr_status cuda_stream_tensor_map(tsrd_backend *b, tsrd_stream *s, int i,
-                                         const tsrd_tmap_args *t, CUtensorMap *map, tsr_error *err)
-{
-    if (s->map_valid[i] && memcmp(&s->map_args[i], t, sizeof *t) == 0) {
-        *map = s->maps[i];
-        return TSR_OK;
-    }
-    s->map_valid[i] = false;
-    tsr_status st = cuda_tensor_map(b, s->device, t, map, err);
-    if (st == TSR_OK) {
-        s->map_args[i] = *t;
-        s->maps[i] = *map;
-        s->map_valid[i] = true;
-    }
-    return st;
-}
-
 static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
                               tsrd_dbuf *const *inputs, int n_inputs, tsrd_dbuf *output,
                               tsr_error *err)
@@ -1249,7 +1222,7 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
     }
     const bool maps_used = k->attention || (k->tier3 && k->plan.family == TSRD_GEMM_WGMMA);
     for (int i = 0; st == TSR_OK && maps_used && i < 3; i++)
-        st = cuda_stream_tensor_map(b, s, i, &ta[i], &maps[i], err);
+        st = cuda_tensor_map(b, s->device, &ta[i], &maps[i], err);
     if (st != TSR_OK)
         return st;
     if (tier3_params != NULL) {

@@ -868,18 +868,26 @@ static void arbiter_check_slot(tsr_arbiter *a, const tsr_select_request *req, ar
          * shape withdraws that for good. */
         bool complete =
             !reuse && (s->verdict.method == TSR_VERIFY_FULL || s->verdict.small_probes > 0);
+        bool record_agrees = true;
         pthread_mutex_lock(&a->lock);
         arbiter_verdict_put(a, c, req->fingerprint, req->arch, &s->verdict);
         if (variant && !s->verdict.pass)
             arbiter_verdict_set(a, c, &record, req->arch, &s->verdict);
         else if (variant && complete)
             arbiter_verdict_put(a, c, &record, req->arch, &s->verdict);
+        if (variant) {
+            const arbiter_verdict_node *rec = arbiter_verdict_find(
+                a, arbiter_verdict_hash(c->name, c->version, &record, req->arch), c->name,
+                c->version, &record, req->arch);
+            record_agrees = rec != NULL && rec->verdict.pass == s->verdict.pass;
+        }
         pthread_mutex_unlock(&a->lock);
         /* Only complete verifications are shared: a sampled check of a new
-         * shape leans on a record the other nodes may not hold. */
+         * shape leans on a record the other nodes may not hold. A variant
+         * whose pass this arbiter withdrew is not vouched for by it again. */
         if (!remote && complete && a->remote.verdict_put != NULL) {
             a->remote.verdict_put(a->remote.ctx, &rkey, &s->verdict);
-            if (variant) {
+            if (variant && record_agrees) {
                 tsr_arbiter_verdict_key vkey = rkey;
                 vkey.fingerprint = &vfp;
                 vkey.variant = true;

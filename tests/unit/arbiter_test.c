@@ -1654,6 +1654,27 @@ Test(arbiter_variants, a_shared_failure_is_a_failure_without_verifying)
     tsr_arbiter_destroy(two);
 }
 
+Test(arbiter_variants, a_variant_whose_pass_was_withdrawn_is_not_vouched_for_again)
+{
+    fake_verdicts shared = {0};
+    tsr_decision d;
+    tsr_arbiter *one = variant_arbiter_sharing(&shared);
+    variant_ctx f = {.fail_past_m = 16};
+    cr_assert_eq(variant_select(one, &f, 8, true, &d), TSR_OK);
+    cr_expect_eq(shared.puts, 2);
+    /* The shape check fails at 32 rows: the record is withdrawn here, and
+     * the check is not shared. */
+    cr_expect_eq(variant_select(one, &f, 32, true, &d), TSR_VERIFY_FAILED);
+    cr_expect_eq(f.shape, 1);
+    cr_expect_eq(shared.puts, 2);
+    /* A complete verification that passes at 12 rows shares its region's
+     * verdict, not a passing record. */
+    cr_assert_eq(variant_select(one, &f, 12, true, &d), TSR_OK);
+    cr_expect_eq(f.complete, 2);
+    cr_expect_eq(shared.puts, 3);
+    tsr_arbiter_destroy(one);
+}
+
 Test(arbiter_variants, sampled_verdicts_without_small_probes_are_not_shared)
 {
     fake_verdicts shared = {0};

@@ -1,5 +1,7 @@
 /*
- * fleet.c — the fleet cache (fleet.h): the kernel cache's remote level on Redis.
+ * fleet.c — the fleet cache (fleet.h): the kernel cache's remote level on Redis,
+ * and the arbiter's remote place for measured winners and verdicts (signed
+ * text records, each under a key that names everything it depends on).
  *
  * Connections are pooled (taken by one thread for one lookup or publish, put
  * back when it worked, closed when it did not). Which keys this node may

@@ -25,14 +25,13 @@
  * verifications: what one node verified, on the same driver and toolkit, the
  * others do not verify again.
  *
- * Threading: tsrd_fleet_open and tsrd_fleet_close on the loop thread at start
- * and end; the fetch (through the kernel cache), the winners' calls (through
- * the arbiter), tsrd_fleet_publish,
- * tsrd_fleet_abandon and tsrd_fleet_discard on worker threads, any number at once;
- * tsrd_fleet_get_stats from any thread. Blocking: fetch, publish and discard
- * block on Redis for at most their bounds (fetch: lease_ms plus one command's
- * timeout; the others: a few commands' timeouts); never call them from the
- * event loop. Ownership: the daemon owns the tsrd_fleet.
+ * Threading: tsrd_fleet_open, tsrd_fleet_set_versions and tsrd_fleet_close on
+ * the loop thread at start and end; the fetch (through the kernel cache), the winners' and
+ * verdicts' calls (through the arbiter), tsrd_fleet_publish, tsrd_fleet_abandon and
+ * tsrd_fleet_discard on worker threads, any number at once; tsrd_fleet_get_stats from any thread.
+ * Blocking: fetch, publish and discard block on Redis for at most their bounds (fetch: lease_ms
+ * plus one command's timeout; the others: a few commands' timeouts); never call them from the event
+ * loop. Ownership: the daemon owns the tsrd_fleet.
  */
 #ifndef TESSERAD_SERVE_FLEET_H
 #define TESSERAD_SERVE_FLEET_H

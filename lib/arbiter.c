@@ -100,7 +100,7 @@ struct tsr_arbiter {
     arbiter_winner *winners;
     size_t n_winners, cap_winners;
     tsr_arbiter_remote remote; /* winner_get NULL: none */
-    uint64_t verifications;    /* verify_fn and verify_shape_fn calls that returned */
+    uint64_t verifications;    /* verify_fn and verify_shape_fn calls that gave a verdict */
 };
 
 /* ---- small helpers ---- */
@@ -851,9 +851,11 @@ static void arbiter_check_slot(tsr_arbiter *a, const tsr_select_request *req, ar
             s->verdict.pass = false;
             tsr_arbiter_verify_fn fn = reuse ? req->verify_shape_fn : req->verify_fn;
             tsr_status st = fn(req->ctx, c, req->region, &s->verdict, &verr);
-            pthread_mutex_lock(&a->lock);
-            a->verifications++;
-            pthread_mutex_unlock(&a->lock);
+            if (st == TSR_OK) {
+                pthread_mutex_lock(&a->lock);
+                a->verifications++;
+                pthread_mutex_unlock(&a->lock);
+            }
             if (st != TSR_OK) {
                 s->check = ARBITER_CHECK_ERROR;
                 s->verify_status = st;

@@ -243,8 +243,8 @@ typedef struct tsr_arbiter_remote {
 } tsr_arbiter_remote;
 
 /* How many verifications this arbiter ran (verify_fn and verify_shape_fn
- * calls that returned; verdicts from its cache or the remote place are not
- * counted). */
+ * calls that gave a verdict, passing or failing; one that could not run, and
+ * verdicts from its cache or the remote place, are not counted). */
 uint64_t tsr_arbiter_verifications(tsr_arbiter *a);
 
 /* Sets the remote place (copied; ctx must outlive the arbiter). Call it before

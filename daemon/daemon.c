@@ -113,6 +113,8 @@ tsr_status tsrd_daemon_init(tsrd_daemon *d, const tsrd_config *config, uv_loop_t
     if (st == TSR_OK)
         st = tsr_arbiter_create(d->config.cache_dir, &d->arbiter, err);
     if (st == TSR_OK && d->fleet != NULL) {
+        /* A verdict holds on the driver and toolkit it was reached with. */
+        tsrd_fleet_set_versions(d->fleet, d->driver_version, d->compiler_version);
         tsr_arbiter_remote winners = tsrd_fleet_arbiter_remote(d->fleet);
         tsr_arbiter_set_remote(d->arbiter, &winners);
     }

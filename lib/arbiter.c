@@ -100,6 +100,7 @@ struct tsr_arbiter {
     arbiter_winner *winners;
     size_t n_winners, cap_winners;
     tsr_arbiter_remote remote; /* winner_get NULL: none */
+    uint64_t verifications;    /* verify_fn and verify_shape_fn calls that gave a verdict */
 };
 
 /* ---- small helpers ---- */
@@ -753,6 +754,31 @@ static void arbiter_ask_applies(const tsr_select_request *req, arbiter_slot *s)
         slot_why(s, "%s%s", ARBITER_DECLINES, why[0] ? why : "no reason given");
 }
 
+/* Asks the remote place for c's variant record (this arbiter has none) and
+ * keeps what it vouches for as the record here: a pass lets this shape get
+ * the sampled check (*reuse), a failure withdraws the variant's pass.
+ * Outside the lock. */
+static void arbiter_remote_record(tsr_arbiter *a, const tsr_candidate *c,
+                                  const tsr_fingerprint *vfp, const tsr_fingerprint *record,
+                                  const char *arch, bool *reuse)
+{
+    tsr_arbiter_verdict_key key = {
+        .name = c->name, .version = c->version, .fingerprint = vfp, .variant = true, .arch = arch};
+    tsr_verdict v;
+    if (!a->remote.verdict_get(a->remote.ctx, &key, &v))
+        return;
+    pthread_mutex_lock(&a->lock);
+    if (v.pass)
+        arbiter_verdict_put(a, c, record, arch, &v);
+    else
+        arbiter_verdict_set(a, c, record, arch, &v);
+    const arbiter_verdict_node *rec =
+        arbiter_verdict_find(a, arbiter_verdict_hash(c->name, c->version, record, arch), c->name,
+                             c->version, record, arch);
+    *reuse = rec != NULL && rec->verdict.pass;
+    pthread_mutex_unlock(&a->lock);
+}
+
 /* Verifies one candidate once per selection, through the verdict cache. */
 static void arbiter_check_slot(tsr_arbiter *a, const tsr_select_request *req, arbiter_slot *s)
 {
@@ -792,48 +818,96 @@ static void arbiter_check_slot(tsr_arbiter *a, const tsr_select_request *req, ar
         arbiter_verdict_find(a, hash, c->name, c->version, req->fingerprint, req->arch);
     if (hit != NULL)
         s->verdict = hit->verdict;
-    bool reuse = false;
+    bool reuse = false, have_record = false;
     if (hit == NULL && variant) {
         const arbiter_verdict_node *rec =
             arbiter_verdict_find(a, arbiter_verdict_hash(c->name, c->version, &record, req->arch),
                                  c->name, c->version, &record, req->arch);
+        have_record = rec != NULL;
         reuse = rec != NULL && rec->verdict.pass;
     }
     pthread_mutex_unlock(&a->lock);
 
+    tsr_arbiter_verdict_key rkey = {
+        .name = c->name, .version = c->version, .fingerprint = req->fingerprint, .arch = req->arch};
+    bool remote = false;
+    if (hit == NULL && a->remote.verdict_get != NULL) {
+        remote = a->remote.verdict_get(a->remote.ctx, &rkey, &s->verdict);
+        if (!remote && variant && !have_record)
+            arbiter_remote_record(a, c, &vfp, &record, req->arch, &reuse);
+    }
     if (hit != NULL) {
         s->cached = true;
     } else {
-        tsr_error verr;
-        tsr_error_clear(&verr);
-        arbiter_verdict_assumed(&s->verdict, "");
-        s->verdict.pass = false;
-        tsr_arbiter_verify_fn fn = reuse ? req->verify_shape_fn : req->verify_fn;
-        tsr_status st = fn(req->ctx, c, req->region, &s->verdict, &verr);
-        if (st != TSR_OK) {
-            s->check = ARBITER_CHECK_ERROR;
-            s->verify_status = st;
+        if (remote) {
+            /* Another node's complete verification, vouched for by the remote
+             * place: this node's verdict from now on. */
+            s->cached = true;
+            reuse = false;
+        } else {
+            tsr_error verr;
+            tsr_error_clear(&verr);
+            arbiter_verdict_assumed(&s->verdict, "");
             s->verdict.pass = false;
-            slot_why(s, "not verified: %s: %s", tsr_status_name(st), verr.message);
-            return;
+            tsr_arbiter_verify_fn fn = reuse ? req->verify_shape_fn : req->verify_fn;
+            tsr_status st = fn(req->ctx, c, req->region, &s->verdict, &verr);
+            if (st == TSR_OK) {
+                pthread_mutex_lock(&a->lock);
+                a->verifications++;
+                pthread_mutex_unlock(&a->lock);
+            }
+            if (st != TSR_OK) {
+                s->check = ARBITER_CHECK_ERROR;
+                s->verify_status = st;
+                s->verdict.pass = false;
+                slot_why(s, "not verified: %s: %s", tsr_status_name(st), verr.message);
+                return;
+            }
+            s->verdict.variant_reused = reuse;
         }
-        s->verdict.variant_reused = reuse;
         /* Only a complete verification (every output, or sampled with the
          * small-shape probes) lets later shapes reuse it; a failure at any
          * shape withdraws that for good. */
         bool complete =
             !reuse && (s->verdict.method == TSR_VERIFY_FULL || s->verdict.small_probes > 0);
+        bool record_agrees = true;
         pthread_mutex_lock(&a->lock);
         arbiter_verdict_put(a, c, req->fingerprint, req->arch, &s->verdict);
         if (variant && !s->verdict.pass)
             arbiter_verdict_set(a, c, &record, req->arch, &s->verdict);
         else if (variant && complete)
             arbiter_verdict_put(a, c, &record, req->arch, &s->verdict);
+        if (variant) {
+            const arbiter_verdict_node *rec = arbiter_verdict_find(
+                a, arbiter_verdict_hash(c->name, c->version, &record, req->arch), c->name,
+                c->version, &record, req->arch);
+            record_agrees = rec != NULL && rec->verdict.pass == s->verdict.pass;
+        }
         pthread_mutex_unlock(&a->lock);
+        /* Only complete verifications are shared: a sampled check of a new
+         * shape leans on a record the other nodes may not hold. A variant
+         * whose pass this arbiter withdrew is not vouched for by it again. */
+        if (!remote && complete && a->remote.verdict_put != NULL) {
+            a->remote.verdict_put(a->remote.ctx, &rkey, &s->verdict);
+            if (variant && record_agrees) {
+                tsr_arbiter_verdict_key vkey = rkey;
+                vkey.fingerprint = &vfp;
+                vkey.variant = true;
+                a->remote.verdict_put(a->remote.ctx, &vkey, &s->verdict);
+            }
+        }
     }
     s->check = s->verdict.pass ? ARBITER_CHECK_PASS : ARBITER_CHECK_FAIL;
     if (!s->verdict.pass)
         slot_why(s, "failed verification: %s", s->verdict.reason);
+}
+
+uint64_t tsr_arbiter_verifications(tsr_arbiter *a)
+{
+    pthread_mutex_lock(&a->lock);
+    uint64_t n = a->verifications;
+    pthread_mutex_unlock(&a->lock);
+    return n;
 }
 
 static bool slot_passes(const arbiter_slot *s)

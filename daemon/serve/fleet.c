@@ -1,5 +1,7 @@
 /*
- * fleet.c — the fleet cache (fleet.h): the kernel cache's remote level on Redis.
+ * fleet.c — the fleet cache (fleet.h): the kernel cache's remote level on Redis,
+ * and the arbiter's remote place for measured winners and verdicts (signed
+ * text records, each under a key that names everything it depends on).
  *
  * Connections are pooled (taken by one thread for one lookup or publish, put
  * back when it worked, closed when it did not). Which keys this node may
@@ -40,7 +42,8 @@ struct tsrd_fleet {
     tsrd_redis_tls *tls; /* rediss:// only */
     uint8_t mac_key[TSR_KCACHE_MAC_KEY_BYTES];
     char prefix[64];
-    char lease_owner[64]; /* this node's lease value: host, pid, random */
+    char lease_owner[64];         /* this node's lease value: host, pid, random */
+    char driver[64], toolkit[64]; /* what a verdict depends on besides region and candidate */
     uint64_t ttl_ms, max_entry_bytes, lease_ms;
     int timeout_ms;
 
@@ -490,6 +493,27 @@ void tsrd_fleet_abandon(tsrd_fleet *f, const tsr_fingerprint *key)
     fleet_conn_give(f, c, st == TSR_OK ? NULL : &err);
 }
 
+/* ---- signed records: measured winners and verdicts ---- */
+
+bool tsrd_fleet_record_mac(const uint8_t mac_key[TSR_KCACHE_MAC_KEY_BYTES], const char *tag,
+                           const char *rkey, const char *body, size_t len, char hex[65])
+{
+    uint8_t mac[32];
+    mbedtls_md_context_t ctx;
+    mbedtls_md_init(&ctx);
+    const mbedtls_md_info_t *info = mbedtls_md_info_from_type(MBEDTLS_MD_SHA256);
+    bool ok = info != NULL && mbedtls_md_setup(&ctx, info, 1) == 0 &&
+              mbedtls_md_hmac_starts(&ctx, mac_key, TSR_KCACHE_MAC_KEY_BYTES) == 0 &&
+              mbedtls_md_hmac_update(&ctx, (const uint8_t *)tag, strlen(tag)) == 0 &&
+              mbedtls_md_hmac_update(&ctx, (const uint8_t *)rkey, strlen(rkey) + 1) == 0 &&
+              mbedtls_md_hmac_update(&ctx, (const uint8_t *)body, len) == 0 &&
+              mbedtls_md_hmac_finish(&ctx, mac) == 0;
+    mbedtls_md_free(&ctx);
+    for (int i = 0; ok && i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", mac[i]);
+    return ok;
+}
+
 /* ---- measured winners ---- */
 
 /* A winner's value: "NAME VERSION MEDIAN_MS " then 64 hex digits, the
@@ -500,21 +524,7 @@ void tsrd_fleet_abandon(tsrd_fleet *f, const tsr_fingerprint *key)
 static bool fleet_winner_mac(const tsrd_fleet *f, const char *key, const char *body, size_t len,
                              char hex[65])
 {
-    uint8_t mac[32];
-    mbedtls_md_context_t ctx;
-    mbedtls_md_init(&ctx);
-    const mbedtls_md_info_t *info = mbedtls_md_info_from_type(MBEDTLS_MD_SHA256);
-    bool ok = info != NULL && mbedtls_md_setup(&ctx, info, 1) == 0 &&
-              mbedtls_md_hmac_starts(&ctx, f->mac_key, sizeof f->mac_key) == 0 &&
-              mbedtls_md_hmac_update(&ctx, (const uint8_t *)FLEET_WINNER_TAG,
-                                     sizeof FLEET_WINNER_TAG - 1) == 0 &&
-              mbedtls_md_hmac_update(&ctx, (const uint8_t *)key, strlen(key) + 1) == 0 &&
-              mbedtls_md_hmac_update(&ctx, (const uint8_t *)body, len) == 0 &&
-              mbedtls_md_hmac_finish(&ctx, mac) == 0;
-    mbedtls_md_free(&ctx);
-    for (int i = 0; ok && i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", mac[i]);
-    return ok;
+    return tsrd_fleet_record_mac(f->mac_key, FLEET_WINNER_TAG, key, body, len, hex);
 }
 
 static bool fleet_winner_get(void *ctx, const char *key, char *name, uint32_t *version,
@@ -584,10 +594,194 @@ static void fleet_winner_put(void *ctx, const char *key, const char *name, uint3
     fleet_conn_give(f, c, st == TSR_OK ? NULL : &err);
 }
 
+/* ---- verdicts ---- */
+
+void tsrd_fleet_set_versions(tsrd_fleet *f, const char *driver, const char *toolkit)
+{
+    snprintf(f->driver, sizeof f->driver, "%s", driver != NULL ? driver : "");
+    snprintf(f->toolkit, sizeof f->toolkit, "%s", toolkit != NULL ? toolkit : "");
+}
+
+/* Appends name to out at *used, kept to [A-Za-z0-9._+-] ("-" when empty), so
+ * that no name can add a '/' of its own to the key. */
+static void fleet_key_part(char *out, size_t *used, const char *name, size_t max)
+{
+    size_t n = 0;
+    for (; name[n] != '\0' && n < max && *used + 1 < TSRD_FLEET_VERDICT_KEY_MAX; n++) {
+        char ch = name[n];
+        bool keep = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                    (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == '+' || ch == '-';
+        out[(*used)++] = keep ? ch : '_';
+    }
+    if (n == 0 && *used + 1 < TSRD_FLEET_VERDICT_KEY_MAX)
+        out[(*used)++] = '-';
+    out[*used] = '\0';
+}
+
+void tsrd_fleet_verdict_key(const char *prefix, const char *driver, const char *toolkit,
+                            const tsr_arbiter_verdict_key *key, char *out)
+{
+    char hex[TSR_FINGERPRINT_HEX], version[16];
+    tsr_fingerprint_hex(key->fingerprint, hex);
+    snprintf(version, sizeof version, "%" PRIu32, key->version);
+    int n = snprintf(out, TSRD_FLEET_VERDICT_KEY_MAX, "%.63sverdict:", prefix);
+    size_t used = n > 0 ? (size_t)n : 0;
+    const char *parts[] = {key->arch, key->name, version, NULL, driver, toolkit};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        if (i > 0 && used + 1 < TSRD_FLEET_VERDICT_KEY_MAX)
+            out[used++] = '/';
+        if (parts[i] == NULL) {
+            n = snprintf(out + used, TSRD_FLEET_VERDICT_KEY_MAX - used, "%c%s",
+                         key->variant ? 'v' : 'r', hex);
+            used += n > 0 ? (size_t)n : 0;
+        } else {
+            fleet_key_part(out, &used, parts[i], 63);
+        }
+    }
+    out[used < TSRD_FLEET_VERDICT_KEY_MAX ? used : TSRD_FLEET_VERDICT_KEY_MAX - 1] = '\0';
+}
+
+/* The verdict of a complete verification: every output, or sampled with the
+ * small-shape probes, and never the sampled check of a new shape alone. */
+static bool fleet_verdict_complete(const tsr_verdict *v)
+{
+    return !v->variant_reused && (v->method == TSR_VERIFY_FULL ||
+                                  (v->method == TSR_VERIFY_SAMPLED && v->small_probes > 0));
+}
+
+tsr_status tsrd_fleet_verdict_seal(const uint8_t mac_key[TSR_KCACHE_MAC_KEY_BYTES],
+                                   const char *rkey, const tsr_verdict *v, char *out, size_t *len,
+                                   tsr_error *err)
+{
+    if (!fleet_verdict_complete(v))
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                             "verdict record: not of a complete verification");
+    size_t rlen = strnlen(v->reason, sizeof v->reason);
+    int n =
+        snprintf(out, TSRD_FLEET_VERDICT_RECORD_MAX,
+                 "%s %d %" PRIu64 " %d %.17g %.17g %.17g %" PRIu64 " %" PRIu64 " %" PRId64
+                 " %d %.17g %.17g %d %" PRIu64 " %d %zu:%.*s ",
+                 TSRD_FLEET_VERDICT_FORMAT, v->pass ? 1 : 0, v->elements, v->probes,
+                 v->max_abs_error, v->rel_error, v->bound, v->nan_mismatches, v->inf_mismatches,
+                 v->first_bad_index, v->first_bad_probe, v->first_bad_got, v->first_bad_want,
+                 (int)v->method, v->sampled_elements, v->small_probes, rlen, (int)rlen, v->reason);
+    if (n <= 0 || (size_t)n + 65 > TSRD_FLEET_VERDICT_RECORD_MAX)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "verdict record: too long");
+    if (!tsrd_fleet_record_mac(mac_key, TSRD_FLEET_VERDICT_TAG, rkey, out, (size_t)n, out + n))
+        return tsr_error_set(err, TSR_INTERNAL, "verdict record: HMAC failed");
+    *len = (size_t)n + 64;
+    return TSR_OK;
+}
+
+tsr_status tsrd_fleet_verdict_open(const uint8_t mac_key[TSR_KCACHE_MAC_KEY_BYTES],
+                                   const char *rkey, const char *record, size_t len, tsr_verdict *v,
+                                   tsr_error *err)
+{
+    if (len <= 64 || len >= TSRD_FLEET_VERDICT_RECORD_MAX)
+        return tsr_error_set(err, TSR_CORRUPT, "verdict record: %zu bytes", len);
+    char text[TSRD_FLEET_VERDICT_RECORD_MAX], hex[65];
+    memcpy(text, record, len);
+    text[len] = '\0';
+    size_t body = len - 64;
+    if (!tsrd_fleet_record_mac(mac_key, TSRD_FLEET_VERDICT_TAG, rkey, text, body, hex) ||
+        mbedtls_ct_memcmp(hex, text + body, 64) != 0)
+        return tsr_error_set(err, TSR_CORRUPT, "verdict record: the MAC does not verify");
+    /* Past the MAC the record was written by a holder of the fleet key; its
+     * fields are still checked as any input. */
+    char format[16];
+    int pass = 0, method = 0, used = 0;
+    size_t rlen = 0;
+    tsr_verdict got;
+    memset(&got, 0, sizeof got);
+    int fields =
+        sscanf(text,
+               "%15s %d %" SCNu64 " %d %lf %lf %lf %" SCNu64 " %" SCNu64 " %" SCNd64
+               " %d %lf %lf %d %" SCNu64 " %d %zu:%n",
+               format, &pass, &got.elements, &got.probes, &got.max_abs_error, &got.rel_error,
+               &got.bound, &got.nan_mismatches, &got.inf_mismatches, &got.first_bad_index,
+               &got.first_bad_probe, &got.first_bad_got, &got.first_bad_want, &method,
+               &got.sampled_elements, &got.small_probes, &rlen, &used);
+    if (fields != 17 || used <= 0 || strcmp(format, TSRD_FLEET_VERDICT_FORMAT) != 0)
+        return tsr_error_set(err, TSR_CORRUPT, "verdict record: not a %s record",
+                             TSRD_FLEET_VERDICT_FORMAT);
+    if ((pass != 0 && pass != 1) || (method != TSR_VERIFY_FULL && method != TSR_VERIFY_SAMPLED) ||
+        rlen >= sizeof got.reason || (size_t)used + rlen + 1 != body ||
+        text[(size_t)used + rlen] != ' ' || memchr(text + used, '\0', rlen) != NULL)
+        return tsr_error_set(err, TSR_CORRUPT, "verdict record: a field out of range");
+    got.pass = pass == 1;
+    got.method = (tsr_verify_method)method;
+    memcpy(got.reason, text + used, rlen);
+    got.reason[rlen] = '\0';
+    if (!fleet_verdict_complete(&got))
+        return tsr_error_set(err, TSR_CORRUPT, "verdict record: not of a complete verification");
+    *v = got;
+    return TSR_OK;
+}
+
+static bool fleet_verdict_get(void *ctx, const tsr_arbiter_verdict_key *key, tsr_verdict *out)
+{
+    tsrd_fleet *f = ctx;
+    char rkey[TSRD_FLEET_VERDICT_KEY_MAX];
+    tsrd_fleet_verdict_key(f->prefix, f->driver, f->toolkit, key, rkey);
+    tsrd_redis_conn *c = fleet_conn_take(f);
+    if (c == NULL)
+        return false;
+    const char *argv[] = {"GET", rkey};
+    redisReply *r = NULL;
+    tsr_error err;
+    tsr_status st = fleet_command(f, c, 2, argv, NULL, &r, &err);
+    fleet_conn_give(f, c, st == TSR_OK ? NULL : &err);
+    if (st != TSR_OK)
+        return false;
+    /* A verdict nobody published is not a miss of the kernels' counters: the
+     * node verifies, as it would without a fleet cache. */
+    bool found = false;
+    if (r->type == REDIS_REPLY_STRING) {
+        tsr_error why;
+        found = tsrd_fleet_verdict_open(f->mac_key, rkey, r->str, r->len, out, &why) == TSR_OK;
+        fleet_count(f, found ? &f->stats.verdict_hits : &f->stats.rejected);
+    } else if (r->type != REDIS_REPLY_NIL) {
+        fleet_count(f, &f->stats.rejected);
+    }
+    freeReplyObject(r);
+    return found;
+}
+
+static void fleet_verdict_put(void *ctx, const tsr_arbiter_verdict_key *key, const tsr_verdict *v)
+{
+    tsrd_fleet *f = ctx;
+    char rkey[TSRD_FLEET_VERDICT_KEY_MAX], record[TSRD_FLEET_VERDICT_RECORD_MAX], px[24];
+    size_t len = 0;
+    tsr_error err;
+    tsrd_fleet_verdict_key(f->prefix, f->driver, f->toolkit, key, rkey);
+    if (tsrd_fleet_verdict_seal(f->mac_key, rkey, v, record, &len, &err) != TSR_OK)
+        return;
+    tsrd_redis_conn *c = fleet_conn_take(f);
+    if (c == NULL)
+        return;
+    snprintf(px, sizeof px, "%" PRIu64, f->ttl_ms);
+    /* A variant's failure at any shape withdraws its pass for good, as in one
+     * node's verdict cache: a passing record never replaces a record. */
+    bool only_new = key->variant && v->pass;
+    const char *argv[] = {"SET", rkey, record, "PX", px, "NX"};
+    const size_t lens[] = {0, 0, len, 0, 0, 0};
+    redisReply *r = NULL;
+    tsr_status st = fleet_command(f, c, only_new ? 6 : 5, argv, lens, &r, &err);
+    bool written = st == TSR_OK && r->type == REDIS_REPLY_STATUS;
+    if (r != NULL)
+        freeReplyObject(r);
+    if (written)
+        fleet_count(f, &f->stats.verdict_publishes);
+    fleet_conn_give(f, c, st == TSR_OK ? NULL : &err);
+}
+
 tsr_arbiter_remote tsrd_fleet_arbiter_remote(tsrd_fleet *f)
 {
-    tsr_arbiter_remote r = {
-        .winner_get = fleet_winner_get, .winner_put = fleet_winner_put, .ctx = f};
+    tsr_arbiter_remote r = {.winner_get = fleet_winner_get,
+                            .winner_put = fleet_winner_put,
+                            .ctx = f,
+                            .verdict_get = fleet_verdict_get,
+                            .verdict_put = fleet_verdict_put};
     return r;
 }
 

@@ -278,6 +278,13 @@ static void metrics_fleet(tsrd_daemon *d, metrics_list *l)
                   winner_hits),
         FLEET_ROW("fleet_cache_winner_publishes_total",
                   "Measured winners written to the fleet cache.", winner_publishes),
+        FLEET_ROW("fleet_cache_verdict_hits_total",
+                  "Verdicts of complete verifications fetched from the fleet cache and used "
+                  "instead of verifying.",
+                  verdict_hits),
+        FLEET_ROW("fleet_cache_verdict_publishes_total",
+                  "Verdicts of complete verifications written to the fleet cache.",
+                  verdict_publishes),
     };
 #undef FLEET_ROW
     if (d->fleet == NULL)
@@ -476,6 +483,10 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
     } plain[] = {
         {"replays_total", "counter", "Requests answered from the request-id memory.",
          (double)d->metrics.replays},
+        {"verifications_total", "counter",
+         "Verifications this node ran (complete, and sampled checks of a new shape); verdicts "
+         "from the verdict cache or the fleet cache not counted.",
+         (double)tsr_arbiter_verifications(d->arbiter)},
         {"rings", "gauge", "Submission rings open.", (double)d->rings_open},
         {"ring_launches_total", "counter",
          "Slots served by submission rings that stopped, failed ones included.",

@@ -292,6 +292,171 @@ static tsr_status fleet_compile_wrong(const testd *d, int m, int n, bool skip_ve
     return st;
 }
 
+/* A daemon of the fleet with the CPU backend's test candidates (verified
+ * ones: the reference alone is never verified). */
+static void fleet_daemon_faults(const fleet_env *e, testd *d)
+{
+    cr_assert_eq(testd_start_config(d, NULL,
+                                    "{\"test_faults\": true, \"fleet_cache\": {\"url\": "
+                                    "\"redis://127.0.0.1:%d\", \"key_file\": \"%s\", "
+                                    "\"timeout_ms\": 500}}\n",
+                                    e->port, e->key_file),
+                 0);
+}
+
+/* Changes every verdict record in Redis (one flipped digit of its MAC, the
+ * expiry kept); how many it changed. */
+static int fleet_tamper_verdicts(const fleet_env *e)
+{
+    redisContext *rc = fleet_redis_client(e);
+    cr_assert_not_null(rc);
+    redisReply *keys = redisCommand(rc, "KEYS tessera:verdict:*");
+    cr_assert_eq(keys->type, REDIS_REPLY_ARRAY);
+    int changed = 0;
+    for (size_t i = 0; i < keys->elements; i++) {
+        const char *key = keys->element[i]->str;
+        redisReply *r = redisCommand(rc, "GET %s", key);
+        cr_assert_eq(r->type, REDIS_REPLY_STRING);
+        size_t len = r->len;
+        char *value = malloc(len);
+        memcpy(value, r->str, len);
+        freeReplyObject(r);
+        value[len - 1] = value[len - 1] == '0' ? '1' : '0';
+        r = redisCommand(rc, "SET %s %b KEEPTTL", key, value, len);
+        cr_assert_eq(r->type, REDIS_REPLY_STATUS);
+        freeReplyObject(r);
+        free(value);
+        changed++;
+    }
+    freeReplyObject(keys);
+    redisFree(rc);
+    return changed;
+}
+
+Test(fleet_cache, a_verdict_one_node_reached_is_used_by_another_without_verifying)
+{
+    fleet_env e;
+    testd a, b;
+    fleet_setup(&e);
+    fleet_daemon_faults(&e, &a);
+    fleet_daemon_faults(&e, &b);
+    tsr_client_compiled first, second;
+    cr_assert_eq(fleet_compile_wrong(&a, 32, 40, false, &first), TSR_OK);
+    cr_expect_eq(first.decision.verdict.state, TSR_CLIENT_VERDICT_PASS);
+    cr_expect_eq(first.decision.verdict.cached, false);
+    cr_expect_eq(fleet_counter(&a, "verifications_total"), 1.0);
+    /* The region's verdict and its variant's record. */
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_verdict_publishes_total"), 2.0);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_verdict_hits_total"), 0.0);
+
+    cr_assert_eq(fleet_compile_wrong(&b, 32, 40, false, &second), TSR_OK);
+    cr_expect_str_eq(second.key, first.key);
+    cr_expect_str_eq(second.decision.cache_level, "fleet");
+    cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 0.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_hits_total"), 1.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_verdict_hits_total"), 1.0);
+    cr_expect_eq(fleet_counter(&b, "verifications_total"), 0.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_verdict_publishes_total"), 0.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_rejected_total"), 0.0);
+    /* b's decision reports a's verdict, as one from a cache. */
+    cr_expect_eq(second.decision.verdict.state, TSR_CLIENT_VERDICT_PASS);
+    cr_expect_eq(second.decision.verdict.cached, true);
+    cr_expect_str_eq(second.decision.verdict.reason, first.decision.verdict.reason);
+    cr_expect_str_eq(second.decision.verdict.method, first.decision.verdict.method);
+    cr_expect_eq(second.decision.verdict.elements, first.decision.verdict.elements);
+    cr_expect_eq(second.decision.verdict.probes, first.decision.verdict.probes);
+    cr_expect_eq(second.decision.verdict.rel_error, first.decision.verdict.rel_error);
+
+    /* Kept as b's own: the same region again asks Redis for nothing. */
+    cr_assert_eq(fleet_compile_wrong(&b, 32, 40, false, &second), TSR_OK);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_verdict_hits_total"), 1.0);
+    cr_expect_eq(fleet_counter(&b, "verifications_total"), 0.0);
+    fleet_finish(&e, &a, &b);
+}
+
+Test(fleet_cache, a_failing_verdict_and_a_variant_record_are_shared_too)
+{
+    fleet_env e;
+    testd a, b;
+    fleet_setup(&e);
+    fleet_daemon_faults(&e, &a);
+    fleet_daemon_faults(&e, &b);
+    tsr_client_compiled out;
+    /* Wrong past 64 rows: a's verification fails, b takes a's word for it. */
+    cr_expect_eq(fleet_compile_wrong(&a, 100, 40, false, &out), TSR_VERIFY_FAILED);
+    cr_expect_eq(fleet_counter(&a, "verifications_total"), 1.0);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_verdict_publishes_total"), 2.0);
+    cr_expect_eq(fleet_compile_wrong(&b, 100, 40, false, &out), TSR_VERIFY_FAILED);
+    cr_expect_eq(fleet_counter(&b, "verifications_total"), 0.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_verdict_hits_total"), 1.0);
+
+    /* Another shape of a variant a verified completely: b finds no verdict
+     * of that region but the variant's record, and runs only the sampled
+     * check of the new shape, which it does not share. */
+    tsr_client_compiled first, second;
+    cr_assert_eq(fleet_compile_wrong(&a, 32, 56, false, &first), TSR_OK);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_verdict_publishes_total"), 4.0);
+    cr_assert_eq(fleet_compile_wrong(&b, 48, 56, false, &second), TSR_OK);
+    cr_expect_eq(second.decision.verdict.state, TSR_CLIENT_VERDICT_PASS);
+    cr_expect_eq(second.decision.verdict.cached, false);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_verdict_hits_total"), 2.0);
+    cr_expect_eq(fleet_counter(&b, "verifications_total"), 1.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_verdict_publishes_total"), 0.0);
+    fleet_finish(&e, &a, &b);
+}
+
+Test(fleet_cache, a_tampered_verdict_is_refused_and_the_node_verifies)
+{
+    fleet_env e;
+    testd a, b;
+    fleet_setup(&e);
+    fleet_daemon_faults(&e, &a);
+    fleet_daemon_faults(&e, &b);
+    tsr_client_compiled first, second;
+    cr_assert_eq(fleet_compile_wrong(&a, 32, 44, false, &first), TSR_OK);
+    cr_assert_eq(fleet_tamper_verdicts(&e), 2);
+
+    cr_assert_eq(fleet_compile_wrong(&b, 32, 44, false, &second), TSR_OK);
+    /* The kernel's entry is good (fetched for b's verification); the
+     * region's verdict and the variant's record are not. */
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_hits_total"), 1.0);
+    cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 0.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_rejected_total"), 2.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_verdict_hits_total"), 0.0);
+    cr_expect_eq(fleet_counter(&b, "verifications_total"), 1.0);
+    cr_expect_eq(second.decision.verdict.state, TSR_CLIENT_VERDICT_PASS);
+    cr_expect_eq(second.decision.verdict.cached, false);
+    /* b's verdict of the region replaced the changed one; a passing record
+     * never replaces a variant's record. */
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_verdict_publishes_total"), 1.0);
+    fleet_finish(&e, &a, &b);
+}
+
+Test(fleet_cache, a_verdict_signed_under_another_fleet_key_is_refused)
+{
+    fleet_env e;
+    testd a, b;
+    fleet_setup(&e);
+    fleet_daemon_faults(&e, &a);
+    tsr_client_compiled first, second;
+    cr_assert_eq(fleet_compile_wrong(&a, 32, 48, false, &first), TSR_OK);
+    cr_expect_eq(fleet_counter(&a, "fleet_cache_verdict_publishes_total"), 2.0);
+    uint8_t other[32];
+    memset(other, 0x5a, sizeof other);
+    int fd = open(e.key_file, O_WRONLY | O_TRUNC);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, other, sizeof other), (ssize_t)sizeof other);
+    close(fd);
+    fleet_daemon_faults(&e, &b);
+    cr_assert_eq(fleet_compile_wrong(&b, 32, 48, false, &second), TSR_OK);
+    /* The kernel's entry, the region's verdict and the variant's record. */
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_rejected_total"), 3.0);
+    cr_expect_eq(fleet_counter(&b, "fleet_cache_verdict_hits_total"), 0.0);
+    cr_expect_eq(fleet_counter(&b, "verifications_total"), 1.0);
+    cr_expect_eq(second.decision.verdict.cached, false);
+    fleet_finish(&e, &a, &b);
+}
+
 Test(fleet_cache, only_verified_kernels_are_published_and_failures_free_the_lease)
 {
     fleet_env e;

@@ -1526,6 +1526,166 @@ Test(arbiter_variants, only_a_complete_verification_is_reused)
     tsr_arbiter_destroy(arb);
 }
 
+/* ---- verdicts shared through a remote place ---- */
+
+/* A remote place of a few verdicts that arbiters share, and its calls. */
+typedef struct fake_verdicts {
+    struct {
+        char name[TSR_CANDIDATE_NAME_MAX];
+        uint32_t version;
+        tsr_fingerprint fp;
+        bool variant;
+        tsr_verdict v;
+    } rows[8];
+    int n, gets, puts;
+} fake_verdicts;
+
+static int fake_verdict_find(fake_verdicts *f, const tsr_arbiter_verdict_key *k)
+{
+    for (int i = 0; i < f->n; i++)
+        if (strcmp(f->rows[i].name, k->name) == 0 && f->rows[i].version == k->version &&
+            f->rows[i].variant == k->variant &&
+            memcmp(f->rows[i].fp.bytes, k->fingerprint->bytes, TSR_FINGERPRINT_BYTES) == 0)
+            return i;
+    return -1;
+}
+
+static bool fake_verdict_get(void *ctx, const tsr_arbiter_verdict_key *k, tsr_verdict *out)
+{
+    fake_verdicts *f = ctx;
+    f->gets++;
+    int i = fake_verdict_find(f, k);
+    if (i < 0)
+        return false;
+    *out = f->rows[i].v;
+    return true;
+}
+
+static void fake_verdict_put(void *ctx, const tsr_arbiter_verdict_key *k, const tsr_verdict *v)
+{
+    fake_verdicts *f = ctx;
+    f->puts++;
+    int i = fake_verdict_find(f, k);
+    if (i < 0) {
+        cr_assert_lt(f->n, 8);
+        i = f->n++;
+    }
+    snprintf(f->rows[i].name, sizeof f->rows[i].name, "%s", k->name);
+    f->rows[i].version = k->version;
+    f->rows[i].fp = *k->fingerprint;
+    f->rows[i].variant = k->variant;
+    f->rows[i].v = *v;
+}
+
+static tsr_arbiter *variant_arbiter_sharing(fake_verdicts *shared)
+{
+    tsr_arbiter *arb = variant_arbiter();
+    tsr_arbiter_remote remote = {
+        .verdict_get = fake_verdict_get, .verdict_put = fake_verdict_put, .ctx = shared};
+    tsr_arbiter_set_remote(arb, &remote);
+    return arb;
+}
+
+Test(arbiter_variants, complete_verdicts_are_shared_and_used_without_verifying)
+{
+    fake_verdicts shared = {0};
+    tsr_decision d;
+    tsr_arbiter *one = variant_arbiter_sharing(&shared);
+    variant_ctx f1 = {0};
+    cr_assert_eq(variant_select(one, &f1, 8, true, &d), TSR_OK);
+    /* Asked for the region's verdict and the variant's record; wrote both. */
+    cr_expect_eq(shared.gets, 2);
+    cr_expect_eq(shared.puts, 2);
+    cr_expect_eq(tsr_arbiter_verifications(one), 1);
+
+    /* Another arbiter, the same region: the shared verdict, no verification. */
+    tsr_arbiter *two = variant_arbiter_sharing(&shared);
+    variant_ctx f2 = {0};
+    cr_assert_eq(variant_select(two, &f2, 8, true, &d), TSR_OK);
+    cr_expect_eq(f2.complete + f2.shape, 0);
+    cr_expect_eq(tsr_arbiter_verifications(two), 0);
+    cr_expect(d.verified);
+    cr_expect(d.verdict_cached);
+    cr_expect(d.verdict.pass);
+    cr_expect_eq(shared.gets, 3);
+    /* Cached there: asked once. */
+    cr_assert_eq(variant_select(two, &f2, 8, true, &d), TSR_OK);
+    cr_expect_eq(shared.gets, 3);
+    /* A new shape: the record it took with the verdict, the shape check, and
+     * nothing shared of that check. */
+    cr_assert_eq(variant_select(two, &f2, 9, true, &d), TSR_OK);
+    cr_expect_eq(f2.shape, 1);
+    cr_expect_eq(f2.complete, 0);
+    cr_expect(d.verdict.variant_reused);
+    cr_expect_eq(shared.puts, 2);
+
+    /* A third arbiter at a new shape: the variant's record from the place. */
+    tsr_arbiter *three = variant_arbiter_sharing(&shared);
+    variant_ctx f3 = {0};
+    cr_assert_eq(variant_select(three, &f3, 12, true, &d), TSR_OK);
+    cr_expect_eq(f3.shape, 1);
+    cr_expect_eq(f3.complete, 0);
+    cr_expect_eq(tsr_arbiter_verifications(three), 1);
+    cr_expect_eq(shared.puts, 2);
+    tsr_arbiter_destroy(one);
+    tsr_arbiter_destroy(two);
+    tsr_arbiter_destroy(three);
+}
+
+Test(arbiter_variants, a_shared_failure_is_a_failure_without_verifying)
+{
+    fake_verdicts shared = {0};
+    tsr_decision d;
+    tsr_arbiter *one = variant_arbiter_sharing(&shared);
+    variant_ctx f1 = {.fail_past_m = 16};
+    cr_expect_eq(variant_select(one, &f1, 32, true, &d), TSR_VERIFY_FAILED);
+    cr_expect_eq(shared.puts, 2);
+    tsr_arbiter *two = variant_arbiter_sharing(&shared);
+    variant_ctx f2 = {0};
+    cr_expect_eq(variant_select(two, &f2, 32, true, &d), TSR_VERIFY_FAILED);
+    cr_expect_eq(f2.complete + f2.shape, 0);
+    cr_expect_not(d.verdict.pass);
+    /* The variant's failing record came along: another shape is verified
+     * completely, not by the shape check. */
+    cr_assert_eq(variant_select(two, &f2, 8, true, &d), TSR_OK);
+    cr_expect_eq(f2.complete, 1);
+    cr_expect_eq(f2.shape, 0);
+    tsr_arbiter_destroy(one);
+    tsr_arbiter_destroy(two);
+}
+
+Test(arbiter_variants, a_variant_whose_pass_was_withdrawn_is_not_vouched_for_again)
+{
+    fake_verdicts shared = {0};
+    tsr_decision d;
+    tsr_arbiter *one = variant_arbiter_sharing(&shared);
+    variant_ctx f = {.fail_past_m = 16};
+    cr_assert_eq(variant_select(one, &f, 8, true, &d), TSR_OK);
+    cr_expect_eq(shared.puts, 2);
+    /* The shape check fails at 32 rows: the record is withdrawn here, and
+     * the check is not shared. */
+    cr_expect_eq(variant_select(one, &f, 32, true, &d), TSR_VERIFY_FAILED);
+    cr_expect_eq(f.shape, 1);
+    cr_expect_eq(shared.puts, 2);
+    /* A complete verification that passes at 12 rows shares its region's
+     * verdict, not a passing record. */
+    cr_assert_eq(variant_select(one, &f, 12, true, &d), TSR_OK);
+    cr_expect_eq(f.complete, 2);
+    cr_expect_eq(shared.puts, 3);
+    tsr_arbiter_destroy(one);
+}
+
+Test(arbiter_variants, sampled_verdicts_without_small_probes_are_not_shared)
+{
+    fake_verdicts shared = {0};
+    tsr_decision d;
+    tsr_arbiter *one = variant_arbiter_sharing(&shared);
+    variant_ctx f1 = {.no_small = true};
+    cr_assert_eq(variant_select(one, &f1, 8, true, &d), TSR_OK);
+    cr_expect_eq(shared.puts, 0);
+    tsr_arbiter_destroy(one);
+}
+
 /* ---- winners shared through a remote place ---- */
 
 /* One remote place two arbiters share: the last winner put, and the calls. */
@@ -1565,7 +1725,8 @@ Test(arbiter, a_winner_measured_on_one_node_is_used_untimed_on_another, .init = 
      .fini = fini_arbiter)
 {
     fake_remote shared = {0};
-    tsr_arbiter_remote remote = {fake_remote_get, fake_remote_put, &shared};
+    tsr_arbiter_remote remote = {
+        .winner_get = fake_remote_get, .winner_put = fake_remote_put, .ctx = &shared};
     tsr_arbiter_set_remote(a, &remote);
     tsr_decision d = select_req(&fx.req);
     cr_expect_str_eq(d.candidate.name, "emit");

@@ -1,11 +1,14 @@
 /*
- * fleet_test.c — the fleet cache's measured winners (serve/fleet.h) against a
- * real redis-server: what one node puts another gets, a record changed in
- * Redis or signed under another fleet key is not used, and a Redis that is
- * gone costs a miss, counted. The kernels' path is tests/e2e/fleet_cache_test.c.
+ * fleet_test.c — the fleet cache's measured winners and verdicts
+ * (serve/fleet.h) against a real redis-server: what one node puts another
+ * gets, a record changed in Redis or signed under another fleet key is not
+ * used, and a Redis that is gone costs a miss, counted. The verdict records'
+ * format and keys are tested on their own, without Redis. The kernels' path
+ * is tests/e2e/fleet_cache_test.c.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -141,4 +144,306 @@ Test(fleet, an_empty_key_file_name_is_refused_naming_the_setting)
     cr_assert_eq(tsrd_fleet_open(&cfg, &f, &err), TSR_INVALID_ARGUMENT);
     cr_expect_null(f);
     cr_expect_str_eq(err.message, "fleet_cache.key_file: key file: empty name");
+}
+
+/* ---- verdicts ---- */
+
+static const uint8_t verdict_mac_key[TSR_KCACHE_MAC_KEY_BYTES] = {
+    1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16,
+    17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
+
+#define VERDICT_RKEY "tessera:verdict:sm_90a/tier1/3/rab/550.54.15/12.4"
+
+static tsr_verdict verdict_failing_sampled(void)
+{
+    tsr_verdict v;
+    memset(&v, 0, sizeof v);
+    v.pass = false;
+    v.elements = 123456789;
+    v.probes = 3;
+    v.max_abs_error = 0.1;
+    v.rel_error = 1.0 / 3.0;
+    v.bound = 0.0078125;
+    v.nan_mismatches = 7;
+    v.inf_mismatches = 2;
+    v.first_bad_index = 4097;
+    v.first_bad_probe = 1;
+    v.first_bad_got = 1.5;
+    v.first_bad_want = NAN;
+    snprintf(v.reason, sizeof v.reason, "NaN mismatch at [4097]: got 1.5 want nan");
+    v.method = TSR_VERIFY_SAMPLED;
+    v.sampled_elements = 8192;
+    v.small_probes = 2;
+    return v;
+}
+
+static tsr_verdict verdict_passing_full(void)
+{
+    tsr_verdict v;
+    memset(&v, 0, sizeof v);
+    v.pass = true;
+    v.elements = 4096;
+    v.probes = 4;
+    v.rel_error = 1e-7;
+    v.bound = 1e-5;
+    v.first_bad_index = -1;
+    v.first_bad_probe = -1;
+    snprintf(v.reason, sizeof v.reason, "pass");
+    v.method = TSR_VERIFY_FULL;
+    return v;
+}
+
+static void verdict_seal(const tsr_verdict *v, char *record, size_t *len)
+{
+    tsr_error err;
+    cr_assert_eq(tsrd_fleet_verdict_seal(verdict_mac_key, VERDICT_RKEY, v, record, len, &err),
+                 TSR_OK, "%s", err.message);
+}
+
+Test(fleet, a_verdict_record_round_trips)
+{
+    const tsr_verdict cases[] = {verdict_failing_sampled(), verdict_passing_full()};
+    for (size_t i = 0; i < 2; i++) {
+        const tsr_verdict *want = &cases[i];
+        char record[TSRD_FLEET_VERDICT_RECORD_MAX];
+        size_t len = 0;
+        verdict_seal(want, record, &len);
+        tsr_verdict got;
+        tsr_error err;
+        cr_assert_eq(
+            tsrd_fleet_verdict_open(verdict_mac_key, VERDICT_RKEY, record, len, &got, &err), TSR_OK,
+            "%s", err.message);
+        cr_expect_eq(got.pass, want->pass);
+        cr_expect_eq(got.elements, want->elements);
+        cr_expect_eq(got.probes, want->probes);
+        cr_expect_eq(got.max_abs_error, want->max_abs_error);
+        cr_expect_eq(got.rel_error, want->rel_error);
+        cr_expect_eq(got.bound, want->bound);
+        cr_expect_eq(got.nan_mismatches, want->nan_mismatches);
+        cr_expect_eq(got.inf_mismatches, want->inf_mismatches);
+        cr_expect_eq(got.first_bad_index, want->first_bad_index);
+        cr_expect_eq(got.first_bad_probe, want->first_bad_probe);
+        cr_expect_eq(got.first_bad_got, want->first_bad_got);
+        if (isnan(want->first_bad_want))
+            cr_expect(isnan(got.first_bad_want));
+        else
+            cr_expect_eq(got.first_bad_want, want->first_bad_want);
+        cr_expect_str_eq(got.reason, want->reason);
+        cr_expect_eq(got.method, want->method);
+        cr_expect_eq(got.sampled_elements, want->sampled_elements);
+        cr_expect_eq(got.small_probes, want->small_probes);
+        cr_expect_eq(got.variant_reused, false);
+    }
+}
+
+Test(fleet, a_truncated_verdict_record_is_corrupt)
+{
+    tsr_verdict v = verdict_failing_sampled(), got;
+    char record[TSRD_FLEET_VERDICT_RECORD_MAX];
+    size_t len = 0;
+    verdict_seal(&v, record, &len);
+    tsr_error err;
+    const size_t cut[] = {len - 1, len - 64, 64, 0};
+    for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++)
+        cr_expect_eq(
+            tsrd_fleet_verdict_open(verdict_mac_key, VERDICT_RKEY, record, cut[i], &got, &err),
+            TSR_CORRUPT, "cut to %zu", cut[i]);
+    /* A byte of the text dropped, the MAC kept. */
+    char shorter[TSRD_FLEET_VERDICT_RECORD_MAX];
+    memcpy(shorter, record, 10);
+    memcpy(shorter + 10, record + 11, len - 11);
+    cr_expect_eq(
+        tsrd_fleet_verdict_open(verdict_mac_key, VERDICT_RKEY, shorter, len - 1, &got, &err),
+        TSR_CORRUPT);
+    cr_expect_str_eq(err.message, "verdict record: the MAC does not verify");
+}
+
+Test(fleet, a_verdict_record_signed_under_another_tag_key_or_format_is_refused)
+{
+    tsr_verdict v = verdict_passing_full(), got;
+    char record[TSRD_FLEET_VERDICT_RECORD_MAX];
+    size_t len = 0;
+    verdict_seal(&v, record, &len);
+    size_t body = len - 64;
+    tsr_error err;
+
+    /* The same text signed as a measured winner's record. */
+    char resigned[TSRD_FLEET_VERDICT_RECORD_MAX];
+    memcpy(resigned, record, body);
+    cr_assert(tsrd_fleet_record_mac(verdict_mac_key, "tessera winner\n", VERDICT_RKEY, resigned,
+                                    body, resigned + body));
+    cr_expect_eq(tsrd_fleet_verdict_open(verdict_mac_key, VERDICT_RKEY, resigned, len, &got, &err),
+                 TSR_CORRUPT);
+    cr_expect_str_eq(err.message, "verdict record: the MAC does not verify");
+
+    /* Moved to another key (another driver's). */
+    cr_expect_eq(tsrd_fleet_verdict_open(verdict_mac_key,
+                                         "tessera:verdict:sm_90a/tier1/3/rab/560.28.03/12.4",
+                                         record, len, &got, &err),
+                 TSR_CORRUPT);
+
+    /* Another format tag, correctly signed: not a record this node reads. */
+    memcpy(resigned, record, body);
+    resigned[strlen(TSRD_FLEET_VERDICT_FORMAT) - 1] = '2';
+    cr_assert(tsrd_fleet_record_mac(verdict_mac_key, TSRD_FLEET_VERDICT_TAG, VERDICT_RKEY, resigned,
+                                    body, resigned + body));
+    cr_expect_eq(tsrd_fleet_verdict_open(verdict_mac_key, VERDICT_RKEY, resigned, len, &got, &err),
+                 TSR_CORRUPT);
+    cr_expect_str_eq(err.message, "verdict record: not a tsr-verdict-1 record");
+
+    /* A sampled verdict without the small-shape probes, correctly signed:
+     * not of a complete verification. */
+    const char *text = "tsr-verdict-1 1 10 1 0 0 0.01 0 0 -1 -1 0 0 1 10 0 4:pass ";
+    body = strlen(text);
+    memcpy(resigned, text, body);
+    cr_assert(tsrd_fleet_record_mac(verdict_mac_key, TSRD_FLEET_VERDICT_TAG, VERDICT_RKEY, resigned,
+                                    body, resigned + body));
+    cr_expect_eq(
+        tsrd_fleet_verdict_open(verdict_mac_key, VERDICT_RKEY, resigned, body + 64, &got, &err),
+        TSR_CORRUPT);
+    cr_expect_str_eq(err.message, "verdict record: not of a complete verification");
+    /* The same with one small-shape probe is one. */
+    resigned[body - 9] = '1';
+    cr_assert(tsrd_fleet_record_mac(verdict_mac_key, TSRD_FLEET_VERDICT_TAG, VERDICT_RKEY, resigned,
+                                    body, resigned + body));
+    cr_expect_eq(
+        tsrd_fleet_verdict_open(verdict_mac_key, VERDICT_RKEY, resigned, body + 64, &got, &err),
+        TSR_OK, "%s", err.message);
+    cr_expect_eq(got.small_probes, 1);
+}
+
+Test(fleet, only_complete_verifications_are_sealed)
+{
+    char record[TSRD_FLEET_VERDICT_RECORD_MAX];
+    size_t len = 0;
+    tsr_error err;
+    tsr_verdict v = verdict_failing_sampled();
+    v.variant_reused = true;
+    cr_expect_eq(tsrd_fleet_verdict_seal(verdict_mac_key, VERDICT_RKEY, &v, record, &len, &err),
+                 TSR_INVALID_ARGUMENT);
+    v.variant_reused = false;
+    v.small_probes = 0;
+    cr_expect_eq(tsrd_fleet_verdict_seal(verdict_mac_key, VERDICT_RKEY, &v, record, &len, &err),
+                 TSR_INVALID_ARGUMENT);
+    cr_expect_str_eq(err.message, "verdict record: not of a complete verification");
+}
+
+static tsr_fingerprint verdict_fingerprint(uint8_t fill)
+{
+    tsr_fingerprint fp;
+    memset(fp.bytes, fill, sizeof fp.bytes);
+    return fp;
+}
+
+Test(fleet, a_verdict_key_holds_everything_the_verdict_depends_on)
+{
+    tsr_fingerprint fp = verdict_fingerprint(0xab);
+    tsr_arbiter_verdict_key k = {
+        .name = "tier1", .version = 3, .fingerprint = &fp, .arch = "sm_90a"};
+    char key[TSRD_FLEET_VERDICT_KEY_MAX], other[TSRD_FLEET_VERDICT_KEY_MAX];
+    tsrd_fleet_verdict_key("tessera:", "550.54.15", "12.4", &k, key);
+    cr_expect_str_eq(key, "tessera:verdict:sm_90a/tier1/3/"
+                          "rabababababababababababababababababababababababababababababababab/"
+                          "550.54.15/12.4");
+    /* Another driver, another toolkit: another key. */
+    tsrd_fleet_verdict_key("tessera:", "560.28.03", "12.4", &k, other);
+    cr_expect_str_neq(other, key);
+    tsrd_fleet_verdict_key("tessera:", "550.54.15", "12.6", &k, other);
+    cr_expect_str_neq(other, key);
+    /* The variant's record and the region's verdict of the same fingerprint. */
+    k.variant = true;
+    tsrd_fleet_verdict_key("tessera:", "550.54.15", "12.4", &k, other);
+    cr_expect_str_eq(other, "tessera:verdict:sm_90a/tier1/3/"
+                            "vabababababababababababababababababababababababababababababababab/"
+                            "550.54.15/12.4");
+    k.variant = false;
+    k.version = 4;
+    tsrd_fleet_verdict_key("tessera:", "550.54.15", "12.4", &k, other);
+    cr_expect_str_neq(other, key);
+    /* A name cannot add a part of its own; an empty version is "-". */
+    tsrd_fleet_verdict_key("tessera:", "550/54", "", &k, other);
+    cr_expect_str_eq(other, "tessera:verdict:sm_90a/tier1/4/"
+                            "rabababababababababababababababababababababababababababababababab/"
+                            "550_54/-");
+}
+
+static tsrd_fleet *fleet_open_versions(const fleet_env *e, const char *driver)
+{
+    tsrd_fleet *f = fleet_open_on(e);
+    tsrd_fleet_set_versions(f, driver, "12.4");
+    return f;
+}
+
+Test(fleet, a_verdict_is_used_by_nodes_of_the_same_driver_only)
+{
+    fleet_env e;
+    fleet_setup(&e);
+    tsrd_fleet *a = fleet_open_versions(&e, "550.54.15"), *b = fleet_open_versions(&e, "550.54.15"),
+               *c = fleet_open_versions(&e, "560.28.03");
+    tsr_arbiter_remote ra = tsrd_fleet_arbiter_remote(a), rb = tsrd_fleet_arbiter_remote(b),
+                       rc = tsrd_fleet_arbiter_remote(c);
+    tsr_fingerprint fp = verdict_fingerprint(0x11);
+    tsr_arbiter_verdict_key k = {
+        .name = "tier1", .version = 3, .fingerprint = &fp, .arch = "sm_90a"};
+    tsr_verdict want = verdict_failing_sampled(), got;
+    cr_expect_not(rb.verdict_get(rb.ctx, &k, &got));
+    ra.verdict_put(ra.ctx, &k, &want);
+    cr_expect_eq(fleet_stats(a).verdict_publishes, 1);
+    cr_assert(rb.verdict_get(rb.ctx, &k, &got));
+    cr_expect_eq(got.pass, false);
+    cr_expect_str_eq(got.reason, want.reason);
+    cr_expect_eq(fleet_stats(b).verdict_hits, 1);
+    cr_expect_eq(fleet_stats(b).rejected, 0);
+    /* Another driver asks under another key: nothing there, nothing refused. */
+    cr_expect_not(rc.verdict_get(rc.ctx, &k, &got));
+    cr_expect_eq(fleet_stats(c).verdict_hits, 0);
+    cr_expect_eq(fleet_stats(c).rejected, 0);
+    /* Nor is a variant's record the region's verdict. */
+    k.variant = true;
+    cr_expect_not(rb.verdict_get(rb.ctx, &k, &got));
+    cr_expect_eq(fleet_stats(b).verdict_hits, 1);
+
+    /* A sampled check of a new shape is never written. */
+    want.variant_reused = true;
+    ra.verdict_put(ra.ctx, &k, &want);
+    cr_expect_eq(fleet_stats(a).verdict_publishes, 1);
+    cr_expect_not(rb.verdict_get(rb.ctx, &k, &got));
+    tsrd_fleet_close(a);
+    tsrd_fleet_close(b);
+    tsrd_fleet_close(c);
+    fleet_teardown(&e);
+}
+
+Test(fleet, a_changed_verdict_is_refused_and_counted)
+{
+    fleet_env e;
+    fleet_setup(&e);
+    tsrd_fleet *a = fleet_open_versions(&e, "550.54.15");
+    tsr_arbiter_remote ra = tsrd_fleet_arbiter_remote(a);
+    tsr_fingerprint fp = verdict_fingerprint(0x22);
+    tsr_arbiter_verdict_key k = {
+        .name = "tier1", .version = 3, .fingerprint = &fp, .arch = "sm_90a"};
+    tsr_verdict want = verdict_failing_sampled(), got;
+    ra.verdict_put(ra.ctx, &k, &want);
+    char rkey[TSRD_FLEET_VERDICT_KEY_MAX];
+    tsrd_fleet_verdict_key("tessera:", "550.54.15", "12.4", &k, rkey);
+    redisContext *rc = fleet_redis_client(&e);
+    cr_assert_not_null(rc);
+    redisReply *r = redisCommand(rc, "GET %s", rkey);
+    cr_assert_eq(r->type, REDIS_REPLY_STRING);
+    char value[TSRD_FLEET_VERDICT_RECORD_MAX];
+    size_t len = r->len;
+    memcpy(value, r->str, len);
+    freeReplyObject(r);
+    /* The failure turned into a pass: "tsr-verdict-1 0 ..." to "... 1 ...". */
+    size_t at = strlen(TSRD_FLEET_VERDICT_FORMAT) + 1;
+    cr_assert_eq(value[at], '0');
+    value[at] = '1';
+    freeReplyObject(redisCommand(rc, "SET %s %b", rkey, value, len));
+    cr_expect_not(ra.verdict_get(ra.ctx, &k, &got));
+    cr_expect_eq(fleet_stats(a).rejected, 1);
+    cr_expect_eq(fleet_stats(a).verdict_hits, 0);
+    redisFree(rc);
+    tsrd_fleet_close(a);
+    fleet_teardown(&e);
 }

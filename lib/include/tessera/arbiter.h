@@ -26,7 +26,8 @@
  *
  * Tier-0 candidates are the reference itself and are never verified against
  * it. Verdicts are cached per (candidate name, version, region fingerprint,
- * arch), so a candidate is verified once per region and device kind. A
+ * arch), so a candidate is verified once per region and device kind; with a
+ * remote place that shares verdicts (tsr_arbiter_remote), once per fleet. A
  * candidate whose kernel takes dimensions at run time (its variant callback)
  * is verified completely once per variant; a new shape of a variant that
  * passed gets only its sampled check (verify_shape_fn), and any failure
@@ -198,7 +199,8 @@ tsr_status tsr_arbiter_stats(tsr_arbiter *a, tsr_candidate_stats **rows, size_t 
  * power of two. Written as "m4096n4096k4096"-style text into buf. */
 void tsr_arbiter_shape_bucket(const tsr_region *r, char *buf, size_t size);
 
-/* A place measured winners are shared through (tesserad's fleet cache). key is
+/* A place measured winners and verdicts are shared through (tesserad's fleet
+ * cache). A winner's key is
  * "ARCH/KIND/DTYPE/BUCKET" (at most TSR_ARBITER_WINNER_KEY_MAX bytes with its
  * NUL). winner_get fills name (TSR_CANDIDATE_NAME_MAX bytes), *version and
  * *median_ms and returns true when it has a winner for key; it is asked when
@@ -208,13 +210,42 @@ void tsr_arbiter_shape_bucket(const tsr_region *r, char *buf, size_t size);
  * called without the arbiter's lock, on the selecting thread, and may block
  * (briefly). */
 #define TSR_ARBITER_WINNER_KEY_MAX 160
+
+/* What a verdict shared through the remote place is about: a candidate (name
+ * and version) on a region (its fingerprint) or, for a variant's record (the
+ * complete verification every shape of the variant leans on), on a variant
+ * (the variant's fingerprint, variant true), on arch. The place adds what else
+ * of the node a verdict depends on (tesserad: the driver and toolkit
+ * versions). */
+typedef struct tsr_arbiter_verdict_key {
+    const char *name;
+    uint32_t version;
+    const tsr_fingerprint *fingerprint;
+    bool variant;
+    const char *arch;
+} tsr_arbiter_verdict_key;
+
+/* verdict_get fills *out and returns true when the place holds a verdict for
+ * key that it vouches for; it is asked when this arbiter's verdict cache has
+ * none, before verifying, and what it returns is used, and cached here, as if
+ * this arbiter had verified. verdict_put is told the verdict of every complete
+ * verification this arbiter runs (passing or failing; never the sampled check
+ * of a new shape of a variant, never verify=false). Both may be NULL; the
+ * winners' rules on threads and blocking hold for them too. */
 typedef struct tsr_arbiter_remote {
     bool (*winner_get)(void *ctx, const char *key, char *name, uint32_t *version,
                        double *median_ms);
     void (*winner_put)(void *ctx, const char *key, const char *name, uint32_t version,
                        double median_ms);
+    bool (*verdict_get)(void *ctx, const tsr_arbiter_verdict_key *key, tsr_verdict *out);
+    void (*verdict_put)(void *ctx, const tsr_arbiter_verdict_key *key, const tsr_verdict *v);
     void *ctx;
 } tsr_arbiter_remote;
+
+/* How many verifications this arbiter ran (verify_fn and verify_shape_fn
+ * calls that gave a verdict, passing or failing; one that could not run, and
+ * verdicts from its cache or the remote place, are not counted). */
+uint64_t tsr_arbiter_verifications(tsr_arbiter *a);
 
 /* Sets the remote place (copied; ctx must outlive the arbiter). Call it before
  * the first selection: it is not synchronised with them. */

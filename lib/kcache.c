@@ -345,6 +345,34 @@ static uint64_t kcache_key_hash(const tsr_fingerprint *key)
     return h;
 }
 
+/* Doubles the chained hash table heads (count of them, a power of two) of
+ * items of type, each with a key member and its chain link in member next,
+ * and moves every item to its bucket under the new count; a failed allocation
+ * leaves the table as it was. One macro for the memory map and the claims,
+ * whose items differ in type. */
+#define KCACHE_TABLE_DOUBLE(type, heads, count, next)                                              \
+    do {                                                                                           \
+        size_t n_ = (count)*2;                                                                     \
+        type **nb_ = calloc(n_, sizeof *nb_);                                                      \
+        if (nb_ == NULL)                                                                           \
+            break;                                                                                 \
+        type **old_ = (heads);                                                                     \
+        size_t old_n_ = (count);                                                                   \
+        (heads) = nb_;                                                                             \
+        (count) = n_;                                                                              \
+        for (size_t i_ = 0; i_ < old_n_; i_++) {                                                   \
+            type *it_ = old_[i_];                                                                  \
+            while (it_) {                                                                          \
+                type *next_ = it_->next;                                                           \
+                size_t b_ = (size_t)(kcache_key_hash(&it_->key) & (n_ - 1));                       \
+                it_->next = nb_[b_];                                                               \
+                nb_[b_] = it_;                                                                     \
+                it_ = next_;                                                                       \
+            }                                                                                      \
+        }                                                                                          \
+        free(old_);                                                                                \
+    } while (0)
+
 static size_t kcache_claim_bucket(const tsr_kcache *c, const tsr_fingerprint *key)
 {
     return (size_t)(kcache_key_hash(key) & (c->claim_buckets - 1));
@@ -372,25 +400,7 @@ static void kcache_claims_grow(tsr_kcache *c)
 {
     if (c->n_claims < c->claim_buckets)
         return;
-    size_t n = c->claim_buckets * 2;
-    struct kcache_claim **nb = calloc(n, sizeof *nb);
-    if (nb == NULL)
-        return;
-    struct kcache_claim **old = c->claims;
-    size_t old_n = c->claim_buckets;
-    c->claims = nb;
-    c->claim_buckets = n;
-    for (size_t i = 0; i < old_n; i++) {
-        struct kcache_claim *k = old[i];
-        while (k) {
-            struct kcache_claim *next = k->next;
-            size_t b = kcache_claim_bucket(c, &k->key);
-            k->next = nb[b];
-            nb[b] = k;
-            k = next;
-        }
-    }
-    free(old);
+    KCACHE_TABLE_DOUBLE(struct kcache_claim, c->claims, c->claim_buckets, next);
 }
 
 /* Forgets every holder of key. */
@@ -481,25 +491,7 @@ static void kcache_memory_grow(tsr_kcache *c)
 {
     if (c->stats.memory_entries < c->bucket_count)
         return;
-    size_t n = c->bucket_count * 2;
-    struct kcache_entry **nb = calloc(n, sizeof *nb);
-    if (nb == NULL)
-        return;
-    struct kcache_entry **old = c->buckets;
-    size_t old_n = c->bucket_count;
-    c->buckets = nb;
-    c->bucket_count = n;
-    for (size_t i = 0; i < old_n; i++) {
-        struct kcache_entry *e = old[i];
-        while (e) {
-            struct kcache_entry *next = e->hash_next;
-            size_t b = kcache_bucket_of(c, &e->key);
-            e->hash_next = nb[b];
-            nb[b] = e;
-            e = next;
-        }
-    }
-    free(old);
+    KCACHE_TABLE_DOUBLE(struct kcache_entry, c->buckets, c->bucket_count, hash_next);
 }
 
 /* Unlinks an entry from the map and the list and drops the cache's reference. */

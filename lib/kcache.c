@@ -345,6 +345,13 @@ static uint64_t kcache_key_hash(const tsr_fingerprint *key)
     return h;
 }
 
+/* The bucket of key in a hash table of count (a power of two) buckets: the
+ * memory map's and the claims'. */
+static size_t kcache_slot(const tsr_fingerprint *key, size_t count)
+{
+    return (size_t)(kcache_key_hash(key) & (count - 1));
+}
+
 /* Doubles the chained hash table heads (count of them, a power of two) of
  * items of type, each with a key member and its chain link in member next,
  * and moves every item to its bucket under the new count; a failed allocation
@@ -364,7 +371,7 @@ static uint64_t kcache_key_hash(const tsr_fingerprint *key)
             type *it_ = old_[i_];                                                                  \
             while (it_) {                                                                          \
                 type *next_ = it_->next;                                                           \
-                size_t b_ = (size_t)(kcache_key_hash(&it_->key) & (n_ - 1));                       \
+                size_t b_ = kcache_slot(&it_->key, n_);                                            \
                 it_->next = nb_[b_];                                                               \
                 nb_[b_] = it_;                                                                     \
                 it_ = next_;                                                                       \
@@ -373,14 +380,9 @@ static uint64_t kcache_key_hash(const tsr_fingerprint *key)
         free(old_);                                                                                \
     } while (0)
 
-static size_t kcache_claim_bucket(const tsr_kcache *c, const tsr_fingerprint *key)
-{
-    return (size_t)(kcache_key_hash(key) & (c->claim_buckets - 1));
-}
-
 static struct kcache_claim *kcache_claim_find(tsr_kcache *c, const tsr_fingerprint *key)
 {
-    for (struct kcache_claim *k = c->claims[kcache_claim_bucket(c, key)]; k; k = k->next)
+    for (struct kcache_claim *k = c->claims[kcache_slot(key, c->claim_buckets)]; k; k = k->next)
         if (kcache_key_cmp(&k->key, key) == 0)
             return k;
     return NULL;
@@ -406,7 +408,7 @@ static void kcache_claims_grow(tsr_kcache *c)
 /* Forgets every holder of key. */
 static void kcache_claim_drop(tsr_kcache *c, const tsr_fingerprint *key)
 {
-    struct kcache_claim **pp = &c->claims[kcache_claim_bucket(c, key)];
+    struct kcache_claim **pp = &c->claims[kcache_slot(key, c->claim_buckets)];
     while (*pp != NULL && kcache_key_cmp(&(*pp)->key, key) != 0)
         pp = &(*pp)->next;
     struct kcache_claim *k = *pp;
@@ -448,14 +450,10 @@ static size_t kcache_claim_release(tsr_kcache *c, const tsr_fingerprint *key, ui
 
 /* ---- memory level (callers hold c->lock) ---- */
 
-static size_t kcache_bucket_of(const tsr_kcache *c, const tsr_fingerprint *key)
-{
-    return (size_t)(kcache_key_hash(key) & (c->bucket_count - 1));
-}
-
 static struct kcache_entry *kcache_memory_find(tsr_kcache *c, const tsr_fingerprint *key)
 {
-    for (struct kcache_entry *e = c->buckets[kcache_bucket_of(c, key)]; e; e = e->hash_next)
+    for (struct kcache_entry *e = c->buckets[kcache_slot(key, c->bucket_count)]; e;
+         e = e->hash_next)
         if (kcache_key_cmp(&e->key, key) == 0)
             return e;
     return NULL;
@@ -497,7 +495,7 @@ static void kcache_memory_grow(tsr_kcache *c)
 /* Unlinks an entry from the map and the list and drops the cache's reference. */
 static void kcache_memory_remove(tsr_kcache *c, struct kcache_entry *e)
 {
-    struct kcache_entry **pp = &c->buckets[kcache_bucket_of(c, &e->key)];
+    struct kcache_entry **pp = &c->buckets[kcache_slot(&e->key, c->bucket_count)];
     while (*pp != e)
         pp = &(*pp)->hash_next;
     *pp = e->hash_next;
@@ -541,7 +539,7 @@ static struct kcache_entry *kcache_memory_insert(tsr_kcache *c, const tsr_finger
     tsr_kcache_blob_retain(&blob->pub);
     e->last_used_ms = now_ms;
     e->disk_touched_ms = now_ms;
-    size_t b = kcache_bucket_of(c, key);
+    size_t b = kcache_slot(key, c->bucket_count);
     e->hash_next = c->buckets[b];
     c->buckets[b] = e;
     kcache_lru_push_front(c, e);
@@ -1820,7 +1818,7 @@ tsr_status tsr_kcache_claim(tsr_kcache *c, const tsr_fingerprint *key, uint64_t 
     }
     if (k == NULL && (k = calloc(1, sizeof *k)) != NULL) {
         k->key = *key;
-        size_t b = kcache_claim_bucket(c, key);
+        size_t b = kcache_slot(key, c->claim_buckets);
         k->next = c->claims[b];
         c->claims[b] = k;
         c->n_claims++;

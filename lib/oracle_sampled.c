@@ -795,28 +795,15 @@ void tsr_oracle_cost_of(const tsr_region *r, const tsr_oracle_options *opts, tsr
 
 /* ---- verify ---- */
 
-typedef struct fill_ctx {
-    unsigned char *data;
-    size_t bytes;
-} fill_ctx;
-
-static tsr_status fill_range(void *arg, int64_t lo, int64_t hi)
+static void fill_nan_span(void *data, uint64_t a, uint64_t b)
 {
-    const fill_ctx *c = arg;
-    size_t a = (size_t)lo * SAMPLE_GEN_CHUNK, b = (size_t)hi * SAMPLE_GEN_CHUNK;
-    if (b > c->bytes)
-        b = c->bytes;
     /* All-ones bytes are a NaN in every storage dtype (see oracle.c). */
-    memset(c->data + a, 0xff, b - a);
-    return TSR_OK;
+    memset((unsigned char *)data + a, 0xff, (size_t)(b - a));
 }
 
 static void sampled_fill_nan(void *data, size_t bytes, int threads)
 {
-    fill_ctx c = {data, bytes};
-    int64_t chunks = (int64_t)((bytes + SAMPLE_GEN_CHUNK - 1) / SAMPLE_GEN_CHUNK);
-    tsri_ref_parallel(chunks < threads ? (int)(chunks > 0 ? chunks : 1) : threads, chunks,
-                      fill_range, &c);
+    tsri_ref_parallel_chunks(threads, bytes, SAMPLE_GEN_CHUNK, fill_nan_span, data);
 }
 
 static tsr_status sampled_candidate_failed(tsr_verdict *v, int probe, const char *where,

@@ -27,6 +27,7 @@
  * that an entry evicted from memory but kept on disk keeps them.
  */
 #include "tessera/kcache.h"
+#include "dlist_internal.h"
 #include "kcache_internal.h"
 
 #include <dirent.h>
@@ -461,26 +462,13 @@ static struct kcache_entry *kcache_memory_find(tsr_kcache *c, const tsr_fingerpr
 
 static void kcache_lru_unlink(tsr_kcache *c, struct kcache_entry *e)
 {
-    if (e->lru_prev)
-        e->lru_prev->lru_next = e->lru_next;
-    else
-        c->lru_head = e->lru_next;
-    if (e->lru_next)
-        e->lru_next->lru_prev = e->lru_prev;
-    else
-        c->lru_tail = e->lru_prev;
+    TSRI_DLIST_UNLINK(c->lru_head, c->lru_tail, e, lru_prev, lru_next);
     e->lru_prev = e->lru_next = NULL;
 }
 
 static void kcache_lru_push_front(tsr_kcache *c, struct kcache_entry *e)
 {
-    e->lru_prev = NULL;
-    e->lru_next = c->lru_head;
-    if (c->lru_head)
-        c->lru_head->lru_prev = e;
-    else
-        c->lru_tail = e;
-    c->lru_head = e;
+    TSRI_DLIST_PUSH(c->lru_head, c->lru_tail, e, lru_prev, lru_next);
 }
 
 /* Doubles the bucket array when entries outnumber buckets; a failed allocation

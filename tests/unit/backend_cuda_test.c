@@ -328,14 +328,7 @@ Test(backend_cuda, launch_arguments_follow_the_kernel_contract)
         cr_assert_eq(maps[i].element_strides[0], 1);
         cr_assert_eq(maps[i].element_strides[1], 1);
     }
-    cr_assert_eq(p.m, 128);
-    cr_assert_eq(p.n, 96);
-    cr_assert_eq(p.k, 64);
-    cr_assert_eq(p.bias, (const void *)0x30000);
-    cr_assert_eq(p.residual, (const void *)0x40000);
-    cr_assert_eq(p.out, (void *)0x50000);
-    cr_assert_eq(p.b_lbo, 8192);
-    cr_assert_eq(p.b_sbo, 1024);
+    unit_expect_fused_params(&p, 8192, 1024);
 
     in[3] = 0x40008;
     tsr_error e;

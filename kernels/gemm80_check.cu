@@ -58,54 +58,25 @@ __device__ float ref_sigmoid(float x)
     return 1.0f / (1.0f + expf(-x));
 }
 
-__device__ float ref_act(int op, float x)
-{
-    switch (op) {
-    case OP_RELU:
-        return x > 0.0f ? x : (x != x ? x : 0.0f);
-    case OP_SIGMOID:
-        return ref_sigmoid(x);
-    case OP_TANH:
-        return tanhf(x);
-    case OP_SILU:
-        return x * ref_sigmoid(x);
-    case OP_GELU: {
-        float t = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-        t = fminf(fmaxf(t, -30.0f), 30.0f);
-        return 0.5f * x * (1.0f + tanhf(t));
+struct ref_act {
+    static __device__ float apply(int op, float x)
+    {
+        switch (op) {
+        case OP_RELU:
+            return x > 0.0f ? x : (x != x ? x : 0.0f);
+        case OP_SIGMOID:
+            return ref_sigmoid(x);
+        case OP_TANH:
+            return tanhf(x);
+        case OP_SILU:
+            return x * ref_sigmoid(x);
+        case OP_GELU:
+            return ref_gelu(x);
+        default:
+            return x;
+        }
     }
-    default:
-        return x;
-    }
-}
-
-struct ref_ops {
-    int n_ops;
-    int ops[TSR_GEMM_MAX_EPILOGUE];
-    int gate_act;
 };
-
-/* Reference: one thread per output, f32 accumulation, the same epilogue. */
-template <typename T>
-__global__ void ref_gemm(const T *a, const T *b, const T *b2, const T *bias, const T *res,
-                         float *out, int m, int n, int k, ref_ops ops, int gated)
-{
-    int col = blockIdx.x * blockDim.x + threadIdx.x;
-    int row = blockIdx.y;
-    if (col >= n || row >= m)
-        return;
-    float acc, acc2;
-    ref_products(a, b, b2, row, col, n, k, gated, acc, acc2);
-    if (gated) {
-        acc = ref_act(ops.gate_act, acc) * acc2;
-    } else {
-        for (int o = 0; o < ops.n_ops; o++)
-            acc = ops.ops[o] == OP_BIAS ? acc + (float)bias[col] : ref_act(ops.ops[o], acc);
-        if (res != nullptr)
-            acc += (float)res[(size_t)row * n + col];
-    }
-    out[(size_t)row * n + col] = acc;
-}
 
 struct gemm_case {
     const char *name;
@@ -122,23 +93,10 @@ struct gemm_case {
 };
 
 template <typename T>
-static void fill_all(const gemm_case &c, const check_buffers &d, size_t na, size_t nb, size_t nc,
-                     unsigned long long seed)
+static void run_ref(const gemm_case &c, const ref_epilogue &epi, const check_buffers &d)
 {
-    /* Bias spread wide so that the activations see both tails. */
-    fill_random<<<1024, 256>>>((T *)d.a, na, seed, 1.0f);
-    fill_random<<<1024, 256>>>((T *)d.b, nb, seed + 1, 1.0f);
-    fill_random<<<1024, 256>>>((T *)d.b2, nb, seed + 2, 1.0f);
-    fill_random<<<1024, 256>>>((T *)d.bias, c.n, seed + 3, 8.0f);
-    fill_random<<<1024, 256>>>((T *)d.res, nc, seed + 4, 1.0f);
-}
-
-template <typename T>
-static void run_ref(const gemm_case &c, const ref_ops &ops, const check_buffers &d)
-{
-    ref_gemm<<<dim3((c.n + 255) / 256, c.m), 256>>>((T *)d.a, (T *)d.b, (T *)d.b2, (T *)d.bias,
-                                                    c.residual ? (T *)d.res : nullptr, d.ref, c.m,
-                                                    c.n, c.k, ops, c.gated);
+    ref_gemm<T, ref_act><<<dim3((c.n + 255) / 256, c.m), 256>>>(
+        (T *)d.a, (T *)d.b, (T *)d.b2, (T *)d.bias, (T *)d.res, d.ref, c.m, c.n, c.k, epi, c.gated);
 }
 
 static int run_case(const gemm_case &c)
@@ -146,24 +104,21 @@ static int run_case(const gemm_case &c)
     size_t na = (size_t)c.m * c.k, nb = (size_t)c.k * c.n, nc = (size_t)c.m * c.n;
     const check_buffers d = check_alloc(na, nb, nc, c.n);
     unsigned long long seed = 1234567ull * (c.m + 7 * c.n + 13 * c.k) + 31 * c.n_ops + c.gated;
+    /* Bias spread wide so that the activations see both tails. */
     if (c.f16_in)
-        fill_all<__half>(c, d, na, nb, nc, seed);
+        check_fill_inputs<__half>(d, na, nb, c.n, nc, seed, 8.0f);
     else
-        fill_all<__nv_bfloat16>(c, d, na, nb, nc, seed);
+        check_fill_inputs<__nv_bfloat16>(d, na, nb, c.n, nc, seed, 8.0f);
     CHECK_RT(cudaMemset(d.out, 0xFF, nc * 4)); /* NaN poison */
 
-    tsr_gemm_params p;
-    memset(&p, 0, sizeof p);
-    p.m = c.m;
-    p.n = c.n;
-    p.k = c.k;
-    p.out = d.out;
+    tsr_gemm_params p = check_gemm_params(c.m, c.n, c.k, d);
     p.gate_act = c.gate_act;
     p.n_ops = c.n_ops;
-    ref_ops ops;
+    ref_epilogue ops;
     memset(&ops, 0, sizeof ops);
     ops.n_ops = c.n_ops;
     ops.gate_act = c.gate_act;
+    ops.residual = c.residual;
     for (int i = 0; i < c.n_ops; i++) {
         p.ops[i] = ops.ops[i] = c.ops[i];
         if (c.ops[i] == OP_BIAS)

@@ -59,48 +59,25 @@ static const epilogue kEpilogues[] = {
 };
 
 /* The reference's activations, written from the op definitions. */
-__device__ float ref_act(int op, float x)
-{
-    switch (op) {
-    case 16:
-        return isnan(x) ? x : (x > 0.0f ? x : 0.0f);
-    case 17:
-        return 1.0f / (1.0f + expf(-x));
-    case 18:
-        return tanhf(x);
-    case 19:
-        return x / (1.0f + expf(-x));
-    case 22: {
-        float t = 0.7978845608028654f * (x + 0.044715f * x * x * x);
-        t = fminf(fmaxf(t, -30.0f), 30.0f);
-        return 0.5f * x * (1.0f + tanhf(t));
+struct ref_act {
+    static __device__ float apply(int op, float x)
+    {
+        switch (op) {
+        case 16:
+            return isnan(x) ? x : (x > 0.0f ? x : 0.0f);
+        case 17:
+            return 1.0f / (1.0f + expf(-x));
+        case 18:
+            return tanhf(x);
+        case 19:
+            return x / (1.0f + expf(-x));
+        case 22:
+            return ref_gelu(x);
+        default:
+            return x;
+        }
     }
-    default:
-        return x;
-    }
-}
-
-/* Reference: one thread per output, f32 accumulation, the same epilogue. */
-template <typename T>
-__global__ void ref_gemm(const T *a, const T *b, const T *b2, const T *bias, const T *res,
-                         float *out, int m, int n, int k, epilogue epi, int gated)
-{
-    int col = blockIdx.x * blockDim.x + threadIdx.x;
-    int row = blockIdx.y;
-    if (col >= n || row >= m)
-        return;
-    float acc, acc2;
-    ref_products(a, b, b2, row, col, n, k, gated, acc, acc2);
-    if (gated) {
-        acc = ref_act(19, acc) * acc2; /* silu */
-    } else {
-        for (int o = 0; o < epi.n_ops; o++)
-            acc = epi.ops[o] == 25 ? acc + (float)bias[col] : ref_act(epi.ops[o], acc);
-        if (epi.residual)
-            acc += (float)res[(size_t)row * n + col];
-    }
-    out[(size_t)row * n + col] = acc;
-}
+};
 
 static CUtensorMap make_map(const void *ptr, CUtensorMapDataType type, int rows, int cols,
                             int box_cols, int box_rows)
@@ -128,22 +105,14 @@ struct gemm_case {
     int nan;  /* one NaN in A (row m - 2) and one in B (column n - 3) */
 };
 
-template <typename T>
-static void fill_all(const gemm_case &c, const check_buffers &d, size_t na, size_t nb, size_t nc,
-                     unsigned long long seed)
-{
-    fill_random<<<1024, 256>>>((T *)d.a, na, seed, 1.0f);
-    fill_random<<<1024, 256>>>((T *)d.b, nb, seed + 1, 1.0f);
-    fill_random<<<1024, 256>>>((T *)d.b2, nb, seed + 2, 1.0f);
-    fill_random<<<1024, 256>>>((T *)d.bias, c.n, seed + 3, 1.0f);
-    fill_random<<<1024, 256>>>((T *)d.res, nc, seed + 4, 1.0f);
-}
-
 template <typename T> static void run_ref(const gemm_case &c, const check_buffers &d)
 {
-    ref_gemm<<<dim3((c.n + 255) / 256, c.m), 256>>>((T *)d.a, (T *)d.b, (T *)d.b2, (T *)d.bias,
-                                                    (T *)d.res, d.ref, c.m, c.n, c.k,
-                                                    kEpilogues[c.epi], c.gated);
+    const epilogue &e = kEpilogues[c.epi];
+    ref_epilogue epi = {e.n_ops, {0}, 19 /* silu */, e.residual};
+    for (int o = 0; o < e.n_ops; o++)
+        epi.ops[o] = e.ops[o];
+    ref_gemm<T, ref_act><<<dim3((c.n + 255) / 256, c.m), 256>>>(
+        (T *)d.a, (T *)d.b, (T *)d.b2, (T *)d.bias, (T *)d.res, d.ref, c.m, c.n, c.k, epi, c.gated);
 }
 
 /* Writes one NaN of the 16-bit input dtype at element i of p. */
@@ -162,9 +131,9 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
     const check_buffers d = check_alloc(na, nb, nc, c.n);
     unsigned long long seed = 1234567ull * (c.m + 7 * c.n + 13 * c.k) + lbo;
     if (f16)
-        fill_all<__half>(c, d, na, nb, nc, seed);
+        check_fill_inputs<__half>(d, na, nb, c.n, nc, seed, 1.0f);
     else
-        fill_all<__nv_bfloat16>(c, d, na, nb, nc, seed);
+        check_fill_inputs<__nv_bfloat16>(d, na, nb, c.n, nc, seed, 1.0f);
     if (c.nan) {
         put_nan(d.a, (size_t)(c.m - 2) * c.k + c.k / 3, f16);
         put_nan(d.b, (size_t)(c.k / 2) * c.n + (c.n - 3), f16);
@@ -177,12 +146,7 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
     CUtensorMap ma64 = make_map(d.a, dt, c.m, c.k, 64, TSR_GEMM_BM_PINGPONG);
     CUtensorMap mb = make_map(d.b, dt, c.k, c.n, 64, 64);
     CUtensorMap mb2 = make_map(d.b2, dt, c.k, c.n, 64, 64);
-    tsr_gemm_params p;
-    memset(&p, 0, sizeof p);
-    p.m = c.m;
-    p.n = c.n;
-    p.k = c.k;
-    p.out = d.out;
+    tsr_gemm_params p = check_gemm_params(c.m, c.n, c.k, d);
     p.b_lbo = lbo;
     p.b_sbo = sbo;
     p.gate_act = 19; /* silu */

@@ -10,7 +10,10 @@
 #ifndef TSR_GEMM_CHECK_COMMON_CUH
 #define TSR_GEMM_CHECK_COMMON_CUH
 
+#include <cstring>
+
 #include "check_common.cuh"
+#include "gemm_params.h"
 
 /* The reference kernels' products, one output (row, col) per thread: A's row
  * times B's column, and times B2's column too when gated, accumulated in f32. */
@@ -26,6 +29,47 @@ __device__ __forceinline__ void ref_products(const T *a, const T *b, const T *b2
         if (gated)
             acc2 += x * (float)b2[(size_t)i * n + col];
     }
+}
+
+/* The GELU's tanh form, its argument clamped as the kernels clamp it. */
+__device__ __forceinline__ float ref_gelu(float x)
+{
+    float t = 0.7978845608028654f * (x + 0.044715f * x * x * x);
+    t = fminf(fmaxf(t, -30.0f), 30.0f);
+    return 0.5f * x * (1.0f + tanhf(t));
+}
+
+/* The reference's epilogue: its ops in order (tsr_op numbers, 25 the bias),
+ * the gate's activation (gated cases), and whether the residual follows. */
+struct ref_epilogue {
+    int n_ops;
+    int ops[TSR_GEMM_MAX_EPILOGUE];
+    int gate_act;
+    int residual;
+};
+
+/* Reference: one thread per output, f32 accumulation, the same epilogue, its
+ * activations Act::apply(op, x) (each check writes its own from the op
+ * definitions). */
+template <typename T, typename Act>
+__global__ void ref_gemm(const T *a, const T *b, const T *b2, const T *bias, const T *res,
+                         float *out, int m, int n, int k, ref_epilogue epi, int gated)
+{
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    int row = blockIdx.y;
+    if (col >= n || row >= m)
+        return;
+    float acc, acc2;
+    ref_products(a, b, b2, row, col, n, k, gated, acc, acc2);
+    if (gated) {
+        acc = Act::apply(epi.gate_act, acc) * acc2;
+    } else {
+        for (int o = 0; o < epi.n_ops; o++)
+            acc = epi.ops[o] == 25 ? acc + (float)bias[col] : Act::apply(epi.ops[o], acc);
+        if (epi.residual)
+            acc += (float)res[(size_t)row * n + col];
+    }
+    out[(size_t)row * n + col] = acc;
 }
 
 /* One case's device memory: A (na), B and the second weights (nb), bias (n)
@@ -60,6 +104,33 @@ static void check_free(const check_buffers &d)
     cudaFree(d.out);
     cudaFree(d.ref);
     cudaFree(d.outf);
+}
+
+/* A, B, the second weights, the bias (n) and the residual (nc) filled with
+ * the random sequences of seed, seed + 1, ... seed + 4, in T; the bias scaled
+ * by bias_scale. Asynchronous. */
+template <typename T>
+static void check_fill_inputs(const check_buffers &d, size_t na, size_t nb, int n, size_t nc,
+                              unsigned long long seed, float bias_scale)
+{
+    fill_random<<<1024, 256>>>((T *)d.a, na, seed, 1.0f);
+    fill_random<<<1024, 256>>>((T *)d.b, nb, seed + 1, 1.0f);
+    fill_random<<<1024, 256>>>((T *)d.b2, nb, seed + 2, 1.0f);
+    fill_random<<<1024, 256>>>((T *)d.bias, n, seed + 3, bias_scale);
+    fill_random<<<1024, 256>>>((T *)d.res, nc, seed + 4, 1.0f);
+}
+
+/* A case's kernel parameters before its epilogue: all zero but the shape and
+ * the output. */
+static tsr_gemm_params check_gemm_params(int m, int n, int k, const check_buffers &d)
+{
+    tsr_gemm_params p;
+    memset(&p, 0, sizeof p);
+    p.m = m;
+    p.n = n;
+    p.k = k;
+    p.out = d.out;
+    return p;
 }
 
 /* Widens the output (out_kind 0 f32, 1 bf16, 2 f16) into outf; asynchronous. */

@@ -20,6 +20,7 @@
  * decision, explain turns every slot into a report row.
  */
 #include "tessera/arbiter.h"
+#include "dlist_internal.h"
 #include "stream_internal.h"
 
 #include <cjson/cJSON.h>
@@ -239,14 +240,7 @@ static void arbiter_verdict_unlink(tsr_arbiter *a, arbiter_verdict_node *node)
     while (*link != node)
         link = &(*link)->next;
     *link = node->next;
-    if (node->older)
-        node->older->newer = node->newer;
-    else
-        a->oldest = node->newer;
-    if (node->newer)
-        node->newer->older = node->older;
-    else
-        a->newest = node->older;
+    TSRI_DLIST_UNLINK(a->oldest, a->newest, node, older, newer);
     a->n_verdicts--;
 }
 
@@ -298,12 +292,7 @@ static void arbiter_verdict_put(tsr_arbiter *a, const tsr_candidate *c, const ts
     size_t b = hash & (a->n_buckets - 1);
     node->next = a->buckets[b];
     a->buckets[b] = node;
-    node->older = a->newest;
-    if (a->newest)
-        a->newest->newer = node;
-    else
-        a->oldest = node;
-    a->newest = node;
+    TSRI_DLIST_PUSH(a->newest, a->oldest, node, newer, older);
     a->n_verdicts++;
 }
 

@@ -196,21 +196,18 @@ tsr_status tsr_codegen_launch_of(const tsr_region *r, const tsr_codegen_target *
     memset(out, 0, sizeof *out);
     if (r == NULL)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "region: must not be NULL");
-    if (r->kind == TSR_KIND_MATMUL || r->kind == TSR_KIND_FUSED || r->kind == TSR_KIND_GATED) {
+    /* GEMM kinds, and pointwise ones with their shape a parameter, are sized
+     * without emitting the source. */
+    bool gemm =
+        r->kind == TSR_KIND_MATMUL || r->kind == TSR_KIND_FUSED || r->kind == TSR_KIND_GATED;
+    bool pointwise_shape =
+        r->kind == TSR_KIND_POINTWISE && target != NULL && (target->free_dims & TSR_VARIANT_SHAPE);
+    if (gemm || pointwise_shape) {
         tsri_cg_target t;
         tsr_status st = cg_resolve(r, target, &t, out, err);
         if (st == TSR_OK)
-            st = tsri_cg_matmul_launch(r, out, err);
-        if (st != TSR_OK)
-            memset(out, 0, sizeof *out);
-        return st;
-    }
-    if (r->kind == TSR_KIND_POINTWISE && target != NULL &&
-        (target->free_dims & TSR_VARIANT_SHAPE)) {
-        tsri_cg_target t;
-        tsr_status st = cg_resolve(r, target, &t, out, err);
-        if (st == TSR_OK)
-            st = tsri_cg_pointwise_launch(r, &t, out, err);
+            st = gemm ? tsri_cg_matmul_launch(r, out, err)
+                      : tsri_cg_pointwise_launch(r, &t, out, err);
         if (st != TSR_OK)
             memset(out, 0, sizeof *out);
         return st;

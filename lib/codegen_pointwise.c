@@ -184,6 +184,36 @@ static void pw_emit_vector_io(tsri_cg_buf *b, const tsr_region *r, int vw)
 }
 
 /* One element e: out[e] = eval(inputs at e). Broadcast offsets o<k> must be set. */
+/* The aligned vector loop of a kernel up to the evaluation's arguments: the
+ * full inputs' and the output's alignment test, nvec_decl (the count's
+ * declaration, or ""), the loop over the vectors below nvec and each full
+ * input's load. The caller writes the arguments and the rest. */
+static void pw_emit_vector_head(tsri_cg_buf *b, const tsr_pointwise_desc *pw, const pw_class *cls,
+                                const char *nvec_decl, const char *nvec)
+{
+    tsri_cg_puts(b, "    const unsigned long long addresses = 0");
+    for (int k = 0; k < pw->n_inputs; k++)
+        if (cls[k] == PW_FULL)
+            tsri_cg_printf(b, " | (unsigned long long)in%d", k);
+    tsri_cg_puts(b, " | (unsigned long long)out;\n");
+    tsri_cg_puts(b, nvec_decl);
+    tsri_cg_printf(b,
+                   "    tsr_idx_t first_scalar = 0;\n"
+                   "    if ((addresses & 15u) == 0) {\n"
+                   "        for (tsr_idx_t v = start; v < %s; v += step) {\n",
+                   nvec);
+    for (int k = 0; k < pw->n_inputs; k++)
+        if (cls[k] == PW_FULL)
+            tsri_cg_printf(b,
+                           "            float x%d[TSR_VW];\n"
+                           "            tsr_loadv(in%d, v, x%d);\n",
+                           k, k, k);
+    tsri_cg_puts(b, "            float y[TSR_VW];\n"
+                    "#pragma unroll\n"
+                    "            for (int t = 0; t < TSR_VW; t++)\n"
+                    "                y[t] = tsr_pw_eval(");
+}
+
 static void pw_emit_scalar_store(tsri_cg_buf *b, const tsr_pointwise_desc *pw, const pw_class *cls,
                                  const char *indent)
 {
@@ -434,25 +464,7 @@ static tsr_status pw_emit_generic(tsri_cg_buf *b, const tsr_region *r, const tsr
 
     if (!p.any_bcast) {
         /* Dense: the per-shape kernel's vector loop, with the count a value. */
-        tsri_cg_puts(b, "    const unsigned long long addresses = 0");
-        for (int k = 0; k < pw->n_inputs; k++)
-            if (p.cls[k] == PW_FULL)
-                tsri_cg_printf(b, " | (unsigned long long)in%d", k);
-        tsri_cg_puts(b, " | (unsigned long long)out;\n"
-                        "    const tsr_idx_t nvec = elems / TSR_VW;\n"
-                        "    tsr_idx_t first_scalar = 0;\n"
-                        "    if ((addresses & 15u) == 0) {\n"
-                        "        for (tsr_idx_t v = start; v < nvec; v += step) {\n");
-        for (int k = 0; k < pw->n_inputs; k++)
-            if (p.cls[k] == PW_FULL)
-                tsri_cg_printf(b,
-                               "            float x%d[TSR_VW];\n"
-                               "            tsr_loadv(in%d, v, x%d);\n",
-                               k, k, k);
-        tsri_cg_puts(b, "            float y[TSR_VW];\n"
-                        "#pragma unroll\n"
-                        "            for (int t = 0; t < TSR_VW; t++)\n"
-                        "                y[t] = tsr_pw_eval(");
+        pw_emit_vector_head(b, pw, p.cls, "    const tsr_idx_t nvec = elems / TSR_VW;\n", "nvec");
         pw_emit_args(b, pw, &p, true, "", "");
         tsri_cg_puts(b, ");\n"
                         "            tsr_storev(out, v, y);\n"
@@ -607,26 +619,7 @@ tsr_status tsri_cg_pointwise(tsri_cg_buf *b, const tsr_region *r, const tsri_cg_
         return TSR_OK;
     }
 
-    tsri_cg_puts(b, "    const unsigned long long addresses = 0");
-    for (int k = 0; k < pw->n_inputs; k++) {
-        if (cls[k] == PW_FULL)
-            tsri_cg_printf(b, " | (unsigned long long)in%d", k);
-    }
-    tsri_cg_puts(b, " | (unsigned long long)out;\n"
-                    "    tsr_idx_t first_scalar = 0;\n"
-                    "    if ((addresses & 15u) == 0) {\n"
-                    "        for (tsr_idx_t v = start; v < TSR_NVEC; v += step) {\n");
-    for (int k = 0; k < pw->n_inputs; k++) {
-        if (cls[k] == PW_FULL)
-            tsri_cg_printf(b,
-                           "            float x%d[TSR_VW];\n"
-                           "            tsr_loadv(in%d, v, x%d);\n",
-                           k, k, k);
-    }
-    tsri_cg_puts(b, "            float y[TSR_VW];\n"
-                    "#pragma unroll\n"
-                    "            for (int t = 0; t < TSR_VW; t++)\n"
-                    "                y[t] = tsr_pw_eval(");
+    pw_emit_vector_head(b, pw, cls, "", "TSR_NVEC");
     for (int k = 0; k < pw->n_inputs; k++)
         tsri_cg_printf(b, cls[k] == PW_FULL ? "%sx%d[t]" : "%ss%d", k ? ", " : "", k);
     tsri_cg_puts(b, ");\n"

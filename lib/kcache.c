@@ -27,6 +27,7 @@
  * that an entry evicted from memory but kept on disk keeps them.
  */
 #include "tessera/kcache.h"
+#include "dlist_internal.h"
 #include "kcache_internal.h"
 
 #include <dirent.h>
@@ -345,14 +346,44 @@ static uint64_t kcache_key_hash(const tsr_fingerprint *key)
     return h;
 }
 
-static size_t kcache_claim_bucket(const tsr_kcache *c, const tsr_fingerprint *key)
+/* The bucket of key in a hash table of count (a power of two) buckets: the
+ * memory map's and the claims'. */
+static size_t kcache_slot(const tsr_fingerprint *key, size_t count)
 {
-    return (size_t)(kcache_key_hash(key) & (c->claim_buckets - 1));
+    return (size_t)(kcache_key_hash(key) & (count - 1));
 }
+
+/* Doubles the chained hash table heads (count of them, a power of two) of
+ * items of type, each with a key member and its chain link in member next,
+ * and moves every item to its bucket under the new count; a failed allocation
+ * leaves the table as it was. One macro for the memory map and the claims,
+ * whose items differ in type. */
+#define KCACHE_TABLE_DOUBLE(type, heads, count, next)                                              \
+    do {                                                                                           \
+        size_t n_ = (count)*2;                                                                     \
+        type **nb_ = calloc(n_, sizeof *nb_);                                                      \
+        if (nb_ == NULL)                                                                           \
+            break;                                                                                 \
+        type **old_ = (heads);                                                                     \
+        size_t old_n_ = (count);                                                                   \
+        (heads) = nb_;                                                                             \
+        (count) = n_;                                                                              \
+        for (size_t i_ = 0; i_ < old_n_; i_++) {                                                   \
+            type *it_ = old_[i_];                                                                  \
+            while (it_) {                                                                          \
+                type *next_ = it_->next;                                                           \
+                size_t b_ = kcache_slot(&it_->key, n_);                                            \
+                it_->next = nb_[b_];                                                               \
+                nb_[b_] = it_;                                                                     \
+                it_ = next_;                                                                       \
+            }                                                                                      \
+        }                                                                                          \
+        free(old_);                                                                                \
+    } while (0)
 
 static struct kcache_claim *kcache_claim_find(tsr_kcache *c, const tsr_fingerprint *key)
 {
-    for (struct kcache_claim *k = c->claims[kcache_claim_bucket(c, key)]; k; k = k->next)
+    for (struct kcache_claim *k = c->claims[kcache_slot(key, c->claim_buckets)]; k; k = k->next)
         if (kcache_key_cmp(&k->key, key) == 0)
             return k;
     return NULL;
@@ -372,31 +403,13 @@ static void kcache_claims_grow(tsr_kcache *c)
 {
     if (c->n_claims < c->claim_buckets)
         return;
-    size_t n = c->claim_buckets * 2;
-    struct kcache_claim **nb = calloc(n, sizeof *nb);
-    if (nb == NULL)
-        return;
-    struct kcache_claim **old = c->claims;
-    size_t old_n = c->claim_buckets;
-    c->claims = nb;
-    c->claim_buckets = n;
-    for (size_t i = 0; i < old_n; i++) {
-        struct kcache_claim *k = old[i];
-        while (k) {
-            struct kcache_claim *next = k->next;
-            size_t b = kcache_claim_bucket(c, &k->key);
-            k->next = nb[b];
-            nb[b] = k;
-            k = next;
-        }
-    }
-    free(old);
+    KCACHE_TABLE_DOUBLE(struct kcache_claim, c->claims, c->claim_buckets, next);
 }
 
 /* Forgets every holder of key. */
 static void kcache_claim_drop(tsr_kcache *c, const tsr_fingerprint *key)
 {
-    struct kcache_claim **pp = &c->claims[kcache_claim_bucket(c, key)];
+    struct kcache_claim **pp = &c->claims[kcache_slot(key, c->claim_buckets)];
     while (*pp != NULL && kcache_key_cmp(&(*pp)->key, key) != 0)
         pp = &(*pp)->next;
     struct kcache_claim *k = *pp;
@@ -438,14 +451,10 @@ static size_t kcache_claim_release(tsr_kcache *c, const tsr_fingerprint *key, ui
 
 /* ---- memory level (callers hold c->lock) ---- */
 
-static size_t kcache_bucket_of(const tsr_kcache *c, const tsr_fingerprint *key)
-{
-    return (size_t)(kcache_key_hash(key) & (c->bucket_count - 1));
-}
-
 static struct kcache_entry *kcache_memory_find(tsr_kcache *c, const tsr_fingerprint *key)
 {
-    for (struct kcache_entry *e = c->buckets[kcache_bucket_of(c, key)]; e; e = e->hash_next)
+    for (struct kcache_entry *e = c->buckets[kcache_slot(key, c->bucket_count)]; e;
+         e = e->hash_next)
         if (kcache_key_cmp(&e->key, key) == 0)
             return e;
     return NULL;
@@ -453,26 +462,13 @@ static struct kcache_entry *kcache_memory_find(tsr_kcache *c, const tsr_fingerpr
 
 static void kcache_lru_unlink(tsr_kcache *c, struct kcache_entry *e)
 {
-    if (e->lru_prev)
-        e->lru_prev->lru_next = e->lru_next;
-    else
-        c->lru_head = e->lru_next;
-    if (e->lru_next)
-        e->lru_next->lru_prev = e->lru_prev;
-    else
-        c->lru_tail = e->lru_prev;
+    TSRI_DLIST_UNLINK(c->lru_head, c->lru_tail, e, lru_prev, lru_next);
     e->lru_prev = e->lru_next = NULL;
 }
 
 static void kcache_lru_push_front(tsr_kcache *c, struct kcache_entry *e)
 {
-    e->lru_prev = NULL;
-    e->lru_next = c->lru_head;
-    if (c->lru_head)
-        c->lru_head->lru_prev = e;
-    else
-        c->lru_tail = e;
-    c->lru_head = e;
+    TSRI_DLIST_PUSH(c->lru_head, c->lru_tail, e, lru_prev, lru_next);
 }
 
 /* Doubles the bucket array when entries outnumber buckets; a failed allocation
@@ -481,31 +477,13 @@ static void kcache_memory_grow(tsr_kcache *c)
 {
     if (c->stats.memory_entries < c->bucket_count)
         return;
-    size_t n = c->bucket_count * 2;
-    struct kcache_entry **nb = calloc(n, sizeof *nb);
-    if (nb == NULL)
-        return;
-    struct kcache_entry **old = c->buckets;
-    size_t old_n = c->bucket_count;
-    c->buckets = nb;
-    c->bucket_count = n;
-    for (size_t i = 0; i < old_n; i++) {
-        struct kcache_entry *e = old[i];
-        while (e) {
-            struct kcache_entry *next = e->hash_next;
-            size_t b = kcache_bucket_of(c, &e->key);
-            e->hash_next = nb[b];
-            nb[b] = e;
-            e = next;
-        }
-    }
-    free(old);
+    KCACHE_TABLE_DOUBLE(struct kcache_entry, c->buckets, c->bucket_count, hash_next);
 }
 
 /* Unlinks an entry from the map and the list and drops the cache's reference. */
 static void kcache_memory_remove(tsr_kcache *c, struct kcache_entry *e)
 {
-    struct kcache_entry **pp = &c->buckets[kcache_bucket_of(c, &e->key)];
+    struct kcache_entry **pp = &c->buckets[kcache_slot(&e->key, c->bucket_count)];
     while (*pp != e)
         pp = &(*pp)->hash_next;
     *pp = e->hash_next;
@@ -549,7 +527,7 @@ static struct kcache_entry *kcache_memory_insert(tsr_kcache *c, const tsr_finger
     tsr_kcache_blob_retain(&blob->pub);
     e->last_used_ms = now_ms;
     e->disk_touched_ms = now_ms;
-    size_t b = kcache_bucket_of(c, key);
+    size_t b = kcache_slot(key, c->bucket_count);
     e->hash_next = c->buckets[b];
     c->buckets[b] = e;
     kcache_lru_push_front(c, e);
@@ -1828,7 +1806,7 @@ tsr_status tsr_kcache_claim(tsr_kcache *c, const tsr_fingerprint *key, uint64_t 
     }
     if (k == NULL && (k = calloc(1, sizeof *k)) != NULL) {
         k->key = *key;
-        size_t b = kcache_claim_bucket(c, key);
+        size_t b = kcache_slot(key, c->claim_buckets);
         k->next = c->claims[b];
         c->claims[b] = k;
         c->n_claims++;

@@ -195,6 +195,26 @@ void tsr_oracle_free_probe(const tsr_region *r, void **inputs)
     }
 }
 
+tsr_status tsri_oracle_alloc_inputs(const tsr_region *r, bool zeroed, void **inputs,
+                                    tsr_tensor_desc descs[TSR_MAX_REGION_INPUTS], int *n,
+                                    tsr_error *err)
+{
+    tsr_tensor_desc output;
+    *n = tsr_region_signature(r, descs, &output);
+    for (int i = 0; i < *n; i++)
+        inputs[i] = NULL;
+    for (int i = 0; i < *n; i++) {
+        uint64_t bytes = tsr_tensor_desc_bytes(&descs[i]);
+        size_t size = bytes ? (size_t)bytes : 1;
+        if (bytes > SIZE_MAX || (inputs[i] = zeroed ? calloc(1, size) : malloc(size)) == NULL) {
+            tsr_oracle_free_probe(r, inputs);
+            return tsr_error_set(err, TSR_NO_MEMORY, "probe: %llu bytes for input '%s'",
+                                 (unsigned long long)bytes, descs[i].name);
+        }
+    }
+    return TSR_OK;
+}
+
 tsr_status tsr_oracle_make_probe(const tsr_region *r, uint64_t seed, int index, int random_probes,
                                  void **inputs, tsr_error *err)
 {
@@ -209,18 +229,11 @@ tsr_status tsr_oracle_make_probe(const tsr_region *r, uint64_t seed, int index, 
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "probe: index %d outside 0..%d", index,
                              count - 1);
 
-    tsr_tensor_desc descs[TSR_MAX_REGION_INPUTS], output;
-    int n = tsr_region_signature(r, descs, &output);
-    for (int i = 0; i < n; i++)
-        inputs[i] = NULL;
-    for (int i = 0; i < n; i++) {
-        uint64_t bytes = tsr_tensor_desc_bytes(&descs[i]);
-        if (bytes > SIZE_MAX || (inputs[i] = malloc(bytes ? (size_t)bytes : 1)) == NULL) {
-            tsr_oracle_free_probe(r, inputs);
-            return tsr_error_set(err, TSR_NO_MEMORY, "probe: %llu bytes for input '%s'",
-                                 (unsigned long long)bytes, descs[i].name);
-        }
-    }
+    tsr_tensor_desc descs[TSR_MAX_REGION_INPUTS];
+    int n;
+    tsr_status st = tsri_oracle_alloc_inputs(r, false, inputs, descs, &n, err);
+    if (st != TSR_OK)
+        return st;
 
     if (index < random_probes) {
         for (int i = 0; i < n; i++) {

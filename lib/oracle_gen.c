@@ -175,27 +175,18 @@ void tsr_oracle_sampled_fill(tsr_dtype dtype, void *base, uint64_t first, uint64
 typedef struct gen_ctx {
     tsr_dtype dtype;
     void *base;
-    uint64_t first, count, key;
+    uint64_t first, key;
 } gen_ctx;
 
-static tsr_status gen_range(void *arg, int64_t lo, int64_t hi)
+static void gen_span(void *arg, uint64_t a, uint64_t b)
 {
     const gen_ctx *c = arg;
-    uint64_t a = (uint64_t)lo * GEN_CHUNK, b = (uint64_t)hi * GEN_CHUNK;
-    if (b > c->count)
-        b = c->count;
     tsr_oracle_sampled_fill(c->dtype, c->base, c->first + a, b - a, c->key);
-    return TSR_OK;
 }
 
 void tsri_oracle_fill_parallel(tsr_dtype dtype, void *base, uint64_t first, uint64_t count,
                                uint64_t key, int threads)
 {
-    int64_t chunks = (int64_t)((count + GEN_CHUNK - 1) / GEN_CHUNK);
-    if (chunks <= 1 || threads <= 1) {
-        tsr_oracle_sampled_fill(dtype, base, first, count, key);
-        return;
-    }
-    gen_ctx c = {dtype, base, first, count, key};
-    tsri_ref_parallel(chunks < threads ? (int)chunks : threads, chunks, gen_range, &c);
+    gen_ctx c = {dtype, base, first, key};
+    tsri_ref_parallel_chunks(threads, count, GEN_CHUNK, gen_span, &c);
 }

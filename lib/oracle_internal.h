@@ -38,6 +38,14 @@ void tsri_oracle_specials(tsr_dtype dtype, double out[TSRI_ORACLE_SPECIALS]);
 void tsri_oracle_compare(tsr_verdict *v, int probe, tsr_dtype dtype, const void *got,
                          const void *want, size_t count, const uint64_t *index, const char *where);
 
+/* Allocates r's inputs (zero-filled when zeroed, else unset), every one or
+ * none: on failure what was made is freed, inputs[] are NULL and err says
+ * which input did not fit. descs receives their descriptions, *n their count.
+ * The caller frees them with tsr_oracle_free_probe. */
+tsr_status tsri_oracle_alloc_inputs(const tsr_region *r, bool zeroed, void **inputs,
+                                    tsr_tensor_desc descs[TSR_MAX_REGION_INPUTS], int *n,
+                                    tsr_error *err);
+
 /* tsr_oracle_sampled_fill over `threads` cores (oracle_gen.c). */
 void tsri_oracle_fill_parallel(tsr_dtype dtype, void *base, uint64_t first, uint64_t count,
                                uint64_t key, int threads);

@@ -54,6 +54,25 @@ static const int epilogue_specials[EPILOGUE_SPECIALS] = {0,  1,  2,  3,  4,  9, 
 
 /* ---- position sets ---- */
 
+/* Room for one more element of size elem in the array v of n elements and
+ * *cap slots: v itself while there is, else v grown to twice its slots (first
+ * slots at the start), *cap updated. NULL once the memory ran out, now or
+ * before (*oom says so); v is then left as it was. */
+static void *sampled_room(void *v, size_t n, size_t *cap, size_t first, size_t elem, bool *oom)
+{
+    if (*oom)
+        return NULL;
+    if (n < *cap)
+        return v;
+    size_t grown_cap = *cap ? *cap * 2 : first;
+    void *grown = realloc(v, grown_cap * elem);
+    if (grown == NULL)
+        *oom = true;
+    else
+        *cap = grown_cap;
+    return grown;
+}
+
 typedef struct pos_set {
     uint64_t *v;
     size_t n, cap;
@@ -62,18 +81,10 @@ typedef struct pos_set {
 
 static void pos_add(pos_set *s, uint64_t x)
 {
-    if (s->oom)
+    uint64_t *v = sampled_room(s->v, s->n, &s->cap, 1024, sizeof *v, &s->oom);
+    if (v == NULL)
         return;
-    if (s->n == s->cap) {
-        size_t cap = s->cap ? s->cap * 2 : 1024;
-        uint64_t *grown = realloc(s->v, cap * sizeof *grown);
-        if (grown == NULL) {
-            s->oom = true;
-            return;
-        }
-        s->v = grown;
-        s->cap = cap;
-    }
+    s->v = v;
     s->v[s->n++] = x;
 }
 
@@ -377,6 +388,14 @@ static void small_seqs(const tsr_attention_desc *d, int64_t t, int64_t *m, int64
     }
 }
 
+/* small_dim of each of three dimensions of a region's description. */
+static void small_dims3(int64_t *a, int64_t *b, int64_t *c, int64_t t)
+{
+    *a = small_dim(*a, t);
+    *b = small_dim(*b, t);
+    *c = small_dim(*c, t);
+}
+
 tsr_status tsr_oracle_small_region(const tsr_region *r, int tile, tsr_region *out, tsr_error *err)
 {
     if (r == NULL || out == NULL)
@@ -386,21 +405,15 @@ tsr_status tsr_oracle_small_region(const tsr_region *r, int tile, tsr_region *ou
     if (st != TSR_OK)
         return st;
     switch (out->kind) {
-    case TSR_KIND_MATMUL: {
-        tsr_matmul_desc *d = &out->u.matmul;
-        d->m = small_dim(d->m, t), d->n = small_dim(d->n, t), d->k = small_dim(d->k, t);
+    case TSR_KIND_MATMUL:
+        small_dims3(&out->u.matmul.m, &out->u.matmul.n, &out->u.matmul.k, t);
         break;
-    }
-    case TSR_KIND_FUSED: {
-        tsr_fused_desc *d = &out->u.fused;
-        d->m = small_dim(d->m, t), d->n = small_dim(d->n, t), d->k = small_dim(d->k, t);
+    case TSR_KIND_FUSED:
+        small_dims3(&out->u.fused.m, &out->u.fused.n, &out->u.fused.k, t);
         break;
-    }
-    case TSR_KIND_GATED: {
-        tsr_gated_desc *d = &out->u.gated;
-        d->m = small_dim(d->m, t), d->k = small_dim(d->k, t), d->h = small_dim(d->h, t);
+    case TSR_KIND_GATED:
+        small_dims3(&out->u.gated.m, &out->u.gated.k, &out->u.gated.h, t);
         break;
-    }
     case TSR_KIND_ATTENTION: {
         tsr_attention_desc *d = &out->u.attention;
         int64_t group = d->heads / d->heads_kv;
@@ -455,18 +468,13 @@ static int sampled_small_count(const tsr_region *small)
 static tsr_status sampled_make_inputs(const tsr_region *r, uint64_t seed, int probe, int threads,
                                       void **inputs, tsr_error *err)
 {
-    tsr_tensor_desc descs[TSR_MAX_REGION_INPUTS], out;
-    int n = tsr_region_signature(r, descs, &out);
-    for (int i = 0; i < n; i++)
-        inputs[i] = NULL;
+    tsr_tensor_desc descs[TSR_MAX_REGION_INPUTS];
+    int n;
+    tsr_status st = tsri_oracle_alloc_inputs(r, false, inputs, descs, &n, err);
+    if (st != TSR_OK)
+        return st;
     for (int i = 0; i < n; i++) {
-        uint64_t bytes = tsr_tensor_desc_bytes(&descs[i]);
         int64_t elems = tsr_tensor_desc_elements(&descs[i]);
-        if (bytes > SIZE_MAX || (inputs[i] = malloc(bytes ? (size_t)bytes : 1)) == NULL) {
-            tsr_oracle_free_probe(r, inputs);
-            return tsr_error_set(err, TSR_NO_MEMORY, "probe: %llu bytes for input '%s'",
-                                 (unsigned long long)bytes, descs[i].name);
-        }
         tsri_oracle_fill_parallel(descs[i].dtype, inputs[i], 0, (uint64_t)elems,
                                   tsr_oracle_sampled_key(seed, probe, i), threads);
     }
@@ -550,16 +558,10 @@ static void sparse_collect(void *ctx, int input, uint64_t first, uint64_t count)
         rs->v[rs->n - 1].end += count;
         return;
     }
-    if (rs->n == rs->cap) {
-        size_t cap = rs->cap ? rs->cap * 2 : 256;
-        sparse_run *grown = realloc(rs->v, cap * sizeof *grown);
-        if (grown == NULL) {
-            rs->oom = true;
-            return;
-        }
-        rs->v = grown;
-        rs->cap = cap;
-    }
+    sparse_run *v = sampled_room(rs->v, rs->n, &rs->cap, 256, sizeof *v, &rs->oom);
+    if (v == NULL)
+        return;
+    rs->v = v;
     uint64_t before = rs->n > 0 ? rs->v[rs->n - 1].end : 0;
     rs->v[rs->n++] = (sparse_run){input, first, count, before + count};
 }
@@ -709,18 +711,11 @@ static tsr_status sampled_epilogue_probe(const tsr_region *r, int q, void **inpu
     tsri_oracle_specials(r->dtype, all);
     for (int i = 0; i < EPILOGUE_SPECIALS; i++)
         list[i] = all[epilogue_specials[i]];
-    tsr_tensor_desc descs[TSR_MAX_REGION_INPUTS], out;
-    int n = tsr_region_signature(r, descs, &out);
-    for (int i = 0; i < n; i++)
-        inputs[i] = NULL;
-    for (int i = 0; i < n; i++) {
-        uint64_t bytes = tsr_tensor_desc_bytes(&descs[i]);
-        if ((inputs[i] = calloc(1, bytes ? (size_t)bytes : 1)) == NULL) {
-            tsr_oracle_free_probe(r, inputs);
-            return tsr_error_set(err, TSR_NO_MEMORY, "probe: %llu bytes for input '%s'",
-                                 (unsigned long long)bytes, descs[i].name);
-        }
-    }
+    tsr_tensor_desc descs[TSR_MAX_REGION_INPUTS];
+    int n;
+    tsr_status st = tsri_oracle_alloc_inputs(r, true, inputs, descs, &n, err);
+    if (st != TSR_OK)
+        return st;
     tsri_mm_operands o;
     tsri_mm_operands_of(r, (const void *const *)inputs, &o);
     tsr_dtype dt = r->dtype;
@@ -800,28 +795,15 @@ void tsr_oracle_cost_of(const tsr_region *r, const tsr_oracle_options *opts, tsr
 
 /* ---- verify ---- */
 
-typedef struct fill_ctx {
-    unsigned char *data;
-    size_t bytes;
-} fill_ctx;
-
-static tsr_status fill_range(void *arg, int64_t lo, int64_t hi)
+static void fill_nan_span(void *data, uint64_t a, uint64_t b)
 {
-    const fill_ctx *c = arg;
-    size_t a = (size_t)lo * SAMPLE_GEN_CHUNK, b = (size_t)hi * SAMPLE_GEN_CHUNK;
-    if (b > c->bytes)
-        b = c->bytes;
     /* All-ones bytes are a NaN in every storage dtype (see oracle.c). */
-    memset(c->data + a, 0xff, b - a);
-    return TSR_OK;
+    memset((unsigned char *)data + a, 0xff, (size_t)(b - a));
 }
 
 static void sampled_fill_nan(void *data, size_t bytes, int threads)
 {
-    fill_ctx c = {data, bytes};
-    int64_t chunks = (int64_t)((bytes + SAMPLE_GEN_CHUNK - 1) / SAMPLE_GEN_CHUNK);
-    tsri_ref_parallel(chunks < threads ? (int)(chunks > 0 ? chunks : 1) : threads, chunks,
-                      fill_range, &c);
+    tsri_ref_parallel_chunks(threads, bytes, SAMPLE_GEN_CHUNK, fill_nan_span, data);
 }
 
 static tsr_status sampled_candidate_failed(tsr_verdict *v, int probe, const char *where,
@@ -832,6 +814,28 @@ static tsr_status sampled_candidate_failed(tsr_verdict *v, int probe, const char
     snprintf(v->reason, sizeof v->reason, "candidate failed on probe %d%s: %s: %.100s", probe,
              where, tsr_status_name(st), msg);
     return tsr_error_set(err, st, "candidate failed on probe %d%s: %s", probe, where, msg);
+}
+
+/* Runs the candidate on in into got; a failure fails v and err with the
+ * candidate's own message, where saying which shape failed. */
+static tsr_status sampled_candidate_run(tsr_candidate_run_fn run, void *ctx, const tsr_region *r,
+                                        const void *const *in, void *got, tsr_verdict *v, int probe,
+                                        const char *where, tsr_error *err)
+{
+    tsr_error cerr;
+    tsr_error_clear(&cerr);
+    tsr_status st = run(ctx, r, in, got, &cerr);
+    if (st != TSR_OK)
+        sampled_candidate_failed(v, probe, where, st, &cerr, err);
+    return st;
+}
+
+/* The reference's failure on a probe (where: which shape), in err and v's
+ * reason. */
+static void sampled_reference_failed(tsr_verdict *v, int probe, const char *where, tsr_error *err)
+{
+    tsr_error_prefix(err, "reference on probe %d%s", probe, where);
+    snprintf(v->reason, sizeof v->reason, "reference failed on probe %d%s", probe, where);
 }
 
 /* One probe at the real shape: the candidate in full, the reference at the
@@ -854,18 +858,12 @@ static tsr_status sampled_real_probe(const tsr_region *r, tsr_candidate_run_fn r
     const void *const *in = (const void *const *)inputs;
     if (st == TSR_OK) {
         st = tsr_ref_run_at(r, in, index, count, want, o->ref_threads, err);
-        if (st != TSR_OK) {
-            tsr_error_prefix(err, "reference on probe %d", probe);
-            snprintf(v->reason, sizeof v->reason, "reference failed on probe %d", probe);
-        }
+        if (st != TSR_OK)
+            sampled_reference_failed(v, probe, "", err);
     }
     if (st == TSR_OK) {
         sampled_fill_nan(got, (size_t)out_bytes, threads);
-        tsr_error cerr;
-        tsr_error_clear(&cerr);
-        st = run(ctx, r, in, got, &cerr);
-        if (st != TSR_OK)
-            sampled_candidate_failed(v, probe, "", st, &cerr, err);
+        st = sampled_candidate_run(run, ctx, r, in, got, v, probe, "", err);
     }
     if (st == TSR_OK) {
         for (size_t t = 0; t < count; t++)
@@ -902,10 +900,8 @@ static tsr_status sampled_keyed_probe(const tsr_region *r, void *ctx, const tsr_
     if (st == TSR_OK) {
         st = tsr_oracle_sampled_reference(r, o->seed, probe, index, count, want, o->ref_threads,
                                           err);
-        if (st != TSR_OK) {
-            tsr_error_prefix(err, "reference on probe %d", probe);
-            snprintf(v->reason, sizeof v->reason, "reference failed on probe %d", probe);
-        }
+        if (st != TSR_OK)
+            sampled_reference_failed(v, probe, "", err);
     }
     if (st == TSR_OK) {
         /* All-ones bytes (NaN) where the candidate writes nothing, as below. */
@@ -942,19 +938,12 @@ static tsr_status sampled_small_probe(const tsr_region *small, tsr_candidate_run
     const void *const *in = (const void *const *)inputs;
     if (st == TSR_OK) {
         st = tsr_ref_run(small, in, want, o->ref_threads, err);
-        if (st != TSR_OK) {
-            tsr_error_prefix(err, "reference on probe %d (small shape)", probe);
-            snprintf(v->reason, sizeof v->reason, "reference failed on probe %d (small shape)",
-                     probe);
-        }
+        if (st != TSR_OK)
+            sampled_reference_failed(v, probe, " (small shape)", err);
     }
     if (st == TSR_OK) {
         memset(got, 0xff, bytes);
-        tsr_error cerr;
-        tsr_error_clear(&cerr);
-        st = run(ctx, small, in, got, &cerr);
-        if (st != TSR_OK)
-            sampled_candidate_failed(v, probe, ", small shape", st, &cerr, err);
+        st = sampled_candidate_run(run, ctx, small, in, got, v, probe, ", small shape", err);
     }
     if (st == TSR_OK) {
         tsri_oracle_compare(v, probe, small->out_dtype, got, want,

@@ -89,6 +89,28 @@ tsr_status tsri_ref_parallel(int threads, int64_t n, tsri_range_fn fn, void *ctx
     return st;
 }
 
+/* A chunked run's call and its element count and chunk size. */
+struct refexec_chunks {
+    uint64_t count, chunk;
+    tsri_span_fn fn;
+    void *ctx;
+};
+
+static tsr_status refexec_chunk_range(void *arg, int64_t lo, int64_t hi)
+{
+    const struct refexec_chunks *c = arg;
+    uint64_t a = (uint64_t)lo * c->chunk, b = (uint64_t)hi * c->chunk;
+    c->fn(c->ctx, a, b < c->count ? b : c->count);
+    return TSR_OK;
+}
+
+void tsri_ref_parallel_chunks(int threads, uint64_t count, uint64_t chunk, tsri_span_fn fn,
+                              void *ctx)
+{
+    struct refexec_chunks c = {count, chunk, fn, ctx};
+    tsri_ref_parallel(threads, (int64_t)((count + chunk - 1) / chunk), refexec_chunk_range, &c);
+}
+
 /* ---- loads ---- */
 
 /* The values tsr_dtype_load gives, with the dtype's branch taken once per row

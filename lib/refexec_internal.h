@@ -24,6 +24,14 @@ int tsri_ref_threads(int threads);
 typedef tsr_status (*tsri_range_fn)(void *ctx, int64_t lo, int64_t hi);
 tsr_status tsri_ref_parallel(int threads, int64_t n, tsri_range_fn fn, void *ctx);
 
+/* Runs fn over the elements [0, count) in chunks of chunk elements, spread as
+ * tsri_ref_parallel spreads them over up to `threads` threads: each call
+ * covers the elements [a, b) of a contiguous run of whole chunks (the last
+ * one cut at count). */
+typedef void (*tsri_span_fn)(void *ctx, uint64_t a, uint64_t b);
+void tsri_ref_parallel_chunks(int threads, uint64_t count, uint64_t chunk, tsri_span_fn fn,
+                              void *ctx);
+
 /* Loads count elements of a dense dtype array from index first into f64. */
 void tsri_ref_load(tsr_dtype dtype, const void *src, int64_t first, int64_t count, double *dst);
 

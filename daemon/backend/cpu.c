@@ -244,14 +244,25 @@ static void cpu_buffer_free(tsrd_backend *b, tsrd_dbuf *buf)
     free(buf);
 }
 
-static tsr_status cpu_buffer_write(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset,
-                                   const void *data, uint64_t len, tsr_error *err)
+/* Whether [offset, offset + len) lies in buf and buf's memory is current: a
+ * read's or a write's (what) check before it copies. */
+static tsr_status cpu_buffer_span(tsrd_backend *b, const tsrd_dbuf *buf, uint64_t offset,
+                                  uint64_t len, const char *what, tsr_error *err)
 {
     tsr_status st = cpu_current(b, buf->generation, "the buffer's device memory", err);
     if (st != TSR_OK)
         return st;
     if (offset > buf->bytes || len > buf->bytes - offset)
-        return tsr_error_set(err, TSR_BUFFER_MISMATCH, "cpu backend: write out of bounds");
+        return tsr_error_set(err, TSR_BUFFER_MISMATCH, "cpu backend: %s out of bounds", what);
+    return TSR_OK;
+}
+
+static tsr_status cpu_buffer_write(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset,
+                                   const void *data, uint64_t len, tsr_error *err)
+{
+    tsr_status st = cpu_buffer_span(b, buf, offset, len, "write", err);
+    if (st != TSR_OK)
+        return st;
     if (len > 0)
         memcpy(buf->data + offset, data, (size_t)len);
     return TSR_OK;
@@ -260,11 +271,9 @@ static tsr_status cpu_buffer_write(tsrd_backend *b, tsrd_dbuf *buf, uint64_t off
 static tsr_status cpu_buffer_read(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset, void *data,
                                   uint64_t len, tsr_error *err)
 {
-    tsr_status st = cpu_current(b, buf->generation, "the buffer's device memory", err);
+    tsr_status st = cpu_buffer_span(b, buf, offset, len, "read", err);
     if (st != TSR_OK)
         return st;
-    if (offset > buf->bytes || len > buf->bytes - offset)
-        return tsr_error_set(err, TSR_BUFFER_MISMATCH, "cpu backend: read out of bounds");
     if (len > 0)
         memcpy(data, buf->data + offset, (size_t)len);
     return TSR_OK;

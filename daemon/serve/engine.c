@@ -204,37 +204,60 @@ static tsr_status engine_binary(tsrd_daemon *d, const tsr_region *r, const tsr_c
 
 /* ---- running through the backend ---- */
 
+/* A run's device side: its region's signature, a buffer for each input and
+ * the output, and a stream. engine_run_begin makes the stream (the buffers
+ * are the caller's to allocate); engine_run_end frees whatever was made. */
+typedef struct engine_run {
+    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS];
+    tsr_tensor_desc out_desc;
+    int n;
+    tsrd_dbuf *bufs[TSR_MAX_REGION_INPUTS];
+    tsrd_dbuf *out_buf;
+    tsrd_stream *stream;
+} engine_run;
+
+static tsr_status engine_run_begin(tsrd_daemon *d, const tsr_region *r, engine_run *run,
+                                   tsr_error *err)
+{
+    memset(run, 0, sizeof *run);
+    run->n = tsr_region_signature(r, run->sig, &run->out_desc);
+    return d->bops->stream_create(d->backend, 0, &run->stream, err);
+}
+
+static void engine_run_end(tsrd_daemon *d, engine_run *run)
+{
+    const tsrd_backend_ops *ops = d->bops;
+    for (int i = 0; i < run->n; i++)
+        if (run->bufs[i] != NULL)
+            ops->buffer_free(d->backend, run->bufs[i]);
+    if (run->out_buf != NULL)
+        ops->buffer_free(d->backend, run->out_buf);
+    if (run->stream != NULL)
+        ops->stream_destroy(d->backend, run->stream);
+}
+
 tsr_status tsrd_engine_run_host(tsrd_daemon *d, tsrd_kobj *k, const tsr_region *r,
                                 const void *const *inputs, void *output, double *device_ms,
                                 tsr_error *err)
 {
     const tsrd_backend_ops *ops = d->bops;
-    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out_desc;
-    int n = tsr_region_signature(r, sig, &out_desc);
-    tsrd_dbuf *bufs[TSR_MAX_REGION_INPUTS] = {0};
-    tsrd_dbuf *out_buf = NULL;
-    tsrd_stream *stream = NULL;
-    tsr_status st = ops->stream_create(d->backend, 0, &stream, err);
-    for (int i = 0; st == TSR_OK && i < n; i++) {
-        uint64_t bytes = tsr_tensor_desc_bytes(&sig[i]);
-        st = ops->buffer_alloc(d->backend, 0, bytes, &bufs[i], err);
+    engine_run run;
+    tsr_status st = engine_run_begin(d, r, &run, err);
+    for (int i = 0; st == TSR_OK && i < run.n; i++) {
+        uint64_t bytes = tsr_tensor_desc_bytes(&run.sig[i]);
+        st = ops->buffer_alloc(d->backend, 0, bytes, &run.bufs[i], err);
         if (st == TSR_OK)
-            st = ops->buffer_write(d->backend, bufs[i], 0, inputs[i], bytes, err);
+            st = ops->buffer_write(d->backend, run.bufs[i], 0, inputs[i], bytes, err);
     }
-    uint64_t out_bytes = tsr_tensor_desc_bytes(&out_desc);
+    uint64_t out_bytes = tsr_tensor_desc_bytes(&run.out_desc);
     if (st == TSR_OK)
-        st = ops->buffer_alloc(d->backend, 0, out_bytes, &out_buf, err);
+        st = ops->buffer_alloc(d->backend, 0, out_bytes, &run.out_buf, err);
     if (st == TSR_OK)
-        st = tsrd_launch_wait(ops, d->backend, k, stream, bufs, n, out_buf, device_ms, err);
+        st = tsrd_launch_wait(ops, d->backend, k, run.stream, run.bufs, run.n, run.out_buf,
+                              device_ms, err);
     if (st == TSR_OK)
-        st = ops->buffer_read(d->backend, out_buf, 0, output, out_bytes, err);
-    for (int i = 0; i < n; i++)
-        if (bufs[i] != NULL)
-            ops->buffer_free(d->backend, bufs[i]);
-    if (out_buf != NULL)
-        ops->buffer_free(d->backend, out_buf);
-    if (stream != NULL)
-        ops->stream_destroy(d->backend, stream);
+        st = ops->buffer_read(d->backend, run.out_buf, 0, output, out_bytes, err);
+    engine_run_end(d, &run);
     return st;
 }
 
@@ -245,39 +268,31 @@ static tsr_status engine_run_keyed(tsrd_daemon *d, tsrd_kobj *k, const tsr_regio
                                    void *out, tsr_error *err)
 {
     const tsrd_backend_ops *ops = d->bops;
-    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out_desc;
-    int n = tsr_region_signature(r, sig, &out_desc);
-    tsrd_dbuf *bufs[TSR_MAX_REGION_INPUTS] = {0};
-    tsrd_dbuf *out_buf = NULL;
-    tsrd_stream *stream = NULL;
-    uint64_t out_bytes = tsr_tensor_desc_bytes(&out_desc);
+    engine_run run;
+    tsr_status st = engine_run_begin(d, r, &run, err);
+    uint64_t out_bytes = tsr_tensor_desc_bytes(&run.out_desc);
     size_t size = tsr_dtype_size(r->out_dtype);
-    tsr_status st = ops->stream_create(d->backend, 0, &stream, err);
-    for (int i = 0; st == TSR_OK && i < n; i++) {
-        st = ops->buffer_alloc(d->backend, 0, tsr_tensor_desc_bytes(&sig[i]), &bufs[i], err);
+    for (int i = 0; st == TSR_OK && i < run.n; i++) {
+        st =
+            ops->buffer_alloc(d->backend, 0, tsr_tensor_desc_bytes(&run.sig[i]), &run.bufs[i], err);
         if (st == TSR_OK)
-            st = ops->probe->buffer_fill_probe(d->backend, bufs[i], sig[i].dtype,
-                                               (uint64_t)tsr_tensor_desc_elements(&sig[i]), keys[i],
-                                               err);
+            st = ops->probe->buffer_fill_probe(d->backend, run.bufs[i], run.sig[i].dtype,
+                                               (uint64_t)tsr_tensor_desc_elements(&run.sig[i]),
+                                               keys[i], err);
     }
     if (st == TSR_OK)
-        st = ops->buffer_alloc(d->backend, 0, out_bytes, &out_buf, err);
+        st = ops->buffer_alloc(d->backend, 0, out_bytes, &run.out_buf, err);
     if (st == TSR_OK)
-        st = ops->probe->buffer_fill_ones(d->backend, out_buf, out_bytes, err);
+        st = ops->probe->buffer_fill_ones(d->backend, run.out_buf, out_bytes, err);
     if (st == TSR_OK)
-        st = ops->launch(d->backend, k, stream, bufs, n, out_buf, err);
+        st = ops->launch(d->backend, k, run.stream, run.bufs, run.n, run.out_buf, err);
     if (st == TSR_OK)
-        st = ops->synchronize(d->backend, stream, NULL, err);
+        st = ops->synchronize(d->backend, run.stream, NULL, err);
     /* Only the sampled outputs come back. */
     if (st == TSR_OK)
-        st = ops->probe->buffer_gather(d->backend, out_buf, (uint32_t)size, index, count, out, err);
-    for (int i = 0; i < n; i++)
-        if (bufs[i] != NULL)
-            ops->buffer_free(d->backend, bufs[i]);
-    if (out_buf != NULL)
-        ops->buffer_free(d->backend, out_buf);
-    if (stream != NULL)
-        ops->stream_destroy(d->backend, stream);
+        st = ops->probe->buffer_gather(d->backend, run.out_buf, (uint32_t)size, index, count, out,
+                                       err);
+    engine_run_end(d, &run);
     return st;
 }
 

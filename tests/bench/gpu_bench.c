@@ -21,6 +21,7 @@
 #include "tessera/fingerprint.h"
 #include "tessera/json.h"
 #include "tessera/kcache.h"
+#include "../support/bench_cuda.h"
 #include "../support/bench_stats.h"
 
 #define GPU_BENCH_REPEATS 10
@@ -192,16 +193,9 @@ static double compile_once(bench *bn, const char *dir, const tsr_region *r, tsr_
 int main(void)
 {
     bench bn = {.ops = &tsrd_backend_cuda};
-    tsr_error e;
-    if (bn.ops->open(NULL, &bn.b, &e) != TSR_OK) {
-        printf("gpu_bench: skipped: %s\n", e.message);
+    if (!bench_cuda_open("gpu_bench", bn.ops, &bn.b, &bn.dev, &bn.stream))
         return 0;
-    }
-    if (bn.ops->device_info(bn.b, 0, &bn.dev, &e) != TSR_OK ||
-        bn.ops->stream_create(bn.b, 0, &bn.stream, &e) != TSR_OK)
-        die("device", &e);
-    printf("device 0: %s (%s, %d SMs), driver %s, NVRTC %s\n\n", bn.dev.name, bn.dev.arch,
-           bn.dev.multiprocessors, bn.ops->driver_version(bn.b), bn.ops->compiler_version(bn.b));
+    bench_cuda_print_device(bn.ops, bn.b, &bn.dev);
     printf("| measurement                               | result        |\n");
     printf("| ----------------------------------------- | ------------- |\n");
 

@@ -44,6 +44,7 @@
 #include "tessera/json.h"
 #include "tessera/oracle.h"
 #include "tessera/refexec.h"
+#include "../support/bench_cuda.h"
 #include "../support/bench_stats.h"
 
 #define SHAPES 100
@@ -348,16 +349,11 @@ static int bench_tier1(void)
 {
     t1 t = {.ops = &tsrd_backend_cuda};
     tsr_error e;
-    if (t.ops->open(NULL, &t.b, &e) != TSR_OK) {
-        printf("variants_bench: skipped: %s\n", e.message);
+    if (!bench_cuda_open("variants_bench", t.ops, &t.b, &t.dev, &t.stream))
         return 0;
-    }
-    if (t.ops->device_info(t.b, 0, &t.dev, &e) != TSR_OK ||
-        t.ops->stream_create(t.b, 0, &t.stream, &e) != TSR_OK ||
-        tsrd_nvrtc_open(NULL, &t.nv, &e) != TSR_OK)
+    if (tsrd_nvrtc_open(NULL, &t.nv, &e) != TSR_OK)
         die("device", &e);
-    printf("device 0: %s (%s, %d SMs), driver %s, NVRTC %s\n\n", t.dev.name, t.dev.arch,
-           t.dev.multiprocessors, t.ops->driver_version(t.b), t.ops->compiler_version(t.b));
+    bench_cuda_print_device(t.ops, t.b, &t.dev);
     printf("| Tier-1 region | baked in (ms) | parameters (ms) | change |\n");
     printf("| --- | --- | --- | --- |\n");
     t1_region(&t, "matmul f32 2048x4096x4096",

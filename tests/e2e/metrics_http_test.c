@@ -121,6 +121,30 @@ static char *metrics_scrape(int port)
     return copy;
 }
 
+/* A request and what it must be answered: its status and, where body is not
+ * NULL, its body. */
+typedef struct metrics_ask {
+    const char *method, *path;
+    int status;
+    const char *body;
+} metrics_ask;
+
+/* Asks each of asks[0..n) on its own connection and checks the answer. */
+static void expect_answers(int port, const metrics_ask *asks, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int status;
+        char *res = metrics_http(port, asks[i].method, asks[i].path, &status);
+        cr_expect_eq(status, asks[i].status, "%s %s: %.200s", asks[i].method, asks[i].path, res);
+        if (asks[i].body != NULL) {
+            const char *body = strstr(res, "\r\n\r\n");
+            cr_assert_not_null(body, "%.200s", res);
+            cr_expect_str_eq(body + 4, asks[i].body, "%s", asks[i].path);
+        }
+        free(res);
+    }
+}
+
 static void expect_line(const char *text, const char *line)
 {
     char want[512];
@@ -190,27 +214,18 @@ Test(metrics_http, get_metrics_counts_requests_by_type_and_status, .timeout = 12
 
 Test(metrics_http, other_paths_are_404_and_other_methods_405, .timeout = 120)
 {
-    static const struct {
-        const char *method, *path;
-        int status;
-    } refused[] = {
-        {"GET", "/other", 404},
-        {"GET", "/", 404},
-        {"POST", "/metrics", 405},
-        {"DELETE", "/metrics", 405},
+    static const metrics_ask refused[] = {
+        {"GET", "/other", 404, NULL},
+        {"GET", "/", 404, NULL},
+        {"POST", "/metrics", 405, NULL},
+        {"DELETE", "/metrics", 405, NULL},
     };
     metrics_env e;
     metrics_start(&e);
-    int status;
-    char *res;
-    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-        res = metrics_http(e.port, refused[i].method, refused[i].path, &status);
-        cr_expect_eq(status, refused[i].status, "%s %s: %.200s", refused[i].method, refused[i].path,
-                     res);
-        free(res);
-    }
+    expect_answers(e.port, refused, sizeof refused / sizeof refused[0]);
     /* HEAD is GET without the body. */
-    res = metrics_http(e.port, "HEAD", "/metrics", &status);
+    int status;
+    char *res = metrics_http(e.port, "HEAD", "/metrics", &status);
     cr_expect_eq(status, 200, "%.200s", res);
     cr_expect_null(strstr(res, "tesserad_"));
     free(res);
@@ -219,11 +234,7 @@ Test(metrics_http, other_paths_are_404_and_other_methods_405, .timeout = 120)
 
 Test(metrics_http, liveness_and_readiness_probes_answer_on_their_paths, .timeout = 120)
 {
-    static const struct {
-        const char *method, *path;
-        int status;
-        const char *body;
-    } probes[] = {
+    static const metrics_ask probes[] = {
         {"GET", "/healthz", 200, "alive\n"},
         {"GET", "/readyz", 200, "ready\n"},
         {"GET", "/v2/health/live", 200, "alive\n"},
@@ -232,18 +243,7 @@ Test(metrics_http, liveness_and_readiness_probes_answer_on_their_paths, .timeout
     };
     metrics_env e;
     metrics_start(&e);
-    for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
-        int status;
-        char *res = metrics_http(e.port, probes[i].method, probes[i].path, &status);
-        cr_expect_eq(status, probes[i].status, "%s %s: %.200s", probes[i].method, probes[i].path,
-                     res);
-        if (probes[i].body != NULL) {
-            const char *body = strstr(res, "\r\n\r\n");
-            cr_assert_not_null(body, "%.200s", res);
-            cr_expect_str_eq(body + 4, probes[i].body, "%s", probes[i].path);
-        }
-        free(res);
-    }
+    expect_answers(e.port, probes, sizeof probes / sizeof probes[0]);
     fixture_stop(&e.d, NULL);
 }
 

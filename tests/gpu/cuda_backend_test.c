@@ -362,54 +362,86 @@ Test(cuda_backend, tier3_attention_places_nan_like_the_reference)
                                    split_rows);
 }
 
+/* A bf16 region (from json) run with NaNs in its inputs: its output buffers
+ * and count, for nan_run_launch; nan_run_close frees them. */
+typedef struct nan_run {
+    tsr_region r;
+    size_t count, bytes;
+    uint16_t *got, *want;
+} nan_run;
+
+static void nan_run_open(const char *json, nan_run *nr)
+{
+    tsr_error e;
+    cr_assert_eq(tsr_region_from_json(json, strlen(json), &nr->r, &e), TSR_OK, "%s", e.message);
+    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out_desc;
+    tsr_region_signature(&nr->r, sig, &out_desc);
+    nr->count = (size_t)tsr_tensor_desc_elements(&out_desc);
+    nr->bytes = (size_t)tsr_tensor_desc_bytes(&out_desc);
+    nr->got = malloc(nr->bytes);
+    nr->want = malloc(nr->bytes);
+    cr_assert(nr->got != NULL && nr->want != NULL);
+}
+
+/* Runs the region on inputs through the daemon (asserting candidate ran it)
+ * and the reference; *nan_want counts the reference's NaNs, *misplaced the
+ * outputs that are NaN on one side only. */
+static void nan_run_launch(nan_run *nr, void *const *inputs, const char *candidate,
+                           size_t *nan_want, size_t *misplaced)
+{
+    tsr_error e;
+    memset(nr->got, 0, nr->bytes);
+    tsr_client_decision decision;
+    cr_assert_eq(tsr_client_run(client_, (const struct tsr_region *)&nr->r, NULL,
+                                (const void *const *)inputs, nr->got, &decision, GPU_TIMEOUT_MS,
+                                &e),
+                 TSR_OK, "%s", e.message);
+    cr_expect_str_eq(decision.candidate, candidate);
+    cr_assert_eq(tsr_ref_run(&nr->r, (const void *const *)inputs, nr->want, 0, &e), TSR_OK);
+    *nan_want = 0;
+    *misplaced = 0;
+    for (size_t i = 0; i < nr->count; i++) {
+        int gn = isnan(tsr_dtype_load(TSR_BF16, nr->got, i));
+        int wn = isnan(tsr_dtype_load(TSR_BF16, nr->want, i));
+        *nan_want += (size_t)wn;
+        *misplaced += (size_t)(gn != wn);
+    }
+}
+
+static void nan_run_close(nan_run *nr)
+{
+    free(nr->got);
+    free(nr->want);
+    tsr_region_free(&nr->r);
+}
+
 static void expect_attention_nan_placement(const char *json, const int row[3])
 {
-    tsr_region r;
+    nan_run nr;
+    nan_run_open(json, &nr);
     tsr_error e;
-    cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &e), TSR_OK, "%s", e.message);
-    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out_desc;
-    tsr_region_signature(&r, sig, &out_desc);
-    size_t count = (size_t)tsr_tensor_desc_elements(&out_desc);
-    size_t bytes = (size_t)tsr_tensor_desc_bytes(&out_desc);
-    uint16_t *got = malloc(bytes), *want = malloc(bytes);
-    cr_assert(got != NULL && want != NULL);
     /* Input, row: a Q row of head 0; a K row and a V row of kv head 0. */
     const int which[] = {0, 1, 2};
     for (int c = 0; c < 3; c++) {
         void *inputs[TSR_MAX_REGION_INPUTS] = {0};
-        cr_assert_eq(tsr_oracle_make_probe(&r, 99, 0, 1, inputs, &e), TSR_OK, "%s", e.message);
+        cr_assert_eq(tsr_oracle_make_probe(&nr.r, 99, 0, 1, inputs, &e), TSR_OK, "%s", e.message);
         uint16_t *x = inputs[which[c]];
         for (int d = 0; d < 128; d++)
             x[row[c] * 128 + d] = 0x7FC0; /* bf16 NaN */
-        memset(got, 0, bytes);
-        tsr_client_decision decision;
-        cr_assert_eq(tsr_client_run(client_, (const struct tsr_region *)&r, NULL,
-                                    (const void *const *)inputs, got, &decision, GPU_TIMEOUT_MS,
-                                    &e),
-                     TSR_OK, "%s", e.message);
-        cr_expect_str_eq(decision.candidate, "attention_wgmma");
-        cr_assert_eq(tsr_ref_run(&r, (const void *const *)inputs, want, 0, &e), TSR_OK);
-        size_t nan_want = 0, misplaced = 0;
-        for (size_t i = 0; i < count; i++) {
-            int gn = isnan(tsr_dtype_load(TSR_BF16, got, i));
-            int wn = isnan(tsr_dtype_load(TSR_BF16, want, i));
-            nan_want += (size_t)wn;
-            misplaced += (size_t)(gn != wn);
-        }
+        size_t nan_want, misplaced;
+        nan_run_launch(&nr, inputs, "attention_wgmma", &nan_want, &misplaced);
         cr_expect_gt(nan_want, 0, "%s input %d: the reference has no NaN", json, which[c]);
         cr_expect_eq(misplaced, 0, "%s input %d: %zu of %zu NaN positions differ", json, which[c],
-                     misplaced, count);
+                     misplaced, nr.count);
         tsr_verdict v;
         tsr_verdict_init(&v, 0, TSR_BF16);
-        tsr_oracle_compare(&v, 0, TSR_BF16, got, want, count);
+        tsr_oracle_compare(&v, 0, TSR_BF16, nr.got, nr.want, nr.count);
         char line[256];
         tsr_verdict_format(&v, line, sizeof line);
         cr_expect(v.pass, "input %d: %s", which[c], line);
-        tsr_oracle_free_probe(&r, inputs);
+        tsr_oracle_free_probe(&nr.r, inputs);
     }
-    free(got);
-    free(want);
-    tsr_region_free(&r);
+    nan_run_close(&nr);
 }
 
 static double gpu_counter(const char *name)
@@ -685,39 +717,19 @@ Test(cuda_backend, ping_pong_gemm_serves_every_epilogue_and_places_nan)
 
     const char *json = "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":300,\"n\":520,\"k\":264,"
                        "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}";
-    tsr_region r;
+    nan_run nr;
+    nan_run_open(json, &nr);
     tsr_error e;
-    cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &e), TSR_OK, "%s", e.message);
-    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out_desc;
-    tsr_region_signature(&r, sig, &out_desc);
-    size_t count = (size_t)tsr_tensor_desc_elements(&out_desc);
-    size_t bytes = (size_t)tsr_tensor_desc_bytes(&out_desc);
-    uint16_t *got = malloc(bytes), *want = malloc(bytes);
-    cr_assert(got != NULL && want != NULL);
     void *inputs[TSR_MAX_REGION_INPUTS] = {0};
-    cr_assert_eq(tsr_oracle_make_probe(&r, 77, 0, 1, inputs, &e), TSR_OK, "%s", e.message);
+    cr_assert_eq(tsr_oracle_make_probe(&nr.r, 77, 0, 1, inputs, &e), TSR_OK, "%s", e.message);
     ((uint16_t *)inputs[0])[77 * 264 + 5] = 0x7FC0;   /* A (300 x 264): row 77 */
     ((uint16_t *)inputs[1])[10 * 520 + 333] = 0x7FC0; /* B (264 x 520): column 333 */
-    memset(got, 0, bytes);
-    tsr_client_decision decision;
-    cr_assert_eq(tsr_client_run(client_, (const struct tsr_region *)&r, NULL,
-                                (const void *const *)inputs, got, &decision, GPU_TIMEOUT_MS, &e),
-                 TSR_OK, "%s", e.message);
-    cr_expect_str_eq(decision.candidate, "gemm_wgmma");
-    cr_assert_eq(tsr_ref_run(&r, (const void *const *)inputs, want, 0, &e), TSR_OK);
-    size_t nan_want = 0, misplaced = 0;
-    for (size_t i = 0; i < count; i++) {
-        int gn = isnan(tsr_dtype_load(TSR_BF16, got, i));
-        int wn = isnan(tsr_dtype_load(TSR_BF16, want, i));
-        nan_want += (size_t)wn;
-        misplaced += (size_t)(gn != wn);
-    }
+    size_t nan_want, misplaced;
+    nan_run_launch(&nr, inputs, "gemm_wgmma", &nan_want, &misplaced);
     cr_expect_eq(nan_want, 300 + 520 - 1, "the reference's NaNs: %zu", nan_want);
-    cr_expect_eq(misplaced, 0, "%zu of %zu NaN positions differ", misplaced, count);
-    tsr_oracle_free_probe(&r, inputs);
-    free(got);
-    free(want);
-    tsr_region_free(&r);
+    cr_expect_eq(misplaced, 0, "%zu of %zu NaN positions differ", misplaced, nr.count);
+    tsr_oracle_free_probe(&nr.r, inputs);
+    nan_run_close(&nr);
 }
 
 /* The sampled check's probe inputs made on the device hold, element for

@@ -164,6 +164,21 @@ void unit_compile_blob(const tsrd_nvrtc *nv, int sm_count, const tsr_region *r,
                  TSR_OK, "%s", e.message);
 }
 
+void unit_expect_fused_params(const tsr_gemm_params *p, unsigned lbo, unsigned sbo)
+{
+    cr_assert_eq(p->m, 128);
+    cr_assert_eq(p->n, 96);
+    cr_assert_eq(p->k, 64);
+    cr_assert_eq(p->n_ops, 2);
+    cr_assert_eq(p->ops[0], TSR_OP_BIAS);
+    cr_assert_eq(p->ops[1], TSR_OP_GELU);
+    cr_assert_eq(p->bias, (const void *)0x30000);
+    cr_assert_eq(p->residual, (const void *)0x40000);
+    cr_assert_eq(p->out, (void *)0x50000);
+    cr_assert_eq(p->b_lbo, lbo);
+    cr_assert_eq(p->b_sbo, sbo);
+}
+
 void unit_expect_embedded_matmul(const unit_blob *b, const char *entry, uint32_t block,
                                  uint32_t shared_bytes)
 {

@@ -104,6 +104,11 @@ void unit_compile_blob(const tsrd_nvrtc *nv, int sm_count, const tsr_region *r,
 void unit_expect_embedded_matmul(const unit_blob *b, const char *entry, uint32_t block,
                                  uint32_t shared_bytes);
 
+/* Asserts the kernel parameters of examples/fused.json (bf16, 128x96x64, bias,
+ * gelu, residual) launched on inputs at 0x10000 ... 0x40000 into 0x50000: the
+ * shape, the epilogue, its buffers, and B's descriptor strides lbo and sbo. */
+void unit_expect_fused_params(const tsr_gemm_params *p, unsigned lbo, unsigned sbo);
+
 /* Asserts that tsrd_cuda_compile(NULL, 0, r, c, arch) fails with st and, where
  * message is not NULL, that error message. */
 void unit_expect_compile_fails(const tsr_region *r, const tsr_candidate *c, const char *arch,

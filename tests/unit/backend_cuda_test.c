@@ -328,14 +328,7 @@ Test(backend_cuda, launch_arguments_follow_the_kernel_contract)
         cr_assert_eq(maps[i].element_strides[0], 1);
         cr_assert_eq(maps[i].element_strides[1], 1);
     }
-    cr_assert_eq(p.m, 128);
-    cr_assert_eq(p.n, 96);
-    cr_assert_eq(p.k, 64);
-    cr_assert_eq(p.bias, (const void *)0x30000);
-    cr_assert_eq(p.residual, (const void *)0x40000);
-    cr_assert_eq(p.out, (void *)0x50000);
-    cr_assert_eq(p.b_lbo, 8192);
-    cr_assert_eq(p.b_sbo, 1024);
+    unit_expect_fused_params(&p, 8192, 1024);
 
     in[3] = 0x40008;
     tsr_error e;
@@ -510,6 +503,27 @@ static tsr_fingerprint unit_variant_of(const tsr_candidate *c, const tsr_region 
     return fp;
 }
 
+/* Compiles a and b with c for sm_90a on 132 multiprocessors and expects one
+ * cubin for both; where given, the blob's header names variant and declares
+ * n_params parameters. what names the case in a failure. */
+static void expect_one_cubin(const tsrd_nvrtc *nv, const tsr_candidate *c, const tsr_region *a,
+                             const tsr_region *b, const tsr_fingerprint *variant, int n_params,
+                             const char *what)
+{
+    unit_blob ba, bb;
+    unit_compile_blob(nv, 132, a, c, "sm_90a", &ba);
+    unit_compile_blob(nv, 132, b, c, "sm_90a", &bb);
+    if (variant != NULL)
+        cr_expect_eq(memcmp(ba.desc.region.bytes, variant->bytes, sizeof variant->bytes), 0, "%s",
+                     what);
+    cr_assert_eq(ba.payload_len, bb.payload_len, "%s", what);
+    cr_expect_eq(memcmp(ba.payload, bb.payload, ba.payload_len), 0, "%s: one cubin", what);
+    if (n_params >= 0)
+        cr_expect_eq(ba.desc.n_params, n_params, "%s", what);
+    free(ba.bin);
+    free(bb.bin);
+}
+
 /* Two shapes of one Tier-1 variant: one key, one cubin; the blob's header
  * names the variant, and each shape's grid comes from tsr_codegen_launch_of. */
 Test(backend_cuda, tier1_builds_one_binary_for_every_m, .timeout = 120)
@@ -525,12 +539,7 @@ Test(backend_cuda, tier1_builds_one_binary_for_every_m, .timeout = 120)
         unit_region_m(paths[i], TSR_BF16, 1000, &b);
         tsr_fingerprint va = unit_variant_of(&tier1, &a), vb = unit_variant_of(&tier1, &b);
         cr_expect_eq(memcmp(va.bytes, vb.bytes, sizeof va.bytes), 0, "%s", paths[i]);
-        unit_blob ba, bb;
-        unit_compile_blob(nv, 132, &a, &tier1, "sm_90a", &ba);
-        unit_compile_blob(nv, 132, &b, &tier1, "sm_90a", &bb);
-        cr_expect_eq(memcmp(ba.desc.region.bytes, va.bytes, sizeof va.bytes), 0);
-        cr_assert_eq(ba.payload_len, bb.payload_len, "%s", paths[i]);
-        cr_expect_eq(memcmp(ba.payload, bb.payload, ba.payload_len), 0, "%s: one cubin", paths[i]);
+        expect_one_cubin(nv, &tier1, &a, &b, &va, -1, paths[i]);
         /* The source is one text whatever M is. */
         tsr_codegen_target t = {.arch = "sm_90a", .free_dims = TSR_VARIANT_ROWS};
         tsr_codegen_kernel ka, kb;
@@ -545,8 +554,6 @@ Test(backend_cuda, tier1_builds_one_binary_for_every_m, .timeout = 120)
         cr_expect_neq(ka.launch.grid[0], kb.launch.grid[0]);
         tsr_codegen_kernel_free(&ka);
         tsr_codegen_kernel_free(&kb);
-        free(ba.bin);
-        free(bb.bin);
         tsr_region_free(&a);
         tsr_region_free(&b);
     }
@@ -585,14 +592,7 @@ Test(backend_cuda, tier1_builds_one_pointwise_binary_per_broadcast_pattern, .tim
 
     tsrd_nvrtc *nv = NULL;
     if (tsrd_nvrtc_open(NULL, &nv, &e) == TSR_OK) {
-        unit_blob a, b;
-        unit_compile_blob(nv, 132, &r, &tier1, "sm_90a", &a);
-        unit_compile_blob(nv, 132, &other, &tier1, "sm_90a", &b);
-        cr_expect_eq(a.payload_len, b.payload_len);
-        cr_expect_eq(memcmp(a.payload, b.payload, a.payload_len), 0, "one cubin");
-        cr_expect_eq(a.desc.n_params, 4 + 2);
-        free(a.bin);
-        free(b.bin);
+        expect_one_cubin(nv, &tier1, &r, &other, NULL, 4 + 2, "matmul");
         tsrd_nvrtc_close(nv);
     }
     tsr_codegen_target t = {.arch = "sm_90a", .free_dims = TSR_VARIANT_ROWS};
@@ -637,12 +637,7 @@ Test(backend_cuda, tier1_builds_one_attention_binary_for_every_batch_and_length,
     tsrd_cuda_candidate_tier1(&tier1);
     tsr_region a, b;
     attention_shapes(&tier1, TSR_F32, 5, 1, 1000, &a, &b);
-    unit_blob ba, bb;
-    unit_compile_blob(nv, 132, &a, &tier1, "sm_90a", &ba);
-    unit_compile_blob(nv, 132, &b, &tier1, "sm_90a", &bb);
-    cr_assert_eq(ba.payload_len, bb.payload_len);
-    cr_expect_eq(memcmp(ba.payload, bb.payload, ba.payload_len), 0, "one cubin");
-    cr_expect_eq(ba.desc.n_params, 4 + 3);
+    expect_one_cubin(nv, &tier1, &a, &b, NULL, 4 + 3, "attention");
     tsr_codegen_target t = {.arch = "sm_90a",
                             .free_dims = TSR_VARIANT_BATCH | TSR_VARIANT_SEQ_Q | TSR_VARIANT_SEQ_K};
     tsr_codegen_launch la, lb;
@@ -651,8 +646,6 @@ Test(backend_cuda, tier1_builds_one_attention_binary_for_every_batch_and_length,
     cr_expect_eq(la.n_dims, 3);
     cr_expect_eq(la.grid[0], 1u * 8 * 1); /* batch 1, 8 heads, one tile of 64 queries */
     cr_expect_eq(lb.grid[0], 5u * 8 * 1);
-    free(ba.bin);
-    free(bb.bin);
     tsr_region_free(&a);
     tsr_region_free(&b);
     tsrd_nvrtc_close(nv);

@@ -173,17 +173,7 @@ Test(cuda_kernels80, launch_arguments_follow_the_kernel_contract)
     cr_assert_eq(ops[0], 0x10000);
     cr_assert_eq(ops[1], 0x20000);
     cr_assert_eq(ops[2], 0x20000); /* B repeated for the plain kernel */
-    cr_assert_eq(p.m, 128);
-    cr_assert_eq(p.n, 96);
-    cr_assert_eq(p.k, 64);
-    cr_assert_eq(p.n_ops, 2);
-    cr_assert_eq(p.ops[0], TSR_OP_BIAS);
-    cr_assert_eq(p.ops[1], TSR_OP_GELU);
-    cr_assert_eq(p.bias, (const void *)0x30000);
-    cr_assert_eq(p.residual, (const void *)0x40000);
-    cr_assert_eq(p.out, (void *)0x50000);
-    cr_assert_eq(p.b_lbo, 0);
-    cr_assert_eq(p.b_sbo, 0);
+    unit_expect_fused_params(&p, 0, 0);
 
     tsr_error e;
     in[1] = 0x20008;

@@ -166,6 +166,29 @@ static void launch_request(Tessera__V1__Request *req, Tessera__V1__LaunchRequest
     req->launch = launch;
 }
 
+/* A compiled 2x2x2 f32 matmul on the inputs {1, 2, 3, 4} and the identity,
+ * its output buffer, and a launch request over them; the request points into
+ * the struct, which must stay in place while it is sent. */
+struct matmul_launch {
+    Tessera__V1__Request req;
+    Tessera__V1__LaunchRequest launch;
+    uint64_t inputs[2];
+    uint64_t out;
+};
+
+static void matmul_launch_prepare(struct matmul_launch *ml)
+{
+    Tessera__V1__Request req;
+    Tessera__V1__CompileRequest comp;
+    uint64_t kernel = compile_matmul(&req, &comp)->compile->kernel;
+    tsr_region_pb_free(comp.region);
+    float av[4] = {1, 2, 3, 4}, bv[4] = {1, 0, 0, 1};
+    ml->inputs[0] = buffer_2x2(av);
+    ml->inputs[1] = buffer_2x2(bv);
+    ml->out = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 2, 2);
+    launch_request(&ml->req, &ml->launch, kernel, ml->inputs, ml->out);
+}
+
 TestSuite(dispatch, .init = setup, .fini = teardown);
 
 Test(dispatch, garbage_bytes_get_bad_message_with_id_zero)
@@ -565,20 +588,12 @@ static void dispatch_id(Tessera__V1__Request *req, uint64_t id, int origin)
  * session's order and the request-id memory hold around it. */
 Test(dispatch, a_short_launch_runs_on_the_loop_only_with_its_stream_and_the_device_free)
 {
-    Tessera__V1__Request req;
-    Tessera__V1__CompileRequest comp;
-    uint64_t kernel = compile_matmul(&req, &comp)->compile->kernel;
-    tsr_region_pb_free(comp.region);
-    float av[4] = {1, 2, 3, 4}, bv[4] = {1, 0, 0, 1};
-    uint64_t inputs[2] = {buffer_2x2(av), buffer_2x2(bv)};
-    uint64_t out = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 2, 2);
-    Tessera__V1__Request lreq;
-    Tessera__V1__LaunchRequest launch;
-    launch_request(&lreq, &launch, kernel, inputs, out);
+    struct matmul_launch ml;
+    matmul_launch_prepare(&ml);
     const tsrd_metrics *m = &h->u.d.metrics;
 
     /* The first launch measures the kernel, on the pool. */
-    dispatch_id(&lreq, 0x1a01, 1);
+    dispatch_id(&ml.req, 0x1a01, 1);
     cr_assert_eq(h->count[1], 0, "the first launch waits for the pool");
     uv_run(&h->u.loop, UV_RUN_DEFAULT);
     cr_assert_eq(h->count[1], 1);
@@ -586,7 +601,7 @@ Test(dispatch, a_short_launch_runs_on_the_loop_only_with_its_stream_and_the_devi
     cr_assert_eq(m->inline_jobs, 0);
 
     /* The second is answered before the loop runs at all. */
-    dispatch_id(&lreq, 0x1a02, 2);
+    dispatch_id(&ml.req, 0x1a02, 2);
     cr_assert_eq(h->count[2], 1, "answered on the dispatcher's own call");
     cr_assert_eq(h->last[2]->status, TSR_OK, "%s", h->last[2]->message);
     cr_assert_eq(h->last[2]->id, 0x1a02);
@@ -597,13 +612,13 @@ Test(dispatch, a_short_launch_runs_on_the_loop_only_with_its_stream_and_the_devi
     float av2[4] = {5, 6, 7, 8};
     Tessera__V1__Request wreq = TESSERA__V1__REQUEST__INIT;
     Tessera__V1__BufferWriteRequest w = TESSERA__V1__BUFFER_WRITE_REQUEST__INIT;
-    w.buffer = inputs[0];
+    w.buffer = ml.inputs[0];
     w.data.data = (uint8_t *)av2;
     w.data.len = sizeof av2;
     wreq.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_WRITE;
     wreq.buffer_write = &w;
     dispatch_id(&wreq, 0x1a03, 3);
-    dispatch_id(&lreq, 0x1a04, 4);
+    dispatch_id(&ml.req, 0x1a04, 4);
     cr_assert_eq(h->count[3], 0);
     cr_assert_eq(h->count[4], 0, "the launch waits behind the write");
     uv_run(&h->u.loop, UV_RUN_DEFAULT);
@@ -611,14 +626,14 @@ Test(dispatch, a_short_launch_runs_on_the_loop_only_with_its_stream_and_the_devi
     cr_assert_eq(h->count[4], 1);
     cr_assert_eq(h->last[4]->status, TSR_OK, "%s", h->last[4]->message);
     cr_assert_eq(m->inline_jobs, 1);
-    Tessera__V1__Reply *r = read_buffer(out, 0);
+    Tessera__V1__Reply *r = read_buffer(ml.out, 0);
     cr_assert_eq(r->buffer_read->data.len, 16);
     cr_assert_eq(memcmp(r->buffer_read->data.data, av2, 16), 0, "the launch read the write");
 
     /* A resend of the launch answered on the loop is answered from memory,
      * and not run again. */
     uint64_t replays = m->replays;
-    dispatch_id(&lreq, 0x1a02, 5);
+    dispatch_id(&ml.req, 0x1a02, 5);
     cr_assert_eq(h->count[5], 1);
     cr_assert_eq(h->last[5]->id, 0x1a02);
     cr_assert_eq(h->last[5]->status, TSR_OK);
@@ -627,7 +642,7 @@ Test(dispatch, a_short_launch_runs_on_the_loop_only_with_its_stream_and_the_devi
 
     /* With the stream idle again, the next launch is back on the loop; its
      * tenant's in_flight is given back each time. */
-    dispatch_id(&lreq, 0x1a05, 6);
+    dispatch_id(&ml.req, 0x1a05, 6);
     cr_assert_eq(h->count[6], 1);
     cr_assert_eq(m->inline_jobs, 2);
     cr_assert_eq(h->u.d.default_tenant.in_flight, 0);
@@ -641,18 +656,10 @@ Test(dispatch, a_short_launch_stays_on_the_pool_where_kernels_run_on_a_device)
 {
     cr_assert(h->u.d.inline_launches, "the cpu backend runs kernels on the host");
     h->u.d.inline_launches = false;
-    Tessera__V1__Request req;
-    Tessera__V1__CompileRequest comp;
-    uint64_t kernel = compile_matmul(&req, &comp)->compile->kernel;
-    tsr_region_pb_free(comp.region);
-    float av[4] = {1, 2, 3, 4}, bv[4] = {1, 0, 0, 1};
-    uint64_t inputs[2] = {buffer_2x2(av), buffer_2x2(bv)};
-    uint64_t out = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 2, 2);
-    Tessera__V1__Request lreq;
-    Tessera__V1__LaunchRequest launch;
-    launch_request(&lreq, &launch, kernel, inputs, out);
+    struct matmul_launch ml;
+    matmul_launch_prepare(&ml);
     for (int i = 1; i <= 2; i++) {
-        dispatch_id(&lreq, 0x1b00 + (uint64_t)i, i);
+        dispatch_id(&ml.req, 0x1b00 + (uint64_t)i, i);
         cr_assert_eq(h->count[i], 0, "launch %d waits for the pool", i);
         uv_run(&h->u.loop, UV_RUN_DEFAULT);
         cr_assert_eq(h->count[i], 1);

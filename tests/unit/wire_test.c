@@ -65,6 +65,14 @@ static void wire_assert_refused(const uint8_t *frame, size_t len, const char *me
     cr_assert_str_eq(err.message, message);
 }
 
+/* A launch frame whose header claims a payload of claim bytes, sent whole,
+ * is refused with message. */
+static void wire_assert_claim_refused(uint8_t *frame, uint32_t claim, const char *message)
+{
+    wire_set_header(frame, TSRD_DW_LAUNCH_SYNC, claim);
+    wire_assert_refused(frame, WIRE_HEADER + claim, message);
+}
+
 Test(wire, a_launch_frame_decodes_to_what_was_encoded)
 {
     cr_assert_eq(sizeof(tsrd_dw_request), WIRE_HEADER);
@@ -124,15 +132,15 @@ Test(wire, a_truncated_launch_frame_is_refused)
                         "device worker: launch frame truncated: 39 payload bytes of the 40 its "
                         "header claims");
     /* The header itself claims less than one launch takes. */
-    wire_set_header(frame, TSRD_DW_LAUNCH_SYNC, 16);
-    wire_assert_refused(frame, WIRE_HEADER + 16,
-                        "device worker: launch frame truncated: a payload of 16 bytes, a launch "
-                        "takes at least 24");
+    wire_assert_claim_refused(
+        frame, 16,
+        "device worker: launch frame truncated: a payload of 16 bytes, a launch "
+        "takes at least 24");
     /* ... or fewer words than its input count needs. */
-    wire_set_header(frame, TSRD_DW_LAUNCH_SYNC, 32);
-    wire_assert_refused(frame, WIRE_HEADER + 32,
-                        "device worker: launch frame truncated: a payload of 32 bytes, 2 inputs "
-                        "take 40");
+    wire_assert_claim_refused(
+        frame, 32,
+        "device worker: launch frame truncated: a payload of 32 bytes, 2 inputs "
+        "take 40");
 }
 
 Test(wire, an_oversized_launch_frame_is_refused)
@@ -145,16 +153,15 @@ Test(wire, an_oversized_launch_frame_is_refused)
                         "device worker: launch frame oversized: 8 bytes after its 40 payload "
                         "bytes");
     /* A payload longer than its input count needs. */
-    wire_set_header(frame, TSRD_DW_LAUNCH_SYNC, 48);
-    wire_assert_refused(frame, WIRE_HEADER + 48,
-                        "device worker: launch frame oversized: a payload of 48 bytes, 2 inputs "
-                        "take 40");
+    wire_assert_claim_refused(
+        frame, 48,
+        "device worker: launch frame oversized: a payload of 48 bytes, 2 inputs "
+        "take 40");
     /* More inputs than any region takes. */
     uint64_t many = TSR_MAX_REGION_INPUTS + 1;
     memcpy(frame + WIRE_HEADER + 8, &many, sizeof many);
-    wire_set_header(frame, TSRD_DW_LAUNCH_SYNC, (3 + 17) * 8);
-    wire_assert_refused(frame, WIRE_HEADER + (3 + 17) * 8,
-                        "device worker: launch frame oversized: 17 inputs, at most 16");
+    wire_assert_claim_refused(frame, (3 + 17) * 8,
+                              "device worker: launch frame oversized: 17 inputs, at most 16");
 }
 
 Test(wire, a_frame_of_another_op_is_not_a_launch)

@@ -240,6 +240,25 @@ static tsr_status fleet_command(tsrd_fleet *f, tsrd_redis_conn *c, int argc, con
     return st;
 }
 
+/* One command on a pooled connection, which goes back to the pool after it (a
+ * failure closing the pool, as fleet_conn_give does): the reply, for the caller
+ * to free, or NULL without a connection or when the command failed. */
+static redisReply *fleet_pooled(tsrd_fleet *f, int argc, const char **argv, const size_t *lens)
+{
+    tsrd_redis_conn *c = fleet_conn_take(f);
+    if (c == NULL)
+        return NULL;
+    redisReply *r = NULL;
+    tsr_error err;
+    tsr_status st = fleet_command(f, c, argc, argv, lens, &r, &err);
+    fleet_conn_give(f, c, st == TSR_OK ? NULL : &err);
+    if (st != TSR_OK && r != NULL) {
+        freeReplyObject(r);
+        r = NULL;
+    }
+    return r;
+}
+
 /* ---- what this node may publish ---- */
 
 static void fleet_pending_add(tsrd_fleet *f, const tsr_fingerprint *key)
@@ -531,17 +550,11 @@ static bool fleet_winner_get(void *ctx, const char *key, char *name, uint32_t *v
                              double *median_ms)
 {
     tsrd_fleet *f = ctx;
-    tsrd_redis_conn *c = fleet_conn_take(f);
-    if (c == NULL)
-        return false;
     char rkey[256];
     snprintf(rkey, sizeof rkey, "%swinner:%s", f->prefix, key);
     const char *argv[] = {"GET", rkey};
-    redisReply *r = NULL;
-    tsr_error err;
-    tsr_status st = fleet_command(f, c, 2, argv, NULL, &r, &err);
-    fleet_conn_give(f, c, st == TSR_OK ? NULL : &err);
-    if (st != TSR_OK)
+    redisReply *r = fleet_pooled(f, 2, argv, NULL);
+    if (r == NULL)
         return false;
     bool found = false;
     if (r->type == REDIS_REPLY_STRING && r->len > 64 && r->len < 256) {
@@ -578,20 +591,14 @@ static void fleet_winner_put(void *ctx, const char *key, const char *name, uint3
     if (n <= 0 || (size_t)n + 65 > sizeof text ||
         !fleet_winner_mac(f, key, text, (size_t)n, text + n))
         return;
-    tsrd_redis_conn *c = fleet_conn_take(f);
-    if (c == NULL)
-        return;
     snprintf(rkey, sizeof rkey, "%swinner:%s", f->prefix, key);
     snprintf(px, sizeof px, "%" PRIu64, f->ttl_ms);
     const char *argv[] = {"SET", rkey, text, "PX", px};
-    redisReply *r = NULL;
-    tsr_error err;
-    tsr_status st = fleet_command(f, c, 5, argv, NULL, &r, &err);
-    if (r != NULL)
-        freeReplyObject(r);
-    if (st == TSR_OK)
+    redisReply *r = fleet_pooled(f, 5, argv, NULL);
+    if (r != NULL) {
         fleet_count(f, &f->stats.winner_publishes);
-    fleet_conn_give(f, c, st == TSR_OK ? NULL : &err);
+        freeReplyObject(r);
+    }
 }
 
 /* ---- verdicts ---- */
@@ -723,15 +730,9 @@ static bool fleet_verdict_get(void *ctx, const tsr_arbiter_verdict_key *key, tsr
     tsrd_fleet *f = ctx;
     char rkey[TSRD_FLEET_VERDICT_KEY_MAX];
     tsrd_fleet_verdict_key(f->prefix, f->driver, f->toolkit, key, rkey);
-    tsrd_redis_conn *c = fleet_conn_take(f);
-    if (c == NULL)
-        return false;
     const char *argv[] = {"GET", rkey};
-    redisReply *r = NULL;
-    tsr_error err;
-    tsr_status st = fleet_command(f, c, 2, argv, NULL, &r, &err);
-    fleet_conn_give(f, c, st == TSR_OK ? NULL : &err);
-    if (st != TSR_OK)
+    redisReply *r = fleet_pooled(f, 2, argv, NULL);
+    if (r == NULL)
         return false;
     /* A verdict nobody published is not a miss of the kernels' counters: the
      * node verifies, as it would without a fleet cache. */
@@ -756,23 +757,18 @@ static void fleet_verdict_put(void *ctx, const tsr_arbiter_verdict_key *key, con
     tsrd_fleet_verdict_key(f->prefix, f->driver, f->toolkit, key, rkey);
     if (tsrd_fleet_verdict_seal(f->mac_key, rkey, v, record, &len, &err) != TSR_OK)
         return;
-    tsrd_redis_conn *c = fleet_conn_take(f);
-    if (c == NULL)
-        return;
     snprintf(px, sizeof px, "%" PRIu64, f->ttl_ms);
     /* A variant's failure at any shape withdraws its pass for good, as in one
      * node's verdict cache: a passing record never replaces a record. */
     bool only_new = key->variant && v->pass;
     const char *argv[] = {"SET", rkey, record, "PX", px, "NX"};
     const size_t lens[] = {0, 0, len, 0, 0, 0};
-    redisReply *r = NULL;
-    tsr_status st = fleet_command(f, c, only_new ? 6 : 5, argv, lens, &r, &err);
-    bool written = st == TSR_OK && r->type == REDIS_REPLY_STATUS;
-    if (r != NULL)
-        freeReplyObject(r);
-    if (written)
+    redisReply *r = fleet_pooled(f, only_new ? 6 : 5, argv, lens);
+    if (r == NULL)
+        return;
+    if (r->type == REDIS_REPLY_STATUS)
         fleet_count(f, &f->stats.verdict_publishes);
-    fleet_conn_give(f, c, st == TSR_OK ? NULL : &err);
+    freeReplyObject(r);
 }
 
 tsr_arbiter_remote tsrd_fleet_arbiter_remote(tsrd_fleet *f)
@@ -789,16 +785,10 @@ void tsrd_fleet_discard(tsrd_fleet *f, const tsr_fingerprint *key)
 {
     if (f == NULL)
         return;
-    tsrd_redis_conn *c = fleet_conn_take(f);
-    if (c == NULL)
-        return;
     char rkey[160];
     fleet_redis_key(f, "kernel", key, rkey);
     const char *argv[] = {"DEL", rkey};
-    redisReply *r = NULL;
-    tsr_error err;
-    tsr_status st = fleet_command(f, c, 2, argv, NULL, &r, &err);
+    redisReply *r = fleet_pooled(f, 2, argv, NULL);
     if (r != NULL)
         freeReplyObject(r);
-    fleet_conn_give(f, c, st == TSR_OK ? NULL : &err);
 }

@@ -444,6 +444,19 @@ static void expect_attention_nan_placement(const char *json, const int row[3])
     nan_run_close(&nr);
 }
 
+/* Compiles the region of json with the default options, asserted. */
+static tsr_client_compiled compile_json(const char *json)
+{
+    tsr_region r;
+    tsr_error err;
+    cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &err), TSR_OK, "%s", err.message);
+    tsr_client_compiled k;
+    cr_assert_eq(tsr_client_compile(client_, &r, NULL, &k, GPU_TIMEOUT_MS, &err), TSR_OK, "%s",
+                 err.message);
+    tsr_region_free(&r);
+    return k;
+}
+
 static double gpu_counter(const char *name)
 {
     tsr_client_stats *s = NULL;
@@ -598,13 +611,8 @@ Test(cuda_backend, a_captured_batch_yields_to_another_clients_run)
     client_ = testd_client(&daemon_, GPU_TIMEOUT_MS);
     cr_assert_not_null(client_);
     const char *json = "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":4096,\"n\":4096,\"k\":4096}";
-    tsr_region r;
     tsr_error err;
-    cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &err), TSR_OK, "%s", err.message);
-    tsr_client_compiled k;
-    cr_assert_eq(tsr_client_compile(client_, &r, NULL, &k, GPU_TIMEOUT_MS, &err), TSR_OK, "%s",
-                 err.message);
-    tsr_region_free(&r);
+    tsr_client_compiled k = compile_json(json);
     int64_t shape[2] = {4096, 4096};
     tsr_buffer ab[3];
     for (int i = 0; i < 3; i++)
@@ -847,13 +855,8 @@ static void expect_bf16_fill(tsr_buffer buf, uint16_t want, size_t count, const 
 Test(cuda_backend, batched_gemm_launches_follow_their_own_buffers)
 {
     const char *json = "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":256,\"n\":256,\"k\":128}";
-    tsr_region r;
     tsr_error err;
-    cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &err), TSR_OK, "%s", err.message);
-    tsr_client_compiled k;
-    cr_assert_eq(tsr_client_compile(client_, &r, NULL, &k, GPU_TIMEOUT_MS, &err), TSR_OK, "%s",
-                 err.message);
-    tsr_region_free(&r);
+    tsr_client_compiled k = compile_json(json);
     cr_expect_str_eq(k.decision.candidate, "gemm_wgmma");
     enum { M = 256, N = 256, K = 128 };
     int64_t a_shape[2] = {M, K}, b_shape[2] = {K, N}, o_shape[2] = {M, N};

@@ -304,6 +304,14 @@ static void fleet_daemon_faults(const fleet_env *e, testd *d)
                  0);
 }
 
+/* Redis, and two daemons a and b of its fleet with the test candidates. */
+static void fleet_setup_faults_pair(fleet_env *e, testd *a, testd *b)
+{
+    fleet_setup(e);
+    fleet_daemon_faults(e, a);
+    fleet_daemon_faults(e, b);
+}
+
 /* Changes every verdict record in Redis (one flipped digit of its MAC, the
  * expiry kept); how many it changed. */
 static int fleet_tamper_verdicts(const fleet_env *e)
@@ -337,9 +345,7 @@ Test(fleet_cache, a_verdict_one_node_reached_is_used_by_another_without_verifyin
 {
     fleet_env e;
     testd a, b;
-    fleet_setup(&e);
-    fleet_daemon_faults(&e, &a);
-    fleet_daemon_faults(&e, &b);
+    fleet_setup_faults_pair(&e, &a, &b);
     tsr_client_compiled first, second;
     cr_assert_eq(fleet_compile_wrong(&a, 32, 40, false, &first), TSR_OK);
     cr_expect_eq(first.decision.verdict.state, TSR_CLIENT_VERDICT_PASS);
@@ -378,9 +384,7 @@ Test(fleet_cache, a_failing_verdict_and_a_variant_record_are_shared_too)
 {
     fleet_env e;
     testd a, b;
-    fleet_setup(&e);
-    fleet_daemon_faults(&e, &a);
-    fleet_daemon_faults(&e, &b);
+    fleet_setup_faults_pair(&e, &a, &b);
     tsr_client_compiled out;
     /* Wrong past 64 rows: a's verification fails, b takes a's word for it. */
     cr_expect_eq(fleet_compile_wrong(&a, 100, 40, false, &out), TSR_VERIFY_FAILED);
@@ -409,9 +413,7 @@ Test(fleet_cache, a_tampered_verdict_is_refused_and_the_node_verifies)
 {
     fleet_env e;
     testd a, b;
-    fleet_setup(&e);
-    fleet_daemon_faults(&e, &a);
-    fleet_daemon_faults(&e, &b);
+    fleet_setup_faults_pair(&e, &a, &b);
     tsr_client_compiled first, second;
     cr_assert_eq(fleet_compile_wrong(&a, 32, 44, false, &first), TSR_OK);
     cr_assert_eq(fleet_tamper_verdicts(&e), 2);

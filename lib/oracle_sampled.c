@@ -37,6 +37,9 @@
 #define SAMPLE_REDUCED_ROWS 16
 #define SAMPLE_QUERY_ROWS 32
 #define SAMPLE_GEN_CHUNK 65536
+/* Sampled positions of one probe, at most: 32 MiB of them. Whole rows (of
+ * attention, of a fused reduction) past it are refused, not allocated. */
+#define SAMPLE_POSITIONS_MAX ((size_t)1 << 22)
 
 /* The specials that an f32 accumulator and the f64 reference agree on through a
  * matmul and its epilogue: the list of oracle.c without the values whose
@@ -77,10 +80,21 @@ typedef struct pos_set {
     uint64_t *v;
     size_t n, cap;
     bool oom;
+    bool too_many; /* past SAMPLE_POSITIONS_MAX: the rest was not added */
 } pos_set;
+
+/* False once the set stopped taking positions (out of memory, or full). */
+static bool pos_open(const pos_set *s)
+{
+    return !s->oom && !s->too_many;
+}
 
 static void pos_add(pos_set *s, uint64_t x)
 {
+    if (s->n >= SAMPLE_POSITIONS_MAX) {
+        s->too_many = true;
+        return;
+    }
     uint64_t *v = sampled_room(s->v, s->n, &s->cap, 1024, sizeof *v, &s->oom);
     if (v == NULL)
         return;
@@ -180,15 +194,15 @@ static void coords_edge_tiles(coords *c, int64_t d, int64_t t)
 
 static void pos_grid(pos_set *s, const coords *rows, const coords *cols, int64_t n)
 {
-    for (size_t i = 0; i < rows->n; i++)
-        for (size_t j = 0; j < cols->n; j++)
+    for (size_t i = 0; i < rows->n && pos_open(s); i++)
+        for (size_t j = 0; j < cols->n && pos_open(s); j++)
             pos_add(s, rows->v[i] * (uint64_t)n + cols->v[j]);
 }
 
 static void pos_rows(pos_set *s, const coords *rows, int64_t n)
 {
-    for (size_t i = 0; i < rows->n; i++)
-        for (int64_t j = 0; j < n; j++)
+    for (size_t i = 0; i < rows->n && pos_open(s); i++)
+        for (int64_t j = 0; j < n && pos_open(s); j++)
             pos_add(s, rows->v[i] * (uint64_t)n + (uint64_t)j);
 }
 
@@ -344,6 +358,13 @@ tsr_status tsr_oracle_sample(const tsr_region *r, int tile, uint64_t seed, int p
     }
     default:
         return tsr_error_set(err, TSR_UNKNOWN_KIND, "sample: unknown region kind %d", (int)r->kind);
+    }
+    if (s.too_many) {
+        free(s.v);
+        return tsr_error_set(err, TSR_RESOURCE_EXHAUSTED,
+                             "sample: a %s region needs more than %zu sampled positions (its "
+                             "whole rows are too long to check by sampling)",
+                             tsr_region_kind_name(r->kind), SAMPLE_POSITIONS_MAX);
     }
     if (!s.oom)
         pos_unique(&s);

@@ -790,3 +790,22 @@ Test(oracle_sampled, a_keyed_check_of_decode_attention_costs_the_same_at_any_bat
     cr_expect_leq(dev1600, bound, "%g vs %g", dev1600, bound);
     cr_expect_gt(dev1600, 38 * row, "the reference's own work is counted");
 }
+
+/* Whole query rows of 2^20 values: more positions than a sampled check takes.
+ * Refused before they are allocated, with the reason. */
+Test(oracle_sampled, rows_too_long_to_sample_are_refused_before_allocating)
+{
+    const char *json = "{\"kind\":\"attention\",\"dtype\":\"f32\",\"batch\":1,\"heads\":1,"
+                       "\"seq_q\":64,\"seq_k\":64,\"head_dim\":64,\"head_dim_v\":1048576}";
+    tsr_region r;
+    tsr_error e;
+    cr_assert_eq(tsr_region_from_json(json, strlen(json), &r, &e), TSR_OK, "%s", e.message);
+    uint64_t *index = NULL;
+    size_t count = 7;
+    cr_assert_eq(tsr_oracle_sample(&r, 0, 1, 0, 0, &index, &count, &e), TSR_RESOURCE_EXHAUSTED);
+    cr_expect_str_eq(e.message, "sample: a attention region needs more than 4194304 sampled "
+                                "positions (its whole rows are too long to check by sampling)");
+    cr_expect_null(index);
+    cr_expect_eq(count, 0);
+    tsr_region_free(&r);
+}

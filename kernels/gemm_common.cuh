@@ -69,14 +69,12 @@ __device__ __forceinline__ void store_pair(__half *out, size_t i, float a, float
 }
 
 /* The op table's sigmoid: e / (1 + e) below 0 keeps the tiny results that
- * 1 / (1 + inf) would flush to 0. */
+ * 1 / (1 + inf) would flush to 0. One exp of -|x| and one quotient serve both
+ * signs, so a warp of mixed signs does not take a branch both ways. */
 __device__ __forceinline__ float sigmoid(float x)
 {
-    if (x < 0.0f) {
-        float e = expf(x);
-        return e / (1.0f + e);
-    }
-    return 1.0f / (1.0f + expf(-x));
+    const float e = expf(-fabsf(x));
+    return (x < 0.0f ? e : 1.0f) / (1.0f + e);
 }
 
 /* Activations with the op table's semantics: NaN propagates (no bare fmaxf). */

@@ -131,6 +131,10 @@ static void cg_common_prelude(tsri_cg_buf *b, const tsr_region *r, const tsri_cg
                    tsr_dtype_name(r->out_dtype), t->arch);
     tsri_cg_puts(b, cg_storage_helpers);
     cg_dtype_conversions(b, r->dtype, r->out_dtype);
+    /* A 16-bit output's rounding dwarfs the approximate exp2 and reciprocal
+     * (ops.c says where they are taken and why they keep NaN and inf). */
+    if (r->out_dtype != TSR_F32)
+        tsri_cg_puts(b, "#define TSR_APPROX_TRANSCENDENTALS 1\n");
     tsri_cg_puts(b, tsr_ops_cuda_prelude());
     tsri_cg_puts(b, "\n");
 }

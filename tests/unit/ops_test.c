@@ -210,39 +210,43 @@ Test(ops, prelude_and_every_expression_compile_under_nvrtc)
     destroy_fn destroy = (destroy_fn)dlsym(lib, "nvrtcDestroyProgram");
     cr_assert(create && compile && log_size && get_log && cubin_size && destroy);
 
-    size_t cap = 64 * 1024;
-    char *src = malloc(cap);
-    cr_assert_not_null(src);
-    size_t n = (size_t)snprintf(src, cap,
-                                "%s\nextern \"C\" __global__ void tsr_all_ops(const float *x, "
-                                "const float *y, float *out)\n{\n"
-                                "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-                                "    float a = x[i], b = y[i];\n",
-                                tsr_ops_cuda_prelude());
-    for (int i = 0; i < TSR_OP_COUNT; i++) {
-        char e[512];
-        expand(e, sizeof e, tsr_op_info_get((tsr_op)i)->cuda_expr, "a", "b");
-        n += (size_t)snprintf(src + n, cap - n, "    out[%d * 1024 + i] = %s;\n", i, e);
-    }
-    snprintf(src + n, cap - n, "}\n");
+    /* Both forms of the helpers: exact (f32 outputs) and approximate (16-bit). */
+    for (int approx = 0; approx < 2; approx++) {
+        size_t cap = 64 * 1024;
+        char *src = malloc(cap);
+        cr_assert_not_null(src);
+        size_t n = (size_t)snprintf(
+            src, cap,
+            "%s%s\nextern \"C\" __global__ void tsr_all_ops(const float *x, "
+            "const float *y, float *out)\n{\n"
+            "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+            "    float a = x[i], b = y[i];\n",
+            approx ? "#define TSR_APPROX_TRANSCENDENTALS 1\n" : "", tsr_ops_cuda_prelude());
+        for (int i = 0; i < TSR_OP_COUNT; i++) {
+            char e[512];
+            expand(e, sizeof e, tsr_op_info_get((tsr_op)i)->cuda_expr, "a", "b");
+            n += (size_t)snprintf(src + n, cap - n, "    out[%d * 1024 + i] = %s;\n", i, e);
+        }
+        snprintf(src + n, cap - n, "}\n");
 
-    nvrtcProgram prog;
-    cr_assert_eq(create(&prog, src, "ops.cu", 0, NULL, NULL), NVRTC_SUCCESS);
-    const char *opts[] = {"--gpu-architecture=sm_90a", "-std=c++17"};
-    nvrtcResult rc = compile(prog, 2, opts);
-    size_t ls = 0;
-    log_size(prog, &ls);
-    char *log = malloc(ls + 1);
-    cr_assert_not_null(log);
-    log[0] = '\0';
-    if (ls > 0)
-        get_log(prog, log);
-    cr_assert_eq(rc, NVRTC_SUCCESS, "NVRTC failed:\n%s\n--- source ---\n%s", log, src);
-    size_t bin = 0;
-    cr_assert_eq(cubin_size(prog, &bin), NVRTC_SUCCESS);
-    cr_assert_gt(bin, 0);
-    destroy(&prog);
-    free(log);
-    free(src);
+        nvrtcProgram prog;
+        cr_assert_eq(create(&prog, src, "ops.cu", 0, NULL, NULL), NVRTC_SUCCESS);
+        const char *opts[] = {"--gpu-architecture=sm_90a", "-std=c++17"};
+        nvrtcResult rc = compile(prog, 2, opts);
+        size_t ls = 0;
+        log_size(prog, &ls);
+        char *log = malloc(ls + 1);
+        cr_assert_not_null(log);
+        log[0] = '\0';
+        if (ls > 0)
+            get_log(prog, log);
+        cr_assert_eq(rc, NVRTC_SUCCESS, "NVRTC failed:\n%s\n--- source ---\n%s", log, src);
+        size_t bin = 0;
+        cr_assert_eq(cubin_size(prog, &bin), NVRTC_SUCCESS);
+        cr_assert_gt(bin, 0);
+        destroy(&prog);
+        free(log);
+        free(src);
+    }
     dlclose(lib);
 }

@@ -46,6 +46,10 @@
 #include "tessera/kcache.h"
 #include "tessera/status.h"
 
+/* What the health reply says of a degraded fleet cache to a caller that may
+ * not see all (serve/tenant.h): neither where Redis is nor the error. */
+#define TSRD_FLEET_DEGRADED_SHORT "Redis commands fail"
+
 /* How long after a failed command no other is tried. */
 #define TSRD_FLEET_RETRY_MS 1000
 

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "tessera/client.h"
 #include "../support/fixture.h"
 #include "../support/fleet_env.h"
@@ -220,6 +221,58 @@ Test(fleet_cache, redis_killed_mid_run_costs_no_request)
     cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 3.0,
                  "one publish before the kill, the compile that cleared the mark, and one more");
     fleet_finish(&e, &a, NULL);
+}
+
+#define FLEET_TOKEN_ALICE "alice-fleet-token"
+#define FLEET_TOKEN_OPS "ops-fleet-token"
+
+Test(fleet_cache, health_names_redis_only_to_a_caller_that_sees_all)
+{
+    fleet_env e;
+    fleet_setup(&e);
+    char ha[65], ho[65];
+    tsrd_token_hash(FLEET_TOKEN_ALICE, strlen(FLEET_TOKEN_ALICE), ha);
+    tsrd_token_hash(FLEET_TOKEN_OPS, strlen(FLEET_TOKEN_OPS), ho);
+    /* testd's hello, and the compiles below, go as alice. */
+    setenv("TESSERA_TOKEN", FLEET_TOKEN_ALICE, 1);
+    testd a;
+    cr_assert_eq(testd_start_config(&a, NULL,
+                                    "{\"tenants\": ["
+                                    "{\"name\": \"alice\", \"token_sha256\": [\"%s\"]},"
+                                    "{\"name\": \"ops\", \"token_sha256\": [\"%s\"],"
+                                    " \"admin\": true}],"
+                                    " \"fleet_cache\": {\"url\": \"redis://127.0.0.1:%d\", "
+                                    "\"key_file\": \"%s\", \"timeout_ms\": 500}}\n",
+                                    ha, ho, e.port, e.key_file),
+                 0);
+    fleet_redis_kill(&e);
+    tsr_client_compiled out;
+    fleet_compile(&a, 20, &out);
+    cr_expect_eq(out.decision.cache_hit, false);
+
+    char full[128];
+    snprintf(full, sizeof full,
+             "fleet cache: redis://127.0.0.1:%d/0: redis: connect: Connection refused", e.port);
+    const struct {
+        const char *token;
+        const char *line;
+    } callers[] = {
+        {NULL, "fleet cache: Redis commands fail"},
+        {FLEET_TOKEN_ALICE, "fleet cache: Redis commands fail"},
+        {"not-a-token", "fleet cache: Redis commands fail"},
+        {FLEET_TOKEN_OPS, full},
+    };
+    for (size_t i = 0; i < sizeof callers / sizeof callers[0]; i++) {
+        Tessera__V1__Reply *reply = testd_health_as(&a, callers[i].token, 10000);
+        cr_assert_not_null(reply);
+        cr_assert_eq(reply->body_case, TESSERA__V1__REPLY__BODY_HEALTH);
+        cr_expect_eq(reply->health->state, TESSERA__V1__HEALTH_STATE__HEALTH_STATE_READY);
+        cr_assert_eq(reply->health->n_degraded, 1);
+        cr_expect_str_eq(reply->health->degraded[0], callers[i].line, "caller %zu", i);
+        tessera__v1__reply__free_unpacked(reply, NULL);
+    }
+    fleet_finish(&e, &a, NULL);
+    unsetenv("TESSERA_TOKEN");
 }
 
 Test(fleet_cache, a_dead_lease_holder_blocks_no_one_past_its_lease)

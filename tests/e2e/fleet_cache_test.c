@@ -108,6 +108,77 @@ Test(fleet_cache, a_compile_on_one_node_is_a_fleet_hit_on_another_without_compil
     fleet_finish(&e, &a, &b);
 }
 
+/* Where d's cache listing says key's entry came from, into origin. */
+static void fleet_origin(const testd *d, const char *key, char *origin, size_t size)
+{
+    tsr_client *c = fixture_client(d, 30000);
+    tsr_client_cache_row *rows = NULL;
+    size_t n = 0;
+    tsr_error err;
+    cr_assert_eq(tsr_client_cache_list_rows(c, &rows, &n, 0, &err), TSR_OK, "%s", err.message);
+    origin[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(rows[i].entry.key, key) == 0)
+            snprintf(origin, size, "%s", rows[i].origin);
+    tsr_client_cache_rows_free(rows);
+    tsr_client_close(c);
+    cr_assert_neq(origin[0], '\0', "no entry %s listed", key);
+}
+
+/* The words of the line `tessera-cli cache ls` prints for key on d. */
+static int fleet_cli_ls(const testd *d, const char *key, char words[8][80])
+{
+    char cli[300], cmd[768], line[512];
+    testd_bin(d, "tessera-cli", cli, sizeof cli);
+    snprintf(cmd, sizeof cmd, "%s --url %s cache ls 2>&1", cli, d->url);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    int n = 0;
+    while (fgets(line, sizeof line, p) != NULL)
+        if (strncmp(line, key, strlen(key)) == 0)
+            n = sscanf(line, "%79s %79s %79s %79s %79s %79s %79s %79s", words[0], words[1],
+                       words[2], words[3], words[4], words[5], words[6], words[7]);
+    cr_assert_eq(pclose(p), 0, "%s", cmd);
+    return n;
+}
+
+Test(fleet_cache, the_cache_listing_says_where_each_entry_came_from)
+{
+    fleet_env e;
+    testd a, b;
+    fleet_setup_two(&e, &a, &b);
+    tsr_client_compiled first, second;
+    fleet_compile(&a, 56, &first);
+    fleet_compile(&b, 56, &second);
+    cr_assert_str_eq(second.decision.cache_level, "fleet");
+    char origin[TSR_CLIENT_NAME_MAX];
+    fleet_origin(&a, first.key, origin, sizeof origin);
+    cr_expect_str_eq(origin, "compiled");
+    fleet_origin(&b, first.key, origin, sizeof origin);
+    cr_expect_str_eq(origin, "fleet");
+    /* A use from memory keeps the origin. */
+    fleet_compile(&b, 56, &second);
+    cr_expect_str_eq(second.decision.cache_level, "memory");
+    fleet_origin(&b, first.key, origin, sizeof origin);
+    cr_expect_str_eq(origin, "fleet");
+
+    char words[8][80];
+    cr_assert_eq(fleet_cli_ls(&b, first.key, words), 8);
+    cr_expect_str_eq(words[5], "mem+disk");
+    cr_expect_str_eq(words[6], "fleet");
+
+    /* After a restart the entry is b's disk's. */
+    cr_assert_eq(testd_stop(&b), 0);
+    cr_assert_eq(testd_restart(&b, NULL), 0);
+    fleet_origin(&b, first.key, origin, sizeof origin);
+    cr_expect_str_eq(origin, "disk");
+    fleet_compile(&b, 56, &second);
+    cr_expect_str_eq(second.decision.cache_level, "disk");
+    fleet_origin(&b, first.key, origin, sizeof origin);
+    cr_expect_str_eq(origin, "disk");
+    fleet_finish(&e, &a, &b);
+}
+
 Test(fleet_cache, a_tampered_entry_is_refused_and_rebuilt)
 {
     fleet_env e;

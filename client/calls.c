@@ -483,10 +483,13 @@ double tsr_client_stats_counter(const tsr_client_stats *s, const char *name, dou
     return def;
 }
 
-tsr_status tsr_client_cache_list(tsr_client *c, tsr_client_cache_entry **rows, size_t *count,
-                                 int timeout_ms, tsr_error *err)
+/* Sends the cache listing request and copies its reply into *rows, each row
+ * stride bytes apart and starting with a tsr_client_cache_entry, origin (may
+ * be NULL) at origin_at bytes into each row: both public row types in one
+ * place. */
+static tsr_status calls_cache_list(tsr_client *c, void **rows, size_t stride, size_t origin_at,
+                                   size_t *count, int timeout_ms, tsr_error *err)
 {
-    CALL_ARG_CHECK(c && rows && count, err, "client, rows or count is NULL");
     *rows = NULL;
     *count = 0;
     Tessera__V1__CacheListRequest body = TESSERA__V1__CACHE_LIST_REQUEST__INIT;
@@ -496,22 +499,26 @@ tsr_status tsr_client_cache_list(tsr_client *c, tsr_client_cache_entry **rows, s
     if (st != TSR_OK)
         return st;
     const Tessera__V1__CacheListReply *cl = reply->cache_list;
-    tsr_client_cache_entry *out = calloc(cl->n_entries + 1, sizeof *out);
+    uint8_t *out = calloc(cl->n_entries + 1, stride);
     if (!out) {
         tessera__v1__reply__free_unpacked(reply, NULL);
         return tsr_error_set(err, TSR_NO_MEMORY, "cache list: out of memory");
     }
     for (size_t i = 0; i < cl->n_entries; i++) {
         const Tessera__V1__CacheEntry *e = cl->entries[i];
-        tsri_client_strcpy(out[i].key, sizeof out[i].key, e->key);
-        tsri_client_strcpy(out[i].candidate, sizeof out[i].candidate, e->candidate);
-        tsri_client_strcpy(out[i].kind, sizeof out[i].kind, e->kind);
-        tsri_client_strcpy(out[i].arch, sizeof out[i].arch, e->arch);
-        out[i].bytes = e->bytes;
-        out[i].in_memory = e->in_memory;
-        out[i].on_disk = e->on_disk;
-        out[i].last_used_unix_ms = e->last_used_unix_ms;
-        out[i].hits = e->hits;
+        tsr_client_cache_entry *row = (tsr_client_cache_entry *)(out + i * stride);
+        tsri_client_strcpy(row->key, sizeof row->key, e->key);
+        tsri_client_strcpy(row->candidate, sizeof row->candidate, e->candidate);
+        tsri_client_strcpy(row->kind, sizeof row->kind, e->kind);
+        tsri_client_strcpy(row->arch, sizeof row->arch, e->arch);
+        row->bytes = e->bytes;
+        row->in_memory = e->in_memory;
+        row->on_disk = e->on_disk;
+        row->last_used_unix_ms = e->last_used_unix_ms;
+        row->hits = e->hits;
+        if (origin_at != 0)
+            tsri_client_strcpy((char *)out + i * stride + origin_at, TSR_CLIENT_NAME_MAX,
+                               e->origin);
     }
     *rows = out;
     *count = cl->n_entries;
@@ -519,7 +526,27 @@ tsr_status tsr_client_cache_list(tsr_client *c, tsr_client_cache_entry **rows, s
     return TSR_OK;
 }
 
+tsr_status tsr_client_cache_list(tsr_client *c, tsr_client_cache_entry **rows, size_t *count,
+                                 int timeout_ms, tsr_error *err)
+{
+    CALL_ARG_CHECK(c && rows && count, err, "client, rows or count is NULL");
+    return calls_cache_list(c, (void **)rows, sizeof **rows, 0, count, timeout_ms, err);
+}
+
 void tsr_client_cache_free(tsr_client_cache_entry *rows)
+{
+    free(rows);
+}
+
+tsr_status tsr_client_cache_list_rows(tsr_client *c, tsr_client_cache_row **rows, size_t *count,
+                                      int timeout_ms, tsr_error *err)
+{
+    CALL_ARG_CHECK(c && rows && count, err, "client, rows or count is NULL");
+    return calls_cache_list(c, (void **)rows, sizeof **rows, offsetof(tsr_client_cache_row, origin),
+                            count, timeout_ms, err);
+}
+
+void tsr_client_cache_rows_free(tsr_client_cache_row *rows)
 {
     free(rows);
 }

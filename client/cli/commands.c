@@ -448,42 +448,46 @@ static int cmd_cache_ls_call(cli *c, const tsr_region *r, void *args)
 {
     (void)r;
     (void)args;
-    tsr_client_cache_entry *rows;
+    tsr_client_cache_row *rows;
     size_t n;
     tsr_error err;
-    if (tsr_client_cache_list(c->client, &rows, &n, c->timeout_ms, &err) != TSR_OK)
+    if (tsr_client_cache_list_rows(c->client, &rows, &n, c->timeout_ms, &err) != TSR_OK)
         return cli_fail_call(&err);
     if (c->json) {
         cJSON *a = cJSON_CreateArray();
         for (size_t i = 0; i < n; i++) {
+            const tsr_client_cache_entry *e = &rows[i].entry;
             cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "key", rows[i].key);
-            cJSON_AddStringToObject(o, "candidate", rows[i].candidate);
-            cJSON_AddStringToObject(o, "kind", rows[i].kind);
-            cJSON_AddStringToObject(o, "arch", rows[i].arch);
-            cJSON_AddNumberToObject(o, "bytes", (double)rows[i].bytes);
-            cJSON_AddBoolToObject(o, "in_memory", rows[i].in_memory);
-            cJSON_AddBoolToObject(o, "on_disk", rows[i].on_disk);
-            cJSON_AddNumberToObject(o, "last_used_unix_ms", (double)rows[i].last_used_unix_ms);
-            cJSON_AddNumberToObject(o, "hits", (double)rows[i].hits);
+            cJSON_AddStringToObject(o, "key", e->key);
+            cJSON_AddStringToObject(o, "candidate", e->candidate);
+            cJSON_AddStringToObject(o, "kind", e->kind);
+            cJSON_AddStringToObject(o, "arch", e->arch);
+            cJSON_AddNumberToObject(o, "bytes", (double)e->bytes);
+            cJSON_AddBoolToObject(o, "in_memory", e->in_memory);
+            cJSON_AddBoolToObject(o, "on_disk", e->on_disk);
+            cJSON_AddStringToObject(o, "origin", rows[i].origin);
+            cJSON_AddNumberToObject(o, "last_used_unix_ms", (double)e->last_used_unix_ms);
+            cJSON_AddNumberToObject(o, "hits", (double)e->hits);
             cJSON_AddItemToArray(a, o);
         }
         cJSON *doc = cJSON_CreateObject();
         cJSON_AddItemToObject(doc, "entries", a);
         cli_json_print(doc);
     } else {
-        printf("%-64s  %-20s %-10s %-8s %10s %-9s %6s\n", "key", "candidate", "kind", "arch",
-               "bytes", "where", "hits");
+        printf("%-64s  %-20s %-10s %-8s %10s %-9s %-8s %6s\n", "key", "candidate", "kind", "arch",
+               "bytes", "where", "origin", "hits");
         for (size_t i = 0; i < n; i++) {
-            const char *where = rows[i].in_memory && rows[i].on_disk ? "mem+disk"
-                                : rows[i].in_memory                  ? "mem"
-                                                                     : "disk";
-            printf("%-64s  %-20s %-10s %-8s %10" PRIu64 " %-9s %6" PRIu64 "\n", rows[i].key,
-                   rows[i].candidate, rows[i].kind, rows[i].arch, rows[i].bytes, where,
-                   rows[i].hits);
+            const tsr_client_cache_entry *e = &rows[i].entry;
+            const char *where = e->in_memory && e->on_disk ? "mem+disk"
+                                : e->in_memory             ? "mem"
+                                                           : "disk";
+            /* "-": a daemon or a tenant's listing that does not say. */
+            printf("%-64s  %-20s %-10s %-8s %10" PRIu64 " %-9s %-8s %6" PRIu64 "\n", e->key,
+                   e->candidate, e->kind, e->arch, e->bytes, where,
+                   rows[i].origin[0] != '\0' ? rows[i].origin : "-", e->hits);
         }
     }
-    tsr_client_cache_free(rows);
+    tsr_client_cache_rows_free(rows);
     return CLI_EXIT_OK;
 }
 

@@ -4,7 +4,8 @@
  * Answered on the loop from three flags the loop owns, without tenant
  * attribution (see dispatch_validate), so a liveness or readiness probe needs
  * no token and never waits behind work; it also lists the listeners whose
- * self-probe failed, and the fleet cache while it is degraded.
+ * self-probe failed, and the fleet cache while it is degraded (where Redis is
+ * and why it fails to a caller that may see all: tsrd_tenant_caller_sees_all).
  */
 #include <stdio.h>
 
@@ -34,7 +35,9 @@ static tsr_status health_execute(tsrd_job *job)
         failing[r->n_failing_endpoints++] = line;
     }
     r->failing_endpoints = failing;
-    /* The fleet cache while Redis fails: served without, still ready. */
+    /* The fleet cache while Redis fails: served without, still ready. Where
+     * Redis is and why it fails only to a caller that may see all: a probe
+     * carries no token. */
     if (d->fleet != NULL) {
         tsrd_fleet_stats fs;
         tsrd_fleet_get_stats(d->fleet, &fs);
@@ -42,7 +45,8 @@ static tsr_status health_execute(tsrd_job *job)
         char **degraded = fs.degraded ? tsrd_job_alloc(job, sizeof *degraded) : NULL;
         char *line = degraded != NULL ? tsrd_job_alloc(job, size) : NULL;
         if (line != NULL) {
-            snprintf(line, size, "fleet cache: %s", fs.degraded_why);
+            snprintf(line, size, "fleet cache: %s",
+                     job->sees_all ? fs.degraded_why : TSRD_FLEET_DEGRADED_SHORT);
             degraded[0] = line;
             r->degraded = degraded;
             r->n_degraded = 1;

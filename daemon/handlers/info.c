@@ -63,7 +63,22 @@ static tsr_status stats_execute(tsrd_job *job)
 
 const tsrd_handler tsrd_handler_stats = {.execute = stats_execute};
 
-static tsr_status cache_entry_fill(tsrd_job *job, const tsr_kcache_entry_info *info,
+/* Where the daemon got an entry, as the listing names it. */
+static const char *cache_origin_name(tsr_kcache_level origin)
+{
+    switch (origin) {
+    case TSR_KCACHE_DISK:
+        return "disk";
+    case TSR_KCACHE_FLEET:
+        return "fleet";
+    default:
+        return "compiled";
+    }
+}
+
+/* sees_all: the listing is not scoped to one tenant, which alone may learn
+ * where an entry came from (another tenant's request may have brought it). */
+static tsr_status cache_entry_fill(tsrd_job *job, const tsr_kcache_entry_info *info, bool sees_all,
                                    Tessera__V1__CacheEntry **out)
 {
     Tessera__V1__CacheEntry *e = tsrd_job_alloc(job, sizeof *e);
@@ -85,6 +100,7 @@ static tsr_status cache_entry_fill(tsrd_job *job, const tsr_kcache_entry_info *i
     e->on_disk = info->on_disk != 0;
     e->last_used_unix_ms = info->last_used_unix_ms;
     e->hits = info->hits;
+    e->origin = sees_all ? (char *)cache_origin_name(info->origin) : "";
     *out = e;
     return TSR_OK;
 }
@@ -114,7 +130,7 @@ static tsr_status cache_list_execute(tsrd_job *job)
             st = tsr_error_set(&job->err, TSR_NO_MEMORY, "cache_list: out of memory");
     }
     for (size_t i = 0; st == TSR_OK && i < n; i++, r->n_entries++)
-        st = cache_entry_fill(job, &entries[i], &r->entries[i]);
+        st = cache_entry_fill(job, &entries[i], *view == TSR_KCACHE_ALL_OWNERS, &r->entries[i]);
     free(entries);
     TSRD_JOB_REPLY(job, cache_list, CACHE_LIST);
     return st;

@@ -745,6 +745,8 @@ void tsrd_dispatch(tsrd_daemon *d, tsrd_session *s, void *origin, const uint8_t 
     job->id = env.id;
     job->start_ns = start;
     job->body_case = env.body_case;
+    if (health)
+        job->sees_all = tsrd_tenant_caller_sees_all(d, s, env.auth, env.auth_len);
     d->inflight++;
     if (!health) {
         tsr_status st = dispatch_admit_request(job, s->tenant);

@@ -287,6 +287,7 @@ static bool fleet_pending_take(tsrd_fleet *f, const tsr_fingerprint *key)
 
 static tsr_status fleet_lease_drop(tsrd_fleet *f, tsrd_redis_conn *c, const tsr_fingerprint *key,
                                    tsr_error *err);
+static void fleet_lease_release(tsrd_fleet *f, const tsr_fingerprint *key);
 
 /* ---- lookups ---- */
 
@@ -409,6 +410,9 @@ static tsr_status fleet_fetch(void *ctx, const tsr_fingerprint *key, const tsr_k
         if (taken == 1) {
             look = fleet_get(f, c, key, want, data, len, meta, build_ms, &err);
             if (look == FLEET_FAILED) {
+                /* This node neither builds for the fleet nor publishes now:
+                 * its lease would hold the others back for lease_ms. */
+                fleet_lease_release(f, key);
                 failed = true;
                 break;
             }
@@ -462,6 +466,18 @@ static tsr_status fleet_lease_drop(tsrd_fleet *f, tsrd_redis_conn *c, const tsr_
     return st;
 }
 
+/* Drops key's lease if still this node's, on a connection of its own: the
+ * one whose command just failed may be mid-reply. */
+static void fleet_lease_release(tsrd_fleet *f, const tsr_fingerprint *key)
+{
+    tsrd_redis_conn *c = fleet_conn_take(f);
+    if (c == NULL)
+        return;
+    tsr_error err;
+    tsr_status st = fleet_lease_drop(f, c, key, &err);
+    fleet_conn_give(f, c, st == TSR_OK ? NULL : &err);
+}
+
 void tsrd_fleet_publish(tsrd_fleet *f, const tsr_fingerprint *key, const tsr_kcache_blob *blob)
 {
     if (f == NULL || blob == NULL || !fleet_pending_take(f, key))
@@ -504,12 +520,7 @@ void tsrd_fleet_abandon(tsrd_fleet *f, const tsr_fingerprint *key)
 {
     if (f == NULL || !fleet_pending_take(f, key))
         return;
-    tsrd_redis_conn *c = fleet_conn_take(f);
-    if (c == NULL)
-        return;
-    tsr_error err;
-    tsr_status st = fleet_lease_drop(f, c, key, &err);
-    fleet_conn_give(f, c, st == TSR_OK ? NULL : &err);
+    fleet_lease_release(f, key);
 }
 
 /* ---- signed records: measured winners and verdicts ---- */

@@ -11,7 +11,8 @@
  * miss the node takes a lease (<prefix>lease:<key hex>, SET NX PX lease_ms)
  * and builds; a node that finds the lease taken polls for the entry until the
  * lease's time is up, taking the lease itself should it expire first (its
- * holder died), and builds on its own past that bound. The builder publishes
+ * holder died), and builds on its own past that bound; a node whose look after
+ * taking the lease fails drops the lease at once. The builder publishes
  * with tsrd_fleet_publish once the kernel passed verification, then drops its
  * lease; a build or verification that fails drops it (tsrd_fleet_abandon).
  *
@@ -30,8 +31,8 @@
  * verdicts' calls (through the arbiter), tsrd_fleet_publish, tsrd_fleet_abandon and
  * tsrd_fleet_discard on worker threads, any number at once; tsrd_fleet_get_stats from any thread.
  * Blocking: fetch, publish and discard block on Redis for at most their bounds (fetch: lease_ms
- * plus one command's timeout; the others: a few commands' timeouts); never call them from the event
- * loop. Ownership: the daemon owns the tsrd_fleet.
+ * plus a few commands' timeouts; the others: a few commands' timeouts); never call them from the
+ * event loop. Ownership: the daemon owns the tsrd_fleet.
  */
 #ifndef TESSERAD_SERVE_FLEET_H
 #define TESSERAD_SERVE_FLEET_H
@@ -44,6 +45,10 @@
 #include "tessera/arbiter.h"
 #include "tessera/kcache.h"
 #include "tessera/status.h"
+
+/* What the health reply says of a degraded fleet cache to a caller that may
+ * not see all (serve/tenant.h): neither where Redis is nor the error. */
+#define TSRD_FLEET_DEGRADED_SHORT "Redis commands fail"
 
 /* How long after a failed command no other is tried. */
 #define TSRD_FLEET_RETRY_MS 1000

@@ -81,6 +81,9 @@ struct tsrd_job {
     /* The tenant the request is attributed to and what it holds of the
      * tenant's quotas until it is answered (dispatch.c). */
     tsrd_tenant *tenant;
+    /* Health, which is not attributed: its caller may see what an admin
+     * does (tsrd_tenant_caller_sees_all). */
+    bool sees_all;
     bool holds_compile;
     bool holds_buffer;
     uint64_t holds_bytes;

@@ -73,19 +73,60 @@ static bool redis_copy(char *dst, size_t size, const char *text, size_t n)
     return true;
 }
 
+/* Where the credentials of text end: its last '@' after the scheme, or NULL.
+ * The database path is a number, so any '@' is the userinfo's, and a
+ * password may hold '@' or '/' of its own. */
+static const char *redis_userinfo_end(const char *text)
+{
+    const char *scheme = strstr(text, "://");
+    return strrchr(scheme != NULL ? scheme + 3 : text, '@');
+}
+
 void tsrd_redis_url_shown(const char *text, char *out, size_t size)
 {
     const char *scheme = strstr(text, "://");
     const char *auth = scheme != NULL ? scheme + 3 : text;
-    const char *end = auth + strcspn(auth, "/");
-    const char *at = NULL;
-    for (const char *q = auth; q < end; q++)
-        if (*q == '@')
-            at = q;
+    const char *at = redis_userinfo_end(text);
     if (at == NULL)
         snprintf(out, size, "%s", text);
     else
         snprintf(out, size, "%.*s***%s", (int)(auth - text), text, at);
+}
+
+static int redis_hex_digit(char ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+/* Copies text[0..n) into dst[size], percent-decoding it (%40 is '@', %2F '/'):
+ * 0, or -1 when it does not fit, -2 for a '%' not followed by two hex digits
+ * or one that decodes to NUL. */
+static int redis_copy_decoded(char *dst, size_t size, const char *text, size_t n)
+{
+    size_t used = 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = text[i];
+        if (ch == '%') {
+            if (i + 2 >= n)
+                return -2;
+            int a = redis_hex_digit(text[i + 1]), b = redis_hex_digit(text[i + 2]);
+            if (a < 0 || b < 0 || (a == 0 && b == 0))
+                return -2;
+            ch = (char)(a * 16 + b);
+            i += 2;
+        }
+        if (used + 1 >= size)
+            return -1;
+        dst[used++] = ch;
+    }
+    dst[used] = '\0';
+    return 0;
 }
 
 tsr_status tsrd_redis_url_parse(const char *url, tsrd_redis_url *out, tsr_error *err)
@@ -104,18 +145,27 @@ tsr_status tsrd_redis_url_parse(const char *url, tsrd_redis_url *out, tsr_error 
         return tsr_error_set(err, TSR_BAD_ATTRIBUTE,
                              "fleet_cache.url '%s': must start with redis:// or rediss://", text);
     }
-    const char *end = p + strcspn(p, "/");
-    const char *at = memchr(p, '@', (size_t)(end - p));
+    /* user:password up to the last '@'; the user ends at the first ':' (a ':'
+     * of the user's own is written %3A). */
+    const char *at = redis_userinfo_end(url);
     if (at != NULL) {
         const char *colon = memchr(p, ':', (size_t)(at - p));
         const char *user_end = colon != NULL ? colon : at;
-        if (!redis_copy(out->user, sizeof out->user, p, (size_t)(user_end - p)) ||
-            (colon != NULL &&
-             !redis_copy(out->password, sizeof out->password, colon + 1, (size_t)(at - colon - 1))))
+        int r = redis_copy_decoded(out->user, sizeof out->user, p, (size_t)(user_end - p));
+        if (r == 0 && colon != NULL)
+            r = redis_copy_decoded(out->password, sizeof out->password, colon + 1,
+                                   (size_t)(at - colon - 1));
+        if (r != 0) {
+            memset(out, 0, sizeof *out);
             return tsr_error_set(err, TSR_BAD_ATTRIBUTE,
-                                 "fleet_cache.url: user or password too long");
+                                 r == -1 ? "fleet_cache.url '%s': user or password too long"
+                                         : "fleet_cache.url '%s': a '%%' in the user or password "
+                                           "that is not '%%' and two hex digits (or is %%00)",
+                                 text);
+        }
         p = at + 1;
     }
+    const char *end = p + strcspn(p, "/");
     const char *host_end;
     const char *port = NULL;
     if (*p == '[') { /* [v6 address] */

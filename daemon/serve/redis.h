@@ -27,7 +27,10 @@
 
 #include "tessera/status.h"
 
-/* A parsed redis:// or rediss:// URL: rediss?://[[user]:password@]host[:port][/db]. */
+/* A parsed redis:// or rediss:// URL: rediss?://[[user]:password@]host[:port][/db].
+ * The credentials run to the URL's last '@' (a password may hold '@' or '/'),
+ * the user to their first ':', and both may be percent-encoded (%40 for '@',
+ * %2F for '/', %3A for a ':' in the user). */
 typedef struct tsrd_redis_url {
     bool tls;
     char host[256];
@@ -37,13 +40,15 @@ typedef struct tsrd_redis_url {
     int db; /* 0 when absent */
 } tsrd_redis_url;
 
-/* TSR_BAD_ATTRIBUTE naming what is wrong (scheme, host, port, db); the
- * message quotes the URL as tsrd_redis_url_shown writes it. */
+/* TSR_BAD_ATTRIBUTE naming what is wrong (scheme, credentials' length or
+ * percent-encoding, host, port, db); the message quotes the URL as
+ * tsrd_redis_url_shown writes it. */
 tsr_status tsrd_redis_url_parse(const char *text, tsrd_redis_url *out, tsr_error *err);
 
-/* text as it may be logged: the credentials of a URL (what precedes the last
- * '@' before the path) replaced by "***", so that a password never reaches
- * an error message or the log. Cut to size bytes. */
+/* text as it may be logged: the credentials of a URL (what lies between the
+ * scheme and its last '@', as tsrd_redis_url_parse reads them) replaced by
+ * "***", so that a password never reaches an error message or the log. Cut
+ * to size bytes. */
 void tsrd_redis_url_shown(const char *text, char *out, size_t size);
 
 /* The TLS settings shared by every connection: the CA file's certificates (PEM;

@@ -142,6 +142,19 @@ tsr_status tsrd_tenant_attribute(tsrd_daemon *d, tsrd_session *s, const char *au
                                        err);
 }
 
+bool tsrd_tenant_caller_sees_all(tsrd_daemon *d, const tsrd_session *s, const uint8_t *auth,
+                                 size_t auth_len)
+{
+    if (d->tenants == NULL)
+        return true;
+    const tsrd_tenant *t = NULL;
+    if (auth != NULL && auth_len > 0)
+        t = auth_len <= TSRD_AUTH_MAX ? tenant_by_token(d, auth, auth_len) : NULL;
+    else if (s != NULL)
+        t = tenant_by_peer(d, s);
+    return t != NULL && tsrd_scope_sees_all(d, t);
+}
+
 uint64_t tsrd_tenant_replay_budget(const tsrd_daemon *d, const tsrd_tenant *t)
 {
     return t->conf.quota.replay_bytes != 0 ? t->conf.quota.replay_bytes

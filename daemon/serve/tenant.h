@@ -26,6 +26,13 @@ tsr_status tsrd_tenant_attribute_bytes(tsrd_daemon *d, tsrd_session *s, const ui
 tsr_status tsrd_tenant_attribute(tsrd_daemon *d, tsrd_session *s, const char *auth,
                                  tsrd_tenant **out, tsr_error *err);
 
+/* Whether the caller of a request that is not attributed (health) may see
+ * what an admin sees: without tenants everyone; with them, a caller whose
+ * token (auth_len bytes), or without one whose ipc peer, is of a tenant that
+ * sees all (serve/scope.h). Binds nothing to the session. Loop thread. */
+bool tsrd_tenant_caller_sees_all(tsrd_daemon *d, const tsrd_session *s, const uint8_t *auth,
+                                 size_t auth_len);
+
 /* The most bytes of stored replies t's connections keep: its replay_bytes
  * quota, else the daemon-wide replay_bytes_per_tenant. */
 uint64_t tsrd_tenant_replay_budget(const tsrd_daemon *d, const tsrd_tenant *t);

@@ -84,6 +84,24 @@ static bool scope_lists(tsr_client *c, const char *key, tsr_client_cache_entry *
     return found;
 }
 
+/* The origin c's listing gives key's entry, into origin (NULL when c lists
+ * no such entry). */
+static const char *scope_origin(tsr_client *c, const char *key, char *origin, size_t size)
+{
+    tsr_client_cache_row *rows = NULL;
+    size_t n = 0;
+    tsr_error err;
+    cr_assert_eq(tsr_client_cache_list_rows(c, &rows, &n, 0, &err), TSR_OK, "%s", err.message);
+    const char *found = NULL;
+    for (size_t i = 0; i < n && found == NULL; i++)
+        if (strcmp(rows[i].entry.key, key) == 0) {
+            snprintf(origin, size, "%s", rows[i].origin);
+            found = origin;
+        }
+    tsr_client_cache_rows_free(rows);
+    return found;
+}
+
 static size_t scope_count(tsr_client *c)
 {
     tsr_client_cache_entry *rows = NULL;
@@ -234,5 +252,20 @@ Test(cache_tenants, ops_sees_and_evicts_every_tenants_entries)
     cr_expect_eq(scope_count(bob), 0);
     tsr_client_close(alice);
     tsr_client_close(bob);
+    tsr_client_close(ops);
+}
+
+Test(cache_tenants, only_a_listing_of_every_entry_says_where_it_came_from)
+{
+    tsr_client *alice = scope_client(TOKEN_ALICE), *ops = scope_client(TOKEN_OPS);
+    tsr_client_compiled k = scope_compile(alice, 48);
+    char origin[TSR_CLIENT_NAME_MAX];
+    /* alice's own listing: her compile of an entry another tenant brought in
+     * reads as a build, which an origin must not contradict. */
+    cr_assert_not_null(scope_origin(alice, k.key, origin, sizeof origin));
+    cr_expect_str_eq(origin, "");
+    cr_assert_not_null(scope_origin(ops, k.key, origin, sizeof origin));
+    cr_expect_str_eq(origin, "compiled");
+    tsr_client_close(alice);
     tsr_client_close(ops);
 }

@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "tessera/client.h"
 #include "../support/fixture.h"
 #include "../support/fleet_env.h"
@@ -104,6 +105,77 @@ Test(fleet_cache, a_compile_on_one_node_is_a_fleet_hit_on_another_without_compil
     tsr_client_compiled third;
     fleet_compile(&b, 64, &third);
     cr_expect_str_eq(third.decision.cache_level, "disk");
+    fleet_finish(&e, &a, &b);
+}
+
+/* Where d's cache listing says key's entry came from, into origin. */
+static void fleet_origin(const testd *d, const char *key, char *origin, size_t size)
+{
+    tsr_client *c = fixture_client(d, 30000);
+    tsr_client_cache_row *rows = NULL;
+    size_t n = 0;
+    tsr_error err;
+    cr_assert_eq(tsr_client_cache_list_rows(c, &rows, &n, 0, &err), TSR_OK, "%s", err.message);
+    origin[0] = '\0';
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(rows[i].entry.key, key) == 0)
+            snprintf(origin, size, "%s", rows[i].origin);
+    tsr_client_cache_rows_free(rows);
+    tsr_client_close(c);
+    cr_assert_neq(origin[0], '\0', "no entry %s listed", key);
+}
+
+/* The words of the line `tessera-cli cache ls` prints for key on d. */
+static int fleet_cli_ls(const testd *d, const char *key, char words[8][80])
+{
+    char cli[300], cmd[768], line[512];
+    testd_bin(d, "tessera-cli", cli, sizeof cli);
+    snprintf(cmd, sizeof cmd, "%s --url %s cache ls 2>&1", cli, d->url);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    int n = 0;
+    while (fgets(line, sizeof line, p) != NULL)
+        if (strncmp(line, key, strlen(key)) == 0)
+            n = sscanf(line, "%79s %79s %79s %79s %79s %79s %79s %79s", words[0], words[1],
+                       words[2], words[3], words[4], words[5], words[6], words[7]);
+    cr_assert_eq(pclose(p), 0, "%s", cmd);
+    return n;
+}
+
+Test(fleet_cache, the_cache_listing_says_where_each_entry_came_from)
+{
+    fleet_env e;
+    testd a, b;
+    fleet_setup_two(&e, &a, &b);
+    tsr_client_compiled first, second;
+    fleet_compile(&a, 56, &first);
+    fleet_compile(&b, 56, &second);
+    cr_assert_str_eq(second.decision.cache_level, "fleet");
+    char origin[TSR_CLIENT_NAME_MAX];
+    fleet_origin(&a, first.key, origin, sizeof origin);
+    cr_expect_str_eq(origin, "compiled");
+    fleet_origin(&b, first.key, origin, sizeof origin);
+    cr_expect_str_eq(origin, "fleet");
+    /* A use from memory keeps the origin. */
+    fleet_compile(&b, 56, &second);
+    cr_expect_str_eq(second.decision.cache_level, "memory");
+    fleet_origin(&b, first.key, origin, sizeof origin);
+    cr_expect_str_eq(origin, "fleet");
+
+    char words[8][80];
+    cr_assert_eq(fleet_cli_ls(&b, first.key, words), 8);
+    cr_expect_str_eq(words[5], "mem+disk");
+    cr_expect_str_eq(words[6], "fleet");
+
+    /* After a restart the entry is b's disk's. */
+    cr_assert_eq(testd_stop(&b), 0);
+    cr_assert_eq(testd_restart(&b, NULL), 0);
+    fleet_origin(&b, first.key, origin, sizeof origin);
+    cr_expect_str_eq(origin, "disk");
+    fleet_compile(&b, 56, &second);
+    cr_expect_str_eq(second.decision.cache_level, "disk");
+    fleet_origin(&b, first.key, origin, sizeof origin);
+    cr_expect_str_eq(origin, "disk");
     fleet_finish(&e, &a, &b);
 }
 
@@ -220,6 +292,58 @@ Test(fleet_cache, redis_killed_mid_run_costs_no_request)
     cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 3.0,
                  "one publish before the kill, the compile that cleared the mark, and one more");
     fleet_finish(&e, &a, NULL);
+}
+
+#define FLEET_TOKEN_ALICE "alice-fleet-token"
+#define FLEET_TOKEN_OPS "ops-fleet-token"
+
+Test(fleet_cache, health_names_redis_only_to_a_caller_that_sees_all)
+{
+    fleet_env e;
+    fleet_setup(&e);
+    char ha[65], ho[65];
+    tsrd_token_hash(FLEET_TOKEN_ALICE, strlen(FLEET_TOKEN_ALICE), ha);
+    tsrd_token_hash(FLEET_TOKEN_OPS, strlen(FLEET_TOKEN_OPS), ho);
+    /* testd's hello, and the compiles below, go as alice. */
+    setenv("TESSERA_TOKEN", FLEET_TOKEN_ALICE, 1);
+    testd a;
+    cr_assert_eq(testd_start_config(&a, NULL,
+                                    "{\"tenants\": ["
+                                    "{\"name\": \"alice\", \"token_sha256\": [\"%s\"]},"
+                                    "{\"name\": \"ops\", \"token_sha256\": [\"%s\"],"
+                                    " \"admin\": true}],"
+                                    " \"fleet_cache\": {\"url\": \"redis://127.0.0.1:%d\", "
+                                    "\"key_file\": \"%s\", \"timeout_ms\": 500}}\n",
+                                    ha, ho, e.port, e.key_file),
+                 0);
+    fleet_redis_kill(&e);
+    tsr_client_compiled out;
+    fleet_compile(&a, 20, &out);
+    cr_expect_eq(out.decision.cache_hit, false);
+
+    char full[128];
+    snprintf(full, sizeof full,
+             "fleet cache: redis://127.0.0.1:%d/0: redis: connect: Connection refused", e.port);
+    const struct {
+        const char *token;
+        const char *line;
+    } callers[] = {
+        {NULL, "fleet cache: Redis commands fail"},
+        {FLEET_TOKEN_ALICE, "fleet cache: Redis commands fail"},
+        {"not-a-token", "fleet cache: Redis commands fail"},
+        {FLEET_TOKEN_OPS, full},
+    };
+    for (size_t i = 0; i < sizeof callers / sizeof callers[0]; i++) {
+        Tessera__V1__Reply *reply = testd_health_as(&a, callers[i].token, 10000);
+        cr_assert_not_null(reply);
+        cr_assert_eq(reply->body_case, TESSERA__V1__REPLY__BODY_HEALTH);
+        cr_expect_eq(reply->health->state, TESSERA__V1__HEALTH_STATE__HEALTH_STATE_READY);
+        cr_assert_eq(reply->health->n_degraded, 1);
+        cr_expect_str_eq(reply->health->degraded[0], callers[i].line, "caller %zu", i);
+        tessera__v1__reply__free_unpacked(reply, NULL);
+    }
+    fleet_finish(&e, &a, NULL);
+    unsetenv("TESSERA_TOKEN");
 }
 
 Test(fleet_cache, a_dead_lease_holder_blocks_no_one_past_its_lease)

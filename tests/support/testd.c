@@ -385,6 +385,11 @@ void testd_tensor_f32(Tessera__V1__Tensor *t, int64_t *shape, size_t rank, void 
 
 Tessera__V1__Reply *testd_health(const testd *d, int timeout_ms)
 {
+    return testd_health_as(d, NULL, timeout_ms);
+}
+
+Tessera__V1__Reply *testd_health_as(const testd *d, const char *token, int timeout_ms)
+{
     uint32_t sock;
     int rv = testd_raw_open(d, &sock);
     Tessera__V1__Reply *reply = NULL;
@@ -392,6 +397,8 @@ Tessera__V1__Reply *testd_health(const testd *d, int timeout_ms)
         Tessera__V1__Request req;
         Tessera__V1__HealthRequest body;
         testd_request_health(&req, &body, 0x4ea1);
+        if (token != NULL)
+            req.auth = (char *)token;
         rv = testd_raw_request(sock, &req, timeout_ms, &reply);
         testd_raw_close(sock);
     }

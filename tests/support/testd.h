@@ -129,6 +129,8 @@ void testd_tensor_f32(Tessera__V1__Tensor *t, int64_t *shape, size_t rank, void 
  * (with a line on stderr) when it could not be sent, was not answered or does
  * not decode. Free it with tessera__v1__reply__free_unpacked. */
 Tessera__V1__Reply *testd_health(const testd *d, int timeout_ms);
+/* The same, the request carrying token (NULL: none) as its auth. */
+Tessera__V1__Reply *testd_health_as(const testd *d, const char *token, int timeout_ms);
 
 /* Packs req as it is (id included) and sends it as testd_raw_send does. */
 int testd_raw_request(uint32_t sock_id, const Tessera__V1__Request *req, int timeout_ms,

@@ -3,14 +3,20 @@
  * (serve/fleet.h) against a real redis-server: what one node puts another
  * gets, a record changed in Redis or signed under another fleet key is not
  * used, and a Redis that is gone costs a miss, counted. The verdict records'
- * format and keys are tested on their own, without Redis. The kernels' path
- * is tests/e2e/fleet_cache_test.c.
+ * format and keys are tested on their own, without Redis, and a lookup whose
+ * look after taking the lease fails against a stand-in that answers so. The
+ * kernels' path is tests/e2e/fleet_cache_test.c.
  */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "serve/fleet.h"
@@ -446,4 +452,186 @@ Test(fleet, a_changed_verdict_is_refused_and_counted)
     redisFree(rc);
     tsrd_fleet_close(a);
     fleet_teardown(&e);
+}
+
+/* ---- a lease whose second look fails ---- */
+
+/* A Redis stand-in: no entry for any GET but an error for every GET after a
+ * SET (the look that follows taking the lease), OK for SET, 1 for EVAL. It
+ * records each command as its arguments joined by spaces. */
+typedef struct lease_server {
+    int listen_fd;
+    int conns;
+    pthread_t threads[2];
+    pthread_mutex_t lock;
+    bool set_seen;
+    char log[8][512];
+    int n_log;
+} lease_server;
+
+/* Reads one RESP command from fd (buf holds *have bytes read ahead) into
+ * line, its arguments joined by spaces: false when the connection ends. */
+static bool lease_read_command(int fd, char *buf, size_t *have, char *line, size_t size)
+{
+    for (;;) {
+        /* *N\r\n then N times $len\r\nbytes\r\n */
+        size_t pos = 0, used = 0;
+        bool whole = false;
+        line[0] = '\0';
+        if (*have > 0 && buf[0] == '*') {
+            long n = strtol(buf + 1, NULL, 10);
+            char *eol = memmem(buf, *have, "\r\n", 2);
+            pos = eol != NULL ? (size_t)(eol - buf) + 2 : *have + 1;
+            long i = 0;
+            for (; i < n && pos < *have; i++) {
+                if (buf[pos] != '$')
+                    break;
+                long len = strtol(buf + pos + 1, NULL, 10);
+                eol = memmem(buf + pos, *have - pos, "\r\n", 2);
+                if (eol == NULL || (size_t)(eol - buf) + 2 + (size_t)len + 2 > *have)
+                    break;
+                pos = (size_t)(eol - buf) + 2;
+                used += (size_t)snprintf(line + used, size - used, "%s%.*s", i > 0 ? " " : "",
+                                         (int)len, buf + pos);
+                if (used >= size)
+                    used = size - 1;
+                pos += (size_t)len + 2;
+            }
+            whole = i == n;
+        }
+        if (whole) {
+            memmove(buf, buf + pos, *have - pos);
+            *have -= pos;
+            return true;
+        }
+        ssize_t got = recv(fd, buf + *have, 4096 - *have, 0);
+        if (got <= 0)
+            return false;
+        *have += (size_t)got;
+    }
+}
+
+typedef struct lease_conn {
+    lease_server *s;
+    int fd;
+} lease_conn;
+
+/* Serves one connection (the lookup's, then the lease's drop on another). */
+static void *lease_conn_main(void *arg)
+{
+    lease_conn *c = arg;
+    lease_server *s = c->s;
+    char buf[4096], line[512];
+    size_t have = 0;
+    while (lease_read_command(c->fd, buf, &have, line, sizeof line)) {
+        const char *reply = "-ERR unknown\r\n";
+        pthread_mutex_lock(&s->lock);
+        if (s->n_log < 8)
+            snprintf(s->log[s->n_log++], sizeof s->log[0], "%s", line);
+        if (strncmp(line, "GET ", 4) == 0) {
+            reply = s->set_seen ? "-ERR injected failure\r\n" : "$-1\r\n";
+        } else if (strncmp(line, "SET ", 4) == 0) {
+            reply = "+OK\r\n";
+            s->set_seen = true;
+        } else if (strncmp(line, "EVAL ", 5) == 0) {
+            reply = ":1\r\n";
+        }
+        pthread_mutex_unlock(&s->lock);
+        send(c->fd, reply, strlen(reply), MSG_NOSIGNAL);
+    }
+    close(c->fd);
+    free(c);
+    return NULL;
+}
+
+static void *lease_server_main(void *arg)
+{
+    lease_server *s = arg;
+    while (s->conns < 2) {
+        int fd = accept(s->listen_fd, NULL, NULL);
+        if (fd < 0)
+            return NULL;
+        lease_conn *c = malloc(sizeof *c);
+        c->s = s;
+        c->fd = fd;
+        pthread_create(&s->threads[s->conns++], NULL, lease_conn_main, c);
+    }
+    return NULL;
+}
+
+Test(fleet, a_lease_is_dropped_when_the_look_after_taking_it_fails)
+{
+    lease_server s = {.listen_fd = socket(AF_INET, SOCK_STREAM, 0),
+                      .lock = PTHREAD_MUTEX_INITIALIZER};
+    cr_assert_geq(s.listen_fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof a;
+    cr_assert_eq(bind(s.listen_fd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(listen(s.listen_fd, 2), 0);
+    cr_assert_eq(getsockname(s.listen_fd, (struct sockaddr *)&a, &alen), 0);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, lease_server_main, &s), 0);
+
+    char dir[] = "/tmp/tsr-lease-XXXXXX", key_file[64], url[64];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(key_file, sizeof key_file, "%s/fleet.key", dir);
+    int fd = open(key_file, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    cr_assert_geq(fd, 0);
+    uint8_t fleet_key[32];
+    memset(fleet_key, 0x21, sizeof fleet_key);
+    cr_assert_eq(write(fd, fleet_key, sizeof fleet_key), (ssize_t)sizeof fleet_key);
+    close(fd);
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", ntohs(a.sin_port));
+    tsrd_fleet_config cfg = {.url = url,
+                             .key_file = key_file,
+                             .ttl_s = 60,
+                             .max_entry_bytes = 1 << 20,
+                             .timeout_ms = 5000,
+                             .lease_ms = 60000};
+    tsrd_fleet *f = NULL;
+    tsr_error err;
+    cr_assert_eq(tsrd_fleet_open(&cfg, &f, &err), TSR_OK, "%s", err.message);
+
+    tsr_fingerprint key = verdict_fingerprint(0x5e);
+    tsr_kcache_meta want = tsr_kcache_meta_of("tier1", "pointwise", "sm_90a"), meta;
+    uint8_t *data = NULL;
+    size_t len = 0;
+    double build_ms = 0;
+    tsr_kcache_remote r = tsrd_fleet_remote(f);
+    cr_expect_eq(r.fetch(r.ctx, &key, &want, &data, &len, &meta, &build_ms), TSR_NOT_FOUND);
+    cr_expect_null(data);
+    tsrd_fleet_stats st = fleet_stats(f);
+    cr_expect_eq(st.errors, 1);
+    cr_expect_eq(st.hits, 0);
+    cr_expect(st.degraded);
+    tsrd_fleet_close(f);
+    /* Ends the accept of a second connection that never comes. */
+    shutdown(s.listen_fd, SHUT_RDWR);
+    pthread_join(th, NULL);
+    for (int i = 0; i < s.conns; i++)
+        pthread_join(s.threads[i], NULL);
+    close(s.listen_fd);
+
+    char hex[TSR_FINGERPRINT_HEX], lease[160], kernel[160];
+    tsr_fingerprint_hex(&key, hex);
+    snprintf(kernel, sizeof kernel, "GET tessera:kernel:%s", hex);
+    snprintf(lease, sizeof lease, "SET tessera:lease:%s ", hex);
+    cr_assert_eq(s.n_log, 4, "commands: %d", s.n_log);
+    cr_expect_str_eq(s.log[0], kernel);
+    cr_expect_eq(strncmp(s.log[1], lease, strlen(lease)), 0, "%s", s.log[1]);
+    cr_expect_str_eq(s.log[2], kernel);
+    /* The lease dropped on a second connection, by the script that deletes it
+     * only while it holds the value this node set. */
+    const char *owner = s.log[1] + strlen(lease);
+    size_t owner_len = strcspn(owner, " ");
+    char drop[640];
+    snprintf(drop, sizeof drop, "1 tessera:lease:%s %.*s", hex, (int)owner_len, owner);
+    static const char script[] = "EVAL if redis.call('GET', KEYS[1]) == ARGV[1] then";
+    cr_expect_eq(strncmp(s.log[3], script, strlen(script)), 0, "%s", s.log[3]);
+    size_t l3 = strlen(s.log[3]), ld = strlen(drop);
+    cr_expect(l3 > ld && strcmp(s.log[3] + l3 - ld, drop) == 0, "%s", s.log[3]);
+    cr_expect_eq(s.conns, 2);
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
 }

@@ -76,7 +76,66 @@ Test(redis, bad_urls_are_quoted_without_their_password)
     tsrd_redis_url_shown("redis://r:6379/0", shown, sizeof shown);
     cr_expect_str_eq(shown, "redis://r:6379/0");
     tsrd_redis_url_shown("r@x/a@b", shown, sizeof shown);
-    cr_expect_str_eq(shown, "***@x/a@b");
+    cr_expect_str_eq(shown, "***@b");
+}
+
+Test(redis, a_password_may_hold_at_signs_and_slashes)
+{
+    tsrd_redis_url u = url_ok("redis://fleet:p@ss/w@rd@cache.internal:6380/2");
+    cr_expect_str_eq(u.user, "fleet");
+    cr_expect_str_eq(u.password, "p@ss/w@rd");
+    cr_expect_str_eq(u.host, "cache.internal");
+    cr_expect_str_eq(u.port, "6380");
+    cr_expect_eq(u.db, 2);
+    /* A ':' in the password is its own: the user ends at the first. */
+    u = url_ok("rediss://:a:b/c@[::1]");
+    cr_expect_str_eq(u.user, "");
+    cr_expect_str_eq(u.password, "a:b/c");
+    cr_expect_str_eq(u.host, "::1");
+    cr_expect_str_eq(u.port, "6379");
+    cr_expect_eq(u.db, 0);
+}
+
+Test(redis, user_and_password_are_percent_decoded)
+{
+    tsrd_redis_url u = url_ok("redis://ops%3Aa%40b:p%40ss%2Fw%2frd%25@r:7000/1");
+    cr_expect_str_eq(u.user, "ops:a@b");
+    cr_expect_str_eq(u.password, "p@ss/w/rd%");
+    cr_expect_str_eq(u.host, "r");
+    cr_expect_str_eq(u.port, "7000");
+    cr_expect_eq(u.db, 1);
+    /* The host and the rest are not decoded, nor is a decoded '@' a separator. */
+    u = url_ok("redis://:x%40y@r");
+    cr_expect_str_eq(u.password, "x@y");
+    cr_expect_str_eq(u.host, "r");
+}
+
+Test(redis, a_bad_percent_encoding_is_refused_without_the_password)
+{
+    url_bad("redis://:s3cret%4@r",
+            "fleet_cache.url 'redis://***@r': a '%' in the user or password that is not '%' "
+            "and two hex digits (or is %00)");
+    url_bad("redis://:s3%zzcret@r",
+            "fleet_cache.url 'redis://***@r': a '%' in the user or password that is not '%' "
+            "and two hex digits (or is %00)");
+    url_bad("redis://u%00:s3cret@r",
+            "fleet_cache.url 'redis://***@r': a '%' in the user or password that is not '%' "
+            "and two hex digits (or is %00)");
+    char longpw[400];
+    snprintf(longpw, sizeof longpw, "redis://:%0300d@r", 7);
+    url_bad(longpw, "fleet_cache.url 'redis://***@r': user or password too long");
+}
+
+Test(redis, a_password_with_at_signs_or_slashes_is_never_shown)
+{
+    /* The database is wrong, so the message quotes the URL. */
+    url_bad("redis://fleet:p@ss/w@rd@r/x",
+            "fleet_cache.url 'redis://***@r/x': the database must be a number");
+    url_bad("rediss://:a/b@c@r:0",
+            "fleet_cache.url 'rediss://***@r:0': the port must be 1 to 65535");
+    char shown[64];
+    tsrd_redis_url_shown("redis://u:pa/ss@host:6379/0", shown, sizeof shown);
+    cr_expect_str_eq(shown, "redis://***@host:6379/0");
 }
 
 Test(redis, a_port_nobody_listens_on_is_unavailable_with_the_reason)

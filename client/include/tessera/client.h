@@ -400,6 +400,27 @@ tsr_status tsr_client_cache_list(tsr_client *c, tsr_client_cache_entry **rows, s
                                  int timeout_ms, tsr_error *err);
 void tsr_client_cache_free(tsr_client_cache_entry *rows);
 
+/* A kernel cache entry and where the daemon got it: a struct of its own, so
+ * that tsr_client_cache_entry keeps its size (the library's ABI 0). */
+typedef struct tsr_client_cache_row {
+    tsr_client_cache_entry entry;
+    /* "compiled" (built by the daemon), "disk" (read from its disk cache) or
+     * "fleet" (fetched from the fleet cache, docs/cache.md); "" when the
+     * daemon does not say: one that predates the field, or a listing for a
+     * tenant that sees only its own entries (another tenant's request may have
+     * brought an entry in). */
+    char origin[TSR_CLIENT_NAME_MAX];
+} tsr_client_cache_row;
+
+/* Lists the kernel cache as tsr_client_cache_list does (the same request),
+ * with each entry's origin. *rows is malloc'd and *count rows long; free it
+ * with tsr_client_cache_rows_free. Blocking, threading and errors as for
+ * every call (top of this header). */
+tsr_status tsr_client_cache_list_rows(tsr_client *c, tsr_client_cache_row **rows, size_t *count,
+                                      int timeout_ms, tsr_error *err);
+/* Frees what tsr_client_cache_list_rows returned (NULL is ignored). */
+void tsr_client_cache_rows_free(tsr_client_cache_row *rows);
+
 /* Evicts one entry by hex key, or every entry with key "all". *evicted (may be
  * NULL) receives the count. TSR_NOT_FOUND for an unknown key. */
 tsr_status tsr_client_cache_evict(tsr_client *c, const char *key, uint32_t *evicted, int timeout_ms,

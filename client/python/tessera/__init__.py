@@ -352,6 +352,7 @@ class CacheRow(TypedDict):
     arch: str
     bytes: int
     hits: int
+    origin: str
 
 
 class BatchResult(TypedDict):
@@ -1095,18 +1096,21 @@ class Client:
 
     def cache_list(self) -> "List[CacheRow]":
         """The daemon's kernel cache, as `tessera-cli cache ls`: a list of dicts
-        with key (hex, for cache_evict), candidate, kind, arch, bytes and hits."""
-        rows = ctypes.POINTER(_lib.CacheEntry)()
+        with key (hex, for cache_evict), candidate, kind, arch, bytes, hits and
+        origin, where the daemon got the entry: "compiled", "disk" or "fleet"
+        ("" in a listing for a tenant that sees only its own entries)."""
+        rows = ctypes.POINTER(_lib.CacheRow)()
         n = c_size_t()
         err = _lib.Error()
-        _check(lib.tsr_client_cache_list(self._c, byref(rows), byref(n), self.timeout_ms,
-                                         byref(err)), err)
+        _check(lib.tsr_client_cache_list_rows(self._c, byref(rows), byref(n), self.timeout_ms,
+                                              byref(err)), err)
         try:
-            return [{"key": _s(e.key), "candidate": _s(e.candidate), "kind": _s(e.kind),
-                     "arch": _s(e.arch), "bytes": e.bytes, "hits": e.hits}
-                    for e in rows[:n.value]]
+            return [{"key": _s(r.entry.key), "candidate": _s(r.entry.candidate),
+                     "kind": _s(r.entry.kind), "arch": _s(r.entry.arch),
+                     "bytes": r.entry.bytes, "hits": r.entry.hits, "origin": _s(r.origin)}
+                    for r in rows[:n.value]]
         finally:
-            lib.tsr_client_cache_free(rows)
+            lib.tsr_client_cache_rows_free(rows)
 
     def cache_evict(self, key: str) -> int:
         """Evicts one kernel cache entry by its hex key, or every entry with

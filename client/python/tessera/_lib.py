@@ -133,6 +133,10 @@ class CacheEntry(Structure):
                 ("hits", c_uint64)]
 
 
+class CacheRow(Structure):
+    _fields_ = [("entry", CacheEntry), ("origin", c_char * NAME_MAX)]
+
+
 class LaunchDesc(Structure):
     _fields_ = [("kernel", c_uint64), ("n_inputs", c_int), ("inputs", POINTER(c_uint64)),
                 ("output", c_uint64)]
@@ -225,6 +229,9 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         "tsr_client_cache_list": (c_int, [P, POINTER(POINTER(CacheEntry)), POINTER(c_size_t),
                                           c_int, E]),
         "tsr_client_cache_free": (None, [POINTER(CacheEntry)]),
+        "tsr_client_cache_list_rows": (c_int, [P, POINTER(POINTER(CacheRow)), POINTER(c_size_t),
+                                               c_int, E]),
+        "tsr_client_cache_rows_free": (None, [POINTER(CacheRow)]),
         "tsr_client_cache_evict": (c_int, [P, c_char_p, POINTER(c_uint32), c_int, E]),
     }
     # The data plane (client/dataplane.c).

@@ -196,6 +196,14 @@ def test_stats_count_requests(client):
     assert isinstance(s, dict) and len(s) > 0
 
 
+def test_cache_list_says_where_each_entry_came_from(client):
+    k = client.compile(ADD)
+    rows = [r for r in client.cache_list() if r["key"] == k.key]
+    assert len(rows) == 1
+    assert rows[0]["origin"] == "compiled"
+    assert (rows[0]["candidate"], rows[0]["kind"]) == (k.decision.candidate, "pointwise")
+
+
 def test_connect_to_nothing_is_unavailable(tmp_path):
     with pytest.raises(tessera.TesseraError) as e:
         tessera.connect("ipc://" + str(tmp_path / "none"))

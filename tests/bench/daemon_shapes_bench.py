@@ -47,6 +47,15 @@ def matmul(name, dtype, m, n, k):
             [(m, k), (k, n)], lambda a, w: a @ w, 2 * m * n * k)
 
 
+def pointwise(name, dtype, inputs, ops, torch_fn):
+    """A pointwise DAG against torch.compile of the same expression (the lane's
+    goal); the rate columns show TB/s moved (inputs read, output written)."""
+    region = {"kind": "pointwise", "dtype": dtype,
+              "inputs": [{"name": n, "shape": list(s)} for n, s in inputs],
+              "ops": ops, "output": ops[-1]["out"]}
+    return (name, region, [s for _, s in inputs], torch.compile(torch_fn), None)
+
+
 CASES = [
     attention("attention B4 H32 S4096 D128", 4, 32, 32, 4096, 4096, 128, False),
     attention("attention causal B4 H32 kv8 S4096 D128", 4, 32, 8, 4096, 4096, 128, True),
@@ -58,6 +67,18 @@ CASES = [
     matmul("matmul f16 4096^3", "f16", 4096, 4096, 4096),
     matmul("matmul bf16 3000x5000x4000", "bf16", 3000, 5000, 4000),
     matmul("matmul bf16 M16 N8192 K8192", "bf16", 16, 8192, 8192),
+    pointwise("pointwise relu(a+b)*sigmoid(c) f32 2^28 (torch.compile)", "f32",
+              [("a", (1 << 28,)), ("b", (1 << 28,)), ("c", (1 << 28,))],
+              [{"op": "add", "args": ["a", "b"], "out": "s"},
+               {"op": "relu", "args": ["s"], "out": "r"},
+               {"op": "sigmoid", "args": ["c"], "out": "g"},
+               {"op": "mul", "args": ["r", "g"], "out": "y"}],
+              lambda a, b, c: torch.relu(a + b) * torch.sigmoid(c)),
+    pointwise("pointwise silu(x*w) bf16 16384x8192, w (8192) (torch.compile)", "bf16",
+              [("x", (16384, 8192)), ("w", (8192,))],
+              [{"op": "mul", "args": ["x", "w"], "out": "p"},
+               {"op": "silu", "args": ["p"], "out": "y"}],
+              lambda x, w: F.silu(x * w)),
 ]
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
@@ -97,11 +118,15 @@ def main():
         torch_ms = median_per_call(lambda: [torch_fn(*ins) for _ in range(BATCH)])
         client.batch([(compiled, bufs, out_buf)])
         diff = ((out.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
-        print("| %s | %s (%d) | %s | %.0f | %.3f | %.1f | %.3f | %.1f | %.2f | %.1e |"
+        if flop is None:  # pointwise: bytes moved, in TB/s
+            moved = sum(t.numel() * t.element_size() for t in ins) + out.numel() * out.element_size()
+            rate = lambda t_ms: "%.2f TB/s" % (moved / (t_ms * 1e-3) / 1e12)  # noqa: E731
+        else:
+            rate = lambda t_ms: "%.1f" % (flop / (t_ms * 1e-3) / 1e12)  # noqa: E731
+        print("| %s | %s (%d) | %s | %.0f | %.3f | %s | %.3f | %s | %.2f | %.1e |"
               % (name, d.candidate, d.tier, "%s (%s)" % (d.verdict.state, d.verdict.method),
-                 compile_ms, ms,
-                 flop / (ms * 1e-3) / 1e12, torch_ms, flop / (torch_ms * 1e-3) / 1e12,
-                 torch_ms / ms, diff), flush=True)
+                 compile_ms, ms, rate(ms), torch_ms, rate(torch_ms), torch_ms / ms, diff),
+              flush=True)
         client.release_imports()
         del ins, out, ref
         torch.cuda.empty_cache()

@@ -49,7 +49,9 @@ static tsr_status daemon_open_backend(tsrd_daemon *d, tsr_error *err)
 {
     tsrd_backend_options opts = {.threads = 0,
                                  .test_faults = d->config.test_faults,
-                                 .kernel_timeout_ms = d->config.kernel_timeout_ms};
+                                 .kernel_timeout_ms = d->config.kernel_timeout_ms,
+                                 .cpu_devices = d->config.cpu_devices,
+                                 .cpu_device_memory_bytes = d->config.cpu_device_memory_bytes};
     tsr_status st = tsrd_backend_choose(d->config.backend, &opts, &d->bops, &d->backend, err);
     if (st != TSR_OK)
         return st;

@@ -10,6 +10,7 @@
  * to a tenant and within the payload limits.
  */
 #include "serve/dispatch.h"
+#include "serve/devices.h"
 
 #include "serve/envelope.h"
 #include "serve/fifo.h"
@@ -119,6 +120,7 @@ static void dispatch_complete(tsrd_job *job, tsr_status status)
     tsrd_metrics_record(d, job->body_case, status, uv_hrtime() - job->start_ns);
     dispatch_log(job, status);
     dispatch_release(job);
+    tsrd_job_release_device(job);
     if (job->session != NULL)
         tsrd_session_unref(d, job->session);
     tsrd_job_free(job);
@@ -315,8 +317,9 @@ static bool dispatch_inline_ok(const tsrd_job *job)
     const tsrd_session *s = job->session;
     return d->inline_launches && (job->handler->flags & TSRD_STREAM) &&
            job->handler->quick != NULL && !s->stream_busy && s->stream_head == NULL &&
-           s->stream != NULL && d->work_running == 0 && d->ready_head == NULL &&
-           d->rings_open == 0 && !d->work_paused && !d->recovering && job->handler->quick(job);
+           s->streams[job->on_device ? job->device : 0] != NULL && d->work_running == 0 &&
+           d->ready_head == NULL && d->rings_open == 0 && !d->work_paused && !d->recovering &&
+           job->handler->quick(job);
 }
 
 /* Executes the job on the loop, then ends it as if the pool had run it: the

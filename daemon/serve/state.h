@@ -34,7 +34,6 @@
 #include "tessera/arbiter.h"
 #include "tessera/kcache.h"
 
-#define TSRD_MAX_DEVICES 16
 /* Room a reply's envelope needs beyond its payload bytes. */
 #define TSRD_REPLY_OVERHEAD 4096
 /* Highest request body number plus one: the handler table's length. */
@@ -88,9 +87,11 @@ typedef struct tsrd_session {
     bool net_closing; /* closed by the server for replies it leaves unread */
     int refs;         /* the session table's, plus one per job and per held request */
     bool closed;
-    /* The session's stream: device work runs one job at a time, in arrival
-     * order, so a write, a launch and a read are never reordered or overlapped. */
-    tsrd_stream *stream;             /* created by the first stream job, on its worker thread */
+    /* The session's streams, one per device: device work runs one job at a
+     * time, in arrival order, so a write, a launch and a read are never
+     * reordered or overlapped. Each is created by the first stream job on its
+     * device, on that job's worker thread. */
+    tsrd_stream *streams[TSRD_MAX_DEVICES];
     struct tsrd_shm_map *shm_maps;   /* shm.c: segments mapped for this session */
     struct tsrd_graph_cache *graphs; /* handlers_batch.c: captured launch sequences */
     /* Kernel keys this session holds a handle for: compiling a key again returns
@@ -117,6 +118,8 @@ typedef struct tsrd_buffer {
     int64_t shape[TSR_MAX_RANK];
     uint64_t bytes;
     tsrd_tenant *tenant;
+    int device;   /* where its memory is */
+    bool charged; /* counted in its device's load (serve/devices.h) */
 } tsrd_buffer;
 
 typedef struct tsrd_kernel {
@@ -133,6 +136,9 @@ typedef struct tsrd_kernel {
      * synchronize, ns; 0: not yet): batches plan their slices with it. Written
      * and read by the session's stream jobs on worker threads. */
     _Atomic uint64_t launch_ns;
+    /* Loaded on other devices than 0 on first use there (serve/devices.h);
+     * kobj is device 0's. */
+    _Atomic(tsrd_kobj *) on_device[TSRD_MAX_DEVICES];
 } tsrd_kernel;
 
 /* A launch checked and pinned for later (a batch entry, a ring binding): a
@@ -180,6 +186,15 @@ typedef struct tsrd_metrics {
     uint64_t bytes_in, bytes_out;
 } tsrd_metrics;
 
+/* What a device carries (serve/devices.h), on the loop: requests bound to it
+ * that are queued or running, and its live buffers (with allocations in
+ * progress). */
+typedef struct tsrd_device_load {
+    uint64_t queued;
+    uint64_t bytes;
+    uint64_t buffers;
+} tsrd_device_load;
+
 typedef struct tsrd_daemon tsrd_daemon;
 
 /* What the self-probe (net/probe.c) last learnt of one listener: a hello sent
@@ -205,6 +220,7 @@ struct tsrd_daemon {
     tsrd_backend *backend;
     int n_devices;
     tsrd_device_info devices[TSRD_MAX_DEVICES];
+    tsrd_device_load load[TSRD_MAX_DEVICES];
     char driver_version[64];
     char compiler_version[64];
 

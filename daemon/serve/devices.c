@@ -59,10 +59,12 @@ tsr_status tsrd_device_choose(const tsrd_daemon *d, const tsrd_tenant *t, int re
     if (requested >= 0 && !(allowed & (UINT32_C(1) << requested))) {
         tsrd_devices_text(allowed, set, sizeof set);
         return tsr_error_set(err, TSR_RESOURCE_EXHAUSTED,
-                             "%s: tenant %s may use devices %s, not device %d", field, t->name,
-                             set, requested);
+                             "%s: tenant %s may use devices %s, not device %d", field, t->name, set,
+                             requested);
     }
-    int device = requested >= 0 ? requested : tsrd_device_least_loaded(d->load, d->n_devices, allowed);
+    int device = requested >= 0 ? requested
+                 : allowed != 0 ? tsrd_device_least_loaded(d->load, d->n_devices, allowed)
+                                : -1;
     if (device < 0) {
         tsrd_devices_text(t != NULL ? t->conf.devices : 0, set, sizeof set);
         return tsr_error_set(err, TSR_RESOURCE_EXHAUSTED,

@@ -1,0 +1,254 @@
+/*
+ * devices_test.c — device placement against a real tesserad whose CPU
+ * backend shows four devices of 64 KiB each (--cpu-devices 4,
+ * cpu_device_memory_bytes), with two tenants: "free", who may use every
+ * device, and "pinned", confined to devices 2 and 3.
+ *
+ * info lists the four devices with their load; a buffer goes where the
+ * client asks, or on the least-loaded device the tenant may use; each device
+ * keeps its own memory; a pinned tenant never gets a buffer or a run
+ * elsewhere; a launch runs on its buffers' device, loading the kernel there,
+ * and buffers of two devices in one launch or batch are refused CONFLICT.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "../support/fixture.h"
+
+#define TOKEN_FREE "free-token-1"
+#define TOKEN_PINNED "pinned-token-2"
+#define DEVICE_MEMORY 65536
+
+static testd devices_d;
+static tsr_client *devices_free, *devices_pinned;
+
+static void devices_setup(void)
+{
+    char hf[65], hp[65];
+    tsrd_token_hash(TOKEN_FREE, strlen(TOKEN_FREE), hf);
+    tsrd_token_hash(TOKEN_PINNED, strlen(TOKEN_PINNED), hp);
+    /* testd waits for a hello, which needs a tenant. */
+    setenv("TESSERA_TOKEN", TOKEN_FREE, 1);
+    const char *const extra[] = {"--cpu-devices", "4", NULL};
+    cr_assert_eq(testd_start_config(&devices_d, extra,
+                                    "{\"cpu_device_memory_bytes\": %d, \"tenants\": ["
+                                    "{\"name\": \"free\", \"token_sha256\": [\"%s\"]},"
+                                    "{\"name\": \"pinned\", \"token_sha256\": [\"%s\"],"
+                                    " \"devices\": [2, 3]}]}\n",
+                                    DEVICE_MEMORY, hf, hp),
+                 0);
+    devices_free = testd_connect(devices_d.url, TOKEN_FREE, 0);
+    devices_pinned = testd_connect(devices_d.url, TOKEN_PINNED, 0);
+    cr_assert_not_null(devices_free);
+    cr_assert_not_null(devices_pinned);
+}
+
+static void devices_teardown(void)
+{
+    tsr_client_close(devices_free);
+    tsr_client_close(devices_pinned);
+    devices_free = devices_pinned = NULL;
+    cr_expect_eq(testd_stop(&devices_d), 0, "tesserad did not exit cleanly");
+    testd_remove(&devices_d);
+    unsetenv("TESSERA_TOKEN");
+}
+
+TestSuite(devices, .init = devices_setup, .fini = devices_teardown);
+
+/* An f32 buffer of n elements on device (-1: placed); the device it got. */
+static int devices_alloc(tsr_client *c, int64_t n, int device, tsr_buffer *out)
+{
+    tsr_error err;
+    int placed = -1;
+    uint64_t bytes = 0;
+    cr_assert_eq(tsr_client_buffer_alloc_on(c, TSR_CLIENT_F32, 1, &n, device, out, &bytes, &placed,
+                                            0, &err),
+                 TSR_OK, "alloc of %lld on device %d: %s", (long long)n, device, err.message);
+    cr_assert_eq(bytes, (uint64_t)n * 4);
+    return placed;
+}
+
+/* The devices with their load, asserted to be four. */
+static void devices_load(tsr_client_device_load out[4])
+{
+    tsr_error err;
+    int n = 0;
+    cr_assert_eq(tsr_client_devices(devices_free, out, 4, &n, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(n, 4);
+}
+
+Test(devices, info_lists_every_device_with_its_load)
+{
+    tsr_client_info info;
+    tsr_error err;
+    cr_assert_eq(tsr_client_hello(devices_free, &info, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(info.n_devices, 4);
+    tsr_client_device_load load[4];
+    devices_load(load);
+    for (int i = 0; i < 4; i++) {
+        cr_expect_eq(load[i].index, i);
+        cr_expect_str_eq(load[i].arch, "cpu");
+        cr_expect_eq(load[i].memory_bytes, DEVICE_MEMORY);
+        cr_expect_eq(load[i].buffers, 0);
+        cr_expect_eq(load[i].memory_used_bytes, 0);
+        cr_expect_eq(load[i].queue_depth, 0);
+    }
+    tsr_buffer b;
+    devices_alloc(devices_free, 64, 1, &b);
+    devices_load(load);
+    cr_expect_eq(load[1].buffers, 1);
+    cr_expect_eq(load[1].memory_used_bytes, 256);
+    cr_expect_eq(load[0].buffers + load[2].buffers + load[3].buffers, 0);
+    cr_expect_eq(fixture_counter(devices_free, "device_buffer_bytes{device=\"1\"}"), 256.0);
+    cr_expect_eq(fixture_counter(devices_free, "device_buffers{device=\"1\"}"), 1.0);
+    cr_expect_eq(fixture_counter(devices_free, "device_memory_bytes{device=\"3\"}"),
+                 (double)DEVICE_MEMORY);
+    cr_assert_eq(tsr_client_buffer_free(devices_free, b, 0, &err), TSR_OK, "%s", err.message);
+    devices_load(load);
+    cr_expect_eq(load[1].buffers, 0);
+    cr_expect_eq(load[1].memory_used_bytes, 0);
+}
+
+Test(devices, explicit_device_alloc)
+{
+    tsr_buffer b;
+    cr_expect_eq(devices_alloc(devices_free, 16, 3, &b), 3);
+    cr_expect_eq(devices_alloc(devices_free, 16, 0, &b), 0, "device 0 is a device, not unset");
+    int64_t n = 16;
+    tsr_error err;
+    cr_expect_eq(tsr_client_buffer_alloc_on(devices_free, TSR_CLIENT_F32, 1, &n, 4, &b, NULL, NULL,
+                                            0, &err),
+                 TSR_NOT_FOUND);
+    cr_expect_str_eq(err.message, "buffer_alloc.device: no device 4 (this node has 4)");
+    /* The old call places too. */
+    cr_expect_eq(tsr_client_buffer_alloc(devices_free, TSR_CLIENT_F32, 1, &n, &b, NULL, 0, &err),
+                 TSR_OK, "%s", err.message);
+}
+
+Test(devices, placement_spreads_buffers_to_the_least_loaded_device)
+{
+    tsr_buffer big, b[4];
+    devices_alloc(devices_free, 1024, 0, &big);
+    cr_expect_eq(devices_alloc(devices_free, 16, -1, &b[0]), 1);
+    cr_expect_eq(devices_alloc(devices_free, 16, -1, &b[1]), 2);
+    cr_expect_eq(devices_alloc(devices_free, 16, -1, &b[2]), 3);
+    cr_expect_eq(devices_alloc(devices_free, 16, -1, &b[3]), 1, "1, 2 and 3 hold 64 bytes each");
+    tsr_error err;
+    cr_assert_eq(tsr_client_buffer_free(devices_free, big, 0, &err), TSR_OK, "%s", err.message);
+    tsr_buffer next;
+    cr_expect_eq(devices_alloc(devices_free, 16, -1, &next), 0, "device 0 is empty again");
+}
+
+Test(devices, each_device_has_its_own_memory)
+{
+    tsr_buffer a, b;
+    devices_alloc(devices_free, 12288, 1, &a); /* 48 KiB of 64 */
+    int64_t n = 8192;                           /* 32 KiB more */
+    tsr_error err;
+    cr_expect_eq(tsr_client_buffer_alloc_on(devices_free, TSR_CLIENT_F32, 1, &n, 1, &b, NULL, NULL,
+                                            0, &err),
+                 TSR_RESOURCE_EXHAUSTED);
+    cr_expect_str_eq(err.message,
+                     "cpu backend: device 1 has 16384 of its 65536 bytes free, 32768 asked");
+    cr_expect_eq(devices_alloc(devices_free, 8192, 2, &b), 2);
+    tsr_client_device_load load[4];
+    devices_load(load);
+    cr_expect_eq(load[1].memory_used_bytes, 49152, "the refused allocation is not counted");
+    cr_expect_eq(load[2].memory_used_bytes, 32768);
+}
+
+Test(devices, a_pinned_tenant_stays_on_its_devices)
+{
+    tsr_buffer b;
+    int seen[4] = {0};
+    for (int i = 0; i < 6; i++)
+        seen[devices_alloc(devices_pinned, 16, -1, &b)]++;
+    cr_expect_eq(seen[0] + seen[1], 0, "placed outside devices 2-3");
+    cr_expect_eq(seen[2], 3, "placement alternates between its two devices");
+    cr_expect_eq(seen[3], 3);
+    cr_expect_eq(devices_alloc(devices_pinned, 16, 3, &b), 3);
+    int64_t n = 16;
+    tsr_error err;
+    cr_expect_eq(tsr_client_buffer_alloc_on(devices_pinned, TSR_CLIENT_F32, 1, &n, 0, &b, NULL,
+                                            NULL, 0, &err),
+                 TSR_RESOURCE_EXHAUSTED);
+    cr_expect_str_eq(err.message,
+                     "buffer_alloc.device: tenant pinned may use devices 2-3, not device 0");
+    /* A run goes the same way. */
+    tsr_region *r = fixture_affine(4);
+    static const float x[4] = {1, 2, 3, 4};
+    const void *inputs[1] = {x};
+    float y[4];
+    int ran_on = -1;
+    cr_expect_eq(tsr_client_run_on(devices_pinned, r, NULL, 1, inputs, y, NULL, &ran_on, 0, &err),
+                 TSR_RESOURCE_EXHAUSTED);
+    cr_expect_str_eq(err.message, "run.device: tenant pinned may use devices 2-3, not device 1");
+    cr_assert_eq(tsr_client_run_on(devices_pinned, r, NULL, -1, inputs, y, NULL, &ran_on, 0, &err),
+                 TSR_OK, "%s", err.message);
+    cr_expect(ran_on == 2 || ran_on == 3, "ran on device %d", ran_on);
+    cr_expect_eq(y[3], 9.0f);
+    /* The other tenant still uses every device. */
+    cr_expect_eq(devices_alloc(devices_free, 16, 0, &b), 0);
+    tsr_client_region_free(r);
+}
+
+Test(devices, a_launch_runs_on_its_buffers_device)
+{
+    tsr_region *r = fixture_affine(4);
+    tsr_client_compiled k;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(devices_free, r, NULL, &k, 0, &err), TSR_OK, "%s",
+                 err.message);
+    static const float x[4] = {1, 2, 3, 4};
+    for (int dev = 0; dev < 4; dev++) {
+        tsr_buffer in, out;
+        devices_alloc(devices_free, 4, dev, &in);
+        devices_alloc(devices_free, 4, dev, &out);
+        cr_assert_eq(tsr_client_buffer_write(devices_free, in, 0, x, sizeof x, 0, &err), TSR_OK,
+                     "%s", err.message);
+        cr_assert_eq(tsr_client_launch(devices_free, k.kernel, &in, 1, out, NULL, 0, &err), TSR_OK,
+                     "device %d: %s", dev, err.message);
+        float y[4] = {0};
+        cr_assert_eq(tsr_client_buffer_read(devices_free, out, 0, y, sizeof y, NULL, 0, &err),
+                     TSR_OK, "%s", err.message);
+        for (int i = 0; i < 4; i++)
+            cr_expect_eq(y[i], 2 * x[i] + 1, "device %d, element %d", dev, i);
+    }
+    float y[4];
+    int ran_on = -1;
+    const void *inputs[1] = {x};
+    cr_assert_eq(tsr_client_run_on(devices_free, r, NULL, 2, inputs, y, NULL, &ran_on, 0, &err),
+                 TSR_OK, "%s", err.message);
+    cr_expect_eq(ran_on, 2);
+    cr_expect_eq(y[0], 3.0f);
+    tsr_client_region_free(r);
+}
+
+Test(devices, buffers_of_two_devices_in_one_launch_are_refused)
+{
+    tsr_region *r = fixture_affine(4);
+    tsr_client_compiled k;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(devices_free, r, NULL, &k, 0, &err), TSR_OK, "%s",
+                 err.message);
+    tsr_buffer in, out, out_same;
+    devices_alloc(devices_free, 4, 0, &in);
+    devices_alloc(devices_free, 4, 1, &out);
+    devices_alloc(devices_free, 4, 0, &out_same);
+    cr_expect_eq(tsr_client_launch(devices_free, k.kernel, &in, 1, out, NULL, 0, &err),
+                 TSR_CONFLICT);
+    cr_expect_str_eq(err.message, "launch.inputs[0] is on device 0 and launch.output on device 1: "
+                                  "a launch runs on one device, and buffers are never copied "
+                                  "between devices");
+    tsr_client_launch_desc batch[2] = {{k.kernel, 1, &in, out_same}, {k.kernel, 1, &in, out}};
+    cr_expect_eq(tsr_client_batch(devices_free, batch, 2, false, NULL, 0, &err), TSR_CONFLICT);
+    cr_expect_str_eq(err.message,
+                     "batch.launches[0].inputs[0] is on device 0 and batch.launches[1].output on "
+                     "device 1: a launch runs on one device, and buffers are never copied "
+                     "between devices");
+    cr_expect_eq(tsr_client_batch(devices_free, batch, 1, false, NULL, 0, &err), TSR_OK, "%s",
+                 err.message);
+    tsr_client_region_free(r);
+}

@@ -532,12 +532,13 @@ class Buffer:
     block, or when the connection closes."""
 
     def __init__(self, client: "Client", handle: int, dtype: str, shape: Sequence[int],
-                 nbytes: int) -> None:
+                 nbytes: int, device: int = 0) -> None:
         self.client = client
         self.handle = handle
         self.dtype = dtype
         self.shape: Tuple[int, ...] = tuple(shape)
         self.nbytes = nbytes
+        self.device = device  # where the daemon keeps it
 
     def write(self, array: npt.ArrayLike, offset: int = 0) -> None:
         """Writes array's values (float32, float16 or float64, rounded to the
@@ -867,6 +868,21 @@ class Client:
             "nng_version": _s(info.nng_version),
         }
 
+    def devices(self) -> List[Dict[str, Any]]:
+        """Every device of the daemon with its load, as dicts: index, name,
+        arch, memory_bytes, multiprocessors, memory_used_bytes, buffers and
+        queue_depth (requests bound to it, queued or running)."""
+        rows = (_lib.DeviceLoad * _lib.MAX_DEVICES)()
+        n = ctypes.c_int()
+        err = _lib.Error()
+        _check(lib.tsr_client_devices(self._c, rows, _lib.MAX_DEVICES, byref(n), self.timeout_ms,
+                                      byref(err)), err)
+        return [{"index": d.index, "name": _s(d.name), "arch": _s(d.arch),
+                 "memory_bytes": d.memory_bytes, "multiprocessors": d.multiprocessors,
+                 "memory_used_bytes": d.memory_used_bytes, "buffers": d.buffers,
+                 "queue_depth": d.queue_depth}
+                for d in rows[:min(n.value, _lib.MAX_DEVICES)]]
+
     def compile(self, region: RegionLike, *, arch: Optional[str] = None,
                 force: Optional[str] = None, policy: str = "tier", skip_verify: bool = False,
                 no_reference: bool = False) -> Compiled:
@@ -1019,19 +1035,27 @@ class Client:
         finally:
             lib.tsr_client_candidates_free(rows)
 
-    def buffer(self, dtype: str, shape: Sequence[int]) -> Buffer:
-        """Allocates a Buffer of dtype ("f32", "f16", "bf16") and shape.
-        BAD_DTYPE for another dtype, BAD_DIMENSION for a bad shape."""
+    def buffer(self, dtype: str, shape: Sequence[int], device: Optional[int] = None) -> Buffer:
+        """Allocates a Buffer of dtype ("f32", "f16", "bf16") and shape on
+        device (None: the least-loaded device the tenant may use; the Buffer's
+        device says which). BAD_DTYPE for another dtype, BAD_DIMENSION for a bad
+        shape, NOT_FOUND for a device the daemon lacks, RESOURCE_EXHAUSTED for
+        one outside the tenant's devices. A launch runs on its buffers' device:
+        buffers of two devices in one launch are CONFLICT."""
         if dtype not in DTYPES:
             raise TesseraError(Status.BAD_DTYPE, "unknown dtype %r" % (dtype,))
+        if device is not None and device < 0:
+            raise TesseraError(Status.INVALID_ARGUMENT, "device %d: must be >= 0" % device)
         dims = (ctypes.c_int64 * max(1, len(shape)))(*shape)
         h = c_uint64()
         nbytes = c_uint64()
+        placed = ctypes.c_int()
         err = _lib.Error()
-        _check(lib.tsr_client_buffer_alloc(self._c, DTYPES.index(dtype), len(shape), dims,
-                                           byref(h), byref(nbytes), self.timeout_ms,
-                                           byref(err)), err)
-        return Buffer(self, h.value, dtype, shape, nbytes.value)
+        _check(lib.tsr_client_buffer_alloc_on(self._c, DTYPES.index(dtype), len(shape), dims,
+                                              -1 if device is None else device, byref(h),
+                                              byref(nbytes), byref(placed), self.timeout_ms,
+                                              byref(err)), err)
+        return Buffer(self, h.value, dtype, shape, nbytes.value, placed.value)
 
     def batch(self, launches: Sequence[Tuple[Union[Compiled, int], Sequence[Buffer], Buffer]],
               graph: bool = False) -> "BatchResult":

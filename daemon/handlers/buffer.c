@@ -34,6 +34,9 @@ static tsr_status buffer_io_begin(tsrd_job *job, uint64_t handle, const char *fi
     job->state = io;
     tsr_status st = tsrd_job_buffer(job, handle, field, &io->buf);
     *out = st == TSR_OK ? io->buf : NULL;
+    /* The copy is device work of the buffer's device, ordered with its launches. */
+    if (st == TSR_OK)
+        tsrd_job_set_device(job, io->buf->device);
     return st;
 }
 

@@ -63,9 +63,9 @@ static int devices_alloc(tsr_client *c, int64_t n, int device, tsr_buffer *out)
     tsr_error err;
     int placed = -1;
     uint64_t bytes = 0;
-    cr_assert_eq(tsr_client_buffer_alloc_on(c, TSR_CLIENT_F32, 1, &n, device, out, &bytes, &placed,
-                                            0, &err),
-                 TSR_OK, "alloc of %lld on device %d: %s", (long long)n, device, err.message);
+    cr_assert_eq(
+        tsr_client_buffer_alloc_on(c, TSR_CLIENT_F32, 1, &n, device, out, &bytes, &placed, 0, &err),
+        TSR_OK, "alloc of %lld on device %d: %s", (long long)n, device, err.message);
     cr_assert_eq(bytes, (uint64_t)n * 4);
     return placed;
 }
@@ -118,9 +118,9 @@ Test(devices, explicit_device_alloc)
     cr_expect_eq(devices_alloc(devices_free, 16, 0, &b), 0, "device 0 is a device, not unset");
     int64_t n = 16;
     tsr_error err;
-    cr_expect_eq(tsr_client_buffer_alloc_on(devices_free, TSR_CLIENT_F32, 1, &n, 4, &b, NULL, NULL,
-                                            0, &err),
-                 TSR_NOT_FOUND);
+    cr_expect_eq(
+        tsr_client_buffer_alloc_on(devices_free, TSR_CLIENT_F32, 1, &n, 4, &b, NULL, NULL, 0, &err),
+        TSR_NOT_FOUND);
     cr_expect_str_eq(err.message, "buffer_alloc.device: no device 4 (this node has 4)");
     /* The old call places too. */
     cr_expect_eq(tsr_client_buffer_alloc(devices_free, TSR_CLIENT_F32, 1, &n, &b, NULL, 0, &err),
@@ -145,11 +145,11 @@ Test(devices, each_device_has_its_own_memory)
 {
     tsr_buffer a, b;
     devices_alloc(devices_free, 12288, 1, &a); /* 48 KiB of 64 */
-    int64_t n = 8192;                           /* 32 KiB more */
+    int64_t n = 8192;                          /* 32 KiB more */
     tsr_error err;
-    cr_expect_eq(tsr_client_buffer_alloc_on(devices_free, TSR_CLIENT_F32, 1, &n, 1, &b, NULL, NULL,
-                                            0, &err),
-                 TSR_RESOURCE_EXHAUSTED);
+    cr_expect_eq(
+        tsr_client_buffer_alloc_on(devices_free, TSR_CLIENT_F32, 1, &n, 1, &b, NULL, NULL, 0, &err),
+        TSR_RESOURCE_EXHAUSTED);
     cr_expect_str_eq(err.message,
                      "cpu backend: device 1 has 16384 of its 65536 bytes free, 32768 asked");
     cr_expect_eq(devices_alloc(devices_free, 8192, 2, &b), 2);
@@ -199,8 +199,7 @@ Test(devices, a_launch_runs_on_its_buffers_device)
     tsr_region *r = fixture_affine(4);
     tsr_client_compiled k;
     tsr_error err;
-    cr_assert_eq(tsr_client_compile(devices_free, r, NULL, &k, 0, &err), TSR_OK, "%s",
-                 err.message);
+    cr_assert_eq(tsr_client_compile(devices_free, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
     static const float x[4] = {1, 2, 3, 4};
     for (int dev = 0; dev < 4; dev++) {
         tsr_buffer in, out;
@@ -231,8 +230,7 @@ Test(devices, buffers_of_two_devices_in_one_launch_are_refused)
     tsr_region *r = fixture_affine(4);
     tsr_client_compiled k;
     tsr_error err;
-    cr_assert_eq(tsr_client_compile(devices_free, r, NULL, &k, 0, &err), TSR_OK, "%s",
-                 err.message);
+    cr_assert_eq(tsr_client_compile(devices_free, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
     tsr_buffer in, out, out_same;
     devices_alloc(devices_free, 4, 0, &in);
     devices_alloc(devices_free, 4, 1, &out);

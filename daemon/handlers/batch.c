@@ -280,7 +280,9 @@ static tsr_status batch_execute(tsrd_job *job)
         TSRD_JOB_REPLY(job, batch, BATCH);
         /* Captured only once every kernel has been measured (by an earlier
          * batch): until then the launches go uncaptured and are measured. */
-        s->use_graph = job->req->batch->graph && d->bops->graph != NULL;
+        /* The session's graphs are device 0's stream's alone: a batch on
+         * another device, which runs beside it, launches one by one. */
+        s->use_graph = job->req->batch->graph && d->bops->graph != NULL && job->device == 0;
         for (size_t i = 0; s->use_graph && i < s->n; i++)
             if (atomic_load_explicit(&s->entries[i].kernel->launch_ns, memory_order_relaxed) == 0)
                 s->use_graph = false;

@@ -168,8 +168,14 @@ static void dispatch_work(uv_work_t *w)
     job->err.code = st;
 }
 
-static void dispatch_stream_next(tsrd_daemon *d, tsrd_session *s);
+static void dispatch_stream_next(tsrd_daemon *d, tsrd_session *s, int device);
 static void dispatch_queue_work(tsrd_job *job);
+
+/* The device whose session stream a stream job runs on. */
+static int dispatch_device(const tsrd_job *job)
+{
+    return job->on_device ? job->device : 0;
+}
 
 /* The end of a heavy job, back on the loop: complete it, let its session's
  * stream go on, and hand out more work. */
@@ -178,11 +184,12 @@ static void dispatch_finish(tsrd_job *job, tsr_status st)
     tsrd_daemon *d = job->d;
     tsrd_session *s = job->session;
     bool stream = (job->handler->flags & TSRD_STREAM) != 0;
+    int device = dispatch_device(job);
     tsrd_session_ref(s);
     dispatch_complete(job, st);
     if (stream) {
-        s->stream_busy = false;
-        dispatch_stream_next(d, s);
+        s->stream_busy[device] = false;
+        dispatch_stream_next(d, s, device);
     }
     tsrd_session_unref(d, s);
     /* A sticky device fault shows first as a job's DEVICE_LOST. */
@@ -281,22 +288,24 @@ static void dispatch_queue_work(tsrd_job *job)
     tsrd_dispatch_pump(d);
 }
 
-static void dispatch_stream_next(tsrd_daemon *d, tsrd_session *s)
+static void dispatch_stream_next(tsrd_daemon *d, tsrd_session *s, int device)
 {
     (void)d;
-    if (s->stream_busy || s->stream_head == NULL)
+    if (s->stream_busy[device] || s->stream_head[device] == NULL)
         return;
     tsrd_job *job;
-    TSRD_FIFO_POP(job, s->stream_head, s->stream_tail, stream_next);
-    s->stream_busy = true;
+    TSRD_FIFO_POP(job, s->stream_head[device], s->stream_tail[device], stream_next);
+    s->stream_busy[device] = true;
     dispatch_queue_work(job);
 }
 
+/* Each device's work queues on its own stream of the session. */
 static void dispatch_stream_push(tsrd_job *job)
 {
     tsrd_session *s = job->session;
-    TSRD_FIFO_PUSH(s->stream_head, s->stream_tail, job, stream_next);
-    dispatch_stream_next(job->d, s);
+    int device = dispatch_device(job);
+    TSRD_FIFO_PUSH(s->stream_head[device], s->stream_tail[device], job, stream_next);
+    dispatch_stream_next(job->d, s, device);
 }
 
 /* ---- short stream jobs on the loop ---- */
@@ -315,9 +324,10 @@ static bool dispatch_inline_ok(const tsrd_job *job)
 {
     const tsrd_daemon *d = job->d;
     const tsrd_session *s = job->session;
+    int device = dispatch_device(job);
     return d->inline_launches && (job->handler->flags & TSRD_STREAM) &&
-           job->handler->quick != NULL && !s->stream_busy && s->stream_head == NULL &&
-           s->streams[job->on_device ? job->device : 0] != NULL && d->work_running == 0 &&
+           job->handler->quick != NULL && !s->stream_busy[device] &&
+           s->stream_head[device] == NULL && s->streams[device] != NULL && d->work_running == 0 &&
            d->ready_head == NULL && d->rings_open == 0 && !d->work_paused && !d->recovering &&
            job->handler->quick(job);
 }
@@ -330,7 +340,7 @@ static void dispatch_inline(tsrd_job *job)
 {
     tsrd_daemon *d = job->d;
     d->metrics.inline_jobs++;
-    job->session->stream_busy = true;
+    job->session->stream_busy[dispatch_device(job)] = true;
     d->work_running++;
     job->work.data = job;
     job->err.code = TSR_OK;

@@ -41,8 +41,10 @@ tsrd_session *tsrd_session_get(tsrd_daemon *d, uint32_t pipe_id)
     if (s != NULL || session_pipe_removed(d, pipe_id))
         return s;
     s = calloc(1, sizeof *s);
-    if (s == NULL)
+    if (s == NULL || uv_mutex_init(&s->worker_lock) != 0) {
+        free(s);
         return NULL;
+    }
     s->pipe_id = pipe_id;
     /* With tenants configured, the first attributed request binds the session. */
     s->tenant = d->tenants == NULL ? &d->default_tenant : NULL;
@@ -99,6 +101,7 @@ void tsrd_session_unref(tsrd_daemon *d, tsrd_session *s)
             d->bops->stream_destroy(d->backend, s->streams[i]);
     tsrd_shm_release_all(d, s);
     tsrd_replay_fini(&s->replay);
+    uv_mutex_destroy(&s->worker_lock);
     free(s);
 }
 

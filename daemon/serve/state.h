@@ -87,18 +87,23 @@ typedef struct tsrd_session {
     bool net_closing; /* closed by the server for replies it leaves unread */
     int refs;         /* the session table's, plus one per job and per held request */
     bool closed;
-    /* The session's streams, one per device: device work runs one job at a
-     * time, in arrival order, so a write, a launch and a read are never
-     * reordered or overlapped. Each is created by the first stream job on its
-     * device, on that job's worker thread. */
+    /* The session's streams, one per device: the device work of one device
+     * runs one job at a time, in arrival order, so a write, a launch and a
+     * read of its buffers are never reordered or overlapped, while the work
+     * of another device goes on beside it, never waiting behind it. Each is
+     * created by the first stream job on its device, on that job's worker
+     * thread. */
     tsrd_stream *streams[TSRD_MAX_DEVICES];
     struct tsrd_shm_map *shm_maps;   /* shm.c: segments mapped for this session */
     struct tsrd_graph_cache *graphs; /* handlers_batch.c: captured launch sequences */
     /* Kernel keys this session holds a handle for: compiling a key again returns
      * the same handle instead of loading (and holding) another copy. */
     struct tsrd_session_kernel *kernels;
-    bool stream_busy;
-    tsrd_job *stream_head, *stream_tail;
+    bool stream_busy[TSRD_MAX_DEVICES];
+    tsrd_job *stream_head[TSRD_MAX_DEVICES], *stream_tail[TSRD_MAX_DEVICES];
+    /* Held by stream jobs (of different devices, on worker threads) around
+     * what they share: a shared-memory segment's registration. */
+    uv_mutex_t worker_lock;
     /* A request decoding on the worker pool holds back the session's later
      * requests (parked here, in arrival order) until it is decoded and
      * dispatched, so that decoding off the loop never reorders a session's

@@ -1,6 +1,6 @@
 /*
  * devices_test.c — device placement against a real tesserad whose CPU
- * backend shows four devices of 64 KiB each (--cpu-devices 4,
+ * backend shows four devices of 64 MiB each (--cpu-devices 4,
  * cpu_device_memory_bytes), with two tenants: "free", who may use every
  * device, and "pinned", confined to devices 2 and 3.
  *
@@ -8,9 +8,12 @@
  * client asks, or on the least-loaded device the tenant may use; each device
  * keeps its own memory; a pinned tenant never gets a buffer or a run
  * elsewhere; a launch runs on its buffers' device, loading the kernel there,
- * and buffers of two devices in one launch or batch are refused CONFLICT.
+ * and buffers of two devices in one launch or batch are refused CONFLICT;
+ * one connection's work on one device does not wait behind its work on
+ * another.
  */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +22,7 @@
 
 #define TOKEN_FREE "free-token-1"
 #define TOKEN_PINNED "pinned-token-2"
-#define DEVICE_MEMORY 65536
+#define DEVICE_MEMORY 67108864
 
 static testd devices_d;
 static tsr_client *devices_free, *devices_pinned;
@@ -144,19 +147,20 @@ Test(devices, placement_spreads_buffers_to_the_least_loaded_device)
 Test(devices, each_device_has_its_own_memory)
 {
     tsr_buffer a, b;
-    devices_alloc(devices_free, 12288, 1, &a); /* 48 KiB of 64 */
-    int64_t n = 8192;                          /* 32 KiB more */
+    devices_alloc(devices_free, 12582912, 1, &a); /* 48 MiB of 64 */
+    int64_t n = 8388608;                          /* 32 MiB more */
     tsr_error err;
     cr_expect_eq(
         tsr_client_buffer_alloc_on(devices_free, TSR_CLIENT_F32, 1, &n, 1, &b, NULL, NULL, 0, &err),
         TSR_RESOURCE_EXHAUSTED);
-    cr_expect_str_eq(err.message,
-                     "cpu backend: device 1 has 16384 of its 65536 bytes free, 32768 asked");
-    cr_expect_eq(devices_alloc(devices_free, 8192, 2, &b), 2);
+    cr_expect_str_eq(
+        err.message,
+        "cpu backend: device 1 has 16777216 of its 67108864 bytes free, 33554432 asked");
+    cr_expect_eq(devices_alloc(devices_free, 8388608, 2, &b), 2);
     tsr_client_device_load load[4];
     devices_load(load);
-    cr_expect_eq(load[1].memory_used_bytes, 49152, "the refused allocation is not counted");
-    cr_expect_eq(load[2].memory_used_bytes, 32768);
+    cr_expect_eq(load[1].memory_used_bytes, 50331648, "the refused allocation is not counted");
+    cr_expect_eq(load[2].memory_used_bytes, 33554432);
 }
 
 Test(devices, a_pinned_tenant_stays_on_its_devices)
@@ -249,4 +253,78 @@ Test(devices, buffers_of_two_devices_in_one_launch_are_refused)
     cr_expect_eq(tsr_client_batch(devices_free, batch, 1, false, NULL, 0, &err), TSR_OK, "%s",
                  err.message);
     tsr_client_region_free(r);
+}
+
+/* A long run on device 0, on the connection the main thread also uses. */
+typedef struct devices_long {
+    tsr_region *region;
+    float *a, *b, *c;
+    tsr_status status;
+    tsr_error err;
+} devices_long;
+
+static void *devices_long_run(void *arg)
+{
+    devices_long *l = arg;
+    const void *inputs[2] = {l->a, l->b};
+    tsr_client_compile_opts opts = {.skip_verify = true};
+    l->status =
+        tsr_client_run_on(devices_free, l->region, &opts, 0, inputs, l->c, NULL, NULL, 0, &l->err);
+    return NULL;
+}
+
+Test(devices, work_on_one_device_never_waits_behind_anothers)
+{
+    /* The small kernel and its device 1 buffers first. */
+    tsr_region *small = fixture_affine(4);
+    tsr_client_compiled k;
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(devices_free, small, NULL, &k, 0, &err), TSR_OK, "%s",
+                 err.message);
+    tsr_buffer in, out;
+    devices_alloc(devices_free, 4, 1, &in);
+    devices_alloc(devices_free, 4, 1, &out);
+    static const float x[4] = {1, 2, 3, 4};
+    cr_assert_eq(tsr_client_buffer_write(devices_free, in, 0, x, sizeof x, 0, &err), TSR_OK, "%s",
+                 err.message);
+    /* A matmul of a few seconds on device 0, from the same connection (one
+     * session) on another thread. */
+    enum { N = 1024 };
+    devices_long l = {.region = fixture_region_json("{\"kind\": \"matmul\", \"dtype\": \"f32\", "
+                                                    "\"m\": 1024, \"n\": 1024, \"k\": 1024}"),
+                      .a = calloc(N * N, sizeof(float)),
+                      .b = calloc(N * N, sizeof(float)),
+                      .c = calloc(N * N, sizeof(float))};
+    cr_assert(l.a && l.b && l.c);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, devices_long_run, &l), 0);
+    /* Once it is running on device 0 (its queue depth says so) ... */
+    tsr_client *watch = testd_connect(devices_d.url, TOKEN_FREE, 0);
+    cr_assert_not_null(watch);
+    tsr_client_device_load load[4];
+    int n = 0;
+    for (int i = 0; i < 3000; i++) {
+        cr_assert_eq(tsr_client_devices(watch, load, 4, &n, 0, &err), TSR_OK, "%s", err.message);
+        if (load[0].queue_depth == 1)
+            break;
+        testd_sleep_ms(2);
+    }
+    cr_assert_eq(load[0].queue_depth, 1, "the long run never showed on device 0");
+    /* ... the session's launch on device 1 runs at once, beside it. */
+    cr_assert_eq(tsr_client_launch(devices_free, k.kernel, &in, 1, out, NULL, 0, &err), TSR_OK,
+                 "%s", err.message);
+    cr_assert_eq(tsr_client_devices(watch, load, 4, &n, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(load[0].queue_depth, 1, "the device 1 launch waited for the device 0 run");
+    float y[4] = {0};
+    cr_assert_eq(tsr_client_buffer_read(devices_free, out, 0, y, sizeof y, NULL, 0, &err), TSR_OK,
+                 "%s", err.message);
+    cr_expect_eq(y[3], 9.0f);
+    pthread_join(t, NULL);
+    cr_expect_eq(l.status, TSR_OK, "%s", l.err.message);
+    tsr_client_close(watch);
+    tsr_client_region_free(l.region);
+    tsr_client_region_free(small);
+    free(l.a);
+    free(l.b);
+    free(l.c);
 }

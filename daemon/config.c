@@ -394,11 +394,13 @@ static tsr_status config_json_quotas(const cJSON *v, tsrd_quota *q, tsr_error *e
         return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "quotas: must be an object");
     for (const cJSON *item = v->child; item != NULL; item = item->next) {
         uint64_t *slot = strcmp(item->string, "device_memory_bytes") == 0 ? &q->device_memory_bytes
-                         : strcmp(item->string, "buffers") == 0           ? &q->buffers
-                         : strcmp(item->string, "in_flight") == 0         ? &q->in_flight
-                         : strcmp(item->string, "compiles") == 0          ? &q->compiles
-                         : strcmp(item->string, "replay_bytes") == 0      ? &q->replay_bytes
-                                                                          : NULL;
+                         : strcmp(item->string, "device_memory_bytes_per_device") == 0
+                             ? &q->device_memory_bytes_per_device
+                         : strcmp(item->string, "buffers") == 0      ? &q->buffers
+                         : strcmp(item->string, "in_flight") == 0    ? &q->in_flight
+                         : strcmp(item->string, "compiles") == 0     ? &q->compiles
+                         : strcmp(item->string, "replay_bytes") == 0 ? &q->replay_bytes
+                                                                     : NULL;
         if (slot == NULL)
             return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "quotas: unknown key '%s'", item->string);
         tsr_status st = config_json_u64(item, item->string, 0, UINT64_C(1) << 52, slot, err);

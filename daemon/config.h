@@ -14,8 +14,8 @@
  *   cpu_device_memory_bytes
  *
  * tenants is an array of objects {name, token_sha256 [hex], uids [n], gids [n],
- * shm_uid n, devices [n], quotas {device_memory_bytes, buffers, in_flight, compiles,
- * replay_bytes}}; tokens
+ * shm_uid n, devices [n], quotas {device_memory_bytes, device_memory_bytes_per_device,
+ * buffers, in_flight, compiles, replay_bytes}}; tokens
  * are kept only as SHA-256 hashes (tesserad --hash-token prints one). shm_uid,
  * which needs a token, is the user whose shared memory the tenant may name on
  * a connection without peer credentials (tcp, tls). tls is an object
@@ -96,10 +96,11 @@ typedef struct tsrd_fleet_config {
 
 /* Per-tenant limits; 0 means unlimited. */
 typedef struct tsrd_quota {
-    uint64_t device_memory_bytes; /* bytes of live buffers */
-    uint64_t buffers;             /* live buffers */
-    uint64_t in_flight;           /* requests executing or queued */
-    uint64_t compiles;            /* compile, run, verify, candidates at once */
+    uint64_t device_memory_bytes;            /* bytes of live buffers */
+    uint64_t device_memory_bytes_per_device; /* ... on any one device */
+    uint64_t buffers;                        /* live buffers */
+    uint64_t in_flight;                      /* requests executing or queued */
+    uint64_t compiles;                       /* compile, run, verify, candidates at once */
     /* Bytes of stored replies kept for resends over the tenant's connections.
      * Never unlimited: 0 takes the daemon-wide replay_bytes_per_tenant. */
     uint64_t replay_bytes;

@@ -145,11 +145,11 @@ static tsr_status buffer_new_complete(tsrd_job *job, tsr_status status)
  * before this one completes see them. */
 static tsr_status buffer_new_place(tsrd_job *job, tsrd_buffer *b, int requested, const char *field)
 {
-    tsr_status st =
-        tsrd_device_choose(job->d, job->session->tenant, requested, field, &b->device, &job->err);
+    tsr_status st = tsrd_device_choose(job->d, job->session->tenant, requested, b->bytes, field,
+                                       &b->device, &job->err);
     if (st != TSR_OK)
         return st;
-    tsrd_device_charge(job->d, b);
+    tsrd_device_charge(job->d, b, job->session->tenant);
     tsrd_job_set_device(job, b->device);
     return TSR_OK;
 }

@@ -234,7 +234,7 @@ static tsr_status run_device(tsrd_job *job)
                              requested, pick.first, pick.device);
     int device = pick.device;
     if (device < 0)
-        st = tsrd_device_choose(job->d, job->session->tenant, requested, "run.device", &device,
+        st = tsrd_device_choose(job->d, job->session->tenant, requested, 0, "run.device", &device,
                                 &job->err);
     if (st == TSR_OK)
         tsrd_job_set_device(job, device);

@@ -48,7 +48,22 @@ uint32_t tsrd_tenant_devices(const tsrd_daemon *d, const tsrd_tenant *t)
     return set & all;
 }
 
-tsr_status tsrd_device_choose(const tsrd_daemon *d, const tsrd_tenant *t, int requested,
+/* The devices of mask on which t may allocate bytes more within its
+ * device_memory_bytes_per_device quota. */
+static uint32_t devices_room(const tsrd_daemon *d, const tsrd_tenant *t, uint32_t mask,
+                             uint64_t bytes)
+{
+    uint64_t quota = t != NULL ? t->conf.quota.device_memory_bytes_per_device : 0;
+    if (quota == 0)
+        return mask;
+    uint32_t room = 0;
+    for (int i = 0; i < d->n_devices && i < TSRD_MAX_DEVICES; i++)
+        if ((mask & (UINT32_C(1) << i)) && bytes <= quota && t->device_bytes[i] <= quota - bytes)
+            room |= UINT32_C(1) << i;
+    return room;
+}
+
+tsr_status tsrd_device_choose(const tsrd_daemon *d, tsrd_tenant *t, int requested, uint64_t bytes,
                               const char *field, int *out, tsr_error *err)
 {
     uint32_t allowed = tsrd_tenant_devices(d, t);
@@ -62,26 +77,43 @@ tsr_status tsrd_device_choose(const tsrd_daemon *d, const tsrd_tenant *t, int re
                              "%s: tenant %s may use devices %s, not device %d", field, t->name, set,
                              requested);
     }
-    int device = requested >= 0 ? requested
-                 : allowed != 0 ? tsrd_device_least_loaded(d->load, d->n_devices, allowed)
-                                : -1;
-    if (device < 0) {
+    if (requested < 0 && allowed == 0) {
         tsrd_devices_text(t != NULL ? t->conf.devices : 0, set, sizeof set);
         return tsr_error_set(err, TSR_RESOURCE_EXHAUSTED,
                              "%s: tenant %s may use devices %s, none of which this node has (%d "
                              "devices)",
                              field, t->name, set, d->n_devices);
     }
-    *out = device;
+    uint32_t asked = requested >= 0 ? UINT32_C(1) << requested : allowed;
+    uint32_t room = devices_room(d, t, asked, bytes);
+    if (room == 0) {
+        uint64_t quota = t->conf.quota.device_memory_bytes_per_device;
+        t->refused_quota++;
+        if (requested >= 0)
+            return tsr_error_set(err, TSR_RESOURCE_EXHAUSTED,
+                                 "quota device_memory_bytes_per_device of tenant %s on device %d: "
+                                 "%llu in use, %llu asked, the quota is %llu",
+                                 t->name, requested, (unsigned long long)t->device_bytes[requested],
+                                 (unsigned long long)bytes, (unsigned long long)quota);
+        tsrd_devices_text(allowed, set, sizeof set);
+        return tsr_error_set(err, TSR_RESOURCE_EXHAUSTED,
+                             "quota device_memory_bytes_per_device of tenant %s: none of devices "
+                             "%s has room for %llu bytes more, the quota is %llu",
+                             t->name, set, (unsigned long long)bytes, (unsigned long long)quota);
+    }
+    *out = requested >= 0 ? requested : tsrd_device_least_loaded(d->load, d->n_devices, room);
     return TSR_OK;
 }
 
-void tsrd_device_charge(tsrd_daemon *d, tsrd_buffer *b)
+void tsrd_device_charge(tsrd_daemon *d, tsrd_buffer *b, tsrd_tenant *t)
 {
     if (b->charged || b->device < 0 || b->device >= d->n_devices)
         return;
     d->load[b->device].bytes += b->bytes;
     d->load[b->device].buffers++;
+    if (t != NULL)
+        t->device_bytes[b->device] += b->bytes;
+    b->charged_tenant = t;
     b->charged = true;
 }
 
@@ -91,6 +123,9 @@ void tsrd_device_uncharge(tsrd_daemon *d, tsrd_buffer *b)
         return;
     d->load[b->device].bytes -= b->bytes;
     d->load[b->device].buffers--;
+    if (b->charged_tenant != NULL)
+        b->charged_tenant->device_bytes[b->device] -= b->bytes;
+    b->charged_tenant = NULL;
     b->charged = false;
 }
 

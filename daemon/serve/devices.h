@@ -30,17 +30,20 @@ void tsrd_devices_text(uint32_t mask, char *buf, size_t size);
 /* The devices t may use, as a mask over the daemon's devices. */
 uint32_t tsrd_tenant_devices(const tsrd_daemon *d, const tsrd_tenant *t);
 
-/* The device for new work of tenant t: requested (>= 0) after checking it
- * exists (NOT_FOUND) and t may use it (RESOURCE_EXHAUSTED naming the tenant's
- * devices), or, for requested < 0, the least-loaded device t may use
- * (RESOURCE_EXHAUSTED when t may use none of this node's). field names the
- * request's device field in errors. */
-tsr_status tsrd_device_choose(const tsrd_daemon *d, const tsrd_tenant *t, int requested,
+/* The device for new work of tenant t that allocates bytes there: requested
+ * (>= 0) after checking it exists (NOT_FOUND), t may use it and the bytes fit
+ * t's device_memory_bytes_per_device quota there (RESOURCE_EXHAUSTED naming
+ * the tenant's devices, or the quota), or, for requested < 0, the
+ * least-loaded device t may use where the bytes fit its quota
+ * (RESOURCE_EXHAUSTED when there is none). field names the request's device
+ * field in errors. A quota refusal counts in t->refused_quota. */
+tsr_status tsrd_device_choose(const tsrd_daemon *d, tsrd_tenant *t, int requested, uint64_t bytes,
                               const char *field, int *out, tsr_error *err);
 
-/* Counts b (its bytes, on b->device) in its device's load until
- * tsrd_device_uncharge; uncharging a buffer never charged does nothing. */
-void tsrd_device_charge(tsrd_daemon *d, tsrd_buffer *b);
+/* Counts b (its bytes, on b->device) in its device's load, and in t's bytes
+ * on the device when t is not NULL, until tsrd_device_uncharge; uncharging a
+ * buffer never charged does nothing. */
+void tsrd_device_charge(tsrd_daemon *d, tsrd_buffer *b, tsrd_tenant *t);
 void tsrd_device_uncharge(tsrd_daemon *d, tsrd_buffer *b);
 
 /* Binds job's device work to device (its stream, its place in the device's

@@ -191,6 +191,7 @@ static void recovery_forget_buffer(void *obj, void *arg)
         return;
     b->lost = true;
     d->buffers_lost++;
+    tsrd_device_uncharge(d, b); /* its device memory is gone */
     if (b->tenant != NULL) {
         b->tenant->buffers--;
         b->tenant->buffer_bytes -= b->bytes;

@@ -59,6 +59,9 @@ typedef struct tsrd_tenant {
     uint64_t compiles;         /* compile-class requests admitted */
     uint64_t reserved_buffers; /* buffer_alloc admitted, not yet registered */
     uint64_t reserved_bytes;
+    /* Bytes of its buffers on each device, allocations in progress included
+     * (serve/devices.h), checked against device_memory_bytes_per_device. */
+    uint64_t device_bytes[TSRD_MAX_DEVICES];
     uint64_t refused_quota; /* RESOURCE_EXHAUSTED answers */
     /* Stored replies for resends, counted over all of the tenant's sessions
      * and bounded by replay_bytes_per_tenant (serve/replay.h). */
@@ -123,8 +126,11 @@ typedef struct tsrd_buffer {
     int64_t shape[TSR_MAX_RANK];
     uint64_t bytes;
     tsrd_tenant *tenant;
-    int device;   /* where its memory is */
-    bool charged; /* counted in its device's load (serve/devices.h) */
+    int device; /* where its memory is */
+    /* Counted in its device's load and, when not NULL, in this tenant's
+     * bytes on the device (serve/devices.h). */
+    bool charged;
+    tsrd_tenant *charged_tenant;
 } tsrd_buffer;
 
 typedef struct tsrd_kernel {

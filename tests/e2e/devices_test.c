@@ -2,7 +2,8 @@
  * devices_test.c — device placement against a real tesserad whose CPU
  * backend shows four devices of 64 MiB each (--cpu-devices 4,
  * cpu_device_memory_bytes), with two tenants: "free", who may use every
- * device, and "pinned", confined to devices 2 and 3.
+ * device, "pinned", confined to devices 2 and 3, and "capped", with a quota of
+ * 1 KiB per device.
  *
  * info lists the four devices with their load; a buffer goes where the
  * client asks, or on the least-loaded device the tenant may use; each device
@@ -22,6 +23,7 @@
 
 #define TOKEN_FREE "free-token-1"
 #define TOKEN_PINNED "pinned-token-2"
+#define TOKEN_CAPPED "capped-token-3"
 #define DEVICE_MEMORY 67108864
 
 static testd devices_d;
@@ -29,9 +31,10 @@ static tsr_client *devices_free, *devices_pinned;
 
 static void devices_setup(void)
 {
-    char hf[65], hp[65];
+    char hf[65], hp[65], hc[65];
     tsrd_token_hash(TOKEN_FREE, strlen(TOKEN_FREE), hf);
     tsrd_token_hash(TOKEN_PINNED, strlen(TOKEN_PINNED), hp);
+    tsrd_token_hash(TOKEN_CAPPED, strlen(TOKEN_CAPPED), hc);
     /* testd waits for a hello, which needs a tenant. */
     setenv("TESSERA_TOKEN", TOKEN_FREE, 1);
     const char *const extra[] = {"--cpu-devices", "4", NULL};
@@ -39,8 +42,10 @@ static void devices_setup(void)
                                     "{\"cpu_device_memory_bytes\": %d, \"tenants\": ["
                                     "{\"name\": \"free\", \"token_sha256\": [\"%s\"]},"
                                     "{\"name\": \"pinned\", \"token_sha256\": [\"%s\"],"
-                                    " \"devices\": [2, 3]}]}\n",
-                                    DEVICE_MEMORY, hf, hp),
+                                    " \"devices\": [2, 3]},"
+                                    "{\"name\": \"capped\", \"token_sha256\": [\"%s\"],"
+                                    " \"quotas\": {\"device_memory_bytes_per_device\": 1024}}]}\n",
+                                    DEVICE_MEMORY, hf, hp, hc),
                  0);
     devices_free = testd_connect(devices_d.url, TOKEN_FREE, 0);
     devices_pinned = testd_connect(devices_d.url, TOKEN_PINNED, 0);
@@ -327,4 +332,32 @@ Test(devices, work_on_one_device_never_waits_behind_anothers)
     free(l.a);
     free(l.b);
     free(l.c);
+}
+
+Test(devices, the_per_device_quota_spreads_a_tenant_and_then_refuses)
+{
+    tsr_client *capped = testd_connect(devices_d.url, TOKEN_CAPPED, 0);
+    cr_assert_not_null(capped);
+    tsr_buffer b[4], more;
+    /* 1 KiB fills a device's quota: each goes to a device still with room. */
+    for (int i = 0; i < 4; i++)
+        cr_expect_eq(devices_alloc(capped, 256, -1, &b[i]), i);
+    int64_t n = 256;
+    tsr_error err;
+    cr_expect_eq(
+        tsr_client_buffer_alloc_on(capped, TSR_CLIENT_F32, 1, &n, -1, &more, NULL, NULL, 0, &err),
+        TSR_RESOURCE_EXHAUSTED);
+    cr_expect_str_eq(err.message, "quota device_memory_bytes_per_device of tenant capped: none of "
+                                  "devices 0-3 has room for 1024 bytes more, the quota is 1024");
+    cr_assert_eq(tsr_client_buffer_free(capped, b[2], 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(
+        tsr_client_buffer_alloc_on(capped, TSR_CLIENT_F32, 1, &n, 1, &more, NULL, NULL, 0, &err),
+        TSR_RESOURCE_EXHAUSTED);
+    cr_expect_str_eq(err.message, "quota device_memory_bytes_per_device of tenant capped on device "
+                                  "1: 1024 in use, 1024 asked, the quota is 1024");
+    cr_expect_eq(devices_alloc(capped, 256, -1, &more), 2, "the room freed on device 2");
+    /* Other tenants are not held to it. */
+    cr_expect_eq(devices_alloc(devices_free, 512, 1, &more), 1);
+    cr_expect_eq(fixture_counter(capped, "tenant_quota_refusals_total{tenant=\"capped\"}"), 2.0);
+    tsr_client_close(capped);
 }

@@ -74,11 +74,11 @@ Test(devices, choose_places_unpinned_work_on_the_least_loaded_device)
     int dev = -1;
     d->load[0].queued = 1;
     d->load[1].bytes = 8;
-    cr_assert_eq(tsrd_device_choose(d, &t, -1, "buffer_alloc.device", &dev, &err), TSR_OK);
+    cr_assert_eq(tsrd_device_choose(d, &t, -1, 0, "buffer_alloc.device", &dev, &err), TSR_OK);
     cr_expect_eq(dev, 2);
-    cr_assert_eq(tsrd_device_choose(d, &t, 0, "buffer_alloc.device", &dev, &err), TSR_OK);
+    cr_assert_eq(tsrd_device_choose(d, &t, 0, 0, "buffer_alloc.device", &dev, &err), TSR_OK);
     cr_expect_eq(dev, 0, "a device asked for is taken as it is, loaded or not");
-    cr_expect_eq(tsrd_device_choose(d, &t, 3, "buffer_alloc.device", &dev, &err), TSR_NOT_FOUND);
+    cr_expect_eq(tsrd_device_choose(d, &t, 3, 0, "buffer_alloc.device", &dev, &err), TSR_NOT_FOUND);
     cr_expect_str_eq(err.message, "buffer_alloc.device: no device 3 (this node has 3)");
     free(d);
 }
@@ -89,14 +89,14 @@ Test(devices, choose_confines_a_pinned_tenant_to_its_devices)
     tsrd_daemon *d = devices_daemon(4, &t, "pinned", 0xc);
     tsr_error err;
     int dev = -1;
-    cr_assert_eq(tsrd_device_choose(d, &t, -1, "run.device", &dev, &err), TSR_OK);
+    cr_assert_eq(tsrd_device_choose(d, &t, -1, 0, "run.device", &dev, &err), TSR_OK);
     cr_expect_eq(dev, 2, "the least loaded of its own, though 0 and 1 are idle too");
     d->load[2].bytes = 1;
-    cr_assert_eq(tsrd_device_choose(d, &t, -1, "run.device", &dev, &err), TSR_OK);
+    cr_assert_eq(tsrd_device_choose(d, &t, -1, 0, "run.device", &dev, &err), TSR_OK);
     cr_expect_eq(dev, 3);
-    cr_assert_eq(tsrd_device_choose(d, &t, 2, "run.device", &dev, &err), TSR_OK);
+    cr_assert_eq(tsrd_device_choose(d, &t, 2, 0, "run.device", &dev, &err), TSR_OK);
     cr_expect_eq(dev, 2);
-    cr_expect_eq(tsrd_device_choose(d, &t, 1, "run.device", &dev, &err), TSR_RESOURCE_EXHAUSTED);
+    cr_expect_eq(tsrd_device_choose(d, &t, 1, 0, "run.device", &dev, &err), TSR_RESOURCE_EXHAUSTED);
     cr_expect_str_eq(err.message, "run.device: tenant pinned may use devices 2-3, not device 1");
     cr_expect_eq(tsrd_tenant_devices(d, &t), 0xcu);
     free(d);
@@ -108,7 +108,7 @@ Test(devices, choose_refuses_a_set_the_node_does_not_have)
     tsrd_daemon *d = devices_daemon(2, &t, "far", 0x30);
     tsr_error err;
     int dev = -1;
-    cr_expect_eq(tsrd_device_choose(d, &t, -1, "buffer_alloc.device", &dev, &err),
+    cr_expect_eq(tsrd_device_choose(d, &t, -1, 0, "buffer_alloc.device", &dev, &err),
                  TSR_RESOURCE_EXHAUSTED);
     cr_expect_str_eq(err.message, "buffer_alloc.device: tenant far may use devices 4-5, none of "
                                   "which this node has (2 devices)");
@@ -120,15 +120,44 @@ Test(devices, charges_follow_buffers_on_their_device)
     tsrd_tenant t;
     tsrd_daemon *d = devices_daemon(2, &t, "free", 0);
     tsrd_buffer b = {.bytes = 256, .device = 1};
-    tsrd_device_charge(d, &b);
-    tsrd_device_charge(d, &b);
+    tsrd_device_charge(d, &b, &t);
+    tsrd_device_charge(d, &b, &t);
     cr_expect_eq(d->load[1].bytes, 256, "charged once");
     cr_expect_eq(d->load[1].buffers, 1);
     cr_expect_eq(d->load[0].bytes, 0);
+    cr_expect_eq(t.device_bytes[1], 256);
     tsrd_device_uncharge(d, &b);
     tsrd_device_uncharge(d, &b);
     cr_expect_eq(d->load[1].bytes, 0);
     cr_expect_eq(d->load[1].buffers, 0);
+    cr_expect_eq(t.device_bytes[1], 0);
+    free(d);
+}
+
+Test(devices, choose_keeps_within_the_per_device_quota)
+{
+    tsrd_tenant t;
+    tsrd_daemon *d = devices_daemon(3, &t, "capped", 0);
+    t.conf.quota.device_memory_bytes_per_device = 1000;
+    tsr_error err;
+    int dev = -1;
+    t.device_bytes[0] = 600;
+    d->load[0].bytes = 600;
+    d->load[1].queued = 1;
+    d->load[2].queued = 1;
+    cr_assert_eq(tsrd_device_choose(d, &t, -1, 400, "buffer_alloc.device", &dev, &err), TSR_OK);
+    cr_expect_eq(dev, 0, "400 more still fit device 0, the least loaded");
+    cr_assert_eq(tsrd_device_choose(d, &t, -1, 401, "buffer_alloc.device", &dev, &err), TSR_OK);
+    cr_expect_eq(dev, 1, "401 do not: the least loaded device where they fit");
+    cr_expect_eq(tsrd_device_choose(d, &t, 0, 401, "buffer_alloc.device", &dev, &err),
+                 TSR_RESOURCE_EXHAUSTED);
+    cr_expect_str_eq(err.message, "quota device_memory_bytes_per_device of tenant capped on device "
+                                  "0: 600 in use, 401 asked, the quota is 1000");
+    cr_expect_eq(tsrd_device_choose(d, &t, -1, 1001, "buffer_alloc.device", &dev, &err),
+                 TSR_RESOURCE_EXHAUSTED);
+    cr_expect_str_eq(err.message, "quota device_memory_bytes_per_device of tenant capped: none of "
+                                  "devices 0-2 has room for 1001 bytes more, the quota is 1000");
+    cr_expect_eq(t.refused_quota, 2);
     free(d);
 }
 
@@ -137,11 +166,13 @@ Test(devices, config_reads_cpu_devices_and_tenant_device_sets)
     tsrd_config c;
     tsr_error err;
     const char *text = "{\"cpu_devices\": 4, \"cpu_device_memory_bytes\": 65536, \"tenants\": "
-                       "[{\"name\": \"p\", \"uids\": [7], \"devices\": [3, 2]}]}";
+                       "[{\"name\": \"p\", \"uids\": [7], \"devices\": [3, 2], \"quotas\": "
+                       "{\"device_memory_bytes_per_device\": 4096}}]}";
     cr_assert_eq(unit_config_parse(&c, text, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(c.cpu_devices, 4);
     cr_expect_eq(c.cpu_device_memory_bytes, 65536);
     cr_expect_eq(c.tenants[0].devices, 0xcu);
+    cr_expect_eq(c.tenants[0].quota.device_memory_bytes_per_device, 4096);
     tsrd_config_free(&c);
 }
 

@@ -232,6 +232,8 @@ static void dispatch_after_work(uv_work_t *w, int uv_status)
         st = tsr_error_set(&job->err, TSR_CANCELLED, "%s: cancelled",
                            tsrd_body_name(job->body_case));
     d->work_running--;
+    if (job->on_device)
+        d->device_running[job->device]--;
     if (job->again && uv_status != UV_ECANCELED && st == TSR_OK) {
         /* A slice of a long job: behind the other tenants' work it goes, and
          * the session's stream stays its own until it completes. */
@@ -248,6 +250,52 @@ static void dispatch_after_work(uv_work_t *w, int uv_status)
     dispatch_finish(job, st);
 }
 
+/* Whether job may take a slot of the pool: with several devices, one bound
+ * to a device only while that device holds fewer than its share of the slots
+ * (at least one), so that a backlog on one device leaves slots to the
+ * others' work. Jobs bound to no device (compiles, verification) take any. */
+static bool dispatch_has_room(const tsrd_daemon *d, const tsrd_job *job, int slots)
+{
+    if (!job->on_device || d->n_devices <= 1)
+        return true;
+    int share = slots / d->n_devices;
+    return d->device_running[job->device] < (share > 0 ? share : 1);
+}
+
+/* The next job for the pool: the first one with room (dispatch_has_room) of
+ * the first tenant in the ready ring that has one, unlinked from its
+ * tenant's queue; that tenant goes to the back of the ring (or leaves it,
+ * its queue empty). NULL when no queued job has room. With one device that
+ * is always the first tenant's first job. */
+static tsrd_job *dispatch_next_job(tsrd_daemon *d, int slots)
+{
+    for (tsrd_tenant *t = d->ready_head, *t_prev = NULL; t != NULL; t_prev = t, t = t->ready_next) {
+        for (tsrd_job *job = t->work_head, *prev = NULL; job != NULL;
+             prev = job, job = job->work_next) {
+            if (!dispatch_has_room(d, job, slots))
+                continue;
+            if (prev == NULL)
+                t->work_head = job->work_next;
+            else
+                prev->work_next = job->work_next;
+            if (t->work_tail == job)
+                t->work_tail = prev;
+            if (t_prev == NULL)
+                d->ready_head = t->ready_next;
+            else
+                t_prev->ready_next = t->ready_next;
+            if (d->ready_tail == t)
+                d->ready_tail = t_prev;
+            if (t->work_head == NULL)
+                t->work_ready = false;
+            else
+                TSRD_FIFO_PUSH(d->ready_head, d->ready_tail, t, ready_next);
+            return job;
+        }
+    }
+    return NULL;
+}
+
 /* Hands queued heavy work to the worker pool while it has free slots, one job
  * per tenant in turn: the tenant served goes to the back of the ring of
  * tenants with queued work. */
@@ -256,16 +304,11 @@ void tsrd_dispatch_pump(tsrd_daemon *d)
     if (d->work_paused)
         return;
     int slots = d->work_slots > 0 ? d->work_slots : 4;
-    while (d->work_running < slots && d->ready_head != NULL) {
-        tsrd_tenant *t;
-        tsrd_job *job;
-        TSRD_FIFO_POP(t, d->ready_head, d->ready_tail, ready_next);
-        TSRD_FIFO_POP(job, t->work_head, t->work_tail, work_next);
-        if (t->work_head == NULL)
-            t->work_ready = false;
-        else
-            TSRD_FIFO_PUSH(d->ready_head, d->ready_tail, t, ready_next);
+    tsrd_job *job;
+    while (d->work_running < slots && (job = dispatch_next_job(d, slots)) != NULL) {
         d->work_running++;
+        if (job->on_device)
+            d->device_running[job->device]++;
         job->work.data = job;
         job->err.code = TSR_OK;
         int rc = uv_queue_work(d->loop, &job->work, dispatch_work, dispatch_after_work);
@@ -342,6 +385,8 @@ static void dispatch_inline(tsrd_job *job)
     d->metrics.inline_jobs++;
     job->session->stream_busy[dispatch_device(job)] = true;
     d->work_running++;
+    if (job->on_device)
+        d->device_running[job->device]++;
     job->work.data = job;
     job->err.code = TSR_OK;
     dispatch_work(&job->work);

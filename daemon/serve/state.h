@@ -247,6 +247,9 @@ struct tsrd_daemon {
      * turn, and how many jobs the worker pool holds of at most work_slots. */
     tsrd_tenant *ready_head, *ready_tail;
     int work_running, work_slots;
+    /* Of work_running, the jobs bound to each device: with several devices
+     * each holds at most its share of the slots (dispatch.c). */
+    int device_running[TSRD_MAX_DEVICES];
     /* Health: the backend is rebuilding its device context (recovery.c). While
      * work_paused the dispatch pump hands out no heavy work. */
     bool recovering;

@@ -37,7 +37,8 @@ static void devices_setup(void)
     tsrd_token_hash(TOKEN_CAPPED, strlen(TOKEN_CAPPED), hc);
     /* testd waits for a hello, which needs a tenant. */
     setenv("TESSERA_TOKEN", TOKEN_FREE, 1);
-    const char *const extra[] = {"--cpu-devices", "4", NULL};
+    /* Two workers: a device takes at most one of them (its share). */
+    const char *const extra[] = {"--cpu-devices", "4", "--workers", "2", NULL};
     cr_assert_eq(testd_start_config(&devices_d, extra,
                                     "{\"cpu_device_memory_bytes\": %d, \"tenants\": ["
                                     "{\"name\": \"free\", \"token_sha256\": [\"%s\"]},"
@@ -260,10 +261,12 @@ Test(devices, buffers_of_two_devices_in_one_launch_are_refused)
     tsr_client_region_free(r);
 }
 
-/* A long run on device 0, on the connection the main thread also uses. */
+/* A long run on device 0, on connection c (NULL: devices_free, the one the
+ * main thread also uses). */
 typedef struct devices_long {
+    tsr_client *c;
     tsr_region *region;
-    float *a, *b, *c;
+    float *a, *b, *out;
     tsr_status status;
     tsr_error err;
 } devices_long;
@@ -273,65 +276,131 @@ static void *devices_long_run(void *arg)
     devices_long *l = arg;
     const void *inputs[2] = {l->a, l->b};
     tsr_client_compile_opts opts = {.skip_verify = true};
-    l->status =
-        tsr_client_run_on(devices_free, l->region, &opts, 0, inputs, l->c, NULL, NULL, 0, &l->err);
+    l->status = tsr_client_run_on(l->c != NULL ? l->c : devices_free, l->region, &opts, 0, inputs,
+                                  l->out, NULL, NULL, 0, &l->err);
     return NULL;
 }
 
-Test(devices, work_on_one_device_never_waits_behind_anothers)
+/* A 1024-cube matmul (a fraction of a second on the host) for the run. */
+static void devices_long_init(devices_long *l, tsr_client *c)
 {
-    /* The small kernel and its device 1 buffers first. */
-    tsr_region *small = fixture_affine(4);
-    tsr_client_compiled k;
-    tsr_error err;
-    cr_assert_eq(tsr_client_compile(devices_free, small, NULL, &k, 0, &err), TSR_OK, "%s",
-                 err.message);
-    tsr_buffer in, out;
-    devices_alloc(devices_free, 4, 1, &in);
-    devices_alloc(devices_free, 4, 1, &out);
-    static const float x[4] = {1, 2, 3, 4};
-    cr_assert_eq(tsr_client_buffer_write(devices_free, in, 0, x, sizeof x, 0, &err), TSR_OK, "%s",
-                 err.message);
-    /* A matmul of a few seconds on device 0, from the same connection (one
-     * session) on another thread. */
     enum { N = 1024 };
-    devices_long l = {.region = fixture_region_json("{\"kind\": \"matmul\", \"dtype\": \"f32\", "
-                                                    "\"m\": 1024, \"n\": 1024, \"k\": 1024}"),
-                      .a = calloc(N * N, sizeof(float)),
-                      .b = calloc(N * N, sizeof(float)),
-                      .c = calloc(N * N, sizeof(float))};
-    cr_assert(l.a && l.b && l.c);
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, devices_long_run, &l), 0);
-    /* Once it is running on device 0 (its queue depth says so) ... */
-    tsr_client *watch = testd_connect(devices_d.url, TOKEN_FREE, 0);
-    cr_assert_not_null(watch);
+    *l = (devices_long){.c = c,
+                        .region = fixture_region_json("{\"kind\": \"matmul\", \"dtype\": \"f32\", "
+                                                      "\"m\": 1024, \"n\": 1024, \"k\": 1024}"),
+                        .a = calloc(N * N, sizeof(float)),
+                        .b = calloc(N * N, sizeof(float)),
+                        .out = calloc(N * N, sizeof(float))};
+    cr_assert(l->a && l->b && l->out);
+}
+
+static void devices_long_free(devices_long *l)
+{
+    tsr_client_region_free(l->region);
+    free(l->a);
+    free(l->b);
+    free(l->out);
+}
+
+/* Waits until device 0's queue depth, read on watch, is want. */
+static void devices_wait_depth(tsr_client *watch, int want)
+{
     tsr_client_device_load load[4];
+    tsr_error err;
     int n = 0;
     for (int i = 0; i < 3000; i++) {
         cr_assert_eq(tsr_client_devices(watch, load, 4, &n, 0, &err), TSR_OK, "%s", err.message);
-        if (load[0].queue_depth == 1)
-            break;
+        if (load[0].queue_depth == (uint32_t)want)
+            return;
         testd_sleep_ms(2);
     }
-    cr_assert_eq(load[0].queue_depth, 1, "the long run never showed on device 0");
-    /* ... the session's launch on device 1 runs at once, beside it. */
-    cr_assert_eq(tsr_client_launch(devices_free, k.kernel, &in, 1, out, NULL, 0, &err), TSR_OK,
+    cr_assert_fail("device 0's queue depth never reached %d", want);
+}
+
+/* The affine kernel compiled on devices_free, and x written to a device 1
+ * buffer, for a short launch there. */
+static void devices_short_on_1(tsr_client_compiled *k, tsr_buffer *in, tsr_buffer *out)
+{
+    tsr_region *small = fixture_affine(4);
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(devices_free, small, NULL, k, 0, &err), TSR_OK, "%s",
+                 err.message);
+    tsr_client_region_free(small);
+    devices_alloc(devices_free, 4, 1, in);
+    devices_alloc(devices_free, 4, 1, out);
+    static const float x[4] = {1, 2, 3, 4};
+    cr_assert_eq(tsr_client_buffer_write(devices_free, *in, 0, x, sizeof x, 0, &err), TSR_OK, "%s",
+                 err.message);
+}
+
+/* The short launch on device 1, then device 0's queue depth, expected to be
+ * still want: the launch did not wait for device 0's work. */
+static void devices_short_beside(tsr_client *watch, const tsr_client_compiled *k, tsr_buffer in,
+                                 tsr_buffer out, int want)
+{
+    tsr_error err;
+    cr_assert_eq(tsr_client_launch(devices_free, k->kernel, &in, 1, out, NULL, 0, &err), TSR_OK,
                  "%s", err.message);
+    tsr_client_device_load load[4];
+    int n = 0;
     cr_assert_eq(tsr_client_devices(watch, load, 4, &n, 0, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(load[0].queue_depth, 1, "the device 1 launch waited for the device 0 run");
+    cr_expect_eq(load[0].queue_depth, (uint32_t)want,
+                 "the device 1 launch waited for device 0's work");
     float y[4] = {0};
     cr_assert_eq(tsr_client_buffer_read(devices_free, out, 0, y, sizeof y, NULL, 0, &err), TSR_OK,
                  "%s", err.message);
     cr_expect_eq(y[3], 9.0f);
+}
+
+Test(devices, work_on_one_device_never_waits_behind_anothers)
+{
+    tsr_client_compiled k;
+    tsr_buffer in, out;
+    devices_short_on_1(&k, &in, &out);
+    /* A long run on device 0 from the same connection (one session), on
+     * another thread; the session's launch on device 1 runs beside it. */
+    devices_long l;
+    devices_long_init(&l, NULL);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, devices_long_run, &l), 0);
+    tsr_client *watch = testd_connect(devices_d.url, TOKEN_FREE, 0);
+    cr_assert_not_null(watch);
+    devices_wait_depth(watch, 1);
+    devices_short_beside(watch, &k, in, out, 1);
     pthread_join(t, NULL);
     cr_expect_eq(l.status, TSR_OK, "%s", l.err.message);
     tsr_client_close(watch);
-    tsr_client_region_free(l.region);
-    tsr_client_region_free(small);
-    free(l.a);
-    free(l.b);
-    free(l.c);
+    devices_long_free(&l);
+}
+
+Test(devices, a_device_backlog_leaves_workers_to_the_other_devices)
+{
+    tsr_client_compiled k;
+    tsr_buffer in, out;
+    devices_short_on_1(&k, &in, &out);
+    /* Two long runs on device 0 from two other connections: with two workers
+     * and four devices, device 0 runs one of them at a time, and the other
+     * worker serves device 1 at once. */
+    devices_long l[2];
+    pthread_t t[2];
+    tsr_client *c[2];
+    for (int i = 0; i < 2; i++) {
+        c[i] = testd_connect(devices_d.url, TOKEN_FREE, 0);
+        cr_assert_not_null(c[i]);
+        devices_long_init(&l[i], c[i]);
+        cr_assert_eq(pthread_create(&t[i], NULL, devices_long_run, &l[i]), 0);
+    }
+    tsr_client *watch = testd_connect(devices_d.url, TOKEN_FREE, 0);
+    cr_assert_not_null(watch);
+    devices_wait_depth(watch, 2);
+    devices_short_beside(watch, &k, in, out, 2);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(t[i], NULL);
+        cr_expect_eq(l[i].status, TSR_OK, "%s", l[i].err.message);
+        devices_long_free(&l[i]);
+        tsr_client_close(c[i]);
+    }
+    tsr_client_close(watch);
 }
 
 Test(devices, the_per_device_quota_spreads_a_tenant_and_then_refuses)

@@ -126,8 +126,8 @@ tsr_status tsrd_daemon_init(tsrd_daemon *d, const tsrd_config *config, uv_loop_t
         tsrd_daemon_fini(d);
         return st;
     }
-    tsrd_log_info(&d->log, "backend %s, device 0: %s (%s), cache %s", d->bops->name,
-                  d->devices[0].name, d->devices[0].arch, d->config.cache_dir);
+    tsrd_log_info(&d->log, "backend %s, %d device(s), device 0: %s (%s), cache %s", d->bops->name,
+                  d->n_devices, d->devices[0].name, d->devices[0].arch, d->config.cache_dir);
     /* GPU gauges are an extra: without NVML the daemon serves all the same. */
     tsr_error nvml_err;
     if (tsrd_nvml_open(&d->nvml, &nvml_err) == TSR_OK)

@@ -928,19 +928,23 @@ class Client:
     @overload
     def run(self, region: RegionLike, inputs: Inputs, with_decision: "Literal[False]" = False,
             *, arch: Optional[str] = None, force: Optional[str] = None, policy: str = "tier",
-            skip_verify: bool = False, no_reference: bool = False) -> Any: ...
+            skip_verify: bool = False, no_reference: bool = False,
+            device: Optional[int] = None) -> Any: ...
 
     @overload
     def run(self, region: RegionLike, inputs: Inputs, with_decision: "Literal[True]",
             *, arch: Optional[str] = None, force: Optional[str] = None, policy: str = "tier",
-            skip_verify: bool = False, no_reference: bool = False) -> Tuple[Any, Decision]: ...
+            skip_verify: bool = False, no_reference: bool = False,
+            device: Optional[int] = None) -> Tuple[Any, Decision]: ...
 
     def run(self, region: RegionLike, inputs: Inputs, with_decision: bool = False,
             *, arch: Optional[str] = None, force: Optional[str] = None, policy: str = "tier",
-            skip_verify: bool = False,
-            no_reference: bool = False) -> Union[Any, Tuple[Any, Decision]]:
+            skip_verify: bool = False, no_reference: bool = False,
+            device: Optional[int] = None) -> Union[Any, Tuple[Any, Decision]]:
         """Compiles and runs region on inputs and returns its output (and the
-        Decision too when with_decision); the options are compile()'s.
+        Decision too when with_decision); the options are compile()'s. device
+        runs it on that device (its data then travels inline); None lets the
+        daemon place it on the least-loaded device the tenant may use.
 
         inputs: a list or tuple in signature order (region.inputs), or a dict
         by name; an unknown or missing name, or a list of the wrong length, is
@@ -960,7 +964,11 @@ class Client:
         ordered = _ordered_inputs(r, inputs)
         opts: Dict[str, Any] = {"arch": arch, "force": force, "policy": policy,
                                 "skip_verify": skip_verify, "no_reference": no_reference}
+        if device is not None and device < 0:
+            raise TesseraError(Status.INVALID_ARGUMENT, "device %d: must be >= 0" % device)
         if any(_is_torch(x) for x in ordered):
+            if device is not None:
+                raise TesseraError(Status.UNSUPPORTED, "device: not with torch tensors")
             from . import torch_support
             return torch_support.run(self, r, ordered, with_decision=with_decision, **opts)
         wire = []
@@ -990,10 +998,15 @@ class Client:
         def inline() -> None:
             ptrs = (c_void_p * max(1, len(wire)))(*[w.ctypes.data for w in wire])
             err = _lib.Error()
-            _check(lib.tsr_client_run(self._c, r.handle, byref(o), ptrs, out.ctypes.data,
-                                      byref(d), self.timeout_ms, byref(err)), err)
+            _check(lib.tsr_client_run_on(self._c, r.handle, byref(o),
+                                         -1 if device is None else device, ptrs,
+                                         out.ctypes.data, byref(d), None, self.timeout_ms,
+                                         byref(err)), err)
 
-        self._transfer(at + out.nbytes, through, inline)
+        if device is None:
+            self._transfer(at + out.nbytes, through, inline)
+        else:
+            inline()
         y = _from_wire(out, r.output.dtype)
         return (y, Decision(d)) if with_decision else y
 

@@ -225,6 +225,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
                                                POINTER(c_uint64), POINTER(c_uint64),
                                                POINTER(c_int), c_int, E]),
         "tsr_client_devices": (c_int, [P, POINTER(DeviceLoad), c_int, POINTER(c_int), c_int, E]),
+        "tsr_client_run_on": (c_int, [P, P, POINTER(CompileOpts), c_int, POINTER(c_void_p),
+                                      c_void_p, POINTER(Decision), POINTER(c_int), c_int, E]),
         "tsr_client_buffer_write": (c_int, [P, c_uint64, c_uint64, c_void_p, c_size_t, c_int, E]),
         "tsr_client_buffer_read": (c_int, [P, c_uint64, c_uint64, c_void_p, c_size_t,
                                            POINTER(c_size_t), c_int, E]),

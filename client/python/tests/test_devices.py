@@ -56,3 +56,12 @@ def test_launch_on_a_device_and_mixed_devices(client):
             client.launch(k, [x], far)
         assert e.value.code == tessera.Status.CONFLICT
         assert "device 1" in str(e.value) and "device 2" in str(e.value)
+
+
+def test_run_on_a_device(client):
+    x = np.array([1, 2, 3, 4], dtype=np.float32)
+    np.testing.assert_array_equal(client.run(AFFINE, [x], device=2), [3, 5, 7, 9])
+    np.testing.assert_array_equal(client.run(AFFINE, [x]), [3, 5, 7, 9])
+    with pytest.raises(tessera.TesseraError) as e:
+        client.run(AFFINE, [x], device=5)
+    assert e.value.code == tessera.Status.NOT_FOUND

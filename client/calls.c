@@ -164,6 +164,33 @@ tsr_status tsr_client_hello(tsr_client *c, tsr_client_info *info, int timeout_ms
     return TSR_OK;
 }
 
+tsr_status tsr_client_devices(tsr_client *c, tsr_client_device_load *out, int max, int *n,
+                              int timeout_ms, tsr_error *err)
+{
+    CALL_ARG_CHECK(c && n && (out || max == 0) && max >= 0, err, "client, out or n invalid");
+    Tessera__V1__Reply *reply;
+    tsr_status st = tsri_client_hello_reply(c, &reply, timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
+    const Tessera__V1__HelloReply *h = reply->hello;
+    *n = (int)h->n_devices;
+    for (size_t i = 0; i < h->n_devices && (int)i < max; i++) {
+        const Tessera__V1__Device *d = h->devices[i];
+        tsr_client_device_load *o = &out[i];
+        memset(o, 0, sizeof *o);
+        o->index = d->index;
+        tsri_client_strcpy(o->name, sizeof o->name, d->name);
+        tsri_client_strcpy(o->arch, sizeof o->arch, d->arch);
+        o->memory_bytes = d->memory_bytes;
+        o->multiprocessors = d->multiprocessors;
+        o->memory_used_bytes = d->memory_used_bytes;
+        o->buffers = d->buffers;
+        o->queue_depth = d->queue_depth;
+    }
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return TSR_OK;
+}
+
 tsr_status tsr_client_compile(tsr_client *c, const tsr_region *r,
                               const tsr_client_compile_opts *opts, tsr_client_compiled *out,
                               int timeout_ms, tsr_error *err)
@@ -213,6 +240,14 @@ tsr_status tsr_client_run(tsr_client *c, const tsr_region *r, const tsr_client_c
                           const void *const *inputs, void *output, tsr_client_decision *decision,
                           int timeout_ms, tsr_error *err)
 {
+    return tsr_client_run_on(c, r, opts, -1, inputs, output, decision, NULL, timeout_ms, err);
+}
+
+tsr_status tsr_client_run_on(tsr_client *c, const tsr_region *r,
+                             const tsr_client_compile_opts *opts, int device,
+                             const void *const *inputs, void *output, tsr_client_decision *decision,
+                             int *ran_on, int timeout_ms, tsr_error *err)
+{
     CALL_ARG_CHECK(c && r && output, err, "client, region and output must not be NULL");
     tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], out_desc;
     int n = tsr_region_signature(r, in, &out_desc);
@@ -237,6 +272,10 @@ tsr_status tsr_client_run(tsr_client *c, const tsr_region *r, const tsr_client_c
     }
     body.n_inputs = (size_t)n;
     body.inputs = tensor_ptrs;
+    if (device >= 0) {
+        body.device_present_case = TESSERA__V1__RUN_REQUEST__DEVICE_PRESENT_DEVICE;
+        body.device = (uint32_t)device;
+    }
     Tessera__V1__Reply *reply;
     tsr_status st = call_region_request(c, r, opts, TESSERA__V1__REQUEST__BODY_RUN, &body,
                                         &body.region, &body.options, &reply, timeout_ms, err);
@@ -256,6 +295,8 @@ tsr_status tsr_client_run(tsr_client *c, const tsr_region *r, const tsr_client_c
     }
     if (want)
         memcpy(output, o->inline_data.data, want);
+    if (ran_on)
+        *ran_on = (int)rr->device;
     if (decision)
         tsri_client_decision_copy(decision, rr->decision);
     tessera__v1__reply__free_unpacked(reply, NULL);
@@ -342,6 +383,34 @@ tsr_status tsr_client_buffer_alloc(tsr_client *c, tsr_client_dtype dtype, int ra
     body.shape = (int64_t *)shape;
     return tsri_client_buffer_new(c, TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC, &body, out, bytes,
                                   timeout_ms, err);
+}
+
+tsr_status tsr_client_buffer_alloc_on(tsr_client *c, tsr_client_dtype dtype, int rank,
+                                      const int64_t *shape, int device, tsr_buffer *out,
+                                      uint64_t *bytes, int *placed, int timeout_ms, tsr_error *err)
+{
+    CALL_ARG_CHECK(c && out && rank >= 0 && (shape || rank == 0), err,
+                   "client, shape or out invalid");
+    Tessera__V1__BufferAllocRequest body = TESSERA__V1__BUFFER_ALLOC_REQUEST__INIT;
+    body.dtype = (Tessera__V1__DType)(dtype + 1);
+    body.n_shape = (size_t)rank;
+    body.shape = (int64_t *)shape;
+    if (device >= 0) {
+        body.device_present_case = TESSERA__V1__BUFFER_ALLOC_REQUEST__DEVICE_PRESENT_DEVICE;
+        body.device = (uint32_t)device;
+    }
+    Tessera__V1__Reply *reply;
+    tsr_status st = tsri_client_request(c, TESSERA__V1__REQUEST__BODY_BUFFER_ALLOC, &body, &reply,
+                                        timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
+    *out = reply->buffer_alloc->buffer;
+    if (bytes)
+        *bytes = reply->buffer_alloc->bytes;
+    if (placed)
+        *placed = (int)reply->buffer_alloc->device;
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return TSR_OK;
 }
 
 tsr_status tsri_client_buffer_new(tsr_client *c, Tessera__V1__Request__BodyCase kind, void *body,

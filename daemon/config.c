@@ -73,6 +73,7 @@ tsr_status tsrd_config_defaults(tsrd_config *c, tsr_error *err)
     c->fleet.max_entry_bytes = TSRD_FLEET_DEFAULT_MAX_ENTRY_BYTES;
     c->fleet.timeout_ms = TSRD_FLEET_DEFAULT_TIMEOUT_MS;
     c->fleet.lease_ms = TSRD_FLEET_DEFAULT_LEASE_MS;
+    c->cpu_devices = 1;
     tsr_status st = config_add_listen(c, TSRD_DEFAULT_LISTEN, err);
     if (st == TSR_OK)
         st = config_set_string(&c->cache_dir, TSRD_DEFAULT_CACHE_DIR, err);
@@ -393,11 +394,13 @@ static tsr_status config_json_quotas(const cJSON *v, tsrd_quota *q, tsr_error *e
         return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "quotas: must be an object");
     for (const cJSON *item = v->child; item != NULL; item = item->next) {
         uint64_t *slot = strcmp(item->string, "device_memory_bytes") == 0 ? &q->device_memory_bytes
-                         : strcmp(item->string, "buffers") == 0           ? &q->buffers
-                         : strcmp(item->string, "in_flight") == 0         ? &q->in_flight
-                         : strcmp(item->string, "compiles") == 0          ? &q->compiles
-                         : strcmp(item->string, "replay_bytes") == 0      ? &q->replay_bytes
-                                                                          : NULL;
+                         : strcmp(item->string, "device_memory_bytes_per_device") == 0
+                             ? &q->device_memory_bytes_per_device
+                         : strcmp(item->string, "buffers") == 0      ? &q->buffers
+                         : strcmp(item->string, "in_flight") == 0    ? &q->in_flight
+                         : strcmp(item->string, "compiles") == 0     ? &q->compiles
+                         : strcmp(item->string, "replay_bytes") == 0 ? &q->replay_bytes
+                                                                     : NULL;
         if (slot == NULL)
             return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "quotas: unknown key '%s'", item->string);
         tsr_status st = config_json_u64(item, item->string, 0, UINT64_C(1) << 52, slot, err);
@@ -416,6 +419,26 @@ static bool config_hex64(const char *s)
               (s[i] >= 'A' && s[i] <= 'F')))
             return false;
     return true;
+}
+
+/* A tenant's device set: a non-empty array of distinct device indexes. */
+static tsr_status config_json_devices(const cJSON *v, uint32_t *mask, tsr_error *err)
+{
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) == 0)
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE,
+                             "devices: must be a non-empty array of device indexes");
+    *mask = 0;
+    for (const cJSON *item = v->child; item != NULL; item = item->next) {
+        uint64_t i = 0;
+        tsr_status st = config_json_u64(item, "devices", 0, TSRD_MAX_DEVICES - 1, &i, err);
+        if (st != TSR_OK)
+            return st;
+        if (*mask & (UINT32_C(1) << i))
+            return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "devices: %llu appears twice",
+                                 (unsigned long long)i);
+        *mask |= UINT32_C(1) << i;
+    }
+    return TSR_OK;
 }
 
 static tsr_status config_json_tenant(const cJSON *v, tsrd_tenant_config *t, tsr_error *err)
@@ -460,6 +483,8 @@ static tsr_status config_json_tenant(const cJSON *v, tsrd_tenant_config *t, tsr_
             st = config_json_u64(item, "shm_uid", 0, UINT32_MAX - 1, &uid, err);
             t->shm_uid = (uint32_t)uid;
             t->has_shm_uid = st == TSR_OK;
+        } else if (strcmp(k, "devices") == 0) {
+            st = config_json_devices(item, &t->devices, err);
         } else if (strcmp(k, "quotas") == 0) {
             st = config_json_quotas(item, &t->quota, err);
         } else {
@@ -601,6 +626,21 @@ static tsr_status key_fleet_cache(tsrd_config *c, const cJSON *v, tsr_error *err
     return st;
 }
 
+static tsr_status key_cpu_devices(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    uint64_t n = 0;
+    tsr_status st = config_json_u64(v, "cpu_devices", 1, TSRD_MAX_DEVICES, &n, err);
+    if (st == TSR_OK)
+        c->cpu_devices = (int)n;
+    return st;
+}
+
+static tsr_status key_cpu_device_memory(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    return config_json_u64(v, "cpu_device_memory_bytes", 0, UINT64_C(1) << 50,
+                           &c->cpu_device_memory_bytes, err);
+}
+
 /* Admission limits (docs/operations.md, "Limits"). */
 static tsr_status key_max_connections(tsrd_config *c, const cJSON *v, tsr_error *err)
 {
@@ -659,6 +699,8 @@ static const struct config_key {
     {"replay_bytes_per_connection", key_replay_bytes_per_connection},
     {"replay_bytes_per_tenant", key_replay_bytes_per_tenant},
     {"fleet_cache", key_fleet_cache},
+    {"cpu_devices", key_cpu_devices},
+    {"cpu_device_memory_bytes", key_cpu_device_memory},
 };
 
 static const struct config_key *config_key_find(const char *name)
@@ -733,7 +775,8 @@ const char *tsrd_config_usage(void)
     return "usage: tesserad [--config FILE] [--listen URL]... [--cache-dir DIR]\n"
            "                [--backend auto|cpu|cuda|...] [--log-level error|warn|info|debug]\n"
            "                [--log-format auto|text|journal|json]\n"
-           "                [--max-message-bytes N] [--workers N] [--allow-plain-tcp]\n"
+           "                [--max-message-bytes N] [--workers N] [--cpu-devices N]\n"
+           "                [--allow-plain-tcp]\n"
            "                [--help] [--version]\n"
            "       tesserad --hash-token < token-file\n"
            "\n"
@@ -753,6 +796,8 @@ const char *tsrd_config_usage(void)
            "  --max-message-bytes N   largest request accepted (default 67108864)\n"
            "  --workers N             worker threads for compiles and launches (default: "
            "CPUs)\n"
+           "  --cpu-devices N         the cpu backend shows N devices (1 to 16; config key\n"
+           "                          cpu_devices), for placement tests without GPUs\n"
            "  --allow-plain-tcp       let tcp:// listeners serve (requests, tokens and data\n"
            "                          unencrypted; config key allow_plain_tcp)\n"
            "  --hash-token            print the SHA-256 of the token on stdin, for the\n"
@@ -814,6 +859,12 @@ static tsr_status config_apply_flag(tsrd_config *c, const char *flag, const char
     }
     if (strcmp(flag, "--max-message-bytes") == 0)
         return config_arg_u64(flag, value, 4096, UINT64_C(1) << 40, &c->max_message_bytes, err);
+    if (strcmp(flag, "--cpu-devices") == 0) {
+        st = config_arg_u64(flag, value, 1, TSRD_MAX_DEVICES, &n, err);
+        if (st == TSR_OK)
+            c->cpu_devices = (int)n;
+        return st;
+    }
     if (strcmp(flag, "--workers") == 0) {
         st = config_arg_u64(flag, value, 0, TSRD_MAX_WORKERS, &n, err);
         if (st == TSR_OK)
@@ -826,8 +877,9 @@ static tsr_status config_apply_flag(tsrd_config *c, const char *flag, const char
 static bool config_flag_takes_value(const char *flag)
 {
     static const char *const with_value[] = {
-        "--config",    "--listen",     "--cache-dir",         "--backend",
-        "--log-level", "--log-format", "--max-message-bytes", "--workers"};
+        "--config",     "--listen",     "--cache-dir",         "--backend",
+        "--log-level",  "--log-format", "--max-message-bytes", "--workers",
+        "--cpu-devices"};
     for (size_t i = 0; i < sizeof with_value / sizeof with_value[0]; i++)
         if (strcmp(flag, with_value[i]) == 0)
             return true;

@@ -10,10 +10,12 @@
  *   allow_plain_tcp, tls, metrics_listen, max_request_work, kernel_timeout_ms,
  *   test_faults, max_connections, max_requests_per_connection,
  *   max_unread_replies_per_tenant, replay_bytes_per_connection,
- *   replay_bytes_per_tenant, cache_key_file, fleet_cache
+ *   replay_bytes_per_tenant, cache_key_file, fleet_cache, cpu_devices,
+ *   cpu_device_memory_bytes
  *
  * tenants is an array of objects {name, token_sha256 [hex], uids [n], gids [n],
- * shm_uid n, quotas {device_memory_bytes, buffers, in_flight, compiles, replay_bytes}}; tokens
+ * shm_uid n, devices [n], quotas {device_memory_bytes, device_memory_bytes_per_device,
+ * buffers, in_flight, compiles, replay_bytes}}; tokens
  * are kept only as SHA-256 hashes (tesserad --hash-token prints one). shm_uid,
  * which needs a token, is the user whose shared memory the tenant may name on
  * a connection without peer credentials (tcp, tls). tls is an object
@@ -26,7 +28,10 @@
  * authenticates the cache's entries (default: kcache.key in cache_dir).
  * fleet_cache is an object {url, key_file, tls_ca_file, prefix, ttl_s,
  * max_entry_bytes, timeout_ms, lease_ms}; url and key_file go together, and
- * without it there is no fleet cache.
+ * without it there is no fleet cache. A tenant's devices (indexes) are the
+ * only ones its buffers and runs are placed on; without the key, any.
+ * cpu_devices (1 to 16) makes the CPU backend show that many devices, each of
+ * cpu_device_memory_bytes (0: the host's memory).
  *
  * An unknown key, a wrong JSON type or a value out of range is an error whose
  * message names the key. Nothing here touches the file system beyond reading
@@ -54,6 +59,7 @@
 #define TSRD_MAX_WORKERS 1024 /* libuv's own ceiling for UV_THREADPOOL_SIZE */
 
 #define TSRD_MAX_TENANTS 64
+#define TSRD_MAX_DEVICES 16   /* devices the daemon serves, at most */
 #define TSRD_MAX_TENANT_IDS 8 /* tokens, uids and gids per tenant, each */
 #define TSRD_TENANT_NAME_MAX 64
 #define TSRD_DEFAULT_IPC_MODE 0660
@@ -90,10 +96,11 @@ typedef struct tsrd_fleet_config {
 
 /* Per-tenant limits; 0 means unlimited. */
 typedef struct tsrd_quota {
-    uint64_t device_memory_bytes; /* bytes of live buffers */
-    uint64_t buffers;             /* live buffers */
-    uint64_t in_flight;           /* requests executing or queued */
-    uint64_t compiles;            /* compile, run, verify, candidates at once */
+    uint64_t device_memory_bytes;            /* bytes of live buffers */
+    uint64_t device_memory_bytes_per_device; /* ... on any one device */
+    uint64_t buffers;                        /* live buffers */
+    uint64_t in_flight;                      /* requests executing or queued */
+    uint64_t compiles;                       /* compile, run, verify, candidates at once */
     /* Bytes of stored replies kept for resends over the tenant's connections.
      * Never unlimited: 0 takes the daemon-wide replay_bytes_per_tenant. */
     uint64_t replay_bytes;
@@ -109,6 +116,8 @@ typedef struct tsrd_tenant_config {
     bool admin;
     bool has_shm_uid; /* shm_uid given */
     uint32_t shm_uid;
+    /* Bit i: the tenant's work may be placed on device i; 0: on any. */
+    uint32_t devices;
     tsrd_quota quota;
 } tsrd_tenant_config;
 
@@ -149,6 +158,10 @@ typedef struct tsrd_config {
     uint64_t replay_bytes_per_connection;
     uint64_t replay_bytes_per_tenant;
     tsrd_fleet_config fleet;
+    /* The CPU backend's simulated devices (1: one) and each one's memory
+     * (0: the host's). */
+    int cpu_devices;
+    uint64_t cpu_device_memory_bytes;
 } tsrd_config;
 
 /* What the command line asked for besides settings. */

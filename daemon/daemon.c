@@ -49,7 +49,9 @@ static tsr_status daemon_open_backend(tsrd_daemon *d, tsr_error *err)
 {
     tsrd_backend_options opts = {.threads = 0,
                                  .test_faults = d->config.test_faults,
-                                 .kernel_timeout_ms = d->config.kernel_timeout_ms};
+                                 .kernel_timeout_ms = d->config.kernel_timeout_ms,
+                                 .cpu_devices = d->config.cpu_devices,
+                                 .cpu_device_memory_bytes = d->config.cpu_device_memory_bytes};
     tsr_status st = tsrd_backend_choose(d->config.backend, &opts, &d->bops, &d->backend, err);
     if (st != TSR_OK)
         return st;
@@ -124,8 +126,8 @@ tsr_status tsrd_daemon_init(tsrd_daemon *d, const tsrd_config *config, uv_loop_t
         tsrd_daemon_fini(d);
         return st;
     }
-    tsrd_log_info(&d->log, "backend %s, device 0: %s (%s), cache %s", d->bops->name,
-                  d->devices[0].name, d->devices[0].arch, d->config.cache_dir);
+    tsrd_log_info(&d->log, "backend %s, %d device(s), device 0: %s (%s), cache %s", d->bops->name,
+                  d->n_devices, d->devices[0].name, d->devices[0].arch, d->config.cache_dir);
     /* GPU gauges are an extra: without NVML the daemon serves all the same. */
     tsr_error nvml_err;
     if (tsrd_nvml_open(&d->nvml, &nvml_err) == TSR_OK)

@@ -295,9 +295,15 @@ static int cmd_info_call(cli *c, const tsr_region *r, void *args)
     (void)r;
     (void)args;
     tsr_client_info info;
+    tsr_client_device_load load[TSR_CLIENT_MAX_DEVICES];
+    int n_load = 0;
     tsr_error err;
-    if (tsr_client_hello(c->client, &info, c->timeout_ms, &err) != TSR_OK)
+    if (tsr_client_hello(c->client, &info, c->timeout_ms, &err) != TSR_OK ||
+        tsr_client_devices(c->client, load, TSR_CLIENT_MAX_DEVICES, &n_load, c->timeout_ms, &err) !=
+            TSR_OK)
         return cli_fail_call(&err);
+    if (n_load > TSR_CLIENT_MAX_DEVICES)
+        n_load = TSR_CLIENT_MAX_DEVICES;
     if (c->json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "url", tsr_client_url(c->client));
@@ -310,14 +316,17 @@ static int cmd_info_call(cli *c, const tsr_region *r, void *args)
         cJSON_AddStringToObject(o, "tenant", info.tenant);
         cJSON_AddNumberToObject(o, "max_message_bytes", (double)info.max_message_bytes);
         cJSON *devs = cJSON_AddArrayToObject(o, "devices");
-        for (int i = 0; i < info.n_devices; i++) {
-            const tsr_client_device *d = &info.devices[i];
+        for (int i = 0; i < n_load; i++) {
+            const tsr_client_device_load *d = &load[i];
             cJSON *jd = cJSON_CreateObject();
             cJSON_AddNumberToObject(jd, "index", d->index);
             cJSON_AddStringToObject(jd, "name", d->name);
             cJSON_AddStringToObject(jd, "arch", d->arch);
             cJSON_AddNumberToObject(jd, "memory_bytes", (double)d->memory_bytes);
             cJSON_AddNumberToObject(jd, "multiprocessors", d->multiprocessors);
+            cJSON_AddNumberToObject(jd, "memory_used_bytes", (double)d->memory_used_bytes);
+            cJSON_AddNumberToObject(jd, "buffers", d->buffers);
+            cJSON_AddNumberToObject(jd, "queue_depth", d->queue_depth);
             cJSON_AddItemToArray(devs, jd);
         }
         cli_json_print(o);
@@ -331,11 +340,13 @@ static int cmd_info_call(cli *c, const tsr_region *r, void *args)
     printf("nng        %s\n", info.nng_version[0] ? info.nng_version : "-");
     printf("tenant     %s\n", info.tenant[0] ? info.tenant : "-");
     printf("max msg    %" PRIu64 " bytes\n", info.max_message_bytes);
-    for (int i = 0; i < info.n_devices; i++) {
-        const tsr_client_device *d = &info.devices[i];
-        printf("device %d   %s, %s, %" PRIu64 " MiB, %d %s\n", d->index, d->name, d->arch,
-               d->memory_bytes >> 20, d->multiprocessors,
-               strcmp(d->arch, "cpu") == 0 ? "CPUs" : "SMs");
+    for (int i = 0; i < n_load; i++) {
+        const tsr_client_device_load *d = &load[i];
+        printf("device %d   %s, %s, %" PRIu64 " MiB, %d %s; %u buffers, %" PRIu64
+               " bytes in use, %u queued\n",
+               d->index, d->name, d->arch, d->memory_bytes >> 20, d->multiprocessors,
+               strcmp(d->arch, "cpu") == 0 ? "CPUs" : "SMs", d->buffers, d->memory_used_bytes,
+               d->queue_depth);
     }
     return CLI_EXIT_OK;
 }
@@ -753,6 +764,7 @@ static int cmd_run_check_names(const tsr_tensor_desc *sig, int n, const cmd_run_
 /* What a run sends and where its output goes. */
 typedef struct cmd_run_job {
     const tsr_client_compile_opts *opts;
+    int device; /* -1: placed by the daemon */
     const tsr_tensor_desc *out_desc;
     void **data;          /* the inputs, in signature order */
     const char *out_path; /* the .npy written */
@@ -769,8 +781,9 @@ static int cmd_run_call(cli *c, const tsr_region *r, void *args)
     int64_t count = tsr_tensor_desc_elements(out_desc);
     tsr_client_decision d;
     tsr_error err;
-    if (tsr_client_run(c->client, r, job->opts, (const void *const *)job->data, job->out, &d,
-                       c->timeout_ms, &err) != TSR_OK)
+    int ran_on = 0;
+    if (tsr_client_run_on(c->client, r, job->opts, job->device, (const void *const *)job->data,
+                          job->out, &d, &ran_on, c->timeout_ms, &err) != TSR_OK)
         return cli_fail_call(&err);
     tsr_dtype_convert(TSR_F32, job->f32, out_desc->dtype, job->out, (size_t)count);
     if (tsr_npy_write(out_path, TSR_NPY_F32, out_desc->rank, out_desc->shape, f32, &err) !=
@@ -785,6 +798,7 @@ static int cmd_run_call(cli *c, const tsr_region *r, void *args)
         cJSON_AddStringToObject(o, "dtype", "f32");
         cJSON_AddStringToObject(o, "region_out_dtype", tsr_dtype_name(out_desc->dtype));
         cJSON_AddItemToObject(o, "decision", cmd_decision_json(&d));
+        cJSON_AddNumberToObject(o, "device", ran_on);
         cli_json_print(o);
         return CLI_EXIT_OK;
     }
@@ -799,16 +813,19 @@ static int cmd_run_call(cli *c, const tsr_region *r, void *args)
     cmd_decision_print(&d);
     printf("output     %s: %s float32 (region %s), min %.6g max %.6g mean %.6g\n", out_path, shape,
            tsr_dtype_name(out_desc->dtype), lo, hi, count ? sum / (double)count : 0);
+    printf("device     %d\n", ran_on);
     return CLI_EXIT_OK;
 }
 
 /* Allocates the output before connecting, so running out of memory is a local
  * failure (exit 5), then runs on the daemon. */
 static int cmd_run_execute(cli *c, const tsr_region *r, const tsr_client_compile_opts *opts,
-                           const tsr_tensor_desc *out_desc, void **data, const char *out_path)
+                           int device, const tsr_tensor_desc *out_desc, void **data,
+                           const char *out_path)
 {
     int64_t count = tsr_tensor_desc_elements(out_desc);
     cmd_run_job job = {opts,
+                       device,
                        out_desc,
                        data,
                        out_path,
@@ -832,15 +849,21 @@ static int cmd_run(cli *c, int argc, char **argv)
     const char *path = NULL, *out_path = NULL;
     tsr_client_compile_opts opts = {0};
     cmd_run_input given[TSR_MAX_REGION_INPUTS];
-    int n_given = 0;
+    int n_given = 0, device = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-i") == 0 || strcmp(a, "-o") == 0 || strcmp(a, "--force") == 0 ||
-            strcmp(a, "--policy") == 0) {
+            strcmp(a, "--policy") == 0 || strcmp(a, "--device") == 0) {
             const char *v = cmd_value(argc, argv, &i);
             if (!v)
                 return cli_fail_usage("run", "%s needs a value", a);
-            if (strcmp(a, "-o") == 0) {
+            char *end = NULL;
+            if (strcmp(a, "--device") == 0) {
+                long dev = strtol(v, &end, 10);
+                if (end == v || *end != '\0' || dev < 0 || dev > 1023)
+                    return cli_fail_usage("run", "--device wants a device index, not '%s'", v);
+                device = (int)dev;
+            } else if (strcmp(a, "-o") == 0) {
                 out_path = v;
             } else if (strcmp(a, "--force") == 0) {
                 opts.force = v;
@@ -878,7 +901,7 @@ static int cmd_run(cli *c, int argc, char **argv)
     if (rc == CLI_EXIT_OK)
         rc = cmd_run_load(sig, n, given, n_given, data);
     if (rc == CLI_EXIT_OK)
-        rc = cmd_run_execute(c, r, &opts, &out_desc, data, out_path);
+        rc = cmd_run_execute(c, r, &opts, device, &out_desc, data, out_path);
     for (int i = 0; i < n; i++)
         free(data[i]);
     tsr_client_region_free(r);
@@ -1139,11 +1162,12 @@ const cli_command cli_commands[] = {
      "--no-verify verifies no candidate (the decision says it was skipped).\n"},
     {"run", cmd_run,
      "usage: tessera-cli run REGION.json -i NAME=FILE.npy ... -o OUT.npy\n"
-     "                       [--force NAME] [--policy tier|measure]\n"
+     "                       [--force NAME] [--policy tier|measure] [--device N]\n"
      "Runs the region on the given inputs, one -i per input the region reads.\n"
      "Inputs are .npy files of float32, float64, or float16 for an f16 region;\n"
      "bf16 regions take float32 data, rounded to nearest even. The output is\n"
-     "written as float32.\n"},
+     "written as float32. --device runs on device N (info lists them); without\n"
+     "it the daemon picks the least-loaded device the tenant may use.\n"},
     {"verify", cmd_verify,
      "usage: tessera-cli verify REGION.json [--candidate NAME] [--seed N]\n"
      "Checks a candidate (default: the arbiter's pick) against the CPU reference\n"

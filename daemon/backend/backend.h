@@ -70,7 +70,15 @@ typedef struct tsrd_backend_options {
     /* Isolated backends: a call to the worker that takes longer stops the
      * worker (the device is then lost and recovered). 0 = wait forever. */
     uint64_t kernel_timeout_ms;
+    /* The CPU backend: how many devices it shows (each its own memory and
+     * accounting, so that placement can be tested without GPUs); <= 1: one. */
+    int cpu_devices;
+    /* The CPU backend: the memory of each device; 0: the host's. */
+    uint64_t cpu_device_memory_bytes;
 } tsrd_backend_options;
+
+/* The most devices a backend shows. */
+#define TSRD_BACKEND_MAX_DEVICES 16
 
 /* The CPU backend's plan format (its codegen version): bump when the meaning
  * of a stored plan changes. Shared by "cpu" and "cpu-isolated". */

@@ -26,6 +26,12 @@
  * Plans are kept per kernel variant (cpu_variant): the executor reads every
  * dimension at run time, so one plan serves every M of a matmul-like region
  * and every batch and length of an attention region.
+ *
+ * With cpu_devices N it shows N devices, each with its own memory and its own
+ * count of the bytes allocated on it, so that placement and pinning are
+ * tested without GPUs. Buffers, kernels and streams belong to the device they
+ * were made on, and a launch that mixes devices is refused (CONFLICT) as a
+ * GPU could not run it: nothing is copied between devices behind the caller.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -47,7 +53,9 @@
 struct tsrd_backend {
     int threads;
     bool test_faults;
-    tsrd_device_info device;
+    int n_devices;
+    tsrd_device_info devices[TSRD_BACKEND_MAX_DEVICES];
+    _Atomic uint64_t used[TSRD_BACKEND_MAX_DEVICES]; /* bytes allocated per device */
     atomic_int lost;
     /* Bumped by every recovery; objects remember the one they were made in. */
     atomic_uint generation;
@@ -57,6 +65,7 @@ struct tsrd_dbuf {
     uint64_t bytes;
     uint8_t *data;
     unsigned generation;
+    int device;
 };
 
 struct tsrd_kobj {
@@ -66,11 +75,13 @@ struct tsrd_kobj {
     bool wrong;  /* the test_wrong_element candidate */
     bool wrong_past_64_rows;
     unsigned generation;
+    int device;
 };
 
 struct tsrd_stream {
     double pending_ms;
     unsigned generation;
+    int device;
 };
 
 /* DEVICE_LOST while the simulated device is down. */
@@ -91,6 +102,15 @@ static tsr_status cpu_current(tsrd_backend *b, unsigned generation, const char *
         st = tsr_error_set(err, TSR_DEVICE_LOST,
                            "%s was lost when the device was recovered after a fault", what);
     return st;
+}
+
+/* NOT_FOUND for a device index the backend does not show. */
+static tsr_status cpu_device_check(const tsrd_backend *b, int device, tsr_error *err)
+{
+    if (device < 0 || device >= b->n_devices)
+        return tsr_error_set(err, TSR_NOT_FOUND, "cpu backend: no device %d (it shows %d)", device,
+                             b->n_devices);
+    return TSR_OK;
 }
 
 static void cpu_model_name(char *buf, size_t size)
@@ -126,11 +146,20 @@ static tsr_status cpu_open(const tsrd_backend_options *opts, tsrd_backend **out,
     b->test_faults = opts != NULL && opts->test_faults;
     atomic_init(&b->lost, 0);
     atomic_init(&b->generation, 1);
-    b->device.index = 0;
-    cpu_model_name(b->device.name, sizeof b->device.name);
-    snprintf(b->device.arch, sizeof b->device.arch, "cpu");
-    b->device.memory_bytes = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
-    b->device.multiprocessors = cpus > 0 ? (int)cpus : 1;
+    int n = opts != NULL && opts->cpu_devices > 1 ? opts->cpu_devices : 1;
+    b->n_devices = n < TSRD_BACKEND_MAX_DEVICES ? n : TSRD_BACKEND_MAX_DEVICES;
+    uint64_t memory = opts != NULL && opts->cpu_device_memory_bytes != 0
+                          ? opts->cpu_device_memory_bytes
+                          : (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < b->n_devices; i++) {
+        tsrd_device_info *dev = &b->devices[i];
+        dev->index = i;
+        cpu_model_name(dev->name, sizeof dev->name);
+        snprintf(dev->arch, sizeof dev->arch, "cpu");
+        dev->memory_bytes = memory;
+        dev->multiprocessors = cpus > 0 ? (int)cpus : 1;
+        atomic_init(&b->used[i], 0);
+    }
     *out = b;
     return TSR_OK;
 }
@@ -142,15 +171,30 @@ static void cpu_close(tsrd_backend *b)
 
 static int cpu_device_count(tsrd_backend *b)
 {
-    (void)b;
-    return 1;
+    return b->n_devices;
 }
 
 static tsr_status cpu_device_info(tsrd_backend *b, int index, tsrd_device_info *out, tsr_error *err)
 {
-    if (index != 0)
-        return tsr_error_set(err, TSR_NOT_FOUND, "cpu backend: no device %d", index);
-    *out = b->device;
+    tsr_status st = cpu_device_check(b, index, err);
+    if (st == TSR_OK)
+        *out = b->devices[index];
+    return st;
+}
+
+/* Takes bytes of device's memory; RESOURCE_EXHAUSTED when they do not fit. */
+static tsr_status cpu_memory_take(tsrd_backend *b, int device, uint64_t bytes, tsr_error *err)
+{
+    uint64_t limit = b->devices[device].memory_bytes;
+    uint64_t used = atomic_load(&b->used[device]);
+    do {
+        if (bytes > limit - used)
+            return tsr_error_set(err, TSR_RESOURCE_EXHAUSTED,
+                                 "cpu backend: device %d has %llu of its %llu bytes free, %llu "
+                                 "asked",
+                                 device, (unsigned long long)(limit - used),
+                                 (unsigned long long)limit, (unsigned long long)bytes);
+    } while (!atomic_compare_exchange_weak(&b->used[device], &used, used + bytes));
     return TSR_OK;
 }
 
@@ -215,8 +259,11 @@ static tsr_status cpu_register_candidates(tsrd_backend *b, tsr_arbiter *arbiter,
 static tsr_status cpu_buffer_alloc(tsrd_backend *b, int device, uint64_t bytes, tsrd_dbuf **out,
                                    tsr_error *err)
 {
-    (void)device;
     tsr_status st = cpu_alive(b, err);
+    if (st == TSR_OK)
+        st = cpu_device_check(b, device, err);
+    if (st == TSR_OK)
+        st = cpu_memory_take(b, device, bytes, err);
     if (st != TSR_OK)
         return st;
     tsrd_dbuf *buf = calloc(1, sizeof *buf);
@@ -226,21 +273,24 @@ static tsr_status cpu_buffer_alloc(tsrd_backend *b, int device, uint64_t bytes, 
     if (buf == NULL || data == NULL) {
         free(buf);
         free(data);
+        atomic_fetch_sub(&b->used[device], bytes);
         return tsr_error_set(err, TSR_RESOURCE_EXHAUSTED, "cpu backend: cannot allocate %llu bytes",
                              (unsigned long long)bytes);
     }
     buf->bytes = bytes;
     buf->data = data;
     buf->generation = atomic_load(&b->generation);
+    buf->device = device;
     *out = buf;
     return TSR_OK;
 }
 
 static void cpu_buffer_free(tsrd_backend *b, tsrd_dbuf *buf)
 {
-    (void)b;
-    if (buf != NULL)
+    if (buf != NULL) {
+        atomic_fetch_sub(&b->used[buf->device], buf->bytes);
         free(buf->data);
+    }
     free(buf);
 }
 
@@ -387,8 +437,9 @@ static tsr_status cpu_plan_check(const tsr_candidate *c, const tsr_region *plan,
 static tsr_status cpu_load(tsrd_backend *b, int device, const tsr_region *r, const tsr_candidate *c,
                            const uint8_t *bin, size_t len, tsrd_kobj **out, tsr_error *err)
 {
-    (void)device;
     tsr_status st = cpu_alive(b, err);
+    if (st == TSR_OK)
+        st = cpu_device_check(b, device, err);
     if (st != TSR_OK)
         return st;
     tsrd_kobj *k = calloc(1, sizeof *k);
@@ -399,6 +450,7 @@ static tsr_status cpu_load(tsrd_backend *b, int device, const tsr_region *r, con
     k->wrong = strcmp(c->name, TSRD_TEST_WRONG_ELEMENT_CANDIDATE) == 0;
     k->wrong_past_64_rows = strcmp(c->name, TSRD_TEST_WRONG_PAST_64_ROWS_CANDIDATE) == 0;
     k->generation = atomic_load(&b->generation);
+    k->device = device;
     st = tsr_region_from_json((const char *)bin, len, &k->region, err);
     if (st != TSR_OK) {
         free(k);
@@ -429,14 +481,16 @@ static void cpu_unload(tsrd_backend *b, tsrd_kobj *k)
 
 static tsr_status cpu_stream_create(tsrd_backend *b, int device, tsrd_stream **out, tsr_error *err)
 {
-    (void)device;
     tsr_status st = cpu_alive(b, err);
+    if (st == TSR_OK)
+        st = cpu_device_check(b, device, err);
     if (st != TSR_OK)
         return st;
     *out = calloc(1, sizeof **out);
     if (*out == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "cpu backend: out of memory");
     (*out)->generation = atomic_load(&b->generation);
+    (*out)->device = device;
     return TSR_OK;
 }
 
@@ -494,6 +548,17 @@ static tsr_status cpu_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
         st = cpu_current(b, output->generation, "the output buffer's device memory", err);
     if (st != TSR_OK)
         return st;
+    /* A device runs only its own objects: nothing is copied across. */
+    int other = k->device != s->device        ? k->device
+                : output->device != s->device ? output->device
+                                              : -1;
+    for (int i = 0; other < 0 && i < n_inputs; i++)
+        if (inputs[i]->device != s->device)
+            other = inputs[i]->device;
+    if (other >= 0)
+        return tsr_error_set(err, TSR_CONFLICT,
+                             "cpu backend: a launch on device %d names an object of device %d",
+                             s->device, other);
     while (k->hangs) {
         struct timespec ts = {1, 0};
         nanosleep(&ts, NULL);

@@ -33,6 +33,7 @@
 
 #include "handlers/common.h"
 #include "handlers/handlers.h"
+#include "serve/devices.h"
 #include "serve/graphs.h"
 #include "serve/session.h"
 
@@ -73,10 +74,18 @@ static tsr_status batch_prepare(tsrd_job *job)
     if (s->entries == NULL)
         return tsr_error_set(&job->err, TSR_NO_MEMORY, "batch: out of memory");
     tsr_status st = TSR_OK;
+    /* Every launch runs on the one device of all the batch's buffers. */
+    tsrd_device_pick pick = TSRD_DEVICE_PICK_INIT;
+    char field[48];
     for (size_t i = 0; st == TSR_OK && i < req->n_launches; i++) {
         s->n = i + 1;
         st = batch_entry_resolve(job, i, req->launches[i], &s->entries[i]);
+        snprintf(field, sizeof field, "batch.launches[%zu]", i);
+        if (st == TSR_OK)
+            st = tsrd_job_pick_bound(job, &pick, &s->entries[i], field);
     }
+    if (st == TSR_OK)
+        tsrd_job_set_device(job, pick.device);
     return st;
 }
 
@@ -84,7 +93,14 @@ static tsr_status batch_prepare(tsrd_job *job)
 static tsr_status batch_run_range(tsrd_job *job, tsrd_stream *stream, size_t from, size_t n)
 {
     batch_state *s = job->state;
-    tsrd_launch_desc *descs = tsrd_bound_launch_descs(&s->entries[from], n);
+    for (size_t i = from; i < from + n; i++) {
+        tsrd_kobj *kobj;
+        tsr_status st =
+            tsrd_kernel_kobj(job->d, s->entries[i].kernel, job->device, &kobj, &job->err);
+        if (st != TSR_OK)
+            return tsr_error_prefix(&job->err, "batch.launches[%zu]", i);
+    }
+    tsrd_launch_desc *descs = tsrd_bound_launch_descs(&s->entries[from], n, job->device);
     if (descs == NULL)
         return tsr_error_set(&job->err, TSR_NO_MEMORY, "batch: out of memory");
     size_t launched = 0;
@@ -264,7 +280,9 @@ static tsr_status batch_execute(tsrd_job *job)
         TSRD_JOB_REPLY(job, batch, BATCH);
         /* Captured only once every kernel has been measured (by an earlier
          * batch): until then the launches go uncaptured and are measured. */
-        s->use_graph = job->req->batch->graph && d->bops->graph != NULL;
+        /* The session's graphs are device 0's stream's alone: a batch on
+         * another device, which runs beside it, launches one by one. */
+        s->use_graph = job->req->batch->graph && d->bops->graph != NULL && job->device == 0;
         for (size_t i = 0; s->use_graph && i < s->n; i++)
             if (atomic_load_explicit(&s->entries[i].kernel->launch_ns, memory_order_relaxed) == 0)
                 s->use_graph = false;

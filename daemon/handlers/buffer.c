@@ -13,6 +13,7 @@
 
 #include "handlers/common.h"
 #include "handlers/handlers.h"
+#include "serve/devices.h"
 #include "serve/session.h"
 #include "serve/shm.h"
 
@@ -33,6 +34,9 @@ static tsr_status buffer_io_begin(tsrd_job *job, uint64_t handle, const char *fi
     job->state = io;
     tsr_status st = tsrd_job_buffer(job, handle, field, &io->buf);
     *out = st == TSR_OK ? io->buf : NULL;
+    /* The copy is device work of the buffer's device, ordered with its launches. */
+    if (st == TSR_OK)
+        tsrd_job_set_device(job, io->buf->device);
     return st;
 }
 
@@ -131,20 +135,41 @@ static tsr_status buffer_new_complete(tsrd_job *job, tsr_status status)
     status = tsrd_buffer_adopt(job->d, job->session, status, b, handle, &job->err);
     if (status == TSR_OK)
         *bytes = b->bytes;
+    if (status == TSR_OK && job->reply.body_case == TESSERA__V1__REPLY__BODY_BUFFER_ALLOC)
+        job->body.buffer_alloc.device = (uint32_t)b->device;
     return status;
+}
+
+/* A new buffer's device: requested (>= 0) or placed (serve/devices.h). Its
+ * bytes count in the device's load from here, so that allocations placed
+ * before this one completes see them. */
+static tsr_status buffer_new_place(tsrd_job *job, tsrd_buffer *b, int requested, const char *field)
+{
+    tsr_status st = tsrd_device_choose(job->d, job->session->tenant, requested, b->bytes, field,
+                                       &b->device, &job->err);
+    if (st != TSR_OK)
+        return st;
+    tsrd_device_charge(job->d, b, job->session->tenant);
+    tsrd_job_set_device(job, b->device);
+    return TSR_OK;
 }
 
 static tsr_status buffer_alloc_prepare(tsrd_job *job)
 {
     const Tessera__V1__BufferAllocRequest *req = job->req->buffer_alloc;
     tsrd_buffer *b;
-    return buffer_new_prepare(job, "buffer_alloc", req->dtype, req->shape, req->n_shape, &b);
+    tsr_status st =
+        buffer_new_prepare(job, "buffer_alloc", req->dtype, req->shape, req->n_shape, &b);
+    bool named =
+        req->device_present_case == TESSERA__V1__BUFFER_ALLOC_REQUEST__DEVICE_PRESENT_DEVICE;
+    int requested = named ? (int)(req->device < INT32_MAX ? req->device : INT32_MAX) : -1;
+    return st == TSR_OK ? buffer_new_place(job, b, requested, "buffer_alloc.device") : st;
 }
 
 static tsr_status buffer_alloc_execute(tsrd_job *job)
 {
     tsrd_buffer *b = job->state;
-    return job->d->bops->buffer_alloc(job->d->backend, 0, b->bytes, &b->dbuf, &job->err);
+    return job->d->bops->buffer_alloc(job->d->backend, b->device, b->bytes, &b->dbuf, &job->err);
 }
 
 const tsrd_handler tsrd_handler_buffer_alloc = {
@@ -175,7 +200,8 @@ static tsr_status import_prepare(tsrd_job *job)
         return tsr_error_set(&job->err, TSR_INVALID_ARGUMENT,
                              "buffer_import.ipc_handle: %zu bytes, a CUDA IPC handle has 64",
                              req->ipc_handle.len);
-    return TSR_OK;
+    /* Imported allocations are device 0's (the CUDA backend's one device). */
+    return buffer_new_place(job, b, 0, "buffer_import");
 }
 
 static tsr_status import_execute(tsrd_job *job)

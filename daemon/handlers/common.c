@@ -66,6 +66,37 @@ tsr_status tsrd_job_bind_launch(tsrd_job *job, const char *field, uint64_t kerne
     return st;
 }
 
+tsr_status tsrd_job_pick_device(tsrd_job *job, tsrd_device_pick *pick, const tsrd_buffer *b,
+                                const char *field)
+{
+    if (pick->device < 0) {
+        pick->device = b->device;
+        snprintf(pick->first, sizeof pick->first, "%s", field);
+        return TSR_OK;
+    }
+    if (b->device == pick->device)
+        return TSR_OK;
+    return tsr_error_set(&job->err, TSR_CONFLICT,
+                         "%s is on device %d and %s on device %d: a launch runs on one device, "
+                         "and buffers are never copied between devices",
+                         pick->first, pick->device, field, b->device);
+}
+
+tsr_status tsrd_job_pick_bound(tsrd_job *job, tsrd_device_pick *pick, const tsrd_bound_launch *b,
+                               const char *field)
+{
+    char name[96];
+    tsr_status st = TSR_OK;
+    for (int i = 0; st == TSR_OK && i < b->n_inputs; i++) {
+        snprintf(name, sizeof name, "%s.inputs[%d]", field, i);
+        st = tsrd_job_pick_device(job, pick, b->inputs[i], name);
+    }
+    snprintf(name, sizeof name, "%s.output", field);
+    if (st == TSR_OK && b->output != NULL)
+        st = tsrd_job_pick_device(job, pick, b->output, name);
+    return st;
+}
+
 tsr_status tsrd_dtype_from_pb(tsrd_job *job, int pb_dtype, const char *field, tsr_dtype *out)
 {
     if (pb_dtype < 1 || pb_dtype > TSR_DTYPE_COUNT)

@@ -43,6 +43,26 @@ tsr_status tsrd_job_bind_launch(tsrd_job *job, const char *field, uint64_t kerne
                                 const uint64_t *inputs, size_t n_inputs, uint64_t output,
                                 tsrd_bound_launch *out);
 
+/* The device one request's buffers are on, gathered buffer by buffer:
+ * device -1 until the first, whose field is kept for the message. */
+typedef struct tsrd_device_pick {
+    int device;
+    char first[64];
+} tsrd_device_pick;
+#define TSRD_DEVICE_PICK_INIT                                                                      \
+    {                                                                                              \
+        .device = -1                                                                               \
+    }
+
+/* Adds buffer b (named field) to the pick: CONFLICT naming both buffers and
+ * both devices when it is on another device than those before it (a launch
+ * runs on one device; buffers are never copied between devices). */
+tsr_status tsrd_job_pick_device(tsrd_job *job, tsrd_device_pick *pick, const tsrd_buffer *b,
+                                const char *field);
+/* The same for every buffer of a bound launch (FIELD.inputs[i], FIELD.output). */
+tsr_status tsrd_job_pick_bound(tsrd_job *job, tsrd_device_pick *pick, const tsrd_bound_launch *b,
+                               const char *field);
+
 /* The proto dtype as a tsr_dtype; TSR_BAD_DTYPE naming field when unset or
  * unknown. */
 tsr_status tsrd_dtype_from_pb(tsrd_job *job, int pb_dtype, const char *field, tsr_dtype *out);

@@ -44,6 +44,9 @@ static tsr_status hello_execute(tsrd_job *job)
         dev->arch = d->devices[i].arch;
         dev->memory_bytes = d->devices[i].memory_bytes;
         dev->multiprocessors = d->devices[i].multiprocessors;
+        dev->memory_used_bytes = d->load[i].bytes;
+        dev->buffers = (uint32_t)d->load[i].buffers;
+        dev->queue_depth = (uint32_t)d->load[i].queued;
         r->devices[i] = dev;
     }
     TSRD_JOB_REPLY(job, hello, HELLO);

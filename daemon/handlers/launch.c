@@ -14,6 +14,7 @@
 
 #include "handlers/common.h"
 #include "handlers/handlers.h"
+#include "serve/devices.h"
 #include "serve/session.h"
 #include "serve/shm.h"
 
@@ -27,7 +28,8 @@ typedef struct launch_state {
     tsr_region region;
     tsrd_compiled compiled;
     tsrd_dbuf *temps[TSR_MAX_REGION_INPUTS + 1];
-    bool fused; /* launched through the backend's launch_sync */
+    bool fused;           /* launched through the backend's launch_sync */
+    tsrd_kobj *kobj_here; /* loaded on the run's device when it is not 0 */
     /* Shared-memory tensors: inputs by index, the output at the last slot. */
     tsrd_shm_map *maps[TSR_MAX_REGION_INPUTS + 1];
     uint8_t *host[TSR_MAX_REGION_INPUTS + 1];
@@ -64,6 +66,8 @@ static tsr_status launch_unpin_complete(tsrd_job *job, tsr_status status)
         if (s->temps[i] != NULL)
             job->d->bops->buffer_free(job->d->backend, s->temps[i]);
     tsrd_compiled_release(job->d, &s->compiled);
+    if (s->kobj_here != NULL)
+        job->d->bops->unload(job->d->backend, s->kobj_here);
     tsr_region_free(&s->region);
     if (s->fused)
         job->d->metrics.launches_fused++;
@@ -112,6 +116,12 @@ static tsr_status launch_prepare(tsrd_job *job)
                              (unsigned long long)req->output);
     if (st == TSR_OK)
         st = tsrd_job_check_buffer(job, b->output, &out, "launch.output", "region");
+    /* It runs on the device of its buffers. */
+    tsrd_device_pick pick = TSRD_DEVICE_PICK_INIT;
+    if (st == TSR_OK)
+        st = tsrd_job_pick_bound(job, &pick, b, "launch");
+    if (st == TSR_OK)
+        tsrd_job_set_device(job, pick.device);
     return st;
 }
 
@@ -156,12 +166,15 @@ static tsr_status launch_execute(tsrd_job *job)
     for (int i = 0; i < b->n_inputs; i++)
         inputs[i] = b->inputs[i]->dbuf;
     tsrd_stream *stream;
+    tsrd_kobj *kobj = NULL;
     tessera__v1__launch_reply__init(&job->body.launch);
-    tsr_status st = tsrd_job_stream(job, &stream);
+    tsr_status st = tsrd_kernel_kobj(job->d, b->kernel, job->device, &kobj, &job->err);
+    if (st == TSR_OK)
+        st = tsrd_job_stream(job, &stream);
     if (st == TSR_OK) {
         lj->fused = job->d->bops->launch_sync != NULL;
-        st = tsrd_launch_wait(job->d->bops, job->d->backend, b->kernel->kobj, stream, inputs,
-                              b->n_inputs, b->output->dbuf, &job->body.launch.device_ms, &job->err);
+        st = tsrd_launch_wait(job->d->bops, job->d->backend, kobj, stream, inputs, b->n_inputs,
+                              b->output->dbuf, &job->body.launch.device_ms, &job->err);
     }
     if (st == TSR_OK)
         launch_measured(b->kernel, job->body.launch.device_ms);
@@ -179,7 +192,8 @@ static bool launch_quick(const tsrd_job *job)
 {
     const tsrd_bound_launch *b = &((const launch_job *)job->state)->bound;
     uint64_t ns = atomic_load_explicit(&b->kernel->launch_ns, memory_order_relaxed);
-    return ns != 0 && ns <= LAUNCH_QUICK_NS;
+    /* Loading on a new device is not quick. */
+    return ns != 0 && ns <= LAUNCH_QUICK_NS && tsrd_kernel_kobj_loaded(b->kernel, job->device);
 }
 
 const tsrd_handler tsrd_handler_launch = {
@@ -191,6 +205,41 @@ const tsrd_handler tsrd_handler_launch = {
 };
 
 /* ---- run ---- */
+
+/* The run's device: that of its buffer tensors (one for all), which a
+ * device the request names must match; without buffers the one it names,
+ * else the least-loaded one the tenant may use. */
+static tsr_status run_device(tsrd_job *job)
+{
+    const Tessera__V1__RunRequest *req = job->req->run;
+    launch_state *s = job->state;
+    tsrd_device_pick pick = TSRD_DEVICE_PICK_INIT;
+    char field[48];
+    tsr_status st = TSR_OK;
+    for (int i = 0; st == TSR_OK && i < s->n_inputs; i++) {
+        snprintf(field, sizeof field, "run.inputs[%d]", i);
+        if (s->inputs[i] != NULL)
+            st = tsrd_job_pick_device(job, &pick, s->inputs[i], field);
+    }
+    if (st == TSR_OK && s->output != NULL)
+        st = tsrd_job_pick_device(job, &pick, s->output, "run.output_buffer");
+    if (st != TSR_OK)
+        return st;
+    bool named = req->device_present_case == TESSERA__V1__RUN_REQUEST__DEVICE_PRESENT_DEVICE;
+    int requested = named ? (int)(req->device < INT32_MAX ? req->device : INT32_MAX) : -1;
+    if (named && pick.device >= 0 && requested != pick.device)
+        return tsr_error_set(&job->err, TSR_CONFLICT,
+                             "run.device: device %d, but %s is on device %d; buffers are never "
+                             "copied between devices",
+                             requested, pick.first, pick.device);
+    int device = pick.device;
+    if (device < 0)
+        st = tsrd_device_choose(job->d, job->session->tenant, requested, 0, "run.device", &device,
+                                &job->err);
+    if (st == TSR_OK)
+        tsrd_job_set_device(job, device);
+    return st;
+}
 
 static tsr_status run_prepare(tsrd_job *job)
 {
@@ -217,16 +266,17 @@ static tsr_status run_prepare(tsrd_job *job)
                 return st;
         }
     }
+    tsr_status st = TSR_OK;
     if (req->output_shm != NULL) {
         if (req->output_buffer != 0)
             return tsr_error_set(&job->err, TSR_CONFLICT,
                                  "run: output_buffer and output_shm both given");
-        return tsrd_shm_resolve(job, req->output_shm, "run.output_shm", 0, &s->maps[LAUNCH_SHM_OUT],
-                                &s->host[LAUNCH_SHM_OUT]);
+        st = tsrd_shm_resolve(job, req->output_shm, "run.output_shm", 0, &s->maps[LAUNCH_SHM_OUT],
+                              &s->host[LAUNCH_SHM_OUT]);
+    } else if (req->output_buffer != 0) {
+        st = tsrd_job_buffer(job, req->output_buffer, "run.output_buffer", &s->output);
     }
-    if (req->output_buffer != 0)
-        return tsrd_job_buffer(job, req->output_buffer, "run.output_buffer", &s->output);
-    return TSR_OK;
+    return st == TSR_OK ? run_device(job) : st;
 }
 
 /* One run input against its signature slot. */
@@ -315,7 +365,8 @@ static tsr_status run_device_buffers(tsrd_job *job, int n, const tsr_tensor_desc
             continue;
         }
         if (s->host[i] != NULL) {
-            st = ops->buffer_alloc(job->d->backend, 0, t->shm->length, &s->temps[i], &job->err);
+            st = ops->buffer_alloc(job->d->backend, job->device, t->shm->length, &s->temps[i],
+                                   &job->err);
             char field[48];
             snprintf(field, sizeof field, "run.inputs[%d].shm", i);
             if (st == TSR_OK)
@@ -324,7 +375,8 @@ static tsr_status run_device_buffers(tsrd_job *job, int n, const tsr_tensor_desc
             inputs[i] = s->temps[i];
             continue;
         }
-        st = ops->buffer_alloc(job->d->backend, 0, t->inline_data.len, &s->temps[i], &job->err);
+        st = ops->buffer_alloc(job->d->backend, job->device, t->inline_data.len, &s->temps[i],
+                               &job->err);
         if (st == TSR_OK)
             st = ops->buffer_write(job->d->backend, s->temps[i], 0, t->inline_data.data,
                                    t->inline_data.len, &job->err);
@@ -333,8 +385,8 @@ static tsr_status run_device_buffers(tsrd_job *job, int n, const tsr_tensor_desc
     if (st == TSR_OK && s->output != NULL)
         *output = s->output->dbuf;
     else if (st == TSR_OK)
-        st = ops->buffer_alloc(job->d->backend, 0, tsr_tensor_desc_bytes(out), &s->temps[n],
-                               &job->err);
+        st = ops->buffer_alloc(job->d->backend, job->device, tsr_tensor_desc_bytes(out),
+                               &s->temps[n], &job->err);
     if (st == TSR_OK && s->output == NULL)
         *output = s->temps[n];
     return st;
@@ -347,6 +399,7 @@ static tsr_status run_reply(tsrd_job *job, const tsr_tensor_desc *out, tsrd_dbuf
     tessera__v1__run_reply__init(r);
     r->decision = tsrd_decision_pb(job, &s->compiled);
     r->key = tsrd_job_hex(job, &s->compiled.key);
+    r->device = (uint32_t)job->device;
     r->output = tsrd_job_alloc(job, sizeof *r->output);
     int64_t *shape = tsrd_job_alloc(job, sizeof out->shape);
     if (r->decision == NULL || r->key == NULL || r->output == NULL || shape == NULL)
@@ -382,6 +435,22 @@ static tsr_status run_reply(tsrd_job *job, const tsr_tensor_desc *out, tsrd_dbuf
     return TSR_OK;
 }
 
+/* The compiled kernel is loaded on device 0; a run elsewhere loads the same
+ * binary on its own device. */
+static tsr_status run_kobj(tsrd_job *job)
+{
+    launch_state *s = job->state;
+    if (job->device == 0)
+        return TSR_OK;
+    const tsr_candidate *c =
+        tsr_arbiter_find(job->d->arbiter, s->region.kind, s->compiled.decision.candidate.name);
+    if (c == NULL)
+        return tsr_error_set(&job->err, TSR_INTERNAL, "run: candidate %s is not registered",
+                             s->compiled.decision.candidate.name);
+    return job->d->bops->load(job->d->backend, job->device, &s->region, c, s->compiled.blob->data,
+                              s->compiled.blob->len, &s->kobj_here, &job->err);
+}
+
 static tsr_status run_execute(tsrd_job *job)
 {
     const Tessera__V1__RunRequest *req = job->req->run;
@@ -398,11 +467,14 @@ static tsr_status run_execute(tsrd_job *job)
     if (st == TSR_OK)
         st = run_device_buffers(job, n, &out, inputs, &output);
     if (st == TSR_OK)
+        st = run_kobj(job);
+    if (st == TSR_OK)
         st = tsrd_job_stream(job, &stream);
     if (st == TSR_OK) {
         s->fused = job->d->bops->launch_sync != NULL;
-        st = tsrd_launch_wait(job->d->bops, job->d->backend, s->compiled.kobj, stream, inputs, n,
-                              output, NULL, &job->err);
+        tsrd_kobj *kobj = s->kobj_here != NULL ? s->kobj_here : s->compiled.kobj;
+        st = tsrd_launch_wait(job->d->bops, job->d->backend, kobj, stream, inputs, n, output, NULL,
+                              &job->err);
     }
     if (st == TSR_OK)
         st = run_reply(job, &out, output);

@@ -49,6 +49,18 @@ static tsr_status ring_open_execute(tsrd_job *job)
         st = tsrd_job_bind_launch(job, field, b->kernel, b->inputs, b->n_inputs, b->output,
                                   &bindings[i]);
     }
+    /* A ring is served on device 0's stream with the kernels loaded there. */
+    tsrd_device_pick pick = TSRD_DEVICE_PICK_INIT;
+    for (size_t i = 0; st == TSR_OK && i < resolved; i++) {
+        char field[48];
+        snprintf(field, sizeof field, "ring_open.bindings[%zu]", i);
+        st = tsrd_job_pick_bound(job, &pick, &bindings[i], field);
+    }
+    if (st == TSR_OK && pick.device > 0)
+        st = tsr_error_set(&job->err, TSR_UNSUPPORTED,
+                           "ring_open: the bindings' buffers are on device %d; rings serve "
+                           "device 0 only",
+                           pick.device);
     tsrd_shm_map *map = NULL;
     uint8_t *ptr = NULL;
     if (st == TSR_OK)

@@ -10,6 +10,7 @@
  * to a tenant and within the payload limits.
  */
 #include "serve/dispatch.h"
+#include "serve/devices.h"
 
 #include "serve/envelope.h"
 #include "serve/fifo.h"
@@ -119,6 +120,7 @@ static void dispatch_complete(tsrd_job *job, tsr_status status)
     tsrd_metrics_record(d, job->body_case, status, uv_hrtime() - job->start_ns);
     dispatch_log(job, status);
     dispatch_release(job);
+    tsrd_job_release_device(job);
     if (job->session != NULL)
         tsrd_session_unref(d, job->session);
     tsrd_job_free(job);
@@ -166,8 +168,14 @@ static void dispatch_work(uv_work_t *w)
     job->err.code = st;
 }
 
-static void dispatch_stream_next(tsrd_daemon *d, tsrd_session *s);
+static void dispatch_stream_next(tsrd_daemon *d, tsrd_session *s, int device);
 static void dispatch_queue_work(tsrd_job *job);
+
+/* The device whose session stream a stream job runs on. */
+static int dispatch_device(const tsrd_job *job)
+{
+    return job->on_device ? job->device : 0;
+}
 
 /* The end of a heavy job, back on the loop: complete it, let its session's
  * stream go on, and hand out more work. */
@@ -176,11 +184,12 @@ static void dispatch_finish(tsrd_job *job, tsr_status st)
     tsrd_daemon *d = job->d;
     tsrd_session *s = job->session;
     bool stream = (job->handler->flags & TSRD_STREAM) != 0;
+    int device = dispatch_device(job);
     tsrd_session_ref(s);
     dispatch_complete(job, st);
     if (stream) {
-        s->stream_busy = false;
-        dispatch_stream_next(d, s);
+        s->stream_busy[device] = false;
+        dispatch_stream_next(d, s, device);
     }
     tsrd_session_unref(d, s);
     /* A sticky device fault shows first as a job's DEVICE_LOST. */
@@ -223,6 +232,8 @@ static void dispatch_after_work(uv_work_t *w, int uv_status)
         st = tsr_error_set(&job->err, TSR_CANCELLED, "%s: cancelled",
                            tsrd_body_name(job->body_case));
     d->work_running--;
+    if (job->on_device)
+        d->device_running[job->device]--;
     if (job->again && uv_status != UV_ECANCELED && st == TSR_OK) {
         /* A slice of a long job: behind the other tenants' work it goes, and
          * the session's stream stays its own until it completes. */
@@ -239,6 +250,52 @@ static void dispatch_after_work(uv_work_t *w, int uv_status)
     dispatch_finish(job, st);
 }
 
+/* Whether job may take a slot of the pool: with several devices, one bound
+ * to a device only while that device holds fewer than its share of the slots
+ * (at least one), so that a backlog on one device leaves slots to the
+ * others' work. Jobs bound to no device (compiles, verification) take any. */
+static bool dispatch_has_room(const tsrd_daemon *d, const tsrd_job *job, int slots)
+{
+    if (!job->on_device || d->n_devices <= 1)
+        return true;
+    int share = slots / d->n_devices;
+    return d->device_running[job->device] < (share > 0 ? share : 1);
+}
+
+/* The next job for the pool: the first one with room (dispatch_has_room) of
+ * the first tenant in the ready ring that has one, unlinked from its
+ * tenant's queue; that tenant goes to the back of the ring (or leaves it,
+ * its queue empty). NULL when no queued job has room. With one device that
+ * is always the first tenant's first job. */
+static tsrd_job *dispatch_next_job(tsrd_daemon *d, int slots)
+{
+    for (tsrd_tenant *t = d->ready_head, *t_prev = NULL; t != NULL; t_prev = t, t = t->ready_next) {
+        for (tsrd_job *job = t->work_head, *prev = NULL; job != NULL;
+             prev = job, job = job->work_next) {
+            if (!dispatch_has_room(d, job, slots))
+                continue;
+            if (prev == NULL)
+                t->work_head = job->work_next;
+            else
+                prev->work_next = job->work_next;
+            if (t->work_tail == job)
+                t->work_tail = prev;
+            if (t_prev == NULL)
+                d->ready_head = t->ready_next;
+            else
+                t_prev->ready_next = t->ready_next;
+            if (d->ready_tail == t)
+                d->ready_tail = t_prev;
+            if (t->work_head == NULL)
+                t->work_ready = false;
+            else
+                TSRD_FIFO_PUSH(d->ready_head, d->ready_tail, t, ready_next);
+            return job;
+        }
+    }
+    return NULL;
+}
+
 /* Hands queued heavy work to the worker pool while it has free slots, one job
  * per tenant in turn: the tenant served goes to the back of the ring of
  * tenants with queued work. */
@@ -247,16 +304,11 @@ void tsrd_dispatch_pump(tsrd_daemon *d)
     if (d->work_paused)
         return;
     int slots = d->work_slots > 0 ? d->work_slots : 4;
-    while (d->work_running < slots && d->ready_head != NULL) {
-        tsrd_tenant *t;
-        tsrd_job *job;
-        TSRD_FIFO_POP(t, d->ready_head, d->ready_tail, ready_next);
-        TSRD_FIFO_POP(job, t->work_head, t->work_tail, work_next);
-        if (t->work_head == NULL)
-            t->work_ready = false;
-        else
-            TSRD_FIFO_PUSH(d->ready_head, d->ready_tail, t, ready_next);
+    tsrd_job *job;
+    while (d->work_running < slots && (job = dispatch_next_job(d, slots)) != NULL) {
         d->work_running++;
+        if (job->on_device)
+            d->device_running[job->device]++;
         job->work.data = job;
         job->err.code = TSR_OK;
         int rc = uv_queue_work(d->loop, &job->work, dispatch_work, dispatch_after_work);
@@ -279,22 +331,24 @@ static void dispatch_queue_work(tsrd_job *job)
     tsrd_dispatch_pump(d);
 }
 
-static void dispatch_stream_next(tsrd_daemon *d, tsrd_session *s)
+static void dispatch_stream_next(tsrd_daemon *d, tsrd_session *s, int device)
 {
     (void)d;
-    if (s->stream_busy || s->stream_head == NULL)
+    if (s->stream_busy[device] || s->stream_head[device] == NULL)
         return;
     tsrd_job *job;
-    TSRD_FIFO_POP(job, s->stream_head, s->stream_tail, stream_next);
-    s->stream_busy = true;
+    TSRD_FIFO_POP(job, s->stream_head[device], s->stream_tail[device], stream_next);
+    s->stream_busy[device] = true;
     dispatch_queue_work(job);
 }
 
+/* Each device's work queues on its own stream of the session. */
 static void dispatch_stream_push(tsrd_job *job)
 {
     tsrd_session *s = job->session;
-    TSRD_FIFO_PUSH(s->stream_head, s->stream_tail, job, stream_next);
-    dispatch_stream_next(job->d, s);
+    int device = dispatch_device(job);
+    TSRD_FIFO_PUSH(s->stream_head[device], s->stream_tail[device], job, stream_next);
+    dispatch_stream_next(job->d, s, device);
 }
 
 /* ---- short stream jobs on the loop ---- */
@@ -313,10 +367,12 @@ static bool dispatch_inline_ok(const tsrd_job *job)
 {
     const tsrd_daemon *d = job->d;
     const tsrd_session *s = job->session;
+    int device = dispatch_device(job);
     return d->inline_launches && (job->handler->flags & TSRD_STREAM) &&
-           job->handler->quick != NULL && !s->stream_busy && s->stream_head == NULL &&
-           s->stream != NULL && d->work_running == 0 && d->ready_head == NULL &&
-           d->rings_open == 0 && !d->work_paused && !d->recovering && job->handler->quick(job);
+           job->handler->quick != NULL && !s->stream_busy[device] &&
+           s->stream_head[device] == NULL && s->streams[device] != NULL && d->work_running == 0 &&
+           d->ready_head == NULL && d->rings_open == 0 && !d->work_paused && !d->recovering &&
+           job->handler->quick(job);
 }
 
 /* Executes the job on the loop, then ends it as if the pool had run it: the
@@ -327,8 +383,10 @@ static void dispatch_inline(tsrd_job *job)
 {
     tsrd_daemon *d = job->d;
     d->metrics.inline_jobs++;
-    job->session->stream_busy = true;
+    job->session->stream_busy[dispatch_device(job)] = true;
     d->work_running++;
+    if (job->on_device)
+        d->device_running[job->device]++;
     job->work.data = job;
     job->err.code = TSR_OK;
     dispatch_work(&job->work);

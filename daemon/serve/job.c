@@ -50,12 +50,14 @@ void tsrd_job_free(tsrd_job *job)
 tsr_status tsrd_job_stream(tsrd_job *job, tsrd_stream **out)
 {
     tsrd_session *s = job->session;
-    if (s->stream == NULL) {
-        tsr_status st = job->d->bops->stream_create(job->d->backend, 0, &s->stream, &job->err);
+    int device = job->on_device ? job->device : 0;
+    if (s->streams[device] == NULL) {
+        tsr_status st =
+            job->d->bops->stream_create(job->d->backend, device, &s->streams[device], &job->err);
         if (st != TSR_OK)
             return st;
     }
-    *out = s->stream;
+    *out = s->streams[device];
     return TSR_OK;
 }
 

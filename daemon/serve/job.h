@@ -87,6 +87,10 @@ struct tsrd_job {
     bool holds_compile;
     bool holds_buffer;
     uint64_t holds_bytes;
+    /* The device its device work runs on, once prepare bound it
+     * (tsrd_job_set_device); else device 0. */
+    bool on_device;
+    int device;
     tsrd_job *work_next; /* in the tenant's work queue */
     tsrd_arena_block *arena;
     void *state; /* the handler's own, released by its complete step */
@@ -115,7 +119,8 @@ char *tsrd_job_strdup(tsrd_job *job, const char *s);
 /* Frees the job, its arena, its request and the request's bytes if it still holds them. */
 void tsrd_job_free(tsrd_job *job);
 
-/* The session's stream, created on first use (stream jobs only, worker thread). */
+/* The session's stream on the job's device, created on first use (stream jobs
+ * only, worker thread). */
 tsr_status tsrd_job_stream(tsrd_job *job, tsrd_stream **out);
 
 /* The largest payload a reply may carry: the message limit less the envelope. */

@@ -455,6 +455,32 @@ static void metrics_gpus(tsrd_daemon *d, metrics_list *l)
     free(samples);
 }
 
+/* One sample per device of each family ({device="index"}): the load placement
+ * weighs (serve/devices.h), which info shows every tenant too. */
+static void metrics_devices(tsrd_daemon *d, metrics_list *l)
+{
+    static const struct {
+        const char *family, *help;
+    } fams[] = {
+        {"device_queue_depth", "Requests bound to the device, queued or running."},
+        {"device_buffers", "Live buffers on the device."},
+        {"device_buffer_bytes", "Bytes of live buffers on the device."},
+        {"device_memory_bytes", "Memory of the device."},
+    };
+    for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
+        const char *family = fams[f].family;
+        for (int i = 0; i < d->n_devices; i++) {
+            const uint64_t v[] = {d->load[i].queued, d->load[i].buffers, d->load[i].bytes,
+                                  d->devices[i].memory_bytes};
+            metrics_row *row = metrics_add(l, family, "gauge", fams[f].help, (double)v[f]);
+            if (row == NULL)
+                return;
+            snprintf(row->name, sizeof row->name, "%s{device=\"%d\"}", fams[f].family, i);
+            family = NULL;
+        }
+    }
+}
+
 /* viewer NULL: everything. Otherwise what that tenant may see: the service's
  * own figures, and of the objects and queues only its own; not the kernel
  * cache's counters (a hit there would tell that another tenant compiled the
@@ -554,6 +580,7 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
         metrics_fleet(d, l);
         metrics_gpus(d, l);
     }
+    metrics_devices(d, l);
     metrics_tenants(d, l, viewer);
 }
 

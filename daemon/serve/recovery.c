@@ -38,6 +38,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "serve/devices.h"
 #include "serve/graphs.h"
 #include "serve/ring.h"
 #include "serve/recovery.h"
@@ -152,6 +153,9 @@ static void recovery_rebuilt(uv_work_t *w, int uv_status)
             k->kobj = r->kernels[i].kobj;
             d->bops->unload(d->backend, old);
         }
+        /* Copies on other devices went with the old context: loaded again on
+         * their next use. */
+        tsrd_kernel_unload_others(d, k);
         tsrd_kernel_unref(d, k);
     }
     size_t reloaded = r->n_kernels - r->kernels_failed;
@@ -187,6 +191,7 @@ static void recovery_forget_buffer(void *obj, void *arg)
         return;
     b->lost = true;
     d->buffers_lost++;
+    tsrd_device_uncharge(d, b); /* its device memory is gone */
     if (b->tenant != NULL) {
         b->tenant->buffers--;
         b->tenant->buffer_bytes -= b->bytes;
@@ -201,9 +206,11 @@ static void recovery_start_rebuild(tsrd_daemon *d)
         tsrd_rings_stop_all(d, s, TSR_DEVICE_LOST,
                             "the device was recovered after a fault; open the ring again");
         tsrd_graphs_release(d, s);
-        if (s->stream != NULL) {
-            d->bops->stream_destroy(d->backend, s->stream);
-            s->stream = NULL;
+        for (int i = 0; i < TSRD_MAX_DEVICES; i++) {
+            if (s->streams[i] != NULL) {
+                d->bops->stream_destroy(d->backend, s->streams[i]);
+                s->streams[i] = NULL;
+            }
         }
         tsrd_shm_unpin_all(d, s);
     }

@@ -73,7 +73,7 @@ static void ring_end(tsrd_daemon *d, tsrd_ring *r, tsr_status status, const char
 /* Starts the ring's loop: in the backend where it has ring ops, else here. */
 static tsr_status ring_start(tsrd_daemon *d, tsrd_ring *r, uint32_t first, tsr_error *err)
 {
-    tsrd_launch_desc *descs = tsrd_bound_launch_descs(r->bindings, (size_t)r->n_bindings);
+    tsrd_launch_desc *descs = tsrd_bound_launch_descs(r->bindings, (size_t)r->n_bindings, 0);
     if (descs == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "ring_open: out of memory");
     tsr_status st;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "serve/session.h"
+#include "serve/devices.h"
 #include "serve/graphs.h"
 #include "serve/shm.h"
 
@@ -40,8 +41,10 @@ tsrd_session *tsrd_session_get(tsrd_daemon *d, uint32_t pipe_id)
     if (s != NULL || session_pipe_removed(d, pipe_id))
         return s;
     s = calloc(1, sizeof *s);
-    if (s == NULL)
+    if (s == NULL || uv_mutex_init(&s->worker_lock) != 0) {
+        free(s);
         return NULL;
+    }
     s->pipe_id = pipe_id;
     /* With tenants configured, the first attributed request binds the session. */
     s->tenant = d->tenants == NULL ? &d->default_tenant : NULL;
@@ -93,10 +96,12 @@ void tsrd_session_unref(tsrd_daemon *d, tsrd_session *s)
         free(e);
     }
     tsrd_graphs_release(d, s);
-    if (s->stream != NULL)
-        d->bops->stream_destroy(d->backend, s->stream);
+    for (int i = 0; i < TSRD_MAX_DEVICES; i++)
+        if (s->streams[i] != NULL)
+            d->bops->stream_destroy(d->backend, s->streams[i]);
     tsrd_shm_release_all(d, s);
     tsrd_replay_fini(&s->replay);
+    uv_mutex_destroy(&s->worker_lock);
     free(s);
 }
 
@@ -179,6 +184,7 @@ tsr_status tsrd_buffer_adopt(tsrd_daemon *d, tsrd_session *s, tsr_status status,
     if (status != TSR_OK && b != NULL) {
         if (b->dbuf != NULL)
             d->bops->buffer_free(d->backend, b->dbuf);
+        tsrd_device_uncharge(d, b);
         free(b);
     }
     return status;
@@ -247,6 +253,7 @@ void tsrd_buffer_unref(tsrd_daemon *d, tsrd_buffer *b)
         b->tenant->buffers--;
         b->tenant->buffer_bytes -= b->bytes;
     }
+    tsrd_device_uncharge(d, b);
     d->bops->buffer_free(d->backend, b->dbuf);
     free(b);
 }
@@ -263,6 +270,7 @@ void tsrd_kernel_unref(tsrd_daemon *d, tsrd_kernel *k)
     if (k->tenant != NULL)
         k->tenant->kernels--;
     d->bops->unload(d->backend, k->kobj);
+    tsrd_kernel_unload_others(d, k);
     tsr_region_free(&k->region);
     free(k);
 }
@@ -278,7 +286,7 @@ void tsrd_bound_launch_release(tsrd_daemon *d, tsrd_bound_launch *b)
     memset(b, 0, sizeof *b);
 }
 
-tsrd_launch_desc *tsrd_bound_launch_descs(const tsrd_bound_launch *b, size_t n)
+tsrd_launch_desc *tsrd_bound_launch_descs(const tsrd_bound_launch *b, size_t n, int device)
 {
     /* The descriptions first, then TSR_MAX_REGION_INPUTS input slots each: a
      * description holds pointers, so the slots after it stay aligned. */
@@ -291,7 +299,7 @@ tsrd_launch_desc *tsrd_bound_launch_descs(const tsrd_bound_launch *b, size_t n)
         tsrd_dbuf **in = bufs + i * TSR_MAX_REGION_INPUTS;
         for (int k = 0; k < b[i].n_inputs; k++)
             in[k] = b[i].inputs[k]->dbuf;
-        descs[i] = (tsrd_launch_desc){.kernel = b[i].kernel->kobj,
+        descs[i] = (tsrd_launch_desc){.kernel = tsrd_kernel_kobj_loaded(b[i].kernel, device),
                                       .inputs = in,
                                       .n_inputs = b[i].n_inputs,
                                       .output = b[i].output->dbuf};

@@ -49,10 +49,11 @@ void tsrd_kernel_ref(tsrd_kernel *k);
 void tsrd_kernel_unref(tsrd_daemon *d, tsrd_kernel *k);
 /* Unpins what b holds and clears it. */
 void tsrd_bound_launch_release(tsrd_daemon *d, tsrd_bound_launch *b);
-/* The backend's descriptions of n bound launches, for launch_many and
- * ring_start: one malloc'd block (one free()) that also holds each
- * description's array of input device buffers. NULL when out of memory. */
-tsrd_launch_desc *tsrd_bound_launch_descs(const tsrd_bound_launch *b, size_t n);
+/* The backend's descriptions of n bound launches on device (whose kernels
+ * are loaded there: tsrd_kernel_kobj), for launch_many and ring_start: one
+ * malloc'd block (one free()) that also holds each description's array of
+ * input device buffers. NULL when out of memory. */
+tsrd_launch_desc *tsrd_bound_launch_descs(const tsrd_bound_launch *b, size_t n, int device);
 /* Looks up and pins, for one launch request, its kernel, then its inputs in
  * order (when n_inputs is at most TSR_MAX_REGION_INPUTS; else none), then its
  * output, into *out (cleared first), stopping at the first handle the session

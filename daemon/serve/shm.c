@@ -280,14 +280,21 @@ tsr_status tsrd_shm_copy(tsrd_job *job, tsrd_shm_map *map, const char *field, ts
     if (len <= SHM_BOUNCE_MAX)
         return shm_copy_bounced(job, map, field, buf, offset, host, len, to_device);
     shm_copy_call call = {job, map, buf, offset, host, len, to_device, TSR_OK};
-    if (ops->hostmem != NULL && !map->registered) {
+    if (ops->hostmem != NULL) {
+        /* Jobs of the session's other devices may copy through it too. */
+        uv_mutex_lock(&job->session->worker_lock);
+        bool shrank = false;
         /* Pinning may touch every page of the mapping, some of which a shrink
          * may have taken. */
-        if (!tsrd_guard_run(map->base, map->size, shm_register_run, &call))
+        if (!map->registered)
+            shrank = !tsrd_guard_run(map->base, map->size, shm_register_run, &call);
+        if (!map->registered && !shrank && call.status == TSR_OK)
+            map->registered = true;
+        uv_mutex_unlock(&job->session->worker_lock);
+        if (shrank)
             return shm_shrank_during(job, map, field, at, len);
         if (call.status != TSR_OK)
             return shm_backend_said(job, map, field, call.status);
-        map->registered = true;
     }
     /* A shrink that races the copy: the CPU backend's memcpy faults here and
      * the guard unwinds it (it holds nothing while it copies); CUDA copies a

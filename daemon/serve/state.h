@@ -34,7 +34,6 @@
 #include "tessera/arbiter.h"
 #include "tessera/kcache.h"
 
-#define TSRD_MAX_DEVICES 16
 /* Room a reply's envelope needs beyond its payload bytes. */
 #define TSRD_REPLY_OVERHEAD 4096
 /* Highest request body number plus one: the handler table's length. */
@@ -60,6 +59,9 @@ typedef struct tsrd_tenant {
     uint64_t compiles;         /* compile-class requests admitted */
     uint64_t reserved_buffers; /* buffer_alloc admitted, not yet registered */
     uint64_t reserved_bytes;
+    /* Bytes of its buffers on each device, allocations in progress included
+     * (serve/devices.h), checked against device_memory_bytes_per_device. */
+    uint64_t device_bytes[TSRD_MAX_DEVICES];
     uint64_t refused_quota; /* RESOURCE_EXHAUSTED answers */
     /* Stored replies for resends, counted over all of the tenant's sessions
      * and bounded by replay_bytes_per_tenant (serve/replay.h). */
@@ -88,16 +90,23 @@ typedef struct tsrd_session {
     bool net_closing; /* closed by the server for replies it leaves unread */
     int refs;         /* the session table's, plus one per job and per held request */
     bool closed;
-    /* The session's stream: device work runs one job at a time, in arrival
-     * order, so a write, a launch and a read are never reordered or overlapped. */
-    tsrd_stream *stream;             /* created by the first stream job, on its worker thread */
+    /* The session's streams, one per device: the device work of one device
+     * runs one job at a time, in arrival order, so a write, a launch and a
+     * read of its buffers are never reordered or overlapped, while the work
+     * of another device goes on beside it, never waiting behind it. Each is
+     * created by the first stream job on its device, on that job's worker
+     * thread. */
+    tsrd_stream *streams[TSRD_MAX_DEVICES];
     struct tsrd_shm_map *shm_maps;   /* shm.c: segments mapped for this session */
     struct tsrd_graph_cache *graphs; /* handlers_batch.c: captured launch sequences */
     /* Kernel keys this session holds a handle for: compiling a key again returns
      * the same handle instead of loading (and holding) another copy. */
     struct tsrd_session_kernel *kernels;
-    bool stream_busy;
-    tsrd_job *stream_head, *stream_tail;
+    bool stream_busy[TSRD_MAX_DEVICES];
+    tsrd_job *stream_head[TSRD_MAX_DEVICES], *stream_tail[TSRD_MAX_DEVICES];
+    /* Held by stream jobs (of different devices, on worker threads) around
+     * what they share: a shared-memory segment's registration. */
+    uv_mutex_t worker_lock;
     /* A request decoding on the worker pool holds back the session's later
      * requests (parked here, in arrival order) until it is decoded and
      * dispatched, so that decoding off the loop never reorders a session's
@@ -117,6 +126,11 @@ typedef struct tsrd_buffer {
     int64_t shape[TSR_MAX_RANK];
     uint64_t bytes;
     tsrd_tenant *tenant;
+    int device; /* where its memory is */
+    /* Counted in its device's load and, when not NULL, in this tenant's
+     * bytes on the device (serve/devices.h). */
+    bool charged;
+    tsrd_tenant *charged_tenant;
 } tsrd_buffer;
 
 typedef struct tsrd_kernel {
@@ -133,6 +147,9 @@ typedef struct tsrd_kernel {
      * synchronize, ns; 0: not yet): batches plan their slices with it. Written
      * and read by the session's stream jobs on worker threads. */
     _Atomic uint64_t launch_ns;
+    /* Loaded on other devices than 0 on first use there (serve/devices.h);
+     * kobj is device 0's. */
+    _Atomic(tsrd_kobj *) on_device[TSRD_MAX_DEVICES];
 } tsrd_kernel;
 
 /* A launch checked and pinned for later (a batch entry, a ring binding): a
@@ -180,6 +197,15 @@ typedef struct tsrd_metrics {
     uint64_t bytes_in, bytes_out;
 } tsrd_metrics;
 
+/* What a device carries (serve/devices.h), on the loop: requests bound to it
+ * that are queued or running, and its live buffers (with allocations in
+ * progress). */
+typedef struct tsrd_device_load {
+    uint64_t queued;
+    uint64_t bytes;
+    uint64_t buffers;
+} tsrd_device_load;
+
 typedef struct tsrd_daemon tsrd_daemon;
 
 /* What the self-probe (net/probe.c) last learnt of one listener: a hello sent
@@ -205,6 +231,7 @@ struct tsrd_daemon {
     tsrd_backend *backend;
     int n_devices;
     tsrd_device_info devices[TSRD_MAX_DEVICES];
+    tsrd_device_load load[TSRD_MAX_DEVICES];
     char driver_version[64];
     char compiler_version[64];
 
@@ -220,6 +247,9 @@ struct tsrd_daemon {
      * turn, and how many jobs the worker pool holds of at most work_slots. */
     tsrd_tenant *ready_head, *ready_tail;
     int work_running, work_slots;
+    /* Of work_running, the jobs bound to each device: with several devices
+     * each holds at most its share of the slots (dispatch.c). */
+    int device_running[TSRD_MAX_DEVICES];
     /* Health: the backend is rebuilding its device context (recovery.c). While
      * work_paused the dispatch pump hands out no heavy work. */
     bool recovering;

@@ -478,3 +478,47 @@ Test(cli, ring_launches_through_shared_memory_and_checks_its_arguments)
     cr_expect_eq(rings, 0.0, "%s", res.out);
     cJSON_Delete(doc);
 }
+
+Test(cli, run_on_a_device_and_info_with_the_devices_load)
+{
+    tsr_region *r = fixture_region_file("examples/matmul.json");
+    testdata t;
+    cr_assert_eq(testdata_make(r, 5, &t), 0);
+    char a[128], b[128], out[128], arg_a[160], arg_b[160];
+    snprintf(a, sizeof a, "%s/a.npy", suite_daemon.dir);
+    snprintf(b, sizeof b, "%s/b.npy", suite_daemon.dir);
+    snprintf(out, sizeof out, "%s/o.npy", suite_daemon.dir);
+    cr_assert_eq(testdata_write_npy_f32(&t, 0, a), 0);
+    cr_assert_eq(testdata_write_npy_f32(&t, 1, b), 0);
+    snprintf(arg_a, sizeof arg_a, "a=%s", a);
+    snprintf(arg_b, sizeof arg_b, "b=%s", b);
+    cli_result res;
+    cli_exec(&res, true, "run", "examples/matmul.json", "-i", arg_a, "-i", arg_b, "-o", out,
+             "--device", "0", NULL);
+    cr_expect_eq(res.code, 0, "stderr: %s", res.err);
+    cr_expect_not_null(strstr(res.out, "device     0\n"), "stdout: %s", res.out);
+    cli_exec(&res, true, "run", "examples/matmul.json", "-i", arg_a, "-i", arg_b, "-o", out,
+             "--device=1", NULL);
+    cr_expect_eq(res.code, 4, "stderr: %s", res.err);
+    cr_expect_not_null(strstr(res.err, "NOT_FOUND"), "stderr: %s", res.err);
+    cr_expect_not_null(strstr(res.err, "run.device: no device 1 (this node has 1)"), "stderr: %s",
+                       res.err);
+    cli_exec(&res, true, "run", "examples/matmul.json", "-i", arg_a, "-i", arg_b, "-o", out,
+             "--device", "first", NULL);
+    cr_expect_eq(res.code, 2);
+    cr_expect_not_null(strstr(res.err, "--device wants a device index, not 'first'"), "stderr: %s",
+                       res.err);
+    cli_exec(&res, true, "info", NULL);
+    cr_expect_eq(res.code, 0, "stderr: %s", res.err);
+    cr_expect_not_null(strstr(res.out, "device 0   "), "stdout: %s", res.out);
+    cr_expect_not_null(strstr(res.out, " buffers, "), "stdout: %s", res.out);
+    cli_exec(&res, true, "--json", "info", NULL);
+    cr_assert_eq(res.code, 0, "stderr: %s", res.err);
+    cJSON *doc = cli_json(&res);
+    cJSON *dev = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "devices"), 0);
+    cr_expect_eq(cJSON_GetNumberValue(cJSON_GetObjectItem(dev, "queue_depth")), 0);
+    cr_expect(cJSON_IsNumber(cJSON_GetObjectItem(dev, "memory_used_bytes")));
+    cJSON_Delete(doc);
+    testdata_free(&t);
+    tsr_client_region_free(r);
+}

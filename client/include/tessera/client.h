@@ -149,6 +149,23 @@ typedef struct tsr_client_info {
 /* Sends a hello and fills *info (may be NULL for a plain liveness check). */
 tsr_status tsr_client_hello(tsr_client *c, tsr_client_info *info, int timeout_ms, tsr_error *err);
 
+/* A device with its load when the daemon answered: what placement weighs. */
+typedef struct tsr_client_device_load {
+    int index;
+    char name[TSR_CLIENT_NAME_MAX];
+    char arch[TSR_CLIENT_NAME_MAX];
+    uint64_t memory_bytes;
+    int multiprocessors;
+    uint64_t memory_used_bytes; /* bytes of live buffers on it */
+    uint32_t buffers;           /* live buffers on it */
+    uint32_t queue_depth;       /* requests bound to it, queued or running */
+} tsr_client_device_load;
+
+/* Every device of the daemon with its load (a hello): the first max into out
+ * (may be NULL with max 0), *n their number, which may exceed max. */
+tsr_status tsr_client_devices(tsr_client *c, tsr_client_device_load *out, int max, int *n,
+                              int timeout_ms, tsr_error *err);
+
 /* ---- health ---- */
 
 typedef enum tsr_client_health_state {
@@ -290,6 +307,15 @@ tsr_status tsr_client_run(tsr_client *c, const tsr_region *r, const tsr_client_c
                           const void *const *inputs, void *output, tsr_client_decision *decision,
                           int timeout_ms, tsr_error *err);
 
+/* tsr_client_run on a device: device >= 0 names it (TSR_NOT_FOUND past the
+ * daemon's devices, TSR_RESOURCE_EXHAUSTED outside the tenant's), -1 lets
+ * the daemon place the run on the least-loaded device the tenant may use.
+ * *ran_on (may be NULL) gets the device it ran on. */
+tsr_status tsr_client_run_on(tsr_client *c, const tsr_region *r,
+                             const tsr_client_compile_opts *opts, int device,
+                             const void *const *inputs, void *output, tsr_client_decision *decision,
+                             int *ran_on, int timeout_ms, tsr_error *err);
+
 /* ---- verify, candidates ---- */
 
 typedef struct tsr_client_verify_opts {
@@ -336,6 +362,16 @@ void tsr_client_candidates_free(tsr_client_candidate *rows);
 tsr_status tsr_client_buffer_alloc(tsr_client *c, tsr_client_dtype dtype, int rank,
                                    const int64_t *shape, tsr_buffer *out, uint64_t *bytes,
                                    int timeout_ms, tsr_error *err);
+
+/* tsr_client_buffer_alloc on a device: device >= 0 names it (TSR_NOT_FOUND
+ * past the daemon's devices, TSR_RESOURCE_EXHAUSTED outside the tenant's
+ * devices), -1 lets the daemon place it on the least-loaded device the
+ * tenant may use. *placed (may be NULL) gets the device it is on. Launches
+ * run on the device of their buffers: buffers of two devices in one launch
+ * are refused TSR_CONFLICT, never copied. */
+tsr_status tsr_client_buffer_alloc_on(tsr_client *c, tsr_client_dtype dtype, int rank,
+                                      const int64_t *shape, int device, tsr_buffer *out,
+                                      uint64_t *bytes, int *placed, int timeout_ms, tsr_error *err);
 
 /* Copies len bytes from data into the buffer at byte offset. TSR_NOT_FOUND for an
  * unknown buffer, TSR_BUFFER_MISMATCH when the range is past its end. */

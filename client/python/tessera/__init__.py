@@ -533,12 +533,13 @@ class Buffer:
     block, or when the connection closes."""
 
     def __init__(self, client: "Client", handle: int, dtype: str, shape: Sequence[int],
-                 nbytes: int) -> None:
+                 nbytes: int, device: int = 0) -> None:
         self.client = client
         self.handle = handle
         self.dtype = dtype
         self.shape: Tuple[int, ...] = tuple(shape)
         self.nbytes = nbytes
+        self.device = device  # where the daemon keeps it
 
     def write(self, array: npt.ArrayLike, offset: int = 0) -> None:
         """Writes array's values (float32, float16 or float64, rounded to the
@@ -868,6 +869,21 @@ class Client:
             "nng_version": _s(info.nng_version),
         }
 
+    def devices(self) -> List[Dict[str, Any]]:
+        """Every device of the daemon with its load, as dicts: index, name,
+        arch, memory_bytes, multiprocessors, memory_used_bytes, buffers and
+        queue_depth (requests bound to it, queued or running)."""
+        rows = (_lib.DeviceLoad * _lib.MAX_DEVICES)()
+        n = ctypes.c_int()
+        err = _lib.Error()
+        _check(lib.tsr_client_devices(self._c, rows, _lib.MAX_DEVICES, byref(n), self.timeout_ms,
+                                      byref(err)), err)
+        return [{"index": d.index, "name": _s(d.name), "arch": _s(d.arch),
+                 "memory_bytes": d.memory_bytes, "multiprocessors": d.multiprocessors,
+                 "memory_used_bytes": d.memory_used_bytes, "buffers": d.buffers,
+                 "queue_depth": d.queue_depth}
+                for d in rows[:min(n.value, _lib.MAX_DEVICES)]]
+
     def compile(self, region: RegionLike, *, arch: Optional[str] = None,
                 force: Optional[str] = None, policy: str = "tier", skip_verify: bool = False,
                 no_reference: bool = False) -> Compiled:
@@ -913,19 +929,23 @@ class Client:
     @overload
     def run(self, region: RegionLike, inputs: Inputs, with_decision: "Literal[False]" = False,
             *, arch: Optional[str] = None, force: Optional[str] = None, policy: str = "tier",
-            skip_verify: bool = False, no_reference: bool = False) -> Any: ...
+            skip_verify: bool = False, no_reference: bool = False,
+            device: Optional[int] = None) -> Any: ...
 
     @overload
     def run(self, region: RegionLike, inputs: Inputs, with_decision: "Literal[True]",
             *, arch: Optional[str] = None, force: Optional[str] = None, policy: str = "tier",
-            skip_verify: bool = False, no_reference: bool = False) -> Tuple[Any, Decision]: ...
+            skip_verify: bool = False, no_reference: bool = False,
+            device: Optional[int] = None) -> Tuple[Any, Decision]: ...
 
     def run(self, region: RegionLike, inputs: Inputs, with_decision: bool = False,
             *, arch: Optional[str] = None, force: Optional[str] = None, policy: str = "tier",
-            skip_verify: bool = False,
-            no_reference: bool = False) -> Union[Any, Tuple[Any, Decision]]:
+            skip_verify: bool = False, no_reference: bool = False,
+            device: Optional[int] = None) -> Union[Any, Tuple[Any, Decision]]:
         """Compiles and runs region on inputs and returns its output (and the
-        Decision too when with_decision); the options are compile()'s.
+        Decision too when with_decision); the options are compile()'s. device
+        runs it on that device (its data then travels inline); None lets the
+        daemon place it on the least-loaded device the tenant may use.
 
         inputs: a list or tuple in signature order (region.inputs), or a dict
         by name; an unknown or missing name, or a list of the wrong length, is
@@ -945,7 +965,11 @@ class Client:
         ordered = _ordered_inputs(r, inputs)
         opts: Dict[str, Any] = {"arch": arch, "force": force, "policy": policy,
                                 "skip_verify": skip_verify, "no_reference": no_reference}
+        if device is not None and device < 0:
+            raise TesseraError(Status.INVALID_ARGUMENT, "device %d: must be >= 0" % device)
         if any(_is_torch(x) for x in ordered):
+            if device is not None:
+                raise TesseraError(Status.UNSUPPORTED, "device: not with torch tensors")
             from . import torch_support
             return torch_support.run(self, r, ordered, with_decision=with_decision, **opts)
         wire = []
@@ -975,10 +999,15 @@ class Client:
         def inline() -> None:
             ptrs = (c_void_p * max(1, len(wire)))(*[w.ctypes.data for w in wire])
             err = _lib.Error()
-            _check(lib.tsr_client_run(self._c, r.handle, byref(o), ptrs, out.ctypes.data,
-                                      byref(d), self.timeout_ms, byref(err)), err)
+            _check(lib.tsr_client_run_on(self._c, r.handle, byref(o),
+                                         -1 if device is None else device, ptrs,
+                                         out.ctypes.data, byref(d), None, self.timeout_ms,
+                                         byref(err)), err)
 
-        self._transfer(at + out.nbytes, through, inline)
+        if device is None:
+            self._transfer(at + out.nbytes, through, inline)
+        else:
+            inline()
         y = _from_wire(out, r.output.dtype)
         return (y, Decision(d)) if with_decision else y
 
@@ -1020,19 +1049,27 @@ class Client:
         finally:
             lib.tsr_client_candidates_free(rows)
 
-    def buffer(self, dtype: str, shape: Sequence[int]) -> Buffer:
-        """Allocates a Buffer of dtype ("f32", "f16", "bf16") and shape.
-        BAD_DTYPE for another dtype, BAD_DIMENSION for a bad shape."""
+    def buffer(self, dtype: str, shape: Sequence[int], device: Optional[int] = None) -> Buffer:
+        """Allocates a Buffer of dtype ("f32", "f16", "bf16") and shape on
+        device (None: the least-loaded device the tenant may use; the Buffer's
+        device says which). BAD_DTYPE for another dtype, BAD_DIMENSION for a bad
+        shape, NOT_FOUND for a device the daemon lacks, RESOURCE_EXHAUSTED for
+        one outside the tenant's devices. A launch runs on its buffers' device:
+        buffers of two devices in one launch are CONFLICT."""
         if dtype not in DTYPES:
             raise TesseraError(Status.BAD_DTYPE, "unknown dtype %r" % (dtype,))
+        if device is not None and device < 0:
+            raise TesseraError(Status.INVALID_ARGUMENT, "device %d: must be >= 0" % device)
         dims = (ctypes.c_int64 * max(1, len(shape)))(*shape)
         h = c_uint64()
         nbytes = c_uint64()
+        placed = ctypes.c_int()
         err = _lib.Error()
-        _check(lib.tsr_client_buffer_alloc(self._c, DTYPES.index(dtype), len(shape), dims,
-                                           byref(h), byref(nbytes), self.timeout_ms,
-                                           byref(err)), err)
-        return Buffer(self, h.value, dtype, shape, nbytes.value)
+        _check(lib.tsr_client_buffer_alloc_on(self._c, DTYPES.index(dtype), len(shape), dims,
+                                              -1 if device is None else device, byref(h),
+                                              byref(nbytes), byref(placed), self.timeout_ms,
+                                              byref(err)), err)
+        return Buffer(self, h.value, dtype, shape, nbytes.value, placed.value)
 
     def batch(self, launches: Sequence[Tuple[Union[Compiled, int], Sequence[Buffer], Buffer]],
               graph: bool = False) -> "BatchResult":

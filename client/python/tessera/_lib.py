@@ -54,6 +54,12 @@ class Device(Structure):
                 ("memory_bytes", c_uint64), ("multiprocessors", c_int)]
 
 
+class DeviceLoad(Structure):
+    _fields_ = [("index", c_int), ("name", c_char * NAME_MAX), ("arch", c_char * NAME_MAX),
+                ("memory_bytes", c_uint64), ("multiprocessors", c_int),
+                ("memory_used_bytes", c_uint64), ("buffers", c_uint32), ("queue_depth", c_uint32)]
+
+
 class Info(Structure):
     _fields_ = [("daemon_version", c_char * NAME_MAX), ("protocol_version", c_uint32),
                 ("backend", c_char * NAME_MAX), ("n_devices", c_int),
@@ -219,6 +225,12 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         "tsr_client_candidates_free": (None, [POINTER(Candidate)]),
         "tsr_client_buffer_alloc": (c_int, [P, c_int, c_int, POINTER(c_int64), POINTER(c_uint64),
                                             POINTER(c_uint64), c_int, E]),
+        "tsr_client_buffer_alloc_on": (c_int, [P, c_int, c_int, POINTER(c_int64), c_int,
+                                               POINTER(c_uint64), POINTER(c_uint64),
+                                               POINTER(c_int), c_int, E]),
+        "tsr_client_devices": (c_int, [P, POINTER(DeviceLoad), c_int, POINTER(c_int), c_int, E]),
+        "tsr_client_run_on": (c_int, [P, P, POINTER(CompileOpts), c_int, POINTER(c_void_p),
+                                      c_void_p, POINTER(Decision), POINTER(c_int), c_int, E]),
         "tsr_client_buffer_write": (c_int, [P, c_uint64, c_uint64, c_void_p, c_size_t, c_int, E]),
         "tsr_client_buffer_read": (c_int, [P, c_uint64, c_uint64, c_void_p, c_size_t,
                                            POINTER(c_size_t), c_int, E]),

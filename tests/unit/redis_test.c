@@ -30,27 +30,35 @@ static void url_bad(const char *text, const char *message)
     cr_expect_str_eq(err.message, message);
 }
 
+/* What a URL that parses must give. */
+typedef struct url_parts {
+    const char *text;
+    bool tls;
+    const char *user, *password, *host, *port;
+    int db;
+} url_parts;
+
+static void urls_parse_to(const url_parts *want, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        tsrd_redis_url u = url_ok(want[i].text);
+        cr_expect_eq(u.tls, want[i].tls, "%s", want[i].text);
+        cr_expect_str_eq(u.user, want[i].user, "%s", want[i].text);
+        cr_expect_str_eq(u.password, want[i].password, "%s", want[i].text);
+        cr_expect_str_eq(u.host, want[i].host, "%s", want[i].text);
+        cr_expect_str_eq(u.port, want[i].port, "%s", want[i].text);
+        cr_expect_eq(u.db, want[i].db, "%s", want[i].text);
+    }
+}
+
 Test(redis, urls_give_host_port_credentials_and_database)
 {
-    tsrd_redis_url u = url_ok("redis://cache.internal");
-    cr_expect_eq(u.tls, false);
-    cr_expect_str_eq(u.host, "cache.internal");
-    cr_expect_str_eq(u.port, "6379");
-    cr_expect_str_eq(u.password, "");
-    cr_expect_eq(u.db, 0);
-    u = url_ok("rediss://fleet:s3cret@10.0.0.5:6380/3");
-    cr_expect_eq(u.tls, true);
-    cr_expect_str_eq(u.user, "fleet");
-    cr_expect_str_eq(u.password, "s3cret");
-    cr_expect_str_eq(u.host, "10.0.0.5");
-    cr_expect_str_eq(u.port, "6380");
-    cr_expect_eq(u.db, 3);
-    u = url_ok("redis://:only-a-password@[::1]:7000/");
-    cr_expect_str_eq(u.user, "");
-    cr_expect_str_eq(u.password, "only-a-password");
-    cr_expect_str_eq(u.host, "::1");
-    cr_expect_str_eq(u.port, "7000");
-    cr_expect_eq(u.db, 0);
+    static const url_parts want[] = {
+        {"redis://cache.internal", false, "", "", "cache.internal", "6379", 0},
+        {"rediss://fleet:s3cret@10.0.0.5:6380/3", true, "fleet", "s3cret", "10.0.0.5", "6380", 3},
+        {"redis://:only-a-password@[::1]:7000/", false, "", "only-a-password", "::1", "7000", 0},
+    };
+    urls_parse_to(want, sizeof want / sizeof want[0]);
 }
 
 Test(redis, bad_urls_say_what_is_wrong)
@@ -81,33 +89,25 @@ Test(redis, bad_urls_are_quoted_without_their_password)
 
 Test(redis, a_password_may_hold_at_signs_and_slashes)
 {
-    tsrd_redis_url u = url_ok("redis://fleet:p@ss/w@rd@cache.internal:6380/2");
-    cr_expect_str_eq(u.user, "fleet");
-    cr_expect_str_eq(u.password, "p@ss/w@rd");
-    cr_expect_str_eq(u.host, "cache.internal");
-    cr_expect_str_eq(u.port, "6380");
-    cr_expect_eq(u.db, 2);
-    /* A ':' in the password is its own: the user ends at the first. */
-    u = url_ok("rediss://:a:b/c@[::1]");
-    cr_expect_str_eq(u.user, "");
-    cr_expect_str_eq(u.password, "a:b/c");
-    cr_expect_str_eq(u.host, "::1");
-    cr_expect_str_eq(u.port, "6379");
-    cr_expect_eq(u.db, 0);
+    static const url_parts want[] = {
+        {"redis://fleet:p@ss/w@rd@cache.internal:6380/2", false, "fleet", "p@ss/w@rd",
+         "cache.internal", "6380", 2},
+        /* A ':' in the password is its own: the user ends at the first. */
+        {"rediss://:a:b/c@[::1]", true, "", "a:b/c", "::1", "6379", 0},
+    };
+    urls_parse_to(want, sizeof want / sizeof want[0]);
 }
 
 Test(redis, user_and_password_are_percent_decoded)
 {
-    tsrd_redis_url u = url_ok("redis://ops%3Aa%40b:p%40ss%2Fw%2frd%25@r:7000/1");
-    cr_expect_str_eq(u.user, "ops:a@b");
-    cr_expect_str_eq(u.password, "p@ss/w/rd%");
-    cr_expect_str_eq(u.host, "r");
-    cr_expect_str_eq(u.port, "7000");
-    cr_expect_eq(u.db, 1);
-    /* The host and the rest are not decoded, nor is a decoded '@' a separator. */
-    u = url_ok("redis://:x%40y@r");
-    cr_expect_str_eq(u.password, "x@y");
-    cr_expect_str_eq(u.host, "r");
+    static const url_parts want[] = {
+        /* The host and the rest are not decoded, nor is a decoded '@' a
+         * separator. */
+        {"redis://ops%3Aa%40b:p%40ss%2Fw%2frd%25@r:7000/1", false, "ops:a@b", "p@ss/w/rd%", "r",
+         "7000", 1},
+        {"redis://:x%40y@r", false, "", "x@y", "r", "6379", 0},
+    };
+    urls_parse_to(want, sizeof want / sizeof want[0]);
 }
 
 Test(redis, a_bad_percent_encoding_is_refused_without_the_password)

@@ -124,6 +124,20 @@ static tsr_status verify_sampled(const tsr_region *r, edit *e, bool with_small, 
     return st;
 }
 
+/* The verdict on a candidate that e makes wrong, verified with the small shape
+ * when with_small: it fails at the real shape's probe. */
+static tsr_verdict sampled_fails(const char *json, edit e, bool with_small)
+{
+    tsr_region r = regions_parse(json);
+    tsr_verdict v;
+    tsr_error err;
+    cr_assert_eq(verify_sampled(&r, &e, with_small, &v, &err), TSR_OK, "%s", err.message);
+    cr_expect_not(v.pass);
+    cr_expect_eq(v.first_bad_probe, 0);
+    tsr_region_free(&r);
+    return v;
+}
+
 /* ---- positions ---- */
 
 static bool has(const uint64_t *index, size_t n, uint64_t x)
@@ -333,46 +347,28 @@ Test(oracle_sampled, the_reference_passes_with_the_counts_of_each_part)
 
 Test(oracle_sampled, one_wrong_element_at_an_edge_tile_corner_fails)
 {
-    tsr_region r = regions_parse(MM_BIG);
     /* The first row of the last tile row, the last column of tile column 4. */
-    edit e = {.kind = EDIT_ELEMENT, .at = (int64_t)AT(896, 639)};
-    tsr_verdict v;
-    tsr_error err;
-    cr_assert_eq(verify_sampled(&r, &e, false, &v, &err), TSR_OK, "%s", err.message);
-    cr_expect_not(v.pass);
-    cr_expect_eq(v.first_bad_probe, 0);
+    tsr_verdict v =
+        sampled_fails(MM_BIG, (edit){.kind = EDIT_ELEMENT, .at = (int64_t)AT(896, 639)}, false);
     cr_expect_eq(v.first_bad_index, (int64_t)AT(896, 639));
     cr_expect_gt(v.rel_error, v.bound);
-    tsr_region_free(&r);
 }
 
 Test(oracle_sampled, one_wrong_element_on_the_ragged_last_row_fails)
 {
-    tsr_region r = regions_parse(MM_BIG);
-    edit e = {.kind = EDIT_ELEMENT, .at = (int64_t)AT(999, 600)};
-    tsr_verdict v;
-    tsr_error err;
-    cr_assert_eq(verify_sampled(&r, &e, true, &v, &err), TSR_OK, "%s", err.message);
-    cr_expect_not(v.pass);
-    cr_expect_eq(v.first_bad_probe, 0);
+    tsr_verdict v =
+        sampled_fails(MM_BIG, (edit){.kind = EDIT_ELEMENT, .at = (int64_t)AT(999, 600)}, true);
     cr_expect_eq(v.first_bad_index, (int64_t)AT(999, 600));
     /* The small shape, where the candidate is right, still ran. */
     cr_expect_eq(v.small_probes, 2);
-    tsr_region_free(&r);
 }
 
 Test(oracle_sampled, one_wrong_row_of_a_reduction_fails)
 {
-    tsr_region r = regions_parse(RMS_BIG);
-    edit e = {.kind = EDIT_ROW, .at = 896, .width = 256};
-    tsr_verdict v;
-    tsr_error err;
-    cr_assert_eq(verify_sampled(&r, &e, false, &v, &err), TSR_OK, "%s", err.message);
-    cr_expect_not(v.pass);
-    cr_expect_eq(v.first_bad_probe, 0);
+    tsr_verdict v =
+        sampled_fails(RMS_BIG, (edit){.kind = EDIT_ROW, .at = 896, .width = 256}, false);
     cr_expect_eq(v.first_bad_index / 256, 896, "largest error at [%lld]",
                  (long long)v.first_bad_index);
-    tsr_region_free(&r);
 }
 
 Test(oracle_sampled, one_nan_in_the_wrong_place_fails_at_its_position)
@@ -400,16 +396,9 @@ Test(oracle_sampled, one_nan_in_the_wrong_place_fails_at_its_position)
 
 Test(oracle_sampled, a_wrong_last_query_row_of_causal_attention_fails)
 {
-    tsr_region r = regions_parse(ATT_CAUSAL);
-    edit e = {.kind = EDIT_QUERY_ROW};
-    tsr_verdict v;
-    tsr_error err;
-    cr_assert_eq(verify_sampled(&r, &e, false, &v, &err), TSR_OK, "%s", err.message);
-    cr_expect_not(v.pass);
-    cr_expect_eq(v.first_bad_probe, 0);
+    tsr_verdict v = sampled_fails(ATT_CAUSAL, (edit){.kind = EDIT_QUERY_ROW}, false);
     cr_expect_eq((v.first_bad_index / 32) % 300, 299, "largest error at [%lld]",
                  (long long)v.first_bad_index);
-    tsr_region_free(&r);
 }
 
 Test(oracle_sampled, nan_dropped_by_an_epilogue_is_seen_only_at_the_small_shape)

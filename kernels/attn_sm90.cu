@@ -49,38 +49,34 @@ constexpr int kBN = TSR_ATTN_BN;
 
 /* ---- element types ---- */
 
-template <typename T> struct attn_type;
-template <> struct attn_type<__nv_bfloat16> {
+/* The input types differ only in their pair type, its conversions from and to
+ * two f32 values, and the exponent bits of one half (Exp). */
+template <typename Pair, Pair (*Make)(float, float), float2 (*Widen)(Pair), uint32_t Exp>
+struct attn_pair_type {
     /* Two f32 values as one register of the A fragment: lo in the low half. */
     static __device__ __forceinline__ uint32_t pack(float lo, float hi)
     {
-        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        Pair v = Make(lo, hi);
         return *reinterpret_cast<uint32_t *>(&v);
     }
     static __device__ __forceinline__ float2 unpack(uint32_t v)
     {
-        return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&v));
+        return Widen(*reinterpret_cast<Pair *>(&v));
     }
     /* True when either half of w is inf or NaN (all exponent bits set). */
     static __device__ __forceinline__ bool nonfinite2(uint32_t w)
     {
-        return (w & 0x7F80u) == 0x7F80u || (w & 0x7F800000u) == 0x7F800000u;
+        return (w & Exp) == Exp || (w & (Exp << 16)) == (Exp << 16);
     }
 };
-template <> struct attn_type<__half> {
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi)
-    {
-        __half2 v = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<uint32_t *>(&v);
-    }
-    static __device__ __forceinline__ float2 unpack(uint32_t v)
-    {
-        return __half22float2(*reinterpret_cast<__half2 *>(&v));
-    }
-    static __device__ __forceinline__ bool nonfinite2(uint32_t w)
-    {
-        return (w & 0x7C00u) == 0x7C00u || (w & 0x7C000000u) == 0x7C000000u;
-    }
+
+template <typename T> struct attn_type;
+template <>
+struct attn_type<__nv_bfloat16>
+    : attn_pair_type<__nv_bfloat162, __floats2bfloat162_rn, __bfloat1622float2, 0x7F80u> {
+};
+template <>
+struct attn_type<__half> : attn_pair_type<__half2, __floats2half2_rn, __half22float2, 0x7C00u> {
 };
 
 __device__ __forceinline__ void store_pair(float *out, size_t i, float a, float b)

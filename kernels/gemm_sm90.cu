@@ -312,11 +312,13 @@ __device__ __forceinline__ void ring_init(uint64_t *full, uint64_t *empty, unsig
 
 /* The producer warpgroup: gives its registers up, and its thread 0 walks the
  * tiles, loading each K slice kt of the tile at (m0, n0) into a stage: A's
- * TM x kBK box, then load_b(stage's B, &full[stage], n0, kt) B's boxes. */
-template <int Stages, int TM, int TN, int ABytes, int BBytes, typename LoadB>
-__device__ __forceinline__ void ring_produce(const CUtensorMap *map_a, unsigned char *smem_a,
+ * TM x kBK box, then B's TN / 64 boxes of 64 columns (gated: 128 columns of B
+ * and of B2). */
+template <int Stages, int TM, int TN, int ABytes, int BBytes, bool Gated>
+__device__ __forceinline__ void ring_produce(const CUtensorMap *map_a, const CUtensorMap *map_b,
+                                             const CUtensorMap *map_b2, unsigned char *smem_a,
                                              unsigned char *smem_b, uint64_t *full, uint64_t *empty,
-                                             int tiles_m, int tiles_n, int k_tiles, LoadB load_b)
+                                             int tiles_m, int tiles_n, int k_tiles)
 {
     regs_shrink<40>();
     if (threadIdx.x != 0)
@@ -331,7 +333,17 @@ __device__ __forceinline__ void ring_produce(const CUtensorMap *map_a, unsigned 
             mbar_wait(&empty[s], ((it / Stages) & 1) ^ 1);
             mbar_expect_tx(&full[s], ABytes + BBytes);
             tma_load_2d(smem_a + s * ABytes, map_a, &full[s], kt * kBK, m0);
-            load_b(smem_b + s * BBytes, &full[s], n0, kt);
+            unsigned char *b = smem_b + s * BBytes;
+            if (Gated) {
+                tma_load_2d(b, map_b, &full[s], n0, kt * kBK);
+                tma_load_2d(b + kChunkBytes, map_b, &full[s], n0 + 64, kt * kBK);
+                tma_load_2d(b + 2 * kChunkBytes, map_b2, &full[s], n0, kt * kBK);
+                tma_load_2d(b + 3 * kChunkBytes, map_b2, &full[s], n0 + 64, kt * kBK);
+            } else {
+#pragma unroll
+                for (int c = 0; c < TN / 64; c++)
+                    tma_load_2d(b + c * kChunkBytes, map_b, &full[s], n0 + 64 * c, kt * kBK);
+            }
         }
     }
 }
@@ -388,19 +400,8 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtens
      * storing the last one. */
     ring_init<kStages>(full, empty, 2);
     if (warpgroup == 0) {
-        ring_produce<kStages, kBM, bn, kABytes, kBBytes>(
-            map_a, smem_a, smem_b, full, empty, tiles_m, tiles_n, k_tiles,
-            [&](unsigned char *b, uint64_t *bar, int n0, int kt) {
-                if (Gated) {
-                    tma_load_2d(b, map_b, bar, n0, kt * kBK);
-                    tma_load_2d(b + kChunkBytes, map_b, bar, n0 + 64, kt * kBK);
-                    tma_load_2d(b + 2 * kChunkBytes, map_b2, bar, n0, kt * kBK);
-                    tma_load_2d(b + 3 * kChunkBytes, map_b2, bar, n0 + 64, kt * kBK);
-                } else {
-                    for (int c = 0; c < BN / 64; c++)
-                        tma_load_2d(b + c * kChunkBytes, map_b, bar, n0 + 64 * c, kt * kBK);
-                }
-            });
+        ring_produce<kStages, kBM, bn, kABytes, kBBytes, Gated>(
+            map_a, map_b, map_b2, smem_a, smem_b, full, empty, tiles_m, tiles_n, k_tiles);
         return;
     }
 
@@ -504,13 +505,8 @@ gemm_pingpong_body(const CUtensorMap *map_a, const CUtensorMap *map_b, const tsr
 
     ring_init<kStages>(full, empty, 1); /* each stage has one consumer */
     if (warpgroup == 0) {
-        ring_produce<kStages, TM, bn, kTileABytes, kBBytes>(
-            map_a, smem_a, smem_b, full, empty, tiles_m, tiles_n, k_tiles,
-            [&](unsigned char *b, uint64_t *bar, int n0, int kt) {
-#pragma unroll
-                for (int c = 0; c < bn / 64; c++)
-                    tma_load_2d(b + c * kChunkBytes, map_b, bar, n0 + 64 * c, kt * kBK);
-            });
+        ring_produce<kStages, TM, bn, kTileABytes, kBBytes, false>(
+            map_a, map_b, nullptr, smem_a, smem_b, full, empty, tiles_m, tiles_n, k_tiles);
         return;
     }
 

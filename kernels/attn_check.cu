@@ -28,28 +28,14 @@
 
 typedef void (*attn_fn)(CUtensorMap, CUtensorMap, CUtensorMap, tsr_attn_params);
 
-#define CHECK_VARIANT(name, hd, pingpong, qreg)                                                    \
-    extern "C" __global__ void __launch_bounds__(TSR_ATTN_THREADS, 1)                              \
-        name(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k, \
-             const __grid_constant__ CUtensorMap map_v, const __grid_constant__ tsr_attn_params p) \
-    {                                                                                              \
-        attn_body<__nv_bfloat16, __nv_bfloat16, hd, pingpong, qreg>(&map_q, &map_k, &map_v, p);    \
-    }
-CHECK_VARIANT(check_no_pingpong_d64, 64, false, true)
-CHECK_VARIANT(check_no_pingpong_d128, 128, false, true)
-CHECK_VARIANT(check_q_in_smem_d64, 64, true, false)
-CHECK_VARIANT(check_q_in_smem_d128, 128, true, false)
+/* Without ping-pong between the consumers, and with Q in shared memory. */
+TSR_ATTN_KERNEL(check_no_pingpong_d64, __nv_bfloat16, __nv_bfloat16, 64, false, true)
+TSR_ATTN_KERNEL(check_no_pingpong_d128, __nv_bfloat16, __nv_bfloat16, 128, false, true)
+TSR_ATTN_KERNEL(check_q_in_smem_d64, __nv_bfloat16, __nv_bfloat16, 64, true, false)
+TSR_ATTN_KERNEL(check_q_in_smem_d128, __nv_bfloat16, __nv_bfloat16, 128, true, false)
 /* Equal rings (the shared memory of the asymmetric ones is enough). */
-#define CHECK_EQUAL_RINGS(name, hd, stages)                                                        \
-    extern "C" __global__ void __launch_bounds__(TSR_ATTN_THREADS, 1)                              \
-        name(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k, \
-             const __grid_constant__ CUtensorMap map_v, const __grid_constant__ tsr_attn_params p) \
-    {                                                                                              \
-        attn_body<__nv_bfloat16, __nv_bfloat16, hd, true, true, 1, stages, stages>(&map_q, &map_k, \
-                                                                                   &map_v, p);     \
-    }
-CHECK_EQUAL_RINGS(check_equal_rings_d64, 64, 3)
-CHECK_EQUAL_RINGS(check_equal_rings_d128, 128, 2)
+TSR_ATTN_KERNEL(check_equal_rings_d64, __nv_bfloat16, __nv_bfloat16, 64, true, true, 1, 3, 3)
+TSR_ATTN_KERNEL(check_equal_rings_d128, __nv_bfloat16, __nv_bfloat16, 128, true, true, 1, 2, 2)
 
 /* [d128][f16 in][out kind: f32, bf16, f16] */
 static const attn_fn kernels[2][2][3] = {

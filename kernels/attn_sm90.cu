@@ -49,38 +49,34 @@ constexpr int kBN = TSR_ATTN_BN;
 
 /* ---- element types ---- */
 
-template <typename T> struct attn_type;
-template <> struct attn_type<__nv_bfloat16> {
+/* The input types differ only in their pair type, its conversions from and to
+ * two f32 values, and the exponent bits of one half (Exp). */
+template <typename Pair, Pair (*Make)(float, float), float2 (*Widen)(Pair), uint32_t Exp>
+struct attn_pair_type {
     /* Two f32 values as one register of the A fragment: lo in the low half. */
     static __device__ __forceinline__ uint32_t pack(float lo, float hi)
     {
-        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        Pair v = Make(lo, hi);
         return *reinterpret_cast<uint32_t *>(&v);
     }
     static __device__ __forceinline__ float2 unpack(uint32_t v)
     {
-        return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&v));
+        return Widen(*reinterpret_cast<Pair *>(&v));
     }
     /* True when either half of w is inf or NaN (all exponent bits set). */
     static __device__ __forceinline__ bool nonfinite2(uint32_t w)
     {
-        return (w & 0x7F80u) == 0x7F80u || (w & 0x7F800000u) == 0x7F800000u;
+        return (w & Exp) == Exp || (w & (Exp << 16)) == (Exp << 16);
     }
 };
-template <> struct attn_type<__half> {
-    static __device__ __forceinline__ uint32_t pack(float lo, float hi)
-    {
-        __half2 v = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<uint32_t *>(&v);
-    }
-    static __device__ __forceinline__ float2 unpack(uint32_t v)
-    {
-        return __half22float2(*reinterpret_cast<__half2 *>(&v));
-    }
-    static __device__ __forceinline__ bool nonfinite2(uint32_t w)
-    {
-        return (w & 0x7C00u) == 0x7C00u || (w & 0x7C000000u) == 0x7C000000u;
-    }
+
+template <typename T> struct attn_type;
+template <>
+struct attn_type<__nv_bfloat16>
+    : attn_pair_type<__nv_bfloat162, __floats2bfloat162_rn, __bfloat1622float2, 0x7F80u> {
+};
+template <>
+struct attn_type<__half> : attn_pair_type<__half2, __floats2half2_rn, __half22float2, 0x7C00u> {
 };
 
 __device__ __forceinline__ void store_pair(float *out, size_t i, float a, float b)
@@ -385,9 +381,7 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
     constexpr int kKVBytes = kChunks * kKVChunk;
     constexpr int kZeroChunk = 16 * 128; /* one k step (16 keys) of one V box */
     constexpr int kZeroBytes = kChunks * kZeroChunk;
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char *smem = reinterpret_cast<unsigned char *>(
-        (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+    unsigned char *smem = smem_aligned();
     unsigned char *sq = smem;
     unsigned char *sk = sq + kQBytes;
     unsigned char *sv = sk + kKStages * kKVBytes;
@@ -412,7 +406,7 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
             mbar_init(&v_full[s], 1);
             mbar_init(&v_empty[s], 2);
         }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbar_init_fence();
     }
     for (int i = threadIdx.x; i < kZeroBytes / 16; i += blockDim.x)
         reinterpret_cast<uint4 *>(szero)[i] = make_uint4(0, 0, 0, 0);
@@ -780,28 +774,34 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
 
 } // namespace
 
-/* One entry point per (input, output, head_dim), named for cuModuleGetFunction:
- * tsr_attn_<in>_<out>_d<head_dim>. */
-#define TSR_ATTN_ENTRY(name, tin, tout, hd)                                                        \
-    extern "C" __global__ void __launch_bounds__(TSR_ATTN_THREADS, 1)                              \
-        name(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k, \
-             const __grid_constant__ CUtensorMap map_v, const __grid_constant__ tsr_attn_params p) \
+/* The entry points' parameters: the tensor maps of Q, K and V, and the shape. */
+#define TSR_ATTN_PARAMS                                                                            \
+    const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k,          \
+        const __grid_constant__ CUtensorMap map_v, const __grid_constant__ tsr_attn_params p
+
+/* An entry point that runs attn_body with the given template arguments; the
+ * checks build their variants of the design with it too. */
+#define TSR_ATTN_KERNEL(name, ...)                                                                 \
+    extern "C" __global__ void __launch_bounds__(TSR_ATTN_THREADS, 1) name(TSR_ATTN_PARAMS)        \
     {                                                                                              \
-        attn_body<tin, tout, hd, true, true>(&map_q, &map_k, &map_v, p);                           \
+        attn_body<__VA_ARGS__>(&map_q, &map_k, &map_v, p);                                         \
     }
 
-TSR_ATTN_ENTRY(tsr_attn_bf16_f32_d64, __nv_bfloat16, float, 64)
-TSR_ATTN_ENTRY(tsr_attn_bf16_bf16_d64, __nv_bfloat16, __nv_bfloat16, 64)
-TSR_ATTN_ENTRY(tsr_attn_bf16_f16_d64, __nv_bfloat16, __half, 64)
-TSR_ATTN_ENTRY(tsr_attn_f16_f32_d64, __half, float, 64)
-TSR_ATTN_ENTRY(tsr_attn_f16_bf16_d64, __half, __nv_bfloat16, 64)
-TSR_ATTN_ENTRY(tsr_attn_f16_f16_d64, __half, __half, 64)
-TSR_ATTN_ENTRY(tsr_attn_bf16_f32_d128, __nv_bfloat16, float, 128)
-TSR_ATTN_ENTRY(tsr_attn_bf16_bf16_d128, __nv_bfloat16, __nv_bfloat16, 128)
-TSR_ATTN_ENTRY(tsr_attn_bf16_f16_d128, __nv_bfloat16, __half, 128)
-TSR_ATTN_ENTRY(tsr_attn_f16_f32_d128, __half, float, 128)
-TSR_ATTN_ENTRY(tsr_attn_f16_bf16_d128, __half, __nv_bfloat16, 128)
-TSR_ATTN_ENTRY(tsr_attn_f16_f16_d128, __half, __half, 128)
+/* One entry point per (input, output, head_dim), named for cuModuleGetFunction:
+ * tsr_attn_<in>_<out>_d<head_dim>. */
+#define TSR_ATTN_ENTRY(name, tin, tout, hd) TSR_ATTN_KERNEL(name, tin, tout, hd, true, true)
+
+/* clang-format off */
+#define TSR_ATTN_FAMILY(hd)                                                                        \
+    TSR_ATTN_ENTRY(tsr_attn_bf16_f32_d##hd, __nv_bfloat16, float, hd)                              \
+    TSR_ATTN_ENTRY(tsr_attn_bf16_bf16_d##hd, __nv_bfloat16, __nv_bfloat16, hd)                     \
+    TSR_ATTN_ENTRY(tsr_attn_bf16_f16_d##hd, __nv_bfloat16, __half, hd)                             \
+    TSR_ATTN_ENTRY(tsr_attn_f16_f32_d##hd, __half, float, hd)                                      \
+    TSR_ATTN_ENTRY(tsr_attn_f16_bf16_d##hd, __half, __nv_bfloat16, hd)                             \
+    TSR_ATTN_ENTRY(tsr_attn_f16_f16_d##hd, __half, __half, hd)
+/* clang-format on */
+TSR_ATTN_FAMILY(64)
+TSR_ATTN_FAMILY(128)
 
 /* Split keys for grids that would leave most multiprocessors idle (a decode
  * step of a small batch): a cluster of S CTAs shares each row tile, each takes
@@ -809,10 +809,8 @@ TSR_ATTN_ENTRY(tsr_attn_f16_f16_d128, __half, __half, 128)
  * distributed shared memory. Same input and output dtype only:
  * tsr_attn_<in>_<in>_d<head_dim>_s<S>, grid (S · row tiles, heads_kv, batch). */
 #define TSR_ATTN_SPLIT_ENTRY(name, t, hd, splits)                                                  \
-    extern "C" __global__ void __cluster_dims__(splits, 1, 1) __launch_bounds__(TSR_ATTN_THREADS,  \
-                                                                                1)                 \
-        name(const __grid_constant__ CUtensorMap map_q, const __grid_constant__ CUtensorMap map_k, \
-             const __grid_constant__ CUtensorMap map_v, const __grid_constant__ tsr_attn_params p) \
+    extern "C" __global__ void __cluster_dims__(splits, 1, 1)                                      \
+        __launch_bounds__(TSR_ATTN_THREADS, 1) name(TSR_ATTN_PARAMS)                               \
     {                                                                                              \
         attn_body<t, t, hd, true, true, splits>(&map_q, &map_k, &map_v, p);                        \
     }

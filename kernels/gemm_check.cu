@@ -29,14 +29,8 @@
  * step, A in 128-row boxes), timed beside the 64 x 256 entry points: six
  * stages of A (16 KiB) + B (16 KiB). */
 #define CHECK_SQUARE_SMEM (6 * (16384 + 16384) + TSR_GEMM_SCRATCH_BYTES + 1024 + 256)
-extern "C" __global__ void __launch_bounds__(TSR_GEMM_THREADS, 1)
-    check_pingpong_square(const __grid_constant__ CUtensorMap map_a,
-                          const __grid_constant__ CUtensorMap map_b,
-                          const __grid_constant__ CUtensorMap map_b2,
-                          const __grid_constant__ tsr_gemm_params p)
-{
-    gemm_pingpong_body<__nv_bfloat16, __nv_bfloat16, 128, 128, 6>(&map_a, &map_b, p);
-}
+TSR_GEMM_KERNEL(check_pingpong_square,
+                gemm_pingpong_body<__nv_bfloat16, __nv_bfloat16, 128, 128, 6>(&map_a, &map_b, p))
 
 typedef void (*gemm_fn)(CUtensorMap, CUtensorMap, CUtensorMap, tsr_gemm_params);
 

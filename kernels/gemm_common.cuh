@@ -99,6 +99,19 @@ __device__ __forceinline__ float act_apply(int op, float x)
     }
 }
 
+/* Each family of entry points has one kernel per (input, output) pair,
+ * prefix_<in>_<out>suffix, e.g. tsr_gemm_bf16_f32_pp; entry(name, tin, tout)
+ * defines one. */
+/* clang-format off */
+#define TSR_GEMM_FAMILY(entry, prefix, suffix)                                                     \
+    entry(prefix##_bf16_f32##suffix, __nv_bfloat16, float)                                         \
+    entry(prefix##_bf16_bf16##suffix, __nv_bfloat16, __nv_bfloat16)                                \
+    entry(prefix##_bf16_f16##suffix, __nv_bfloat16, __half)                                        \
+    entry(prefix##_f16_f32##suffix, __half, float)                                                 \
+    entry(prefix##_f16_bf16##suffix, __half, __nv_bfloat16)                                        \
+    entry(prefix##_f16_f16##suffix, __half, __half)
+/* clang-format on */
+
 /* Tile order: groups of 8 M-tiles walk N together, so B tiles stay in L2. */
 __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, int &tm, int &tn)
 {

@@ -294,23 +294,15 @@ __device__ __forceinline__ void gemm_body(const TIn *__restrict__ a, const TIn *
  * cuModuleGetFunction: tsr_gemm80_<in>_<out>[_gated]. Two blocks per
  * multiprocessor: the register budget (128) holds the 64 accumulators and two
  * k16 steps of fragments. */
-#define TSR_GEMM80_ENTRY(name, tin, tout, gated)                                                   \
+#define TSR_GEMM80_KERNEL(name, tin, tout, gated)                                                  \
     extern "C" __global__ void __launch_bounds__(TSR_GEMM80_THREADS, 2) name(                      \
         const void *a, const void *b, const void *b2, const __grid_constant__ tsr_gemm_params p)   \
     {                                                                                              \
         gemm_body<tin, tout, gated>(static_cast<const tin *>(a), static_cast<const tin *>(b),      \
                                     static_cast<const tin *>(b2), p);                              \
     }
+#define TSR_GEMM80_ENTRY(name, tin, tout) TSR_GEMM80_KERNEL(name, tin, tout, false)
+#define TSR_GEMM80_ENTRY_GATED(name, tin, tout) TSR_GEMM80_KERNEL(name, tin, tout, true)
 
-TSR_GEMM80_ENTRY(tsr_gemm80_bf16_f32, __nv_bfloat16, float, false)
-TSR_GEMM80_ENTRY(tsr_gemm80_bf16_bf16, __nv_bfloat16, __nv_bfloat16, false)
-TSR_GEMM80_ENTRY(tsr_gemm80_bf16_f16, __nv_bfloat16, __half, false)
-TSR_GEMM80_ENTRY(tsr_gemm80_f16_f32, __half, float, false)
-TSR_GEMM80_ENTRY(tsr_gemm80_f16_bf16, __half, __nv_bfloat16, false)
-TSR_GEMM80_ENTRY(tsr_gemm80_f16_f16, __half, __half, false)
-TSR_GEMM80_ENTRY(tsr_gemm80_bf16_f32_gated, __nv_bfloat16, float, true)
-TSR_GEMM80_ENTRY(tsr_gemm80_bf16_bf16_gated, __nv_bfloat16, __nv_bfloat16, true)
-TSR_GEMM80_ENTRY(tsr_gemm80_bf16_f16_gated, __nv_bfloat16, __half, true)
-TSR_GEMM80_ENTRY(tsr_gemm80_f16_f32_gated, __half, float, true)
-TSR_GEMM80_ENTRY(tsr_gemm80_f16_bf16_gated, __half, __nv_bfloat16, true)
-TSR_GEMM80_ENTRY(tsr_gemm80_f16_f16_gated, __half, __half, true)
+TSR_GEMM_FAMILY(TSR_GEMM80_ENTRY, tsr_gemm80, )
+TSR_GEMM_FAMILY(TSR_GEMM80_ENTRY_GATED, tsr_gemm80, _gated)

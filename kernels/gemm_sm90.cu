@@ -261,27 +261,112 @@ __device__ __forceinline__ void epilogue_warp(const tsr_gemm_params &p, const fl
     }
 }
 
-/* Prefetches a 128 x BN tile's residual (128-byte lines, BN / 64 per tile row,
- * spread over the consumer threads) and its BN bias values into L2. */
-template <typename TIn, int BN>
-__device__ __forceinline__ void epilogue_prefetch(const tsr_gemm_params &p, int m0, int n0)
+__device__ __forceinline__ void prefetch_l2(const void *addr)
 {
-    const int t = threadIdx.x - 128;
-    constexpr int per_row = BN / 64;
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(addr));
+}
+
+/* Prefetches a TM x TN tile's residual (128-byte lines, TN / 64 per tile row,
+ * spread over Threads threads, of which this is t) and its TN bias values into
+ * L2. */
+template <typename TIn, int TM, int TN, int Threads>
+__device__ __forceinline__ void tile_prefetch(const tsr_gemm_params &p, int m0, int n0, int t)
+{
+    constexpr int per_row = TN / 64;
     if (p.residual != nullptr) {
 #pragma unroll
-        for (int line = t; line < kBM * per_row; line += 256) {
+        for (int line = t; line < TM * per_row; line += Threads) {
             const int row = m0 + line / per_row, col = n0 + (line % per_row) * 64;
-            if (row < p.m && col < p.n) {
-                const TIn *addr =
-                    static_cast<const TIn *>(p.residual) + static_cast<size_t>(row) * p.n + col;
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(addr));
-            }
+            if (row < p.m && col < p.n)
+                prefetch_l2(static_cast<const TIn *>(p.residual) + static_cast<size_t>(row) * p.n +
+                            col);
         }
     }
     if (p.bias != nullptr && t < per_row && n0 + 64 * t < p.n)
-        asm volatile(
-            "prefetch.global.L2 [%0];" ::"l"(static_cast<const TIn *>(p.bias) + n0 + 64 * t));
+        prefetch_l2(static_cast<const TIn *>(p.bias) + n0 + 64 * t);
+}
+
+/* ---- the stage ring ----
+ *
+ * Both kernel designs stream A and B through a ring of Stages stages in
+ * shared memory: full[s] completes when stage s's loads have landed, empty[s]
+ * once its consumers are done with it. The producer (thread 0 of warpgroup 0)
+ * walks the CTA's tiles blockIdx.x, + gridDim.x, ... and fills the ring with
+ * every tile's K slices in that order; the consumers keep one slice's products
+ * in flight. */
+
+/* Thread 0 initialises the barriers; empty[s] takes one arrival per consumer
+ * warpgroup that reads the stage. */
+template <int Stages>
+__device__ __forceinline__ void ring_init(uint64_t *full, uint64_t *empty, unsigned consumers)
+{
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < Stages; s++) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], consumers);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+}
+
+/* The producer warpgroup: gives its registers up, and its thread 0 walks the
+ * tiles, loading each K slice kt of the tile at (m0, n0) into a stage: A's
+ * TM x kBK box, then B's TN / 64 boxes of 64 columns (gated: 128 columns of B
+ * and of B2). */
+template <int Stages, int TM, int TN, int ABytes, int BBytes, bool Gated>
+__device__ __forceinline__ void ring_produce(const CUtensorMap *map_a, const CUtensorMap *map_b,
+                                             const CUtensorMap *map_b2, unsigned char *smem_a,
+                                             unsigned char *smem_b, uint64_t *full, uint64_t *empty,
+                                             int tiles_m, int tiles_n, int k_tiles)
+{
+    regs_shrink<40>();
+    if (threadIdx.x != 0)
+        return;
+    int it = 0;
+    for (int tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x) {
+        int tm, tn;
+        tile_coords(tile, tiles_m, tiles_n, tm, tn);
+        const int m0 = tm * TM, n0 = tn * TN;
+        for (int kt = 0; kt < k_tiles; kt++, it++) {
+            const int s = it % Stages;
+            mbar_wait(&empty[s], ((it / Stages) & 1) ^ 1);
+            mbar_expect_tx(&full[s], ABytes + BBytes);
+            tma_load_2d(smem_a + s * ABytes, map_a, &full[s], kt * kBK, m0);
+            unsigned char *b = smem_b + s * BBytes;
+            if (Gated) {
+                tma_load_2d(b, map_b, &full[s], n0, kt * kBK);
+                tma_load_2d(b + kChunkBytes, map_b, &full[s], n0 + 64, kt * kBK);
+                tma_load_2d(b + 2 * kChunkBytes, map_b2, &full[s], n0, kt * kBK);
+                tma_load_2d(b + 3 * kChunkBytes, map_b2, &full[s], n0 + 64, kt * kBK);
+            } else {
+#pragma unroll
+                for (int c = 0; c < TN / 64; c++)
+                    tma_load_2d(b + c * kChunkBytes, map_b, &full[s], n0 + 64 * c, kt * kBK);
+            }
+        }
+    }
+}
+
+/* A consumer, once the products of K slice kt (ring position it) are issued:
+ * keeps them in flight, retires the previous slice's and hands its stage back
+ * to the producer. */
+template <int Stages>
+__device__ __forceinline__ void ring_retire_previous(uint64_t *empty, int it, int kt)
+{
+    wgmma_commit();
+    wgmma_wait<1>();
+    if (kt > 0 && threadIdx.x % 128 == 0)
+        mbar_arrive(&empty[(it - 1) % Stages]);
+}
+
+/* A consumer, after a tile's last slice (ring position it - 1): retires its
+ * products and hands its stage back. */
+template <int Stages> __device__ __forceinline__ void ring_retire_last(uint64_t *empty, int it)
+{
+    wgmma_wait<0>();
+    if (threadIdx.x % 128 == 0)
+        mbar_arrive(&empty[(it - 1) % Stages]);
 }
 
 /* BN: the plain kernels' tile width, 256, or 64 for products of at most 64
@@ -294,14 +379,11 @@ template <typename TIn, typename TOut, bool Gated, int PrefetchAhead = 4, int BN
 __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtensorMap *map_b,
                                           const CUtensorMap *map_b2, const tsr_gemm_params &p)
 {
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char *smem = reinterpret_cast<unsigned char *>(
-        (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
     static_assert(!Gated || BN == TSR_GEMM_BN, "the gated kernels have one tile shape");
     constexpr int kStages = Stages;
     constexpr int kBBytes = Gated ? kBBytesWide : kBK * BN * 2;
-    unsigned char *smem_a = smem;
-    unsigned char *smem_b = smem + kStages * kABytes;
+    unsigned char *smem_a = smem_aligned();
+    unsigned char *smem_b = smem_a + kStages * kABytes;
     float *scratch_all = reinterpret_cast<float *>(smem_b + kStages * kBBytes);
     uint64_t *full = reinterpret_cast<uint64_t *>(scratch_all + 8 * kScratchFloats);
     uint64_t *empty = full + kStages;
@@ -313,45 +395,13 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtens
     const int k_tiles = (p.k + kBK - 1) / kBK;
     const int warpgroup = threadIdx.x / 128;
 
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < kStages; s++) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], 2);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-
-    /* Persistent: each CTA walks tiles blockIdx.x, + gridDim.x, ... The stage
-     * ring runs on across tiles, so the producer fills the next tile's stages
-     * while the consumers are still storing the last one. */
+    /* Both consumers read every stage. The ring runs on across tiles, so the
+     * producer fills the next tile's stages while the consumers are still
+     * storing the last one. */
+    ring_init<kStages>(full, empty, 2);
     if (warpgroup == 0) {
-        regs_shrink<40>();
-        if (threadIdx.x == 0) {
-            int it = 0;
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                int tm, tn;
-                tile_coords(tile, tiles_m, tiles_n, tm, tn);
-                const int m0 = tm * kBM, n0 = tn * bn;
-                for (int kt = 0; kt < k_tiles; kt++, it++) {
-                    int s = it % kStages;
-                    mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
-                    mbar_expect_tx(&full[s], kABytes + kBBytes);
-                    tma_load_2d(smem_a + s * kABytes, map_a, &full[s], kt * kBK, m0);
-                    unsigned char *b = smem_b + s * kBBytes;
-                    if (Gated) {
-                        tma_load_2d(b, map_b, &full[s], n0, kt * kBK);
-                        tma_load_2d(b + kChunkBytes, map_b, &full[s], n0 + 64, kt * kBK);
-                        tma_load_2d(b + 2 * kChunkBytes, map_b2, &full[s], n0, kt * kBK);
-                        tma_load_2d(b + 3 * kChunkBytes, map_b2, &full[s], n0 + 64, kt * kBK);
-                    } else {
-                        for (int c = 0; c < BN / 64; c++)
-                            tma_load_2d(b + c * kChunkBytes, map_b, &full[s], n0 + 64 * c,
-                                        kt * kBK);
-                    }
-                }
-            }
-        }
+        ring_produce<kStages, kBM, bn, kABytes, kBBytes, Gated>(
+            map_a, map_b, map_b2, smem_a, smem_b, full, empty, tiles_m, tiles_n, k_tiles);
         return;
     }
 
@@ -378,11 +428,9 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtens
             for (int l = 0; l < 2; l++) {
                 const int line = 2 * t + l;
                 const int row = m0 + line / 4, col = n0 + (line % 4) * 64;
-                if (row < p.m && col < p.n) {
-                    const TIn *addr =
-                        static_cast<const TIn *>(p.residual) + static_cast<size_t>(row) * p.n + col;
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(addr));
-                }
+                if (row < p.m && col < p.n)
+                    prefetch_l2(static_cast<const TIn *>(p.residual) +
+                                static_cast<size_t>(row) * p.n + col);
             }
         }
         for (int kt = 0; kt < k_tiles; kt++, it++) {
@@ -391,7 +439,7 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtens
              * by the A and B streams before the epilogue read them, and the
              * tensor cores wait for those reads. */
             if (!Gated && kt == (k_tiles > PrefetchAhead ? k_tiles - PrefetchAhead : 0))
-                epilogue_prefetch<TIn, BN>(p, m0, n0);
+                tile_prefetch<TIn, kBM, BN, 256>(p, m0, n0, threadIdx.x - 128);
             int s = it % kStages;
             mbar_wait(&full[s], (it / kStages) & 1);
             uint32_t a_base = smem_addr(smem_a + s * kABytes) + consumer * 64 * 128;
@@ -409,45 +457,15 @@ __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtens
                     wgmma<BN, TIn>(acc, da, smem_desc(b_base + kk * 2048, p.b_lbo, p.b_sbo));
                 }
             }
-            wgmma_commit();
-            /* Keep this slice's products in flight and retire the previous
-             * slice's, whose stage can then be refilled. */
-            wgmma_wait<1>();
-            if (kt > 0 && threadIdx.x % 128 == 0)
-                mbar_arrive(&empty[(it - 1) % kStages]);
+            ring_retire_previous<kStages>(empty, it, kt);
         }
-        wgmma_wait<0>();
-        if (threadIdx.x % 128 == 0)
-            mbar_arrive(&empty[(it - 1) % kStages]);
+        ring_retire_last<kStages>(empty, it);
 
         /* Epilogue, each warp through its own scratch. */
         constexpr int passes = Gated ? 8 : BN / 32;
         epilogue_warp<TIn, TOut, Gated, passes>(p, acc, scratch, m0 + consumer * 64 + warp * 16,
                                                 n0);
     }
-}
-
-/* Prefetches one consumer's TM x TN tile of residual (128-byte lines, TN / 64
- * per row, spread over the warpgroup) and its bias into L2. */
-template <typename TIn, int TM, int TN>
-__device__ __forceinline__ void pingpong_prefetch(const tsr_gemm_params &p, int m0, int n0)
-{
-    const int t = threadIdx.x % 128;
-    constexpr int per_row = TN / 64;
-    if (p.residual != nullptr) {
-#pragma unroll
-        for (int line = t; line < TM * per_row; line += 128) {
-            const int row = m0 + line / per_row, col = n0 + (line % per_row) * 64;
-            if (row < p.m && col < p.n) {
-                const TIn *addr =
-                    static_cast<const TIn *>(p.residual) + static_cast<size_t>(row) * p.n + col;
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(addr));
-            }
-        }
-    }
-    if (p.bias != nullptr && t < per_row && n0 + 64 * t < p.n)
-        asm volatile(
-            "prefetch.global.L2 [%0];" ::"l"(static_cast<const TIn *>(p.bias) + n0 + 64 * t));
 }
 
 /* The kernels with an epilogue for more than TSR_GEMM_NARROW_M rows:
@@ -469,15 +487,12 @@ gemm_pingpong_body(const CUtensorMap *map_a, const CUtensorMap *map_b, const tsr
     /* 128 x 128 (two wgmma.m64n128k16 per K step) or 64 x 256 (one m64n256k16);
      * either way 128 accumulators per thread. A's tensor map has TM-row boxes. */
     static_assert((TM == 128 && TN == 128) || (TM == 64 && TN == 256), "tile shape");
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    unsigned char *smem = reinterpret_cast<unsigned char *>(
-        (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
     constexpr int kStages = Stages;
     constexpr int bn = TN;
     constexpr int kTileABytes = TM * kBK * 2;
     constexpr int kBBytes = kBK * bn * 2; /* TN / 64 boxes of 64 columns */
-    unsigned char *smem_a = smem;
-    unsigned char *smem_b = smem + kStages * kTileABytes;
+    unsigned char *smem_a = smem_aligned();
+    unsigned char *smem_b = smem_a + kStages * kTileABytes;
     float *scratch_all = reinterpret_cast<float *>(smem_b + kStages * kBBytes);
     uint64_t *full = reinterpret_cast<uint64_t *>(scratch_all + 8 * kScratchFloats);
     uint64_t *empty = full + kStages;
@@ -488,35 +503,10 @@ gemm_pingpong_body(const CUtensorMap *map_a, const CUtensorMap *map_b, const tsr
     const int k_tiles = (p.k + kBK - 1) / kBK;
     const int warpgroup = threadIdx.x / 128;
 
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < kStages; s++) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], 1); /* each stage has one consumer */
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-
+    ring_init<kStages>(full, empty, 1); /* each stage has one consumer */
     if (warpgroup == 0) {
-        regs_shrink<40>();
-        if (threadIdx.x == 0) {
-            int it = 0;
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                int tm, tn;
-                tile_coords(tile, tiles_m, tiles_n, tm, tn);
-                const int m0 = tm * TM, n0 = tn * bn;
-                for (int kt = 0; kt < k_tiles; kt++, it++) {
-                    const int s = it % kStages;
-                    mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
-                    mbar_expect_tx(&full[s], kTileABytes + kBBytes);
-                    tma_load_2d(smem_a + s * kTileABytes, map_a, &full[s], kt * kBK, m0);
-                    unsigned char *b = smem_b + s * kBBytes;
-#pragma unroll
-                    for (int c = 0; c < bn / 64; c++)
-                        tma_load_2d(b + c * kChunkBytes, map_b, &full[s], n0 + 64 * c, kt * kBK);
-                }
-            }
-        }
+        ring_produce<kStages, TM, bn, kTileABytes, kBBytes, false>(
+            map_a, map_b, nullptr, smem_a, smem_b, full, empty, tiles_m, tiles_n, k_tiles);
         return;
     }
 
@@ -541,7 +531,7 @@ gemm_pingpong_body(const CUtensorMap *map_a, const CUtensorMap *map_b, const tsr
         int it = local * k_tiles;
         for (int kt = 0; kt < k_tiles; kt++, it++) {
             if (kt == (k_tiles > PrefetchAhead ? k_tiles - PrefetchAhead : 0))
-                pingpong_prefetch<TIn, TM, TN>(p, m0, n0);
+                tile_prefetch<TIn, TM, TN, 128>(p, m0, n0, threadIdx.x % 128);
             const int s = it % kStages;
             mbar_wait(&full[s], (it / kStages) & 1);
             const uint32_t a_base = smem_addr(smem_a + s * kTileABytes);
@@ -557,19 +547,14 @@ gemm_pingpong_body(const CUtensorMap *map_a, const CUtensorMap *map_b, const tsr
                     wgmma<128, TIn>(acc + 64, smem_desc(a_base + 64 * 128 + kk * 32, 16, 1024), db);
                 }
             }
-            wgmma_commit();
-            wgmma_wait<1>();
-            if (kt > 0 && threadIdx.x % 128 == 0)
-                mbar_arrive(&empty[(it - 1) % kStages]);
+            ring_retire_previous<kStages>(empty, it, kt);
         }
         /* Every slice of this tile is issued: the other consumer may start the
          * CTA's next tile, if there is one (an arrival nobody waits for would
          * be left on the barrier). */
         if (tile + gridDim.x < tiles)
             consumers_arrive(2 - consumer);
-        wgmma_wait<0>();
-        if (threadIdx.x % 128 == 0)
-            mbar_arrive(&empty[(it - 1) % kStages]);
+        ring_retire_last<kStages>(empty, it);
 
         /* Epilogue: warp w stores rows 16w .. 16w + 15 of each 64-row half. */
         epilogue_warp<TIn, TOut, false, bn / 32, Stream>(p, acc, scratch, m0 + warp * 16, n0);
@@ -581,63 +566,39 @@ gemm_pingpong_body(const CUtensorMap *map_a, const CUtensorMap *map_b, const tsr
 
 } // namespace
 
-/* One entry point per (input, output, gated) combination, named for
- * cuModuleGetFunction: tsr_gemm_<in>_<out>[_gated]. */
-#define TSR_GEMM_ENTRY(name, tin, tout, gated)                                                     \
+/* An entry point whose body is the given call; every kernel takes the same
+ * parameters (map_b2 only when gated), and the checks build their variants of
+ * the design with it too. */
+#define TSR_GEMM_KERNEL(name, ...)                                                                 \
     extern "C" __global__ void __launch_bounds__(TSR_GEMM_THREADS, 1) name(                        \
         const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,      \
         const __grid_constant__ CUtensorMap map_b2, const __grid_constant__ tsr_gemm_params p)     \
     {                                                                                              \
-        gemm_body<tin, tout, gated>(&map_a, &map_b, &map_b2, p);                                   \
+        __VA_ARGS__;                                                                               \
     }
 
 /* The plain products without an epilogue: tsr_gemm_<in>_<out>, cooperative
  * (both consumers on one 128 x 256 tile, which reads B from shared memory once
  * for 256 rows: measured the faster main loop). */
-TSR_GEMM_ENTRY(tsr_gemm_bf16_f32, __nv_bfloat16, float, false)
-TSR_GEMM_ENTRY(tsr_gemm_bf16_bf16, __nv_bfloat16, __nv_bfloat16, false)
-TSR_GEMM_ENTRY(tsr_gemm_bf16_f16, __nv_bfloat16, __half, false)
-TSR_GEMM_ENTRY(tsr_gemm_f16_f32, __half, float, false)
-TSR_GEMM_ENTRY(tsr_gemm_f16_bf16, __half, __nv_bfloat16, false)
-TSR_GEMM_ENTRY(tsr_gemm_f16_f16, __half, __half, false)
+#define TSR_GEMM_ENTRY(name, tin, tout)                                                            \
+    TSR_GEMM_KERNEL(name, gemm_body<tin, tout, false>(&map_a, &map_b, &map_b2, p))
+TSR_GEMM_FAMILY(TSR_GEMM_ENTRY, tsr_gemm, )
 
 /* The products with an epilogue (bias, activations, residual):
  * tsr_gemm_<in>_<out>_pp, ping-pong, so that the epilogue overlaps the
  * tensor cores. */
 #define TSR_GEMM_ENTRY_PINGPONG(name, tin, tout)                                                   \
-    extern "C" __global__ void __launch_bounds__(TSR_GEMM_THREADS, 1) name(                        \
-        const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,      \
-        const __grid_constant__ CUtensorMap map_b2, const __grid_constant__ tsr_gemm_params p)     \
-    {                                                                                              \
-        gemm_pingpong_body<tin, tout>(&map_a, &map_b, p);                                          \
-    }
+    TSR_GEMM_KERNEL(name, gemm_pingpong_body<tin, tout>(&map_a, &map_b, p))
+TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_PINGPONG, tsr_gemm, _pp)
 
-TSR_GEMM_ENTRY_PINGPONG(tsr_gemm_bf16_f32_pp, __nv_bfloat16, float)
-TSR_GEMM_ENTRY_PINGPONG(tsr_gemm_bf16_bf16_pp, __nv_bfloat16, __nv_bfloat16)
-TSR_GEMM_ENTRY_PINGPONG(tsr_gemm_bf16_f16_pp, __nv_bfloat16, __half)
-TSR_GEMM_ENTRY_PINGPONG(tsr_gemm_f16_f32_pp, __half, float)
-TSR_GEMM_ENTRY_PINGPONG(tsr_gemm_f16_bf16_pp, __half, __nv_bfloat16)
-TSR_GEMM_ENTRY_PINGPONG(tsr_gemm_f16_f16_pp, __half, __half)
-TSR_GEMM_ENTRY(tsr_gemm_bf16_f32_gated, __nv_bfloat16, float, true)
-TSR_GEMM_ENTRY(tsr_gemm_bf16_bf16_gated, __nv_bfloat16, __nv_bfloat16, true)
-TSR_GEMM_ENTRY(tsr_gemm_bf16_f16_gated, __nv_bfloat16, __half, true)
-TSR_GEMM_ENTRY(tsr_gemm_f16_f32_gated, __half, float, true)
-TSR_GEMM_ENTRY(tsr_gemm_f16_bf16_gated, __half, __nv_bfloat16, true)
-TSR_GEMM_ENTRY(tsr_gemm_f16_f16_gated, __half, __half, true)
+/* The gated products: tsr_gemm_<in>_<out>_gated. */
+#define TSR_GEMM_ENTRY_GATED(name, tin, tout)                                                      \
+    TSR_GEMM_KERNEL(name, gemm_body<tin, tout, true>(&map_a, &map_b, &map_b2, p))
+TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_GATED, tsr_gemm, _gated)
 
 /* The narrow tiles for products of at most 64 rows: tsr_gemm_<in>_<out>_n64. */
 #define TSR_GEMM_ENTRY_N64(name, tin, tout)                                                        \
-    extern "C" __global__ void __launch_bounds__(TSR_GEMM_THREADS, 1) name(                        \
-        const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,      \
-        const __grid_constant__ CUtensorMap map_b2, const __grid_constant__ tsr_gemm_params p)     \
-    {                                                                                              \
-        gemm_body<tin, tout, false, 4, TSR_GEMM_BN_NARROW, TSR_GEMM_STAGES_NARROW>(&map_a, &map_b, \
-                                                                                   &map_b2, p);    \
-    }
-
-TSR_GEMM_ENTRY_N64(tsr_gemm_bf16_f32_n64, __nv_bfloat16, float)
-TSR_GEMM_ENTRY_N64(tsr_gemm_bf16_bf16_n64, __nv_bfloat16, __nv_bfloat16)
-TSR_GEMM_ENTRY_N64(tsr_gemm_bf16_f16_n64, __nv_bfloat16, __half)
-TSR_GEMM_ENTRY_N64(tsr_gemm_f16_f32_n64, __half, float)
-TSR_GEMM_ENTRY_N64(tsr_gemm_f16_bf16_n64, __half, __nv_bfloat16)
-TSR_GEMM_ENTRY_N64(tsr_gemm_f16_f16_n64, __half, __half)
+    TSR_GEMM_KERNEL(name,                                                                          \
+                    gemm_body<tin, tout, false, 4, TSR_GEMM_BN_NARROW, TSR_GEMM_STAGES_NARROW>(    \
+                        &map_a, &map_b, &map_b2, p))
+TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_N64, tsr_gemm, _n64)

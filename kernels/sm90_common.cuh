@@ -16,9 +16,24 @@ __device__ __forceinline__ uint32_t sm90_smem_addr(const void *p)
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+/* The dynamic shared memory from its first 1024-byte boundary, where the
+ * 128-byte swizzle's pattern starts over. */
+__device__ __forceinline__ unsigned char *smem_aligned()
+{
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    return reinterpret_cast<unsigned char *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) &
+                                             ~static_cast<uintptr_t>(1023));
+}
+
 __device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
 {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(sm90_smem_addr(bar)), "r"(count));
+}
+
+/* Makes the barriers just initialised visible to the async proxy and the cluster. */
+__device__ __forceinline__ void mbar_init_fence()
+{
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
 __device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, unsigned bytes)

@@ -108,17 +108,11 @@ struct tsr_arbiter {
 
 const char *tsr_decision_reason_name(tsr_decision_reason reason)
 {
-    switch (reason) {
-    case TSR_REASON_FORCED:
-        return "forced";
-    case TSR_REASON_TIER:
-        return "tier";
-    case TSR_REASON_MEASURED:
-        return "measured";
-    case TSR_REASON_FALLBACK:
-        return "fallback";
-    }
-    return "?";
+    static const char *const names[] = {[TSR_REASON_FORCED] = "forced",
+                                        [TSR_REASON_TIER] = "tier",
+                                        [TSR_REASON_MEASURED] = "measured",
+                                        [TSR_REASON_FALLBACK] = "fallback"};
+    return (unsigned)reason < sizeof names / sizeof *names ? names[reason] : "?";
 }
 
 static bool arbiter_name_valid(const char *name, size_t max)

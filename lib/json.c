@@ -410,33 +410,36 @@ static tsr_status json_parse_node(const cJSON *obj, int i, tsr_pw_node *node, ts
     return TSR_OK;
 }
 
+/* The length of the pointwise region's required array key (arr), at most max. */
+static tsr_status json_pointwise_list(const cJSON *arr, const char *key, int max, int *n,
+                                      tsr_error *err)
+{
+    if (arr == NULL)
+        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "%s: missing", key);
+    if (!cJSON_IsArray(arr))
+        return tsr_error_set(err, TSR_BAD_JSON, "%s: expected an array", key);
+    *n = cJSON_GetArraySize(arr);
+    if (*n > max)
+        return tsr_error_set(err, TSR_TOO_LARGE, "%s: %d %s outside 0..%d", key, *n, key, max);
+    return TSR_OK;
+}
+
 static tsr_status json_parse_pointwise(const cJSON *root, tsr_pointwise_desc *pw, tsr_error *err)
 {
     tsr_status st;
     const cJSON *inputs = json_get(root, "inputs"), *ops = json_get(root, "ops"),
                 *output = json_get(root, "output");
-    if (inputs == NULL)
-        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "inputs: missing");
-    if (!cJSON_IsArray(inputs))
-        return tsr_error_set(err, TSR_BAD_JSON, "inputs: expected an array");
-    int n_inputs = cJSON_GetArraySize(inputs);
-    if (n_inputs > TSR_MAX_PW_INPUTS)
-        return tsr_error_set(err, TSR_TOO_LARGE, "inputs: %d inputs outside 0..%d", n_inputs,
-                             TSR_MAX_PW_INPUTS);
+    int n_inputs, n_nodes;
+    if ((st = json_pointwise_list(inputs, "inputs", TSR_MAX_PW_INPUTS, &n_inputs, err)))
+        return st;
     int i = 0;
     for (const cJSON *c = inputs->child; c != NULL; c = c->next, i++) {
         if ((st = json_parse_input(c, i, &pw->inputs[i], err)))
             return st;
     }
     pw->n_inputs = n_inputs;
-    if (ops == NULL)
-        return tsr_error_set(err, TSR_BAD_ATTRIBUTE, "ops: missing");
-    if (!cJSON_IsArray(ops))
-        return tsr_error_set(err, TSR_BAD_JSON, "ops: expected an array");
-    int n_nodes = cJSON_GetArraySize(ops);
-    if (n_nodes > TSR_MAX_PW_NODES)
-        return tsr_error_set(err, TSR_TOO_LARGE, "ops: %d ops outside 0..%d", n_nodes,
-                             TSR_MAX_PW_NODES);
+    if ((st = json_pointwise_list(ops, "ops", TSR_MAX_PW_NODES, &n_nodes, err)))
+        return st;
     if (n_nodes > 0) {
         pw->nodes = calloc((size_t)n_nodes, sizeof *pw->nodes);
         if (pw->nodes == NULL)

@@ -182,19 +182,12 @@ struct tsr_kcache {
 
 const char *tsr_kcache_level_name(tsr_kcache_level level)
 {
-    switch (level) {
-    case TSR_KCACHE_MISS:
-        return "miss";
-    case TSR_KCACHE_MEMORY:
-        return "memory";
-    case TSR_KCACHE_DISK:
-        return "disk";
-    case TSR_KCACHE_SHARED:
-        return "shared";
-    case TSR_KCACHE_FLEET:
-        return "fleet";
-    }
-    return "?";
+    static const char *const names[] = {[TSR_KCACHE_MISS] = "miss",
+                                        [TSR_KCACHE_MEMORY] = "memory",
+                                        [TSR_KCACHE_DISK] = "disk",
+                                        [TSR_KCACHE_SHARED] = "shared",
+                                        [TSR_KCACHE_FLEET] = "fleet"};
+    return (unsigned)level < sizeof names / sizeof *names ? names[level] : "?";
 }
 
 /* ---- small helpers ---- */

@@ -362,13 +362,9 @@ void tsri_oracle_compare(tsr_verdict *v, int probe, tsr_dtype dtype, const void 
 
 const char *tsr_verify_method_name(tsr_verify_method method)
 {
-    switch (method) {
-    case TSR_VERIFY_FULL:
-        return "full";
-    case TSR_VERIFY_SAMPLED:
-        return "sampled";
-    }
-    return "?";
+    static const char *const names[] = {
+        [TSR_VERIFY_FULL] = "full", [TSR_VERIFY_SAMPLED] = "sampled"};
+    return (unsigned)method < sizeof names / sizeof *names ? names[method] : "?";
 }
 
 void tsr_verdict_format(const tsr_verdict *v, char *buf, size_t size)

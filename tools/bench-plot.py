@@ -11,12 +11,13 @@ Needs matplotlib (Debian's python3-matplotlib).
 import json
 import os
 import re
-import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+import bench_args  # noqa: E402
 
 NUMBER = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(?:ms|µs|s|×|%|GB/s|TFLOP/s)?\s*$")
 
@@ -31,13 +32,9 @@ def slug(text):
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: bench-plot.py RESULT.json OUT_DIR")
-    src, out = sys.argv[1], sys.argv[2]
-    name = os.path.splitext(os.path.basename(src))[0]
+    src, out, name = bench_args.input_and_dir("bench-plot.py RESULT.json OUT_DIR")
     with open(src, encoding="utf-8") as f:
         doc = json.load(f)
-    os.makedirs(out, exist_ok=True)
     drawn = 0
     for t, table in enumerate(doc, 1):
         columns, rows = table["columns"], table["rows"]

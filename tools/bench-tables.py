@@ -12,7 +12,8 @@ numbers are for the reader or the plotting script (tools/bench-plot.py) to parse
 import csv
 import json
 import os
-import sys
+
+import bench_args
 
 
 def tables(lines):
@@ -37,13 +38,9 @@ def tables(lines):
 
 
 def main():
-    if len(sys.argv) != 3:
-        sys.exit("usage: bench-tables.py OUTPUT.md DIR")
-    path, out = sys.argv[1], sys.argv[2]
-    name = os.path.splitext(os.path.basename(path))[0]
+    path, out, name = bench_args.input_and_dir("bench-tables.py OUTPUT.md DIR")
     with open(path, encoding="utf-8") as f:
         found = list(tables(f.read().splitlines()))
-    os.makedirs(out, exist_ok=True)
     doc = []
     for n, (title, columns, rows) in enumerate(found, 1):
         with open(os.path.join(out, f"{name}-{n}.csv"), "w", newline="", encoding="utf-8") as f:

@@ -12,6 +12,20 @@
 #include "tessera/oracle.h"
 #include "tessera/region.h"
 
+/* Asserts that a region decoder refused its input, named what in a failure:
+ * decode, an expression of a fresh tsr_region r_ and tsr_error e_, answers
+ * want with exactly msg; the statements after msg then run, and may look at
+ * r_ and e_. */
+#define REGIONS_ASSERT_REFUSED(what, decode, want, msg, ...)                                       \
+    do {                                                                                           \
+        tsr_region r_;                                                                             \
+        tsr_error e_;                                                                              \
+        tsr_status st_ = (decode);                                                                 \
+        cr_assert_eq(st_, (want), "%s: got %s (%s)", (what), tsr_status_name(st_), e_.message);    \
+        cr_assert_str_eq(e_.message, (msg));                                                       \
+        __VA_ARGS__;                                                                               \
+    } while (0)
+
 /* The region json describes, asserted; free with tsr_region_free. */
 tsr_region regions_parse(const char *json);
 

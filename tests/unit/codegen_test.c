@@ -7,6 +7,7 @@
  * checked exactly, and the sources for what they must and must not contain.
  */
 #include <criterion/criterion.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,19 @@ static void codegen_compile(const tsrd_nvrtc *nv, const char *json, const char *
     cr_assert_eq(memcmp(cubin, "\177ELF", 4), 0);
     free(cubin);
     tsr_codegen_kernel_free(&k);
+}
+
+/* codegen_compile of the region the printf-style fmt describes. */
+__attribute__((format(printf, 3, 4))) static void
+codegen_compilef(const tsrd_nvrtc *nv, const char *arch, const char *fmt, ...)
+{
+    char json[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(json, sizeof json, fmt, ap);
+    va_end(ap);
+    cr_assert(n > 0 && (size_t)n < sizeof json, "%s", fmt);
+    codegen_compile(nv, json, arch);
 }
 
 /* ---- launch descriptions ---- */
@@ -318,15 +332,27 @@ static void codegen_every_op_json(char *buf, size_t size, const char *dtype, con
     cr_assert_lt((size_t)n, size);
 }
 
-Test(codegen, pointwise_every_op_and_dtype_compiles)
+/* The compiling tests' NVRTC, opened around each (which is skipped where
+ * NVRTC cannot be loaded). */
+static tsrd_nvrtc *codegen_nv;
+static void codegen_nv_open(void)
 {
-    tsrd_nvrtc *nv = unit_nvrtc_or_skip();
+    codegen_nv = unit_nvrtc_or_skip();
+}
+static void codegen_nv_close(void)
+{
+    tsrd_nvrtc_close(codegen_nv);
+}
+#define CODEGEN_COMPILES .init = codegen_nv_open, .fini = codegen_nv_close
+
+Test(codegen, pointwise_every_op_and_dtype_compiles, CODEGEN_COMPILES)
+{
     char json[8192];
     for (int d = 0; d < 3; d++) {
         codegen_every_op_json(json, sizeof json, codegen_dtypes[d], codegen_dtypes[(d + 1) % 3]);
-        codegen_compile(nv, json, "sm_90a");
+        codegen_compile(codegen_nv, json, "sm_90a");
         codegen_relu(json, sizeof json, codegen_dtypes[d], "1000,37", "1000,37", "1000,37");
-        codegen_compile(nv, json, "sm_90a");
+        codegen_compile(codegen_nv, json, "sm_90a");
     }
     /* The source of the every-op DAG carries the clamp bounds and the constant
      * as exact bit patterns, an absent bound as an infinity. */
@@ -342,76 +368,59 @@ Test(codegen, pointwise_every_op_and_dtype_compiles)
     cr_assert_not_null(
         strstr(k.source, "__uint_as_float(0xbf800000u), __uint_as_float(0x7f800000u)"));
     tsr_codegen_kernel_free(&k);
-    codegen_compile(nv, json, "sm_80");
-    tsrd_nvrtc_close(nv);
+    codegen_compile(codegen_nv, json, "sm_80");
 }
 
-Test(codegen, matmul_and_gated_every_dtype_compile)
+Test(codegen, matmul_and_gated_every_dtype_compile, CODEGEN_COMPILES)
 {
-    tsrd_nvrtc *nv = unit_nvrtc_or_skip();
     static const char *const acts[] = {"silu", "gelu", "relu"};
-    char json[512];
     for (int d = 0; d < 3; d++) {
-        snprintf(json, sizeof json,
-                 "{\"kind\":\"matmul\",\"dtype\":\"%s\",\"m\":100,\"n\":70,\"k\":33}",
-                 codegen_dtypes[d]);
-        codegen_compile(nv, json, "sm_90a");
-        snprintf(json, sizeof json,
-                 "{\"kind\":\"gated\",\"dtype\":\"%s\",\"out_dtype\":\"f32\",\"m\":65,\"k\":17,"
-                 "\"h\":130,\"gate_act\":\"%s\"}",
-                 codegen_dtypes[d], acts[d]);
-        codegen_compile(nv, json, "sm_90a");
+        codegen_compilef(codegen_nv, "sm_90a",
+                         "{\"kind\":\"matmul\",\"dtype\":\"%s\",\"m\":100,\"n\":70,\"k\":33}",
+                         codegen_dtypes[d]);
+        codegen_compilef(codegen_nv, "sm_90a",
+                         "{\"kind\":\"gated\",\"dtype\":\"%s\",\"out_dtype\":\"f32\",\"m\":65,"
+                         "\"k\":17,\"h\":130,\"gate_act\":\"%s\"}",
+                         codegen_dtypes[d], acts[d]);
     }
-    codegen_compile(nv, "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":1,\"n\":1,\"k\":1}",
+    codegen_compile(codegen_nv, "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":1,\"n\":1,\"k\":1}",
                     "sm_80");
-    tsrd_nvrtc_close(nv);
 }
 
-Test(codegen, fused_every_epilogue_and_reduction_compile)
+Test(codegen, fused_every_epilogue_and_reduction_compile, CODEGEN_COMPILES)
 {
-    tsrd_nvrtc *nv = unit_nvrtc_or_skip();
     static const char *const reductions[] = {"rmsnorm", "softmax", "layer_norm"};
-    char json[512];
     for (int d = 0; d < 3; d++) {
-        snprintf(json, sizeof json,
-                 "{\"kind\":\"fused\",\"dtype\":\"%s\",\"m\":67,\"n\":129,\"k\":40,"
-                 "\"prologue\":[\"abs\",\"sqrt\",\"softplus\"],"
-                 "\"epilogue\":[\"bias\",\"relu\",\"gelu\",\"silu\",\"sigmoid\",\"tanh\"],"
-                 "\"residual\":true}",
-                 codegen_dtypes[d]);
-        codegen_compile(nv, json, "sm_90a");
-        for (int i = 0; i < 3; i++) {
-            snprintf(json, sizeof json,
-                     "{\"kind\":\"fused\",\"dtype\":\"%s\",\"m\":37,\"n\":300,\"k\":48,"
-                     "\"epilogue\":[\"bias\"],\"reduction\":\"%s\",\"eps\":1e-5}",
-                     codegen_dtypes[d], reductions[i]);
-            codegen_compile(nv, json, "sm_90a");
-        }
+        codegen_compilef(codegen_nv, "sm_90a",
+                         "{\"kind\":\"fused\",\"dtype\":\"%s\",\"m\":67,\"n\":129,\"k\":40,"
+                         "\"prologue\":[\"abs\",\"sqrt\",\"softplus\"],"
+                         "\"epilogue\":[\"bias\",\"relu\",\"gelu\",\"silu\",\"sigmoid\",\"tanh\"],"
+                         "\"residual\":true}",
+                         codegen_dtypes[d]);
+        for (int i = 0; i < 3; i++)
+            codegen_compilef(codegen_nv, "sm_90a",
+                             "{\"kind\":\"fused\",\"dtype\":\"%s\",\"m\":37,\"n\":300,\"k\":48,"
+                             "\"epilogue\":[\"bias\"],\"reduction\":\"%s\",\"eps\":1e-5}",
+                             codegen_dtypes[d], reductions[i]);
     }
-    tsrd_nvrtc_close(nv);
 }
 
-Test(codegen, attention_every_dtype_compiles)
+Test(codegen, attention_every_dtype_compiles, CODEGEN_COMPILES)
 {
-    tsrd_nvrtc *nv = unit_nvrtc_or_skip();
-    char json[512];
-    for (int d = 0; d < 3; d++) {
-        snprintf(json, sizeof json,
-                 "{\"kind\":\"attention\",\"dtype\":\"%s\",\"batch\":2,\"heads\":8,"
-                 "\"heads_kv\":2,\"seq_q\":100,\"seq_k\":130,\"head_dim\":64,"
-                 "\"head_dim_v\":128,\"causal\":true}",
-                 codegen_dtypes[d]);
-        codegen_compile(nv, json, "sm_90a");
-    }
-    codegen_compile(nv,
+    for (int d = 0; d < 3; d++)
+        codegen_compilef(codegen_nv, "sm_90a",
+                         "{\"kind\":\"attention\",\"dtype\":\"%s\",\"batch\":2,\"heads\":8,"
+                         "\"heads_kv\":2,\"seq_q\":100,\"seq_k\":130,\"head_dim\":64,"
+                         "\"head_dim_v\":128,\"causal\":true}",
+                         codegen_dtypes[d]);
+    codegen_compile(codegen_nv,
                     "{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,\"heads\":2,"
                     "\"seq_q\":20,\"seq_k\":300,\"head_dim\":256,\"causal\":true}",
                     "sm_90a");
-    codegen_compile(nv,
+    codegen_compile(codegen_nv,
                     "{\"kind\":\"attention\",\"dtype\":\"f16\",\"out_dtype\":\"f32\",\"batch\":1,"
                     "\"heads\":2,\"seq_q\":5,\"seq_k\":9,\"head_dim\":512,\"head_dim_v\":100}",
                     "sm_80");
-    tsrd_nvrtc_close(nv);
 }
 
 /* ---- pointwise: one kernel for every shape of a broadcast pattern ---- */
@@ -531,9 +540,8 @@ Test(codegen, pointwise_shape_free_is_refused_for_other_kinds)
     tsr_region_free(&r);
 }
 
-Test(codegen, pointwise_shape_free_compiles_for_every_pattern_and_dtype)
+Test(codegen, pointwise_shape_free_compiles_for_every_pattern_and_dtype, CODEGEN_COMPILES)
 {
-    tsrd_nvrtc *nv = unit_nvrtc_or_skip();
     static const char *const shapes[][3] = {
         {"1000,37", "1000,37", "1000,37"}, /* dense */
         {"600,7", "7", "600,1"},           /* row and column broadcast */
@@ -551,9 +559,9 @@ Test(codegen, pointwise_shape_free_compiles_for_every_pattern_and_dtype)
             uint8_t *cubin = NULL;
             size_t len = 0;
             tsr_error err;
-            cr_assert_eq(
-                tsrd_nvrtc_compile(nv, k.source, "tier1.cu", "sm_90a", &cubin, &len, NULL, &err),
-                TSR_OK, "%s: %s", json, err.message);
+            cr_assert_eq(tsrd_nvrtc_compile(codegen_nv, k.source, "tier1.cu", "sm_90a", &cubin,
+                                            &len, NULL, &err),
+                         TSR_OK, "%s: %s", json, err.message);
             cr_assert_eq(memcmp(cubin, "\177ELF", 4), 0);
             free(cubin);
             tsr_codegen_kernel_free(&k);
@@ -565,9 +573,9 @@ Test(codegen, pointwise_shape_free_compiles_for_every_pattern_and_dtype)
     uint8_t *cubin = NULL;
     size_t len = 0;
     tsr_error err;
-    cr_assert_eq(tsrd_nvrtc_compile(nv, k.source, "tier1.cu", "sm_80", &cubin, &len, NULL, &err),
-                 TSR_OK, "%s", err.message);
+    cr_assert_eq(
+        tsrd_nvrtc_compile(codegen_nv, k.source, "tier1.cu", "sm_80", &cubin, &len, NULL, &err),
+        TSR_OK, "%s", err.message);
     free(cubin);
     tsr_codegen_kernel_free(&k);
-    tsrd_nvrtc_close(nv);
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../support/regions.h"
 #include "tessera/json.h"
 
 static const char *const examples[] = {"examples/matmul.json", "examples/fused.json",
@@ -32,13 +33,7 @@ static tsr_status parse(const char *s, tsr_region *r, tsr_error *e)
 }
 
 #define assert_parse_fails(text, want, msg)                                                        \
-    do {                                                                                           \
-        tsr_region r_;                                                                             \
-        tsr_error e_;                                                                              \
-        tsr_status st_ = parse((text), &r_, &e_);                                                  \
-        cr_assert_eq(st_, (want), "%s: got %s (%s)", (text), tsr_status_name(st_), e_.message);    \
-        cr_assert_str_eq(e_.message, (msg));                                                       \
-    } while (0)
+    REGIONS_ASSERT_REFUSED((text), parse((text), &r_, &e_), (want), (msg))
 
 #define assert_parse_code(text, want)                                                              \
     do {                                                                                           \

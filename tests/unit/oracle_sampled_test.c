@@ -124,6 +124,27 @@ static tsr_status verify_sampled(const tsr_region *r, edit *e, bool with_small, 
     return st;
 }
 
+/* verify_sampled, asserted to have run: its verdict. */
+static tsr_verdict sampled_verdict(const tsr_region *r, edit *e, bool with_small)
+{
+    tsr_verdict v;
+    tsr_error err;
+    cr_assert_eq(verify_sampled(r, e, with_small, &v, &err), TSR_OK, "%s", err.message);
+    return v;
+}
+
+/* The verdict on a candidate that e makes wrong, verified with the small shape
+ * when with_small: it fails at the real shape's probe. */
+static tsr_verdict sampled_fails(const char *json, edit e, bool with_small)
+{
+    tsr_region r = regions_parse(json);
+    tsr_verdict v = sampled_verdict(&r, &e, with_small);
+    cr_expect_not(v.pass);
+    cr_expect_eq(v.first_bad_probe, 0);
+    tsr_region_free(&r);
+    return v;
+}
+
 /* ---- positions ---- */
 
 static bool has(const uint64_t *index, size_t n, uint64_t x)
@@ -148,21 +169,38 @@ static void sample(const tsr_region *r, uint64_t seed, int probe, uint64_t **ind
         cr_assert_gt((*index)[t], (*index)[t - 1], "positions ascend without repeats");
 }
 
+/* A region and its positions at seed 0 for probe 0. */
+typedef struct positions {
+    tsr_region r;
+    uint64_t *index;
+    size_t n;
+} positions;
+
+static positions positions_of(const char *json)
+{
+    positions p = {.r = regions_parse(json)};
+    sample(&p.r, 0, 0, &p.index, &p.n);
+    return p;
+}
+
+static void positions_free(positions *p)
+{
+    free(p->index);
+    tsr_region_free(&p->r);
+}
+
 #define AT(i, j) ((uint64_t)(i)*MM_N + (uint64_t)(j))
 
 Test(oracle_sampled, matmul_positions_hold_the_edge_lines_and_every_edge_tile_corner)
 {
-    tsr_region r = regions_parse(MM_BIG);
-    uint64_t *index;
-    size_t n;
-    sample(&r, 0, 0, &index, &n);
+    positions p = positions_of(MM_BIG);
     for (int64_t j = 0; j < 1200; j++) {
-        cr_expect(has(index, n, AT(0, j)), "row 0, column %lld", (long long)j);
-        cr_expect(has(index, n, AT(999, j)), "row 999, column %lld", (long long)j);
+        cr_expect(has(p.index, p.n, AT(0, j)), "row 0, column %lld", (long long)j);
+        cr_expect(has(p.index, p.n, AT(999, j)), "row 999, column %lld", (long long)j);
     }
     for (int64_t i = 0; i < 1000; i++) {
-        cr_expect(has(index, n, AT(i, 0)), "column 0, row %lld", (long long)i);
-        cr_expect(has(index, n, AT(i, 1199)), "column 1199, row %lld", (long long)i);
+        cr_expect(has(p.index, p.n, AT(i, 0)), "column 0, row %lld", (long long)i);
+        cr_expect(has(p.index, p.n, AT(i, 1199)), "column 1199, row %lld", (long long)i);
     }
     /* The corners of every tile of the first and last tile row and column:
      * tile rows start at 0, 128, ..., 896 and end at 127, ..., 999. */
@@ -170,9 +208,9 @@ Test(oracle_sampled, matmul_positions_hold_the_edge_lines_and_every_edge_tile_co
         int64_t c0 = tj * 128, c1 = tj == 9 ? 1199 : c0 + 127;
         int64_t rows[] = {0, 127, 896, 999};
         for (int i = 0; i < 4; i++) {
-            cr_expect(has(index, n, AT(rows[i], c0)), "(%lld, %lld)", (long long)rows[i],
+            cr_expect(has(p.index, p.n, AT(rows[i], c0)), "(%lld, %lld)", (long long)rows[i],
                       (long long)c0);
-            cr_expect(has(index, n, AT(rows[i], c1)), "(%lld, %lld)", (long long)rows[i],
+            cr_expect(has(p.index, p.n, AT(rows[i], c1)), "(%lld, %lld)", (long long)rows[i],
                       (long long)c1);
         }
     }
@@ -180,15 +218,14 @@ Test(oracle_sampled, matmul_positions_hold_the_edge_lines_and_every_edge_tile_co
         int64_t r0 = ti * 128, r1 = ti == 7 ? 999 : r0 + 127;
         int64_t cols[] = {0, 127, 1152, 1199};
         for (int j = 0; j < 4; j++) {
-            cr_expect(has(index, n, AT(r0, cols[j])));
-            cr_expect(has(index, n, AT(r1, cols[j])));
+            cr_expect(has(p.index, p.n, AT(r0, cols[j])));
+            cr_expect(has(p.index, p.n, AT(r1, cols[j])));
         }
     }
     /* About 4096 seeded positions on top, far from the 1.2M outputs. */
-    cr_expect_gt(n, (size_t)(2 * 1200 + 2 * 1000 + 4096 - 400));
-    cr_expect_lt(n, (size_t)20000);
-    free(index);
-    tsr_region_free(&r);
+    cr_expect_gt(p.n, (size_t)(2 * 1200 + 2 * 1000 + 4096 - 400));
+    cr_expect_lt(p.n, (size_t)20000);
+    positions_free(&p);
 }
 
 Test(oracle_sampled, positions_are_a_function_of_seed_and_probe)
@@ -210,51 +247,39 @@ Test(oracle_sampled, positions_are_a_function_of_seed_and_probe)
 
 Test(oracle_sampled, the_positions_of_an_8192_cube_cost_a_fraction_of_the_full_reference)
 {
-    tsr_region r = regions_parse("{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":8192,\"n\":8192,"
-                                 "\"k\":8192}");
-    uint64_t *index;
-    size_t n;
-    sample(&r, 0, 0, &index, &n);
-    cr_expect_lt(n, (size_t)60000);
-    double at = tsr_ref_work_at(&r, index, n);
-    cr_expect_lt(at, tsr_ref_work(&r) / 100, "sampled %g, full %g", at, tsr_ref_work(&r));
+    positions p = positions_of("{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":8192,\"n\":8192,"
+                               "\"k\":8192}");
+    cr_expect_lt(p.n, (size_t)60000);
+    double at = tsr_ref_work_at(&p.r, p.index, p.n);
+    cr_expect_lt(at, tsr_ref_work(&p.r) / 100, "sampled %g, full %g", at, tsr_ref_work(&p.r));
     cr_expect_lt(at, 4e10, "within the default max_request_work");
-    free(index);
-    tsr_region_free(&r);
+    positions_free(&p);
 }
 
 Test(oracle_sampled, a_reduction_is_sampled_by_whole_rows)
 {
-    tsr_region r = regions_parse(RMS_BIG);
-    uint64_t *index;
-    size_t n;
-    sample(&r, 0, 0, &index, &n);
-    cr_assert_eq(n % 256, 0, "whole rows of 256");
-    for (size_t t = 0; t < n; t += 256)
-        cr_expect_eq(index[t + 255], index[t] + 255, "row %llu is whole",
-                     (unsigned long long)(index[t] / 256));
+    positions p = positions_of(RMS_BIG);
+    cr_assert_eq(p.n % 256, 0, "whole rows of 256");
+    for (size_t t = 0; t < p.n; t += 256)
+        cr_expect_eq(p.index[t + 255], p.index[t] + 255, "row %llu is whole",
+                     (unsigned long long)(p.index[t] / 256));
     int64_t rows[] = {0, 127, 128, 895, 896, 999};
     for (int i = 0; i < 6; i++)
-        cr_expect(has(index, n, (uint64_t)rows[i] * 256), "row %lld", (long long)rows[i]);
-    cr_expect_geq(n / 256, (size_t)16);
-    free(index);
-    tsr_region_free(&r);
+        cr_expect(has(p.index, p.n, (uint64_t)rows[i] * 256), "row %lld", (long long)rows[i]);
+    cr_expect_geq(p.n / 256, (size_t)16);
+    positions_free(&p);
 }
 
 Test(oracle_sampled, attention_is_sampled_by_whole_query_rows)
 {
-    tsr_region r = regions_parse(ATT_CAUSAL);
-    uint64_t *index;
-    size_t n;
-    sample(&r, 0, 0, &index, &n);
-    cr_assert_eq(n % 32, 0, "whole rows of head_dim_v 32");
+    positions p = positions_of(ATT_CAUSAL);
+    cr_assert_eq(p.n % 32, 0, "whole rows of head_dim_v 32");
     /* The last query row of the first and of the last (batch, head). */
-    cr_expect(has(index, n, 299 * 32));
-    cr_expect(has(index, n, ((uint64_t)(2 * 4 - 1) * 300 + 299) * 32));
+    cr_expect(has(p.index, p.n, 299 * 32));
+    cr_expect(has(p.index, p.n, ((uint64_t)(2 * 4 - 1) * 300 + 299) * 32));
     /* The first row after the first kv group (head 2 of batch 0). */
-    cr_expect(has(index, n, ((uint64_t)2 * 300) * 32));
-    free(index);
-    tsr_region_free(&r);
+    cr_expect(has(p.index, p.n, ((uint64_t)2 * 300) * 32));
+    positions_free(&p);
 }
 
 /* ---- the small shape ---- */
@@ -312,9 +337,7 @@ Test(oracle_sampled, the_reference_passes_with_the_counts_of_each_part)
 {
     tsr_region r = regions_parse(FUSED_RELU);
     edit e = {.kind = EDIT_NONE};
-    tsr_verdict v;
-    tsr_error err;
-    cr_assert_eq(verify_sampled(&r, &e, true, &v, &err), TSR_OK, "%s", err.message);
+    tsr_verdict v = sampled_verdict(&r, &e, true);
     cr_expect(v.pass, "%s", v.reason);
     cr_expect_eq(v.method, TSR_VERIFY_SAMPLED);
     cr_expect_eq(v.rel_error, 0.0);
@@ -333,55 +356,35 @@ Test(oracle_sampled, the_reference_passes_with_the_counts_of_each_part)
 
 Test(oracle_sampled, one_wrong_element_at_an_edge_tile_corner_fails)
 {
-    tsr_region r = regions_parse(MM_BIG);
     /* The first row of the last tile row, the last column of tile column 4. */
-    edit e = {.kind = EDIT_ELEMENT, .at = (int64_t)AT(896, 639)};
-    tsr_verdict v;
-    tsr_error err;
-    cr_assert_eq(verify_sampled(&r, &e, false, &v, &err), TSR_OK, "%s", err.message);
-    cr_expect_not(v.pass);
-    cr_expect_eq(v.first_bad_probe, 0);
+    tsr_verdict v =
+        sampled_fails(MM_BIG, (edit){.kind = EDIT_ELEMENT, .at = (int64_t)AT(896, 639)}, false);
     cr_expect_eq(v.first_bad_index, (int64_t)AT(896, 639));
     cr_expect_gt(v.rel_error, v.bound);
-    tsr_region_free(&r);
 }
 
 Test(oracle_sampled, one_wrong_element_on_the_ragged_last_row_fails)
 {
-    tsr_region r = regions_parse(MM_BIG);
-    edit e = {.kind = EDIT_ELEMENT, .at = (int64_t)AT(999, 600)};
-    tsr_verdict v;
-    tsr_error err;
-    cr_assert_eq(verify_sampled(&r, &e, true, &v, &err), TSR_OK, "%s", err.message);
-    cr_expect_not(v.pass);
-    cr_expect_eq(v.first_bad_probe, 0);
+    tsr_verdict v =
+        sampled_fails(MM_BIG, (edit){.kind = EDIT_ELEMENT, .at = (int64_t)AT(999, 600)}, true);
     cr_expect_eq(v.first_bad_index, (int64_t)AT(999, 600));
     /* The small shape, where the candidate is right, still ran. */
     cr_expect_eq(v.small_probes, 2);
-    tsr_region_free(&r);
 }
 
 Test(oracle_sampled, one_wrong_row_of_a_reduction_fails)
 {
-    tsr_region r = regions_parse(RMS_BIG);
-    edit e = {.kind = EDIT_ROW, .at = 896, .width = 256};
-    tsr_verdict v;
-    tsr_error err;
-    cr_assert_eq(verify_sampled(&r, &e, false, &v, &err), TSR_OK, "%s", err.message);
-    cr_expect_not(v.pass);
-    cr_expect_eq(v.first_bad_probe, 0);
+    tsr_verdict v =
+        sampled_fails(RMS_BIG, (edit){.kind = EDIT_ROW, .at = 896, .width = 256}, false);
     cr_expect_eq(v.first_bad_index / 256, 896, "largest error at [%lld]",
                  (long long)v.first_bad_index);
-    tsr_region_free(&r);
 }
 
 Test(oracle_sampled, one_nan_in_the_wrong_place_fails_at_its_position)
 {
     tsr_region r = regions_parse(PW_BIG);
     edit e = {.kind = EDIT_NAN, .at = 1000 * 1000 - 1};
-    tsr_verdict v;
-    tsr_error err;
-    cr_assert_eq(verify_sampled(&r, &e, true, &v, &err), TSR_OK, "%s", err.message);
+    tsr_verdict v = sampled_verdict(&r, &e, true);
     cr_expect_not(v.pass);
     cr_expect_eq(v.nan_mismatches, 1);
     cr_expect_eq(v.first_bad_index, 1000 * 1000 - 1);
@@ -392,7 +395,7 @@ Test(oracle_sampled, one_nan_in_the_wrong_place_fails_at_its_position)
 
     r = regions_parse(MM_BIG);
     e = (edit){.kind = EDIT_NAN, .at = (int64_t)AT(640, 1199)};
-    cr_assert_eq(verify_sampled(&r, &e, false, &v, &err), TSR_OK, "%s", err.message);
+    v = sampled_verdict(&r, &e, false);
     cr_expect_eq(v.nan_mismatches, 1);
     cr_expect_eq(v.first_bad_index, (int64_t)AT(640, 1199));
     tsr_region_free(&r);
@@ -400,29 +403,20 @@ Test(oracle_sampled, one_nan_in_the_wrong_place_fails_at_its_position)
 
 Test(oracle_sampled, a_wrong_last_query_row_of_causal_attention_fails)
 {
-    tsr_region r = regions_parse(ATT_CAUSAL);
-    edit e = {.kind = EDIT_QUERY_ROW};
-    tsr_verdict v;
-    tsr_error err;
-    cr_assert_eq(verify_sampled(&r, &e, false, &v, &err), TSR_OK, "%s", err.message);
-    cr_expect_not(v.pass);
-    cr_expect_eq(v.first_bad_probe, 0);
+    tsr_verdict v = sampled_fails(ATT_CAUSAL, (edit){.kind = EDIT_QUERY_ROW}, false);
     cr_expect_eq((v.first_bad_index / 32) % 300, 299, "largest error at [%lld]",
                  (long long)v.first_bad_index);
-    tsr_region_free(&r);
 }
 
 Test(oracle_sampled, nan_dropped_by_an_epilogue_is_seen_only_at_the_small_shape)
 {
     tsr_region r = regions_parse(FUSED_RELU);
     edit e = {.kind = EDIT_NAN_TO_0};
-    tsr_verdict v;
-    tsr_error err;
     /* Random inputs hold no NaN: the real shape alone passes. */
-    cr_assert_eq(verify_sampled(&r, &e, false, &v, &err), TSR_OK, "%s", err.message);
+    tsr_verdict v = sampled_verdict(&r, &e, false);
     cr_expect(v.pass, "%s", v.reason);
     /* The epilogue probes feed NaN through bias and relu. */
-    cr_assert_eq(verify_sampled(&r, &e, true, &v, &err), TSR_OK, "%s", err.message);
+    v = sampled_verdict(&r, &e, true);
     cr_expect_not(v.pass);
     cr_expect_gt(v.nan_mismatches, 0);
     cr_expect_geq(v.first_bad_probe, 1);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../support/regions.h"
 #include "tessera/fingerprint.h"
 #include "tessera/json.h"
 #include "tessera/region_pb.h"
@@ -37,14 +38,8 @@ static tsr_status through_wire(const tsr_region *r, tsr_region *back, tsr_error 
 }
 
 #define assert_pb_fails(pb, want, msg)                                                             \
-    do {                                                                                           \
-        tsr_region r_;                                                                             \
-        tsr_error e_;                                                                              \
-        tsr_status st_ = tsr_region_from_pb((pb), &r_, &e_);                                       \
-        cr_assert_eq(st_, (want), "got %s (%s)", tsr_status_name(st_), e_.message);                \
-        cr_assert_str_eq(e_.message, (msg));                                                       \
-        cr_assert_null(r_.u.pointwise.nodes);                                                      \
-    } while (0)
+    REGIONS_ASSERT_REFUSED("protobuf", tsr_region_from_pb((pb), &r_, &e_), (want), (msg),          \
+                           cr_assert_null(r_.u.pointwise.nodes))
 
 /* An empty wire region of kind and dtype. */
 static Tessera__V1__Region region_pb(Tessera__V1__RegionKind kind, Tessera__V1__DType dtype)

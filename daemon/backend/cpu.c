@@ -91,7 +91,7 @@ static tsr_status cpu_alive(tsrd_backend *b, int device, tsr_error *err)
 {
     if (device >= 0 && device < b->n_devices && atomic_load(&b->lost[device]))
         return tsr_error_set(err, TSR_DEVICE_LOST,
-                             "cpu backend: the device faulted and is being recovered");
+                             "cpu backend: device %d faulted and is being recovered", device);
     return TSR_OK;
 }
 
@@ -102,7 +102,7 @@ static tsr_status cpu_current(tsrd_backend *b, int device, unsigned generation, 
     tsr_status st = cpu_alive(b, device, err);
     if (st == TSR_OK && generation != atomic_load(&b->generation[device]))
         st = tsr_error_set(err, TSR_DEVICE_LOST,
-                           "%s was lost when the device was recovered after a fault", what);
+                           "%s was lost when device %d was recovered after a fault", what, device);
     return st;
 }
 

@@ -300,7 +300,7 @@ Test(device_recovery, a_fault_on_device_1_recovers_it_while_device_0_serves, .ti
     pthread_join(long_thread, NULL);
     cr_expect_eq(l.status, TSR_DEVICE_LOST, "the matmul answered %s: %s", tsr_status_name(l.status),
                  l.err.message);
-    cr_expect_str_eq(l.err.message, "cpu backend: the device faulted and is being recovered");
+    cr_expect_str_eq(l.err.message, "cpu backend: device 1 faulted and is being recovered");
     double t0 = testd_now_ms();
     for (;;) {
         health_devices(watch, h);
@@ -321,12 +321,12 @@ Test(device_recovery, a_fault_on_device_1_recovers_it_while_device_0_serves, .ti
     st = tsr_client_launch(c, k.kernel, &dev1.x, 1, dev1.y, NULL, 0, &err);
     cr_expect_eq(st, TSR_DEVICE_LOST, "launch on device 1's old buffers: %s", tsr_status_name(st));
     cr_expect_str_eq(err.message,
-                     "an input buffer's device memory was lost when the device was recovered "
+                     "an input buffer's device memory was lost when device 1 was recovered "
                      "after a fault");
     st = tsr_client_buffer_read(c, dev1.y, 0, y4, sizeof y4, NULL, 0, &err);
     cr_expect_eq(st, TSR_DEVICE_LOST, "read of device 1's old buffer: %s", tsr_status_name(st));
     cr_expect_str_eq(err.message,
-                     "the buffer's device memory was lost when the device was recovered after a "
+                     "the buffer's device memory was lost when device 1 was recovered after a "
                      "fault");
     cr_expect_eq(launch_checked(c, k.kernel, &dev0, 20, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(tsr_client_buffer_free(c, dev1.x, 0, &err), TSR_OK, "%s", err.message);
@@ -372,4 +372,82 @@ Test(device_recovery, a_fault_on_device_1_recovers_it_while_device_0_serves, .ti
     tsr_client_close(faulter);
     tsr_client_close(c);
     fixture_stop(&d, watch);
+}
+
+/* A ring of one slot over y = f(x) on o. */
+static tsr_client_ring *ring_on(tsr_client *c, uint64_t kernel, on_device *o)
+{
+    tsr_client_launch_desc b = {.kernel = kernel, .n_inputs = 1, .inputs = &o->x, .output = o->y};
+    tsr_client_ring *ring = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_ring_open(c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s", err.message);
+    return ring;
+}
+
+/* Writes x (seed), launches the ring's one binding, reads y back. */
+static tsr_status ring_checked(tsr_client *c, tsr_client_ring *ring, on_device *o, int seed,
+                               tsr_error *err)
+{
+    float x[N], y[N];
+    fill(x, N, seed);
+    tsr_status st = tsr_client_buffer_write(c, o->x, 0, x, sizeof x, 0, err);
+    if (st == TSR_OK)
+        st = tsr_client_ring_launch(ring, 0, NULL, 10000, err);
+    if (st == TSR_OK)
+        st = tsr_client_buffer_read(c, o->y, 0, y, sizeof y, NULL, 0, err);
+    if (st == TSR_OK)
+        cr_expect(right(x, y, N), "seed %d: wrong values", seed);
+    return st;
+}
+
+/* Rings serve device 0 only (ring_open refuses other devices' buffers): a
+ * fault on device 1 leaves them serving. */
+Test(device_recovery, a_fault_on_device_1_leaves_device_0s_rings_serving, .timeout = 120)
+{
+    testd d;
+    const char *const extra[] = {"--backend", "cpu", "--cpu-devices", "2", NULL};
+    cr_assert_eq(testd_start_config(&d, extra, "{\"test_faults\": true}\n"), 0,
+                 "tesserad did not start");
+    tsr_client *c = testd_connect(d.url, NULL, 60000);
+    tsr_client *faulter = testd_connect(d.url, NULL, 60000);
+    cr_assert(c != NULL && faulter != NULL);
+    tsr_error err;
+    tsr_region *r = fixture_affine(N);
+    tsr_client_compiled k;
+    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    on_device dev0;
+    buffers_on(c, 0, &dev0);
+    tsr_client_ring *ring0 = ring_on(c, k.kernel, &dev0);
+    cr_assert_eq(ring_checked(c, ring0, &dev0, 1, &err), TSR_OK, "%s", err.message);
+
+    tsr_region *small = fixture_affine(4);
+    tsr_client_compile_opts fault = {.force = "test_fault", .skip_verify = true};
+    float x4[4] = {1, 2, 3, 4}, y4[4];
+    const void *in4[] = {x4};
+    cr_assert_eq(tsr_client_run_on(faulter, small, &fault, 1, in4, y4, NULL, NULL, 0, &err),
+                 TSR_DEVICE_LOST, "%s", err.message);
+    cr_expect_str_eq(err.message,
+                     "cpu backend: test_fault faulted the device (simulated illegal address)");
+    tsr_client_device_health h[2];
+    for (int i = 0;; i++) {
+        health_devices(c, h);
+        if (h[1].recoveries == 1 && h[1].state == TSR_CLIENT_DEVICE_SERVING)
+            break;
+        cr_assert_lt(i, 30000, "device 1 did not recover");
+        testd_sleep_ms(1);
+    }
+
+    for (int i = 0; i < 3; i++)
+        cr_expect_eq(ring_checked(c, ring0, &dev0, 10 + i, &err), TSR_OK, "%s", err.message);
+    uint64_t served = 0;
+    cr_expect_eq(tsr_client_ring_close(ring0, &served, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(served, 4);
+    cr_expect_eq(stats_value(c, "rings"), 0.0);
+    cr_expect_eq(stats_value(c, "device_recoveries_total"), 1.0);
+    cr_expect_eq(stats_value(c, "device_buffers_lost_total"), 0.0, "device 1 held no buffer");
+
+    tsr_client_region_free(small);
+    tsr_client_region_free(r);
+    tsr_client_close(faulter);
+    fixture_stop(&d, c);
 }

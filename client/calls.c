@@ -130,6 +130,32 @@ tsr_status tsr_client_health_get(tsr_client *c, tsr_client_health *out, int time
     return TSR_OK;
 }
 
+tsr_status tsr_client_health_devices(tsr_client *c, tsr_client_device_health *out, int max, int *n,
+                                     int timeout_ms, tsr_error *err)
+{
+    CALL_ARG_CHECK(c && n && (out || max == 0) && max >= 0, err, "client, out or n invalid");
+    Tessera__V1__HealthRequest body = TESSERA__V1__HEALTH_REQUEST__INIT;
+    Tessera__V1__Reply *reply;
+    tsr_status st =
+        tsri_client_request(c, TESSERA__V1__REQUEST__BODY_HEALTH, &body, &reply, timeout_ms, err);
+    if (st != TSR_OK)
+        return st;
+    const Tessera__V1__HealthReply *h = reply->health;
+    *n = (int)h->n_devices;
+    for (size_t i = 0; i < h->n_devices && (int)i < max; i++) {
+        const Tessera__V1__DeviceHealth *d = h->devices[i];
+        out[i] = (tsr_client_device_health){
+            .index = (int)d->index,
+            .state = d->state >= 1 && d->state <= 3 ? (tsr_client_device_state)d->state
+                                                    : TSR_CLIENT_DEVICE_UNKNOWN,
+            .recoveries = d->recoveries,
+            .faults = d->faults,
+        };
+    }
+    tessera__v1__reply__free_unpacked(reply, NULL);
+    return TSR_OK;
+}
+
 tsr_status tsr_client_hello(tsr_client *c, tsr_client_info *info, int timeout_ms, tsr_error *err)
 {
     CALL_ARG_CHECK(c, err, "client is NULL");

@@ -147,7 +147,7 @@ static bool service_listeners_answer(const service *svc)
 static void service_watchdog(uv_timer_t *timer)
 {
     service *svc = timer->data;
-    if (!svc->d.draining && !svc->d.recovering && service_listeners_answer(svc))
+    if (tsrd_daemon_health(&svc->d) == TSRD_HEALTH_READY && service_listeners_answer(svc))
         sd_notify(0, "WATCHDOG=1");
 }
 

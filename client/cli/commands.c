@@ -239,17 +239,39 @@ static int cmd_health_call(cli *c, const tsr_region *r, void *args)
     if (tsr_client_health_get(c->client, &h, c->timeout_ms, &err) != TSR_OK)
         return cli_fail_call(&err);
     static const char *const names[] = {"unknown", "ready", "recovering", "draining"};
+    static const char *const dev_names[] = {"unknown", "serving", "recovering", "lost"};
     const char *state = names[h.state];
+    tsr_client_device_health devs[TSR_CLIENT_MAX_DEVICES];
+    int n_devs = 0;
+    if (tsr_client_health_devices(c->client, devs, TSR_CLIENT_MAX_DEVICES, &n_devs, c->timeout_ms,
+                                  &err) != TSR_OK)
+        return cli_fail_call(&err);
+    if (n_devs > TSR_CLIENT_MAX_DEVICES)
+        n_devs = TSR_CLIENT_MAX_DEVICES;
     if (c->json) {
         cJSON *doc = cJSON_CreateObject();
         cJSON_AddStringToObject(doc, "state", state);
         cJSON_AddNumberToObject(doc, "uptime_ms", (double)h.uptime_ms);
         cJSON_AddNumberToObject(doc, "sessions", h.sessions);
         cJSON_AddNumberToObject(doc, "recoveries", (double)h.recoveries);
+        cJSON *arr = cJSON_AddArrayToObject(doc, "devices");
+        for (int i = 0; arr != NULL && i < n_devs; i++) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "index", devs[i].index);
+            cJSON_AddStringToObject(o, "state", dev_names[devs[i].state]);
+            cJSON_AddNumberToObject(o, "recoveries", (double)devs[i].recoveries);
+            cJSON_AddNumberToObject(o, "faults", (double)devs[i].faults);
+            cJSON_AddItemToArray(arr, o);
+        }
         cli_json_print(doc);
     } else {
         printf("%s (up %.1f s, %u sessions, %llu recoveries)\n", state, h.uptime_ms / 1000.0,
                h.sessions, (unsigned long long)h.recoveries);
+        /* Only the devices that do not serve: one device's fault leaves the
+         * daemon ready. */
+        for (int i = 0; i < n_devs; i++)
+            if (devs[i].state != TSR_CLIENT_DEVICE_SERVING)
+                printf("device %d: %s\n", devs[i].index, dev_names[devs[i].state]);
     }
     /* Probes read the exit status: only a ready daemon is healthy. */
     return h.state == TSR_CLIENT_HEALTH_READY ? CLI_EXIT_OK : CLI_EXIT_DAEMON;

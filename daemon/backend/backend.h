@@ -24,7 +24,9 @@
  * with TSR_DEVICE_LOST until recover() has rebuilt the context. Objects made
  * before a recovery (buffers, kernels, streams, graphs, host registrations)
  * belong to the old context: their device memory is gone, using one answers
- * TSR_DEVICE_LOST saying so, and freeing one releases only its host side.
+ * TSR_DEVICE_LOST saying so, and freeing one releases only its host side. A
+ * backend that can tell which device faulted and reset it alone offers
+ * device_lost and recover_device: the other devices then keep serving.
  *
  * Threading: open and close are called on the loop thread while nothing else
  * runs. Every other function may be called from any worker thread, concurrently,
@@ -195,7 +197,8 @@ typedef struct tsrd_backend_probe_ops {
                                 const uint64_t *index, size_t count, void *out, tsr_error *err);
 } tsrd_backend_probe_ops;
 
-/* Every member of the core is set but launch_sync. The five optional groups are NULL where
+/* Every member of the core is set but launch_sync, device_lost and
+ * recover_device. The five optional groups are NULL where
  * the backend has no such capability, and then callers do without: copies are
  * staged through buffer_write and buffer_read, buffer_import is refused with
  * TSR_UNSUPPORTED, batches are launched one by one, rings are served by the
@@ -292,6 +295,15 @@ typedef struct tsrd_backend_ops {
      * thread; takes a few hundred milliseconds on a GPU. TSR_DEVICE_LOST when
      * the device cannot be brought back. */
     tsr_status (*recover)(tsrd_backend *b, tsr_error *err);
+    /* Optional pair, both NULL where a fault is node-wide (the daemon then
+     * stops every device and calls recover). device_lost: nonzero once a
+     * sticky error has poisoned that device's context; any thread,
+     * lock-free. recover_device: rebuilds that one device's context as
+     * recover does, while calls on the other devices go on concurrently; the
+     * caller guarantees that nothing but release calls touches this device
+     * meanwhile. Host registrations (hostmem) stay valid across it. */
+    int (*device_lost)(tsrd_backend *b, int device);
+    tsr_status (*recover_device)(tsrd_backend *b, int device, tsr_error *err);
 
     /* ---- optional capabilities: NULL where the backend has none ---- */
     const tsrd_backend_hostmem_ops *hostmem;

@@ -56,9 +56,11 @@ struct tsrd_backend {
     int n_devices;
     tsrd_device_info devices[TSRD_BACKEND_MAX_DEVICES];
     _Atomic uint64_t used[TSRD_BACKEND_MAX_DEVICES]; /* bytes allocated per device */
-    atomic_int lost;
-    /* Bumped by every recovery; objects remember the one they were made in. */
-    atomic_uint generation;
+    /* Per device: a fault on one leaves the others serving (recover_device). */
+    atomic_int lost[TSRD_BACKEND_MAX_DEVICES];
+    /* Bumped by every recovery of the device; objects remember the one they
+     * were made in. */
+    atomic_uint generation[TSRD_BACKEND_MAX_DEVICES];
 };
 
 struct tsrd_dbuf {
@@ -85,22 +87,22 @@ struct tsrd_stream {
 };
 
 /* DEVICE_LOST while the simulated device is down. */
-static tsr_status cpu_alive(tsrd_backend *b, tsr_error *err)
+static tsr_status cpu_alive(tsrd_backend *b, int device, tsr_error *err)
 {
-    if (atomic_load(&b->lost))
+    if (device >= 0 && device < b->n_devices && atomic_load(&b->lost[device]))
         return tsr_error_set(err, TSR_DEVICE_LOST,
-                             "cpu backend: the device faulted and is being recovered");
+                             "cpu backend: device %d faulted and is being recovered", device);
     return TSR_OK;
 }
 
-/* DEVICE_LOST for an object made before the last recovery. */
-static tsr_status cpu_current(tsrd_backend *b, unsigned generation, const char *what,
+/* DEVICE_LOST for an object of device made before its last recovery. */
+static tsr_status cpu_current(tsrd_backend *b, int device, unsigned generation, const char *what,
                               tsr_error *err)
 {
-    tsr_status st = cpu_alive(b, err);
-    if (st == TSR_OK && generation != atomic_load(&b->generation))
+    tsr_status st = cpu_alive(b, device, err);
+    if (st == TSR_OK && generation != atomic_load(&b->generation[device]))
         st = tsr_error_set(err, TSR_DEVICE_LOST,
-                           "%s was lost when the device was recovered after a fault", what);
+                           "%s was lost when device %d was recovered after a fault", what, device);
     return st;
 }
 
@@ -144,8 +146,10 @@ static tsr_status cpu_open(const tsrd_backend_options *opts, tsrd_backend **out,
                  : cpus > 0                        ? (int)(cpus < 256 ? cpus : 256)
                                                    : 1;
     b->test_faults = opts != NULL && opts->test_faults;
-    atomic_init(&b->lost, 0);
-    atomic_init(&b->generation, 1);
+    for (int i = 0; i < TSRD_BACKEND_MAX_DEVICES; i++) {
+        atomic_init(&b->lost[i], 0);
+        atomic_init(&b->generation[i], 1);
+    }
     int n = opts != NULL && opts->cpu_devices > 1 ? opts->cpu_devices : 1;
     b->n_devices = n < TSRD_BACKEND_MAX_DEVICES ? n : TSRD_BACKEND_MAX_DEVICES;
     uint64_t memory = opts != NULL && opts->cpu_device_memory_bytes != 0
@@ -259,7 +263,7 @@ static tsr_status cpu_register_candidates(tsrd_backend *b, tsr_arbiter *arbiter,
 static tsr_status cpu_buffer_alloc(tsrd_backend *b, int device, uint64_t bytes, tsrd_dbuf **out,
                                    tsr_error *err)
 {
-    tsr_status st = cpu_alive(b, err);
+    tsr_status st = cpu_alive(b, device, err);
     if (st == TSR_OK)
         st = cpu_device_check(b, device, err);
     if (st == TSR_OK)
@@ -279,7 +283,7 @@ static tsr_status cpu_buffer_alloc(tsrd_backend *b, int device, uint64_t bytes, 
     }
     buf->bytes = bytes;
     buf->data = data;
-    buf->generation = atomic_load(&b->generation);
+    buf->generation = atomic_load(&b->generation[device]);
     buf->device = device;
     *out = buf;
     return TSR_OK;
@@ -299,7 +303,7 @@ static void cpu_buffer_free(tsrd_backend *b, tsrd_dbuf *buf)
 static tsr_status cpu_buffer_span(tsrd_backend *b, const tsrd_dbuf *buf, uint64_t offset,
                                   uint64_t len, const char *what, tsr_error *err)
 {
-    tsr_status st = cpu_current(b, buf->generation, "the buffer's device memory", err);
+    tsr_status st = cpu_current(b, buf->device, buf->generation, "the buffer's device memory", err);
     if (st != TSR_OK)
         return st;
     if (offset > buf->bytes || len > buf->bytes - offset)
@@ -334,7 +338,7 @@ static tsr_status cpu_buffer_read(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offs
 static tsr_status cpu_buffer_fill_probe(tsrd_backend *b, tsrd_dbuf *buf, tsr_dtype dtype,
                                         uint64_t elements, uint64_t key, tsr_error *err)
 {
-    tsr_status st = cpu_current(b, buf->generation, "the buffer's device memory", err);
+    tsr_status st = cpu_current(b, buf->device, buf->generation, "the buffer's device memory", err);
     if (st != TSR_OK)
         return st;
     size_t size = tsr_dtype_size(dtype);
@@ -347,7 +351,7 @@ static tsr_status cpu_buffer_fill_probe(tsrd_backend *b, tsrd_dbuf *buf, tsr_dty
 static tsr_status cpu_buffer_fill_ones(tsrd_backend *b, tsrd_dbuf *buf, uint64_t bytes,
                                        tsr_error *err)
 {
-    tsr_status st = cpu_current(b, buf->generation, "the buffer's device memory", err);
+    tsr_status st = cpu_current(b, buf->device, buf->generation, "the buffer's device memory", err);
     if (st != TSR_OK)
         return st;
     if (bytes > buf->bytes)
@@ -360,7 +364,7 @@ static tsr_status cpu_buffer_fill_ones(tsrd_backend *b, tsrd_dbuf *buf, uint64_t
 static tsr_status cpu_buffer_gather(tsrd_backend *b, tsrd_dbuf *buf, uint32_t size,
                                     const uint64_t *index, size_t count, void *out, tsr_error *err)
 {
-    tsr_status st = cpu_current(b, buf->generation, "the buffer's device memory", err);
+    tsr_status st = cpu_current(b, buf->device, buf->generation, "the buffer's device memory", err);
     if (st != TSR_OK)
         return st;
     if (size != 2 && size != 4)
@@ -437,7 +441,7 @@ static tsr_status cpu_plan_check(const tsr_candidate *c, const tsr_region *plan,
 static tsr_status cpu_load(tsrd_backend *b, int device, const tsr_region *r, const tsr_candidate *c,
                            const uint8_t *bin, size_t len, tsrd_kobj **out, tsr_error *err)
 {
-    tsr_status st = cpu_alive(b, err);
+    tsr_status st = cpu_alive(b, device, err);
     if (st == TSR_OK)
         st = cpu_device_check(b, device, err);
     if (st != TSR_OK)
@@ -449,7 +453,7 @@ static tsr_status cpu_load(tsrd_backend *b, int device, const tsr_region *r, con
     k->hangs = strcmp(c->name, TSRD_TEST_HANG_CANDIDATE) == 0;
     k->wrong = strcmp(c->name, TSRD_TEST_WRONG_ELEMENT_CANDIDATE) == 0;
     k->wrong_past_64_rows = strcmp(c->name, TSRD_TEST_WRONG_PAST_64_ROWS_CANDIDATE) == 0;
-    k->generation = atomic_load(&b->generation);
+    k->generation = atomic_load(&b->generation[device]);
     k->device = device;
     st = tsr_region_from_json((const char *)bin, len, &k->region, err);
     if (st != TSR_OK) {
@@ -481,7 +485,7 @@ static void cpu_unload(tsrd_backend *b, tsrd_kobj *k)
 
 static tsr_status cpu_stream_create(tsrd_backend *b, int device, tsrd_stream **out, tsr_error *err)
 {
-    tsr_status st = cpu_alive(b, err);
+    tsr_status st = cpu_alive(b, device, err);
     if (st == TSR_OK)
         st = cpu_device_check(b, device, err);
     if (st != TSR_OK)
@@ -489,7 +493,7 @@ static tsr_status cpu_stream_create(tsrd_backend *b, int device, tsrd_stream **o
     *out = calloc(1, sizeof **out);
     if (*out == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "cpu backend: out of memory");
-    (*out)->generation = atomic_load(&b->generation);
+    (*out)->generation = atomic_load(&b->generation[device]);
     (*out)->device = device;
     return TSR_OK;
 }
@@ -537,15 +541,17 @@ static tsr_status cpu_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
     const void *in[TSR_MAX_REGION_INPUTS];
     if (n_inputs < 0 || n_inputs > TSR_MAX_REGION_INPUTS)
         return tsr_error_set(err, TSR_INTERNAL, "cpu backend: %d inputs", n_inputs);
-    tsr_status st = cpu_current(b, s->generation, "the session's stream", err);
+    tsr_status st = cpu_current(b, s->device, s->generation, "the session's stream", err);
     if (st == TSR_OK)
-        st = cpu_current(b, k->generation, "the loaded kernel", err);
+        st = cpu_current(b, k->device, k->generation, "the loaded kernel", err);
     for (int i = 0; st == TSR_OK && i < n_inputs; i++) {
-        st = cpu_current(b, inputs[i]->generation, "an input buffer's device memory", err);
+        st = cpu_current(b, inputs[i]->device, inputs[i]->generation,
+                         "an input buffer's device memory", err);
         in[i] = inputs[i]->data;
     }
     if (st == TSR_OK)
-        st = cpu_current(b, output->generation, "the output buffer's device memory", err);
+        st = cpu_current(b, output->device, output->generation, "the output buffer's device memory",
+                         err);
     if (st != TSR_OK)
         return st;
     /* A device runs only its own objects: nothing is copied across. */
@@ -564,7 +570,7 @@ static tsr_status cpu_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
         nanosleep(&ts, NULL);
     }
     if (k->faults) {
-        atomic_store(&b->lost, 1);
+        atomic_store(&b->lost[s->device], 1);
         return tsr_error_set(err, TSR_DEVICE_LOST,
                              "cpu backend: %s faulted the device (simulated illegal address)",
                              TSRD_TEST_FAULT_CANDIDATE);
@@ -583,7 +589,7 @@ static tsr_status cpu_synchronize(tsrd_backend *b, tsrd_stream *s, double *devic
     if (device_ms != NULL)
         *device_ms = s->pending_ms;
     s->pending_ms = 0;
-    return cpu_current(b, s->generation, "the session's stream", err);
+    return cpu_current(b, s->device, s->generation, "the session's stream", err);
 }
 
 /* ---- the data plane: host memory needs no registration; no device IPC or
@@ -595,16 +601,38 @@ static tsr_status cpu_launch_many(tsrd_backend *b, const tsrd_launch_desc *launc
     return tsrd_launch_each(cpu_launch, b, launches, n, s, launched, err);
 }
 
+static int cpu_device_lost(tsrd_backend *b, int device)
+{
+    return device >= 0 && device < b->n_devices && atomic_load(&b->lost[device]);
+}
+
 static int cpu_lost(tsrd_backend *b)
 {
-    return atomic_load(&b->lost);
+    for (int i = 0; i < b->n_devices; i++)
+        if (atomic_load(&b->lost[i]))
+            return 1;
+    return 0;
+}
+
+/* The generation first, so that nothing made before the reset passes as
+ * current once lost clears. */
+static tsr_status cpu_recover_device(tsrd_backend *b, int device, tsr_error *err)
+{
+    tsr_status st = cpu_device_check(b, device, err);
+    if (st != TSR_OK)
+        return st;
+    atomic_fetch_add(&b->generation[device], 1);
+    atomic_store(&b->lost[device], 0);
+    return TSR_OK;
 }
 
 static tsr_status cpu_recover(tsrd_backend *b, tsr_error *err)
 {
-    (void)err;
-    atomic_fetch_add(&b->generation, 1);
-    atomic_store(&b->lost, 0);
+    for (int i = 0; i < b->n_devices; i++) {
+        tsr_status st = cpu_recover_device(b, i, err);
+        if (st != TSR_OK)
+            return st;
+    }
     return TSR_OK;
 }
 
@@ -638,6 +666,8 @@ const tsrd_backend_ops tsrd_backend_cpu = {
     .launch_many = cpu_launch_many,
     .synchronize = cpu_synchronize,
     .lost = cpu_lost,
+    .device_lost = cpu_device_lost,
+    .recover_device = cpu_recover_device,
     .recover = cpu_recover,
     /* Host memory is the device's: nothing to register, import or capture. */
     .hostmem = NULL,

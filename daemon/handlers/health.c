@@ -5,7 +5,8 @@
  * attribution (see dispatch_validate), so a liveness or readiness probe needs
  * no token and never waits behind work; it also lists the listeners whose
  * self-probe failed, and the fleet cache while it is degraded (where Redis is
- * and why it fails to a caller that may see all: tsrd_tenant_caller_sees_all).
+ * and why it fails to a caller that may see all: tsrd_tenant_caller_sees_all),
+ * and every device's state, naming one that does not serve in degraded.
  */
 #include <stdio.h>
 
@@ -50,6 +51,34 @@ static tsr_status health_execute(tsrd_job *job)
             degraded[0] = line;
             r->degraded = degraded;
             r->n_degraded = 1;
+        }
+    }
+    /* Each device's state; one not serving is named in degraded as well. */
+    size_t n_dev = d->n_devices > 0 ? (size_t)d->n_devices : 1;
+    Tessera__V1__DeviceHealth *devs = tsrd_job_alloc(job, n_dev * sizeof *devs);
+    Tessera__V1__DeviceHealth **dev_ptrs = tsrd_job_alloc(job, n_dev * sizeof *dev_ptrs);
+    char **all_degraded = tsrd_job_alloc(job, (r->n_degraded + n_dev) * sizeof *all_degraded);
+    if (devs != NULL && dev_ptrs != NULL && all_degraded != NULL) {
+        for (size_t j = 0; j < r->n_degraded; j++)
+            all_degraded[j] = r->degraded[j];
+        r->degraded = all_degraded;
+        r->devices = dev_ptrs;
+        for (int i = 0; i < d->n_devices; i++) {
+            tsrd_device_state state = tsrd_device_state_of(d, i);
+            tessera__v1__device_health__init(&devs[i]);
+            devs[i].index = (uint32_t)i;
+            devs[i].state = (Tessera__V1__DeviceState)(state + 1);
+            devs[i].recoveries = d->devrec[i].recoveries;
+            devs[i].faults = d->devrec[i].faults;
+            dev_ptrs[r->n_devices++] = &devs[i];
+            char *line = state != TSRD_DEVICE_SERVING ? tsrd_job_alloc(job, 96) : NULL;
+            if (line == NULL)
+                continue;
+            snprintf(line, 96, "device %d: %s", i,
+                     state == TSRD_DEVICE_RECOVERING
+                         ? "recovering after a fault"
+                         : "lost: every rebuild failed; restart tesserad to bring it back");
+            all_degraded[r->n_degraded++] = line;
         }
     }
     TSRD_JOB_REPLY(job, health, HEALTH);

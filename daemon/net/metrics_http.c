@@ -226,7 +226,8 @@ static void metrics_http_answer(nng_aio *aio, uint16_t status, const char *conte
 /* A probe's answer: liveness is the loop turning (this runs on it) with a
  * device that can still come back, 503 once recovery gave up, so that an
  * orchestrator restarts the daemon as systemd's watchdog would; readiness is
- * the daemon serving, 503 while it recovers its device or drains. */
+ * the daemon serving on at least one device, 503 while no device serves or it
+ * drains, the devices that do not serve named after "ready". */
 static void metrics_http_probe(tsrd_metrics_http *m, nng_aio *aio, metrics_http_ask ask)
 {
     const tsrd_daemon *d = m->d;
@@ -238,11 +239,23 @@ static void metrics_http_probe(tsrd_metrics_http *m, nng_aio *aio, metrics_http_
     tsrd_health health = tsrd_daemon_health(d);
     const char *state = names[health];
     bool ready = health == TSRD_HEALTH_READY;
-    char text[64];
+    char text[512];
     bool gave_up = tsrd_recovery_gave_up(d);
-    int n = ask != METRICS_HTTP_LIVE ? snprintf(text, sizeof text, "%s\n", state)
-            : gave_up                ? snprintf(text, sizeof text, "device lost\n")
-                                     : snprintf(text, sizeof text, "alive\n");
+    int n = ask != METRICS_HTTP_LIVE ? snprintf(text, sizeof text, "%s", state)
+            : gave_up                ? snprintf(text, sizeof text, "device lost")
+                                     : snprintf(text, sizeof text, "alive");
+    /* Ready with a device down names it: one device's fault leaves the node
+     * serving on the others. */
+    for (int i = 0; ask != METRICS_HTTP_LIVE && ready && i < d->n_devices; i++) {
+        tsrd_device_state ds = tsrd_device_state_of(d, i);
+        if (ds != TSRD_DEVICE_SERVING && n >= 0 && (size_t)n < sizeof text)
+            n += snprintf(text + n, sizeof text - (size_t)n, "; device %d %s", i,
+                          ds == TSRD_DEVICE_RECOVERING ? "recovering" : "lost");
+    }
+    if (n >= 0 && (size_t)n < sizeof text - 1)
+        n += snprintf(text + n, sizeof text - (size_t)n, "\n");
+    if (n < 0 || (size_t)n >= sizeof text)
+        n = (int)strlen(text);
     bool ok = ask == METRICS_HTTP_LIVE ? !gave_up : ready;
     uint16_t status = ok ? NNG_HTTP_STATUS_OK : NNG_HTTP_STATUS_SERVICE_UNAVAILABLE;
     metrics_http_answer(aio, status, "text/plain; charset=utf-8", text, (size_t)n);

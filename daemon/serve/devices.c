@@ -101,6 +101,14 @@ tsr_status tsrd_device_choose(const tsrd_daemon *d, tsrd_tenant *t, int requeste
                              "%s has room for %llu bytes more, the quota is %llu",
                              t->name, set, (unsigned long long)bytes, (unsigned long long)quota);
     }
+    /* A device recovering or lost after a fault gets no new buffer while
+     * another one serves. */
+    uint32_t serving = 0;
+    for (int i = 0; i < d->n_devices && i < TSRD_MAX_DEVICES; i++)
+        if (d->devrec[i].state == TSRD_DEVICE_SERVING)
+            serving |= UINT32_C(1) << i;
+    if ((room & serving) != 0)
+        room &= serving;
     *out = requested >= 0 ? requested : tsrd_device_least_loaded(d->load, d->n_devices, room);
     return TSR_OK;
 }

@@ -256,6 +256,10 @@ static void dispatch_after_work(uv_work_t *w, int uv_status)
  * others' work. Jobs bound to no device (compiles, verification) take any. */
 static bool dispatch_has_room(const tsrd_daemon *d, const tsrd_job *job, int slots)
 {
+    /* A recovering device takes no work until it serves again; jobs bound to
+     * no device may load on device 0 and wait for it too. */
+    if (d->devrec[job->on_device ? job->device : 0].state == TSRD_DEVICE_RECOVERING)
+        return false;
     if (!job->on_device || d->n_devices <= 1)
         return true;
     int share = slots / d->n_devices;
@@ -372,7 +376,7 @@ static bool dispatch_inline_ok(const tsrd_job *job)
            job->handler->quick != NULL && !s->stream_busy[device] &&
            s->stream_head[device] == NULL && s->streams[device] != NULL && d->work_running == 0 &&
            d->ready_head == NULL && d->rings_open == 0 && !d->work_paused && !d->recovering &&
-           job->handler->quick(job);
+           d->devrec[device].state == TSRD_DEVICE_SERVING && job->handler->quick(job);
 }
 
 /* Executes the job on the loop, then ends it as if the pool had run it: the

@@ -456,23 +456,32 @@ static void metrics_gpus(tsrd_daemon *d, metrics_list *l)
 }
 
 /* One sample per device of each family ({device="index"}): the load placement
- * weighs (serve/devices.h), which info shows every tenant too. */
+ * weighs (serve/devices.h), which info shows every tenant too, and each
+ * device's recovery state and count. */
 static void metrics_devices(tsrd_daemon *d, metrics_list *l)
 {
     static const struct {
-        const char *family, *help;
+        const char *family, *type, *help;
     } fams[] = {
-        {"device_queue_depth", "Requests bound to the device, queued or running."},
-        {"device_buffers", "Live buffers on the device."},
-        {"device_buffer_bytes", "Bytes of live buffers on the device."},
-        {"device_memory_bytes", "Memory of the device."},
+        {"device_queue_depth", "gauge", "Requests bound to the device, queued or running."},
+        {"device_buffers", "gauge", "Live buffers on the device."},
+        {"device_buffer_bytes", "gauge", "Bytes of live buffers on the device."},
+        {"device_memory_bytes", "gauge", "Memory of the device."},
+        {"device_state", "gauge",
+         "0 serving, 1 recovering after a fault, 2 lost (every rebuild failed)."},
+        {"device_recoveries_per_device_total", "counter",
+         "Recoveries that rebuilt this device (a node-wide one rebuilds every device)."},
     };
     for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
         const char *family = fams[f].family;
         for (int i = 0; i < d->n_devices; i++) {
-            const uint64_t v[] = {d->load[i].queued, d->load[i].buffers, d->load[i].bytes,
-                                  d->devices[i].memory_bytes};
-            metrics_row *row = metrics_add(l, family, "gauge", fams[f].help, (double)v[f]);
+            const uint64_t v[] = {d->load[i].queued,
+                                  d->load[i].buffers,
+                                  d->load[i].bytes,
+                                  d->devices[i].memory_bytes,
+                                  (uint64_t)tsrd_device_state_of(d, i),
+                                  d->devrec[i].recoveries};
+            metrics_row *row = metrics_add(l, family, fams[f].type, fams[f].help, (double)v[f]);
             if (row == NULL)
                 return;
             snprintf(row->name, sizeof row->name, "%s{device=\"%d\"}", fams[f].family, i);
@@ -560,8 +569,10 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
         /* The same default as the dispatch pump's. */
         {"work_slots", "gauge", "Jobs the worker pool runs at once, at most.",
          (double)(d->work_slots > 0 ? d->work_slots : 4)},
-        {"recovering", "gauge", "1 while the device context is being rebuilt.",
-         d->recovering ? 1.0 : 0.0},
+        {"recovering", "gauge",
+         "1 while no device serves (the device context is being rebuilt); device_state says "
+         "which devices recover.",
+         tsrd_daemon_serves(d) ? 0.0 : 1.0},
         {"device_recoveries_total", "counter", "Device context rebuilds.", (double)d->recoveries},
         {"device_faults_total", "counter", "Sticky device faults noticed (each starts a recovery).",
          (double)d->device_faults},

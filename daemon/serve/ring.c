@@ -188,6 +188,23 @@ void tsrd_rings_stop_all(tsrd_daemon *d, tsrd_session *s, tsr_status status, con
         ring_stop(d, r, status, message);
 }
 
+/* A ring's launches all run on one device, that of their buffers. */
+static bool ring_on_device(const tsrd_ring *r, int device)
+{
+    for (int i = 0; i < r->n_bindings; i++)
+        if (r->bindings[i].output != NULL && r->bindings[i].output->device == device)
+            return true;
+    return false;
+}
+
+void tsrd_rings_stop_device(tsrd_daemon *d, tsrd_session *s, int device, tsr_status status,
+                            const char *message)
+{
+    for (tsrd_ring *r = s->rings; r != NULL; r = r->next)
+        if (ring_on_device(r, device))
+            ring_stop(d, r, status, message);
+}
+
 void tsrd_rings_end_pipe(tsrd_daemon *d, uint32_t pipe_id)
 {
     for (tsrd_session *s = d->sessions; s != NULL; s = s->next)

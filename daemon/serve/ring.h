@@ -70,6 +70,10 @@ void tsrd_rings_end_all(tsrd_daemon *d, tsrd_session *s, tsr_status status, cons
  * TSR_DEVICE_LOST) but keeps them, pins and quota included, until each is
  * closed or the session ends, as a ring that ended on its own. */
 void tsrd_rings_stop_all(tsrd_daemon *d, tsrd_session *s, tsr_status status, const char *message);
+/* The same for the rings of s that launch on device (one device's
+ * recovery). Loop thread. */
+void tsrd_rings_stop_device(tsrd_daemon *d, tsrd_session *s, int device, tsr_status status,
+                            const char *message);
 
 /* tsrd_rings_end_all for the session of pipe_id, if it has one (a
  * connection gone), and for every session. */

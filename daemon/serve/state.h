@@ -206,6 +206,23 @@ typedef struct tsrd_device_load {
     uint64_t buffers;
 } tsrd_device_load;
 
+/* A device's part in recovery (serve/recovery.h), for backends that recover
+ * one device at a time: serving, recovering after a fault of its own, or lost
+ * for good (every rebuild failed). Loop-owned. */
+typedef enum tsrd_device_state {
+    TSRD_DEVICE_SERVING = 0,
+    TSRD_DEVICE_RECOVERING = 1,
+    TSRD_DEVICE_LOST = 2,
+} tsrd_device_state;
+
+typedef struct tsrd_devrec {
+    tsrd_device_state state;
+    bool rebuilding; /* its rebuild is on a worker */
+    uint64_t faults, recoveries;
+    uint64_t started_ns; /* the fault noticed */
+    uint64_t last_ms;    /* fault noticed -> serving again, last time */
+} tsrd_devrec;
+
 typedef struct tsrd_daemon tsrd_daemon;
 
 /* What the self-probe (net/probe.c) last learnt of one listener: a hello sent
@@ -259,6 +276,9 @@ struct tsrd_daemon {
     uint64_t buffers_lost;     /* buffer handles whose memory a fault took */
     uint64_t recovery_last_ms; /* fault noticed -> serving again, last recovery */
     uint64_t recovery_started_ns;
+    /* Each device's own recovery, where the backend has recover_device and
+     * shows several devices (recovery.c); else the node-wide fields above. */
+    tsrd_devrec devrec[TSRD_MAX_DEVICES];
     struct tsrd_recovery *recovery;
     struct tsrd_nvml *nvml; /* the GPU gauges' source (serve/nvml.h); NULL: none */
     uint64_t start_ns;
@@ -303,11 +323,32 @@ typedef enum tsrd_health {
     TSRD_HEALTH_DRAINING = 3,
 } tsrd_health;
 
+/* Whether some device serves: the node is ready while one does, the others
+ * recovering or lost. */
+static inline bool tsrd_daemon_serves(const tsrd_daemon *d)
+{
+    if (d->recovering)
+        return false;
+    for (int i = 0; i < d->n_devices; i++)
+        if (d->devrec[i].state == TSRD_DEVICE_SERVING)
+            return true;
+    return d->n_devices == 0;
+}
+
 static inline tsrd_health tsrd_daemon_health(const tsrd_daemon *d)
 {
-    return d->draining     ? TSRD_HEALTH_DRAINING
-           : d->recovering ? TSRD_HEALTH_RECOVERING
-                           : TSRD_HEALTH_READY;
+    return d->draining              ? TSRD_HEALTH_DRAINING
+           : !tsrd_daemon_serves(d) ? TSRD_HEALTH_RECOVERING
+                                    : TSRD_HEALTH_READY;
+}
+
+/* A device's state as health shows it: recovering too while the whole node
+ * recovers. */
+static inline tsrd_device_state tsrd_device_state_of(const tsrd_daemon *d, int device)
+{
+    if (d->devrec[device].state == TSRD_DEVICE_SERVING && d->recovering)
+        return TSRD_DEVICE_RECOVERING;
+    return d->devrec[device].state;
 }
 
 #endif

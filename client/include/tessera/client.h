@@ -186,6 +186,27 @@ typedef struct tsr_client_health {
 tsr_status tsr_client_health_get(tsr_client *c, tsr_client_health *out, int timeout_ms,
                                  tsr_error *err);
 
+/* A device's part in the daemon's health. */
+typedef enum tsr_client_device_state {
+    TSR_CLIENT_DEVICE_UNKNOWN = 0,
+    TSR_CLIENT_DEVICE_SERVING = 1,
+    TSR_CLIENT_DEVICE_RECOVERING = 2, /* rebuilding its context after a fault */
+    TSR_CLIENT_DEVICE_LOST = 3,       /* every rebuild failed: back only with a restart */
+} tsr_client_device_state;
+
+typedef struct tsr_client_device_health {
+    int index;
+    tsr_client_device_state state;
+    uint64_t recoveries; /* this device's, since the daemon started */
+    uint64_t faults;     /* sticky faults noticed on this device */
+} tsr_client_device_health;
+
+/* Each device's health (a health request, no token): the first max into out
+ * (may be NULL with max 0), *n their number, which may exceed max. A daemon
+ * too old to say gives *n = 0. */
+tsr_status tsr_client_health_devices(tsr_client *c, tsr_client_device_health *out, int max, int *n,
+                                     int timeout_ms, tsr_error *err);
+
 /* ---- regions (local; no request is sent) ---- */
 
 /* Parses a region from JSON text (len bytes, no terminator needed) or from a file,

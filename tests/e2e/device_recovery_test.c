@@ -1,0 +1,453 @@
+/*
+ * device_recovery_test.c — a fault on one device recovers only that device:
+ * tesserad --backend cpu --cpu-devices 2 with test_faults, where the
+ * test_fault candidate forced on device 1 plays a sticky fault there. Device
+ * 0 keeps serving, with exact results, while device 1 recovers and after;
+ * device 1's old buffers answer DEVICE_LOST; health names device 1 while it
+ * recovers and /readyz stays 200; then device 1 serves again.
+ */
+#include <criterion/criterion.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "../support/fixture.h"
+#include "../support/testd.h"
+
+#define N 1024
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    socklen_t len = sizeof sa;
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+/* GET path on the metrics listener: the status, and the body into body. */
+static int http_get(int port, const char *path, char *body, size_t size)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    struct timeval tv = {.tv_sec = 10};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char req[256];
+    int n =
+        snprintf(req, sizeof req,
+                 "GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n\r\n", path, port);
+    cr_assert_eq(send(fd, req, (size_t)n, MSG_NOSIGNAL), n);
+    char res[4096];
+    size_t len = 0;
+    ssize_t got;
+    while (len + 1 < sizeof res && (got = read(fd, res + len, sizeof res - len - 1)) > 0)
+        len += (size_t)got;
+    res[len] = '\0';
+    close(fd);
+    int status = 0;
+    sscanf(res, "HTTP/1.1 %d ", &status);
+    const char *b = strstr(res, "\r\n\r\n");
+    snprintf(body, size, "%s", b != NULL ? b + 4 : "");
+    return status;
+}
+
+static void fill(float *x, int n, int seed)
+{
+    for (int i = 0; i < n; i++)
+        x[i] = (float)((i * 7 + seed * 13) % 2001 - 1000) * 0.125f;
+}
+
+/* Exact: 2x + 1 of these values is representable in f32. */
+static bool right(const float *x, const float *y, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (y[i] != 2.0f * x[i] + 1.0f)
+            return false;
+    return true;
+}
+
+/* A kernel and two buffers on device, written, launched and checked. */
+typedef struct on_device {
+    tsr_buffer x, y;
+} on_device;
+
+static void buffers_on(tsr_client *c, int device, on_device *o)
+{
+    int64_t n = N;
+    int placed = -1;
+    uint64_t bytes = 0;
+    tsr_error err;
+    cr_assert_eq(tsr_client_buffer_alloc_on(c, TSR_CLIENT_F32, 1, &n, device, &o->x, &bytes,
+                                            &placed, 0, &err),
+                 TSR_OK, "%s", err.message);
+    cr_assert_eq(placed, device);
+    cr_assert_eq(tsr_client_buffer_alloc_on(c, TSR_CLIENT_F32, 1, &n, device, &o->y, &bytes,
+                                            &placed, 0, &err),
+                 TSR_OK, "%s", err.message);
+    cr_assert_eq(placed, device);
+}
+
+/* Writes x (seed), launches k, reads y back: the launch's status, the
+ * values checked when it is TSR_OK. */
+static tsr_status launch_checked(tsr_client *c, uint64_t kernel, on_device *o, int seed,
+                                 tsr_error *err)
+{
+    float x[N], y[N];
+    fill(x, N, seed);
+    tsr_status st = tsr_client_buffer_write(c, o->x, 0, x, sizeof x, 0, err);
+    if (st == TSR_OK)
+        st = tsr_client_launch(c, kernel, &o->x, 1, o->y, NULL, 0, err);
+    if (st == TSR_OK)
+        st = tsr_client_buffer_read(c, o->y, 0, y, sizeof y, NULL, 0, err);
+    if (st == TSR_OK)
+        cr_expect(right(x, y, N), "seed %d: wrong values", seed);
+    return st;
+}
+
+/* Runs the affine region on device 0 until told to stop. */
+typedef struct runner {
+    const char *url;
+    atomic_bool stop;
+    atomic_bool recovering; /* set by the test while device 1 recovers */
+    atomic_ulong ok, during, wrong, other;
+    tsr_status other_status;
+    char other_message[TSR_ERROR_MESSAGE_MAX];
+} runner;
+
+static void *runner_loop(void *arg)
+{
+    runner *rr = arg;
+    tsr_client *c = testd_connect(rr->url, NULL, 60000);
+    cr_assert_not_null(c);
+    tsr_region *r = fixture_affine(N);
+    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
+    cr_assert(x != NULL && y != NULL);
+    for (int round = 0; !atomic_load(&rr->stop); round++) {
+        fill(x, N, round);
+        const void *in[] = {x};
+        bool during = atomic_load(&rr->recovering);
+        int ran_on = -1;
+        tsr_error err;
+        tsr_status st = tsr_client_run_on(c, r, NULL, 0, in, y, NULL, &ran_on, 0, &err);
+        if (st == TSR_OK && ran_on == 0 && right(x, y, N)) {
+            atomic_fetch_add(&rr->ok, 1);
+            if (during && atomic_load(&rr->recovering))
+                atomic_fetch_add(&rr->during, 1);
+        } else if (st == TSR_OK) {
+            atomic_fetch_add(&rr->wrong, 1);
+        } else if (atomic_fetch_add(&rr->other, 1) == 0) {
+            rr->other_status = st;
+            snprintf(rr->other_message, sizeof rr->other_message, "%s", err.message);
+        }
+    }
+    free(x);
+    free(y);
+    tsr_client_region_free(r);
+    tsr_client_close(c);
+    return NULL;
+}
+
+/* A matmul long enough (a second or so on the host) to hold device 1 busy
+ * while its fault is noticed: the recovery waits for it. */
+typedef struct long_run {
+    tsr_client *c;
+    tsr_region *region;
+    float *a, *b, *out;
+    tsr_status status;
+    tsr_error err;
+} long_run;
+
+static void *long_run_go(void *arg)
+{
+    long_run *l = arg;
+    const void *inputs[2] = {l->a, l->b};
+    tsr_client_compile_opts opts = {.skip_verify = true};
+    l->status =
+        tsr_client_run_on(l->c, l->region, &opts, 1, inputs, l->out, NULL, NULL, 0, &l->err);
+    return NULL;
+}
+
+static void health_devices(tsr_client *c, tsr_client_device_health out[2])
+{
+    tsr_error err;
+    int n = 0;
+    cr_assert_eq(tsr_client_health_devices(c, out, 2, &n, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(out[0].index, 0);
+    cr_assert_eq(out[1].index, 1);
+}
+
+static double stats_value(tsr_client *c, const char *name)
+{
+    return fixture_counter(c, name);
+}
+
+/* The work_running gauge: jobs on the worker pool. */
+static void wait_work_running(tsr_client *c, double want)
+{
+    for (int i = 0; i < 5000; i++) {
+        if (stats_value(c, "work_running") == want)
+            return;
+        testd_sleep_ms(2);
+    }
+    cr_assert_fail("work_running never reached %g", want);
+}
+
+Test(device_recovery, a_fault_on_device_1_recovers_it_while_device_0_serves, .timeout = 180)
+{
+    testd d;
+    int port = free_port();
+    const char *const extra[] = {"--backend", "cpu", "--cpu-devices", "2", "--workers", "4", NULL};
+    cr_assert_eq(testd_start_config(&d, extra,
+                                    "{\"test_faults\": true, "
+                                    "\"metrics_listen\": \"http://127.0.0.1:%d\"}\n",
+                                    port),
+                 0, "tesserad did not start");
+    tsr_client *c = testd_connect(d.url, NULL, 60000);
+    tsr_client *faulter = testd_connect(d.url, NULL, 60000);
+    tsr_client *watch = testd_connect(d.url, NULL, 60000);
+    cr_assert(c != NULL && faulter != NULL && watch != NULL);
+    tsr_error err;
+    char body[512];
+
+    /* Before the fault: a kernel, and buffers on both devices that work. */
+    tsr_region *r = fixture_affine(N);
+    tsr_client_compiled k;
+    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    on_device dev0, dev1;
+    buffers_on(c, 0, &dev0);
+    buffers_on(c, 1, &dev1);
+    cr_assert_eq(launch_checked(c, k.kernel, &dev0, 1, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(launch_checked(c, k.kernel, &dev1, 2, &err), TSR_OK, "%s", err.message);
+    tsr_client_device_health h[2];
+    health_devices(watch, h);
+    cr_expect_eq(h[0].state, TSR_CLIENT_DEVICE_SERVING);
+    cr_expect_eq(h[1].state, TSR_CLIENT_DEVICE_SERVING);
+    cr_expect_eq(http_get(port, "/readyz", body, sizeof body), 200);
+    cr_expect_str_eq(body, "ready\n");
+
+    /* The long matmul, once to compile it, then again held running on
+     * device 1 (the only job on the pool). */
+    long_run l = {.c = testd_connect(d.url, NULL, 60000),
+                  .region = fixture_region_json("{\"kind\": \"matmul\", \"dtype\": \"f32\", "
+                                                "\"m\": 2048, \"n\": 1024, \"k\": 1024}"),
+                  .a = calloc(2048 * 1024, sizeof(float)),
+                  .b = calloc(1024 * 1024, sizeof(float)),
+                  .out = calloc(2048 * 1024, sizeof(float))};
+    cr_assert(l.c != NULL && l.a != NULL && l.b != NULL && l.out != NULL);
+    long_run_go(&l);
+    cr_assert_eq(l.status, TSR_OK, "%s", l.err.message);
+    pthread_t long_thread;
+    cr_assert_eq(pthread_create(&long_thread, NULL, long_run_go, &l), 0);
+    wait_work_running(watch, 1);
+    testd_sleep_ms(50);
+
+    runner rr = {.url = d.url};
+    atomic_store(&rr.recovering, true);
+    pthread_t run_thread;
+    cr_assert_eq(pthread_create(&run_thread, NULL, runner_loop, &rr), 0);
+
+    /* The fault on device 1. */
+    tsr_region *small = fixture_affine(4);
+    tsr_client_compile_opts fault = {.force = "test_fault", .skip_verify = true};
+    float x4[4] = {1, 2, 3, 4}, y4[4];
+    const void *in4[] = {x4};
+    int ran_on = -1;
+    tsr_status st = tsr_client_run_on(faulter, small, &fault, 1, in4, y4, NULL, &ran_on, 0, &err);
+    cr_assert_eq(st, TSR_DEVICE_LOST, "the faulting run answered %s: %s", tsr_status_name(st),
+                 err.message);
+
+    /* Device 1 recovers (it waits for the matmul): health names it, the node
+     * stays ready, and device 0 serves with exact results meanwhile. */
+    tsr_client_health nh;
+    cr_assert_eq(tsr_client_health_get(watch, &nh, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(nh.state, TSR_CLIENT_HEALTH_READY);
+    health_devices(watch, h);
+    cr_expect_eq(h[0].state, TSR_CLIENT_DEVICE_SERVING);
+    cr_expect_eq(h[1].state, TSR_CLIENT_DEVICE_RECOVERING);
+    cr_expect_eq(h[1].faults, 1);
+    cr_expect_eq(h[0].faults, 0);
+    cr_expect_eq(http_get(port, "/readyz", body, sizeof body), 200);
+    cr_expect_str_eq(body, "ready; device 1 recovering\n");
+    cr_expect_eq(http_get(port, "/healthz", body, sizeof body), 200);
+    cr_expect_str_eq(body, "alive\n");
+    cr_expect_eq(stats_value(watch, "device_state{device=\"1\"}"), 1.0);
+    cr_expect_eq(stats_value(watch, "device_state{device=\"0\"}"), 0.0);
+    cr_expect_eq(stats_value(watch, "recovering"), 0.0);
+    for (int i = 0; i < 3; i++)
+        cr_expect_eq(launch_checked(c, k.kernel, &dev0, 10 + i, &err), TSR_OK, "%s", err.message);
+    /* Placed work goes to the device that serves. */
+    cr_expect_eq(fixture_affine_run4(c, small, y4, 0, &err), TSR_OK, "%s", err.message);
+    health_devices(watch, h);
+    cr_expect_eq(h[1].state, TSR_CLIENT_DEVICE_RECOVERING,
+                 "device 0's work above ran while device 1 recovered");
+
+    /* The matmul that held device 1 ends with the device's fault. */
+    pthread_join(long_thread, NULL);
+    cr_expect_eq(l.status, TSR_DEVICE_LOST, "the matmul answered %s: %s", tsr_status_name(l.status),
+                 l.err.message);
+    cr_expect_str_eq(l.err.message, "cpu backend: device 1 faulted and is being recovered");
+    double t0 = testd_now_ms();
+    for (;;) {
+        health_devices(watch, h);
+        if (h[1].state == TSR_CLIENT_DEVICE_SERVING)
+            break;
+        cr_assert_eq(h[1].state, TSR_CLIENT_DEVICE_RECOVERING);
+        cr_assert_lt(testd_now_ms() - t0, 60000.0, "device 1 did not recover within 60 s");
+        testd_sleep_ms(1);
+    }
+    atomic_store(&rr.recovering, false);
+    cr_expect_eq(h[1].recoveries, 1);
+    cr_expect_eq(h[0].recoveries, 0);
+    cr_expect_eq(h[0].state, TSR_CLIENT_DEVICE_SERVING);
+    cr_expect_eq(http_get(port, "/readyz", body, sizeof body), 200);
+    cr_expect_str_eq(body, "ready\n");
+
+    /* Device 1's old buffers are gone and say so; device 0's are not. */
+    st = tsr_client_launch(c, k.kernel, &dev1.x, 1, dev1.y, NULL, 0, &err);
+    cr_expect_eq(st, TSR_DEVICE_LOST, "launch on device 1's old buffers: %s", tsr_status_name(st));
+    cr_expect_str_eq(err.message,
+                     "an input buffer's device memory was lost when device 1 was recovered "
+                     "after a fault");
+    st = tsr_client_buffer_read(c, dev1.y, 0, y4, sizeof y4, NULL, 0, &err);
+    cr_expect_eq(st, TSR_DEVICE_LOST, "read of device 1's old buffer: %s", tsr_status_name(st));
+    cr_expect_str_eq(err.message,
+                     "the buffer's device memory was lost when device 1 was recovered after a "
+                     "fault");
+    cr_expect_eq(launch_checked(c, k.kernel, &dev0, 20, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(tsr_client_buffer_free(c, dev1.x, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(tsr_client_buffer_free(c, dev1.y, 0, &err), TSR_OK, "%s", err.message);
+
+    /* Device 1 serves again: new buffers, the same kernel handle. */
+    on_device fresh;
+    buffers_on(c, 1, &fresh);
+    cr_expect_eq(launch_checked(c, k.kernel, &fresh, 30, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(tsr_client_run_on(c, small, NULL, 1, in4, y4, NULL, &ran_on, 0, &err), TSR_OK,
+                 "%s", err.message);
+    cr_expect_eq(ran_on, 1);
+    cr_expect(y4[0] == 3.0f && y4[1] == 5.0f && y4[2] == 7.0f && y4[3] == 9.0f);
+
+    /* Device 0's runner: right answers throughout, never DEVICE_LOST. */
+    double t_wait = testd_now_ms();
+    unsigned long before = atomic_load(&rr.ok);
+    while (atomic_load(&rr.ok) < before + 3 && testd_now_ms() - t_wait < 60000.0)
+        testd_sleep_ms(1);
+    atomic_store(&rr.stop, true);
+    pthread_join(run_thread, NULL);
+    cr_expect_eq(atomic_load(&rr.wrong), 0);
+    cr_expect_eq(atomic_load(&rr.other), 0, "device 0's run answered %s: %s",
+                 tsr_status_name(rr.other_status), rr.other_message);
+    cr_expect_geq(atomic_load(&rr.during), 1, "no run on device 0 ended while device 1 recovered");
+    cr_log_info("device 0: %lu runs right, %lu of them while device 1 recovered",
+                atomic_load(&rr.ok), atomic_load(&rr.during));
+
+    cr_expect_eq(stats_value(watch, "device_faults_total"), 1.0);
+    cr_expect_eq(stats_value(watch, "device_recoveries_total"), 1.0);
+    cr_expect_eq(stats_value(watch, "device_recoveries_per_device_total{device=\"1\"}"), 1.0);
+    cr_expect_eq(stats_value(watch, "device_recoveries_per_device_total{device=\"0\"}"), 0.0);
+    cr_expect_eq(stats_value(watch, "device_state{device=\"1\"}"), 0.0);
+    cr_expect_eq(stats_value(watch, "device_buffers_lost_total"), 2.0);
+
+    free(l.a);
+    free(l.b);
+    free(l.out);
+    tsr_client_region_free(l.region);
+    tsr_client_close(l.c);
+    tsr_client_region_free(small);
+    tsr_client_region_free(r);
+    tsr_client_close(faulter);
+    tsr_client_close(c);
+    fixture_stop(&d, watch);
+}
+
+/* A ring of one slot over y = f(x) on o. */
+static tsr_client_ring *ring_on(tsr_client *c, uint64_t kernel, on_device *o)
+{
+    tsr_client_launch_desc b = {.kernel = kernel, .n_inputs = 1, .inputs = &o->x, .output = o->y};
+    tsr_client_ring *ring = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_ring_open(c, &b, 1, 1, &ring, 0, &err), TSR_OK, "%s", err.message);
+    return ring;
+}
+
+/* Writes x (seed), launches the ring's one binding, reads y back. */
+static tsr_status ring_checked(tsr_client *c, tsr_client_ring *ring, on_device *o, int seed,
+                               tsr_error *err)
+{
+    float x[N], y[N];
+    fill(x, N, seed);
+    tsr_status st = tsr_client_buffer_write(c, o->x, 0, x, sizeof x, 0, err);
+    if (st == TSR_OK)
+        st = tsr_client_ring_launch(ring, 0, NULL, 10000, err);
+    if (st == TSR_OK)
+        st = tsr_client_buffer_read(c, o->y, 0, y, sizeof y, NULL, 0, err);
+    if (st == TSR_OK)
+        cr_expect(right(x, y, N), "seed %d: wrong values", seed);
+    return st;
+}
+
+/* Rings serve device 0 only (ring_open refuses other devices' buffers): a
+ * fault on device 1 leaves them serving. */
+Test(device_recovery, a_fault_on_device_1_leaves_device_0s_rings_serving, .timeout = 120)
+{
+    testd d;
+    const char *const extra[] = {"--backend", "cpu", "--cpu-devices", "2", NULL};
+    cr_assert_eq(testd_start_config(&d, extra, "{\"test_faults\": true}\n"), 0,
+                 "tesserad did not start");
+    tsr_client *c = testd_connect(d.url, NULL, 60000);
+    tsr_client *faulter = testd_connect(d.url, NULL, 60000);
+    cr_assert(c != NULL && faulter != NULL);
+    tsr_error err;
+    tsr_region *r = fixture_affine(N);
+    tsr_client_compiled k;
+    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    on_device dev0;
+    buffers_on(c, 0, &dev0);
+    tsr_client_ring *ring0 = ring_on(c, k.kernel, &dev0);
+    cr_assert_eq(ring_checked(c, ring0, &dev0, 1, &err), TSR_OK, "%s", err.message);
+
+    tsr_region *small = fixture_affine(4);
+    tsr_client_compile_opts fault = {.force = "test_fault", .skip_verify = true};
+    float x4[4] = {1, 2, 3, 4}, y4[4];
+    const void *in4[] = {x4};
+    cr_assert_eq(tsr_client_run_on(faulter, small, &fault, 1, in4, y4, NULL, NULL, 0, &err),
+                 TSR_DEVICE_LOST, "%s", err.message);
+    cr_expect_str_eq(err.message,
+                     "cpu backend: test_fault faulted the device (simulated illegal address)");
+    tsr_client_device_health h[2];
+    for (int i = 0;; i++) {
+        health_devices(c, h);
+        if (h[1].recoveries == 1 && h[1].state == TSR_CLIENT_DEVICE_SERVING)
+            break;
+        cr_assert_lt(i, 30000, "device 1 did not recover");
+        testd_sleep_ms(1);
+    }
+
+    for (int i = 0; i < 3; i++)
+        cr_expect_eq(ring_checked(c, ring0, &dev0, 10 + i, &err), TSR_OK, "%s", err.message);
+    uint64_t served = 0;
+    cr_expect_eq(tsr_client_ring_close(ring0, &served, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(served, 4);
+    cr_expect_eq(stats_value(c, "rings"), 0.0);
+    cr_expect_eq(stats_value(c, "device_recoveries_total"), 1.0);
+    cr_expect_eq(stats_value(c, "device_buffers_lost_total"), 0.0, "device 1 held no buffer");
+
+    tsr_client_region_free(small);
+    tsr_client_region_free(r);
+    tsr_client_close(faulter);
+    fixture_stop(&d, c);
+}

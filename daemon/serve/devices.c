@@ -153,10 +153,8 @@ void tsrd_job_release_device(tsrd_job *job)
     job->on_device = false;
 }
 
-/* Loads k on device from the kernel cache, compiling it again when the cache
- * has dropped it (as a recovery reloads). */
-static tsr_status devices_load(tsrd_daemon *d, const tsrd_kernel *k, int device, tsrd_kobj **out,
-                               tsr_error *err)
+tsr_status tsrd_kernel_load_from_cache(tsrd_daemon *d, const tsrd_kernel *k, int device,
+                                       tsrd_kobj **out, tsr_error *err)
 {
     const tsr_candidate *c = tsr_arbiter_find(d->arbiter, k->region.kind, k->candidate);
     if (c == NULL)
@@ -192,7 +190,7 @@ tsr_status tsrd_kernel_kobj(tsrd_daemon *d, tsrd_kernel *k, int device, tsrd_kob
         return TSR_OK;
     }
     tsrd_kobj *made = NULL;
-    tsr_status st = devices_load(d, k, device, &made, err);
+    tsr_status st = tsrd_kernel_load_from_cache(d, k, device, &made, err);
     if (st != TSR_OK)
         return tsr_error_prefix(err, "loading the kernel on device %d", device);
     /* Two launches may load it at once: the first stored stays. */

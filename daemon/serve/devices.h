@@ -52,6 +52,12 @@ void tsrd_job_set_device(tsrd_job *job, int device);
 /* Drops the job's count from its device's queue depth (dispatch, at the end). */
 void tsrd_job_release_device(tsrd_job *job);
 
+/* Loads k on device from the kernel cache, compiling it again when the cache
+ * has dropped it (a first use on another device, a recovery's reload); *out
+ * is the backend's new kernel object. Worker thread. */
+tsr_status tsrd_kernel_load_from_cache(tsrd_daemon *d, const tsrd_kernel *k, int device,
+                                       tsrd_kobj **out, tsr_error *err);
+
 /* The kernel loaded on device: the one compile loaded for device 0, else
  * loaded here on first use, from the kernel cache (compiled again when the
  * cache dropped it) and kept with the kernel. Worker thread; thread-safe. */

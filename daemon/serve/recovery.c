@@ -98,29 +98,10 @@ static void recovery_pin_kernel(void *obj, void *arg)
     r->kernels[r->n_kernels++] = (recovery_kernel){.kernel = k};
 }
 
-/* Loads one kernel in the new context from the kernel cache, compiling it
- * again when the cache has dropped it. */
+/* Loads one kernel in device 0's new context (tsrd_kernel_load_from_cache). */
 static tsr_status recovery_reload(tsrd_daemon *d, recovery_kernel *rk, tsr_error *err)
 {
-    const tsrd_kernel *k = rk->kernel;
-    const tsr_candidate *c = tsr_arbiter_find(d->arbiter, k->region.kind, k->candidate);
-    if (c == NULL)
-        return tsr_error_set(err, TSR_INTERNAL, "candidate %s is not registered", k->candidate);
-    const tsr_kcache_blob *blob = NULL;
-    tsr_kcache_level level;
-    tsr_status st = tsr_kcache_lookup(d->kcache, &k->key, &blob, &level, err);
-    if (st == TSR_OK) {
-        st = d->bops->load(d->backend, 0, &k->region, c, blob->data, blob->len, &rk->kobj, err);
-        tsr_kcache_blob_release(blob);
-        return st;
-    }
-    uint8_t *bin = NULL;
-    size_t len = 0;
-    st = d->bops->compile(d->backend, &k->region, c, d->devices[0].arch, &bin, &len, err);
-    if (st == TSR_OK)
-        st = d->bops->load(d->backend, 0, &k->region, c, bin, len, &rk->kobj, err);
-    free(bin);
-    return st;
+    return tsrd_kernel_load_from_cache(d, rk->kernel, 0, &rk->kobj, err);
 }
 
 static void recovery_rebuild(uv_work_t *w)

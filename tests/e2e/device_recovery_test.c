@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "../support/fixture.h"
+#include "../support/recovery.h"
 #include "../support/testd.h"
 
 #define N 1024
@@ -65,21 +66,6 @@ static int http_get(int port, const char *path, char *body, size_t size)
     return status;
 }
 
-static void fill(float *x, int n, int seed)
-{
-    for (int i = 0; i < n; i++)
-        x[i] = (float)((i * 7 + seed * 13) % 2001 - 1000) * 0.125f;
-}
-
-/* Exact: 2x + 1 of these values is representable in f32. */
-static bool right(const float *x, const float *y, int n)
-{
-    for (int i = 0; i < n; i++)
-        if (y[i] != 2.0f * x[i] + 1.0f)
-            return false;
-    return true;
-}
-
 /* A kernel and two buffers on device, written, launched and checked. */
 typedef struct on_device {
     tsr_buffer x, y;
@@ -107,14 +93,14 @@ static tsr_status launch_checked(tsr_client *c, uint64_t kernel, on_device *o, i
                                  tsr_error *err)
 {
     float x[N], y[N];
-    fill(x, N, seed);
+    recovery_fill(x, N, seed);
     tsr_status st = tsr_client_buffer_write(c, o->x, 0, x, sizeof x, 0, err);
     if (st == TSR_OK)
         st = tsr_client_launch(c, kernel, &o->x, 1, o->y, NULL, 0, err);
     if (st == TSR_OK)
         st = tsr_client_buffer_read(c, o->y, 0, y, sizeof y, NULL, 0, err);
     if (st == TSR_OK)
-        cr_expect(right(x, y, N), "seed %d: wrong values", seed);
+        cr_expect(recovery_right(x, y, N), "seed %d: wrong values", seed);
     return st;
 }
 
@@ -137,13 +123,13 @@ static void *runner_loop(void *arg)
     float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
     cr_assert(x != NULL && y != NULL);
     for (int round = 0; !atomic_load(&rr->stop); round++) {
-        fill(x, N, round);
+        recovery_fill(x, N, round);
         const void *in[] = {x};
         bool during = atomic_load(&rr->recovering);
         int ran_on = -1;
         tsr_error err;
         tsr_status st = tsr_client_run_on(c, r, NULL, 0, in, y, NULL, &ran_on, 0, &err);
-        if (st == TSR_OK && ran_on == 0 && right(x, y, N)) {
+        if (st == TSR_OK && ran_on == 0 && recovery_right(x, y, N)) {
             atomic_fetch_add(&rr->ok, 1);
             if (during && atomic_load(&rr->recovering))
                 atomic_fetch_add(&rr->during, 1);
@@ -389,14 +375,14 @@ static tsr_status ring_checked(tsr_client *c, tsr_client_ring *ring, on_device *
                                tsr_error *err)
 {
     float x[N], y[N];
-    fill(x, N, seed);
+    recovery_fill(x, N, seed);
     tsr_status st = tsr_client_buffer_write(c, o->x, 0, x, sizeof x, 0, err);
     if (st == TSR_OK)
         st = tsr_client_ring_launch(ring, 0, NULL, 10000, err);
     if (st == TSR_OK)
         st = tsr_client_buffer_read(c, o->y, 0, y, sizeof y, NULL, 0, err);
     if (st == TSR_OK)
-        cr_expect(right(x, y, N), "seed %d: wrong values", seed);
+        cr_expect(recovery_right(x, y, N), "seed %d: wrong values", seed);
     return st;
 }
 

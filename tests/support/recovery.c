@@ -20,14 +20,13 @@
 #define RECOVERY_TIMEOUT_MS 120000
 #define RECOVERY_MAX_N (1 << 20)
 
-static void recovery_fill(float *x, int n, int seed)
+void recovery_fill(float *x, int n, int seed)
 {
     for (int i = 0; i < n; i++)
         x[i] = (float)((i * 7 + seed * 13) % 2001 - 1000) * 0.125f;
 }
 
-/* Exact: 2x + 1 of these values is representable in f32. */
-static bool recovery_right(const float *x, const float *y, int n)
+bool recovery_right(const float *x, const float *y, int n)
 {
     for (int i = 0; i < n; i++)
         if (y[i] != 2.0f * x[i] + 1.0f)

@@ -24,6 +24,14 @@ typedef struct recovery_figures {
     uint64_t bob_runs_after;   /* right answers after the recovery */
 } recovery_figures;
 
+#include <stdbool.h>
+
+/* The scenario's inputs: n values of a pattern chosen by seed, each x with
+ * 2x + 1 exactly representable in f32. */
+void recovery_fill(float *x, int n, int seed);
+/* Whether y is 2x + 1 for every one of the n values, exactly. */
+bool recovery_right(const float *x, const float *y, int n);
+
 /* Runs the scenario on backend ("cpu" or "cuda"); n is the element count of
  * the regions. Fills *out. */
 void recovery_scenario(const char *backend, int n, recovery_figures *out);

@@ -63,6 +63,18 @@ tsr_status unit_config_parse(tsrd_config *c, const char *text, tsr_error *err)
     return tsrd_config_parse_json(c, text, strlen(text), err);
 }
 
+void unit_config_expect_refused(const unit_config_refusal *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        tsrd_config c;
+        tsr_error err;
+        cr_expect_eq(unit_config_parse(&c, cases[i].text, &err), TSR_BAD_ATTRIBUTE, "%s",
+                     cases[i].text);
+        cr_expect_str_eq(err.message, cases[i].message);
+        tsrd_config_free(&c);
+    }
+}
+
 void unit_load_example(const char *path, tsr_dtype dtype, tsr_region *r)
 {
     tsr_error e;

@@ -48,6 +48,15 @@ void unit_suite_stop(void);
  * status, with *err set on a failure. Free *c with tsrd_config_free either way. */
 tsr_status unit_config_parse(tsrd_config *c, const char *text, tsr_error *err);
 
+/* A config text and the exact message its refusal must give. */
+typedef struct unit_config_refusal {
+    const char *text, *message;
+} unit_config_refusal;
+
+/* Expects each of the n texts to be refused with BAD_ATTRIBUTE and exactly its
+ * message. */
+void unit_config_expect_refused(const unit_config_refusal *cases, size_t n);
+
 /* The region in the JSON file path, set to dtype (inputs and output) and
  * validated. */
 void unit_load_example(const char *path, tsr_dtype dtype, tsr_region *r);

@@ -178,9 +178,7 @@ Test(devices, config_reads_cpu_devices_and_tenant_device_sets)
 
 Test(devices, config_refuses_bad_device_settings)
 {
-    static const struct {
-        const char *text, *message;
-    } cases[] = {
+    static const unit_config_refusal cases[] = {
         {"{\"cpu_devices\": 0}", "cpu_devices: must be an integer in [1, 16], got 0"},
         {"{\"cpu_devices\": 17}", "cpu_devices: must be an integer in [1, 16], got 17"},
         {"{\"tenants\": [{\"name\": \"p\", \"uids\": [7], \"devices\": []}]}",
@@ -190,14 +188,7 @@ Test(devices, config_refuses_bad_device_settings)
         {"{\"tenants\": [{\"name\": \"p\", \"uids\": [7], \"devices\": [16]}]}",
          "tenants[0]: devices: must be an integer in [0, 15], got 16"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        tsrd_config c;
-        tsr_error err;
-        cr_expect_eq(unit_config_parse(&c, cases[i].text, &err), TSR_BAD_ATTRIBUTE, "%s",
-                     cases[i].text);
-        cr_expect_str_eq(err.message, cases[i].message);
-        tsrd_config_free(&c);
-    }
+    unit_config_expect_refused(cases, sizeof cases / sizeof cases[0]);
 }
 
 Test(devices, cpu_devices_flag)

@@ -55,9 +55,7 @@ Test(tenant, config_reads_identities_and_quotas)
 
 Test(tenant, config_errors_name_the_tenant_and_key)
 {
-    static const struct {
-        const char *text, *message;
-    } cases[] = {
+    static const unit_config_refusal cases[] = {
         {"{\"tenants\": [{\"name\": \"a\"}]}",
          "tenants[0]: tenant 'a' has no identity (token_sha256, uids or gids)"},
         {"{\"tenants\": [{\"uids\": [1]}]}", "tenants[0]: name: missing"},
@@ -75,14 +73,7 @@ Test(tenant, config_errors_name_the_tenant_and_key)
         {"{\"ipc_mode\": \"0066\"}",
          "ipc_mode: '0066' is not an octal file mode that lets the owner read and write"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        tsrd_config c;
-        tsr_error err;
-        cr_expect_eq(unit_config_parse(&c, cases[i].text, &err), TSR_BAD_ATTRIBUTE, "%s",
-                     cases[i].text);
-        cr_expect_str_eq(err.message, cases[i].message);
-        tsrd_config_free(&c);
-    }
+    unit_config_expect_refused(cases, sizeof cases / sizeof cases[0]);
 }
 
 Test(tenant, shm_uid_is_read_and_checked)
@@ -99,9 +90,7 @@ Test(tenant, shm_uid_is_read_and_checked)
     cr_expect_eq(c.tenants[0].shm_uid, 1000);
     cr_expect_not(c.tenants[1].has_shm_uid, "no grant unless given");
     tsrd_config_free(&c);
-    static const struct {
-        const char *text, *message;
-    } cases[] = {
+    static const unit_config_refusal cases[] = {
         {"{\"tenants\": [{\"name\": \"a\", \"uids\": [1], \"shm_uid\": 1}]}",
          "tenants[0]: shm_uid: tenant 'a' has no token_sha256, and only a token identifies a "
          "tenant on a connection without peer credentials"},
@@ -115,12 +104,7 @@ Test(tenant, shm_uid_is_read_and_checked)
          "\"], \"shm_uid\": \"root\"}]}",
          "tenants[0]: shm_uid: must be a number"},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        cr_expect_eq(unit_config_parse(&c, cases[i].text, &err), TSR_BAD_ATTRIBUTE, "%s",
-                     cases[i].text);
-        cr_expect_str_eq(err.message, cases[i].message);
-        tsrd_config_free(&c);
-    }
+    unit_config_expect_refused(cases, sizeof cases / sizeof cases[0]);
 }
 
 static void tenant_daemon(tsrd_daemon *d, tsrd_config *c, const char *text)

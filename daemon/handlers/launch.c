@@ -482,7 +482,7 @@ static tsr_status run_execute(tsrd_job *job)
 }
 
 const tsrd_handler tsrd_handler_run = {
-    .flags = TSRD_HEAVY | TSRD_STREAM,
+    .flags = TSRD_HEAVY | TSRD_STREAM | TSRD_COMPILES,
     .prepare = run_prepare,
     .execute = run_execute,
     .complete = launch_unpin_complete,

@@ -223,6 +223,18 @@ static bool dispatch_hold(tsrd_job *job)
     return true;
 }
 
+/* Counts job in (delta 1) or out of (-1) the pool's running work: the total,
+ * its device's, and device 0's borrowers (state.h). */
+static void dispatch_count(tsrd_daemon *d, const tsrd_job *job, int delta)
+{
+    d->work_running += delta;
+    if (!job->on_device)
+        return;
+    d->device_running[job->device] += delta;
+    if (job->device != 0 && (job->handler->flags & TSRD_COMPILES))
+        d->device0_borrowers += delta;
+}
+
 static void dispatch_after_work(uv_work_t *w, int uv_status)
 {
     tsrd_job *job = w->data;
@@ -231,9 +243,7 @@ static void dispatch_after_work(uv_work_t *w, int uv_status)
     if (uv_status == UV_ECANCELED)
         st = tsr_error_set(&job->err, TSR_CANCELLED, "%s: cancelled",
                            tsrd_body_name(job->body_case));
-    d->work_running--;
-    if (job->on_device)
-        d->device_running[job->device]--;
+    dispatch_count(d, job, -1);
     if (job->again && uv_status != UV_ECANCELED && st == TSR_OK) {
         /* A slice of a long job: behind the other tenants' work it goes, and
          * the session's stream stays its own until it completes. */
@@ -257,8 +267,11 @@ static void dispatch_after_work(uv_work_t *w, int uv_status)
 static bool dispatch_has_room(const tsrd_daemon *d, const tsrd_job *job, int slots)
 {
     /* A recovering device takes no work until it serves again; jobs bound to
-     * no device may load on device 0 and wait for it too. */
+     * no device, and those that compile first (TSRD_COMPILES), may load on
+     * device 0 and wait for it too. */
     if (d->devrec[job->on_device ? job->device : 0].state == TSRD_DEVICE_RECOVERING)
+        return false;
+    if ((job->handler->flags & TSRD_COMPILES) && d->devrec[0].state == TSRD_DEVICE_RECOVERING)
         return false;
     if (!job->on_device || d->n_devices <= 1)
         return true;
@@ -310,9 +323,7 @@ void tsrd_dispatch_pump(tsrd_daemon *d)
     int slots = d->work_slots > 0 ? d->work_slots : 4;
     tsrd_job *job;
     while (d->work_running < slots && (job = dispatch_next_job(d, slots)) != NULL) {
-        d->work_running++;
-        if (job->on_device)
-            d->device_running[job->device]++;
+        dispatch_count(d, job, 1);
         job->work.data = job;
         job->err.code = TSR_OK;
         int rc = uv_queue_work(d->loop, &job->work, dispatch_work, dispatch_after_work);
@@ -388,9 +399,7 @@ static void dispatch_inline(tsrd_job *job)
     tsrd_daemon *d = job->d;
     d->metrics.inline_jobs++;
     job->session->stream_busy[dispatch_device(job)] = true;
-    d->work_running++;
-    if (job->on_device)
-        d->device_running[job->device]++;
+    dispatch_count(d, job, 1);
     job->work.data = job;
     job->err.code = TSR_OK;
     dispatch_work(&job->work);

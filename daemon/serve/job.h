@@ -30,6 +30,10 @@
 enum tsrd_handler_flags {
     TSRD_HEAVY = 1u << 0,  /* execute runs on the worker pool */
     TSRD_STREAM = 1u << 1, /* ... in order on the session's stream */
+    /* execute may compile and check its region on device 0 before its own
+     * device's work (run): it waits while device 0 recovers, and device 0's
+     * rebuild waits for it, whatever device the job is bound to. */
+    TSRD_COMPILES = 1u << 2,
 };
 
 typedef struct tsrd_handler {

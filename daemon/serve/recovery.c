@@ -377,15 +377,16 @@ static bool recovery_per_device(const tsrd_daemon *d)
 
 static void recovery_poll_devices(tsrd_daemon *d)
 {
-    /* Jobs bound to no device may use device 0's kernel objects: its rebuild
-     * waits for them too. */
+    /* Jobs bound to no device, and runs on other devices (which compile on
+     * device 0 first), may use device 0's kernel objects: its rebuild waits
+     * for them too. */
     int unbound = d->work_running;
     for (int i = 0; i < d->n_devices; i++)
         unbound -= d->device_running[i];
     for (int i = 0; i < d->n_devices; i++) {
         tsrd_devrec *dr = &d->devrec[i];
         bool lost = dr->state == TSRD_DEVICE_SERVING && d->bops->device_lost(d->backend, i);
-        int running = d->device_running[i] + (i == 0 ? unbound : 0);
+        int running = d->device_running[i] + (i == 0 ? unbound + d->device0_borrowers : 0);
         unsigned step = tsrd_devrec_poll(dr, lost, running, uv_hrtime());
         if (step & TSRD_DEVREC_FAULT) {
             d->device_faults++;

@@ -267,6 +267,9 @@ struct tsrd_daemon {
     /* Of work_running, the jobs bound to each device: with several devices
      * each holds at most its share of the slots (dispatch.c). */
     int device_running[TSRD_MAX_DEVICES];
+    /* Of those, the jobs bound to another device that may also use device 0
+     * (TSRD_COMPILES): device 0's rebuild waits for them. */
+    int device0_borrowers;
     /* Health: the backend is rebuilding its device context (recovery.c). While
      * work_paused the dispatch pump hands out no heavy work. */
     bool recovering;

@@ -153,6 +153,7 @@ typedef struct long_run {
     tsr_client *c;
     tsr_region *region;
     float *a, *b, *out;
+    int device; /* where it runs */
     tsr_status status;
     tsr_error err;
 } long_run;
@@ -162,8 +163,8 @@ static void *long_run_go(void *arg)
     long_run *l = arg;
     const void *inputs[2] = {l->a, l->b};
     tsr_client_compile_opts opts = {.skip_verify = true};
-    l->status =
-        tsr_client_run_on(l->c, l->region, &opts, 1, inputs, l->out, NULL, NULL, 0, &l->err);
+    l->status = tsr_client_run_on(l->c, l->region, &opts, l->device, inputs, l->out, NULL, NULL, 0,
+                                  &l->err);
     return NULL;
 }
 
@@ -233,7 +234,8 @@ Test(device_recovery, a_fault_on_device_1_recovers_it_while_device_0_serves, .ti
                                                 "\"m\": 2048, \"n\": 1024, \"k\": 1024}"),
                   .a = calloc(2048 * 1024, sizeof(float)),
                   .b = calloc(1024 * 1024, sizeof(float)),
-                  .out = calloc(2048 * 1024, sizeof(float))};
+                  .out = calloc(2048 * 1024, sizeof(float)),
+                  .device = 1};
     cr_assert(l.c != NULL && l.a != NULL && l.b != NULL && l.out != NULL);
     long_run_go(&l);
     cr_assert_eq(l.status, TSR_OK, "%s", l.err.message);
@@ -347,6 +349,85 @@ Test(device_recovery, a_fault_on_device_1_recovers_it_while_device_0_serves, .ti
     cr_expect_eq(stats_value(watch, "device_recoveries_per_device_total{device=\"0\"}"), 0.0);
     cr_expect_eq(stats_value(watch, "device_state{device=\"1\"}"), 0.0);
     cr_expect_eq(stats_value(watch, "device_buffers_lost_total"), 2.0);
+
+    free(l.a);
+    free(l.b);
+    free(l.out);
+    tsr_client_region_free(l.region);
+    tsr_client_close(l.c);
+    tsr_client_region_free(small);
+    tsr_client_region_free(r);
+    tsr_client_close(faulter);
+    tsr_client_close(c);
+    fixture_stop(&d, watch);
+}
+
+/* A run compiles (and checks) on device 0 before its own device's launch, so
+ * while device 0 recovers a run on device 1 waits for it and then succeeds;
+ * a launch on device 1 of a kernel already there does not wait. */
+Test(device_recovery, a_run_on_device_1_waits_out_device_0s_recovery, .timeout = 180)
+{
+    testd d;
+    const char *const extra[] = {"--backend", "cpu", "--cpu-devices", "2", "--workers", "4", NULL};
+    cr_assert_eq(testd_start_config(&d, extra, "{\"test_faults\": true}\n"), 0,
+                 "tesserad did not start");
+    tsr_client *c = testd_connect(d.url, NULL, 60000);
+    tsr_client *faulter = testd_connect(d.url, NULL, 60000);
+    tsr_client *watch = testd_connect(d.url, NULL, 60000);
+    cr_assert(c != NULL && faulter != NULL && watch != NULL);
+    tsr_error err;
+    tsr_region *r = fixture_affine(N);
+    tsr_client_compiled k;
+    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    on_device dev1;
+    buffers_on(c, 1, &dev1);
+    cr_assert_eq(launch_checked(c, k.kernel, &dev1, 1, &err), TSR_OK, "%s", err.message);
+    tsr_region *small = fixture_affine(4);
+    float x4[4] = {1, 2, 3, 4}, y4[4];
+    const void *in4[] = {x4};
+    int ran_on = -1;
+    cr_assert_eq(tsr_client_run_on(c, small, NULL, 1, in4, y4, NULL, &ran_on, 0, &err), TSR_OK,
+                 "%s", err.message);
+
+    /* The long matmul holds device 0 while its fault is noticed. */
+    long_run l = {.c = testd_connect(d.url, NULL, 60000),
+                  .region = fixture_region_json("{\"kind\": \"matmul\", \"dtype\": \"f32\", "
+                                                "\"m\": 2048, \"n\": 1024, \"k\": 1024}"),
+                  .a = calloc(2048 * 1024, sizeof(float)),
+                  .b = calloc(1024 * 1024, sizeof(float)),
+                  .out = calloc(2048 * 1024, sizeof(float)),
+                  .device = 0};
+    cr_assert(l.c != NULL && l.a != NULL && l.b != NULL && l.out != NULL);
+    long_run_go(&l);
+    cr_assert_eq(l.status, TSR_OK, "%s", l.err.message);
+    pthread_t long_thread;
+    cr_assert_eq(pthread_create(&long_thread, NULL, long_run_go, &l), 0);
+    wait_work_running(watch, 1);
+    testd_sleep_ms(50);
+    tsr_client_compile_opts fault = {.force = "test_fault", .skip_verify = true};
+    cr_assert_eq(tsr_client_run_on(faulter, small, &fault, 0, in4, y4, NULL, NULL, 0, &err),
+                 TSR_DEVICE_LOST, "%s", err.message);
+    tsr_client_device_health h[2];
+    health_devices(watch, h);
+    cr_assert_eq(h[0].state, TSR_CLIENT_DEVICE_RECOVERING);
+
+    /* Device 1's own kernel and buffers serve while device 0 recovers. */
+    cr_expect_eq(launch_checked(c, k.kernel, &dev1, 2, &err), TSR_OK, "%s", err.message);
+    health_devices(watch, h);
+    cr_expect_eq(h[0].state, TSR_CLIENT_DEVICE_RECOVERING,
+                 "the launch above ran while device 0 recovered");
+    /* A run on device 1 compiles on device 0: it waits, then succeeds. */
+    float x5[4] = {-2, 0.5f, 8, 100};
+    const void *in5[] = {x5};
+    ran_on = -1;
+    cr_expect_eq(tsr_client_run_on(c, small, NULL, 1, in5, y4, NULL, &ran_on, 0, &err), TSR_OK,
+                 "a run on device 1 during device 0's recovery: %s", err.message);
+    cr_expect_eq(ran_on, 1);
+    cr_expect(y4[0] == -3.0f && y4[1] == 2.0f && y4[2] == 17.0f && y4[3] == 201.0f);
+    health_devices(watch, h);
+    cr_expect_eq(h[0].state, TSR_CLIENT_DEVICE_SERVING, "the run answered before device 0 served");
+    pthread_join(long_thread, NULL);
+    cr_expect_eq(l.status, TSR_DEVICE_LOST, "the matmul answered %s", tsr_status_name(l.status));
 
     free(l.a);
     free(l.b);

@@ -26,9 +26,15 @@
  * significant bits, so its exp and sigmoid use the hardware's ex2.approx and
  * rcp.approx (about 2 ulp of f32, some 1e-6 relative): three to four times fewer
  * instructions, which is what keeps a 16-bit silu or sigmoid lane at memory speed.
- * The approximate forms keep every NaN and infinity where the exact ones put them:
- * exp takes them only for |x| <= 80 (no overflow, no subnormal result), and
- * sigmoid's exponent is -|x| <= 0, so its quotient has a denominator in [1, 2].
+ * Where they are taken they make no NaN or infinity of their own: exp takes them
+ * only for |x| <= 10 (far from f32's overflow and subnormals, and below f16's
+ * overflow at x = 11.09, where an error of a few ulps could round a result to
+ * inf that the exact form keeps at 65504), and sigmoid's exponent is -|x| <= 0,
+ * so its quotient has a denominator in [1, 2]. One band is left: for x below
+ * about -87 sigmoid's exp(x) is subnormal, and near -104 the approximation may
+ * give 0 where the exact form gives the least subnormal, which an inf multiplied
+ * by it would turn into NaN; the oracle's exact NaN check refuses a kernel that
+ * meets it, so it costs a fallback, never a wrong answer.
  */
 #include "tessera/ops.h"
 
@@ -238,7 +244,7 @@ static const char ops_cuda_prelude[] =
     "__device__ __forceinline__ float tsr_exp2_approx(float a)\n"
     "{ float y; asm(\"ex2.approx.f32 %0, %1;\" : \"=f\"(y) : \"f\"(a)); return y; }\n"
     "__device__ __forceinline__ float tsr_exp(float a)\n"
-    "{ return fabsf(a) <= 80.0f ? tsr_exp2_approx(a * 1.4426950408889634f) : expf(a); }\n"
+    "{ return fabsf(a) <= 10.0f ? tsr_exp2_approx(a * 1.4426950408889634f) : expf(a); }\n"
     "__device__ __forceinline__ float tsr_exp_nonpositive(float a)\n"
     "{ return tsr_exp2_approx(a * 1.4426950408889634f); }\n"
     "__device__ __forceinline__ float tsr_div_1_2(float n, float d)\n"

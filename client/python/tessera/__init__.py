@@ -884,6 +884,27 @@ class Client:
                  "queue_depth": d.queue_depth}
                 for d in rows[:min(n.value, _lib.MAX_DEVICES)]]
 
+    def health(self) -> Dict[str, Any]:
+        """The daemon's health (needs no token), as a dict: state ("ready",
+        "recovering", "draining" or "unknown"), uptime_ms, sessions,
+        recoveries, and devices: per device its index, state ("serving",
+        "recovering", "lost" or "unknown"), recoveries and faults. The node stays
+        "ready" while one device serves; a device that does not is in devices."""
+        h = _lib.Health()
+        err = _lib.Error()
+        _check(lib.tsr_client_health_get(self._c, byref(h), self.timeout_ms, byref(err)), err)
+        rows = (_lib.DeviceHealth * _lib.MAX_DEVICES)()
+        n = ctypes.c_int()
+        _check(lib.tsr_client_health_devices(self._c, rows, _lib.MAX_DEVICES, byref(n),
+                                             self.timeout_ms, byref(err)), err)
+        states = {1: "ready", 2: "recovering", 3: "draining"}
+        device_states = {1: "serving", 2: "recovering", 3: "lost"}
+        return {"state": states.get(h.state, "unknown"), "uptime_ms": h.uptime_ms,
+                "sessions": h.sessions, "recoveries": h.recoveries,
+                "devices": [{"index": d.index, "state": device_states.get(d.state, "unknown"),
+                             "recoveries": d.recoveries, "faults": d.faults}
+                            for d in rows[:min(n.value, _lib.MAX_DEVICES)]]}
+
     def compile(self, region: RegionLike, *, arch: Optional[str] = None,
                 force: Optional[str] = None, policy: str = "tier", skip_verify: bool = False,
                 no_reference: bool = False) -> Compiled:

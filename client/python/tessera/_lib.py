@@ -60,6 +60,16 @@ class DeviceLoad(Structure):
                 ("memory_used_bytes", c_uint64), ("buffers", c_uint32), ("queue_depth", c_uint32)]
 
 
+class Health(Structure):
+    _fields_ = [("state", c_int), ("uptime_ms", c_uint64), ("sessions", c_uint32),
+                ("recoveries", c_uint64)]
+
+
+class DeviceHealth(Structure):
+    _fields_ = [("index", c_int), ("state", c_int), ("recoveries", c_uint64),
+                ("faults", c_uint64)]
+
+
 class Info(Structure):
     _fields_ = [("daemon_version", c_char * NAME_MAX), ("protocol_version", c_uint32),
                 ("backend", c_char * NAME_MAX), ("n_devices", c_int),
@@ -229,6 +239,9 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
                                                POINTER(c_uint64), POINTER(c_uint64),
                                                POINTER(c_int), c_int, E]),
         "tsr_client_devices": (c_int, [P, POINTER(DeviceLoad), c_int, POINTER(c_int), c_int, E]),
+        "tsr_client_health_get": (c_int, [P, POINTER(Health), c_int, E]),
+        "tsr_client_health_devices": (c_int, [P, POINTER(DeviceHealth), c_int, POINTER(c_int),
+                                              c_int, E]),
         "tsr_client_run_on": (c_int, [P, P, POINTER(CompileOpts), c_int, POINTER(c_void_p),
                                       c_void_p, POINTER(Decision), POINTER(c_int), c_int, E]),
         "tsr_client_buffer_write": (c_int, [P, c_uint64, c_uint64, c_void_p, c_size_t, c_int, E]),

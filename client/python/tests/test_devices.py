@@ -65,3 +65,12 @@ def test_run_on_a_device(client):
     with pytest.raises(tessera.TesseraError) as e:
         client.run(AFFINE, [x], device=5)
     assert e.value.code == tessera.Status.NOT_FOUND
+
+
+def test_health_lists_every_device(client):
+    h = client.health()
+    assert h["state"] == "ready"
+    assert h["recoveries"] == 0
+    assert h["sessions"] >= 1
+    assert h["devices"] == [{"index": i, "state": "serving", "recoveries": 0, "faults": 0}
+                            for i in range(3)]

@@ -168,6 +168,15 @@ static void *long_run_go(void *arg)
     return NULL;
 }
 
+static void long_run_free(long_run *l)
+{
+    free(l->a);
+    free(l->b);
+    free(l->out);
+    tsr_client_region_free(l->region);
+    tsr_client_close(l->c);
+}
+
 static void health_devices(tsr_client *c, tsr_client_device_health out[2])
 {
     tsr_error err;
@@ -192,6 +201,27 @@ static void wait_work_running(tsr_client *c, double want)
         testd_sleep_ms(2);
     }
     cr_assert_fail("work_running never reached %g", want);
+}
+
+/* The long matmul on device, run once to compile it, then started again on a
+ * thread of its own and held running (the only job on the pool) when this
+ * returns. */
+static void long_run_hold(const testd *d, tsr_client *watch, int device, long_run *l,
+                          pthread_t *thread)
+{
+    *l = (long_run){.c = testd_connect(d->url, NULL, 60000),
+                    .region = fixture_region_json("{\"kind\": \"matmul\", \"dtype\": \"f32\", "
+                                                  "\"m\": 2048, \"n\": 1024, \"k\": 1024}"),
+                    .a = calloc(2048 * 1024, sizeof(float)),
+                    .b = calloc(1024 * 1024, sizeof(float)),
+                    .out = calloc(2048 * 1024, sizeof(float)),
+                    .device = device};
+    cr_assert(l->c != NULL && l->a != NULL && l->b != NULL && l->out != NULL);
+    long_run_go(l);
+    cr_assert_eq(l->status, TSR_OK, "%s", l->err.message);
+    cr_assert_eq(pthread_create(thread, NULL, long_run_go, l), 0);
+    wait_work_running(watch, 1);
+    testd_sleep_ms(50);
 }
 
 Test(device_recovery, a_fault_on_device_1_recovers_it_while_device_0_serves, .timeout = 180)
@@ -227,22 +257,10 @@ Test(device_recovery, a_fault_on_device_1_recovers_it_while_device_0_serves, .ti
     cr_expect_eq(http_get(port, "/readyz", body, sizeof body), 200);
     cr_expect_str_eq(body, "ready\n");
 
-    /* The long matmul, once to compile it, then again held running on
-     * device 1 (the only job on the pool). */
-    long_run l = {.c = testd_connect(d.url, NULL, 60000),
-                  .region = fixture_region_json("{\"kind\": \"matmul\", \"dtype\": \"f32\", "
-                                                "\"m\": 2048, \"n\": 1024, \"k\": 1024}"),
-                  .a = calloc(2048 * 1024, sizeof(float)),
-                  .b = calloc(1024 * 1024, sizeof(float)),
-                  .out = calloc(2048 * 1024, sizeof(float)),
-                  .device = 1};
-    cr_assert(l.c != NULL && l.a != NULL && l.b != NULL && l.out != NULL);
-    long_run_go(&l);
-    cr_assert_eq(l.status, TSR_OK, "%s", l.err.message);
+    /* The long matmul held running on device 1. */
+    long_run l;
     pthread_t long_thread;
-    cr_assert_eq(pthread_create(&long_thread, NULL, long_run_go, &l), 0);
-    wait_work_running(watch, 1);
-    testd_sleep_ms(50);
+    long_run_hold(&d, watch, 1, &l, &long_thread);
 
     runner rr = {.url = d.url};
     atomic_store(&rr.recovering, true);
@@ -350,11 +368,7 @@ Test(device_recovery, a_fault_on_device_1_recovers_it_while_device_0_serves, .ti
     cr_expect_eq(stats_value(watch, "device_state{device=\"1\"}"), 0.0);
     cr_expect_eq(stats_value(watch, "device_buffers_lost_total"), 2.0);
 
-    free(l.a);
-    free(l.b);
-    free(l.out);
-    tsr_client_region_free(l.region);
-    tsr_client_close(l.c);
+    long_run_free(&l);
     tsr_client_region_free(small);
     tsr_client_region_free(r);
     tsr_client_close(faulter);
@@ -390,20 +404,9 @@ Test(device_recovery, a_run_on_device_1_waits_out_device_0s_recovery, .timeout =
                  "%s", err.message);
 
     /* The long matmul holds device 0 while its fault is noticed. */
-    long_run l = {.c = testd_connect(d.url, NULL, 60000),
-                  .region = fixture_region_json("{\"kind\": \"matmul\", \"dtype\": \"f32\", "
-                                                "\"m\": 2048, \"n\": 1024, \"k\": 1024}"),
-                  .a = calloc(2048 * 1024, sizeof(float)),
-                  .b = calloc(1024 * 1024, sizeof(float)),
-                  .out = calloc(2048 * 1024, sizeof(float)),
-                  .device = 0};
-    cr_assert(l.c != NULL && l.a != NULL && l.b != NULL && l.out != NULL);
-    long_run_go(&l);
-    cr_assert_eq(l.status, TSR_OK, "%s", l.err.message);
+    long_run l;
     pthread_t long_thread;
-    cr_assert_eq(pthread_create(&long_thread, NULL, long_run_go, &l), 0);
-    wait_work_running(watch, 1);
-    testd_sleep_ms(50);
+    long_run_hold(&d, watch, 0, &l, &long_thread);
     tsr_client_compile_opts fault = {.force = "test_fault", .skip_verify = true};
     cr_assert_eq(tsr_client_run_on(faulter, small, &fault, 0, in4, y4, NULL, NULL, 0, &err),
                  TSR_DEVICE_LOST, "%s", err.message);
@@ -429,11 +432,7 @@ Test(device_recovery, a_run_on_device_1_waits_out_device_0s_recovery, .timeout =
     pthread_join(long_thread, NULL);
     cr_expect_eq(l.status, TSR_DEVICE_LOST, "the matmul answered %s", tsr_status_name(l.status));
 
-    free(l.a);
-    free(l.b);
-    free(l.out);
-    tsr_client_region_free(l.region);
-    tsr_client_close(l.c);
+    long_run_free(&l);
     tsr_client_region_free(small);
     tsr_client_region_free(r);
     tsr_client_close(faulter);

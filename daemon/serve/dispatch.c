@@ -56,23 +56,43 @@ static uint8_t *dispatch_encode(tsrd_job *job, tsr_status status, uint8_t *buf, 
     return buf;
 }
 
+/* Microseconds from a to b, two of a job's stamps; 0 when either was not reached. */
+static unsigned long long dispatch_span_us(uint64_t a, uint64_t b)
+{
+    return a != 0 && b >= a ? (unsigned long long)((b - a) / 1000) : 0;
+}
+
 static void dispatch_log(tsrd_job *job, tsr_status status)
 {
     tsrd_daemon *d = job->d;
-    uint64_t us = (uv_hrtime() - job->start_ns) / 1000;
+    uint64_t now = uv_hrtime();
+    unsigned long long us = (now - job->start_ns) / 1000;
     bool daemon_fault = status == TSR_INTERNAL || status == TSR_IO_ERROR ||
                         status == TSR_DEVICE_LOST || status == TSR_CUDA_ERROR ||
                         status == TSR_NO_MEMORY;
     if (daemon_fault)
         tsrd_log_error(&d->log, "request id=%llu session=%u type=%s status=%s us=%llu: %s",
                        (unsigned long long)job->id, job->session ? job->session->pipe_id : 0,
-                       tsrd_body_name(job->body_case), tsr_status_name(status),
-                       (unsigned long long)us, job->err.message);
+                       tsrd_body_name(job->body_case), tsr_status_name(status), us,
+                       job->err.message);
+    else if (job->queued_ns != 0)
+        /* A job that went to the pool (or ran in its place on the loop): the
+         * time before it was handed over, waiting for a worker, executing,
+         * coming back to the loop, and after. */
+        tsrd_log_debug(&d->log,
+                       "request id=%llu session=%u type=%s status=%s us=%llu (loop %llu, "
+                       "pool wait %llu, execute %llu, back %llu, reply %llu)",
+                       (unsigned long long)job->id, job->session ? job->session->pipe_id : 0,
+                       tsrd_body_name(job->body_case), tsr_status_name(status), us,
+                       dispatch_span_us(job->start_ns, job->queued_ns),
+                       dispatch_span_us(job->queued_ns, job->exec_ns),
+                       dispatch_span_us(job->exec_ns, job->exec_end_ns),
+                       dispatch_span_us(job->exec_end_ns, job->after_ns),
+                       dispatch_span_us(job->after_ns, now));
     else
         tsrd_log_debug(&d->log, "request id=%llu session=%u type=%s status=%s us=%llu",
                        (unsigned long long)job->id, job->session ? job->session->pipe_id : 0,
-                       tsrd_body_name(job->body_case), tsr_status_name(status),
-                       (unsigned long long)us);
+                       tsrd_body_name(job->body_case), tsr_status_name(status), us);
 }
 
 /* Gives back what the job held of its tenant's quotas. By now a buffer_alloc
@@ -162,10 +182,12 @@ static void dispatch_reply_bare(tsrd_daemon *d, void *origin, uint64_t id, tsr_s
 static void dispatch_work(uv_work_t *w)
 {
     tsrd_job *job = w->data;
+    job->exec_ns = uv_hrtime();
     tsr_status st = job->handler->execute(job);
     if (st != TSR_OK && job->err.code != st)
         tsr_error_set(&job->err, st, "%s", tsr_strerror(st));
     job->err.code = st;
+    job->exec_end_ns = uv_hrtime();
 }
 
 static void dispatch_stream_next(tsrd_daemon *d, tsrd_session *s, int device);
@@ -240,6 +262,7 @@ static void dispatch_after_work(uv_work_t *w, int uv_status)
     tsrd_job *job = w->data;
     tsrd_daemon *d = job->d;
     tsr_status st = job->err.code;
+    job->after_ns = uv_hrtime();
     if (uv_status == UV_ECANCELED)
         st = tsr_error_set(&job->err, TSR_CANCELLED, "%s: cancelled",
                            tsrd_body_name(job->body_case));
@@ -326,6 +349,7 @@ void tsrd_dispatch_pump(tsrd_daemon *d)
         dispatch_count(d, job, 1);
         job->work.data = job;
         job->err.code = TSR_OK;
+        job->queued_ns = uv_hrtime();
         int rc = uv_queue_work(d->loop, &job->work, dispatch_work, dispatch_after_work);
         if (rc != 0) {
             tsr_error_set(&job->err, TSR_INTERNAL, "uv_queue_work: %s", uv_strerror(rc));
@@ -402,6 +426,7 @@ static void dispatch_inline(tsrd_job *job)
     dispatch_count(d, job, 1);
     job->work.data = job;
     job->err.code = TSR_OK;
+    job->queued_ns = uv_hrtime();
     dispatch_work(&job->work);
     dispatch_after_work(&job->work, 0);
 }

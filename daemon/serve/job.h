@@ -57,6 +57,10 @@ struct tsrd_job {
     void *origin;
     uint64_t id;
     uint64_t start_ns;
+    /* Where a heavy job's time went, for the request's debug log line: handed
+     * to the pool, its execute began and ended (worker thread), back on the
+     * loop; 0 while not reached. The last slice's, for a job that yields. */
+    uint64_t queued_ns, exec_ns, exec_end_ns, after_ns;
     int body_case;
     const tsrd_handler *handler;
     Tessera__V1__Request *req;

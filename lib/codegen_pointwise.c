@@ -275,13 +275,8 @@ static void pw_emit_decompose(tsri_cg_buf *b, const tsr_pointwise_desc *pw, cons
 
 /* ---- one kernel for every shape of a broadcast pattern ---- */
 
-enum { PW_TILED_MIN = PW_THREADS * 2 }; /* shortest row walked in tiles, in vectors: see below */
-/* Vectors a thread takes per tile: both loads issued before any math, so that
- * twice the bytes are in flight per thread (a bf16 broadcast lane ran at 2.66
- * TB/s with one vector, 2.94 with two, on an H200). */
-enum { PW_TILE_VECS = 2 };
-/* Grid caps of the shape-generic kernel (pw_generic_launch). */
-enum { PW_TILE_BLOCKS_PER_SM = 32, PW_MAX_GRID = 0x7fffffff };
+/* Grid cap of the shape-generic kernel's vector loops (pw_generic_launch). */
+enum { PW_MAX_GRID = 0x7fffffff };
 
 /* The broadcast pattern: output dims merged where every input's broadcast
  * mask is the same, dims that every input broadcasts (size 1) dropped. */
@@ -349,24 +344,19 @@ static tsr_status pw_generic_launch(const tsr_region *r, const tsri_cg_target *t
         l->dims[d] = p->size[d];
     }
     int64_t inner = p->n_dims > 0 ? p->size[p->n_dims - 1] : 1;
-    /* The grid: a dense vector loop gets a thread per vector (no grid-stride
-     * loop: 2^28 f32 relu(a+b)*sigmoid(c) ran 4.25 TB/s on 8 blocks per
-     * multiprocessor, 4.46 on one vector per thread, an H200); row tiles up to
-     * 32 blocks per multiprocessor (a kernel above 32 registers a thread holds
-     * fewer than 8 blocks at once, and 8 per multiprocessor left the last wave
-     * half empty: 2.95 -> 3.48 TB/s for a bf16 silu(x*w) lane); element loops
-     * 8. */
+    /* The grid: a thread per vector wherever rows are whole vectors, with no
+     * grid-stride loop (2^28 f32 relu(a+b)*sigmoid(c) ran 4.25 TB/s on 8
+     * blocks per multiprocessor, 4.46 on one vector per thread; a bf16
+     * silu(x*w) lane 3.53 TB/s in row tiles of two vectors a thread on 64
+     * blocks per multiprocessor, 3.73 on one vector per thread, both on an
+     * H200); element loops 8 blocks per multiprocessor. */
     int64_t items;
     int64_t cap = (int64_t)t->sm_count * PW_BLOCKS_PER_SM;
-    if (p->any_bcast && inner >= (int64_t)PW_TILED_MIN * vw) {
-        int64_t per_tile = (int64_t)PW_THREADS * vw * PW_TILE_VECS;
-        items = elems / inner * ((inner + per_tile - 1) / per_tile) * PW_THREADS;
-        cap = (int64_t)t->sm_count * PW_TILE_BLOCKS_PER_SM;
-    } else if (p->any_bcast) {
-        items = elems;
-    } else {
-        items = (elems + vw - 1) / vw;
+    if (inner % vw == 0) {
+        items = elems / vw;
         cap = PW_MAX_GRID;
+    } else {
+        items = elems;
     }
     int64_t blocks = (items + PW_THREADS - 1) / PW_THREADS;
     if (blocks > cap)
@@ -434,22 +424,11 @@ static void pw_emit_generic_decompose(tsri_cg_buf *b, const tsr_pointwise_desc *
     }
 }
 
-/* Whether input k is loaded a vector at a time along a row: a full input, or
- * a broadcast one that varies along the innermost dim. */
-static bool pw_tile_loads(const pw_pattern *p, unsigned inner_mask, int k)
+/* Whether input k is loaded a vector at a time: a full input, or a broadcast
+ * one that varies along the innermost dim. */
+static bool pw_vector_loads(const pw_pattern *p, unsigned inner_mask, int k)
 {
     return p->cls[k] == PW_FULL || (p->cls[k] == PW_BCAST && !((inner_mask >> k) & 1u));
-}
-
-/* The load of input k's vector at column `col` of the row into `dst`: a full
- * input reads at the row's base, a broadcast one at its own offset o<k>. */
-static void pw_emit_row_load(tsri_cg_buf *b, const pw_pattern *p, int k, const char *col,
-                             const char *dst)
-{
-    if (p->cls[k] == PW_FULL)
-        tsri_cg_printf(b, "tsr_loadv(in%d, (base + %s) / TSR_VW, x%d%s);\n", k, col, k, dst);
-    else
-        tsri_cg_printf(b, "tsr_loadv(in%d, (o%d + %s) / TSR_VW, x%d%s);\n", k, k, col, k, dst);
 }
 
 static tsr_status pw_emit_generic(tsri_cg_buf *b, const tsr_region *r, const tsri_cg_target *t,
@@ -532,94 +511,47 @@ static tsr_status pw_emit_generic(tsri_cg_buf *b, const tsr_region *r, const tsr
         return TSR_OK;
     }
 
-    /* Broadcast: rows of the innermost merged dim, in tiles of TSR_TILE_VECS
-     * vectors per thread; short rows flat. */
+    /* Broadcast, rows of whole aligned vectors: a thread per vector finds its
+     * row and column, and the broadcast inputs' offsets from the row. Else
+     * element by element. */
     tsri_cg_printf(b,
                    "    const unsigned long long inner = n%d;\n"
-                   "    if (inner >= %du * TSR_VW) {\n"
-                   "        const unsigned long long span = (unsigned long long)blockDim.x * "
-                   "TSR_VW;\n"
-                   "        const unsigned long long per_tile = span * %d;\n"
-                   "        const unsigned long long tiles_per_row = (inner + per_tile - 1) / "
-                   "per_tile;\n"
-                   "        const unsigned long long tiles = elems / inner * tiles_per_row;\n"
-                   "        const unsigned long long addresses = (inner %% TSR_VW) | "
+                   "    const unsigned long long addresses = (inner %% TSR_VW) | "
                    "(unsigned long long)out",
-                   p.n_dims - 1, (unsigned)PW_TILED_MIN, (int)PW_TILE_VECS);
+                   p.n_dims - 1);
     for (int k = 0; k < pw->n_inputs; k++)
-        if (pw_tile_loads(&p, inner_mask, k))
+        if (pw_vector_loads(&p, inner_mask, k))
             tsri_cg_printf(b, " | (unsigned long long)in%d", k);
     tsri_cg_puts(b, ";\n"
-                    "        const bool vector = (addresses & 15u) == 0 && (inner % TSR_VW) == 0;\n"
-                    "        for (unsigned long long tile = blockIdx.x; tile < tiles; tile += "
-                    "gridDim.x) {\n"
-                    "            const unsigned long long row = tsr_div(tile, tiles_per_row);\n"
-                    "            const unsigned long long jt = (tile - row * tiles_per_row) * "
-                    "per_tile + (unsigned long long)threadIdx.x * TSR_VW;\n");
+                    "    if ((addresses & 15u) == 0 && (inner % TSR_VW) == 0) {\n"
+                    "        const tsr_idx_t nvec = elems / TSR_VW;\n"
+                    "        for (tsr_idx_t v = start; v < nvec; v += step) {\n"
+                    "            const unsigned long long e = v * TSR_VW;\n"
+                    "            const unsigned long long row = tsr_div(e, inner);\n"
+                    "            const unsigned long long j = e - row * inner;\n");
     pw_emit_generic_decompose(b, pw, &p, "row", p.n_dims - 1, "            ");
-    tsri_cg_puts(b, "            const unsigned long long base = row * inner;\n");
-    for (int k = 0; k < pw->n_inputs; k++)
+    for (int k = 0; k < pw->n_inputs; k++) {
         if (p.cls[k] == PW_BCAST && ((inner_mask >> k) & 1u))
-            tsri_cg_printf(b, "            const float r%d = tsr_in_to_f32(in%d[o%d]);\n", k, k, k);
-    /* Whole tile: every vector of the thread inside the row. */
-    tsri_cg_printf(b, "            if (vector && jt + %du * span < inner) {\n",
-                   (unsigned)PW_TILE_VECS - 1);
-    for (int k = 0; k < pw->n_inputs; k++)
-        if (pw_tile_loads(&p, inner_mask, k))
-            tsri_cg_printf(b, "                float x%d[%d][TSR_VW];\n", k, (int)PW_TILE_VECS);
-    tsri_cg_printf(b,
-                   "#pragma unroll\n"
-                   "                for (int u = 0; u < %d; u++) {\n",
-                   (int)PW_TILE_VECS);
-    for (int k = 0; k < pw->n_inputs; k++)
-        if (pw_tile_loads(&p, inner_mask, k)) {
-            tsri_cg_puts(b, "                    ");
-            pw_emit_row_load(b, &p, k, "jt + u * span", "[u]");
-        }
-    tsri_cg_printf(b,
-                   "                }\n"
-                   "#pragma unroll\n"
-                   "                for (int u = 0; u < %d; u++) {\n"
-                   "                    float y[TSR_VW];\n"
-                   "#pragma unroll\n"
-                   "                    for (int t = 0; t < TSR_VW; t++)\n"
-                   "                        y[t] = tsr_pw_eval(",
-                   (int)PW_TILE_VECS);
-    pw_emit_args(b, pw, &p, "[u][t]", "", "");
-    tsri_cg_printf(b,
-                   ");\n"
-                   "                    tsr_storev(out, (base + jt + u * span) / TSR_VW, y);\n"
-                   "                }\n"
-                   "                continue;\n"
-                   "            }\n"
-                   "            /* The row's last tile: vector by vector up to its end. */\n"
-                   "            for (int u = 0; u < %d; u++) {\n"
-                   "                const unsigned long long j0 = jt + u * span;\n"
-                   "                if (j0 >= inner)\n"
-                   "                    break;\n"
-                   "                if (vector) {\n",
-                   (int)PW_TILE_VECS);
-    for (int k = 0; k < pw->n_inputs; k++)
-        if (pw_tile_loads(&p, inner_mask, k)) {
-            tsri_cg_printf(b, "                    float x%d[TSR_VW];\n                    ", k);
-            pw_emit_row_load(b, &p, k, "j0", "");
-        }
-    tsri_cg_puts(b, "                    float y[TSR_VW];\n"
+            tsri_cg_printf(b, "            const float r%d = tsr_in_to_f32(in%d[o%d]);\n", k, k,
+                           k);
+        else if (p.cls[k] == PW_FULL)
+            tsri_cg_printf(b,
+                           "            float x%d[TSR_VW];\n"
+                           "            tsr_loadv(in%d, v, x%d);\n",
+                           k, k, k);
+        else if (p.cls[k] == PW_BCAST)
+            tsri_cg_printf(b,
+                           "            float x%d[TSR_VW];\n"
+                           "            tsr_loadv(in%d, (o%d + j) / TSR_VW, x%d);\n",
+                           k, k, k, k);
+    }
+    tsri_cg_puts(b, "            float y[TSR_VW];\n"
                     "#pragma unroll\n"
-                    "                    for (int t = 0; t < TSR_VW; t++)\n"
-                    "                        y[t] = tsr_pw_eval(");
+                    "            for (int t = 0; t < TSR_VW; t++)\n"
+                    "                y[t] = tsr_pw_eval(");
     pw_emit_args(b, pw, &p, "[t]", "", "");
     tsri_cg_puts(b, ");\n"
-                    "                    tsr_storev(out, (base + j0) / TSR_VW, y);\n"
-                    "                } else {\n"
-                    "                    const unsigned long long end = j0 + TSR_VW < inner ? j0 + "
-                    "TSR_VW : inner;\n"
-                    "                    for (unsigned long long j = j0; j < end; j++)\n"
-                    "                        out[base + j] = tsr_f32_to_out(tsr_pw_eval(");
-    pw_emit_args(b, pw, &p, NULL, "base + j", "j");
-    tsri_cg_puts(b, "));\n"
-                    "                }\n"
-                    "            }\n"
+                    "            tsr_storev(out, v, y);\n"
                     "        }\n"
                     "        return;\n"
                     "    }\n"

@@ -468,17 +468,19 @@ Test(codegen, pointwise_shapes_of_one_pattern_share_one_source)
     cr_assert_eq(ka.launch.dims[1], 7);
     cr_assert_eq(kb.launch.dims[0], 3);
     cr_assert_eq(kb.launch.dims[1], 9000);
-    /* 600 rows of 7: flat, 4200 elements; 3 rows of 9000 f32: tiles of two
-     * vectors of four per thread, 2048 elements, 5 per row. */
+    /* 600 rows of 7: flat, 4200 elements; 3 rows of 9000 f32: a thread per
+     * vector of four, 6750 vectors. */
     cr_assert_eq(ka.launch.grid[0], 17);
-    cr_assert_eq(kb.launch.grid[0], 15);
+    cr_assert_eq(kb.launch.grid[0], 27);
     /* No dimension is a constant: the divisions are by parameters. */
     cr_assert_null(strstr(ka.source, "rest % 7u"));
     cr_assert_not_null(strstr(ka.source, "long long d0, long long d1)"));
     cr_assert_not_null(strstr(ka.source, "const float r2 = tsr_in_to_f32(in2[o2]);"));
-    cr_assert_not_null(strstr(ka.source, "tsr_loadv(in1, (o1 + j0) / TSR_VW, x1);"));
-    /* A whole tile loads both of a thread's vectors before any math. */
-    cr_assert_not_null(strstr(ka.source, "tsr_loadv(in1, (o1 + jt + u * span) / TSR_VW, x1[u]);"));
+    /* A vector's row and column come from its index; the row vector is read
+     * at the column, the full input at the vector itself. */
+    cr_assert_not_null(strstr(ka.source, "const unsigned long long row = tsr_div(e, inner);"));
+    cr_assert_not_null(strstr(ka.source, "tsr_loadv(in1, (o1 + j) / TSR_VW, x1);"));
+    cr_assert_not_null(strstr(ka.source, "tsr_loadv(in0, v, x0);"));
     char ca[TSR_VARIANT_CLASS_MAX], cb[TSR_VARIANT_CLASS_MAX];
     codegen_class(a, ca);
     codegen_class(b, cb);

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
@@ -46,6 +47,9 @@ struct tsr_client {
     atomic_uint_fast64_t daemon_uid1;
     /* TESSERA_FORCE, one entry per region kind ("" = none). */
     char force[TSR_KIND_COUNT][TSR_CLIENT_NAME_MAX];
+    /* How long a call busy-waits for its reply before it sleeps, in ns
+     * (tsr_client_set_spin). */
+    atomic_int_fast64_t spin_ns;
 };
 
 void tsri_client_strcpy(char *dst, size_t n, const char *src)
@@ -176,6 +180,27 @@ tsr_status tsr_client_connect(const tsr_client_options *opts, tsr_client **out, 
     atomic_init(&c->id_next, 1);
     atomic_init(&c->daemon_max, 0);
     atomic_init(&c->daemon_uid1, 0);
+    /* Spinning pays where a core is to spare; on a small machine the daemon
+     * may need the very core a caller would spin on. */
+    atomic_init(&c->spin_ns, sysconf(_SC_NPROCESSORS_ONLN) >= TSR_CLIENT_SPIN_MIN_CPUS
+                                 ? (int_fast64_t)TSR_CLIENT_DEFAULT_SPIN_US * 1000
+                                 : 0);
+    const char *spin = getenv("TESSERA_SPIN_US");
+    if (spin != NULL && *spin != '\0') {
+        char *end;
+        errno = 0;
+        long long us = strtoll(spin, &end, 10);
+        tsr_status st = *end != '\0' || errno != 0
+                            ? tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                                            "TESSERA_SPIN_US: '%s' is not a whole number of "
+                                            "microseconds",
+                                            spin)
+                            : tsr_client_set_spin(c, us, err);
+        if (st != TSR_OK) {
+            tsr_client_close(c);
+            return st;
+        }
+    }
 
     const char *force = opts->force ? opts->force : getenv("TESSERA_FORCE");
     if (force) {
@@ -286,8 +311,28 @@ static int64_t conn_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Waits for one aio operation with what is left of the deadline. */
-static int conn_aio_run(nng_aio *aio, nng_ctx ctx, bool send, int64_t deadline)
+tsr_status tsr_client_set_spin(tsr_client *c, long long us, tsr_error *err)
+{
+    if (c == NULL)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "client must not be NULL");
+    if (us < 0 || us > TSR_CLIENT_MAX_SPIN_US)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                             "spin: %lld microseconds, want 0 to %d", us, TSR_CLIENT_MAX_SPIN_US);
+    atomic_store(&c->spin_ns, (int_fast64_t)us * 1000);
+    return TSR_OK;
+}
+
+static int64_t conn_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Waits for one aio operation with what is left of the deadline; a receive
+ * first polls for up to spin_ns, since a thread put to sleep can take longer
+ * to wake than a short request takes to answer. */
+static int conn_aio_run(nng_aio *aio, nng_ctx ctx, bool send, int64_t deadline, int64_t spin_ns)
 {
     if (deadline < 0) {
         nng_aio_set_timeout(aio, NNG_DURATION_INFINITE);
@@ -301,6 +346,11 @@ static int conn_aio_run(nng_aio *aio, nng_ctx ctx, bool send, int64_t deadline)
         nng_ctx_send(ctx, aio);
     else
         nng_ctx_recv(ctx, aio);
+    if (!send && spin_ns > 0) {
+        int64_t until = conn_now_ns() + spin_ns;
+        while (nng_aio_busy(aio) && conn_now_ns() < until)
+            ;
+    }
     nng_aio_wait(aio);
     return nng_aio_result(aio);
 }
@@ -417,12 +467,12 @@ static tsr_status conn_round_trip(tsr_client *c, Tessera__V1__Request *req,
     }
 
     nng_aio_set_msg(aio, msg);
-    rv = conn_aio_run(aio, ctx, true, deadline);
+    rv = conn_aio_run(aio, ctx, true, deadline, 0);
     if (rv != 0) {
         /* A failed send leaves the message with the caller. */
         nng_msg_free(nng_aio_get_msg(aio));
     } else {
-        rv = conn_aio_run(aio, ctx, false, deadline);
+        rv = conn_aio_run(aio, ctx, false, deadline, atomic_load(&c->spin_ns));
     }
     nng_msg *answer = rv == 0 ? nng_aio_get_msg(aio) : NULL;
     nng_aio_free(aio);

@@ -330,6 +330,42 @@ Test(client, malformed_force_is_rejected_at_connect)
     cr_expect_null(c);
 }
 
+Test(client, spin_is_checked_and_a_spinning_call_answers)
+{
+    tsr_error err;
+    cr_expect_eq(tsr_client_set_spin(NULL, 10, &err), TSR_INVALID_ARGUMENT);
+    cr_expect_eq(tsr_client_set_spin(suite_client, -1, &err), TSR_INVALID_ARGUMENT);
+    cr_expect_str_eq(err.message, "spin: -1 microseconds, want 0 to 1000000");
+    cr_expect_eq(tsr_client_set_spin(suite_client, TSR_CLIENT_MAX_SPIN_US + 1, &err),
+                 TSR_INVALID_ARGUMENT);
+    /* Spinning far longer than a reply takes, and not at all: both answer. */
+    cr_assert_eq(tsr_client_set_spin(suite_client, TSR_CLIENT_MAX_SPIN_US, &err), TSR_OK);
+    tsr_client_info info;
+    cr_expect_eq(tsr_client_hello(suite_client, &info, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_set_spin(suite_client, 0, &err), TSR_OK);
+    cr_expect_eq(tsr_client_hello(suite_client, &info, 0, &err), TSR_OK, "%s", err.message);
+}
+
+Test(client, spin_from_the_environment_is_checked_at_connect)
+{
+    tsr_client_options opts = client_options(NULL);
+    tsr_client *c = NULL;
+    tsr_error err;
+    setenv("TESSERA_SPIN_US", "12x", 1);
+    cr_expect_eq(tsr_client_connect(&opts, &c, &err), TSR_INVALID_ARGUMENT);
+    cr_expect_str_eq(err.message, "TESSERA_SPIN_US: '12x' is not a whole number of microseconds");
+    cr_expect_null(c);
+    setenv("TESSERA_SPIN_US", "2000000", 1);
+    cr_expect_eq(tsr_client_connect(&opts, &c, &err), TSR_INVALID_ARGUMENT);
+    cr_expect_null(c);
+    setenv("TESSERA_SPIN_US", "300", 1);
+    cr_assert_eq(tsr_client_connect(&opts, &c, &err), TSR_OK, "%s", err.message);
+    tsr_client_info info;
+    cr_expect_eq(tsr_client_hello(c, &info, 0, &err), TSR_OK, "%s", err.message);
+    tsr_client_close(c);
+    unsetenv("TESSERA_SPIN_US");
+}
+
 Test(client, connect_to_nothing_is_unavailable)
 {
     tsr_client_options opts;

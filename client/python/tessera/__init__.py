@@ -703,13 +703,14 @@ class Client:
     else 256 KiB; 0: never). When the daemon cannot open the segment, the
     client warns once (SharedMemoryFallbackWarning), sets shm_threshold to 0,
     keeps the cause in shm_fallback and sends that call and every later one
-    inline."""
+    inline. spin_us: how long a call busy-waits for its reply before sleeping
+    (set_spin; None: the library's default or $TESSERA_SPIN_US)."""
 
     IMPORTS_MAX = 256
 
     def __init__(self, url: Optional[str] = None, timeout_ms: int = 0,
                  auth: Optional[str] = None, force: Optional[str] = None, lazy: bool = False,
-                 shm_threshold: Optional[int] = None) -> None:
+                 shm_threshold: Optional[int] = None, spin_us: Optional[int] = None) -> None:
         self._c: Optional[c_void_p] = None
         if shm_threshold is None:
             shm_threshold = _shm_threshold_from_env()
@@ -724,6 +725,12 @@ class Client:
         _check(lib.tsr_client_connect(byref(opts), byref(handle), byref(err)), err)
         self._c = handle
         self.timeout_ms = 0
+        if spin_us is not None:
+            try:
+                self.set_spin(spin_us)
+            except TesseraError:
+                self.close()
+                raise
         self.url: str = _s(lib.tsr_client_url(handle))
         # Shared memory needs the daemon on this node: ipc:// only.
         self.shm_threshold: int = shm_threshold if self.url.startswith("ipc://") else 0
@@ -847,6 +854,16 @@ class Client:
     def __del__(self) -> None:
         if getattr(self, "_c", None) and lib is not None:
             self.close()
+
+    def set_spin(self, us: int) -> None:
+        """How long each later call busy-waits for its reply before its thread
+        sleeps, in microseconds (0: none; at most 1 000 000). Waking a sleeping
+        thread can take longer than a short request takes to answer; the spin
+        costs this thread's CPU only while the reply is not there. The default
+        is 1000 on a machine of 8 or more CPUs, else 0; $TESSERA_SPIN_US sets
+        it at connect. INVALID_ARGUMENT outside the range."""
+        err = _lib.Error()
+        _check(lib.tsr_client_set_spin(self._c, int(us), byref(err)), err)
 
     def hello(self) -> "HelloInfo":
         """The daemon's hello as a dict: daemon_version, protocol_version,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-from ctypes import (POINTER, Structure, c_bool, c_char, c_char_p, c_double, c_int,
+from ctypes import (c_longlong, POINTER, Structure, c_bool, c_char, c_char_p, c_double, c_int,
                     c_int64, c_size_t, c_uint, c_uint32, c_uint64, c_void_p)
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -242,6 +242,7 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         "tsr_client_health_get": (c_int, [P, POINTER(Health), c_int, E]),
         "tsr_client_health_devices": (c_int, [P, POINTER(DeviceHealth), c_int, POINTER(c_int),
                                               c_int, E]),
+        "tsr_client_set_spin": (c_int, [P, c_longlong, E]),
         "tsr_client_run_on": (c_int, [P, P, POINTER(CompileOpts), c_int, POINTER(c_void_p),
                                       c_void_p, POINTER(Decision), POINTER(c_int), c_int, E]),
         "tsr_client_buffer_write": (c_int, [P, c_uint64, c_uint64, c_void_p, c_size_t, c_int, E]),

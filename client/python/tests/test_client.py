@@ -214,3 +214,17 @@ def test_json_text_and_dict_regions_agree(client):
     a = client.compile(tessera.Region(json.dumps(ADD)))
     b = client.compile(ADD)
     assert a.fingerprint == b.fingerprint
+
+
+def test_spin_is_checked_and_spinning_calls_answer(daemon):
+    with pytest.raises(tessera.TesseraError) as e:
+        tessera.Client(daemon.url, spin_us=-1)
+    assert e.value.code == tessera.Status.INVALID_ARGUMENT
+    assert e.value.message == "spin: -1 microseconds, want 0 to 1000000"
+    with tessera.Client(daemon.url, spin_us=1_000_000) as c:
+        assert c.hello()["backend"] == "cpu"
+        c.set_spin(0)
+        assert c.hello()["backend"] == "cpu"
+        with pytest.raises(tessera.TesseraError) as e:
+            c.set_spin(1_000_001)
+        assert e.value.code == tessera.Status.INVALID_ARGUMENT

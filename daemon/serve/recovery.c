@@ -383,11 +383,16 @@ static void recovery_poll_devices(tsrd_daemon *d)
     int unbound = d->work_running;
     for (int i = 0; i < d->n_devices; i++)
         unbound -= d->device_running[i];
+    /* Every device's flag first: a fault that took them all (an isolated
+     * backend's worker died) must stop them all before the first rebuild,
+     * which replaces the worker, clears the flags. */
+    bool lost[TSRD_MAX_DEVICES];
+    for (int i = 0; i < d->n_devices; i++)
+        lost[i] = d->devrec[i].state == TSRD_DEVICE_SERVING && d->bops->device_lost(d->backend, i);
     for (int i = 0; i < d->n_devices; i++) {
         tsrd_devrec *dr = &d->devrec[i];
-        bool lost = dr->state == TSRD_DEVICE_SERVING && d->bops->device_lost(d->backend, i);
         int running = d->device_running[i] + (i == 0 ? unbound + d->device0_borrowers : 0);
-        unsigned step = tsrd_devrec_poll(dr, lost, running, uv_hrtime());
+        unsigned step = tsrd_devrec_poll(dr, lost[i], running, uv_hrtime());
         if (step & TSRD_DEVREC_FAULT) {
             d->device_faults++;
             tsrd_log_warn(&d->log,

@@ -11,8 +11,9 @@
  *      still running fail fast on the lost device and complete.
  *   2. drop (loop, once nothing runs): every session's stream, captured graphs
  *      and shared-memory pins belonged to the old context; they are released
- *      and the sessions make new ones on first use. Every kernel a session
- *      holds is pinned for step 3.
+ *      and the sessions make new ones on first use. Every live kernel (one a
+ *      session holds, or one queued work still pins after its handle was
+ *      freed) is pinned for step 3.
  *   3. rebuild (worker): the backend resets the context, then each pinned
  *      kernel is loaded again from its binary in the kernel cache (compiled
  *      again when the cache no longer has it), so kernel handles stay valid.
@@ -279,7 +280,10 @@ static void recovery_start_rebuild(tsrd_daemon *d)
      * against their tenants' quotas (the memory is gone; the handle stays
      * only to say so). */
     tsrd_handles_each(&d->handles, TSRD_HANDLE_BUFFER, recovery_forget_buffer, d);
-    tsrd_handles_each(&d->handles, TSRD_HANDLE_KERNEL, recovery_pin_kernel, &r->node);
+    /* Every live kernel, not only those with a handle: queued work may pin
+     * one whose handle was freed, and must not meet its old objects. */
+    for (tsrd_kernel *k = d->kernels; k != NULL; k = k->live_next)
+        recovery_pin_kernel(k, &r->node);
     r->rebuilding = true;
     r->node.d = d;
     r->node.device = -1;
@@ -366,7 +370,8 @@ static void recovery_device_start(tsrd_daemon *d, int device)
     }
     recovery_scope sc = {.d = d, .device = device, .run = run};
     tsrd_handles_each(&d->handles, TSRD_HANDLE_BUFFER, recovery_forget_device_buffer, &sc);
-    tsrd_handles_each(&d->handles, TSRD_HANDLE_KERNEL, recovery_device_kernel, &sc);
+    for (tsrd_kernel *k = d->kernels; k != NULL; k = k->live_next)
+        recovery_device_kernel(k, &sc);
     recovery_queue(d, run, recovery_device_rebuilt);
 }
 

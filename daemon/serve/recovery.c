@@ -36,8 +36,9 @@
  *
  * A rebuild that fails is tried REBUILD_ATTEMPTS times, a second apart. After
  * that the daemon stops trying: queued work runs and fails with DEVICE_LOST,
- * health stays RECOVERING, and the systemd watchdog is no longer fed, so the
- * service manager restarts the daemon.
+ * health stays RECOVERING with each device that did not come back LOST, and
+ * the systemd watchdog is no longer fed, so the service manager restarts the
+ * daemon.
  *
  * Threading: everything here runs on the loop thread except recovery_rebuild,
  * which runs on a worker while no other job does and touches only the backend,
@@ -193,6 +194,12 @@ static void recovery_rebuilt(uv_work_t *w, int uv_status)
                       run->kernels_failed);
     } else {
         r->gave_up = true;
+        /* Health tells the truth from now on: a device the rebuild did not
+         * bring back is lost, not recovering (every device where the backend
+         * cannot tell them apart). */
+        for (int i = 0; i < d->n_devices; i++)
+            if (d->bops->device_lost == NULL || d->bops->device_lost(d->backend, i))
+                d->devrec[i].state = TSRD_DEVICE_LOST;
         tsrd_log_error(&d->log,
                        "device could not be recovered after %d attempts (%s); every device "
                        "request now fails with DEVICE_LOST: restart tesserad",

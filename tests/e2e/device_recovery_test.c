@@ -605,3 +605,66 @@ Test(device_recovery, a_held_batch_whose_kernel_was_freed_meets_no_stale_kernel_
     tsr_client_close(c);
     fixture_stop(&d, watch);
 }
+
+/* A node-wide recovery (one device: the whole node) whose rebuild fails
+ * every attempt: test_fault_for_good's device never comes back. While the
+ * rebuild is tried the device shows recovering; once the daemon gives up it
+ * shows lost, in the health reply, its degraded line and the metrics, and
+ * /healthz fails. */
+Test(device_recovery, a_device_a_node_wide_recovery_could_not_bring_back_shows_lost, .timeout = 120)
+{
+    testd d;
+    int port = free_port();
+    const char *const extra[] = {"--backend", "cpu", NULL};
+    cr_assert_eq(testd_start_config(&d, extra,
+                                    "{\"test_faults\": true, "
+                                    "\"metrics_listen\": \"http://127.0.0.1:%d\"}\n",
+                                    port),
+                 0, "tesserad did not start");
+    tsr_client *c = testd_connect(d.url, NULL, 60000);
+    cr_assert_not_null(c);
+    tsr_error err;
+    char body[512];
+    tsr_region *small = fixture_affine(4);
+    tsr_client_compile_opts fault = {.force = "test_fault_for_good", .skip_verify = true};
+    float x4[4] = {1, 2, 3, 4}, y4[4];
+    const void *in4[] = {x4};
+    cr_assert_eq(tsr_client_run_on(c, small, &fault, 0, in4, y4, NULL, NULL, 0, &err),
+                 TSR_DEVICE_LOST, "%s", err.message);
+    cr_expect_str_eq(
+        err.message,
+        "cpu backend: test_fault_for_good faulted the device (simulated illegal address)");
+
+    /* Three attempts a second apart: recovering meanwhile, then lost. */
+    tsr_client_device_health h;
+    int n = 0;
+    cr_assert_eq(tsr_client_health_devices(c, &h, 1, &n, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(n, 1);
+    cr_expect_eq(h.state, TSR_CLIENT_DEVICE_RECOVERING, "while the rebuild is tried");
+    double t0 = testd_now_ms();
+    while (h.state == TSR_CLIENT_DEVICE_RECOVERING && testd_now_ms() - t0 < 30000.0) {
+        testd_sleep_ms(20);
+        cr_assert_eq(tsr_client_health_devices(c, &h, 1, &n, 0, &err), TSR_OK, "%s", err.message);
+    }
+    cr_expect_eq(h.state, TSR_CLIENT_DEVICE_LOST, "device 0 is %d, not lost, after %.0f ms",
+                 h.state, testd_now_ms() - t0);
+    cr_expect_eq(h.recoveries, 0);
+    tsr_client_health nh;
+    cr_assert_eq(tsr_client_health_get(c, &nh, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(nh.state, TSR_CLIENT_HEALTH_RECOVERING, "no device serves");
+    cr_expect_eq(nh.recoveries, 0);
+    cr_expect_eq(stats_value(c, "device_state{device=\"0\"}"), 2.0);
+    cr_expect_eq(stats_value(c, "recovering"), 1.0);
+    cr_expect_eq(stats_value(c, "device_faults_total"), 1.0);
+    cr_expect_eq(http_get(port, "/healthz", body, sizeof body), 503);
+    cr_expect_str_eq(body, "device lost\n");
+    cr_expect_eq(http_get(port, "/readyz", body, sizeof body), 503);
+    cr_expect_str_eq(body, "recovering\n");
+    /* Device work fails with DEVICE_LOST, saying why. */
+    cr_expect_eq(tsr_client_run_on(c, small, NULL, 0, in4, y4, NULL, NULL, 0, &err),
+                 TSR_DEVICE_LOST);
+    cr_expect_str_eq(err.message, "cpu backend: device 0 faulted and is being recovered");
+
+    tsr_client_region_free(small);
+    fixture_stop(&d, c);
+}

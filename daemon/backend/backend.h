@@ -89,6 +89,10 @@ typedef struct tsrd_backend_options {
 /* The candidate registered with test_faults: forced, its launch faults the
  * device like an out-of-bounds store would. */
 #define TSRD_TEST_FAULT_CANDIDATE "test_fault"
+/* Also with test_faults, on the CPU backend: its launch faults the device as
+ * test_fault does, and the device then never comes back (every recover and
+ * recover_device of it fails), like a GPU fallen off the bus. */
+#define TSRD_TEST_FAULT_FOR_GOOD_CANDIDATE "test_fault_for_good"
 /* Also with test_faults, on the CPU backend: its launch never returns, like a
  * kernel stuck in a loop (use it with cpu-isolated and kernel_timeout_ms). */
 #define TSRD_TEST_HANG_CANDIDATE "test_hang"

@@ -16,9 +16,10 @@
  * call, and recover() brings it back with every older buffer, kernel and stream
  * marked as belonging to the lost context, exactly as the CUDA backend behaves
  * after an illegal address. That lets the daemon's recovery be tested without a
- * GPU. "test_hang" (also forced only) plays a kernel that never ends: its
- * launch does not return, which the isolated backends' kernel_timeout_ms ends
- * by stopping the worker. "test_wrong_element" (forced only) plays a kernel
+ * GPU; "test_fault_for_good" faults the same way, but its device never comes
+ * back, so that a recovery that gives up is tested too. "test_hang" (also forced only) plays a
+ * kernel that never ends: its launch does not return, which the isolated backends'
+ * kernel_timeout_ms ends by stopping the worker. "test_wrong_element" (forced only) plays a kernel
  * that is right but for one output in an edge tile, to show that sampled
  * verification of a large region catches it; "test_wrong_past_64_rows" is
  * right up to 64 output rows and wrong so past them.
@@ -61,6 +62,8 @@ struct tsrd_backend {
     /* Bumped by every recovery of the device; objects remember the one they
      * were made in. */
     atomic_uint generation[TSRD_BACKEND_MAX_DEVICES];
+    /* A device test_fault_for_good faulted: it is never rebuilt. */
+    atomic_int broken[TSRD_BACKEND_MAX_DEVICES];
 };
 
 struct tsrd_dbuf {
@@ -73,6 +76,7 @@ struct tsrd_dbuf {
 struct tsrd_kobj {
     tsr_region region;
     bool faults; /* the test_fault candidate */
+    bool breaks; /* test_fault_for_good */
     bool hangs;  /* the test_hang candidate */
     bool wrong;  /* the test_wrong_element candidate */
     bool wrong_past_64_rows;
@@ -149,6 +153,7 @@ static tsr_status cpu_open(const tsrd_backend_options *opts, tsrd_backend **out,
     for (int i = 0; i < TSRD_BACKEND_MAX_DEVICES; i++) {
         atomic_init(&b->lost[i], 0);
         atomic_init(&b->generation[i], 1);
+        atomic_init(&b->broken[i], 0);
     }
     int n = opts != NULL && opts->cpu_devices > 1 ? opts->cpu_devices : 1;
     b->n_devices = n < TSRD_BACKEND_MAX_DEVICES ? n : TSRD_BACKEND_MAX_DEVICES;
@@ -251,7 +256,8 @@ static tsr_status cpu_register_candidates(tsrd_backend *b, tsr_arbiter *arbiter,
     };
     st = tsr_arbiter_register(arbiter, &fault, err);
     const char *more[] = {TSRD_TEST_HANG_CANDIDATE, TSRD_TEST_WRONG_ELEMENT_CANDIDATE,
-                          TSRD_TEST_WRONG_PAST_64_ROWS_CANDIDATE};
+                          TSRD_TEST_WRONG_PAST_64_ROWS_CANDIDATE,
+                          TSRD_TEST_FAULT_FOR_GOOD_CANDIDATE};
     for (size_t i = 0; st == TSR_OK && i < sizeof more / sizeof more[0]; i++) {
         tsr_candidate c = fault;
         snprintf(c.name, sizeof c.name, "%s", more[i]);
@@ -387,7 +393,8 @@ static tsr_status cpu_compile(tsrd_backend *b, const tsr_region *r, const tsr_ca
                  (b->test_faults && (strcmp(c->name, TSRD_TEST_FAULT_CANDIDATE) == 0 ||
                                      strcmp(c->name, TSRD_TEST_HANG_CANDIDATE) == 0 ||
                                      strcmp(c->name, TSRD_TEST_WRONG_ELEMENT_CANDIDATE) == 0 ||
-                                     strcmp(c->name, TSRD_TEST_WRONG_PAST_64_ROWS_CANDIDATE) == 0));
+                                     strcmp(c->name, TSRD_TEST_WRONG_PAST_64_ROWS_CANDIDATE) == 0 ||
+                                     strcmp(c->name, TSRD_TEST_FAULT_FOR_GOOD_CANDIDATE) == 0));
     if (!known || strcmp(arch, "cpu") != 0)
         return tsr_error_set(err, TSR_UNSUPPORTED,
                              "cpu backend: cannot compile candidate '%s' for arch '%s'", c->name,
@@ -449,7 +456,8 @@ static tsr_status cpu_load(tsrd_backend *b, int device, const tsr_region *r, con
     tsrd_kobj *k = calloc(1, sizeof *k);
     if (k == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "cpu backend: out of memory");
-    k->faults = strcmp(c->name, TSRD_TEST_FAULT_CANDIDATE) == 0;
+    k->breaks = strcmp(c->name, TSRD_TEST_FAULT_FOR_GOOD_CANDIDATE) == 0;
+    k->faults = k->breaks || strcmp(c->name, TSRD_TEST_FAULT_CANDIDATE) == 0;
     k->hangs = strcmp(c->name, TSRD_TEST_HANG_CANDIDATE) == 0;
     k->wrong = strcmp(c->name, TSRD_TEST_WRONG_ELEMENT_CANDIDATE) == 0;
     k->wrong_past_64_rows = strcmp(c->name, TSRD_TEST_WRONG_PAST_64_ROWS_CANDIDATE) == 0;
@@ -570,10 +578,12 @@ static tsr_status cpu_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
         nanosleep(&ts, NULL);
     }
     if (k->faults) {
+        if (k->breaks)
+            atomic_store(&b->broken[s->device], 1);
         atomic_store(&b->lost[s->device], 1);
-        return tsr_error_set(err, TSR_DEVICE_LOST,
-                             "cpu backend: %s faulted the device (simulated illegal address)",
-                             TSRD_TEST_FAULT_CANDIDATE);
+        return tsr_error_set(
+            err, TSR_DEVICE_LOST, "cpu backend: %s faulted the device (simulated illegal address)",
+            k->breaks ? TSRD_TEST_FAULT_FOR_GOOD_CANDIDATE : TSRD_TEST_FAULT_CANDIDATE);
     }
     double start = cpu_now_ms();
     st = tsr_ref_run(&k->region, in, output->data, b->threads, err);
@@ -621,6 +631,9 @@ static tsr_status cpu_recover_device(tsrd_backend *b, int device, tsr_error *err
     tsr_status st = cpu_device_check(b, device, err);
     if (st != TSR_OK)
         return st;
+    if (atomic_load(&b->broken[device]))
+        return tsr_error_set(err, TSR_DEVICE_LOST, "cpu backend: device %d does not come back (%s)",
+                             device, TSRD_TEST_FAULT_FOR_GOOD_CANDIDATE);
     atomic_fetch_add(&b->generation[device], 1);
     atomic_store(&b->lost[device], 0);
     return TSR_OK;

@@ -11,8 +11,9 @@
  *      still running fail fast on the lost device and complete.
  *   2. drop (loop, once nothing runs): every session's stream, captured graphs
  *      and shared-memory pins belonged to the old context; they are released
- *      and the sessions make new ones on first use. Every kernel a session
- *      holds is pinned for step 3.
+ *      and the sessions make new ones on first use. Every live kernel (one a
+ *      session holds, or one queued work still pins after its handle was
+ *      freed) is pinned for step 3.
  *   3. rebuild (worker): the backend resets the context, then each pinned
  *      kernel is loaded again from its binary in the kernel cache (compiled
  *      again when the cache no longer has it), so kernel handles stay valid.
@@ -35,8 +36,9 @@
  *
  * A rebuild that fails is tried REBUILD_ATTEMPTS times, a second apart. After
  * that the daemon stops trying: queued work runs and fails with DEVICE_LOST,
- * health stays RECOVERING, and the systemd watchdog is no longer fed, so the
- * service manager restarts the daemon.
+ * health stays RECOVERING with each device that did not come back LOST, and
+ * the systemd watchdog is no longer fed, so the service manager restarts the
+ * daemon.
  *
  * Threading: everything here runs on the loop thread except recovery_rebuild,
  * which runs on a worker while no other job does and touches only the backend,
@@ -192,6 +194,12 @@ static void recovery_rebuilt(uv_work_t *w, int uv_status)
                       run->kernels_failed);
     } else {
         r->gave_up = true;
+        /* Health tells the truth from now on: a device the rebuild did not
+         * bring back is lost, not recovering (every device where the backend
+         * cannot tell them apart). */
+        for (int i = 0; i < d->n_devices; i++)
+            if (d->bops->device_lost == NULL || d->bops->device_lost(d->backend, i))
+                d->devrec[i].state = TSRD_DEVICE_LOST;
         tsrd_log_error(&d->log,
                        "device could not be recovered after %d attempts (%s); every device "
                        "request now fails with DEVICE_LOST: restart tesserad",
@@ -279,7 +287,10 @@ static void recovery_start_rebuild(tsrd_daemon *d)
      * against their tenants' quotas (the memory is gone; the handle stays
      * only to say so). */
     tsrd_handles_each(&d->handles, TSRD_HANDLE_BUFFER, recovery_forget_buffer, d);
-    tsrd_handles_each(&d->handles, TSRD_HANDLE_KERNEL, recovery_pin_kernel, &r->node);
+    /* Every live kernel, not only those with a handle: queued work may pin
+     * one whose handle was freed, and must not meet its old objects. */
+    for (tsrd_kernel *k = d->kernels; k != NULL; k = k->live_next)
+        recovery_pin_kernel(k, &r->node);
     r->rebuilding = true;
     r->node.d = d;
     r->node.device = -1;
@@ -366,7 +377,8 @@ static void recovery_device_start(tsrd_daemon *d, int device)
     }
     recovery_scope sc = {.d = d, .device = device, .run = run};
     tsrd_handles_each(&d->handles, TSRD_HANDLE_BUFFER, recovery_forget_device_buffer, &sc);
-    tsrd_handles_each(&d->handles, TSRD_HANDLE_KERNEL, recovery_device_kernel, &sc);
+    for (tsrd_kernel *k = d->kernels; k != NULL; k = k->live_next)
+        recovery_device_kernel(k, &sc);
     recovery_queue(d, run, recovery_device_rebuilt);
 }
 
@@ -383,11 +395,16 @@ static void recovery_poll_devices(tsrd_daemon *d)
     int unbound = d->work_running;
     for (int i = 0; i < d->n_devices; i++)
         unbound -= d->device_running[i];
+    /* Every device's flag first: a fault that took them all (an isolated
+     * backend's worker died) must stop them all before the first rebuild,
+     * which replaces the worker, clears the flags. */
+    bool lost[TSRD_MAX_DEVICES];
+    for (int i = 0; i < d->n_devices; i++)
+        lost[i] = d->devrec[i].state == TSRD_DEVICE_SERVING && d->bops->device_lost(d->backend, i);
     for (int i = 0; i < d->n_devices; i++) {
         tsrd_devrec *dr = &d->devrec[i];
-        bool lost = dr->state == TSRD_DEVICE_SERVING && d->bops->device_lost(d->backend, i);
         int running = d->device_running[i] + (i == 0 ? unbound + d->device0_borrowers : 0);
-        unsigned step = tsrd_devrec_poll(dr, lost, running, uv_hrtime());
+        unsigned step = tsrd_devrec_poll(dr, lost[i], running, uv_hrtime());
         if (step & TSRD_DEVREC_FAULT) {
             d->device_faults++;
             tsrd_log_warn(&d->log,

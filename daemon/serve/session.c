@@ -209,6 +209,11 @@ tsr_status tsrd_kernel_register(tsrd_daemon *d, tsrd_session *s, tsrd_kernel *k,
     k->refs = 1;
     k->tenant = s->tenant;
     k->tenant->kernels++;
+    k->live_prev = NULL;
+    k->live_next = d->kernels;
+    if (d->kernels != NULL)
+        d->kernels->live_prev = k;
+    d->kernels = k;
     return TSR_OK;
 }
 
@@ -269,6 +274,12 @@ void tsrd_kernel_unref(tsrd_daemon *d, tsrd_kernel *k)
         return;
     if (k->tenant != NULL)
         k->tenant->kernels--;
+    if (k->live_prev != NULL)
+        k->live_prev->live_next = k->live_next;
+    else if (d->kernels == k)
+        d->kernels = k->live_next;
+    if (k->live_next != NULL)
+        k->live_next->live_prev = k->live_prev;
     d->bops->unload(d->backend, k->kobj);
     tsrd_kernel_unload_others(d, k);
     tsr_region_free(&k->region);

@@ -29,6 +29,7 @@ tsr_status tsrd_buffer_register(tsrd_daemon *d, tsrd_session *s, tsrd_buffer *b,
  * memory and b itself. Returns the final status. */
 tsr_status tsrd_buffer_adopt(tsrd_daemon *d, tsrd_session *s, tsr_status status, tsrd_buffer *b,
                              uint64_t *handle, tsr_error *err);
+/* As tsrd_buffer_register, and k joins d->kernels until its last unref. */
 tsr_status tsrd_kernel_register(tsrd_daemon *d, tsrd_session *s, tsrd_kernel *k, uint64_t *handle,
                                 tsr_error *err);
 /* The handle of a kernel with this cache key, loaded for the region of this

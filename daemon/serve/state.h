@@ -150,6 +150,10 @@ typedef struct tsrd_kernel {
     /* Loaded on other devices than 0 on first use there (serve/devices.h);
      * kobj is device 0's. */
     _Atomic(tsrd_kobj *) on_device[TSRD_MAX_DEVICES];
+    /* On d->kernels from registration until its last reference goes: a
+     * kernel whose handle was freed may still be pinned by queued work, and
+     * a recovery must rebuild its objects too. Loop-owned. */
+    struct tsrd_kernel *live_prev, *live_next;
 } tsrd_kernel;
 
 /* A launch checked and pinned for later (a batch entry, a ring binding): a
@@ -258,6 +262,9 @@ struct tsrd_daemon {
     struct tsrd_fleet *fleet;
     tsr_arbiter *arbiter;
     tsrd_handles handles;
+    /* Every live kernel, with a handle or only pinned by work (tsrd_kernel's
+     * live_next); loop-owned. */
+    struct tsrd_kernel *kernels;
     tsrd_tenant default_tenant;
     tsrd_tenant *tenants; /* from the config; NULL: everything is default_tenant */
     /* Fair service (dispatch.c): tenants with queued heavy work, served in

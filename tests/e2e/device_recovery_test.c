@@ -517,3 +517,154 @@ Test(device_recovery, a_fault_on_device_1_leaves_device_0s_rings_serving, .timeo
     tsr_client_close(faulter);
     fixture_stop(&d, c);
 }
+
+/* A batch on device 1 accepted while device 1 waits to be rebuilt. */
+typedef struct held_batch {
+    tsr_client *c;
+    tsr_client_launch_desc launch;
+    tsr_status status;
+    tsr_error err;
+} held_batch;
+
+static void *held_batch_go(void *arg)
+{
+    held_batch *b = arg;
+    b->status = tsr_client_batch(b->c, &b->launch, 1, false, NULL, 0, &b->err);
+    return NULL;
+}
+
+/* A batch held through device 1's recovery whose kernel handle is freed
+ * meanwhile still holds its kernel: the rebuild drops that kernel's copy on
+ * device 1 as it does for every live kernel, so the batch loads a fresh one
+ * and fails on what the fault really took, its buffers, never on a kernel
+ * object of the old context. */
+Test(device_recovery, a_held_batch_whose_kernel_was_freed_meets_no_stale_kernel_copy,
+     .timeout = 180)
+{
+    testd d;
+    const char *const extra[] = {"--backend", "cpu", "--cpu-devices", "2", "--workers", "4", NULL};
+    cr_assert_eq(testd_start_config(&d, extra, "{\"test_faults\": true}\n"), 0,
+                 "tesserad did not start");
+    tsr_client *c = testd_connect(d.url, NULL, 60000);
+    tsr_client *faulter = testd_connect(d.url, NULL, 60000);
+    tsr_client *watch = testd_connect(d.url, NULL, 60000);
+    cr_assert(c != NULL && faulter != NULL && watch != NULL);
+    tsr_error err;
+    tsr_region *r = fixture_affine(N);
+    tsr_client_compiled k;
+    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    on_device dev1;
+    buffers_on(c, 1, &dev1);
+    /* The kernel gets its copy on device 1. */
+    cr_assert_eq(launch_checked(c, k.kernel, &dev1, 1, &err), TSR_OK, "%s", err.message);
+
+    /* Device 1 faults while the long matmul holds it: its rebuild waits. */
+    long_run l;
+    pthread_t long_thread;
+    long_run_hold(&d, watch, 1, &l, &long_thread);
+    tsr_region *small = fixture_affine(4);
+    tsr_client_compile_opts fault = {.force = "test_fault", .skip_verify = true};
+    float x4[4] = {1, 2, 3, 4}, y4[4];
+    const void *in4[] = {x4};
+    cr_assert_eq(tsr_client_run_on(faulter, small, &fault, 1, in4, y4, NULL, NULL, 0, &err),
+                 TSR_DEVICE_LOST, "%s", err.message);
+    tsr_client_device_health h[2];
+    health_devices(watch, h);
+    cr_assert_eq(h[1].state, TSR_CLIENT_DEVICE_RECOVERING);
+
+    /* The batch is accepted and held; then its kernel handle is freed. */
+    held_batch b = {
+        .c = c, .launch = {.kernel = k.kernel, .n_inputs = 1, .inputs = &dev1.x, .output = dev1.y}};
+    pthread_t batch_thread;
+    cr_assert_eq(pthread_create(&batch_thread, NULL, held_batch_go, &b), 0);
+    for (int i = 0; stats_value(watch, "device_queue_depth{device=\"1\"}") < 2.0; i++) {
+        cr_assert_lt(i, 5000, "the batch was never queued on device 1");
+        testd_sleep_ms(2);
+    }
+    cr_assert_eq(tsr_client_kernel_free(c, k.kernel, 0, &err), TSR_OK, "%s", err.message);
+    health_devices(watch, h);
+    cr_assert_eq(h[1].state, TSR_CLIENT_DEVICE_RECOVERING, "the batch ran before the rebuild");
+
+    pthread_join(long_thread, NULL);
+    pthread_join(batch_thread, NULL);
+    cr_expect_eq(b.status, TSR_DEVICE_LOST, "the batch answered %s: %s", tsr_status_name(b.status),
+                 b.err.message);
+    cr_expect_str_eq(b.err.message,
+                     "batch.launches[0]: an input buffer's device memory was lost when device 1 "
+                     "was recovered after a fault");
+    health_devices(watch, h);
+    cr_expect_eq(h[1].state, TSR_CLIENT_DEVICE_SERVING);
+    cr_expect_eq(h[1].recoveries, 1);
+    cr_expect_eq(tsr_client_launch(c, k.kernel, &dev1.x, 1, dev1.y, NULL, 0, &err), TSR_NOT_FOUND,
+                 "the freed handle: %s", err.message);
+
+    long_run_free(&l);
+    tsr_client_region_free(small);
+    tsr_client_region_free(r);
+    tsr_client_close(faulter);
+    tsr_client_close(c);
+    fixture_stop(&d, watch);
+}
+
+/* A node-wide recovery (one device: the whole node) whose rebuild fails
+ * every attempt: test_fault_for_good's device never comes back. While the
+ * rebuild is tried the device shows recovering; once the daemon gives up it
+ * shows lost, in the health reply, its degraded line and the metrics, and
+ * /healthz fails. */
+Test(device_recovery, a_device_a_node_wide_recovery_could_not_bring_back_shows_lost, .timeout = 120)
+{
+    testd d;
+    int port = free_port();
+    const char *const extra[] = {"--backend", "cpu", NULL};
+    cr_assert_eq(testd_start_config(&d, extra,
+                                    "{\"test_faults\": true, "
+                                    "\"metrics_listen\": \"http://127.0.0.1:%d\"}\n",
+                                    port),
+                 0, "tesserad did not start");
+    tsr_client *c = testd_connect(d.url, NULL, 60000);
+    cr_assert_not_null(c);
+    tsr_error err;
+    char body[512];
+    tsr_region *small = fixture_affine(4);
+    tsr_client_compile_opts fault = {.force = "test_fault_for_good", .skip_verify = true};
+    float x4[4] = {1, 2, 3, 4}, y4[4];
+    const void *in4[] = {x4};
+    cr_assert_eq(tsr_client_run_on(c, small, &fault, 0, in4, y4, NULL, NULL, 0, &err),
+                 TSR_DEVICE_LOST, "%s", err.message);
+    cr_expect_str_eq(
+        err.message,
+        "cpu backend: test_fault_for_good faulted the device (simulated illegal address)");
+
+    /* Three attempts a second apart: recovering meanwhile, then lost. */
+    tsr_client_device_health h;
+    int n = 0;
+    cr_assert_eq(tsr_client_health_devices(c, &h, 1, &n, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(n, 1);
+    cr_expect_eq(h.state, TSR_CLIENT_DEVICE_RECOVERING, "while the rebuild is tried");
+    double t0 = testd_now_ms();
+    while (h.state == TSR_CLIENT_DEVICE_RECOVERING && testd_now_ms() - t0 < 30000.0) {
+        testd_sleep_ms(20);
+        cr_assert_eq(tsr_client_health_devices(c, &h, 1, &n, 0, &err), TSR_OK, "%s", err.message);
+    }
+    cr_expect_eq(h.state, TSR_CLIENT_DEVICE_LOST, "device 0 is %d, not lost, after %.0f ms",
+                 h.state, testd_now_ms() - t0);
+    cr_expect_eq(h.recoveries, 0);
+    tsr_client_health nh;
+    cr_assert_eq(tsr_client_health_get(c, &nh, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(nh.state, TSR_CLIENT_HEALTH_RECOVERING, "no device serves");
+    cr_expect_eq(nh.recoveries, 0);
+    cr_expect_eq(stats_value(c, "device_state{device=\"0\"}"), 2.0);
+    cr_expect_eq(stats_value(c, "recovering"), 1.0);
+    cr_expect_eq(stats_value(c, "device_faults_total"), 1.0);
+    cr_expect_eq(http_get(port, "/healthz", body, sizeof body), 503);
+    cr_expect_str_eq(body, "device lost\n");
+    cr_expect_eq(http_get(port, "/readyz", body, sizeof body), 503);
+    cr_expect_str_eq(body, "recovering\n");
+    /* Device work fails with DEVICE_LOST, saying why. */
+    cr_expect_eq(tsr_client_run_on(c, small, NULL, 0, in4, y4, NULL, NULL, 0, &err),
+                 TSR_DEVICE_LOST);
+    cr_expect_str_eq(err.message, "cpu backend: device 0 faulted and is being recovered");
+
+    tsr_client_region_free(small);
+    fixture_stop(&d, c);
+}

@@ -16,8 +16,17 @@
  * Recovery: when a reply says the worker's device is lost, or the worker dies,
  * lost() turns true and every call answers DEVICE_LOST. recover() kills the
  * worker, starts a new one (a new process, so a new context) and bumps the
- * generation; objects of the old worker answer DEVICE_LOST when used and are
+ * generations; objects of the old worker answer DEVICE_LOST when used and are
  * freed here without a word to the new worker.
+ *
+ * One device at a time: where the worker's backend tells its devices apart
+ * (the CPU backend with cpu_devices > 1), each reply names the devices lost,
+ * and recover_device asks the worker to rebuild that one device while the
+ * others serve; only that device's generation moves, and objects of its old
+ * generation are still freed in the worker, which holds them. A worker that
+ * died takes every device: the first device's recover_device starts a new
+ * worker, which rebuilds them all. The CUDA worker loses every device at once
+ * and is restarted whole.
  *
  * Client shared-memory segments: host_register passes the segment's
  * descriptor to the worker (SCM_RIGHTS), which maps and pins it there, so a
@@ -73,7 +82,7 @@ typedef struct iso_pin {
     uint8_t *host; /* where the segment is mapped here */
     uint64_t len;
     uint64_t id; /* the worker's pin */
-    unsigned generation;
+    unsigned incarnation;
     struct iso_pin *next;
 } iso_pin;
 
@@ -86,6 +95,8 @@ typedef struct iso_channel {
 
 struct tsrd_backend {
     const char *worker_backend; /* the in-process backend the worker runs */
+    int cpu_devices;            /* the worker's CPU backend: tsrd_backend_options' */
+    uint64_t cpu_device_memory_bytes;
     uint64_t kernel_timeout_ms; /* a call waiting longer stops the worker; 0 = none */
     /* cpu-isolated: a CPU backend here for the host-side work (candidates,
      * compile); the cuda flavour compiles with NVRTC instead. */
@@ -102,19 +113,31 @@ struct tsrd_backend {
     pthread_rwlock_t reset_lock;
     pthread_mutex_t pins_lock;
     iso_pin *pins;
+    /* Every device is lost: the worker died, ran past the timeout, or its
+     * backend loses the whole context. */
     atomic_int lost;
-    atomic_uint generation;
+    /* Devices lost one by one (bit i: device i), as the worker's replies say;
+     * set and cleared under lost_lock, read anywhere. */
+    atomic_uint lost_devices;
+    pthread_mutex_t lost_lock;
+    /* The worker process: bumped by each restart. Pins and rings belong to
+     * one worker; releases go only to the worker that made the object. */
+    atomic_uint incarnation;
+    /* Per device: bumped by each rebuild of it (a restart rebuilds all). */
+    atomic_uint generation[ISO_MAX_DEVICES];
     int n_devices;
     tsrd_device_info devices[ISO_MAX_DEVICES];
     char driver_version[64];
     char compiler_version[64];
 };
 
-/* The daemon's record of an object that lives in the worker: its id there and
- * the worker generation it belongs to (an object of an earlier generation went
- * with that worker). Every such record begins with one. */
+/* The daemon's record of an object that lives in the worker: its id there,
+ * the worker that holds it, and the generation of its device it belongs to
+ * (an object of an earlier generation went with that device's context).
+ * Every such record begins with one. */
 typedef struct iso_remote {
     uint64_t id;
+    unsigned incarnation;
     unsigned generation;
     int device;
 } iso_remote;
@@ -172,6 +195,24 @@ static tsr_status iso_worker_gone(tsrd_backend *b, tsr_error *err)
                          "it was killed)");
 }
 
+/* What a reply says is lost. gens are the device generations from before the
+ * request: a device rebuilt since may be named by a reply the worker wrote
+ * before the rebuild, which is old news. */
+static void iso_note_lost(tsrd_backend *b, uint32_t lost, const unsigned *gens)
+{
+    if (lost == 0)
+        return;
+    if (lost == TSRD_DW_LOST_ALL) {
+        atomic_store(&b->lost, 1);
+        return;
+    }
+    pthread_mutex_lock(&b->lost_lock);
+    for (int i = 0; i < b->n_devices; i++)
+        if ((lost & (1u << i)) && atomic_load(&b->generation[i]) == gens[i])
+            atomic_fetch_or(&b->lost_devices, 1u << i);
+    pthread_mutex_unlock(&b->lost_lock);
+}
+
 /* One request and its reply on c. *out_payload (when not NULL) gets the reply
  * payload, malloc'd. A broken channel means the worker died: the device is
  * then lost. */
@@ -181,6 +222,9 @@ static tsr_status iso_exchange_fd(tsrd_backend *b, iso_channel *c, const tsrd_dw
 {
     if (atomic_load(&b->lost))
         return iso_lost_error(err);
+    unsigned gens[ISO_MAX_DEVICES];
+    for (int i = 0; i < b->n_devices; i++)
+        gens[i] = atomic_load(&b->generation[i]);
     char message[TSR_ERROR_MESSAGE_MAX];
     if (tsrd_dw_write_request(c->fd, q, payload, send_fd) != 0)
         return iso_worker_gone(b, err);
@@ -207,8 +251,7 @@ static tsr_status iso_exchange_fd(tsrd_backend *b, iso_channel *c, const tsrd_dw
         rep->message_len >= sizeof message ||
         tsrd_dw_read_all(c->fd, message, rep->message_len) != 0)
         return iso_worker_gone(b, err);
-    if (rep->lost)
-        atomic_store(&b->lost, 1);
+    iso_note_lost(b, rep->lost, gens);
     message[rep->message_len] = '\0';
     if (rep->status != TSR_OK)
         return tsr_error_set(err, (tsr_status)rep->status, "%s", message);
@@ -246,12 +289,17 @@ static tsr_status iso_call(tsrd_backend *b, const tsrd_dw_request *q, const void
 
 /* Asks the worker to make an object (q, with its payload) and gives back in
  * *out the daemon's record of it: size bytes, zeroed, beginning with an
- * iso_remote for the object of that generation on device; NULL on failure. */
-static tsr_status iso_make(tsrd_backend *b, size_t size, unsigned generation, int device,
-                           const tsrd_dw_request *q, const void *payload, void *out, tsr_error *err)
+ * iso_remote for the object on device, of the generations before the call (a
+ * rebuild during it makes the object stale); NULL on failure. */
+static tsr_status iso_make(tsrd_backend *b, size_t size, int device, const tsrd_dw_request *q,
+                           const void *payload, void *out, tsr_error *err)
 {
-    iso_remote *o = calloc(1, size);
     *(void **)out = NULL;
+    if (device < 0 || device >= b->n_devices)
+        return tsr_error_set(err, TSR_NOT_FOUND, "device worker: no device %d", device);
+    unsigned incarnation = atomic_load(&b->incarnation);
+    unsigned generation = atomic_load(&b->generation[device]);
+    iso_remote *o = calloc(1, size);
     if (o == NULL)
         return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
     uint64_t r[2];
@@ -260,27 +308,40 @@ static tsr_status iso_make(tsrd_backend *b, size_t size, unsigned generation, in
         free(o);
         return st;
     }
-    *o = (iso_remote){.id = r[0], .generation = generation, .device = device};
+    *o = (iso_remote){
+        .id = r[0], .incarnation = incarnation, .generation = generation, .device = device};
     *(void **)out = o;
     return TSR_OK;
 }
 
-/* DEVICE_LOST for an object of an earlier worker. */
-static tsr_status iso_current(tsrd_backend *b, unsigned generation, const char *what,
+/* Whether o belongs to an earlier context of its device. */
+static bool iso_stale(tsrd_backend *b, const iso_remote *o)
+{
+    return o->generation != atomic_load(&b->generation[o->device]);
+}
+
+/* DEVICE_LOST while o's device is lost, or for an object of an earlier
+ * context of its device. */
+static tsr_status iso_current(tsrd_backend *b, const iso_remote *o, const char *what,
                               tsr_error *err)
 {
     if (atomic_load(&b->lost))
         return iso_lost_error(err);
-    if (generation != atomic_load(&b->generation))
+    if (atomic_load(&b->lost_devices) & (1u << o->device))
         return tsr_error_set(err, TSR_DEVICE_LOST,
-                             "%s was lost when device 0 was recovered after a fault", what);
+                             "device worker: device %d faulted and is being recovered", o->device);
+    if (iso_stale(b, o))
+        return tsr_error_set(err, TSR_DEVICE_LOST,
+                             "%s was lost when device %d was recovered after a fault", what,
+                             o->device);
     return TSR_OK;
 }
 
-/* A release: sent only to the worker that made the object. */
-static void iso_release(tsrd_backend *b, tsrd_dw_op op, uint64_t id, unsigned generation)
+/* A release: sent only to the worker that made the object, which holds it
+ * even after a rebuild of its device alone. */
+static void iso_release(tsrd_backend *b, tsrd_dw_op op, uint64_t id, unsigned incarnation)
 {
-    if (generation != atomic_load(&b->generation) || atomic_load(&b->lost))
+    if (incarnation != atomic_load(&b->incarnation) || atomic_load(&b->lost))
         return;
     tsrd_dw_request q = {.op = op, .a = {id}};
     tsr_error ignored;
@@ -349,13 +410,17 @@ static tsr_status iso_spawn(tsrd_backend *b, tsr_error *err)
         posix_spawn_file_actions_adddup2(&fa, high[i], TSRD_DW_FD_FIRST + i);
     /* Nothing else of the daemon's (listening sockets, segments) goes along. */
     posix_spawn_file_actions_addclosefrom_np(&fa, TSRD_DW_FD_FIRST + 2 * TSRD_DW_CHANNELS);
-    char channels[16];
+    char channels[16], cpu_devices[16], cpu_memory[32];
     snprintf(channels, sizeof channels, "%d", TSRD_DW_CHANNELS);
+    snprintf(cpu_devices, sizeof cpu_devices, "%d", b->cpu_devices);
+    snprintf(cpu_memory, sizeof cpu_memory, "%llu", (unsigned long long)b->cpu_device_memory_bytes);
     char *argv[] = {b->worker_exe,
                     (char *)TSRD_DEVICE_WORKER_ARG,
                     (char *)b->worker_backend,
                     (char *)(b->test_faults ? "1" : "0"),
                     channels,
+                    cpu_devices,
+                    cpu_memory,
                     NULL};
     if (st == TSR_OK) {
         int rc = posix_spawn(&b->pid, b->worker_exe, &fa, NULL, argv, environ);
@@ -438,6 +503,7 @@ static void iso_close(tsrd_backend *b)
     pthread_mutex_destroy(&b->lock);
     pthread_cond_destroy(&b->channel_free);
     pthread_rwlock_destroy(&b->reset_lock);
+    pthread_mutex_destroy(&b->lost_lock);
     while (b->pins != NULL) {
         iso_pin *p = b->pins;
         b->pins = p->next;
@@ -460,9 +526,15 @@ static tsr_status iso_open(const tsrd_backend_options *opts, const tsrd_backend_
     pthread_cond_init(&b->channel_free, NULL);
     pthread_rwlock_init(&b->reset_lock, NULL);
     pthread_mutex_init(&b->pins_lock, NULL);
+    pthread_mutex_init(&b->lost_lock, NULL);
     atomic_init(&b->lost, 0);
-    atomic_init(&b->generation, 1);
+    atomic_init(&b->lost_devices, 0);
+    atomic_init(&b->incarnation, 1);
+    for (int i = 0; i < ISO_MAX_DEVICES; i++)
+        atomic_init(&b->generation[i], 1);
     b->test_faults = opts != NULL && opts->test_faults;
+    b->cpu_devices = opts != NULL && opts->cpu_devices > 1 ? opts->cpu_devices : 1;
+    b->cpu_device_memory_bytes = opts != NULL ? opts->cpu_device_memory_bytes : 0;
     b->kernel_timeout_ms = opts != NULL ? opts->kernel_timeout_ms : 0;
     snprintf(b->worker_exe, sizeof b->worker_exe, "%s",
              opts != NULL && opts->worker_exe != NULL ? opts->worker_exe : "/proc/self/exe");
@@ -593,8 +665,7 @@ static tsr_status iso_buffer_alloc(tsrd_backend *b, int device, uint64_t bytes, 
                                    tsr_error *err)
 {
     tsrd_dw_request q = {.op = TSRD_DW_ALLOC, .a = {(uint64_t)device, bytes}};
-    tsr_status st =
-        iso_make(b, sizeof **out, atomic_load(&b->generation), device, &q, NULL, out, err);
+    tsr_status st = iso_make(b, sizeof **out, device, &q, NULL, out, err);
     if (st == TSR_OK)
         (*out)->bytes = bytes;
     return st;
@@ -604,7 +675,7 @@ static void iso_buffer_free(tsrd_backend *b, tsrd_dbuf *buf)
 {
     if (buf == NULL)
         return;
-    iso_release(b, TSRD_DW_FREE, buf->remote.id, buf->remote.generation);
+    iso_release(b, TSRD_DW_FREE, buf->remote.id, buf->remote.incarnation);
     free(buf);
 }
 
@@ -615,7 +686,7 @@ static tsr_status iso_copy(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offset, voi
 {
     if (offset > buf->bytes || len > buf->bytes - offset)
         return tsr_error_set(err, TSR_BUFFER_MISMATCH, "device worker: copy out of bounds");
-    tsr_status st = iso_current(b, buf->remote.generation, "the buffer's device memory", err);
+    tsr_status st = iso_current(b, &buf->remote, "the buffer's device memory", err);
     if (st != TSR_OK || len == 0)
         return st;
     pthread_rwlock_rdlock(&b->reset_lock);
@@ -653,7 +724,7 @@ static tsr_status iso_buffer_read(tsrd_backend *b, tsrd_dbuf *buf, uint64_t offs
 static tsr_status iso_fill(tsrd_backend *b, tsrd_dbuf *buf, uint64_t mode, uint64_t dtype,
                            uint64_t n, uint64_t key, tsr_error *err)
 {
-    tsr_status st = iso_current(b, buf->remote.generation, "the buffer's device memory", err);
+    tsr_status st = iso_current(b, &buf->remote, "the buffer's device memory", err);
     if (st != TSR_OK)
         return st;
     tsrd_dw_request q = {.op = TSRD_DW_FILL, .a = {buf->remote.id, mode, dtype, n, key}};
@@ -680,7 +751,7 @@ static tsr_status iso_buffer_gather(tsrd_backend *b, tsrd_dbuf *buf, uint32_t si
     if (size != 2 && size != 4)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "device worker: gather of %u-byte elements",
                              size);
-    tsr_status st = iso_current(b, buf->remote.generation, "the buffer's device memory", err);
+    tsr_status st = iso_current(b, &buf->remote, "the buffer's device memory", err);
     if (st != TSR_OK || count == 0)
         return st;
     pthread_rwlock_rdlock(&b->reset_lock);
@@ -713,7 +784,7 @@ static tsr_status iso_host_register(tsrd_backend *b, void *host, uint64_t len, i
         return tsr_error_set(err, TSR_NO_MEMORY, "device worker: out of memory");
     p->host = host;
     p->len = len;
-    p->generation = atomic_load(&b->generation);
+    p->incarnation = atomic_load(&b->incarnation);
     tsrd_dw_request q = {.op = TSRD_DW_PIN, .a = {len}};
     uint64_t r[2];
     tsr_status st = iso_call_fd(b, &q, NULL, fd, r, err);
@@ -742,7 +813,7 @@ static void iso_host_unregister(tsrd_backend *b, void *token)
             break;
         }
     pthread_mutex_unlock(&b->pins_lock);
-    iso_release(b, TSRD_DW_UNPIN, p->id, p->generation);
+    iso_release(b, TSRD_DW_UNPIN, p->id, p->incarnation);
     free(p);
 }
 
@@ -754,10 +825,10 @@ static tsr_status iso_buffer_copy_registered(tsrd_backend *b, tsrd_dbuf *buf, ui
      * when no copy can use it (the session's jobs are done). */
     uint8_t *h = host;
     uint64_t pin_id = 0, pin_offset = 0;
-    unsigned generation = atomic_load(&b->generation);
+    unsigned incarnation = atomic_load(&b->incarnation);
     pthread_mutex_lock(&b->pins_lock);
     for (iso_pin *p = b->pins; p != NULL && pin_id == 0; p = p->next)
-        if (p->generation == generation && h >= p->host && len <= p->len &&
+        if (p->incarnation == incarnation && h >= p->host && len <= p->len &&
             (uint64_t)(h - p->host) <= p->len - len) {
             pin_id = p->id;
             pin_offset = (uint64_t)(h - p->host);
@@ -767,7 +838,7 @@ static tsr_status iso_buffer_copy_registered(tsrd_backend *b, tsrd_dbuf *buf, ui
         return iso_copy(b, buf, offset, host, len, to_device, err);
     if (offset > buf->bytes || len > buf->bytes - offset)
         return tsr_error_set(err, TSR_BUFFER_MISMATCH, "device worker: copy out of bounds");
-    tsr_status st = iso_current(b, buf->remote.generation, "the buffer's device memory", err);
+    tsr_status st = iso_current(b, &buf->remote, "the buffer's device memory", err);
     if (st != TSR_OK || len == 0)
         return st;
     tsrd_dw_request q = {
@@ -786,8 +857,7 @@ static tsr_status iso_buffer_import(tsrd_backend *b, int device, const uint8_t *
     tsrd_dw_request q = {.op = TSRD_DW_IMPORT,
                          .payload_len = (uint32_t)handle_len,
                          .a = {(uint64_t)device, offset, bytes}};
-    tsr_status st =
-        iso_make(b, sizeof **out, atomic_load(&b->generation), device, &q, handle, out, err);
+    tsr_status st = iso_make(b, sizeof **out, device, &q, handle, out, err);
     if (st == TSR_OK)
         (*out)->bytes = bytes;
     return st;
@@ -815,7 +885,7 @@ static tsr_status iso_load(tsrd_backend *b, int device, const tsr_region *r, con
     free(json);
     tsrd_dw_request q = {
         .op = TSRD_DW_LOAD, .payload_len = (uint32_t)total, .a = {(uint64_t)device, json_len, len}};
-    st = iso_make(b, sizeof **out, atomic_load(&b->generation), device, &q, payload, out, err);
+    st = iso_make(b, sizeof **out, device, &q, payload, out, err);
     free(payload);
     return st;
 }
@@ -824,7 +894,7 @@ static void iso_unload(tsrd_backend *b, tsrd_kobj *k)
 {
     if (k == NULL)
         return;
-    iso_release(b, TSRD_DW_UNLOAD, k->remote.id, k->remote.generation);
+    iso_release(b, TSRD_DW_UNLOAD, k->remote.id, k->remote.incarnation);
     free(k);
 }
 
@@ -833,14 +903,14 @@ static void iso_unload(tsrd_backend *b, tsrd_kobj *k)
 static tsr_status iso_stream_create(tsrd_backend *b, int device, tsrd_stream **out, tsr_error *err)
 {
     tsrd_dw_request q = {.op = TSRD_DW_STREAM_NEW, .a = {(uint64_t)device}};
-    return iso_make(b, sizeof **out, atomic_load(&b->generation), device, &q, NULL, out, err);
+    return iso_make(b, sizeof **out, device, &q, NULL, out, err);
 }
 
 static void iso_stream_destroy(tsrd_backend *b, tsrd_stream *s)
 {
     if (s == NULL)
         return;
-    iso_release(b, TSRD_DW_STREAM_FREE, s->remote.id, s->remote.generation);
+    iso_release(b, TSRD_DW_STREAM_FREE, s->remote.id, s->remote.incarnation);
     free(s);
 }
 
@@ -877,7 +947,7 @@ static uint64_t *iso_launches_encode(const tsrd_launch_desc *launches, size_t n,
 static size_t iso_launches_valid(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n,
                                  tsrd_stream *s, tsr_status *st_out, tsr_error *err)
 {
-    tsr_status st = iso_current(b, s->remote.generation, "the session's stream", err);
+    tsr_status st = iso_current(b, &s->remote, "the session's stream", err);
     *st_out = st;
     if (st != TSR_OK)
         return 0;
@@ -887,22 +957,22 @@ static size_t iso_launches_valid(tsrd_backend *b, const tsrd_launch_desc *launch
         if (l->n_inputs < 0 || l->n_inputs > TSR_MAX_REGION_INPUTS) {
             valid = i;
             st = tsr_error_set(err, TSR_INTERNAL, "device worker: %d inputs", l->n_inputs);
-        } else if (l->kernel->remote.generation != s->remote.generation) {
+        } else if (iso_stale(b, &l->kernel->remote)) {
             valid = i;
             st = tsr_error_set(err, TSR_DEVICE_LOST,
                                "the loaded kernel was lost when device %d was recovered after a "
                                "fault",
-                               s->remote.device);
+                               l->kernel->remote.device);
         }
         for (int k = 0; valid == n && k <= l->n_inputs; k++) {
             const tsrd_dbuf *buf = k < l->n_inputs ? l->inputs[k] : l->output;
-            if (buf->remote.generation != s->remote.generation) {
+            if (iso_stale(b, &buf->remote)) {
                 valid = i;
                 st = tsr_error_set(err, TSR_DEVICE_LOST,
                                    "%s %d's device memory was lost when device %d was recovered "
                                    "after a fault; free it and allocate it again",
                                    k < l->n_inputs ? "input buffer" : "the output buffer", k,
-                                   s->remote.device);
+                                   buf->remote.device);
             }
         }
     }
@@ -964,7 +1034,7 @@ static tsr_status iso_synchronize(tsrd_backend *b, tsrd_stream *s, double *devic
 {
     if (device_ms != NULL)
         *device_ms = 0;
-    tsr_status st = iso_current(b, s->remote.generation, "the session's stream", err);
+    tsr_status st = iso_current(b, &s->remote, "the session's stream", err);
     if (st != TSR_OK)
         return st;
     tsrd_dw_request q = {.op = TSRD_DW_SYNC, .a = {s->remote.id}};
@@ -1010,7 +1080,7 @@ static tsr_status iso_launch_sync(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
 
 static tsr_status iso_graph_begin(tsrd_backend *b, tsrd_stream *s, tsr_error *err)
 {
-    tsr_status st = iso_current(b, s->remote.generation, "the session's stream", err);
+    tsr_status st = iso_current(b, &s->remote, "the session's stream", err);
     tsrd_dw_request q = {.op = TSRD_DW_GRAPH_BEGIN, .a = {s->remote.id}};
     return st == TSR_OK ? iso_call(b, &q, NULL, NULL, err) : st;
 }
@@ -1018,18 +1088,18 @@ static tsr_status iso_graph_begin(tsrd_backend *b, tsrd_stream *s, tsr_error *er
 static tsr_status iso_graph_end(tsrd_backend *b, tsrd_stream *s, tsrd_graph **out, tsr_error *err)
 {
     *out = NULL;
-    tsr_status st = iso_current(b, s->remote.generation, "the session's stream", err);
+    tsr_status st = iso_current(b, &s->remote, "the session's stream", err);
     if (st != TSR_OK)
         return st;
     tsrd_dw_request q = {.op = TSRD_DW_GRAPH_END, .a = {s->remote.id}};
-    return iso_make(b, sizeof **out, s->remote.generation, s->remote.device, &q, NULL, out, err);
+    return iso_make(b, sizeof **out, s->remote.device, &q, NULL, out, err);
 }
 
 static tsr_status iso_graph_launch(tsrd_backend *b, tsrd_graph *g, tsrd_stream *s, tsr_error *err)
 {
-    tsr_status st = iso_current(b, s->remote.generation, "the session's stream", err);
+    tsr_status st = iso_current(b, &s->remote, "the session's stream", err);
     if (st == TSR_OK)
-        st = iso_current(b, g->remote.generation, "the captured graph", err);
+        st = iso_current(b, &g->remote, "the captured graph", err);
     tsrd_dw_request q = {.op = TSRD_DW_GRAPH_LAUNCH, .a = {g->remote.id, s->remote.id}};
     return st == TSR_OK ? iso_call(b, &q, NULL, NULL, err) : st;
 }
@@ -1038,7 +1108,7 @@ static void iso_graph_destroy(tsrd_backend *b, tsrd_graph *g)
 {
     if (g == NULL)
         return;
-    iso_release(b, TSRD_DW_GRAPH_FREE, g->remote.id, g->remote.generation);
+    iso_release(b, TSRD_DW_GRAPH_FREE, g->remote.id, g->remote.incarnation);
     free(g);
 }
 
@@ -1046,19 +1116,37 @@ static void iso_graph_destroy(tsrd_backend *b, tsrd_graph *g)
 
 static int iso_lost(tsrd_backend *b)
 {
-    return atomic_load(&b->lost);
+    return atomic_load(&b->lost) || atomic_load(&b->lost_devices) != 0;
 }
 
-static tsr_status iso_recover(tsrd_backend *b, tsr_error *err)
+static int iso_device_lost(tsrd_backend *b, int device)
+{
+    return atomic_load(&b->lost) || (atomic_load(&b->lost_devices) & (1u << device)) != 0;
+}
+
+/* Replaces the worker: every device's context is new. With only_if_lost, a
+ * worker that some other device's rebuild has replaced meanwhile is kept. The
+ * generations move before lost clears, so that nothing of the old worker
+ * passes as current. */
+static tsr_status iso_restart(tsrd_backend *b, bool only_if_lost, tsr_error *err)
 {
     pthread_rwlock_wrlock(&b->reset_lock);
-    iso_close_channels(b);
-    iso_reap(b, true);
-    tsr_status st = iso_spawn(b, err);
-    if (st == TSR_OK) {
-        atomic_fetch_add(&b->generation, 1);
+    bool replace = !only_if_lost || atomic_load(&b->lost);
+    tsr_status st = TSR_OK;
+    if (replace) {
+        iso_close_channels(b);
+        iso_reap(b, true);
+        st = iso_spawn(b, err);
+    }
+    if (st == TSR_OK && replace) {
+        pthread_mutex_lock(&b->lost_lock);
+        atomic_fetch_add(&b->incarnation, 1);
+        for (int i = 0; i < ISO_MAX_DEVICES; i++)
+            atomic_fetch_add(&b->generation[i], 1);
+        atomic_store(&b->lost_devices, 0);
         atomic_store(&b->lost, 0);
-    } else {
+        pthread_mutex_unlock(&b->lost_lock);
+    } else if (st != TSR_OK) {
         err->code = TSR_DEVICE_LOST;
         tsr_error_prefix(err, "restart the device worker");
     }
@@ -1066,23 +1154,50 @@ static tsr_status iso_recover(tsrd_backend *b, tsr_error *err)
     return st;
 }
 
+static tsr_status iso_recover(tsrd_backend *b, tsr_error *err)
+{
+    return iso_restart(b, false, err);
+}
+
+/* The worker rebuilds the device in place while the others serve; a worker
+ * that died (or was stopped) is replaced instead, which rebuilds every
+ * device, so the other devices' rebuilds then find theirs done. */
+static tsr_status iso_recover_device(tsrd_backend *b, int device, tsr_error *err)
+{
+    if (device < 0 || device >= b->n_devices)
+        return tsr_error_set(err, TSR_NOT_FOUND, "device worker: no device %d", device);
+    if (atomic_load(&b->lost))
+        return iso_restart(b, true, err);
+    if (!(atomic_load(&b->lost_devices) & (1u << device)))
+        return TSR_OK;
+    tsrd_dw_request q = {.op = TSRD_DW_RECOVER_DEVICE, .a = {(uint64_t)device}};
+    tsr_status st = iso_call(b, &q, NULL, NULL, err);
+    if (st != TSR_OK) {
+        err->code = TSR_DEVICE_LOST;
+        return tsr_error_prefix(err, "device worker: rebuild device %d", device);
+    }
+    pthread_mutex_lock(&b->lost_lock);
+    atomic_fetch_add(&b->generation[device], 1);
+    atomic_fetch_and(&b->lost_devices, ~(1u << device));
+    pthread_mutex_unlock(&b->lost_lock);
+    return TSR_OK;
+}
+
 /* ---- submission rings, served in the worker ---- */
 
 struct tsrd_bring {
     uint64_t id; /* the worker's ring */
-    unsigned generation;
+    unsigned incarnation;
 };
 
-/* Whether a launch names an object of another worker than the current one. */
+/* Whether a launch names an object of an earlier context of its device. */
 static bool iso_launches_stale(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n)
 {
-    unsigned gen = atomic_load(&b->generation);
     for (size_t i = 0; i < n; i++) {
-        if (launches[i].kernel->remote.generation != gen ||
-            launches[i].output->remote.generation != gen)
+        if (iso_stale(b, &launches[i].kernel->remote) || iso_stale(b, &launches[i].output->remote))
             return true;
         for (int k = 0; k < launches[i].n_inputs; k++)
-            if (launches[i].inputs[k]->remote.generation != gen)
+            if (iso_stale(b, &launches[i].inputs[k]->remote))
                 return true;
     }
     return false;
@@ -1092,14 +1207,19 @@ static tsr_status iso_ring_start(tsrd_backend *b, int fd, uint64_t bytes, uint32
                                  uint32_t first, const tsrd_launch_desc *launches, int n,
                                  uint64_t timeout_ms, tsrd_bring **out, tsr_error *err)
 {
-    unsigned gen = atomic_load(&b->generation);
-    tsr_status st = iso_current(b, gen, "the device", err);
+    unsigned incarnation = atomic_load(&b->incarnation);
+    if (atomic_load(&b->lost))
+        return iso_lost_error(err);
+    tsr_status st = TSR_OK;
+    for (int i = 0; st == TSR_OK && i < n; i++)
+        st = iso_current(b, &launches[i].kernel->remote, "the ring's kernel", err);
     if (st != TSR_OK)
         return st;
     if (iso_launches_stale(b, launches, (size_t)n))
         return tsr_error_set(err, TSR_DEVICE_LOST,
-                             "a kernel or buffer of the ring was lost when device 0 was recovered "
-                             "after a fault");
+                             "a kernel or buffer of the ring was lost when device %d was "
+                             "recovered after a fault",
+                             n > 0 ? launches[0].kernel->remote.device : 0);
     size_t words = 0;
     uint64_t stack[ISO_STACK_WORDS];
     uint64_t *payload = iso_launches_encode(launches, (size_t)n, stack, ISO_STACK_WORDS, &words);
@@ -1123,7 +1243,7 @@ static tsr_status iso_ring_start(tsrd_backend *b, int fd, uint64_t bytes, uint32
         return st;
     }
     r->id = rr[0];
-    r->generation = gen;
+    r->incarnation = incarnation;
     *out = r;
     return TSR_OK;
 }
@@ -1132,7 +1252,7 @@ static void iso_ring_stop(tsrd_backend *b, tsrd_bring *r, uint64_t *served)
 {
     *served = 0;
     tsr_error err;
-    if (r->generation == atomic_load(&b->generation) && !atomic_load(&b->lost)) {
+    if (r->incarnation == atomic_load(&b->incarnation) && !atomic_load(&b->lost)) {
         tsrd_dw_request q = {.op = TSRD_DW_RING_STOP, .a = {r->id}};
         uint64_t rr[2];
         if (iso_call(b, &q, NULL, rr, &err) == TSR_OK)
@@ -1191,11 +1311,15 @@ const tsrd_backend_ops tsrd_backend_cuda_isolated = {
     .graph = &iso_graph,
 };
 
+/* The CPU backend in the worker tells its devices apart: one device's fault
+ * rebuilds that device alone. */
 const tsrd_backend_ops tsrd_backend_cpu_isolated = {
     .name = "cpu-isolated",
     .codegen_version = TSRD_CPU_PLAN_VERSION,
     .open = iso_open_cpu,
     ISO_OPS_SHARED,
+    .device_lost = iso_device_lost,
+    .recover_device = iso_recover_device,
     .ipc = NULL,
     .graph = NULL,
 };

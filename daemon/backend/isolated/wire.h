@@ -73,6 +73,9 @@ typedef enum tsrd_dw_op {
                            * enqueued, synchronizes -> r0 the synchronize's device time as double
                            * bits, r1 1 when the launch was enqueued. The status and message are
                            * the launch's when it failed, else the synchronize's. */
+    /* a0 device: the worker's backend rebuilds that device alone
+     * (recover_device); UNSUPPORTED where it has none. */
+    TSRD_DW_RECOVER_DEVICE,
 } tsrd_dw_op;
 
 typedef struct tsrd_dw_request {
@@ -81,9 +84,13 @@ typedef struct tsrd_dw_request {
     uint64_t a[6];
 } tsrd_dw_request;
 
+/* A reply's lost: bit i, device i is lost (a sticky fault); all bits, the
+ * worker's backend loses every device at once (it has no device_lost). */
+#define TSRD_DW_LOST_ALL UINT32_MAX
+
 typedef struct tsrd_dw_reply {
     int32_t status; /* tsr_status */
-    uint32_t lost;  /* the worker's device is lost (a sticky fault) */
+    uint32_t lost;  /* the worker's lost devices, as above; 0: none */
     uint32_t message_len;
     uint32_t payload_len;
     uint64_t r[2];

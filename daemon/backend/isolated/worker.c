@@ -65,10 +65,24 @@ typedef struct worker_channel {
     pthread_t thread;
 } worker_channel;
 
+/* The devices lost now (the reply's lost): each on its own where the backend
+ * can tell them apart, so that the daemon recovers only those. */
+static uint32_t worker_lost(const worker *w)
+{
+    if (w->ops->device_lost == NULL)
+        return w->ops->lost(w->b) ? TSRD_DW_LOST_ALL : 0;
+    uint32_t lost = 0;
+    int n = w->ops->device_count(w->b);
+    for (int i = 0; i < n && i < 32; i++)
+        if (w->ops->device_lost(w->b, i))
+            lost |= UINT32_C(1) << i;
+    return lost;
+}
+
 static int worker_reply(worker *w, int fd, tsr_status st, const tsr_error *err, const uint64_t r[2],
                         const void *payload, uint32_t payload_len)
 {
-    tsrd_dw_reply rep = {.status = st, .lost = (uint32_t)w->ops->lost(w->b)};
+    tsrd_dw_reply rep = {.status = st, .lost = worker_lost(w)};
     if (r != NULL)
         memcpy(rep.r, r, sizeof rep.r);
     const char *msg = st != TSR_OK && err != NULL ? err->message : "";
@@ -560,6 +574,13 @@ static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint
     case TSRD_DW_RING_STOP:
         worker_ring_stop(w, (worker_ring *)(uintptr_t)q->a[0], &r[0]);
         break;
+    case TSRD_DW_RECOVER_DEVICE:
+        if (ops->recover_device == NULL)
+            st = tsr_error_set(&err, TSR_UNSUPPORTED, "%s backend: no recovery of one device",
+                               ops->name);
+        else
+            st = ops->recover_device(b, (int)q->a[0], &err);
+        break;
     default:
         st = tsr_error_set(&err, TSR_INTERNAL, "device worker: unknown operation %u", q->op);
         break;
@@ -604,7 +625,7 @@ static void *worker_channel_run(void *arg)
 
 int tsrd_device_worker_main(int argc, char **argv)
 {
-    if (argc != 5 || strcmp(argv[1], TSRD_DEVICE_WORKER_ARG) != 0) {
+    if (argc != 7 || strcmp(argv[1], TSRD_DEVICE_WORKER_ARG) != 0) {
         fprintf(stderr, "tesserad: %s is started by tesserad itself\n", TSRD_DEVICE_WORKER_ARG);
         return 2;
     }
@@ -628,7 +649,9 @@ int tsrd_device_worker_main(int argc, char **argv)
     static worker w;
     static worker_channel channels[TSRD_DW_CHANNELS];
     pthread_mutex_init(&w.rings_lock, NULL);
-    tsrd_backend_options opts = {.test_faults = strcmp(argv[3], "1") == 0};
+    tsrd_backend_options opts = {.test_faults = strcmp(argv[3], "1") == 0,
+                                 .cpu_devices = atoi(argv[5]),
+                                 .cpu_device_memory_bytes = strtoull(argv[6], NULL, 10)};
     tsr_error err;
     tsr_status st = TSR_UNAVAILABLE;
     w.ops = tsrd_backend_find(argv[2]);

@@ -8,7 +8,9 @@
 #include "backend/isolated/wire.h"
 
 /* The device worker's main: argv is
- * tesserad --device-worker BACKEND TEST_FAULTS(0|1) CHANNELS. Returns the exit
+ * tesserad --device-worker BACKEND TEST_FAULTS(0|1) CHANNELS CPU_DEVICES
+ * CPU_DEVICE_MEMORY_BYTES (the last two: tsrd_backend_options' cpu_devices
+ * and cpu_device_memory_bytes, for the CPU backend). Returns the exit
  * status. */
 int tsrd_device_worker_main(int argc, char **argv);
 

@@ -33,19 +33,14 @@ typedef struct metrics_env {
  * hold set the socket stays open and listening, and *held is its descriptor. */
 static int metrics_free_port(bool hold, int *held)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int port;
+    int fd = testd_tcp_listen(hold ? 4 : 0, &port);
     cr_assert_geq(fd, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    socklen_t len = sizeof sa;
-    cr_assert_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    if (hold) {
-        cr_assert_eq(listen(fd, 4), 0);
+    if (hold)
         *held = fd;
-    } else {
+    else
         close(fd);
-    }
-    return ntohs(sa.sin_port);
+    return port;
 }
 
 static void metrics_start(metrics_env *e)

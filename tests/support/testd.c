@@ -423,15 +423,27 @@ int testd_raw_request(uint32_t sock_id, const Tessera__V1__Request *req, int tim
 
 int testd_free_tcp_port(void)
 {
+    int port = -1;
+    int fd = testd_tcp_listen(0, &port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+int testd_tcp_listen(int backlog, int *port)
+{
+    *port = -1;
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0)
         return -1;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0 ||
+        (backlog > 0 && listen(fd, backlog) != 0)) {
+        close(fd);
+        return -1;
+    }
+    *port = ntohs(a.sin_port);
+    return fd;
 }

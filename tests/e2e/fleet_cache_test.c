@@ -24,7 +24,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
 #include "tessera/client.h"
 #include "../support/fixture.h"
 #include "../support/fleet_env.h"
@@ -302,8 +301,8 @@ Test(fleet_cache, health_names_redis_only_to_a_caller_that_sees_all)
     fleet_env e;
     fleet_setup(&e);
     char ha[65], ho[65];
-    tsrd_token_hash(FLEET_TOKEN_ALICE, strlen(FLEET_TOKEN_ALICE), ha);
-    tsrd_token_hash(FLEET_TOKEN_OPS, strlen(FLEET_TOKEN_OPS), ho);
+    testd_token_sha256(FLEET_TOKEN_ALICE, ha);
+    testd_token_sha256(FLEET_TOKEN_OPS, ho);
     /* testd's hello, and the compiles below, go as alice. */
     setenv("TESSERA_TOKEN", FLEET_TOKEN_ALICE, 1);
     testd a;

@@ -9,9 +9,8 @@
  * line, and let the daemon exit 0; an address already taken must stop start-up
  * with a message naming it.
  */
-#include <arpa/inet.h>
 #include <criterion/criterion.h>
-#include <netinet/in.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,12 +51,8 @@ static void metrics_start(metrics_env *e)
 
 static int metrics_connect(int port)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert_geq(fd, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    int fd = testd_tcp_connect(port);
+    cr_assert_geq(fd, 0, "connect 127.0.0.1:%d: %s", port, strerror(errno));
     struct timeval tv = {.tv_sec = 10};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     return fd;

@@ -27,6 +27,7 @@
 #include <nng/protocol/reqrep0/req.h>
 
 #include "testd.h"
+#include "config.h"
 
 void testd_sleep_ms(int ms)
 {
@@ -428,6 +429,28 @@ int testd_free_tcp_port(void)
     if (fd >= 0)
         close(fd);
     return port;
+}
+
+int testd_tcp_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+void testd_token_sha256(const char *token, char hex[65])
+{
+    tsrd_token_hash(token, strlen(token), hex);
 }
 
 int testd_tcp_listen(int backlog, int *port)

@@ -91,18 +91,11 @@ static int pw_dims(const tsr_pointwise_desc *pw, const pw_class *cls, pw_dim *di
  * contracted; everything else uses the op table's expression. */
 static const char *pw_rounded_arithmetic(tsr_op op)
 {
-    switch (op) {
-    case TSR_OP_ADD:
-        return "__fadd_rn";
-    case TSR_OP_SUB:
-        return "__fsub_rn";
-    case TSR_OP_MUL:
-        return "__fmul_rn";
-    case TSR_OP_DIV:
-        return "__fdiv_rn";
-    default:
-        return NULL;
-    }
+    static const char *const rn[] = {[TSR_OP_ADD] = "__fadd_rn",
+                                     [TSR_OP_SUB] = "__fsub_rn",
+                                     [TSR_OP_MUL] = "__fmul_rn",
+                                     [TSR_OP_DIV] = "__fdiv_rn"};
+    return (unsigned)op < sizeof rn / sizeof *rn ? rn[op] : NULL;
 }
 
 static void pw_emit_eval(tsri_cg_buf *b, const tsr_pointwise_desc *pw)

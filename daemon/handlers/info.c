@@ -66,17 +66,13 @@ static tsr_status stats_execute(tsrd_job *job)
 
 const tsrd_handler tsrd_handler_stats = {.execute = stats_execute};
 
-/* Where the daemon got an entry, as the listing names it. */
+/* Where the daemon got an entry, as the listing names it: the cache's own
+ * name for a load from disk or the fleet, "compiled" for one built here. */
 static const char *cache_origin_name(tsr_kcache_level origin)
 {
-    switch (origin) {
-    case TSR_KCACHE_DISK:
-        return "disk";
-    case TSR_KCACHE_FLEET:
-        return "fleet";
-    default:
-        return "compiled";
-    }
+    if (origin == TSR_KCACHE_DISK || origin == TSR_KCACHE_FLEET)
+        return tsr_kcache_level_name(origin);
+    return "compiled";
 }
 
 /* sees_all: the listing is not scoped to one tenant, which alone may learn

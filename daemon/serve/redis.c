@@ -5,6 +5,7 @@
  */
 #include "serve/redis.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -93,17 +94,6 @@ void tsrd_redis_url_shown(const char *text, char *out, size_t size)
         snprintf(out, size, "%.*s***%s", (int)(auth - text), text, at);
 }
 
-static int redis_hex_digit(char ch)
-{
-    if (ch >= '0' && ch <= '9')
-        return ch - '0';
-    if (ch >= 'a' && ch <= 'f')
-        return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F')
-        return ch - 'A' + 10;
-    return -1;
-}
-
 /* Copies text[0..n) into dst[size], percent-decoding it (%40 is '@', %2F '/'):
  * 0, or -1 when it does not fit, -2 for a '%' not followed by two hex digits
  * or one that decodes to NUL. */
@@ -113,12 +103,13 @@ static int redis_copy_decoded(char *dst, size_t size, const char *text, size_t n
     for (size_t i = 0; i < n; i++) {
         char ch = text[i];
         if (ch == '%') {
-            if (i + 2 >= n)
+            if (i + 2 >= n || !isxdigit((unsigned char)text[i + 1]) ||
+                !isxdigit((unsigned char)text[i + 2]))
                 return -2;
-            int a = redis_hex_digit(text[i + 1]), b = redis_hex_digit(text[i + 2]);
-            if (a < 0 || b < 0 || (a == 0 && b == 0))
+            const char hex[3] = {text[i + 1], text[i + 2], '\0'};
+            ch = (char)strtol(hex, NULL, 16);
+            if (ch == '\0')
                 return -2;
-            ch = (char)(a * 16 + b);
             i += 2;
         }
         if (used + 1 >= size)

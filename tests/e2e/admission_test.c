@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
 #include "../support/attack.h"
 #include "../support/fixture.h"
 
@@ -158,8 +157,8 @@ static void admission_expect(Tessera__V1__Reply *r, int status, const char *mess
 static void admission_revoke_alice(void)
 {
     char ha[65], hb[65];
-    tsrd_token_hash("alice-token-2", strlen("alice-token-2"), ha);
-    tsrd_token_hash(ATTACK_TOKEN_BOB, strlen(ATTACK_TOKEN_BOB), hb);
+    testd_token_sha256("alice-token-2", ha);
+    testd_token_sha256(ATTACK_TOKEN_BOB, hb);
     cr_assert_eq(testd_write_config(&suite_daemon,
                                     "{\"tenants\": ["
                                     "{\"name\": \"alice\", \"token_sha256\": [\"%s\"]},"

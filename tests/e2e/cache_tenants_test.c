@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "config.h"
 #include "../support/fixture.h"
 
 #define TOKEN_ALICE "alice-cache-token"
@@ -24,9 +23,9 @@ static testd scope_d;
 static void scope_setup(void)
 {
     char ha[65], hb[65], ho[65];
-    tsrd_token_hash(TOKEN_ALICE, strlen(TOKEN_ALICE), ha);
-    tsrd_token_hash(TOKEN_BOB, strlen(TOKEN_BOB), hb);
-    tsrd_token_hash(TOKEN_OPS, strlen(TOKEN_OPS), ho);
+    testd_token_sha256(TOKEN_ALICE, ha);
+    testd_token_sha256(TOKEN_BOB, hb);
+    testd_token_sha256(TOKEN_OPS, ho);
     /* testd waits for a hello, which needs a tenant: it goes as alice. */
     setenv("TESSERA_TOKEN", TOKEN_ALICE, 1);
     cr_assert_eq(testd_start_config(&scope_d, NULL,

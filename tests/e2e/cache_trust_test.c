@@ -16,7 +16,6 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <mbedtls/md.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,7 +25,6 @@
 #include "tessera/client.h"
 #include "tessera/fingerprint.h"
 #include "../support/fixture.h"
-#include "../support/testdata.h"
 
 TestSuite(cache_trust, .timeout = 120);
 
@@ -191,27 +189,6 @@ Test(cache_trust, a_plan_for_a_bigger_region_under_a_small_regions_key_is_refuse
     fixture_stop(&d, c);
 }
 
-typedef struct trust_compile_arg {
-    const testd *d;
-    tsr_status status;
-    tsr_client_compiled out;
-    tsr_error err;
-} trust_compile_arg;
-
-static void *trust_compile_thread(void *p)
-{
-    trust_compile_arg *a = p;
-    tsr_client *c = testd_client(a->d, 10000);
-    tsr_region *r = testdata_affine(SMALL);
-    a->status =
-        c != NULL && r != NULL ? tsr_client_compile(c, r, NULL, &a->out, 0, &a->err) : TSR_INTERNAL;
-    if (r != NULL)
-        tsr_client_region_free(r);
-    if (c != NULL)
-        tsr_client_close(c);
-    return NULL;
-}
-
 /* Starts the daemon again with two workers, compiles the small region on two
  * connections at once (which would hold both workers if reading the entry
  * blocked) while a third asks for health; all must answer, the compiles with
@@ -221,19 +198,18 @@ static tsr_client *trust_expect_skipped(testd *d, const char *key)
 {
     const char *const extra[] = {"--workers", "2", NULL};
     cr_assert_eq(testd_restart(d, extra), 0);
-    trust_compile_arg args[2] = {{.d = d}, {.d = d}};
-    pthread_t th[2];
+    fixture_compile_job jobs[2];
     for (int i = 0; i < 2; i++)
-        cr_assert_eq(pthread_create(&th[i], NULL, trust_compile_thread, &args[i]), 0);
+        fixture_compile_start(&jobs[i], d, SMALL, 10000);
     tsr_client *c = fixture_client(d, 5000);
     tsr_client_health h;
     tsr_error err;
     cr_expect_eq(tsr_client_health_get(c, &h, 5000, &err), TSR_OK, "health: %s", err.message);
     for (int i = 0; i < 2; i++) {
-        pthread_join(th[i], NULL);
-        cr_expect_eq(args[i].status, TSR_OK, "compile %d: %s", i, args[i].err.message);
-        cr_expect_str_eq(args[i].out.key, key);
-        cr_expect_str_neq(args[i].out.decision.cache_level, "disk",
+        cr_expect_eq(fixture_compile_join(&jobs[i]), TSR_OK, "compile %d: %s", i,
+                     jobs[i].err.message);
+        cr_expect_str_eq(jobs[i].out.key, key);
+        cr_expect_str_neq(jobs[i].out.decision.cache_level, "disk",
                           "compile %d was served what the name leads to", i);
     }
     tsr_error perr;

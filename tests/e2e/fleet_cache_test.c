@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <hiredis/hiredis.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +23,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
 #include "tessera/client.h"
 #include "../support/fixture.h"
 #include "../support/fleet_env.h"
@@ -302,8 +300,8 @@ Test(fleet_cache, health_names_redis_only_to_a_caller_that_sees_all)
     fleet_env e;
     fleet_setup(&e);
     char ha[65], ho[65];
-    tsrd_token_hash(FLEET_TOKEN_ALICE, strlen(FLEET_TOKEN_ALICE), ha);
-    tsrd_token_hash(FLEET_TOKEN_OPS, strlen(FLEET_TOKEN_OPS), ho);
+    testd_token_sha256(FLEET_TOKEN_ALICE, ha);
+    testd_token_sha256(FLEET_TOKEN_OPS, ho);
     /* testd's hello, and the compiles below, go as alice. */
     setenv("TESSERA_TOKEN", FLEET_TOKEN_ALICE, 1);
     testd a;
@@ -611,34 +609,20 @@ Test(fleet_cache, only_verified_kernels_are_published_and_failures_free_the_leas
     fleet_finish(&e, &a, NULL);
 }
 
-typedef struct fleet_racer {
-    testd *d;
-    tsr_client_compiled out;
-} fleet_racer;
-
-static void *fleet_race(void *arg)
-{
-    fleet_racer *r = arg;
-    fleet_compile(r->d, 48, &r->out);
-    return NULL;
-}
-
 Test(fleet_cache, nodes_that_miss_at_once_compile_once)
 {
     fleet_env e;
     fleet_setup(&e);
     enum { NODES = 3 };
     testd d[NODES];
-    fleet_racer racers[NODES];
-    pthread_t threads[NODES];
-    for (int i = 0; i < NODES; i++) {
+    fixture_compile_job racers[NODES];
+    for (int i = 0; i < NODES; i++)
         fleet_daemon(&e, &d[i], 20000);
-        racers[i].d = &d[i];
-    }
     for (int i = 0; i < NODES; i++)
-        cr_assert_eq(pthread_create(&threads[i], NULL, fleet_race, &racers[i]), 0);
+        fixture_compile_start(&racers[i], &d[i], 48, 30000);
     for (int i = 0; i < NODES; i++)
-        pthread_join(threads[i], NULL);
+        cr_assert_eq(fixture_compile_join(&racers[i]), TSR_OK, "node %d: %s", i,
+                     racers[i].err.message);
     double builds = 0, hits = 0;
     for (int i = 0; i < NODES; i++) {
         builds += fleet_counter(&d[i], "kcache_builds_total");

@@ -9,9 +9,8 @@
  * line, and let the daemon exit 0; an address already taken must stop start-up
  * with a message naming it.
  */
-#include <arpa/inet.h>
 #include <criterion/criterion.h>
-#include <netinet/in.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,19 +32,14 @@ typedef struct metrics_env {
  * hold set the socket stays open and listening, and *held is its descriptor. */
 static int metrics_free_port(bool hold, int *held)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int port;
+    int fd = testd_tcp_listen(hold ? 4 : 0, &port);
     cr_assert_geq(fd, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    socklen_t len = sizeof sa;
-    cr_assert_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    if (hold) {
-        cr_assert_eq(listen(fd, 4), 0);
+    if (hold)
         *held = fd;
-    } else {
+    else
         close(fd);
-    }
-    return ntohs(sa.sin_port);
+    return port;
 }
 
 static void metrics_start(metrics_env *e)
@@ -57,12 +51,8 @@ static void metrics_start(metrics_env *e)
 
 static int metrics_connect(int port)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert_geq(fd, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    int fd = testd_tcp_connect(port);
+    cr_assert_geq(fd, 0, "connect 127.0.0.1:%d: %s", port, strerror(errno));
     struct timeval tv = {.tv_sec = 10};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     return fd;

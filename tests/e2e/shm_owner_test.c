@@ -22,7 +22,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "config.h"
 #include "../support/fixture.h"
 
 #define OWNER_TOKEN_A "owner-tenant-a"
@@ -40,8 +39,8 @@ static void owner_start_on(owner_env *e, int port, const char *a_extra, const ch
 {
     memset(e, 0, sizeof *e);
     char ha[65], hb[65];
-    tsrd_token_hash(OWNER_TOKEN_A, strlen(OWNER_TOKEN_A), ha);
-    tsrd_token_hash(OWNER_TOKEN_B, strlen(OWNER_TOKEN_B), hb);
+    testd_token_sha256(OWNER_TOKEN_A, ha);
+    testd_token_sha256(OWNER_TOKEN_B, hb);
     cr_assert_gt(port, 0, "no free tcp port");
     snprintf(e->tcp, sizeof e->tcp, "tcp://127.0.0.1:%d", port);
     setenv("TESSERA_TOKEN", OWNER_TOKEN_A, 1); /* testd's own hello */

@@ -19,7 +19,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
 #include "../support/fixture.h"
 
 #define TOKEN_ALICE "alice-token-1"
@@ -27,11 +26,6 @@
 #define TOKEN_DAVE "dave-token-333"
 #define TOKEN_ERIN "erin-token-4444"
 #define TOKEN_OPS "ops-token-55555"
-
-static void tenants_hash(const char *token, char hex[65])
-{
-    tsrd_token_hash(token, strlen(token), hex);
-}
 
 /* Each test's daemon, started by the test (tenants_start) in the directory
  * the fixture prepares with the standard config, and the clients tenants_stop
@@ -43,10 +37,10 @@ static tsr_client *tenants_clients[8];
 static void tenants_write_config(uint64_t bob_buffers, const char *extra)
 {
     char ha[65], hb[65], hd[65], ho[65];
-    tenants_hash(TOKEN_ALICE, ha);
-    tenants_hash(TOKEN_BOB, hb);
-    tenants_hash(TOKEN_DAVE, hd);
-    tenants_hash(TOKEN_OPS, ho);
+    testd_token_sha256(TOKEN_ALICE, ha);
+    testd_token_sha256(TOKEN_BOB, hb);
+    testd_token_sha256(TOKEN_DAVE, hd);
+    testd_token_sha256(TOKEN_OPS, ho);
     cr_assert_eq(
         testd_write_config(
             &tenants_d,
@@ -397,7 +391,7 @@ Test(tenants, sighup_reloads_quotas_without_dropping_connections)
     cr_assert_eq(tsr_client_hello(x, NULL, 0, &err), TSR_UNAUTHENTICATED);
 
     char he[65], erin[160];
-    tenants_hash(TOKEN_ERIN, he);
+    testd_token_sha256(TOKEN_ERIN, he);
     snprintf(erin, sizeof erin, ",{\"name\": \"erin\", \"token_sha256\": [\"%s\"]}", he);
     tenants_write_config(3, erin);
     cr_assert_eq(kill(tenants_d.pid, SIGHUP), 0);

@@ -10,9 +10,7 @@
  * (nothing, garbage, half a ClientHello that stalls) leaves the listener
  * serving.
  */
-#include <arpa/inet.h>
 #include <criterion/criterion.h>
-#include <netinet/in.h>
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 #include <nng/supplemental/tls/tls.h>
@@ -201,11 +199,8 @@ Test(transport, client_library_dials_tls_with_its_environment)
 /* A plain TCP connection to 127.0.0.1:port, below TLS and nng. */
 static int transport_tcp_connect(int port)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    cr_assert_geq(fd, 0);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0, "connect 127.0.0.1:%d", port);
+    int fd = testd_tcp_connect(port);
+    cr_assert_geq(fd, 0, "connect 127.0.0.1:%d", port);
     return fd;
 }
 

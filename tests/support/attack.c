@@ -21,8 +21,6 @@
 #include <nng/nng.h>
 #include <nng/protocol/reqrep0/req.h>
 
-#include "config.h"
-
 uint64_t attack_now_ms(void)
 {
     return (uint64_t)testd_now_ms();
@@ -336,8 +334,8 @@ int attack_start_tenants(testd *d, const char *extra, const char *alice_quotas,
                          const char *bob_quotas, rlim_t nofile, const char *const *argv_extra)
 {
     char ha[65], hb[65];
-    tsrd_token_hash(ATTACK_TOKEN_ALICE, strlen(ATTACK_TOKEN_ALICE), ha);
-    tsrd_token_hash(ATTACK_TOKEN_BOB, strlen(ATTACK_TOKEN_BOB), hb);
+    testd_token_sha256(ATTACK_TOKEN_ALICE, ha);
+    testd_token_sha256(ATTACK_TOKEN_BOB, hb);
     setenv("TESSERA_TOKEN", ATTACK_TOKEN_ALICE, 1);
     return attack_start_config(
         d, nofile, argv_extra,

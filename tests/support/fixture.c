@@ -102,6 +102,32 @@ void fixture_compile_affine(const testd *d, int64_t n, tsr_client_compiled *out)
     fixture_compile(d, fixture_affine(n), out);
 }
 
+static void *fixture_compile_main(void *arg)
+{
+    fixture_compile_job *j = arg;
+    tsr_client *c = testd_client(j->d, j->timeout_ms);
+    tsr_region *r = testdata_affine(j->n);
+    j->status =
+        c != NULL && r != NULL ? tsr_client_compile(c, r, NULL, &j->out, 0, &j->err) : TSR_INTERNAL;
+    if (r != NULL)
+        tsr_client_region_free(r);
+    if (c != NULL)
+        tsr_client_close(c);
+    return NULL;
+}
+
+void fixture_compile_start(fixture_compile_job *j, const testd *d, int64_t n, int timeout_ms)
+{
+    *j = (fixture_compile_job){.d = d, .n = n, .timeout_ms = timeout_ms};
+    cr_assert_eq(pthread_create(&j->thread, NULL, fixture_compile_main, j), 0);
+}
+
+tsr_status fixture_compile_join(fixture_compile_job *j)
+{
+    pthread_join(j->thread, NULL);
+    return j->status;
+}
+
 Tessera__V1__Region *fixture_region_pb(const tsr_region *r)
 {
     Tessera__V1__Region *pb = NULL;

@@ -11,6 +11,7 @@
 #ifndef TESSERA_TEST_FIXTURE_H
 #define TESSERA_TEST_FIXTURE_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "tessera/client.h"
@@ -56,6 +57,25 @@ tsr_status fixture_affine_run4(tsr_client *c, const tsr_region *r, float out[4],
  * compiles fixture_affine(n). */
 void fixture_compile(const testd *d, tsr_region *r, tsr_client_compiled *out);
 void fixture_compile_affine(const testd *d, int64_t n, tsr_client_compiled *out);
+
+/* A compile of fixture_affine(n) on d on a thread and a connection of its
+ * own (timeout_ms to connect), so that several can hold the daemon's workers
+ * at once. fixture_compile_start starts it (asserted); fixture_compile_join
+ * waits for it and gives its status, with the reply in out and the error in
+ * err; TSR_INTERNAL when the connection or the region could not be had.
+ * Nothing is asserted on the compile's thread. */
+typedef struct fixture_compile_job {
+    const testd *d;
+    int64_t n;
+    int timeout_ms;
+    pthread_t thread;
+    tsr_status status;
+    tsr_client_compiled out;
+    tsr_error err;
+} fixture_compile_job;
+
+void fixture_compile_start(fixture_compile_job *j, const testd *d, int64_t n, int timeout_ms);
+tsr_status fixture_compile_join(fixture_compile_job *j);
 
 /* r in its protobuf form, asserted; free with tsr_region_pb_free. */
 Tessera__V1__Region *fixture_region_pb(const tsr_region *r);

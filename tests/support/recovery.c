@@ -12,7 +12,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
 #include "fixture.h"
 
 #define RECOVERY_TOKEN_ALICE "alice-fault-token"
@@ -89,8 +88,8 @@ static void *recovery_run_loop(void *arg)
 static void recovery_start(testd *d, const char *backend, int n)
 {
     char ha[65], hb[65];
-    tsrd_token_hash(RECOVERY_TOKEN_ALICE, strlen(RECOVERY_TOKEN_ALICE), ha);
-    tsrd_token_hash(RECOVERY_TOKEN_BOB, strlen(RECOVERY_TOKEN_BOB), hb);
+    testd_token_sha256(RECOVERY_TOKEN_ALICE, ha);
+    testd_token_sha256(RECOVERY_TOKEN_BOB, hb);
     setenv("TESSERA_TOKEN", RECOVERY_TOKEN_ALICE, 1); /* testd's hello goes as alice */
     const char *extra[] = {"--backend", backend, NULL};
     cr_assert_eq(

@@ -17,7 +17,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "config.h"
 #include "fixture.h"
 #include "tessera/region_pb.h"
 
@@ -42,8 +41,8 @@ static void shrink_start(shrink_env *e, const char *backend)
 {
     memset(e, 0, sizeof *e);
     char ha[65], hb[65];
-    tsrd_token_hash(SHRINK_TOKEN_A, strlen(SHRINK_TOKEN_A), ha);
-    tsrd_token_hash(SHRINK_TOKEN_B, strlen(SHRINK_TOKEN_B), hb);
+    testd_token_sha256(SHRINK_TOKEN_A, ha);
+    testd_token_sha256(SHRINK_TOKEN_B, hb);
     setenv("TESSERA_TOKEN", SHRINK_TOKEN_A, 1); /* testd's own hello */
     const char *flags[] = {"--backend", backend, NULL};
     cr_assert_eq(testd_start_config(&e->d, flags,

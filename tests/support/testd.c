@@ -27,6 +27,7 @@
 #include <nng/protocol/reqrep0/req.h>
 
 #include "testd.h"
+#include "config.h"
 
 void testd_sleep_ms(int ms)
 {
@@ -423,15 +424,49 @@ int testd_raw_request(uint32_t sock_id, const Tessera__V1__Request *req, int tim
 
 int testd_free_tcp_port(void)
 {
+    int port = -1;
+    int fd = testd_tcp_listen(0, &port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+int testd_tcp_connect(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+        return -1;
+    }
+    return fd;
+}
+
+void testd_token_sha256(const char *token, char hex[65])
+{
+    tsrd_token_hash(token, strlen(token), hex);
+}
+
+int testd_tcp_listen(int backlog, int *port)
+{
+    *port = -1;
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0)
         return -1;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof a;
-    int port = -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0 ||
+        (backlog > 0 && listen(fd, backlog) != 0)) {
+        close(fd);
+        return -1;
+    }
+    *port = ntohs(a.sin_port);
+    return fd;
 }

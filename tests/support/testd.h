@@ -95,6 +95,19 @@ double testd_now_ms(void);
  * -1 when none could be had. */
 int testd_free_tcp_port(void);
 
+/* A socket bound to a port of 127.0.0.1 the kernel picks, listening with
+ * backlog when that is above 0 (a stand-in server's, or a port held busy);
+ * its descriptor, the port in *port, or -1 (and *port -1) on failure. */
+int testd_tcp_listen(int backlog, int *port);
+
+/* A TCP connection to 127.0.0.1:port (close-on-exec): its descriptor, or -1
+ * with errno set. */
+int testd_tcp_connect(int port);
+
+/* hex = the SHA-256 of token in lower-case hex, as a config's token_sha256
+ * lists it. */
+void testd_token_sha256(const char *token, char hex[65]);
+
 /* Opens a REQ socket dialed to the daemon. Returns 0 or an nng error. */
 int testd_raw_open(const testd *d, uint32_t *sock_id);
 void testd_raw_close(uint32_t sock_id);

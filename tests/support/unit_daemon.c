@@ -176,6 +176,12 @@ void unit_compile_blob(const tsrd_nvrtc *nv, int sm_count, const tsr_region *r,
                  TSR_OK, "%s", e.message);
 }
 
+void unit_expect_refused(tsr_status got, tsr_status want, const tsr_error *e, const char *message)
+{
+    cr_assert_eq(got, want, "%s, not %s", tsr_status_name(got), tsr_status_name(want));
+    cr_assert_str_eq(e->message, message);
+}
+
 void unit_expect_fused_params(const tsr_gemm_params *p, unsigned lbo, unsigned sbo)
 {
     cr_assert_eq(p->m, 128);

@@ -118,6 +118,10 @@ void unit_expect_embedded_matmul(const unit_blob *b, const char *entry, uint32_t
  * shape, the epilogue, its buffers, and B's descriptor strides lbo and sbo. */
 void unit_expect_fused_params(const tsr_gemm_params *p, unsigned lbo, unsigned sbo);
 
+/* Asserts that a call returned want (got) and left exactly message in e: a
+ * launch's arguments refused with the reason. */
+void unit_expect_refused(tsr_status got, tsr_status want, const tsr_error *e, const char *message);
+
 /* Asserts that tsrd_cuda_compile(NULL, 0, r, c, arch) fails with st and, where
  * message is not NULL, that error message. */
 void unit_expect_compile_fails(const tsr_region *r, const tsr_candidate *c, const char *arch,

@@ -332,8 +332,8 @@ Test(backend_cuda, launch_arguments_follow_the_kernel_contract)
 
     in[3] = 0x40008;
     tsr_error e;
-    cr_assert_eq(tsrd_gemm_launch_args(&plan, in, 4, 0x50000, maps, &p, &e), TSR_BUFFER_MISMATCH);
-    cr_assert_str_eq(e.message, "gemm launch: input 3 is not 16-byte aligned");
+    unit_expect_refused(tsrd_gemm_launch_args(&plan, in, 4, 0x50000, maps, &p, &e),
+                        TSR_BUFFER_MISMATCH, &e, "gemm launch: input 3 is not 16-byte aligned");
     cr_assert_eq(tsrd_gemm_launch_args(&plan, in, 3, 0x50000, maps, &p, NULL), TSR_INTERNAL);
 
     unit_load_example("examples/gated.json", TSR_F16, &r);

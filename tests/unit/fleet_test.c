@@ -7,11 +7,9 @@
  * look after taking the lease fails against a stand-in that answers so. The
  * kernels' path is tests/e2e/fleet_cache_test.c.
  */
-#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <math.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,25 +19,32 @@
 
 #include "serve/fleet.h"
 #include "../support/fleet_env.h"
+#include "../support/testd.h"
 
 TestSuite(fleet, .timeout = 60);
 
 #define WINNER_KEY "sm_90a/matmul/bf16/m64n64k64"
 
-static tsrd_fleet *fleet_open_on(const fleet_env *e)
+/* A fleet cache on the Redis at 127.0.0.1:port, signing with key_file. */
+static tsrd_fleet *fleet_open_at(int port, const char *key_file, int timeout_ms, int lease_ms)
 {
     char url[64];
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d", e->port);
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
     tsrd_fleet_config cfg = {.url = url,
-                             .key_file = (char *)e->key_file,
+                             .key_file = (char *)key_file,
                              .ttl_s = 60,
                              .max_entry_bytes = 1 << 20,
-                             .timeout_ms = 1000,
-                             .lease_ms = 1000};
+                             .timeout_ms = timeout_ms,
+                             .lease_ms = lease_ms};
     tsrd_fleet *f = NULL;
     tsr_error err;
     cr_assert_eq(tsrd_fleet_open(&cfg, &f, &err), TSR_OK, "%s", err.message);
     return f;
+}
+
+static tsrd_fleet *fleet_open_on(const fleet_env *e)
+{
+    return fleet_open_at(e->port, e->key_file, 1000, 1000);
 }
 
 static tsrd_fleet_stats fleet_stats(tsrd_fleet *f)
@@ -561,18 +566,13 @@ static void *lease_server_main(void *arg)
 
 Test(fleet, a_lease_is_dropped_when_the_look_after_taking_it_fails)
 {
-    lease_server s = {.listen_fd = socket(AF_INET, SOCK_STREAM, 0),
-                      .lock = PTHREAD_MUTEX_INITIALIZER};
+    int port;
+    lease_server s = {.listen_fd = testd_tcp_listen(2, &port), .lock = PTHREAD_MUTEX_INITIALIZER};
     cr_assert_geq(s.listen_fd, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t alen = sizeof a;
-    cr_assert_eq(bind(s.listen_fd, (struct sockaddr *)&a, sizeof a), 0);
-    cr_assert_eq(listen(s.listen_fd, 2), 0);
-    cr_assert_eq(getsockname(s.listen_fd, (struct sockaddr *)&a, &alen), 0);
     pthread_t th;
     cr_assert_eq(pthread_create(&th, NULL, lease_server_main, &s), 0);
 
-    char dir[] = "/tmp/tsr-lease-XXXXXX", key_file[64], url[64];
+    char dir[] = "/tmp/tsr-lease-XXXXXX", key_file[64];
     cr_assert_not_null(mkdtemp(dir));
     snprintf(key_file, sizeof key_file, "%s/fleet.key", dir);
     int fd = open(key_file, O_WRONLY | O_CREAT | O_EXCL, 0600);
@@ -581,16 +581,7 @@ Test(fleet, a_lease_is_dropped_when_the_look_after_taking_it_fails)
     memset(fleet_key, 0x21, sizeof fleet_key);
     cr_assert_eq(write(fd, fleet_key, sizeof fleet_key), (ssize_t)sizeof fleet_key);
     close(fd);
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d", ntohs(a.sin_port));
-    tsrd_fleet_config cfg = {.url = url,
-                             .key_file = key_file,
-                             .ttl_s = 60,
-                             .max_entry_bytes = 1 << 20,
-                             .timeout_ms = 5000,
-                             .lease_ms = 60000};
-    tsrd_fleet *f = NULL;
-    tsr_error err;
-    cr_assert_eq(tsrd_fleet_open(&cfg, &f, &err), TSR_OK, "%s", err.message);
+    tsrd_fleet *f = fleet_open_at(port, key_file, 5000, 60000);
 
     tsr_fingerprint key = verdict_fingerprint(0x5e);
     tsr_kcache_meta want = tsr_kcache_meta_of("tier1", "pointwise", "sm_90a"), meta;

@@ -3,9 +3,7 @@
  * connection to a port nothing listens on, which must fail at once with the
  * reason rather than wait.
  */
-#include <arpa/inet.h>
 #include <criterion/criterion.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -188,17 +186,13 @@ Test(redis, an_array_reply_is_refused_before_the_reader_allocates_its_elements)
 {
     /* A million elements announced: hiredis would allocate their pointers and
      * wait for them; no command of the fleet cache gets an array back. */
-    fake_server f = {.listen_fd = socket(AF_INET, SOCK_STREAM, 0), .reply = "*1000000\r\n:1\r\n"};
+    int port;
+    fake_server f = {.listen_fd = testd_tcp_listen(1, &port), .reply = "*1000000\r\n:1\r\n"};
     cr_assert_geq(f.listen_fd, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t alen = sizeof a;
-    cr_assert_eq(bind(f.listen_fd, (struct sockaddr *)&a, sizeof a), 0);
-    cr_assert_eq(listen(f.listen_fd, 1), 0);
-    cr_assert_eq(getsockname(f.listen_fd, (struct sockaddr *)&a, &alen), 0);
     pthread_t th;
     cr_assert_eq(pthread_create(&th, NULL, fake_server_main, &f), 0);
     char text[64];
-    snprintf(text, sizeof text, "redis://127.0.0.1:%d", ntohs(a.sin_port));
+    snprintf(text, sizeof text, "redis://127.0.0.1:%d", port);
     tsrd_redis_url u = url_ok(text);
     tsrd_redis_conn *c = NULL;
     tsr_error err;

@@ -316,8 +316,8 @@ tsr_status tsr_client_set_spin(tsr_client *c, long long us, tsr_error *err)
     if (c == NULL)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "client must not be NULL");
     if (us < 0 || us > TSR_CLIENT_MAX_SPIN_US)
-        return tsr_error_set(err, TSR_INVALID_ARGUMENT,
-                             "spin: %lld microseconds, want 0 to %d", us, TSR_CLIENT_MAX_SPIN_US);
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "spin: %lld microseconds, want 0 to %d", us,
+                             TSR_CLIENT_MAX_SPIN_US);
     atomic_store(&c->spin_ns, (int_fast64_t)us * 1000);
     return TSR_OK;
 }

@@ -525,8 +525,7 @@ static tsr_status pw_emit_generic(tsri_cg_buf *b, const tsr_region *r, const tsr
     pw_emit_generic_decompose(b, pw, &p, "row", p.n_dims - 1, "            ");
     for (int k = 0; k < pw->n_inputs; k++) {
         if (p.cls[k] == PW_BCAST && ((inner_mask >> k) & 1u))
-            tsri_cg_printf(b, "            const float r%d = tsr_in_to_f32(in%d[o%d]);\n", k, k,
-                           k);
+            tsri_cg_printf(b, "            const float r%d = tsr_in_to_f32(in%d[o%d]);\n", k, k, k);
         else if (p.cls[k] == PW_FULL)
             tsri_cg_printf(b,
                            "            float x%d[TSR_VW];\n"

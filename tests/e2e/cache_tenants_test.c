@@ -57,11 +57,8 @@ static tsr_client *scope_client(const char *token)
 /* Compiles the y = 2x + 1 region of n elements on c. */
 static tsr_client_compiled scope_compile(tsr_client *c, int64_t n)
 {
-    tsr_region *r = fixture_affine(n);
     tsr_client_compiled out;
-    tsr_error err;
-    cr_assert_eq(tsr_client_compile(c, r, NULL, &out, 0, &err), TSR_OK, "%s", err.message);
-    tsr_client_region_free(r);
+    tsr_client_region_free(fixture_affine_compiled(c, n, &out));
     return out;
 }
 

@@ -55,14 +55,13 @@ Test(cache, recompiling_on_one_connection_returns_the_same_handle)
     tsr_client *c = fixture_start_client(&d, NULL, 0);
     tsr_region *mm = fixture_region_file("examples/matmul.json");
     tsr_region *pw = fixture_region_file("examples/pointwise.json");
-    tsr_error err;
     tsr_client_compiled first, again, other;
-    cr_assert_eq(tsr_client_compile(c, mm, NULL, &first, 0, &err), TSR_OK, "%s", err.message);
+    fixture_compile_on(c, mm, &first);
     for (int i = 0; i < 5; i++) {
-        cr_assert_eq(tsr_client_compile(c, mm, NULL, &again, 0, &err), TSR_OK, "%s", err.message);
+        fixture_compile_on(c, mm, &again);
         cr_expect_eq(again.kernel, first.kernel, "recompile %d", i);
     }
-    cr_assert_eq(tsr_client_compile(c, pw, NULL, &other, 0, &err), TSR_OK, "%s", err.message);
+    fixture_compile_on(c, pw, &other);
     cr_expect_neq(other.kernel, first.kernel);
     cr_expect_neq(other.kernel, 0);
     tsr_client_region_free(mm);

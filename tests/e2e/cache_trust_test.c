@@ -183,7 +183,7 @@ Test(cache_trust, a_plan_for_a_bigger_region_under_a_small_regions_key_is_refuse
     cr_expect_eq(trust_run_small(c, &err), TSR_OK, "run: %s", err.message);
     tsr_client_compiled again;
     tsr_region *r = fixture_affine(SMALL);
-    cr_assert_eq(tsr_client_compile(c, r, NULL, &again, 0, &err), TSR_OK, "%s", err.message);
+    fixture_compile_on(c, r, &again);
     tsr_client_region_free(r);
     cr_expect_str_eq(again.key, small.key);
     fixture_stop(&d, c);

@@ -266,7 +266,7 @@ Test(client, cache_lists_and_evicts_a_compiled_kernel)
     tsr_region *r = fixture_region_file("examples/gated.json");
     tsr_client_compiled k;
     tsr_error err;
-    cr_assert_eq(tsr_client_compile(suite_client, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    fixture_compile_on(suite_client, r, &k);
     tsr_client_cache_entry *rows;
     size_t n;
     cr_assert_eq(tsr_client_cache_list(suite_client, &rows, &n, 0, &err), TSR_OK, "%s",
@@ -303,12 +303,12 @@ Test(client, forced_candidate_from_the_environment_applies_to_its_kind)
     cr_assert_eq(tsr_client_connect(&opts, &forced, &err), TSR_OK, "%s", err.message);
     tsr_region *mm = fixture_region_file("examples/matmul.json");
     tsr_client_compiled k;
-    cr_assert_eq(tsr_client_compile(forced, mm, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    fixture_compile_on(forced, mm, &k);
     cr_expect_str_eq(k.decision.candidate, "reference");
     cr_expect_str_eq(k.decision.reason, "forced");
     /* Another kind is not affected. */
     tsr_region *pw = fixture_region_file("examples/pointwise.json");
-    cr_assert_eq(tsr_client_compile(forced, pw, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    fixture_compile_on(forced, pw, &k);
     cr_expect_str_neq(k.decision.reason, "forced");
     /* An explicit force on the call wins over the environment. */
     tsr_client_compile_opts copts = {.force = "no-such-candidate"};

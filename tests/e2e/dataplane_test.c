@@ -153,10 +153,9 @@ Test(dataplane, run_shm_wrong_output_size_is_mismatch)
 
 Test(dataplane, batch_runs_launches_in_order)
 {
-    tsr_region *r = fixture_affine(256);
     tsr_client_compiled k;
+    tsr_region *r = fixture_affine_compiled(suite_client, 256, &k);
     tsr_error err;
-    cr_assert_eq(tsr_client_compile(suite_client, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
     tsr_buffer b[2];
     for (int i = 0; i < 2; i++)
         b[i] = fixture_alloc_f32(suite_client, 256);

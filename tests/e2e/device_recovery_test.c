@@ -66,44 +66,6 @@ static int http_get(int port, const char *path, char *body, size_t size)
     return status;
 }
 
-/* A kernel and two buffers on device, written, launched and checked. */
-typedef struct on_device {
-    tsr_buffer x, y;
-} on_device;
-
-static void buffers_on(tsr_client *c, int device, on_device *o)
-{
-    int64_t n = N;
-    int placed = -1;
-    uint64_t bytes = 0;
-    tsr_error err;
-    cr_assert_eq(tsr_client_buffer_alloc_on(c, TSR_CLIENT_F32, 1, &n, device, &o->x, &bytes,
-                                            &placed, 0, &err),
-                 TSR_OK, "%s", err.message);
-    cr_assert_eq(placed, device);
-    cr_assert_eq(tsr_client_buffer_alloc_on(c, TSR_CLIENT_F32, 1, &n, device, &o->y, &bytes,
-                                            &placed, 0, &err),
-                 TSR_OK, "%s", err.message);
-    cr_assert_eq(placed, device);
-}
-
-/* Writes x (seed), launches k, reads y back: the launch's status, the
- * values checked when it is TSR_OK. */
-static tsr_status launch_checked(tsr_client *c, uint64_t kernel, on_device *o, int seed,
-                                 tsr_error *err)
-{
-    float x[N], y[N];
-    recovery_fill(x, N, seed);
-    tsr_status st = tsr_client_buffer_write(c, o->x, 0, x, sizeof x, 0, err);
-    if (st == TSR_OK)
-        st = tsr_client_launch(c, kernel, &o->x, 1, o->y, NULL, 0, err);
-    if (st == TSR_OK)
-        st = tsr_client_buffer_read(c, o->y, 0, y, sizeof y, NULL, 0, err);
-    if (st == TSR_OK)
-        cr_expect(recovery_right(x, y, N), "seed %d: wrong values", seed);
-    return st;
-}
-
 /* Runs the affine region on device 0 until told to stop. */
 typedef struct runner {
     const char *url;
@@ -224,7 +186,7 @@ static void long_run_hold(const testd *d, tsr_client *watch, int device, long_ru
     testd_sleep_ms(50);
 }
 
-Test(device_recovery, a_fault_on_device_1_recovers_it_while_device_0_serves, .timeout = 180)
+Test(device_recovery, a_fault_recovery_pair_1_recovers_it_while_device_0_serves, .timeout = 180)
 {
     testd d;
     int port = free_port();
@@ -242,14 +204,13 @@ Test(device_recovery, a_fault_on_device_1_recovers_it_while_device_0_serves, .ti
     char body[512];
 
     /* Before the fault: a kernel, and buffers on both devices that work. */
-    tsr_region *r = fixture_affine(N);
     tsr_client_compiled k;
-    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
-    on_device dev0, dev1;
-    buffers_on(c, 0, &dev0);
-    buffers_on(c, 1, &dev1);
-    cr_assert_eq(launch_checked(c, k.kernel, &dev0, 1, &err), TSR_OK, "%s", err.message);
-    cr_assert_eq(launch_checked(c, k.kernel, &dev1, 2, &err), TSR_OK, "%s", err.message);
+    tsr_region *r = fixture_affine_compiled(c, N, &k);
+    recovery_pair dev0, dev1;
+    recovery_pair_alloc(c, 0, N, &dev0);
+    recovery_pair_alloc(c, 1, N, &dev1);
+    cr_assert_eq(recovery_pair_launch(c, k.kernel, &dev0, N, 1, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(recovery_pair_launch(c, k.kernel, &dev1, N, 2, &err), TSR_OK, "%s", err.message);
     tsr_client_device_health h[2];
     health_devices(watch, h);
     cr_expect_eq(h[0].state, TSR_CLIENT_DEVICE_SERVING);
@@ -295,7 +256,8 @@ Test(device_recovery, a_fault_on_device_1_recovers_it_while_device_0_serves, .ti
     cr_expect_eq(stats_value(watch, "device_state{device=\"0\"}"), 0.0);
     cr_expect_eq(stats_value(watch, "recovering"), 0.0);
     for (int i = 0; i < 3; i++)
-        cr_expect_eq(launch_checked(c, k.kernel, &dev0, 10 + i, &err), TSR_OK, "%s", err.message);
+        cr_expect_eq(recovery_pair_launch(c, k.kernel, &dev0, N, 10 + i, &err), TSR_OK, "%s",
+                     err.message);
     /* Placed work goes to the device that serves. */
     cr_expect_eq(fixture_affine_run4(c, small, y4, 0, &err), TSR_OK, "%s", err.message);
     health_devices(watch, h);
@@ -334,14 +296,14 @@ Test(device_recovery, a_fault_on_device_1_recovers_it_while_device_0_serves, .ti
     cr_expect_str_eq(err.message,
                      "the buffer's device memory was lost when device 1 was recovered after a "
                      "fault");
-    cr_expect_eq(launch_checked(c, k.kernel, &dev0, 20, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(recovery_pair_launch(c, k.kernel, &dev0, N, 20, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(tsr_client_buffer_free(c, dev1.x, 0, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(tsr_client_buffer_free(c, dev1.y, 0, &err), TSR_OK, "%s", err.message);
 
     /* Device 1 serves again: new buffers, the same kernel handle. */
-    on_device fresh;
-    buffers_on(c, 1, &fresh);
-    cr_expect_eq(launch_checked(c, k.kernel, &fresh, 30, &err), TSR_OK, "%s", err.message);
+    recovery_pair fresh;
+    recovery_pair_alloc(c, 1, N, &fresh);
+    cr_expect_eq(recovery_pair_launch(c, k.kernel, &fresh, N, 30, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(tsr_client_run_on(c, small, NULL, 1, in4, y4, NULL, &ran_on, 0, &err), TSR_OK,
                  "%s", err.message);
     cr_expect_eq(ran_on, 1);
@@ -379,7 +341,7 @@ Test(device_recovery, a_fault_on_device_1_recovers_it_while_device_0_serves, .ti
 /* A run compiles (and checks) on device 0 before its own device's launch, so
  * while device 0 recovers a run on device 1 waits for it and then succeeds;
  * a launch on device 1 of a kernel already there does not wait. */
-Test(device_recovery, a_run_on_device_1_waits_out_device_0s_recovery, .timeout = 180)
+Test(device_recovery, a_run_recovery_pair_1_waits_out_device_0s_recovery, .timeout = 180)
 {
     testd d;
     const char *const extra[] = {"--backend", "cpu", "--cpu-devices", "2", "--workers", "4", NULL};
@@ -390,12 +352,11 @@ Test(device_recovery, a_run_on_device_1_waits_out_device_0s_recovery, .timeout =
     tsr_client *watch = testd_connect(d.url, NULL, 60000);
     cr_assert(c != NULL && faulter != NULL && watch != NULL);
     tsr_error err;
-    tsr_region *r = fixture_affine(N);
     tsr_client_compiled k;
-    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
-    on_device dev1;
-    buffers_on(c, 1, &dev1);
-    cr_assert_eq(launch_checked(c, k.kernel, &dev1, 1, &err), TSR_OK, "%s", err.message);
+    tsr_region *r = fixture_affine_compiled(c, N, &k);
+    recovery_pair dev1;
+    recovery_pair_alloc(c, 1, N, &dev1);
+    cr_assert_eq(recovery_pair_launch(c, k.kernel, &dev1, N, 1, &err), TSR_OK, "%s", err.message);
     tsr_region *small = fixture_affine(4);
     float x4[4] = {1, 2, 3, 4}, y4[4];
     const void *in4[] = {x4};
@@ -415,7 +376,7 @@ Test(device_recovery, a_run_on_device_1_waits_out_device_0s_recovery, .timeout =
     cr_assert_eq(h[0].state, TSR_CLIENT_DEVICE_RECOVERING);
 
     /* Device 1's own kernel and buffers serve while device 0 recovers. */
-    cr_expect_eq(launch_checked(c, k.kernel, &dev1, 2, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(recovery_pair_launch(c, k.kernel, &dev1, N, 2, &err), TSR_OK, "%s", err.message);
     health_devices(watch, h);
     cr_expect_eq(h[0].state, TSR_CLIENT_DEVICE_RECOVERING,
                  "the launch above ran while device 0 recovered");
@@ -441,7 +402,7 @@ Test(device_recovery, a_run_on_device_1_waits_out_device_0s_recovery, .timeout =
 }
 
 /* A ring of one slot over y = f(x) on o. */
-static tsr_client_ring *ring_on(tsr_client *c, uint64_t kernel, on_device *o)
+static tsr_client_ring *ring_on(tsr_client *c, uint64_t kernel, recovery_pair *o)
 {
     tsr_client_launch_desc b = {.kernel = kernel, .n_inputs = 1, .inputs = &o->x, .output = o->y};
     tsr_client_ring *ring = NULL;
@@ -451,7 +412,7 @@ static tsr_client_ring *ring_on(tsr_client *c, uint64_t kernel, on_device *o)
 }
 
 /* Writes x (seed), launches the ring's one binding, reads y back. */
-static tsr_status ring_checked(tsr_client *c, tsr_client_ring *ring, on_device *o, int seed,
+static tsr_status ring_checked(tsr_client *c, tsr_client_ring *ring, recovery_pair *o, int seed,
                                tsr_error *err)
 {
     float x[N], y[N];
@@ -468,7 +429,7 @@ static tsr_status ring_checked(tsr_client *c, tsr_client_ring *ring, on_device *
 
 /* Rings serve device 0 only (ring_open refuses other devices' buffers): a
  * fault on device 1 leaves them serving. */
-Test(device_recovery, a_fault_on_device_1_leaves_device_0s_rings_serving, .timeout = 120)
+Test(device_recovery, a_fault_recovery_pair_1_leaves_device_0s_rings_serving, .timeout = 120)
 {
     testd d;
     const char *const extra[] = {"--backend", "cpu", "--cpu-devices", "2", NULL};
@@ -478,11 +439,10 @@ Test(device_recovery, a_fault_on_device_1_leaves_device_0s_rings_serving, .timeo
     tsr_client *faulter = testd_connect(d.url, NULL, 60000);
     cr_assert(c != NULL && faulter != NULL);
     tsr_error err;
-    tsr_region *r = fixture_affine(N);
     tsr_client_compiled k;
-    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
-    on_device dev0;
-    buffers_on(c, 0, &dev0);
+    tsr_region *r = fixture_affine_compiled(c, N, &k);
+    recovery_pair dev0;
+    recovery_pair_alloc(c, 0, N, &dev0);
     tsr_client_ring *ring0 = ring_on(c, k.kernel, &dev0);
     cr_assert_eq(ring_checked(c, ring0, &dev0, 1, &err), TSR_OK, "%s", err.message);
 
@@ -550,13 +510,12 @@ Test(device_recovery, a_held_batch_whose_kernel_was_freed_meets_no_stale_kernel_
     tsr_client *watch = testd_connect(d.url, NULL, 60000);
     cr_assert(c != NULL && faulter != NULL && watch != NULL);
     tsr_error err;
-    tsr_region *r = fixture_affine(N);
     tsr_client_compiled k;
-    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
-    on_device dev1;
-    buffers_on(c, 1, &dev1);
+    tsr_region *r = fixture_affine_compiled(c, N, &k);
+    recovery_pair dev1;
+    recovery_pair_alloc(c, 1, N, &dev1);
     /* The kernel gets its copy on device 1. */
-    cr_assert_eq(launch_checked(c, k.kernel, &dev1, 1, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(recovery_pair_launch(c, k.kernel, &dev1, N, 1, &err), TSR_OK, "%s", err.message);
 
     /* Device 1 faults while the long matmul holds it: its rebuild waits. */
     long_run l;

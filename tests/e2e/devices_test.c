@@ -206,10 +206,9 @@ Test(devices, a_pinned_tenant_stays_on_its_devices)
 
 Test(devices, a_launch_runs_on_its_buffers_device)
 {
-    tsr_region *r = fixture_affine(4);
     tsr_client_compiled k;
+    tsr_region *r = fixture_affine_compiled(devices_free, 4, &k);
     tsr_error err;
-    cr_assert_eq(tsr_client_compile(devices_free, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
     static const float x[4] = {1, 2, 3, 4};
     for (int dev = 0; dev < 4; dev++) {
         tsr_buffer in, out;
@@ -237,10 +236,9 @@ Test(devices, a_launch_runs_on_its_buffers_device)
 
 Test(devices, buffers_of_two_devices_in_one_launch_are_refused)
 {
-    tsr_region *r = fixture_affine(4);
     tsr_client_compiled k;
+    tsr_region *r = fixture_affine_compiled(devices_free, 4, &k);
     tsr_error err;
-    cr_assert_eq(tsr_client_compile(devices_free, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
     tsr_buffer in, out, out_same;
     devices_alloc(devices_free, 4, 0, &in);
     devices_alloc(devices_free, 4, 1, &out);

@@ -8,7 +8,6 @@
  * brings both back.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,71 +28,28 @@ static tsr_client *isodev_start(testd *d)
     return fixture_client(d, 60000);
 }
 
-/* The daemon's child, the device worker. */
-static pid_t isodev_worker_pid(pid_t daemon)
-{
-    char dir[64];
-    snprintf(dir, sizeof dir, "/proc/%d/task", (int)daemon);
-    DIR *tasks = opendir(dir);
-    cr_assert_not_null(tasks, "%s", dir);
-    int pid = 0;
-    for (struct dirent *e; pid == 0 && (e = readdir(tasks)) != NULL;) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[400];
-        snprintf(path, sizeof path, "%s/%s/children", dir, e->d_name);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            continue;
-        if (fscanf(f, "%d", &pid) != 1)
-            pid = 0;
-        fclose(f);
-    }
-    closedir(tasks);
-    cr_assert_gt(pid, 0, "tesserad has no child process");
-    return (pid_t)pid;
-}
+/* The affine kernel of N compiled on c, and a pair of buffers on each device
+ * that it has served once (seed 1 on device 0, 2 on device 1), asserted. */
+typedef struct isodev_served {
+    tsr_region *r;
+    tsr_client_compiled k;
+    recovery_pair p[2];
+} isodev_served;
 
-/* Two f32 buffers of N on device. */
-typedef struct isodev_pair {
-    tsr_buffer x, y;
-} isodev_pair;
-
-static isodev_pair isodev_alloc(tsr_client *c, int device)
+static void isodev_serve(tsr_client *c, isodev_served *s)
 {
-    isodev_pair p;
-    int64_t n = N;
-    int placed = -1;
+    s->r = fixture_affine(N);
+    fixture_compile_on(c, s->r, &s->k);
     tsr_error err;
-    cr_assert_eq(
-        tsr_client_buffer_alloc_on(c, TSR_CLIENT_F32, 1, &n, device, &p.x, NULL, &placed, 0, &err),
-        TSR_OK, "%s", err.message);
-    cr_assert_eq(placed, device);
-    cr_assert_eq(
-        tsr_client_buffer_alloc_on(c, TSR_CLIENT_F32, 1, &n, device, &p.y, NULL, &placed, 0, &err),
-        TSR_OK, "%s", err.message);
-    cr_assert_eq(placed, device);
-    return p;
+    for (int dev = 0; dev < 2; dev++) {
+        recovery_pair_alloc(c, dev, N, &s->p[dev]);
+        cr_assert_eq(recovery_pair_launch(c, s->k.kernel, &s->p[dev], N, dev + 1, &err), TSR_OK,
+                     "%s", err.message);
+    }
 }
 
-/* Writes x (seed), launches kernel, reads y and checks it: the status. */
-static tsr_status isodev_launch(tsr_client *c, uint64_t kernel, isodev_pair *p, int seed,
-                                tsr_error *err)
-{
-    float x[N], y[N];
-    recovery_fill(x, N, seed);
-    tsr_status st = tsr_client_buffer_write(c, p->x, 0, x, sizeof x, 0, err);
-    if (st == TSR_OK)
-        st = tsr_client_launch(c, kernel, &p->x, 1, p->y, NULL, 0, err);
-    if (st == TSR_OK)
-        st = tsr_client_buffer_read(c, p->y, 0, y, sizeof y, NULL, 0, err);
-    if (st == TSR_OK)
-        cr_expect(recovery_right(x, y, N), "seed %d: wrong values", seed);
-    return st;
-}
-
-/* Whether p->y still holds what isodev_launch with seed wrote. */
-static bool isodev_holds(tsr_client *c, isodev_pair *p, int seed)
+/* Whether p->y still holds what recovery_pair_launch with seed wrote. */
+static bool isodev_holds(tsr_client *c, recovery_pair *p, int seed)
 {
     float x[N], y[N];
     recovery_fill(x, N, seed);
@@ -161,12 +117,8 @@ Test(isolated_devices, the_worker_shows_and_serves_every_device_with_its_memory,
     cr_expect_eq(placed, 0, "placed on the device with room");
 
     /* One kernel runs on both devices, exactly. */
-    tsr_region *r = fixture_affine(N);
-    tsr_client_compiled k;
-    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
-    isodev_pair p0 = isodev_alloc(c, 0), p1 = isodev_alloc(c, 1);
-    cr_expect_eq(isodev_launch(c, k.kernel, &p0, 1, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(isodev_launch(c, k.kernel, &p1, 2, &err), TSR_OK, "%s", err.message);
+    isodev_served s;
+    isodev_serve(c, &s);
     float x4[4] = {1, 2, 3, 4}, y4[4];
     const void *in4[] = {x4};
     tsr_region *small = fixture_affine(4);
@@ -176,7 +128,7 @@ Test(isolated_devices, the_worker_shows_and_serves_every_device_with_its_memory,
     cr_expect_eq(ran_on, 1);
     cr_expect(y4[0] == 3.0f && y4[1] == 5.0f && y4[2] == 7.0f && y4[3] == 9.0f);
     tsr_client_region_free(small);
-    tsr_client_region_free(r);
+    tsr_client_region_free(s.r);
     fixture_stop(&d, c);
 }
 
@@ -186,13 +138,9 @@ Test(isolated_devices, a_fault_on_device_1_rebuilds_it_in_the_same_worker, .time
     tsr_client *c = isodev_start(&d);
     tsr_client *faulter = fixture_client(&d, 60000);
     tsr_error err;
-    tsr_region *r = fixture_affine(N);
-    tsr_client_compiled k;
-    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
-    isodev_pair p0 = isodev_alloc(c, 0), p1 = isodev_alloc(c, 1);
-    cr_assert_eq(isodev_launch(c, k.kernel, &p0, 1, &err), TSR_OK, "%s", err.message);
-    cr_assert_eq(isodev_launch(c, k.kernel, &p1, 2, &err), TSR_OK, "%s", err.message);
-    pid_t worker = isodev_worker_pid(d.pid);
+    isodev_served s;
+    isodev_serve(c, &s);
+    pid_t worker = fixture_worker_pid(d.pid);
 
     tsr_region *small = fixture_affine(4);
     tsr_client_compile_opts fault = {.force = "test_fault", .skip_verify = true};
@@ -209,28 +157,33 @@ Test(isolated_devices, a_fault_on_device_1_rebuilds_it_in_the_same_worker, .time
     cr_expect_eq(h[1].faults, 1);
 
     /* The same worker: device 0's memory kept its contents and serves on. */
-    cr_expect_eq(isodev_worker_pid(d.pid), worker, "the worker was replaced");
-    cr_expect(isodev_holds(c, &p0, 1), "device 0's buffer lost its contents");
-    cr_expect_eq(isodev_launch(c, k.kernel, &p0, 3, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(fixture_worker_pid(d.pid), worker, "the worker was replaced");
+    cr_expect(isodev_holds(c, &s.p[0], 1), "device 0's buffer lost its contents");
+    cr_expect_eq(recovery_pair_launch(c, s.k.kernel, &s.p[0], N, 3, &err), TSR_OK, "%s",
+                 err.message);
 
     /* Device 1's old buffers went with its context and say so. */
-    cr_expect_eq(tsr_client_launch(c, k.kernel, &p1.x, 1, p1.y, NULL, 0, &err), TSR_DEVICE_LOST);
+    cr_expect_eq(tsr_client_launch(c, s.k.kernel, &s.p[1].x, 1, s.p[1].y, NULL, 0, &err),
+                 TSR_DEVICE_LOST);
     cr_expect_str_eq(err.message, "input buffer 0's device memory was lost when device 1 was "
                                   "recovered after a fault; free it and allocate it again");
-    cr_expect_eq(tsr_client_buffer_read(c, p1.y, 0, y4, sizeof y4, NULL, 0, &err), TSR_DEVICE_LOST);
+    cr_expect_eq(tsr_client_buffer_read(c, s.p[1].y, 0, y4, sizeof y4, NULL, 0, &err),
+                 TSR_DEVICE_LOST);
     cr_expect_str_eq(err.message,
                      "the buffer's device memory was lost when device 1 was recovered after a "
                      "fault");
     /* New buffers on device 1 serve the same kernel handle. */
-    isodev_pair fresh = isodev_alloc(c, 1);
-    cr_expect_eq(isodev_launch(c, k.kernel, &fresh, 4, &err), TSR_OK, "%s", err.message);
+    recovery_pair fresh;
+    recovery_pair_alloc(c, 1, N, &fresh);
+    cr_expect_eq(recovery_pair_launch(c, s.k.kernel, &fresh, N, 4, &err), TSR_OK, "%s",
+                 err.message);
 
     cr_expect_eq(fixture_counter(c, "device_faults_total"), 1.0);
     cr_expect_eq(fixture_counter(c, "device_recoveries_per_device_total{device=\"1\"}"), 1.0);
     cr_expect_eq(fixture_counter(c, "device_recoveries_per_device_total{device=\"0\"}"), 0.0);
     cr_expect_eq(fixture_counter(c, "device_buffers_lost_total"), 2.0);
     tsr_client_region_free(small);
-    tsr_client_region_free(r);
+    tsr_client_region_free(s.r);
     tsr_client_close(faulter);
     fixture_stop(&d, c);
 }
@@ -241,33 +194,33 @@ Test(isolated_devices, a_killed_worker_takes_both_devices_and_one_new_worker_bri
     testd d;
     tsr_client *c = isodev_start(&d);
     tsr_error err;
-    tsr_region *r = fixture_affine(N);
-    tsr_client_compiled k;
-    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
-    isodev_pair p0 = isodev_alloc(c, 0), p1 = isodev_alloc(c, 1);
-    cr_assert_eq(isodev_launch(c, k.kernel, &p0, 1, &err), TSR_OK, "%s", err.message);
-    cr_assert_eq(isodev_launch(c, k.kernel, &p1, 2, &err), TSR_OK, "%s", err.message);
+    isodev_served s;
+    isodev_serve(c, &s);
 
-    pid_t worker = isodev_worker_pid(d.pid);
+    pid_t worker = fixture_worker_pid(d.pid);
     cr_assert_eq(kill(worker, SIGKILL), 0);
-    tsr_status st = tsr_client_launch(c, k.kernel, &p0.x, 1, p0.y, NULL, 0, &err);
+    tsr_status st = tsr_client_launch(c, s.k.kernel, &s.p[0].x, 1, s.p[0].y, NULL, 0, &err);
     cr_assert_eq(st, TSR_DEVICE_LOST, "%s: %s", tsr_status_name(st), err.message);
     isodev_wait_serving(c, 1, 1);
-    pid_t replaced = isodev_worker_pid(d.pid);
+    pid_t replaced = fixture_worker_pid(d.pid);
     cr_expect_neq(replaced, worker, "the worker was not replaced");
 
     /* Both devices' old buffers are gone; new ones on both serve the kernel. */
-    cr_expect_eq(tsr_client_launch(c, k.kernel, &p0.x, 1, p0.y, NULL, 0, &err), TSR_DEVICE_LOST);
+    cr_expect_eq(tsr_client_launch(c, s.k.kernel, &s.p[0].x, 1, s.p[0].y, NULL, 0, &err),
+                 TSR_DEVICE_LOST);
     cr_expect_str_eq(err.message, "input buffer 0's device memory was lost when device 0 was "
                                   "recovered after a fault; free it and allocate it again");
-    cr_expect_eq(tsr_client_launch(c, k.kernel, &p1.x, 1, p1.y, NULL, 0, &err), TSR_DEVICE_LOST);
+    cr_expect_eq(tsr_client_launch(c, s.k.kernel, &s.p[1].x, 1, s.p[1].y, NULL, 0, &err),
+                 TSR_DEVICE_LOST);
     cr_expect_str_eq(err.message, "input buffer 0's device memory was lost when device 1 was "
                                   "recovered after a fault; free it and allocate it again");
-    isodev_pair n0 = isodev_alloc(c, 0), n1 = isodev_alloc(c, 1);
-    cr_expect_eq(isodev_launch(c, k.kernel, &n0, 3, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(isodev_launch(c, k.kernel, &n1, 4, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(isodev_worker_pid(d.pid), replaced, "one new worker serves both devices");
+    recovery_pair n0, n1;
+    recovery_pair_alloc(c, 0, N, &n0);
+    recovery_pair_alloc(c, 1, N, &n1);
+    cr_expect_eq(recovery_pair_launch(c, s.k.kernel, &n0, N, 3, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(recovery_pair_launch(c, s.k.kernel, &n1, N, 4, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(fixture_worker_pid(d.pid), replaced, "one new worker serves both devices");
     cr_expect_eq(fixture_counter(c, "device_buffers_lost_total"), 4.0);
-    tsr_client_region_free(r);
+    tsr_client_region_free(s.r);
     fixture_stop(&d, c);
 }

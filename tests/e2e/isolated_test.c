@@ -5,7 +5,6 @@
  * "cuda" backend on a GPU node.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,32 +166,6 @@ Test(isolated, a_batch_runs_in_the_worker_in_order)
     tsr_client_region_free(r);
 }
 
-/* The daemon's child, the device worker: a child of whichever of its
- * threads started it. */
-static pid_t iso_worker_pid(pid_t daemon)
-{
-    char dir[64];
-    snprintf(dir, sizeof dir, "/proc/%d/task", (int)daemon);
-    DIR *tasks = opendir(dir);
-    cr_assert_not_null(tasks, "%s", dir);
-    int pid = 0;
-    for (struct dirent *e; pid == 0 && (e = readdir(tasks)) != NULL;) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[400];
-        snprintf(path, sizeof path, "%s/%s/children", dir, e->d_name);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            continue;
-        if (fscanf(f, "%d", &pid) != 1)
-            pid = 0;
-        fclose(f);
-    }
-    closedir(tasks);
-    cr_assert_gt(pid, 0, "tesserad has no child process");
-    return (pid_t)pid;
-}
-
 Test(isolated, a_killed_worker_is_replaced_and_serving_resumes)
 {
     const int64_t n = 4096;
@@ -206,7 +179,7 @@ Test(isolated, a_killed_worker_is_replaced_and_serving_resumes)
     cr_assert_eq(tsr_client_buffer_write_shm(suite_client, bx, 0, shm, 0, 4096, 0, &err), TSR_OK,
                  "%s", err.message);
 
-    pid_t worker = iso_worker_pid(suite_daemon.pid);
+    pid_t worker = fixture_worker_pid(suite_daemon.pid);
     cr_assert_eq(kill(worker, SIGKILL), 0);
     /* The first device call after the crash answers DEVICE_LOST and starts
      * the recovery. */
@@ -215,7 +188,7 @@ Test(isolated, a_killed_worker_is_replaced_and_serving_resumes)
     tsr_client_health h = iso_wait_recovered(suite_client);
     cr_assert_eq(h.state, TSR_CLIENT_HEALTH_READY);
     cr_assert_eq(h.recoveries, 1);
-    cr_assert_neq(iso_worker_pid(suite_daemon.pid), worker, "the worker was not replaced");
+    cr_assert_neq(fixture_worker_pid(suite_daemon.pid), worker, "the worker was not replaced");
 
     /* Old buffers are gone; the kernel handle was reloaded into the new worker. */
     st = tsr_client_launch(suite_client, k, &bx, 1, by, NULL, 0, &err);
@@ -259,12 +232,12 @@ Test(isolated, a_killed_worker_is_replaced_and_serving_resumes)
  * needs its worker while it drains: the worker leaves stop signals alone. */
 Test(isolated, the_worker_ignores_stop_signals_meant_for_the_daemon)
 {
-    pid_t worker = iso_worker_pid(suite_daemon.pid);
+    pid_t worker = fixture_worker_pid(suite_daemon.pid);
     cr_assert_eq(kill(worker, SIGTERM), 0);
     cr_assert_eq(kill(worker, SIGINT), 0);
     usleep(200000);
     cr_assert_eq(kill(worker, 0), 0, "the worker died of a stop signal");
-    cr_assert_eq(iso_worker_pid(suite_daemon.pid), worker);
+    cr_assert_eq(fixture_worker_pid(suite_daemon.pid), worker);
     tsr_buffer b = iso_alloc(16);
     float v[16] = {1, 2, 3};
     tsr_error err;
@@ -317,10 +290,9 @@ Test(isolated, each_launch_and_run_is_one_message_to_the_worker)
     testd d;
     tsr_client *c = iso_start_own(&d, "cpu-isolated");
     const int64_t n = 256;
-    tsr_region *r = fixture_affine(n);
     tsr_client_compiled k;
+    tsr_region *r = fixture_affine_compiled(c, n, &k);
     tsr_error err;
-    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
     tsr_buffer bx = fixture_alloc_f32(c, n), by = fixture_alloc_f32(c, n);
     float x[256], y[256];
     iso_fill(x, n);
@@ -347,7 +319,7 @@ Test(isolated, each_launch_and_run_is_one_message_to_the_worker)
     fixture_stop(&d, c);
 
     c = iso_start_own(&d, "cpu");
-    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    fixture_compile_on(c, r, &k);
     bx = fixture_alloc_f32(c, n);
     by = fixture_alloc_f32(c, n);
     cr_assert_eq(tsr_client_launch(c, k.kernel, &bx, 1, by, NULL, 0, &err), TSR_OK, "%s",
@@ -372,7 +344,7 @@ Test(isolated, a_fault_in_the_fused_launch_says_the_launch_error_and_starts_reco
     tsr_client_compiled kf, k;
     tsr_error err;
     cr_assert_eq(tsr_client_compile(c, r, &fault, &kf, 0, &err), TSR_OK, "%s", err.message);
-    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    fixture_compile_on(c, r, &k);
     tsr_buffer bx = fixture_alloc_f32(c, n), by = fixture_alloc_f32(c, n);
     tsr_status st = tsr_client_launch(c, kf.kernel, &bx, 1, by, NULL, 0, &err);
     cr_assert_eq(st, TSR_DEVICE_LOST, "%s: %s", tsr_status_name(st), err.message);

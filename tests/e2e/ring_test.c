@@ -31,10 +31,9 @@ typedef struct ring_affine {
 static ring_affine ring_affine_make(tsr_client *c, float x0)
 {
     ring_affine a;
-    tsr_region *r = fixture_affine(RING_N);
     tsr_client_compiled k;
+    tsr_region *r = fixture_affine_compiled(c, RING_N, &k);
     tsr_error err;
-    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
     tsr_client_region_free(r);
     a.kernel = k.kernel;
     a.x = fixture_alloc_f32(c, RING_N);

@@ -210,7 +210,7 @@ Test(tenants, kernel_free_of_a_foreign_kernel_is_not_found)
     cr_assert_eq(tsr_client_region_load(matmul, strlen(matmul), &r, &err), TSR_OK, "%s",
                  err.message);
     tsr_client_compiled k;
-    cr_assert_eq(tsr_client_compile(a, r, NULL, &k, 0, &err), TSR_OK, "%s", err.message);
+    fixture_compile_on(a, r, &k);
     cr_assert_eq(fixture_counter(a, "tenant_kernels{tenant=\"alice\"}"), 1.0);
     tsr_error foreign, unknown;
     cr_expect_eq(tsr_client_kernel_free(b, k.kernel, 0, &foreign), TSR_NOT_FOUND);

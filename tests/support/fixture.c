@@ -4,6 +4,7 @@
 #include "fixture.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -86,6 +87,19 @@ tsr_status fixture_affine_run4(tsr_client *c, const tsr_region *r, float out[4],
     static const float x[4] = {1, 2, 3, 4};
     const void *inputs[1] = {x};
     return tsr_client_run(c, r, NULL, inputs, out, NULL, timeout_ms, err);
+}
+
+void fixture_compile_on(tsr_client *c, const tsr_region *r, tsr_client_compiled *out)
+{
+    tsr_error err;
+    cr_assert_eq(tsr_client_compile(c, r, NULL, out, 0, &err), TSR_OK, "%s", err.message);
+}
+
+tsr_region *fixture_affine_compiled(tsr_client *c, int64_t n, tsr_client_compiled *out)
+{
+    tsr_region *r = fixture_affine(n);
+    fixture_compile_on(c, r, out);
+    return r;
 }
 
 void fixture_compile(const testd *d, tsr_region *r, tsr_client_compiled *out)
@@ -179,4 +193,30 @@ double fixture_counter(tsr_client *c, const char *name)
     double v = tsr_client_stats_counter(s, name, -1);
     tsr_client_stats_free(s);
     return v;
+}
+
+/* The daemon's child, the device worker: a child of whichever of its
+ * threads started it. */
+pid_t fixture_worker_pid(pid_t daemon)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)daemon);
+    DIR *tasks = opendir(dir);
+    cr_assert_not_null(tasks, "%s", dir);
+    int pid = 0;
+    for (struct dirent *e; pid == 0 && (e = readdir(tasks)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[400];
+        snprintf(path, sizeof path, "%s/%s/children", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        if (fscanf(f, "%d", &pid) != 1)
+            pid = 0;
+        fclose(f);
+    }
+    closedir(tasks);
+    cr_assert_gt(pid, 0, "tesserad has no child process");
+    return (pid_t)pid;
 }

@@ -58,6 +58,14 @@ tsr_status fixture_affine_run4(tsr_client *c, const tsr_region *r, float out[4],
 void fixture_compile(const testd *d, tsr_region *r, tsr_client_compiled *out);
 void fixture_compile_affine(const testd *d, int64_t n, tsr_client_compiled *out);
 
+/* tsr_client_compile(c, r) with the default options into *out, asserted
+ * TSR_OK. */
+void fixture_compile_on(tsr_client *c, const tsr_region *r, tsr_client_compiled *out);
+
+/* fixture_affine(n) compiled on c as fixture_compile_on does: the region,
+ * to free with tsr_client_region_free. */
+tsr_region *fixture_affine_compiled(tsr_client *c, int64_t n, tsr_client_compiled *out);
+
 /* A compile of fixture_affine(n) on d on a thread and a connection of its
  * own (timeout_ms to connect), so that several can hold the daemon's workers
  * at once. fixture_compile_start starts it (asserted); fixture_compile_join
@@ -95,5 +103,9 @@ fixture_mm fixture_matmul(tsr_client *c, int n);
 /* The daemon's counter or gauge name (-1 when it has none), fetched on c with
  * c's default timeout. */
 double fixture_counter(tsr_client *c, const char *name);
+
+/* The pid of the daemon's child, the device worker of the cpu-isolated
+ * backend, found under any of its threads (asserted). */
+pid_t fixture_worker_pid(pid_t daemon);
 
 #endif

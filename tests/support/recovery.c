@@ -40,6 +40,38 @@ static tsr_client *recovery_client(const testd *d, const char *token)
     return c;
 }
 
+void recovery_pair_alloc(tsr_client *c, int device, int64_t n, recovery_pair *p)
+{
+    tsr_buffer *const both[] = {&p->x, &p->y};
+    for (int i = 0; i < 2; i++) {
+        int placed = -1;
+        tsr_error err;
+        cr_assert_eq(tsr_client_buffer_alloc_on(c, TSR_CLIENT_F32, 1, &n, device, both[i], NULL,
+                                                &placed, 0, &err),
+                     TSR_OK, "%s", err.message);
+        cr_assert_eq(placed, device);
+    }
+}
+
+tsr_status recovery_pair_launch(tsr_client *c, tsr_kernel kernel, const recovery_pair *p, int n,
+                                int seed, tsr_error *err)
+{
+    size_t bytes = (size_t)n * sizeof(float);
+    float *x = malloc(bytes), *y = malloc(bytes);
+    cr_assert(x != NULL && y != NULL);
+    recovery_fill(x, n, seed);
+    tsr_status st = tsr_client_buffer_write(c, p->x, 0, x, bytes, 0, err);
+    if (st == TSR_OK)
+        st = tsr_client_launch(c, kernel, &p->x, 1, p->y, NULL, 0, err);
+    if (st == TSR_OK)
+        st = tsr_client_buffer_read(c, p->y, 0, y, bytes, NULL, 0, err);
+    if (st == TSR_OK)
+        cr_expect(recovery_right(x, y, n), "seed %d: wrong values", seed);
+    free(x);
+    free(y);
+    return st;
+}
+
 /* Bob's second connection: runs the region until told to stop. */
 typedef struct recovery_runner {
     const testd *d;

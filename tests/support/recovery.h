@@ -26,11 +26,28 @@ typedef struct recovery_figures {
 
 #include <stdbool.h>
 
+#include "tessera/client.h"
+
 /* The scenario's inputs: n values of a pattern chosen by seed, each x with
  * 2x + 1 exactly representable in f32. */
 void recovery_fill(float *x, int n, int seed);
 /* Whether y is 2x + 1 for every one of the n values, exactly. */
 bool recovery_right(const float *x, const float *y, int n);
+
+/* Two f32 buffers of n elements on one device, for a kernel x -> y. */
+typedef struct recovery_pair {
+    tsr_buffer x, y;
+} recovery_pair;
+
+/* Allocates both of p's buffers on device (asserted, and that they were
+ * placed there). */
+void recovery_pair_alloc(tsr_client *c, int device, int64_t n, recovery_pair *p);
+
+/* Writes x (recovery_fill with seed), launches kernel, reads y back and
+ * expects recovery_right of it: the first status that is not TSR_OK, err
+ * filled, else TSR_OK. */
+tsr_status recovery_pair_launch(tsr_client *c, tsr_kernel kernel, const recovery_pair *p, int n,
+                                int seed, tsr_error *err);
 
 /* Runs the scenario on backend ("cpu" or "cuda"); n is the element count of
  * the regions. Fills *out. */

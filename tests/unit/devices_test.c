@@ -66,20 +66,41 @@ static tsrd_daemon *devices_daemon(int n, tsrd_tenant *t, const char *name, uint
     return d;
 }
 
+/* The device tsrd_device_choose picks for a request of field asking for
+ * device requested (-1: any) with bytes more, asserted TSR_OK. */
+static int devices_chosen(const tsrd_daemon *d, tsrd_tenant *t, int requested, uint64_t bytes,
+                          const char *field)
+{
+    tsr_error err;
+    int dev = -1;
+    cr_assert_eq(tsrd_device_choose(d, t, requested, bytes, field, &dev, &err), TSR_OK, "%s",
+                 err.message);
+    return dev;
+}
+
+/* tsrd_device_choose as for devices_chosen, expected to refuse with st and
+ * exactly message. */
+static void devices_expect_refused(const tsrd_daemon *d, tsrd_tenant *t, int requested,
+                                   uint64_t bytes, const char *field, tsr_status st,
+                                   const char *message)
+{
+    tsr_error err;
+    int dev = -1;
+    cr_expect_eq(tsrd_device_choose(d, t, requested, bytes, field, &dev, &err), st);
+    cr_expect_str_eq(err.message, message);
+}
+
 Test(devices, choose_places_unpinned_work_on_the_least_loaded_device)
 {
     tsrd_tenant t;
     tsrd_daemon *d = devices_daemon(3, &t, "free", 0);
-    tsr_error err;
-    int dev = -1;
     d->load[0].queued = 1;
     d->load[1].bytes = 8;
-    cr_assert_eq(tsrd_device_choose(d, &t, -1, 0, "buffer_alloc.device", &dev, &err), TSR_OK);
-    cr_expect_eq(dev, 2);
-    cr_assert_eq(tsrd_device_choose(d, &t, 0, 0, "buffer_alloc.device", &dev, &err), TSR_OK);
-    cr_expect_eq(dev, 0, "a device asked for is taken as it is, loaded or not");
-    cr_expect_eq(tsrd_device_choose(d, &t, 3, 0, "buffer_alloc.device", &dev, &err), TSR_NOT_FOUND);
-    cr_expect_str_eq(err.message, "buffer_alloc.device: no device 3 (this node has 3)");
+    cr_expect_eq(devices_chosen(d, &t, -1, 0, "buffer_alloc.device"), 2);
+    cr_expect_eq(devices_chosen(d, &t, 0, 0, "buffer_alloc.device"), 0,
+                 "a device asked for is taken as it is, loaded or not");
+    devices_expect_refused(d, &t, 3, 0, "buffer_alloc.device", TSR_NOT_FOUND,
+                           "buffer_alloc.device: no device 3 (this node has 3)");
     free(d);
 }
 
@@ -87,17 +108,13 @@ Test(devices, choose_confines_a_pinned_tenant_to_its_devices)
 {
     tsrd_tenant t;
     tsrd_daemon *d = devices_daemon(4, &t, "pinned", 0xc);
-    tsr_error err;
-    int dev = -1;
-    cr_assert_eq(tsrd_device_choose(d, &t, -1, 0, "run.device", &dev, &err), TSR_OK);
-    cr_expect_eq(dev, 2, "the least loaded of its own, though 0 and 1 are idle too");
+    cr_expect_eq(devices_chosen(d, &t, -1, 0, "run.device"), 2,
+                 "the least loaded of its own, though 0 and 1 are idle too");
     d->load[2].bytes = 1;
-    cr_assert_eq(tsrd_device_choose(d, &t, -1, 0, "run.device", &dev, &err), TSR_OK);
-    cr_expect_eq(dev, 3);
-    cr_assert_eq(tsrd_device_choose(d, &t, 2, 0, "run.device", &dev, &err), TSR_OK);
-    cr_expect_eq(dev, 2);
-    cr_expect_eq(tsrd_device_choose(d, &t, 1, 0, "run.device", &dev, &err), TSR_RESOURCE_EXHAUSTED);
-    cr_expect_str_eq(err.message, "run.device: tenant pinned may use devices 2-3, not device 1");
+    cr_expect_eq(devices_chosen(d, &t, -1, 0, "run.device"), 3);
+    cr_expect_eq(devices_chosen(d, &t, 2, 0, "run.device"), 2);
+    devices_expect_refused(d, &t, 1, 0, "run.device", TSR_RESOURCE_EXHAUSTED,
+                           "run.device: tenant pinned may use devices 2-3, not device 1");
     cr_expect_eq(tsrd_tenant_devices(d, &t), 0xcu);
     free(d);
 }
@@ -106,12 +123,9 @@ Test(devices, choose_refuses_a_set_the_node_does_not_have)
 {
     tsrd_tenant t;
     tsrd_daemon *d = devices_daemon(2, &t, "far", 0x30);
-    tsr_error err;
-    int dev = -1;
-    cr_expect_eq(tsrd_device_choose(d, &t, -1, 0, "buffer_alloc.device", &dev, &err),
-                 TSR_RESOURCE_EXHAUSTED);
-    cr_expect_str_eq(err.message, "buffer_alloc.device: tenant far may use devices 4-5, none of "
-                                  "which this node has (2 devices)");
+    devices_expect_refused(d, &t, -1, 0, "buffer_alloc.device", TSR_RESOURCE_EXHAUSTED,
+                           "buffer_alloc.device: tenant far may use devices 4-5, none of "
+                           "which this node has (2 devices)");
     free(d);
 }
 
@@ -139,24 +153,20 @@ Test(devices, choose_keeps_within_the_per_device_quota)
     tsrd_tenant t;
     tsrd_daemon *d = devices_daemon(3, &t, "capped", 0);
     t.conf.quota.device_memory_bytes_per_device = 1000;
-    tsr_error err;
-    int dev = -1;
     t.device_bytes[0] = 600;
     d->load[0].bytes = 600;
     d->load[1].queued = 1;
     d->load[2].queued = 1;
-    cr_assert_eq(tsrd_device_choose(d, &t, -1, 400, "buffer_alloc.device", &dev, &err), TSR_OK);
-    cr_expect_eq(dev, 0, "400 more still fit device 0, the least loaded");
-    cr_assert_eq(tsrd_device_choose(d, &t, -1, 401, "buffer_alloc.device", &dev, &err), TSR_OK);
-    cr_expect_eq(dev, 1, "401 do not: the least loaded device where they fit");
-    cr_expect_eq(tsrd_device_choose(d, &t, 0, 401, "buffer_alloc.device", &dev, &err),
-                 TSR_RESOURCE_EXHAUSTED);
-    cr_expect_str_eq(err.message, "quota device_memory_bytes_per_device of tenant capped on device "
-                                  "0: 600 in use, 401 asked, the quota is 1000");
-    cr_expect_eq(tsrd_device_choose(d, &t, -1, 1001, "buffer_alloc.device", &dev, &err),
-                 TSR_RESOURCE_EXHAUSTED);
-    cr_expect_str_eq(err.message, "quota device_memory_bytes_per_device of tenant capped: none of "
-                                  "devices 0-2 has room for 1001 bytes more, the quota is 1000");
+    cr_expect_eq(devices_chosen(d, &t, -1, 400, "buffer_alloc.device"), 0,
+                 "400 more still fit device 0, the least loaded");
+    cr_expect_eq(devices_chosen(d, &t, -1, 401, "buffer_alloc.device"), 1,
+                 "401 do not: the least loaded device where they fit");
+    devices_expect_refused(d, &t, 0, 401, "buffer_alloc.device", TSR_RESOURCE_EXHAUSTED,
+                           "quota device_memory_bytes_per_device of tenant capped on device "
+                           "0: 600 in use, 401 asked, the quota is 1000");
+    devices_expect_refused(d, &t, -1, 1001, "buffer_alloc.device", TSR_RESOURCE_EXHAUSTED,
+                           "quota device_memory_bytes_per_device of tenant capped: none of "
+                           "devices 0-2 has room for 1001 bytes more, the quota is 1000");
     cr_expect_eq(t.refused_quota, 2);
     free(d);
 }

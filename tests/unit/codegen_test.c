@@ -481,6 +481,8 @@ Test(codegen, pointwise_shapes_of_one_pattern_share_one_source)
     cr_assert_not_null(strstr(ka.source, "const unsigned long long row = tsr_div(e, inner);"));
     cr_assert_not_null(strstr(ka.source, "tsr_loadv(in1, (o1 + j) / TSR_VW, x1);"));
     cr_assert_not_null(strstr(ka.source, "tsr_loadv(in0, v, x0);"));
+    /* One pass: the grid has a thread for every vector. */
+    cr_assert_not_null(strstr(ka.source, "if (v >= elems / TSR_VW)"));
     char ca[TSR_VARIANT_CLASS_MAX], cb[TSR_VARIANT_CLASS_MAX];
     codegen_class(a, ca);
     codegen_class(b, cb);

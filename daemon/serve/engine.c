@@ -269,6 +269,7 @@ static tsr_status engine_run_keyed(tsrd_daemon *d, tsrd_kobj *k, const tsr_regio
 {
     const tsrd_backend_ops *ops = d->bops;
     engine_run run;
+    double t0 = engine_now_ms();
     tsr_status st = engine_run_begin(d, r, &run, err);
     uint64_t out_bytes = tsr_tensor_desc_bytes(&run.out_desc);
     size_t size = tsr_dtype_size(r->out_dtype);
@@ -284,15 +285,22 @@ static tsr_status engine_run_keyed(tsrd_daemon *d, tsrd_kobj *k, const tsr_regio
         st = ops->buffer_alloc(d->backend, 0, out_bytes, &run.out_buf, err);
     if (st == TSR_OK)
         st = ops->probe->buffer_fill_ones(d->backend, run.out_buf, out_bytes, err);
+    double t1 = engine_now_ms();
     if (st == TSR_OK)
         st = ops->launch(d->backend, k, run.stream, run.bufs, run.n, run.out_buf, err);
     if (st == TSR_OK)
         st = ops->synchronize(d->backend, run.stream, NULL, err);
+    double t2 = engine_now_ms();
     /* Only the sampled outputs come back. */
     if (st == TSR_OK)
         st = ops->probe->buffer_gather(d->backend, run.out_buf, (uint32_t)size, index, count, out,
                                        err);
+    double t3 = engine_now_ms();
     engine_run_end(d, &run);
+    tsrd_log_debug(&d->log,
+                   "probe run: made %.2f ms, ran %.2f ms, gathered %zu outputs %.2f ms, freed "
+                   "%.2f ms",
+                   t1 - t0, t2 - t1, count, t3 - t2, engine_now_ms() - t3);
     return st;
 }
 
@@ -409,7 +417,9 @@ static tsr_status engine_verify(tsrd_daemon *d, const tsr_candidate *c, const ts
         return st;
     }
     engine_verify_run run = {.d = d, .c = c, .arch = arch};
+    double t0 = engine_now_ms();
     st = engine_load(d, c, r, arch, &run.real, err);
+    double t1 = engine_now_ms();
     if (st != TSR_OK) {
         tsrd_fleet_abandon(d->fleet, &run.real.compiled.key);
         tsr_verdict_init(v, c->tolerance, r->out_dtype);
@@ -424,6 +434,9 @@ static tsr_status engine_verify(tsrd_daemon *d, const tsr_candidate *c, const ts
                           &opts, &small, &has_small);
     run.small_region = opts.small;
     st = tsr_oracle_verify(r, engine_verify_run_fn, &run, &opts, v, err);
+    tsrd_log_debug(&d->log, "verify %s%s: load %.2f ms, oracle %.2f ms, %s", c->name,
+                   shape_only ? " (new shape)" : "", t1 - t0, engine_now_ms() - t1,
+                   st == TSR_OK && v->pass ? "pass" : "fail");
     /* Every candidate that verifies goes to the fleet (a measured selection
      * verifies several), and one that does not frees its lease at once. */
     if (st == TSR_OK && v->pass)
@@ -583,7 +596,9 @@ tsr_status tsrd_engine_compile(tsrd_daemon *d, const tsr_region *r,
     tsrd_engine_ctx ctx = {.d = d, .arch = out->arch};
     tsr_select_request req;
     tsrd_engine_select_request(&ctx, r, &out->fingerprint, opts, &req);
+    double t0 = engine_now_ms();
     st = tsr_arbiter_select(d->arbiter, &req, &out->decision, err);
+    double t1 = engine_now_ms();
     if (st == TSR_ARBITER && err != NULL && (ctx.refused || req.reference_refused != NULL)) {
         /* Nothing passed, and the bound refused what was left (a
          * verification, the host reference): say so, then every candidate. */
@@ -617,8 +632,11 @@ tsr_status tsrd_engine_compile(tsrd_daemon *d, const tsr_region *r,
         tsrd_fleet_publish(d->fleet, &out->key, out->blob);
     else
         tsrd_fleet_abandon(d->fleet, &out->key);
+    double t2 = engine_now_ms();
     if (st == TSR_OK && load)
         st = engine_load_binary(d, r, &out->decision.candidate, out, err);
+    tsrd_log_debug(&d->log, "compile %s: select %.2f ms, binary %.2f ms, load %.2f ms",
+                   out->decision.candidate.name, t1 - t0, t2 - t1, engine_now_ms() - t2);
     if (st != TSR_OK)
         tsrd_compiled_release(d, out);
     return st;

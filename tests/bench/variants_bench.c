@@ -20,7 +20,10 @@
  * again is the warm compile. Prints per layer the kernel-cache builds (NVRTC
  * compiles for Tier-1) the 100 shapes cost, the distinct kernel keys, the
  * first shape's times and the median, 90th percentile and largest of the other
- * 99, and the verdicts' methods. -v prints every shape.
+ * 99, the same for the first launches of the shapes checked alone (a new
+ * shape of a variant verified at another: "shape-only"; the others are the
+ * first shape of a variant, verified in full or sampled with its small-shape
+ * probes), and the verdicts' methods. -v prints every shape.
  *
  * tier1: each region's Tier-1 kernel built twice, with its free dimensions
  * baked in (as before variants) and as parameters (what the daemon builds
@@ -126,6 +129,7 @@ static int cmp_double(const void *a, const void *b)
 static void run_layer(tsr_client *c, const layer *l, bool verbose)
 {
     double first[SHAPES], cold[SHAPES], warm[SHAPES];
+    double reuse_first[SHAPES]; /* first launches of shapes checked alone (shape-only) */
     char keys[SHAPES][TSR_CLIENT_KEY_MAX];
     int distinct = 0, reused = 0, full = 0, sampled = 0, unverified = 0;
     char candidates[256] = "";
@@ -166,6 +170,8 @@ static void run_layer(tsr_client *c, const layer *l, bool verbose)
         bool none = v->method[0] == '\0'; /* tier 0, or skip_verify */
         full += is_full;
         sampled += !none && !is_full && !shape_only;
+        if (shape_only)
+            reuse_first[reused] = first[i];
         reused += shape_only;
         unverified += none;
         bool seen = false;
@@ -195,10 +201,15 @@ static void run_layer(tsr_client *c, const layer *l, bool verbose)
     qsort(rest_first, SHAPES - 1, sizeof(double), cmp_double);
     qsort(rest_cold, SHAPES - 1, sizeof(double), cmp_double);
     qsort(warm, SHAPES, sizeof(double), cmp_double);
-    printf("| %s | %s | %.0f | %d | %.1f / %.1f | %.1f / %.1f / %.1f | %.1f / %.1f / %.1f | "
+    qsort(reuse_first, (size_t)reused, sizeof(double), cmp_double);
+    char reuse[96] = "none";
+    if (reused > 0)
+        snprintf(reuse, sizeof reuse, "%.1f / %.1f / %.1f", reuse_first[reused / 2],
+                 reuse_first[reused * 9 / 10], reuse_first[reused - 1]);
+    printf("| %s | %s | %.0f | %d | %.1f / %.1f | %.1f / %.1f / %.1f | %.1f / %.1f / %.1f | %s | "
            "%.2f | %d full, %d sampled, %d shape-only, %d not verified |\n",
            l->name, candidates, builds, distinct, cold[0], first[0], rest_cold[49], rest_cold[89],
-           rest_cold[SHAPES - 2], rest_first[49], rest_first[89], rest_first[SHAPES - 2],
+           rest_cold[SHAPES - 2], rest_first[49], rest_first[89], rest_first[SHAPES - 2], reuse,
            warm[SHAPES / 2], full, sampled, reused, unverified);
 }
 
@@ -217,9 +228,9 @@ static int bench_daemon(bool verbose)
     }
     printf("| layer | candidates | builds for 100 shapes | kernel keys | first shape: cold "
            "compile / first launch (ms) | other 99: cold compile, median / p90 / max (ms) | "
-           "other 99: first launch, median / p90 / max (ms) | warm compile, median (ms) | "
-           "verdicts |\n");
-    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+           "other 99: first launch, median / p90 / max (ms) | shape-only: first launch, median "
+           "/ p90 / max (ms) | warm compile, median (ms) | verdicts |\n");
+    printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (size_t i = 0; i < sizeof layers / sizeof layers[0]; i++)
         run_layer(c, &layers[i], verbose);
     tsr_client_close(c);

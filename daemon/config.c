@@ -68,6 +68,7 @@ tsr_status tsrd_config_defaults(tsrd_config *c, tsr_error *err)
     c->max_requests_per_connection = TSRD_DEFAULT_REQUESTS_PER_CONNECTION;
     c->max_unread_replies_per_tenant = TSRD_DEFAULT_UNREAD_REPLIES_PER_TENANT;
     c->replay_bytes_per_connection = TSRD_DEFAULT_REPLAY_BYTES_PER_CONNECTION;
+    c->oracle_memo_bytes = TSRD_DEFAULT_ORACLE_MEMO_BYTES;
     c->replay_bytes_per_tenant = TSRD_DEFAULT_REPLAY_BYTES_PER_TENANT;
     c->fleet.ttl_s = TSRD_FLEET_DEFAULT_TTL_S;
     c->fleet.max_entry_bytes = TSRD_FLEET_DEFAULT_MAX_ENTRY_BYTES;
@@ -671,6 +672,12 @@ static tsr_status key_replay_bytes_per_tenant(tsrd_config *c, const cJSON *v, ts
                            &c->replay_bytes_per_tenant, err);
 }
 
+static tsr_status key_oracle_memo_bytes(tsrd_config *c, const cJSON *v, tsr_error *err)
+{
+    return config_json_u64(v, "oracle_memo_bytes", 0, UINT64_C(1) << 40, &c->oracle_memo_bytes,
+                           err);
+}
+
 static const struct config_key {
     const char *name;
     tsr_status (*set)(tsrd_config *c, const cJSON *v, tsr_error *err);
@@ -698,6 +705,7 @@ static const struct config_key {
     {"max_unread_replies_per_tenant", key_max_unread_replies_per_tenant},
     {"replay_bytes_per_connection", key_replay_bytes_per_connection},
     {"replay_bytes_per_tenant", key_replay_bytes_per_tenant},
+    {"oracle_memo_bytes", key_oracle_memo_bytes},
     {"fleet_cache", key_fleet_cache},
     {"cpu_devices", key_cpu_devices},
     {"cpu_device_memory_bytes", key_cpu_device_memory},

@@ -11,7 +11,7 @@
  *   test_faults, max_connections, max_requests_per_connection,
  *   max_unread_replies_per_tenant, replay_bytes_per_connection,
  *   replay_bytes_per_tenant, cache_key_file, fleet_cache, cpu_devices,
- *   cpu_device_memory_bytes
+ *   cpu_device_memory_bytes, oracle_memo_bytes
  *
  * tenants is an array of objects {name, token_sha256 [hex], uids [n], gids [n],
  * shm_uid n, devices [n], quotas {device_memory_bytes, device_memory_bytes_per_device,
@@ -74,6 +74,9 @@
 #define TSRD_DEFAULT_UNREAD_REPLIES_PER_TENANT 256
 #define TSRD_DEFAULT_REPLAY_BYTES_PER_CONNECTION (UINT64_C(1) << 20)
 #define TSRD_DEFAULT_REPLAY_BYTES_PER_TENANT (UINT64_C(64) << 20)
+/* Host memory for the probe inputs sampled checks keep between shapes (a
+ * 4096 x 14336 bf16 weight is 112 MiB). */
+#define TSRD_DEFAULT_ORACLE_MEMO_BYTES (UINT64_C(512) << 20)
 
 /* The fleet cache's defaults (docs/operations.md, "Fleet cache"). */
 #define TSRD_FLEET_DEFAULT_TTL_S UINT64_C(604800) /* a week */
@@ -162,6 +165,8 @@ typedef struct tsrd_config {
      * (0: the host's). */
     int cpu_devices;
     uint64_t cpu_device_memory_bytes;
+    /* Host bytes of probe inputs kept between sampled checks (0: none). */
+    uint64_t oracle_memo_bytes;
 } tsrd_config;
 
 /* What the command line asked for besides settings. */

@@ -113,6 +113,8 @@ tsr_status tsrd_daemon_init(tsrd_daemon *d, const tsrd_config *config, uv_loop_t
                           "disk?); entries written now will be rebuilt after a restart");
     }
     if (st == TSR_OK)
+        st = tsr_oracle_memo_create(d->config.oracle_memo_bytes, &d->oracle_memo, err);
+    if (st == TSR_OK)
         st = tsr_arbiter_create(d->config.cache_dir, &d->arbiter, err);
     if (st == TSR_OK && d->fleet != NULL) {
         /* A verdict holds on the driver and toolkit it was reached with. */
@@ -150,6 +152,8 @@ void tsrd_daemon_fini(tsrd_daemon *d)
         tsr_arbiter_destroy(d->arbiter);
     if (d->kcache != NULL)
         tsr_kcache_close(d->kcache);
+    tsr_oracle_memo_destroy(d->oracle_memo);
+    d->oracle_memo = NULL;
     tsrd_fleet_close(d->fleet);
     d->fleet = NULL;
     if (d->backend != NULL)

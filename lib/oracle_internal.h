@@ -8,6 +8,7 @@
 #ifndef TESSERA_ORACLE_INTERNAL_H
 #define TESSERA_ORACLE_INTERNAL_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "tessera/oracle.h"
@@ -45,6 +46,23 @@ void tsri_oracle_compare(tsr_verdict *v, int probe, tsr_dtype dtype, const void 
 tsr_status tsri_oracle_alloc_inputs(const tsr_region *r, bool zeroed, void **inputs,
                                     tsr_tensor_desc descs[TSR_MAX_REGION_INPUTS], int *n,
                                     tsr_error *err);
+
+/* The memo (oracle_memo.c). get: the kept input (key, dtype, n elements)
+ * with a reader counted, released with tsri_oracle_memo_release; NULL when
+ * none is kept, and *keep then says whether it was asked for before (so that
+ * the caller should offer it with put once made). put copies bytes of data
+ * in, when they fit the budget. Every one a no-op on a NULL memo. */
+const void *tsri_oracle_memo_get(tsr_oracle_memo *m, uint64_t key, tsr_dtype dtype, uint64_t n,
+                                 bool *keep);
+void tsri_oracle_memo_release(tsr_oracle_memo *m, const void *data);
+void tsri_oracle_memo_put(tsr_oracle_memo *m, uint64_t key, tsr_dtype dtype, uint64_t n,
+                          const void *data, size_t bytes);
+
+/* tsr_oracle_sampled_reference, with the inputs it reads whole kept in and
+ * taken from memo (NULL: none). */
+tsr_status tsri_oracle_sampled_reference(const tsr_region *r, uint64_t seed, int probe,
+                                         const uint64_t *index, size_t count, void *out,
+                                         int threads, tsr_oracle_memo *memo, tsr_error *err);
 
 /* tsr_oracle_sampled_fill over `threads` cores (oracle_gen.c). */
 void tsri_oracle_fill_parallel(tsr_dtype dtype, void *base, uint64_t first, uint64_t count,

@@ -515,13 +515,27 @@ typedef struct sparse_inputs {
     size_t bytes[TSR_MAX_REGION_INPUTS];
     uint64_t keys[TSR_MAX_REGION_INPUTS];
     int threads;
+    /* An input read whole: the memo's copy when it holds one (a reader
+     * counted), else whether to offer the one made here. */
+    tsr_oracle_memo *memo;
+    const void *kept[TSR_MAX_REGION_INPUTS];
+    bool offer[TSR_MAX_REGION_INPUTS];
 } sparse_inputs;
 
 static void sparse_free(sparse_inputs *s)
 {
-    for (int i = 0; i < s->n; i++)
+    for (int i = 0; i < s->n; i++) {
         if (s->data[i] != NULL && s->data[i] != MAP_FAILED)
             munmap(s->data[i], s->bytes[i]);
+        tsri_oracle_memo_release(s->memo, s->kept[i]);
+    }
+}
+
+/* The inputs as the reference reads them: the memo's copies where taken. */
+static void sparse_view(const sparse_inputs *s, const void **inputs)
+{
+    for (int i = 0; i < s->n; i++)
+        inputs[i] = s->kept[i] != NULL ? s->kept[i] : s->data[i];
 }
 
 static tsr_status sparse_reserve(sparse_inputs *s, const tsr_region *r, uint64_t seed, int probe,
@@ -651,6 +665,33 @@ static void sparse_runs_merge(sparse_runs *rs)
     }
 }
 
+/* Inputs that the runs cover whole are taken from the memo when it holds
+ * them (their runs dropped), else marked to be offered to it once made. */
+static void sparse_take_kept(sparse_inputs *s, sparse_runs *rs)
+{
+    if (s->memo == NULL)
+        return;
+    uint64_t covered[TSR_MAX_REGION_INPUTS] = {0};
+    for (size_t i = 0; i < rs->n; i++)
+        covered[rs->v[i].input] += rs->v[i].count;
+    for (int i = 0; i < s->n; i++) {
+        uint64_t n = (uint64_t)tsr_tensor_desc_elements(&s->descs[i]);
+        if (n == 0 || covered[i] != n)
+            continue;
+        s->kept[i] = tsri_oracle_memo_get(s->memo, s->keys[i], s->descs[i].dtype, n, &s->offer[i]);
+    }
+    size_t u = 0;
+    for (size_t i = 0; i < rs->n; i++)
+        if (s->kept[rs->v[i].input] == NULL)
+            rs->v[u++] = rs->v[i];
+    rs->n = u;
+    uint64_t total = 0;
+    for (size_t i = 0; i < rs->n; i++) {
+        total += rs->v[i].count;
+        rs->v[i].end = total;
+    }
+}
+
 static tsr_status sparse_make(sparse_inputs *s, const tsr_region *r, const uint64_t *index,
                               size_t count)
 {
@@ -658,13 +699,20 @@ static tsr_status sparse_make(sparse_inputs *s, const tsr_region *r, const uint6
     tsr_status st = tsri_ref_at_reads(r, index, count, sparse_collect, &rs);
     if (st == TSR_OK && rs.oom)
         st = TSR_NO_MEMORY;
-    if (st == TSR_OK)
+    if (st == TSR_OK) {
         sparse_runs_merge(&rs);
+        sparse_take_kept(s, &rs);
+    }
     if (st == TSR_OK && rs.n > 0) {
         int64_t chunks = (int64_t)((rs.v[rs.n - 1].end + SAMPLE_GEN_CHUNK - 1) / SAMPLE_GEN_CHUNK);
         st = tsri_ref_parallel(chunks < s->threads ? (int)chunks : s->threads, chunks,
                                sparse_make_range, &rs);
     }
+    for (int i = 0; st == TSR_OK && i < s->n; i++)
+        if (s->offer[i])
+            tsri_oracle_memo_put(s->memo, s->keys[i], s->descs[i].dtype,
+                                 (uint64_t)tsr_tensor_desc_elements(&s->descs[i]), s->data[i],
+                                 s->bytes[i]);
     free(rs.v);
     return st;
 }
@@ -680,6 +728,13 @@ tsr_status tsr_oracle_sampled_reference(const tsr_region *r, uint64_t seed, int 
                                         const uint64_t *index, size_t count, void *out, int threads,
                                         tsr_error *err)
 {
+    return tsri_oracle_sampled_reference(r, seed, probe, index, count, out, threads, NULL, err);
+}
+
+tsr_status tsri_oracle_sampled_reference(const tsr_region *r, uint64_t seed, int probe,
+                                         const uint64_t *index, size_t count, void *out,
+                                         int threads, tsr_oracle_memo *memo, tsr_error *err)
+{
     if (r == NULL || (count > 0 && (index == NULL || out == NULL)))
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "sampled reference: NULL argument");
     if ((unsigned)r->kind >= TSR_KIND_COUNT)
@@ -690,6 +745,7 @@ tsr_status tsr_oracle_sampled_reference(const tsr_region *r, uint64_t seed, int 
                                    tsri_ref_threads(threads), err);
     if (st != TSR_OK)
         return st;
+    s.memo = memo;
     /* The positions are checked before anything is made from them
      * (tsr_ref_run_at checks them again, with the same messages). */
     tsr_tensor_desc in[TSR_MAX_REGION_INPUTS], o;
@@ -708,8 +764,10 @@ tsr_status tsr_oracle_sampled_reference(const tsr_region *r, uint64_t seed, int 
     if (st == TSR_OK && sparse_make(&s, r, index, count) != TSR_OK)
         st = tsr_error_set(err, TSR_NO_MEMORY, "sampled reference: scratch for %zu positions",
                            count);
+    const void *inputs[TSR_MAX_REGION_INPUTS];
+    sparse_view(&s, inputs);
     if (st == TSR_OK)
-        st = tsr_ref_run_at(r, (const void *const *)s.data, index, count, out, threads, err);
+        st = tsr_ref_run_at(r, inputs, index, count, out, threads, err);
     sparse_free(&s);
     return st;
 }
@@ -919,8 +977,8 @@ static tsr_status sampled_keyed_probe(const tsr_region *r, void *ctx, const tsr_
         ((want = malloc(count * size + 1)) == NULL || (got = malloc(count * size + 1)) == NULL))
         st = tsr_error_set(err, TSR_NO_MEMORY, "verify: %zu sampled outputs", count);
     if (st == TSR_OK) {
-        st = tsr_oracle_sampled_reference(r, o->seed, probe, index, count, want, o->ref_threads,
-                                          err);
+        st = tsri_oracle_sampled_reference(r, o->seed, probe, index, count, want, o->ref_threads,
+                                           o->memo, err);
         if (st != TSR_OK)
             sampled_reference_failed(v, probe, "", err);
     }

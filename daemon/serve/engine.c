@@ -71,8 +71,8 @@ static tsr_status engine_verify_run_keyed_fn(void *ctx, const tsr_region *r, con
  * small shape when c serves it (*has_small; free it with tsr_region_free). */
 static void engine_oracle_options(const tsr_candidate *c, const tsr_region *r, const char *arch,
                                   uint64_t seed, int random_probes, bool shape_only,
-                                  bool probe_on_device, tsr_oracle_options *o, tsr_region *small,
-                                  bool *has_small)
+                                  bool probe_on_device, tsr_oracle_memo *memo,
+                                  tsr_oracle_options *o, tsr_region *small, bool *has_small)
 {
     memset(o, 0, sizeof *o);
     o->seed = seed;
@@ -86,6 +86,7 @@ static void engine_oracle_options(const tsr_candidate *c, const tsr_region *r, c
     /* A backend that makes the probe inputs where its buffers are spares the
      * host the full-size inputs (docs/arbiter.md, "Verification"). */
     o->run_keyed = probe_on_device ? engine_verify_run_keyed_fn : NULL;
+    o->memo = memo;
     *has_small = false;
     if (shape_only || o->method != TSR_VERIFY_SAMPLED ||
         tsr_oracle_small_region(r, o->tile, small, NULL) != TSR_OK)
@@ -118,8 +119,8 @@ static double engine_verify_work(const tsr_candidate *c, const tsr_region *r, co
     tsr_oracle_options o;
     tsr_region small;
     bool has_small;
-    engine_oracle_options(c, r, arch, 0, random_probes, shape_only, probe_on_device, &o, &small,
-                          &has_small);
+    engine_oracle_options(c, r, arch, 0, random_probes, shape_only, probe_on_device, NULL, &o,
+                          &small, &has_small);
     tsr_oracle_cost cost;
     tsr_oracle_cost_of(r, &o, &cost);
     double work = cost.work + ((double)cost.real_probes + cost.small_probes) * ENGINE_PROBE_WORK;
@@ -431,7 +432,7 @@ static tsr_status engine_verify(tsrd_daemon *d, const tsr_candidate *c, const ts
     tsr_region small;
     bool has_small;
     engine_oracle_options(c, r, arch, seed, random_probes, shape_only, d->bops->probe != NULL,
-                          &opts, &small, &has_small);
+                          d->oracle_memo, &opts, &small, &has_small);
     run.small_region = opts.small;
     st = tsr_oracle_verify(r, engine_verify_run_fn, &run, &opts, v, err);
     tsrd_log_debug(&d->log, "verify %s%s: load %.2f ms, oracle %.2f ms, %s", c->name,

@@ -511,6 +511,8 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
     metrics_build_info(d, l);
     metrics_requests(d, l);
     metrics_latency(d, l);
+    tsr_oracle_memo_counts memo;
+    tsr_oracle_memo_stats(d->oracle_memo, &memo);
     /* The daemon's own figures, one row each. */
     const struct {
         const char *name, *type, *help;
@@ -522,6 +524,18 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
          "Verifications this node ran (complete, and sampled checks of a new shape); verdicts "
          "from the verdict cache or the fleet cache not counted.",
          (double)tsr_arbiter_verifications(d->arbiter)},
+        {"oracle_memo_bytes", "gauge",
+         "Host bytes of probe inputs kept between sampled checks (oracle_memo_bytes).",
+         (double)memo.bytes},
+        {"oracle_memo_hits_total", "counter",
+         "Whole probe inputs a sampled check took from the memo instead of making them.",
+         (double)memo.hits},
+        {"oracle_memo_misses_total", "counter",
+         "Whole probe inputs a sampled check made (kept from their second request on).",
+         (double)memo.misses},
+        {"oracle_memo_evictions_total", "counter",
+         "Probe inputs dropped from the memo to keep it within oracle_memo_bytes.",
+         (double)memo.evictions},
         {"rings", "gauge", "Submission rings open.", (double)d->rings_open},
         {"ring_launches_total", "counter",
          "Slots served by submission rings that stopped, failed ones included.",

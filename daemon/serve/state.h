@@ -33,6 +33,7 @@
 #include "tessera.pb-c.h"
 #include "tessera/arbiter.h"
 #include "tessera/kcache.h"
+#include "tessera/oracle.h"
 
 /* Room a reply's envelope needs beyond its payload bytes. */
 #define TSRD_REPLY_OVERHEAD 4096
@@ -257,6 +258,7 @@ struct tsrd_daemon {
     char compiler_version[64];
 
     tsr_kcache *kcache;
+    tsr_oracle_memo *oracle_memo; /* probe inputs kept between sampled checks */
     /* The kernel cache's level on Redis (serve/fleet.h); NULL: none. Its
      * calls are thread-safe. */
     struct tsrd_fleet *fleet;

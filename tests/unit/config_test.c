@@ -189,6 +189,20 @@ Test(config, max_request_work_defaults_to_the_documented_bound_and_0_turns_it_of
                  "max_request_work: must be a number");
 }
 
+Test(config, oracle_memo_bytes_defaults_to_512_mib_and_0_keeps_nothing)
+{
+    tsrd_config c;
+    tsr_error err;
+    cr_assert_eq(tsrd_config_defaults(&c, &err), TSR_OK);
+    cr_assert_eq(c.oracle_memo_bytes, UINT64_C(512) << 20);
+    tsrd_config_free(&c);
+    parse_ok(&c, "{\"oracle_memo_bytes\":0}");
+    cr_assert_eq(c.oracle_memo_bytes, 0);
+    tsrd_config_free(&c);
+    expect_parse("{\"oracle_memo_bytes\":-5}", TSR_BAD_ATTRIBUTE,
+                 "oracle_memo_bytes: must be an integer in [0, 1099511627776], got -5");
+}
+
 Test(config, metrics_listen_is_off_by_default_and_takes_http_host_port)
 {
     tsrd_config c;

@@ -803,3 +803,107 @@ Test(oracle_sampled, rows_too_long_to_sample_are_refused_before_allocating)
     cr_expect_eq(count, 0);
     tsr_region_free(&r);
 }
+
+/* The sampled reference of MM_BIG's shape with m rows, through memo. */
+static void *memo_reference(tsr_oracle_memo *memo, int m, size_t *count)
+{
+    char json[160];
+    snprintf(json, sizeof json,
+             "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":%d,\"n\":1200,"
+             "\"k\":64,\"epilogue\":[\"bias\"],\"residual\":true}",
+             m);
+    tsr_region r = regions_parse(json);
+    uint64_t *index;
+    tsr_error err;
+    cr_assert_eq(tsr_oracle_sample(&r, 0, 0, 0, 0, &index, count, &err), TSR_OK);
+    uint16_t *out = malloc(*count * sizeof *out);
+    cr_assert_eq(tsri_oracle_sampled_reference(&r, 0, 0, index, *count, out, 2, memo, &err), TSR_OK,
+                 "%s", err.message);
+    /* The same bits as without the memo. */
+    uint16_t *plain = malloc(*count * sizeof *plain);
+    cr_assert_eq(tsr_oracle_sampled_reference(&r, 0, 0, index, *count, plain, 2, &err), TSR_OK);
+    cr_expect_eq(memcmp(out, plain, *count * sizeof *out), 0, "m %d: the memo changed bits", m);
+    free(plain);
+    free(index);
+    tsr_region_free(&r);
+    return out;
+}
+
+Test(oracle_sampled, the_memo_keeps_what_shapes_share_from_its_second_request_on)
+{
+    tsr_oracle_memo *memo;
+    tsr_error err;
+    cr_assert_eq(tsr_oracle_memo_create(UINT64_C(1) << 30, &memo, &err), TSR_OK);
+    tsr_oracle_memo_counts c;
+    size_t n;
+    /* B (64 x 1200) and bias (1200) are read whole at every shape; A and the
+     * residual, whose sizes follow m, are not kept (A is read whole too, but
+     * never asked for twice at one size). */
+    free(memo_reference(memo, 1000, &n));
+    tsr_oracle_memo_stats(memo, &c);
+    cr_expect_eq(c.hits, 0);
+    cr_expect_eq(c.entries, 0, "nothing is kept on its first request");
+    free(memo_reference(memo, 1001, &n));
+    tsr_oracle_memo_stats(memo, &c);
+    cr_expect_eq(c.hits, 0);
+    cr_expect_eq(c.entries, 2);
+    cr_expect_eq(c.bytes, (64 * 1200 + 1200) * 2);
+    free(memo_reference(memo, 1002, &n));
+    tsr_oracle_memo_stats(memo, &c);
+    cr_expect_eq(c.hits, 2, "B and bias taken");
+    cr_expect_eq(c.entries, 2);
+    cr_expect_eq(c.misses, 3 + 3 + 1, "A each time, B and bias twice");
+    tsr_oracle_memo_destroy(memo);
+}
+
+Test(oracle_sampled, the_memo_stays_within_its_budget)
+{
+    tsr_oracle_memo *memo;
+    tsr_error err;
+    tsr_oracle_memo_counts c;
+    size_t n;
+    /* Room for the bias alone: B (153600 bytes) does not fit and is not kept. */
+    cr_assert_eq(tsr_oracle_memo_create(4096, &memo, &err), TSR_OK);
+    for (int m = 1000; m < 1003; m++)
+        free(memo_reference(memo, m, &n));
+    tsr_oracle_memo_stats(memo, &c);
+    cr_expect_eq(c.entries, 1);
+    cr_expect_eq(c.bytes, 1200 * 2);
+    cr_expect_eq(c.hits, 1);
+    tsr_oracle_memo_destroy(memo);
+
+    /* Budget 0: nothing kept, nothing counted. */
+    cr_assert_eq(tsr_oracle_memo_create(0, &memo, &err), TSR_OK);
+    for (int m = 1000; m < 1003; m++)
+        free(memo_reference(memo, m, &n));
+    tsr_oracle_memo_stats(memo, &c);
+    cr_expect_eq(c.entries + c.hits + c.misses, 0);
+    tsr_oracle_memo_destroy(memo);
+
+    /* Room for one layer: a second layer's B (another n) evicts the first's. */
+    cr_assert_eq(tsr_oracle_memo_create(64 * 1200 * 2 + 1200 * 2, &memo, &err), TSR_OK);
+    for (int m = 1000; m < 1003; m++)
+        free(memo_reference(memo, m, &n));
+    char json[160];
+    for (int m = 10; m < 13; m++) {
+        snprintf(json, sizeof json,
+                 "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":%d,\"n\":1100,"
+                 "\"k\":64}",
+                 m);
+        tsr_region r = regions_parse(json);
+        uint64_t *index;
+        cr_assert_eq(tsr_oracle_sample(&r, 0, 0, 0, 0, &index, &n, &err), TSR_OK);
+        uint16_t *out = malloc(n * 2);
+        cr_assert_eq(tsri_oracle_sampled_reference(&r, 0, 0, index, n, out, 2, memo, &err), TSR_OK);
+        free(out);
+        free(index);
+        tsr_region_free(&r);
+    }
+    tsr_oracle_memo_stats(memo, &c);
+    /* The least recently used first: the first layer's B was taken before its
+     * bias at the last shape, and its room is enough. */
+    cr_expect_eq(c.evictions, 1, "the first layer's B made room");
+    cr_expect_eq(c.entries, 2);
+    cr_expect_eq(c.bytes, 64 * 1100 * 2 + 1200 * 2);
+    tsr_oracle_memo_destroy(memo);
+}

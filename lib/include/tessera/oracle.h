@@ -103,6 +103,21 @@ typedef tsr_status (*tsr_candidate_run_keyed_fn)(void *ctx, const tsr_region *r,
 #define TSR_ORACLE_TILE 128
 #define TSR_ORACLE_SAMPLES 4096
 
+/* Whole probe inputs kept between sampled checks (oracle_memo.c): an input
+ * that every shape of a variant shares, such as a GEMM's B while only M
+ * changes, is made once instead of at every new shape. Kept from its second
+ * request on, up to max_bytes in all (least recently used out first; 0 keeps
+ * nothing). Thread-safe; owned by its creator, destroyed after every check
+ * that uses it. */
+typedef struct tsr_oracle_memo tsr_oracle_memo;
+typedef struct tsr_oracle_memo_counts {
+    uint64_t hits, misses, evictions;
+    uint64_t bytes, entries; /* held now */
+} tsr_oracle_memo_counts;
+tsr_status tsr_oracle_memo_create(uint64_t max_bytes, tsr_oracle_memo **out, tsr_error *err);
+void tsr_oracle_memo_destroy(tsr_oracle_memo *m);
+void tsr_oracle_memo_stats(tsr_oracle_memo *m, tsr_oracle_memo_counts *out);
+
 typedef struct tsr_oracle_options {
     uint64_t seed;     /* 0 picks a fixed default */
     int random_probes; /* <= 0 picks 2 (full) or 1 (sampled: probes at the real shape) */
@@ -119,6 +134,9 @@ typedef struct tsr_oracle_options {
      * reference reads, never the full-size inputs or output. NULL: they are
      * made on the host and passed to run. */
     tsr_candidate_run_keyed_fn run_keyed;
+    /* Sampled only: where the reference's whole inputs are kept between
+     * checks; NULL: none. */
+    tsr_oracle_memo *memo;
 } tsr_oracle_options;
 
 /* Verifies a candidate. Returns TSR_OK when the check ran (the verdict says pass

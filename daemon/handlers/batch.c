@@ -50,15 +50,6 @@ typedef struct batch_state {
     double device_ms; /* summed over the synchronizes */
 } batch_state;
 
-/* Resolves and pins launch i of the request into e. */
-static tsr_status batch_entry_resolve(tsrd_job *job, size_t i, const Tessera__V1__BatchLaunch *l,
-                                      tsrd_bound_launch *e)
-{
-    char field[48];
-    snprintf(field, sizeof field, "batch.launches[%zu]", i);
-    return tsrd_job_bind_launch(job, field, l->kernel, l->inputs, l->n_inputs, l->output, e);
-}
-
 static tsr_status batch_prepare(tsrd_job *job)
 {
     const Tessera__V1__BatchRequest *req = job->req->batch;
@@ -78,9 +69,11 @@ static tsr_status batch_prepare(tsrd_job *job)
     tsrd_device_pick pick = TSRD_DEVICE_PICK_INIT;
     char field[48];
     for (size_t i = 0; st == TSR_OK && i < req->n_launches; i++) {
+        const Tessera__V1__BatchLaunch *l = req->launches[i];
         s->n = i + 1;
-        st = batch_entry_resolve(job, i, req->launches[i], &s->entries[i]);
         snprintf(field, sizeof field, "batch.launches[%zu]", i);
+        st = tsrd_job_bind_launch(job, field, l->kernel, l->inputs, l->n_inputs, l->output,
+                                  &s->entries[i]);
         if (st == TSR_OK)
             st = tsrd_job_pick_bound(job, &pick, &s->entries[i], field);
     }

@@ -35,11 +35,34 @@ tsr_status tsrd_job_check_buffer(tsrd_job *job, const tsrd_buffer *b, const tsr_
     return TSR_OK;
 }
 
+/* Binds one buffer of a launch: looked up, referenced, and of the kernel's
+ * dtype and size. The field's name ("<field>.inputs[k]", "<field>.output";
+ * slot -1 for the output) is written only for an error: a batch binds
+ * thousands of buffers a second, and the names cost more than the checks. */
+static tsr_status bind_slot(tsrd_job *job, const char *field, int slot, uint64_t handle,
+                            const tsr_tensor_desc *want, tsrd_buffer **out)
+{
+    char name[128];
+    tsrd_buffer *b = tsrd_buffer_lookup(job->d, job->session, handle);
+    if (b != NULL) {
+        tsrd_buffer_ref(b);
+        *out = b;
+        if (b->dtype == want->dtype && b->bytes == tsr_tensor_desc_bytes(want))
+            return TSR_OK;
+    }
+    if (slot >= 0)
+        snprintf(name, sizeof name, "%s.inputs[%d]", field, slot);
+    else
+        snprintf(name, sizeof name, "%s.output", field);
+    if (b == NULL)
+        return tsrd_job_buffer(job, handle, name, out);
+    return tsrd_job_check_buffer(job, b, want, name, "kernel");
+}
+
 tsr_status tsrd_job_bind_launch(tsrd_job *job, const char *field, uint64_t kernel,
                                 const uint64_t *inputs, size_t n_inputs, uint64_t output,
                                 tsrd_bound_launch *out)
 {
-    char name[128];
     out->kernel = tsrd_kernel_lookup(job->d, job->session, kernel);
     if (out->kernel == NULL)
         return tsr_error_set(&job->err, TSR_NOT_FOUND, "%s.kernel: no kernel %#llx", field,
@@ -51,19 +74,14 @@ tsr_status tsrd_job_bind_launch(tsrd_job *job, const char *field, uint64_t kerne
         return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
                              "%s.inputs: %zu buffers, the kernel takes %d", field, n_inputs, n);
     for (int k = 0; k < n; k++) {
-        snprintf(name, sizeof name, "%s.inputs[%d]", field, k);
-        tsr_status st = tsrd_job_buffer(job, inputs[k], name, &out->inputs[k]);
+        out->inputs[k] = NULL;
+        tsr_status st = bind_slot(job, field, k, inputs[k], &sig[k], &out->inputs[k]);
+        if (out->inputs[k] != NULL)
+            out->n_inputs = k + 1;
         if (st != TSR_OK)
             return st;
-        out->n_inputs = k + 1;
-        if ((st = tsrd_job_check_buffer(job, out->inputs[k], &sig[k], name, "kernel")) != TSR_OK)
-            return st;
     }
-    snprintf(name, sizeof name, "%s.output", field);
-    tsr_status st = tsrd_job_buffer(job, output, name, &out->output);
-    if (st == TSR_OK)
-        st = tsrd_job_check_buffer(job, out->output, &want_out, name, "kernel");
-    return st;
+    return bind_slot(job, field, -1, output, &want_out, &out->output);
 }
 
 tsr_status tsrd_job_pick_device(tsrd_job *job, tsrd_device_pick *pick, const tsrd_buffer *b,
@@ -87,13 +105,18 @@ tsr_status tsrd_job_pick_bound(tsrd_job *job, tsrd_device_pick *pick, const tsrd
 {
     char name[96];
     tsr_status st = TSR_OK;
-    for (int i = 0; st == TSR_OK && i < b->n_inputs; i++) {
-        snprintf(name, sizeof name, "%s.inputs[%d]", field, i);
-        st = tsrd_job_pick_device(job, pick, b->inputs[i], name);
+    /* Named only when the pick needs the name: the first buffer, or a
+     * conflict. */
+    for (int i = 0; st == TSR_OK && i <= b->n_inputs; i++) {
+        const tsrd_buffer *buf = i < b->n_inputs ? b->inputs[i] : b->output;
+        if (buf == NULL || buf->device == pick->device)
+            continue;
+        if (i < b->n_inputs)
+            snprintf(name, sizeof name, "%s.inputs[%d]", field, i);
+        else
+            snprintf(name, sizeof name, "%s.output", field);
+        st = tsrd_job_pick_device(job, pick, buf, name);
     }
-    snprintf(name, sizeof name, "%s.output", field);
-    if (st == TSR_OK && b->output != NULL)
-        st = tsrd_job_pick_device(job, pick, b->output, name);
     return st;
 }
 

@@ -191,11 +191,21 @@ Test(dataplane, batch_with_a_bad_entry_runs_nothing)
     tsr_client_launch_desc l[3] = {
         {k.kernel, 1, &a, y}, {k.kernel, 1, &a, y}, {k.kernel, 1, &bad, y}};
     cr_expect_eq(tsr_client_batch(suite_client, l, 3, false, NULL, 0, &err), TSR_BUFFER_MISMATCH);
-    cr_expect(strstr(err.message, "batch.launches[2].inputs[0]") != NULL, "%s", err.message);
+    cr_expect_str_eq(err.message, "batch.launches[2].inputs[0] (x): buffer holds 16 bytes of f32, "
+                                  "the kernel needs 32 bytes of f32");
     float out[8];
     cr_assert_eq(tsr_client_buffer_read(suite_client, y, 0, out, sizeof out, NULL, 0, &err),
                  TSR_OK);
     cr_expect_eq(out[0], 0.0f, "nothing ran: the output is still the zeroed allocation");
+    /* The same buffer as an output, and a buffer that does not exist. */
+    l[2] = (tsr_client_launch_desc){k.kernel, 1, &a, bad};
+    cr_expect_eq(tsr_client_batch(suite_client, l, 3, false, NULL, 0, &err), TSR_BUFFER_MISMATCH);
+    cr_expect_str_eq(err.message, "batch.launches[2].output (y): buffer holds 16 bytes of f32, the "
+                                  "kernel needs 32 bytes of f32");
+    tsr_buffer gone = 0x7777;
+    l[2] = (tsr_client_launch_desc){k.kernel, 1, &gone, y};
+    cr_expect_eq(tsr_client_batch(suite_client, l, 3, false, NULL, 0, &err), TSR_NOT_FOUND);
+    cr_expect_str_eq(err.message, "batch.launches[2].inputs[0]: no buffer 0x7777");
     l[1].kernel = 12345;
     cr_expect_eq(tsr_client_batch(suite_client, l, 2, false, NULL, 0, &err), TSR_NOT_FOUND);
     cr_expect(strstr(err.message, "batch.launches[1].kernel") != NULL, "%s", err.message);

@@ -66,49 +66,6 @@ static int http_get(int port, const char *path, char *body, size_t size)
     return status;
 }
 
-/* Runs the affine region on device 0 until told to stop. */
-typedef struct runner {
-    const char *url;
-    atomic_bool stop;
-    atomic_bool recovering; /* set by the test while device 1 recovers */
-    atomic_ulong ok, during, wrong, other;
-    tsr_status other_status;
-    char other_message[TSR_ERROR_MESSAGE_MAX];
-} runner;
-
-static void *runner_loop(void *arg)
-{
-    runner *rr = arg;
-    tsr_client *c = testd_connect(rr->url, NULL, 60000);
-    cr_assert_not_null(c);
-    tsr_region *r = fixture_affine(N);
-    float *x = malloc(N * sizeof *x), *y = malloc(N * sizeof *y);
-    cr_assert(x != NULL && y != NULL);
-    for (int round = 0; !atomic_load(&rr->stop); round++) {
-        recovery_fill(x, N, round);
-        const void *in[] = {x};
-        bool during = atomic_load(&rr->recovering);
-        int ran_on = -1;
-        tsr_error err;
-        tsr_status st = tsr_client_run_on(c, r, NULL, 0, in, y, NULL, &ran_on, 0, &err);
-        if (st == TSR_OK && ran_on == 0 && recovery_right(x, y, N)) {
-            atomic_fetch_add(&rr->ok, 1);
-            if (during && atomic_load(&rr->recovering))
-                atomic_fetch_add(&rr->during, 1);
-        } else if (st == TSR_OK) {
-            atomic_fetch_add(&rr->wrong, 1);
-        } else if (atomic_fetch_add(&rr->other, 1) == 0) {
-            rr->other_status = st;
-            snprintf(rr->other_message, sizeof rr->other_message, "%s", err.message);
-        }
-    }
-    free(x);
-    free(y);
-    tsr_client_region_free(r);
-    tsr_client_close(c);
-    return NULL;
-}
-
 /* A matmul long enough (a second or so on the host) to hold device 1 busy
  * while its fault is noticed: the recovery waits for it. */
 typedef struct long_run {
@@ -223,18 +180,13 @@ Test(device_recovery, a_fault_recovery_pair_1_recovers_it_while_device_0_serves,
     pthread_t long_thread;
     long_run_hold(&d, watch, 1, &l, &long_thread);
 
-    runner rr = {.url = d.url};
-    atomic_store(&rr.recovering, true);
-    pthread_t run_thread;
-    cr_assert_eq(pthread_create(&run_thread, NULL, runner_loop, &rr), 0);
+    /* Runs on device 0, marked while device 1 recovers. */
+    recovery_runner rr = {.url = d.url, .timeout_ms = 60000, .n = N, .device = 0};
+    atomic_store(&rr.mark, true);
+    recovery_runner_start(&rr);
 
     /* The fault on device 1. */
-    tsr_region *small = fixture_affine(4);
-    tsr_client_compile_opts fault = {.force = "test_fault", .skip_verify = true};
-    float x4[4] = {1, 2, 3, 4}, y4[4];
-    const void *in4[] = {x4};
-    int ran_on = -1;
-    tsr_status st = tsr_client_run_on(faulter, small, &fault, 1, in4, y4, NULL, &ran_on, 0, &err);
+    tsr_status st = recovery_fault(faulter, 1, "test_fault", &err);
     cr_assert_eq(st, TSR_DEVICE_LOST, "the faulting run answered %s: %s", tsr_status_name(st),
                  err.message);
 
@@ -259,6 +211,8 @@ Test(device_recovery, a_fault_recovery_pair_1_recovers_it_while_device_0_serves,
         cr_expect_eq(recovery_pair_launch(c, k.kernel, &dev0, N, 10 + i, &err), TSR_OK, "%s",
                      err.message);
     /* Placed work goes to the device that serves. */
+    tsr_region *small = fixture_affine(4);
+    float y4[4];
     cr_expect_eq(fixture_affine_run4(c, small, y4, 0, &err), TSR_OK, "%s", err.message);
     health_devices(watch, h);
     cr_expect_eq(h[1].state, TSR_CLIENT_DEVICE_RECOVERING,
@@ -278,7 +232,7 @@ Test(device_recovery, a_fault_recovery_pair_1_recovers_it_while_device_0_serves,
         cr_assert_lt(testd_now_ms() - t0, 60000.0, "device 1 did not recover within 60 s");
         testd_sleep_ms(1);
     }
-    atomic_store(&rr.recovering, false);
+    atomic_store(&rr.mark, false);
     cr_expect_eq(h[1].recoveries, 1);
     cr_expect_eq(h[0].recoveries, 0);
     cr_expect_eq(h[0].state, TSR_CLIENT_DEVICE_SERVING);
@@ -304,6 +258,9 @@ Test(device_recovery, a_fault_recovery_pair_1_recovers_it_while_device_0_serves,
     recovery_pair fresh;
     recovery_pair_alloc(c, 1, N, &fresh);
     cr_expect_eq(recovery_pair_launch(c, k.kernel, &fresh, N, 30, &err), TSR_OK, "%s", err.message);
+    float x4[4] = {1, 2, 3, 4};
+    const void *in4[] = {x4};
+    int ran_on = -1;
     cr_expect_eq(tsr_client_run_on(c, small, NULL, 1, in4, y4, NULL, &ran_on, 0, &err), TSR_OK,
                  "%s", err.message);
     cr_expect_eq(ran_on, 1);
@@ -314,14 +271,10 @@ Test(device_recovery, a_fault_recovery_pair_1_recovers_it_while_device_0_serves,
     unsigned long before = atomic_load(&rr.ok);
     while (atomic_load(&rr.ok) < before + 3 && testd_now_ms() - t_wait < 60000.0)
         testd_sleep_ms(1);
-    atomic_store(&rr.stop, true);
-    pthread_join(run_thread, NULL);
-    cr_expect_eq(atomic_load(&rr.wrong), 0);
-    cr_expect_eq(atomic_load(&rr.other), 0, "device 0's run answered %s: %s",
-                 tsr_status_name(rr.other_status), rr.other_message);
-    cr_expect_geq(atomic_load(&rr.during), 1, "no run on device 0 ended while device 1 recovered");
+    recovery_runner_stop(&rr, "device 0");
+    cr_expect_geq(atomic_load(&rr.marked), 1, "no run on device 0 ended while device 1 recovered");
     cr_log_info("device 0: %lu runs right, %lu of them while device 1 recovered",
-                atomic_load(&rr.ok), atomic_load(&rr.during));
+                atomic_load(&rr.ok), atomic_load(&rr.marked));
 
     cr_expect_eq(stats_value(watch, "device_faults_total"), 1.0);
     cr_expect_eq(stats_value(watch, "device_recoveries_total"), 1.0);
@@ -368,9 +321,8 @@ Test(device_recovery, a_run_recovery_pair_1_waits_out_device_0s_recovery, .timeo
     long_run l;
     pthread_t long_thread;
     long_run_hold(&d, watch, 0, &l, &long_thread);
-    tsr_client_compile_opts fault = {.force = "test_fault", .skip_verify = true};
-    cr_assert_eq(tsr_client_run_on(faulter, small, &fault, 0, in4, y4, NULL, NULL, 0, &err),
-                 TSR_DEVICE_LOST, "%s", err.message);
+    cr_assert_eq(recovery_fault(faulter, 0, "test_fault", &err), TSR_DEVICE_LOST, "%s",
+                 err.message);
     tsr_client_device_health h[2];
     health_devices(watch, h);
     cr_assert_eq(h[0].state, TSR_CLIENT_DEVICE_RECOVERING);
@@ -446,12 +398,8 @@ Test(device_recovery, a_fault_recovery_pair_1_leaves_device_0s_rings_serving, .t
     tsr_client_ring *ring0 = ring_on(c, k.kernel, &dev0);
     cr_assert_eq(ring_checked(c, ring0, &dev0, 1, &err), TSR_OK, "%s", err.message);
 
-    tsr_region *small = fixture_affine(4);
-    tsr_client_compile_opts fault = {.force = "test_fault", .skip_verify = true};
-    float x4[4] = {1, 2, 3, 4}, y4[4];
-    const void *in4[] = {x4};
-    cr_assert_eq(tsr_client_run_on(faulter, small, &fault, 1, in4, y4, NULL, NULL, 0, &err),
-                 TSR_DEVICE_LOST, "%s", err.message);
+    cr_assert_eq(recovery_fault(faulter, 1, "test_fault", &err), TSR_DEVICE_LOST, "%s",
+                 err.message);
     cr_expect_str_eq(err.message,
                      "cpu backend: test_fault faulted the device (simulated illegal address)");
     tsr_client_device_health h[2];
@@ -472,7 +420,6 @@ Test(device_recovery, a_fault_recovery_pair_1_leaves_device_0s_rings_serving, .t
     cr_expect_eq(stats_value(c, "device_recoveries_total"), 1.0);
     cr_expect_eq(stats_value(c, "device_buffers_lost_total"), 0.0, "device 1 held no buffer");
 
-    tsr_client_region_free(small);
     tsr_client_region_free(r);
     tsr_client_close(faulter);
     fixture_stop(&d, c);
@@ -521,12 +468,8 @@ Test(device_recovery, a_held_batch_whose_kernel_was_freed_meets_no_stale_kernel_
     long_run l;
     pthread_t long_thread;
     long_run_hold(&d, watch, 1, &l, &long_thread);
-    tsr_region *small = fixture_affine(4);
-    tsr_client_compile_opts fault = {.force = "test_fault", .skip_verify = true};
-    float x4[4] = {1, 2, 3, 4}, y4[4];
-    const void *in4[] = {x4};
-    cr_assert_eq(tsr_client_run_on(faulter, small, &fault, 1, in4, y4, NULL, NULL, 0, &err),
-                 TSR_DEVICE_LOST, "%s", err.message);
+    cr_assert_eq(recovery_fault(faulter, 1, "test_fault", &err), TSR_DEVICE_LOST, "%s",
+                 err.message);
     tsr_client_device_health h[2];
     health_devices(watch, h);
     cr_assert_eq(h[1].state, TSR_CLIENT_DEVICE_RECOVERING);
@@ -558,7 +501,6 @@ Test(device_recovery, a_held_batch_whose_kernel_was_freed_meets_no_stale_kernel_
                  "the freed handle: %s", err.message);
 
     long_run_free(&l);
-    tsr_client_region_free(small);
     tsr_client_region_free(r);
     tsr_client_close(faulter);
     tsr_client_close(c);
@@ -585,11 +527,10 @@ Test(device_recovery, a_device_a_node_wide_recovery_could_not_bring_back_shows_l
     tsr_error err;
     char body[512];
     tsr_region *small = fixture_affine(4);
-    tsr_client_compile_opts fault = {.force = "test_fault_for_good", .skip_verify = true};
     float x4[4] = {1, 2, 3, 4}, y4[4];
     const void *in4[] = {x4};
-    cr_assert_eq(tsr_client_run_on(c, small, &fault, 0, in4, y4, NULL, NULL, 0, &err),
-                 TSR_DEVICE_LOST, "%s", err.message);
+    cr_assert_eq(recovery_fault(c, 0, "test_fault_for_good", &err), TSR_DEVICE_LOST, "%s",
+                 err.message);
     cr_expect_str_eq(
         err.message,
         "cpu backend: test_fault_for_good faulted the device (simulated illegal address)");

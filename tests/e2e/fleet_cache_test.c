@@ -29,32 +29,81 @@
 
 TestSuite(fleet_cache, .timeout = 120);
 
-/* Stops the daemons (b may be NULL), checking their exit, and ends e. */
-static void fleet_finish(fleet_env *e, testd *a, testd *b)
+/* The tests' daemons' config members: before the fleet cache's, and more of
+ * the fleet cache's own after its url and key_file. */
+#define FLEET_FAULTS "\"test_faults\": true, "
+#define FLEET_LEASE_10S ", \"timeout_ms\": 500, \"lease_ms\": 10000"
+#define FLEET_TIMEOUT ", \"timeout_ms\": 500"
+
+/* Starts d in e's fleet with the config {top "fleet_cache": {url, key_file
+ * cache}}: top is other members, each followed by a comma, and cache more of
+ * the fleet cache's, each after one; either may be "". The URL is e's, over
+ * TLS with its password where e is. testd_start_config's status. */
+static int fleet_start(const fleet_env *e, testd *d, const char *top, const char *cache)
 {
-    fixture_stop(a, NULL);
-    if (b != NULL)
-        fixture_stop(b, NULL);
-    fleet_teardown(e);
+    char url[96];
+    if (e->tls)
+        snprintf(url, sizeof url, "rediss://:sekret@localhost:%d", e->port);
+    else
+        snprintf(url, sizeof url, "redis://127.0.0.1:%d", e->port);
+    return testd_start_config(d, NULL,
+                              "{%s\"fleet_cache\": {\"url\": \"%s\", \"key_file\": \"%s\"%s}}\n",
+                              top, url, e->key_file, cache);
 }
 
-/* A daemon of the fleet: its own directory and disk cache, the shared Redis. */
-static void fleet_daemon(const fleet_env *e, testd *d, int lease_ms)
+/* A test's Redis and the daemons of its fleet, a and then b, as many as it
+ * started. */
+typedef struct fleet {
+    fleet_env e;
+    testd a, b;
+    int nodes;
+} fleet;
+
+/* Starts f's Redis (over TLS where tls is), with no daemon yet. */
+static void fleet_open(fleet *f, bool tls)
 {
-    cr_assert_eq(testd_start_config(d, NULL,
-                                    "{\"fleet_cache\": {\"url\": \"redis://127.0.0.1:%d\", "
-                                    "\"key_file\": \"%s\", \"timeout_ms\": 500, "
-                                    "\"lease_ms\": %d}}\n",
-                                    e->port, e->key_file, lease_ms),
-                 0);
+    fleet_setup_as(&f->e, tls);
+    f->nodes = 0;
 }
 
-/* fleet_setup, then two daemons of the fleet with a 10 s lease. */
-static void fleet_setup_two(fleet_env *e, testd *a, testd *b)
+/* Starts the next of f's daemons (a, then b) as fleet_start does, asserted. */
+static testd *fleet_join(fleet *f, const char *top, const char *cache)
 {
-    fleet_setup(e);
-    fleet_daemon(e, a, 10000);
-    fleet_daemon(e, b, 10000);
+    cr_assert_lt(f->nodes, 2);
+    testd *d = f->nodes == 0 ? &f->a : &f->b;
+    cr_assert_eq(fleet_start(&f->e, d, top, cache), 0);
+    f->nodes++;
+    return d;
+}
+
+/* Redis, then a and b both started as fleet_start does. */
+static void fleet_open_two(fleet *f, const char *top, const char *cache)
+{
+    fleet_open(f, false);
+    fleet_join(f, top, cache);
+    fleet_join(f, top, cache);
+}
+
+/* Stops f's daemons, checking their exit, and its Redis. */
+static void fleet_finish(fleet *f)
+{
+    if (f->nodes > 0)
+        fixture_stop(&f->a, NULL);
+    if (f->nodes > 1)
+        fixture_stop(&f->b, NULL);
+    fleet_teardown(&f->e);
+}
+
+/* Gives f's key file another fleet key: a daemon started after this signs and
+ * checks under a key the earlier ones do not hold. */
+static void fleet_key_replace(const fleet *f)
+{
+    uint8_t other[32];
+    memset(other, 0x5a, sizeof other);
+    int fd = open(f->e.key_file, O_WRONLY | O_TRUNC);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(write(fd, other, sizeof other), (ssize_t)sizeof other);
+    close(fd);
 }
 
 static void fleet_compile(const testd *d, int64_t n, tsr_client_compiled *out)
@@ -70,6 +119,14 @@ static double fleet_counter(const testd *d, const char *name)
     return v;
 }
 
+/* FIXTURE_EXPECT_COUNTS on a connection of its own to d. */
+#define FLEET_EXPECT_COUNTS(d, ...)                                                                \
+    do {                                                                                           \
+        tsr_client *counts_client = fixture_client((d), 30000);                                    \
+        FIXTURE_EXPECT_COUNTS(counts_client, __VA_ARGS__);                                         \
+        tsr_client_close(counts_client);                                                           \
+    } while (0)
+
 /* The Redis key of a kernel key's entry or lease. */
 static void fleet_key(const char *what, const char *hex, char *out, size_t size)
 {
@@ -78,49 +135,47 @@ static void fleet_key(const char *what, const char *hex, char *out, size_t size)
 
 Test(fleet_cache, a_compile_on_one_node_is_a_fleet_hit_on_another_without_compiling)
 {
-    fleet_env e;
-    testd a, b;
-    fleet_setup_two(&e, &a, &b);
+    fleet f;
+    fleet_open_two(&f, "", FLEET_LEASE_10S);
     tsr_client_compiled first, second;
-    fleet_compile(&a, 64, &first);
+    fleet_compile(&f.a, 64, &first);
     cr_expect_eq(first.decision.cache_hit, false);
-    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 1.0);
-    cr_expect_eq(fleet_counter(&a, "fleet_cache_misses_total"), 1.0);
+    FLEET_EXPECT_COUNTS(&f.a, {"fleet_cache_publishes_total", 1.0},
+                        {"fleet_cache_misses_total", 1.0});
 
-    fleet_compile(&b, 64, &second);
+    fleet_compile(&f.b, 64, &second);
     cr_expect_str_eq(second.key, first.key);
     cr_expect_eq(second.decision.cache_hit, true);
     cr_expect_str_eq(second.decision.cache_level, "fleet");
-    cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 0.0);
-    cr_expect_eq(fleet_counter(&b, "kcache_fleet_hits_total"), 1.0);
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_hits_total"), 1.0);
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_publishes_total"), 0.0);
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_degraded"), 0.0);
+    FLEET_EXPECT_COUNTS(&f.b, {"kcache_builds_total", 0.0}, {"kcache_fleet_hits_total", 1.0},
+                        {"fleet_cache_hits_total", 1.0}, {"fleet_cache_publishes_total", 0.0},
+                        {"fleet_cache_degraded", 0.0});
 
     /* What b fetched went to its own disk: a restart finds it there. */
-    cr_assert_eq(testd_stop(&b), 0);
-    cr_assert_eq(testd_restart(&b, NULL), 0);
+    cr_assert_eq(testd_stop(&f.b), 0);
+    cr_assert_eq(testd_restart(&f.b, NULL), 0);
     tsr_client_compiled third;
-    fleet_compile(&b, 64, &third);
+    fleet_compile(&f.b, 64, &third);
     cr_expect_str_eq(third.decision.cache_level, "disk");
-    fleet_finish(&e, &a, &b);
+    fleet_finish(&f);
 }
 
-/* Where d's cache listing says key's entry came from, into origin. */
-static void fleet_origin(const testd *d, const char *key, char *origin, size_t size)
+/* Expects d's cache listing to say that key's entry came from want. */
+static void fleet_expect_origin(const testd *d, const char *key, const char *want)
 {
     tsr_client *c = fixture_client(d, 30000);
     tsr_client_cache_row *rows = NULL;
     size_t n = 0;
     tsr_error err;
     cr_assert_eq(tsr_client_cache_list_rows(c, &rows, &n, 0, &err), TSR_OK, "%s", err.message);
-    origin[0] = '\0';
+    char origin[TSR_CLIENT_NAME_MAX] = "";
     for (size_t i = 0; i < n; i++)
         if (strcmp(rows[i].entry.key, key) == 0)
-            snprintf(origin, size, "%s", rows[i].origin);
+            snprintf(origin, sizeof origin, "%s", rows[i].origin);
     tsr_client_cache_rows_free(rows);
     tsr_client_close(c);
     cr_assert_neq(origin[0], '\0', "no entry %s listed", key);
+    cr_expect_str_eq(origin, want);
 }
 
 /* The words of the line `tessera-cli cache ls` prints for key on d. */
@@ -142,53 +197,45 @@ static int fleet_cli_ls(const testd *d, const char *key, char words[8][80])
 
 Test(fleet_cache, the_cache_listing_says_where_each_entry_came_from)
 {
-    fleet_env e;
-    testd a, b;
-    fleet_setup_two(&e, &a, &b);
+    fleet f;
+    fleet_open_two(&f, "", FLEET_LEASE_10S);
     tsr_client_compiled first, second;
-    fleet_compile(&a, 56, &first);
-    fleet_compile(&b, 56, &second);
+    fleet_compile(&f.a, 56, &first);
+    fleet_compile(&f.b, 56, &second);
     cr_assert_str_eq(second.decision.cache_level, "fleet");
-    char origin[TSR_CLIENT_NAME_MAX];
-    fleet_origin(&a, first.key, origin, sizeof origin);
-    cr_expect_str_eq(origin, "compiled");
-    fleet_origin(&b, first.key, origin, sizeof origin);
-    cr_expect_str_eq(origin, "fleet");
+    fleet_expect_origin(&f.a, first.key, "compiled");
+    fleet_expect_origin(&f.b, first.key, "fleet");
     /* A use from memory keeps the origin. */
-    fleet_compile(&b, 56, &second);
+    fleet_compile(&f.b, 56, &second);
     cr_expect_str_eq(second.decision.cache_level, "memory");
-    fleet_origin(&b, first.key, origin, sizeof origin);
-    cr_expect_str_eq(origin, "fleet");
+    fleet_expect_origin(&f.b, first.key, "fleet");
 
     char words[8][80];
-    cr_assert_eq(fleet_cli_ls(&b, first.key, words), 8);
+    cr_assert_eq(fleet_cli_ls(&f.b, first.key, words), 8);
     cr_expect_str_eq(words[5], "mem+disk");
     cr_expect_str_eq(words[6], "fleet");
 
     /* After a restart the entry is b's disk's. */
-    cr_assert_eq(testd_stop(&b), 0);
-    cr_assert_eq(testd_restart(&b, NULL), 0);
-    fleet_origin(&b, first.key, origin, sizeof origin);
-    cr_expect_str_eq(origin, "disk");
-    fleet_compile(&b, 56, &second);
+    cr_assert_eq(testd_stop(&f.b), 0);
+    cr_assert_eq(testd_restart(&f.b, NULL), 0);
+    fleet_expect_origin(&f.b, first.key, "disk");
+    fleet_compile(&f.b, 56, &second);
     cr_expect_str_eq(second.decision.cache_level, "disk");
-    fleet_origin(&b, first.key, origin, sizeof origin);
-    cr_expect_str_eq(origin, "disk");
-    fleet_finish(&e, &a, &b);
+    fleet_expect_origin(&f.b, first.key, "disk");
+    fleet_finish(&f);
 }
 
 Test(fleet_cache, a_tampered_entry_is_refused_and_rebuilt)
 {
-    fleet_env e;
-    testd a, b;
-    fleet_setup_two(&e, &a, &b);
+    fleet f;
+    fleet_open_two(&f, "", FLEET_LEASE_10S);
     tsr_client_compiled first, second;
-    fleet_compile(&a, 16, &first);
+    fleet_compile(&f.a, 16, &first);
 
     /* Flip the payload's last byte in place, keeping the entry's expiry. */
     char rkey[160];
     fleet_key("kernel", first.key, rkey, sizeof rkey);
-    redisContext *rc = fleet_redis_client(&e);
+    redisContext *rc = fleet_redis_client(&f.e);
     cr_assert_not_null(rc);
     redisReply *r = redisCommand(rc, "GET %s", rkey);
     cr_assert_eq(r->type, REDIS_REPLY_STRING, "no entry %s in Redis", rkey);
@@ -201,13 +248,12 @@ Test(fleet_cache, a_tampered_entry_is_refused_and_rebuilt)
     cr_assert_eq(r->type, REDIS_REPLY_STATUS);
     freeReplyObject(r);
 
-    fleet_compile(&b, 16, &second);
+    fleet_compile(&f.b, 16, &second);
     cr_expect_eq(second.decision.cache_hit, false);
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_rejected_total"), 1.0);
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_hits_total"), 0.0);
-    cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 1.0);
+    FLEET_EXPECT_COUNTS(&f.b, {"fleet_cache_rejected_total", 1.0}, {"fleet_cache_hits_total", 0.0},
+                        {"kcache_builds_total", 1.0});
     /* b's own build, verified, replaced the tampered entry. */
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_publishes_total"), 1.0);
+    cr_expect_eq(fleet_counter(&f.b, "fleet_cache_publishes_total"), 1.0);
     r = redisCommand(rc, "GET %s", rkey);
     cr_assert_eq(r->type, REDIS_REPLY_STRING);
     /* The same payload after the 192-byte header (b's own build time and MAC
@@ -218,78 +264,68 @@ Test(fleet_cache, a_tampered_entry_is_refused_and_rebuilt)
     freeReplyObject(r);
     free(value);
     redisFree(rc);
-    fleet_finish(&e, &a, &b);
+    fleet_finish(&f);
 }
 
 Test(fleet_cache, an_entry_signed_under_another_fleet_key_is_refused)
 {
-    fleet_env e;
-    fleet_setup(&e);
-    testd a, b;
-    fleet_daemon(&e, &a, 10000);
+    fleet f;
+    fleet_open(&f, false);
+    fleet_join(&f, "", FLEET_LEASE_10S);
     tsr_client_compiled first, second;
-    fleet_compile(&a, 24, &first);
+    fleet_compile(&f.a, 24, &first);
     /* b holds a different fleet key: a's entries do not authenticate. */
-    uint8_t other[32];
-    memset(other, 0x5a, sizeof other);
-    int fd = open(e.key_file, O_WRONLY | O_TRUNC);
-    cr_assert_geq(fd, 0);
-    cr_assert_eq(write(fd, other, sizeof other), (ssize_t)sizeof other);
-    close(fd);
-    fleet_daemon(&e, &b, 10000);
-    fleet_compile(&b, 24, &second);
+    fleet_key_replace(&f);
+    fleet_join(&f, "", FLEET_LEASE_10S);
+    fleet_compile(&f.b, 24, &second);
     cr_expect_eq(second.decision.cache_hit, false);
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_rejected_total"), 1.0);
-    cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 1.0);
-    fleet_finish(&e, &a, &b);
+    FLEET_EXPECT_COUNTS(&f.b, {"fleet_cache_rejected_total", 1.0}, {"kcache_builds_total", 1.0});
+    fleet_finish(&f);
 }
 
 Test(fleet_cache, redis_killed_mid_run_costs_no_request)
 {
-    fleet_env e;
-    fleet_setup(&e);
-    testd a;
-    fleet_daemon(&e, &a, 10000);
+    fleet f;
+    fleet_open(&f, false);
+    fleet_join(&f, "", FLEET_LEASE_10S);
     tsr_client_compiled out;
-    fleet_compile(&a, 8, &out);
-    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 1.0);
-    cr_expect_eq(fleet_counter(&a, "fleet_cache_degraded"), 0.0);
+    fleet_compile(&f.a, 8, &out);
+    FLEET_EXPECT_COUNTS(&f.a, {"fleet_cache_publishes_total", 1.0}, {"fleet_cache_degraded", 0.0});
 
-    fleet_redis_kill(&e);
+    fleet_redis_kill(&f.e);
     for (int64_t n = 9; n < 13; n++) {
-        fleet_compile(&a, n, &out);
+        fleet_compile(&f.a, n, &out);
         cr_expect_eq(out.decision.cache_hit, false);
     }
-    cr_expect_eq(fleet_counter(&a, "kcache_builds_total"), 5.0);
-    cr_expect_eq(fleet_counter(&a, "fleet_cache_degraded"), 1.0);
-    cr_expect_geq(fleet_counter(&a, "fleet_cache_errors_total"), 1.0);
-    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 1.0);
+    FLEET_EXPECT_COUNTS(&f.a, {"kcache_builds_total", 5.0}, {"fleet_cache_degraded", 1.0},
+                        {"fleet_cache_publishes_total", 1.0});
+    cr_expect_geq(fleet_counter(&f.a, "fleet_cache_errors_total"), 1.0);
 
     /* The health request stays ready and names the fleet cache. */
-    Tessera__V1__Reply *reply = testd_health(&a, 10000);
+    Tessera__V1__Reply *reply = testd_health(&f.a, 10000);
     cr_assert_not_null(reply);
     cr_assert_eq(reply->body_case, TESSERA__V1__REPLY__BODY_HEALTH);
     cr_expect_eq(reply->health->state, TESSERA__V1__HEALTH_STATE__HEALTH_STATE_READY);
     cr_assert_eq(reply->health->n_degraded, 1);
     char want[96];
-    snprintf(want, sizeof want, "fleet cache: redis://127.0.0.1:%d/0: redis: ", e.port);
+    snprintf(want, sizeof want, "fleet cache: redis://127.0.0.1:%d/0: redis: ", f.e.port);
     cr_expect_eq(strncmp(reply->health->degraded[0], want, strlen(want)), 0, "degraded: '%s'",
                  reply->health->degraded[0]);
     tessera__v1__reply__free_unpacked(reply, NULL);
 
     /* Redis back (empty, on the same port): the node uses it again once the
      * second without commands has passed, and the mark clears. */
-    fleet_redis_start(&e);
+    fleet_redis_start(&f.e);
     int64_t n = 100;
-    for (; n < 200 && fleet_counter(&a, "fleet_cache_degraded") != 0.0; n++) {
-        fleet_compile(&a, n, &out);
+    for (; n < 200 && fleet_counter(&f.a, "fleet_cache_degraded") != 0.0; n++) {
+        fleet_compile(&f.a, n, &out);
         usleep(50000);
     }
     cr_assert_lt(n, 200, "the fleet cache stayed degraded after Redis came back");
-    fleet_compile(&a, 300, &out);
-    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 3.0,
+    fleet_compile(&f.a, 300, &out);
+    cr_expect_eq(fleet_counter(&f.a, "fleet_cache_publishes_total"), 3.0,
                  "one publish before the kill, the compile that cleared the mark, and one more");
-    fleet_finish(&e, &a, NULL);
+    fleet_finish(&f);
 }
 
 #define FLEET_TOKEN_ALICE "alice-fleet-token"
@@ -297,31 +333,27 @@ Test(fleet_cache, redis_killed_mid_run_costs_no_request)
 
 Test(fleet_cache, health_names_redis_only_to_a_caller_that_sees_all)
 {
-    fleet_env e;
-    fleet_setup(&e);
+    fleet f;
+    fleet_open(&f, false);
     char ha[65], ho[65];
     testd_token_sha256(FLEET_TOKEN_ALICE, ha);
     testd_token_sha256(FLEET_TOKEN_OPS, ho);
     /* testd's hello, and the compiles below, go as alice. */
     setenv("TESSERA_TOKEN", FLEET_TOKEN_ALICE, 1);
-    testd a;
-    cr_assert_eq(testd_start_config(&a, NULL,
-                                    "{\"tenants\": ["
-                                    "{\"name\": \"alice\", \"token_sha256\": [\"%s\"]},"
-                                    "{\"name\": \"ops\", \"token_sha256\": [\"%s\"],"
-                                    " \"admin\": true}],"
-                                    " \"fleet_cache\": {\"url\": \"redis://127.0.0.1:%d\", "
-                                    "\"key_file\": \"%s\", \"timeout_ms\": 500}}\n",
-                                    ha, ho, e.port, e.key_file),
-                 0);
-    fleet_redis_kill(&e);
+    char tenants[256];
+    snprintf(tenants, sizeof tenants,
+             "\"tenants\": [{\"name\": \"alice\", \"token_sha256\": [\"%s\"]},"
+             "{\"name\": \"ops\", \"token_sha256\": [\"%s\"], \"admin\": true}], ",
+             ha, ho);
+    fleet_join(&f, tenants, FLEET_TIMEOUT);
+    fleet_redis_kill(&f.e);
     tsr_client_compiled out;
-    fleet_compile(&a, 20, &out);
+    fleet_compile(&f.a, 20, &out);
     cr_expect_eq(out.decision.cache_hit, false);
 
     char full[128];
     snprintf(full, sizeof full,
-             "fleet cache: redis://127.0.0.1:%d/0: redis: connect: Connection refused", e.port);
+             "fleet cache: redis://127.0.0.1:%d/0: redis: connect: Connection refused", f.e.port);
     const struct {
         const char *token;
         const char *line;
@@ -332,7 +364,7 @@ Test(fleet_cache, health_names_redis_only_to_a_caller_that_sees_all)
         {FLEET_TOKEN_OPS, full},
     };
     for (size_t i = 0; i < sizeof callers / sizeof callers[0]; i++) {
-        Tessera__V1__Reply *reply = testd_health_as(&a, callers[i].token, 10000);
+        Tessera__V1__Reply *reply = testd_health_as(&f.a, callers[i].token, 10000);
         cr_assert_not_null(reply);
         cr_assert_eq(reply->body_case, TESSERA__V1__REPLY__BODY_HEALTH);
         cr_expect_eq(reply->health->state, TESSERA__V1__HEALTH_STATE__HEALTH_STATE_READY);
@@ -340,16 +372,16 @@ Test(fleet_cache, health_names_redis_only_to_a_caller_that_sees_all)
         cr_expect_str_eq(reply->health->degraded[0], callers[i].line, "caller %zu", i);
         tessera__v1__reply__free_unpacked(reply, NULL);
     }
-    fleet_finish(&e, &a, NULL);
+    fleet_finish(&f);
     unsetenv("TESSERA_TOKEN");
 }
 
 Test(fleet_cache, a_dead_lease_holder_blocks_no_one_past_its_lease)
 {
-    fleet_env e;
-    fleet_setup(&e);
+    fleet f;
+    fleet_open(&f, false);
     /* The key, from a node outside the fleet (same backend, same key). */
-    testd plain, b;
+    testd plain;
     fixture_start(&plain, NULL);
     tsr_client_compiled off;
     fleet_compile(&plain, 32, &off);
@@ -358,27 +390,26 @@ Test(fleet_cache, a_dead_lease_holder_blocks_no_one_past_its_lease)
     /* A node that took the lease and died: it expires in one second. */
     char rkey[160];
     fleet_key("lease", off.key, rkey, sizeof rkey);
-    redisContext *rc = fleet_redis_client(&e);
+    redisContext *rc = fleet_redis_client(&f.e);
     cr_assert_not_null(rc);
     redisReply *r = redisCommand(rc, "SET %s dead-node NX PX 1000", rkey);
     cr_assert_eq(r->type, REDIS_REPLY_STATUS);
     freeReplyObject(r);
 
-    fleet_daemon(&e, &b, 5000);
+    testd *b = fleet_join(&f, "", ", \"timeout_ms\": 500, \"lease_ms\": 5000");
     tsr_client_compiled out;
-    fleet_compile(&b, 32, &out);
+    fleet_compile(b, 32, &out);
     cr_expect_str_eq(out.key, off.key);
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_lease_waits_total"), 1.0);
+    cr_expect_eq(fleet_counter(b, "fleet_cache_lease_waits_total"), 1.0);
     /* The wait ended with b taking the expired lease, not at b's bound. */
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_lease_timeouts_total"), 0.0);
-    cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 1.0);
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_publishes_total"), 1.0);
+    FLEET_EXPECT_COUNTS(b, {"fleet_cache_lease_timeouts_total", 0.0}, {"kcache_builds_total", 1.0},
+                        {"fleet_cache_publishes_total", 1.0});
     /* b dropped its own lease after publishing. */
     r = redisCommand(rc, "EXISTS %s", rkey);
     cr_expect_eq(r->integer, 0);
     freeReplyObject(r);
     redisFree(rc);
-    fleet_finish(&e, &b, NULL);
+    fleet_finish(&f);
 }
 
 /* Neither key's entry nor the lease its lookup took is in Redis. */
@@ -414,26 +445,6 @@ static tsr_status fleet_compile_wrong(const testd *d, int m, int n, bool skip_ve
     return st;
 }
 
-/* A daemon of the fleet with the CPU backend's test candidates (verified
- * ones: the reference alone is never verified). */
-static void fleet_daemon_faults(const fleet_env *e, testd *d)
-{
-    cr_assert_eq(testd_start_config(d, NULL,
-                                    "{\"test_faults\": true, \"fleet_cache\": {\"url\": "
-                                    "\"redis://127.0.0.1:%d\", \"key_file\": \"%s\", "
-                                    "\"timeout_ms\": 500}}\n",
-                                    e->port, e->key_file),
-                 0);
-}
-
-/* Redis, and two daemons a and b of its fleet with the test candidates. */
-static void fleet_setup_faults_pair(fleet_env *e, testd *a, testd *b)
-{
-    fleet_setup(e);
-    fleet_daemon_faults(e, a);
-    fleet_daemon_faults(e, b);
-}
-
 /* Changes every verdict record in Redis (one flipped digit of its MAC, the
  * expiry kept); how many it changed. */
 static int fleet_tamper_verdicts(const fleet_env *e)
@@ -465,27 +476,24 @@ static int fleet_tamper_verdicts(const fleet_env *e)
 
 Test(fleet_cache, a_verdict_one_node_reached_is_used_by_another_without_verifying)
 {
-    fleet_env e;
-    testd a, b;
-    fleet_setup_faults_pair(&e, &a, &b);
+    fleet f;
+    fleet_open_two(&f, FLEET_FAULTS, FLEET_TIMEOUT);
     tsr_client_compiled first, second;
-    cr_assert_eq(fleet_compile_wrong(&a, 32, 40, false, &first), TSR_OK);
+    cr_assert_eq(fleet_compile_wrong(&f.a, 32, 40, false, &first), TSR_OK);
     cr_expect_eq(first.decision.verdict.state, TSR_CLIENT_VERDICT_PASS);
     cr_expect_eq(first.decision.verdict.cached, false);
-    cr_expect_eq(fleet_counter(&a, "verifications_total"), 1.0);
+    cr_expect_eq(fleet_counter(&f.a, "verifications_total"), 1.0);
     /* The region's verdict and its variant's record. */
-    cr_expect_eq(fleet_counter(&a, "fleet_cache_verdict_publishes_total"), 2.0);
-    cr_expect_eq(fleet_counter(&a, "fleet_cache_verdict_hits_total"), 0.0);
+    FLEET_EXPECT_COUNTS(&f.a, {"fleet_cache_verdict_publishes_total", 2.0},
+                        {"fleet_cache_verdict_hits_total", 0.0});
 
-    cr_assert_eq(fleet_compile_wrong(&b, 32, 40, false, &second), TSR_OK);
+    cr_assert_eq(fleet_compile_wrong(&f.b, 32, 40, false, &second), TSR_OK);
     cr_expect_str_eq(second.key, first.key);
     cr_expect_str_eq(second.decision.cache_level, "fleet");
-    cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 0.0);
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_hits_total"), 1.0);
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_verdict_hits_total"), 1.0);
-    cr_expect_eq(fleet_counter(&b, "verifications_total"), 0.0);
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_verdict_publishes_total"), 0.0);
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_rejected_total"), 0.0);
+    FLEET_EXPECT_COUNTS(&f.b, {"kcache_builds_total", 0.0}, {"fleet_cache_hits_total", 1.0},
+                        {"fleet_cache_verdict_hits_total", 1.0}, {"verifications_total", 0.0},
+                        {"fleet_cache_verdict_publishes_total", 0.0},
+                        {"fleet_cache_rejected_total", 0.0});
     /* b's decision reports a's verdict, as one from a cache. */
     cr_expect_eq(second.decision.verdict.state, TSR_CLIENT_VERDICT_PASS);
     cr_expect_eq(second.decision.verdict.cached, true);
@@ -496,117 +504,100 @@ Test(fleet_cache, a_verdict_one_node_reached_is_used_by_another_without_verifyin
     cr_expect_eq(second.decision.verdict.rel_error, first.decision.verdict.rel_error);
 
     /* Kept as b's own: the same region again asks Redis for nothing. */
-    cr_assert_eq(fleet_compile_wrong(&b, 32, 40, false, &second), TSR_OK);
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_verdict_hits_total"), 1.0);
-    cr_expect_eq(fleet_counter(&b, "verifications_total"), 0.0);
-    fleet_finish(&e, &a, &b);
+    cr_assert_eq(fleet_compile_wrong(&f.b, 32, 40, false, &second), TSR_OK);
+    FLEET_EXPECT_COUNTS(&f.b, {"fleet_cache_verdict_hits_total", 1.0},
+                        {"verifications_total", 0.0});
+    fleet_finish(&f);
 }
 
 Test(fleet_cache, a_failing_verdict_and_a_variant_record_are_shared_too)
 {
-    fleet_env e;
-    testd a, b;
-    fleet_setup_faults_pair(&e, &a, &b);
+    fleet f;
+    fleet_open_two(&f, FLEET_FAULTS, FLEET_TIMEOUT);
     tsr_client_compiled out;
     /* Wrong past 64 rows: a's verification fails, b takes a's word for it. */
-    cr_expect_eq(fleet_compile_wrong(&a, 100, 40, false, &out), TSR_VERIFY_FAILED);
-    cr_expect_eq(fleet_counter(&a, "verifications_total"), 1.0);
-    cr_expect_eq(fleet_counter(&a, "fleet_cache_verdict_publishes_total"), 2.0);
-    cr_expect_eq(fleet_compile_wrong(&b, 100, 40, false, &out), TSR_VERIFY_FAILED);
-    cr_expect_eq(fleet_counter(&b, "verifications_total"), 0.0);
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_verdict_hits_total"), 1.0);
+    cr_expect_eq(fleet_compile_wrong(&f.a, 100, 40, false, &out), TSR_VERIFY_FAILED);
+    FLEET_EXPECT_COUNTS(&f.a, {"verifications_total", 1.0},
+                        {"fleet_cache_verdict_publishes_total", 2.0});
+    cr_expect_eq(fleet_compile_wrong(&f.b, 100, 40, false, &out), TSR_VERIFY_FAILED);
+    FLEET_EXPECT_COUNTS(&f.b, {"verifications_total", 0.0},
+                        {"fleet_cache_verdict_hits_total", 1.0});
 
     /* Another shape of a variant a verified completely: b finds no verdict
      * of that region but the variant's record, and runs only the sampled
      * check of the new shape, which it does not share. */
     tsr_client_compiled first, second;
-    cr_assert_eq(fleet_compile_wrong(&a, 32, 56, false, &first), TSR_OK);
-    cr_expect_eq(fleet_counter(&a, "fleet_cache_verdict_publishes_total"), 4.0);
-    cr_assert_eq(fleet_compile_wrong(&b, 48, 56, false, &second), TSR_OK);
+    cr_assert_eq(fleet_compile_wrong(&f.a, 32, 56, false, &first), TSR_OK);
+    cr_expect_eq(fleet_counter(&f.a, "fleet_cache_verdict_publishes_total"), 4.0);
+    cr_assert_eq(fleet_compile_wrong(&f.b, 48, 56, false, &second), TSR_OK);
     cr_expect_eq(second.decision.verdict.state, TSR_CLIENT_VERDICT_PASS);
     cr_expect_eq(second.decision.verdict.cached, false);
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_verdict_hits_total"), 2.0);
-    cr_expect_eq(fleet_counter(&b, "verifications_total"), 1.0);
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_verdict_publishes_total"), 0.0);
-    fleet_finish(&e, &a, &b);
+    FLEET_EXPECT_COUNTS(&f.b, {"fleet_cache_verdict_hits_total", 2.0}, {"verifications_total", 1.0},
+                        {"fleet_cache_verdict_publishes_total", 0.0});
+    fleet_finish(&f);
 }
 
 Test(fleet_cache, a_tampered_verdict_is_refused_and_the_node_verifies)
 {
-    fleet_env e;
-    testd a, b;
-    fleet_setup_faults_pair(&e, &a, &b);
+    fleet f;
+    fleet_open_two(&f, FLEET_FAULTS, FLEET_TIMEOUT);
     tsr_client_compiled first, second;
-    cr_assert_eq(fleet_compile_wrong(&a, 32, 44, false, &first), TSR_OK);
-    cr_assert_eq(fleet_tamper_verdicts(&e), 2);
+    cr_assert_eq(fleet_compile_wrong(&f.a, 32, 44, false, &first), TSR_OK);
+    cr_assert_eq(fleet_tamper_verdicts(&f.e), 2);
 
-    cr_assert_eq(fleet_compile_wrong(&b, 32, 44, false, &second), TSR_OK);
+    cr_assert_eq(fleet_compile_wrong(&f.b, 32, 44, false, &second), TSR_OK);
     /* The kernel's entry is good (fetched for b's verification); the
      * region's verdict and the variant's record are not. */
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_hits_total"), 1.0);
-    cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 0.0);
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_rejected_total"), 2.0);
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_verdict_hits_total"), 0.0);
-    cr_expect_eq(fleet_counter(&b, "verifications_total"), 1.0);
+    FLEET_EXPECT_COUNTS(&f.b, {"fleet_cache_hits_total", 1.0}, {"kcache_builds_total", 0.0},
+                        {"fleet_cache_rejected_total", 2.0},
+                        {"fleet_cache_verdict_hits_total", 0.0}, {"verifications_total", 1.0});
     cr_expect_eq(second.decision.verdict.state, TSR_CLIENT_VERDICT_PASS);
     cr_expect_eq(second.decision.verdict.cached, false);
     /* b's verdict of the region replaced the changed one; a passing record
      * never replaces a variant's record. */
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_verdict_publishes_total"), 1.0);
-    fleet_finish(&e, &a, &b);
+    cr_expect_eq(fleet_counter(&f.b, "fleet_cache_verdict_publishes_total"), 1.0);
+    fleet_finish(&f);
 }
 
 Test(fleet_cache, a_verdict_signed_under_another_fleet_key_is_refused)
 {
-    fleet_env e;
-    testd a, b;
-    fleet_setup(&e);
-    fleet_daemon_faults(&e, &a);
+    fleet f;
+    fleet_open(&f, false);
+    fleet_join(&f, FLEET_FAULTS, FLEET_TIMEOUT);
     tsr_client_compiled first, second;
-    cr_assert_eq(fleet_compile_wrong(&a, 32, 48, false, &first), TSR_OK);
-    cr_expect_eq(fleet_counter(&a, "fleet_cache_verdict_publishes_total"), 2.0);
-    uint8_t other[32];
-    memset(other, 0x5a, sizeof other);
-    int fd = open(e.key_file, O_WRONLY | O_TRUNC);
-    cr_assert_geq(fd, 0);
-    cr_assert_eq(write(fd, other, sizeof other), (ssize_t)sizeof other);
-    close(fd);
-    fleet_daemon_faults(&e, &b);
-    cr_assert_eq(fleet_compile_wrong(&b, 32, 48, false, &second), TSR_OK);
+    cr_assert_eq(fleet_compile_wrong(&f.a, 32, 48, false, &first), TSR_OK);
+    cr_expect_eq(fleet_counter(&f.a, "fleet_cache_verdict_publishes_total"), 2.0);
+    fleet_key_replace(&f);
+    fleet_join(&f, FLEET_FAULTS, FLEET_TIMEOUT);
+    cr_assert_eq(fleet_compile_wrong(&f.b, 32, 48, false, &second), TSR_OK);
     /* The kernel's entry, the region's verdict and the variant's record. */
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_rejected_total"), 3.0);
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_verdict_hits_total"), 0.0);
-    cr_expect_eq(fleet_counter(&b, "verifications_total"), 1.0);
+    FLEET_EXPECT_COUNTS(&f.b, {"fleet_cache_rejected_total", 3.0},
+                        {"fleet_cache_verdict_hits_total", 0.0}, {"verifications_total", 1.0});
     cr_expect_eq(second.decision.verdict.cached, false);
-    fleet_finish(&e, &a, &b);
+    fleet_finish(&f);
 }
 
 Test(fleet_cache, only_verified_kernels_are_published_and_failures_free_the_lease)
 {
-    fleet_env e;
-    fleet_setup(&e);
-    testd a;
-    cr_assert_eq(testd_start_config(&a, NULL,
-                                    "{\"test_faults\": true, \"fleet_cache\": {\"url\": "
-                                    "\"redis://127.0.0.1:%d\", \"key_file\": \"%s\"}}\n",
-                                    e.port, e.key_file),
-                 0);
+    fleet f;
+    fleet_open(&f, false);
+    fleet_join(&f, FLEET_FAULTS, "");
     /* Chosen without verification: built, not published, lease dropped. */
     tsr_client_compiled out;
-    cr_assert_eq(fleet_compile_wrong(&a, 8, 160, true, &out), TSR_OK);
+    cr_assert_eq(fleet_compile_wrong(&f.a, 8, 160, true, &out), TSR_OK);
     cr_expect_eq(out.decision.verify_skipped, true);
-    fleet_expect_nothing_of(&e, out.key);
+    fleet_expect_nothing_of(&f.e, out.key);
     /* Failing its verification (100 rows): not published, lease dropped. */
     tsr_client_compiled bad;
-    cr_expect_neq(fleet_compile_wrong(&a, 100, 168, false, &bad), TSR_OK);
-    cr_expect_eq(fleet_counter(&a, "fleet_cache_misses_total"), 2.0);
-    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 0.0);
+    cr_expect_neq(fleet_compile_wrong(&f.a, 100, 168, false, &bad), TSR_OK);
+    FLEET_EXPECT_COUNTS(&f.a, {"fleet_cache_misses_total", 2.0},
+                        {"fleet_cache_publishes_total", 0.0});
     /* The same kernel passing at 8 rows comes from memory: a node publishes
      * what its lookup missed and it built, so this one stays out. */
     tsr_client_compiled good;
-    cr_assert_eq(fleet_compile_wrong(&a, 8, 168, false, &good), TSR_OK);
-    fleet_expect_nothing_of(&e, good.key);
-    fleet_finish(&e, &a, NULL);
+    cr_assert_eq(fleet_compile_wrong(&f.a, 8, 168, false, &good), TSR_OK);
+    fleet_expect_nothing_of(&f.e, good.key);
+    fleet_finish(&f);
 }
 
 Test(fleet_cache, nodes_that_miss_at_once_compile_once)
@@ -617,7 +608,7 @@ Test(fleet_cache, nodes_that_miss_at_once_compile_once)
     testd d[NODES];
     fixture_compile_job racers[NODES];
     for (int i = 0; i < NODES; i++)
-        fleet_daemon(&e, &d[i], 20000);
+        cr_assert_eq(fleet_start(&e, &d[i], "", ", \"timeout_ms\": 500, \"lease_ms\": 20000"), 0);
     for (int i = 0; i < NODES; i++)
         fixture_compile_start(&racers[i], &d[i], 48, 30000);
     for (int i = 0; i < NODES; i++)
@@ -652,71 +643,57 @@ static void fleet_cli_warm(const testd *d, const char *region, char *line, size_
 
 Test(fleet_cache, cache_warm_says_where_each_kernel_came_from)
 {
-    fleet_env e;
-    testd a, b;
-    fleet_setup_two(&e, &a, &b);
+    fleet f;
+    fleet_open_two(&f, "", FLEET_LEASE_10S);
     char line[256];
-    fleet_cli_warm(&a, "examples/pointwise.json", line, sizeof line);
+    fleet_cli_warm(&f.a, "examples/pointwise.json", line, sizeof line);
     cr_expect(strstr(line, "examples/pointwise.json: reference, compiled in ") == line, "%s", line);
-    fleet_cli_warm(&b, "examples/pointwise.json", line, sizeof line);
+    fleet_cli_warm(&f.b, "examples/pointwise.json", line, sizeof line);
     cr_expect_str_eq(line, "examples/pointwise.json: reference, cached (fleet)");
-    fleet_cli_warm(&b, "examples/pointwise.json", line, sizeof line);
+    fleet_cli_warm(&f.b, "examples/pointwise.json", line, sizeof line);
     cr_expect_str_eq(line, "examples/pointwise.json: reference, cached (memory)");
-    fleet_finish(&e, &a, &b);
-}
-
-/* A daemon on the TLS Redis, trusting ca (a PEM file). */
-static void fleet_daemon_tls(const fleet_env *e, testd *d, const char *ca)
-{
-    cr_assert_eq(
-        testd_start_config(d, NULL,
-                           "{\"fleet_cache\": {\"url\": \"rediss://:sekret@localhost:%d\", "
-                           "\"key_file\": \"%s\", \"tls_ca_file\": \"%s\", "
-                           "\"timeout_ms\": 1000}}\n",
-                           e->port, e->key_file, ca),
-        0);
+    fleet_finish(&f);
 }
 
 Test(fleet_cache, nodes_share_through_redis_over_tls_with_a_password)
 {
-    fleet_env e;
-    fleet_setup_as(&e, true);
-    char ca[128];
-    snprintf(ca, sizeof ca, "%s/redis.crt", e.dir);
-    testd a, b;
-    fleet_daemon_tls(&e, &a, ca);
-    fleet_daemon_tls(&e, &b, ca);
+    fleet f;
+    fleet_open(&f, true);
+    char cache[256];
+    snprintf(cache, sizeof cache, ", \"tls_ca_file\": \"%s/redis.crt\", \"timeout_ms\": 1000",
+             f.e.dir);
+    fleet_join(&f, "", cache);
+    fleet_join(&f, "", cache);
     tsr_client_compiled first, second;
-    fleet_compile(&a, 40, &first);
-    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 1.0);
-    fleet_compile(&b, 40, &second);
+    fleet_compile(&f.a, 40, &first);
+    cr_expect_eq(fleet_counter(&f.a, "fleet_cache_publishes_total"), 1.0);
+    fleet_compile(&f.b, 40, &second);
     cr_expect_str_eq(second.decision.cache_level, "fleet");
-    cr_expect_eq(fleet_counter(&b, "kcache_builds_total"), 0.0);
-    cr_expect_eq(fleet_counter(&b, "fleet_cache_errors_total"), 0.0);
-    fleet_finish(&e, &a, &b);
+    FLEET_EXPECT_COUNTS(&f.b, {"kcache_builds_total", 0.0}, {"fleet_cache_errors_total", 0.0});
+    fleet_finish(&f);
 }
 
 Test(fleet_cache, a_server_whose_certificate_does_not_verify_is_not_used)
 {
-    fleet_env e;
-    fleet_setup_as(&e, true);
+    fleet f;
+    fleet_open(&f, true);
     /* A CA file that does not hold the server's certificate. */
     char other[128], cmd[512];
-    snprintf(other, sizeof other, "%s/other.crt", e.dir);
+    snprintf(other, sizeof other, "%s/other.crt", f.e.dir);
     snprintf(cmd, sizeof cmd,
              "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 "
              "-subj /CN=localhost -keyout %s/other.key -out %s 2>/dev/null",
-             e.dir, other);
+             f.e.dir, other);
     cr_assert_eq(system(cmd), 0);
-    testd a;
-    fleet_daemon_tls(&e, &a, other);
+    char cache[256];
+    snprintf(cache, sizeof cache, ", \"tls_ca_file\": \"%s\", \"timeout_ms\": 1000", other);
+    fleet_join(&f, "", cache);
     tsr_client_compiled out;
-    fleet_compile(&a, 44, &out);
+    fleet_compile(&f.a, 44, &out);
     cr_expect_eq(out.decision.cache_hit, false);
-    cr_expect_eq(fleet_counter(&a, "fleet_cache_errors_total"), 1.0);
-    cr_expect_eq(fleet_counter(&a, "fleet_cache_degraded"), 1.0);
-    cr_expect_eq(fleet_counter(&a, "fleet_cache_publishes_total"), 0.0);
-    fleet_finish(&e, &a, NULL);
+    FLEET_EXPECT_COUNTS(&f.a, {"fleet_cache_errors_total", 1.0}, {"fleet_cache_degraded", 1.0},
+                        {"fleet_cache_publishes_total", 0.0});
+    fleet_finish(&f);
 }
 
 Test(fleet_cache, a_bad_fleet_key_file_stops_the_start_with_its_reason)
@@ -725,11 +702,7 @@ Test(fleet_cache, a_bad_fleet_key_file_stops_the_start_with_its_reason)
     fleet_setup(&e);
     cr_assert_eq(chmod(e.key_file, 0644), 0);
     testd d;
-    cr_expect_neq(testd_start_config(&d, NULL,
-                                     "{\"fleet_cache\": {\"url\": \"redis://127.0.0.1:%d\", "
-                                     "\"key_file\": \"%s\"}}\n",
-                                     e.port, e.key_file),
-                  0);
+    cr_expect_neq(fleet_start(&e, &d, "", ""), 0);
     testd_stop(&d);
     testd_remove(&d);
     fleet_teardown(&e);

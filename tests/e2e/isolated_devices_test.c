@@ -142,12 +142,8 @@ Test(isolated_devices, a_fault_on_device_1_rebuilds_it_in_the_same_worker, .time
     isodev_serve(c, &s);
     pid_t worker = fixture_worker_pid(d.pid);
 
-    tsr_region *small = fixture_affine(4);
-    tsr_client_compile_opts fault = {.force = "test_fault", .skip_verify = true};
-    float x4[4] = {1, 2, 3, 4}, y4[4];
-    const void *in4[] = {x4};
-    cr_assert_eq(tsr_client_run_on(faulter, small, &fault, 1, in4, y4, NULL, NULL, 0, &err),
-                 TSR_DEVICE_LOST, "%s", err.message);
+    cr_assert_eq(recovery_fault(faulter, 1, "test_fault", &err), TSR_DEVICE_LOST, "%s",
+                 err.message);
     cr_expect_str_eq(err.message,
                      "cpu backend: test_fault faulted the device (simulated illegal address)");
     isodev_wait_serving(c, 0, 1);
@@ -167,6 +163,7 @@ Test(isolated_devices, a_fault_on_device_1_rebuilds_it_in_the_same_worker, .time
                  TSR_DEVICE_LOST);
     cr_expect_str_eq(err.message, "input buffer 0's device memory was lost when device 1 was "
                                   "recovered after a fault; free it and allocate it again");
+    float y4[4];
     cr_expect_eq(tsr_client_buffer_read(c, s.p[1].y, 0, y4, sizeof y4, NULL, 0, &err),
                  TSR_DEVICE_LOST);
     cr_expect_str_eq(err.message,
@@ -182,7 +179,6 @@ Test(isolated_devices, a_fault_on_device_1_rebuilds_it_in_the_same_worker, .time
     cr_expect_eq(fixture_counter(c, "device_recoveries_per_device_total{device=\"1\"}"), 1.0);
     cr_expect_eq(fixture_counter(c, "device_recoveries_per_device_total{device=\"0\"}"), 0.0);
     cr_expect_eq(fixture_counter(c, "device_buffers_lost_total"), 2.0);
-    tsr_client_region_free(small);
     tsr_client_region_free(s.r);
     tsr_client_close(faulter);
     fixture_stop(&d, c);

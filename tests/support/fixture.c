@@ -195,6 +195,18 @@ double fixture_counter(tsr_client *c, const char *name)
     return v;
 }
 
+void fixture_expect_counts(tsr_client *c, const fixture_count *want, size_t n)
+{
+    tsr_client_stats *s = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_stats_get(c, false, &s, 0, &err), TSR_OK, "stats: %s", err.message);
+    for (size_t i = 0; i < n; i++) {
+        double v = tsr_client_stats_counter(s, want[i].name, -1);
+        cr_expect_eq(v, want[i].want, "%s is %g, not %g", want[i].name, v, want[i].want);
+    }
+    tsr_client_stats_free(s);
+}
+
 /* The daemon's child, the device worker: a child of whichever of its
  * threads started it. */
 pid_t fixture_worker_pid(pid_t daemon)

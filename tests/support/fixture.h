@@ -12,6 +12,7 @@
 #define TESSERA_TEST_FIXTURE_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tessera/client.h"
@@ -103,6 +104,20 @@ fixture_mm fixture_matmul(tsr_client *c, int n);
 /* The daemon's counter or gauge name (-1 when it has none), fetched on c with
  * c's default timeout. */
 double fixture_counter(tsr_client *c, const char *name);
+
+/* A counter or gauge and the value a test expects of it. */
+typedef struct fixture_count {
+    const char *name;
+    double want;
+} fixture_count;
+
+/* Expects each of the n counters in want to hold exactly its value, all read
+ * from one stats reply on c (asserted); a failure names the counter and what
+ * it held. FIXTURE_EXPECT_COUNTS(c, {"name", value}, ...) lists them in place. */
+void fixture_expect_counts(tsr_client *c, const fixture_count *want, size_t n);
+#define FIXTURE_EXPECT_COUNTS(c, ...)                                                              \
+    fixture_expect_counts((c), (const fixture_count[]){__VA_ARGS__},                               \
+                          sizeof((const fixture_count[]){__VA_ARGS__}) / sizeof(fixture_count))
 
 /* The pid of the daemon's child, the device worker of the cpu-isolated
  * backend, found under any of its threads (asserted). */

@@ -72,36 +72,41 @@ tsr_status recovery_pair_launch(tsr_client *c, tsr_kernel kernel, const recovery
     return st;
 }
 
-/* Bob's second connection: runs the region until told to stop. */
-typedef struct recovery_runner {
-    const testd *d;
-    int n;
-    atomic_bool stop;
-    atomic_bool recovered; /* set by the main thread once health is READY again */
-    atomic_ulong ok, lost, after, wrong, other;
-    tsr_status other_status;
-    char other_message[TSR_ERROR_MESSAGE_MAX];
-} recovery_runner;
+tsr_status recovery_fault(tsr_client *c, int device, const char *force, tsr_error *err)
+{
+    tsr_region *small = fixture_affine(4);
+    tsr_client_compile_opts fault = {.force = force, .skip_verify = true};
+    float x[4] = {1, 2, 3, 4}, y[4];
+    const void *in[] = {x};
+    tsr_status st = tsr_client_run_on(c, small, &fault, device, in, y, NULL, NULL, 0, err);
+    tsr_client_region_free(small);
+    return st;
+}
 
-static void *recovery_run_loop(void *arg)
+static void *recovery_runner_loop(void *arg)
 {
     recovery_runner *rr = arg;
-    tsr_client *c = recovery_client(rr->d, RECOVERY_TOKEN_BOB);
+    tsr_client *c = testd_connect(rr->url, rr->token, rr->timeout_ms);
+    cr_assert_not_null(c, "no client for %s", rr->url);
     tsr_region *r = fixture_affine(rr->n);
     float *x = malloc((size_t)rr->n * sizeof *x), *y = malloc((size_t)rr->n * sizeof *y);
+    cr_assert(x != NULL && y != NULL);
     for (int round = 0; !atomic_load(&rr->stop); round++) {
         recovery_fill(x, rr->n, round);
         const void *in[] = {x};
-        bool after = atomic_load(&rr->recovered);
+        bool marked = atomic_load(&rr->mark);
+        int ran_on = rr->device;
         tsr_error err;
-        tsr_status st = tsr_client_run(c, r, NULL, in, y, NULL, 0, &err);
-        if (st == TSR_OK && recovery_right(x, y, rr->n)) {
+        tsr_status st = rr->device >= 0 ? tsr_client_run_on(c, r, NULL, rr->device, in, y, NULL,
+                                                            &ran_on, 0, &err)
+                                        : tsr_client_run(c, r, NULL, in, y, NULL, 0, &err);
+        if (st == TSR_OK && ran_on == rr->device && recovery_right(x, y, rr->n)) {
             atomic_fetch_add(&rr->ok, 1);
-            if (after)
-                atomic_fetch_add(&rr->after, 1);
+            if (marked && atomic_load(&rr->mark))
+                atomic_fetch_add(&rr->marked, 1);
         } else if (st == TSR_OK) {
             atomic_fetch_add(&rr->wrong, 1);
-        } else if (st == TSR_DEVICE_LOST && !after) {
+        } else if (st == TSR_DEVICE_LOST && rr->lost_until_mark && !marked) {
             atomic_fetch_add(&rr->lost, 1);
         } else if (atomic_fetch_add(&rr->other, 1) == 0) {
             rr->other_status = st;
@@ -113,6 +118,20 @@ static void *recovery_run_loop(void *arg)
     tsr_client_region_free(r);
     tsr_client_close(c);
     return NULL;
+}
+
+void recovery_runner_start(recovery_runner *rr)
+{
+    cr_assert_eq(pthread_create(&rr->thread, NULL, recovery_runner_loop, rr), 0);
+}
+
+void recovery_runner_stop(recovery_runner *rr, const char *who)
+{
+    atomic_store(&rr->stop, true);
+    pthread_join(rr->thread, NULL);
+    cr_expect_eq(atomic_load(&rr->wrong), 0, "%s's runs: wrong answers", who);
+    cr_expect_eq(atomic_load(&rr->other), 0, "%s's run answered %s: %s", who,
+                 tsr_status_name(rr->other_status), rr->other_message);
 }
 
 /* Starts tesserad on backend with test_faults and the two tenants; bob's
@@ -161,9 +180,13 @@ void recovery_scenario(const char *backend, int n, recovery_figures *out)
                  TSR_OK, "%s", err.message);
     cr_assert(recovery_right(x, y, n));
 
-    recovery_runner rr = {.d = &d, .n = n};
-    pthread_t runner;
-    cr_assert_eq(pthread_create(&runner, NULL, recovery_run_loop, &rr), 0);
+    recovery_runner rr = {.url = d.url,
+                          .token = RECOVERY_TOKEN_BOB,
+                          .timeout_ms = RECOVERY_TIMEOUT_MS,
+                          .n = n,
+                          .device = -1,
+                          .lost_until_mark = true};
+    recovery_runner_start(&rr);
     while (atomic_load(&rr.ok) < 3 && atomic_load(&rr.other) == 0)
         usleep(1000);
 
@@ -187,7 +210,7 @@ void recovery_scenario(const char *backend, int n, recovery_figures *out)
     }
     out->fault_to_ready_ms = testd_now_ms() - t_fault;
     cr_expect_eq(h.recoveries, 1);
-    atomic_store(&rr.recovered, true);
+    atomic_store(&rr.mark, true); /* recovered */
 
     /* Bob's old buffers are gone, and say so; freeing them works. */
     st = tsr_client_launch(bob, k.kernel, &bx, 1, by, NULL, 0, &err);
@@ -224,17 +247,13 @@ void recovery_scenario(const char *backend, int n, recovery_figures *out)
     /* Bob's other connection kept going: right answers, or DEVICE_LOST for
      * what was in flight at the fault, nothing else. */
     double t_wait = testd_now_ms();
-    while (atomic_load(&rr.after) < 3 && testd_now_ms() - t_wait < 60000.0)
+    while (atomic_load(&rr.marked) < 3 && testd_now_ms() - t_wait < 60000.0)
         usleep(1000);
-    atomic_store(&rr.stop, true);
-    pthread_join(runner, NULL);
-    cr_expect_eq(atomic_load(&rr.wrong), 0);
-    cr_expect_eq(atomic_load(&rr.other), 0, "bob's run answered %s: %s",
-                 tsr_status_name(rr.other_status), rr.other_message);
-    cr_expect_geq(atomic_load(&rr.after), 3);
+    recovery_runner_stop(&rr, "bob");
+    cr_expect_geq(atomic_load(&rr.marked), 3);
     out->bob_runs_ok = atomic_load(&rr.ok);
     out->bob_runs_lost = atomic_load(&rr.lost);
-    out->bob_runs_after = atomic_load(&rr.after);
+    out->bob_runs_after = atomic_load(&rr.marked);
 
     cr_expect_eq(fixture_counter(alice, "device_faults_total"), 1.0);
     cr_expect_eq(fixture_counter(alice, "device_recoveries_total"), 1.0);

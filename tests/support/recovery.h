@@ -24,6 +24,8 @@ typedef struct recovery_figures {
     uint64_t bob_runs_after;   /* right answers after the recovery */
 } recovery_figures;
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "tessera/client.h"
@@ -48,6 +50,38 @@ void recovery_pair_alloc(tsr_client *c, int device, int64_t n, recovery_pair *p)
  * filled, else TSR_OK. */
 tsr_status recovery_pair_launch(tsr_client *c, tsr_kernel kernel, const recovery_pair *p, int n,
                                 int seed, tsr_error *err);
+
+/* Runs fixture_affine(4) over {1, 2, 3, 4} on device through c with the test
+ * candidate force ("test_fault", "test_fault_for_good") forced and
+ * unverified: the run's status (TSR_DEVICE_LOST where it faulted the device),
+ * err filled. */
+tsr_status recovery_fault(tsr_client *c, int device, const char *force, tsr_error *err);
+
+/* A connection of its own that runs fixture_affine(n) over and over, each
+ * round on new inputs, until stopped, counting what it saw. Set url, token
+ * (NULL: none), timeout_ms (to connect, and the default of its calls), n,
+ * device and lost_until_mark, zero the rest, then recovery_runner_start;
+ * recovery_runner_stop stops it and waits for it. */
+typedef struct recovery_runner {
+    const char *url, *token;
+    int timeout_ms, n;
+    int device;           /* >= 0: tsr_client_run_on, which must run there; -1: tsr_client_run */
+    bool lost_until_mark; /* DEVICE_LOST of a run begun before mark is lost, not other */
+    atomic_bool stop;
+    atomic_bool mark;    /* set and cleared by the test */
+    atomic_ulong ok;     /* right answers */
+    atomic_ulong marked; /* ... of runs that began and ended with mark set */
+    atomic_ulong lost, wrong, other;
+    tsr_status other_status; /* the first other's */
+    char other_message[TSR_ERROR_MESSAGE_MAX];
+    pthread_t thread;
+} recovery_runner;
+
+void recovery_runner_start(recovery_runner *rr);
+
+/* Stops rr, waits for it, and expects it to have seen no wrong answer and no
+ * other status; who names its runs in a failure. */
+void recovery_runner_stop(recovery_runner *rr, const char *who);
 
 /* Runs the scenario on backend ("cpu" or "cuda"); n is the element count of
  * the regions. Fills *out. */

@@ -165,6 +165,7 @@ static const uint8_t verdict_mac_key[TSR_KCACHE_MAC_KEY_BYTES] = {
 
 #define VERDICT_RKEY "tessera:verdict:sm_90a/tier1/3/rab/550.54.15/12.4"
 
+/* A sampled check that failed on a NaN, with every field set. */
 static tsr_verdict verdict_failing_sampled(void)
 {
     tsr_verdict v;
@@ -188,21 +189,18 @@ static tsr_verdict verdict_failing_sampled(void)
     return v;
 }
 
-static tsr_verdict verdict_passing_full(void)
-{
-    tsr_verdict v;
-    memset(&v, 0, sizeof v);
-    v.pass = true;
-    v.elements = 4096;
-    v.probes = 4;
-    v.rel_error = 1e-7;
-    v.bound = 1e-5;
-    v.first_bad_index = -1;
-    v.first_bad_probe = -1;
-    snprintf(v.reason, sizeof v.reason, "pass");
-    v.method = TSR_VERIFY_FULL;
-    return v;
-}
+/* A full check that passed: the fields such a verdict sets. */
+static const tsr_verdict verdict_passing_full = {
+    .pass = true,
+    .elements = 4096,
+    .probes = 4,
+    .rel_error = 1e-7,
+    .bound = 1e-5,
+    .first_bad_index = -1,
+    .first_bad_probe = -1,
+    .reason = "pass",
+    .method = TSR_VERIFY_FULL,
+};
 
 static void verdict_seal(const tsr_verdict *v, char *record, size_t *len)
 {
@@ -213,7 +211,7 @@ static void verdict_seal(const tsr_verdict *v, char *record, size_t *len)
 
 Test(fleet, a_verdict_record_round_trips)
 {
-    const tsr_verdict cases[] = {verdict_failing_sampled(), verdict_passing_full()};
+    const tsr_verdict cases[] = {verdict_failing_sampled(), verdict_passing_full};
     for (size_t i = 0; i < 2; i++) {
         const tsr_verdict *want = &cases[i];
         char record[TSRD_FLEET_VERDICT_RECORD_MAX];
@@ -271,7 +269,7 @@ Test(fleet, a_truncated_verdict_record_is_corrupt)
 
 Test(fleet, a_verdict_record_signed_under_another_tag_key_or_format_is_refused)
 {
-    tsr_verdict v = verdict_passing_full(), got;
+    tsr_verdict v = verdict_passing_full, got;
     char record[TSRD_FLEET_VERDICT_RECORD_MAX];
     size_t len = 0;
     verdict_seal(&v, record, &len);

@@ -54,12 +54,18 @@ static const char *dir_make(void)
     return test_dir;
 }
 
+/* The name a test may park its directory under. */
+static void dir_moved_name(char *out, size_t cap)
+{
+    snprintf(out, cap, "%s.moved", test_dir);
+}
+
 static void dir_cleanup(void)
 {
     if (test_dir[0] == '\0')
         return;
     char moved[128];
-    snprintf(moved, sizeof moved, "%s.moved", test_dir);
+    dir_moved_name(moved, sizeof moved);
     tree_remove(test_dir);
     tree_remove(moved);
 }
@@ -109,6 +115,35 @@ static tsr_kcache *cache_open(const char *dir, uint64_t memory_bytes, uint64_t d
     cr_assert_eq(st, TSR_OK, "open: %s", err.message);
     return c;
 }
+
+/* A field of tsr_kcache_stats and the value a test expects of it. */
+struct stat_want {
+    size_t offset;
+    const char *name;
+    uint64_t want;
+};
+#define STAT(field, value)                                                                         \
+    {                                                                                              \
+        offsetof(tsr_kcache_stats, field), #field, (value)                                         \
+    }
+
+/* Expects each of the n fields in want of c's stats, read once, to hold its
+ * value; a failure names the field. EXPECT_STATS(c, STAT(field, value), ...)
+ * lists them in place. */
+static void expect_stats(tsr_kcache *c, const struct stat_want *want, size_t n)
+{
+    tsr_kcache_stats s;
+    tsr_kcache_get_stats(c, &s);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t v;
+        memcpy(&v, (const char *)&s + want[i].offset, sizeof v);
+        cr_expect_eq(v, want[i].want, "%s is %llu, not %llu", want[i].name, (unsigned long long)v,
+                     (unsigned long long)want[i].want);
+    }
+}
+#define EXPECT_STATS(c, ...)                                                                       \
+    expect_stats((c), (const struct stat_want[]){__VA_ARGS__},                                     \
+                 sizeof((const struct stat_want[]){__VA_ARGS__}) / sizeof(struct stat_want))
 
 /* What a build makes and how it behaves. */
 struct builder {
@@ -214,14 +249,8 @@ Test(kcache, builds_on_a_miss_then_serves_from_memory)
     cr_expect_str_eq(blob->meta.arch, "sm_90a");
     tsr_kcache_blob_release(blob);
 
-    tsr_kcache_stats s;
-    tsr_kcache_get_stats(c, &s);
-    cr_expect_eq(s.misses, 1);
-    cr_expect_eq(s.builds, 1);
-    cr_expect_eq(s.memory_hits, 2);
-    cr_expect_eq(s.memory_entries, 1);
-    cr_expect_eq(s.memory_bytes, 100);
-    cr_expect_eq(s.disk_entries, 0);
+    EXPECT_STATS(c, STAT(misses, 1), STAT(builds, 1), STAT(memory_hits, 2), STAT(memory_entries, 1),
+                 STAT(memory_bytes, 100), STAT(disk_entries, 0));
     tsr_kcache_close(c);
 }
 
@@ -274,6 +303,14 @@ static void disk_entry_made(const char *d, struct builder *b)
     tsr_kcache_close(c);
 }
 
+/* disk_entry_made, and the path of key 1's entry file. */
+static void entry_built(const char *d, struct builder *b, char *path, size_t cap)
+{
+    disk_entry_made(d, b);
+    tsr_fingerprint k = key_of(1);
+    entry_path(d, &k, path, cap);
+}
+
 Test(kcache, reopened_directory_serves_from_disk_without_building)
 {
     const char *d = dir_make();
@@ -283,10 +320,7 @@ Test(kcache, reopened_directory_serves_from_disk_without_building)
     tsr_kcache_close(c);
 
     c = cache_open(d, 0, 0);
-    tsr_kcache_stats s;
-    tsr_kcache_get_stats(c, &s);
-    cr_expect_eq(s.disk_entries, 1);
-    cr_expect_eq(s.disk_bytes, FOOTPRINT(HEADER_BYTES + 300));
+    EXPECT_STATS(c, STAT(disk_entries, 1), STAT(disk_bytes, FOOTPRINT(HEADER_BYTES + 300)));
 
     struct builder never = {.len = 300, .fill = 9, .fail = TSR_INTERNAL};
     tsr_fingerprint k = key_of(1);
@@ -304,11 +338,8 @@ Test(kcache, reopened_directory_serves_from_disk_without_building)
     tsr_kcache_blob_release(blob);
     cr_expect_eq(get_checked(c, 1, &never), TSR_KCACHE_MEMORY);
 
-    tsr_kcache_get_stats(c, &s);
-    cr_expect_eq(s.disk_hits, 1);
-    cr_expect_eq(s.memory_hits, 1);
-    cr_expect_eq(s.builds, 0);
-    cr_expect_eq(s.corrupt_discarded, 0);
+    EXPECT_STATS(c, STAT(disk_hits, 1), STAT(memory_hits, 1), STAT(builds, 0),
+                 STAT(corrupt_discarded, 0));
 
     tsr_kcache_entry_info *infos;
     size_t count;
@@ -323,10 +354,28 @@ Test(kcache, reopened_directory_serves_from_disk_without_building)
 
 /* Damages key 1's file between two runs and checks that the second run discards
  * it, rebuilds, and leaves a good file behind. */
-enum damage { FLIP_PAYLOAD, FLIP_META, TRUNCATE_PAYLOAD, TRUNCATE_HEADER, BAD_MAGIC, BAD_VERSION };
+/* What a test does to key 1's entry (path) in d: damage it, or forge it as
+ * whoever can write the directory could. */
+enum damage {
+    FLIP_PAYLOAD,
+    FLIP_META,
+    TRUNCATE_PAYLOAD,
+    TRUNCATE_HEADER,
+    BAD_MAGIC,
+    BAD_VERSION,
+    FORGE_UNAUTHENTICATED_FORMAT,
+    FORGE_RECOMPUTED_SHA256,
+    FORGE_NEW_KEY,
+};
 
-static void damage_file(const char *path, enum damage how)
+static void forge_entry(const char *d, const char *path, enum damage how);
+
+static void damage_file(const char *d, const char *path, enum damage how)
 {
+    if (how >= FORGE_UNAUTHENTICATED_FORMAT) {
+        forge_entry(d, path, how);
+        return;
+    }
     FILE *f = fopen(path, "r+b");
     cr_assert_not_null(f);
     long off = 0;
@@ -343,8 +392,7 @@ static void damage_file(const char *path, enum damage how)
     case BAD_VERSION:
         off = 4;
         break;
-    case TRUNCATE_PAYLOAD:
-    case TRUNCATE_HEADER:
+    default:
         break;
     }
     if (how == TRUNCATE_PAYLOAD || how == TRUNCATE_HEADER) {
@@ -359,29 +407,26 @@ static void damage_file(const char *path, enum damage how)
     fclose(f);
 }
 
-static void check_discarded_and_rebuilt(enum damage how)
+/* Builds key 1's entry in a directory of its own and damages it (how): a
+ * cache opened there must discard it, counting auth of those among the
+ * unauthenticated, and build the key again; the next one serves the rebuilt
+ * file from disk. */
+static void check_discarded_and_rebuilt(enum damage how, uint64_t auth)
 {
     const char *d = dir_make();
     struct builder b = {.len = 256, .fill = 3};
-    disk_entry_made(d, &b);
-
-    tsr_fingerprint k = key_of(1);
     char path[512];
-    entry_path(d, &k, path, sizeof path);
-    damage_file(path, how);
+    entry_built(d, &b, path, sizeof path);
+    damage_file(d, path, how);
 
     tsr_kcache *c = cache_open(d, 0, 0);
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
     cr_expect_eq(atomic_load(&b.calls), 2);
-    tsr_kcache_stats s;
-    tsr_kcache_get_stats(c, &s);
-    cr_expect_eq(s.corrupt_discarded, 1);
-    cr_expect_eq(s.disk_hits, 0);
-    cr_expect_eq(s.disk_entries, 1);
-    cr_expect_eq(s.disk_bytes, FOOTPRINT(HEADER_BYTES + 256));
+    EXPECT_STATS(c, STAT(corrupt_discarded, 1), STAT(auth_failures, auth), STAT(disk_hits, 0),
+                 STAT(disk_entries, 1), STAT(disk_bytes, FOOTPRINT(HEADER_BYTES + 256)));
     tsr_kcache_close(c);
 
-    /* The rebuilt file is whole again. */
+    /* The rebuilt file is whole again, and authentic. */
     c = cache_open(d, 0, 0);
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_DISK);
     cr_expect_eq(atomic_load(&b.calls), 2);
@@ -390,32 +435,32 @@ static void check_discarded_and_rebuilt(enum damage how)
 
 Test(kcache, discards_an_entry_with_a_flipped_payload_byte)
 {
-    check_discarded_and_rebuilt(FLIP_PAYLOAD);
+    check_discarded_and_rebuilt(FLIP_PAYLOAD, 1);
 }
 
 Test(kcache, discards_an_entry_with_a_flipped_meta_byte)
 {
-    check_discarded_and_rebuilt(FLIP_META);
+    check_discarded_and_rebuilt(FLIP_META, 1);
 }
 
 Test(kcache, discards_a_truncated_payload)
 {
-    check_discarded_and_rebuilt(TRUNCATE_PAYLOAD);
+    check_discarded_and_rebuilt(TRUNCATE_PAYLOAD, 0);
 }
 
 Test(kcache, discards_a_truncated_header)
 {
-    check_discarded_and_rebuilt(TRUNCATE_HEADER);
+    check_discarded_and_rebuilt(TRUNCATE_HEADER, 0);
 }
 
 Test(kcache, discards_a_wrong_magic)
 {
-    check_discarded_and_rebuilt(BAD_MAGIC);
+    check_discarded_and_rebuilt(BAD_MAGIC, 0);
 }
 
 Test(kcache, discards_an_unknown_format_version)
 {
-    check_discarded_and_rebuilt(BAD_VERSION);
+    check_discarded_and_rebuilt(BAD_VERSION, 0);
 }
 
 Test(kcache, discards_a_file_renamed_to_another_keys_name)
@@ -438,9 +483,7 @@ Test(kcache, discards_a_file_renamed_to_another_keys_name)
     struct builder b2 = {.len = 80, .fill = 2};
     cr_expect_eq(get_checked(c, 2, &b2), TSR_KCACHE_MISS);
     cr_expect_eq(atomic_load(&b2.calls), 1);
-    tsr_kcache_stats s;
-    tsr_kcache_get_stats(c, &s);
-    cr_expect_eq(s.corrupt_discarded, 1);
+    EXPECT_STATS(c, STAT(corrupt_discarded, 1));
     const tsr_kcache_blob *blob;
     cr_expect_eq(tsr_kcache_lookup(c, &k1, &blob, NULL, NULL), TSR_NOT_FOUND);
     tsr_kcache_close(c);
@@ -461,11 +504,7 @@ Test(kcache, memory_eviction_keeps_the_most_recently_used)
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MEMORY);
     cr_expect_eq(get_checked(c, 4, &b), TSR_KCACHE_MISS); /* a fourth: evicts 2 */
 
-    tsr_kcache_stats s;
-    tsr_kcache_get_stats(c, &s);
-    cr_expect_eq(s.memory_evictions, 1);
-    cr_expect_eq(s.memory_entries, 3);
-    cr_expect_eq(s.memory_bytes, 3000);
+    EXPECT_STATS(c, STAT(memory_evictions, 1), STAT(memory_entries, 3), STAT(memory_bytes, 3000));
 
     const int present[] = {1, 3, 4};
     for (size_t i = 0; i < 3; i++) {
@@ -489,11 +528,8 @@ Test(kcache, memory_bound_counts_each_entrys_bookkeeping)
 {
     struct builder b = {.len = 10, .fill = 9};
     tsr_kcache *c = cache_built(NULL, 1000, 0, &b, 50);
-    tsr_kcache_stats s;
-    tsr_kcache_get_stats(c, &s);
-    cr_expect_eq(s.memory_entries, 3);
-    cr_expect_eq(s.memory_bytes, 30, "the counter stays payload bytes");
-    cr_expect_eq(s.memory_evictions, 47);
+    /* memory_bytes stays payload bytes. */
+    EXPECT_STATS(c, STAT(memory_entries, 3), STAT(memory_bytes, 30), STAT(memory_evictions, 47));
     tsr_kcache_close(c);
 }
 
@@ -512,12 +548,8 @@ Test(kcache, disk_eviction_removes_the_least_recently_used_file)
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_DISK);
     cr_expect_eq(get_checked(c, 4, &b), TSR_KCACHE_MISS);
 
-    tsr_kcache_stats s;
-    tsr_kcache_get_stats(c, &s);
-    cr_expect_eq(s.disk_evictions, 1);
-    cr_expect_eq(s.disk_entries, 3);
-    cr_expect_eq(s.disk_bytes, 3 * FOOTPRINT(HEADER_BYTES + 1000));
-    cr_expect_eq(s.memory_entries, 0);
+    EXPECT_STATS(c, STAT(disk_evictions, 1), STAT(disk_entries, 3),
+                 STAT(disk_bytes, 3 * FOOTPRINT(HEADER_BYTES + 1000)), STAT(memory_entries, 0));
 
     for (int n = 1; n <= 4; n++)
         cr_expect_eq(entry_exists(d, n), n != 2, "key %d", n);
@@ -532,11 +564,8 @@ Test(kcache, open_trims_a_directory_over_a_smaller_bound)
     tsr_kcache_close(c);
 
     c = cache_open(d, 0, 5000); /* trims to 4500: keeps the newest one (a 4 KiB block) */
-    tsr_kcache_stats s;
-    tsr_kcache_get_stats(c, &s);
-    cr_expect_eq(s.disk_evictions, 3);
-    cr_expect_eq(s.disk_entries, 1);
-    cr_expect_eq(s.disk_bytes, FOOTPRINT(HEADER_BYTES + 1000));
+    EXPECT_STATS(c, STAT(disk_evictions, 3), STAT(disk_entries, 1),
+                 STAT(disk_bytes, FOOTPRINT(HEADER_BYTES + 1000)));
     cr_expect_eq(get_checked(c, 4, &b), TSR_KCACHE_DISK);
     tsr_kcache_close(c);
 }
@@ -591,11 +620,7 @@ Test(kcache, concurrent_requests_share_one_build)
     cr_expect_eq(misses, 1);
     cr_expect_eq(shared, 7);
 
-    tsr_kcache_stats s;
-    tsr_kcache_get_stats(c, &s);
-    cr_expect_eq(s.builds, 1);
-    cr_expect_eq(s.shared_waits, 7);
-    cr_expect_eq(s.disk_entries, 1);
+    EXPECT_STATS(c, STAT(builds, 1), STAT(shared_waits, 7), STAT(disk_entries, 1));
 
     tsr_kcache_entry_info *infos;
     size_t count;
@@ -621,11 +646,7 @@ Test(kcache, a_failed_build_reaches_every_waiter_and_is_not_cached)
         cr_expect_str_eq(r[i].err.message, "nvrtc: expected ';' at line 7");
         cr_expect_null(r[i].blob);
     }
-    tsr_kcache_stats s;
-    tsr_kcache_get_stats(c, &s);
-    cr_expect_eq(s.builds, 1);
-    cr_expect_eq(s.build_failures, 1);
-    cr_expect_eq(s.memory_entries, 0);
+    EXPECT_STATS(c, STAT(builds, 1), STAT(build_failures, 1), STAT(memory_entries, 0));
 
     /* The next request builds again. */
     b.fail = TSR_OK;
@@ -680,10 +701,7 @@ Test(kcache, open_removes_stale_temporary_files)
     tsr_kcache *c = cache_open(d, 0, 0);
     cr_expect_not(file_exists(old_tmp));
     cr_expect(file_exists(new_tmp)); /* may belong to a live writer */
-    tsr_kcache_stats s;
-    tsr_kcache_get_stats(c, &s);
-    cr_expect_eq(s.disk_entries, 0);
-    cr_expect_eq(s.disk_bytes, 0);
+    EXPECT_STATS(c, STAT(disk_entries, 0), STAT(disk_bytes, 0));
     tsr_kcache_close(c);
 }
 
@@ -707,11 +725,8 @@ Test(kcache, evicts_one_key_or_all)
     cr_expect_eq(err.code, TSR_NOT_FOUND);
     cr_expect_eq(evicted, 0);
 
-    tsr_kcache_stats s;
-    tsr_kcache_get_stats(c, &s);
-    cr_expect_eq(s.memory_entries, 2);
-    cr_expect_eq(s.disk_entries, 2);
-    cr_expect_eq(s.disk_bytes, 2 * FOOTPRINT(HEADER_BYTES + 50));
+    EXPECT_STATS(c, STAT(memory_entries, 2), STAT(disk_entries, 2),
+                 STAT(disk_bytes, 2 * FOOTPRINT(HEADER_BYTES + 50)));
 
     /* A key only on disk (written by another cache) counts once too. */
     tsr_kcache *other = cache_open(d, 0, 0);
@@ -720,11 +735,8 @@ Test(kcache, evicts_one_key_or_all)
 
     cr_expect_eq(tsr_kcache_evict(c, NULL, &evicted, NULL), TSR_OK);
     cr_expect_eq(evicted, 3);
-    tsr_kcache_get_stats(c, &s);
-    cr_expect_eq(s.memory_entries, 0);
-    cr_expect_eq(s.memory_bytes, 0);
-    cr_expect_eq(s.disk_entries, 0);
-    cr_expect_eq(s.disk_bytes, 0);
+    EXPECT_STATS(c, STAT(memory_entries, 0), STAT(memory_bytes, 0), STAT(disk_entries, 0),
+                 STAT(disk_bytes, 0));
     for (int n = 1; n <= 4; n++)
         cr_expect_not(entry_exists(d, n), "key %d", n);
     cr_expect_eq(get_checked(c, 2, &b), TSR_KCACHE_MISS);
@@ -754,6 +766,18 @@ static const tsr_kcache_entry_info *info_of(const tsr_kcache_entry_info *infos, 
     return NULL;
 }
 
+/* Expects key 1's listed entry, built for tier1, to say what its levels and
+ * use say: in_memory, on_disk, bytes and hits. */
+static void expect_key1_listed(const tsr_kcache_entry_info *e, int in_memory, int on_disk,
+                               uint64_t bytes, uint64_t hits)
+{
+    cr_expect_eq(e->in_memory, in_memory);
+    cr_expect_eq(e->on_disk, on_disk);
+    cr_expect_eq(e->bytes, bytes);
+    cr_expect_eq(e->hits, hits);
+    cr_expect_str_eq(e->meta.candidate, "tier1");
+}
+
 Test(kcache, lists_entries_of_both_levels)
 {
     const char *d = dir_make();
@@ -771,11 +795,7 @@ Test(kcache, lists_entries_of_both_levels)
     cr_assert_eq(count, 2);
     const tsr_kcache_entry_info *e1 = info_of(infos, count, 1), *e2 = info_of(infos, count, 2);
     cr_assert(e1 && e2);
-    cr_expect_eq(e1->bytes, 100);
-    cr_expect_eq(e1->hits, 2);
-    cr_expect_eq(e1->in_memory, 1);
-    cr_expect_eq(e1->on_disk, 1);
-    cr_expect_str_eq(e1->meta.candidate, "tier1");
+    expect_key1_listed(e1, 1, 1, 100, 2);
     cr_expect_str_eq(e1->meta.kind, "matmul");
     cr_expect_str_eq(e1->meta.arch, "sm_90a");
     cr_expect_eq(e2->bytes, 200);
@@ -790,11 +810,7 @@ Test(kcache, lists_entries_of_both_levels)
     e1 = info_of(infos, count, 1);
     e2 = info_of(infos, count, 2);
     cr_assert(e1 && e2);
-    cr_expect_eq(e1->in_memory, 0);
-    cr_expect_eq(e1->on_disk, 1);
-    cr_expect_eq(e1->hits, 0);
-    cr_expect_eq(e1->bytes, 100);
-    cr_expect_str_eq(e1->meta.candidate, "tier1");
+    expect_key1_listed(e1, 0, 1, 100, 0);
     cr_expect_eq(e2->bytes, 200);
     cr_expect_gt(e2->last_used_unix_ms, before_ms);
     free(infos);
@@ -816,9 +832,8 @@ Test(kcache, a_held_blob_outlives_eviction_and_close)
     const tsr_kcache_blob *a, *b;
     cr_assert_eq(tsr_kcache_get_or_build(c, &ka, NULL, build_fn, &ba, &a, NULL, NULL), TSR_OK);
     cr_assert_eq(tsr_kcache_get_or_build(c, &kb, NULL, build_fn, &bb, &b, NULL, NULL), TSR_OK);
-    tsr_kcache_stats s;
-    tsr_kcache_get_stats(c, &s);
-    cr_expect_eq(s.memory_evictions, 1); /* a went */
+    /* a went */
+    EXPECT_STATS(c, STAT(memory_evictions, 1));
     cr_expect(payload_is(a, 1000, 1));
 
     tsr_kcache_blob_retain(b);
@@ -863,9 +878,7 @@ Test(kcache, two_caches_on_one_directory_see_each_others_entries)
     tsr_kcache_close(c2);
     c2 = cache_open(d, 0, 0);
     cr_expect_eq(tsr_kcache_lookup(c2, &k2, &blob, NULL, NULL), TSR_NOT_FOUND);
-    tsr_kcache_stats s;
-    tsr_kcache_get_stats(c2, &s);
-    cr_expect_eq(s.corrupt_discarded, 0);
+    EXPECT_STATS(c2, STAT(corrupt_discarded, 0));
     tsr_kcache_close(c1);
     tsr_kcache_close(c2);
 }
@@ -873,8 +886,8 @@ Test(kcache, two_caches_on_one_directory_see_each_others_entries)
 Test(kcache, a_failed_disk_write_keeps_serving_from_memory)
 {
     const char *d = dir_make();
-    char moved[512];
-    snprintf(moved, sizeof moved, "%s.moved", d);
+    char moved[128];
+    dir_moved_name(moved, sizeof moved);
     tsr_kcache *c = cache_open(d, 0, 0);
     /* Running as root defeats permission bits, so the directory is replaced by a
      * plain file: creating the entry's subdirectory then fails with ENOTDIR. */
@@ -887,11 +900,7 @@ Test(kcache, a_failed_disk_write_keeps_serving_from_memory)
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MEMORY);
     cr_expect_eq(atomic_load(&b.calls), 1);
-    tsr_kcache_stats s;
-    tsr_kcache_get_stats(c, &s);
-    cr_expect_eq(s.disk_write_failures, 1);
-    cr_expect_eq(s.disk_entries, 0);
-    cr_expect_eq(s.memory_entries, 1);
+    EXPECT_STATS(c, STAT(disk_write_failures, 1), STAT(disk_entries, 0), STAT(memory_entries, 1));
     tsr_kcache_close(c);
 }
 
@@ -1001,81 +1010,51 @@ static uint8_t *entry_v1(const tsr_fingerprint *k, const uint8_t *payload, size_
     return e;
 }
 
-/* Opens a cache on d after key 1's file was replaced by forged bytes: the
- * forgery must be discarded and counted as unauthenticated, and the key
- * rebuilt from b. */
-static void check_forgery_discarded(const char *d, struct builder *b)
+static void forge_entry(const char *d, const char *path, enum damage how)
 {
-    tsr_kcache *c = cache_open(d, 0, 0);
-    cr_expect_eq(get_checked(c, 1, b), TSR_KCACHE_MISS);
-    tsr_kcache_stats s;
-    tsr_kcache_get_stats(c, &s);
-    cr_expect_eq(s.corrupt_discarded, 1);
-    cr_expect_eq(s.auth_failures, 1);
-    cr_expect_eq(s.disk_hits, 0);
-    tsr_kcache_close(c);
-    c = cache_open(d, 0, 0);
-    cr_expect_eq(get_checked(c, 1, b), TSR_KCACHE_DISK, "the rebuilt entry is authentic");
-    tsr_kcache_close(c);
+    if (how == FORGE_NEW_KEY) {
+        /* A new key (the old file deleted) makes every entry written before
+         * untrustworthy. */
+        char key[512];
+        snprintf(key, sizeof key, "%s/kcache.key", d);
+        cr_assert_eq(unlink(key), 0);
+        return;
+    }
+    size_t len;
+    uint8_t *img;
+    if (how == FORGE_UNAUTHENTICATED_FORMAT) {
+        uint8_t evil[64];
+        memset(evil, 0xee, sizeof evil);
+        tsr_fingerprint k = key_of(1);
+        img = entry_v1(&k, evil, sizeof evil, &len);
+    } else {
+        /* The payload changed, and a digest anyone can compute where the MAC
+         * goes. */
+        img = file_slurp(path, &len);
+        memset(img + HEADER_BYTES, 0xee, len - HEADER_BYTES);
+        uint8_t *buf = malloc(len);
+        memcpy(buf, img, TSRI_KCACHE_OFF_MAC);
+        memcpy(buf + TSRI_KCACHE_OFF_MAC, img + HEADER_BYTES, len - HEADER_BYTES);
+        tsr_sha256(buf, TSRI_KCACHE_OFF_MAC + len - HEADER_BYTES, img + TSRI_KCACHE_OFF_MAC);
+        free(buf);
+    }
+    file_write(path, img, len);
+    free(img);
 }
 
 Test(kcache, an_entry_of_the_unauthenticated_format_is_discarded)
 {
-    const char *d = dir_make();
-    struct builder b = {.len = 64, .fill = 4};
-    tsr_kcache *c = cache_open(d, 0, 0);
-    get_checked(c, 2, &b); /* makes the directory and the key */
-    tsr_kcache_close(c);
-
-    uint8_t evil[64];
-    memset(evil, 0xee, sizeof evil);
-    tsr_fingerprint k = key_of(1);
-    size_t len;
-    uint8_t *e = entry_v1(&k, evil, sizeof evil, &len);
-    char path[512], sub[512];
-    entry_path(d, &k, path, sizeof path);
-    snprintf(sub, sizeof sub, "%.*s", (int)(strrchr(path, '/') - path), path);
-    mkdir(sub, 0755);
-    file_write(path, e, len);
-    free(e);
-    check_forgery_discarded(d, &b);
+    check_discarded_and_rebuilt(FORGE_UNAUTHENTICATED_FORMAT, 1);
 }
 
 Test(kcache, a_forged_entry_with_a_recomputed_sha256_is_discarded)
 {
-    const char *d = dir_make();
-    struct builder b = {.len = 64, .fill = 4};
-    disk_entry_made(d, &b);
-
-    /* Whoever can write the directory changes the payload and puts a digest
-     * anyone can compute where the MAC goes. */
-    tsr_fingerprint k = key_of(1);
-    char path[512];
-    entry_path(d, &k, path, sizeof path);
-    size_t len;
-    uint8_t *img = file_slurp(path, &len);
-    memset(img + HEADER_BYTES, 0xee, len - HEADER_BYTES);
-    uint8_t *buf = malloc(len);
-    memcpy(buf, img, TSRI_KCACHE_OFF_MAC);
-    memcpy(buf + TSRI_KCACHE_OFF_MAC, img + HEADER_BYTES, len - HEADER_BYTES);
-    tsr_sha256(buf, TSRI_KCACHE_OFF_MAC + len - HEADER_BYTES, img + TSRI_KCACHE_OFF_MAC);
-    free(buf);
-    file_write(path, img, len);
-    free(img);
-    check_forgery_discarded(d, &b);
+    check_discarded_and_rebuilt(FORGE_RECOMPUTED_SHA256, 1);
 }
 
 Test(kcache, an_entry_written_under_another_key_is_discarded)
 {
-    const char *d = dir_make();
-    struct builder b = {.len = 64, .fill = 4};
-    disk_entry_made(d, &b);
-    /* A new key (the old file deleted) makes every entry written before
-     * untrustworthy. */
-    char path[512];
-    snprintf(path, sizeof path, "%s/kcache.key", d);
-    cr_assert_eq(unlink(path), 0);
-    check_forgery_discarded(d, &b);
+    check_discarded_and_rebuilt(FORGE_NEW_KEY, 1);
 }
 
 Test(kcache, the_key_file_is_made_once_private_and_kept)
@@ -1158,9 +1137,7 @@ Test(kcache, a_key_file_that_cannot_be_made_leaves_a_key_of_this_process)
     /* The next process has another key: the entry is not trusted, but rebuilt. */
     c = key_elsewhere_open(&k);
     cr_expect_eq(get_checked(c, 1, &b), TSR_KCACHE_MISS);
-    tsr_kcache_stats s;
-    tsr_kcache_get_stats(c, &s);
-    cr_expect_eq(s.auth_failures, 1);
+    EXPECT_STATS(c, STAT(auth_failures, 1));
     tsr_kcache_close(c);
     c = cache_open(k.cache, 0, 0);
     cr_expect_not(tsr_kcache_key_ephemeral(c));
@@ -1209,16 +1186,6 @@ Test(kcache, a_key_file_that_is_a_link_or_the_wrong_size_is_refused)
 /* Key 1's file replaced by something that is not a regular file: the cache
  * must neither block on it nor serve what it leads to, and the next write puts
  * a good entry in its place. */
-/* A cache on d that built key 1 with b, closed; path its entry's file. */
-static void entry_built(const char *d, struct builder *b, char *path, size_t cap)
-{
-    tsr_kcache *c = cache_open(d, 0, 0);
-    cr_expect_eq(get_checked(c, 1, b), TSR_KCACHE_MISS);
-    tsr_kcache_close(c);
-    tsr_fingerprint k = key_of(1);
-    entry_path(d, &k, path, cap);
-}
-
 Test(kcache, a_fifo_in_place_of_an_entry_is_skipped_without_blocking)
 {
     const char *d = dir_make();
@@ -1530,10 +1497,7 @@ Test(kcache, a_disk_miss_is_served_by_the_remote_level_then_from_disk)
     cr_expect_eq(get_checked(c, 5, &b), TSR_KCACHE_MEMORY);
     cr_expect_eq(atomic_load(&b.calls), 0);
     cr_expect_eq(atomic_load(&r.calls), 1);
-    tsr_kcache_stats s;
-    tsr_kcache_get_stats(c, &s);
-    cr_expect_eq(s.fleet_hits, 1);
-    cr_expect_eq(s.builds, 0);
+    EXPECT_STATS(c, STAT(fleet_hits, 1), STAT(builds, 0));
     cr_expect(entry_exists(d, 5));
     expect_one_entry_from(c, TSR_KCACHE_FLEET);
     tsr_kcache_close(c);

@@ -184,16 +184,10 @@ Test(refexec, fully_masked_attention_rows_are_zero)
 {
     /* seq_q 4 > seq_k 2, causal: query m sees keys n <= m - 2, so rows 0 and 1
      * see nothing and must be exactly 0. */
-    tsr_attention_desc d = {.batch = 1,
-                            .heads = 1,
-                            .seq_q = 4,
-                            .seq_k = 2,
-                            .head_dim = 2,
-                            .scale = NAN,
-                            .causal = true};
-    tsr_region r;
+    tsr_region r = regions_parse("{\"kind\": \"attention\", \"dtype\": \"f32\", \"batch\": 1, "
+                                 "\"heads\": 1, \"seq_q\": 4, \"seq_k\": 2, \"head_dim\": 2, "
+                                 "\"causal\": true}");
     tsr_error err;
-    cr_assert_eq(tsr_region_init_attention(&r, TSR_F32, &d, &err), TSR_OK, "%s", err.message);
     float q[8] = {1, 2, 3, 4, 5, 6, 7, 8}, k[4] = {1, 0, 0, 1}, v[4] = {10, 20, 30, 40};
     float o[8];
     const void *in[3] = {q, k, v};
@@ -205,6 +199,7 @@ Test(refexec, fully_masked_attention_rows_are_zero)
     /* row 3 sees both keys: scores (7, 8) / sqrt(2) */
     double p0 = 1.0 / (1.0 + exp(1.0 / sqrt(2.0)));
     cr_assert_eq(o[6], (float)(p0 * 10 + (1 - p0) * 30));
+    tsr_region_free(&r);
 }
 
 Test(refexec, matmul_is_exact_on_small_integers)
@@ -267,17 +262,9 @@ Test(refexec, work_of_matmul_like_kinds)
 
 Test(refexec, work_of_attention_counts_the_pairs_the_mask_keeps)
 {
-    tsr_region r;
-    tsr_error err;
-    tsr_attention_desc d = {.batch = 2,
-                            .heads = 4,
-                            .heads_kv = 2,
-                            .seq_q = 4,
-                            .seq_k = 4,
-                            .head_dim = 8,
-                            .head_dim_v = 16,
-                            .scale = NAN};
-    cr_assert_eq(tsr_region_init_attention(&r, TSR_F32, &d, &err), TSR_OK, "%s", err.message);
+    tsr_region r = regions_parse("{\"kind\": \"attention\", \"dtype\": \"f32\", \"batch\": 2, "
+                                 "\"heads\": 4, \"heads_kv\": 2, \"seq_q\": 4, \"seq_k\": 4, "
+                                 "\"head_dim\": 8, \"head_dim_v\": 16}");
     /* io: q 2·4·4·8 = 256, k 2·2·4·8 = 128, v 2·2·4·16 = 256, out 2·4·4·16 = 512 */
     double io = 256 + 128 + 256 + 512;
     /* B·H·P = 2·4·16 = 128 pairs: 2·128·(8 + 16) + 32·(io + 128) */
@@ -291,6 +278,7 @@ Test(refexec, work_of_attention_counts_the_pairs_the_mask_keeps)
     r.u.attention.seq_k = 4; /* bottom-right: rows see 3 and 4 keys */
     io = 128 + 128 + 256 + 256;
     cr_assert_eq(tsr_ref_work(&r), 2.0 * 56 * 24 + 32.0 * (io + 56));
+    tsr_region_free(&r);
 }
 
 Test(refexec, work_of_pointwise_reads_broadcast_inputs_per_output_element)

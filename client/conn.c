@@ -12,6 +12,7 @@
  * and uid before some requests, so it must not depend on the calls above it.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,15 @@ struct tsr_client {
      * (tsr_client_set_spin). */
     atomic_int_fast64_t spin_ns;
 };
+
+/* The CPUs this process may run on (its affinity), else those online. */
+static long conn_usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        return CPU_COUNT(&set);
+    return sysconf(_SC_NPROCESSORS_ONLN);
+}
 
 void tsri_client_strcpy(char *dst, size_t n, const char *src)
 {
@@ -182,7 +192,7 @@ tsr_status tsr_client_connect(const tsr_client_options *opts, tsr_client **out, 
     atomic_init(&c->daemon_uid1, 0);
     /* Spinning pays where a core is to spare; on a small machine the daemon
      * may need the very core a caller would spin on. */
-    atomic_init(&c->spin_ns, sysconf(_SC_NPROCESSORS_ONLN) >= TSR_CLIENT_SPIN_MIN_CPUS
+    atomic_init(&c->spin_ns, conn_usable_cpus() >= TSR_CLIENT_SPIN_MIN_CPUS
                                  ? (int_fast64_t)TSR_CLIENT_DEFAULT_SPIN_US * 1000
                                  : 0);
     const char *spin = getenv("TESSERA_SPIN_US");
@@ -190,12 +200,16 @@ tsr_status tsr_client_connect(const tsr_client_options *opts, tsr_client **out, 
         char *end;
         errno = 0;
         long long us = strtoll(spin, &end, 10);
-        tsr_status st = *end != '\0' || errno != 0
-                            ? tsr_error_set(err, TSR_INVALID_ARGUMENT,
-                                            "TESSERA_SPIN_US: '%s' is not a whole number of "
-                                            "microseconds",
-                                            spin)
-                            : tsr_client_set_spin(c, us, err);
+        tsr_status st = TSR_OK;
+        if (*end != '\0' || errno != 0)
+            st = tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                               "TESSERA_SPIN_US: '%s' is not a whole number of microseconds", spin);
+        else if (us < 0 || us > TSR_CLIENT_MAX_SPIN_US)
+            st = tsr_error_set(err, TSR_INVALID_ARGUMENT,
+                               "TESSERA_SPIN_US: %lld microseconds, want 0 to %d", us,
+                               TSR_CLIENT_MAX_SPIN_US);
+        else
+            st = tsr_client_set_spin(c, us, err);
         if (st != TSR_OK) {
             tsr_client_close(c);
             return st;

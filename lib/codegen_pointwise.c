@@ -345,13 +345,17 @@ static tsr_status pw_generic_launch(const tsr_region *r, const tsri_cg_target *t
      * H200); element loops 8 blocks per multiprocessor. */
     int64_t items;
     int64_t cap = (int64_t)t->sm_count * PW_BLOCKS_PER_SM;
-    if (inner % vw == 0) {
+    if (!p->any_bcast) {
+        /* Dense: its vector loop and scalar tail take any count. */
+        items = (elems + vw - 1) / vw;
+        cap = PW_MAX_GRID;
+    } else if (inner % vw == 0) {
         /* The broadcast kernel's vector pass has no loop: a grid short of a
          * thread per vector would leave vectors out. Within the region
          * limits (2^40 elements: 2^30 blocks) it never is. */
         items = elems / vw;
         cap = PW_MAX_GRID;
-        if (p->any_bcast && (items + PW_THREADS - 1) / PW_THREADS > cap)
+        if ((items + PW_THREADS - 1) / PW_THREADS > cap)
             return tsr_error_set(err, TSR_UNSUPPORTED,
                                  "pointwise: %lld vectors, past one thread each on a grid of "
                                  "%d blocks",

@@ -11,11 +11,12 @@
  *
  * An input is kept only when asked for a second time (the first sighting is
  * remembered in a small ring of recent requests), so that an input whose size
- * changes with every shape (A, whose rows are M) never displaces one that
- * repeats. Entries are immutable once made and counted by their readers;
- * the least recently used ones that no reader holds go first when the budget
- * is exceeded. One mutex guards the table; no lock is held while an input is
- * made or read.
+ * changes with every shape (A, whose rows are M) is not kept for one shape
+ * alone; it is when the same shape is checked again (several candidates
+ * verified for one selection, two tenants sending one new shape at once),
+ * and then ages out behind the inputs that repeat. Entries are immutable once made and counted by
+ * their readers; the least recently used ones that no reader holds go first when the budget is
+ * exceeded. One mutex guards the table; no lock is held while an input is made or read.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -150,10 +151,16 @@ void tsri_oracle_memo_put(tsr_oracle_memo *m, uint64_t key, tsr_dtype dtype, uin
     *e = (memo_entry){.key = key, .n = n, .dtype = dtype, .bytes = bytes, .data = copy};
     pthread_mutex_lock(&m->lock);
     bool present = false;
-    for (const memo_entry *x = m->entries; x != NULL && !present; x = x->next)
+    uint64_t unread = 0; /* bytes of entries nobody reads: what eviction can free */
+    for (const memo_entry *x = m->entries; x != NULL && !present; x = x->next) {
         present = x->key == key && x->dtype == dtype && x->n == n;
-    /* Room: the least recently used entries that nobody reads go first. */
-    while (!present && m->bytes + bytes > m->max_bytes) {
+        if (x->readers == 0)
+            unread += x->bytes;
+    }
+    /* Room: the least recently used entries that nobody reads go first, and
+     * none at all when even they would not make room. */
+    bool fits = m->bytes - unread + bytes <= m->max_bytes;
+    while (!present && fits && m->bytes + bytes > m->max_bytes) {
         memo_entry **victim = NULL;
         for (memo_entry **p = &m->entries; *p != NULL; p = &(*p)->next)
             if ((*p)->readers == 0 && (victim == NULL || (*p)->used < (*victim)->used))

@@ -75,21 +75,24 @@ static void dispatch_log(tsrd_job *job, tsr_status status)
                        (unsigned long long)job->id, job->session ? job->session->pipe_id : 0,
                        tsrd_body_name(job->body_case), tsr_status_name(status), us,
                        job->err.message);
-    else if (job->queued_ns != 0)
+    else if (job->first_queued_ns != 0) {
         /* A job that went to the pool (or ran in its place on the loop): the
-         * time before it was handed over, waiting for a worker, executing,
-         * coming back to the loop, and after. */
+         * time before it was first handed over; then, of its last slice,
+         * waiting for a worker, executing, coming back to the loop; and after. */
+        char slices[48] = "";
+        if (job->slices > 1)
+            snprintf(slices, sizeof slices, "; the last of %u slices", job->slices);
         tsrd_log_debug(&d->log,
                        "request id=%llu session=%u type=%s status=%s us=%llu (loop %llu, "
-                       "pool wait %llu, execute %llu, back %llu, reply %llu)",
+                       "pool wait %llu, execute %llu, back %llu, reply %llu%s)",
                        (unsigned long long)job->id, job->session ? job->session->pipe_id : 0,
                        tsrd_body_name(job->body_case), tsr_status_name(status), us,
-                       dispatch_span_us(job->start_ns, job->queued_ns),
+                       dispatch_span_us(job->start_ns, job->first_queued_ns),
                        dispatch_span_us(job->queued_ns, job->exec_ns),
                        dispatch_span_us(job->exec_ns, job->exec_end_ns),
                        dispatch_span_us(job->exec_end_ns, job->after_ns),
-                       dispatch_span_us(job->after_ns, now));
-    else
+                       dispatch_span_us(job->after_ns, now), slices);
+    } else
         tsrd_log_debug(&d->log, "request id=%llu session=%u type=%s status=%s us=%llu",
                        (unsigned long long)job->id, job->session ? job->session->pipe_id : 0,
                        tsrd_body_name(job->body_case), tsr_status_name(status), us);
@@ -245,6 +248,17 @@ static bool dispatch_hold(tsrd_job *job)
     return true;
 }
 
+/* A slice of the job goes to the pool (or runs in its place on the loop):
+ * the last slice's stamps start again. */
+static void dispatch_stamp_queued(tsrd_job *job)
+{
+    job->queued_ns = uv_hrtime();
+    if (job->first_queued_ns == 0)
+        job->first_queued_ns = job->queued_ns;
+    job->exec_ns = job->exec_end_ns = job->after_ns = 0;
+    job->slices++;
+}
+
 /* Counts job in (delta 1) or out of (-1) the pool's running work: the total,
  * its device's, and device 0's borrowers (state.h). */
 static void dispatch_count(tsrd_daemon *d, const tsrd_job *job, int delta)
@@ -349,7 +363,7 @@ void tsrd_dispatch_pump(tsrd_daemon *d)
         dispatch_count(d, job, 1);
         job->work.data = job;
         job->err.code = TSR_OK;
-        job->queued_ns = uv_hrtime();
+        dispatch_stamp_queued(job);
         int rc = uv_queue_work(d->loop, &job->work, dispatch_work, dispatch_after_work);
         if (rc != 0) {
             tsr_error_set(&job->err, TSR_INTERNAL, "uv_queue_work: %s", uv_strerror(rc));
@@ -426,7 +440,7 @@ static void dispatch_inline(tsrd_job *job)
     dispatch_count(d, job, 1);
     job->work.data = job;
     job->err.code = TSR_OK;
-    job->queued_ns = uv_hrtime();
+    dispatch_stamp_queued(job);
     dispatch_work(&job->work);
     dispatch_after_work(&job->work, 0);
 }

@@ -57,10 +57,12 @@ struct tsrd_job {
     void *origin;
     uint64_t id;
     uint64_t start_ns;
-    /* Where a heavy job's time went, for the request's debug log line: handed
-     * to the pool, its execute began and ended (worker thread), back on the
-     * loop; 0 while not reached. The last slice's, for a job that yields. */
-    uint64_t queued_ns, exec_ns, exec_end_ns, after_ns;
+    /* Where a heavy job's time went, for the request's debug log line: first
+     * handed to the pool; then, for its last slice (a job that yields runs in
+     * several), handed to the pool, its execute begun and ended (worker
+     * thread), back on the loop; 0 while not reached. */
+    uint64_t first_queued_ns, queued_ns, exec_ns, exec_end_ns, after_ns;
+    unsigned slices;
     int body_case;
     const tsrd_handler *handler;
     Tessera__V1__Request *req;

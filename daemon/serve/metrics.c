@@ -490,6 +490,27 @@ static void metrics_devices(tsrd_daemon *d, metrics_list *l)
     }
 }
 
+/* The probe inputs sampled checks keep between shapes: node-wide, like the
+ * kernel cache's rows, and shown only to callers who see everything (a
+ * tenant would learn from them that another verified shapes). */
+static void metrics_oracle_memo(tsrd_daemon *d, metrics_list *l)
+{
+    tsr_oracle_memo_counts m;
+    tsr_oracle_memo_stats(d->oracle_memo, &m);
+    metrics_plain(l, "oracle_memo_bytes", "gauge",
+                  "Host bytes of probe inputs kept between sampled checks (oracle_memo_bytes).",
+                  (double)m.bytes);
+    metrics_plain(l, "oracle_memo_hits_total", "counter",
+                  "Whole probe inputs a sampled check took from the memo instead of making them.",
+                  (double)m.hits);
+    metrics_plain(l, "oracle_memo_misses_total", "counter",
+                  "Whole probe inputs a sampled check made (kept from their second request on).",
+                  (double)m.misses);
+    metrics_plain(l, "oracle_memo_evictions_total", "counter",
+                  "Probe inputs dropped from the memo to keep it within oracle_memo_bytes.",
+                  (double)m.evictions);
+}
+
 /* viewer NULL: everything. Otherwise what that tenant may see: the service's
  * own figures, and of the objects and queues only its own; not the kernel
  * cache's counters (a hit there would tell that another tenant compiled the
@@ -511,8 +532,6 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
     metrics_build_info(d, l);
     metrics_requests(d, l);
     metrics_latency(d, l);
-    tsr_oracle_memo_counts memo;
-    tsr_oracle_memo_stats(d->oracle_memo, &memo);
     /* The daemon's own figures, one row each. */
     const struct {
         const char *name, *type, *help;
@@ -524,18 +543,6 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
          "Verifications this node ran (complete, and sampled checks of a new shape); verdicts "
          "from the verdict cache or the fleet cache not counted.",
          (double)tsr_arbiter_verifications(d->arbiter)},
-        {"oracle_memo_bytes", "gauge",
-         "Host bytes of probe inputs kept between sampled checks (oracle_memo_bytes).",
-         (double)memo.bytes},
-        {"oracle_memo_hits_total", "counter",
-         "Whole probe inputs a sampled check took from the memo instead of making them.",
-         (double)memo.hits},
-        {"oracle_memo_misses_total", "counter",
-         "Whole probe inputs a sampled check made (kept from their second request on).",
-         (double)memo.misses},
-        {"oracle_memo_evictions_total", "counter",
-         "Probe inputs dropped from the memo to keep it within oracle_memo_bytes.",
-         (double)memo.evictions},
         {"rings", "gauge", "Submission rings open.", (double)d->rings_open},
         {"ring_launches_total", "counter",
          "Slots served by submission rings that stopped, failed ones included.",
@@ -602,6 +609,7 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
         metrics_plain(l, plain[i].name, plain[i].type, plain[i].help, plain[i].value);
     if (viewer == NULL) {
         metrics_cache(d, l);
+        metrics_oracle_memo(d, l);
         metrics_fleet(d, l);
         metrics_gpus(d, l);
     }

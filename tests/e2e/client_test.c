@@ -357,7 +357,11 @@ Test(client, spin_from_the_environment_is_checked_at_connect)
     cr_expect_null(c);
     setenv("TESSERA_SPIN_US", "2000000", 1);
     cr_expect_eq(tsr_client_connect(&opts, &c, &err), TSR_INVALID_ARGUMENT);
+    cr_expect_str_eq(err.message, "TESSERA_SPIN_US: 2000000 microseconds, want 0 to 1000000");
     cr_expect_null(c);
+    setenv("TESSERA_SPIN_US", "-5", 1);
+    cr_expect_eq(tsr_client_connect(&opts, &c, &err), TSR_INVALID_ARGUMENT);
+    cr_expect_str_eq(err.message, "TESSERA_SPIN_US: -5 microseconds, want 0 to 1000000");
     setenv("TESSERA_SPIN_US", "300", 1);
     cr_assert_eq(tsr_client_connect(&opts, &c, &err), TSR_OK, "%s", err.message);
     tsr_client_info info;

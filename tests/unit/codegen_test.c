@@ -459,6 +459,25 @@ static void codegen_class(const char *json, char cls[TSR_VARIANT_CLASS_MAX])
     tsr_region_free(&r);
 }
 
+Test(codegen, a_dense_pointwise_kernel_gets_a_thread_per_vector_at_any_count)
+{
+    char json[1024];
+    tsr_codegen_kernel k;
+    /* 2^22 + 1 f32, no broadcast: 2^20 + 1 vectors (the last one partial,
+     * through the scalar tail), a thread each, not capped at 8 blocks per
+     * multiprocessor as element loops are. */
+    codegen_relu(json, sizeof json, "f32", "4194305", "4194305", "4194305");
+    codegen_emit_generic(&k, json, "sm_90a");
+    cr_expect_eq(k.launch.grid[0], 4097);
+    tsr_codegen_kernel_free(&k);
+    /* The same with a broadcast row of 7 (not whole vectors): element by
+     * element, capped. */
+    codegen_relu(json, sizeof json, "f32", "599185,7", "7", "599185,7");
+    codegen_emit_generic(&k, json, "sm_90a");
+    cr_expect_eq(k.launch.grid[0], 132 * 8);
+    tsr_codegen_kernel_free(&k);
+}
+
 Test(codegen, pointwise_shapes_of_one_pattern_share_one_source)
 {
     char a[1024], b[1024];

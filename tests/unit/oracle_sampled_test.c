@@ -853,6 +853,12 @@ Test(oracle_sampled, the_memo_keeps_what_shapes_share_from_its_second_request_on
     cr_expect_eq(c.hits, 2, "B and bias taken");
     cr_expect_eq(c.entries, 2);
     cr_expect_eq(c.misses, 3 + 3 + 1, "A each time, B and bias twice");
+    /* The same shape checked again: its A is asked for twice, and kept. */
+    free(memo_reference(memo, 1002, &n));
+    tsr_oracle_memo_stats(memo, &c);
+    cr_expect_eq(c.hits, 4);
+    cr_expect_eq(c.entries, 3);
+    cr_expect_eq(c.bytes, (64 * 1200 + 1200 + 1002 * 64) * 2);
     tsr_oracle_memo_destroy(memo);
 }
 

@@ -860,7 +860,7 @@ class Client:
         sleeps, in microseconds (0: none; at most 1 000 000). Waking a sleeping
         thread can take longer than a short request takes to answer; the spin
         costs this thread's CPU only while the reply is not there. The default
-        is 1000 on a machine of 8 or more CPUs, else 0; $TESSERA_SPIN_US sets
+        is 1000 where the process may run on 8 or more CPUs, else 0; $TESSERA_SPIN_US sets
         it at connect. INVALID_ARGUMENT outside the range."""
         err = _lib.Error()
         _check(lib.tsr_client_set_spin(self._c, int(us), byref(err)), err)

@@ -54,7 +54,10 @@
 #define TSRD_CUDA_TIER1 "tier1"
 #define TSRD_CUDA_GEMM "gemm_wgmma"
 #define TSRD_CUDA_SWIGLU "swiglu_wgmma"
-#define TSRD_CUDA_TIER1_VERSION 1
+/* Tier 1's kernels are the code generator's, so its version is the
+ * generator's: verdicts, kept per candidate version (here and in the fleet
+ * cache), never vouch for kernels a newer generator emits. */
+#define TSRD_CUDA_TIER1_VERSION TSR_CODEGEN_VERSION
 #define TSRD_CUDA_TIER3_VERSION 5
 #define TSRD_CUDA_GEMM80 "gemm_mma80"
 #define TSRD_CUDA_SWIGLU80 "swiglu_mma80"

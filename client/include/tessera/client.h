@@ -124,10 +124,9 @@ void tsr_client_close(tsr_client *c);
  * (on a virtual machine a tiny launch took 422 us p50 with sleeping, 253 with
  * waiting by polling). The default is TSR_CLIENT_DEFAULT_SPIN_US where the
  * process may run on at least TSR_CLIENT_SPIN_MIN_CPUS CPUs (its affinity),
- * else 0 (the daemon may need the core the caller would spin on); $TESSERA_SPIN_US, read at connect,
- * overrides it (a bad value fails the connect with TSR_INVALID_ARGUMENT).
- * The spin costs the calling thread's CPU time only while its reply is not
- * there, and at most us per call. */
+ * else 0 (the daemon may need the core the caller would spin on); $TESSERA_SPIN_US, read at
+ * connect, overrides it (a bad value fails the connect with TSR_INVALID_ARGUMENT). The spin costs
+ * the calling thread's CPU time only while its reply is not there, and at most us per call. */
 #define TSR_CLIENT_DEFAULT_SPIN_US 1000
 #define TSR_CLIENT_SPIN_MIN_CPUS 8
 #define TSR_CLIENT_MAX_SPIN_US 1000000

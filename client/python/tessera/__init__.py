@@ -712,6 +712,8 @@ class Client:
                  auth: Optional[str] = None, force: Optional[str] = None, lazy: bool = False,
                  shm_threshold: Optional[int] = None, spin_us: Optional[int] = None) -> None:
         self._c: Optional[c_void_p] = None
+        if spin_us is not None and (isinstance(spin_us, bool) or not isinstance(spin_us, int)):
+            raise TypeError("spin_us: an int of microseconds, got %r" % (spin_us,))
         if shm_threshold is None:
             shm_threshold = _shm_threshold_from_env()
         opts = _lib.Options()

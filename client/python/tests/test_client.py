@@ -221,6 +221,8 @@ def test_spin_is_checked_and_spinning_calls_answer(daemon):
         tessera.Client(daemon.url, spin_us=-1)
     assert e.value.code == tessera.Status.INVALID_ARGUMENT
     assert e.value.message == "spin: -1 microseconds, want 0 to 1000000"
+    with pytest.raises(TypeError):
+        tessera.Client(daemon.url, spin_us=0.5)
     with tessera.Client(daemon.url, spin_us=1_000_000) as c:
         assert c.hello()["backend"] == "cpu"
         c.set_spin(0)

@@ -54,12 +54,21 @@ static int listener_raw_connect(const testd *d)
     return fd;
 }
 
-/* A new client connects and its hello answers OK (each within LISTENER_PING_MS). */
+/* A new client connects and its hello answers OK within LISTENER_PING_MS.
+ * The client dials lazily: right after a thousand connects the listen backlog
+ * may still be full for a moment (the dial's EAGAIN), which is not silence;
+ * the hello waits for the connection within the same bound. */
 static void listener_assert_serving(const testd *d)
 {
-    tsr_client *c = testd_connect(d->url, "", LISTENER_PING_MS);
-    cr_assert_not_null(c, "no connection after the attack");
+    tsr_client_options opts;
+    tsr_client_options_init(&opts);
+    opts.url = d->url;
+    opts.auth = "";
+    opts.force = "";
+    opts.lazy = true;
+    tsr_client *c = NULL;
     tsr_error err;
+    cr_assert_eq(tsr_client_connect(&opts, &c, &err), TSR_OK, "%s", err.message);
     tsr_status st = tsr_client_hello(c, NULL, LISTENER_PING_MS, &err);
     tsr_client_close(c);
     cr_assert_eq(st, TSR_OK, "hello after the attack: %s: %s", tsr_status_name(st), err.message);

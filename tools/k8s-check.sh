@@ -101,7 +101,10 @@ except Exception as e:
             result FAIL "GET $path: expected '$code $body', got '$got'"
         fi
     done
-    if http "$metrics/metrics" all | grep -q '^tesserad_build_info{'; then
+    # Read whole first: grep -q stops at the first match, and under pipefail the
+    # writer's broken pipe would fail the check.
+    metrics_text=$(http "$metrics/metrics" all)
+    if grep -q '^tesserad_build_info{' <<<"$metrics_text"; then
         result ok "GET /metrics serves tesserad_build_info"
     else
         result FAIL "GET /metrics has no tesserad_build_info"

@@ -318,11 +318,16 @@ void tsr_client_close(tsr_client *c)
     free(c);
 }
 
-static int64_t conn_now_ms(void)
+static int64_t conn_now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int64_t conn_now_ms(void)
+{
+    return conn_now_ns() / 1000000;
 }
 
 tsr_status tsr_client_set_spin(tsr_client *c, long long us, tsr_error *err)
@@ -334,13 +339,6 @@ tsr_status tsr_client_set_spin(tsr_client *c, long long us, tsr_error *err)
                              TSR_CLIENT_MAX_SPIN_US);
     atomic_store(&c->spin_ns, (int_fast64_t)us * 1000);
     return TSR_OK;
-}
-
-static int64_t conn_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* Waits for one aio operation with what is left of the deadline; a receive

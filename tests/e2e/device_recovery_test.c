@@ -143,20 +143,55 @@ static void long_run_hold(const testd *d, tsr_client *watch, int device, long_ru
     testd_sleep_ms(50);
 }
 
+/* tesserad with two simulated devices, four workers and the test faults
+ * (config: more keys of its JSON object, each with a leading comma; "" for
+ * none), and three connections: c serves, faulter plays the faults, watch
+ * reads health and stats. */
+typedef struct two_devices {
+    testd d;
+    tsr_client *c, *faulter, *watch;
+} two_devices;
+
+static void two_devices_start(two_devices *t, const char *config)
+{
+    const char *const extra[] = {"--backend", "cpu", "--cpu-devices", "2", "--workers", "4", NULL};
+    cr_assert_eq(testd_start_config(&t->d, extra, "{\"test_faults\": true%s}\n", config), 0,
+                 "tesserad did not start");
+    t->c = testd_connect(t->d.url, NULL, 60000);
+    t->faulter = testd_connect(t->d.url, NULL, 60000);
+    t->watch = testd_connect(t->d.url, NULL, 60000);
+    cr_assert(t->c != NULL && t->faulter != NULL && t->watch != NULL);
+}
+
+static void two_devices_stop(two_devices *t)
+{
+    tsr_client_close(t->faulter);
+    tsr_client_close(t->c);
+    fixture_stop(&t->d, t->watch);
+}
+
+/* A kernel of fixture_affine(N) compiled through t->c, buffers for it on
+ * device 1, and one launch there that gives the right result (so the kernel
+ * has its copy on device 1). The region, to free. */
+static tsr_region *two_devices_serve_on_1(two_devices *t, tsr_client_compiled *k,
+                                          recovery_pair *dev1)
+{
+    tsr_error err;
+    tsr_region *r = fixture_affine_compiled(t->c, N, k);
+    recovery_pair_alloc(t->c, 1, N, dev1);
+    cr_assert_eq(recovery_pair_launch(t->c, k->kernel, dev1, N, 1, &err), TSR_OK, "%s",
+                 err.message);
+    return r;
+}
+
 Test(device_recovery, a_fault_recovery_pair_1_recovers_it_while_device_0_serves, .timeout = 180)
 {
-    testd d;
     int port = free_port();
-    const char *const extra[] = {"--backend", "cpu", "--cpu-devices", "2", "--workers", "4", NULL};
-    cr_assert_eq(testd_start_config(&d, extra,
-                                    "{\"test_faults\": true, "
-                                    "\"metrics_listen\": \"http://127.0.0.1:%d\"}\n",
-                                    port),
-                 0, "tesserad did not start");
-    tsr_client *c = testd_connect(d.url, NULL, 60000);
-    tsr_client *faulter = testd_connect(d.url, NULL, 60000);
-    tsr_client *watch = testd_connect(d.url, NULL, 60000);
-    cr_assert(c != NULL && faulter != NULL && watch != NULL);
+    char config[80];
+    snprintf(config, sizeof config, ", \"metrics_listen\": \"http://127.0.0.1:%d\"", port);
+    two_devices t;
+    two_devices_start(&t, config);
+    tsr_client *c = t.c, *faulter = t.faulter, *watch = t.watch;
     tsr_error err;
     char body[512];
 
@@ -178,10 +213,10 @@ Test(device_recovery, a_fault_recovery_pair_1_recovers_it_while_device_0_serves,
     /* The long matmul held running on device 1. */
     long_run l;
     pthread_t long_thread;
-    long_run_hold(&d, watch, 1, &l, &long_thread);
+    long_run_hold(&t.d, watch, 1, &l, &long_thread);
 
     /* Runs on device 0, marked while device 1 recovers. */
-    recovery_runner rr = {.url = d.url, .timeout_ms = 60000, .n = N, .device = 0};
+    recovery_runner rr = {.url = t.d.url, .timeout_ms = 60000, .n = N, .device = 0};
     atomic_store(&rr.mark, true);
     recovery_runner_start(&rr);
 
@@ -286,9 +321,7 @@ Test(device_recovery, a_fault_recovery_pair_1_recovers_it_while_device_0_serves,
     long_run_free(&l);
     tsr_client_region_free(small);
     tsr_client_region_free(r);
-    tsr_client_close(faulter);
-    tsr_client_close(c);
-    fixture_stop(&d, watch);
+    two_devices_stop(&t);
 }
 
 /* A run compiles (and checks) on device 0 before its own device's launch, so
@@ -296,20 +329,13 @@ Test(device_recovery, a_fault_recovery_pair_1_recovers_it_while_device_0_serves,
  * a launch on device 1 of a kernel already there does not wait. */
 Test(device_recovery, a_run_recovery_pair_1_waits_out_device_0s_recovery, .timeout = 180)
 {
-    testd d;
-    const char *const extra[] = {"--backend", "cpu", "--cpu-devices", "2", "--workers", "4", NULL};
-    cr_assert_eq(testd_start_config(&d, extra, "{\"test_faults\": true}\n"), 0,
-                 "tesserad did not start");
-    tsr_client *c = testd_connect(d.url, NULL, 60000);
-    tsr_client *faulter = testd_connect(d.url, NULL, 60000);
-    tsr_client *watch = testd_connect(d.url, NULL, 60000);
-    cr_assert(c != NULL && faulter != NULL && watch != NULL);
+    two_devices t;
+    two_devices_start(&t, "");
+    tsr_client *c = t.c, *faulter = t.faulter, *watch = t.watch;
     tsr_error err;
     tsr_client_compiled k;
-    tsr_region *r = fixture_affine_compiled(c, N, &k);
     recovery_pair dev1;
-    recovery_pair_alloc(c, 1, N, &dev1);
-    cr_assert_eq(recovery_pair_launch(c, k.kernel, &dev1, N, 1, &err), TSR_OK, "%s", err.message);
+    tsr_region *r = two_devices_serve_on_1(&t, &k, &dev1);
     tsr_region *small = fixture_affine(4);
     float x4[4] = {1, 2, 3, 4}, y4[4];
     const void *in4[] = {x4};
@@ -320,7 +346,7 @@ Test(device_recovery, a_run_recovery_pair_1_waits_out_device_0s_recovery, .timeo
     /* The long matmul holds device 0 while its fault is noticed. */
     long_run l;
     pthread_t long_thread;
-    long_run_hold(&d, watch, 0, &l, &long_thread);
+    long_run_hold(&t.d, watch, 0, &l, &long_thread);
     cr_assert_eq(recovery_fault(faulter, 0, "test_fault", &err), TSR_DEVICE_LOST, "%s",
                  err.message);
     tsr_client_device_health h[2];
@@ -348,9 +374,7 @@ Test(device_recovery, a_run_recovery_pair_1_waits_out_device_0s_recovery, .timeo
     long_run_free(&l);
     tsr_client_region_free(small);
     tsr_client_region_free(r);
-    tsr_client_close(faulter);
-    tsr_client_close(c);
-    fixture_stop(&d, watch);
+    two_devices_stop(&t);
 }
 
 /* A ring of one slot over y = f(x) on o. */
@@ -448,26 +472,18 @@ static void *held_batch_go(void *arg)
 Test(device_recovery, a_held_batch_whose_kernel_was_freed_meets_no_stale_kernel_copy,
      .timeout = 180)
 {
-    testd d;
-    const char *const extra[] = {"--backend", "cpu", "--cpu-devices", "2", "--workers", "4", NULL};
-    cr_assert_eq(testd_start_config(&d, extra, "{\"test_faults\": true}\n"), 0,
-                 "tesserad did not start");
-    tsr_client *c = testd_connect(d.url, NULL, 60000);
-    tsr_client *faulter = testd_connect(d.url, NULL, 60000);
-    tsr_client *watch = testd_connect(d.url, NULL, 60000);
-    cr_assert(c != NULL && faulter != NULL && watch != NULL);
+    two_devices t;
+    two_devices_start(&t, "");
+    tsr_client *c = t.c, *faulter = t.faulter, *watch = t.watch;
     tsr_error err;
     tsr_client_compiled k;
-    tsr_region *r = fixture_affine_compiled(c, N, &k);
     recovery_pair dev1;
-    recovery_pair_alloc(c, 1, N, &dev1);
-    /* The kernel gets its copy on device 1. */
-    cr_assert_eq(recovery_pair_launch(c, k.kernel, &dev1, N, 1, &err), TSR_OK, "%s", err.message);
+    tsr_region *r = two_devices_serve_on_1(&t, &k, &dev1);
 
     /* Device 1 faults while the long matmul holds it: its rebuild waits. */
     long_run l;
     pthread_t long_thread;
-    long_run_hold(&d, watch, 1, &l, &long_thread);
+    long_run_hold(&t.d, watch, 1, &l, &long_thread);
     cr_assert_eq(recovery_fault(faulter, 1, "test_fault", &err), TSR_DEVICE_LOST, "%s",
                  err.message);
     tsr_client_device_health h[2];
@@ -502,9 +518,7 @@ Test(device_recovery, a_held_batch_whose_kernel_was_freed_meets_no_stale_kernel_
 
     long_run_free(&l);
     tsr_client_region_free(r);
-    tsr_client_close(faulter);
-    tsr_client_close(c);
-    fixture_stop(&d, watch);
+    two_devices_stop(&t);
 }
 
 /* A node-wide recovery (one device: the whole node) whose rebuild fails

@@ -3,6 +3,7 @@ run, compile + buffers + launch, verify, candidates, stats and errors."""
 import contextlib
 import json
 import os
+import time
 
 import numpy as np
 import pytest
@@ -224,7 +225,12 @@ def test_spin_is_checked_and_spinning_calls_answer(daemon):
     with pytest.raises(TypeError):
         tessera.Client(daemon.url, spin_us=0.5)
     with tessera.Client(daemon.url, spin_us=1_000_000) as c:
-        assert c.hello()["backend"] == "cpu"
+        # The spin ends with the reply: ten calls that ran out a 1 s spin
+        # would take 10 s.
+        t0 = time.monotonic()
+        for _ in range(10):
+            assert c.hello()["backend"] == "cpu"
+        assert time.monotonic() - t0 < 5.0, "the spin outlasted its replies"
         c.set_spin(0)
         assert c.hello()["backend"] == "cpu"
         with pytest.raises(tessera.TesseraError) as e:

@@ -223,14 +223,6 @@ struct attn_tile {
     size_t q_row0; /* the CTA's first row in the (B·H·seq_q, HD) view of Q and O */
 };
 
-/* The CTA's rank in its cluster: its share of the keys when they are split. */
-__device__ __forceinline__ int cluster_rank()
-{
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return static_cast<int>(r);
-}
-
 template <int Splits> __device__ __forceinline__ attn_tile attn_tile_of(const tsr_attn_params &p)
 {
     attn_tile t;
@@ -263,40 +255,6 @@ template <int Splits> __device__ __forceinline__ attn_tile attn_tile_of(const ts
 }
 
 /* ---- split keys: the partial results combined across the cluster ---- */
-
-/* Barrier over every thread of the cluster; the writes to shared memory before
- * it are seen by the reads of any CTA after it. */
-__device__ __forceinline__ void cluster_sync()
-{
-    asm volatile("barrier.cluster.arrive.release;\n"
-                 "barrier.cluster.wait.acquire;" ::
-                     : "memory");
-}
-
-/* addr (this CTA's shared memory) as the same offset in CTA rank's. */
-__device__ __forceinline__ uint32_t cluster_addr(uint32_t addr, int rank)
-{
-    uint32_t r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
-    return r;
-}
-
-__device__ __forceinline__ float cluster_load(uint32_t addr)
-{
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ float4 cluster_load4(uint32_t addr)
-{
-    float4 v;
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "r"(addr)
-                 : "memory");
-    return v;
-}
 
 /* Split keys: each CTA of the cluster holds, for the rows of one row tile, the
  * softmax state of its share of the keys (the running maximum m, the sum l and

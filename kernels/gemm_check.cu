@@ -32,7 +32,38 @@
 TSR_GEMM_KERNEL(check_pingpong_square,
                 gemm_pingpong_body<__nv_bfloat16, __nv_bfloat16, 128, 128, 6>(&map_a, &map_b, p))
 
+/* The narrow design the small-M kernels replaced (persistent 128 x 64 tiles,
+ * eight stages of A (16 KiB) + B (8 KiB)), timed beside them. */
+namespace
+{
+DEFINE_WGMMA(64, __nv_bfloat16, "bf16")
+}
+#define CHECK_N64_SMEM (8 * (16384 + 8192) + TSR_GEMM_SCRATCH_BYTES + 1024 + 256)
+TSR_GEMM_KERNEL(check_narrow_n64,
+                gemm_body<__nv_bfloat16, __nv_bfloat16, false, 4, 64, 8>(&map_a, &map_b, &map_b2,
+                                                                         p))
+
 typedef void (*gemm_fn)(CUtensorMap, CUtensorMap, CUtensorMap, tsr_gemm_params);
+
+/* A launch in clusters of `cluster` CTAs along x, as the daemon launches the
+ * small-M kernels. */
+static void launch_clustered(gemm_fn fn, int grid, int cluster, int smem, const CUtensorMap &ma,
+                             const CUtensorMap &mb, const CUtensorMap &mb2,
+                             const tsr_gemm_params &p)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(TSR_GEMM_THREADS);
+    cfg.dynamicSmemBytes = smem;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    CHECK_RT(cudaLaunchKernelEx(&cfg, fn, ma, mb, mb2, p));
+}
 
 /* The epilogue chains the cases use, as tsr_op numbers (bias 25, relu 16,
  * sigmoid 17, tanh 18, silu 19, gelu 22), and whether the residual follows. */
@@ -109,6 +140,30 @@ template <typename T> static void run_ref(const gemm_case &c, const check_buffer
         (T *)d.a, (T *)d.b, (T *)d.b2, (T *)d.bias, (T *)d.res, d.ref, c.m, c.n, c.k, epi, c.gated);
 }
 
+/* The small-M entry point for wgmma N mw, tn columns and output kind oi
+ * (0 bf16 -> f32, 1 bf16 -> bf16, 2 f16 -> f16), and its shared memory. */
+static gemm_fn small_entry(int mw, int tn, int oi)
+{
+    static const gemm_fn entries[3][2][3] = {
+        {{tsr_gemm_bf16_f32_m16_n128, tsr_gemm_bf16_bf16_m16_n128, tsr_gemm_f16_f16_m16_n128},
+         {tsr_gemm_bf16_f32_m16_n256, tsr_gemm_bf16_bf16_m16_n256, tsr_gemm_f16_f16_m16_n256}},
+        {{tsr_gemm_bf16_f32_m32_n128, tsr_gemm_bf16_bf16_m32_n128, tsr_gemm_f16_f16_m32_n128},
+         {tsr_gemm_bf16_f32_m32_n256, tsr_gemm_bf16_bf16_m32_n256, tsr_gemm_f16_f16_m32_n256}},
+        {{tsr_gemm_bf16_f32_m64_n128, tsr_gemm_bf16_bf16_m64_n128, tsr_gemm_f16_f16_m64_n128},
+         {tsr_gemm_bf16_f32_m64_n256, tsr_gemm_bf16_bf16_m64_n256, tsr_gemm_f16_f16_m64_n256}},
+    };
+    return entries[mw == 16 ? 0 : (mw == 32 ? 1 : 2)][tn == 256 ? 1 : 0][oi];
+}
+static int small_smem(int mw, int tn)
+{
+    return tn == 256 ? (mw == 16   ? TSR_GEMM_SMEM_BYTES_SMALL(16, 256)
+                        : mw == 32 ? TSR_GEMM_SMEM_BYTES_SMALL(32, 256)
+                                   : TSR_GEMM_SMEM_BYTES_SMALL(64, 256))
+                     : (mw == 16   ? TSR_GEMM_SMEM_BYTES_SMALL(16, 128)
+                        : mw == 32 ? TSR_GEMM_SMEM_BYTES_SMALL(32, 128)
+                                   : TSR_GEMM_SMEM_BYTES_SMALL(64, 128));
+}
+
 /* Writes one NaN of the 16-bit input dtype at element i of p. */
 static void put_nan(void *p, size_t i, bool f16)
 {
@@ -153,30 +208,33 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
     }
     if (epi.residual)
         p.residual = d.res;
-    /* As the daemon plans: at most TSR_GEMM_NARROW_M rows, the narrow kernels;
-     * else with an epilogue the ping-pong ones, without one the cooperative. */
-    const bool narrow = !c.gated && c.m <= TSR_GEMM_NARROW_M;
-    const bool pp = !c.gated && !narrow && c.epi != 0;
+    /* As the daemon plans: at most TSR_GEMM_NARROW_M rows, the small-M kernels
+     * (tile width and K split by tsr_gemm_small_plan, or split over clusters
+     * of c.grid CTAs when the case names one); else with an epilogue the
+     * ping-pong ones, without one the cooperative. */
+    const bool small = !c.gated && c.m <= TSR_GEMM_NARROW_M;
+    const bool pp = !c.gated && !small && c.epi != 0;
+    const int mw = small ? tsr_gemm_small_rows(c.m) : 0;
+    int tn = 256, splits = 1;
+    if (small)
+        tsr_gemm_small_plan(c.n, c.k, &tn, &splits);
+    if (small && c.grid > 0)
+        splits = c.grid;
+    const int oi = c.out_kind;
     gemm_fn fn =
         c.gated ? tsr_gemm_bf16_bf16_gated
-        : narrow
-            ? (c.out_kind == 0 ? tsr_gemm_bf16_f32_n64
-                               : (c.out_kind == 1 ? tsr_gemm_bf16_bf16_n64 : tsr_gemm_f16_f16_n64))
-        : pp ? (c.out_kind == 0 ? tsr_gemm_bf16_f32_pp
-                                : (c.out_kind == 1 ? tsr_gemm_bf16_bf16_pp : tsr_gemm_f16_f16_pp))
-             : (c.out_kind == 0 ? tsr_gemm_bf16_f32
-                                : (c.out_kind == 1 ? tsr_gemm_bf16_bf16 : tsr_gemm_f16_f16));
-    const int smem = narrow ? TSR_GEMM_SMEM_BYTES_NARROW
-                     : pp   ? TSR_GEMM_SMEM_BYTES_PINGPONG
-                            : TSR_GEMM_SMEM_BYTES;
+        : small ? small_entry(mw, tn, oi)
+        : pp    ? (oi == 0 ? tsr_gemm_bf16_f32_pp
+                           : (oi == 1 ? tsr_gemm_bf16_bf16_pp : tsr_gemm_f16_f16_pp))
+                : (oi == 0 ? tsr_gemm_bf16_f32 : (oi == 1 ? tsr_gemm_bf16_bf16 : tsr_gemm_f16_f16));
+    const int smem = small ? small_smem(mw, tn)
+                     : pp  ? TSR_GEMM_SMEM_BYTES_PINGPONG
+                           : TSR_GEMM_SMEM_BYTES;
     CHECK_RT(
         cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    int bn = c.gated  ? TSR_GEMM_BN_GATED
-             : narrow ? TSR_GEMM_BN_NARROW
-             : pp     ? TSR_GEMM_BN_PINGPONG
-                      : TSR_GEMM_BN;
+    int bn = c.gated ? TSR_GEMM_BN_GATED : small ? tn : pp ? TSR_GEMM_BN_PINGPONG : TSR_GEMM_BN;
     const int bm = pp ? TSR_GEMM_BM_PINGPONG : TSR_GEMM_BM;
-    const CUtensorMap ma = pp ? ma64 : ma128;
+    const CUtensorMap ma = small ? make_map(d.a, dt, c.m, c.k, 64, mw) : pp ? ma64 : ma128;
     int tiles = ((c.m + bm - 1) / bm) * ((c.n + bn - 1) / bn);
     int sms = 0;
     CHECK_RT(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -185,10 +243,17 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
      * many tiles (both ping-pong consumers, the ring across tiles). */
     if (!c.timed && (c.m & 1))
         sms = tiles;
-    if (c.grid > 0)
+    if (c.grid > 0 && !small)
         sms = c.grid;
     tiles = std::min(tiles, sms);
-    fn<<<tiles, TSR_GEMM_THREADS, smem>>>(ma, mb, mb2, p);
+    const int small_grid = ((c.n + bn - 1) / bn) * splits;
+    auto launch = [&] {
+        if (small)
+            launch_clustered(fn, small_grid, splits, smem, ma, mb, mb2, p);
+        else
+            fn<<<tiles, TSR_GEMM_THREADS, smem>>>(ma, mb, mb2, p);
+    };
+    launch();
     CHECK_RT(cudaGetLastError());
     CHECK_RT(cudaDeviceSynchronize());
 
@@ -206,11 +271,74 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
 
     double tflops = 0;
     if (c.timed) {
-        double ms = check_time_ms([&] { fn<<<tiles, TSR_GEMM_THREADS, smem>>>(ma, mb, mb2, p); });
+        double ms = check_time_ms(launch);
         tflops = check_tflops(c.gated, c.m, c.n, c.k, ms);
         if (!quiet)
-            printf("  time %.3f ms\n", ms);
-        if (!c.gated && !narrow && c.out_kind == 1 && !quiet) {
+            printf("  time %.3f ms (B streamed at %.0f GB/s)\n", ms, (double)nb * 2 / (ms * 1e6));
+        if (small && c.out_kind == 1 && !quiet) {
+            /* The narrow design the small-M kernels replaced, checked and timed
+             * beside them. */
+            CHECK_RT(cudaFuncSetAttribute((const void *)check_narrow_n64,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          CHECK_N64_SMEM));
+            const int grid = std::min(((c.m + 127) / 128) * ((c.n + 63) / 64), sms);
+            auto narrow = [&] {
+                check_narrow_n64<<<grid, TSR_GEMM_THREADS, CHECK_N64_SMEM>>>(ma128, mb, mb2, p);
+            };
+            CHECK_RT(cudaMemset(d.out, 0xFF, nc * 4));
+            narrow();
+            CHECK_RT(cudaGetLastError());
+            check_widen_output(d, c.out_kind, nc);
+            CHECK_RT(cudaDeviceSynchronize());
+            const check_result rv = check_compare(d, nc);
+            const double alt = check_time_ms(narrow);
+            printf("  %d columns split %d ways; the narrow 128 x 64 design: %.3f ms (rel %.3e, "
+                   "mismatch %zu)\n",
+                   tn, splits, alt, rv.rel, rv.mismatch);
+            if (rv.mismatch != 0 || rv.rel > 1e-2)
+                pass = false;
+            /* Both tile widths at every split, each checked first, with the
+             * clusters that are resident at once. */
+            for (const int gtn : {256, 128}) {
+                const gemm_fn gfn = small_entry(mw, gtn, oi);
+                const int gsmem = small_smem(mw, gtn);
+                CHECK_RT(cudaFuncSetAttribute((const void *)gfn,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, gsmem));
+                for (int sp = 1; sp <= 8; sp *= 2) {
+                    if ((c.k + 63) / 64 < 2 * sp)
+                        break;
+                    const int grid = ((c.n + gtn - 1) / gtn) * sp;
+                    cudaLaunchConfig_t cfg = {};
+                    cfg.gridDim = dim3(grid);
+                    cfg.blockDim = dim3(TSR_GEMM_THREADS);
+                    cfg.dynamicSmemBytes = gsmem;
+                    cudaLaunchAttribute attr[1];
+                    attr[0].id = cudaLaunchAttributeClusterDimension;
+                    attr[0].val.clusterDim.x = sp;
+                    attr[0].val.clusterDim.y = 1;
+                    attr[0].val.clusterDim.z = 1;
+                    cfg.attrs = attr;
+                    cfg.numAttrs = 1;
+                    int clusters = 0;
+                    CHECK_RT(cudaOccupancyMaxActiveClusters(&clusters, (const void *)gfn, &cfg));
+                    auto run = [&] { launch_clustered(gfn, grid, sp, gsmem, ma, mb, mb2, p); };
+                    CHECK_RT(cudaMemset(d.out, 0xFF, nc * 4));
+                    run();
+                    CHECK_RT(cudaGetLastError());
+                    check_widen_output(d, c.out_kind, nc);
+                    CHECK_RT(cudaDeviceSynchronize());
+                    const check_result rg = check_compare(d, nc);
+                    const double t = check_time_ms(run);
+                    printf("  %d columns, split %d: %d CTAs, %d clusters resident: %.4f ms "
+                           "(%.0f GB/s; rel %.3e, mismatch %zu)\n",
+                           gtn, sp, grid, clusters, t, (double)nb * 2 / (t * 1e6), rg.rel,
+                           rg.mismatch);
+                    if (rg.mismatch != 0 || rg.rel > 1e-2)
+                        pass = false;
+                }
+            }
+        }
+        if (!c.gated && !small && c.out_kind == 1 && !quiet) {
             /* The other designs of the same product, timed beside it, each
              * checked first: cooperative 128 x 256, ping-pong 64 x 256 (the
              * _pp entry points) and ping-pong 128 x 128. */
@@ -298,7 +426,9 @@ int main(int argc, char **argv)
         {"nan_bias_gelu_res", 1000, 520, 136, 1, 1, 0, 0, 0, 1},
         {"nan_relu_f16", 515, 392, 200, 2, 4, 0, 0, 0, 1},
         {"nan_gated", 333, 264, 136, 1, 0, 1, 0, 0, 1},
-        {"nan_narrow", 33, 1000, 520, 0, 1, 0, 0, 0, 1},
+        {"nan_small_m33", 33, 1000, 520, 0, 1, 0, 0, 0, 1},
+        {"nan_small_m16_split8", 16, 1000, 1032, 1, 0, 0, 0, 8, 1},
+        {"nan_small_m17_f16", 17, 520, 136, 2, 4, 0, 0, 2, 1},
         {"gated_silu", 1000, 776, 512, 1, 0, 1, 0, 0, 0},
         {"bf16_8192", 8192, 8192, 8192, 1, 0, 0, 1, 0, 0},
         {"bf16_8192_f32out", 8192, 8192, 8192, 0, 0, 0, 1, 0, 0},
@@ -310,10 +440,18 @@ int main(int argc, char **argv)
         {"plain_8192x14336x4096", 8192, 14336, 4096, 1, 0, 0, 1, 0, 0},
         {"bias_gelu_only_8192x14336x4096", 8192, 14336, 4096, 1, 2, 0, 1, 0, 0},
         {"residual_only_8192x14336x4096", 8192, 14336, 4096, 1, 3, 0, 1, 0, 0},
-        {"narrow_ragged_epilogue", 33, 1000, 520, 1, 1, 0, 0, 0, 0},
-        {"narrow_f32out", 64, 776, 264, 0, 0, 0, 0, 0, 0},
-        {"narrow_decode_m16_8192", 16, 8192, 8192, 1, 0, 0, 1, 0, 0},
-        {"narrow_decode_m64_8192", 64, 8192, 8192, 1, 0, 0, 1, 0, 0},
+        {"small_ragged_epilogue", 33, 1000, 520, 1, 1, 0, 0, 0, 0},
+        {"small_f32out", 64, 776, 264, 0, 0, 0, 0, 0, 0},
+        {"small_m1_f32_split2", 1, 1032, 200, 0, 0, 0, 0, 2, 0},
+        {"small_m7_bias_relu_empty_shares", 7, 776, 520, 1, 4, 0, 0, 8, 0},
+        {"small_m16_silu_tanh_res_f16", 16, 392, 200, 2, 6, 0, 0, 1, 0},
+        {"small_m32_residual_split4", 32, 1000, 264, 1, 3, 0, 0, 4, 0},
+        {"small_m48_bias_sigmoid", 48, 2056, 1000, 0, 5, 0, 0, 0, 0},
+        {"small_decode_m16_8192", 16, 8192, 8192, 1, 0, 0, 1, 0, 0},
+        {"small_decode_m32_8192", 32, 8192, 8192, 1, 0, 0, 1, 0, 0},
+        {"small_decode_m64_8192", 64, 8192, 8192, 1, 0, 0, 1, 0, 0},
+        {"small_decode_m16_4096x14336", 16, 14336, 4096, 1, 0, 0, 1, 0, 0},
+        {"small_decode_m16_14336x4096", 16, 4096, 14336, 1, 0, 0, 1, 0, 0},
     };
     int failed = check_cases(check_only_case(argc, argv), (int)(sizeof cases / sizeof cases[0]),
                              [&](int i) { return run_case(cases[i], lbo, sbo, false) < 0; });

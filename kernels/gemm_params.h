@@ -49,15 +49,69 @@
 #define TSR_GEMM_STAGES_PINGPONG 5
 #define TSR_GEMM_SMEM_BYTES_PINGPONG                                                               \
     (TSR_GEMM_STAGES_PINGPONG * (8192 + 32768) + TSR_GEMM_SCRATCH_BYTES + 1024 + 256)
-/* The narrow plain kernels (tsr_gemm_<in>_<out>_n64) for M <= TSR_GEMM_NARROW_M:
- * 128 x 64 tiles, so that a decode-size product's few row tiles still make
- * enough tiles for every multiprocessor, and eight stages of A (16 KiB) + B
- * (8 KiB) in flight, as such a product is bound by the weights' stream. */
+/* The small-M kernels (tsr_gemm_<in>_<out>_m<MW>_n<TN>) for M <=
+ * TSR_GEMM_NARROW_M, with or without an epilogue: a decode step's product,
+ * bound by the stream of B. They compute the transposed product, Cᵀ = Bᵀ·Aᵀ,
+ * so that a tile's TN columns of B (128 or 256) sit on wgmma's 64-row side
+ * and the few rows of A on its N side (m64nMWk16, MW = 16, 32 or 64, the
+ * smallest that holds M). The K dimension is split over a cluster of up to
+ * TSR_GEMM_SPLIT_MAX CTAs, so that a product with few column tiles still
+ * streams B through many multiprocessors; the cluster adds its partial tiles
+ * through distributed shared memory and applies the epilogue. One tile per
+ * cluster (not persistent): grid = column tiles x splits, the cluster's size
+ * given at launch. Stages of B (TN x 64 x 2 bytes) + A (MW x 64 x 2 bytes), as
+ * many as fit 220 KiB, at most 12. */
 #define TSR_GEMM_NARROW_M 64
-#define TSR_GEMM_BN_NARROW 64
-#define TSR_GEMM_STAGES_NARROW 8
-#define TSR_GEMM_SMEM_BYTES_NARROW                                                                 \
-    (TSR_GEMM_STAGES_NARROW * (16384 + 8192) + TSR_GEMM_SCRATCH_BYTES + 1024 + 256)
+#define TSR_GEMM_SPLIT_MAX 8
+/* CTAs resident at once at one CTA per multiprocessor, by cluster size, as
+ * the H200 (132 SMs) reports them (cudaOccupancyMaxActiveClusters): 66
+ * clusters of 2, but only 30 of 4 and 15 of 8 — a grid of 128 CTAs in
+ * clusters of 4 runs in two waves. A split grid stays within these. */
+#define TSR_GEMM_SPLIT_CTAS_PAIRS 132
+#define TSR_GEMM_SPLIT_CTAS_WIDE 120
+#define TSR_GEMM_SMALL_STAGE_BYTES(mw, tn) (64 * (tn)*2 + (mw)*64 * 2)
+#define TSR_GEMM_STAGES_SMALL(mw, tn)                                                              \
+    (225280 / TSR_GEMM_SMALL_STAGE_BYTES(mw, tn) > 12                                              \
+         ? 12                                                                                      \
+         : 225280 / TSR_GEMM_SMALL_STAGE_BYTES(mw, tn))
+#define TSR_GEMM_SMEM_BYTES_SMALL(mw, tn)                                                          \
+    (TSR_GEMM_STAGES_SMALL(mw, tn) * TSR_GEMM_SMALL_STAGE_BYTES(mw, tn) + 1024 + 256)
+
+/* The small-M kernel's wgmma N for m rows (1 .. TSR_GEMM_NARROW_M). */
+static inline int tsr_gemm_small_rows(int m)
+{
+    return m <= 16 ? 16 : (m <= 32 ? 32 : 64);
+}
+
+/* The small-M kernel's tile width (*tn: 256 or 128) and K split (*splits: 1,
+ * 2, 4 or 8) for an n x k product: the most CTAs that are resident at once
+ * (TSR_GEMM_SPLIT_CTAS_*), each share two K slices or more; at equal counts
+ * the wider tile and the fewer shares. Where no grid fits one wave (N past
+ * 33 792), 128-column tiles unsplit, whose last wave is the least empty.
+ * Measured on the H200 (docs/benchmarks.md): M 16 N 8192 K 8192 runs 0.037 ms
+ * with 128 columns in pairs, against 0.044 in 4-CTA clusters of 256 columns
+ * that spill into a second wave. */
+static inline void tsr_gemm_small_plan(int n, int k, int *tn, int *splits)
+{
+    const long long k_tiles = ((long long)k + 63) / 64;
+    long long best = 0;
+    *tn = 128;
+    *splits = 1;
+    for (int w = 256; w >= 128; w /= 2) {
+        const long long tiles = ((long long)n + w - 1) / w;
+        for (int s = 1; s <= TSR_GEMM_SPLIT_MAX; s *= 2) {
+            if (s > 1 && k_tiles < 2 * s)
+                break;
+            const long long ctas = tiles * s;
+            const long long cap = s <= 2 ? TSR_GEMM_SPLIT_CTAS_PAIRS : TSR_GEMM_SPLIT_CTAS_WIDE;
+            if (ctas <= cap && ctas > best) {
+                best = ctas;
+                *tn = w;
+                *splits = s;
+            }
+        }
+    }
+}
 
 typedef struct tsr_gemm_params {
     int m, n, k;

@@ -22,6 +22,10 @@
  *    consumer owns a whole 64 x 256 tile and the two alternate tiles, so one's
  *    epilogue overlaps the other's products (gemm_pingpong_body). Products
  *    without one keep the cooperative kernel above, whose main loop is faster.
+ *  - Products of at most 64 rows (a decode step) take the small-M kernels
+ *    (gemm_small_body): the transposed product with the K dimension split over
+ *    a cluster, whose CTAs add their partial tiles through distributed shared
+ *    memory.
  */
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -55,6 +59,8 @@ constexpr int kScratchFloats = 16 * kScratchStride;     /* one warp's 16 x 32 bl
  * not negated, A K-major, B MN-major (the transpose bit). */
 
 /* clang-format off */
+#define WGMMA_N16_DESCS "%8, %9"
+#define WGMMA_N32_DESCS "%16, %17"
 #define WGMMA_N64_DESCS "%32, %33"
 #define WGMMA_N128_DESCS "%64, %65"
 #define WGMMA_N256_DESCS "%128, %129"
@@ -66,6 +72,16 @@ constexpr int kScratchFloats = 16 * kScratchStride;     /* one warp's 16 x 32 bl
     "setp.ne.b32 p, 1, 0;\n"                                                                       \
     "wgmma.mma_async.sync.aligned.m64n" #n "k16.f32." ab "." ab " "                                \
     "{" WGMMA_N##n##_REGS "}, " WGMMA_N##n##_DESCS ", p, 1, 1, 0, 1;\n"                            \
+    "}\n"
+/* The same with A MN-major and B K-major (transpose bit on A, off on B): the
+ * small-M kernels' transposed product, whose A operand is a tile of B and whose
+ * B operand is a tile of A. */
+#define WGMMA_T_ASM(n, ab)                                                                         \
+    "{\n"                                                                                          \
+    ".reg .pred p;\n"                                                                              \
+    "setp.ne.b32 p, 1, 0;\n"                                                                       \
+    "wgmma.mma_async.sync.aligned.m64n" #n "k16.f32." ab "." ab " "                                \
+    "{" WGMMA_N##n##_REGS "}, " WGMMA_N##n##_DESCS ", p, 1, 1, 1, 0;\n"                            \
     "}\n"
 /* clang-format on */
 
@@ -81,11 +97,27 @@ __device__ __forceinline__ void wgmma(float *d, uint64_t desc_a, uint64_t desc_b
     }
 
 DEFINE_WGMMA(256, __nv_bfloat16, "bf16")
-DEFINE_WGMMA(64, __nv_bfloat16, "bf16")
-DEFINE_WGMMA(64, __half, "f16")
 DEFINE_WGMMA(128, __nv_bfloat16, "bf16")
 DEFINE_WGMMA(256, __half, "f16")
 DEFINE_WGMMA(128, __half, "f16")
+
+/* The transposed forms: A MN-major, B K-major. */
+template <int N, typename T>
+__device__ __forceinline__ void wgmma_t(float *d, uint64_t desc_a, uint64_t desc_b);
+
+#define DEFINE_WGMMA_T(n, type, ab)                                                                \
+    template <>                                                                                    \
+    __device__ __forceinline__ void wgmma_t<n, type>(float *d, uint64_t desc_a, uint64_t desc_b)   \
+    {                                                                                              \
+        asm volatile(WGMMA_T_ASM(n, ab) : WGMMA_N##n##_ACC : "l"(desc_a), "l"(desc_b));            \
+    }
+
+DEFINE_WGMMA_T(16, __nv_bfloat16, "bf16")
+DEFINE_WGMMA_T(32, __nv_bfloat16, "bf16")
+DEFINE_WGMMA_T(64, __nv_bfloat16, "bf16")
+DEFINE_WGMMA_T(16, __half, "f16")
+DEFINE_WGMMA_T(32, __half, "f16")
+DEFINE_WGMMA_T(64, __half, "f16")
 
 /* The residual's and the output's accesses, optionally marked streaming
  * (evict first): their lines are touched once, while other CTAs still read the
@@ -564,6 +596,156 @@ gemm_pingpong_body(const CUtensorMap *map_a, const CUtensorMap *map_b, const tsr
     }
 }
 
+/* The kernels for at most TSR_GEMM_NARROW_M rows (gemm_params.h): the
+ * transposed product Cᵀ = Bᵀ·Aᵀ of one 256-column tile, with this CTA's share
+ * of the K slices (cluster rank r of S takes slices [r·per, (r + 1)·per)).
+ * Consumer warpgroup c multiplies B's columns 128c .. 128c + 127 (two
+ * m64nMWk16 per K step, B's 64-column boxes as the MN-major A operand) by A's
+ * MW rows (the K-major B operand). Then every CTA leaves its partial tile in
+ * its own shared memory (rows of A by columns of B, padded to 260 floats so
+ * that a warp's writes meet in no bank), the cluster synchronizes, and the CTAs
+ * add the S partial tiles in rank order together, each taking every S-th block
+ * of 256 (row, four columns) items, reading them through distributed shared
+ * memory, and applying the epilogue to the sums; a last cluster barrier keeps
+ * every CTA's shared memory alive until all have read it. */
+template <typename TIn, typename TOut, int MW, int TN, int Stages = TSR_GEMM_STAGES_SMALL(MW, TN)>
+__device__ __forceinline__ void gemm_small_body(const CUtensorMap *map_a, const CUtensorMap *map_b,
+                                                const tsr_gemm_params &p)
+{
+    static_assert(MW == 16 || MW == 32 || MW == 64, "wgmma N of the small-M kernels");
+    static_assert(TN == 128 || TN == 256, "one or two 64-column blocks per consumer");
+    constexpr int kTN = TN;
+    constexpr int kBlocks = TN / 128; /* m64 blocks per consumer warpgroup */
+    constexpr int kStages = Stages;
+    constexpr int kBBytes = kBK * kTN * 2;     /* TN / 64 boxes of 64 x 64 */
+    constexpr int kAStageBytes = MW * kBK * 2; /* one 64 x MW box */
+    constexpr int kStride = kTN + 4;           /* floats per partial row */
+    static_assert(MW * kStride * 4 <= kStages * kBBytes, "the partial tile fits the ring");
+    unsigned char *smem_b = smem_aligned();
+    unsigned char *smem_a = smem_b + kStages * kBBytes;
+    uint64_t *full = reinterpret_cast<uint64_t *>(smem_a + kStages * kAStageBytes);
+    uint64_t *empty = full + kStages;
+    float *partial = reinterpret_cast<float *>(smem_b); /* once the ring is done */
+
+    const int splits = cluster_size();
+    const int rank = cluster_rank();
+    const int n0 = static_cast<int>(blockIdx.x) / splits * kTN;
+    const int k_tiles = (p.k + kBK - 1) / kBK;
+    const int per = (k_tiles + splits - 1) / splits;
+    const int kt0 = rank * per;
+    const int count = max(0, min(per, k_tiles - kt0));
+    const int warpgroup = threadIdx.x / 128;
+
+    ring_init<kStages>(full, empty, 2);
+    if (warpgroup == 0) {
+        regs_shrink<40>();
+        if (threadIdx.x == 0) {
+            for (int i = 0; i < count; i++) {
+                const int s = i % kStages;
+                const int k = (kt0 + i) * kBK;
+                mbar_wait(&empty[s], ((i / kStages) & 1) ^ 1);
+                mbar_expect_tx(&full[s], kBBytes + kAStageBytes);
+                tma_load_2d(smem_a + s * kAStageBytes, map_a, &full[s], k, 0);
+#pragma unroll
+                for (int c = 0; c < kTN / 64; c++)
+                    tma_load_2d(smem_b + s * kBBytes + c * kChunkBytes, map_b, &full[s],
+                                n0 + 64 * c, k);
+            }
+        }
+        /* The consumers' two cluster barriers (below). */
+        cluster_sync();
+        cluster_sync();
+        return;
+    }
+
+    regs_grow<232>();
+    const int consumer = warpgroup - 1;
+    const int t = threadIdx.x - 128; /* 0 .. 255 */
+    const int warp = (t % 128) / 32, lane = t % 32;
+    /* Block b's accumulators, acc[b·MW/2 ..]: B's columns (TN/2)·c + 64b + 0..63. */
+    float acc[kBlocks * MW / 2];
+#pragma unroll
+    for (int i = 0; i < kBlocks * MW / 2; i++)
+        acc[i] = 0.0f;
+    for (int i = 0; i < count; i++) {
+        const int s = i % kStages;
+        mbar_wait(&full[s], (i / kStages) & 1);
+        const uint32_t b_base = smem_addr(smem_b + s * kBBytes) + consumer * kBlocks * kChunkBytes;
+        const uint32_t a_base = smem_addr(smem_a + s * kAStageBytes);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; kk++) {
+            const uint64_t da = smem_desc(a_base + kk * 32, 16, 1024);
+#pragma unroll
+            for (int b = 0; b < kBlocks; b++)
+                wgmma_t<MW, TIn>(acc + b * (MW / 2),
+                                 smem_desc(b_base + b * kChunkBytes + kk * 2048, p.b_lbo, p.b_sbo),
+                                 da);
+        }
+        ring_retire_previous<kStages>(empty, i, i);
+    }
+    if (count > 0)
+        ring_retire_last<kStages>(empty, count);
+
+    /* Both consumers are past every read of the ring; its loads have all
+     * landed (each was waited for), so the partial tile may overwrite it.
+     * Register 4j + 2h + e of block b holds B's column
+     * (TN/2)·c + 64b + 16·warp + lane / 4 + 8h and A's row 8j + 2·(lane % 4) + e. */
+    consumers_wait(1);
+#pragma unroll
+    for (int b = 0; b < kBlocks; b++) {
+        const int col = consumer * (kTN / 2) + b * 64 + warp * 16 + lane / 4;
+#pragma unroll
+        for (int j = 0; j < MW / 8; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    partial[(8 * j + 2 * (lane % 4) + e) * kStride + col + 8 * h] =
+                        acc[b * (MW / 2) + 4 * j + 2 * h + e];
+    }
+    cluster_sync();
+
+    const uint32_t partial_addr = smem_addr(partial);
+    const bool has_res = p.residual != nullptr;
+    TOut *out = static_cast<TOut *>(p.out);
+    for (int item = rank * 256 + t; item < MW * (kTN / 4); item += splits * 256) {
+        const int row = item / (kTN / 4), col = 4 * (item % (kTN / 4));
+        const int n = n0 + col;
+        if (row >= p.m || n >= p.n) /* N is a multiple of 8: all four or none */
+            continue;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int c = 0; c < splits; c++) {
+            const float4 x =
+                cluster_load4(cluster_addr(partial_addr + 4 * (row * kStride + col), c));
+            v[0] += x.x;
+            v[1] += x.y;
+            v[2] += x.z;
+            v[3] += x.w;
+        }
+        for (int o = 0; o < p.n_ops; o++) {
+            const int op = p.ops[o];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                v[i] = op == GEMM_OP_BIAS ? v[i] + elem<TIn>::load(p.bias, n + i)
+                                          : act_apply(op, v[i]);
+        }
+        const size_t at = static_cast<size_t>(row) * p.n + n;
+        if (has_res) {
+            const float2 r0 = elem<TIn>::load_pair(p.residual, at);
+            const float2 r1 = elem<TIn>::load_pair(p.residual, at + 2);
+            v[0] += r0.x;
+            v[1] += r0.y;
+            v[2] += r1.x;
+            v[3] += r1.y;
+        }
+        store_pair(out, at, v[0], v[1]);
+        store_pair(out, at + 2, v[2], v[3]);
+    }
+    /* No CTA leaves while another may still read its shared memory. */
+    cluster_sync();
+}
+
 } // namespace
 
 /* An entry point whose body is the given call; every kernel takes the same
@@ -596,9 +778,19 @@ TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_PINGPONG, tsr_gemm, _pp)
     TSR_GEMM_KERNEL(name, gemm_body<tin, tout, true>(&map_a, &map_b, &map_b2, p))
 TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_GATED, tsr_gemm, _gated)
 
-/* The narrow tiles for products of at most 64 rows: tsr_gemm_<in>_<out>_n64. */
-#define TSR_GEMM_ENTRY_N64(name, tin, tout)                                                        \
-    TSR_GEMM_KERNEL(name,                                                                          \
-                    gemm_body<tin, tout, false, 4, TSR_GEMM_BN_NARROW, TSR_GEMM_STAGES_NARROW>(    \
-                        &map_a, &map_b, &map_b2, p))
-TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_N64, tsr_gemm, _n64)
+/* The small-M products (at most TSR_GEMM_NARROW_M rows, with or without an
+ * epilogue): tsr_gemm_<in>_<out>_m<16|32|64>_n<128|256>. */
+#define TSR_GEMM_SMALL(name, tin, tout, mw, tn)                                                    \
+    TSR_GEMM_KERNEL(name, gemm_small_body<tin, tout, mw, tn>(&map_a, &map_b, p))
+#define TSR_GEMM_ENTRY_M16_N128(name, tin, tout) TSR_GEMM_SMALL(name, tin, tout, 16, 128)
+#define TSR_GEMM_ENTRY_M16_N256(name, tin, tout) TSR_GEMM_SMALL(name, tin, tout, 16, 256)
+#define TSR_GEMM_ENTRY_M32_N128(name, tin, tout) TSR_GEMM_SMALL(name, tin, tout, 32, 128)
+#define TSR_GEMM_ENTRY_M32_N256(name, tin, tout) TSR_GEMM_SMALL(name, tin, tout, 32, 256)
+#define TSR_GEMM_ENTRY_M64_N128(name, tin, tout) TSR_GEMM_SMALL(name, tin, tout, 64, 128)
+#define TSR_GEMM_ENTRY_M64_N256(name, tin, tout) TSR_GEMM_SMALL(name, tin, tout, 64, 256)
+TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_M16_N128, tsr_gemm, _m16_n128)
+TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_M16_N256, tsr_gemm, _m16_n256)
+TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_M32_N128, tsr_gemm, _m32_n128)
+TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_M32_N256, tsr_gemm, _m32_n256)
+TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_M64_N128, tsr_gemm, _m64_n128)
+TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_M64_N256, tsr_gemm, _m64_n256)

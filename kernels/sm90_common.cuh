@@ -1,8 +1,9 @@
 /*
  * sm90_common.cuh — device code shared by the Hopper (sm_90a) tier-3 families
  * (gemm_sm90.cu, attn_sm90.cu): the PTX wrappers for mbarriers, tensor-memory
- * accelerator loads, wgmma ordering, register reallocation and shared-memory
- * matrix descriptors, and the register-list macros the wgmma asm is written with.
+ * accelerator loads, wgmma ordering, register reallocation, shared-memory
+ * matrix descriptors, clusters and their distributed shared memory, and the register-list macros
+ * the wgmma asm is written with.
  */
 #ifndef TSR_SM90_COMMON_CUH
 #define TSR_SM90_COMMON_CUH
@@ -124,6 +125,57 @@ __device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, u
                  : "memory");
 }
 
+/* ---- clusters ---- */
+
+/* The CTA's rank in its cluster, and the cluster's CTA count (1 and 0 for a
+ * launch without clusters, which is a cluster of one). */
+__device__ __forceinline__ int cluster_rank()
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return static_cast<int>(r);
+}
+__device__ __forceinline__ int cluster_size()
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+    return static_cast<int>(r);
+}
+
+/* Barrier over every thread of the cluster; the writes to shared memory before
+ * it are seen by the reads of any CTA after it. */
+__device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release;\n"
+                 "barrier.cluster.wait.acquire;" ::
+                     : "memory");
+}
+
+/* addr (this CTA's shared memory) as the same offset in CTA rank's. */
+__device__ __forceinline__ uint32_t cluster_addr(uint32_t addr, int rank)
+{
+    uint32_t r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+    return r;
+}
+
+__device__ __forceinline__ float cluster_load(uint32_t addr)
+{
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ float4 cluster_load4(uint32_t addr)
+{
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+}
+
 /* wgmma's asm operands are named one by one; these write the lists
  * ("%0, %1, ...") ten at a time. */
 /* clang-format off */
@@ -134,6 +186,10 @@ __device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, u
     WGMMA_REGS4(tens) ", "                                                                         \
     WGMMA_REG(tens, 4) ", " WGMMA_REG(tens, 5) ", " WGMMA_REG(tens, 6) ", " WGMMA_REG(tens, 7)
 #define WGMMA_REGS10(tens) WGMMA_REGS8(tens) ", " WGMMA_REG(tens, 8) ", " WGMMA_REG(tens, 9)
+/* n16: accumulators %0 .. %7; n32: %0 .. %15. */
+#define WGMMA_N16_REGS WGMMA_REGS8()
+#define WGMMA_N32_REGS                                                                             \
+    WGMMA_REGS10() ", " WGMMA_REGS4(1) ", " WGMMA_REG(1, 4) ", " WGMMA_REG(1, 5)
 /* n64: accumulators %0 .. %31. */
 #define WGMMA_N64_REGS                                                                             \
     WGMMA_REGS10() ", " WGMMA_REGS10(1) ", " WGMMA_REGS10(2) ", " WGMMA_REG(3, 0) ", "             \
@@ -163,6 +219,8 @@ __device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, u
     WGMMA_N128_ACC, WGMMA_ACC8(64), WGMMA_ACC8(72), WGMMA_ACC8(80), WGMMA_ACC8(88),                \
         WGMMA_ACC8(96), WGMMA_ACC8(104), WGMMA_ACC8(112), WGMMA_ACC8(120)
 
+#define WGMMA_N16_ACC WGMMA_ACC8(0)
+#define WGMMA_N32_ACC WGMMA_ACC8(0), WGMMA_ACC8(8)
 #define WGMMA_N64_ACC WGMMA_ACC8(0), WGMMA_ACC8(8), WGMMA_ACC8(16), WGMMA_ACC8(24)
 
 #endif

@@ -472,7 +472,7 @@ static double gpu_counter(const char *name)
  * attention at many batches and lengths) is one build per variant, each shape
  * verified (the first completely, the others by their sampled check) and each
  * result matching the reference. Tier-1 f32 (M and attention's batch and
- * lengths as kernel parameters), the tier-3 GEMM (narrow and wide variants),
+ * lengths as kernel parameters), the tier-3 GEMM (small-M and wide variants),
  * the tier-3 attention, and Tier-1 pointwise (the whole shape a parameter). */
 Test(cuda_backend, every_shape_of_a_variant_runs_one_binary_and_matches_the_reference)
 {
@@ -486,7 +486,7 @@ Test(cuda_backend, every_shape_of_a_variant_runs_one_binary_and_matches_the_refe
          "tier1", 1, 37, 12, 1},
         {"{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":%d,\"n\":1000,\"k\":520,"
          "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}",
-         "gemm_wgmma", 16, 24, 12, 2},
+         "gemm_wgmma", 16, 24, 12, 3}, /* M 16: m16; 40, 64: m64; 88 ..: ping-pong */
         {"{\"kind\":\"attention\",\"dtype\":\"f32\",\"batch\":%d,\"heads\":4,\"heads_kv\":2,"
          "\"seq_q\":33,\"seq_k\":130,\"head_dim\":64,\"causal\":true}",
          "tier1", 1, 1, 6, 1},
@@ -537,8 +537,6 @@ Test(cuda_backend, every_shape_of_a_variant_runs_one_binary_and_matches_the_refe
     }
 }
 
-/* Products of at most 64 rows take the narrow 128 x 64 tiles (a decode step);
- * through the default path they match the reference, epilogue included. */
 /* Each of n regions (JSON) is served by gemm_wgmma by default and matches the
  * reference on every probe set. */
 static void expect_gemm_wgmma(const char *const *regions, size_t n)
@@ -555,16 +553,46 @@ static void expect_gemm_wgmma(const char *const *regions, size_t n)
     }
 }
 
-Test(cuda_backend, narrow_gemm_tiles_serve_small_m)
+/* Products of at most 64 rows take the small-M kernels (a decode step: the
+ * transposed product, K split over a cluster of 1, 2, 4 or 8 CTAs); through
+ * the default path they match the reference, epilogue included. */
+Test(cuda_backend, small_m_gemm_kernels_serve_decode_steps)
 {
     const char *regions[] = {
+        /* m16, 4 column tiles, 9 K slices: 4 shares */
         "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":16,\"n\":1000,\"k\":520}",
+        /* m64, one K share each of 5 slices: 2 shares */
         "{\"kind\":\"matmul\",\"dtype\":\"f16\",\"out_dtype\":\"f32\",\"m\":64,\"n\":776,"
         "\"k\":264}",
+        /* m64 with the whole epilogue */
         "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":33,\"n\":1000,\"k\":520,"
         "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}",
+        /* m32, 8 shares of 36 slices */
+        "{\"kind\":\"fused\",\"dtype\":\"f16\",\"m\":20,\"n\":2056,\"k\":2296,"
+        "\"epilogue\":[\"bias\",\"silu\"]}",
+        /* one row, one K slice: no split */
+        "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"out_dtype\":\"f32\",\"m\":1,\"n\":264,"
+        "\"k\":40}",
     };
     expect_gemm_wgmma(regions, sizeof regions / sizeof regions[0]);
+
+    /* A NaN in A and one in B, with the K dimension split 8 ways: exactly
+     * that row and that column, as the reference has them. */
+    const char *json = "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":24,\"n\":1032,"
+                       "\"k\":1040,\"epilogue\":[\"bias\",\"relu\"]}";
+    nan_run nr;
+    nan_run_open(json, &nr);
+    tsr_error e;
+    void *inputs[TSR_MAX_REGION_INPUTS] = {0};
+    cr_assert_eq(tsr_oracle_make_probe(&nr.r, 78, 0, 1, inputs, &e), TSR_OK, "%s", e.message);
+    ((uint16_t *)inputs[0])[21 * 1040 + 700] = 0x7FC0; /* A (24 x 1040): row 21 */
+    ((uint16_t *)inputs[1])[9 * 1032 + 1029] = 0x7FC0; /* B (1040 x 1032): column 1029 */
+    size_t nan_want, misplaced;
+    nan_run_launch(&nr, inputs, "gemm_wgmma", &nan_want, &misplaced);
+    cr_expect_eq(nan_want, 24 + 1032 - 1, "the reference's NaNs: %zu", nan_want);
+    cr_expect_eq(misplaced, 0, "%zu of %zu NaN positions differ", misplaced, nr.count);
+    tsr_oracle_free_probe(&nr.r, inputs);
+    nan_run_close(&nr);
 }
 
 typedef struct gpu_batch {

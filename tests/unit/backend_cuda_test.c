@@ -161,18 +161,41 @@ Test(backend_cuda, gemm_plan_names_the_entry_and_counts_tiles)
     cr_assert_eq(plan.bias_input, -1);
     cr_assert_eq(plan.residual_input, -1);
 
-    /* At most 64 rows: the narrow 128 x 64 tiles, so that a decode step's
-     * single row of tiles still spreads over the card. */
+    /* At most 64 rows: the small-M kernels, their wgmma N the smallest of 16,
+     * 32 and 64 that holds M, one CTA per tile of 256 or 128 columns and K
+     * share: the most CTAs resident at once (132 in clusters of 1 or 2, 120
+     * in clusters of 4 or 8), ties to the wider tile and fewer shares. */
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 16, 8192, 8192, NULL), TSR_OK);
     cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
-    cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_bf16_n64");
-    cr_assert_eq(plan.grid, 8192 / 64);
-    cr_assert_eq(plan.shared_bytes, TSR_GEMM_SMEM_BYTES_NARROW);
+    cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_bf16_m16_n128");
+    cr_assert_eq(plan.splits, 2); /* 4 ways of 256 columns: 128 CTAs in clusters of 4 */
+    cr_assert_eq(plan.grid, (8192 / 128) * 2);
+    cr_assert_eq(plan.shared_bytes, TSR_GEMM_SMEM_BYTES_SMALL(16, 128));
+    cr_assert_eq(plan.a_box_rows, 16);
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 1, 14336, 4096, NULL), TSR_OK);
+    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_bf16_m16_n256"); /* 112 either way */
+    cr_assert_eq(plan.splits, 2);
+    cr_assert_eq(plan.grid, 56 * 2);
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 17, 4096, 14336, NULL), TSR_OK);
+    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_bf16_m32_n256");
+    cr_assert_eq(plan.splits, 4); /* 8 ways would make 128 CTAs in clusters of 8 */
+    cr_assert_eq(plan.grid, 16 * 4);
+    cr_assert_eq(plan.a_box_rows, 32);
+    cr_assert_eq(plan.shared_bytes, TSR_GEMM_SMEM_BYTES_SMALL(32, 256));
+    cr_assert_eq(tsr_region_init_matmul(&r, TSR_BF16, 8, 40000, 4096, NULL), TSR_OK);
+    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_bf16_m16_n128"); /* no grid fits one wave */
+    cr_assert_eq(plan.splits, 1);
+    cr_assert_eq(plan.grid, 313);
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_F16, 64, 1000, 64, NULL), TSR_OK);
     r.out_dtype = TSR_F32;
     cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
-    cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f32_n64");
-    cr_assert_eq(plan.grid, 16); /* ceil(1000/64) */
+    cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f32_m64_n128");
+    cr_assert_eq(plan.splits, 1); /* one K slice: nothing to share */
+    cr_assert_eq(plan.grid, 8);   /* ceil(1000/128) */
+    cr_assert_eq(plan.a_box_rows, 64);
     cr_assert_eq(tsr_region_init_matmul(&r, TSR_F16, 65, 1000, 64, NULL), TSR_OK);
     cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
     cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f16");
@@ -226,7 +249,7 @@ static tsrd_gemm_plan fused_plan(tsr_dtype dtype, tsr_dtype out_dtype, int64_t m
 /* A product whose epilogue has ops and a residual takes the ping-pong kernels:
  * 64 x 256 tiles, each a whole tile of one consumer warpgroup, A in 64-row
  * boxes; a lighter epilogue, none, or at most 64 rows the cooperative or
- * narrow kernels. */
+ * small-M kernels. */
 Test(backend_cuda, gemm_plan_takes_ping_pong_for_an_epilogue)
 {
     tsr_region r;
@@ -272,15 +295,20 @@ Test(backend_cuda, gemm_plan_takes_ping_pong_for_an_epilogue)
     cr_assert_eq(plan.a_box_rows, 128);
     tsr_region_free(&r);
 
-    /* At most 64 rows the narrow kernel keeps the epilogue. */
-    plan = fused_plan(TSR_BF16, TSR_BF16, 64, 1000, 264, chain, 2, false, "tsr_gemm_bf16_bf16_n64");
-    cr_assert_eq(plan.shared_bytes, TSR_GEMM_SMEM_BYTES_NARROW);
-    cr_assert_eq(plan.a_box_rows, 128);
+    /* At most 64 rows the small-M kernel keeps the epilogue. */
+    plan = fused_plan(TSR_BF16, TSR_BF16, 64, 1000, 264, chain, 2, false,
+                      "tsr_gemm_bf16_bf16_m64_n128");
+    cr_assert_eq(plan.shared_bytes, TSR_GEMM_SMEM_BYTES_SMALL(64, 128));
+    cr_assert_eq(plan.a_box_rows, 64);
+    cr_assert_eq(plan.splits, 2); /* 5 K slices, 8 column tiles */
+    cr_assert_eq(plan.grid, 16);
 
     /* Every plan's shared memory fits one CTA of an sm_90 multiprocessor. */
     cr_assert_leq(TSR_GEMM_SMEM_BYTES_PINGPONG, 227 * 1024);
     cr_assert_leq(TSR_GEMM_SMEM_BYTES, 227 * 1024);
-    cr_assert_leq(TSR_GEMM_SMEM_BYTES_NARROW, 227 * 1024);
+    for (int tn = 128; tn <= 256; tn *= 2)
+        for (int mw = 16; mw <= 64; mw *= 2)
+            cr_assert_leq(TSR_GEMM_SMEM_BYTES_SMALL(mw, tn), 227 * 1024, "m%d n%d", mw, tn);
 }
 
 /* A tensor map's address, its two dims, its row stride in bytes and its box. */
@@ -359,10 +387,11 @@ Test(backend_cuda, embeds_the_tier3_cubin)
                         4),
                  0);
     /* Every entry the planner can name is in the image's string table. */
-    const char *entries[] = {"tsr_gemm_bf16_f32",        "tsr_gemm_f16_bf16",
-                             "tsr_gemm_bf16_bf16_gated", "tsr_gemm_f16_f16_gated",
-                             "tsr_gemm_bf16_f32_n64",    "tsr_gemm_f16_f16_n64",
-                             "tsr_gemm_bf16_bf16_pp",    "tsr_gemm_f16_f32_pp"};
+    const char *entries[] = {"tsr_gemm_bf16_f32",           "tsr_gemm_f16_bf16",
+                             "tsr_gemm_bf16_bf16_gated",    "tsr_gemm_f16_f16_gated",
+                             "tsr_gemm_bf16_f32_m16_n128",  "tsr_gemm_f16_f16_m32_n256",
+                             "tsr_gemm_bf16_bf16_m64_n128", "tsr_gemm_f16_bf16_m16_n256",
+                             "tsr_gemm_bf16_bf16_pp",       "tsr_gemm_f16_f32_pp"};
     for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++)
         cr_assert_not_null(memmem(tsrd_gemm_sm90_cubin, tsrd_gemm_sm90_cubin_len, entries[i],
                                   strlen(entries[i]) + 1),
@@ -651,33 +680,42 @@ Test(backend_cuda, tier1_builds_one_attention_binary_for_every_batch_and_length,
     tsrd_nvrtc_close(nv);
 }
 
-/* The tier-3 GEMM's entry is its variant's class: the narrow tiles of at most
- * 64 rows are one variant, the wide ones another. */
-Test(backend_cuda, tier3_variants_split_at_the_narrow_tiles)
+/* The tier-3 GEMM's entry is its variant's class: the small-M kernels of at
+ * most 16, 32 and 64 rows are three variants, the wide tiles another. */
+Test(backend_cuda, tier3_variants_split_at_the_small_m_kernels)
 {
     tsr_candidate gemm;
     tsrd_cuda_candidate_gemm(&gemm);
-    tsr_region r16, r64, r65, r8192;
+    tsr_region r1, r16, r17, r64, r65, r8192;
+    unit_region_m("examples/matmul.json", TSR_BF16, 1, &r1);
     unit_region_m("examples/matmul.json", TSR_BF16, 16, &r16);
+    unit_region_m("examples/matmul.json", TSR_BF16, 17, &r17);
     unit_region_m("examples/matmul.json", TSR_BF16, 64, &r64);
     unit_region_m("examples/matmul.json", TSR_BF16, 65, &r65);
     unit_region_m("examples/matmul.json", TSR_BF16, 8192, &r8192);
-    tsr_fingerprint v16 = unit_variant_of(&gemm, &r16), v64 = unit_variant_of(&gemm, &r64),
+    tsr_fingerprint v1 = unit_variant_of(&gemm, &r1), v16 = unit_variant_of(&gemm, &r16),
+                    v17 = unit_variant_of(&gemm, &r17), v64 = unit_variant_of(&gemm, &r64),
                     v65 = unit_variant_of(&gemm, &r65), v8192 = unit_variant_of(&gemm, &r8192);
-    cr_expect_eq(memcmp(v16.bytes, v64.bytes, 32), 0);
+    cr_expect_eq(memcmp(v1.bytes, v16.bytes, 32), 0);
+    cr_expect_neq(memcmp(v16.bytes, v17.bytes, 32), 0);
+    cr_expect_neq(memcmp(v17.bytes, v64.bytes, 32), 0);
     cr_expect_neq(memcmp(v64.bytes, v65.bytes, 32), 0);
     cr_expect_eq(memcmp(v65.bytes, v8192.bytes, 32), 0);
     tsr_variant v;
     tsr_fingerprint fp;
     cr_assert_eq(tsrd_cuda_variant(&gemm, &r16, "sm_90a", &v, &fp, NULL), TSR_OK);
     cr_expect_eq(v.free_dims, TSR_VARIANT_ROWS);
-    cr_expect_str_eq(v.cls, "tsr_gemm_bf16_bf16_n64");
+    cr_expect_str_eq(v.cls, "tsr_gemm_bf16_bf16_m16_n256");
+    cr_assert_eq(tsrd_cuda_variant(&gemm, &r64, "sm_90a", &v, &fp, NULL), TSR_OK);
+    cr_expect_str_eq(v.cls, "tsr_gemm_bf16_bf16_m64_n256");
     /* A region the kernels do not serve has no variant: built per shape. */
     tsr_region f32;
     unit_region_m("examples/matmul.json", TSR_F32, 16, &f32);
     cr_assert_eq(tsrd_cuda_variant(&gemm, &f32, "sm_90a", &v, &fp, NULL), TSR_OK);
     cr_expect_eq(v.free_dims, 0);
+    tsr_region_free(&r1);
     tsr_region_free(&r16);
+    tsr_region_free(&r17);
     tsr_region_free(&r64);
     tsr_region_free(&r65);
     tsr_region_free(&r8192);

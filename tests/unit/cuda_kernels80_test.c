@@ -154,7 +154,7 @@ Test(cuda_kernels80, plan_for_picks_the_family_of_the_candidate)
     cr_assert_str_eq(plan.entry, "tsr_gemm80_f16_f16");
     tsrd_cuda_candidate_gemm(&c);
     cr_assert_eq(tsrd_gemm_plan_for(&c, &r, &plan, NULL), TSR_OK);
-    cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f16_n64"); /* 64 rows: the narrow tiles */
+    cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f16_m64_n256"); /* 64 rows: small M */
     tsrd_cuda_candidate_tier1(&c);
     cr_assert_eq(tsrd_gemm_plan_for(&c, &r, &plan, NULL), TSR_UNSUPPORTED);
 }

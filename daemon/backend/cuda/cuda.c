@@ -1252,15 +1252,37 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
     /* The wgmma kernels are persistent: one CTA per multiprocessor walks the
      * tiles; the blob holds the tile count, valid for any device. The mma80
      * kernels run one block per tile (two share a multiprocessor, and the
-     * hardware scheduler balances the tail better than a fixed walk). */
+     * hardware scheduler balances the tail better than a fixed walk). The
+     * small-M kernels run one CTA per column tile and K share, in clusters of
+     * the shares. */
     uint32_t sms = (uint32_t)b->devices[s->device].info.multiprocessors;
-    if (k->tier3 && k->plan.family == TSRD_GEMM_WGMMA && sms > 0 && grid0 > sms)
+    const bool wgmma = k->tier3 && k->plan.family == TSRD_GEMM_WGMMA;
+    if (wgmma && k->plan.splits == 0 && sms > 0 && grid0 > sms)
         grid0 = sms;
-    st = cuda_check(b, s->device,
-                    b->drv->launch_kernel(k->function, grid0, d->grid[1], d->grid[2], d->block[0],
-                                          d->block[1], d->block[2], d->shared_bytes, s->stream,
-                                          args, NULL),
-                    "cuLaunchKernel", err);
+    if (wgmma && k->plan.splits > 1) {
+        CUlaunchAttribute cluster = {.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION};
+        cluster.value.clusterDim.x = (unsigned)k->plan.splits;
+        cluster.value.clusterDim.y = 1;
+        cluster.value.clusterDim.z = 1;
+        const CUlaunchConfig config = {.gridDimX = grid0,
+                                       .gridDimY = d->grid[1],
+                                       .gridDimZ = d->grid[2],
+                                       .blockDimX = d->block[0],
+                                       .blockDimY = d->block[1],
+                                       .blockDimZ = d->block[2],
+                                       .sharedMemBytes = d->shared_bytes,
+                                       .hStream = s->stream,
+                                       .attrs = &cluster,
+                                       .numAttrs = 1};
+        st = cuda_check(b, s->device, b->drv->launch_kernel_ex(&config, k->function, args, NULL),
+                        "cuLaunchKernelEx", err);
+    } else {
+        st = cuda_check(b, s->device,
+                        b->drv->launch_kernel(k->function, grid0, d->grid[1], d->grid[2],
+                                              d->block[0], d->block[1], d->block[2],
+                                              d->shared_bytes, s->stream, args, NULL),
+                        "cuLaunchKernel", err);
+    }
     if (st == TSR_OK && !s->capturing)
         st = cuda_check(b, s->device, b->drv->event_record(s->stop, s->stream), "cuEventRecord",
                         err);

@@ -86,6 +86,8 @@
     X(launch_kernel, "cuLaunchKernel", CUresult,                                                   \
       (CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,           \
        unsigned int, unsigned int, CUstream, void **, void **))                                    \
+    X(launch_kernel_ex, "cuLaunchKernelEx", CUresult,                                              \
+      (const CUlaunchConfig *, CUfunction, void **, void **))                                      \
     X(tensor_map_encode_tiled, "cuTensorMapEncodeTiled", CUresult,                                 \
       (CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,                 \
        const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,          \

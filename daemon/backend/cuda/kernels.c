@@ -204,32 +204,43 @@ tsr_status tsrd_gemm_plan_make(const tsr_region *r, tsrd_gemm_plan *out, tsr_err
     tsr_status st = kernels_plan_rules(r, out, err);
     if (st != TSR_OK)
         return st;
-    /* At most TSR_GEMM_NARROW_M rows: the 64-column tiles, or a few columns of
-     * wide tiles would hold the whole product on a few multiprocessors. Above
-     * that, a product whose epilogue has both ops and a residual takes the
-     * ping-pong kernels (the epilogue overlaps the other consumer's products:
-     * 7.5% faster with bias+gelu+residual on the H200) and the others the
-     * cooperative kernels, whose main loop is 9% faster and which win by 1-4%
-     * with ops alone or a residual alone (docs/benchmarks.md). */
-    const int narrow = !out->gated && out->m <= TSR_GEMM_NARROW_M;
-    const int pingpong = !out->gated && !narrow && out->n_ops > 0 && out->residual_input >= 0;
+    /* At most TSR_GEMM_NARROW_M rows: the small-M kernels, whose transposed
+     * product puts A's few rows on wgmma's N side and whose K is split over a
+     * cluster, so that a decode step streams B through every multiprocessor
+     * (gemm_params.h). Above that, a product whose epilogue has both ops and a
+     * residual takes the ping-pong kernels (the epilogue overlaps the other
+     * consumer's products: 7.5% faster with bias+gelu+residual on the H200)
+     * and the others the cooperative kernels, whose main loop is 9% faster
+     * and which win by 1-4% with ops alone or a residual alone
+     * (docs/benchmarks.md). */
+    const int small = !out->gated && out->m <= TSR_GEMM_NARROW_M;
+    out->family = TSRD_GEMM_WGMMA;
+    out->block = TSR_GEMM_THREADS;
+    out->splits = 0;
+    if (small) {
+        const int rows = tsr_gemm_small_rows(out->m);
+        int tn;
+        tsr_gemm_small_plan(out->n, out->k, &tn, &out->splits);
+        const int64_t tiles_n = ((int64_t)out->n + tn - 1) / tn;
+        if (tiles_n * out->splits > INT32_MAX)
+            return tsr_error_set(err, TSR_UNSUPPORTED, "more than 2^31 - 1 tiles");
+        out->grid = (uint32_t)(tiles_n * out->splits);
+        out->shared_bytes = TSR_GEMM_SMEM_BYTES_SMALL(rows, tn);
+        out->a_box_rows = (uint32_t)rows;
+        snprintf(out->entry, sizeof out->entry, "tsr_gemm_%s_%s_m%d_n%d",
+                 kernels_dtype_tag(r->dtype), kernels_dtype_tag(r->out_dtype), rows, tn);
+        return TSR_OK;
+    }
+    const int pingpong = !out->gated && out->n_ops > 0 && out->residual_input >= 0;
     const int bm = pingpong ? TSR_GEMM_BM_PINGPONG : TSR_GEMM_BM;
-    const int bn = out->gated ? TSR_GEMM_BN_GATED
-                   : narrow   ? TSR_GEMM_BN_NARROW
-                   : pingpong ? TSR_GEMM_BN_PINGPONG
-                              : TSR_GEMM_BN;
+    const int bn = out->gated ? TSR_GEMM_BN_GATED : pingpong ? TSR_GEMM_BN_PINGPONG : TSR_GEMM_BN;
     st = kernels_plan_tiles(out, bm, bn, err);
     if (st != TSR_OK)
         return st;
-    out->family = TSRD_GEMM_WGMMA;
-    out->block = TSR_GEMM_THREADS;
-    out->shared_bytes = narrow     ? TSR_GEMM_SMEM_BYTES_NARROW
-                        : pingpong ? TSR_GEMM_SMEM_BYTES_PINGPONG
-                                   : TSR_GEMM_SMEM_BYTES;
+    out->shared_bytes = pingpong ? TSR_GEMM_SMEM_BYTES_PINGPONG : TSR_GEMM_SMEM_BYTES;
     out->a_box_rows = (uint32_t)bm;
     snprintf(out->entry, sizeof out->entry, "tsr_gemm_%s_%s%s", kernels_dtype_tag(r->dtype),
-             kernels_dtype_tag(r->out_dtype),
-             out->gated ? "_gated" : (narrow ? "_n64" : (pingpong ? "_pp" : "")));
+             kernels_dtype_tag(r->out_dtype), out->gated ? "_gated" : (pingpong ? "_pp" : ""));
     return TSR_OK;
 }
 
@@ -331,9 +342,9 @@ tsr_status tsrd_gemm_launch_args(const tsrd_gemm_plan *plan, const CUdeviceptr *
     tsr_status st = kernels_launch_params(plan, inputs, n_inputs, output, params, err);
     if (st != TSR_OK)
         return st;
-    /* A (M,K) is K-contiguous: dims {K, M}, boxes of 64 x a_box_rows (128, or
-     * 64 for the ping-pong kernels). B (K,N) is N-contiguous: dims {N, K},
-     * 64 x 64 boxes (the kernel loads two to four per stage). */
+    /* A (M,K) is K-contiguous: dims {K, M}, boxes of 64 x a_box_rows (128; 64
+     * for the ping-pong kernels; 16, 32 or 64 for the small-M ones). B (K,N) is N-contiguous: dims
+     * {N, K}, 64 x 64 boxes (the kernel loads two to four per stage). */
     kernels_tmap(&maps[0], plan->map_dtype, inputs[0], plan->m, plan->k, TSR_GEMM_BK,
                  plan->a_box_rows);
     kernels_tmap(&maps[1], plan->map_dtype, inputs[1], plan->k, plan->n, 64, TSR_GEMM_BK);
@@ -577,8 +588,9 @@ static void kernels_run_time_dims_variant(const tsr_candidate *c, const tsr_regi
 }
 
 /* The tier-3 GEMMs read M, N and K from their parameter block and tensor
- * maps; the entry (its tile configuration, narrow for at most
- * TSR_GEMM_NARROW_M rows, ping-pong for ops with a residual) depends on M, so it is
+ * maps; the entry (its tile configuration, the small-M kernels by their
+ * wgmma N for at most TSR_GEMM_NARROW_M rows, ping-pong for ops with a
+ * residual) depends on M, so it is
  * the variant's class. */
 static void kernels_gemm_variant(const tsr_candidate *c, const tsr_region *r, const char *arch,
                                  tsr_variant *out)

@@ -58,7 +58,7 @@
  * generator's: verdicts, kept per candidate version (here and in the fleet
  * cache), never vouch for kernels a newer generator emits. */
 #define TSRD_CUDA_TIER1_VERSION TSR_CODEGEN_VERSION
-#define TSRD_CUDA_TIER3_VERSION 5
+#define TSRD_CUDA_TIER3_VERSION 6
 #define TSRD_CUDA_GEMM80 "gemm_mma80"
 #define TSRD_CUDA_SWIGLU80 "swiglu_mma80"
 #define TSRD_CUDA_MMA80_VERSION 1
@@ -170,16 +170,23 @@ tsr_status tsrd_cuda_compile(const tsrd_nvrtc *nv, int sm_count, const tsr_regio
 /* ---- the tier-3 launch plan ---- */
 
 typedef enum tsrd_gemm_family {
-    TSRD_GEMM_WGMMA = 0, /* kernels/gemm_sm90.cu: tensor maps, persistent grid */
+    TSRD_GEMM_WGMMA = 0, /* kernels/gemm_sm90.cu: tensor maps, persistent grid (but small M) */
     TSRD_GEMM_MMA80 = 1, /* kernels/gemm_sm80.cu: plain pointers, one block per tile */
 } tsrd_gemm_family;
 
 typedef struct tsrd_gemm_plan {
     tsrd_gemm_family family;
-    char entry[64]; /* tsr_gemm_<in>_<out>[_gated|_pp|_n64] or tsr_gemm80_<in>_<out>[_gated] */
+    /* tsr_gemm_<in>_<out>[_gated|_pp|_m<16|32|64>_n<128|256>] or
+     * tsr_gemm80_<in>_<out>[_gated] */
+    char entry[64];
     int gated;
     int m, n, k; /* n is H for a gated region */
+    /* The wgmma family: grid is the tile count, which the launch clamps to the
+     * multiprocessors (persistent kernels), except for the small-M kernels
+     * (splits > 0): column tiles x splits CTAs, launched as is in clusters of
+     * `splits` CTAs. 0 for the persistent kernels and the mma80 family. */
     uint32_t grid, block, shared_bytes;
+    int splits;
     uint32_t a_box_rows; /* rows of A's tensor-map box (wgmma family) */
     CUtensorMapDataType map_dtype;
     int n_ops;

@@ -45,14 +45,6 @@ static const attn_fn kernels[2][2][3] = {
      {tsr_attn_f16_f32_d128, tsr_attn_f16_bf16_d128, tsr_attn_f16_f16_d128}},
 };
 
-/* [d128][f16 in][out]: the key-halves entries (at most 64 packed rows). */
-static const attn_fn halves_kernels[2][2][3] = {
-    {{tsr_attn_bf16_f32_d64_h, tsr_attn_bf16_bf16_d64_h, tsr_attn_bf16_f16_d64_h},
-     {tsr_attn_f16_f32_d64_h, tsr_attn_f16_bf16_d64_h, tsr_attn_f16_f16_d64_h}},
-    {{tsr_attn_bf16_f32_d128_h, tsr_attn_bf16_bf16_d128_h, tsr_attn_bf16_f16_d128_h},
-     {tsr_attn_f16_f32_d128_h, tsr_attn_f16_bf16_d128_h, tsr_attn_f16_f16_d128_h}},
-};
-
 /* [d128][f16 in][8 splits]: the split-key entries (bf16 -> bf16, f16 -> f16). */
 static const attn_fn split_kernels[2][2][2] = {
     {{tsr_attn_bf16_bf16_d64_s4, tsr_attn_bf16_bf16_d64_s8},
@@ -158,7 +150,6 @@ struct attn_case {
     long long poison_row; /* row of the (B·H(kv)·seq) view */
     int timed;
     int splits; /* 0: the unsplit entry; 4 or 8: the split-key entry (same in and out dtype) */
-    int halves; /* the key-halves entry (at most 64 packed rows per kv head) */
 };
 
 template <typename T>
@@ -224,19 +215,11 @@ static int run_case(const attn_case &c, double *ms_out)
         }
         fn = split_kernels[c.d == 128][c.f16_in][c.splits == 8];
     }
-    if (c.halves) {
-        if (c.splits || (c.h / c.hkv) * c.m > TSR_ATTN_BM / 2) {
-            printf("%s: key halves serve at most 64 packed rows, unsplit\n", c.name);
-            return 1;
-        }
-        fn = halves_kernels[c.d == 128][c.f16_in][c.out_kind];
-    }
-    const int unsplit_smem = TSR_ATTN_SMEM_BYTES(c.d);
-    const int smem = c.halves ? TSR_ATTN_SMEM_BYTES_HALVES(c.d) : unsplit_smem;
+    const int smem = TSR_ATTN_SMEM_BYTES(c.d);
     CHECK_RT(
         cudaFuncSetAttribute((const void *)fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     CHECK_RT(cudaFuncSetAttribute((const void *)unsplit,
-                                  cudaFuncAttributeMaxDynamicSharedMemorySize, unsplit_smem));
+                                  cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const int group = c.h / c.hkv;
     const unsigned row_tiles = (group * c.m + TSR_ATTN_BM - 1) / TSR_ATTN_BM;
     dim3 grid(row_tiles * (c.splits ? c.splits : 1), c.hkv, c.b);
@@ -315,10 +298,10 @@ static int run_case(const attn_case &c, double *ms_out)
     /* The variants (no ping-pong; Q read from shared memory by every S), for
      * the bf16 -> bf16 timed cases. */
     double ms_nopp = 0, ms_qsmem = 0, ms_rings = 0, ms_unsplit = 0;
-    if (c.timed && (c.splits || c.halves))
+    if (c.timed && c.splits)
         ms_unsplit = check_time_ms(
-            [&] { unsplit<<<unsplit_grid, TSR_ATTN_THREADS, unsplit_smem>>>(mq, mk, mv, p); });
-    if (c.timed && !c.splits && !c.halves && !c.f16_in && c.out_kind == 1) {
+            [&] { unsplit<<<unsplit_grid, TSR_ATTN_THREADS, smem>>>(mq, mk, mv, p); });
+    if (c.timed && !c.splits && !c.f16_in && c.out_kind == 1) {
         attn_fn alt = c.d == 128 ? check_no_pingpong_d128 : check_no_pingpong_d64;
         CHECK_RT(cudaFuncSetAttribute((const void *)alt,
                                       cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
@@ -343,7 +326,7 @@ static int run_case(const attn_case &c, double *ms_out)
     if (c.timed)
         printf("  %.3f ms  %.1f TFLOP/s", ms, flop / (ms * 1e-3) / 1e12);
     if (ms_unsplit > 0)
-        printf("  (%s %.3f ms)", c.halves ? "both warpgroups on 128 rows" : "unsplit", ms_unsplit);
+        printf("  (unsplit %.3f ms)", ms_unsplit);
     if (ms_nopp > 0)
         printf("  (no ping-pong %.1f; Q in shared memory %.1f; equal K and V rings %.1f TFLOP/s)",
                flop / (ms_nopp * 1e-3) / 1e12, flop / (ms_qsmem * 1e-3) / 1e12,
@@ -401,22 +384,6 @@ int main(int argc, char **argv)
         {"split8_nan_q_row", 1, 8, 2, 1, 3000, 128, 0, 0, 1, 0, 0, 1, 3, 0, 8},
         {"split8_nan_k_row", 1, 8, 2, 1, 3000, 64, 0, 0, 1, 0, 0, 2, 2500, 0, 8},
         {"split8_negative_scale", 1, 4, 4, 2, 2000, 128, 0, 0, 1, -0.3f, 0, 0, 0, 0, 8},
-        /* Key halves (name, ..., timed, splits 0, halves 1): both warpgroups
-         * on the first 64 rows, alternate key tiles. */
-        {"halves_decode_gqa4", 2, 32, 8, 1, 2000, 128, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1},
-        {"halves_decode_causal_m5", 2, 8, 2, 5, 1000, 128, 1, 0, 1, 0, 0, 0, 0, 0, 0, 1},
-        {"halves_d64_f16_in_f32_out", 3, 16, 4, 7, 900, 64, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1},
-        {"halves_d64_bf16_f16_out_causal", 2, 8, 1, 8, 513, 64, 1, 0, 2, 0, 0, 0, 0, 0, 0, 1},
-        {"halves_one_tile", 2, 8, 2, 3, 100, 128, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1},
-        {"halves_three_tiles_64_rows", 1, 16, 1, 4, 300, 64, 1, 1, 2, 0, 0, 0, 0, 0, 0, 1},
-        {"halves_nan_q_row", 1, 8, 2, 1, 3000, 128, 0, 0, 1, 0, 0, 1, 3, 0, 0, 1},
-        {"halves_nan_k_row", 1, 8, 2, 1, 3000, 64, 0, 0, 1, 0, 0, 2, 2500, 0, 0, 1},
-        {"halves_nan_v_masked_for_some", 1, 4, 1, 16, 700, 128, 1, 0, 1, 0, 0, 3, 690, 0, 0, 1},
-        {"halves_inf_v_masked_for_some", 1, 4, 1, 16, 700, 64, 1, 1, 2, 0, 0, 4, 695, 0, 0, 1},
-        {"halves_negative_scale", 1, 4, 4, 2, 2000, 128, 0, 0, 1, -0.3f, 0, 0, 0, 0, 0, 1},
-        {"halves_decode_b32h32kv8_8192", 32, 32, 8, 1, 8192, 128, 0, 0, 1, 0, 0, 0, 0, 1, 0, 1},
-        {"halves_decode_b16h32kv8_8192_d64", 16, 32, 8, 1, 8192, 64, 0, 0, 1, 0, 0, 0, 0, 1, 0,
-         1},
     };
     const int n_cases = sizeof cases / sizeof cases[0];
     int only = check_only_case(argc, argv);

@@ -21,8 +21,7 @@
  * TSR_ATTN_THREADS threads, TSR_ATTN_SMEM_BYTES(head_dim) of dynamic shared
  * memory. The split-key entries (_s4, _s8: input dtype out only) are compiled
  * with clusters of S CTAs along x and take S times as many CTAs in x: the S
- * CTAs of a cluster share a row tile, each takes 1/S of its key tiles. The
- * key-halves entries (_h) take the plain grid and TSR_ATTN_SMEM_BYTES_HALVES.
+ * CTAs of a cluster share a row tile, each takes 1/S of its key tiles.
  */
 #ifndef TSR_ATTN_PARAMS_H
 #define TSR_ATTN_PARAMS_H
@@ -44,19 +43,6 @@
 #define TSR_ATTN_SMEM_BYTES(hd)                                                                    \
     (TSR_ATTN_BM * (hd) * 2 +                                                                      \
      (TSR_ATTN_K_STAGES(hd) + TSR_ATTN_V_STAGES(hd)) * TSR_ATTN_BN * (hd) * 2 +                    \
-     16 * (hd) * 2 + 1024 + 256)
-/* clang-format on */
-
-/* The key-halves entries (_h, at most 64 packed rows per kv head): both
- * consumer warpgroups on the same 64 rows, alternate key tiles, so each ring
- * has an even depth (a stage per warpgroup): K 2 and V 2 stages for head_dim
- * 128, K 4 and V 2 for 64. */
-#define TSR_ATTN_K_STAGES_HALVES(hd) ((hd) == 128 ? 2 : 4)
-#define TSR_ATTN_V_STAGES_HALVES 2
-/* clang-format off */
-#define TSR_ATTN_SMEM_BYTES_HALVES(hd)                                                             \
-    (TSR_ATTN_BM * (hd) * 2 +                                                                      \
-     (TSR_ATTN_K_STAGES_HALVES(hd) + TSR_ATTN_V_STAGES_HALVES) * TSR_ATTN_BN * (hd) * 2 +          \
      16 * (hd) * 2 + 1024 + 256)
 /* clang-format on */
 

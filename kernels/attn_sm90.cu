@@ -327,63 +327,8 @@ __device__ __forceinline__ void attn_combine(unsigned char *smem, const attn_til
     cluster_sync();
 }
 
-/* Key halves (a decode step's few rows): both consumer warpgroups hold the
- * softmax state of the same 64 rows, each over its half of the key tiles.
- * Warpgroup 1 leaves its state in shared memory (register i of thread t at
- * [i][t], so that a warp's accesses meet in no bank) and warpgroup 0 folds it
- * into its own, as the split-key combine does:
- *   M = max(m_0, m_1),  w_c = 2^(m_c - M) (0 for a half that saw only -inf),
- *   O = w_0·O_0 + w_1·O_1,  l = w_0·l_0 + w_1·l_1.
- * True for warpgroup 0, which then holds the whole rows' state and stores. */
-template <int HD>
-__device__ __forceinline__ bool attn_halves_combine(unsigned char *scratch, float (&o)[HD / 2],
-                                                    float (&m_run)[2], float (&l_run)[2], int cw,
-                                                    int tid)
-{
-    float *so = reinterpret_cast<float *>(scratch);
-    /* Both consumer warpgroups are past every read of K and V. */
-    consumers_wait(5);
-    if (cw == 1) {
-#pragma unroll
-        for (int i = 0; i < HD / 2; i++)
-            so[i * 128 + tid] = o[i];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            so[(HD / 2 + h) * 128 + tid] = m_run[h];
-            so[(HD / 2 + 2 + h) * 128 + tid] = l_run[h];
-        }
-    }
-    consumers_wait(5);
-    if (cw == 1)
-        return false;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const float m1 = so[(HD / 2 + h) * 128 + tid], l1 = so[(HD / 2 + 2 + h) * 128 + tid];
-        const float mx = max_nan(m_run[h], m1);
-        const float w0 = m_run[h] == -INFINITY ? 0.0f : exp2_approx(m_run[h] - mx);
-        const float w1 = m1 == -INFINITY ? 0.0f : exp2_approx(m1 - mx);
-        l_run[h] = w0 * l_run[h] + w1 * l1;
-        m_run[h] = mx;
-#pragma unroll
-        for (int jo = 0; jo < HD / 8; jo++)
-#pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int i = 4 * jo + 2 * h + e;
-                o[i] = w0 * o[i] + w1 * so[i * 128 + tid];
-            }
-    }
-    return true;
-}
-
-/* Halves: for at most 64 packed rows per kv head (a decode step), both
- * consumer warpgroups take the CTA's first 64 rows and alternate key tiles
- * (warpgroup c the tiles c, c + 2, ...; every ring stage belongs to one of
- * them, so the rings' depths are even), then combine (attn_halves_combine):
- * a tile's softmax is done once for its rows instead of twice, the second
- * time for 64 rows of padding. No ping-pong between them. */
 template <typename T, typename TOut, int HD, bool PingPong, bool QInRegisters, int Splits = 1,
-          int kKStages = TSR_ATTN_K_STAGES(HD), int kVStages = TSR_ATTN_V_STAGES(HD),
-          bool Halves = false>
+          int kKStages = TSR_ATTN_K_STAGES(HD), int kVStages = TSR_ATTN_V_STAGES(HD)>
 __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtensorMap *map_k,
                                           const CUtensorMap *map_v, const tsr_attn_params &p)
 {
@@ -405,23 +350,19 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
     uint64_t *v_full = k_empty + kKStages;
     uint64_t *v_empty = v_full + kVStages;
 
-    static_assert(!Halves || (Splits == 1 && !PingPong && kKStages % 2 == 0 && kVStages % 2 == 0),
-                  "halves: unsplit, no ping-pong, a ring stage per warpgroup");
     const attn_tile t = attn_tile_of<Splits>(p);
     const int kv_head = blockIdx.z * p.heads_kv + blockIdx.y;
     const int warpgroup = threadIdx.x / 128;
-    /* Readers of each K and V stage: both warpgroups, or with halves its one. */
-    constexpr unsigned kReaders = Halves ? 1 : 2;
 
     if (threadIdx.x == 0) {
         mbar_init(q_full, 1);
         for (int s = 0; s < kKStages; s++) {
             mbar_init(&k_full[s], 1);
-            mbar_init(&k_empty[s], kReaders);
+            mbar_init(&k_empty[s], 2);
         }
         for (int s = 0; s < kVStages; s++) {
             mbar_init(&v_full[s], 1);
-            mbar_init(&v_empty[s], kReaders);
+            mbar_init(&v_empty[s], 2);
         }
         mbar_init_fence();
     }
@@ -473,17 +414,16 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
     const int quad = lane % 4;
     const int bar_id = 1 + cw; /* this warpgroup's named barrier */
     /* This thread's two rows (accumulator registers 4j + 0/1 and 4j + 2/3). */
-    const int row_base = Halves ? 0 : cw * 64; /* the warpgroup's first row of the tile */
     int rr[2], mq[2];
     bool valid[2];
     for (int h = 0; h < 2; h++) {
-        rr[h] = t.r0 + row_base + (tid / 32) * 16 + lane / 4 + 8 * h;
+        rr[h] = t.r0 + cw * 64 + (tid / 32) * 16 + lane / 4 + 8 * h;
         valid[h] = rr[h] < t.rows;
         mq[h] = rr[h] % p.seq_q;
     }
     /* The smallest query index among the warpgroup's rows: keys past
      * min_m + diag are masked for some row. */
-    const int wg_first = t.r0 + row_base;
+    const int wg_first = t.r0 + cw * 64;
     const int wg_last = min(wg_first + 63, t.rows - 1);
     const int wg_min_m =
         wg_first >= t.rows ? 0 : (wg_first / p.seq_q == wg_last / p.seq_q ? wg_first % p.seq_q : 0);
@@ -494,14 +434,12 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
         o[i] = 0.0f;
     float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
 
-    /* The warpgroup's key tiles: first, first + step, ... below n_tiles. */
-    const int first = Halves ? cw : 0, step = Halves ? 2 : 1;
-    if (first < t.n_tiles) {
+    if (t.n_tiles > 0) {
         float s[kBN / 2];
         uint32_t pa[kBN / 4];
         float corr[2], rsum[2];
         mbar_wait(q_full, 0);
-        const uint32_t q_base = sm90_smem_addr(sq) + row_base * 128;
+        const uint32_t q_base = sm90_smem_addr(sq) + cw * 64 * 128;
         /* Q as A fragments, read once from the swizzled tile: register 4kk + q
          * holds row lane/4 (+8 for q odd) of the warp's 16, columns 16kk +
          * 2(lane%4) (+8 for q >= 2), so S reads only K from shared memory. */
@@ -511,7 +449,7 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
             for (int kk = 0; kk < HD / 16; kk++)
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
-                    const int row = row_base + (tid / 32) * 16 + lane / 4 + 8 * (q & 1);
+                    const int row = cw * 64 + (tid / 32) * 16 + lane / 4 + 8 * (q & 1);
                     const int unit = ((2 * kk + (q >> 1)) % 8) ^ (row % 8);
                     qa[4 * kk + q] = *reinterpret_cast<const uint32_t *>(
                         sq + (kk / 4) * kQChunk + row * 128 + unit * 16 + quad * 4);
@@ -726,25 +664,23 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
             consumers_arrive(3);
 
         turn_begin();
-        mbar_wait(&k_full[first % kKStages], (first / kKStages) & 1);
-        issue_qk(first % kKStages);
+        mbar_wait(&k_full[0], 0);
+        issue_qk(0);
         turn_end(false);
         wgmma_wait<0>();
         fence_operands(s);
         if (tid == 0)
-            mbar_arrive(&k_empty[first % kKStages]);
-        softmax(first);
+            mbar_arrive(&k_empty[0]);
+        softmax(0);
         rescale_and_pack();
-        /* Tile j's S runs beside the previous tile's P·V; the last P·V runs
-         * alone. */
-        int last = first;
-        for (int j = first + step; j < t.n_tiles; j += step) {
+        /* Tile j's S runs beside tile j - 1's P·V; the last P·V runs alone. */
+        for (int j = 1; j < t.n_tiles; j++) {
             fence_operands(o);
             fence_operands(s);
             turn_begin();
             mbar_wait(&k_full[j % kKStages], (j / kKStages) & 1);
             issue_qk(j % kKStages);
-            const bool exact = pv_issue(j - step);
+            const bool exact = pv_issue(j - 1);
             turn_end(false);
             wgmma_wait<1>(); /* S of tile j is done; P·V may run on */
             fence_operands(s);
@@ -753,17 +689,16 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
             softmax(j);
             wgmma_wait<0>();
             fence_operands(o);
-            pv_finish(j - step, exact);
+            pv_finish(j - 1, exact);
             rescale_and_pack();
-            last = j;
         }
         fence_operands(o);
         turn_begin();
-        const bool exact = pv_issue(last);
+        const bool exact = pv_issue(t.n_tiles - 1);
         turn_end(true);
         wgmma_wait<0>();
         fence_operands(o);
-        pv_finish(last, exact);
+        pv_finish(t.n_tiles - 1, exact);
     }
 
     /* Normalize and store: the quad's four lanes hold partial row sums. */
@@ -772,14 +707,16 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
         l_run[h] += __shfl_xor_sync(0xFFFFFFFFu, l_run[h], 1);
         l_run[h] += __shfl_xor_sync(0xFFFFFFFFu, l_run[h], 2);
     }
-    /* Normalized rows to the output: a row that sees no key is 0; one whose
-     * every score is -inf gets 0 / 0 = NaN, as the reference's exp(-inf - -inf). */
-    auto store_rows = [&]() {
+    if constexpr (Splits > 1) {
+        attn_combine<TOut, HD, Splits>(smem, t, p, o, m_run, l_run, rr, cw * 128 + tid, quad);
+    } else {
         TOut *out = static_cast<TOut *>(p.out);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             if (!valid[h])
                 continue;
+            /* A row that sees no key is 0; one whose every score is -inf gets
+             * 0 / 0 = NaN, as the reference's exp(-inf - -inf). */
             const bool none = p.causal && mq[h] + t.diag < 0;
             const float inv = 1.0f / l_run[h];
             const size_t row = t.q_row0 - t.r0 + static_cast<size_t>(rr[h]);
@@ -790,15 +727,6 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
                 store_pair(out, row * HD + 8 * jo + 2 * quad, a, b);
             }
         }
-    };
-    if constexpr (Splits > 1) {
-        attn_combine<TOut, HD, Splits>(smem, t, p, o, m_run, l_run, rr, cw * 128 + tid, quad);
-    } else if constexpr (Halves) {
-        /* Over the K ring, which every read has left. */
-        if (attn_halves_combine<HD>(sk, o, m_run, l_run, cw, tid))
-            store_rows();
-    } else {
-        store_rows();
     }
 }
 
@@ -832,23 +760,6 @@ __device__ __forceinline__ void attn_body(const CUtensorMap *map_q, const CUtens
 /* clang-format on */
 TSR_ATTN_FAMILY(64)
 TSR_ATTN_FAMILY(128)
-
-/* Key halves for at most 64 packed rows per kv head (a decode step):
- * tsr_attn_<in>_<out>_d<head_dim>_h, the grid of the plain entries. */
-#define TSR_ATTN_HALVES_ENTRY(name, tin, tout, hd)                                                 \
-    TSR_ATTN_KERNEL(name, tin, tout, hd, false, true, 1, TSR_ATTN_K_STAGES_HALVES(hd),             \
-                    TSR_ATTN_V_STAGES_HALVES, true)
-/* clang-format off */
-#define TSR_ATTN_HALVES_FAMILY(hd)                                                                 \
-    TSR_ATTN_HALVES_ENTRY(tsr_attn_bf16_f32_d##hd##_h, __nv_bfloat16, float, hd)                   \
-    TSR_ATTN_HALVES_ENTRY(tsr_attn_bf16_bf16_d##hd##_h, __nv_bfloat16, __nv_bfloat16, hd)          \
-    TSR_ATTN_HALVES_ENTRY(tsr_attn_bf16_f16_d##hd##_h, __nv_bfloat16, __half, hd)                  \
-    TSR_ATTN_HALVES_ENTRY(tsr_attn_f16_f32_d##hd##_h, __half, float, hd)                           \
-    TSR_ATTN_HALVES_ENTRY(tsr_attn_f16_bf16_d##hd##_h, __half, __nv_bfloat16, hd)                  \
-    TSR_ATTN_HALVES_ENTRY(tsr_attn_f16_f16_d##hd##_h, __half, __half, hd)
-/* clang-format on */
-TSR_ATTN_HALVES_FAMILY(64)
-TSR_ATTN_HALVES_FAMILY(128)
 
 /* Split keys for grids that would leave most multiprocessors idle (a decode
  * step of a small batch): a cluster of S CTAs shares each row tile, each takes

@@ -324,7 +324,7 @@ Test(cuda_backend, tier3_attention_is_the_default_and_matches_the_reference)
         "\"batch\":1,\"heads\":32,\"heads_kv\":8,\"seq_q\":1,\"seq_k\":2100,\"head_dim\":128",
         "\"batch\":2,\"heads\":8,\"heads_kv\":2,\"seq_q\":5,\"seq_k\":1100,\"head_dim\":64,"
         "\"causal\":true",
-        /* Key halves (at most 64 packed rows, unsplit): a decode step, and 64
+        /* Unsplit with few packed rows: a decode step of 128 CTAs, and 64
          * causal rows over 6 key tiles. */
         "\"batch\":16,\"heads\":32,\"heads_kv\":8,\"seq_q\":1,\"seq_k\":1000,\"head_dim\":128",
         "\"batch\":2,\"heads\":8,\"heads_kv\":1,\"seq_q\":8,\"seq_k\":700,\"head_dim\":64,"
@@ -350,8 +350,8 @@ Test(cuda_backend, tier3_attention_is_the_default_and_matches_the_reference)
  * exactly where the reference does (a masked key's NaN value reaches no row
  * that cannot see it) and the same values elsewhere. Once with one CTA per
  * row tile, once with the keys split 8 ways (16 queries, the poisoned key
- * visible to half of them), once with the key halves (64 packed rows, the
- * poisoned key visible to 10 of each head's 16 queries). */
+ * visible to half of them), once unsplit with 64 packed rows (the poisoned key
+ * visible to 10 of each head's 16 queries). */
 static void expect_attention_nan_placement(const char *json, const int row[3]);
 
 Test(cuda_backend, tier3_attention_places_nan_like_the_reference)
@@ -366,11 +366,11 @@ Test(cuda_backend, tier3_attention_places_nan_like_the_reference)
                                    "\"heads\":4,\"heads_kv\":2,\"seq_q\":16,\"seq_k\":2048,"
                                    "\"head_dim\":128,\"causal\":true}",
                                    split_rows);
-    const int halves_rows[] = {5, 690, 690};
+    const int few_rows[] = {5, 690, 690};
     expect_attention_nan_placement("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":1,"
                                    "\"heads\":4,\"heads_kv\":1,\"seq_q\":16,\"seq_k\":700,"
                                    "\"head_dim\":128,\"causal\":true}",
-                                   halves_rows);
+                                   few_rows);
 }
 
 /* A bf16 region (from json) run with NaNs in its inputs: its output buffers

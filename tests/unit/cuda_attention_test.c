@@ -98,35 +98,16 @@ Test(cuda_attention, the_plan_packs_the_query_heads_of_each_kv_head)
     cr_assert_eq(plan.scale_log2, (float)(0.125 * 1.4426950408889634));
     tsr_region_free(&r);
 
-    /* A decode step: 32 x 8 kv heads, the 4 queries of each in one CTA, whose
-     * two consumer warpgroups take those rows and half the key tiles each. */
+    /* A decode step: 32 x 8 kv heads, the 4 queries of each in one CTA. */
     r = regions_parse("{\"kind\":\"attention\",\"dtype\":\"f16\",\"batch\":32,\"heads\":32,"
                       "\"heads_kv\":8,\"seq_q\":1,\"seq_k\":8192,\"head_dim\":128}");
     cr_assert_eq(tsrd_attn_plan_make(&r, &plan, &e), TSR_OK, "%s", e.message);
-    cr_assert_str_eq(plan.entry, "tsr_attn_f16_f16_d128_h");
-    cr_assert(plan.halves);
-    cr_assert_eq(plan.splits, 1);
+    cr_assert_str_eq(plan.entry, "tsr_attn_f16_f16_d128");
     cr_assert_eq(plan.grid[0], 1);
     cr_assert_eq(plan.grid[1], 8);
     cr_assert_eq(plan.grid[2], 32);
-    cr_assert_eq(plan.shared_bytes, TSR_ATTN_SMEM_BYTES_HALVES(128));
+    cr_assert_eq(plan.shared_bytes, TSR_ATTN_SMEM_BYTES(128));
     cr_assert_leq(plan.shared_bytes, 227 * 1024);
-    cr_assert_leq(TSR_ATTN_SMEM_BYTES_HALVES(64), 227 * 1024);
-    tsr_region_free(&r);
-
-    /* 64 packed rows still take the halves; 65 do not. */
-    r = regions_parse("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":64,\"heads\":16,"
-                      "\"heads_kv\":4,\"seq_q\":16,\"seq_k\":2048,\"head_dim\":64,"
-                      "\"causal\":true}");
-    cr_assert_eq(tsrd_attn_plan_make(&r, &plan, &e), TSR_OK, "%s", e.message);
-    cr_assert_str_eq(plan.entry, "tsr_attn_bf16_bf16_d64_h");
-    cr_assert_eq(plan.shared_bytes, TSR_ATTN_SMEM_BYTES_HALVES(64));
-    tsr_region_free(&r);
-    r = regions_parse("{\"kind\":\"attention\",\"dtype\":\"bf16\",\"batch\":128,\"heads\":5,"
-                      "\"heads_kv\":1,\"seq_q\":13,\"seq_k\":2048,\"head_dim\":64}");
-    cr_assert_eq(tsrd_attn_plan_make(&r, &plan, &e), TSR_OK, "%s", e.message);
-    cr_assert_str_eq(plan.entry, "tsr_attn_bf16_bf16_d64");
-    cr_assert_not(plan.halves);
     tsr_region_free(&r);
 
     tsr_region_init_matmul(&r, TSR_BF16, 64, 64, 64, NULL);
@@ -165,19 +146,18 @@ Test(cuda_attention, small_grids_split_the_keys)
         uint32_t grid_x;
     } cases[] = {
         {"bf16", 1, 32, 8, 1, 8192, 128, false, TSR_BF16, "tsr_attn_bf16_bf16_d128_s8", 8, 8},
-        /* The split entries write the input dtype only; unsplit, the 4 rows
-         * of a kv head take the key halves. */
-        {"bf16", 1, 32, 8, 1, 8192, 128, false, TSR_F32, "tsr_attn_bf16_f32_d128_h", 1, 1},
+        /* The split entries write the input dtype only. */
+        {"bf16", 1, 32, 8, 1, 8192, 128, false, TSR_F32, "tsr_attn_bf16_f32_d128", 1, 1},
         {"f16", 4, 32, 8, 1, 8192, 64, false, TSR_F16, "tsr_attn_f16_f16_d64_s8", 8, 8},
         /* 64 CTAs: 4 ways. */
         {"bf16", 8, 32, 8, 1, 8192, 128, false, TSR_BF16, "tsr_attn_bf16_bf16_d128_s4", 4, 4},
         /* 8 key tiles: two each for 4 shares, not for 8. */
         {"bf16", 1, 32, 8, 1, 1000, 128, false, TSR_BF16, "tsr_attn_bf16_bf16_d128_s4", 4, 4},
         /* 7 key tiles: too few to share. */
-        {"bf16", 1, 32, 8, 1, 896, 128, false, TSR_BF16, "tsr_attn_bf16_bf16_d128_h", 1, 1},
+        {"bf16", 1, 32, 8, 1, 896, 128, false, TSR_BF16, "tsr_attn_bf16_bf16_d128", 1, 1},
         /* 128 and 256 CTAs: unsplit. */
-        {"bf16", 16, 32, 8, 1, 8192, 128, false, TSR_BF16, "tsr_attn_bf16_bf16_d128_h", 1, 1},
-        {"bf16", 32, 32, 8, 1, 8192, 128, false, TSR_BF16, "tsr_attn_bf16_bf16_d128_h", 1, 1},
+        {"bf16", 16, 32, 8, 1, 8192, 128, false, TSR_BF16, "tsr_attn_bf16_bf16_d128", 1, 1},
+        {"bf16", 32, 32, 8, 1, 8192, 128, false, TSR_BF16, "tsr_attn_bf16_bf16_d128", 1, 1},
         /* A short causal prefill of one head: 2 row tiles, each split 8 ways. */
         {"bf16", 1, 1, 0, 256, 4096, 64, true, TSR_BF16, "tsr_attn_bf16_bf16_d64_s8", 8, 16},
     };
@@ -298,11 +278,6 @@ Test(cuda_attention, embeds_every_entry_the_planner_names)
                 cr_assert_not_null(memmem(tsrd_attn_sm90_cubin, tsrd_attn_sm90_cubin_len, entry,
                                           strlen(entry) + 1),
                                    "%s", entry);
-                char halves[72];
-                snprintf(halves, sizeof halves, "%s_h", entry);
-                cr_assert_not_null(memmem(tsrd_attn_sm90_cubin, tsrd_attn_sm90_cubin_len, halves,
-                                          strlen(halves) + 1),
-                                   "%s", halves);
                 if (o != i + 1)
                     continue;
                 /* The split-key entries: the input dtype out. */

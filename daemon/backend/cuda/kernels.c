@@ -422,25 +422,17 @@ tsr_status tsrd_attn_plan_make(const tsr_region *r, tsrd_attn_plan *out, tsr_err
         else if (ctas * 4 <= 2 * TSR_ATTN_SPLIT_SMS && key_tiles >= 8)
             out->splits = 4;
     }
-    /* Unsplit with at most 64 packed rows per kv head (a decode step): the
-     * key-halves entry, whose two consumer warpgroups share those rows and
-     * alternate key tiles instead of running the softmax over 64 rows of
-     * padding. */
-    out->halves = out->splits == 1 && group * d->seq_q <= TSR_ATTN_BM / 2;
     out->grid[0] = (uint32_t)(row_tiles * out->splits);
     out->grid[1] = (uint32_t)d->heads_kv;
     out->grid[2] = (uint32_t)d->batch;
     out->block = TSR_ATTN_THREADS;
-    out->shared_bytes = out->halves ? TSR_ATTN_SMEM_BYTES_HALVES(out->head_dim)
-                                    : TSR_ATTN_SMEM_BYTES(out->head_dim);
+    out->shared_bytes = TSR_ATTN_SMEM_BYTES(out->head_dim);
     out->map_dtype =
         r->dtype == TSR_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
     int n = snprintf(out->entry, sizeof out->entry, "tsr_attn_%s_%s_d%d",
                      kernels_dtype_tag(r->dtype), kernels_dtype_tag(r->out_dtype), out->head_dim);
     if (out->splits > 1)
         snprintf(out->entry + n, sizeof out->entry - (size_t)n, "_s%d", out->splits);
-    else if (out->halves)
-        snprintf(out->entry + n, sizeof out->entry - (size_t)n, "_h");
     return TSR_OK;
 }
 

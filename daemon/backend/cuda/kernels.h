@@ -63,7 +63,7 @@
 #define TSRD_CUDA_SWIGLU80 "swiglu_mma80"
 #define TSRD_CUDA_MMA80_VERSION 1
 #define TSRD_CUDA_ATTN "attention_wgmma"
-#define TSRD_CUDA_ATTN_VERSION 3
+#define TSRD_CUDA_ATTN_VERSION 2
 
 /* The tier-0 reference on a CUDA device: a launch copies the inputs to the
  * host, runs the CPU reference executor and copies the output back. Rule 3 of
@@ -242,9 +242,8 @@ tsr_status tsrd_gemm80_launch_args(const tsrd_gemm_plan *plan, const CUdeviceptr
 /* ---- the tier-3 attention plan ---- */
 
 typedef struct tsrd_attn_plan {
-    char entry[64]; /* tsr_attn_<in>_<out>_d<head_dim>, _s<splits> with split keys, _h */
+    char entry[64]; /* tsr_attn_<in>_<out>_d<head_dim>, _s<splits> with split keys */
     int splits;     /* CTAs (one cluster) sharing a row tile's keys: 1, 4 or 8 */
-    int halves;     /* unsplit, at most 64 packed rows: the key-halves entry (_h) */
     uint32_t grid[3];
     uint32_t block, shared_bytes;
     CUtensorMapDataType map_dtype;
@@ -259,8 +258,7 @@ typedef struct tsrd_attn_plan {
  * the query heads of each kv head: (splits · ceil(group · seq_q / TSR_ATTN_BM),
  * heads_kv, batch); splits is 8 (or 4) where that many times the CTAs stay
  * within 2 · TSR_ATTN_SPLIT_SMS and the keys give each share two tiles, with
- * the input dtype out, else 1; unsplit with at most 64 packed rows per kv
- * head, the key-halves entry (_h, TSR_ATTN_SMEM_BYTES_HALVES). */
+ * the input dtype out, else 1. */
 tsr_status tsrd_attn_plan_make(const tsr_region *r, tsrd_attn_plan *out, tsr_error *err);
 
 /* The three tensor maps (Q as {head_dim, batch · heads · seq_q}; K and V as

@@ -59,8 +59,9 @@
  * streams B through many multiprocessors; the cluster adds its partial tiles
  * through distributed shared memory and applies the epilogue. One tile per
  * cluster (not persistent): grid = column tiles x splits, the cluster's size
- * given at launch. Stages of B (TN x 64 x 2 bytes) + A (MW x 64 x 2 bytes), as
- * many as fit 220 KiB, at most 12. */
+ * given at launch. Stages of B (TN x 64 x 2 bytes; gated: TN = 128 columns of
+ * both weights, TSR_GEMM_SMALL_STAGE_BYTES(mw, 256)) + A (MW x 64 x 2 bytes),
+ * as many as fit 220 KiB, at most 12. */
 #define TSR_GEMM_NARROW_M 64
 #define TSR_GEMM_SPLIT_MAX 8
 /* CTAs resident at once at one CTA per multiprocessor, by cluster size, as
@@ -83,21 +84,22 @@ static inline int tsr_gemm_small_rows(int m)
     return m <= 16 ? 16 : (m <= 32 ? 32 : 64);
 }
 
-/* The small-M kernel's tile width (*tn: 256 or 128) and K split (*splits: 1,
- * 2, 4 or 8) for an n x k product: the most CTAs that are resident at once
+/* The small-M kernel's tile width (*tn: 256 or 128; 128 only when gated, whose
+ * stages hold 128 columns of both weights) and K split (*splits: 1, 2, 4 or 8)
+ * for an n x k product: the most CTAs that are resident at once
  * (TSR_GEMM_SPLIT_CTAS_*), each share two K slices or more; at equal counts
  * the wider tile and the fewer shares. Where no grid fits one wave (N past
  * 33 792), 128-column tiles unsplit, whose last wave is the least empty.
  * Measured on the H200 (docs/benchmarks.md): M 16 N 8192 K 8192 runs 0.037 ms
  * with 128 columns in pairs, against 0.044 in 4-CTA clusters of 256 columns
  * that spill into a second wave. */
-static inline void tsr_gemm_small_plan(int n, int k, int *tn, int *splits)
+static inline void tsr_gemm_small_plan(int n, int k, int gated, int *tn, int *splits)
 {
     const long long k_tiles = ((long long)k + 63) / 64;
     long long best = 0;
     *tn = 128;
     *splits = 1;
-    for (int w = 256; w >= 128; w /= 2) {
+    for (int w = gated ? 128 : 256; w >= 128; w /= 2) {
         const long long tiles = ((long long)n + w - 1) / w;
         for (int s = 1; s <= TSR_GEMM_SPLIT_MAX; s *= 2) {
             if (s > 1 && k_tiles < 2 * s)

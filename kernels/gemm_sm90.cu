@@ -22,10 +22,10 @@
  *    consumer owns a whole 64 x 256 tile and the two alternate tiles, so one's
  *    epilogue overlaps the other's products (gemm_pingpong_body). Products
  *    without one keep the cooperative kernel above, whose main loop is faster.
- *  - Products of at most 64 rows (a decode step) take the small-M kernels
- *    (gemm_small_body): the transposed product with the K dimension split over
- *    a cluster, whose CTAs add their partial tiles through distributed shared
- *    memory.
+ *  - Products of at most 64 rows (a decode step), gated ones too, take the
+ *    small-M kernels (gemm_small_body): the transposed product with the K
+ *    dimension split over a cluster, whose CTAs add their partial tiles
+ *    through distributed shared memory.
  */
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -608,19 +608,22 @@ gemm_pingpong_body(const CUtensorMap *map_a, const CUtensorMap *map_b, const tsr
  * of 256 (row, four columns) items, reading them through distributed shared
  * memory, and applying the epilogue to the sums; a last cluster barrier keeps
  * every CTA's shared memory alive until all have read it. */
-template <typename TIn, typename TOut, int MW, int TN, int Stages = TSR_GEMM_STAGES_SMALL(MW, TN)>
+template <typename TIn, typename TOut, int MW, int TN, bool Gated = false,
+          int Stages = TSR_GEMM_STAGES_SMALL(MW, (Gated ? 2 : 1) * TN)>
 __device__ __forceinline__ void gemm_small_body(const CUtensorMap *map_a, const CUtensorMap *map_b,
-                                                const tsr_gemm_params &p)
+                                                const CUtensorMap *map_b2, const tsr_gemm_params &p)
 {
     static_assert(MW == 16 || MW == 32 || MW == 64, "wgmma N of the small-M kernels");
     static_assert(TN == 128 || TN == 256, "one or two 64-column blocks per consumer");
     constexpr int kTN = TN;
-    constexpr int kBlocks = TN / 128; /* m64 blocks per consumer warpgroup */
+    constexpr int kBlocks = TN / 128;        /* m64 blocks per consumer warpgroup and product */
+    constexpr int kProducts = Gated ? 2 : 1; /* A·B, or A·Wg and A·Wu */
     constexpr int kStages = Stages;
-    constexpr int kBBytes = kBK * kTN * 2;     /* TN / 64 boxes of 64 x 64 */
-    constexpr int kAStageBytes = MW * kBK * 2; /* one 64 x MW box */
-    constexpr int kStride = kTN + 4;           /* floats per partial row */
-    static_assert(MW * kStride * 4 <= kStages * kBBytes, "the partial tile fits the ring");
+    constexpr int kBBytes = kProducts * kBK * kTN * 2; /* TN / 64 boxes of 64 x 64 each */
+    constexpr int kAStageBytes = MW * kBK * 2;         /* one 64 x MW box */
+    constexpr int kStride = kTN + 4;                   /* floats per partial row */
+    constexpr int kPartial = MW * kStride;             /* floats of one product's partial */
+    static_assert(kProducts * kPartial * 4 <= kStages * kBBytes, "the partial tiles fit the ring");
     unsigned char *smem_b = smem_aligned();
     unsigned char *smem_a = smem_b + kStages * kBBytes;
     uint64_t *full = reinterpret_cast<uint64_t *>(smem_a + kStages * kAStageBytes);
@@ -647,9 +650,11 @@ __device__ __forceinline__ void gemm_small_body(const CUtensorMap *map_a, const 
                 mbar_expect_tx(&full[s], kBBytes + kAStageBytes);
                 tma_load_2d(smem_a + s * kAStageBytes, map_a, &full[s], k, 0);
 #pragma unroll
-                for (int c = 0; c < kTN / 64; c++)
-                    tma_load_2d(smem_b + s * kBBytes + c * kChunkBytes, map_b, &full[s],
-                                n0 + 64 * c, k);
+                for (int pr = 0; pr < kProducts; pr++)
+#pragma unroll
+                    for (int c = 0; c < kTN / 64; c++)
+                        tma_load_2d(smem_b + s * kBBytes + (pr * (kTN / 64) + c) * kChunkBytes,
+                                    pr == 0 ? map_b : map_b2, &full[s], n0 + 64 * c, k);
             }
         }
         /* The consumers' two cluster barriers (below). */
@@ -662,10 +667,11 @@ __device__ __forceinline__ void gemm_small_body(const CUtensorMap *map_a, const 
     const int consumer = warpgroup - 1;
     const int t = threadIdx.x - 128; /* 0 .. 255 */
     const int warp = (t % 128) / 32, lane = t % 32;
-    /* Block b's accumulators, acc[b·MW/2 ..]: B's columns (TN/2)·c + 64b + 0..63. */
-    float acc[kBlocks * MW / 2];
+    /* Product pr's block b, acc[(pr·kBlocks + b)·MW/2 ..]: its columns
+     * (TN/2)·c + 64b + 0..63. */
+    float acc[kProducts * kBlocks * MW / 2];
 #pragma unroll
-    for (int i = 0; i < kBlocks * MW / 2; i++)
+    for (int i = 0; i < kProducts * kBlocks * MW / 2; i++)
         acc[i] = 0.0f;
     for (int i = 0; i < count; i++) {
         const int s = i % kStages;
@@ -677,10 +683,14 @@ __device__ __forceinline__ void gemm_small_body(const CUtensorMap *map_a, const 
         for (int kk = 0; kk < kBK / 16; kk++) {
             const uint64_t da = smem_desc(a_base + kk * 32, 16, 1024);
 #pragma unroll
-            for (int b = 0; b < kBlocks; b++)
-                wgmma_t<MW, TIn>(acc + b * (MW / 2),
-                                 smem_desc(b_base + b * kChunkBytes + kk * 2048, p.b_lbo, p.b_sbo),
-                                 da);
+            for (int pr = 0; pr < kProducts; pr++)
+#pragma unroll
+                for (int b = 0; b < kBlocks; b++)
+                    wgmma_t<MW, TIn>(
+                        acc + (pr * kBlocks + b) * (MW / 2),
+                        smem_desc(b_base + (pr * (kTN / 64) + b) * kChunkBytes + kk * 2048, p.b_lbo,
+                                  p.b_sbo),
+                        da);
         }
         ring_retire_previous<kStages>(empty, i, i);
     }
@@ -693,54 +703,67 @@ __device__ __forceinline__ void gemm_small_body(const CUtensorMap *map_a, const 
      * (TN/2)·c + 64b + 16·warp + lane / 4 + 8h and A's row 8j + 2·(lane % 4) + e. */
     consumers_wait(1);
 #pragma unroll
-    for (int b = 0; b < kBlocks; b++) {
-        const int col = consumer * (kTN / 2) + b * 64 + warp * 16 + lane / 4;
+    for (int pr = 0; pr < kProducts; pr++)
 #pragma unroll
-        for (int j = 0; j < MW / 8; j++)
+        for (int b = 0; b < kBlocks; b++) {
+            const int col = consumer * (kTN / 2) + b * 64 + warp * 16 + lane / 4;
 #pragma unroll
-            for (int h = 0; h < 2; h++)
+            for (int j = 0; j < MW / 8; j++)
 #pragma unroll
-                for (int e = 0; e < 2; e++)
-                    partial[(8 * j + 2 * (lane % 4) + e) * kStride + col + 8 * h] =
-                        acc[b * (MW / 2) + 4 * j + 2 * h + e];
-    }
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++)
+                        partial[pr * kPartial + (8 * j + 2 * (lane % 4) + e) * kStride + col +
+                                8 * h] = acc[(pr * kBlocks + b) * (MW / 2) + 4 * j + 2 * h + e];
+        }
     cluster_sync();
 
     const uint32_t partial_addr = smem_addr(partial);
-    const bool has_res = p.residual != nullptr;
+    const bool has_res = !Gated && p.residual != nullptr;
     TOut *out = static_cast<TOut *>(p.out);
     for (int item = rank * 256 + t; item < MW * (kTN / 4); item += splits * 256) {
         const int row = item / (kTN / 4), col = 4 * (item % (kTN / 4));
         const int n = n0 + col;
         if (row >= p.m || n >= p.n) /* N is a multiple of 8: all four or none */
             continue;
-        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        for (int c = 0; c < splits; c++) {
-            const float4 x =
-                cluster_load4(cluster_addr(partial_addr + 4 * (row * kStride + col), c));
-            v[0] += x.x;
-            v[1] += x.y;
-            v[2] += x.z;
-            v[3] += x.w;
+        float v[kProducts][4] = {};
+        for (int c = 0; c < splits; c++)
+#pragma unroll
+            for (int pr = 0; pr < kProducts; pr++) {
+                const float4 x = cluster_load4(
+                    cluster_addr(partial_addr + 4 * (pr * kPartial + row * kStride + col), c));
+                v[pr][0] += x.x;
+                v[pr][1] += x.y;
+                v[pr][2] += x.z;
+                v[pr][3] += x.w;
+            }
+        const size_t at = static_cast<size_t>(row) * p.n + n;
+        if (Gated) {
+            /* act(A·Wg) · (A·Wu), as the gated kernels' epilogue. */
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                v[0][i] = act_apply(p.gate_act, v[0][i]) * v[kProducts - 1][i];
+            store_pair(out, at, v[0][0], v[0][1]);
+            store_pair(out, at + 2, v[0][2], v[0][3]);
+            continue;
         }
         for (int o = 0; o < p.n_ops; o++) {
             const int op = p.ops[o];
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                v[i] = op == GEMM_OP_BIAS ? v[i] + elem<TIn>::load(p.bias, n + i)
-                                          : act_apply(op, v[i]);
+                v[0][i] = op == GEMM_OP_BIAS ? v[0][i] + elem<TIn>::load(p.bias, n + i)
+                                             : act_apply(op, v[0][i]);
         }
-        const size_t at = static_cast<size_t>(row) * p.n + n;
         if (has_res) {
             const float2 r0 = elem<TIn>::load_pair(p.residual, at);
             const float2 r1 = elem<TIn>::load_pair(p.residual, at + 2);
-            v[0] += r0.x;
-            v[1] += r0.y;
-            v[2] += r1.x;
-            v[3] += r1.y;
+            v[0][0] += r0.x;
+            v[0][1] += r0.y;
+            v[0][2] += r1.x;
+            v[0][3] += r1.y;
         }
-        store_pair(out, at, v[0], v[1]);
-        store_pair(out, at + 2, v[2], v[3]);
+        store_pair(out, at, v[0][0], v[0][1]);
+        store_pair(out, at + 2, v[0][2], v[0][3]);
     }
     /* No CTA leaves while another may still read its shared memory. */
     cluster_sync();
@@ -781,7 +804,9 @@ TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_GATED, tsr_gemm, _gated)
 /* The small-M products (at most TSR_GEMM_NARROW_M rows, with or without an
  * epilogue): tsr_gemm_<in>_<out>_m<16|32|64>_n<128|256>. */
 #define TSR_GEMM_SMALL(name, tin, tout, mw, tn)                                                    \
-    TSR_GEMM_KERNEL(name, gemm_small_body<tin, tout, mw, tn>(&map_a, &map_b, p))
+    TSR_GEMM_KERNEL(name, gemm_small_body<tin, tout, mw, tn>(&map_a, &map_b, &map_b2, p))
+#define TSR_GEMM_SMALL_GATED(name, tin, tout, mw)                                                  \
+    TSR_GEMM_KERNEL(name, gemm_small_body<tin, tout, mw, 128, true>(&map_a, &map_b, &map_b2, p))
 #define TSR_GEMM_ENTRY_M16_N128(name, tin, tout) TSR_GEMM_SMALL(name, tin, tout, 16, 128)
 #define TSR_GEMM_ENTRY_M16_N256(name, tin, tout) TSR_GEMM_SMALL(name, tin, tout, 16, 256)
 #define TSR_GEMM_ENTRY_M32_N128(name, tin, tout) TSR_GEMM_SMALL(name, tin, tout, 32, 128)
@@ -794,3 +819,12 @@ TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_M32_N128, tsr_gemm, _m32_n128)
 TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_M32_N256, tsr_gemm, _m32_n256)
 TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_M64_N128, tsr_gemm, _m64_n128)
 TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_M64_N256, tsr_gemm, _m64_n256)
+
+/* The gated products of at most TSR_GEMM_NARROW_M rows:
+ * tsr_gemm_<in>_<out>_m<16|32|64>_n128_gated, 128 columns of both weights. */
+#define TSR_GEMM_ENTRY_M16_GATED(name, tin, tout) TSR_GEMM_SMALL_GATED(name, tin, tout, 16)
+#define TSR_GEMM_ENTRY_M32_GATED(name, tin, tout) TSR_GEMM_SMALL_GATED(name, tin, tout, 32)
+#define TSR_GEMM_ENTRY_M64_GATED(name, tin, tout) TSR_GEMM_SMALL_GATED(name, tin, tout, 64)
+TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_M16_GATED, tsr_gemm, _m16_n128_gated)
+TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_M32_GATED, tsr_gemm, _m32_n128_gated)
+TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_M64_GATED, tsr_gemm, _m64_n128_gated)

@@ -50,6 +50,13 @@ def matmul(name, dtype, m, n, k):
             [(m, k), (k, n)], lambda a, w: a @ w, 2 * m * n * k)
 
 
+def gated(name, dtype, m, k, h):
+    """act(A·Wg)·(A·Wu) with silu, against torch's two products and the
+    elementwise tail (eager)."""
+    return (name, {"kind": "gated", "dtype": dtype, "m": m, "k": k, "h": h, "gate_act": "silu"},
+            [(m, k), (k, h), (k, h)], lambda a, wg, wu: F.silu(a @ wg) * (a @ wu), 4 * m * k * h)
+
+
 def pointwise(name, dtype, inputs, ops, torch_fn):
     """A pointwise DAG against torch.compile of the same expression (the lane's
     goal); the rate columns show TB/s moved (inputs read, output written)."""
@@ -74,6 +81,7 @@ CASES = [
     matmul("matmul bf16 M64 N8192 K8192", "bf16", 64, 8192, 8192),
     matmul("matmul bf16 M16 N14336 K4096", "bf16", 16, 14336, 4096),
     matmul("matmul bf16 M32 N4096 K14336", "bf16", 32, 4096, 14336),
+    gated("gated SwiGLU bf16 M16 K4096 H14336", "bf16", 16, 4096, 14336),
     pointwise("pointwise relu(a+b)*sigmoid(c) f32 2^28 (torch.compile)", "f32",
               [("a", (1 << 28,)), ("b", (1 << 28,)), ("c", (1 << 28,))],
               [{"op": "add", "args": ["a", "b"], "out": "s"},

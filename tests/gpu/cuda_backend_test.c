@@ -587,6 +587,25 @@ Test(cuda_backend, small_m_gemm_kernels_serve_decode_steps)
     };
     expect_gemm_wgmma(regions, sizeof regions / sizeof regions[0]);
 
+    /* Gated decode steps: 128 columns of both weights, K split 8 ways, and
+     * 64 rows with gelu into f32. */
+    const char *gated[] = {
+        "{\"kind\":\"gated\",\"dtype\":\"bf16\",\"m\":16,\"k\":1040,\"h\":1032,"
+        "\"gate_act\":\"silu\"}",
+        "{\"kind\":\"gated\",\"dtype\":\"f16\",\"out_dtype\":\"f32\",\"m\":64,\"k\":264,"
+        "\"h\":776,\"gate_act\":\"gelu\"}",
+    };
+    for (size_t i = 0; i < sizeof gated / sizeof gated[0]; i++) {
+        tsr_region r;
+        tsr_error e;
+        cr_assert_eq(tsr_region_from_json(gated[i], strlen(gated[i]), &r, &e), TSR_OK, "%s",
+                     e.message);
+        char cand[TSR_CLIENT_NAME_MAX];
+        check_region(&r, NULL, gated[i], cand);
+        cr_expect_str_eq(cand, "swiglu_wgmma", "%s", gated[i]);
+        tsr_region_free(&r);
+    }
+
     /* A NaN in A and one in B, with the K dimension split 8 ways: exactly
      * that row and that column, as the reference has them. */
     const char *json = "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":24,\"n\":1032,"

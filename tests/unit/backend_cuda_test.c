@@ -209,6 +209,21 @@ Test(backend_cuda, gemm_plan_names_the_entry_and_counts_tiles)
     cr_assert_eq(plan.a_box_rows, 128);
     cr_assert_eq(plan.gate_act, TSR_OP_SILU);
     cr_assert_eq(plan.map_dtype, CU_TENSOR_MAP_DATA_TYPE_FLOAT16);
+
+    /* A gated decode step: the small-M kernel over 128 columns of both
+     * weights (a stage as wide as 256 columns of one). */
+    cr_assert_eq(tsr_region_init_gated(&r, TSR_BF16, 16, 4096, 14336, TSR_OP_SILU, NULL), TSR_OK);
+    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_bf16_m16_n128_gated");
+    cr_assert_eq(plan.splits, 1); /* 112 column tiles: split 2 ways would be 224 */
+    cr_assert_eq(plan.grid, 112);
+    cr_assert_eq(plan.shared_bytes, TSR_GEMM_SMEM_BYTES_SMALL(16, 256));
+    cr_assert_eq(plan.a_box_rows, 16);
+    cr_assert_eq(tsr_region_init_gated(&r, TSR_F16, 40, 8192, 1024, TSR_OP_GELU, NULL), TSR_OK);
+    cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+    cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f16_m64_n128_gated");
+    cr_assert_eq(plan.splits, 8); /* 8 column tiles of 128 */
+    cr_assert_eq(plan.grid, 64);
 }
 
 /* A validated fused region: M x N x K, the epilogue chain, the residual. */
@@ -368,7 +383,7 @@ Test(backend_cuda, launch_arguments_follow_the_kernel_contract)
     cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
     CUdeviceptr g[3] = {0x1000, 0x2000, 0x3000};
     cr_assert_eq(tsrd_gemm_launch_args(&plan, g, 3, 0x4000, maps, &p, NULL), TSR_OK);
-    cr_assert_eq(maps[0].box[1], 128); /* A in 128-row boxes */
+    cr_assert_eq(maps[0].box[1], 64); /* 64 rows: the small-M kernel's A boxes */
     cr_assert_eq(maps[2].address, (void *)0x3000);
     cr_assert_eq(maps[2].dims[0], 96); /* H */
     cr_assert_null(p.bias);
@@ -387,11 +402,18 @@ Test(backend_cuda, embeds_the_tier3_cubin)
                         4),
                  0);
     /* Every entry the planner can name is in the image's string table. */
-    const char *entries[] = {"tsr_gemm_bf16_f32",           "tsr_gemm_f16_bf16",
-                             "tsr_gemm_bf16_bf16_gated",    "tsr_gemm_f16_f16_gated",
-                             "tsr_gemm_bf16_f32_m16_n128",  "tsr_gemm_f16_f16_m32_n256",
-                             "tsr_gemm_bf16_bf16_m64_n128", "tsr_gemm_f16_bf16_m16_n256",
-                             "tsr_gemm_bf16_bf16_pp",       "tsr_gemm_f16_f32_pp"};
+    const char *entries[] = {"tsr_gemm_bf16_f32",
+                             "tsr_gemm_f16_bf16",
+                             "tsr_gemm_bf16_bf16_gated",
+                             "tsr_gemm_f16_f16_gated",
+                             "tsr_gemm_bf16_f32_m16_n128",
+                             "tsr_gemm_f16_f16_m32_n256",
+                             "tsr_gemm_bf16_bf16_m64_n128",
+                             "tsr_gemm_f16_bf16_m16_n256",
+                             "tsr_gemm_bf16_bf16_m16_n128_gated",
+                             "tsr_gemm_f16_f32_m64_n128_gated",
+                             "tsr_gemm_bf16_bf16_pp",
+                             "tsr_gemm_f16_f32_pp"};
     for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++)
         cr_assert_not_null(memmem(tsrd_gemm_sm90_cubin, tsrd_gemm_sm90_cubin_len, entries[i],
                                   strlen(entries[i]) + 1),

@@ -204,31 +204,32 @@ tsr_status tsrd_gemm_plan_make(const tsr_region *r, tsrd_gemm_plan *out, tsr_err
     tsr_status st = kernels_plan_rules(r, out, err);
     if (st != TSR_OK)
         return st;
-    /* At most TSR_GEMM_NARROW_M rows: the small-M kernels, whose transposed
-     * product puts A's few rows on wgmma's N side and whose K is split over a
-     * cluster, so that a decode step streams B through every multiprocessor
-     * (gemm_params.h). Above that, a product whose epilogue has both ops and a
+    /* At most TSR_GEMM_NARROW_M rows (gated too): the small-M kernels, whose
+     * transposed product puts A's few rows on wgmma's N side and whose K is
+     * split over a cluster, so that a decode step streams B through every
+     * multiprocessor (gemm_params.h). Above that, a product whose epilogue has both ops and a
      * residual takes the ping-pong kernels (the epilogue overlaps the other
      * consumer's products: 7.5% faster with bias+gelu+residual on the H200)
      * and the others the cooperative kernels, whose main loop is 9% faster
      * and which win by 1-4% with ops alone or a residual alone
      * (docs/benchmarks.md). */
-    const int small = !out->gated && out->m <= TSR_GEMM_NARROW_M;
+    const int small = out->m <= TSR_GEMM_NARROW_M;
     out->family = TSRD_GEMM_WGMMA;
     out->block = TSR_GEMM_THREADS;
     out->splits = 0;
     if (small) {
         const int rows = tsr_gemm_small_rows(out->m);
         int tn;
-        tsr_gemm_small_plan(out->n, out->k, &tn, &out->splits);
+        tsr_gemm_small_plan(out->n, out->k, out->gated, &tn, &out->splits);
         const int64_t tiles_n = ((int64_t)out->n + tn - 1) / tn;
         if (tiles_n * out->splits > INT32_MAX)
             return tsr_error_set(err, TSR_UNSUPPORTED, "more than 2^31 - 1 tiles");
         out->grid = (uint32_t)(tiles_n * out->splits);
-        out->shared_bytes = TSR_GEMM_SMEM_BYTES_SMALL(rows, tn);
+        out->shared_bytes = TSR_GEMM_SMEM_BYTES_SMALL(rows, out->gated ? 2 * tn : tn);
         out->a_box_rows = (uint32_t)rows;
-        snprintf(out->entry, sizeof out->entry, "tsr_gemm_%s_%s_m%d_n%d",
-                 kernels_dtype_tag(r->dtype), kernels_dtype_tag(r->out_dtype), rows, tn);
+        snprintf(out->entry, sizeof out->entry, "tsr_gemm_%s_%s_m%d_n%d%s",
+                 kernels_dtype_tag(r->dtype), kernels_dtype_tag(r->out_dtype), rows, tn,
+                 out->gated ? "_gated" : "");
         return TSR_OK;
     }
     const int pingpong = !out->gated && out->n_ops > 0 && out->residual_input >= 0;

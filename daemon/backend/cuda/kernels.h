@@ -176,8 +176,8 @@ typedef enum tsrd_gemm_family {
 
 typedef struct tsrd_gemm_plan {
     tsrd_gemm_family family;
-    /* tsr_gemm_<in>_<out>[_gated|_pp|_m<16|32|64>_n<128|256>] or
-     * tsr_gemm80_<in>_<out>[_gated] */
+    /* tsr_gemm_<in>_<out>[_gated|_pp|_m<16|32|64>_n<128|256>|_m<16|32|64>_n128_gated]
+     * or tsr_gemm80_<in>_<out>[_gated] */
     char entry[64];
     int gated;
     int m, n, k; /* n is H for a gated region */

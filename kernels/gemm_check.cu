@@ -45,23 +45,30 @@ TSR_GEMM_KERNEL(check_narrow_n64,
 
 typedef void (*gemm_fn)(CUtensorMap, CUtensorMap, CUtensorMap, tsr_gemm_params);
 
-/* A launch in clusters of `cluster` CTAs along x, as the daemon launches the
- * small-M kernels. */
-static void launch_clustered(gemm_fn fn, int grid, int cluster, int smem, const CUtensorMap &ma,
-                             const CUtensorMap &mb, const CUtensorMap &mb2,
-                             const tsr_gemm_params &p)
+/* A launch configuration in clusters of `cluster` CTAs along x, as the daemon
+ * launches the small-M kernels; *attr is the cluster attribute cfg points to. */
+static cudaLaunchConfig_t clustered_config(int grid, int cluster, int smem,
+                                           cudaLaunchAttribute *attr)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(grid);
     cfg.blockDim = dim3(TSR_GEMM_THREADS);
     cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
+    attr->id = cudaLaunchAttributeClusterDimension;
+    attr->val.clusterDim.x = cluster;
+    attr->val.clusterDim.y = 1;
+    attr->val.clusterDim.z = 1;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
+    return cfg;
+}
+
+static void launch_clustered(gemm_fn fn, int grid, int cluster, int smem, const CUtensorMap &ma,
+                             const CUtensorMap &mb, const CUtensorMap &mb2,
+                             const tsr_gemm_params &p)
+{
+    cudaLaunchAttribute attr;
+    const cudaLaunchConfig_t cfg = clustered_config(grid, cluster, smem, &attr);
     CHECK_RT(cudaLaunchKernelEx(&cfg, fn, ma, mb, mb2, p));
 }
 
@@ -126,7 +133,7 @@ struct gemm_case {
     int epi;      /* index into kEpilogues */
     int gated;
     int timed;
-    int grid; /* 0: the daemon's grid; else this many CTAs walk the tiles */
+    int grid; /* 0: the daemon's grid; else this many CTAs walk the tiles (small M: the split) */
     int nan;  /* one NaN in A (row m - 2) and one in B (column n - 3) */
 };
 
@@ -346,17 +353,8 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
                     if ((c.k + 63) / 64 < 2 * sp)
                         break;
                     const int grid = ((c.n + gtn - 1) / gtn) * sp;
-                    cudaLaunchConfig_t cfg = {};
-                    cfg.gridDim = dim3(grid);
-                    cfg.blockDim = dim3(TSR_GEMM_THREADS);
-                    cfg.dynamicSmemBytes = gsmem;
-                    cudaLaunchAttribute attr[1];
-                    attr[0].id = cudaLaunchAttributeClusterDimension;
-                    attr[0].val.clusterDim.x = sp;
-                    attr[0].val.clusterDim.y = 1;
-                    attr[0].val.clusterDim.z = 1;
-                    cfg.attrs = attr;
-                    cfg.numAttrs = 1;
+                    cudaLaunchAttribute attr;
+                    const cudaLaunchConfig_t cfg = clustered_config(grid, sp, gsmem, &attr);
                     int clusters = 0;
                     CHECK_RT(cudaOccupancyMaxActiveClusters(&clusters, (const void *)gfn, &cfg));
                     auto run = [&] { launch_clustered(gfn, grid, sp, gsmem, ma, mb, mb2, p); };
@@ -481,7 +479,8 @@ int main(int argc, char **argv)
         {"small_ragged_epilogue", 33, 1000, 520, 1, 1, 0, 0, 0, 0},
         {"small_f32out", 64, 776, 264, 0, 0, 0, 0, 0, 0},
         {"small_m1_f32_split2", 1, 1032, 200, 0, 0, 0, 0, 2, 0},
-        {"small_m7_bias_relu_empty_shares", 7, 776, 520, 1, 4, 0, 0, 8, 0},
+        {"small_m7_bias_relu_empty_shares", 7, 776, 200, 1, 4, 0, 0, 8, 0},
+        {"small_m9_split8_of_9_slices", 9, 776, 520, 1, 4, 0, 0, 8, 0},
         {"small_m16_silu_tanh_res_f16", 16, 392, 200, 2, 6, 0, 0, 1, 0},
         {"small_m32_residual_split4", 32, 1000, 264, 1, 3, 0, 0, 4, 0},
         {"small_m48_bias_sigmoid", 48, 2056, 1000, 0, 5, 0, 0, 0, 0},

@@ -16,6 +16,8 @@
  *
  * The kernels are persistent: any grid size is correct (each CTA walks tiles
  * blockIdx.x, + gridDim.x, ...); min(tiles, multiprocessors) is the fast one.
+ * Except the small-M kernels (below): their grid is exactly column tiles x
+ * splits, launched in clusters of `splits` CTAs along x.
  */
 #ifndef TSR_GEMM_PARAMS_H
 #define TSR_GEMM_PARAMS_H
@@ -91,8 +93,10 @@ static inline int tsr_gemm_small_rows(int m)
  * the wider tile and the fewer shares. Where no grid fits one wave (N past
  * 33 792), 128-column tiles unsplit, whose last wave is the least empty.
  * Measured on the H200 (docs/benchmarks.md): M 16 N 8192 K 8192 runs 0.037 ms
- * with 128 columns in pairs, against 0.044 in 4-CTA clusters of 256 columns
- * that spill into a second wave. */
+ * with 128 columns in pairs, against 0.045 in 4-CTA clusters of 256 columns
+ * that spill into a second wave. The counts are the H200's (and an H100 SXM's,
+ * 132 SMs too); on a part with fewer multiprocessors a grid may take two waves,
+ * which costs speed, not correctness. */
 static inline void tsr_gemm_small_plan(int n, int k, int gated, int *tn, int *splits)
 {
     const long long k_tiles = ((long long)k + 63) / 64;

@@ -65,36 +65,35 @@ constexpr int kScratchFloats = 16 * kScratchStride;     /* one warp's 16 x 32 bl
 #define WGMMA_N128_DESCS "%64, %65"
 #define WGMMA_N256_DESCS "%128, %129"
 
-/* The whole asm text for N columns of PTX input type ab (scale-d p is true). */
-#define WGMMA_ASM(n, ab)                                                                           \
+/* The whole asm text for N columns of PTX input type ab (scale-d p is true);
+ * trans: the transpose immediates of A and B. */
+#define WGMMA_ASM_FORM(n, ab, trans)                                                               \
     "{\n"                                                                                          \
     ".reg .pred p;\n"                                                                              \
     "setp.ne.b32 p, 1, 0;\n"                                                                       \
     "wgmma.mma_async.sync.aligned.m64n" #n "k16.f32." ab "." ab " "                                \
-    "{" WGMMA_N##n##_REGS "}, " WGMMA_N##n##_DESCS ", p, 1, 1, 0, 1;\n"                            \
+    "{" WGMMA_N##n##_REGS "}, " WGMMA_N##n##_DESCS ", p, 1, 1, " trans ";\n"                       \
     "}\n"
-/* The same with A MN-major and B K-major (transpose bit on A, off on B): the
- * small-M kernels' transposed product, whose A operand is a tile of B and whose
- * B operand is a tile of A. */
-#define WGMMA_T_ASM(n, ab)                                                                         \
-    "{\n"                                                                                          \
-    ".reg .pred p;\n"                                                                              \
-    "setp.ne.b32 p, 1, 0;\n"                                                                       \
-    "wgmma.mma_async.sync.aligned.m64n" #n "k16.f32." ab "." ab " "                                \
-    "{" WGMMA_N##n##_REGS "}, " WGMMA_N##n##_DESCS ", p, 1, 1, 1, 0;\n"                            \
-    "}\n"
+/* A K-major, B MN-major (the transpose bit on B). */
+#define WGMMA_ASM(n, ab) WGMMA_ASM_FORM(n, ab, "0, 1")
+/* A MN-major and B K-major (the transpose bit on A): the small-M kernels'
+ * transposed product, whose A operand is a tile of B and whose B operand is a
+ * tile of A. */
+#define WGMMA_T_ASM(n, ab) WGMMA_ASM_FORM(n, ab, "1, 0")
 /* clang-format on */
+
+/* One specialization of fn<n, type> issuing form's asm. */
+#define DEFINE_WGMMA_FORM(fn, form, n, type, ab)                                                   \
+    template <>                                                                                    \
+    __device__ __forceinline__ void fn<n, type>(float *d, uint64_t desc_a, uint64_t desc_b)        \
+    {                                                                                              \
+        asm volatile(form(n, ab) : WGMMA_N##n##_ACC : "l"(desc_a), "l"(desc_b));                   \
+    }
 
 /* d += A (64 x 16, from desc_a) @ B (16 x N, from desc_b) for input type T. */
 template <int N, typename T>
 __device__ __forceinline__ void wgmma(float *d, uint64_t desc_a, uint64_t desc_b);
-
-#define DEFINE_WGMMA(n, type, ab)                                                                  \
-    template <>                                                                                    \
-    __device__ __forceinline__ void wgmma<n, type>(float *d, uint64_t desc_a, uint64_t desc_b)     \
-    {                                                                                              \
-        asm volatile(WGMMA_ASM(n, ab) : WGMMA_N##n##_ACC : "l"(desc_a), "l"(desc_b));              \
-    }
+#define DEFINE_WGMMA(n, type, ab) DEFINE_WGMMA_FORM(wgmma, WGMMA_ASM, n, type, ab)
 
 DEFINE_WGMMA(256, __nv_bfloat16, "bf16")
 DEFINE_WGMMA(128, __nv_bfloat16, "bf16")
@@ -104,13 +103,7 @@ DEFINE_WGMMA(128, __half, "f16")
 /* The transposed forms: A MN-major, B K-major. */
 template <int N, typename T>
 __device__ __forceinline__ void wgmma_t(float *d, uint64_t desc_a, uint64_t desc_b);
-
-#define DEFINE_WGMMA_T(n, type, ab)                                                                \
-    template <>                                                                                    \
-    __device__ __forceinline__ void wgmma_t<n, type>(float *d, uint64_t desc_a, uint64_t desc_b)   \
-    {                                                                                              \
-        asm volatile(WGMMA_T_ASM(n, ab) : WGMMA_N##n##_ACC : "l"(desc_a), "l"(desc_b));            \
-    }
+#define DEFINE_WGMMA_T(n, type, ab) DEFINE_WGMMA_FORM(wgmma_t, WGMMA_T_ASM, n, type, ab)
 
 DEFINE_WGMMA_T(16, __nv_bfloat16, "bf16")
 DEFINE_WGMMA_T(32, __nv_bfloat16, "bf16")
@@ -198,7 +191,7 @@ __device__ __forceinline__ void epilogue_warp(const tsr_gemm_params &p, const fl
     const int sub_row = lane / lanes_per_row;
     const int c = 2 * (lane % lanes_per_row);
     const int fr = lane / 4, fc = 2 * (lane % 4);
-    const bool has_res = !Gated && p.residual != nullptr;
+    const bool has_res = p.residual != nullptr;
     const bool has_bias = !Gated && p.bias != nullptr;
     float2 res_next[steps], bias_next = make_float2(0.0f, 0.0f);
     auto load_inputs = [&](int pass) {
@@ -401,11 +394,9 @@ template <int Stages> __device__ __forceinline__ void ring_retire_last(uint64_t 
         mbar_arrive(&empty[(it - 1) % Stages]);
 }
 
-/* BN: the plain kernels' tile width, 256, or 64 for products of at most 64
- * rows (a decode step), which one 256-wide column of tiles would leave on a
- * few multiprocessors: 64-wide tiles spread the weights' stream over the card.
- * Stages: the ring's depth (the narrow tiles' stages are small, and their
- * kernel is bound by the stream, so it keeps more in flight). */
+/* BN: the tile width, 256 for the plain kernels (64 for the narrow design
+ * that gemm_check times beside the small-M kernels). Stages: the ring's
+ * depth. */
 template <typename TIn, typename TOut, bool Gated, int PrefetchAhead = 4, int BN = TSR_GEMM_BN,
           int Stages = TSR_GEMM_STAGES>
 __device__ __forceinline__ void gemm_body(const CUtensorMap *map_a, const CUtensorMap *map_b,
@@ -597,15 +588,16 @@ gemm_pingpong_body(const CUtensorMap *map_a, const CUtensorMap *map_b, const tsr
 }
 
 /* The kernels for at most TSR_GEMM_NARROW_M rows (gemm_params.h): the
- * transposed product Cᵀ = Bᵀ·Aᵀ of one 256-column tile, with this CTA's share
- * of the K slices (cluster rank r of S takes slices [r·per, (r + 1)·per)).
- * Consumer warpgroup c multiplies B's columns 128c .. 128c + 127 (two
- * m64nMWk16 per K step, B's 64-column boxes as the MN-major A operand) by A's
- * MW rows (the K-major B operand). Then every CTA leaves its partial tile in
- * its own shared memory (rows of A by columns of B, padded to 260 floats so
- * that a warp's writes meet in no bank), the cluster synchronizes, and the CTAs
- * add the S partial tiles in rank order together, each taking every S-th block
- * of 256 (row, four columns) items, reading them through distributed shared
+ * transposed product Cᵀ = Bᵀ·Aᵀ of one TN-column tile (gated: TN columns of
+ * both weights), with this CTA's share of the K slices (cluster rank r of S
+ * takes slices [r·k/S, (r + 1)·k/S)). Consumer warpgroup c multiplies B's
+ * columns (TN/2)·c .. (TN/2)·(c + 1) − 1 (TN / 128 m64nMWk16 per K step and
+ * product, B's 64-column boxes as the MN-major A operand) by A's MW rows (the
+ * K-major B operand). Then every CTA leaves its partial tiles in its own
+ * shared memory (rows of A by columns of B, padded to TN + 4 floats so that a
+ * warp's writes meet in no bank), the cluster synchronizes, and the CTAs add
+ * the S partial tiles in rank order together, each taking every S-th block of
+ * 256 (row, four columns) items, reading them through distributed shared
  * memory, and applying the epilogue to the sums; a last cluster barrier keeps
  * every CTA's shared memory alive until all have read it. */
 template <typename TIn, typename TOut, int MW, int TN, bool Gated = false,
@@ -633,10 +625,12 @@ __device__ __forceinline__ void gemm_small_body(const CUtensorMap *map_a, const 
     const int splits = cluster_size();
     const int rank = cluster_rank();
     const int n0 = static_cast<int>(blockIdx.x) / splits * kTN;
+    /* Balanced shares: rank r takes slices [r·k/S, (r + 1)·k/S), so with at
+     * least two slices per share (the planner's rule) none idles; a forced
+     * split past the slice count leaves some shares empty. */
     const int k_tiles = (p.k + kBK - 1) / kBK;
-    const int per = (k_tiles + splits - 1) / splits;
-    const int kt0 = rank * per;
-    const int count = max(0, min(per, k_tiles - kt0));
+    const int kt0 = static_cast<int>(static_cast<long long>(rank) * k_tiles / splits);
+    const int count = static_cast<int>(static_cast<long long>(rank + 1) * k_tiles / splits) - kt0;
     const int warpgroup = threadIdx.x / 128;
 
     ring_init<kStages>(full, empty, 2);
@@ -694,8 +688,12 @@ __device__ __forceinline__ void gemm_small_body(const CUtensorMap *map_a, const 
         }
         ring_retire_previous<kStages>(empty, i, i);
     }
-    if (count > 0)
-        ring_retire_last<kStages>(empty, count);
+    /* Waited for on every path, even with no slice: a read of the
+     * accumulators that some path reaches without this wait makes ptxas
+     * serialize every wgmma of the kernel. */
+    wgmma_wait<0>();
+    if (count > 0 && threadIdx.x % 128 == 0)
+        mbar_arrive(&empty[(count - 1) % kStages]);
 
     /* Both consumers are past every read of the ring; its loads have all
      * landed (each was waited for), so the partial tile may overwrite it.
@@ -719,7 +717,7 @@ __device__ __forceinline__ void gemm_small_body(const CUtensorMap *map_a, const 
     cluster_sync();
 
     const uint32_t partial_addr = smem_addr(partial);
-    const bool has_res = !Gated && p.residual != nullptr;
+    const bool has_res = p.residual != nullptr;
     TOut *out = static_cast<TOut *>(p.out);
     for (int item = rank * 256 + t; item < MW * (kTN / 4); item += splits * 256) {
         const int row = item / (kTN / 4), col = 4 * (item % (kTN / 4));
@@ -738,29 +736,27 @@ __device__ __forceinline__ void gemm_small_body(const CUtensorMap *map_a, const 
                 v[pr][3] += x.w;
             }
         const size_t at = static_cast<size_t>(row) * p.n + n;
-        if (Gated) {
+        if constexpr (Gated) {
             /* act(A·Wg) · (A·Wu), as the gated kernels' epilogue. */
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                v[0][i] = act_apply(p.gate_act, v[0][i]) * v[kProducts - 1][i];
-            store_pair(out, at, v[0][0], v[0][1]);
-            store_pair(out, at + 2, v[0][2], v[0][3]);
-            continue;
-        }
-        for (int o = 0; o < p.n_ops; o++) {
-            const int op = p.ops[o];
+                v[0][i] = act_apply(p.gate_act, v[0][i]) * v[1][i];
+        } else {
+            for (int o = 0; o < p.n_ops; o++) {
+                const int op = p.ops[o];
 #pragma unroll
-            for (int i = 0; i < 4; i++)
-                v[0][i] = op == GEMM_OP_BIAS ? v[0][i] + elem<TIn>::load(p.bias, n + i)
-                                             : act_apply(op, v[0][i]);
-        }
-        if (has_res) {
-            const float2 r0 = elem<TIn>::load_pair(p.residual, at);
-            const float2 r1 = elem<TIn>::load_pair(p.residual, at + 2);
-            v[0][0] += r0.x;
-            v[0][1] += r0.y;
-            v[0][2] += r1.x;
-            v[0][3] += r1.y;
+                for (int i = 0; i < 4; i++)
+                    v[0][i] = op == GEMM_OP_BIAS ? v[0][i] + elem<TIn>::load(p.bias, n + i)
+                                                 : act_apply(op, v[0][i]);
+            }
+            if (has_res) {
+                const float2 r0 = elem<TIn>::load_pair(p.residual, at);
+                const float2 r1 = elem<TIn>::load_pair(p.residual, at + 2);
+                v[0][0] += r0.x;
+                v[0][1] += r0.y;
+                v[0][2] += r1.x;
+                v[0][3] += r1.y;
+            }
         }
         store_pair(out, at, v[0][0], v[0][1]);
         store_pair(out, at + 2, v[0][2], v[0][3]);

@@ -127,7 +127,7 @@ __device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, u
 
 /* ---- clusters ---- */
 
-/* The CTA's rank in its cluster, and the cluster's CTA count (1 and 0 for a
+/* The CTA's rank in its cluster, and the cluster's CTA count (0 and 1 for a
  * launch without clusters, which is a cluster of one). */
 __device__ __forceinline__ int cluster_rank()
 {

@@ -548,9 +548,9 @@ Test(cuda_backend, every_shape_of_a_variant_runs_one_binary_and_matches_the_refe
     }
 }
 
-/* Each of n regions (JSON) is served by gemm_wgmma by default and matches the
+/* Each of n regions (JSON) is served by candidate by default and matches the
  * reference on every probe set. */
-static void expect_gemm_wgmma(const char *const *regions, size_t n)
+static void expect_served_by(const char *candidate, const char *const *regions, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         tsr_region r;
@@ -559,9 +559,30 @@ static void expect_gemm_wgmma(const char *const *regions, size_t n)
                      e.message);
         char cand[TSR_CLIENT_NAME_MAX];
         check_region(&r, NULL, regions[i], cand);
-        cr_expect_str_eq(cand, "gemm_wgmma", "%s", regions[i]);
+        cr_expect_str_eq(cand, candidate, "%s", regions[i]);
         tsr_region_free(&r);
     }
+}
+
+/* A bf16 product (json, m x n x k) with one NaN in A at (a_row, a_col) and
+ * one in B at (b_row, b_col), run by gemm_wgmma: NaN exactly in row a_row and
+ * column b_col, as the reference has them. */
+static void expect_gemm_nan_cross(const char *json, int m, int n, int k, int a_row, int a_col,
+                                  int b_row, int b_col, uint64_t seed)
+{
+    nan_run nr;
+    nan_run_open(json, &nr);
+    tsr_error e;
+    void *inputs[TSR_MAX_REGION_INPUTS] = {0};
+    cr_assert_eq(tsr_oracle_make_probe(&nr.r, seed, 0, 1, inputs, &e), TSR_OK, "%s", e.message);
+    ((uint16_t *)inputs[0])[(size_t)a_row * k + a_col] = 0x7FC0;
+    ((uint16_t *)inputs[1])[(size_t)b_row * n + b_col] = 0x7FC0;
+    size_t nan_want, misplaced;
+    nan_run_launch(&nr, inputs, "gemm_wgmma", &nan_want, &misplaced);
+    cr_expect_eq(nan_want, (size_t)m + n - 1, "%s: the reference's NaNs: %zu", json, nan_want);
+    cr_expect_eq(misplaced, 0, "%s: %zu of %zu NaN positions differ", json, misplaced, nr.count);
+    tsr_oracle_free_probe(&nr.r, inputs);
+    nan_run_close(&nr);
 }
 
 /* Products of at most 64 rows take the small-M kernels (a decode step: the
@@ -570,7 +591,7 @@ static void expect_gemm_wgmma(const char *const *regions, size_t n)
 Test(cuda_backend, small_m_gemm_kernels_serve_decode_steps)
 {
     const char *regions[] = {
-        /* m16, 4 column tiles, 9 K slices: 4 shares */
+        /* m16, 8 column tiles of 128, 9 K slices: 4 shares */
         "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":16,\"n\":1000,\"k\":520}",
         /* m64, one K share each of 5 slices: 2 shares */
         "{\"kind\":\"matmul\",\"dtype\":\"f16\",\"out_dtype\":\"f32\",\"m\":64,\"n\":776,"
@@ -585,7 +606,7 @@ Test(cuda_backend, small_m_gemm_kernels_serve_decode_steps)
         "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"out_dtype\":\"f32\",\"m\":1,\"n\":264,"
         "\"k\":40}",
     };
-    expect_gemm_wgmma(regions, sizeof regions / sizeof regions[0]);
+    expect_served_by("gemm_wgmma", regions, sizeof regions / sizeof regions[0]);
 
     /* Gated decode steps: 128 columns of both weights, K split 8 ways, and
      * 64 rows with gelu into f32. */
@@ -595,34 +616,13 @@ Test(cuda_backend, small_m_gemm_kernels_serve_decode_steps)
         "{\"kind\":\"gated\",\"dtype\":\"f16\",\"out_dtype\":\"f32\",\"m\":64,\"k\":264,"
         "\"h\":776,\"gate_act\":\"gelu\"}",
     };
-    for (size_t i = 0; i < sizeof gated / sizeof gated[0]; i++) {
-        tsr_region r;
-        tsr_error e;
-        cr_assert_eq(tsr_region_from_json(gated[i], strlen(gated[i]), &r, &e), TSR_OK, "%s",
-                     e.message);
-        char cand[TSR_CLIENT_NAME_MAX];
-        check_region(&r, NULL, gated[i], cand);
-        cr_expect_str_eq(cand, "swiglu_wgmma", "%s", gated[i]);
-        tsr_region_free(&r);
-    }
+    expect_served_by("swiglu_wgmma", gated, sizeof gated / sizeof gated[0]);
 
-    /* A NaN in A and one in B, with the K dimension split 8 ways: exactly
-     * that row and that column, as the reference has them. */
-    const char *json = "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":24,\"n\":1032,"
-                       "\"k\":1040,\"epilogue\":[\"bias\",\"relu\"]}";
-    nan_run nr;
-    nan_run_open(json, &nr);
-    tsr_error e;
-    void *inputs[TSR_MAX_REGION_INPUTS] = {0};
-    cr_assert_eq(tsr_oracle_make_probe(&nr.r, 78, 0, 1, inputs, &e), TSR_OK, "%s", e.message);
-    ((uint16_t *)inputs[0])[21 * 1040 + 700] = 0x7FC0; /* A (24 x 1040): row 21 */
-    ((uint16_t *)inputs[1])[9 * 1032 + 1029] = 0x7FC0; /* B (1040 x 1032): column 1029 */
-    size_t nan_want, misplaced;
-    nan_run_launch(&nr, inputs, "gemm_wgmma", &nan_want, &misplaced);
-    cr_expect_eq(nan_want, 24 + 1032 - 1, "the reference's NaNs: %zu", nan_want);
-    cr_expect_eq(misplaced, 0, "%zu of %zu NaN positions differ", misplaced, nr.count);
-    tsr_oracle_free_probe(&nr.r, inputs);
-    nan_run_close(&nr);
+    /* A NaN in A (row 21) and one in B (column 1029, in the last column
+     * tile), with the K dimension's 17 slices split 8 ways. */
+    expect_gemm_nan_cross("{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":24,\"n\":1032,"
+                          "\"k\":1040,\"epilogue\":[\"bias\",\"relu\"]}",
+                          24, 1032, 1040, 21, 700, 9, 1029, 78);
 }
 
 typedef struct gpu_batch {
@@ -779,23 +779,10 @@ Test(cuda_backend, ping_pong_gemm_serves_every_epilogue_and_places_nan)
         "\"epilogue\":[\"relu\",\"bias\",\"sigmoid\"]}",
         "{\"kind\":\"fused\",\"dtype\":\"f16\",\"m\":999,\"n\":264,\"k\":136,\"residual\":true}",
     };
-    expect_gemm_wgmma(regions, sizeof regions / sizeof regions[0]);
-
-    const char *json = "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":300,\"n\":520,\"k\":264,"
-                       "\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}";
-    nan_run nr;
-    nan_run_open(json, &nr);
-    tsr_error e;
-    void *inputs[TSR_MAX_REGION_INPUTS] = {0};
-    cr_assert_eq(tsr_oracle_make_probe(&nr.r, 77, 0, 1, inputs, &e), TSR_OK, "%s", e.message);
-    ((uint16_t *)inputs[0])[77 * 264 + 5] = 0x7FC0;   /* A (300 x 264): row 77 */
-    ((uint16_t *)inputs[1])[10 * 520 + 333] = 0x7FC0; /* B (264 x 520): column 333 */
-    size_t nan_want, misplaced;
-    nan_run_launch(&nr, inputs, "gemm_wgmma", &nan_want, &misplaced);
-    cr_expect_eq(nan_want, 300 + 520 - 1, "the reference's NaNs: %zu", nan_want);
-    cr_expect_eq(misplaced, 0, "%zu of %zu NaN positions differ", misplaced, nr.count);
-    tsr_oracle_free_probe(&nr.r, inputs);
-    nan_run_close(&nr);
+    expect_served_by("gemm_wgmma", regions, sizeof regions / sizeof regions[0]);
+    expect_gemm_nan_cross("{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":300,\"n\":520,"
+                          "\"k\":264,\"epilogue\":[\"bias\",\"gelu\"],\"residual\":true}",
+                          300, 520, 264, 77, 5, 10, 333, 77);
 }
 
 /* The sampled check's probe inputs made on the device hold, element for
@@ -960,4 +947,59 @@ Test(cuda_backend, batched_gemm_launches_follow_their_own_buffers)
                  "%s", err.message);
     expect_bf16_fill(o1, 0x4380, M * N, "o1 = twos · ones");
     expect_bf16_fill(o2, 0x4300, M * N, "o2 = ones · ones");
+}
+
+/* A small-M product split over clusters of 8 CTAs (M 16, 8 column tiles of
+ * 256, 64 K slices), launched in batches with graph=true, which the daemon
+ * captures once the kernel is measured: through the capture each launch
+ * follows its own buffers. All-ones B, A of ones or twos, K 4096: every
+ * output is 4096 or 8192, exact in bf16. */
+Test(cuda_backend, split_small_m_launches_in_graph_batches_follow_their_buffers)
+{
+    const char *json = "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":16,\"n\":2048,\"k\":4096}";
+    tsr_error err;
+    tsr_client_compiled k = compile_json(json);
+    cr_expect_str_eq(k.decision.candidate, "gemm_wgmma");
+    enum { M = 16, N = 2048, K = 4096 };
+    int64_t a_shape[2] = {M, K}, b_shape[2] = {K, N}, o_shape[2] = {M, N};
+    tsr_buffer a1, a2, b, o1, o2;
+    const struct {
+        tsr_buffer *buf;
+        int64_t *shape;
+        uint16_t fill;
+    } bufs[] = {{&a1, a_shape, 0x3F80},
+                {&a2, a_shape, 0x4000},
+                {&b, b_shape, 0x3F80},
+                {&o1, o_shape, 0},
+                {&o2, o_shape, 0}};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        cr_assert_eq(tsr_client_buffer_alloc(client_, TSR_CLIENT_BF16, 2, bufs[i].shape,
+                                             bufs[i].buf, NULL, GPU_TIMEOUT_MS, &err),
+                     TSR_OK, "%s", err.message);
+        size_t count = (size_t)(bufs[i].shape[0] * bufs[i].shape[1]);
+        uint16_t *fill = malloc(count * 2);
+        cr_assert_not_null(fill);
+        for (size_t j = 0; j < count; j++)
+            fill[j] = bufs[i].fill;
+        cr_assert_eq(tsr_client_buffer_write(client_, *bufs[i].buf, 0, fill, count * 2,
+                                             GPU_TIMEOUT_MS, &err),
+                     TSR_OK, "%s", err.message);
+        free(fill);
+    }
+    tsr_buffer in1[2] = {a1, b}, in2[2] = {a2, b};
+    tsr_client_launch_desc descs[4] = {{k.kernel, 2, in1, o1},
+                                       {k.kernel, 2, in2, o2},
+                                       {k.kernel, 2, in2, o1},
+                                       {k.kernel, 2, in1, o2}};
+    /* The first batch measures the kernel, the later ones are captured and
+     * replayed; each ends with o1 = twos · ones and o2 = ones · ones. */
+    tsr_client_batch_result res;
+    for (int round = 0; round < 4; round++) {
+        cr_assert_eq(tsr_client_batch(client_, descs, 4, true, &res, GPU_TIMEOUT_MS, &err), TSR_OK,
+                     "%s", err.message);
+        cr_assert_eq(res.launched, 4);
+        expect_bf16_fill(o1, 0x4600, M * N, "o1 = twos · ones"); /* 8192 */
+        expect_bf16_fill(o2, 0x4580, M * N, "o2 = ones · ones"); /* 4096 */
+        cr_log_info("batch %d: graph replayed %d", round, (int)res.graph_replayed);
+    }
 }

@@ -418,6 +418,21 @@ Test(backend_cuda, embeds_the_tier3_cubin)
         cr_assert_not_null(memmem(tsrd_gemm_sm90_cubin, tsrd_gemm_sm90_cubin_len, entries[i],
                                   strlen(entries[i]) + 1),
                            "%s", entries[i]);
+    /* Every small-M entry the planner can name: each dtype pair, wgmma N,
+     * width, gated or not. */
+    const char *pairs[] = {"bf16_f32", "bf16_bf16", "bf16_f16", "f16_f32", "f16_bf16", "f16_f16"};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
+        for (int mw = 16; mw <= 64; mw *= 2)
+            for (int form = 0; form < 3; form++) {
+                char name[64];
+                snprintf(name, sizeof name, "tsr_gemm_%s_m%d_n%s", pairs[i], mw,
+                         form == 0   ? "128"
+                         : form == 1 ? "256"
+                                     : "128_gated");
+                cr_assert_not_null(
+                    memmem(tsrd_gemm_sm90_cubin, tsrd_gemm_sm90_cubin_len, name, strlen(name) + 1),
+                    "%s", name);
+            }
 }
 
 Test(backend_cuda, tier3_compile_names_the_embedded_entry)

@@ -191,6 +191,21 @@ static void put_nan(void *p, size_t i, bool f16)
     CHECK_RT(cudaMemcpy(static_cast<unsigned short *>(p) + i, &bits, 2, cudaMemcpyHostToDevice));
 }
 
+/* Runs launch once on a NaN-poisoned output, compares it with the reference
+ * already in d (*r), and times it (ms). */
+template <typename Launch>
+static double check_and_time(const check_buffers &d, int out_kind, size_t nc, Launch launch,
+                             check_result *r)
+{
+    CHECK_RT(cudaMemset(d.out, 0xFF, nc * 4));
+    launch();
+    CHECK_RT(cudaGetLastError());
+    check_widen_output(d, out_kind, nc);
+    CHECK_RT(cudaDeviceSynchronize());
+    *r = check_compare(d, nc);
+    return check_time_ms(launch);
+}
+
 static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quiet)
 {
     const bool f16 = c.out_kind == 2;
@@ -307,13 +322,8 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
                 tsr_gemm_bf16_bf16_gated<<<grid, TSR_GEMM_THREADS, TSR_GEMM_SMEM_BYTES>>>(ma128, mb,
                                                                                           mb2, p);
             };
-            CHECK_RT(cudaMemset(d.out, 0xFF, nc * 4));
-            wide();
-            CHECK_RT(cudaGetLastError());
-            check_widen_output(d, c.out_kind, nc);
-            CHECK_RT(cudaDeviceSynchronize());
-            const check_result rv = check_compare(d, nc);
-            const double alt = check_time_ms(wide);
+            check_result rv;
+            const double alt = check_and_time(d, c.out_kind, nc, wide, &rv);
             printf(
                 "  split %d ways; the 128 x 128 gated kernel: %.3f ms (rel %.3e, mismatch %zu)\n",
                 splits, alt, rv.rel, rv.mismatch);
@@ -330,13 +340,8 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
             auto narrow = [&] {
                 check_narrow_n64<<<grid, TSR_GEMM_THREADS, CHECK_N64_SMEM>>>(ma128, mb, mb2, p);
             };
-            CHECK_RT(cudaMemset(d.out, 0xFF, nc * 4));
-            narrow();
-            CHECK_RT(cudaGetLastError());
-            check_widen_output(d, c.out_kind, nc);
-            CHECK_RT(cudaDeviceSynchronize());
-            const check_result rv = check_compare(d, nc);
-            const double alt = check_time_ms(narrow);
+            check_result rv;
+            const double alt = check_and_time(d, c.out_kind, nc, narrow, &rv);
             printf("  %d columns split %d ways; the narrow 128 x 64 design: %.3f ms (rel %.3e, "
                    "mismatch %zu)\n",
                    tn, splits, alt, rv.rel, rv.mismatch);
@@ -358,13 +363,8 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
                     int clusters = 0;
                     CHECK_RT(cudaOccupancyMaxActiveClusters(&clusters, (const void *)gfn, &cfg));
                     auto run = [&] { launch_clustered(gfn, grid, sp, gsmem, ma, mb, mb2, p); };
-                    CHECK_RT(cudaMemset(d.out, 0xFF, nc * 4));
-                    run();
-                    CHECK_RT(cudaGetLastError());
-                    check_widen_output(d, c.out_kind, nc);
-                    CHECK_RT(cudaDeviceSynchronize());
-                    const check_result rg = check_compare(d, nc);
-                    const double t = check_time_ms(run);
+                    check_result rg;
+                    const double t = check_and_time(d, c.out_kind, nc, run, &rg);
                     printf("  %d columns, split %d: %d CTAs, %d clusters resident: %.4f ms "
                            "(%.0f GB/s; rel %.3e, mismatch %zu)\n",
                            gtn, sp, grid, clusters, t, (double)nb * 2 / (t * 1e6), rg.rel,
@@ -397,14 +397,10 @@ static double run_case(const gemm_case &c, unsigned lbo, unsigned sbo, bool quie
                                               cudaFuncAttributeMaxDynamicSharedMemorySize, v.smem));
                 const int grid =
                     std::min(((c.m + v.bm - 1) / v.bm) * ((c.n + v.bn - 1) / v.bn), sms);
-                CHECK_RT(cudaMemset(d.out, 0xFF, nc * 4));
-                v.fn<<<grid, TSR_GEMM_THREADS, v.smem>>>(*v.map_a, mb, mb2, p);
-                CHECK_RT(cudaGetLastError());
-                check_widen_output(d, c.out_kind, nc);
-                CHECK_RT(cudaDeviceSynchronize());
-                const check_result rv = check_compare(d, nc);
-                const double alt = check_time_ms(
-                    [&] { v.fn<<<grid, TSR_GEMM_THREADS, v.smem>>>(*v.map_a, mb, mb2, p); });
+                check_result rv;
+                const double alt = check_and_time(
+                    d, c.out_kind, nc,
+                    [&] { v.fn<<<grid, TSR_GEMM_THREADS, v.smem>>>(*v.map_a, mb, mb2, p); }, &rv);
                 printf("  %s: %.3f ms, %.1f TFLOP/s (rel %.3e, mismatch %zu)\n", v.name, alt,
                        check_tflops(c.gated, c.m, c.n, c.k, alt), rv.rel, rv.mismatch);
                 if (rv.mismatch != 0 || rv.rel > 1e-2)

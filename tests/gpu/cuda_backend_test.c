@@ -897,25 +897,18 @@ static void expect_bf16_fill(tsr_buffer buf, uint16_t want, size_t count, const 
     free(got);
 }
 
-Test(cuda_backend, batched_gemm_launches_follow_their_own_buffers)
+/* Allocates n bf16 buffers of the given 2-D shapes, each filled with one bit
+ * pattern. */
+typedef struct filled_buffer {
+    tsr_buffer *buf;
+    int64_t *shape;
+    uint16_t fill;
+} filled_buffer;
+
+static void alloc_filled(const filled_buffer *bufs, size_t n)
 {
-    const char *json = "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":256,\"n\":256,\"k\":128}";
     tsr_error err;
-    tsr_client_compiled k = compile_json(json);
-    cr_expect_str_eq(k.decision.candidate, "gemm_wgmma");
-    enum { M = 256, N = 256, K = 128 };
-    int64_t a_shape[2] = {M, K}, b_shape[2] = {K, N}, o_shape[2] = {M, N};
-    tsr_buffer a1, a2, b, o1, o2;
-    const struct {
-        tsr_buffer *buf;
-        int64_t *shape;
-        uint16_t fill;
-    } bufs[] = {{&a1, a_shape, 0x3F80},
-                {&a2, a_shape, 0x4000},
-                {&b, b_shape, 0x3F80},
-                {&o1, o_shape, 0},
-                {&o2, o_shape, 0}};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+    for (size_t i = 0; i < n; i++) {
         cr_assert_eq(tsr_client_buffer_alloc(client_, TSR_CLIENT_BF16, 2, bufs[i].shape,
                                              bufs[i].buf, NULL, GPU_TIMEOUT_MS, &err),
                      TSR_OK, "%s", err.message);
@@ -929,6 +922,23 @@ Test(cuda_backend, batched_gemm_launches_follow_their_own_buffers)
                      TSR_OK, "%s", err.message);
         free(fill);
     }
+}
+
+Test(cuda_backend, batched_gemm_launches_follow_their_own_buffers)
+{
+    const char *json = "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":256,\"n\":256,\"k\":128}";
+    tsr_error err;
+    tsr_client_compiled k = compile_json(json);
+    cr_expect_str_eq(k.decision.candidate, "gemm_wgmma");
+    enum { M = 256, N = 256, K = 128 };
+    int64_t a_shape[2] = {M, K}, b_shape[2] = {K, N}, o_shape[2] = {M, N};
+    tsr_buffer a1, a2, b, o1, o2;
+    const filled_buffer bufs[] = {{&a1, a_shape, 0x3F80},
+                                  {&a2, a_shape, 0x4000},
+                                  {&b, b_shape, 0x3F80},
+                                  {&o1, o_shape, 0},
+                                  {&o2, o_shape, 0}};
+    alloc_filled(bufs, sizeof bufs / sizeof bufs[0]);
     tsr_buffer in1[2] = {a1, b}, in2[2] = {a2, b};
     tsr_client_batch_result res;
     /* Ones into o1, twos into o2, twice over (the second batch's first launch
@@ -963,29 +973,12 @@ Test(cuda_backend, split_small_m_launches_in_graph_batches_follow_their_buffers)
     enum { M = 16, N = 2048, K = 4096 };
     int64_t a_shape[2] = {M, K}, b_shape[2] = {K, N}, o_shape[2] = {M, N};
     tsr_buffer a1, a2, b, o1, o2;
-    const struct {
-        tsr_buffer *buf;
-        int64_t *shape;
-        uint16_t fill;
-    } bufs[] = {{&a1, a_shape, 0x3F80},
-                {&a2, a_shape, 0x4000},
-                {&b, b_shape, 0x3F80},
-                {&o1, o_shape, 0},
-                {&o2, o_shape, 0}};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        cr_assert_eq(tsr_client_buffer_alloc(client_, TSR_CLIENT_BF16, 2, bufs[i].shape,
-                                             bufs[i].buf, NULL, GPU_TIMEOUT_MS, &err),
-                     TSR_OK, "%s", err.message);
-        size_t count = (size_t)(bufs[i].shape[0] * bufs[i].shape[1]);
-        uint16_t *fill = malloc(count * 2);
-        cr_assert_not_null(fill);
-        for (size_t j = 0; j < count; j++)
-            fill[j] = bufs[i].fill;
-        cr_assert_eq(tsr_client_buffer_write(client_, *bufs[i].buf, 0, fill, count * 2,
-                                             GPU_TIMEOUT_MS, &err),
-                     TSR_OK, "%s", err.message);
-        free(fill);
-    }
+    const filled_buffer bufs[] = {{&a1, a_shape, 0x3F80},
+                                  {&a2, a_shape, 0x4000},
+                                  {&b, b_shape, 0x3F80},
+                                  {&o1, o_shape, 0},
+                                  {&o2, o_shape, 0}};
+    alloc_filled(bufs, sizeof bufs / sizeof bufs[0]);
     tsr_buffer in1[2] = {a1, b}, in2[2] = {a2, b};
     tsr_client_launch_desc descs[4] = {{k.kernel, 2, in1, o1},
                                        {k.kernel, 2, in2, o2},

@@ -897,18 +897,34 @@ static void expect_bf16_fill(tsr_buffer buf, uint16_t want, size_t count, const 
     free(got);
 }
 
-/* Allocates n bf16 buffers of the given 2-D shapes, each filled with one bit
- * pattern. */
-typedef struct filled_buffer {
-    tsr_buffer *buf;
-    int64_t *shape;
-    uint16_t fill;
-} filled_buffer;
+/* A bf16 product m x n x k compiled by default, with B all ones, A of ones
+ * (a1) or twos (a2) and two outputs: every output of A·B is k or 2k. */
+typedef struct ones_twos {
+    tsr_client_compiled k;
+    tsr_buffer a1, a2, b, o1, o2;
+    tsr_buffer in1[2], in2[2]; /* {a1, b}, {a2, b} */
+} ones_twos;
 
-static void alloc_filled(const filled_buffer *bufs, size_t n)
+static void ones_twos_make(ones_twos *t, int64_t m, int64_t n, int64_t k)
 {
+    char json[160];
+    snprintf(json, sizeof json,
+             "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":%lld,\"n\":%lld,\"k\":%lld}",
+             (long long)m, (long long)n, (long long)k);
+    t->k = compile_json(json);
+    cr_expect_str_eq(t->k.decision.candidate, "gemm_wgmma", "%s", json);
+    int64_t a_shape[2] = {m, k}, b_shape[2] = {k, n}, o_shape[2] = {m, n};
+    const struct {
+        tsr_buffer *buf;
+        int64_t *shape;
+        uint16_t fill;
+    } bufs[] = {{&t->a1, a_shape, 0x3F80},
+                {&t->a2, a_shape, 0x4000},
+                {&t->b, b_shape, 0x3F80},
+                {&t->o1, o_shape, 0},
+                {&t->o2, o_shape, 0}};
     tsr_error err;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         cr_assert_eq(tsr_client_buffer_alloc(client_, TSR_CLIENT_BF16, 2, bufs[i].shape,
                                              bufs[i].buf, NULL, GPU_TIMEOUT_MS, &err),
                      TSR_OK, "%s", err.message);
@@ -922,24 +938,20 @@ static void alloc_filled(const filled_buffer *bufs, size_t n)
                      TSR_OK, "%s", err.message);
         free(fill);
     }
+    t->in1[0] = t->a1;
+    t->in1[1] = t->b;
+    t->in2[0] = t->a2;
+    t->in2[1] = t->b;
 }
 
 Test(cuda_backend, batched_gemm_launches_follow_their_own_buffers)
 {
-    const char *json = "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":256,\"n\":256,\"k\":128}";
-    tsr_error err;
-    tsr_client_compiled k = compile_json(json);
-    cr_expect_str_eq(k.decision.candidate, "gemm_wgmma");
     enum { M = 256, N = 256, K = 128 };
-    int64_t a_shape[2] = {M, K}, b_shape[2] = {K, N}, o_shape[2] = {M, N};
-    tsr_buffer a1, a2, b, o1, o2;
-    const filled_buffer bufs[] = {{&a1, a_shape, 0x3F80},
-                                  {&a2, a_shape, 0x4000},
-                                  {&b, b_shape, 0x3F80},
-                                  {&o1, o_shape, 0},
-                                  {&o2, o_shape, 0}};
-    alloc_filled(bufs, sizeof bufs / sizeof bufs[0]);
-    tsr_buffer in1[2] = {a1, b}, in2[2] = {a2, b};
+    ones_twos t;
+    ones_twos_make(&t, M, N, K);
+    tsr_client_compiled k = t.k;
+    tsr_buffer *in1 = t.in1, *in2 = t.in2, o1 = t.o1, o2 = t.o2;
+    tsr_error err;
     tsr_client_batch_result res;
     /* Ones into o1, twos into o2, twice over (the second batch's first launch
      * follows a launch with other buffers on the same stream). */
@@ -966,20 +978,12 @@ Test(cuda_backend, batched_gemm_launches_follow_their_own_buffers)
  * output is 4096 or 8192, exact in bf16. */
 Test(cuda_backend, split_small_m_launches_in_graph_batches_follow_their_buffers)
 {
-    const char *json = "{\"kind\":\"matmul\",\"dtype\":\"bf16\",\"m\":16,\"n\":2048,\"k\":4096}";
-    tsr_error err;
-    tsr_client_compiled k = compile_json(json);
-    cr_expect_str_eq(k.decision.candidate, "gemm_wgmma");
     enum { M = 16, N = 2048, K = 4096 };
-    int64_t a_shape[2] = {M, K}, b_shape[2] = {K, N}, o_shape[2] = {M, N};
-    tsr_buffer a1, a2, b, o1, o2;
-    const filled_buffer bufs[] = {{&a1, a_shape, 0x3F80},
-                                  {&a2, a_shape, 0x4000},
-                                  {&b, b_shape, 0x3F80},
-                                  {&o1, o_shape, 0},
-                                  {&o2, o_shape, 0}};
-    alloc_filled(bufs, sizeof bufs / sizeof bufs[0]);
-    tsr_buffer in1[2] = {a1, b}, in2[2] = {a2, b};
+    ones_twos t;
+    ones_twos_make(&t, M, N, K);
+    tsr_client_compiled k = t.k;
+    tsr_buffer *in1 = t.in1, *in2 = t.in2, o1 = t.o1, o2 = t.o2;
+    tsr_error err;
     tsr_client_launch_desc descs[4] = {{k.kernel, 2, in1, o1},
                                        {k.kernel, 2, in2, o2},
                                        {k.kernel, 2, in2, o1},

@@ -90,27 +90,25 @@ constexpr int kScratchFloats = 16 * kScratchStride;     /* one warp's 16 x 32 bl
         asm volatile(form(n, ab) : WGMMA_N##n##_ACC : "l"(desc_a), "l"(desc_b));                   \
     }
 
+/* def(n, type, PTX type) for both input types. */
+#define WGMMA_FOR_TYPES(def, n) def(n, __nv_bfloat16, "bf16") def(n, __half, "f16")
+
 /* d += A (64 x 16, from desc_a) @ B (16 x N, from desc_b) for input type T. */
 template <int N, typename T>
 __device__ __forceinline__ void wgmma(float *d, uint64_t desc_a, uint64_t desc_b);
 #define DEFINE_WGMMA(n, type, ab) DEFINE_WGMMA_FORM(wgmma, WGMMA_ASM, n, type, ab)
 
-DEFINE_WGMMA(256, __nv_bfloat16, "bf16")
-DEFINE_WGMMA(128, __nv_bfloat16, "bf16")
-DEFINE_WGMMA(256, __half, "f16")
-DEFINE_WGMMA(128, __half, "f16")
+WGMMA_FOR_TYPES(DEFINE_WGMMA, 256)
+WGMMA_FOR_TYPES(DEFINE_WGMMA, 128)
 
 /* The transposed forms: A MN-major, B K-major. */
 template <int N, typename T>
 __device__ __forceinline__ void wgmma_t(float *d, uint64_t desc_a, uint64_t desc_b);
 #define DEFINE_WGMMA_T(n, type, ab) DEFINE_WGMMA_FORM(wgmma_t, WGMMA_T_ASM, n, type, ab)
 
-DEFINE_WGMMA_T(16, __nv_bfloat16, "bf16")
-DEFINE_WGMMA_T(32, __nv_bfloat16, "bf16")
-DEFINE_WGMMA_T(64, __nv_bfloat16, "bf16")
-DEFINE_WGMMA_T(16, __half, "f16")
-DEFINE_WGMMA_T(32, __half, "f16")
-DEFINE_WGMMA_T(64, __half, "f16")
+WGMMA_FOR_TYPES(DEFINE_WGMMA_T, 16)
+WGMMA_FOR_TYPES(DEFINE_WGMMA_T, 32)
+WGMMA_FOR_TYPES(DEFINE_WGMMA_T, 64)
 
 /* The residual's and the output's accesses, optionally marked streaming
  * (evict first): their lines are touched once, while other CTAs still read the

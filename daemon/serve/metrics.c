@@ -497,18 +497,25 @@ static void metrics_oracle_memo(tsrd_daemon *d, metrics_list *l)
 {
     tsr_oracle_memo_counts m;
     tsr_oracle_memo_stats(d->oracle_memo, &m);
-    metrics_plain(l, "oracle_memo_bytes", "gauge",
-                  "Host bytes of probe inputs kept between sampled checks (oracle_memo_bytes).",
-                  (double)m.bytes);
-    metrics_plain(l, "oracle_memo_hits_total", "counter",
-                  "Whole probe inputs a sampled check took from the memo instead of making them.",
-                  (double)m.hits);
-    metrics_plain(l, "oracle_memo_misses_total", "counter",
-                  "Whole probe inputs a sampled check made (kept from their second request on).",
-                  (double)m.misses);
-    metrics_plain(l, "oracle_memo_evictions_total", "counter",
-                  "Probe inputs dropped from the memo to keep it within oracle_memo_bytes.",
-                  (double)m.evictions);
+    const struct {
+        const char *name, *type, *help;
+        double value;
+    } rows[] = {
+        {"oracle_memo_bytes", "gauge",
+         "Host bytes of probe inputs kept between sampled checks (oracle_memo_bytes).",
+         (double)m.bytes},
+        {"oracle_memo_hits_total", "counter",
+         "Whole probe inputs a sampled check took from the memo instead of making them.",
+         (double)m.hits},
+        {"oracle_memo_misses_total", "counter",
+         "Whole probe inputs a sampled check made (kept from their second request on).",
+         (double)m.misses},
+        {"oracle_memo_evictions_total", "counter",
+         "Probe inputs dropped from the memo to keep it within oracle_memo_bytes.",
+         (double)m.evictions},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        metrics_plain(l, rows[i].name, rows[i].type, rows[i].help, rows[i].value);
 }
 
 /* viewer NULL: everything. Otherwise what that tenant may see: the service's

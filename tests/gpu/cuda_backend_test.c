@@ -949,26 +949,25 @@ Test(cuda_backend, batched_gemm_launches_follow_their_own_buffers)
     enum { M = 256, N = 256, K = 128 };
     ones_twos t;
     ones_twos_make(&t, M, N, K);
-    tsr_client_compiled k = t.k;
-    tsr_buffer *in1 = t.in1, *in2 = t.in2, o1 = t.o1, o2 = t.o2;
     tsr_error err;
     tsr_client_batch_result res;
-    /* Ones into o1, twos into o2, twice over (the second batch's first launch
+    /* Ones into t.o1, twos into t.o2, twice over (the second batch's first launch
      * follows a launch with other buffers on the same stream). */
-    tsr_client_launch_desc two[4] = {{k.kernel, 2, in1, o1},
-                                     {k.kernel, 2, in2, o2},
-                                     {k.kernel, 2, in1, o1},
-                                     {k.kernel, 2, in2, o2}};
+    tsr_client_launch_desc two[4] = {{t.k.kernel, 2, t.in1, t.o1},
+                                     {t.k.kernel, 2, t.in2, t.o2},
+                                     {t.k.kernel, 2, t.in1, t.o1},
+                                     {t.k.kernel, 2, t.in2, t.o2}};
     cr_assert_eq(tsr_client_batch(client_, two, 4, false, &res, GPU_TIMEOUT_MS, &err), TSR_OK, "%s",
                  err.message);
-    expect_bf16_fill(o1, 0x4300, M * N, "o1 = ones · ones"); /* 128 */
-    expect_bf16_fill(o2, 0x4380, M * N, "o2 = twos · ones"); /* 256 */
-    /* Then the outputs swapped: the last launch into o1 is the twos'. */
-    tsr_client_launch_desc swapped[2] = {{k.kernel, 2, in1, o2}, {k.kernel, 2, in2, o1}};
+    expect_bf16_fill(t.o1, 0x4300, M * N, "o1 = ones · ones"); /* 128 */
+    expect_bf16_fill(t.o2, 0x4380, M * N, "o2 = twos · ones"); /* 256 */
+    /* Then the outputs swapped: the last launch into t.o1 is the twos'. */
+    tsr_client_launch_desc swapped[2] = {{t.k.kernel, 2, t.in1, t.o2},
+                                         {t.k.kernel, 2, t.in2, t.o1}};
     cr_assert_eq(tsr_client_batch(client_, swapped, 2, false, &res, GPU_TIMEOUT_MS, &err), TSR_OK,
                  "%s", err.message);
-    expect_bf16_fill(o1, 0x4380, M * N, "o1 = twos · ones");
-    expect_bf16_fill(o2, 0x4300, M * N, "o2 = ones · ones");
+    expect_bf16_fill(t.o1, 0x4380, M * N, "o1 = twos · ones");
+    expect_bf16_fill(t.o2, 0x4300, M * N, "o2 = ones · ones");
 }
 
 /* A small-M product split over clusters of 8 CTAs (M 16, 8 column tiles of
@@ -981,13 +980,11 @@ Test(cuda_backend, split_small_m_launches_in_graph_batches_follow_their_buffers)
     enum { M = 16, N = 2048, K = 4096 };
     ones_twos t;
     ones_twos_make(&t, M, N, K);
-    tsr_client_compiled k = t.k;
-    tsr_buffer *in1 = t.in1, *in2 = t.in2, o1 = t.o1, o2 = t.o2;
     tsr_error err;
-    tsr_client_launch_desc descs[4] = {{k.kernel, 2, in1, o1},
-                                       {k.kernel, 2, in2, o2},
-                                       {k.kernel, 2, in2, o1},
-                                       {k.kernel, 2, in1, o2}};
+    tsr_client_launch_desc descs[4] = {{t.k.kernel, 2, t.in1, t.o1},
+                                       {t.k.kernel, 2, t.in2, t.o2},
+                                       {t.k.kernel, 2, t.in2, t.o1},
+                                       {t.k.kernel, 2, t.in1, t.o2}};
     /* The first batch measures the kernel, the later ones are captured and
      * replayed; each ends with o1 = twos · ones and o2 = ones · ones. */
     tsr_client_batch_result res;
@@ -995,8 +992,8 @@ Test(cuda_backend, split_small_m_launches_in_graph_batches_follow_their_buffers)
         cr_assert_eq(tsr_client_batch(client_, descs, 4, true, &res, GPU_TIMEOUT_MS, &err), TSR_OK,
                      "%s", err.message);
         cr_assert_eq(res.launched, 4);
-        expect_bf16_fill(o1, 0x4600, M * N, "o1 = twos · ones"); /* 8192 */
-        expect_bf16_fill(o2, 0x4580, M * N, "o2 = ones · ones"); /* 4096 */
+        expect_bf16_fill(t.o1, 0x4600, M * N, "o1 = twos · ones"); /* 8192 */
+        expect_bf16_fill(t.o2, 0x4580, M * N, "o2 = ones · ones"); /* 4096 */
         cr_log_info("batch %d: graph replayed %d", round, (int)res.graph_replayed);
     }
 }

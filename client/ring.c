@@ -6,7 +6,9 @@
  * `submitted` (waking the ring thread only when it said it sleeps), then waits
  * for `completed` to pass it: spinning first, since a tiny launch comes back
  * within tens of microseconds, then sleeping on the futex after saying so in
- * `client_sleeping`, so that the daemon wakes it.
+ * `client_sleeping`, so that the daemon wakes it. A run submits a sequence
+ * the same way without waiting in between (while a slot is free), reading
+ * each answer before its slot is used again, and waits once at the end.
  */
 #include <errno.h>
 #include <limits.h>
@@ -124,14 +126,17 @@ static tsr_status ring_closed_error(const tsr_client_ring *r, tsr_error *err)
                       "the ring was ended", err);
 }
 
-tsr_status tsr_client_ring_launch(tsr_client_ring *r, uint32_t binding, double *device_ms,
-                                  int timeout_ms, tsr_error *err)
+/* The wait for an answer: timeout_ms, else the connection's, else 30 s. */
+static int ring_wait_ms(const tsr_client_ring *r, int timeout_ms)
 {
-    if (r == NULL)
-        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring must not be NULL");
+    return timeout_ms > 0 ? timeout_ms : r->timeout_ms > 0 ? r->timeout_ms : 30000;
+}
+
+/* Writes binding into the next slot and submits it (waking the ring thread
+ * when it sleeps); the caller made sure the slot is free. */
+static void ring_submit(tsr_client_ring *r, uint32_t binding)
+{
     tsr_ring_header *h = r->hdr;
-    if (atomic_load_explicit(&h->closed, memory_order_acquire))
-        return ring_closed_error(r, err);
     uint32_t seq = r->next;
     tsr_ring_slot *slot = &r->slots[seq % r->n_slots];
     slot->binding = binding;
@@ -140,36 +145,125 @@ tsr_status tsr_client_ring_launch(tsr_client_ring *r, uint32_t binding, double *
     r->next = seq + 1;
     if (atomic_load_explicit(&h->daemon_sleeping, memory_order_seq_cst))
         ring_futex(&h->submitted, FUTEX_WAKE, INT_MAX, NULL);
+}
 
-    int wait_ms = timeout_ms > 0 ? timeout_ms : r->timeout_ms > 0 ? r->timeout_ms : 30000;
+/* Waits until the daemon has completed submissions up to `target` (spinning,
+ * then sleeping on the futex); *done gets the completed count. TSR_TIMEOUT
+ * after wait_ms, the ring's end reason when it was ended. */
+static tsr_status ring_wait_completed(tsr_client_ring *r, uint32_t target, int wait_ms,
+                                      uint32_t *done, tsr_error *err)
+{
+    tsr_ring_header *h = r->hdr;
     uint64_t start = ring_now_ns();
     uint64_t deadline = start + (uint64_t)wait_ms * 1000000u;
     for (;;) {
-        uint32_t done = atomic_load_explicit(&h->completed, memory_order_acquire);
-        if ((int32_t)(done - (seq + 1)) >= 0)
-            break;
+        *done = atomic_load_explicit(&h->completed, memory_order_acquire);
+        if ((int32_t)(*done - target) >= 0)
+            return TSR_OK;
         if (atomic_load_explicit(&h->closed, memory_order_acquire))
             return ring_closed_error(r, err);
         uint64_t now = ring_now_ns();
         if (now >= deadline)
-            return tsr_error_set(err, TSR_TIMEOUT, "ring: no answer to launch %u within %d ms", seq,
-                                 wait_ms);
+            return tsr_error_set(err, TSR_TIMEOUT, "ring: no answer to launch %u within %d ms",
+                                 target - 1, wait_ms);
         if (now - start < RING_SPIN_NS)
             continue;
         atomic_store_explicit(&h->client_sleeping, 1, memory_order_seq_cst);
-        done = atomic_load_explicit(&h->completed, memory_order_seq_cst);
-        if ((int32_t)(done - (seq + 1)) < 0 && !atomic_load(&h->closed)) {
+        uint32_t seen = atomic_load_explicit(&h->completed, memory_order_seq_cst);
+        if ((int32_t)(seen - target) < 0 && !atomic_load(&h->closed)) {
             uint64_t left = deadline - now;
             struct timespec ts = {(time_t)(left / 1000000000u), (long)(left % 1000000000u)};
-            ring_futex(&h->completed, FUTEX_WAIT, done, &ts);
+            ring_futex(&h->completed, FUTEX_WAIT, seen, &ts);
         }
         atomic_store_explicit(&h->client_sleeping, 0, memory_order_seq_cst);
     }
-    if (device_ms != NULL)
-        *device_ms = (double)slot->device_ns / 1e6;
+}
+
+/* The answer the daemon wrote into submission seq's slot. */
+static tsr_status ring_slot_status(const tsr_client_ring *r, uint32_t seq, tsr_error *err)
+{
+    const tsr_ring_slot *slot = &r->slots[seq % r->n_slots];
     if (slot->status == TSR_OK)
         return TSR_OK;
     return ring_error(slot->status, slot->message, TSR_INTERNAL, "", err);
+}
+
+tsr_status tsr_client_ring_launch(tsr_client_ring *r, uint32_t binding, double *device_ms,
+                                  int timeout_ms, tsr_error *err)
+{
+    if (r == NULL)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring must not be NULL");
+    if (atomic_load_explicit(&r->hdr->closed, memory_order_acquire))
+        return ring_closed_error(r, err);
+    uint32_t seq = r->next;
+    ring_submit(r, binding);
+    uint32_t done;
+    tsr_status st = ring_wait_completed(r, seq + 1, ring_wait_ms(r, timeout_ms), &done, err);
+    if (st != TSR_OK)
+        return st;
+    if (device_ms != NULL)
+        *device_ms = (double)r->slots[seq % r->n_slots].device_ns / 1e6;
+    return ring_slot_status(r, seq, err);
+}
+
+/* What a run has read of its answers so far. */
+typedef struct ring_run_answers {
+    uint32_t first;     /* the run's first submission */
+    uint32_t read;      /* the next submission whose answer to read */
+    uint64_t device_ns; /* summed over those read */
+    tsr_status failure; /* the first failure read, else TSR_OK */
+    tsr_error error;    /* its error, prefixed with its index in the run */
+} ring_run_answers;
+
+/* Reads the answers of submissions up to `done` before their slots are used
+ * again. */
+static void ring_run_collect(const tsr_client_ring *r, ring_run_answers *a, uint32_t done)
+{
+    for (; a->read != done; a->read++) {
+        a->device_ns += r->slots[a->read % r->n_slots].device_ns;
+        if (a->failure == TSR_OK) {
+            a->failure = ring_slot_status(r, a->read, &a->error);
+            if (a->failure != TSR_OK)
+                tsr_error_prefix(&a->error, "ring_run[%u]", a->read - a->first);
+        }
+    }
+}
+
+tsr_status tsr_client_ring_run(tsr_client_ring *r, const uint32_t *bindings, size_t n,
+                               double *device_ms, int timeout_ms, tsr_error *err)
+{
+    if (device_ms != NULL)
+        *device_ms = 0;
+    if (r == NULL || (n > 0 && bindings == NULL))
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring and bindings must not be NULL");
+    if (n > TSR_RING_RUN_MAX)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring_run: %zu launches, at most %u", n,
+                             TSR_RING_RUN_MAX);
+    if (atomic_load_explicit(&r->hdr->closed, memory_order_acquire))
+        return ring_closed_error(r, err);
+    int wait_ms = ring_wait_ms(r, timeout_ms);
+    ring_run_answers a = {.first = r->next, .read = r->next};
+    tsr_error_clear(&a.error);
+    uint32_t done = r->next;
+    for (size_t i = 0; i < n; i++) {
+        /* At most `slots` outstanding: when full, wait for the oldest. */
+        if (r->next - done >= r->n_slots) {
+            tsr_status st = ring_wait_completed(r, r->next - r->n_slots + 1, wait_ms, &done, err);
+            if (st != TSR_OK)
+                return st;
+            ring_run_collect(r, &a, done);
+        }
+        ring_submit(r, bindings[i]);
+    }
+    tsr_status st = ring_wait_completed(r, r->next, wait_ms, &done, err);
+    if (st != TSR_OK)
+        return st;
+    ring_run_collect(r, &a, r->next);
+    if (device_ms != NULL)
+        *device_ms = (double)a.device_ns / 1e6;
+    if (a.failure != TSR_OK && err != NULL)
+        *err = a.error;
+    return a.failure;
 }
 
 tsr_status tsr_client_ring_close(tsr_client_ring *r, uint64_t *launches, int timeout_ms,

@@ -23,6 +23,14 @@
 #define RING_SPIN_NS 50000u
 #define RING_WAIT_MS 50
 
+/* A group of submissions found waiting together goes to the device in one
+ * backend call with one synchronize: at most this many launches, and at most
+ * this much device work as last measured (half of a batch's slice, like a
+ * batch's chunk), so the ring's stream never holds much more than that ahead
+ * of other work. A binding not measured yet goes alone. */
+#define RING_GROUP_MAX 64
+#define RING_GROUP_NS 5000000u
+
 typedef struct ring_launch {
     tsrd_kobj *kernel;
     int n_inputs;
@@ -38,6 +46,7 @@ struct tsrd_ring_loop {
     uint32_t slots;
     uint32_t first;
     ring_launch *launches;
+    uint64_t *launch_ns; /* per binding: its last measured device time, 0 before */
     int n;
     pthread_t thread;
     atomic_bool stop;
@@ -86,6 +95,8 @@ typedef struct ring_access {
     uint32_t seq;
     uint32_t slots;
     tsr_ring_slot result;
+    const tsr_ring_slot *results; /* ring_store_results: count of them, from seq */
+    uint32_t count;
 } ring_access;
 
 static void ring_load_submitted(void *arg)
@@ -110,16 +121,19 @@ static void ring_store_sleeping(void *arg)
         a->seq = atomic_load_explicit(&h->submitted, memory_order_seq_cst);
 }
 
-/* Writes the slot's result, counts it, and says whether the client sleeps. */
-static void ring_store_result(void *arg)
+/* Writes the results of slots seq .. seq + count - 1, counts them at once, and
+ * says whether the client sleeps. */
+static void ring_store_results(void *arg)
 {
     ring_access *a = arg;
-    tsr_ring_slot *slot = ring_slot(a->l, a->seq);
-    slot->status = a->result.status;
-    slot->device_ns = a->result.device_ns;
-    memcpy(slot->message, a->result.message, sizeof slot->message);
+    for (uint32_t i = 0; i < a->count; i++) {
+        tsr_ring_slot *slot = ring_slot(a->l, a->seq + i);
+        slot->status = a->results[i].status;
+        slot->device_ns = a->results[i].device_ns;
+        memcpy(slot->message, a->results[i].message, sizeof slot->message);
+    }
     tsr_ring_header *h = ring_header(a->base);
-    atomic_store_explicit(&h->completed, a->seq + 1, memory_order_seq_cst);
+    atomic_store_explicit(&h->completed, a->seq + a->count, memory_order_seq_cst);
     a->value = atomic_load_explicit(&h->client_sleeping, memory_order_seq_cst);
 }
 
@@ -176,37 +190,107 @@ bool tsrd_ring_check_header(uint8_t *base, uint64_t bytes, uint32_t slots, uint3
 
 /* ---- the thread ---- */
 
-/* Runs binding b on stream and fills the slot's result. */
-static void ring_launch_one(tsrd_ring_loop *l, tsrd_stream *stream, uint32_t b, tsr_ring_slot *out)
+/* The submissions from `served` that go to the device together (at least
+ * one, at most `pending`): their bindings into group[], their count returned;
+ * 0 when the segment faulted. A bad binding index goes alone, as does a
+ * binding not measured yet; more follow while each has been measured and the
+ * group's estimate stays within RING_GROUP_NS. */
+static uint32_t ring_plan(const tsrd_ring_loop *l, uint32_t served, uint32_t pending,
+                          uint32_t group[RING_GROUP_MAX])
+{
+    uint64_t sum = 0;
+    uint32_t k = 0;
+    /* A client never has more than `slots` outstanding; one that says so is
+     * served a ring's worth at a time, so no slot is read twice in a group. */
+    while (k < pending && k < RING_GROUP_MAX && k < l->slots) {
+        ring_access a = {.l = l, .seq = served + k};
+        if (!ring_guarded(l->base, l->bytes, ring_load_binding, &a))
+            return 0;
+        bool known = a.value < (uint32_t)l->n && l->launch_ns[a.value] != 0;
+        if (k > 0 && (!known || sum + l->launch_ns[a.value] > RING_GROUP_NS))
+            break;
+        group[k++] = a.value;
+        if (!known)
+            break;
+        sum += l->launch_ns[a.value];
+    }
+    return k;
+}
+
+/* Spreads a group's measured time over its bindings' estimates: in proportion
+ * to them when all had one, else evenly. */
+static void ring_learn(tsrd_ring_loop *l, const uint32_t *group, uint32_t k, uint64_t took_ns)
+{
+    uint64_t sum = 0;
+    bool all_known = true;
+    for (uint32_t i = 0; i < k; i++) {
+        sum += l->launch_ns[group[i]];
+        all_known = all_known && l->launch_ns[group[i]] != 0;
+    }
+    uint64_t now[RING_GROUP_MAX];
+    for (uint32_t i = 0; i < k; i++) {
+        uint64_t v =
+            all_known && sum > 0
+                ? (uint64_t)((double)l->launch_ns[group[i]] * (double)took_ns / (double)sum)
+                : took_ns / k;
+        now[i] = v > 0 ? v : 1;
+    }
+    for (uint32_t i = 0; i < k; i++)
+        l->launch_ns[group[i]] = now[i];
+}
+
+/* Runs the group's k launches on stream in one backend call, then
+ * synchronizes, and fills the results of the slots it served: every launch
+ * that went gets the synchronize's outcome, a launch that failed its own error
+ * (the launches after it are not served: the next group takes them up), and
+ * each served slot an equal share of the group's time, issue to synchronize.
+ * Returns the slots served (at least one). */
+static uint32_t ring_run_group(tsrd_ring_loop *l, tsrd_stream *stream, const uint32_t *group,
+                               uint32_t k, tsr_ring_slot *out)
 {
     tsr_error err;
     tsr_error_clear(&err);
-    tsr_status st;
     uint64_t t0 = ring_now_ns();
-    if (b >= (uint32_t)l->n) {
-        st = tsr_error_set(&err, TSR_INVALID_ARGUMENT,
-                           "ring slot: binding %u, the ring has %d (0 .. %d)", b, l->n, l->n - 1);
-    } else {
-        const ring_launch *rl = &l->launches[b];
-        tsrd_launch_desc desc = {.kernel = rl->kernel,
-                                 .inputs = rl->inputs,
-                                 .n_inputs = rl->n_inputs,
-                                 .output = rl->output};
-        atomic_store_explicit(&l->busy_since, t0, memory_order_relaxed);
-        size_t launched = 0;
-        st = l->ops->launch_many(l->b, &desc, 1, stream, &launched, &err);
-        double ms = 0;
-        tsr_error sync_err;
-        tsr_status sync = l->ops->synchronize(l->b, stream, &ms, &sync_err);
-        atomic_store_explicit(&l->busy_since, 0, memory_order_relaxed);
-        if (st == TSR_OK && sync != TSR_OK) {
-            err = sync_err;
-            st = sync;
-        }
+    if (group[0] >= (uint32_t)l->n) {
+        tsr_error_set(&err, TSR_INVALID_ARGUMENT,
+                      "ring slot: binding %u, the ring has %d (0 .. %d)", group[0], l->n, l->n - 1);
+        out[0].status = (int32_t)err.code;
+        out[0].device_ns = 0;
+        ring_say(out[0].message, "%s", err.message);
+        return 1;
     }
-    out->status = (int32_t)st;
-    out->device_ns = ring_now_ns() - t0;
-    ring_say(out->message, "%s", st == TSR_OK ? "" : err.message);
+    tsrd_launch_desc descs[RING_GROUP_MAX];
+    for (uint32_t i = 0; i < k; i++) {
+        const ring_launch *rl = &l->launches[group[i]];
+        descs[i] = (tsrd_launch_desc){.kernel = rl->kernel,
+                                      .inputs = rl->inputs,
+                                      .n_inputs = rl->n_inputs,
+                                      .output = rl->output};
+    }
+    atomic_store_explicit(&l->busy_since, t0, memory_order_relaxed);
+    size_t launched = 0;
+    tsr_status st = l->ops->launch_many(l->b, descs, k, stream, &launched, &err);
+    double ms = 0;
+    tsr_error sync_err;
+    tsr_status sync = l->ops->synchronize(l->b, stream, &ms, &sync_err);
+    atomic_store_explicit(&l->busy_since, 0, memory_order_relaxed);
+    uint64_t took = ring_now_ns() - t0;
+    uint32_t went = (uint32_t)launched;
+    uint32_t served = went + (st != TSR_OK ? 1 : 0);
+    /* Bounds against a backend that miscounts. */
+    served = served > k ? k : served > 0 ? served : 1;
+    for (uint32_t i = 0; i < served; i++) {
+        bool failed_here = st != TSR_OK && i >= went;
+        out[i].status = (int32_t)(failed_here ? st : sync);
+        out[i].device_ns = took / served;
+        ring_say(out[i].message, "%s",
+                 failed_here      ? err.message
+                 : sync != TSR_OK ? sync_err.message
+                                  : "");
+    }
+    if (st == TSR_OK && sync == TSR_OK)
+        ring_learn(l, group, k, took);
+    return served;
 }
 
 /* Waits for a submission past `served`: true with *submitted set, false when
@@ -270,26 +354,26 @@ static void *ring_main(void *arg)
         }
         while (served != submitted && end == TSR_OK &&
                !atomic_load_explicit(&l->stop, memory_order_acquire)) {
-            ring_access a = {.l = l, .seq = served};
-            if (!ring_guarded(l->base, l->bytes, ring_load_binding, &a)) {
-                end = TSR_BUFFER_MISMATCH;
-                ring_say(why, "ring: the segment no longer holds the ring");
-                break;
-            }
-            ring_launch_one(l, stream, a.value, &a.result);
-            if (!ring_guarded(l->base, l->bytes, ring_store_result, &a)) {
+            uint32_t group[RING_GROUP_MAX];
+            uint32_t k = ring_plan(l, served, submitted - served, group);
+            tsr_ring_slot results[RING_GROUP_MAX];
+            ring_access a = {.l = l, .seq = served, .results = results};
+            if (k > 0)
+                a.count = ring_run_group(l, stream, group, k, results);
+            if (k == 0 || !ring_guarded(l->base, l->bytes, ring_store_results, &a)) {
                 end = TSR_BUFFER_MISMATCH;
                 ring_say(why, "ring: the segment no longer holds the ring");
                 break;
             }
             if (a.value != 0)
                 ring_futex(&ring_header(l->base)->completed, FUTEX_WAKE, INT_MAX, NULL);
-            served++;
-            atomic_fetch_add_explicit(&l->served, 1, memory_order_relaxed);
-            if (a.result.status == TSR_DEVICE_LOST) {
-                end = TSR_DEVICE_LOST;
-                ring_say(why, "ring: %s", a.result.message);
-            }
+            served += a.count;
+            atomic_fetch_add_explicit(&l->served, a.count, memory_order_relaxed);
+            for (uint32_t i = 0; i < a.count && end == TSR_OK; i++)
+                if (results[i].status == TSR_DEVICE_LOST) {
+                    end = TSR_DEVICE_LOST;
+                    ring_say(why, "ring: %s", results[i].message);
+                }
         }
     }
     if (stream != NULL)
@@ -306,9 +390,11 @@ tsr_status tsrd_ring_loop_start(const tsrd_backend_ops *ops, tsrd_backend *b, ui
 {
     tsrd_ring_loop *l = calloc(1, sizeof *l);
     ring_launch *copies = calloc((size_t)(n > 0 ? n : 1), sizeof *copies);
-    if (l == NULL || copies == NULL) {
+    uint64_t *launch_ns = calloc((size_t)(n > 0 ? n : 1), sizeof *launch_ns);
+    if (l == NULL || copies == NULL || launch_ns == NULL) {
         free(l);
         free(copies);
+        free(launch_ns);
         return tsr_error_set(err, TSR_NO_MEMORY, "ring: out of memory");
     }
     for (int i = 0; i < n; i++) {
@@ -325,10 +411,12 @@ tsr_status tsrd_ring_loop_start(const tsrd_backend_ops *ops, tsrd_backend *b, ui
     l->slots = slots;
     l->first = first;
     l->launches = copies;
+    l->launch_ns = launch_ns;
     l->n = n;
     int rc = pthread_create(&l->thread, NULL, ring_main, l);
     if (rc != 0) {
         free(copies);
+        free(launch_ns);
         free(l);
         return tsr_error_set(err, TSR_INTERNAL, "ring: pthread_create: %s", strerror(rc));
     }
@@ -344,6 +432,7 @@ void tsrd_ring_loop_stop(tsrd_ring_loop *l, uint64_t *served)
     if (served != NULL)
         *served = atomic_load(&l->served);
     free(l->launches);
+    free(l->launch_ns);
     free(l);
 }
 

@@ -98,7 +98,7 @@ Test(ring, launches_through_the_ring_run_in_order_and_are_counted)
     cr_assert_eq(tsr_client_ring_open(suite_client, b, 2, 4, &ring, 0, &err), TSR_OK, "%s",
                  err.message);
     cr_expect_eq(fixture_counter(suite_client, "rings"), 1.0);
-    /* x -> y -> x four times over: x ends as 16 x0 + 15 with x0 = i (exact in f32). */
+    /* x -> y -> x four times over: x ends as 256 x0 + 255 with x0 = i (exact in f32). */
     for (int round = 0; round < 4; round++) {
         double ms = -1;
         cr_assert_eq(tsr_client_ring_launch(ring, 0, &ms, 0, &err), TSR_OK, "%s", err.message);
@@ -118,6 +118,80 @@ Test(ring, launches_through_the_ring_run_in_order_and_are_counted)
     cr_expect_eq(launches, 1000);
     cr_expect_eq(fixture_counter(suite_client, "rings"), 0.0);
     cr_expect_geq(fixture_counter(suite_client, "ring_launches_total"), 1000.0);
+}
+
+/* x -> y -> x `rounds` times over in one run of 2 * rounds launches. */
+static void ring_run_rounds(tsr_client_ring *ring, int rounds)
+{
+    uint32_t seq[2 * 64];
+    cr_assert_leq(rounds, 64);
+    for (int i = 0; i < 2 * rounds; i++)
+        seq[i] = (uint32_t)(i % 2);
+    double ms = -1;
+    tsr_error err;
+    cr_assert_eq(tsr_client_ring_run(ring, seq, (size_t)(2 * rounds), &ms, 0, &err), TSR_OK, "%s",
+                 err.message);
+    cr_expect_geq(ms, 0.0);
+}
+
+Test(ring, a_run_submits_a_sequence_that_runs_in_order)
+{
+    suite_client = fixture_start_client(&suite_daemon, NULL, 30000);
+    ring_affine a = ring_affine_make(suite_client, 0.0f);
+    tsr_client_launch_desc b[2] = {ring_bind(&a, &a.x, a.y), ring_bind(&a, &a.y, a.x)};
+    /* A ring as long as the runs (every launch submitted at once, then served
+     * in groups once each binding has been measured), and one of 3 slots
+     * (the run waits for room, and slots are used again within a run). */
+    unsigned slots[] = {16, 3};
+    for (size_t r = 0; r < sizeof slots / sizeof slots[0]; r++) {
+        tsr_client_ring *ring = NULL;
+        tsr_error err;
+        cr_assert_eq(tsr_client_ring_open(suite_client, b, 2, slots[r], &ring, 0, &err), TSR_OK,
+                     "%s", err.message);
+        float x0[RING_N];
+        for (int i = 0; i < RING_N; i++)
+            x0[i] = (float)i;
+        cr_assert_eq(tsr_client_buffer_write(suite_client, a.x, 0, x0, sizeof x0, 0, &err), TSR_OK,
+                     "%s", err.message);
+        /* Runs of 6 and 2 launches: each round is x = 4x + 3, so four make
+         * x = 256 x0 + 255. */
+        ring_run_rounds(ring, 3);
+        ring_run_rounds(ring, 1);
+        float got[RING_N];
+        cr_assert_eq(tsr_client_buffer_read(suite_client, a.x, 0, got, sizeof got, NULL, 0, &err),
+                     TSR_OK);
+        for (int i = 0; i < RING_N; i++)
+            cr_assert_eq(got[i], 256.0f * (float)i + 255.0f, "%u slots: x[%d] = %g", slots[r], i,
+                         (double)got[i]);
+        cr_expect_eq(tsr_client_ring_run(ring, NULL, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
+        uint64_t launches = 0;
+        cr_assert_eq(tsr_client_ring_close(ring, &launches, 0, &err), TSR_OK, "%s", err.message);
+        cr_expect_eq(launches, 8);
+    }
+}
+
+Test(ring, a_bad_binding_in_a_run_fails_alone_and_the_rest_run)
+{
+    suite_client = fixture_start_client(&suite_daemon, NULL, 30000);
+    ring_affine a = ring_affine_make(suite_client, 1.0f);
+    tsr_client_launch_desc b = ring_bind(&a, &a.x, a.y);
+    tsr_client_ring *ring = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_ring_open(suite_client, &b, 1, 8, &ring, 0, &err), TSR_OK, "%s",
+                 err.message);
+    /* The first launch measures binding 0, so the next run can go in groups. */
+    uint32_t warm = 0;
+    cr_assert_eq(tsr_client_ring_run(ring, &warm, 1, NULL, 0, &err), TSR_OK, "%s", err.message);
+    uint32_t seq[] = {0, 0, 7, 0, 9};
+    cr_expect_eq(tsr_client_ring_run(ring, seq, 5, NULL, 0, &err), TSR_INVALID_ARGUMENT);
+    cr_expect_str_eq(err.message, "ring_run[2]: ring slot: binding 7, the ring has 1 (0 .. 0)");
+    ring_expect_y(suite_client, a.y, 1.0f, "after a run with bad slots");
+    uint32_t too_many = 0;
+    cr_expect_eq(tsr_client_ring_run(ring, &too_many, (size_t)TSR_RING_RUN_MAX + 1, NULL, 0, &err),
+                 TSR_INVALID_ARGUMENT);
+    uint64_t launches = 0;
+    cr_assert_eq(tsr_client_ring_close(ring, &launches, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(launches, 6);
 }
 
 Test(ring, a_bad_slot_fails_alone_and_the_ring_serves_on)

@@ -604,13 +604,11 @@ tsr_status tsr_client_buffer_import(tsr_client *c, const void *ipc_handle, uint6
  * ring's control channel; a ring ends with tsr_client_ring_close, with the
  * connection, or when the daemon ends it (a device recovery: DEVICE_LOST).
  *
- * Launches of one ring run one at a time in submission order on a stream of
- * their own: they are not ordered with the connection's other requests, so
- * do not launch through a ring on buffers that a request in flight writes.
- * An open ring holds one request of the tenant's in_flight quota. Threading: a
- * ring is used by one thread at a time; open one ring per thread for
- * throughput. Needs a local daemon (ipc) and shared memory, like
- * tsr_client_shm_create. */
+ * Launches of one ring run in submission order on a stream of their own: they are not ordered with
+ * the connection's other requests, so do not launch through a ring on buffers that a request in
+ * flight writes. An open ring holds one request of the tenant's in_flight quota. Threading: a ring
+ * is used by one thread at a time; open one ring per thread for throughput. Needs a local daemon
+ * (ipc) and shared memory, like tsr_client_shm_create. */
 typedef struct tsr_client_ring tsr_client_ring;
 
 /* Opens a ring of `slots` slots (1 .. 1024; 1 suffices for launch-and-wait)
@@ -631,6 +629,24 @@ tsr_status tsr_client_ring_open(tsr_client *c, const tsr_client_launch_desc *bin
  * ring). */
 tsr_status tsr_client_ring_launch(tsr_client_ring *ring, uint32_t binding, double *device_ms,
                                   int timeout_ms, tsr_error *err);
+
+/* The most launches one tsr_client_ring_run takes. */
+#define TSR_RING_RUN_MAX 1000000u
+
+/* Launches bindings[0 .. n) in that order and waits for all of them: the
+ * same launches as n calls of tsr_client_ring_launch, but submitted without
+ * waiting in between (up to the ring's `slots` outstanding), so that the
+ * daemon sends the ones it finds waiting together to the device in one call
+ * with one synchronize and the device does not idle between them. Open the
+ * ring with as many slots as a run has launches (or more) for that. Every
+ * launch runs whatever happens to the others; the first that failed gives
+ * the error, its index in the run in front ("ring_run[3]: ..."). *device_ms
+ * (may be NULL) gets the launches' daemon time summed (a group's time is
+ * shared evenly by its launches). TSR_TIMEOUT when no launch finished within
+ * timeout_ms (0: the connection's default); a ring the daemon ended answers
+ * its reason. INVALID_ARGUMENT past TSR_RING_RUN_MAX launches. */
+tsr_status tsr_client_ring_run(tsr_client_ring *ring, const uint32_t *bindings, size_t n,
+                               double *device_ms, int timeout_ms, tsr_error *err);
 
 /* Closes the ring (the daemon lets go of its kernels and buffers) and frees
  * it, whatever the answer. *launches (may be NULL) gets the slots it served. */

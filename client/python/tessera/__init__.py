@@ -640,8 +640,9 @@ def _launch_descs(launches: Sequence[Tuple[Union["Compiled", int], Sequence["Buf
 
 class Ring:
     """A submission ring of a Client (Client.ring): launch(i) runs binding i and
-    returns its device time in ms. Use from one thread at a time; close() (or
-    the with-block's end) lets the daemon go of its kernels and buffers."""
+    returns its device time in ms; run([i, j, ...]) runs a sequence with one
+    wait. Use from one thread at a time; close() (or the with-block's end) lets
+    the daemon go of its kernels and buffers."""
 
     def __init__(self, client: "Client", handle: c_void_p, bindings: int) -> None:
         self._client = client  # the connection must outlive the ring
@@ -659,6 +660,24 @@ class Ring:
         _check(lib.tsr_client_ring_launch(self._h, binding, byref(ms), timeout_ms, byref(err)),
                err)
         self.launches += 1
+        return ms.value
+
+    def run(self, bindings: Sequence[int], timeout_ms: int = 0) -> float:
+        """Runs the bindings in order and waits for all of them; returns their
+        device time in ms, summed. The launches are submitted without waiting
+        in between (up to the ring's slots at once), so the daemon sends those
+        it finds waiting to the device together: open the ring with as many
+        slots as a run has launches. Every launch runs; the first failure is
+        raised, its index in the run in front ("ring_run[3]: ...")."""
+        if self._h is None:
+            raise TesseraError(Status.INVALID_ARGUMENT, "ring: closed")
+        seq = (c_uint32 * max(len(bindings), 1))(*bindings)
+        ms = c_double()
+        err = _lib.Error()
+        rc = lib.tsr_client_ring_run(self._h, seq, len(bindings), byref(ms), timeout_ms,
+                                     byref(err))
+        self.launches += len(bindings)
+        _check(rc, err)
         return ms.value
 
     def close(self) -> int:

@@ -280,6 +280,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         "tsr_client_ring_open": (c_int, [P, POINTER(LaunchDesc), c_size_t, c_uint, POINTER(P),
                                          c_int, E]),
         "tsr_client_ring_launch": (c_int, [P, c_uint32, POINTER(c_double), c_int, E]),
+        "tsr_client_ring_run": (c_int, [P, POINTER(c_uint32), c_size_t, POINTER(c_double), c_int,
+                                        E]),
         "tsr_client_ring_close": (c_int, [P, POINTER(c_uint64), c_int, E]),
     })
     for name, (res, args) in sig.items():

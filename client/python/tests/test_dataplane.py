@@ -115,6 +115,22 @@ def test_ring_ping_pong_and_errors(client):
     np.testing.assert_array_equal(a.read(), ONE_TO_FOUR * 1024)
 
 
+def test_ring_run_keeps_the_order_and_runs_past_a_failure(client):
+    k, a, b = small_pair(client)
+    # Four slots for ten launches: the run waits for room as it goes.
+    with client.ring([(k, [a], b), (k, [b], a)], slots=4) as ring:
+        assert ring.run([0, 1] * 5) >= 0.0
+        np.testing.assert_array_equal(a.read(), ONE_TO_FOUR * 1024)
+        with pytest.raises(tessera.TesseraError) as e:
+            ring.run([0, 5, 1])
+        assert e.value.code == tessera.Status.INVALID_ARGUMENT
+        assert str(e.value).endswith("ring_run[1]: ring slot: binding 5, the ring has 2 (0 .. 1)")
+        # The launches on either side of the bad one ran.
+        np.testing.assert_array_equal(a.read(), ONE_TO_FOUR * 4096)
+        assert ring.run([]) == 0.0
+    assert ring.close() == 13
+
+
 def test_ring_binding_checked_like_a_launch(client):
     k = client.compile(SMALL)
     a, wrong = client.buffer("f32", (4,)), client.buffer("f32", (8,))

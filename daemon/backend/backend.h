@@ -201,7 +201,7 @@ typedef struct tsrd_backend_probe_ops {
                                 const uint64_t *index, size_t count, void *out, tsr_error *err);
 } tsrd_backend_probe_ops;
 
-/* Every member of the core is set but launch_sync, device_lost and
+/* Every member of the core is set but launch_sync, launch_many_sync, device_lost and
  * recover_device. The five optional groups are NULL where
  * the backend has no such capability, and then callers do without: copies are
  * staged through buffer_write and buffer_read, buffer_import is refused with
@@ -285,6 +285,16 @@ typedef struct tsrd_backend_ops {
     tsr_status (*launch_sync)(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
                               tsrd_dbuf *const *inputs, int n_inputs, tsrd_dbuf *output,
                               double *device_ms, tsr_error *err);
+    /* Optional, NULL where the backend has none (callers then call launch_many
+     * and synchronize: tsrd_launch_many_wait): launch_many, then, when every
+     * launch went, synchronize s, in one call (one round trip to a device
+     * worker for a batch's chunk). The outcome is exactly the two calls':
+     * when a launch fails, its error with *launched counting those before it,
+     * and s is not synchronized; else the synchronize's, with *device_ms
+     * (when not NULL) as synchronize gives it. */
+    tsr_status (*launch_many_sync)(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n,
+                                   tsrd_stream *s, size_t *launched, double *device_ms,
+                                   tsr_error *err);
 
     /* ---- faults ---- */
     /* Nonzero once a sticky error has poisoned a device context; stays so until
@@ -350,6 +360,31 @@ static inline tsr_status tsrd_launch_wait(const tsrd_backend_ops *ops, tsrd_back
         *device_ms = 0;
     tsr_status st = ops->launch(b, k, s, inputs, n_inputs, output, err);
     return st == TSR_OK ? ops->synchronize(b, s, device_ms, err) : st;
+}
+
+/* Launches and their synchronize: through launch_many_sync where the backend
+ * has it, else the two calls, the synchronize only after every launch went.
+ * *synced says whether s was synchronized (then the status is the
+ * synchronize's; else it is the failed launch's, *launched counting those
+ * before it). Blocking, worker thread. */
+static inline tsr_status tsrd_launch_many_wait(const tsrd_backend_ops *ops, tsrd_backend *b,
+                                               const tsrd_launch_desc *launches, size_t n,
+                                               tsrd_stream *s, size_t *launched, bool *synced,
+                                               double *device_ms, tsr_error *err)
+{
+    if (ops->launch_many_sync != NULL) {
+        tsr_status st = ops->launch_many_sync(b, launches, n, s, launched, device_ms, err);
+        *synced = *launched == n;
+        return st;
+    }
+    if (device_ms != NULL)
+        *device_ms = 0;
+    *synced = false;
+    tsr_status st = ops->launch_many(b, launches, n, s, launched, err);
+    if (st != TSR_OK)
+        return st;
+    *synced = true;
+    return ops->synchronize(b, s, device_ms, err);
 }
 
 #endif

@@ -12,9 +12,10 @@
  * A long batch yields: its launches go in chunks planned from what each kernel
  * took when last measured (tsrd_kernel.launch_ns), at most half of
  * BATCH_SLICE_MS of device work per chunk, and a kernel not measured yet goes
- * alone. After each chunk but the last the stream is synchronized, which
- * measures the chunk (and bounds the device work queued ahead of other
- * tenants' copies); once BATCH_SLICE_MS have gone the job goes back to its
+ * alone. After each chunk the stream is synchronized (in the same backend
+ * call as the chunk's launches where the backend can: one round trip to a
+ * device worker), which measures the chunk (and bounds the device work queued
+ * ahead of other tenants' copies); once BATCH_SLICE_MS have gone the job goes back to its
  * tenant's queue (job->again) and the worker pool serves the other tenants'
  * work first. The session's stream stays the batch's meanwhile, so its order is
  * kept. A batch whose launches all fit one chunk runs as one backend call and
@@ -48,6 +49,7 @@ typedef struct batch_state {
     bool use_graph; /* capture and replay (graph=true on a backend that can) */
     bool all_replayed;
     double device_ms; /* summed over the synchronizes */
+    uint32_t fused;   /* launches made and synchronized in one backend call */
 } batch_state;
 
 static tsr_status batch_prepare(tsrd_job *job)
@@ -82,8 +84,12 @@ static tsr_status batch_prepare(tsrd_job *job)
     return st;
 }
 
-/* Launches [from, from + n) in one backend call. */
-static tsr_status batch_run_range(tsrd_job *job, tsrd_stream *stream, size_t from, size_t n)
+/* Launches [from, from + n) in one backend call. With synced non-NULL the
+ * stream is synchronized after them in the same call where the backend can
+ * (tsrd_launch_many_wait), *synced saying whether it was and the device time
+ * added to the batch's. */
+static tsr_status batch_run_range(tsrd_job *job, tsrd_stream *stream, size_t from, size_t n,
+                                  bool *synced)
 {
     batch_state *s = job->state;
     for (size_t i = from; i < from + n; i++) {
@@ -97,10 +103,19 @@ static tsr_status batch_run_range(tsrd_job *job, tsrd_stream *stream, size_t fro
     if (descs == NULL)
         return tsr_error_set(&job->err, TSR_NO_MEMORY, "batch: out of memory");
     size_t launched = 0;
-    tsr_status st =
-        job->d->bops->launch_many(job->d->backend, descs, n, stream, &launched, &job->err);
+    tsr_status st;
+    if (synced == NULL) {
+        st = job->d->bops->launch_many(job->d->backend, descs, n, stream, &launched, &job->err);
+    } else {
+        double ms = 0;
+        st = tsrd_launch_many_wait(job->d->bops, job->d->backend, descs, n, stream, &launched,
+                                   synced, &ms, &job->err);
+        s->device_ms += ms;
+        if (*synced && job->d->bops->launch_many_sync != NULL)
+            s->fused += (uint32_t)launched;
+    }
     job->body.batch.launched += (uint32_t)launched;
-    if (st != TSR_OK)
+    if (st != TSR_OK && (synced == NULL || !*synced))
         tsr_error_prefix(&job->err, "batch.launches[%zu]", from + launched);
     free(descs);
     return st;
@@ -186,10 +201,11 @@ static uint64_t *batch_key(const tsrd_job *job, size_t from, size_t n, size_t *l
  * the plan is known): the longest kept graph, of at most twice the planned
  * chunk, whose launches are the ones that come next is replayed when it has at
  * least half the planned chunk (estimates move a little from batch to batch; the kept graphs should
- * not); else the planned chunk is captured, kept and replayed. *count gets the
- * launches done. TSR_UNSUPPORTED (err cleared) when the backend cannot
- * capture: the caller goes on without graphs. */
-static tsr_status batch_graph_chunk(tsrd_job *job, tsrd_stream *stream, size_t *count)
+ * not); else the planned chunk is captured, kept and replayed (*captured
+ * set). *count gets the launches done. TSR_UNSUPPORTED (err cleared) when the
+ * backend cannot capture: the caller goes on without graphs. */
+static tsr_status batch_graph_chunk(tsrd_job *job, tsrd_stream *stream, size_t *count,
+                                    bool *captured)
 {
     tsrd_daemon *d = job->d;
     batch_state *s = job->state;
@@ -213,6 +229,7 @@ static tsr_status batch_graph_chunk(tsrd_job *job, tsrd_stream *stream, size_t *
         return st;
     }
     s->all_replayed = false;
+    *captured = true;
     size_t key_len = 0;
     uint64_t *key = batch_key(job, s->next, n, &key_len);
     if (key == NULL)
@@ -226,7 +243,7 @@ static tsr_status batch_graph_chunk(tsrd_job *job, tsrd_stream *stream, size_t *
     tsrd_graph *graph = NULL;
     uint32_t before = job->body.batch.launched;
     if (st == TSR_OK) {
-        st = batch_run_range(job, stream, s->next, n);
+        st = batch_run_range(job, stream, s->next, n, NULL);
         tsr_error err_end;
         tsr_status end = d->bops->graph->graph_end(d->backend, stream, &graph, &err_end);
         if (st == TSR_OK && end != TSR_OK) {
@@ -290,31 +307,39 @@ static tsr_status batch_execute(tsrd_job *job)
     for (;;) {
         size_t from = s->next, count = 0;
         uint64_t t0 = uv_hrtime();
+        bool synced = false, captured = false;
         if (s->use_graph) {
-            st = batch_graph_chunk(job, stream, &count);
+            st = batch_graph_chunk(job, stream, &count, &captured);
             if (st == TSR_UNSUPPORTED) {
                 s->use_graph = false;
                 continue;
             }
         } else {
             count = batch_plan(s, from);
-            st = batch_run_range(job, stream, from, count);
+            st = batch_run_range(job, stream, from, count, &synced);
         }
         s->next += count;
         /* Each chunk is measured to its end before the next one goes, so the
          * device queue never holds more than a chunk of this batch ahead of
          * other tenants' work; the last one (or a failure) ends the batch, its
-         * launches finished before the reply. */
-        tsr_error sync_err;
-        tsr_status sync = batch_sync(job, stream, &sync_err);
-        if (st == TSR_OK && sync != TSR_OK) {
-            job->err = sync_err;
-            st = sync;
+         * launches finished before the reply. An uncaptured chunk whose
+         * launches all went was synchronized with them. */
+        if (!synced) {
+            tsr_error sync_err;
+            tsr_status sync = batch_sync(job, stream, &sync_err);
+            if (st == TSR_OK && sync != TSR_OK) {
+                job->err = sync_err;
+                st = sync;
+            }
         }
         if (st != TSR_OK)
             break;
         uint64_t now = uv_hrtime();
-        batch_learn(s, from, count, now - t0);
+        /* A chunk captured here took the capture's time too, often more than
+         * its launches: learning from it would cut the next batch's chunks
+         * short of the graph just kept, and that batch would capture again. */
+        if (!captured)
+            batch_learn(s, from, count, now - t0);
         tsrd_log_debug(&d->log, "batch: launches %zu..%zu of %zu took %.3f ms%s; %.3f ms each now",
                        from, from + count - 1, s->n, (double)(now - t0) / 1e6,
                        s->use_graph ? " (graph)" : "",
@@ -338,6 +363,8 @@ static tsr_status batch_complete(tsrd_job *job, tsr_status status)
     batch_state *s = job->state;
     for (size_t i = 0; s != NULL && s->entries != NULL && i < s->n; i++)
         tsrd_bound_launch_release(job->d, &s->entries[i]);
+    if (s != NULL)
+        job->d->metrics.launches_fused += s->fused;
     return status;
 }
 

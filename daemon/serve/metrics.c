@@ -565,7 +565,8 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
          "backends only), their session's stream idle and no other device work running.",
          (double)d->metrics.inline_jobs},
         {"launches_fused_total", "counter",
-         "Launches (launch and run requests) made and synchronized in one backend call: one "
+         "Launches (launch and run requests, a batch's uncaptured chunks) made and "
+         "synchronized in one backend call: one "
          "round trip to the device worker instead of two on the isolated backends.",
          (double)d->metrics.launches_fused},
         {"replay_bytes", "gauge", "Bytes of stored replies kept for resends.",

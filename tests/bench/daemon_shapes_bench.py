@@ -9,7 +9,9 @@ pick, its verdict and the compile time are printed), the tensors imported by
 the daemon with CUDA IPC, then batches of 20 launches in one request each; the
 figure is the median over 5 batches of the batch's wall time / 20, as a client
 sees it, and the daemon's device time per launch (its events around a batch's
-launches; the rest of the wall time is what the request adds). torch runs the
+launches; the rest of the wall time is what the request adds). "ring" is the
+same 20 launches through a submission ring (Ring.run: submitted together, no
+message; needs an ipc:// daemon), median of 5 runs / 20. torch runs the
 same computation on the same tensors, 20 calls between two synchronizations,
 median of 5. The outputs of one launch are compared
 (max |tesserad - torch| / max |torch|). Prints a markdown table. Exits 0 with
@@ -110,8 +112,9 @@ def main():
     print("\n### Through tesserad's default path vs torch, %s (ms per call, median of %d "
           "batches of %d)\n" % (torch.cuda.get_device_name(0), REPEATS, BATCH))
     print("| region | candidate (tier) | verdict | compile ms | tesserad ms | TFLOP/s | "
-          "device ms | torch ms | TFLOP/s | torch / tesserad | max rel diff |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "device ms | torch ms | TFLOP/s | torch / tesserad | ring ms | torch / ring | "
+          "max rel diff |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, spec, shapes, torch_fn, flop in CASES:
         if want and not any(w in name for w in want):
             continue
@@ -133,6 +136,11 @@ def main():
         # launches): what the request adds is the rest of the wall time.
         device_ms = statistics.median(client.batch(launches)["device_ms"]
                                       for _ in range(REPEATS)) / BATCH
+        # The same launches through a submission ring (the same-node path):
+        # submitted together, sent to the device in groups.
+        with client.ring([(compiled, bufs, out_buf)], slots=BATCH) as ring:
+            ring.run([0] * BATCH)
+            ring_ms = median_per_call(lambda: ring.run([0] * BATCH))
         ref = torch_fn(*ins)
         torch_ms = median_per_call(lambda: [torch_fn(*ins) for _ in range(BATCH)])
         client.batch([(compiled, bufs, out_buf)])
@@ -142,10 +150,11 @@ def main():
             rate = lambda t_ms: "%.2f TB/s" % (moved / (t_ms * 1e-3) / 1e12)  # noqa: E731
         else:
             rate = lambda t_ms: "%.1f" % (flop / (t_ms * 1e-3) / 1e12)  # noqa: E731
-        print("| %s | %s (%d) | %s | %.0f | %.3f | %s | %.3f | %.3f | %s | %.2f | %.1e |"
+        print("| %s | %s (%d) | %s | %.0f | %.3f | %s | %.3f | %.3f | %s | %.2f | %.3f | %.2f "
+              "| %.1e |"
               % (name, d.candidate, d.tier, "%s (%s)" % (d.verdict.state, d.verdict.method),
                  compile_ms, ms, rate(ms), device_ms, torch_ms, rate(torch_ms), torch_ms / ms,
-                 diff),
+                 ring_ms, torch_ms / ring_ms, diff),
               flush=True)
         client.release_imports()
         del ins, out, ref

@@ -284,8 +284,9 @@ static tsr_client *iso_start_own(testd *d, const char *backend)
 
 /* Every launch and run goes to the worker as one LAUNCH_SYNC, on the pool
  * (the first launch, not yet measured) and on the loop (the later ones)
- * alike; the in-process CPU backend has no such call and counts none. */
-Test(isolated, each_launch_and_run_is_one_message_to_the_worker)
+ * alike, and a batch's chunk as one LAUNCH_MANY with its synchronize; the
+ * in-process CPU backend has no such call and counts none. */
+Test(isolated, each_launch_run_and_batch_chunk_is_one_message_to_the_worker)
 {
     testd d;
     tsr_client *c = iso_start_own(&d, "cpu-isolated");
@@ -312,10 +313,19 @@ Test(isolated, each_launch_and_run_is_one_message_to_the_worker)
     cr_assert_eq(tsr_client_run(c, r, NULL, in, y, NULL, 0, &err), TSR_OK, "%s", err.message);
     iso_assert_affine(x, y, n);
     cr_assert_eq(fixture_counter(c, "launches_fused_total"), 8);
-    /* A batch keeps its launch_many and synchronize. */
-    tsr_client_launch_desc l = {.kernel = k.kernel, .n_inputs = 1, .inputs = &bx, .output = by};
-    cr_assert_eq(tsr_client_batch(c, &l, 1, false, NULL, 0, &err), TSR_OK, "%s", err.message);
-    cr_assert_eq(fixture_counter(c, "launches_fused_total"), 8);
+    /* A batch's chunk goes with its synchronize too: three launches, each
+     * measured already, in one chunk and one message. */
+    tsr_client_launch_desc l[3];
+    for (int i = 0; i < 3; i++)
+        l[i] = (tsr_client_launch_desc){
+            .kernel = k.kernel, .n_inputs = 1, .inputs = &bx, .output = by};
+    memset(y, 0, sizeof y);
+    tsr_client_batch_result res;
+    cr_assert_eq(tsr_client_batch(c, l, 3, false, &res, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(res.launched, 3);
+    cr_assert_eq(tsr_client_buffer_read(c, by, 0, y, sizeof y, NULL, 0, &err), TSR_OK);
+    iso_assert_affine(x, y, n);
+    cr_assert_eq(fixture_counter(c, "launches_fused_total"), 11);
     fixture_stop(&d, c);
 
     c = iso_start_own(&d, "cpu");

@@ -754,13 +754,19 @@ Test(cuda_backend, ring_launches_match_request_launches)
                      err.message);
         cr_expect_geq(ms, 0.0);
     }
+    /* Four more as one run: submitted together, launched in groups once the
+     * bindings have been measured, still in order. */
+    uint32_t seq[] = {0, 1, 0, 1};
+    double run_ms = -1;
+    cr_assert_eq(tsr_client_ring_run(ring, seq, 4, &run_ms, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_geq(run_ms, 0.0);
     uint64_t served = 0;
     cr_assert_eq(tsr_client_ring_close(ring, &served, 0, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(served, 10);
+    cr_expect_eq(served, 14);
     cr_assert_eq(tsr_client_buffer_read(client_, x, 0, out, sizeof out, NULL, 0, &err), TSR_OK);
-    /* 10 steps of 2v+1 from v: 1024 v + 1023, exact in f32. */
+    /* 14 steps of 2v+1 from v: 16384 v + 16383, exact in f32. */
     for (int i = 0; i < N; i++)
-        cr_assert_eq(out[i], 1024.0f * in[i] + 1023.0f, "x[%d] = %g", i, (double)out[i]);
+        cr_assert_eq(out[i], 16384.0f * in[i] + 16383.0f, "x[%d] = %g", i, (double)out[i]);
     tsr_client_region_free(r);
 }
 
@@ -985,8 +991,9 @@ Test(cuda_backend, split_small_m_launches_in_graph_batches_follow_their_buffers)
                                        {t.k.kernel, 2, t.in2, t.o2},
                                        {t.k.kernel, 2, t.in2, t.o1},
                                        {t.k.kernel, 2, t.in1, t.o2}};
-    /* The first batch measures the kernel, the later ones are captured and
-     * replayed; each ends with o1 = twos · ones and o2 = ones · ones. */
+    /* The first batch measures the kernel, the second is captured and the
+     * later ones replay its graph; each ends with o1 = twos · ones and o2 =
+     * ones · ones. */
     tsr_client_batch_result res;
     for (int round = 0; round < 4; round++) {
         cr_assert_eq(tsr_client_batch(client_, descs, 4, true, &res, GPU_TIMEOUT_MS, &err), TSR_OK,
@@ -994,6 +1001,7 @@ Test(cuda_backend, split_small_m_launches_in_graph_batches_follow_their_buffers)
         cr_assert_eq(res.launched, 4);
         expect_bf16_fill(t.o1, 0x4600, M * N, "o1 = twos · ones"); /* 8192 */
         expect_bf16_fill(t.o2, 0x4580, M * N, "o2 = ones · ones"); /* 4096 */
-        cr_log_info("batch %d: graph replayed %d", round, (int)res.graph_replayed);
+        cr_expect_eq(res.graph_replayed, round >= 2, "batch %d: graph replayed %d", round,
+                     (int)res.graph_replayed);
     }
 }

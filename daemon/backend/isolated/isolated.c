@@ -984,10 +984,16 @@ static size_t iso_launches_valid(tsrd_backend *b, const tsrd_launch_desc *launch
  * 16 inputs takes 19 words). */
 #define ISO_STACK_WORDS 64
 
-static tsr_status iso_launch_many(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n,
-                                  tsrd_stream *s, size_t *launched, tsr_error *err)
+/* The launches, then with sync (when every one went) the synchronize, in one
+ * round trip (TSRD_DW_LAUNCH_MANY; a2 asks for the synchronize, whose device
+ * time comes back in r1). */
+static tsr_status iso_launches(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n,
+                               tsrd_stream *s, bool sync, size_t *launched, double *device_ms,
+                               tsr_error *err)
 {
     *launched = 0;
+    if (device_ms != NULL)
+        *device_ms = 0;
     tsr_status st;
     size_t valid = iso_launches_valid(b, launches, n, s, &st, err);
     if (valid == 0)
@@ -1002,21 +1008,39 @@ static tsr_status iso_launch_many(tsrd_backend *b, const tsrd_launch_desc *launc
             free(payload);
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "device worker: batch too large");
     }
+    /* A sequence cut short by a stale object is not synchronized, as the two
+     * calls would not be. */
+    bool then_sync = sync && valid == n;
     tsrd_dw_request q = {.op = TSRD_DW_LAUNCH_MANY,
                          .payload_len = (uint32_t)(words * sizeof *payload),
-                         .a = {s->remote.id, valid}};
-    uint64_t r[2];
+                         .a = {s->remote.id, valid, then_sync}};
+    uint64_t r[2] = {0, 0};
     tsr_error call_err;
     tsr_status call = iso_call(b, &q, payload, r, &call_err);
     if (payload != stack)
         free(payload);
     *launched = (size_t)r[0];
+    if (then_sync && *launched == n && device_ms != NULL)
+        memcpy(device_ms, &r[1], sizeof *device_ms);
     if (call != TSR_OK) {
         if (err != NULL)
             *err = call_err;
         return call;
     }
     return st; /* OK, or the stale launch that ended the sequence */
+}
+
+static tsr_status iso_launch_many(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n,
+                                  tsrd_stream *s, size_t *launched, tsr_error *err)
+{
+    return iso_launches(b, launches, n, s, false, launched, NULL, err);
+}
+
+static tsr_status iso_launch_many_sync(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n,
+                                       tsrd_stream *s, size_t *launched, double *device_ms,
+                                       tsr_error *err)
+{
+    return iso_launches(b, launches, n, s, true, launched, device_ms, err);
 }
 
 /* One launch is a sequence of one: the same checks, the same worker call. */
@@ -1299,8 +1323,9 @@ static const tsrd_backend_graph_ops iso_graph = {
     .buffer_write = iso_buffer_write, .buffer_read = iso_buffer_read, .compile = iso_compile,      \
     .load = iso_load, .unload = iso_unload, .stream_create = iso_stream_create,                    \
     .stream_destroy = iso_stream_destroy, .launch = iso_launch, .launch_many = iso_launch_many,    \
-    .synchronize = iso_synchronize, .launch_sync = iso_launch_sync, .lost = iso_lost,              \
-    .recover = iso_recover, .hostmem = &iso_hostmem, .ring = &iso_ring, .probe = &iso_probe
+    .synchronize = iso_synchronize, .launch_sync = iso_launch_sync,                                \
+    .launch_many_sync = iso_launch_many_sync, .lost = iso_lost, .recover = iso_recover,            \
+    .hostmem = &iso_hostmem, .ring = &iso_ring, .probe = &iso_probe
 
 const tsrd_backend_ops tsrd_backend_cuda_isolated = {
     .name = "cuda",

@@ -58,8 +58,11 @@ typedef enum tsrd_dw_op {
     TSRD_DW_UNPIN,        /* a0 pin id */
     TSRD_DW_COPY_PINNED,  /* a0 buffer, a1 its offset, a2 pin, a3 pin offset, a4 len,
                            * a5 1 = to the device */
-    TSRD_DW_LAUNCH_MANY,  /* a0 stream, a1 count; payload per launch: kernel, n_inputs,
-                           * output, then n_inputs input ids -> r0 launched */
+    TSRD_DW_LAUNCH_MANY,  /* a0 stream, a1 count, a2 1 = then synchronize when every launch
+                           * went; payload per launch: kernel, n_inputs, output, then n_inputs
+                           * input ids -> r0 launched, r1 the synchronize's device time as
+                           * double bits (a2 1). The status and message are the failed
+                           * launch's, else the synchronize's. */
     TSRD_DW_RING_START,   /* a0 segment bytes, a1 slots, a2 first, a3 count, a4 timeout ms;
                            * payload as LAUNCH_MANY's; the segment's descriptor rides along
                            * (SCM_RIGHTS): the worker serves the ring -> r0 ring id */

@@ -524,6 +524,11 @@ static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint
                 launched++;
         }
         r[0] = launched;
+        if (st == TSR_OK && q->a[2] != 0) {
+            double ms = 0;
+            st = ops->synchronize(b, (tsrd_stream *)(uintptr_t)q->a[0], &ms, &err);
+            memcpy(&r[1], &ms, sizeof ms);
+        }
         break;
     }
     case TSRD_DW_LAUNCH_SYNC:

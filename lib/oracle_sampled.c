@@ -1002,37 +1002,105 @@ static tsr_status sampled_keyed_probe(const tsr_region *r, void *ctx, const tsr_
 }
 
 /* One probe at the small shape, compared in full. */
-static tsr_status sampled_small_probe(const tsr_region *small, tsr_candidate_run_fn run, void *ctx,
-                                      const tsr_oracle_options *o, int q, int probe, tsr_verdict *v,
-                                      tsr_error *err)
+/* A small-shape probe's inputs and reference output, made ahead of its run. */
+typedef struct small_probe {
+    void *inputs[TSR_MAX_REGION_INPUTS];
+    void *want;
+    tsr_status status; /* of making them; err says why */
+    bool reference_failed;
+    tsr_error err;
+} small_probe;
+
+typedef struct small_wave {
+    const tsr_region *small;
+    uint64_t seed;
+    int first; /* the wave's first probe */
+    size_t out_bytes;
+    small_probe *probes;
+} small_wave;
+
+/* Makes probes [lo, hi) of a wave, each on one thread: a small shape's
+ * reference is too small to share out, so the probes are shared out
+ * instead. */
+static tsr_status small_make_range(void *ctx, int64_t lo, int64_t hi)
 {
+    const small_wave *w = ctx;
+    for (int64_t i = lo; i < hi; i++) {
+        small_probe *p = &w->probes[i];
+        tsr_error_clear(&p->err);
+        p->want = malloc(w->out_bytes + 1);
+        p->status =
+            p->want != NULL
+                ? sampled_small_inputs(w->small, w->seed, w->first + (int)i, p->inputs, &p->err)
+                : tsr_error_set(&p->err, TSR_NO_MEMORY, "verify: small-shape output");
+        if (p->status == TSR_OK) {
+            p->status = tsr_ref_run(w->small, (const void *const *)p->inputs, p->want, 1, &p->err);
+            p->reference_failed = p->status != TSR_OK;
+        }
+    }
+    return TSR_OK;
+}
+
+static void small_probe_free(const tsr_region *small, small_probe *p)
+{
+    if (p->inputs[0] != NULL)
+        tsr_oracle_free_probe(small, p->inputs);
+    free(p->want);
+    memset(p, 0, sizeof *p);
+}
+
+/* The small-shape probes: made and referenced in waves of `threads` probes,
+ * one thread each, then run and compared one by one in order, as probes
+ * first + q. */
+static tsr_status sampled_small_probes(const tsr_region *small, tsr_candidate_run_fn run, void *ctx,
+                                       const tsr_oracle_options *o, int first, int threads,
+                                       tsr_verdict *v, tsr_error *err)
+{
+    int count = sampled_small_count(small);
+    if (count == 0)
+        return TSR_OK;
     tsr_tensor_desc descs[TSR_MAX_REGION_INPUTS], out;
     tsr_region_signature(small, descs, &out);
     size_t bytes = (size_t)tsr_tensor_desc_bytes(&out);
-    void *inputs[TSR_MAX_REGION_INPUTS] = {0};
-    void *got = malloc(bytes + 1), *want = malloc(bytes + 1);
-    tsr_status st = got != NULL && want != NULL
-                        ? sampled_small_inputs(small, o->seed, q, inputs, err)
-                        : tsr_error_set(err, TSR_NO_MEMORY, "verify: small-shape output");
-    const void *const *in = (const void *const *)inputs;
-    if (st == TSR_OK) {
-        st = tsr_ref_run(small, in, want, o->ref_threads, err);
-        if (st != TSR_OK)
-            sampled_reference_failed(v, probe, " (small shape)", err);
+    int wave = threads < count ? threads : count;
+    small_probe *probes = calloc((size_t)wave, sizeof *probes);
+    void *got = malloc(bytes + 1);
+    if (probes == NULL || got == NULL) {
+        free(probes);
+        free(got);
+        return tsr_error_set(err, TSR_NO_MEMORY, "verify: small-shape probes");
     }
-    if (st == TSR_OK) {
-        memset(got, 0xff, bytes);
-        st = sampled_candidate_run(run, ctx, small, in, got, v, probe, ", small shape", err);
+    tsr_status st = TSR_OK;
+    for (int q0 = 0; q0 < count && st == TSR_OK; q0 += wave) {
+        int n = count - q0 < wave ? count - q0 : wave;
+        small_wave w = {
+            .small = small, .seed = o->seed, .first = q0, .out_bytes = bytes, .probes = probes};
+        tsri_ref_parallel(threads, n, small_make_range, &w);
+        for (int i = 0; i < n && st == TSR_OK; i++) {
+            small_probe *p = &probes[i];
+            int probe = first + q0 + i;
+            st = p->status;
+            if (st != TSR_OK) {
+                if (err != NULL)
+                    *err = p->err;
+                if (p->reference_failed)
+                    sampled_reference_failed(v, probe, " (small shape)", err);
+                break;
+            }
+            memset(got, 0xff, bytes);
+            st = sampled_candidate_run(run, ctx, small, (const void *const *)p->inputs, got, v,
+                                       probe, ", small shape", err);
+            if (st == TSR_OK) {
+                tsri_oracle_compare(v, probe, small->out_dtype, got, p->want,
+                                    (size_t)tsr_tensor_desc_elements(&out), NULL, ", small shape");
+                v->small_probes++;
+            }
+        }
+        for (int i = 0; i < n; i++)
+            small_probe_free(small, &probes[i]);
     }
-    if (st == TSR_OK) {
-        tsri_oracle_compare(v, probe, small->out_dtype, got, want,
-                            (size_t)tsr_tensor_desc_elements(&out), NULL, ", small shape");
-        v->small_probes++;
-    }
-    if (inputs[0] != NULL)
-        tsr_oracle_free_probe(small, inputs);
+    free(probes);
     free(got);
-    free(want);
     return st;
 }
 
@@ -1063,9 +1131,8 @@ tsr_status tsri_oracle_verify_sampled(const tsr_region *r, tsr_candidate_run_fn 
                  ? sampled_keyed_probe(r, ctx, &o, p, v, err)
                  : sampled_real_probe(r, run, ctx, &o, p, threads, got, out_bytes, v, err);
     free(got);
-    int small = sampled_small_count(o.small);
-    for (int q = 0; q < small && st == TSR_OK; q++)
-        st = sampled_small_probe(o.small, run, ctx, &o, q, o.random_probes + q, v, err);
+    if (st == TSR_OK)
+        st = sampled_small_probes(o.small, run, ctx, &o, o.random_probes, threads, v, err);
     if (st != TSR_OK)
         v->pass = false;
     return st;

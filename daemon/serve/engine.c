@@ -247,8 +247,8 @@ static tsr_status engine_run_make(tsrd_daemon *d, const tsr_region *r, engine_ru
         st = ops->buffer_alloc(d->backend, 0, tsr_tensor_desc_bytes(&run->sig[i]), &run->bufs[i],
                                err);
     if (st == TSR_OK)
-        st = ops->buffer_alloc(d->backend, 0, tsr_tensor_desc_bytes(&run->out_desc),
-                               &run->out_buf, err);
+        st = ops->buffer_alloc(d->backend, 0, tsr_tensor_desc_bytes(&run->out_desc), &run->out_buf,
+                               err);
     return st;
 }
 
@@ -400,7 +400,7 @@ typedef struct engine_verify_run {
     const tsr_region *small_region;
     engine_run kept[2]; /* the real shape's, the small shape's */
     bool kept_made[2];
-    int runs;           /* runs made through the host, and their time */
+    int runs; /* runs made through the host, and their time */
     double runs_ms;
 } engine_verify_run;
 
@@ -429,8 +429,8 @@ static tsr_status engine_verify_run_fn(void *ctx, const tsr_region *r, const voi
             engine_run_end(v->d, &v->kept[which]);
     }
     if (st == TSR_OK)
-        st = engine_run_on(v->d, l->compiled.kobj, &v->kept[which], inputs, output, true, NULL,
-                           err);
+        st =
+            engine_run_on(v->d, l->compiled.kobj, &v->kept[which], inputs, output, true, NULL, err);
     v->runs++;
     v->runs_ms += engine_now_ms() - t0;
     return st;

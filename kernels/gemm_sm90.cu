@@ -662,9 +662,13 @@ __device__ __forceinline__ void gemm_small_body(const CUtensorMap *map_a, const 
     /* Product pr's block b, acc[(pr·kBlocks + b)·MW/2 ..]: its columns
      * (TN/2)·c + 64b + 0..63. */
     float acc[kProducts * kBlocks * MW / 2];
+    /* Zeroed through asm, so that the compiler cannot move or repeat the
+     * constant: a plain 0.0f it rematerialized in front of the loop, a
+     * non-wgmma definition of an accumulator inside the wgmma pipeline that
+     * made ptxas serialize every wgmma of these kernels (C7515). */
 #pragma unroll
     for (int i = 0; i < kProducts * kBlocks * MW / 2; i++)
-        acc[i] = 0.0f;
+        asm volatile("mov.b32 %0, 0;" : "=f"(acc[i]));
     for (int i = 0; i < count; i++) {
         const int s = i % kStages;
         mbar_wait(&full[s], (i / kStages) & 1);

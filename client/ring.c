@@ -179,6 +179,18 @@ static tsr_status ring_wait_completed(tsr_client_ring *r, uint32_t target, int w
     }
 }
 
+/* Waits, when the ring has `slots` submissions outstanding (an earlier call
+ * that timed out may have left some), until the oldest is answered, so that
+ * the next submission never overwrites a slot the daemon has not served;
+ * *done gets the completed count. */
+static tsr_status ring_wait_room(tsr_client_ring *r, int wait_ms, uint32_t *done, tsr_error *err)
+{
+    *done = atomic_load_explicit(&r->hdr->completed, memory_order_acquire);
+    if (r->next - *done < r->n_slots)
+        return TSR_OK;
+    return ring_wait_completed(r, r->next - r->n_slots + 1, wait_ms, done, err);
+}
+
 /* The answer the daemon wrote into submission seq's slot. */
 static tsr_status ring_slot_status(const tsr_client_ring *r, uint32_t seq, tsr_error *err)
 {
@@ -195,10 +207,14 @@ tsr_status tsr_client_ring_launch(tsr_client_ring *r, uint32_t binding, double *
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring must not be NULL");
     if (atomic_load_explicit(&r->hdr->closed, memory_order_acquire))
         return ring_closed_error(r, err);
+    int wait_ms = ring_wait_ms(r, timeout_ms);
+    uint32_t done;
+    tsr_status st = ring_wait_room(r, wait_ms, &done, err);
+    if (st != TSR_OK)
+        return st;
     uint32_t seq = r->next;
     ring_submit(r, binding);
-    uint32_t done;
-    tsr_status st = ring_wait_completed(r, seq + 1, ring_wait_ms(r, timeout_ms), &done, err);
+    st = ring_wait_completed(r, seq + 1, wait_ms, &done, err);
     if (st != TSR_OK)
         return st;
     if (device_ms != NULL)
@@ -215,11 +231,11 @@ typedef struct ring_run_answers {
     tsr_error error;    /* its error, prefixed with its index in the run */
 } ring_run_answers;
 
-/* Reads the answers of submissions up to `done` before their slots are used
- * again. */
+/* Reads the answers of the run's submissions that `done` (the completed
+ * count) has passed, before their slots are used again. */
 static void ring_run_collect(const tsr_client_ring *r, ring_run_answers *a, uint32_t done)
 {
-    for (; a->read != done; a->read++) {
+    for (; a->read != r->next && (int32_t)(done - a->read) > 0; a->read++) {
         a->device_ns += r->slots[a->read % r->n_slots].device_ns;
         if (a->failure == TSR_OK) {
             a->failure = ring_slot_status(r, a->read, &a->error);
@@ -244,15 +260,13 @@ tsr_status tsr_client_ring_run(tsr_client_ring *r, const uint32_t *bindings, siz
     int wait_ms = ring_wait_ms(r, timeout_ms);
     ring_run_answers a = {.first = r->next, .read = r->next};
     tsr_error_clear(&a.error);
-    uint32_t done = r->next;
+    uint32_t done;
     for (size_t i = 0; i < n; i++) {
-        /* At most `slots` outstanding: when full, wait for the oldest. */
-        if (r->next - done >= r->n_slots) {
-            tsr_status st = ring_wait_completed(r, r->next - r->n_slots + 1, wait_ms, &done, err);
-            if (st != TSR_OK)
-                return st;
-            ring_run_collect(r, &a, done);
-        }
+        /* At most `slots` outstanding, counting any an earlier call left. */
+        tsr_status st = ring_wait_room(r, wait_ms, &done, err);
+        if (st != TSR_OK)
+            return st;
+        ring_run_collect(r, &a, done);
         ring_submit(r, bindings[i]);
     }
     tsr_status st = ring_wait_completed(r, r->next, wait_ms, &done, err);

@@ -1001,7 +1001,6 @@ static tsr_status sampled_keyed_probe(const tsr_region *r, void *ctx, const tsr_
     return st;
 }
 
-/* One probe at the small shape, compared in full. */
 /* A small-shape probe's inputs and reference output, made ahead of its run. */
 typedef struct small_probe {
     void *inputs[TSR_MAX_REGION_INPUTS];
@@ -1014,14 +1013,15 @@ typedef struct small_probe {
 typedef struct small_wave {
     const tsr_region *small;
     uint64_t seed;
-    int first; /* the wave's first probe */
+    int first;       /* the wave's first probe */
+    int ref_threads; /* each probe's reference */
     size_t out_bytes;
     small_probe *probes;
 } small_wave;
 
-/* Makes probes [lo, hi) of a wave, each on one thread: a small shape's
- * reference is too small to share out, so the probes are shared out
- * instead. */
+/* Makes probes [lo, hi) of a wave, each on one thread that shares the cores
+ * left over with its reference: a small shape's reference divides poorly over
+ * many threads, so the probes are shared out first. */
 static tsr_status small_make_range(void *ctx, int64_t lo, int64_t hi)
 {
     const small_wave *w = ctx;
@@ -1034,7 +1034,8 @@ static tsr_status small_make_range(void *ctx, int64_t lo, int64_t hi)
                 ? sampled_small_inputs(w->small, w->seed, w->first + (int)i, p->inputs, &p->err)
                 : tsr_error_set(&p->err, TSR_NO_MEMORY, "verify: small-shape output");
         if (p->status == TSR_OK) {
-            p->status = tsr_ref_run(w->small, (const void *const *)p->inputs, p->want, 1, &p->err);
+            p->status = tsr_ref_run(w->small, (const void *const *)p->inputs, p->want,
+                                    w->ref_threads, &p->err);
             p->reference_failed = p->status != TSR_OK;
         }
     }
@@ -1049,9 +1050,10 @@ static void small_probe_free(const tsr_region *small, small_probe *p)
     memset(p, 0, sizeof *p);
 }
 
-/* The small-shape probes: made and referenced in waves of `threads` probes,
- * one thread each, then run and compared one by one in order, as probes
- * first + q. */
+/* The small-shape probes: made and referenced in waves of up to `threads`
+ * probes side by side (a wave smaller than the cores shares them: two
+ * attention probes on 16 cores take 8 each), then run and compared one by one
+ * in order, as probes first + q. */
 static tsr_status sampled_small_probes(const tsr_region *small, tsr_candidate_run_fn run, void *ctx,
                                        const tsr_oracle_options *o, int first, int threads,
                                        tsr_verdict *v, tsr_error *err)
@@ -1073,9 +1075,13 @@ static tsr_status sampled_small_probes(const tsr_region *small, tsr_candidate_ru
     tsr_status st = TSR_OK;
     for (int q0 = 0; q0 < count && st == TSR_OK; q0 += wave) {
         int n = count - q0 < wave ? count - q0 : wave;
-        small_wave w = {
-            .small = small, .seed = o->seed, .first = q0, .out_bytes = bytes, .probes = probes};
-        tsri_ref_parallel(threads, n, small_make_range, &w);
+        small_wave w = {.small = small,
+                        .seed = o->seed,
+                        .first = q0,
+                        .ref_threads = threads / n > 1 ? threads / n : 1,
+                        .out_bytes = bytes,
+                        .probes = probes};
+        tsri_ref_parallel(n, n, small_make_range, &w);
         for (int i = 0; i < n && st == TSR_OK; i++) {
             small_probe *p = &probes[i];
             int probe = first + q0 + i;

@@ -167,6 +167,19 @@ typedef struct tsrd_backend_graph_ops {
  * device lives in the daemon's process needs none of this: the daemon runs the
  * ring's loop itself. One whose device lives elsewhere runs it there. */
 typedef struct tsrd_bring tsrd_bring;
+/* The device work a batch's chunk or a ring's group queues at once, as last
+ * measured: half of a batch's 10 ms slice, so that a chunk that runs a little
+ * over its estimate still ends within the slice, and the stream never holds
+ * much more than that ahead of other tenants' work. */
+#define TSRD_DEVICE_CHUNK_NS ((uint64_t)5000000u)
+
+/* What a submission ring's loop did: the slots it served, and the backend
+ * calls (groups, each one launch_many and one synchronize) it served them in. */
+typedef struct tsrd_ring_served {
+    uint64_t slots;
+    uint64_t groups;
+} tsrd_ring_served;
+
 typedef struct tsrd_backend_ring_ops {
     /* Serves the ring in the segment fd (slots slots, bytes long, the header
      * checked, from submission `first` on) over the n launches, whose kernels
@@ -176,8 +189,9 @@ typedef struct tsrd_backend_ring_ops {
                              uint32_t first, const tsrd_launch_desc *launches, int n,
                              uint64_t timeout_ms, tsrd_bring **out, tsr_error *err);
     /* Stops the ring (its launch in progress finishes first) and frees it;
-     * *served gets the slots it served (0 when the device is gone). */
-    void (*ring_stop)(tsrd_backend *b, tsrd_bring *r, uint64_t *served);
+     * *served gets the slots it served and the groups it served them in (0
+     * when the device is gone). */
+    void (*ring_stop)(tsrd_backend *b, tsrd_bring *r, tsrd_ring_served *served);
 } tsrd_backend_ring_ops;
 
 /* The sampled check's probe inputs made where the buffers are, so that the
@@ -291,7 +305,9 @@ typedef struct tsrd_backend_ops {
      * worker for a batch's chunk). The outcome is exactly the two calls':
      * when a launch fails, its error with *launched counting those before it,
      * and s is not synchronized; else the synchronize's, with *device_ms
-     * (when not NULL) as synchronize gives it. */
+     * (when not NULL) as synchronize gives it. A call that gets no answer (a
+     * device worker that timed out or died) counts every launch as gone and
+     * answers as the synchronize would have. */
     tsr_status (*launch_many_sync)(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n,
                                    tsrd_stream *s, size_t *launched, double *device_ms,
                                    tsr_error *err);

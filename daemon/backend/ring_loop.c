@@ -29,7 +29,7 @@
  * batch's chunk), so the ring's stream never holds much more than that ahead
  * of other work. A binding not measured yet goes alone. */
 #define RING_GROUP_MAX 64
-#define RING_GROUP_NS 5000000u
+#define RING_GROUP_NS TSRD_DEVICE_CHUNK_NS
 
 typedef struct ring_launch {
     tsrd_kobj *kernel;
@@ -51,6 +51,7 @@ struct tsrd_ring_loop {
     pthread_t thread;
     atomic_bool stop;
     _Atomic uint64_t served;
+    _Atomic uint64_t groups;
     _Atomic uint64_t busy_since; /* ns on CLOCK_MONOTONIC; 0 when no launch runs */
 };
 
@@ -251,6 +252,9 @@ static uint32_t ring_run_group(tsrd_ring_loop *l, tsrd_stream *stream, const uin
     tsr_error err;
     tsr_error_clear(&err);
     uint64_t t0 = ring_now_ns();
+    /* Whole slots, message bytes past the text included, go to the client's
+     * memory: nothing of this thread's stack may ride along. */
+    memset(out, 0, (size_t)k * sizeof *out);
     if (group[0] >= (uint32_t)l->n) {
         tsr_error_set(&err, TSR_INVALID_ARGUMENT,
                       "ring slot: binding %u, the ring has %d (0 .. %d)", group[0], l->n, l->n - 1);
@@ -268,6 +272,7 @@ static uint32_t ring_run_group(tsrd_ring_loop *l, tsrd_stream *stream, const uin
                                       .output = rl->output};
     }
     atomic_store_explicit(&l->busy_since, t0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&l->groups, 1, memory_order_relaxed);
     size_t launched = 0;
     tsr_status st = l->ops->launch_many(l->b, descs, k, stream, &launched, &err);
     double ms = 0;
@@ -280,7 +285,9 @@ static uint32_t ring_run_group(tsrd_ring_loop *l, tsrd_stream *stream, const uin
     /* Bounds against a backend that miscounts. */
     served = served > k ? k : served > 0 ? served : 1;
     for (uint32_t i = 0; i < served; i++) {
-        bool failed_here = st != TSR_OK && i >= went;
+        /* A failure with every launch counted as gone (a backend that
+         * miscounts) is every slot's. */
+        bool failed_here = st != TSR_OK && (i >= went || went >= k);
         out[i].status = (int32_t)(failed_here ? st : sync);
         out[i].device_ns = took / served;
         ring_say(out[i].message, "%s",
@@ -424,13 +431,15 @@ tsr_status tsrd_ring_loop_start(const tsrd_backend_ops *ops, tsrd_backend *b, ui
     return TSR_OK;
 }
 
-void tsrd_ring_loop_stop(tsrd_ring_loop *l, uint64_t *served)
+void tsrd_ring_loop_stop(tsrd_ring_loop *l, tsrd_ring_served *served)
 {
     atomic_store_explicit(&l->stop, true, memory_order_release);
     ring_futex(&ring_header(l->base)->submitted, FUTEX_WAKE, INT_MAX, NULL);
     pthread_join(l->thread, NULL);
-    if (served != NULL)
-        *served = atomic_load(&l->served);
+    if (served != NULL) {
+        served->slots = atomic_load(&l->served);
+        served->groups = atomic_load(&l->groups);
+    }
     free(l->launches);
     free(l->launch_ns);
     free(l);

@@ -41,9 +41,9 @@ tsr_status tsrd_ring_loop_start(const tsrd_backend_ops *ops, tsrd_backend *b, ui
                                 tsr_error *err);
 
 /* Stops the loop (waiting for its launch in progress), frees it; *served (may
- * be NULL) gets the slots it served. Does not mark the ring closed: the owner
+ * be NULL) gets what it served. Does not mark the ring closed: the owner
  * does, unless the loop ended it (tsrd_ring_closed). */
-void tsrd_ring_loop_stop(tsrd_ring_loop *l, uint64_t *served);
+void tsrd_ring_loop_stop(tsrd_ring_loop *l, tsrd_ring_served *served);
 
 /* How long the loop's launch in progress has run, in ns (0: none). Any thread. */
 uint64_t tsrd_ring_loop_busy_ns(const tsrd_ring_loop *l);

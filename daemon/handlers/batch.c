@@ -121,9 +121,10 @@ static tsr_status batch_run_range(tsrd_job *job, tsrd_stream *stream, size_t fro
     return st;
 }
 
-/* Half a slice of device work per chunk: a chunk that runs a little over its
- * estimate still ends within the slice. */
-#define BATCH_CHUNK_NS ((uint64_t)BATCH_SLICE_MS * 1000000u / 2)
+/* Half a slice of device work per chunk (backend.h). */
+#define BATCH_CHUNK_NS TSRD_DEVICE_CHUNK_NS
+_Static_assert(TSRD_DEVICE_CHUNK_NS * 2 == (uint64_t)BATCH_SLICE_MS * 1000000u,
+               "a chunk is half a batch's slice");
 
 /* How many launches from `from` make the next chunk: at least one; more while
  * every kernel has been measured and the estimates fit BATCH_CHUNK_NS. */

@@ -554,6 +554,10 @@ static void metrics_collect(tsrd_daemon *d, metrics_list *l, const tsrd_tenant *
         {"ring_launches_total", "counter",
          "Slots served by submission rings that stopped, failed ones included.",
          (double)d->ring_launches_closed},
+        {"ring_groups_total", "counter",
+         "Backend calls (one launch_many and one synchronize each) in which submission rings "
+         "that stopped served their launches: launches found waiting together go in one.",
+         (double)d->ring_groups_closed},
         {"job_yields_total", "counter",
          "Times a long job (a batch) gave its worker to other tenants' work midway.",
          (double)d->metrics.job_yields},

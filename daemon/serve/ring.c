@@ -28,6 +28,7 @@ struct tsrd_ring {
     tsrd_ring_loop *loop; /* served here (backends without ring ops) */
     tsrd_bring *remote;   /* served by the backend */
     uint64_t served;      /* once stopped */
+    uint64_t groups;      /* the backend calls they went in */
 };
 
 void tsrd_ring_bindings_release(tsrd_daemon *d, tsrd_bound_launch *bindings, int n)
@@ -43,6 +44,7 @@ static void ring_release(tsrd_daemon *d, tsrd_ring *r)
     if (r->tenant != NULL)
         r->tenant->in_flight--;
     d->ring_launches_closed += r->served;
+    d->ring_groups_closed += r->groups;
     d->rings_open--;
     free(r);
 }
@@ -51,16 +53,16 @@ static void ring_release(tsrd_daemon *d, tsrd_ring *r)
  * marks the ring closed with status, unless it ended itself before. */
 static void ring_stop(tsrd_daemon *d, tsrd_ring *r, tsr_status status, const char *message)
 {
-    uint64_t served = 0;
+    tsrd_ring_served served = {0, 0};
     if (r->loop != NULL) {
         tsrd_ring_loop_stop(r->loop, &served);
         r->loop = NULL;
-        r->served += served;
     } else if (r->remote != NULL) {
         d->bops->ring->ring_stop(d->backend, r->remote, &served);
         r->remote = NULL;
-        r->served += served;
     }
+    r->served += served.slots;
+    r->groups += served.groups;
     tsrd_ring_close_segment(r->map->base, r->map->size, status, message);
 }
 

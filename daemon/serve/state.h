@@ -304,6 +304,7 @@ struct tsrd_daemon {
      * must not wait on that. Set at open, read on the loop. */
     bool inline_launches;
     uint64_t ring_launches_closed;
+    uint64_t ring_groups_closed; /* the backend calls those launches went in */
     /* Pipes already gone, so that a message that raced its pipe's removal does
      * not open a session nobody would close. */
     uint32_t removed_pipes[64];

@@ -173,25 +173,84 @@ Test(ring, a_run_submits_a_sequence_that_runs_in_order)
 Test(ring, a_bad_binding_in_a_run_fails_alone_and_the_rest_run)
 {
     suite_client = fixture_start_client(&suite_daemon, NULL, 30000);
-    ring_affine a = ring_affine_make(suite_client, 1.0f);
-    tsr_client_launch_desc b = ring_bind(&a, &a.x, a.y);
+    ring_affine a = ring_affine_make(suite_client, 0.0f);
+    /* Binding 0: y = f(x); binding 1: x = f(y): each launch shows in x. */
+    tsr_client_launch_desc b[2] = {ring_bind(&a, &a.x, a.y), ring_bind(&a, &a.y, a.x)};
     tsr_client_ring *ring = NULL;
     tsr_error err;
-    cr_assert_eq(tsr_client_ring_open(suite_client, &b, 1, 8, &ring, 0, &err), TSR_OK, "%s",
+    cr_assert_eq(tsr_client_ring_open(suite_client, b, 2, 8, &ring, 0, &err), TSR_OK, "%s",
                  err.message);
-    /* The first launch measures binding 0, so the next run can go in groups. */
-    uint32_t warm = 0;
-    cr_assert_eq(tsr_client_ring_run(ring, &warm, 1, NULL, 0, &err), TSR_OK, "%s", err.message);
-    uint32_t seq[] = {0, 0, 7, 0, 9};
-    cr_expect_eq(tsr_client_ring_run(ring, seq, 5, NULL, 0, &err), TSR_INVALID_ARGUMENT);
-    cr_expect_str_eq(err.message, "ring_run[2]: ring slot: binding 7, the ring has 1 (0 .. 0)");
-    ring_expect_y(suite_client, a.y, 1.0f, "after a run with bad slots");
+    /* The first run measures both bindings, so the next can go in groups. */
+    uint32_t warm[] = {0, 1};
+    cr_assert_eq(tsr_client_ring_run(ring, warm, 2, NULL, 0, &err), TSR_OK, "%s", err.message);
+    uint32_t seq[] = {0, 1, 7, 0, 9, 1};
+    cr_expect_eq(tsr_client_ring_run(ring, seq, 6, NULL, 0, &err), TSR_INVALID_ARGUMENT);
+    cr_expect_str_eq(err.message, "ring_run[2]: ring slot: binding 7, the ring has 2 (0 .. 1)");
+    /* Four good launches past the warm two: x = 4x + 3 three times over, so
+     * x = 64 x0 + 63 only if those after the bad ones ran, in order. */
+    float got[RING_N];
+    cr_assert_eq(tsr_client_buffer_read(suite_client, a.x, 0, got, sizeof got, NULL, 0, &err),
+                 TSR_OK);
+    for (int i = 0; i < RING_N; i++)
+        cr_assert_eq(got[i], 64.0f * (float)i + 63.0f, "x[%d] = %g", i, (double)got[i]);
     uint32_t too_many = 0;
     cr_expect_eq(tsr_client_ring_run(ring, &too_many, (size_t)TSR_RING_RUN_MAX + 1, NULL, 0, &err),
                  TSR_INVALID_ARGUMENT);
     uint64_t launches = 0;
     cr_assert_eq(tsr_client_ring_close(ring, &launches, 0, &err), TSR_OK, "%s", err.message);
-    cr_expect_eq(launches, 6);
+    cr_expect_eq(launches, 8);
+}
+
+/* Launches found waiting together go to the backend as one group: a slow
+ * first launch keeps the loop busy while the rest of the run is submitted,
+ * and those then go in far fewer backend calls than launches. */
+static void ring_expect_groups(void)
+{
+    ring_affine a = ring_affine_make(suite_client, 0.0f);
+    enum { BIG = 1 << 22 };
+    tsr_client_compiled big;
+    tsr_region *r = fixture_affine_compiled(suite_client, BIG, &big);
+    tsr_client_region_free(r);
+    tsr_buffer bx = fixture_alloc_f32(suite_client, BIG), by = fixture_alloc_f32(suite_client, BIG);
+    tsr_client_launch_desc b[2] = {
+        {.kernel = big.kernel, .n_inputs = 1, .inputs = &bx, .output = by},
+        ring_bind(&a, &a.x, a.y)};
+    tsr_client_ring *ring = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_ring_open(suite_client, b, 2, 32, &ring, 0, &err), TSR_OK, "%s",
+                 err.message);
+    double before = fixture_counter(suite_client, "ring_groups_total");
+    uint32_t seq[32] = {0, 1};
+    for (int i = 2; i < 32; i++)
+        seq[i] = 1;
+    /* Twice: the first run measures both bindings (each alone), the second
+     * groups what waits behind the slow one. */
+    for (int run = 0; run < 2; run++)
+        cr_assert_eq(tsr_client_ring_run(ring, seq, 32, NULL, 0, &err), TSR_OK, "%s", err.message);
+    ring_expect_y(suite_client, a.y, 0.0f, "after grouped launches");
+    uint64_t launches = 0;
+    cr_assert_eq(tsr_client_ring_close(ring, &launches, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(launches, 64);
+    double groups = fixture_counter(suite_client, "ring_groups_total") - before;
+    cr_expect_gt(groups, 0.0);
+    cr_log_info("%g backend calls for 64 launches", groups);
+    cr_expect_lt(groups, 32.0, "%g backend calls for 64 launches", groups);
+}
+
+Test(ring, launches_waiting_together_go_in_one_backend_call)
+{
+    suite_client = fixture_start_client(&suite_daemon, NULL, 30000);
+    ring_expect_groups();
+}
+
+/* The same with the ring's loop in the device worker, whose count comes back
+ * when the ring stops. */
+Test(ring, launches_waiting_together_go_in_one_call_in_the_device_worker)
+{
+    const char *const flags[] = {"--backend", "cpu-isolated", NULL};
+    cr_assert_eq(testd_start_config(&suite_daemon, flags, "{}\n"), 0);
+    suite_client = fixture_client(&suite_daemon, 30000);
+    ring_expect_groups();
 }
 
 Test(ring, a_bad_slot_fails_alone_and_the_ring_serves_on)

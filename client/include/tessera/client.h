@@ -604,11 +604,12 @@ tsr_status tsr_client_buffer_import(tsr_client *c, const void *ipc_handle, uint6
  * ring's control channel; a ring ends with tsr_client_ring_close, with the
  * connection, or when the daemon ends it (a device recovery: DEVICE_LOST).
  *
- * Launches of one ring run in submission order on a stream of their own: they are not ordered with
- * the connection's other requests, so do not launch through a ring on buffers that a request in
- * flight writes. An open ring holds one request of the tenant's in_flight quota. Threading: a ring
- * is used by one thread at a time; open one ring per thread for throughput. Needs a local daemon
- * (ipc) and shared memory, like tsr_client_shm_create. */
+ * Launches of one ring run in submission order on a stream of their own:
+ * they are not ordered with the connection's other requests, so do not
+ * launch through a ring on buffers that a request in flight writes. An open
+ * ring holds one request of the tenant's in_flight quota. Threading: a ring
+ * is used by one thread at a time; open one ring per thread for throughput.
+ * Needs a local daemon (ipc) and shared memory, like tsr_client_shm_create. */
 typedef struct tsr_client_ring tsr_client_ring;
 
 /* Opens a ring of `slots` slots (1 .. 1024; 1 suffices for launch-and-wait)
@@ -642,9 +643,10 @@ tsr_status tsr_client_ring_launch(tsr_client_ring *ring, uint32_t binding, doubl
  * launch runs whatever happens to the others; the first that failed gives
  * the error, its index in the run in front ("ring_run[3]: ..."). *device_ms
  * (may be NULL) gets the launches' daemon time summed (a group's time is
- * shared evenly by its launches). TSR_TIMEOUT when no launch finished within
- * timeout_ms (0: the connection's default); a ring the daemon ended answers
- * its reason. INVALID_ARGUMENT past TSR_RING_RUN_MAX launches. */
+ * shared evenly by its launches). TSR_TIMEOUT when a wait for the daemon —
+ * for a free slot, or at the end for every launch still outstanding — lasts
+ * past timeout_ms (0: the connection's default); a ring the daemon ended
+ * answers its reason. INVALID_ARGUMENT past TSR_RING_RUN_MAX launches. */
 tsr_status tsr_client_ring_run(tsr_client_ring *ring, const uint32_t *bindings, size_t n,
                                double *device_ms, int timeout_ms, tsr_error *err);
 

@@ -674,10 +674,9 @@ class Ring:
         seq = (c_uint32 * max(len(bindings), 1))(*bindings)
         ms = c_double()
         err = _lib.Error()
-        rc = lib.tsr_client_ring_run(self._h, seq, len(bindings), byref(ms), timeout_ms,
-                                     byref(err))
+        _check(lib.tsr_client_ring_run(self._h, seq, len(bindings), byref(ms), timeout_ms,
+                                       byref(err)), err)
         self.launches += len(bindings)
-        _check(rc, err)
         return ms.value
 
     def close(self) -> int:

@@ -273,8 +273,9 @@ static tsr_status iso_call_fd(tsrd_backend *b, const tsrd_dw_request *q, const v
     tsrd_dw_reply rep;
     memset(&rep, 0, sizeof rep);
     tsr_status st = iso_exchange_fd(b, c, q, payload, send_fd, &rep, err);
-    /* Results also come with a failure (launch_many's count). */
-    if (r != NULL)
+    /* Results also come with a failure the worker answered (launch_many's
+     * count); a call that got no answer leaves r as the caller set it. */
+    if (r != NULL && (st == TSR_OK || rep.status != TSR_OK))
         memcpy(r, rep.r, sizeof rep.r);
     iso_give(b, c);
     pthread_rwlock_unlock(&b->reset_lock);
@@ -1014,12 +1015,18 @@ static tsr_status iso_launches(tsrd_backend *b, const tsrd_launch_desc *launches
     tsrd_dw_request q = {.op = TSRD_DW_LAUNCH_MANY,
                          .payload_len = (uint32_t)(words * sizeof *payload),
                          .a = {s->remote.id, valid, then_sync}};
-    uint64_t r[2] = {0, 0};
+    /* A reply fills r, a failed one too (the launches that went); a call that
+     * got none (the worker timed out or died) leaves the mark. */
+    const uint64_t no_reply = UINT64_MAX;
+    uint64_t r[2] = {no_reply, 0};
     tsr_error call_err;
     tsr_status call = iso_call(b, &q, payload, r, &call_err);
     if (payload != stack)
         free(payload);
-    *launched = (size_t)r[0];
+    /* Without a reply the launches were sent; with the synchronize asked for,
+     * the failure is the synchronize's, as the two calls would have said
+     * (a hung kernel shows in the synchronize); without it, none is counted. */
+    *launched = r[0] != no_reply ? (size_t)r[0] : then_sync ? valid : 0;
     if (then_sync && *launched == n && device_ms != NULL)
         memcpy(device_ms, &r[1], sizeof *device_ms);
     if (call != TSR_OK) {
@@ -1272,15 +1279,15 @@ static tsr_status iso_ring_start(tsrd_backend *b, int fd, uint64_t bytes, uint32
     return TSR_OK;
 }
 
-static void iso_ring_stop(tsrd_backend *b, tsrd_bring *r, uint64_t *served)
+static void iso_ring_stop(tsrd_backend *b, tsrd_bring *r, tsrd_ring_served *served)
 {
-    *served = 0;
+    *served = (tsrd_ring_served){0, 0};
     tsr_error err;
     if (r->incarnation == atomic_load(&b->incarnation) && !atomic_load(&b->lost)) {
         tsrd_dw_request q = {.op = TSRD_DW_RING_STOP, .a = {r->id}};
         uint64_t rr[2];
         if (iso_call(b, &q, NULL, rr, &err) == TSR_OK)
-            *served = rr[0];
+            *served = (tsrd_ring_served){rr[0], rr[1]};
     }
     free(r);
 }

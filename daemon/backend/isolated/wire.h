@@ -66,7 +66,7 @@ typedef enum tsrd_dw_op {
     TSRD_DW_RING_START,   /* a0 segment bytes, a1 slots, a2 first, a3 count, a4 timeout ms;
                            * payload as LAUNCH_MANY's; the segment's descriptor rides along
                            * (SCM_RIGHTS): the worker serves the ring -> r0 ring id */
-    TSRD_DW_RING_STOP,    /* a0 ring id -> r0 slots served */
+    TSRD_DW_RING_STOP,    /* a0 ring id -> r0 slots served, r1 the groups they went in */
     TSRD_DW_FILL,         /* a0 buffer, a1 0 = probe values (a2 dtype, a3 elements, a4 key),
                            * 1 = all-ones bytes (a3 bytes) */
     TSRD_DW_GATHER,       /* a0 buffer, a1 element size, a2 count (count * 8 <= window): the

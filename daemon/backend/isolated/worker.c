@@ -289,7 +289,7 @@ static tsr_status worker_ring_start(worker *w, const tsrd_dw_request *q, const u
     return st;
 }
 
-static void worker_ring_stop(worker *w, worker_ring *r, uint64_t *served)
+static void worker_ring_stop(worker *w, worker_ring *r, tsrd_ring_served *served)
 {
     pthread_mutex_lock(&w->rings_lock);
     for (worker_ring **p = &w->rings; *p != NULL; p = &(*p)->next)
@@ -576,9 +576,13 @@ static int worker_serve(worker_channel *ch, const tsrd_dw_request *q, const uint
     case TSRD_DW_RING_START:
         st = worker_ring_start(w, q, payload, passed_fd, &r[0], &err);
         break;
-    case TSRD_DW_RING_STOP:
-        worker_ring_stop(w, (worker_ring *)(uintptr_t)q->a[0], &r[0]);
+    case TSRD_DW_RING_STOP: {
+        tsrd_ring_served served;
+        worker_ring_stop(w, (worker_ring *)(uintptr_t)q->a[0], &served);
+        r[0] = served.slots;
+        r[1] = served.groups;
         break;
+    }
     case TSRD_DW_RECOVER_DEVICE:
         if (ops->recover_device == NULL)
             st = tsr_error_set(&err, TSR_UNSUPPORTED, "%s backend: no recovery of one device",

@@ -9,12 +9,14 @@
  * rows; making it is most of a new shape's check (a 4096 x 4096 bf16 B is 16.7
  * million hashes). The memo keeps it for the next shape.
  *
- * An input is kept only when asked for a second time (the first sighting is
- * remembered in a small ring of recent requests), so that an input whose size
- * changes with every shape (A, whose rows are M) is not kept for one shape
- * alone; it is when the same shape is checked again (several candidates
- * verified for one selection, two tenants sending one new shape at once),
- * and then ages out behind the inputs that repeat. Entries are immutable once made and counted by
+ * A product's weights (B, Wu, the bias: their sizes do not follow M) are
+ * offered at once by the sampled reference. Any other input is kept only when
+ * asked for a second time (the first sighting is remembered in a small ring
+ * of recent requests), so that an input whose size changes with every shape
+ * (A, whose rows are M) is not kept for one shape alone; it is when the same
+ * shape is checked again (several candidates verified for one selection, two
+ * tenants sending one new shape at once), and then ages out behind the inputs
+ * that repeat. Entries are immutable once made and counted by
  * their readers; the least recently used ones that no reader holds go first when the budget is
  * exceeded. One mutex guards the table; no lock is held while an input is made or read.
  */

@@ -665,8 +665,24 @@ static void sparse_runs_merge(sparse_runs *rs)
     }
 }
 
+/* Whether signature input i of r is a product's weight (B, Wu, the bias):
+ * its size does not follow M, so every shape of the layer reads the same
+ * bits. */
+static bool sparse_is_weight(const sparse_inputs *s, int i)
+{
+    tsr_region_kind kind = s->r->kind;
+    if (kind != TSR_KIND_MATMUL && kind != TSR_KIND_FUSED && kind != TSR_KIND_GATED)
+        return false;
+    tsri_mm_operands o;
+    tsri_mm_operands_of(s->r, (const void *const *)s->data, &o);
+    return s->data[i] == o.b || s->data[i] == o.b2 || s->data[i] == o.bias;
+}
+
 /* Inputs that the runs cover whole are taken from the memo when it holds
- * them (their runs dropped), else marked to be offered to it once made. */
+ * them (their runs dropped), else marked to be offered to it once made: a
+ * product's weights at once, so that a layer's second shape (often a new
+ * kernel variant's first) finds them, the others when the memo has seen
+ * them asked for before. */
 static void sparse_take_kept(sparse_inputs *s, sparse_runs *rs)
 {
     if (s->memo == NULL)
@@ -679,6 +695,8 @@ static void sparse_take_kept(sparse_inputs *s, sparse_runs *rs)
         if (n == 0 || covered[i] != n)
             continue;
         s->kept[i] = tsri_oracle_memo_get(s->memo, s->keys[i], s->descs[i].dtype, n, &s->offer[i]);
+        if (s->kept[i] == NULL && sparse_is_weight(s, i))
+            s->offer[i] = true;
     }
     size_t u = 0;
     for (size_t i = 0; i < rs->n; i++)

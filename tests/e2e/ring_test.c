@@ -73,6 +73,17 @@ static tsr_client_ring *ring_open_one(tsr_client *c, const ring_affine *a)
     return ring;
 }
 
+/* A ring of `slots` slots over binding 0: y = f(x) and binding 1: x = f(y),
+ * so that the order of its launches shows in x. */
+static tsr_client_ring *ring_open_ping_pong(tsr_client *c, const ring_affine *a, unsigned slots)
+{
+    tsr_client_launch_desc b[2] = {ring_bind(a, &a->x, a->y), ring_bind(a, &a->y, a->x)};
+    tsr_client_ring *ring = NULL;
+    tsr_error err;
+    cr_assert_eq(tsr_client_ring_open(c, b, 2, slots, &ring, 0, &err), TSR_OK, "%s", err.message);
+    return ring;
+}
+
 /* Health once the daemon is ready again after a recovery (at most 6 s). */
 static tsr_client_health ring_wait_recovered(tsr_client *c)
 {
@@ -91,12 +102,8 @@ Test(ring, launches_through_the_ring_run_in_order_and_are_counted)
 {
     suite_client = fixture_start_client(&suite_daemon, NULL, 30000);
     ring_affine a = ring_affine_make(suite_client, 0.0f);
-    /* Binding 0: y = f(x); binding 1: x = f(y), so the order is visible. */
-    tsr_client_launch_desc b[2] = {ring_bind(&a, &a.x, a.y), ring_bind(&a, &a.y, a.x)};
-    tsr_client_ring *ring = NULL;
+    tsr_client_ring *ring = ring_open_ping_pong(suite_client, &a, 4);
     tsr_error err;
-    cr_assert_eq(tsr_client_ring_open(suite_client, b, 2, 4, &ring, 0, &err), TSR_OK, "%s",
-                 err.message);
     cr_expect_eq(fixture_counter(suite_client, "rings"), 1.0);
     /* x -> y -> x four times over: x ends as 256 x0 + 255 with x0 = i (exact in f32). */
     for (int round = 0; round < 4; round++) {
@@ -138,16 +145,13 @@ Test(ring, a_run_submits_a_sequence_that_runs_in_order)
 {
     suite_client = fixture_start_client(&suite_daemon, NULL, 30000);
     ring_affine a = ring_affine_make(suite_client, 0.0f);
-    tsr_client_launch_desc b[2] = {ring_bind(&a, &a.x, a.y), ring_bind(&a, &a.y, a.x)};
     /* A ring as long as the runs (every launch submitted at once, then served
      * in groups once each binding has been measured), and one of 3 slots
      * (the run waits for room, and slots are used again within a run). */
     unsigned slots[] = {16, 3};
     for (size_t r = 0; r < sizeof slots / sizeof slots[0]; r++) {
-        tsr_client_ring *ring = NULL;
+        tsr_client_ring *ring = ring_open_ping_pong(suite_client, &a, slots[r]);
         tsr_error err;
-        cr_assert_eq(tsr_client_ring_open(suite_client, b, 2, slots[r], &ring, 0, &err), TSR_OK,
-                     "%s", err.message);
         float x0[RING_N];
         for (int i = 0; i < RING_N; i++)
             x0[i] = (float)i;
@@ -174,12 +178,8 @@ Test(ring, a_bad_binding_in_a_run_fails_alone_and_the_rest_run)
 {
     suite_client = fixture_start_client(&suite_daemon, NULL, 30000);
     ring_affine a = ring_affine_make(suite_client, 0.0f);
-    /* Binding 0: y = f(x); binding 1: x = f(y): each launch shows in x. */
-    tsr_client_launch_desc b[2] = {ring_bind(&a, &a.x, a.y), ring_bind(&a, &a.y, a.x)};
-    tsr_client_ring *ring = NULL;
+    tsr_client_ring *ring = ring_open_ping_pong(suite_client, &a, 8);
     tsr_error err;
-    cr_assert_eq(tsr_client_ring_open(suite_client, b, 2, 8, &ring, 0, &err), TSR_OK, "%s",
-                 err.message);
     /* The first run measures both bindings, so the next can go in groups. */
     uint32_t warm[] = {0, 1};
     cr_assert_eq(tsr_client_ring_run(ring, warm, 2, NULL, 0, &err), TSR_OK, "%s", err.message);

@@ -53,6 +53,7 @@ typedef struct tsrd_dbuf tsrd_dbuf;       /* device memory */
 typedef struct tsrd_kobj tsrd_kobj;       /* a loaded kernel */
 typedef struct tsrd_stream tsrd_stream;   /* an ordered queue of device work */
 typedef struct tsrd_graph tsrd_graph;     /* a captured sequence of launches */
+typedef struct tsrd_fence tsrd_fence;     /* a point in a stream's work */
 
 typedef struct tsrd_device_info {
     int index;
@@ -194,6 +195,18 @@ typedef struct tsrd_backend_ring_ops {
     void (*ring_stop)(tsrd_backend *b, tsrd_bring *r, tsrd_ring_served *served);
 } tsrd_backend_ring_ops;
 
+/* Points in a stream's work that can be waited for while later work runs:
+ * a submission ring's loop queues its next group of launches before it waits
+ * for the last, so that the device does not idle between groups. */
+typedef struct tsrd_backend_fence_ops {
+    /* Marks the work queued on s so far; *out is waited for with fence_wait. */
+    tsr_status (*fence_record)(tsrd_backend *b, tsrd_stream *s, tsrd_fence **out, tsr_error *err);
+    /* Blocks until the device has done the work before f, then frees f
+     * (whatever the outcome). A sticky fault marks the backend lost, as
+     * synchronize does. */
+    tsr_status (*fence_wait)(tsrd_backend *b, tsrd_fence *f, tsr_error *err);
+} tsrd_backend_fence_ops;
+
 /* The sampled check's probe inputs made where the buffers are, so that the
  * host makes only the few input elements its reference reads (oracle.h,
  * tsr_candidate_run_keyed_fn). */
@@ -216,11 +229,12 @@ typedef struct tsrd_backend_probe_ops {
 } tsrd_backend_probe_ops;
 
 /* Every member of the core is set but launch_sync, launch_many_sync, device_lost and
- * recover_device. The five optional groups are NULL where
+ * recover_device. The six optional groups are NULL where
  * the backend has no such capability, and then callers do without: copies are
  * staged through buffer_write and buffer_read, buffer_import is refused with
  * TSR_UNSUPPORTED, batches are launched one by one, rings are served by the
- * daemon itself, sampled probes are made on the host and copied. */
+ * daemon itself, sampled probes are made on the host and copied, a ring's
+ * loop synchronizes each group before it queues the next. */
 typedef struct tsrd_backend_ops {
     const char *name;         /* "cpu", "cuda" */
     uint32_t codegen_version; /* goes into every kernel key this backend compiles */
@@ -341,6 +355,7 @@ typedef struct tsrd_backend_ops {
     const tsrd_backend_graph_ops *graph;
     const tsrd_backend_ring_ops *ring;
     const tsrd_backend_probe_ops *probe;
+    const tsrd_backend_fence_ops *fence;
 } tsrd_backend_ops;
 
 /* launch_many for a backend whose launches cost no round trip: one launch

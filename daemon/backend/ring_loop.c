@@ -240,64 +240,120 @@ static void ring_learn(tsrd_ring_loop *l, const uint32_t *group, uint32_t k, uin
         l->launch_ns[group[i]] = now[i];
 }
 
-/* Runs the group's k launches on stream in one backend call, then
- * synchronizes, and fills the results of the slots it served: every launch
- * that went gets the synchronize's outcome, a launch that failed its own error
- * (the launches after it are not served: the next group takes them up), and
- * each served slot an equal share of the group's time, issue to synchronize.
- * Returns the slots served (at least one). */
-static uint32_t ring_run_group(tsrd_ring_loop *l, tsrd_stream *stream, const uint32_t *group,
-                               uint32_t k, tsr_ring_slot *out)
+/* A group the loop has sent to the device and not answered yet. */
+typedef struct ring_group {
+    uint32_t seq;   /* its first submission */
+    uint32_t count; /* the slots it answers */
+    uint32_t k;     /* the launches planned; count is fewer when one failed to start */
+    uint32_t bindings[RING_GROUP_MAX];
+    uint32_t went;            /* launches that went */
+    tsr_status launch_status; /* the one that did not, else TSR_OK */
+    char launch_message[TSR_RING_MESSAGE_MAX];
+    tsrd_fence *fence;      /* what to wait for; NULL: waited for already */
+    tsr_status done_status; /* the wait's outcome, once waited for */
+    char done_message[TSR_RING_MESSAGE_MAX];
+    uint64_t issued; /* ns, when its launches were issued */
+} ring_group;
+
+/* Waits for the work on stream so far: its fence's wait, or a synchronize
+ * where the backend has no fences. */
+static tsr_status ring_wait_done(tsrd_ring_loop *l, tsrd_stream *stream, tsrd_fence *fence,
+                                 tsr_error *err)
 {
+    if (fence != NULL)
+        return l->ops->fence->fence_wait(l->b, fence, err);
+    double ms;
+    return l->ops->synchronize(l->b, stream, &ms, err);
+}
+
+/* Sends the group of the submissions from seq (at most `room` of them) to the
+ * device: one backend call for its launches, then a fence to wait for (or,
+ * without fences, a synchronize). Returns the slots the group answers, 0 when
+ * the segment faulted. */
+static uint32_t ring_issue(tsrd_ring_loop *l, tsrd_stream *stream, uint32_t seq, uint32_t room,
+                           ring_group *g)
+{
+    memset(g, 0, sizeof *g);
+    g->seq = seq;
+    g->issued = ring_now_ns();
+    g->k = ring_plan(l, seq, room, g->bindings);
+    if (g->k == 0)
+        return 0;
     tsr_error err;
     tsr_error_clear(&err);
-    uint64_t t0 = ring_now_ns();
-    /* Whole slots, message bytes past the text included, go to the client's
-     * memory: nothing of this thread's stack may ride along. */
-    memset(out, 0, (size_t)k * sizeof *out);
-    if (group[0] >= (uint32_t)l->n) {
+    if (g->bindings[0] >= (uint32_t)l->n) {
         tsr_error_set(&err, TSR_INVALID_ARGUMENT,
-                      "ring slot: binding %u, the ring has %d (0 .. %d)", group[0], l->n, l->n - 1);
-        out[0].status = (int32_t)err.code;
-        out[0].device_ns = 0;
-        ring_say(out[0].message, "%s", err.message);
-        return 1;
+                      "ring slot: binding %u, the ring has %d (0 .. %d)", g->bindings[0], l->n,
+                      l->n - 1);
+        g->launch_status = err.code;
+        ring_say(g->launch_message, "%s", err.message);
+        g->count = 1;
+        g->done_status = TSR_OK;
+        return g->count;
     }
     tsrd_launch_desc descs[RING_GROUP_MAX];
-    for (uint32_t i = 0; i < k; i++) {
-        const ring_launch *rl = &l->launches[group[i]];
+    for (uint32_t i = 0; i < g->k; i++) {
+        const ring_launch *rl = &l->launches[g->bindings[i]];
         descs[i] = (tsrd_launch_desc){.kernel = rl->kernel,
                                       .inputs = rl->inputs,
                                       .n_inputs = rl->n_inputs,
                                       .output = rl->output};
     }
-    atomic_store_explicit(&l->busy_since, t0, memory_order_relaxed);
     atomic_fetch_add_explicit(&l->groups, 1, memory_order_relaxed);
     size_t launched = 0;
-    tsr_status st = l->ops->launch_many(l->b, descs, k, stream, &launched, &err);
-    double ms = 0;
-    tsr_error sync_err;
-    tsr_status sync = l->ops->synchronize(l->b, stream, &ms, &sync_err);
-    atomic_store_explicit(&l->busy_since, 0, memory_order_relaxed);
-    uint64_t took = ring_now_ns() - t0;
-    uint32_t went = (uint32_t)launched;
-    uint32_t served = went + (st != TSR_OK ? 1 : 0);
-    /* Bounds against a backend that miscounts. */
-    served = served > k ? k : served > 0 ? served : 1;
-    for (uint32_t i = 0; i < served; i++) {
-        /* A failure with every launch counted as gone (a backend that
-         * miscounts) is every slot's. */
-        bool failed_here = st != TSR_OK && (i >= went || went >= k);
-        out[i].status = (int32_t)(failed_here ? st : sync);
-        out[i].device_ns = took / served;
-        ring_say(out[i].message, "%s",
-                 failed_here      ? err.message
-                 : sync != TSR_OK ? sync_err.message
-                                  : "");
+    g->launch_status = l->ops->launch_many(l->b, descs, g->k, stream, &launched, &err);
+    /* Bounds against a backend that miscounts: a failure with every launch
+     * counted as gone is the last one's. */
+    g->went = launched < g->k ? (uint32_t)launched : g->k;
+    if (g->launch_status != TSR_OK) {
+        if (g->went == g->k)
+            g->went--;
+        ring_say(g->launch_message, "%s", err.message);
     }
-    if (st == TSR_OK && sync == TSR_OK)
-        ring_learn(l, group, k, took);
-    return served;
+    g->count = g->went + (g->launch_status != TSR_OK ? 1 : 0);
+    /* Without fences the group is waited for now, as one launch was. */
+    tsr_error done_err;
+    tsr_error_clear(&done_err);
+    g->done_status = l->ops->fence != NULL
+                         ? l->ops->fence->fence_record(l->b, stream, &g->fence, &done_err)
+                         : ring_wait_done(l, stream, NULL, &done_err);
+    if (g->done_status != TSR_OK)
+        ring_say(g->done_message, "%s", done_err.message);
+    return g->count;
+}
+
+/* Waits for g's launches to finish and writes its slots' results (out[0 ..
+ * g->count)): every launch that went gets the wait's outcome, one that failed
+ * to start its own error, and each slot an equal share of the group's time
+ * on the device (from its issue, or from the end of the group before it,
+ * whichever came later, to its end). *last_done is that end. */
+static void ring_finish(tsrd_ring_loop *l, tsrd_stream *stream, ring_group *g, uint64_t *last_done,
+                        tsr_ring_slot *out)
+{
+    if (g->fence != NULL) {
+        tsr_error err;
+        tsr_error_clear(&err);
+        g->done_status = ring_wait_done(l, stream, g->fence, &err);
+        g->fence = NULL;
+        if (g->done_status != TSR_OK)
+            ring_say(g->done_message, "%s", err.message);
+    }
+    uint64_t now = ring_now_ns();
+    uint64_t from = g->issued > *last_done ? g->issued : *last_done;
+    uint64_t took = now > from ? now - from : 0;
+    *last_done = now;
+    /* Whole slots, message bytes past the text included, go to the client's
+     * memory: nothing of this thread's stack may ride along. */
+    memset(out, 0, (size_t)g->count * sizeof *out);
+    for (uint32_t i = 0; i < g->count; i++) {
+        bool failed_here = g->launch_status != TSR_OK && i >= g->went;
+        out[i].status = (int32_t)(failed_here ? g->launch_status : g->done_status);
+        out[i].device_ns = took / g->count;
+        memcpy(out[i].message, failed_here ? g->launch_message : g->done_message,
+               TSR_RING_MESSAGE_MAX);
+    }
+    if (g->launch_status == TSR_OK && g->done_status == TSR_OK)
+        ring_learn(l, g->bindings, g->k, took);
 }
 
 /* Waits for a submission past `served`: true with *submitted set, false when
@@ -337,6 +393,37 @@ static bool ring_wait(tsrd_ring_loop *l, uint32_t served, uint32_t *submitted, b
     }
 }
 
+/* Answers the oldest group in flight (q[0]): waits for it, writes its slots
+ * and counts them, and says in *why when the ring must end. */
+static tsr_status ring_answer(tsrd_ring_loop *l, tsrd_stream *stream, ring_group *q, int *nq,
+                              uint32_t *served, uint64_t *last_done, char *why)
+{
+    tsr_ring_slot results[RING_GROUP_MAX];
+    ring_finish(l, stream, &q[0], last_done, results);
+    ring_access a = {.l = l, .seq = q[0].seq, .results = results, .count = q[0].count};
+    tsr_status end = TSR_OK;
+    if (!ring_guarded(l->base, l->bytes, ring_store_results, &a)) {
+        end = TSR_BUFFER_MISMATCH;
+        ring_say(why, "ring: the segment no longer holds the ring");
+    } else if (a.value != 0) {
+        ring_futex(&ring_header(l->base)->completed, FUTEX_WAKE, INT_MAX, NULL);
+    }
+    *served += q[0].count;
+    atomic_fetch_add_explicit(&l->served, q[0].count, memory_order_relaxed);
+    for (uint32_t i = 0; i < q[0].count && end == TSR_OK; i++)
+        if (results[i].status == TSR_DEVICE_LOST) {
+            end = TSR_DEVICE_LOST;
+            ring_say(why, "ring: %s", results[i].message);
+        }
+    if (--*nq > 0)
+        q[0] = q[1];
+    atomic_store_explicit(&l->busy_since, *nq > 0 ? q[0].issued : 0, memory_order_relaxed);
+    return end;
+}
+
+/* The loop keeps up to two groups in flight: while the device runs one, the
+ * next one is queued behind it, so that the device does not idle between
+ * the groups of a sequence; the older one is answered as soon as it ends. */
 static void *ring_main(void *arg)
 {
     tsrd_ring_loop *l = arg;
@@ -348,9 +435,46 @@ static void *ring_main(void *arg)
         end = err.code;
         ring_say(why, "ring: no stream: %s", err.message);
     }
-    uint32_t served = l->first;
-    while (end == TSR_OK) {
-        uint32_t submitted = 0;
+    uint32_t served = l->first, issued = l->first;
+    ring_group q[2];
+    int nq = 0;
+    uint64_t last_done = 0;
+    while (end == TSR_OK && !atomic_load_explicit(&l->stop, memory_order_acquire)) {
+        ring_access a = {.l = l};
+        if (!ring_guarded(l->base, l->bytes, ring_load_submitted, &a)) {
+            end = TSR_BUFFER_MISMATCH;
+            ring_say(why, "ring: the segment no longer holds the ring");
+            break;
+        }
+        uint32_t submitted = a.value;
+        /* A client never has more than `slots` submissions unanswered; one
+         * that says it has is served a ring's worth at a time. */
+        uint32_t outstanding = issued - served;
+        uint32_t room = outstanding < l->slots ? l->slots - outstanding : 0;
+        uint32_t pending = submitted - issued;
+        if (pending > INT32_MAX) {
+            /* `submitted` went back: nothing the ring can serve. */
+            end = TSR_INVALID_ARGUMENT;
+            ring_say(why, "ring: the segment's submitted count went back");
+            break;
+        }
+        if (pending > 0 && room > 0 && nq < 2) {
+            uint32_t count = ring_issue(l, stream, issued, pending < room ? pending : room, &q[nq]);
+            if (count == 0) {
+                end = TSR_BUFFER_MISMATCH;
+                ring_say(why, "ring: the segment no longer holds the ring");
+                break;
+            }
+            if (nq == 0)
+                atomic_store_explicit(&l->busy_since, q[0].issued, memory_order_relaxed);
+            nq++;
+            issued += count;
+            continue;
+        }
+        if (nq > 0) {
+            end = ring_answer(l, stream, q, &nq, &served, &last_done, why);
+            continue;
+        }
         bool fault = false;
         if (!ring_wait(l, served, &submitted, &fault)) {
             if (fault) {
@@ -359,30 +483,12 @@ static void *ring_main(void *arg)
             }
             break;
         }
-        while (served != submitted && end == TSR_OK &&
-               !atomic_load_explicit(&l->stop, memory_order_acquire)) {
-            uint32_t group[RING_GROUP_MAX];
-            uint32_t k = ring_plan(l, served, submitted - served, group);
-            tsr_ring_slot results[RING_GROUP_MAX];
-            ring_access a = {.l = l, .seq = served, .results = results};
-            if (k > 0)
-                a.count = ring_run_group(l, stream, group, k, results);
-            if (k == 0 || !ring_guarded(l->base, l->bytes, ring_store_results, &a)) {
-                end = TSR_BUFFER_MISMATCH;
-                ring_say(why, "ring: the segment no longer holds the ring");
-                break;
-            }
-            if (a.value != 0)
-                ring_futex(&ring_header(l->base)->completed, FUTEX_WAKE, INT_MAX, NULL);
-            served += a.count;
-            atomic_fetch_add_explicit(&l->served, a.count, memory_order_relaxed);
-            for (uint32_t i = 0; i < a.count && end == TSR_OK; i++)
-                if (results[i].status == TSR_DEVICE_LOST) {
-                    end = TSR_DEVICE_LOST;
-                    ring_say(why, "ring: %s", results[i].message);
-                }
-        }
     }
+    /* Launches in flight finish before the owner lets go of their buffers;
+     * their answers go out when the segment still takes them. */
+    char ignored[TSR_RING_MESSAGE_MAX];
+    while (nq > 0)
+        (void)ring_answer(l, stream, q, &nq, &served, &last_done, ignored);
     if (stream != NULL)
         l->ops->stream_destroy(l->b, stream);
     if (end != TSR_OK)

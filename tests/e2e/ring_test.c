@@ -310,14 +310,10 @@ Test(ring, a_ring_pins_what_it_binds_until_it_closes)
                  "x is freed with the ring");
 }
 
-Test(ring, a_segment_shrunk_under_the_ring_ends_it_and_nothing_else)
+/* A descriptor of the ring's segment, the only /dev/shm object this test's
+ * process has mapped. */
+static int ring_segment_open(void)
 {
-    suite_client = fixture_start_client(&suite_daemon, NULL, 30000);
-    ring_affine a = ring_affine_make(suite_client, 0.0f);
-    tsr_client_ring *ring = ring_open_one(suite_client, &a);
-    tsr_error err;
-    cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
-    /* The ring's segment is the only /dev/shm object this test made last. */
     char path[256];
     snprintf(path, sizeof path, "/proc/%d/maps", (int)getpid());
     FILE *maps = fopen(path, "r");
@@ -332,6 +328,17 @@ Test(ring, a_segment_shrunk_under_the_ring_ends_it_and_nothing_else)
     cr_assert_neq(name[0], '\0', "no ring segment mapped");
     int fd = shm_open(name, O_RDWR, 0);
     cr_assert_geq(fd, 0);
+    return fd;
+}
+
+Test(ring, a_segment_shrunk_under_the_ring_ends_it_and_nothing_else)
+{
+    suite_client = fixture_start_client(&suite_daemon, NULL, 30000);
+    ring_affine a = ring_affine_make(suite_client, 0.0f);
+    tsr_client_ring *ring = ring_open_one(suite_client, &a);
+    tsr_error err;
+    cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
+    int fd = ring_segment_open();
     cr_assert_eq(ftruncate(fd, 0), 0);
     close(fd);
     /* The daemon's next touch of the segment faults in its guard: the ring
@@ -344,6 +351,34 @@ Test(ring, a_segment_shrunk_under_the_ring_ends_it_and_nothing_else)
     cr_expect_eq(fixture_counter(suite_client, "rings"), 1.0, "an ended ring stays until closed");
     cr_expect_eq(tsr_client_ring_close(ring, NULL, 0, &err), TSR_OK, "%s", err.message);
     cr_expect_eq(fixture_counter(suite_client, "rings"), 0.0);
+}
+
+/* A client that moves its submitted count back (its own segment, so any
+ * value may be there) ends its ring with a reason; the daemon serves on. */
+Test(ring, a_submitted_count_that_goes_back_ends_the_ring)
+{
+    suite_client = fixture_start_client(&suite_daemon, NULL, 30000);
+    ring_affine a = ring_affine_make(suite_client, 0.0f);
+    tsr_client_ring *ring = ring_open_one(suite_client, &a);
+    tsr_error err;
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_OK, "%s", err.message);
+    int fd = ring_segment_open();
+    tsr_ring_header *h = mmap(NULL, sizeof *h, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    cr_assert_neq(h, MAP_FAILED);
+    atomic_store(&h->submitted, 1u);
+    for (int i = 0; i < 200 && !atomic_load(&h->closed); i++)
+        usleep(10000);
+    cr_assert_eq(atomic_load(&h->closed), 1u, "the ring did not end");
+    cr_expect_eq(h->close_status, TSR_INVALID_ARGUMENT);
+    cr_expect_str_eq(h->close_message, "ring: the segment's submitted count went back");
+    munmap(h, sizeof *h);
+    cr_expect_eq(tsr_client_ring_launch(ring, 0, NULL, 0, &err), TSR_INVALID_ARGUMENT);
+    cr_expect_str_eq(err.message, "ring: the segment's submitted count went back");
+    tsr_client_info info;
+    cr_assert_eq(tsr_client_hello(suite_client, &info, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(tsr_client_ring_close(ring, NULL, 0, &err), TSR_OK, "%s", err.message);
 }
 
 Test(ring, a_ring_holds_one_of_the_tenants_in_flight)

@@ -1309,6 +1309,60 @@ static tsr_status cuda_synchronize(tsrd_backend *b, tsrd_stream *s, double *devi
     return st;
 }
 
+/* ---- fences ---- */
+
+struct tsrd_fence {
+    int device;
+    unsigned generation;
+    CUevent event;
+};
+
+static tsr_status cuda_fence_record(tsrd_backend *b, tsrd_stream *s, tsrd_fence **out,
+                                    tsr_error *err)
+{
+    *out = NULL;
+    tsr_status st = cuda_enter_object(b, s->device, s->generation, "the session's stream", err);
+    if (st != TSR_OK)
+        return st;
+    tsrd_fence *f = calloc(1, sizeof *f);
+    if (f == NULL)
+        return tsr_error_set(err, TSR_NO_MEMORY, "fence: out of memory");
+    f->device = s->device;
+    f->generation = s->generation;
+    st = cuda_check(b, s->device, b->drv->event_create(&f->event, CU_EVENT_DISABLE_TIMING),
+                    "cuEventCreate", err);
+    if (st == TSR_OK) {
+        st = cuda_check(b, s->device, b->drv->event_record(f->event, s->stream), "cuEventRecord",
+                        err);
+        if (st != TSR_OK)
+            b->drv->event_destroy(f->event);
+    }
+    if (st != TSR_OK) {
+        free(f);
+        return st;
+    }
+    *out = f;
+    return TSR_OK;
+}
+
+static tsr_status cuda_fence_wait(tsrd_backend *b, tsrd_fence *f, tsr_error *err)
+{
+    tsr_status st = cuda_enter_object(b, f->device, f->generation, "the fence's stream", err);
+    if (st == TSR_OK)
+        st = cuda_check(b, f->device, b->drv->event_synchronize(f->event), "cuEventSynchronize",
+                        err);
+    /* An event of a context rebuilt since went with it. */
+    if (cuda_object_live(b, f->device, f->generation))
+        b->drv->event_destroy(f->event);
+    free(f);
+    return st;
+}
+
+static const tsrd_backend_fence_ops cuda_fence = {
+    .fence_record = cuda_fence_record,
+    .fence_wait = cuda_fence_wait,
+};
+
 /* ---- faults ---- */
 
 static int cuda_lost(tsrd_backend *b)
@@ -1450,4 +1504,5 @@ const tsrd_backend_ops tsrd_backend_cuda = {
     .ipc = &cuda_ipc,
     .graph = &cuda_graph,
     .probe = &cuda_probe,
+    .fence = &cuda_fence,
 };

@@ -602,42 +602,6 @@ static tsr_status cpu_synchronize(tsrd_backend *b, tsrd_stream *s, double *devic
     return cpu_current(b, s->device, s->generation, "the session's stream", err);
 }
 
-/* ---- fences: a launch here has run when it returns, so a fence is passed
- * as soon as it is made; it keeps the stream's device and generation so that
- * waiting on one of a lost device answers as a synchronize would. ---- */
-
-struct tsrd_fence {
-    int device;
-    unsigned generation;
-};
-
-static tsr_status cpu_fence_record(tsrd_backend *b, tsrd_stream *s, tsrd_fence **out,
-                                   tsr_error *err)
-{
-    *out = NULL;
-    tsr_status st = cpu_current(b, s->device, s->generation, "the session's stream", err);
-    if (st != TSR_OK)
-        return st;
-    tsrd_fence *f = malloc(sizeof *f);
-    if (f == NULL)
-        return tsr_error_set(err, TSR_NO_MEMORY, "fence: out of memory");
-    *f = (tsrd_fence){.device = s->device, .generation = s->generation};
-    *out = f;
-    return TSR_OK;
-}
-
-static tsr_status cpu_fence_wait(tsrd_backend *b, tsrd_fence *f, tsr_error *err)
-{
-    tsr_status st = cpu_current(b, f->device, f->generation, "the fence's stream", err);
-    free(f);
-    return st;
-}
-
-static const tsrd_backend_fence_ops cpu_fence = {
-    .fence_record = cpu_fence_record,
-    .fence_wait = cpu_fence_wait,
-};
-
 /* ---- the data plane: host memory needs no registration; no device IPC or
  * graphs (a batch runs its launches one by one) ---- */
 
@@ -723,5 +687,4 @@ const tsrd_backend_ops tsrd_backend_cpu = {
     .ipc = NULL,
     .graph = NULL,
     .probe = &cpu_probe,
-    .fence = &cpu_fence,
 };

@@ -24,7 +24,7 @@
 #define RING_WAIT_MS 50
 
 /* A group of submissions found waiting together goes to the device in one
- * backend call with one synchronize: at most this many launches, and at most
+ * backend call with one wait: at most this many launches, and at most
  * this much device work as last measured (half of a batch's slice, like a
  * batch's chunk), so the ring's stream never holds much more than that ahead
  * of other work. A binding not measured yet goes alone. */
@@ -252,7 +252,8 @@ typedef struct ring_group {
     tsrd_fence *fence;      /* what to wait for; NULL: waited for already */
     tsr_status done_status; /* the wait's outcome, once waited for */
     char done_message[TSR_RING_MESSAGE_MAX];
-    uint64_t issued; /* ns, when its launches were issued */
+    uint64_t issued;  /* ns, when its launches were issued */
+    uint64_t done_at; /* ns, when the wait for them returned */
 } ring_group;
 
 /* Waits for the work on stream so far: its fence's wait, or a synchronize
@@ -289,6 +290,7 @@ static uint32_t ring_issue(tsrd_ring_loop *l, tsrd_stream *stream, uint32_t seq,
         ring_say(g->launch_message, "%s", err.message);
         g->count = 1;
         g->done_status = TSR_OK;
+        g->done_at = ring_now_ns();
         return g->count;
     }
     tsrd_launch_desc descs[RING_GROUP_MAX];
@@ -303,20 +305,32 @@ static uint32_t ring_issue(tsrd_ring_loop *l, tsrd_stream *stream, uint32_t seq,
     size_t launched = 0;
     g->launch_status = l->ops->launch_many(l->b, descs, g->k, stream, &launched, &err);
     /* Bounds against a backend that miscounts: a failure with every launch
-     * counted as gone is the last one's. */
+     * counted as gone is the last one's, and a success short of the group
+     * fails at the first launch it left out. */
     g->went = launched < g->k ? (uint32_t)launched : g->k;
+    if (g->launch_status == TSR_OK && g->went < g->k)
+        g->launch_status =
+            tsr_error_set(&err, TSR_INTERNAL, "ring: the backend launched %u of %u", g->went, g->k);
     if (g->launch_status != TSR_OK) {
         if (g->went == g->k)
             g->went--;
         ring_say(g->launch_message, "%s", err.message);
     }
     g->count = g->went + (g->launch_status != TSR_OK ? 1 : 0);
-    /* Without fences the group is waited for now, as one launch was. */
+    /* A fence lets the next group queue behind this one. Without fences, or
+     * when one could not be recorded, the group is waited for now: nothing
+     * may answer its slots while its launches still run. */
     tsr_error done_err;
     tsr_error_clear(&done_err);
-    g->done_status = l->ops->fence != NULL
-                         ? l->ops->fence->fence_record(l->b, stream, &g->fence, &done_err)
-                         : ring_wait_done(l, stream, NULL, &done_err);
+    g->done_status = TSR_UNSUPPORTED;
+    if (l->ops->fence != NULL && g->went > 0)
+        g->done_status = l->ops->fence->fence_record(l->b, stream, &g->fence, &done_err);
+    if (g->done_status != TSR_OK) {
+        g->fence = NULL;
+        tsr_error_clear(&done_err);
+        g->done_status = ring_wait_done(l, stream, NULL, &done_err);
+        g->done_at = ring_now_ns();
+    }
     if (g->done_status != TSR_OK)
         ring_say(g->done_message, "%s", done_err.message);
     return g->count;
@@ -335,13 +349,13 @@ static void ring_finish(tsrd_ring_loop *l, tsrd_stream *stream, ring_group *g, u
         tsr_error_clear(&err);
         g->done_status = ring_wait_done(l, stream, g->fence, &err);
         g->fence = NULL;
+        g->done_at = ring_now_ns();
         if (g->done_status != TSR_OK)
             ring_say(g->done_message, "%s", err.message);
     }
-    uint64_t now = ring_now_ns();
     uint64_t from = g->issued > *last_done ? g->issued : *last_done;
-    uint64_t took = now > from ? now - from : 0;
-    *last_done = now;
+    uint64_t took = g->done_at > from ? g->done_at - from : 0;
+    *last_done = g->done_at > *last_done ? g->done_at : *last_done;
     /* Whole slots, message bytes past the text included, go to the client's
      * memory: nothing of this thread's stack may ride along. */
     memset(out, 0, (size_t)g->count * sizeof *out);
@@ -417,7 +431,9 @@ static tsr_status ring_answer(tsrd_ring_loop *l, tsrd_stream *stream, ring_group
         }
     if (--*nq > 0)
         q[0] = q[1];
-    atomic_store_explicit(&l->busy_since, *nq > 0 ? q[0].issued : 0, memory_order_relaxed);
+    /* The group left began on the device when the one before it ended. */
+    uint64_t busy = *nq == 0 ? 0 : q[0].issued > *last_done ? q[0].issued : *last_done;
+    atomic_store_explicit(&l->busy_since, busy, memory_order_relaxed);
     return end;
 }
 
@@ -458,7 +474,11 @@ static void *ring_main(void *arg)
             ring_say(why, "ring: the segment's submitted count went back");
             break;
         }
-        if (pending > 0 && room > 0 && nq < 2) {
+        /* A second group queues behind the first only while the first's
+         * launches still run (a fence to wait for): on a backend that ran
+         * them already it would only delay the first one's answers. */
+        bool queue = nq == 0 || (nq == 1 && q[0].fence != NULL);
+        if (pending > 0 && room > 0 && queue) {
             uint32_t count = ring_issue(l, stream, issued, pending < room ? pending : room, &q[nq]);
             if (count == 0) {
                 end = TSR_BUFFER_MISMATCH;

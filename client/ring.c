@@ -58,6 +58,10 @@ tsr_status tsr_client_ring_open(tsr_client *c, const tsr_client_launch_desc *bin
     if (slots < 1 || slots > TSR_RING_SLOTS_MAX)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring: %u slots, 1 .. %u", slots,
                              TSR_RING_SLOTS_MAX);
+    /* The daemon takes powers of two (a slot's index then runs on unbroken
+     * when the 32-bit counts wrap): round up. */
+    while ((slots & (slots - 1)) != 0)
+        slots += slots & -slots;
     if (n < 1 || n > TSR_RING_BINDINGS_MAX)
         return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring: %zu bindings, 1 .. %u", n,
                              TSR_RING_BINDINGS_MAX);

@@ -199,7 +199,9 @@ typedef struct tsrd_backend_ring_ops {
  * a submission ring's loop queues its next group of launches before it waits
  * for the last, so that the device does not idle between groups. */
 typedef struct tsrd_backend_fence_ops {
-    /* Marks the work queued on s so far; *out is waited for with fence_wait. */
+    /* Marks the work queued on s so far; *out is waited for with fence_wait.
+     * On failure *out is NULL and nothing marks the work: the caller waits for
+     * it another way (synchronize). */
     tsr_status (*fence_record)(tsrd_backend *b, tsrd_stream *s, tsrd_fence **out, tsr_error *err);
     /* Blocks until the device has done the work before f, then frees f
      * (whatever the outcome). A sticky fault marks the backend lost, as

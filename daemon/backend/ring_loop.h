@@ -6,7 +6,7 @@
  * The loop waits on the segment's `submitted` counter (spinning 50 µs, then
  * sleeping on it as a futex after saying so in `daemon_sleeping`, waking every
  * 50 ms to look at its stop flag), launches the new slots' bindings on a
- * stream of its own, synchronizes, writes each slot's status, device time and
+ * stream of its own, waits for them, writes each slot's status, device time and
  * message, bumps `completed` and wakes the client when it sleeps. Slots found
  * waiting together go as one group: one backend call for their launches and
  * one wait (at most 64, and about 5 ms of device work as last measured); with
@@ -42,12 +42,15 @@ tsr_status tsrd_ring_loop_start(const tsrd_backend_ops *ops, tsrd_backend *b, ui
                                 const tsrd_launch_desc *launches, int n, tsrd_ring_loop **out,
                                 tsr_error *err);
 
-/* Stops the loop (waiting for its launch in progress), frees it; *served (may
+/* Stops the loop (waiting for the launches it has in flight: up to two
+ * groups), frees it; *served (may
  * be NULL) gets what it served. Does not mark the ring closed: the owner
  * does, unless the loop ended it (tsrd_ring_closed). */
 void tsrd_ring_loop_stop(tsrd_ring_loop *l, tsrd_ring_served *served);
 
-/* How long the loop's launch in progress has run, in ns (0: none). Any thread. */
+/* How long the device has run the loop's group in progress, in ns (0: none):
+ * from its issue, or from the end of the group it was queued behind. Any
+ * thread. */
 uint64_t tsrd_ring_loop_busy_ns(const tsrd_ring_loop *l);
 
 /* Marks the ring at base (bytes long) closed with status and message, unless

@@ -23,9 +23,12 @@
 static tsr_status ring_open_execute(tsrd_job *job)
 {
     const Tessera__V1__RingOpenRequest *req = job->req->ring_open;
-    if (req->slots < 1 || req->slots > TSR_RING_SLOTS_MAX)
-        return tsr_error_set(&job->err, TSR_INVALID_ARGUMENT, "ring_open.slots: %u, 1 .. %u",
-                             req->slots, TSR_RING_SLOTS_MAX);
+    /* A power of two, so that a slot's index (the 32-bit submission count
+     * modulo slots) runs on unbroken when the count wraps. */
+    if (req->slots < 1 || req->slots > TSR_RING_SLOTS_MAX || (req->slots & (req->slots - 1)) != 0)
+        return tsr_error_set(&job->err, TSR_INVALID_ARGUMENT,
+                             "ring_open.slots: %u, a power of two from 1 to %u", req->slots,
+                             TSR_RING_SLOTS_MAX);
     if (req->n_bindings < 1 || req->n_bindings > TSR_RING_BINDINGS_MAX)
         return tsr_error_set(&job->err, TSR_INVALID_ARGUMENT, "ring_open.bindings: %zu, 1 .. %u",
                              req->n_bindings, TSR_RING_BINDINGS_MAX);

@@ -381,6 +381,46 @@ Test(ring, a_submitted_count_that_goes_back_ends_the_ring)
     cr_expect_eq(tsr_client_ring_close(ring, NULL, 0, &err), TSR_OK, "%s", err.message);
 }
 
+/* A slot count that is not a power of two is refused from the wire (a
+ * slot's index would jump when the 32-bit counts wrap); the client library
+ * rounds a request up instead. */
+Test(ring, slot_counts_are_powers_of_two)
+{
+    suite_client = fixture_start_client(&suite_daemon, NULL, 30000);
+    int fd = attack_sp_connect(suite_daemon.url, 5000);
+    cr_assert_geq(fd, 0);
+    Tessera__V1__RingOpenRequest open = TESSERA__V1__RING_OPEN_REQUEST__INIT;
+    open.slots = 3;
+    Tessera__V1__Request req = TESSERA__V1__REQUEST__INIT;
+    req.id = 1;
+    req.body_case = TESSERA__V1__REQUEST__BODY_RING_OPEN;
+    req.ring_open = &open;
+    size_t len = 0;
+    uint8_t *bytes = testd_request_pack(&req, &len);
+    cr_assert_eq(attack_sp_send_wait(fd, 1, bytes, len, 5000), 0);
+    free(bytes);
+    Tessera__V1__Reply *r = NULL;
+    cr_assert_eq(attack_sp_recv(fd, 5000, &r), 0);
+    cr_expect_eq(r->status, TESSERA__V1__STATUS__INVALID_ARGUMENT);
+    cr_expect_str_eq(r->message, "ring_open.slots: 3, a power of two from 1 to 1024");
+    tessera__v1__reply__free_unpacked(r, NULL);
+    close(fd);
+    /* Through the client, 3 slots become 4: four launches go in without a
+     * wait for room, the fifth waits for the first answer. */
+    ring_affine a = ring_affine_make(suite_client, 0.0f);
+    tsr_client_ring *ring = ring_open_ping_pong(suite_client, &a, 3);
+    uint32_t seq[5] = {0, 1, 0, 1, 0};
+    tsr_error err;
+    cr_assert_eq(tsr_client_ring_run(ring, seq, 5, NULL, 0, &err), TSR_OK, "%s", err.message);
+    /* y = 2x + 1, x = 2y + 1 twice, then y = 2x + 1: y = 32 x0 + 31. */
+    float got[RING_N];
+    cr_assert_eq(tsr_client_buffer_read(suite_client, a.y, 0, got, sizeof got, NULL, 0, &err),
+                 TSR_OK);
+    for (int i = 0; i < RING_N; i++)
+        cr_assert_eq(got[i], 32.0f * (float)i + 31.0f, "y[%d] = %g", i, (double)got[i]);
+    cr_expect_eq(tsr_client_ring_close(ring, NULL, 0, &err), TSR_OK, "%s", err.message);
+}
+
 Test(ring, a_ring_holds_one_of_the_tenants_in_flight)
 {
     cr_assert_eq(attack_start_tenants(&suite_daemon, "", "\"in_flight\": 2", "", 0, NULL), 0);

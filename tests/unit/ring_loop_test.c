@@ -61,8 +61,7 @@ static void sleep_until(uint64_t t)
     }
 }
 
-static tsr_status fake_stream_create(tsrd_backend *b, int device, tsrd_stream **out,
-                                     tsr_error *err)
+static tsr_status fake_stream_create(tsrd_backend *b, int device, tsrd_stream **out, tsr_error *err)
 {
     (void)b, (void)device, (void)err;
     *out = calloc(1, sizeof **out);

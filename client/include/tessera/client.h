@@ -612,7 +612,8 @@ tsr_status tsr_client_buffer_import(tsr_client *c, const void *ipc_handle, uint6
  * Needs a local daemon (ipc) and shared memory, like tsr_client_shm_create. */
 typedef struct tsr_client_ring tsr_client_ring;
 
-/* Opens a ring of `slots` slots (1 .. 1024; 1 suffices for launch-and-wait)
+/* Opens a ring of `slots` slots (1 .. 1024, rounded up to a power of two; 1
+ * suffices for launch-and-wait)
  * over n bindings (1 .. 256). Errors are those of a launch with the binding's
  * index in the message (NOT_FOUND, BUFFER_MISMATCH), RESOURCE_EXHAUSTED past 8
  * rings on a connection or the tenant's in_flight quota, and those of
@@ -623,7 +624,8 @@ tsr_status tsr_client_ring_open(tsr_client *c, const tsr_client_launch_desc *bin
 
 /* Launches binding `binding` and waits up to timeout_ms (0: the connection's
  * default) for it to finish. *device_ms (may be NULL) gets the launch's time in
- * the daemon, issue to synchronize. The launch's own error comes back as from
+ * the daemon (its group's time on the device, shared with the group's other
+ * launches). The launch's own error comes back as from
  * tsr_client_launch (an unknown binding is INVALID_ARGUMENT); a ring the daemon
  * ended answers its reason (DEVICE_LOST, UNAVAILABLE, BUFFER_MISMATCH) from
  * then on; TSR_TIMEOUT when no answer came (the launch may still run: close the
@@ -638,7 +640,7 @@ tsr_status tsr_client_ring_launch(tsr_client_ring *ring, uint32_t binding, doubl
  * same launches as n calls of tsr_client_ring_launch, but submitted without
  * waiting in between (up to the ring's `slots` outstanding), so that the
  * daemon sends the ones it finds waiting together to the device in one call
- * with one synchronize and the device does not idle between them. Open the
+ * with one wait and the device does not idle between them. Open the
  * ring with as many slots as a run has launches (or more) for that. Every
  * launch runs whatever happens to the others; the first that failed gives
  * the error, its index in the run in front ("ring_run[3]: ..."). *device_ms

@@ -7,14 +7,15 @@
  * the next slot and counts it in `submitted`; the daemon's ring thread runs the
  * launch, writes the slot's status and device time, and counts it in
  * `completed`. Submissions it finds waiting together it runs as one group (one
- * backend call for their launches, one synchronize) and counts at once. Either side that finds
+ * backend call for their launches, one wait) and counts at once. Either side that finds
  * nothing to do sleeps on the other's counter (a futex on the shared word) after saying so in its
  * `*_sleeping` word, and the other side wakes it only then. The nng connection that opened the ring
  * stays its control channel: authentication, the bindings, errors that end the ring, and closing
  * it.
  *
  * The segment is `sizeof(tsr_ring_header) + slots * sizeof(tsr_ring_slot)`
- * bytes. Slot i of the ring serves submissions i, i + slots, i + 2 * slots, ...;
+ * bytes, `slots` a power of two. Slot i of the ring serves submissions i,
+ * i + slots, i + 2 * slots, ... (counted modulo 2^32, which slots divides);
  * a client never has more than `slots` submissions outstanding. The daemon
  * trusts nothing in the segment: it keeps its own count of what it served, checks
  * every binding index, and ends the ring (closed = 1) if the segment shrinks.
@@ -57,8 +58,9 @@ typedef struct tsr_ring_header {
 typedef struct tsr_ring_slot {
     uint32_t binding;                   /* client: the index into the ring's bindings */
     int32_t status;                     /* daemon: a tsr_status */
-    uint64_t device_ns;                 /* daemon: its group's time, issue to synchronize,
-                                           shared evenly by the group's slots */
+    uint64_t device_ns;                 /* daemon: its group's time on the device (from
+                                           its issue, or the end of the group before it,
+                                           to its end), shared evenly by its slots */
     char message[TSR_RING_MESSAGE_MAX]; /* daemon: why, when status is not TSR_OK */
 } tsr_ring_slot;
 

@@ -204,38 +204,17 @@ static tsr_status ring_slot_status(const tsr_client_ring *r, uint32_t seq, tsr_e
     return ring_error(slot->status, slot->message, TSR_INTERNAL, "", err);
 }
 
-tsr_status tsr_client_ring_launch(tsr_client_ring *r, uint32_t binding, double *device_ms,
-                                  int timeout_ms, tsr_error *err)
-{
-    if (r == NULL)
-        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring must not be NULL");
-    if (atomic_load_explicit(&r->hdr->closed, memory_order_acquire))
-        return ring_closed_error(r, err);
-    int wait_ms = ring_wait_ms(r, timeout_ms);
-    uint32_t done;
-    tsr_status st = ring_wait_room(r, wait_ms, &done, err);
-    if (st != TSR_OK)
-        return st;
-    uint32_t seq = r->next;
-    ring_submit(r, binding);
-    st = ring_wait_completed(r, seq + 1, wait_ms, &done, err);
-    if (st != TSR_OK)
-        return st;
-    if (device_ms != NULL)
-        *device_ms = (double)r->slots[seq % r->n_slots].device_ns / 1e6;
-    return ring_slot_status(r, seq, err);
-}
-
-/* What a run has read of its answers so far. */
+/* What a sequence has read of its answers so far. */
 typedef struct ring_run_answers {
-    uint32_t first;     /* the run's first submission */
+    uint32_t first;     /* the sequence's first submission */
     uint32_t read;      /* the next submission whose answer to read */
+    bool name_index;    /* a failure's error names its index (ring_run) */
     uint64_t device_ns; /* summed over those read */
     tsr_status failure; /* the first failure read, else TSR_OK */
-    tsr_error error;    /* its error, prefixed with its index in the run */
+    tsr_error error;    /* its error */
 } ring_run_answers;
 
-/* Reads the answers of the run's submissions that `done` (the completed
+/* Reads the answers of the sequence's submissions that `done` (the completed
  * count) has passed, before their slots are used again. */
 static void ring_run_collect(const tsr_client_ring *r, ring_run_answers *a, uint32_t done)
 {
@@ -243,30 +222,27 @@ static void ring_run_collect(const tsr_client_ring *r, ring_run_answers *a, uint
         a->device_ns += r->slots[a->read % r->n_slots].device_ns;
         if (a->failure == TSR_OK) {
             a->failure = ring_slot_status(r, a->read, &a->error);
-            if (a->failure != TSR_OK)
+            if (a->failure != TSR_OK && a->name_index)
                 tsr_error_prefix(&a->error, "ring_run[%u]", a->read - a->first);
         }
     }
 }
 
-tsr_status tsr_client_ring_run(tsr_client_ring *r, const uint32_t *bindings, size_t n,
-                               double *device_ms, int timeout_ms, tsr_error *err)
+/* Submits bindings[0 .. n) without waiting in between (at most `slots`
+ * outstanding, counting any an earlier call left) and waits for all of them:
+ * tsr_client_ring_launch is a sequence of one. */
+static tsr_status ring_sequence(tsr_client_ring *r, const uint32_t *bindings, size_t n,
+                                bool name_index, double *device_ms, int timeout_ms, tsr_error *err)
 {
     if (device_ms != NULL)
         *device_ms = 0;
-    if (r == NULL || (n > 0 && bindings == NULL))
-        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring and bindings must not be NULL");
-    if (n > TSR_RING_RUN_MAX)
-        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring_run: %zu launches, at most %u", n,
-                             TSR_RING_RUN_MAX);
     if (atomic_load_explicit(&r->hdr->closed, memory_order_acquire))
         return ring_closed_error(r, err);
     int wait_ms = ring_wait_ms(r, timeout_ms);
-    ring_run_answers a = {.first = r->next, .read = r->next};
+    ring_run_answers a = {.first = r->next, .read = r->next, .name_index = name_index};
     tsr_error_clear(&a.error);
     uint32_t done;
     for (size_t i = 0; i < n; i++) {
-        /* At most `slots` outstanding, counting any an earlier call left. */
         tsr_status st = ring_wait_room(r, wait_ms, &done, err);
         if (st != TSR_OK)
             return st;
@@ -282,6 +258,27 @@ tsr_status tsr_client_ring_run(tsr_client_ring *r, const uint32_t *bindings, siz
     if (a.failure != TSR_OK && err != NULL)
         *err = a.error;
     return a.failure;
+}
+
+tsr_status tsr_client_ring_launch(tsr_client_ring *r, uint32_t binding, double *device_ms,
+                                  int timeout_ms, tsr_error *err)
+{
+    if (r == NULL)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring must not be NULL");
+    return ring_sequence(r, &binding, 1, false, device_ms, timeout_ms, err);
+}
+
+tsr_status tsr_client_ring_run(tsr_client_ring *r, const uint32_t *bindings, size_t n,
+                               double *device_ms, int timeout_ms, tsr_error *err)
+{
+    if (device_ms != NULL)
+        *device_ms = 0;
+    if (r == NULL || (n > 0 && bindings == NULL))
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring and bindings must not be NULL");
+    if (n > TSR_RING_RUN_MAX)
+        return tsr_error_set(err, TSR_INVALID_ARGUMENT, "ring_run: %zu launches, at most %u", n,
+                             TSR_RING_RUN_MAX);
+    return ring_sequence(r, bindings, n, true, device_ms, timeout_ms, err);
 }
 
 tsr_status tsr_client_ring_close(tsr_client_ring *r, uint64_t *launches, int timeout_ms,

@@ -665,17 +665,19 @@ static void sparse_runs_merge(sparse_runs *rs)
     }
 }
 
-/* Whether signature input i of r is a product's weight (B, Wu, the bias):
- * its size does not follow M, so every shape of the layer reads the same
- * bits. */
-static bool sparse_is_weight(const sparse_inputs *s, int i)
+/* Marks in weight[] the inputs of r that are a product's weights (B, Wu, the
+ * bias): their sizes do not follow M, so every shape of the layer reads the
+ * same bits. */
+static void sparse_weights(const sparse_inputs *s, bool weight[TSR_MAX_REGION_INPUTS])
 {
+    memset(weight, 0, TSR_MAX_REGION_INPUTS * sizeof *weight);
     tsr_region_kind kind = s->r->kind;
     if (kind != TSR_KIND_MATMUL && kind != TSR_KIND_FUSED && kind != TSR_KIND_GATED)
-        return false;
+        return;
     tsri_mm_operands o;
     tsri_mm_operands_of(s->r, (const void *const *)s->data, &o);
-    return s->data[i] == o.b || s->data[i] == o.b2 || s->data[i] == o.bias;
+    for (int i = 0; i < s->n; i++)
+        weight[i] = s->data[i] == o.b || s->data[i] == o.b2 || s->data[i] == o.bias;
 }
 
 /* Inputs that the runs cover whole are taken from the memo when it holds
@@ -688,6 +690,8 @@ static void sparse_take_kept(sparse_inputs *s, sparse_runs *rs)
     if (s->memo == NULL)
         return;
     uint64_t covered[TSR_MAX_REGION_INPUTS] = {0};
+    bool weight[TSR_MAX_REGION_INPUTS];
+    sparse_weights(s, weight);
     for (size_t i = 0; i < rs->n; i++)
         covered[rs->v[i].input] += rs->v[i].count;
     for (int i = 0; i < s->n; i++) {
@@ -695,7 +699,7 @@ static void sparse_take_kept(sparse_inputs *s, sparse_runs *rs)
         if (n == 0 || covered[i] != n)
             continue;
         s->kept[i] = tsri_oracle_memo_get(s->memo, s->keys[i], s->descs[i].dtype, n, &s->offer[i]);
-        if (s->kept[i] == NULL && sparse_is_weight(s, i))
+        if (s->kept[i] == NULL && weight[i])
             s->offer[i] = true;
     }
     size_t u = 0;

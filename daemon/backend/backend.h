@@ -34,7 +34,7 @@
  * stream operations never overlap). Buffer writes and reads are synchronous on
  * the caller's thread. Blocking: compile, launch, synchronize and buffer copies
  * block; none is called on the loop thread but the launch and synchronize (or
- * launch_sync) of a kernel measured short, while no other device work runs
+ * launch_many_sync) of a kernel measured short, while no other device work runs
  * (serve/dispatch.c).
  */
 #ifndef TESSERAD_BACKEND_BACKEND_H
@@ -230,7 +230,7 @@ typedef struct tsrd_backend_probe_ops {
                                 const uint64_t *index, size_t count, void *out, tsr_error *err);
 } tsrd_backend_probe_ops;
 
-/* Every member of the core is set but launch_sync, launch_many_sync, device_lost and
+/* Every member of the core is set but launch_many_sync, device_lost and
  * recover_device. The six optional groups are NULL where
  * the backend has no such capability, and then callers do without: copies are
  * staged through buffer_write and buffer_read, buffer_import is refused with
@@ -305,20 +305,13 @@ typedef struct tsrd_backend_ops {
     /* Waits for everything enqueued on s; *device_ms gets the device time of the
      * work since the last synchronize when the backend measures it, else 0. */
     tsr_status (*synchronize)(tsrd_backend *b, tsrd_stream *s, double *device_ms, tsr_error *err);
-    /* Optional, NULL where the backend has none (callers then call launch and
-     * synchronize: tsrd_launch_wait): launch, then synchronize s, in one call,
-     * for a backend whose every call costs a round trip (the isolated ones pay
-     * one for the pair). The outcome is exactly the two calls': when the
-     * launch fails, its error, and s is not synchronized; else the
-     * synchronize's, with *device_ms (when not NULL) as synchronize gives it.
-     * A sticky fault in either marks the backend lost as they would. */
-    tsr_status (*launch_sync)(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
-                              tsrd_dbuf *const *inputs, int n_inputs, tsrd_dbuf *output,
-                              double *device_ms, tsr_error *err);
     /* Optional, NULL where the backend has none (callers then call launch_many
-     * and synchronize: tsrd_launch_many_wait): launch_many, then, when every
-     * launch went, synchronize s, in one call (one round trip to a device
-     * worker for a batch's chunk). The outcome is exactly the two calls':
+     * and synchronize: tsrd_launch_many_wait, tsrd_launch_wait): launch_many,
+     * then, when every launch went, synchronize s, in one call, for a backend
+     * whose every call costs a round trip (the isolated ones pay one for a
+     * launch request's launch and its synchronize, or a batch's chunk and
+     * its). A sticky fault in either part marks the backend lost as the two
+     * calls would. The outcome is exactly the two calls':
      * when a launch fails, its error with *launched counting those before it,
      * and s is not synchronized; else the synchronize's, with *device_ms
      * (when not NULL) as synchronize gives it. A call that gets no answer (a
@@ -379,22 +372,6 @@ tsrd_launch_each(tsr_status (*launch)(tsrd_backend *, tsrd_kobj *, tsrd_stream *
     return TSR_OK;
 }
 
-/* One launch and its synchronize: through launch_sync where the backend has
- * it, else the two calls, the synchronize only after a launch that went.
- * Blocking, worker thread (or the loop for a launch measured short). */
-static inline tsr_status tsrd_launch_wait(const tsrd_backend_ops *ops, tsrd_backend *b,
-                                          tsrd_kobj *k, tsrd_stream *s, tsrd_dbuf *const *inputs,
-                                          int n_inputs, tsrd_dbuf *output, double *device_ms,
-                                          tsr_error *err)
-{
-    if (ops->launch_sync != NULL)
-        return ops->launch_sync(b, k, s, inputs, n_inputs, output, device_ms, err);
-    if (device_ms != NULL)
-        *device_ms = 0;
-    tsr_status st = ops->launch(b, k, s, inputs, n_inputs, output, err);
-    return st == TSR_OK ? ops->synchronize(b, s, device_ms, err) : st;
-}
-
 /* Launches and their synchronize: through launch_many_sync where the backend
  * has it, else the two calls, the synchronize only after every launch went.
  * *synced says whether s was synchronized (then the status is the
@@ -418,6 +395,20 @@ static inline tsr_status tsrd_launch_many_wait(const tsrd_backend_ops *ops, tsrd
         return st;
     *synced = true;
     return ops->synchronize(b, s, device_ms, err);
+}
+
+/* One launch and its synchronize, as tsrd_launch_many_wait does them: when
+ * the launch fails, its error, and s is not synchronized. Blocking, worker
+ * thread (or the loop for a launch measured short). */
+static inline tsr_status tsrd_launch_wait(const tsrd_backend_ops *ops, tsrd_backend *b,
+                                          tsrd_kobj *k, tsrd_stream *s, tsrd_dbuf *const *inputs,
+                                          int n_inputs, tsrd_dbuf *output, double *device_ms,
+                                          tsr_error *err)
+{
+    tsrd_launch_desc one = {.kernel = k, .inputs = inputs, .n_inputs = n_inputs, .output = output};
+    size_t launched;
+    bool synced;
+    return tsrd_launch_many_wait(ops, b, &one, 1, s, &launched, &synced, device_ms, err);
 }
 
 #endif

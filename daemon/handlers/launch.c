@@ -28,7 +28,7 @@ typedef struct launch_state {
     tsr_region region;
     tsrd_compiled compiled;
     tsrd_dbuf *temps[TSR_MAX_REGION_INPUTS + 1];
-    bool fused;           /* launched through the backend's launch_sync */
+    bool fused;           /* launched through the backend's launch_many_sync */
     tsrd_kobj *kobj_here; /* loaded on the run's device when it is not 0 */
     /* Shared-memory tensors: inputs by index, the output at the last slot. */
     tsrd_shm_map *maps[TSR_MAX_REGION_INPUTS + 1];
@@ -156,7 +156,7 @@ static void launch_measured(tsrd_kernel *k, double device_ms)
 }
 
 /* The launch and its synchronize are one backend call where the backend
- * offers it (launch_sync: one round trip to a device worker instead of two),
+ * offers it (launch_many_sync: one round trip to a device worker instead of two),
  * on the pool and on the loop alike. */
 static tsr_status launch_execute(tsrd_job *job)
 {
@@ -172,7 +172,7 @@ static tsr_status launch_execute(tsrd_job *job)
     if (st == TSR_OK)
         st = tsrd_job_stream(job, &stream);
     if (st == TSR_OK) {
-        lj->fused = job->d->bops->launch_sync != NULL;
+        lj->fused = job->d->bops->launch_many_sync != NULL;
         st = tsrd_launch_wait(job->d->bops, job->d->backend, kobj, stream, inputs, b->n_inputs,
                               b->output->dbuf, &job->body.launch.device_ms, &job->err);
     }
@@ -471,7 +471,7 @@ static tsr_status run_execute(tsrd_job *job)
     if (st == TSR_OK)
         st = tsrd_job_stream(job, &stream);
     if (st == TSR_OK) {
-        s->fused = job->d->bops->launch_sync != NULL;
+        s->fused = job->d->bops->launch_many_sync != NULL;
         tsrd_kobj *kobj = s->kobj_here != NULL ? s->kobj_here : s->compiled.kobj;
         st = tsrd_launch_wait(job->d->bops, job->d->backend, kobj, stream, inputs, n, output, NULL,
                               &job->err);

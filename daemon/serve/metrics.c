@@ -508,7 +508,8 @@ static void metrics_oracle_memo(tsrd_daemon *d, metrics_list *l)
          "Whole probe inputs a sampled check took from the memo instead of making them.",
          (double)m.hits},
         {"oracle_memo_misses_total", "counter",
-         "Whole probe inputs a sampled check made (kept from their second request on).",
+         "Whole probe inputs a sampled check made (a product's weights kept at once, other "
+         "inputs from their second request on).",
          (double)m.misses},
         {"oracle_memo_evictions_total", "counter",
          "Probe inputs dropped from the memo to keep it within oracle_memo_bytes.",

@@ -34,7 +34,7 @@
  *
  * Costs: a call is one round trip on a Unix socket (a few microseconds, two
  * thread wake-ups across the processes), so a launch and its synchronize,
- * which go as one call (launch_sync), take one more than in process, and
+ * which go as one call (launch_many_sync), take one more than in process, and
  * other buffer copies pass through a window (one host memcpy more).
  *
  * "cpu-isolated" is the same with the CPU backend in the worker: it exists so
@@ -1043,11 +1043,48 @@ static tsr_status iso_launch_many(tsrd_backend *b, const tsrd_launch_desc *launc
     return iso_launches(b, launches, n, s, false, launched, NULL, err);
 }
 
+/* One launch and its synchronize (TSRD_DW_LAUNCH_SYNC, a launch request's
+ * pair): the same checks as iso_launches, then one frame of a fixed layout,
+ * encoded on the stack; the worker answers as the two calls would have. */
+static tsr_status iso_launch_one_sync(tsrd_backend *b, const tsrd_launch_desc *one, tsrd_stream *s,
+                                      size_t *launched, double *device_ms, tsr_error *err)
+{
+    *launched = 0;
+    if (device_ms != NULL)
+        *device_ms = 0;
+    tsr_status st;
+    if (iso_launches_valid(b, one, 1, s, &st, err) == 0)
+        return st;
+    tsrd_dw_launch l = {.stream = s->remote.id,
+                        .kernel = one->kernel->remote.id,
+                        .output = one->output->remote.id,
+                        .n_inputs = (uint32_t)one->n_inputs};
+    for (int i = 0; i < one->n_inputs; i++)
+        l.inputs[i] = one->inputs[i]->remote.id;
+    _Alignas(uint64_t) uint8_t frame[TSRD_DW_LAUNCH_FRAME_MAX];
+    size_t len;
+    st = tsrd_dw_launch_encode(&l, frame, sizeof frame, &len, err);
+    if (st != TSR_OK)
+        return st;
+    tsrd_dw_request q;
+    memcpy(&q, frame, sizeof q);
+    /* r1 says whether the launch went; a call without an answer leaves the
+     * mark, and counts as the synchronize's failure (as in iso_launches). */
+    const uint64_t no_reply = UINT64_MAX;
+    uint64_t r[2] = {0, no_reply};
+    st = iso_call(b, &q, frame + sizeof q, r, err);
+    *launched = r[1] == no_reply || r[1] == 1;
+    if (st == TSR_OK && device_ms != NULL)
+        memcpy(device_ms, &r[0], sizeof *device_ms);
+    return st;
+}
+
 static tsr_status iso_launch_many_sync(tsrd_backend *b, const tsrd_launch_desc *launches, size_t n,
                                        tsrd_stream *s, size_t *launched, double *device_ms,
                                        tsr_error *err)
 {
-    return iso_launches(b, launches, n, s, true, launched, device_ms, err);
+    return n == 1 ? iso_launch_one_sync(b, launches, s, launched, device_ms, err)
+                  : iso_launches(b, launches, n, s, true, launched, device_ms, err);
 }
 
 /* One launch is a sequence of one: the same checks, the same worker call. */
@@ -1071,39 +1108,6 @@ static tsr_status iso_synchronize(tsrd_backend *b, tsrd_stream *s, double *devic
     tsrd_dw_request q = {.op = TSRD_DW_SYNC, .a = {s->remote.id}};
     uint64_t r[2];
     st = iso_call(b, &q, NULL, r, err);
-    if (st == TSR_OK && device_ms != NULL)
-        memcpy(device_ms, &r[0], sizeof *device_ms);
-    return st;
-}
-
-/* A launch and its synchronize in one round trip (TSRD_DW_LAUNCH_SYNC): the
- * same checks as iso_launch, then one frame, encoded on the stack and sent
- * with one call; the worker answers as the two calls would have. */
-static tsr_status iso_launch_sync(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
-                                  tsrd_dbuf *const *inputs, int n_inputs, tsrd_dbuf *output,
-                                  double *device_ms, tsr_error *err)
-{
-    if (device_ms != NULL)
-        *device_ms = 0;
-    tsrd_launch_desc one = {.kernel = k, .inputs = inputs, .n_inputs = n_inputs, .output = output};
-    tsr_status st;
-    if (iso_launches_valid(b, &one, 1, s, &st, err) == 0)
-        return st;
-    tsrd_dw_launch l = {.stream = s->remote.id,
-                        .kernel = k->remote.id,
-                        .output = output->remote.id,
-                        .n_inputs = (uint32_t)n_inputs};
-    for (int i = 0; i < n_inputs; i++)
-        l.inputs[i] = inputs[i]->remote.id;
-    _Alignas(uint64_t) uint8_t frame[TSRD_DW_LAUNCH_FRAME_MAX];
-    size_t len;
-    st = tsrd_dw_launch_encode(&l, frame, sizeof frame, &len, err);
-    if (st != TSR_OK)
-        return st;
-    tsrd_dw_request q;
-    memcpy(&q, frame, sizeof q);
-    uint64_t r[2];
-    st = iso_call(b, &q, frame + sizeof q, r, err);
     if (st == TSR_OK && device_ms != NULL)
         memcpy(device_ms, &r[0], sizeof *device_ms);
     return st;
@@ -1330,9 +1334,8 @@ static const tsrd_backend_graph_ops iso_graph = {
     .buffer_write = iso_buffer_write, .buffer_read = iso_buffer_read, .compile = iso_compile,      \
     .load = iso_load, .unload = iso_unload, .stream_create = iso_stream_create,                    \
     .stream_destroy = iso_stream_destroy, .launch = iso_launch, .launch_many = iso_launch_many,    \
-    .synchronize = iso_synchronize, .launch_sync = iso_launch_sync,                                \
-    .launch_many_sync = iso_launch_many_sync, .lost = iso_lost, .recover = iso_recover,            \
-    .hostmem = &iso_hostmem, .ring = &iso_ring, .probe = &iso_probe
+    .synchronize = iso_synchronize, .launch_many_sync = iso_launch_many_sync, .lost = iso_lost,    \
+    .recover = iso_recover, .hostmem = &iso_hostmem, .ring = &iso_ring, .probe = &iso_probe
 
 const tsrd_backend_ops tsrd_backend_cuda_isolated = {
     .name = "cuda",

@@ -51,6 +51,26 @@
 #define TSR_GEMM_STAGES_PINGPONG 5
 #define TSR_GEMM_SMEM_BYTES_PINGPONG                                                               \
     (TSR_GEMM_STAGES_PINGPONG * (8192 + 32768) + TSR_GEMM_SCRATCH_BYTES + 1024 + 256)
+/* The row-reduction kernels (tsr_gemm_<in>_<out>_rows): a fused product whose
+ * rows are normalized (rmsnorm, layer_norm, softmax) over N <=
+ * TSR_GEMM_ROWS_MAX_N columns. A CTA owns whole row blocks of 64 rows and
+ * their 64 x 256 tiles, which its two consumers take in turn (ping-pong); each
+ * tile's epilogue keeps per-row statistics in shared memory and stores values
+ * scaled by its own statistics, and once the row block is done the CTA
+ * combines the statistics per row and rescales the block in place. Four
+ * stages of A (8 KiB) + B (32 KiB), the scratch, the statistics (one float2
+ * per row and tile) and the row scalars, slack and barriers. */
+#define TSR_GEMM_ROWS_MAX_N 8192
+#define TSR_GEMM_ROWS_MAX_TILES (TSR_GEMM_ROWS_MAX_N / TSR_GEMM_BN_PINGPONG)
+#define TSR_GEMM_STAGES_ROWS 4
+#define TSR_GEMM_SMEM_BYTES_ROWS                                                                   \
+    (TSR_GEMM_STAGES_ROWS * (8192 + 32768) + TSR_GEMM_SCRATCH_BYTES +                              \
+     (TSR_GEMM_ROWS_MAX_TILES + 1) * TSR_GEMM_BM_PINGPONG * 8 + 1024 + 256)
+/* tsr_gemm_params.reduction */
+#define TSR_GEMM_REDUCE_NONE 0
+#define TSR_GEMM_REDUCE_RMSNORM 1
+#define TSR_GEMM_REDUCE_LAYER_NORM 2
+#define TSR_GEMM_REDUCE_SOFTMAX 3
 /* The small-M kernels (tsr_gemm_<in>_<out>_m<MW>_n<TN>) for M <=
  * TSR_GEMM_NARROW_M, with or without an epilogue: a decode step's product,
  * bound by the stream of B. They compute the transposed product, Cᵀ = Bᵀ·Aᵀ,
@@ -130,6 +150,8 @@ typedef struct tsr_gemm_params {
     /* Shared-memory descriptor strides of the MN-major B tiles, in bytes:
      * lbo between 64-column chunks, sbo between groups of 8 K rows. */
     unsigned b_lbo, b_sbo;
+    int reduction; /* TSR_GEMM_REDUCE_*: the _rows kernels only */
+    float eps;     /* rmsnorm and layer_norm */
 } tsr_gemm_params;
 
 #endif

@@ -176,7 +176,8 @@ template <int N> __device__ __forceinline__ void act_apply_all(int op, float *v)
  * two adjacent columns of two-row steps and the stores are row-contiguous.
  * The residual and bias of the next pass are loaded before this pass's
  * arithmetic, so their latency hides behind it. */
-template <typename TIn, typename TOut, bool Gated, int Passes, bool Stream = false>
+template <typename TIn, typename TOut, bool Gated, int Passes, bool Stream = false,
+          bool Plain = false>
 __device__ __forceinline__ void epilogue_warp(const tsr_gemm_params &p, const float *acc,
                                               float *scratch, int row0, int col0)
 {
@@ -189,8 +190,10 @@ __device__ __forceinline__ void epilogue_warp(const tsr_gemm_params &p, const fl
     const int sub_row = lane / lanes_per_row;
     const int c = 2 * (lane % lanes_per_row);
     const int fr = lane / 4, fc = 2 * (lane % 4);
-    const bool has_res = p.residual != nullptr;
-    const bool has_bias = !Gated && p.bias != nullptr;
+    /* Plain: the accumulators hold the finished values (the row kernels
+     * apply the ops in registers); only the transposition and the stores. */
+    const bool has_res = !Plain && p.residual != nullptr;
+    const bool has_bias = !Plain && !Gated && p.bias != nullptr;
     float2 res_next[steps], bias_next = make_float2(0.0f, 0.0f);
     auto load_inputs = [&](int pass) {
         const int col = col0 + pass * cols + c;
@@ -251,7 +254,7 @@ __device__ __forceinline__ void epilogue_warp(const tsr_gemm_params &p, const fl
 #pragma unroll
             for (int i = 0; i < 2 * steps; i++)
                 v[i] *= u[i];
-        } else {
+        } else if (!Plain) {
             for (int o = 0; o < p.n_ops; o++) {
                 const int op = p.ops[o];
                 if (op == GEMM_OP_BIAS) {
@@ -585,6 +588,335 @@ gemm_pingpong_body(const CUtensorMap *map_a, const CUtensorMap *map_b, const tsr
     }
 }
 
+/* ---- the row-reduction kernels (tsr_gemm_<in>_<out>_rows) ----
+ *
+ * A row's normalization needs the whole row, which spans many tiles. A CTA
+ * owns whole row blocks (64 rows, blockIdx.x, + gridDim.x, ...) and walks
+ * their 64 x 256 tiles in order, its two consumers taking the tiles in turn
+ * as in the ping-pong kernels. A tile's epilogue applies the ops in
+ * registers, reduces each row over the tile's columns to two numbers kept in
+ * shared memory (rmsnorm: Σx²; layer_norm: the mean and Σ(x − mean)²;
+ * softmax: the max and Σexp(x − max)), and stores each value relative to
+ * them (x / s, (x − mean) / s with s the tile's root mean square or standard
+ * deviation; exp(x − max)), so that what is stored stays within the output
+ * dtype's range and keeps its precision. When the row block is done, the CTA
+ * combines the tiles' numbers per row (layer_norm by the pairwise update of
+ * mean and squared deviations) and rescales the block in place: one multiply
+ * and add per element, from L2. The producer meanwhile loads the next row
+ * block's slices. */
+
+/* A tile's own scale s (above) from its sum of squares over count columns:
+ * 1 where s is 0 or not finite. The store and the rescale compute it from
+ * the same two numbers, so they agree to the bit. */
+__device__ __forceinline__ float rows_tile_scale(float sum_sq, int count)
+{
+    const float s = sqrtf(sum_sq / static_cast<float>(count));
+    return s > 0.0f && isfinite(s) ? s : 1.0f;
+}
+
+/* The larger, NaN winning: the reference's max, under which one NaN makes a
+ * softmax row NaN. */
+__device__ __forceinline__ float max_nan(float m, float x)
+{
+    return x > m || x != x ? x : m;
+}
+
+/* The four lanes that share a row of the accumulator layout (lane % 4). */
+__device__ __forceinline__ float quad_sum(float x)
+{
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+__device__ __forceinline__ float quad_max(float x)
+{
+    x = max_nan(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return max_nan(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+/* One consumer warp's 16 rows (row0 ..) of a 64 x 256 tile at column n0:
+ * register 4j + 2h + e holds row lane / 4 + 8h, column n0 + 8j + 2 (lane % 4)
+ * + e. Applies the ops, writes the rows' two numbers to stats[row - m0], and
+ * leaves the values to store in acc. */
+template <typename TIn>
+__device__ __forceinline__ void rows_tile_values(const tsr_gemm_params &p, float *acc,
+                                                 float2 *stats, int warp, int n0)
+{
+    const int lane = threadIdx.x % 32;
+    const int cq = 2 * (lane % 4);
+    for (int o = 0; o < p.n_ops; o++) {
+        const int op = p.ops[o];
+        if (op == GEMM_OP_BIAS) {
+#pragma unroll
+            for (int j = 0; j < 32; j++) {
+                const int col = n0 + 8 * j + cq;
+                const float2 b =
+                    col < p.n ? elem<TIn>::load_pair(p.bias, col) : make_float2(0.0f, 0.0f);
+                acc[4 * j] += b.x;
+                acc[4 * j + 1] += b.y;
+                acc[4 * j + 2] += b.x;
+                acc[4 * j + 3] += b.y;
+            }
+        } else {
+            act_apply_all<128>(op, acc);
+        }
+    }
+    /* N is a multiple of 8: a group of 8 columns is all in or all out. */
+    const int count = min(TSR_GEMM_BN_PINGPONG, p.n - n0);
+    float first[2], second[2];
+    if (p.reduction == TSR_GEMM_REDUCE_RMSNORM) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float ss = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 32; j++)
+                if (8 * j < count)
+                    ss += acc[4 * j + 2 * h] * acc[4 * j + 2 * h] +
+                          acc[4 * j + 2 * h + 1] * acc[4 * j + 2 * h + 1];
+            first[h] = quad_sum(ss);
+            second[h] = 0.0f;
+            const float inv = 1.0f / rows_tile_scale(first[h], count);
+#pragma unroll
+            for (int j = 0; j < 32; j++) {
+                acc[4 * j + 2 * h] *= inv;
+                acc[4 * j + 2 * h + 1] *= inv;
+            }
+        }
+    } else if (p.reduction == TSR_GEMM_REDUCE_LAYER_NORM) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 32; j++)
+                if (8 * j < count)
+                    sum += acc[4 * j + 2 * h] + acc[4 * j + 2 * h + 1];
+            const float mean = quad_sum(sum) / static_cast<float>(count);
+            float m2 = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 32; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float d = acc[4 * j + 2 * h + e] - mean;
+                    if (8 * j < count)
+                        m2 += d * d;
+                }
+            first[h] = mean;
+            second[h] = quad_sum(m2);
+            const float inv = 1.0f / rows_tile_scale(second[h], count);
+#pragma unroll
+            for (int j = 0; j < 32; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    acc[4 * j + 2 * h + e] = (acc[4 * j + 2 * h + e] - mean) * inv;
+        }
+    } else {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < 32; j++)
+                if (8 * j < count)
+                    mx = max_nan(max_nan(mx, acc[4 * j + 2 * h]), acc[4 * j + 2 * h + 1]);
+            mx = quad_max(mx);
+            float sum = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 32; j++)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    acc[4 * j + 2 * h + e] = expf(acc[4 * j + 2 * h + e] - mx);
+                    if (8 * j < count)
+                        sum += acc[4 * j + 2 * h + e];
+                }
+            first[h] = mx;
+            second[h] = quad_sum(sum);
+        }
+    }
+    if (lane % 4 == 0) {
+        stats[16 * warp + lane / 4] = make_float2(first[0], second[0]);
+        stats[16 * warp + lane / 4 + 8] = make_float2(first[1], second[1]);
+    }
+}
+
+/* Row `row` of the block from every tile's two numbers (stats[t * 64 + row]):
+ * rmsnorm (1 / sqrt(Σx² / N + eps), -); layer_norm (mean, 1 / sqrt(var +
+ * eps)); softmax (max, Σexp(x − max)). */
+__device__ __forceinline__ float2 rows_combine(const tsr_gemm_params &p, const float2 *stats,
+                                               int tiles_n, int row)
+{
+    constexpr int bm = TSR_GEMM_BM_PINGPONG, bn = TSR_GEMM_BN_PINGPONG;
+    if (p.reduction == TSR_GEMM_REDUCE_RMSNORM) {
+        float ss = 0.0f;
+        for (int t = 0; t < tiles_n; t++)
+            ss += stats[t * bm + row].x;
+        return make_float2(rsqrtf(ss / static_cast<float>(p.n) + p.eps), 0.0f);
+    }
+    if (p.reduction == TSR_GEMM_REDUCE_LAYER_NORM) {
+        /* Tiles merged one at a time: (n_a, mean_a, M2_a) with (n_b, mean_b,
+         * M2_b) gives mean_a + δ n_b / n and M2_a + M2_b + δ² n_a n_b / n,
+         * δ = mean_b − mean_a: no cancellation of large sums. */
+        float n_a = 0.0f, mean = 0.0f, m2 = 0.0f;
+        for (int t = 0; t < tiles_n; t++) {
+            const float n_b = static_cast<float>(min(bn, p.n - t * bn));
+            const float2 s = stats[t * bm + row];
+            const float n = n_a + n_b, delta = s.x - mean;
+            mean += delta * (n_b / n);
+            m2 += s.y + delta * delta * (n_a * n_b / n);
+            n_a = n;
+        }
+        return make_float2(mean, rsqrtf(m2 / static_cast<float>(p.n) + p.eps));
+    }
+    float mx = -INFINITY;
+    for (int t = 0; t < tiles_n; t++)
+        mx = max_nan(mx, stats[t * bm + row].x);
+    float sum = 0.0f;
+    for (int t = 0; t < tiles_n; t++) {
+        const float2 s = stats[t * bm + row];
+        sum += s.y * expf(s.x - mx);
+    }
+    return make_float2(mx, sum);
+}
+
+/* 16 bytes of the output: loaded from L2 (the block's epilogue stored them),
+ * y · g + h, stored streaming. */
+template <typename TOut> __device__ __forceinline__ void rows_rescale16(TOut *at, float g, float h)
+{
+    constexpr int n = 16 / sizeof(TOut);
+    uint4 raw = __ldcg(reinterpret_cast<const uint4 *>(at));
+    TOut v[n];
+    memcpy(v, &raw, 16);
+#pragma unroll
+    for (int i = 0; i < n; i++)
+        v[i] = static_cast<TOut>(fmaf(static_cast<float>(v[i]), g, h));
+    memcpy(&raw, v, 16);
+    __stcs(reinterpret_cast<uint4 *>(at), raw);
+}
+
+/* The 256 consumer threads (t) rescale the row block at m0 in 16-byte pieces,
+ * row-contiguous, each piece within one tile. */
+template <typename TOut>
+__device__ __forceinline__ void rows_rescale(const tsr_gemm_params &p, const float2 *stats,
+                                             const float2 *row_scalars, int m0, int t)
+{
+    constexpr int bm = TSR_GEMM_BM_PINGPONG, bn = TSR_GEMM_BN_PINGPONG;
+    constexpr int per = 16 / sizeof(TOut);
+    const int pieces_per_row = p.n / per; /* N is a multiple of 8 */
+    const int rows = min(bm, p.m - m0);
+    TOut *out = static_cast<TOut *>(p.out);
+    for (int q = t; q < rows * pieces_per_row; q += 256) {
+        const int row = q / pieces_per_row, col = (q % pieces_per_row) * per;
+        const int tile = col / bn;
+        const float2 s = stats[tile * bm + row], r = row_scalars[row];
+        float g, h = 0.0f;
+        if (p.reduction == TSR_GEMM_REDUCE_RMSNORM) {
+            g = rows_tile_scale(s.x, min(bn, p.n - tile * bn)) * r.x;
+        } else if (p.reduction == TSR_GEMM_REDUCE_LAYER_NORM) {
+            g = rows_tile_scale(s.y, min(bn, p.n - tile * bn)) * r.y;
+            h = (s.x - r.x) * r.y;
+        } else {
+            g = expf(s.x - r.x) / r.y;
+        }
+        rows_rescale16(out + static_cast<size_t>(m0 + row) * p.n + col, g, h);
+    }
+}
+
+template <typename TIn, typename TOut>
+__device__ __forceinline__ void gemm_rows_body(const CUtensorMap *map_a, const CUtensorMap *map_b,
+                                               const tsr_gemm_params &p)
+{
+    constexpr int TM = TSR_GEMM_BM_PINGPONG, TN = TSR_GEMM_BN_PINGPONG;
+    constexpr int kStages = TSR_GEMM_STAGES_ROWS;
+    constexpr int kTileABytes = TM * kBK * 2;
+    constexpr int kBBytes = kBK * TN * 2;
+    unsigned char *smem_a = smem_aligned();
+    unsigned char *smem_b = smem_a + kStages * kTileABytes;
+    float *scratch_all = reinterpret_cast<float *>(smem_b + kStages * kBBytes);
+    float2 *stats = reinterpret_cast<float2 *>(scratch_all + 8 * kScratchFloats);
+    float2 *row_scalars = stats + TSR_GEMM_ROWS_MAX_TILES * TM;
+    uint64_t *full = reinterpret_cast<uint64_t *>(row_scalars + TM);
+    uint64_t *empty = full + kStages;
+
+    const int row_blocks = (p.m + TM - 1) / TM;
+    const int tiles_n = (p.n + TN - 1) / TN;
+    const int k_tiles = (p.k + kBK - 1) / kBK;
+    const int blocks = static_cast<int>(blockIdx.x) < row_blocks
+                           ? (row_blocks - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1
+                           : 0;
+    const int seq = blocks * tiles_n; /* the CTA's tiles, in order */
+    const int warpgroup = threadIdx.x / 128;
+
+    ring_init<kStages>(full, empty, 1); /* each stage has one consumer */
+    if (warpgroup == 0) {
+        regs_shrink<40>();
+        if (threadIdx.x != 0)
+            return;
+        int it = 0;
+        for (int l = 0; l < seq; l++) {
+            const int m0 = (static_cast<int>(blockIdx.x) + l / tiles_n * gridDim.x) * TM;
+            const int n0 = l % tiles_n * TN;
+            for (int kt = 0; kt < k_tiles; kt++, it++) {
+                const int s = it % kStages;
+                mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+                mbar_expect_tx(&full[s], kTileABytes + kBBytes);
+                tma_load_2d(smem_a + s * kTileABytes, map_a, &full[s], kt * kBK, m0);
+#pragma unroll
+                for (int c = 0; c < TN / 64; c++)
+                    tma_load_2d(smem_b + s * kBBytes + c * kChunkBytes, map_b, &full[s],
+                                n0 + 64 * c, kt * kBK);
+            }
+        }
+        return;
+    }
+
+    regs_grow<232>();
+    const int consumer = warpgroup - 1;
+    const int t = threadIdx.x - 128; /* 0 .. 255 */
+    const int warp = (t % 128) / 32;
+    float *scratch = scratch_all + (consumer * 4 + warp) * kScratchFloats;
+    float acc[128];
+    for (int b = 0; b < blocks; b++) {
+        const int m0 = (static_cast<int>(blockIdx.x) + b * gridDim.x) * TM;
+        for (int tn = 0; tn < tiles_n; tn++) {
+            const int l = b * tiles_n + tn;
+            if ((l & 1) != consumer)
+                continue;
+            /* Wait for the other consumer to have issued the CTA's previous tile. */
+            if (l > 0)
+                consumers_wait(1 + consumer);
+            const int n0 = tn * TN;
+#pragma unroll
+            for (int i = 0; i < 128; i++)
+                acc[i] = 0.0f;
+            int it = l * k_tiles;
+            for (int kt = 0; kt < k_tiles; kt++, it++) {
+                const int s = it % kStages;
+                mbar_wait(&full[s], (it / kStages) & 1);
+                const uint32_t a_base = smem_addr(smem_a + s * kTileABytes);
+                const uint32_t b_base = smem_addr(smem_b + s * kBBytes);
+                wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < kBK / 16; kk++)
+                    wgmma<256, TIn>(acc, smem_desc(a_base + kk * 32, 16, 1024),
+                                    smem_desc(b_base + kk * 2048, p.b_lbo, p.b_sbo));
+                ring_retire_previous<kStages>(empty, it, kt);
+            }
+            if (l + 1 < seq)
+                consumers_arrive(2 - consumer);
+            ring_retire_last<kStages>(empty, it);
+            rows_tile_values<TIn>(p, acc, stats + tn * TM, warp, n0);
+            epilogue_warp<TIn, TOut, false, TN / 32, false, true>(p, acc, scratch,
+                                                                  m0 + warp * 16, n0);
+        }
+        /* Every tile of the block stored and its numbers written (barrier 3:
+         * both consumers); the row scalars; then the rescale, and no tile of
+         * the next block writes its numbers before every thread is done. */
+        consumers_wait(3);
+        if (t < TM)
+            row_scalars[t] = rows_combine(p, stats, tiles_n, t);
+        consumers_wait(3);
+        rows_rescale<TOut>(p, stats, row_scalars, m0, t);
+        consumers_wait(3);
+    }
+}
+
 /* The kernels for at most TSR_GEMM_NARROW_M rows (gemm_params.h): the
  * transposed product Cᵀ = Bᵀ·Aᵀ of one TN-column tile (gated: TN columns of
  * both weights), with this CTA's share of the K slices (cluster rank r of S
@@ -793,6 +1125,12 @@ TSR_GEMM_FAMILY(TSR_GEMM_ENTRY, tsr_gemm, )
 #define TSR_GEMM_ENTRY_PINGPONG(name, tin, tout)                                                   \
     TSR_GEMM_KERNEL(name, gemm_pingpong_body<tin, tout>(&map_a, &map_b, p))
 TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_PINGPONG, tsr_gemm, _pp)
+
+/* The products with a row reduction (rmsnorm, layer_norm, softmax) over at
+ * most TSR_GEMM_ROWS_MAX_N columns: tsr_gemm_<in>_<out>_rows. */
+#define TSR_GEMM_ENTRY_ROWS(name, tin, tout)                                                       \
+    TSR_GEMM_KERNEL(name, gemm_rows_body<tin, tout>(&map_a, &map_b, p))
+TSR_GEMM_FAMILY(TSR_GEMM_ENTRY_ROWS, tsr_gemm, _rows)
 
 /* The gated products: tsr_gemm_<in>_<out>_gated. */
 #define TSR_GEMM_ENTRY_GATED(name, tin, tout)                                                      \

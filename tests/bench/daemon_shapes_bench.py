@@ -59,6 +59,17 @@ def gated(name, dtype, m, k, h):
             [(m, k), (k, h), (k, h)], lambda a, wg, wu: F.silu(a @ wg) * (a @ wu), 4 * m * k * h)
 
 
+def fused(name, dtype, m, n, k, epilogue, residual, reduction, torch_fn, compiled):
+    """A fused product against the same ops unfused in torch: eager, or
+    torch.compile of the same expression when compiled."""
+    region = {"kind": "fused", "dtype": dtype, "m": m, "n": n, "k": k, "epilogue": epilogue,
+              "residual": residual, "reduction": reduction}
+    shapes = [(m, k), (k, n)] + ([(n,)] if "bias" in epilogue else []) + \
+        ([(m, n)] if residual else [])
+    return (name, region, shapes, torch.compile(torch_fn) if compiled else torch_fn,
+            2 * m * n * k)
+
+
 def pointwise(name, dtype, inputs, ops, torch_fn):
     """A pointwise DAG against torch.compile of the same expression (the lane's
     goal); the rate columns show TB/s moved (inputs read, output written)."""
@@ -84,6 +95,18 @@ CASES = [
     matmul("matmul bf16 M16 N14336 K4096", "bf16", 16, 14336, 4096),
     matmul("matmul bf16 M32 N4096 K14336", "bf16", 32, 4096, 14336),
     gated("gated SwiGLU bf16 M16 K4096 H14336", "bf16", 16, 4096, 14336),
+    fused("fused bias+gelu+residual bf16 8192x14336x4096 (torch.compile)", "bf16",
+          8192, 14336, 4096, ["bias", "gelu"], True, None,
+          lambda a, w, bias, res: F.gelu(a @ w + bias, approximate="tanh") + res, True),
+    fused("fused rmsnorm bf16 8192x4096x4096 (torch eager)", "bf16", 8192, 4096, 4096, [],
+          False, "rmsnorm", lambda a, w: F.rms_norm(a @ w, (4096,), eps=1e-6), False),
+    fused("fused rmsnorm bf16 8192x4096x4096 (torch.compile)", "bf16", 8192, 4096, 4096, [],
+          False, "rmsnorm", lambda a, w: F.rms_norm(a @ w, (4096,), eps=1e-6), True),
+    fused("fused bias+silu, layer_norm bf16 8192x4096x4096 (torch.compile)", "bf16",
+          8192, 4096, 4096, ["bias", "silu"], False, "layer_norm",
+          lambda a, w, bias: F.layer_norm(F.silu(a @ w + bias), (4096,), eps=1e-6), True),
+    fused("fused softmax bf16 8192x4096x4096 (torch.compile)", "bf16", 8192, 4096, 4096, [],
+          False, "softmax", lambda a, w: torch.softmax(a @ w, -1), True),
     pointwise("pointwise relu(a+b)*sigmoid(c) f32 2^28 (torch.compile)", "f32",
               [("a", (1 << 28,)), ("b", (1 << 28,)), ("c", (1 << 28,))],
               [{"op": "add", "args": ["a", "b"], "out": "s"},

@@ -791,6 +791,60 @@ Test(cuda_backend, ping_pong_gemm_serves_every_epilogue_and_places_nan)
                           300, 520, 264, 77, 5, 10, 333, 77);
 }
 
+/* A bf16 product with a row reduction (json, m x n x k) whose A holds one
+ * value (bits) at (a_row, a_col): a NaN or an infinity there makes the whole
+ * row a_row NaN in the reference (its norm or its max is NaN or infinite), and
+ * gemm_wgmma's row kernel must place exactly those NaNs. */
+static void expect_gemm_row_nan(const char *json, int n, int k, int a_row, int a_col,
+                                uint16_t bits, uint64_t seed)
+{
+    nan_run nr;
+    nan_run_open(json, &nr);
+    tsr_error e;
+    void *inputs[TSR_MAX_REGION_INPUTS] = {0};
+    cr_assert_eq(tsr_oracle_make_probe(&nr.r, seed, 0, 1, inputs, &e), TSR_OK, "%s", e.message);
+    ((uint16_t *)inputs[0])[(size_t)a_row * k + a_col] = bits;
+    size_t nan_want, misplaced;
+    nan_run_launch(&nr, inputs, "gemm_wgmma", &nan_want, &misplaced);
+    cr_expect_eq(nan_want, (size_t)n, "%s: the reference's NaNs: %zu", json, nan_want);
+    cr_expect_eq(misplaced, 0, "%s: %zu of %zu NaN positions differ", json, misplaced, nr.count);
+    tsr_oracle_free_probe(&nr.r, inputs);
+    nan_run_close(&nr);
+}
+
+/* Products of more than 64 rows with a row reduction over at most 8192
+ * columns take the row kernels (tsr_gemm_<in>_<out>_rows): every reduction,
+ * ops before it, ragged M, N and K, one to 32 column tiles, every output
+ * dtype; a NaN or an infinity in A makes exactly its row NaN. */
+Test(cuda_backend, row_reduction_gemm_kernels_serve_every_norm_and_place_nan)
+{
+    const char *regions[] = {
+        "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":1000,\"n\":776,\"k\":520,"
+        "\"epilogue\":[\"bias\",\"gelu\"],\"reduction\":\"rmsnorm\"}",
+        "{\"kind\":\"fused\",\"dtype\":\"f16\",\"out_dtype\":\"f32\",\"m\":515,\"n\":2056,"
+        "\"k\":200,\"epilogue\":[\"silu\"],\"reduction\":\"layer_norm\",\"eps\":1e-5}",
+        "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":300,\"n\":1032,\"k\":96,"
+        "\"epilogue\":[\"bias\"],\"reduction\":\"softmax\"}",
+        "{\"kind\":\"fused\",\"dtype\":\"f16\",\"m\":129,\"n\":8192,\"k\":64,"
+        "\"reduction\":\"rmsnorm\"}",
+        "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"out_dtype\":\"f16\",\"m\":65,\"n\":264,"
+        "\"k\":136,\"epilogue\":[\"tanh\"],\"reduction\":\"layer_norm\"}",
+        "{\"kind\":\"fused\",\"dtype\":\"f16\",\"out_dtype\":\"bf16\",\"m\":777,\"n\":4096,"
+        "\"k\":1000,\"epilogue\":[\"relu\"],\"reduction\":\"softmax\"}",
+    };
+    expect_served_by("gemm_wgmma", regions, sizeof regions / sizeof regions[0]);
+    static const char *const norms[] = {"rmsnorm", "layer_norm", "softmax"};
+    for (int i = 0; i < 3; i++) {
+        char json[256];
+        snprintf(json, sizeof json,
+                 "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":300,\"n\":776,\"k\":264,"
+                 "\"epilogue\":[\"bias\"],\"reduction\":\"%s\"}",
+                 norms[i]);
+        expect_gemm_row_nan(json, 776, 264, 77, 5, 0x7FC0, 10 + (uint64_t)i);  /* NaN */
+        expect_gemm_row_nan(json, 776, 264, 250, 100, 0x7F80, 20 + (uint64_t)i); /* +inf */
+    }
+}
+
 /* The sampled check's probe inputs made on the device hold, element for
  * element, what the host reference makes of the same keys: every dtype, a
  * length that no block or grid divides, and a fill of all-ones bytes; the

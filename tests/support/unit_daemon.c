@@ -116,7 +116,7 @@ void unit_expect_declines(const tsr_candidate *c, const tsr_region *r, const cha
     cr_assert_str_eq(why, want);
 }
 
-void unit_expect_fused_rules(const tsr_candidate *gemm, const char *arch)
+void unit_expect_fused_rules(const tsr_candidate *gemm, const char *arch, bool row_reductions)
 {
     char why[160];
     tsr_region r;
@@ -128,7 +128,10 @@ void unit_expect_fused_rules(const tsr_candidate *gemm, const char *arch)
     unit_load_example("examples/fused.json", TSR_BF16, &r);
     r.u.fused.residual = false;
     r.u.fused.reduction = TSR_REDUCTION_RMSNORM;
-    unit_expect_declines(gemm, &r, arch, "has a row reduction");
+    if (row_reductions)
+        cr_assert(unit_applies(gemm, &r, arch, why), "%s", why);
+    else
+        unit_expect_declines(gemm, &r, arch, "has a row reduction");
 }
 
 void unit_expect_shape_rules(const tsr_candidate *gemm, const tsr_candidate *swiglu,

@@ -86,8 +86,9 @@ void unit_expect_shape_rules(const tsr_candidate *gemm, const tsr_candidate *swi
 tsr_arbiter *unit_cuda_arbiter(void);
 
 /* Asserts that gemm serves examples/fused.json in bf16 on arch and declines it
- * with a prologue and with a row reduction. */
-void unit_expect_fused_rules(const tsr_candidate *gemm, const char *arch);
+ * with a prologue; with a row reduction (rmsnorm) it serves it when
+ * row_reductions, else declines it. */
+void unit_expect_fused_rules(const tsr_candidate *gemm, const char *arch, bool row_reductions);
 
 /* A compiled kernel blob and what its header says. */
 typedef struct unit_blob {

@@ -142,7 +142,7 @@ Test(backend_cuda, tier3_applies_only_where_its_rules_hold)
     cr_assert_eq(tsr_region_init_gated(&r, TSR_BF16, 64, 128, 96, TSR_OP_GELU, NULL), TSR_OK);
     cr_assert(unit_applies(&swiglu, &r, "sm_90a", why));
 
-    unit_expect_fused_rules(&gemm, "sm_90a");
+    unit_expect_fused_rules(&gemm, "sm_90a", true);
 }
 
 Test(backend_cuda, gemm_plan_names_the_entry_and_counts_tiles)
@@ -324,6 +324,75 @@ Test(backend_cuda, gemm_plan_takes_ping_pong_for_an_epilogue)
     for (int tn = 128; tn <= 256; tn *= 2)
         for (int mw = 16; mw <= 64; mw *= 2)
             cr_assert_leq(TSR_GEMM_SMEM_BYTES_SMALL(mw, tn), 227 * 1024, "m%d n%d", mw, tn);
+}
+
+/* A product with a row reduction takes the row kernels: one CTA per block of
+ * 64 whole rows (the launch clamps the grid to the multiprocessors), over at
+ * most 8192 columns, above 64 rows; the reduction and eps reach the kernel. */
+Test(backend_cuda, gemm_plan_takes_the_row_kernels_for_a_reduction)
+{
+    static const struct {
+        tsr_reduction reduction;
+        int code;
+    } kinds[] = {{TSR_REDUCTION_RMSNORM, TSR_GEMM_REDUCE_RMSNORM},
+                 {TSR_REDUCTION_LAYER_NORM, TSR_GEMM_REDUCE_LAYER_NORM},
+                 {TSR_REDUCTION_SOFTMAX, TSR_GEMM_REDUCE_SOFTMAX}};
+    const tsr_op chain[] = {TSR_OP_BIAS, TSR_OP_SILU};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        tsr_region r;
+        tsrd_gemm_plan plan;
+        unit_fused(&r, TSR_BF16, 8192, 4096, 4096, chain, 2, false);
+        r.u.fused.reduction = kinds[i].reduction;
+        r.u.fused.eps = 1e-5;
+        cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+        cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_bf16_rows");
+        cr_assert_eq(plan.grid, 8192 / 64);
+        cr_assert_eq(plan.splits, 0);
+        cr_assert_eq(plan.shared_bytes, TSR_GEMM_SMEM_BYTES_ROWS);
+        cr_assert_eq(plan.a_box_rows, 64);
+        cr_assert_eq(plan.bias_input, 2);
+        cr_assert_eq(plan.reduction, kinds[i].code);
+        CUdeviceptr in[3] = {0x10000, 0x20000, 0x30000};
+        tsrd_tmap_args maps[3];
+        tsr_gemm_params p;
+        cr_assert_eq(tsrd_gemm_launch_args(&plan, in, 3, 0x40000, maps, &p, NULL), TSR_OK);
+        cr_assert_eq(p.reduction, kinds[i].code);
+        cr_assert_float_eq(p.eps, 1e-5f, 1e-12);
+        cr_assert_eq(maps[0].box[1], 64);
+        /* The entry is the variant's class, apart from the ping-pong kernels. */
+        tsr_candidate gemm;
+        tsrd_cuda_candidate_gemm(&gemm);
+        tsr_variant v;
+        tsr_fingerprint fp;
+        cr_assert_eq(tsrd_cuda_variant(&gemm, &r, "sm_90a", &v, &fp, NULL), TSR_OK);
+        cr_expect_str_eq(v.cls, "tsr_gemm_bf16_bf16_rows");
+        cr_expect_eq(v.free_dims, TSR_VARIANT_ROWS);
+
+        /* Ragged rows round up to whole row blocks; f16 into f32. */
+        r.dtype = TSR_F16;
+        r.out_dtype = TSR_F32;
+        r.u.fused.m = 1000;
+        cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+        cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f32_rows");
+        cr_assert_eq(plan.grid, 16); /* ceil(1000 / 64) */
+
+        tsr_error e;
+        r.u.fused.m = 64;
+        unit_expect_refused(tsrd_gemm_plan_make(&r, &plan, &e), TSR_UNSUPPORTED, &e,
+                            "a row reduction over at most 64 rows (one row block)");
+        r.u.fused.m = 65;
+        r.u.fused.n = 8200;
+        unit_expect_refused(tsrd_gemm_plan_make(&r, &plan, &e), TSR_UNSUPPORTED, &e,
+                            "a row reduction over more than 8192 columns");
+        r.u.fused.n = 8192;
+        cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+        cr_assert_eq(plan.grid, 2);
+        /* The Ampere family has no row kernels. */
+        unit_expect_refused(tsrd_gemm80_plan_make(&r, &plan, &e), TSR_UNSUPPORTED, &e,
+                            "has a row reduction");
+        tsr_region_free(&r);
+    }
+    cr_assert_leq(TSR_GEMM_SMEM_BYTES_ROWS, 227 * 1024);
 }
 
 /* A tensor map's address, its two dims, its row stride in bytes and its box. */

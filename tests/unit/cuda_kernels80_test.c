@@ -90,7 +90,7 @@ Test(cuda_kernels80, declines_with_the_rule_it_breaks)
     cr_assert_eq(tsr_region_init_gated(&r, TSR_BF16, 64, 124, 96, TSR_OP_GELU, NULL), TSR_OK);
     unit_expect_declines(&swiglu, &r, "sm_80", "K not a multiple of 8");
 
-    unit_expect_fused_rules(&gemm, "sm_80");
+    unit_expect_fused_rules(&gemm, "sm_80", false);
 }
 
 /* Registration order decides the tier tie on Hopper; on Ampere only mma80 is left. */

@@ -146,8 +146,11 @@ static tsr_status kernels_plan_rules(const tsr_region *r, tsrd_gemm_plan *out, t
         const tsr_fused_desc *f = &r->u.fused;
         if (f->n_prologue > 0)
             return tsr_error_set(err, TSR_UNSUPPORTED, "has a prologue");
-        if (f->reduction != TSR_REDUCTION_NONE)
-            return tsr_error_set(err, TSR_UNSUPPORTED, "has a row reduction");
+        out->reduction = f->reduction == TSR_REDUCTION_RMSNORM      ? TSR_GEMM_REDUCE_RMSNORM
+                         : f->reduction == TSR_REDUCTION_LAYER_NORM ? TSR_GEMM_REDUCE_LAYER_NORM
+                         : f->reduction == TSR_REDUCTION_SOFTMAX    ? TSR_GEMM_REDUCE_SOFTMAX
+                                                                    : TSR_GEMM_REDUCE_NONE;
+        out->eps = (float)f->eps;
         if (f->n_epilogue > TSR_GEMM_MAX_EPILOGUE)
             return tsr_error_set(err, TSR_UNSUPPORTED, "epilogue longer than %d",
                                  TSR_GEMM_MAX_EPILOGUE);
@@ -217,6 +220,24 @@ tsr_status tsrd_gemm_plan_make(const tsr_region *r, tsrd_gemm_plan *out, tsr_err
     out->family = TSRD_GEMM_WGMMA;
     out->block = TSR_GEMM_THREADS;
     out->splits = 0;
+    if (out->reduction != TSR_GEMM_REDUCE_NONE) {
+        /* The row kernels: a CTA per row block of 64 rows holds a whole row's
+         * statistics (gemm_params.h), so a few rows leave most of the card
+         * idle and a row past TSR_GEMM_ROWS_MAX_N columns does not fit. */
+        if (small)
+            return tsr_error_set(err, TSR_UNSUPPORTED,
+                                 "a row reduction over at most %d rows (one row block)",
+                                 TSR_GEMM_NARROW_M);
+        if (out->n > TSR_GEMM_ROWS_MAX_N)
+            return tsr_error_set(err, TSR_UNSUPPORTED,
+                                 "a row reduction over more than %d columns", TSR_GEMM_ROWS_MAX_N);
+        out->grid = (uint32_t)((out->m + TSR_GEMM_BM_PINGPONG - 1) / TSR_GEMM_BM_PINGPONG);
+        out->shared_bytes = TSR_GEMM_SMEM_BYTES_ROWS;
+        out->a_box_rows = TSR_GEMM_BM_PINGPONG;
+        snprintf(out->entry, sizeof out->entry, "tsr_gemm_%s_%s_rows", kernels_dtype_tag(r->dtype),
+                 kernels_dtype_tag(r->out_dtype));
+        return TSR_OK;
+    }
     if (small) {
         const int rows = tsr_gemm_small_rows(out->m);
         int tn;
@@ -248,6 +269,8 @@ tsr_status tsrd_gemm_plan_make(const tsr_region *r, tsrd_gemm_plan *out, tsr_err
 tsr_status tsrd_gemm80_plan_make(const tsr_region *r, tsrd_gemm_plan *out, tsr_error *err)
 {
     tsr_status st = kernels_plan_rules(r, out, err);
+    if (st == TSR_OK && out->reduction != TSR_GEMM_REDUCE_NONE)
+        st = tsr_error_set(err, TSR_UNSUPPORTED, "has a row reduction");
     if (st == TSR_OK)
         st = kernels_plan_tiles(out, TSR_GEMM80_BM,
                                 out->gated ? TSR_GEMM80_BN_GATED : TSR_GEMM80_BN, err);
@@ -329,6 +352,8 @@ static tsr_status kernels_launch_params(const tsrd_gemm_plan *plan, const CUdevi
     params->n_ops = plan->n_ops;
     memcpy(params->ops, plan->ops, sizeof params->ops);
     params->gate_act = plan->gate_act;
+    params->reduction = plan->reduction;
+    params->eps = plan->eps;
     params->bias = plan->bias_input >= 0 ? (const void *)(uintptr_t)inputs[plan->bias_input] : NULL;
     params->residual =
         plan->residual_input >= 0 ? (const void *)(uintptr_t)inputs[plan->residual_input] : NULL;

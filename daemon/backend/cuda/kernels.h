@@ -58,7 +58,7 @@
  * generator's: verdicts, kept per candidate version (here and in the fleet
  * cache), never vouch for kernels a newer generator emits. */
 #define TSRD_CUDA_TIER1_VERSION TSR_CODEGEN_VERSION
-#define TSRD_CUDA_TIER3_VERSION 6
+#define TSRD_CUDA_TIER3_VERSION 7
 #define TSRD_CUDA_GEMM80 "gemm_mma80"
 #define TSRD_CUDA_SWIGLU80 "swiglu_mma80"
 #define TSRD_CUDA_MMA80_VERSION 1
@@ -176,7 +176,7 @@ typedef enum tsrd_gemm_family {
 
 typedef struct tsrd_gemm_plan {
     tsrd_gemm_family family;
-    /* tsr_gemm_<in>_<out>[_gated|_pp|_m<16|32|64>_n<128|256>|_m<16|32|64>_n128_gated]
+    /* tsr_gemm_<in>_<out>[_gated|_pp|_rows|_m<16|32|64>_n<128|256>|_m<16|32|64>_n128_gated]
      * or tsr_gemm80_<in>_<out>[_gated] */
     char entry[64];
     int gated;
@@ -192,6 +192,8 @@ typedef struct tsrd_gemm_plan {
     int n_ops;
     int ops[TSR_GEMM_MAX_EPILOGUE];
     int gate_act;
+    int reduction;      /* TSR_GEMM_REDUCE_*: the _rows kernels (wgmma family only) */
+    float eps;          /* rmsnorm and layer_norm */
     int bias_input;     /* signature index of bias, or -1 */
     int residual_input; /* signature index of residual, or -1 */
 } tsrd_gemm_plan;

@@ -53,13 +53,17 @@
     (TSR_GEMM_STAGES_PINGPONG * (8192 + 32768) + TSR_GEMM_SCRATCH_BYTES + 1024 + 256)
 /* The row-reduction kernels (tsr_gemm_<in>_<out>_rows): a fused product whose
  * rows are normalized (rmsnorm, layer_norm, softmax) over N <=
- * TSR_GEMM_ROWS_MAX_N columns. A CTA owns whole row blocks of 64 rows and
- * their 64 x 256 tiles, which its two consumers take in turn (ping-pong); each
- * tile's epilogue keeps per-row statistics in shared memory and stores values
- * scaled by its own statistics, and once the row block is done the CTA
- * combines the statistics per row and rescales the block in place. Four
- * stages of A (8 KiB) + B (32 KiB), the scratch, the statistics (one float2
- * per row and tile) and the row scalars, slack and barriers. */
+ * TSR_GEMM_ROWS_MAX_N columns. A cluster of `splits` CTAs owns one row block
+ * of 64 rows (grid = row blocks x splits, not persistent); CTA rank r takes
+ * the block's 64 x 256 column tiles r, r + splits, ..., which its two
+ * consumers take in turn (ping-pong). Each tile's epilogue keeps per-row
+ * statistics in shared memory and stores values scaled by its own
+ * statistics; then every CTA combines the cluster's statistics per row
+ * (distributed shared memory) and rescales its tiles in place. Sharing a
+ * block between CTAs keeps fewer blocks of A live at once, so that the A rows
+ * a CTA reads again for each of its tiles stay in L2. Four stages of A
+ * (8 KiB) + B (32 KiB), the scratch, the statistics (one float2 per row and
+ * tile) and the row scalars, slack and barriers. */
 #define TSR_GEMM_ROWS_MAX_N 8192
 #define TSR_GEMM_ROWS_MAX_TILES (TSR_GEMM_ROWS_MAX_N / TSR_GEMM_BN_PINGPONG)
 #define TSR_GEMM_STAGES_ROWS 4
@@ -137,6 +141,27 @@ static inline void tsr_gemm_small_plan(int n, int k, int gated, int *tn, int *sp
             }
         }
     }
+}
+
+/* The row kernels' cluster size for row_blocks blocks of tiles_n column
+ * tiles: the most CTAs within one wave (TSR_GEMM_SPLIT_CTAS_*) over 2, 4 or 8
+ * CTAs per block, at most one per tile; 2 where none fits one wave (a large M,
+ * whose blocks then run in waves), 1 for a single column tile. */
+static inline int tsr_gemm_rows_plan(long long row_blocks, int tiles_n)
+{
+    if (tiles_n < 2)
+        return 1;
+    int best_splits = 2;
+    long long best = 0;
+    for (int s = 2; s <= TSR_GEMM_SPLIT_MAX && s <= tiles_n; s *= 2) {
+        const long long ctas = row_blocks * s;
+        const long long cap = s <= 2 ? TSR_GEMM_SPLIT_CTAS_PAIRS : TSR_GEMM_SPLIT_CTAS_WIDE;
+        if (ctas <= cap && ctas > best) {
+            best = ctas;
+            best_splits = s;
+        }
+    }
+    return best_splits;
 }
 
 typedef struct tsr_gemm_params {

@@ -590,20 +590,20 @@ gemm_pingpong_body(const CUtensorMap *map_a, const CUtensorMap *map_b, const tsr
 
 /* ---- the row-reduction kernels (tsr_gemm_<in>_<out>_rows) ----
  *
- * A row's normalization needs the whole row, which spans many tiles. A CTA
- * owns whole row blocks (64 rows, blockIdx.x, + gridDim.x, ...) and walks
- * their 64 x 256 tiles in order, its two consumers taking the tiles in turn
- * as in the ping-pong kernels. A tile's epilogue applies the ops in
- * registers, reduces each row over the tile's columns to two numbers kept in
- * shared memory (rmsnorm: Σx²; layer_norm: the mean and Σ(x − mean)²;
- * softmax: the max and Σexp(x − max)), and stores each value relative to
- * them (x / s, (x − mean) / s with s the tile's root mean square or standard
- * deviation; exp(x − max)), so that what is stored stays within the output
- * dtype's range and keeps its precision. When the row block is done, the CTA
- * combines the tiles' numbers per row (layer_norm by the pairwise update of
- * mean and squared deviations) and rescales the block in place: one multiply
- * and add per element, from L2. The producer meanwhile loads the next row
- * block's slices. */
+ * A row's normalization needs the whole row, which spans many tiles. A
+ * cluster of S CTAs owns one row block (64 rows); CTA rank r takes its 64 x
+ * 256 tiles r, r + S, ..., its two consumers taking them in turn as in the
+ * ping-pong kernels. A tile's epilogue applies the ops in registers, reduces
+ * each row over the tile's columns to two numbers kept in shared memory
+ * (rmsnorm: Σx²; layer_norm: the mean and Σ(x − mean)²; softmax: the max and
+ * Σexp(x − max)), and stores each value relative to them (x / s,
+ * (x − mean) / s with s the tile's root mean square or standard deviation;
+ * exp(x − max)), so that what is stored stays within the output dtype's range
+ * and keeps its precision. When every tile of the block is done, each CTA
+ * combines the numbers of all the block's tiles per row (read from the
+ * cluster's shared memory; layer_norm by the pairwise update of mean and
+ * squared deviations) and rescales its own tiles in place: one multiply and
+ * add per element, from L2. */
 
 /* A tile's own scale s (above) from its sum of squares over count columns:
  * 1 where s is 0 or not finite. The store and the rescale compute it from
@@ -736,17 +736,22 @@ __device__ __forceinline__ void rows_tile_values(const tsr_gemm_params &p, float
     }
 }
 
-/* Row `row` of the block from every tile's two numbers (stats[t * 64 + row]):
- * rmsnorm (1 / sqrt(Σx² / N + eps), -); layer_norm (mean, 1 / sqrt(var +
- * eps)); softmax (max, Σexp(x − max)). */
+/* Row `row` of the block from every tile's two numbers (stats[t * 64 + row]
+ * in the shared memory of the cluster's CTA t % splits): rmsnorm
+ * (1 / sqrt(Σx² / N + eps), -); layer_norm (mean, 1 / sqrt(var + eps));
+ * softmax (max, Σexp(x − max)). */
 __device__ __forceinline__ float2 rows_combine(const tsr_gemm_params &p, const float2 *stats,
-                                               int tiles_n, int row)
+                                               int tiles_n, int splits, int row)
 {
     constexpr int bm = TSR_GEMM_BM_PINGPONG, bn = TSR_GEMM_BN_PINGPONG;
+    auto tile_stats = [&](int t) {
+        const uint32_t at = cluster_addr(smem_addr(stats + t * bm + row), t % splits);
+        return make_float2(cluster_load(at), cluster_load(at + 4));
+    };
     if (p.reduction == TSR_GEMM_REDUCE_RMSNORM) {
         float ss = 0.0f;
         for (int t = 0; t < tiles_n; t++)
-            ss += stats[t * bm + row].x;
+            ss += tile_stats(t).x;
         return make_float2(rsqrtf(ss / static_cast<float>(p.n) + p.eps), 0.0f);
     }
     if (p.reduction == TSR_GEMM_REDUCE_LAYER_NORM) {
@@ -756,7 +761,7 @@ __device__ __forceinline__ float2 rows_combine(const tsr_gemm_params &p, const f
         float n_a = 0.0f, mean = 0.0f, m2 = 0.0f;
         for (int t = 0; t < tiles_n; t++) {
             const float n_b = static_cast<float>(min(bn, p.n - t * bn));
-            const float2 s = stats[t * bm + row];
+            const float2 s = tile_stats(t);
             const float n = n_a + n_b, delta = s.x - mean;
             mean += delta * (n_b / n);
             m2 += s.y + delta * delta * (n_a * n_b / n);
@@ -766,10 +771,10 @@ __device__ __forceinline__ float2 rows_combine(const tsr_gemm_params &p, const f
     }
     float mx = -INFINITY;
     for (int t = 0; t < tiles_n; t++)
-        mx = max_nan(mx, stats[t * bm + row].x);
+        mx = max_nan(mx, tile_stats(t).x);
     float sum = 0.0f;
     for (int t = 0; t < tiles_n; t++) {
-        const float2 s = stats[t * bm + row];
+        const float2 s = tile_stats(t);
         sum += s.y * expf(s.x - mx);
     }
     return make_float2(mx, sum);
@@ -790,31 +795,34 @@ template <typename TOut> __device__ __forceinline__ void rows_rescale16(TOut *at
     __stcs(reinterpret_cast<uint4 *>(at), raw);
 }
 
-/* The 256 consumer threads (t) rescale the row block at m0 in 16-byte pieces,
- * row-contiguous, each piece within one tile. */
+/* The 256 consumer threads (t) rescale this CTA's tiles (rank, + splits,
+ * ...) of the row block at m0 in 16-byte pieces, row-contiguous. */
 template <typename TOut>
 __device__ __forceinline__ void rows_rescale(const tsr_gemm_params &p, const float2 *stats,
-                                             const float2 *row_scalars, int m0, int t)
+                                             const float2 *row_scalars, int m0, int rank,
+                                             int splits, int t)
 {
     constexpr int bm = TSR_GEMM_BM_PINGPONG, bn = TSR_GEMM_BN_PINGPONG;
     constexpr int per = 16 / sizeof(TOut);
-    const int pieces_per_row = p.n / per; /* N is a multiple of 8 */
     const int rows = min(bm, p.m - m0);
     TOut *out = static_cast<TOut *>(p.out);
-    for (int q = t; q < rows * pieces_per_row; q += 256) {
-        const int row = q / pieces_per_row, col = (q % pieces_per_row) * per;
-        const int tile = col / bn;
-        const float2 s = stats[tile * bm + row], r = row_scalars[row];
-        float g, h = 0.0f;
-        if (p.reduction == TSR_GEMM_REDUCE_RMSNORM) {
-            g = rows_tile_scale(s.x, min(bn, p.n - tile * bn)) * r.x;
-        } else if (p.reduction == TSR_GEMM_REDUCE_LAYER_NORM) {
-            g = rows_tile_scale(s.y, min(bn, p.n - tile * bn)) * r.y;
-            h = (s.x - r.x) * r.y;
-        } else {
-            g = expf(s.x - r.x) / r.y;
+    for (int tile = rank; tile * bn < p.n; tile += splits) {
+        const int count = min(bn, p.n - tile * bn); /* a multiple of 8 */
+        const int pieces = count / per;
+        for (int q = t; q < rows * pieces; q += 256) {
+            const int row = q / pieces, col = tile * bn + (q % pieces) * per;
+            const float2 s = stats[tile * bm + row], r = row_scalars[row];
+            float g, h = 0.0f;
+            if (p.reduction == TSR_GEMM_REDUCE_RMSNORM) {
+                g = rows_tile_scale(s.x, count) * r.x;
+            } else if (p.reduction == TSR_GEMM_REDUCE_LAYER_NORM) {
+                g = rows_tile_scale(s.y, count) * r.y;
+                h = (s.x - r.x) * r.y;
+            } else {
+                g = expf(s.x - r.x) / r.y;
+            }
+            rows_rescale16(out + static_cast<size_t>(m0 + row) * p.n + col, g, h);
         }
-        rows_rescale16(out + static_cast<size_t>(m0 + row) * p.n + col, g, h);
     }
 }
 
@@ -834,35 +842,37 @@ __device__ __forceinline__ void gemm_rows_body(const CUtensorMap *map_a, const C
     uint64_t *full = reinterpret_cast<uint64_t *>(row_scalars + TM);
     uint64_t *empty = full + kStages;
 
-    const int row_blocks = (p.m + TM - 1) / TM;
+    const int splits = cluster_size();
+    const int rank = cluster_rank();
+    const int m0 = static_cast<int>(blockIdx.x) / splits * TM;
     const int tiles_n = (p.n + TN - 1) / TN;
     const int k_tiles = (p.k + kBK - 1) / kBK;
-    const int blocks = static_cast<int>(blockIdx.x) < row_blocks
-                           ? (row_blocks - 1 - static_cast<int>(blockIdx.x)) / gridDim.x + 1
-                           : 0;
-    const int seq = blocks * tiles_n; /* the CTA's tiles, in order */
+    /* This CTA's tiles: rank, rank + splits, ... */
+    const int own = rank < tiles_n ? (tiles_n - 1 - rank) / splits + 1 : 0;
     const int warpgroup = threadIdx.x / 128;
 
     ring_init<kStages>(full, empty, 1); /* each stage has one consumer */
     if (warpgroup == 0) {
         regs_shrink<40>();
-        if (threadIdx.x != 0)
-            return;
-        int it = 0;
-        for (int l = 0; l < seq; l++) {
-            const int m0 = (static_cast<int>(blockIdx.x) + l / tiles_n * gridDim.x) * TM;
-            const int n0 = l % tiles_n * TN;
-            for (int kt = 0; kt < k_tiles; kt++, it++) {
-                const int s = it % kStages;
-                mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
-                mbar_expect_tx(&full[s], kTileABytes + kBBytes);
-                tma_load_2d(smem_a + s * kTileABytes, map_a, &full[s], kt * kBK, m0);
+        if (threadIdx.x == 0) {
+            int it = 0;
+            for (int l = 0; l < own; l++) {
+                const int n0 = (rank + l * splits) * TN;
+                for (int kt = 0; kt < k_tiles; kt++, it++) {
+                    const int s = it % kStages;
+                    mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+                    mbar_expect_tx(&full[s], kTileABytes + kBBytes);
+                    tma_load_2d(smem_a + s * kTileABytes, map_a, &full[s], kt * kBK, m0);
 #pragma unroll
-                for (int c = 0; c < TN / 64; c++)
-                    tma_load_2d(smem_b + s * kBBytes + c * kChunkBytes, map_b, &full[s],
-                                n0 + 64 * c, kt * kBK);
+                    for (int c = 0; c < TN / 64; c++)
+                        tma_load_2d(smem_b + s * kBBytes + c * kChunkBytes, map_b, &full[s],
+                                    n0 + 64 * c, kt * kBK);
+                }
             }
         }
+        /* The consumers' two cluster barriers (below). */
+        cluster_sync();
+        cluster_sync();
         return;
     }
 
@@ -872,49 +882,41 @@ __device__ __forceinline__ void gemm_rows_body(const CUtensorMap *map_a, const C
     const int warp = (t % 128) / 32;
     float *scratch = scratch_all + (consumer * 4 + warp) * kScratchFloats;
     float acc[128];
-    for (int b = 0; b < blocks; b++) {
-        const int m0 = (static_cast<int>(blockIdx.x) + b * gridDim.x) * TM;
-        for (int tn = 0; tn < tiles_n; tn++) {
-            const int l = b * tiles_n + tn;
-            if ((l & 1) != consumer)
-                continue;
-            /* Wait for the other consumer to have issued the CTA's previous tile. */
-            if (l > 0)
-                consumers_wait(1 + consumer);
-            const int n0 = tn * TN;
+    for (int l = consumer; l < own; l += 2) {
+        /* Wait for the other consumer to have issued the CTA's previous tile. */
+        if (l > 0)
+            consumers_wait(1 + consumer);
+        const int tn = rank + l * splits, n0 = tn * TN;
 #pragma unroll
-            for (int i = 0; i < 128; i++)
-                acc[i] = 0.0f;
-            int it = l * k_tiles;
-            for (int kt = 0; kt < k_tiles; kt++, it++) {
-                const int s = it % kStages;
-                mbar_wait(&full[s], (it / kStages) & 1);
-                const uint32_t a_base = smem_addr(smem_a + s * kTileABytes);
-                const uint32_t b_base = smem_addr(smem_b + s * kBBytes);
-                wgmma_fence();
+        for (int i = 0; i < 128; i++)
+            acc[i] = 0.0f;
+        int it = l * k_tiles;
+        for (int kt = 0; kt < k_tiles; kt++, it++) {
+            const int s = it % kStages;
+            mbar_wait(&full[s], (it / kStages) & 1);
+            const uint32_t a_base = smem_addr(smem_a + s * kTileABytes);
+            const uint32_t b_base = smem_addr(smem_b + s * kBBytes);
+            wgmma_fence();
 #pragma unroll
-                for (int kk = 0; kk < kBK / 16; kk++)
-                    wgmma<256, TIn>(acc, smem_desc(a_base + kk * 32, 16, 1024),
-                                    smem_desc(b_base + kk * 2048, p.b_lbo, p.b_sbo));
-                ring_retire_previous<kStages>(empty, it, kt);
-            }
-            if (l + 1 < seq)
-                consumers_arrive(2 - consumer);
-            ring_retire_last<kStages>(empty, it);
-            rows_tile_values<TIn>(p, acc, stats + tn * TM, warp, n0);
-            epilogue_warp<TIn, TOut, false, TN / 32, false, true>(p, acc, scratch,
-                                                                  m0 + warp * 16, n0);
+            for (int kk = 0; kk < kBK / 16; kk++)
+                wgmma<256, TIn>(acc, smem_desc(a_base + kk * 32, 16, 1024),
+                                smem_desc(b_base + kk * 2048, p.b_lbo, p.b_sbo));
+            ring_retire_previous<kStages>(empty, it, kt);
         }
-        /* Every tile of the block stored and its numbers written (barrier 3:
-         * both consumers); the row scalars; then the rescale, and no tile of
-         * the next block writes its numbers before every thread is done. */
-        consumers_wait(3);
-        if (t < TM)
-            row_scalars[t] = rows_combine(p, stats, tiles_n, t);
-        consumers_wait(3);
-        rows_rescale<TOut>(p, stats, row_scalars, m0, t);
-        consumers_wait(3);
+        if (l + 1 < own)
+            consumers_arrive(2 - consumer);
+        ring_retire_last<kStages>(empty, it);
+        rows_tile_values<TIn>(p, acc, stats + tn * TM, warp, n0);
+        epilogue_warp<TIn, TOut, false, TN / 32, false, true>(p, acc, scratch, m0 + warp * 16, n0);
     }
+    /* Every CTA's tiles stored and their numbers written; then the row
+     * scalars from the whole cluster's numbers; after the second barrier no
+     * CTA reads another's shared memory, and each rescales its own tiles. */
+    cluster_sync();
+    if (t < TM)
+        row_scalars[t] = rows_combine(p, stats, tiles_n, splits, t);
+    cluster_sync();
+    rows_rescale<TOut>(p, stats, row_scalars, m0, rank, splits, t);
 }
 
 /* The kernels for at most TSR_GEMM_NARROW_M rows (gemm_params.h): the

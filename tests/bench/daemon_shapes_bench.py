@@ -52,11 +52,12 @@ def matmul(name, dtype, m, n, k):
             [(m, k), (k, n)], lambda a, w: a @ w, 2 * m * n * k)
 
 
-def gated(name, dtype, m, k, h):
+def gated(name, dtype, m, k, h, compiled=False):
     """act(A·Wg)·(A·Wu) with silu, against torch's two products and the
-    elementwise tail (eager)."""
+    elementwise tail (eager, or torch.compile of it when compiled)."""
+    fn = lambda a, wg, wu: F.silu(a @ wg) * (a @ wu)  # noqa: E731
     return (name, {"kind": "gated", "dtype": dtype, "m": m, "k": k, "h": h, "gate_act": "silu"},
-            [(m, k), (k, h), (k, h)], lambda a, wg, wu: F.silu(a @ wg) * (a @ wu), 4 * m * k * h)
+            [(m, k), (k, h), (k, h)], torch.compile(fn) if compiled else fn, 4 * m * k * h)
 
 
 def fused(name, dtype, m, n, k, epilogue, residual, reduction, torch_fn, compiled):
@@ -95,6 +96,9 @@ CASES = [
     matmul("matmul bf16 M16 N14336 K4096", "bf16", 16, 14336, 4096),
     matmul("matmul bf16 M32 N4096 K14336", "bf16", 32, 4096, 14336),
     gated("gated SwiGLU bf16 M16 K4096 H14336", "bf16", 16, 4096, 14336),
+    gated("gated SwiGLU bf16 M8192 K4096 H14336 (torch eager)", "bf16", 8192, 4096, 14336),
+    gated("gated SwiGLU bf16 M8192 K4096 H14336 (torch.compile)", "bf16", 8192, 4096, 14336,
+          True),
     fused("fused bias+gelu+residual bf16 8192x14336x4096 (torch.compile)", "bf16",
           8192, 14336, 4096, ["bias", "gelu"], True, None,
           lambda a, w, bias, res: F.gelu(a @ w + bias, approximate="tanh") + res, True),

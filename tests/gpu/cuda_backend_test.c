@@ -814,8 +814,9 @@ static void expect_gemm_row_nan(const char *json, int n, int k, int a_row, int a
 
 /* Products of more than 64 rows with a row reduction over at most 8192
  * columns take the row kernels (tsr_gemm_<in>_<out>_rows): every reduction,
- * ops before it, ragged M, N and K, one to 32 column tiles, every output
- * dtype; a NaN or an infinity in A makes exactly its row NaN. */
+ * ops before it, ragged M, N and K, one to 32 column tiles, clusters of 1,
+ * 2, 4 and 8 CTAs, every output dtype; a NaN or an infinity in A makes
+ * exactly its row NaN. */
 Test(cuda_backend, row_reduction_gemm_kernels_serve_every_norm_and_place_nan)
 {
     const char *regions[] = {
@@ -831,6 +832,12 @@ Test(cuda_backend, row_reduction_gemm_kernels_serve_every_norm_and_place_nan)
         "\"k\":136,\"epilogue\":[\"tanh\"],\"reduction\":\"layer_norm\"}",
         "{\"kind\":\"fused\",\"dtype\":\"f16\",\"out_dtype\":\"bf16\",\"m\":777,\"n\":4096,"
         "\"k\":1000,\"epilogue\":[\"relu\"],\"reduction\":\"softmax\"}",
+        /* one column tile: no cluster */
+        "{\"kind\":\"fused\",\"dtype\":\"f16\",\"out_dtype\":\"f32\",\"m\":200,\"n\":256,"
+        "\"k\":72,\"reduction\":\"rmsnorm\"}",
+        /* 65 blocks in pairs: two waves */
+        "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":4100,\"n\":512,\"k\":64,"
+        "\"epilogue\":[\"sigmoid\"],\"reduction\":\"softmax\"}",
     };
     expect_served_by("gemm_wgmma", regions, sizeof regions / sizeof regions[0]);
     static const char *const norms[] = {"rmsnorm", "layer_norm", "softmax"};

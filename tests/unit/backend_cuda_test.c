@@ -326,9 +326,9 @@ Test(backend_cuda, gemm_plan_takes_ping_pong_for_an_epilogue)
             cr_assert_leq(TSR_GEMM_SMEM_BYTES_SMALL(mw, tn), 227 * 1024, "m%d n%d", mw, tn);
 }
 
-/* A product with a row reduction takes the row kernels: one CTA per block of
- * 64 whole rows (the launch clamps the grid to the multiprocessors), over at
- * most 8192 columns, above 64 rows; the reduction and eps reach the kernel. */
+/* A product with a row reduction takes the row kernels: one cluster per block
+ * of 64 whole rows, its CTAs sharing the block's column tiles, over at most
+ * 8192 columns, above 64 rows; the reduction and eps reach the kernel. */
 Test(backend_cuda, gemm_plan_takes_the_row_kernels_for_a_reduction)
 {
     static const struct {
@@ -346,8 +346,9 @@ Test(backend_cuda, gemm_plan_takes_the_row_kernels_for_a_reduction)
         r.u.fused.eps = 1e-5;
         cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
         cr_assert_str_eq(plan.entry, "tsr_gemm_bf16_bf16_rows");
-        cr_assert_eq(plan.grid, 8192 / 64);
-        cr_assert_eq(plan.splits, 0);
+        /* 128 blocks fill no wave at any cluster size: pairs, in two waves. */
+        cr_assert_eq(plan.splits, 2);
+        cr_assert_eq(plan.grid, 8192 / 64 * 2);
         cr_assert_eq(plan.shared_bytes, TSR_GEMM_SMEM_BYTES_ROWS);
         cr_assert_eq(plan.a_box_rows, 64);
         cr_assert_eq(plan.bias_input, 2);
@@ -374,7 +375,27 @@ Test(backend_cuda, gemm_plan_takes_the_row_kernels_for_a_reduction)
         r.u.fused.m = 1000;
         cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
         cr_assert_str_eq(plan.entry, "tsr_gemm_f16_f32_rows");
-        cr_assert_eq(plan.grid, 16); /* ceil(1000 / 64) */
+        /* ceil(1000 / 64) = 16 blocks: 64 CTAs in clusters of 4 (of 8: 128,
+         * past the 120 resident at once). */
+        cr_assert_eq(plan.splits, 4);
+        cr_assert_eq(plan.grid, 64);
+        /* 64 blocks: 128 CTAs in pairs. */
+        r.u.fused.m = 4096;
+        cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+        cr_assert_eq(plan.splits, 2);
+        cr_assert_eq(plan.grid, 128);
+        /* One column tile: one CTA per block, no cluster. */
+        r.u.fused.n = 256;
+        cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+        cr_assert_eq(plan.splits, 1);
+        cr_assert_eq(plan.grid, 64);
+        /* Two column tiles bound the cluster at 2. */
+        r.u.fused.m = 1000;
+        r.u.fused.n = 264;
+        cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+        cr_assert_eq(plan.splits, 2);
+        cr_assert_eq(plan.grid, 32);
+        r.u.fused.n = 4096;
 
         tsr_error e;
         r.u.fused.m = 64;
@@ -384,9 +405,10 @@ Test(backend_cuda, gemm_plan_takes_the_row_kernels_for_a_reduction)
         r.u.fused.n = 8200;
         unit_expect_refused(tsrd_gemm_plan_make(&r, &plan, &e), TSR_UNSUPPORTED, &e,
                             "a row reduction over more than 8192 columns");
-        r.u.fused.n = 8192;
+        r.u.fused.n = 8192; /* 2 blocks of 32 tiles: clusters of 8 */
         cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
-        cr_assert_eq(plan.grid, 2);
+        cr_assert_eq(plan.splits, 8);
+        cr_assert_eq(plan.grid, 16);
         /* The Ampere family has no row kernels. */
         unit_expect_refused(tsrd_gemm80_plan_make(&r, &plan, &e), TSR_UNSUPPORTED, &e,
                             "has a row reduction");

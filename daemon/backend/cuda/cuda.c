@@ -1254,7 +1254,7 @@ static tsr_status cuda_launch(tsrd_backend *b, tsrd_kobj *k, tsrd_stream *s,
      * kernels run one block per tile (two share a multiprocessor, and the
      * hardware scheduler balances the tail better than a fixed walk). The
      * small-M kernels run one CTA per column tile and K share, in clusters of
-     * the shares. */
+     * the shares; the row kernels one cluster per row block. */
     uint32_t sms = (uint32_t)b->devices[s->device].info.multiprocessors;
     const bool wgmma = k->tier3 && k->plan.family == TSRD_GEMM_WGMMA;
     if (wgmma && k->plan.splits == 0 && sms > 0 && grid0 > sms)

@@ -221,9 +221,9 @@ tsr_status tsrd_gemm_plan_make(const tsr_region *r, tsrd_gemm_plan *out, tsr_err
     out->block = TSR_GEMM_THREADS;
     out->splits = 0;
     if (out->reduction != TSR_GEMM_REDUCE_NONE) {
-        /* The row kernels: a CTA per row block of 64 rows holds a whole row's
-         * statistics (gemm_params.h), so a few rows leave most of the card
-         * idle and a row past TSR_GEMM_ROWS_MAX_N columns does not fit. */
+        /* The row kernels: a cluster per row block of 64 rows holds a whole
+         * row's statistics (gemm_params.h), so a few rows leave most of the
+         * card idle and a row past TSR_GEMM_ROWS_MAX_N columns does not fit. */
         if (small)
             return tsr_error_set(err, TSR_UNSUPPORTED,
                                  "a row reduction over at most %d rows (one row block)",
@@ -231,7 +231,13 @@ tsr_status tsrd_gemm_plan_make(const tsr_region *r, tsrd_gemm_plan *out, tsr_err
         if (out->n > TSR_GEMM_ROWS_MAX_N)
             return tsr_error_set(err, TSR_UNSUPPORTED,
                                  "a row reduction over more than %d columns", TSR_GEMM_ROWS_MAX_N);
-        out->grid = (uint32_t)((out->m + TSR_GEMM_BM_PINGPONG - 1) / TSR_GEMM_BM_PINGPONG);
+        const int64_t row_blocks = ((int64_t)out->m + TSR_GEMM_BM_PINGPONG - 1) /
+                                   TSR_GEMM_BM_PINGPONG;
+        out->splits = tsr_gemm_rows_plan(
+            row_blocks, (out->n + TSR_GEMM_BN_PINGPONG - 1) / TSR_GEMM_BN_PINGPONG);
+        if (row_blocks * out->splits > INT32_MAX)
+            return tsr_error_set(err, TSR_UNSUPPORTED, "more than 2^31 - 1 tiles");
+        out->grid = (uint32_t)(row_blocks * out->splits);
         out->shared_bytes = TSR_GEMM_SMEM_BYTES_ROWS;
         out->a_box_rows = TSR_GEMM_BM_PINGPONG;
         snprintf(out->entry, sizeof out->entry, "tsr_gemm_%s_%s_rows", kernels_dtype_tag(r->dtype),

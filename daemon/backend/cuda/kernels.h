@@ -183,8 +183,9 @@ typedef struct tsrd_gemm_plan {
     int m, n, k; /* n is H for a gated region */
     /* The wgmma family: grid is the tile count, which the launch clamps to the
      * multiprocessors (persistent kernels), except for the small-M kernels
-     * (splits > 0): column tiles x splits CTAs, launched as is in clusters of
-     * `splits` CTAs. 0 for the persistent kernels and the mma80 family. */
+     * (splits > 0): column tiles x splits CTAs, and the row kernels: row
+     * blocks x splits CTAs, each launched as is in clusters of `splits` CTAs.
+     * 0 for the persistent kernels and the mma80 family. */
     uint32_t grid, block, shared_bytes;
     int splits;
     uint32_t a_box_rows; /* rows of A's tensor-map box (wgmma family) */

@@ -633,33 +633,81 @@ __device__ __forceinline__ float quad_max(float x)
     return max_nan(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
 
+/* The ops on a consumer warp's 128 accumulators (layout: rows_tile_values),
+ * 32 columns at a time through the warp's scratch into the epilogue's layout
+ * (a lane two adjacent columns of 8 rows, so one bias pair per pass) and back:
+ * the ping-pong epilogue's 16-value groups, with the chain's code written out
+ * once per pass rather than once per register. */
+template <typename TIn>
+__device__ __forceinline__ void rows_apply_ops(const tsr_gemm_params &p, float *acc, float *scratch,
+                                               int n0)
+{
+    if (p.n_ops == 0)
+        return;
+    const int lane = threadIdx.x % 32;
+    const int sub_row = lane / 16, c = 2 * (lane % 16);
+    const int fr = lane / 4, fc = 2 * (lane % 4);
+#pragma unroll
+    for (int pass = 0; pass < 8; pass++) {
+#pragma unroll
+        for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                *reinterpret_cast<float2 *>(scratch + (fr + 8 * h) * kScratchStride + 8 * jj + fc) =
+                    make_float2(acc[4 * (4 * pass + jj) + 2 * h],
+                                acc[4 * (4 * pass + jj) + 2 * h + 1]);
+        __syncwarp();
+        float v[16];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const float2 x =
+                *reinterpret_cast<const float2 *>(scratch + (sub_row + 2 * i) * kScratchStride + c);
+            v[2 * i] = x.x;
+            v[2 * i + 1] = x.y;
+        }
+        const int col = n0 + 32 * pass + c;
+        for (int o = 0; o < p.n_ops; o++) {
+            const int op = p.ops[o];
+            if (op == GEMM_OP_BIAS) {
+                const float2 b =
+                    col < p.n ? elem<TIn>::load_pair(p.bias, col) : make_float2(0.0f, 0.0f);
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    v[2 * i] += b.x;
+                    v[2 * i + 1] += b.y;
+                }
+            } else {
+                act_apply_all<16>(op, v);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            *reinterpret_cast<float2 *>(scratch + (sub_row + 2 * i) * kScratchStride + c) =
+                make_float2(v[2 * i], v[2 * i + 1]);
+        __syncwarp();
+#pragma unroll
+        for (int jj = 0; jj < 4; jj++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float2 x = *reinterpret_cast<const float2 *>(
+                    scratch + (fr + 8 * h) * kScratchStride + 8 * jj + fc);
+                acc[4 * (4 * pass + jj) + 2 * h] = x.x;
+                acc[4 * (4 * pass + jj) + 2 * h + 1] = x.y;
+            }
+        __syncwarp();
+    }
+}
+
 /* One consumer warp's 16 rows (row0 ..) of a 64 x 256 tile at column n0:
  * register 4j + 2h + e holds row lane / 4 + 8h, column n0 + 8j + 2 (lane % 4)
  * + e. Applies the ops, writes the rows' two numbers to stats[row - m0], and
  * leaves the values to store in acc. */
 template <typename TIn>
 __device__ __forceinline__ void rows_tile_values(const tsr_gemm_params &p, float *acc,
-                                                 float2 *stats, int warp, int n0)
+                                                 float *scratch, float2 *stats, int warp, int n0)
 {
     const int lane = threadIdx.x % 32;
-    const int cq = 2 * (lane % 4);
-    for (int o = 0; o < p.n_ops; o++) {
-        const int op = p.ops[o];
-        if (op == GEMM_OP_BIAS) {
-#pragma unroll
-            for (int j = 0; j < 32; j++) {
-                const int col = n0 + 8 * j + cq;
-                const float2 b =
-                    col < p.n ? elem<TIn>::load_pair(p.bias, col) : make_float2(0.0f, 0.0f);
-                acc[4 * j] += b.x;
-                acc[4 * j + 1] += b.y;
-                acc[4 * j + 2] += b.x;
-                acc[4 * j + 3] += b.y;
-            }
-        } else {
-            act_apply_all<128>(op, acc);
-        }
-    }
+    rows_apply_ops<TIn>(p, acc, scratch, n0);
     /* N is a multiple of 8: a group of 8 columns is all in or all out. */
     const int count = min(TSR_GEMM_BN_PINGPONG, p.n - n0);
     float first[2], second[2];
@@ -717,12 +765,16 @@ __device__ __forceinline__ void rows_tile_values(const tsr_gemm_params &p, float
                 if (8 * j < count)
                     mx = max_nan(max_nan(mx, acc[4 * j + 2 * h]), acc[4 * j + 2 * h + 1]);
             mx = quad_max(mx);
+            /* A tile whose row is all -inf (a masked stretch) stores zeros
+             * with a sum of 0 (-inf - -inf would be NaN); the row's own max
+             * decides later, as in the reference, whether the row is NaN. */
+            const float shift = mx == -INFINITY ? 0.0f : mx;
             float sum = 0.0f;
 #pragma unroll
             for (int j = 0; j < 32; j++)
 #pragma unroll
                 for (int e = 0; e < 2; e++) {
-                    acc[4 * j + 2 * h + e] = expf(acc[4 * j + 2 * h + e] - mx);
+                    acc[4 * j + 2 * h + e] = expf(acc[4 * j + 2 * h + e] - shift);
                     if (8 * j < count)
                         sum += acc[4 * j + 2 * h + e];
                 }
@@ -906,7 +958,7 @@ __device__ __forceinline__ void gemm_rows_body(const CUtensorMap *map_a, const C
         if (l + 1 < own)
             consumers_arrive(2 - consumer);
         ring_retire_last<kStages>(empty, it);
-        rows_tile_values<TIn>(p, acc, stats + tn * TM, warp, n0);
+        rows_tile_values<TIn>(p, acc, scratch, stats + tn * TM, warp, n0);
         epilogue_warp<TIn, TOut, false, TN / 32, false, true>(p, acc, scratch, m0 + warp * 16, n0);
     }
     /* Every CTA's tiles stored and their numbers written; then the row

@@ -795,8 +795,8 @@ Test(cuda_backend, ping_pong_gemm_serves_every_epilogue_and_places_nan)
  * value (bits) at (a_row, a_col): a NaN or an infinity there makes the whole
  * row a_row NaN in the reference (its norm or its max is NaN or infinite), and
  * gemm_wgmma's row kernel must place exactly those NaNs. */
-static void expect_gemm_row_nan(const char *json, int n, int k, int a_row, int a_col,
-                                uint16_t bits, uint64_t seed)
+static void expect_gemm_row_nan(const char *json, int n, int k, int a_row, int a_col, uint16_t bits,
+                                uint64_t seed)
 {
     nan_run nr;
     nan_run_open(json, &nr);
@@ -808,6 +808,46 @@ static void expect_gemm_row_nan(const char *json, int n, int k, int a_row, int a
     nan_run_launch(&nr, inputs, "gemm_wgmma", &nan_want, &misplaced);
     cr_expect_eq(nan_want, (size_t)n, "%s: the reference's NaNs: %zu", json, nan_want);
     cr_expect_eq(misplaced, 0, "%s: %zu of %zu NaN positions differ", json, misplaced, nr.count);
+    tsr_oracle_free_probe(&nr.r, inputs);
+    nan_run_close(&nr);
+}
+
+/* Two cases the reference decides element by element. A softmax whose bias
+ * masks the last 8 columns with -inf (the ragged last tile all -inf) gives 0
+ * there and finite values elsewhere, no NaN. An infinity in B at column 300
+ * makes that column infinite in every row before an rmsnorm: the reference
+ * gives NaN there (inf / inf) and 0 elsewhere (x / inf), one NaN per row. */
+static void expect_gemm_rows_special(void)
+{
+    nan_run nr;
+    nan_run_open("{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":300,\"n\":264,\"k\":64,"
+                 "\"epilogue\":[\"bias\"],\"reduction\":\"softmax\"}",
+                 &nr);
+    tsr_error e;
+    void *inputs[TSR_MAX_REGION_INPUTS] = {0};
+    cr_assert_eq(tsr_oracle_make_probe(&nr.r, 31, 0, 1, inputs, &e), TSR_OK, "%s", e.message);
+    for (int c = 256; c < 264; c++)
+        ((uint16_t *)inputs[2])[c] = 0xFF80; /* -inf */
+    size_t nan_want, misplaced;
+    nan_run_launch(&nr, inputs, "gemm_wgmma", &nan_want, &misplaced);
+    cr_expect_eq(nan_want, 0, "masked softmax: the reference's NaNs: %zu", nan_want);
+    cr_expect_eq(misplaced, 0, "masked softmax: %zu NaN positions differ", misplaced);
+    size_t nonzero = 0;
+    for (int row = 0; row < 300; row++)
+        for (int c = 256; c < 264; c++)
+            nonzero += tsr_dtype_load(TSR_BF16, nr.got, (size_t)row * 264 + c) != 0.0;
+    cr_expect_eq(nonzero, 0, "masked softmax: %zu masked outputs are not 0", nonzero);
+    tsr_oracle_free_probe(&nr.r, inputs);
+    nan_run_close(&nr);
+
+    nan_run_open("{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":300,\"n\":776,\"k\":264,"
+                 "\"reduction\":\"rmsnorm\"}",
+                 &nr);
+    cr_assert_eq(tsr_oracle_make_probe(&nr.r, 32, 0, 1, inputs, &e), TSR_OK, "%s", e.message);
+    ((uint16_t *)inputs[1])[(size_t)7 * 776 + 300] = 0x7F80; /* B[7][300] = +inf */
+    nan_run_launch(&nr, inputs, "gemm_wgmma", &nan_want, &misplaced);
+    cr_expect_eq(nan_want, 300, "rmsnorm, inf in B: the reference's NaNs: %zu", nan_want);
+    cr_expect_eq(misplaced, 0, "rmsnorm, inf in B: %zu NaN positions differ", misplaced);
     tsr_oracle_free_probe(&nr.r, inputs);
     nan_run_close(&nr);
 }
@@ -835,9 +875,15 @@ Test(cuda_backend, row_reduction_gemm_kernels_serve_every_norm_and_place_nan)
         /* one column tile: no cluster */
         "{\"kind\":\"fused\",\"dtype\":\"f16\",\"out_dtype\":\"f32\",\"m\":200,\"n\":256,"
         "\"k\":72,\"reduction\":\"rmsnorm\"}",
-        /* 65 blocks in pairs: two waves */
-        "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":4100,\"n\":512,\"k\":64,"
+        /* 68 blocks in pairs: 136 CTAs, two waves */
+        "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":4300,\"n\":512,\"k\":64,"
         "\"epilogue\":[\"sigmoid\"],\"reduction\":\"softmax\"}",
+        /* 32 blocks in pairs: three tiles per CTA (an odd count), the last ragged */
+        "{\"kind\":\"fused\",\"dtype\":\"f16\",\"m\":2000,\"n\":1288,\"k\":64,"
+        "\"epilogue\":[\"bias\",\"gelu\"],\"reduction\":\"layer_norm\"}",
+        /* softmax into f32, under f32's bound */
+        "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"out_dtype\":\"f32\",\"m\":300,\"n\":520,"
+        "\"k\":64,\"reduction\":\"softmax\"}",
     };
     expect_served_by("gemm_wgmma", regions, sizeof regions / sizeof regions[0]);
     static const char *const norms[] = {"rmsnorm", "layer_norm", "softmax"};
@@ -847,9 +893,10 @@ Test(cuda_backend, row_reduction_gemm_kernels_serve_every_norm_and_place_nan)
                  "{\"kind\":\"fused\",\"dtype\":\"bf16\",\"m\":300,\"n\":776,\"k\":264,"
                  "\"epilogue\":[\"bias\"],\"reduction\":\"%s\"}",
                  norms[i]);
-        expect_gemm_row_nan(json, 776, 264, 77, 5, 0x7FC0, 10 + (uint64_t)i);  /* NaN */
+        expect_gemm_row_nan(json, 776, 264, 77, 5, 0x7FC0, 10 + (uint64_t)i);    /* NaN */
         expect_gemm_row_nan(json, 776, 264, 250, 100, 0x7F80, 20 + (uint64_t)i); /* +inf */
     }
+    expect_gemm_rows_special();
 }
 
 /* The sampled check's probe inputs made on the device hold, element for

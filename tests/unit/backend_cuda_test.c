@@ -366,8 +366,24 @@ Test(backend_cuda, gemm_plan_takes_the_row_kernels_for_a_reduction)
         tsr_variant v;
         tsr_fingerprint fp;
         cr_assert_eq(tsrd_cuda_variant(&gemm, &r, "sm_90a", &v, &fp, NULL), TSR_OK);
-        cr_expect_str_eq(v.cls, "tsr_gemm_bf16_bf16_rows");
+        cr_expect_str_eq(v.cls, "tsr_gemm_bf16_bf16_rows_s2");
         cr_expect_eq(v.free_dims, TSR_VARIANT_ROWS);
+        /* Another cluster size is another variant. */
+        r.u.fused.m = 1000;
+        cr_assert_eq(tsrd_cuda_variant(&gemm, &r, "sm_90a", &v, &fp, NULL), TSR_OK);
+        cr_expect_str_eq(v.cls, "tsr_gemm_bf16_bf16_rows_s4");
+        r.u.fused.m = 8192;
+        /* An eps that f32 cannot hold is declined. */
+        tsr_error ee;
+        r.u.fused.eps = 1e-50;
+        unit_expect_refused(tsrd_gemm_plan_make(&r, &plan, &ee), TSR_UNSUPPORTED, &ee,
+                            "eps 1e-50 is not an f32 value");
+        r.u.fused.eps = 1e300;
+        unit_expect_refused(tsrd_gemm_plan_make(&r, &plan, &ee), TSR_UNSUPPORTED, &ee,
+                            "eps 1e+300 is not an f32 value");
+        r.u.fused.eps = 0;
+        cr_assert_eq(tsrd_gemm_plan_make(&r, &plan, NULL), TSR_OK);
+        r.u.fused.eps = 1e-5;
 
         /* Ragged rows round up to whole row blocks; f16 into f32. */
         r.dtype = TSR_F16;

@@ -151,6 +151,11 @@ static tsr_status kernels_plan_rules(const tsr_region *r, tsrd_gemm_plan *out, t
                          : f->reduction == TSR_REDUCTION_SOFTMAX    ? TSR_GEMM_REDUCE_SOFTMAX
                                                                     : TSR_GEMM_REDUCE_NONE;
         out->eps = (float)f->eps;
+        /* The kernels add eps in f32: one that f32 turns into 0 or infinity
+         * would change the result. */
+        if (out->reduction != TSR_GEMM_REDUCE_NONE &&
+            (isinf(out->eps) || (f->eps != 0 && out->eps == 0)))
+            return tsr_error_set(err, TSR_UNSUPPORTED, "eps %g is not an f32 value", f->eps);
         if (f->n_epilogue > TSR_GEMM_MAX_EPILOGUE)
             return tsr_error_set(err, TSR_UNSUPPORTED, "epilogue longer than %d",
                                  TSR_GEMM_MAX_EPILOGUE);
@@ -229,12 +234,12 @@ tsr_status tsrd_gemm_plan_make(const tsr_region *r, tsrd_gemm_plan *out, tsr_err
                                  "a row reduction over at most %d rows (one row block)",
                                  TSR_GEMM_NARROW_M);
         if (out->n > TSR_GEMM_ROWS_MAX_N)
-            return tsr_error_set(err, TSR_UNSUPPORTED,
-                                 "a row reduction over more than %d columns", TSR_GEMM_ROWS_MAX_N);
-        const int64_t row_blocks = ((int64_t)out->m + TSR_GEMM_BM_PINGPONG - 1) /
-                                   TSR_GEMM_BM_PINGPONG;
-        out->splits = tsr_gemm_rows_plan(
-            row_blocks, (out->n + TSR_GEMM_BN_PINGPONG - 1) / TSR_GEMM_BN_PINGPONG);
+            return tsr_error_set(err, TSR_UNSUPPORTED, "a row reduction over more than %d columns",
+                                 TSR_GEMM_ROWS_MAX_N);
+        const int64_t row_blocks =
+            ((int64_t)out->m + TSR_GEMM_BM_PINGPONG - 1) / TSR_GEMM_BM_PINGPONG;
+        out->splits = tsr_gemm_rows_plan(row_blocks, (out->n + TSR_GEMM_BN_PINGPONG - 1) /
+                                                         TSR_GEMM_BN_PINGPONG);
         if (row_blocks * out->splits > INT32_MAX)
             return tsr_error_set(err, TSR_UNSUPPORTED, "more than 2^31 - 1 tiles");
         out->grid = (uint32_t)(row_blocks * out->splits);
@@ -622,8 +627,8 @@ static void kernels_run_time_dims_variant(const tsr_candidate *c, const tsr_regi
 /* The tier-3 GEMMs read M, N and K from their parameter block and tensor
  * maps; the entry (its tile configuration, the small-M kernels by their
  * wgmma N for at most TSR_GEMM_NARROW_M rows, ping-pong for ops with a
- * residual) depends on M, so it is
- * the variant's class. */
+ * residual) depends on M, so it is the variant's class, with the row
+ * kernels' cluster size. */
 static void kernels_gemm_variant(const tsr_candidate *c, const tsr_region *r, const char *arch,
                                  tsr_variant *out)
 {
@@ -633,7 +638,12 @@ static void kernels_gemm_variant(const tsr_candidate *c, const tsr_region *r, co
     if (tsrd_gemm_plan_for(c, r, &plan, NULL) != TSR_OK)
         return;
     out->free_dims = TSR_VARIANT_ROWS;
-    snprintf(out->cls, sizeof out->cls, "%s", plan.entry);
+    /* The row kernels' cluster size follows M: another size shares the
+     * cluster's statistics differently, so it is another variant. */
+    if (plan.reduction != TSR_GEMM_REDUCE_NONE)
+        snprintf(out->cls, sizeof out->cls, "%.48s_s%d", plan.entry, plan.splits);
+    else
+        snprintf(out->cls, sizeof out->cls, "%s", plan.entry);
 }
 
 /* The attention kernel reads batch and both lengths from its parameters and

@@ -48,7 +48,7 @@
 extern "C" {
 #endif
 
-#define TSR_CODEGEN_VERSION 6
+#define TSR_CODEGEN_VERSION 7
 
 /* Default multiprocessor count (H100 SXM / H200) when the target gives none. */
 #define TSR_CODEGEN_DEFAULT_SM_COUNT 132

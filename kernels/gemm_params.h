@@ -96,6 +96,11 @@
  * clusters of 4 runs in two waves. A split grid stays within these. */
 #define TSR_GEMM_SPLIT_CTAS_PAIRS 132
 #define TSR_GEMM_SPLIT_CTAS_WIDE 120
+/* The CTAs in clusters of `splits` resident at once (the counts above). */
+static inline long long tsr_gemm_cluster_cap(int splits)
+{
+    return splits <= 2 ? TSR_GEMM_SPLIT_CTAS_PAIRS : TSR_GEMM_SPLIT_CTAS_WIDE;
+}
 #define TSR_GEMM_SMALL_STAGE_BYTES(mw, tn) (64 * (tn)*2 + (mw)*64 * 2)
 #define TSR_GEMM_STAGES_SMALL(mw, tn)                                                              \
     (225280 / TSR_GEMM_SMALL_STAGE_BYTES(mw, tn) > 12                                              \
@@ -133,8 +138,7 @@ static inline void tsr_gemm_small_plan(int n, int k, int gated, int *tn, int *sp
             if (s > 1 && k_tiles < 2 * s)
                 break;
             const long long ctas = tiles * s;
-            const long long cap = s <= 2 ? TSR_GEMM_SPLIT_CTAS_PAIRS : TSR_GEMM_SPLIT_CTAS_WIDE;
-            if (ctas <= cap && ctas > best) {
+            if (ctas <= tsr_gemm_cluster_cap(s) && ctas > best) {
                 best = ctas;
                 *tn = w;
                 *splits = s;
@@ -155,8 +159,7 @@ static inline int tsr_gemm_rows_plan(long long row_blocks, int tiles_n)
     long long best = 0;
     for (int s = 2; s <= TSR_GEMM_SPLIT_MAX && s <= tiles_n; s *= 2) {
         const long long ctas = row_blocks * s;
-        const long long cap = s <= 2 ? TSR_GEMM_SPLIT_CTAS_PAIRS : TSR_GEMM_SPLIT_CTAS_WIDE;
-        if (ctas <= cap && ctas > best) {
+        if (ctas <= tsr_gemm_cluster_cap(s) && ctas > best) {
             best = ctas;
             best_splits = s;
         }

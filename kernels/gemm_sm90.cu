@@ -336,10 +336,36 @@ __device__ __forceinline__ void ring_init(uint64_t *full, uint64_t *empty, unsig
     __syncthreads();
 }
 
+/* One tile's K slices into the ring, from ring position *it on: for each
+ * slice kt, A's TM x kBK box at (m0, kt), then B's TN / 64 boxes of 64 columns
+ * from n0 (gated: 128 columns of B and of B2). */
+template <int Stages, int ABytes, int BBytes, int TN, bool Gated>
+__device__ __forceinline__ void
+ring_load_tile(const CUtensorMap *map_a, const CUtensorMap *map_b, const CUtensorMap *map_b2,
+               unsigned char *smem_a, unsigned char *smem_b, uint64_t *full, uint64_t *empty,
+               int m0, int n0, int k_tiles, int &it)
+{
+    for (int kt = 0; kt < k_tiles; kt++, it++) {
+        const int s = it % Stages;
+        mbar_wait(&empty[s], ((it / Stages) & 1) ^ 1);
+        mbar_expect_tx(&full[s], ABytes + BBytes);
+        tma_load_2d(smem_a + s * ABytes, map_a, &full[s], kt * kBK, m0);
+        unsigned char *b = smem_b + s * BBytes;
+        if (Gated) {
+            tma_load_2d(b, map_b, &full[s], n0, kt * kBK);
+            tma_load_2d(b + kChunkBytes, map_b, &full[s], n0 + 64, kt * kBK);
+            tma_load_2d(b + 2 * kChunkBytes, map_b2, &full[s], n0, kt * kBK);
+            tma_load_2d(b + 3 * kChunkBytes, map_b2, &full[s], n0 + 64, kt * kBK);
+        } else {
+#pragma unroll
+            for (int c = 0; c < TN / 64; c++)
+                tma_load_2d(b + c * kChunkBytes, map_b, &full[s], n0 + 64 * c, kt * kBK);
+        }
+    }
+}
+
 /* The producer warpgroup: gives its registers up, and its thread 0 walks the
- * tiles, loading each K slice kt of the tile at (m0, n0) into a stage: A's
- * TM x kBK box, then B's TN / 64 boxes of 64 columns (gated: 128 columns of B
- * and of B2). */
+ * tiles, loading each tile at (m0, n0) (ring_load_tile). */
 template <int Stages, int TM, int TN, int ABytes, int BBytes, bool Gated>
 __device__ __forceinline__ void ring_produce(const CUtensorMap *map_a, const CUtensorMap *map_b,
                                              const CUtensorMap *map_b2, unsigned char *smem_a,
@@ -353,24 +379,8 @@ __device__ __forceinline__ void ring_produce(const CUtensorMap *map_a, const CUt
     for (int tile = blockIdx.x; tile < tiles_m * tiles_n; tile += gridDim.x) {
         int tm, tn;
         tile_coords(tile, tiles_m, tiles_n, tm, tn);
-        const int m0 = tm * TM, n0 = tn * TN;
-        for (int kt = 0; kt < k_tiles; kt++, it++) {
-            const int s = it % Stages;
-            mbar_wait(&empty[s], ((it / Stages) & 1) ^ 1);
-            mbar_expect_tx(&full[s], ABytes + BBytes);
-            tma_load_2d(smem_a + s * ABytes, map_a, &full[s], kt * kBK, m0);
-            unsigned char *b = smem_b + s * BBytes;
-            if (Gated) {
-                tma_load_2d(b, map_b, &full[s], n0, kt * kBK);
-                tma_load_2d(b + kChunkBytes, map_b, &full[s], n0 + 64, kt * kBK);
-                tma_load_2d(b + 2 * kChunkBytes, map_b2, &full[s], n0, kt * kBK);
-                tma_load_2d(b + 3 * kChunkBytes, map_b2, &full[s], n0 + 64, kt * kBK);
-            } else {
-#pragma unroll
-                for (int c = 0; c < TN / 64; c++)
-                    tma_load_2d(b + c * kChunkBytes, map_b, &full[s], n0 + 64 * c, kt * kBK);
-            }
-        }
+        ring_load_tile<Stages, ABytes, BBytes, TN, Gated>(
+            map_a, map_b, map_b2, smem_a, smem_b, full, empty, tm * TM, tn * TN, k_tiles, it);
     }
 }
 
@@ -634,67 +644,28 @@ __device__ __forceinline__ float quad_max(float x)
 }
 
 /* The ops on a consumer warp's 128 accumulators (layout: rows_tile_values),
- * 32 columns at a time through the warp's scratch into the epilogue's layout
- * (a lane two adjacent columns of 8 rows, so one bias pair per pass) and back:
- * the ping-pong epilogue's 16-value groups, with the chain's code written out
- * once per pass rather than once per register. */
+ * in place: one bias pair per accumulator column group, each activation over
+ * all 128 values (act_apply_all). */
 template <typename TIn>
-__device__ __forceinline__ void rows_apply_ops(const tsr_gemm_params &p, float *acc, float *scratch,
-                                               int n0)
+__device__ __forceinline__ void rows_apply_ops(const tsr_gemm_params &p, float *acc, int n0)
 {
-    if (p.n_ops == 0)
-        return;
-    const int lane = threadIdx.x % 32;
-    const int sub_row = lane / 16, c = 2 * (lane % 16);
-    const int fr = lane / 4, fc = 2 * (lane % 4);
+    const int cq = 2 * (threadIdx.x % 4);
+    for (int o = 0; o < p.n_ops; o++) {
+        const int op = p.ops[o];
+        if (op == GEMM_OP_BIAS) {
 #pragma unroll
-    for (int pass = 0; pass < 8; pass++) {
-#pragma unroll
-        for (int jj = 0; jj < 4; jj++)
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-                *reinterpret_cast<float2 *>(scratch + (fr + 8 * h) * kScratchStride + 8 * jj + fc) =
-                    make_float2(acc[4 * (4 * pass + jj) + 2 * h],
-                                acc[4 * (4 * pass + jj) + 2 * h + 1]);
-        __syncwarp();
-        float v[16];
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const float2 x =
-                *reinterpret_cast<const float2 *>(scratch + (sub_row + 2 * i) * kScratchStride + c);
-            v[2 * i] = x.x;
-            v[2 * i + 1] = x.y;
-        }
-        const int col = n0 + 32 * pass + c;
-        for (int o = 0; o < p.n_ops; o++) {
-            const int op = p.ops[o];
-            if (op == GEMM_OP_BIAS) {
+            for (int j = 0; j < 32; j++) {
+                const int col = n0 + 8 * j + cq;
                 const float2 b =
                     col < p.n ? elem<TIn>::load_pair(p.bias, col) : make_float2(0.0f, 0.0f);
-#pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    v[2 * i] += b.x;
-                    v[2 * i + 1] += b.y;
-                }
-            } else {
-                act_apply_all<16>(op, v);
+                acc[4 * j] += b.x;
+                acc[4 * j + 1] += b.y;
+                acc[4 * j + 2] += b.x;
+                acc[4 * j + 3] += b.y;
             }
+        } else {
+            act_apply_all<128>(op, acc);
         }
-#pragma unroll
-        for (int i = 0; i < 8; i++)
-            *reinterpret_cast<float2 *>(scratch + (sub_row + 2 * i) * kScratchStride + c) =
-                make_float2(v[2 * i], v[2 * i + 1]);
-        __syncwarp();
-#pragma unroll
-        for (int jj = 0; jj < 4; jj++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const float2 x = *reinterpret_cast<const float2 *>(
-                    scratch + (fr + 8 * h) * kScratchStride + 8 * jj + fc);
-                acc[4 * (4 * pass + jj) + 2 * h] = x.x;
-                acc[4 * (4 * pass + jj) + 2 * h + 1] = x.y;
-            }
-        __syncwarp();
     }
 }
 
@@ -704,10 +675,10 @@ __device__ __forceinline__ void rows_apply_ops(const tsr_gemm_params &p, float *
  * leaves the values to store in acc. */
 template <typename TIn>
 __device__ __forceinline__ void rows_tile_values(const tsr_gemm_params &p, float *acc,
-                                                 float *scratch, float2 *stats, int warp, int n0)
+                                                 float2 *stats, int warp, int n0)
 {
     const int lane = threadIdx.x % 32;
-    rows_apply_ops<TIn>(p, acc, scratch, n0);
+    rows_apply_ops<TIn>(p, acc, n0);
     /* N is a multiple of 8: a group of 8 columns is all in or all out. */
     const int count = min(TSR_GEMM_BN_PINGPONG, p.n - n0);
     float first[2], second[2];
@@ -908,19 +879,10 @@ __device__ __forceinline__ void gemm_rows_body(const CUtensorMap *map_a, const C
         regs_shrink<40>();
         if (threadIdx.x == 0) {
             int it = 0;
-            for (int l = 0; l < own; l++) {
-                const int n0 = (rank + l * splits) * TN;
-                for (int kt = 0; kt < k_tiles; kt++, it++) {
-                    const int s = it % kStages;
-                    mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
-                    mbar_expect_tx(&full[s], kTileABytes + kBBytes);
-                    tma_load_2d(smem_a + s * kTileABytes, map_a, &full[s], kt * kBK, m0);
-#pragma unroll
-                    for (int c = 0; c < TN / 64; c++)
-                        tma_load_2d(smem_b + s * kBBytes + c * kChunkBytes, map_b, &full[s],
-                                    n0 + 64 * c, kt * kBK);
-                }
-            }
+            for (int l = 0; l < own; l++)
+                ring_load_tile<kStages, kTileABytes, kBBytes, TN, false>(
+                    map_a, map_b, nullptr, smem_a, smem_b, full, empty, m0,
+                    (rank + l * splits) * TN, k_tiles, it);
         }
         /* The consumers' two cluster barriers (below). */
         cluster_sync();
@@ -958,7 +920,7 @@ __device__ __forceinline__ void gemm_rows_body(const CUtensorMap *map_a, const C
         if (l + 1 < own)
             consumers_arrive(2 - consumer);
         ring_retire_last<kStages>(empty, it);
-        rows_tile_values<TIn>(p, acc, scratch, stats + tn * TM, warp, n0);
+        rows_tile_values<TIn>(p, acc, stats + tn * TM, warp, n0);
         epilogue_warp<TIn, TOut, false, TN / 32, false, true>(p, acc, scratch, m0 + warp * 16, n0);
     }
     /* Every CTA's tiles stored and their numbers written; then the row

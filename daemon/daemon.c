@@ -79,7 +79,7 @@ tsr_status tsrd_daemon_init(tsrd_daemon *d, const tsrd_config *config, uv_loop_t
     d->log.level = config->log_level;
     d->log.format = config->log_format;
     d->loop = loop;
-    d->handler_find = tsrd_handler_find;
+    d->handlers = tsrd_handler_table;
     d->start_ns = uv_hrtime();
     d->work_slots = config->workers;
     snprintf(d->default_tenant.name, sizeof d->default_tenant.name, "default");

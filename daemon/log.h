@@ -19,6 +19,7 @@
 #define TESSERAD_LOG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 typedef enum tsrd_log_level {
     TSRD_LOG_ERROR = 0,
@@ -58,7 +59,21 @@ void tsrd_log_write(const tsrd_log *log, tsrd_log_level level, const char *fmt, 
 
 #define tsrd_log_error(log, ...) tsrd_log_write((log), TSRD_LOG_ERROR, __VA_ARGS__)
 #define tsrd_log_warn(log, ...) tsrd_log_write((log), TSRD_LOG_WARN, __VA_ARGS__)
-#define tsrd_log_info(log, ...) tsrd_log_write((log), TSRD_LOG_INFO, __VA_ARGS__)
-#define tsrd_log_debug(log, ...) tsrd_log_write((log), TSRD_LOG_DEBUG, __VA_ARGS__)
+/* Info and debug lines are dropped before their arguments are computed: the
+ * request path logs every request at debug. */
+static inline bool tsrd_log_passes(const tsrd_log *log, tsrd_log_level level)
+{
+    return log == NULL || level <= log->level;
+}
+#define tsrd_log_info(log, ...)                                                                    \
+    do {                                                                                           \
+        if (tsrd_log_passes((log), TSRD_LOG_INFO))                                                 \
+            tsrd_log_write((log), TSRD_LOG_INFO, __VA_ARGS__);                                     \
+    } while (0)
+#define tsrd_log_debug(log, ...)                                                                   \
+    do {                                                                                           \
+        if (tsrd_log_passes((log), TSRD_LOG_DEBUG))                                                \
+            tsrd_log_write((log), TSRD_LOG_DEBUG, __VA_ARGS__);                                    \
+    } while (0)
 
 #endif

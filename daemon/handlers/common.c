@@ -6,7 +6,10 @@
 #include "handlers/common.h"
 
 #include <stdio.h>
+#include <string.h>
 
+#include "serve/devices.h"
+#include "serve/handles.h"
 #include "serve/scope.h"
 #include "serve/session.h"
 #include "tessera/region_pb.h"
@@ -82,6 +85,96 @@ tsr_status tsrd_job_bind_launch(tsrd_job *job, const char *field, uint64_t kerne
             return st;
     }
     return bind_slot(job, field, -1, output, &want_out, &out->output);
+}
+
+tsr_status tsrd_job_check_count(tsrd_job *job, const char *what, size_t given,
+                                const tsr_tensor_desc *sig, int n, tsr_region_kind kind)
+{
+    if (given == (size_t)n)
+        return TSR_OK;
+    char names[256];
+    size_t used = 0;
+    names[0] = '\0';
+    for (int i = 0; i < n && used < sizeof names; i++)
+        used +=
+            (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "", sig[i].name);
+    return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
+                         "%s: %zu inputs given, the %s region takes %d (%s)", what, given,
+                         tsr_region_kind_name(kind), n, names);
+}
+
+/* Looks up and pins a launch's kernel, then its inputs in order (none when
+ * there are more than TSR_MAX_REGION_INPUTS), then its output, into *out
+ * (cleared first), in one lookup, stopping at the first handle the session
+ * does not own. Returns which one that was: -2 the kernel, 0 .. n_inputs - 1
+ * an input, n_inputs the output, -1 none. */
+static int pin_launch_handles(tsrd_job *job, uint64_t kernel, const uint64_t *inputs,
+                              size_t n_inputs, uint64_t output, tsrd_bound_launch *out)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t ids[TSR_MAX_REGION_INPUTS + 2];
+    tsrd_handle_type types[TSR_MAX_REGION_INPUTS + 2];
+    void *objs[TSR_MAX_REGION_INPUTS + 2];
+    int n = n_inputs <= TSR_MAX_REGION_INPUTS ? (int)n_inputs : 0;
+    ids[0] = kernel;
+    types[0] = TSRD_HANDLE_KERNEL;
+    for (int i = 0; i < n; i++) {
+        ids[1 + i] = inputs[i];
+        types[1 + i] = TSRD_HANDLE_BUFFER;
+    }
+    ids[1 + n] = output;
+    types[1 + n] = TSRD_HANDLE_BUFFER;
+    size_t found =
+        tsrd_handles_get_each(&job->d->handles, ids, types, (size_t)n + 2, job->session, objs);
+    if (found == 0)
+        return -2;
+    out->kernel = objs[0];
+    tsrd_kernel_ref(out->kernel);
+    for (int i = 0; i < n && (size_t)i + 1 < found; i++) {
+        out->inputs[i] = objs[1 + i];
+        tsrd_buffer_ref(out->inputs[i]);
+        out->n_inputs = i + 1;
+    }
+    if (found <= (size_t)n + 1)
+        return found - 1 < (size_t)n ? (int)found - 1 : (int)n_inputs;
+    out->output = objs[1 + n];
+    tsrd_buffer_ref(out->output);
+    return -1;
+}
+
+tsr_status tsrd_job_pin_launch(tsrd_job *job, const char *field, uint64_t kernel,
+                               const uint64_t *inputs, size_t n_inputs, uint64_t output,
+                               tsrd_bound_launch *out)
+{
+    int missing = pin_launch_handles(job, kernel, inputs, n_inputs, output, out);
+    if (missing == -2)
+        return tsr_error_set(&job->err, TSR_NOT_FOUND, "%s.kernel: no kernel %#llx", field,
+                             (unsigned long long)kernel);
+    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], want_out;
+    int n = tsr_region_signature(&out->kernel->region, sig, &want_out);
+    char name[96];
+    snprintf(name, sizeof name, "%s.inputs", field);
+    tsr_status st = tsrd_job_check_count(job, name, n_inputs, sig, n, out->kernel->region.kind);
+    for (int i = 0; st == TSR_OK && i < n; i++) {
+        snprintf(name, sizeof name, "%s.inputs[%d]", field, i);
+        if (missing == i)
+            return tsr_error_set(&job->err, TSR_NOT_FOUND, "%s: no buffer %#llx", name,
+                                 (unsigned long long)inputs[i]);
+        st = tsrd_job_check_buffer(job, out->inputs[i], &sig[i], name, "region");
+    }
+    snprintf(name, sizeof name, "%s.output", field);
+    if (st == TSR_OK && missing == n)
+        return tsr_error_set(&job->err, TSR_NOT_FOUND, "%s: no buffer %#llx", name,
+                             (unsigned long long)output);
+    if (st == TSR_OK)
+        st = tsrd_job_check_buffer(job, out->output, &want_out, name, "region");
+    /* It runs on the device of its buffers. */
+    tsrd_device_pick pick = TSRD_DEVICE_PICK_INIT;
+    if (st == TSR_OK)
+        st = tsrd_job_pick_bound(job, &pick, out, field);
+    if (st == TSR_OK)
+        tsrd_job_set_device(job, pick.device);
+    return st;
 }
 
 tsr_status tsrd_job_pick_device(tsrd_job *job, tsrd_device_pick *pick, const tsrd_buffer *b,

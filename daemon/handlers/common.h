@@ -43,6 +43,23 @@ tsr_status tsrd_job_bind_launch(tsrd_job *job, const char *field, uint64_t kerne
                                 const uint64_t *inputs, size_t n_inputs, uint64_t output,
                                 tsrd_bound_launch *out);
 
+/* A launch request's tensor count against its region's n inputs (sig):
+ * BUFFER_MISMATCH "WHAT: N inputs given, the KIND region takes n (names)". */
+tsr_status tsrd_job_check_count(tsrd_job *job, const char *what, size_t given,
+                                const tsr_tensor_desc *sig, int n, tsr_region_kind kind);
+
+/* A launch request's kernel and buffers pinned into *out (one lookup for
+ * all), checked against the kernel's region in the order the
+ * request names them, and the job placed on the device of its buffers. Errors
+ * name field ("launch"): NOT_FOUND ("launch.kernel: no kernel 0x…",
+ * "launch.inputs[i]: no buffer 0x…"), BUFFER_MISMATCH (the count, as
+ * tsrd_job_check_count; a buffer as tsrd_job_check_buffer for the "region"),
+ * CONFLICT (buffers on two devices). What was pinned stays in *out for the
+ * caller to release whatever happened. Loop thread. */
+tsr_status tsrd_job_pin_launch(tsrd_job *job, const char *field, uint64_t kernel,
+                               const uint64_t *inputs, size_t n_inputs, uint64_t output,
+                               tsrd_bound_launch *out);
+
 /* The device one request's buffers are on, gathered buffer by buffer:
  * device -1 until the first, whose field is kept for the message. */
 typedef struct tsrd_device_pick {

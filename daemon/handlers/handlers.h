@@ -10,8 +10,9 @@
 
 #include "serve/job.h"
 
-/* The handler of a request body case; NULL for a case no handler serves. */
-const tsrd_handler *tsrd_handler_find(int body_case);
+/* The handler of each request body case (TSRD_BODY_CASES rows); NULL for a
+ * case no handler serves. */
+extern const tsrd_handler *const tsrd_handler_table[TSRD_BODY_CASES];
 
 /* info.c */
 extern const tsrd_handler tsrd_handler_hello, tsrd_handler_stats, tsrd_handler_cache_list,

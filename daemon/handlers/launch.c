@@ -4,8 +4,9 @@
  *
  * Both check every tensor against the region's signature before any device
  * work — count, dtype, shape and byte size — and name the offending one in a
- * BUFFER_MISMATCH. Buffers are pinned on the loop in prepare and unpinned in
- * complete; the device work runs on the session's stream.
+ * BUFFER_MISMATCH. Buffers are pinned on the loop in prepare (a launch's in
+ * job->bound, released by the dispatcher after the reply; a run's unpinned in
+ * complete); the device work runs on the session's stream.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -37,22 +38,6 @@ typedef struct launch_state {
 
 #define LAUNCH_SHM_OUT TSR_MAX_REGION_INPUTS
 
-static tsr_status launch_check_count(tsrd_job *job, const char *what, size_t given,
-                                     const tsr_tensor_desc *sig, int n, tsr_region_kind kind)
-{
-    if (given == (size_t)n)
-        return TSR_OK;
-    char names[256];
-    size_t used = 0;
-    names[0] = '\0';
-    for (int i = 0; i < n && used < sizeof names; i++)
-        used +=
-            (size_t)snprintf(names + used, sizeof names - used, "%s%s", i ? ", " : "", sig[i].name);
-    return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
-                         "%s: %zu inputs given, the %s region takes %d (%s)", what, given,
-                         tsr_region_kind_name(kind), n, names);
-}
-
 static tsr_status launch_unpin_complete(tsrd_job *job, tsr_status status)
 {
     launch_state *s = job->state;
@@ -76,64 +61,30 @@ static tsr_status launch_unpin_complete(tsrd_job *job, tsr_status status)
 
 /* ---- launch ---- */
 
-/* A launch's state: the kernel and buffers it pinned, and whether execute
- * launched and synchronized in one backend call (counted on the loop, in
- * complete). */
-typedef struct launch_job {
-    tsrd_bound_launch bound;
-    bool fused;
-} launch_job;
+/* A kernel measured at most this long on the device (tsrd_kernel.launch_ns)
+ * is launched and synchronized on the loop when the device is otherwise idle:
+ * the loop then waits for it about as long as a hand-off to the worker pool
+ * and back would take. */
+#define LAUNCH_QUICK_NS 100000u
 
-/* The kernel and buffers are pinned in one call to the session's handles;
- * the reasons for a refusal are worded here, in the order the request names
- * them. */
+static bool launch_quick(tsrd_kernel *k, int device)
+{
+    uint64_t ns = atomic_load_explicit(&k->launch_ns, memory_order_relaxed);
+    /* Loading on a new device is not quick. */
+    return ns != 0 && ns <= LAUNCH_QUICK_NS && tsrd_kernel_kobj_loaded(k, device) != NULL;
+}
+
+/* The kernel and buffers pinned, checked and placed in one call
+ * (handlers/common.h) into job->bound, which the dispatcher releases when the
+ * job ends; the quick mark for the loop. */
 static tsr_status launch_prepare(tsrd_job *job)
 {
     const Tessera__V1__LaunchRequest *req = job->req->launch;
-    launch_job *lj = job->state = tsrd_job_alloc(job, sizeof *lj);
-    if (lj == NULL)
-        return tsr_error_set(&job->err, TSR_NO_MEMORY, "launch: out of memory");
-    tsrd_bound_launch *b = &lj->bound;
-    int missing = tsrd_launch_pin(job->d, job->session, req->kernel, req->inputs, req->n_inputs,
-                                  req->output, b);
-    if (missing == -2)
-        return tsr_error_set(&job->err, TSR_NOT_FOUND, "launch.kernel: no kernel %#llx",
-                             (unsigned long long)req->kernel);
-    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], out;
-    int n = tsr_region_signature(&b->kernel->region, sig, &out);
-    tsr_status st =
-        launch_check_count(job, "launch.inputs", req->n_inputs, sig, n, b->kernel->region.kind);
-    char field[48];
-    for (int i = 0; st == TSR_OK && i < n; i++) {
-        snprintf(field, sizeof field, "launch.inputs[%d]", i);
-        if (missing == i)
-            return tsr_error_set(&job->err, TSR_NOT_FOUND, "%s: no buffer %#llx", field,
-                                 (unsigned long long)req->inputs[i]);
-        st = tsrd_job_check_buffer(job, b->inputs[i], &sig[i], field, "region");
-    }
-    if (st == TSR_OK && missing == n)
-        return tsr_error_set(&job->err, TSR_NOT_FOUND, "launch.output: no buffer %#llx",
-                             (unsigned long long)req->output);
+    tsr_status st = tsrd_job_pin_launch(job, "launch", req->kernel, req->inputs, req->n_inputs,
+                                        req->output, &job->bound);
     if (st == TSR_OK)
-        st = tsrd_job_check_buffer(job, b->output, &out, "launch.output", "region");
-    /* It runs on the device of its buffers. */
-    tsrd_device_pick pick = TSRD_DEVICE_PICK_INIT;
-    if (st == TSR_OK)
-        st = tsrd_job_pick_bound(job, &pick, b, "launch");
-    if (st == TSR_OK)
-        tsrd_job_set_device(job, pick.device);
+        job->quick = launch_quick(job->bound.kernel, job->device);
     return st;
-}
-
-static tsr_status launch_complete(tsrd_job *job, tsr_status status)
-{
-    launch_job *lj = job->state;
-    if (lj == NULL)
-        return status;
-    tsrd_bound_launch_release(job->d, &lj->bound);
-    if (lj->fused)
-        job->d->metrics.launches_fused++;
-    return status;
 }
 
 /* Keeps the kernel's shortest time on the device, which decides whether its
@@ -160,19 +111,20 @@ static void launch_measured(tsrd_kernel *k, double device_ms)
  * on the pool and on the loop alike. */
 static tsr_status launch_execute(tsrd_job *job)
 {
-    launch_job *lj = job->state;
-    tsrd_bound_launch *b = &lj->bound;
+    tsrd_bound_launch *b = &job->bound;
     tsrd_dbuf *inputs[TSR_MAX_REGION_INPUTS];
     for (int i = 0; i < b->n_inputs; i++)
         inputs[i] = b->inputs[i]->dbuf;
     tsrd_stream *stream;
-    tsrd_kobj *kobj = NULL;
     tessera__v1__launch_reply__init(&job->body.launch);
-    tsr_status st = tsrd_kernel_kobj(job->d, b->kernel, job->device, &kobj, &job->err);
+    /* Loaded already but for a launch on a new device. */
+    tsrd_kobj *kobj = tsrd_kernel_kobj_loaded(b->kernel, job->device);
+    tsr_status st =
+        kobj != NULL ? TSR_OK : tsrd_kernel_kobj(job->d, b->kernel, job->device, &kobj, &job->err);
     if (st == TSR_OK)
         st = tsrd_job_stream(job, &stream);
     if (st == TSR_OK) {
-        lj->fused = job->d->bops->launch_many_sync != NULL;
+        job->launches_fused = job->d->bops->launch_many_sync != NULL;
         st = tsrd_launch_wait(job->d->bops, job->d->backend, kobj, stream, inputs, b->n_inputs,
                               b->output->dbuf, &job->body.launch.device_ms, &job->err);
     }
@@ -182,26 +134,10 @@ static tsr_status launch_execute(tsrd_job *job)
     return st;
 }
 
-/* A kernel measured at most this long on the device (tsrd_kernel.launch_ns)
- * is launched and synchronized on the loop when the device is otherwise idle:
- * the loop then waits for it about as long as a hand-off to the worker pool
- * and back would take. */
-#define LAUNCH_QUICK_NS 100000u
-
-static bool launch_quick(const tsrd_job *job)
-{
-    const tsrd_bound_launch *b = &((const launch_job *)job->state)->bound;
-    uint64_t ns = atomic_load_explicit(&b->kernel->launch_ns, memory_order_relaxed);
-    /* Loading on a new device is not quick. */
-    return ns != 0 && ns <= LAUNCH_QUICK_NS && tsrd_kernel_kobj_loaded(b->kernel, job->device);
-}
-
 const tsrd_handler tsrd_handler_launch = {
     .flags = TSRD_HEAVY | TSRD_STREAM,
     .prepare = launch_prepare,
     .execute = launch_execute,
-    .complete = launch_complete,
-    .quick = launch_quick,
 };
 
 /* ---- run ---- */
@@ -329,7 +265,7 @@ static tsr_status run_check(tsrd_job *job, const tsr_tensor_desc *sig, int n,
 {
     launch_state *s = job->state;
     tsr_status st =
-        launch_check_count(job, "run.inputs", job->req->run->n_inputs, sig, n, s->region.kind);
+        tsrd_job_check_count(job, "run.inputs", job->req->run->n_inputs, sig, n, s->region.kind);
     for (int i = 0; st == TSR_OK && i < n; i++)
         st = run_check_input(job, (size_t)i, &sig[i]);
     if (st == TSR_OK && s->output != NULL)

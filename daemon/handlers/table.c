@@ -4,7 +4,7 @@
  */
 #include "handlers/handlers.h"
 
-static const tsrd_handler *const handler_table[TSRD_BODY_CASES] = {
+const tsrd_handler *const tsrd_handler_table[TSRD_BODY_CASES] = {
     [TESSERA__V1__REQUEST__BODY_HELLO] = &tsrd_handler_hello,
     [TESSERA__V1__REQUEST__BODY_COMPILE] = &tsrd_handler_compile,
     [TESSERA__V1__REQUEST__BODY_LAUNCH] = &tsrd_handler_launch,
@@ -25,10 +25,3 @@ static const tsrd_handler *const handler_table[TSRD_BODY_CASES] = {
     [TESSERA__V1__REQUEST__BODY_RING_OPEN] = &tsrd_handler_ring_open,
     [TESSERA__V1__REQUEST__BODY_RING_CLOSE] = &tsrd_handler_ring_close,
 };
-
-const tsrd_handler *tsrd_handler_find(int body_case)
-{
-    if (body_case <= 0 || body_case >= TSRD_BODY_CASES)
-        return NULL;
-    return handler_table[body_case];
-}

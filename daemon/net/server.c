@@ -481,11 +481,9 @@ static void server_received(tsrd_server *s, server_event *ev)
     tsrd_daemon *d = s->d;
     server_slot *slot = ev->slot;
     server_refill(s);
-    tsrd_session *sess = tsrd_session_get(d, ev->pipe_id);
+    tsrd_peer peer = {ev->peer_uid, ev->peer_gid};
+    tsrd_session *sess = tsrd_session_hold(d, ev->pipe_id, ev->has_peer ? &peer : NULL);
     if (sess != NULL) {
-        if (ev->has_peer && !sess->peer_known)
-            tsrd_session_set_peer(sess, ev->peer_uid, ev->peer_gid);
-        tsrd_session_ref(sess);
         sess->net_held++;
         slot->session = sess;
     }
@@ -502,7 +500,8 @@ static void server_received(tsrd_server *s, server_event *ev)
         tsrd_dispatch_refuse(d, slot, body, len, TSR_RESOURCE_EXHAUSTED, msg);
         nng_msg_free(ev->msg);
     } else {
-        tsrd_dispatch(d, sess, slot, body, len, server_msg_release, ev->msg);
+        if (!tsrd_dispatch(d, sess, slot, body, len, server_msg_release, ev->msg))
+            nng_msg_free(ev->msg);
     }
     ev->msg = NULL;
 }

@@ -137,22 +137,6 @@ void tsrd_device_uncharge(tsrd_daemon *d, tsrd_buffer *b)
     b->charged = false;
 }
 
-void tsrd_job_set_device(tsrd_job *job, int device)
-{
-    tsrd_job_release_device(job);
-    job->device = device;
-    job->on_device = true;
-    job->d->load[device].queued++;
-}
-
-void tsrd_job_release_device(tsrd_job *job)
-{
-    if (!job->on_device)
-        return;
-    job->d->load[job->device].queued--;
-    job->on_device = false;
-}
-
 tsr_status tsrd_kernel_load_from_cache(tsrd_daemon *d, const tsrd_kernel *k, int device,
                                        tsrd_kobj **out, tsr_error *err)
 {
@@ -174,11 +158,6 @@ tsr_status tsrd_kernel_load_from_cache(tsrd_daemon *d, const tsrd_kernel *k, int
         st = d->bops->load(d->backend, device, &k->region, c, bin, len, out, err);
     free(bin);
     return st;
-}
-
-tsrd_kobj *tsrd_kernel_kobj_loaded(tsrd_kernel *k, int device)
-{
-    return device == 0 ? k->kobj : atomic_load(&k->on_device[device]);
 }
 
 tsr_status tsrd_kernel_kobj(tsrd_daemon *d, tsrd_kernel *k, int device, tsrd_kobj **out,

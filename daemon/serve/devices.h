@@ -46,12 +46,6 @@ tsr_status tsrd_device_choose(const tsrd_daemon *d, tsrd_tenant *t, int requeste
 void tsrd_device_charge(tsrd_daemon *d, tsrd_buffer *b, tsrd_tenant *t);
 void tsrd_device_uncharge(tsrd_daemon *d, tsrd_buffer *b);
 
-/* Binds job's device work to device (its stream, its place in the device's
- * queue depth until it is answered). Loop thread, prepare step. */
-void tsrd_job_set_device(tsrd_job *job, int device);
-/* Drops the job's count from its device's queue depth (dispatch, at the end). */
-void tsrd_job_release_device(tsrd_job *job);
-
 /* Loads k on device from the kernel cache, compiling it again when the cache
  * has dropped it (a first use on another device, a recovery's reload); *out
  * is the backend's new kernel object. Worker thread. */
@@ -63,8 +57,12 @@ tsr_status tsrd_kernel_load_from_cache(tsrd_daemon *d, const tsrd_kernel *k, int
  * cache dropped it) and kept with the kernel. Worker thread; thread-safe. */
 tsr_status tsrd_kernel_kobj(tsrd_daemon *d, tsrd_kernel *k, int device, tsrd_kobj **out,
                             tsr_error *err);
-/* The kernel on device when already loaded there, else NULL. */
-tsrd_kobj *tsrd_kernel_kobj_loaded(tsrd_kernel *k, int device);
+/* The kernel on device when already loaded there, else NULL (a read of the
+ * kernel's own fields: inline, as the launch path asks it twice). */
+static inline tsrd_kobj *tsrd_kernel_kobj_loaded(tsrd_kernel *k, int device)
+{
+    return device == 0 ? k->kobj : atomic_load(&k->on_device[device]);
+}
 /* Unloads the kernel's copies on devices other than 0 (freeing it, or after a
  * recovery, which leaves them in the old context). Loop thread, nothing
  * launching it. */

@@ -24,6 +24,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The handler of a body case (the table in handlers/), NULL for none. */
+static const tsrd_handler *dispatch_handler(const tsrd_daemon *d, int body_case)
+{
+    if (d->handlers == NULL || body_case <= 0 || body_case >= TSRD_BODY_CASES)
+        return NULL;
+    return d->handlers[body_case];
+}
+
 /* ---- encoding and sending ---- */
 
 /* Encodes the job's reply. Falls back to a body-less NO_MEMORY reply in buf
@@ -117,8 +125,9 @@ static void dispatch_release(tsrd_job *job)
 }
 
 /* The end of every job that got as far as having one: encode, remember,
- * answer the origin and any waiters, count, release. */
-static void dispatch_complete(tsrd_job *job, tsr_status status)
+ * answer the origin and any waiters, count, release. Returns the job's
+ * session with the job's reference, now the caller's to drop. */
+static tsrd_session *dispatch_complete_held(tsrd_job *job, tsr_status status)
 {
     tsrd_daemon *d = job->d;
     if (job->handler != NULL && job->handler->complete != NULL)
@@ -144,12 +153,23 @@ static void dispatch_complete(tsrd_job *job, tsr_status status)
     dispatch_log(job, status);
     dispatch_release(job);
     tsrd_job_release_device(job);
-    if (job->session != NULL)
-        tsrd_session_unref(d, job->session);
+    d->metrics.launches_fused += job->launches_fused;
+    if (job->bound.kernel != NULL)
+        tsrd_bound_launch_release(d, &job->bound);
+    tsrd_session *s = job->session;
     tsrd_job_free(job);
     d->inflight--;
     if (d->draining && d->inflight == 0 && d->idle_fn != NULL)
         d->idle_fn(d);
+    return s;
+}
+
+static void dispatch_complete(tsrd_job *job, tsr_status status)
+{
+    tsrd_daemon *d = job->d;
+    tsrd_session *s = dispatch_complete_held(job, status);
+    if (s != NULL)
+        tsrd_session_unref(d, s);
 }
 
 /* An answer with no job behind it (undecodable bytes, a refusal before the
@@ -165,8 +185,7 @@ static void dispatch_reply_bare_as(tsrd_daemon *d, void *origin, uint64_t id, in
     size_t len = tessera__v1__reply__pack(&reply, buf);
     d->reply_fn(d->reply_sink, origin, buf, len);
     d->metrics.bytes_out += len;
-    if (!tsrd_body_known(body_case) || d->handler_find == NULL ||
-        d->handler_find(body_case) == NULL)
+    if (!tsrd_body_known(body_case) || dispatch_handler(d, body_case) == NULL)
         body_case = 0;
     tsrd_metrics_count(d, body_case, status);
     tsrd_log_debug(&d->log, "request id=%llu type=%s status=%s: %s", (unsigned long long)id,
@@ -202,6 +221,15 @@ static int dispatch_device(const tsrd_job *job)
     return job->on_device ? job->device : 0;
 }
 
+/* Whether any device is out of service (being recovered, or lost). */
+static bool dispatch_device_recovering(const tsrd_daemon *d)
+{
+    for (int i = 0; i < d->n_devices; i++)
+        if (d->devrec[i].state != TSRD_DEVICE_SERVING)
+            return true;
+    return false;
+}
+
 /* The end of a heavy job, back on the loop: complete it, let its session's
  * stream go on, and hand out more work. */
 static void dispatch_finish(tsrd_job *job, tsr_status st)
@@ -210,15 +238,16 @@ static void dispatch_finish(tsrd_job *job, tsr_status st)
     tsrd_session *s = job->session;
     bool stream = (job->handler->flags & TSRD_STREAM) != 0;
     int device = dispatch_device(job);
-    tsrd_session_ref(s);
-    dispatch_complete(job, st);
+    dispatch_complete_held(job, st);
     if (stream) {
         s->stream_busy[device] = false;
         dispatch_stream_next(d, s, device);
     }
     tsrd_session_unref(d, s);
-    /* A sticky device fault shows first as a job's DEVICE_LOST. */
-    tsrd_recovery_poll(d, tsrd_dispatch_pump);
+    /* A sticky device fault shows first as a job's failure (DEVICE_LOST); a
+     * recovery under way goes on as jobs end. */
+    if (st != TSR_OK || d->recovering || dispatch_device_recovering(d))
+        tsrd_recovery_poll(d, tsrd_dispatch_pump);
     tsrd_dispatch_pump(d);
 }
 
@@ -421,11 +450,11 @@ static bool dispatch_inline_ok(const tsrd_job *job)
     const tsrd_daemon *d = job->d;
     const tsrd_session *s = job->session;
     int device = dispatch_device(job);
-    return d->inline_launches && (job->handler->flags & TSRD_STREAM) &&
-           job->handler->quick != NULL && !s->stream_busy[device] &&
-           s->stream_head[device] == NULL && s->streams[device] != NULL && d->work_running == 0 &&
-           d->ready_head == NULL && d->rings_open == 0 && !d->work_paused && !d->recovering &&
-           d->devrec[device].state == TSRD_DEVICE_SERVING && job->handler->quick(job);
+    return d->inline_launches && (job->handler->flags & TSRD_STREAM) && job->quick &&
+           !s->stream_busy[device] && s->stream_head[device] == NULL &&
+           s->streams[device] != NULL && d->work_running == 0 && d->ready_head == NULL &&
+           d->rings_open == 0 && !d->work_paused && !d->recovering &&
+           d->devrec[device].state == TSRD_DEVICE_SERVING;
 }
 
 /* Executes the job on the loop, then ends it as if the pool had run it: the
@@ -572,14 +601,6 @@ static tsr_status dispatch_validate(tsrd_job *job)
 /* The session's stored replies draw on its tenant's budget from its first
  * attributed request on: the tenant's replay_bytes quota, else the daemon-wide
  * replay_bytes_per_tenant (taken again on every request, so a reload applies). */
-static void dispatch_bind_replay(tsrd_daemon *d, tsrd_session *s)
-{
-    tsrd_tenant *t = s->tenant;
-    t->replay.budget = (size_t)tsrd_tenant_replay_budget(d, t);
-    if (s->replay.pool == NULL)
-        tsrd_replay_set_pool(&s->replay, &t->replay, (size_t)d->config.replay_bytes_per_connection);
-}
-
 /* Answers from the request-id memory when it can; true when the request is
  * taken care of (answered, refused, or waiting on its first copy). A resend of
  * a request still executing is one more request of the tenant: it waits only
@@ -681,7 +702,7 @@ static void dispatch_decoded(tsrd_job *job, tsr_status st)
         return;
     }
     job->body_case = job->req->body_case;
-    job->handler = d->handler_find(job->req->body_case);
+    job->handler = dispatch_handler(d, job->req->body_case);
     st = dispatch_validate(job);
     if (st != TSR_OK) {
         job->handler = NULL; /* nothing was prepared: no complete step */
@@ -785,7 +806,7 @@ static tsr_status dispatch_admit_request(tsrd_job *job, tsrd_tenant *t)
     return TSR_OK;
 }
 
-void tsrd_dispatch(tsrd_daemon *d, tsrd_session *s, void *origin, const uint8_t *data, size_t len,
+bool tsrd_dispatch(tsrd_daemon *d, tsrd_session *s, void *origin, const uint8_t *data, size_t len,
                    void (*release)(void *owner), void *owner)
 {
     uint64_t start = uv_hrtime();
@@ -793,10 +814,8 @@ void tsrd_dispatch(tsrd_daemon *d, tsrd_session *s, void *origin, const uint8_t 
     tsrd_envelope env;
     tsr_error err;
     if (tsrd_envelope_parse(data, len, &env, &err) != TSR_OK) {
-        if (release != NULL)
-            release(owner);
         dispatch_reply_bare(d, origin, 0, err.code, err.message);
-        return;
+        return false;
     }
     tsr_status refused = TSR_OK;
     if (s == NULL || d->draining) {
@@ -813,37 +832,30 @@ void tsrd_dispatch(tsrd_daemon *d, tsrd_session *s, void *origin, const uint8_t 
                  len, DISPATCH_HEALTH_MAX);
     }
     if (refused != TSR_OK) {
-        if (release != NULL)
-            release(owner);
         dispatch_reply_bare_as(d, origin, env.id, env.body_case, refused, err.message);
-        return;
+        return false;
     }
     tsrd_job *job = calloc(1, sizeof *job);
     if (job == NULL) {
-        if (release != NULL)
-            release(owner);
         dispatch_reply_bare_as(d, origin, env.id, env.body_case, TSR_NO_MEMORY, "out of memory");
-        return;
+        return false;
     }
+    /* Borrowed: decoded on the loop and done with before this call returns,
+     * unless the request parks or decodes on the pool (below). */
     job->raw = data;
     job->raw_len = len;
-    job->raw_release = release;
-    job->raw_owner = owner;
     /* Who is asking comes before anything else, the request-id memory
      * included: a stored reply goes only to the session's own tenant. */
     if (!health) {
         tsrd_tenant *tenant = NULL;
         if (tsrd_tenant_attribute_bytes(d, s, env.auth, env.auth_len, &tenant, &err) != TSR_OK) {
-            dispatch_raw_done(job);
             free(job);
             dispatch_reply_bare_as(d, origin, env.id, env.body_case, err.code, err.message);
-            return;
+            return false;
         }
-        dispatch_bind_replay(d, s);
         if (dispatch_replay(d, s, origin, env.id, env.body_case)) {
-            dispatch_raw_done(job);
             free(job);
-            return;
+            return false;
         }
     }
     Tessera__V1__Reply init = TESSERA__V1__REPLY__INIT;
@@ -863,21 +875,29 @@ void tsrd_dispatch(tsrd_daemon *d, tsrd_session *s, void *origin, const uint8_t 
         if (st != TSR_OK) {
             dispatch_raw_done(job);
             dispatch_complete(job, st);
-            return;
+            return false;
         }
     }
     /* A request of this session is decoding off the loop: this one waits its
      * turn, so that the session's requests are served in arrival order. */
-    if (s->decoding || s->parked_head != NULL) {
+    bool parks = s->decoding || s->parked_head != NULL;
+    bool taken = false;
+    if ((parks || len > DISPATCH_DECODE_INLINE_MAX) && release != NULL) {
+        job->raw_release = release;
+        job->raw_owner = owner;
+        taken = true;
+    }
+    if (parks) {
         if (!dispatch_raw_own(job)) {
             dispatch_raw_done(job);
             dispatch_complete(job, tsr_error_set(&job->err, TSR_NO_MEMORY, "out of memory"));
-            return;
+            return taken;
         }
         TSRD_FIFO_PUSH(s->parked_head, s->parked_tail, job, parked_next);
-        return;
+        return taken;
     }
     dispatch_start(job);
+    return taken;
 }
 
 void tsrd_dispatch_refuse(tsrd_daemon *d, void *origin, const uint8_t *data, size_t len,

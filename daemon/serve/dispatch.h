@@ -12,12 +12,12 @@
  * larger ones (the session's later requests wait their turn meanwhile, so a
  * session's requests keep their arrival order) -> one central validation step
  * (body present and known, quotas, payload sizes) -> the handler for the body
- * (d->handler_find: handlers/handlers.h) -> encode -> reply. The steps of a
+ * (d->handlers: the table in handlers/handlers.h) -> encode -> reply. The steps of a
  * handler and where each runs are in serve/job.h.
  *
  * Rows flagged TSRD_STREAM run in order on the session's stream: one such job
  * per session at a time, so a client's writes, launches and reads neither
- * overlap nor pass each other. A stream job its row's quick step calls short
+ * overlap nor pass each other. A stream job its prepare step marks quick
  * (a launch of a kernel measured short on the device) executes on the loop
  * instead, without the two thread hops of the pool, when the session's stream
  * is made and idle with nothing queued on it, and no other device work runs or
@@ -39,14 +39,16 @@
 #include "serve/job.h"
 #include "serve/state.h"
 
-/* Serves one received message of session s (tsrd_session_get; NULL when the
+/* Serves one received message of session s (tsrd_session_hold; NULL when the
  * connection is already gone, which is answered UNAVAILABLE). origin is handed
  * back to d->reply_fn exactly once (possibly later, when the work completes).
- * Ownership of data: with release set, the message is handed over and
- * release(owner) is called exactly once, on whichever thread is done with it
- * (possibly before tsrd_dispatch returns); with release NULL the bytes are
- * only borrowed for the call, and copied where they must outlive it. */
-void tsrd_dispatch(tsrd_daemon *d, tsrd_session *s, void *origin, const uint8_t *data, size_t len,
+ * The bytes are borrowed for the call. Where they must outlive it (a body
+ * decoded on the worker pool, a request parked behind one), the message is
+ * handed over when release is set — release(owner) is then called exactly
+ * once, on whichever thread is done with it, and true returned — and copied
+ * when release is NULL. False: the caller still owns the message and frees it
+ * when the call returns. */
+bool tsrd_dispatch(tsrd_daemon *d, tsrd_session *s, void *origin, const uint8_t *data, size_t len,
                    void (*release)(void *owner), void *owner);
 
 /* Answers one received message with status and message at once, without

@@ -114,6 +114,17 @@ void *tsrd_handles_get(const tsrd_handles *t, uint64_t id, tsrd_handle_type type
     return s->obj;
 }
 
+size_t tsrd_handles_get_each(const tsrd_handles *t, const uint64_t *ids,
+                             const tsrd_handle_type *types, size_t n, const void *owner, void **out)
+{
+    for (size_t i = 0; i < n; i++) {
+        out[i] = tsrd_handles_get(t, ids[i], types[i], owner);
+        if (out[i] == NULL)
+            return i;
+    }
+    return n;
+}
+
 static void handles_kill(tsrd_handles *t, tsrd_handle_slot *s)
 {
     s->id = HANDLES_TOMBSTONE_ID;

@@ -49,6 +49,11 @@ tsr_status tsrd_handles_add(tsrd_handles *t, tsrd_handle_type type, const void *
 /* The object, or NULL when id is absent or not (type, owner). */
 void *tsrd_handles_get(const tsrd_handles *t, uint64_t id, tsrd_handle_type type,
                        const void *owner);
+/* Looks up ids[0 .. n) (of types[i], owner's) into out[i], in order, stopping
+ * at the first that is absent: returns its index, or n when all were found. */
+size_t tsrd_handles_get_each(const tsrd_handles *t, const uint64_t *ids,
+                             const tsrd_handle_type *types, size_t n, const void *owner,
+                             void **out);
 
 /* Removes and returns the object; NULL (and nothing removed) when id is absent or
  * not (type, owner). */

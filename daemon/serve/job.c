@@ -47,7 +47,7 @@ void tsrd_job_free(tsrd_job *job)
     free(job);
 }
 
-tsr_status tsrd_job_stream(tsrd_job *job, tsrd_stream **out)
+tsr_status tsrd_job_stream_make(tsrd_job *job, tsrd_stream **out)
 {
     tsrd_session *s = job->session;
     int device = job->on_device ? job->device : 0;

@@ -12,9 +12,9 @@
  * execute step may yield (job->again): it is queued again behind the other
  * tenants' work and runs once more, holding the session's stream meanwhile.
  *
- * A stream row may also have a quick step (on the loop, after prepare): true
- * when this job's execute is known to return within microseconds (a launch of
- * a kernel measured short). The dispatcher then runs execute on the loop
+ * A stream row's prepare may also mark the job quick (job->quick): its execute
+ * is known to return within microseconds (a launch of a kernel measured short
+ * and loaded on its device). The dispatcher then runs execute on the loop
  * itself, without the two thread hops of the worker pool, when the session's
  * stream is idle and no other device work is running (serve/dispatch.h).
  *
@@ -42,8 +42,6 @@ typedef struct tsrd_handler {
     tsr_status (*execute)(tsrd_job *job);
     /* status is the outcome so far; the return value replaces it. */
     tsr_status (*complete)(tsrd_job *job, tsr_status status);
-    /* NULL: execute always goes to the worker pool. */
-    bool (*quick)(const tsrd_job *job);
 } tsrd_handler;
 
 typedef struct tsrd_arena_block {
@@ -108,6 +106,15 @@ struct tsrd_job {
      * tenants' work run (a long batch): the job goes to the back of its
      * tenant's queue and execute runs again, on the same stream. */
     bool again;
+    /* Set by prepare: execute returns within microseconds, so the loop may
+     * run it (serve/dispatch.h). */
+    bool quick;
+    /* A launch request's kernel and buffers, pinned by its prepare step and
+     * released by the dispatcher once the reply has gone. */
+    tsrd_bound_launch bound;
+    /* Launches made with their synchronize in one backend call, counted into
+     * the metrics when the job ends. */
+    uint32_t launches_fused;
     /* After execute: how long the reply waits before it goes (a loop timer;
      * the worker is free meanwhile), so that it takes as long as the work it
      * stands for would have (serve/scope.h). */
@@ -129,9 +136,38 @@ char *tsrd_job_strdup(tsrd_job *job, const char *s);
 /* Frees the job, its arena, its request and the request's bytes if it still holds them. */
 void tsrd_job_free(tsrd_job *job);
 
+/* Drops the job's count from its device's queue depth (dispatch, at the end). */
+static inline void tsrd_job_release_device(tsrd_job *job)
+{
+    if (!job->on_device)
+        return;
+    job->d->load[job->device].queued--;
+    job->on_device = false;
+}
+
+/* Binds job's device work to device (its stream, its place in the device's
+ * queue depth until it is answered). Loop thread, prepare step. */
+static inline void tsrd_job_set_device(tsrd_job *job, int device)
+{
+    tsrd_job_release_device(job);
+    job->device = device;
+    job->on_device = true;
+    job->d->load[device].queued++;
+}
+
+/* Makes the session's stream on the job's device (tsrd_job_stream). */
+tsr_status tsrd_job_stream_make(tsrd_job *job, tsrd_stream **out);
+
 /* The session's stream on the job's device, created on first use (stream jobs
- * only, worker thread). */
-tsr_status tsrd_job_stream(tsrd_job *job, tsrd_stream **out);
+ * only, worker thread; or the loop for a quick job, whose stream is made). */
+static inline tsr_status tsrd_job_stream(tsrd_job *job, tsrd_stream **out)
+{
+    tsrd_stream *s = job->session->streams[job->on_device ? job->device : 0];
+    if (s == NULL)
+        return tsrd_job_stream_make(job, out);
+    *out = s;
+    return TSR_OK;
+}
 
 /* The largest payload a reply may carry: the message limit less the envelope. */
 uint64_t tsrd_reply_payload_max(const tsrd_daemon *d);

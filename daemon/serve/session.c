@@ -65,9 +65,15 @@ void tsrd_session_set_peer(tsrd_session *s, uint32_t uid, uint32_t gid)
     s->peer_gid = gid;
 }
 
-void tsrd_session_ref(tsrd_session *s)
+tsrd_session *tsrd_session_hold(tsrd_daemon *d, uint32_t pipe_id, const tsrd_peer *peer)
 {
-    s->refs++;
+    tsrd_session *s = tsrd_session_get(d, pipe_id);
+    if (s == NULL)
+        return NULL;
+    if (peer != NULL && !s->peer_known)
+        tsrd_session_set_peer(s, peer->uid, peer->gid);
+    tsrd_session_ref(s);
+    return s;
 }
 
 typedef struct tsrd_session_kernel {
@@ -245,11 +251,6 @@ bool tsrd_kernel_release_handle(tsrd_daemon *d, tsrd_session *s, uint64_t handle
     return true;
 }
 
-void tsrd_buffer_ref(tsrd_buffer *b)
-{
-    b->refs++;
-}
-
 void tsrd_buffer_unref(tsrd_daemon *d, tsrd_buffer *b)
 {
     if (b == NULL || --b->refs > 0)
@@ -261,11 +262,6 @@ void tsrd_buffer_unref(tsrd_daemon *d, tsrd_buffer *b)
     tsrd_device_uncharge(d, b);
     d->bops->buffer_free(d->backend, b->dbuf);
     free(b);
-}
-
-void tsrd_kernel_ref(tsrd_kernel *k)
-{
-    k->refs++;
 }
 
 void tsrd_kernel_unref(tsrd_daemon *d, tsrd_kernel *k)
@@ -316,28 +312,4 @@ tsrd_launch_desc *tsrd_bound_launch_descs(const tsrd_bound_launch *b, size_t n, 
                                       .output = b[i].output->dbuf};
     }
     return descs;
-}
-
-int tsrd_launch_pin(tsrd_daemon *d, tsrd_session *s, uint64_t kernel, const uint64_t *inputs,
-                    size_t n_inputs, uint64_t output, tsrd_bound_launch *out)
-{
-    memset(out, 0, sizeof *out);
-    out->kernel = tsrd_kernel_lookup(d, s, kernel);
-    if (out->kernel == NULL)
-        return -2;
-    tsrd_kernel_ref(out->kernel);
-    int n = n_inputs <= TSR_MAX_REGION_INPUTS ? (int)n_inputs : 0;
-    for (int i = 0; i < n; i++) {
-        tsrd_buffer *b = tsrd_buffer_lookup(d, s, inputs[i]);
-        if (b == NULL)
-            return i;
-        tsrd_buffer_ref(b);
-        out->inputs[i] = b;
-        out->n_inputs = i + 1;
-    }
-    out->output = tsrd_buffer_lookup(d, s, output);
-    if (out->output == NULL)
-        return (int)n_inputs;
-    tsrd_buffer_ref(out->output);
-    return -1;
 }

@@ -11,9 +11,22 @@
 /* The session of a pipe, opened on first use. NULL when the pipe is already
  * known to be gone (or out of memory): the request is then not served. */
 tsrd_session *tsrd_session_get(tsrd_daemon *d, uint32_t pipe_id);
+/* An ipc peer's credentials, as the transport read them. */
+typedef struct tsrd_peer {
+    uint32_t uid, gid;
+} tsrd_peer;
+/* A received message's session, as tsrd_session_get, with one reference
+ * taken for the message and, when peer is given and the session has none
+ * yet, the peer's credentials recorded (before its first dispatch). */
+tsrd_session *tsrd_session_hold(tsrd_daemon *d, uint32_t pipe_id, const tsrd_peer *peer);
 /* The pipe went away: drop the session's handles and its table reference. */
 void tsrd_session_close(tsrd_daemon *d, uint32_t pipe_id);
-void tsrd_session_ref(tsrd_session *s);
+/* Reference counts: plain ints (loop thread), inline as every request takes
+ * and drops several. */
+static inline void tsrd_session_ref(tsrd_session *s)
+{
+    s->refs++;
+}
 void tsrd_session_unref(tsrd_daemon *d, tsrd_session *s);
 /* Closes every session (shutdown). */
 void tsrd_session_close_all(tsrd_daemon *d);
@@ -44,9 +57,15 @@ bool tsrd_buffer_release_handle(tsrd_daemon *d, tsrd_session *s, uint64_t handle
  * the key loads a new kernel); false when it is not the session's. A launch
  * that pinned the kernel keeps it loaded until it completes. */
 bool tsrd_kernel_release_handle(tsrd_daemon *d, tsrd_session *s, uint64_t handle);
-void tsrd_buffer_ref(tsrd_buffer *b);
+static inline void tsrd_buffer_ref(tsrd_buffer *b)
+{
+    b->refs++;
+}
 void tsrd_buffer_unref(tsrd_daemon *d, tsrd_buffer *b);
-void tsrd_kernel_ref(tsrd_kernel *k);
+static inline void tsrd_kernel_ref(tsrd_kernel *k)
+{
+    k->refs++;
+}
 void tsrd_kernel_unref(tsrd_daemon *d, tsrd_kernel *k);
 /* Unpins what b holds and clears it. */
 void tsrd_bound_launch_release(tsrd_daemon *d, tsrd_bound_launch *b);
@@ -55,16 +74,6 @@ void tsrd_bound_launch_release(tsrd_daemon *d, tsrd_bound_launch *b);
  * malloc'd block (one free()) that also holds each description's array of
  * input device buffers. NULL when out of memory. */
 tsrd_launch_desc *tsrd_bound_launch_descs(const tsrd_bound_launch *b, size_t n, int device);
-/* Looks up and pins, for one launch request, its kernel, then its inputs in
- * order (when n_inputs is at most TSR_MAX_REGION_INPUTS; else none), then its
- * output, into *out (cleared first), stopping at the first handle the session
- * does not own. Returns which one that was: -2 the kernel, 0 .. n_inputs - 1
- * an input, n_inputs the output, -1 none. What was pinned is released with
- * tsrd_bound_launch_release whatever the answer. The caller checks the
- * buffers against the kernel's signature. */
-int tsrd_launch_pin(tsrd_daemon *d, tsrd_session *s, uint64_t kernel, const uint64_t *inputs,
-                    size_t n_inputs, uint64_t output, tsrd_bound_launch *out);
-
 /* Records an ipc peer's credentials on its session (server.c, before the
  * session's first dispatch). */
 void tsrd_session_set_peer(tsrd_session *s, uint32_t uid, uint32_t gid);

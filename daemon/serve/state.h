@@ -311,10 +311,10 @@ struct tsrd_daemon {
     unsigned removed_next;
 
     tsrd_metrics metrics;
-    /* The handler of a request body case, NULL for none: the table in
+    /* The handler of each request body case, NULL for none: the table in
      * handlers/, handed in by tsrd_daemon_init so that the request path names
      * no handler. */
-    const tsrd_handler *(*handler_find)(int body_case);
+    const tsrd_handler *const *handlers; /* TSRD_BODY_CASES rows */
     tsrd_reply_fn reply_fn;
     void *reply_sink;
 

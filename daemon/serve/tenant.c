@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "serve/envelope.h"
+#include "serve/replay.h"
 #include "serve/scope.h"
 #include "serve/tenant.h"
 #include "tessera/fingerprint.h"
@@ -101,6 +102,15 @@ static tsrd_tenant *tenant_by_peer(tsrd_daemon *d, const tsrd_session *s)
     return NULL;
 }
 
+/* The session's request-id memory draws on its tenant's budget (which a
+ * reload may have changed since the last request). */
+static void tenant_bind_replay(tsrd_daemon *d, tsrd_session *s, tsrd_tenant *t)
+{
+    t->replay.budget = (size_t)tsrd_tenant_replay_budget(d, t);
+    if (s->replay.pool == NULL)
+        tsrd_replay_set_pool(&s->replay, &t->replay, (size_t)d->config.replay_bytes_per_connection);
+}
+
 tsr_status tsrd_tenant_attribute_bytes(tsrd_daemon *d, tsrd_session *s, const uint8_t *auth,
                                        size_t auth_len, tsrd_tenant **out, tsr_error *err)
 {
@@ -109,6 +119,7 @@ tsr_status tsrd_tenant_attribute_bytes(tsrd_daemon *d, tsrd_session *s, const ui
         /* No tenants configured: everything is the default tenant. */
         s->tenant = &d->default_tenant;
         *out = s->tenant;
+        tenant_bind_replay(d, s, s->tenant);
         return TSR_OK;
     }
     tsrd_tenant *t = NULL;
@@ -132,6 +143,7 @@ tsr_status tsrd_tenant_attribute_bytes(tsrd_daemon *d, tsrd_session *s, const ui
                              "this connection belongs to another tenant; open a new one");
     s->tenant = t;
     *out = t;
+    tenant_bind_replay(d, s, t);
     return TSR_OK;
 }
 

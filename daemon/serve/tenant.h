@@ -19,7 +19,8 @@ void tsrd_tenants_fini(tsrd_daemon *d);
  * another token) must be a configured token of at most TSRD_AUTH_MAX bytes;
  * without one the session's ipc peer uid, then gid, must be listed. A session
  * keeps the tenant of its first request; a later one attributed elsewhere is
- * refused. TSR_UNAUTHENTICATED (in err) when no tenant matches. */
+ * refused. TSR_UNAUTHENTICATED (in err) when no tenant matches. An
+ * attributed session's request-id memory is bound to its tenant's budget. */
 tsr_status tsrd_tenant_attribute_bytes(tsrd_daemon *d, tsrd_session *s, const uint8_t *auth,
                                        size_t auth_len, tsrd_tenant **out, tsr_error *err);
 /* The same for a NUL-terminated token (NULL: none). */

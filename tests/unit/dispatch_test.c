@@ -570,6 +570,65 @@ Test(dispatch, a_small_read_behind_a_large_write_waits_for_its_decode)
     free(data);
 }
 
+/* A transport's message handed to the dispatcher: freed by its release. */
+static int released;
+static void release_counted(void *msg)
+{
+    free(msg);
+    released++;
+}
+
+static bool dispatch_owned(int origin, Tessera__V1__Request *req)
+{
+    size_t len = tessera__v1__request__get_packed_size(req);
+    uint8_t *buf = malloc(len + 1);
+    tessera__v1__request__pack(req, buf);
+    bool taken = tsrd_dispatch(&h->u.d, tsrd_session_get(&h->u.d, 1), (void *)(intptr_t)origin,
+                               buf, len, release_counted, buf);
+    if (!taken)
+        free(buf); /* still the caller's */
+    return taken;
+}
+
+/* The bytes are borrowed for the call; only a body decoded on the pool, or a
+ * request parked behind one, takes the message over, and releases it once. */
+Test(dispatch, a_message_is_taken_over_only_when_it_outlives_the_call)
+{
+    enum { N = 1 << 12 }; /* 16 KiB of f32: decoded on the pool */
+    uint64_t buffer = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 1, N);
+    float *data = calloc(N, sizeof *data);
+    Tessera__V1__Request wreq = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__BufferWriteRequest w = TESSERA__V1__BUFFER_WRITE_REQUEST__INIT;
+    w.buffer = buffer;
+    w.data.data = (uint8_t *)data;
+    w.data.len = N * sizeof *data;
+    wreq.id = 21;
+    wreq.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_WRITE;
+    wreq.buffer_write = &w;
+    Tessera__V1__Request hello = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__HelloRequest hb = TESSERA__V1__HELLO_REQUEST__INIT;
+    hello.body_case = TESSERA__V1__REQUEST__BODY_HELLO;
+    hello.hello = &hb;
+    released = 0;
+    cr_assert(dispatch_owned(1, &wreq), "a 16 KiB body is decoded on the pool");
+    hello.id = 22;
+    cr_assert(dispatch_owned(2, &hello), "a request parked behind it");
+    uv_run(&h->u.loop, UV_RUN_DEFAULT);
+    cr_assert_eq(released, 2);
+    cr_assert_eq(h->count[1], 1);
+    cr_assert_eq(h->last[1]->status, TSR_OK, "%s", h->last[1]->message);
+    cr_assert_eq(h->count[2], 1);
+    cr_assert_eq(h->last[2]->status, TSR_OK, "%s", h->last[2]->message);
+    /* Alone, a small one is served from the borrowed bytes. */
+    hello.id = 23;
+    cr_assert_not(dispatch_owned(3, &hello));
+    uv_run(&h->u.loop, UV_RUN_DEFAULT);
+    cr_assert_eq(released, 2);
+    cr_assert_eq(h->count[3], 1);
+    cr_assert_eq(h->last[3]->status, TSR_OK, "%s", h->last[3]->message);
+    free(data);
+}
+
 /* Packs req with id and hands it to the dispatcher from origin on pipe 1,
  * without running the loop: whatever is answered by then was answered on the
  * loop's own call. */

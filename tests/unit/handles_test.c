@@ -22,6 +22,34 @@ Test(handles, lookup_needs_the_right_type_and_owner)
     tsrd_handles_fini(&t);
 }
 
+Test(handles, get_each_stops_at_the_first_handle_not_found)
+{
+    tsrd_handles t;
+    tsrd_handles_init(&t);
+    uint64_t k, b1, b2, other;
+    cr_assert_eq(tsrd_handles_add(&t, TSRD_HANDLE_KERNEL, &owner_a, &obj1, &k, NULL), TSR_OK);
+    cr_assert_eq(tsrd_handles_add(&t, TSRD_HANDLE_BUFFER, &owner_a, &obj2, &b1, NULL), TSR_OK);
+    cr_assert_eq(tsrd_handles_add(&t, TSRD_HANDLE_BUFFER, &owner_a, &obj1, &b2, NULL), TSR_OK);
+    cr_assert_eq(tsrd_handles_add(&t, TSRD_HANDLE_BUFFER, &owner_b, &obj2, &other, NULL), TSR_OK);
+    const tsrd_handle_type types[] = {TSRD_HANDLE_KERNEL, TSRD_HANDLE_BUFFER, TSRD_HANDLE_BUFFER};
+    void *out[3] = {NULL, NULL, NULL};
+    const uint64_t all[] = {k, b1, b2};
+    cr_assert_eq(tsrd_handles_get_each(&t, all, types, 3, &owner_a, out), 3);
+    cr_assert_eq(out[0], &obj1);
+    cr_assert_eq(out[1], &obj2);
+    cr_assert_eq(out[2], &obj1);
+    /* Another owner's buffer, a kernel asked as a buffer, an unknown id. */
+    const uint64_t foreign[] = {k, other, b2};
+    cr_assert_eq(tsrd_handles_get_each(&t, foreign, types, 3, &owner_a, out), 1);
+    cr_assert_null(out[1]);
+    const uint64_t wrong_type[] = {k, b1, k};
+    cr_assert_eq(tsrd_handles_get_each(&t, wrong_type, types, 3, &owner_a, out), 2);
+    const uint64_t unknown[] = {k ^ 1, b1, b2};
+    cr_assert_eq(tsrd_handles_get_each(&t, unknown, types, 3, &owner_a, out), 0);
+    cr_assert_eq(tsrd_handles_get_each(&t, all, types, 0, &owner_a, out), 0);
+    tsrd_handles_fini(&t);
+}
+
 Test(handles, removed_handles_are_gone_and_foreign_removal_fails)
 {
     tsrd_handles t;

@@ -237,6 +237,7 @@ static void dispatch_finish(tsrd_job *job, tsr_status st)
     tsrd_daemon *d = job->d;
     tsrd_session *s = job->session;
     bool stream = (job->handler->flags & TSRD_STREAM) != 0;
+    bool ran_inline = job->ran_inline;
     int device = dispatch_device(job);
     dispatch_complete_held(job, st);
     if (stream) {
@@ -244,9 +245,12 @@ static void dispatch_finish(tsrd_job *job, tsr_status st)
         dispatch_stream_next(d, s, device);
     }
     tsrd_session_unref(d, s);
-    /* A sticky device fault shows first as a job's failure (DEVICE_LOST); a
-     * recovery under way goes on as jobs end. */
-    if (st != TSR_OK || d->recovering || dispatch_device_recovering(d))
+    /* A job off the pool may have faulted the device and still succeed (a
+     * candidates or verify that reports a candidate's fault in its answer),
+     * so each is followed by a poll, as is a recovery under way. A short
+     * launch on the loop ran alone on the device, after the pool's last job
+     * polled: its launch and synchronize say whether it faulted. */
+    if (!ran_inline || st != TSR_OK || d->recovering || dispatch_device_recovering(d))
         tsrd_recovery_poll(d, tsrd_dispatch_pump);
     tsrd_dispatch_pump(d);
 }
@@ -316,6 +320,8 @@ static void dispatch_after_work(uv_work_t *w, int uv_status)
         job->again = false;
         d->metrics.job_yields++;
         dispatch_queue_work(job);
+        /* Its slot is free: a recovery waiting for the pool to drain may go on. */
+        tsrd_recovery_poll(d, tsrd_dispatch_pump);
         return;
     }
     job->again = false;
@@ -465,6 +471,7 @@ static void dispatch_inline(tsrd_job *job)
 {
     tsrd_daemon *d = job->d;
     d->metrics.inline_jobs++;
+    job->ran_inline = true;
     job->session->stream_busy[dispatch_device(job)] = true;
     dispatch_count(d, job, 1);
     job->work.data = job;
@@ -598,9 +605,6 @@ static tsr_status dispatch_validate(tsrd_job *job)
 
 /* ---- the entry point ---- */
 
-/* The session's stored replies draw on its tenant's budget from its first
- * attributed request on: the tenant's replay_bytes quota, else the daemon-wide
- * replay_bytes_per_tenant (taken again on every request, so a reload applies). */
 /* Answers from the request-id memory when it can; true when the request is
  * taken care of (answered, refused, or waiting on its first copy). A resend of
  * a request still executing is one more request of the tenant: it waits only

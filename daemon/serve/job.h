@@ -109,6 +109,8 @@ struct tsrd_job {
     /* Set by prepare: execute returns within microseconds, so the loop may
      * run it (serve/dispatch.h). */
     bool quick;
+    /* Executed on the loop in the pool's place (serve/dispatch.h). */
+    bool ran_inline;
     /* A launch request's kernel and buffers, pinned by its prepare step and
      * released by the dispatcher once the reply has gone. */
     tsrd_bound_launch bound;

@@ -13,7 +13,8 @@
  * back is handed out again (the dispatcher's pump). */
 typedef void (*tsrd_recovery_resume_fn)(tsrd_daemon *d);
 
-/* After each job: starts a recovery when the backend reports a lost device,
+/* After each job off the pool, and after a failed one or any while a device
+ * is out of service (serve/dispatch.c): starts a recovery when the backend reports a lost device,
  * and moves a running one on once no job runs; resume is called when it ends.
  * Loop thread. */
 void tsrd_recovery_poll(tsrd_daemon *d, tsrd_recovery_resume_fn resume);

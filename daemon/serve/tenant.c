@@ -102,8 +102,9 @@ static tsrd_tenant *tenant_by_peer(tsrd_daemon *d, const tsrd_session *s)
     return NULL;
 }
 
-/* The session's request-id memory draws on its tenant's budget (which a
- * reload may have changed since the last request). */
+/* The session's stored replies draw on its tenant's budget from its first
+ * attributed request on: the tenant's replay_bytes quota, else the daemon-wide
+ * replay_bytes_per_tenant (taken again on every request, so a reload applies). */
 static void tenant_bind_replay(tsrd_daemon *d, tsrd_session *s, tsrd_tenant *t)
 {
     t->replay.budget = (size_t)tsrd_tenant_replay_budget(d, t);

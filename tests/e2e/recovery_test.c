@@ -7,7 +7,9 @@
  * real illegal address on a device.
  */
 #include <criterion/criterion.h>
+#include <string.h>
 
+#include "../support/fixture.h"
 #include "../support/recovery.h"
 
 /* The scenario on backend, with its figures in the log. */
@@ -30,4 +32,48 @@ Test(recovery, a_faulting_tenant_costs_the_others_their_buffers_not_their_servic
 Test(recovery, a_fault_in_the_device_worker_is_survived_by_restarting_it, .timeout = 120)
 {
     recovery_run("cpu-isolated");
+}
+
+/* A candidate that faults the device inside a candidates request leaves the
+ * request successful (the fault is that candidate's row); the daemon still
+ * notices the fault when the request ends and recovers, so that the next
+ * request waits for the rebuild instead of meeting the lost device. */
+Test(recovery, a_fault_inside_a_successful_candidates_answer_starts_a_recovery, .timeout = 120)
+{
+    testd d;
+    const char *extra[] = {"--backend", "cpu", NULL};
+    cr_assert_eq(testd_start_config(&d, extra, "{\"test_faults\": true}\n"), 0,
+                 "tesserad did not start");
+    tsr_client *c = testd_connect(d.url, NULL, 30000);
+    cr_assert_not_null(c);
+    tsr_region *r = fixture_affine(4);
+    tsr_client_compile_opts fault = {.force = "test_fault"};
+    tsr_client_candidate *rows = NULL;
+    size_t n = 0;
+    tsr_error err;
+    cr_assert_eq(tsr_client_candidates(c, r, &fault, &rows, &n, 0, &err), TSR_OK, "%s",
+                 err.message);
+    bool faulted = false;
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(rows[i].name, "test_fault") == 0)
+            faulted = strstr(rows[i].why, "DEVICE_LOST") != NULL ||
+                      strstr(rows[i].verdict.reason, "DEVICE_LOST") != NULL;
+    tsr_client_candidates_free(rows);
+    cr_assert(faulted, "the test_fault row does not report the fault");
+    /* Asked after the answer: the fault is known, the recovery under way or done. */
+    tsr_client_health h;
+    cr_assert_eq(tsr_client_health_get(c, &h, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert(h.state == TSR_CLIENT_HEALTH_RECOVERING || h.recoveries == 1,
+              "health %d with %llu recoveries after the faulting candidates", (int)h.state,
+              (unsigned long long)h.recoveries);
+    tsr_client_compiled k;
+    cr_assert_eq(tsr_client_compile(c, r, NULL, &k, 0, &err), TSR_OK, "%s: %s",
+                 tsr_status_name(err.code), err.message);
+    float out[4];
+    cr_assert_eq(fixture_affine_run4(c, r, out, 0, &err), TSR_OK, "%s", err.message);
+    cr_assert_eq(tsr_client_health_get(c, &h, 0, &err), TSR_OK, "%s", err.message);
+    cr_expect_eq(h.state, TSR_CLIENT_HEALTH_READY);
+    cr_expect_eq(h.recoveries, 1);
+    tsr_client_region_free(r);
+    fixture_stop(&d, c);
 }

@@ -583,8 +583,8 @@ static bool dispatch_owned(int origin, Tessera__V1__Request *req)
     size_t len = tessera__v1__request__get_packed_size(req);
     uint8_t *buf = malloc(len + 1);
     tessera__v1__request__pack(req, buf);
-    bool taken = tsrd_dispatch(&h->u.d, tsrd_session_get(&h->u.d, 1), (void *)(intptr_t)origin,
-                               buf, len, release_counted, buf);
+    bool taken = tsrd_dispatch(&h->u.d, tsrd_session_get(&h->u.d, 1), (void *)(intptr_t)origin, buf,
+                               len, release_counted, buf);
     if (!taken)
         free(buf); /* still the caller's */
     return taken;

@@ -116,10 +116,20 @@ __device__ __forceinline__ float act_apply(int op, float x)
     entry(prefix##_f16_f16##suffix, __half, __half)
 /* clang-format on */
 
-/* Tile order: groups of 8 M-tiles walk N together, so B tiles stay in L2. */
+/* Tile order: groups of M-tiles walk N together, so the B tiles in use stay in
+ * L2: 16 M-tiles when there are 32 or more (a wave of 132 tiles then spans
+ * about 8 N-tiles, half the B of groups of 8), else 8. Measured on the H200
+ * (gemm_check, three interleaved runs): at 8192 x 14336 x 4096 the fused
+ * ping-pong product 3% faster and the plain one 1% than with groups of 8,
+ * 8192^3, 4096^3 and the gated product the same within 0.5%.
+ * TSR_GEMM_TILE_GROUP fixes the size (for such comparisons). */
 __device__ __forceinline__ void tile_coords(int tile, int tiles_m, int tiles_n, int &tm, int &tn)
 {
-    const int group = 8;
+#ifdef TSR_GEMM_TILE_GROUP
+    const int group = TSR_GEMM_TILE_GROUP;
+#else
+    const int group = tiles_m >= 32 ? 16 : 8;
+#endif
     int per_group = group * tiles_n;
     int first_m = (tile / per_group) * group;
     int rows = min(tiles_m - first_m, group);

@@ -58,7 +58,7 @@
  * generator's: verdicts, kept per candidate version (here and in the fleet
  * cache), never vouch for kernels a newer generator emits. */
 #define TSRD_CUDA_TIER1_VERSION TSR_CODEGEN_VERSION
-#define TSRD_CUDA_TIER3_VERSION 7
+#define TSRD_CUDA_TIER3_VERSION 8
 #define TSRD_CUDA_GEMM80 "gemm_mma80"
 #define TSRD_CUDA_SWIGLU80 "swiglu_mma80"
 #define TSRD_CUDA_MMA80_VERSION 1

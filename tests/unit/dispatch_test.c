@@ -522,6 +522,22 @@ Test(dispatch, stats_count_requests_and_render_prometheus)
  * session that the daemon receives right behind it waits for it (parked), so
  * a read sent after a large write sees what the write wrote. Without parking
  * the read would decode at once and reach the session's stream first. */
+/* A buffer_write request of n floats at offset 0, its body in *w. */
+static void write_request(Tessera__V1__Request *req, Tessera__V1__BufferWriteRequest *w,
+                          uint64_t id, uint64_t buffer, const float *data, size_t n)
+{
+    Tessera__V1__Request r = TESSERA__V1__REQUEST__INIT;
+    Tessera__V1__BufferWriteRequest b = TESSERA__V1__BUFFER_WRITE_REQUEST__INIT;
+    *req = r;
+    *w = b;
+    w->buffer = buffer;
+    w->data.data = (uint8_t *)data;
+    w->data.len = n * sizeof *data;
+    req->id = id;
+    req->body_case = TESSERA__V1__REQUEST__BODY_BUFFER_WRITE;
+    req->buffer_write = w;
+}
+
 Test(dispatch, a_small_read_behind_a_large_write_waits_for_its_decode)
 {
     enum { N = 1 << 18 }; /* 1 MiB of f32 */
@@ -529,14 +545,9 @@ Test(dispatch, a_small_read_behind_a_large_write_waits_for_its_decode)
     float *data = malloc(N * sizeof *data);
     for (int i = 0; i < N; i++)
         data[i] = (float)(i % 977) + 0.5f;
-    Tessera__V1__Request wreq = TESSERA__V1__REQUEST__INIT;
-    Tessera__V1__BufferWriteRequest w = TESSERA__V1__BUFFER_WRITE_REQUEST__INIT;
-    w.buffer = buffer;
-    w.data.data = (uint8_t *)data;
-    w.data.len = N * sizeof *data;
-    wreq.id = 11;
-    wreq.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_WRITE;
-    wreq.buffer_write = &w;
+    Tessera__V1__Request wreq;
+    Tessera__V1__BufferWriteRequest w;
+    write_request(&wreq, &w, 11, buffer, data, N);
     Tessera__V1__Request rreq = TESSERA__V1__REQUEST__INIT;
     Tessera__V1__BufferReadRequest rd = TESSERA__V1__BUFFER_READ_REQUEST__INIT;
     rd.buffer = buffer;
@@ -597,14 +608,9 @@ Test(dispatch, a_message_is_taken_over_only_when_it_outlives_the_call)
     enum { N = 1 << 12 }; /* 16 KiB of f32: decoded on the pool */
     uint64_t buffer = alloc_buffer(TESSERA__V1__DTYPE__DTYPE_F32, 1, N);
     float *data = calloc(N, sizeof *data);
-    Tessera__V1__Request wreq = TESSERA__V1__REQUEST__INIT;
-    Tessera__V1__BufferWriteRequest w = TESSERA__V1__BUFFER_WRITE_REQUEST__INIT;
-    w.buffer = buffer;
-    w.data.data = (uint8_t *)data;
-    w.data.len = N * sizeof *data;
-    wreq.id = 21;
-    wreq.body_case = TESSERA__V1__REQUEST__BODY_BUFFER_WRITE;
-    wreq.buffer_write = &w;
+    Tessera__V1__Request wreq;
+    Tessera__V1__BufferWriteRequest w;
+    write_request(&wreq, &w, 21, buffer, data, N);
     Tessera__V1__Request hello = TESSERA__V1__REQUEST__INIT;
     Tessera__V1__HelloRequest hb = TESSERA__V1__HELLO_REQUEST__INIT;
     hello.body_case = TESSERA__V1__REQUEST__BODY_HELLO;

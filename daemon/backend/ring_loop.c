@@ -323,8 +323,8 @@ static uint32_t ring_issue(tsrd_ring_loop *l, tsrd_stream *stream, uint32_t seq,
      * event made, recorded, waited for and destroyed) only then, or when
      * another submission already waits. A client that submits one at a time
      * gets its answer from a synchronize, as before fences (8 such clients on
-     * the H200 made 4 times fewer launches a second with a fence each: they
-     * contend in the driver). Without fences,
+     * the H200 made a quarter of the launches a second with a fence each).
+     * Without fences,
      * or when one could not be recorded, the group is waited for now:
      * nothing may answer its slots while its launches still run. */
     tsr_error done_err;

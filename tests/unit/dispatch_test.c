@@ -611,8 +611,9 @@ Test(dispatch, a_message_is_taken_over_only_when_it_outlives_the_call)
     Tessera__V1__Request wreq;
     Tessera__V1__BufferWriteRequest w;
     write_request(&wreq, &w, 21, buffer, data, N);
-    Tessera__V1__Request hello = TESSERA__V1__REQUEST__INIT;
+    /* The same envelope, another body. */
     Tessera__V1__HelloRequest hb = TESSERA__V1__HELLO_REQUEST__INIT;
+    Tessera__V1__Request hello = wreq;
     hello.body_case = TESSERA__V1__REQUEST__BODY_HELLO;
     hello.hello = &hb;
     released = 0;

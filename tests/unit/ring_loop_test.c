@@ -183,6 +183,19 @@ static void rig_submit(ring_rig *g, uint32_t binding)
     atomic_store(&g->h->submitted, ++g->next);
 }
 
+/* The longest busy time the watchdog reads, every millisecond, until the loop
+ * has answered everything submitted. */
+static uint64_t rig_most_busy(ring_rig *g)
+{
+    uint64_t most = 0;
+    while (atomic_load(&g->h->completed) != g->next) {
+        uint64_t busy = tsrd_ring_loop_busy_ns(g->loop);
+        most = busy > most ? busy : most;
+        usleep(1000);
+    }
+    return most;
+}
+
 /* Waits (at most 10 s) until the loop has answered everything submitted. */
 static void rig_wait_all(ring_rig *g)
 {
@@ -302,12 +315,7 @@ Test(ring_loop, busy_time_counts_one_group_at_a_time)
     rig_wait_all(&g);
     rig_submit(&g, 0);
     rig_submit(&g, 0);
-    uint64_t most = 0;
-    while (atomic_load(&g.h->completed) != g.next) {
-        uint64_t busy = tsrd_ring_loop_busy_ns(g.loop);
-        most = busy > most ? busy : most;
-        usleep(1000);
-    }
+    uint64_t most = rig_most_busy(&g);
     cr_expect_gt(most, 30 * ms);
     cr_expect_lt(most, 100 * ms, "busy read %.1f ms for two 60 ms launches", (double)most / 1e6);
     tsrd_ring_served served;
@@ -328,12 +336,7 @@ Test(ring_loop, a_lone_submission_is_waited_for_without_a_fence)
     }
     cr_expect_eq(atomic_load(&g.dev.fences_made), 0);
     rig_submit(&g, 0);
-    uint64_t most = 0;
-    while (atomic_load(&g.h->completed) != g.next) {
-        uint64_t busy = tsrd_ring_loop_busy_ns(g.loop);
-        most = busy > most ? busy : most;
-        usleep(1000);
-    }
+    uint64_t most = rig_most_busy(&g);
     cr_expect_gt(most, 20 * ms, "busy read %.1f ms during a 40 ms launch", (double)most / 1e6);
     cr_expect_eq(atomic_load(&g.dev.fences_made), 0);
     for (uint32_t i = 0; i < g.next; i++)

@@ -27,7 +27,9 @@ typedef struct trace_record {
 /* The tool's state: set once before main, read by every thread. */
 static int trace_fd = -1;
 static uintptr_t trace_base;
-static uint64_t trace_root;
+#define TRACE_ROOTS 4
+static uint64_t trace_roots[TRACE_ROOTS];
+static int trace_n_roots;
 /* Depth below the root on this thread; 0 while outside it. */
 static _Thread_local int trace_depth;
 
@@ -39,7 +41,12 @@ NOTRACE __attribute__((constructor)) static void trace_open(void)
     if (path == NULL || root == NULL || dladdr((void *)trace_open, &info) == 0)
         return;
     trace_base = (uintptr_t)info.dli_fbase;
-    trace_root = strtoull(root, NULL, 16);
+    for (char *end = (char *)root; trace_n_roots < TRACE_ROOTS && *root != '\0'; root = end) {
+        trace_roots[trace_n_roots++] = strtoull(root, &end, 16);
+        if (*end != ',')
+            break;
+        end++;
+    }
     trace_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
 }
 
@@ -57,8 +64,14 @@ NOTRACE void __cyg_profile_func_enter(void *fn, void *site)
     (void)site;
     if (trace_fd < 0)
         return;
-    if (trace_depth == 0 && (uintptr_t)fn - trace_base != trace_root)
-        return;
+    if (trace_depth == 0) {
+        uint64_t off = (uintptr_t)fn - trace_base;
+        int i = 0;
+        while (i < trace_n_roots && trace_roots[i] != off)
+            i++;
+        if (i == trace_n_roots)
+            return;
+    }
     trace_depth++;
     trace_put('E', fn);
 }

@@ -320,17 +320,20 @@ static uint32_t ring_issue(tsrd_ring_loop *l, tsrd_stream *stream, uint32_t seq,
     g->count = g->went + (g->launch_status != TSR_OK ? 1 : 0);
     /* A fence lets the next group queue behind this one, and a group queued
      * behind another is answered after it: worth the fence's driver calls (an
-     * event made, recorded, waited for and destroyed) only then, or when
-     * another submission already waits. A client that submits one at a time
+     * event made, recorded, waited for and destroyed) only then, or when more
+     * submissions wait — counted again now, as a client publishes a sequence
+     * one submission at a time. A client that submits one launch at a time
      * gets its answer from a synchronize, as before fences (8 such clients on
      * the H200 made a quarter of the launches a second with a fence each).
-     * Without fences,
-     * or when one could not be recorded, the group is waited for now:
-     * nothing may answer its slots while its launches still run. */
+     * Without fences, or when one could not be recorded, the group is waited
+     * for now: nothing may answer its slots while its launches still run. */
     tsr_error done_err;
     tsr_error_clear(&done_err);
     g->done_status = TSR_UNSUPPORTED;
-    if (l->ops->fence != NULL && g->went > 0 && (behind || pending > g->count))
+    ring_access now = {.l = l, .value = seq + pending};
+    if (!behind && l->ops->fence != NULL && g->went > 0)
+        (void)ring_guarded(l->base, l->bytes, ring_load_submitted, &now);
+    if (l->ops->fence != NULL && g->went > 0 && (behind || now.value - seq > g->count))
         g->done_status = l->ops->fence->fence_record(l->b, stream, &g->fence, &done_err);
     if (g->done_status != TSR_OK) {
         g->fence = NULL;
@@ -445,8 +448,9 @@ static tsr_status ring_answer(tsrd_ring_loop *l, tsrd_stream *stream, ring_group
 }
 
 /* The loop keeps up to two groups in flight: while the device runs one, the
- * next one is queued behind it, so that the device does not idle between
- * the groups of a sequence; the older one is answered as soon as it ends. */
+ * next one is queued behind it when it was waiting already, so that the
+ * device does not idle between the groups of a sequence; the older one is
+ * answered as soon as it ends. */
 static void *ring_main(void *arg)
 {
     tsrd_ring_loop *l = arg;

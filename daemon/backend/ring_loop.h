@@ -10,9 +10,10 @@
  * message, bumps `completed` and wakes the client when it sleeps. Slots found
  * waiting together go as one group: one backend call for their launches and
  * one wait (at most 64, and about 5 ms of device work as last measured); with
- * the backend's fences the next group is queued behind the one the device
- * runs (two in flight at most), so a client that submits a sequence keeps the
- * device busy. It trusts
+ * the backend's fences, when more submissions wait, the next group is queued
+ * behind the one the device runs (two in flight at most), so a client that
+ * submits a sequence keeps the device busy; a group alone is synchronized at
+ * once. It trusts
  * nothing in the segment: it keeps its own count of what it served, checks
  * every binding index, and touches the segment only inside the SIGBUS guard
  * (guard.h). When the segment faults (the client shrank it) or a launch loses

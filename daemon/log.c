@@ -63,11 +63,6 @@ tsrd_log_format tsrd_log_format_resolve(tsrd_log_format format)
     return TSRD_LOG_FORMAT_TEXT;
 }
 
-bool tsrd_log_enabled(const tsrd_log *log, tsrd_log_level level)
-{
-    return level == TSRD_LOG_ERROR || log == NULL || level <= log->level;
-}
-
 void tsrd_log_write(const tsrd_log *log, tsrd_log_level level, const char *fmt, ...)
 {
     if (!tsrd_log_enabled(log, level))

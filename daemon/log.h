@@ -51,8 +51,12 @@ bool tsrd_log_format_parse(const char *name, tsrd_log_format *out);
  * $JOURNAL_STREAM ("DEVICE:INODE") names, else TEXT; other formats as given. */
 tsrd_log_format tsrd_log_format_resolve(tsrd_log_format format);
 
-/* True when a line at this level would be written (to skip formatting work). */
-bool tsrd_log_enabled(const tsrd_log *log, tsrd_log_level level);
+/* True when a line at this level would be written (to skip formatting work):
+ * inline, as the request path asks it for every request. */
+static inline bool tsrd_log_enabled(const tsrd_log *log, tsrd_log_level level)
+{
+    return level == TSRD_LOG_ERROR || log == NULL || level <= log->level;
+}
 
 void tsrd_log_write(const tsrd_log *log, tsrd_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -61,18 +65,14 @@ void tsrd_log_write(const tsrd_log *log, tsrd_log_level level, const char *fmt, 
 #define tsrd_log_warn(log, ...) tsrd_log_write((log), TSRD_LOG_WARN, __VA_ARGS__)
 /* Info and debug lines are dropped before their arguments are computed: the
  * request path logs every request at debug. */
-static inline bool tsrd_log_passes(const tsrd_log *log, tsrd_log_level level)
-{
-    return log == NULL || level <= log->level;
-}
 #define tsrd_log_info(log, ...)                                                                    \
     do {                                                                                           \
-        if (tsrd_log_passes((log), TSRD_LOG_INFO))                                                 \
+        if (tsrd_log_enabled((log), TSRD_LOG_INFO))                                                \
             tsrd_log_write((log), TSRD_LOG_INFO, __VA_ARGS__);                                     \
     } while (0)
 #define tsrd_log_debug(log, ...)                                                                   \
     do {                                                                                           \
-        if (tsrd_log_passes((log), TSRD_LOG_DEBUG))                                                \
+        if (tsrd_log_enabled((log), TSRD_LOG_DEBUG))                                               \
             tsrd_log_write((log), TSRD_LOG_DEBUG, __VA_ARGS__);                                    \
     } while (0)
 

@@ -74,8 +74,8 @@ static tsr_status batch_prepare(tsrd_job *job)
         const Tessera__V1__BatchLaunch *l = req->launches[i];
         s->n = i + 1;
         snprintf(field, sizeof field, "batch.launches[%zu]", i);
-        st = tsrd_job_bind_launch(job, field, l->kernel, l->inputs, l->n_inputs, l->output,
-                                  &s->entries[i]);
+        st = tsrd_job_bind_launch(job, field, "kernel", l->kernel, l->inputs, l->n_inputs,
+                                  l->output, &s->entries[i]);
         if (st == TSR_OK)
             st = tsrd_job_pick_bound(job, &pick, &s->entries[i], field);
     }

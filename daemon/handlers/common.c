@@ -38,55 +38,6 @@ tsr_status tsrd_job_check_buffer(tsrd_job *job, const tsrd_buffer *b, const tsr_
     return TSR_OK;
 }
 
-/* Binds one buffer of a launch: looked up, referenced, and of the kernel's
- * dtype and size. The field's name ("<field>.inputs[k]", "<field>.output";
- * slot -1 for the output) is written only for an error: a batch binds
- * thousands of buffers a second, and the names cost more than the checks. */
-static tsr_status bind_slot(tsrd_job *job, const char *field, int slot, uint64_t handle,
-                            const tsr_tensor_desc *want, tsrd_buffer **out)
-{
-    char name[128];
-    tsrd_buffer *b = tsrd_buffer_lookup(job->d, job->session, handle);
-    if (b != NULL) {
-        tsrd_buffer_ref(b);
-        *out = b;
-        if (b->dtype == want->dtype && b->bytes == tsr_tensor_desc_bytes(want))
-            return TSR_OK;
-    }
-    if (slot >= 0)
-        snprintf(name, sizeof name, "%s.inputs[%d]", field, slot);
-    else
-        snprintf(name, sizeof name, "%s.output", field);
-    if (b == NULL)
-        return tsrd_job_buffer(job, handle, name, out);
-    return tsrd_job_check_buffer(job, b, want, name, "kernel");
-}
-
-tsr_status tsrd_job_bind_launch(tsrd_job *job, const char *field, uint64_t kernel,
-                                const uint64_t *inputs, size_t n_inputs, uint64_t output,
-                                tsrd_bound_launch *out)
-{
-    out->kernel = tsrd_kernel_lookup(job->d, job->session, kernel);
-    if (out->kernel == NULL)
-        return tsr_error_set(&job->err, TSR_NOT_FOUND, "%s.kernel: no kernel %#llx", field,
-                             (unsigned long long)kernel);
-    tsrd_kernel_ref(out->kernel);
-    tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], want_out;
-    int n = tsr_region_signature(&out->kernel->region, sig, &want_out);
-    if (n_inputs != (size_t)n)
-        return tsr_error_set(&job->err, TSR_BUFFER_MISMATCH,
-                             "%s.inputs: %zu buffers, the kernel takes %d", field, n_inputs, n);
-    for (int k = 0; k < n; k++) {
-        out->inputs[k] = NULL;
-        tsr_status st = bind_slot(job, field, k, inputs[k], &sig[k], &out->inputs[k]);
-        if (out->inputs[k] != NULL)
-            out->n_inputs = k + 1;
-        if (st != TSR_OK)
-            return st;
-    }
-    return bind_slot(job, field, -1, output, &want_out, &out->output);
-}
-
 tsr_status tsrd_job_check_count(tsrd_job *job, const char *what, size_t given,
                                 const tsr_tensor_desc *sig, int n, tsr_region_kind kind)
 {
@@ -142,9 +93,31 @@ static int pin_launch_handles(tsrd_job *job, uint64_t kernel, const uint64_t *in
     return -1;
 }
 
-tsr_status tsrd_job_pin_launch(tsrd_job *job, const char *field, uint64_t kernel,
-                               const uint64_t *inputs, size_t n_inputs, uint64_t output,
-                               tsrd_bound_launch *out)
+/* One pinned slot of a launch against its signature entry: NOT_FOUND when it
+ * was missing, BUFFER_MISMATCH when its dtype or size is not the entry's.
+ * The slot's name ("<field>.inputs[k]", "<field>.output" for slot -1) is
+ * written only for an error: a batch binds thousands of buffers a second,
+ * and the names cost more than the checks. */
+static tsr_status bind_check_slot(tsrd_job *job, const char *field, const char *whose, int slot,
+                                  bool missing, uint64_t handle, const tsrd_buffer *b,
+                                  const tsr_tensor_desc *want)
+{
+    if (!missing && b->dtype == want->dtype && b->bytes == tsr_tensor_desc_bytes(want))
+        return TSR_OK;
+    char name[128];
+    if (slot >= 0)
+        snprintf(name, sizeof name, "%s.inputs[%d]", field, slot);
+    else
+        snprintf(name, sizeof name, "%s.output", field);
+    if (missing)
+        return tsr_error_set(&job->err, TSR_NOT_FOUND, "%s: no buffer %#llx", name,
+                             (unsigned long long)handle);
+    return tsrd_job_check_buffer(job, b, want, name, whose);
+}
+
+tsr_status tsrd_job_bind_launch(tsrd_job *job, const char *field, const char *whose,
+                                uint64_t kernel, const uint64_t *inputs, size_t n_inputs,
+                                uint64_t output, tsrd_bound_launch *out)
 {
     int missing = pin_launch_handles(job, kernel, inputs, n_inputs, output, out);
     if (missing == -2)
@@ -152,22 +125,26 @@ tsr_status tsrd_job_pin_launch(tsrd_job *job, const char *field, uint64_t kernel
                              (unsigned long long)kernel);
     tsr_tensor_desc sig[TSR_MAX_REGION_INPUTS], want_out;
     int n = tsr_region_signature(&out->kernel->region, sig, &want_out);
-    char name[96];
-    snprintf(name, sizeof name, "%s.inputs", field);
-    tsr_status st = tsrd_job_check_count(job, name, n_inputs, sig, n, out->kernel->region.kind);
-    for (int i = 0; st == TSR_OK && i < n; i++) {
-        snprintf(name, sizeof name, "%s.inputs[%d]", field, i);
-        if (missing == i)
-            return tsr_error_set(&job->err, TSR_NOT_FOUND, "%s: no buffer %#llx", name,
-                                 (unsigned long long)inputs[i]);
-        st = tsrd_job_check_buffer(job, out->inputs[i], &sig[i], name, "region");
+    if (n_inputs != (size_t)n) {
+        char what[96];
+        snprintf(what, sizeof what, "%s.inputs", field);
+        return tsrd_job_check_count(job, what, n_inputs, sig, n, out->kernel->region.kind);
     }
-    snprintf(name, sizeof name, "%s.output", field);
-    if (st == TSR_OK && missing == n)
-        return tsr_error_set(&job->err, TSR_NOT_FOUND, "%s: no buffer %#llx", name,
-                             (unsigned long long)output);
+    tsr_status st = TSR_OK;
+    for (int i = 0; st == TSR_OK && i < n; i++)
+        st =
+            bind_check_slot(job, field, whose, i, missing == i, inputs[i], out->inputs[i], &sig[i]);
     if (st == TSR_OK)
-        st = tsrd_job_check_buffer(job, out->output, &want_out, name, "region");
+        st = bind_check_slot(job, field, whose, -1, missing == n, output, out->output, &want_out);
+    return st;
+}
+
+tsr_status tsrd_job_pin_launch(tsrd_job *job, const char *field, uint64_t kernel,
+                               const uint64_t *inputs, size_t n_inputs, uint64_t output,
+                               tsrd_bound_launch *out)
+{
+    tsr_status st =
+        tsrd_job_bind_launch(job, field, "region", kernel, inputs, n_inputs, output, out);
     /* It runs on the device of its buffers. */
     tsrd_device_pick pick = TSRD_DEVICE_PICK_INIT;
     if (st == TSR_OK)

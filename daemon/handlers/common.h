@@ -32,30 +32,27 @@ tsr_status tsrd_job_buffer(tsrd_job *job, uint64_t handle, const char *field, ts
 tsr_status tsrd_job_check_buffer(tsrd_job *job, const tsrd_buffer *b, const tsr_tensor_desc *want,
                                  const char *field, const char *whose);
 
-/* Resolves and pins a launch of the job's session into *out: the kernel, then
- * n_inputs input buffers and the output, each checked against the kernel's
- * signature. Errors name field ("batch.launches[3]") and what is wrong:
- * NOT_FOUND ("FIELD.kernel: no kernel 0x…", likewise for buffers),
- * BUFFER_MISMATCH (the input count; "FIELD.inputs[i] (name): buffer holds …
- * bytes of …, the kernel needs …"). What was pinned stays in *out for the
- * caller to release whatever happened. Loop thread. */
-tsr_status tsrd_job_bind_launch(tsrd_job *job, const char *field, uint64_t kernel,
-                                const uint64_t *inputs, size_t n_inputs, uint64_t output,
-                                tsrd_bound_launch *out);
-
 /* A launch request's tensor count against its region's n inputs (sig):
  * BUFFER_MISMATCH "WHAT: N inputs given, the KIND region takes n (names)". */
 tsr_status tsrd_job_check_count(tsrd_job *job, const char *what, size_t given,
                                 const tsr_tensor_desc *sig, int n, tsr_region_kind kind);
 
-/* A launch request's kernel and buffers pinned into *out (one lookup for
- * all), checked against the kernel's region in the order the
- * request names them, and the job placed on the device of its buffers. Errors
- * name field ("launch"): NOT_FOUND ("launch.kernel: no kernel 0x…",
- * "launch.inputs[i]: no buffer 0x…"), BUFFER_MISMATCH (the count, as
- * tsrd_job_check_count; a buffer as tsrd_job_check_buffer for the "region"),
- * CONFLICT (buffers on two devices). What was pinned stays in *out for the
- * caller to release whatever happened. Loop thread. */
+/* Resolves and pins a launch of the job's session into *out (cleared first;
+ * one lookup for the kernel and all buffers): the kernel, then n_inputs input
+ * buffers and the output, each checked against the kernel's signature in the
+ * order the request names them. Errors name field ("batch.launches[3]"):
+ * NOT_FOUND ("FIELD.kernel: no kernel 0x…", "FIELD.inputs[i]: no buffer 0x…",
+ * "FIELD.output: …"), BUFFER_MISMATCH (the count, as tsrd_job_check_count; a
+ * buffer as tsrd_job_check_buffer, whose naming the signature's owner:
+ * "kernel", "region"). What was pinned stays in *out for the caller to
+ * release whatever happened. Loop thread. */
+tsr_status tsrd_job_bind_launch(tsrd_job *job, const char *field, const char *whose,
+                                uint64_t kernel, const uint64_t *inputs, size_t n_inputs,
+                                uint64_t output, tsrd_bound_launch *out);
+
+/* A launch request bound as tsrd_job_bind_launch for the "region", and the
+ * job placed on the device of its buffers (CONFLICT for buffers on two
+ * devices). Loop thread. */
 tsr_status tsrd_job_pin_launch(tsrd_job *job, const char *field, uint64_t kernel,
                                const uint64_t *inputs, size_t n_inputs, uint64_t output,
                                tsrd_bound_launch *out);

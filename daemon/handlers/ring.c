@@ -49,8 +49,8 @@ static tsr_status ring_open_execute(tsrd_job *job)
         char field[48];
         snprintf(field, sizeof field, "ring_open.bindings[%zu]", i);
         resolved = i + 1;
-        st = tsrd_job_bind_launch(job, field, b->kernel, b->inputs, b->n_inputs, b->output,
-                                  &bindings[i]);
+        st = tsrd_job_bind_launch(job, field, "kernel", b->kernel, b->inputs, b->n_inputs,
+                                  b->output, &bindings[i]);
     }
     /* A ring is served on device 0's stream with the kernels loaded there. */
     tsrd_device_pick pick = TSRD_DEVICE_PICK_INIT;

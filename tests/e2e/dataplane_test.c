@@ -206,9 +206,15 @@ Test(dataplane, batch_with_a_bad_entry_runs_nothing)
     l[2] = (tsr_client_launch_desc){k.kernel, 1, &gone, y};
     cr_expect_eq(tsr_client_batch(suite_client, l, 3, false, NULL, 0, &err), TSR_NOT_FOUND);
     cr_expect_str_eq(err.message, "batch.launches[2].inputs[0]: no buffer 0x7777");
+    /* Two inputs for a kernel of one. */
+    tsr_buffer two[2] = {a, a};
+    l[2] = (tsr_client_launch_desc){k.kernel, 2, two, y};
+    cr_expect_eq(tsr_client_batch(suite_client, l, 3, false, NULL, 0, &err), TSR_BUFFER_MISMATCH);
+    cr_expect_str_eq(err.message,
+                     "batch.launches[2].inputs: 2 inputs given, the pointwise region takes 1 (x)");
     l[1].kernel = 12345;
     cr_expect_eq(tsr_client_batch(suite_client, l, 2, false, NULL, 0, &err), TSR_NOT_FOUND);
-    cr_expect(strstr(err.message, "batch.launches[1].kernel") != NULL, "%s", err.message);
+    cr_expect_str_eq(err.message, "batch.launches[1].kernel: no kernel 0x3039");
     cr_expect_eq(tsr_client_batch(suite_client, l, 0, false, NULL, 0, &err), TSR_INVALID_ARGUMENT);
     tsr_client_region_free(r);
 }
